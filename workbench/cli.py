@@ -1,0 +1,183 @@
+"""``python -m workbench``: the command line (DESIGN.md section 4).
+
+Sub-commands: ``profile-info``, ``profile``, ``plan``, ``check``,
+``simulate``, ``run``, ``reproduce``, ``demo``. Each handler imports what it
+needs lazily so ``--help`` stays fast.
+
+>>> build_parser().parse_args(["plan", "--profile", "x.csv", "--devices", "4", "--memory", "16GiB"]).devices
+4
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from pathlib import Path
+from typing import Callable
+
+__all__ = ["main", "build_parser", "platform_from_args"]
+
+
+def _add_platform_args(p: argparse.ArgumentParser, *, required: bool = True) -> None:
+    p.add_argument("--profile", required=required, help="profile: a CSV file, a PipeDream graph.txt, or a known name")
+    p.add_argument("--devices", "-P", type=int, required=required, help="number of devices (GPUs)")
+    p.add_argument("--memory", default="inf", help="memory per device: bytes or 16GiB, 12GB, ... (default: unlimited)")
+    p.add_argument("--bandwidth", default="12GB/s", help="link bandwidth, e.g. 12GB/s (default), 16GiB/s, or bytes/s")
+    p.add_argument("--latency", type=float, default=0.0, help="link latency in seconds (default 0)")
+    p.add_argument("--weight-factor", type=float, default=1.0, help="memory bytes per weight byte (1: weights only, 4: fp32+Adam)")
+    p.add_argument("--weights", choices=["stash", "single"], default="stash", help="weight versions: stash (PipeDream) or single")
+    p.add_argument("--no-zero-input", action="store_true", help="PipeDream graphs: keep the Input nodes' data-loading time")
+
+
+def platform_from_args(args: argparse.Namespace):
+    from .chain import Platform
+
+    return Platform(args.devices, memory=args.memory, bandwidth=args.bandwidth, latency=args.latency,
+                    weight_factor=args.weight_factor, weights=args.weights)
+
+
+def chain_from_args(args: argparse.Namespace):
+    from .profiles import load_profile
+
+    opts = {}
+    if getattr(args, "no_zero_input", False):
+        opts["zero_input"] = False
+    return load_profile(args.profile, **opts)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m workbench", description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("profile-info", help="summarise a profile (and how a graph was linearised)")
+    p.add_argument("file")
+    p.add_argument("--no-zero-input", action="store_true", help="keep the Input nodes' data-loading time")
+    p.set_defaults(handler="workbench.profiles.commands:profile_info_command")
+
+    p = sub.add_parser("profile", help="profile a zoo model with the built-in profiler")
+    p.add_argument("--model", required=True, help="zoo model name (resnet50, resnet101, vgg16, gpt, ...)")
+    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--out", required=True, help="output CSV")
+    p.set_defaults(handler="workbench.profiles.profiler:profile_command")
+
+    p = sub.add_parser("plan", help="plan a pipeline under a memory limit")
+    _add_platform_args(p)
+    p.add_argument("--method", default="dp", help="planner: dp, ilp, pipedream, uniform, parameters, torchgpipe, gpipe, 1f1b, brute")
+    p.add_argument("--allocation", choices=["contiguous", "general"], default="contiguous")
+    p.add_argument("--time-limit", type=float, default=None, help="solver time limit in seconds (ILP)")
+    p.add_argument("--micro-batches", type=int, default=None, help="flushed schedules: micro-batches per flush")
+    p.add_argument("--json", dest="json_out", default=None, help="write the plan as JSON here")
+    p.set_defaults(handler="workbench.cli:plan_command")
+
+    p = sub.add_parser("check", help="re-check a plan against the validity rules")
+    p.add_argument("plan_file")
+    _add_platform_args(p, required=False)
+    p.set_defaults(handler="workbench.cli:check_command")
+
+    p = sub.add_parser("simulate", help="simulate a plan for N mini-batches and write the trace")
+    p.add_argument("plan_file")
+    _add_platform_args(p, required=False)
+    p.add_argument("--batches", type=int, default=20, help="mini-batches to run (default 20)")
+    p.add_argument("--out", required=True, help="trace file (.csv or .parquet); memory goes beside it")
+    p.set_defaults(handler="workbench.cli:simulate_command")
+
+    p = sub.add_parser("run", help="run a plan with torch.distributed and compare with the prediction")
+    p.add_argument("plan_file")
+    p.add_argument("--model", required=True)
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--backend", default=None, help="gloo (CPU) or nccl (GPU); default by device")
+    p.add_argument("--out", default="build/run", help="folder for the measured trace and summary")
+    p.set_defaults(handler="workbench.runtime.commands:run_command")
+
+    p = sub.add_parser("reproduce", help="recompute every figure of the experiments")
+    p.add_argument("--quick", action="store_true")
+    p.add_argument("--only", default=None)
+    p.add_argument("--out", default=None)
+    p.set_defaults(handler="workbench.experiments:reproduce_command")
+
+    p = sub.add_parser("demo", help="headless demo: summarise profiles, plan, report and Gantt HTML")
+    p.add_argument("--out", default="build/demo")
+    p.set_defaults(handler="workbench.demo:demo_command")
+    return ap
+
+
+def _load_handler(spec: str) -> Callable[[argparse.Namespace], int]:
+    module, func = spec.split(":")
+    return getattr(importlib.import_module(module), func)
+
+
+def _resolve_plan_context(args: argparse.Namespace, plan):
+    """For check/simulate: the profile and devices default to nothing; devices can come from the plan."""
+    if args.profile is None:
+        raise SystemExit("error: --profile is required to check or simulate a plan")
+    if args.devices is None:
+        args.devices = plan.devices
+    return chain_from_args(args), platform_from_args(args)
+
+
+def plan_command(args: argparse.Namespace) -> int:
+    from .planners import plan as run_planner
+
+    chain = chain_from_args(args)
+    platform = platform_from_args(args)
+    opts = {}
+    if args.micro_batches is not None:
+        opts["micro_batches"] = args.micro_batches
+    result = run_planner(chain, platform, args.method, allocation=args.allocation, time_limit=args.time_limit, **opts)
+    print(f"{chain.name}: {len(chain)} layers on {platform.devices} devices")
+    print(result.summary())
+    if result.feasible and not result.fits:
+        over = result.peak_memory - result.memory_limit
+        from .units import format_bytes
+
+        print(f"  does NOT fit: peak memory exceeds the limit by {format_bytes(over)}")
+    if args.json_out:
+        result.to_json(args.json_out)
+        print(f"wrote {args.json_out}")
+    return 0 if result.feasible and result.fits else 2
+
+
+def check_command(args: argparse.Namespace) -> int:
+    from .check import check
+    from .plan import Plan
+
+    plan = Plan.from_json(Path(args.plan_file))
+    chain, platform = _resolve_plan_context(args, plan)
+    violations = check(plan, chain, platform)
+    if not violations:
+        print(f"{args.plan_file}: valid ({len(plan.stages)} stages, period {plan.period:.6g} s)")
+        return 0
+    print(f"{args.plan_file}: {len(violations)} violation(s)")
+    for v in violations:
+        print(f"  {v}")
+    return 1
+
+
+def simulate_command(args: argparse.Namespace) -> int:
+    from .plan import Plan
+    from .simulate import simulate
+
+    plan = Plan.from_json(Path(args.plan_file))
+    chain, platform = _resolve_plan_context(args, plan)
+    trace = simulate(plan, chain, platform, batches=args.batches)
+    trace.save(args.out)
+    print(f"simulated {args.batches} mini-batches: makespan {trace.makespan:.6g} s, "
+          f"steady period {trace.steady_period():.6g} s (plan: {plan.period:.6g} s)")
+    print("peak memory per device: " + ", ".join(f"{m:.4g}" for m in trace.peak_memory()))
+    print(f"wrote {args.out}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    handler = _load_handler(args.handler)
+    try:
+        return int(handler(args) or 0)
+    except (ValueError, FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1

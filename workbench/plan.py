@@ -1,0 +1,309 @@
+"""Plans: the period, the device of every layer, and start times per stage (DESIGN.md section 3).
+
+A :class:`Plan` is a plain value. Derived quantities (in-flight counts,
+memory per device) are computed by :func:`make_plan` from the chain and
+the platform and stored, so a plan round-trips through JSON in the format
+of DESIGN.md section 4 without the chain. :mod:`workbench.check`
+re-derives everything independently.
+
+>>> from workbench.chain import Chain, Layer, Platform
+>>> chain = Chain(tuple(Layer(f"l{i}", 0.001, 0.002, 10, 4) for i in range(4)))
+>>> plat = Platform(2)
+>>> stages = stages_of([0, 0, 1, 1])
+>>> stages
+[(0, 1), (2, 3)]
+>>> plan = make_plan(chain, plat, period=0.006, assignment=[0, 0, 1, 1],
+...                  fwd_start=[0.0, 0.002], bwd_start=[0.008, 0.004], method="hand")
+>>> [s.in_flight for s in plan.stages]
+[2, 1]
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any, Literal, Sequence
+
+from .chain import Chain, Platform
+
+__all__ = [
+    "Stage", "Plan", "Status", "REL_TOL", "stages_of", "in_flight", "make_plan", "infeasible_plan",
+    "lower_bound", "device_memory", "stage_in_flight",
+]
+
+Status = Literal["optimal", "feasible", "infeasible", "timeout"]
+REL_TOL = 1e-6
+
+
+def _ceil_tol(x: float) -> int:
+    """ceil with a relative tolerance: 2.0000000001 -> 2."""
+    r = round(x)
+    if abs(x - r) <= REL_TOL * max(1.0, abs(x)):
+        return int(r)
+    return int(math.ceil(x))
+
+
+def in_flight(fwd_start: float, bwd_end: float, period: float) -> int:
+    """k = ceil((end of backward - start of forward) / T), at least 1."""
+    if period <= 0 or not math.isfinite(period):
+        return 1
+    return max(1, _ceil_tol((bwd_end - fwd_start) / period))
+
+
+def stages_of(assignment: Sequence[int]) -> list[tuple[int, int]]:
+    """Maximal runs of consecutive layers on one device, as (first, last)."""
+    out: list[tuple[int, int]] = []
+    start = 0
+    for l in range(1, len(assignment) + 1):
+        if l == len(assignment) or assignment[l] != assignment[start]:
+            out.append((start, l - 1))
+            start = l
+    return out
+
+
+@dataclass(frozen=True)
+class Stage:
+    """A maximal run ``first..last`` of layers on ``device``; start times of mini-batch 0."""
+
+    first: int
+    last: int
+    device: int
+    fwd_start: float
+    bwd_start: float
+    in_flight: int = 1
+
+    @property
+    def layers(self) -> tuple[int, int]:
+        return (self.first, self.last)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A periodic (or flushed) pipeline plan. Times in seconds, memory in bytes.
+
+    ``schedule`` is ``"periodic"`` for plans under the rules of DESIGN.md
+    section 3, or ``"gpipe"``/``"1f1b"`` for flushed schedules (then
+    ``period`` is makespan / micro_batches and ``memory`` the simulated peak).
+    """
+
+    period: float
+    assignment: tuple[int, ...]
+    stages: tuple[Stage, ...]
+    devices: int
+    memory: tuple[float, ...] = ()
+    memory_limit: float = math.inf
+    lower_bound: float = 0.0
+    method: str = ""
+    allocation: str = "contiguous"
+    status: Status = "feasible"
+    gap: float | None = None
+    solve_seconds: float = 0.0
+    schedule: str = "periodic"
+    micro_batches: int | None = None
+    chain_order: tuple[str, ...] | None = None
+    notes: tuple[str, ...] = ()
+    extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+    @property
+    def feasible(self) -> bool:
+        return self.status != "infeasible" and math.isfinite(self.period)
+
+    @property
+    def throughput(self) -> float:
+        return 1.0 / self.period if self.feasible and self.period > 0 else 0.0
+
+    @property
+    def peak_memory(self) -> float:
+        return max(self.memory) if self.memory else 0.0
+
+    @property
+    def fits(self) -> bool:
+        return self.feasible and all(m <= self.memory_limit * (1 + REL_TOL) for m in self.memory)
+
+    def ratio_to_bound(self) -> float:
+        return self.period / self.lower_bound if self.lower_bound > 0 and self.feasible else math.inf
+
+    # ----- JSON (DESIGN.md section 4) -------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        fin = lambda x: x if (x is not None and math.isfinite(x)) else None  # noqa: E731
+        d: dict[str, Any] = {
+            "method": self.method,
+            "allocation": self.allocation,
+            "status": self.status,
+            "period": fin(self.period),
+            "throughput": self.throughput,
+            "lower_bound": self.lower_bound,
+            "gap": self.gap,
+            "devices": self.devices,
+            "memory_limit": fin(self.memory_limit),
+            "assignment": list(self.assignment),
+            "stages": [
+                {"layers": [s.first, s.last], "device": s.device, "fwd_start": s.fwd_start,
+                 "bwd_start": s.bwd_start, "in_flight": s.in_flight}
+                for s in self.stages
+            ],
+            "memory": list(self.memory),
+            "solve_seconds": self.solve_seconds,
+            "schedule": self.schedule,
+        }
+        if self.micro_batches is not None:
+            d["micro_batches"] = self.micro_batches
+        if self.chain_order is not None:
+            d["chain_order"] = list(self.chain_order)
+        if self.notes:
+            d["notes"] = list(self.notes)
+        if self.extra:
+            d["extra"] = self.extra
+        return d
+
+    def to_json(self, path: str | Path | None = None, indent: int = 2) -> str:
+        text = json.dumps(self.to_dict(), indent=indent)
+        if path is not None:
+            from .io import write_text_atomic
+
+            write_text_atomic(path, text + "\n")
+        return text
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Plan":
+        try:
+            stages = tuple(
+                Stage(int(s["layers"][0]), int(s["layers"][1]), int(s["device"]), float(s["fwd_start"]),
+                      float(s["bwd_start"]), int(s.get("in_flight", 1)))
+                for s in d.get("stages", [])
+            )
+            period = d.get("period")
+            ml = d.get("memory_limit")
+            return cls(
+                period=float(period) if period is not None else math.inf,
+                assignment=tuple(int(a) for a in d.get("assignment", [])),
+                stages=stages,
+                devices=int(d["devices"]),
+                memory=tuple(float(m) for m in d.get("memory", [])),
+                memory_limit=float(ml) if ml is not None else math.inf,
+                lower_bound=float(d.get("lower_bound", 0.0)),
+                method=str(d.get("method", "")),
+                allocation=str(d.get("allocation", "contiguous")),
+                status=d.get("status", "feasible"),
+                gap=d.get("gap"),
+                solve_seconds=float(d.get("solve_seconds", 0.0)),
+                schedule=str(d.get("schedule", "periodic")),
+                micro_batches=d.get("micro_batches"),
+                chain_order=tuple(d["chain_order"]) if d.get("chain_order") else None,
+                notes=tuple(d.get("notes", ())),
+                extra=d.get("extra", {}),
+            )
+        except (KeyError, TypeError, ValueError, IndexError) as e:
+            raise ValueError(f"not a plan in the workbench JSON format: {e!r}") from e
+
+    @classmethod
+    def from_json(cls, path_or_text: str | Path) -> "Plan":
+        p = Path(path_or_text)
+        if isinstance(path_or_text, Path) or (len(str(path_or_text)) < 4096 and p.exists()):
+            try:
+                return cls.from_dict(json.loads(p.read_text()))
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{p}: not valid JSON ({e})") from e
+        return cls.from_dict(json.loads(str(path_or_text)))
+
+    def with_(self, **kw: Any) -> "Plan":
+        return replace(self, **kw)
+
+    def summary(self) -> str:
+        from .units import format_bytes, format_seconds
+
+        if not self.feasible:
+            why = "; ".join(self.notes) if self.notes else "no plan"
+            return f"{self.method} ({self.allocation}): infeasible: {why}"
+        mem = ", ".join(f"GPU{p}: {format_bytes(m)}" for p, m in enumerate(self.memory))
+        lim = format_bytes(self.memory_limit)
+        gap = f", gap {self.gap:.1%}" if self.gap else ""
+        return (
+            f"{self.method} ({self.allocation}, {self.schedule}): status {self.status}{gap}\n"
+            f"  period {format_seconds(self.period)}  throughput {self.throughput:.3f} mini-batches/s  "
+            f"ratio to lower bound {self.ratio_to_bound():.3f} (bound {format_seconds(self.lower_bound)})\n"
+            f"  {len(self.stages)} stages on {self.devices} devices; memory per device (limit {lim}): {mem}\n"
+            f"  solved in {self.solve_seconds:.2f} s"
+        )
+
+
+def lower_bound(chain: Chain, platform: Platform) -> float:
+    """max( sum of compute / P, largest layer compute ): no plan has a smaller period."""
+    comp = chain.forward + chain.backward
+    return float(max(comp.sum() / platform.devices, comp.max()))
+
+
+def stage_in_flight(chain: Chain, platform: Platform, period: float, first: int, last: int,
+                    fwd_start: float, bwd_start: float) -> int:
+    c = chain.stage_costs(first, last)
+    return in_flight(fwd_start, bwd_start + c.backward, period)
+
+
+def device_memory(chain: Chain, platform: Platform, stages: Sequence[Stage]) -> list[float]:
+    """Rule 7: memory of every device given stages with their in-flight counts."""
+    mem = [0.0] * platform.devices
+    for s in stages:
+        c = chain.stage_costs(s.first, s.last)
+        mem[s.device] += platform.stage_memory(c.saved, c.weights, s.in_flight)
+    return mem
+
+
+def make_plan(
+    chain: Chain,
+    platform: Platform,
+    period: float,
+    assignment: Sequence[int],
+    fwd_start: Sequence[float],
+    bwd_start: Sequence[float],
+    *,
+    method: str = "",
+    allocation: str | None = None,
+    status: Status = "feasible",
+    gap: float | None = None,
+    solve_seconds: float = 0.0,
+    **kw: Any,
+) -> Plan:
+    """Build a periodic plan, deriving stages, in-flight counts, memory and the bound.
+
+    ``fwd_start``/``bwd_start`` are per stage, in chain order (see :func:`stages_of`).
+    """
+    assignment = tuple(int(a) for a in assignment)
+    if len(assignment) != len(chain):
+        raise ValueError(f"assignment has {len(assignment)} entries for a chain of {len(chain)} layers")
+    runs = stages_of(assignment)
+    if len(fwd_start) != len(runs) or len(bwd_start) != len(runs):
+        raise ValueError(f"need start times for {len(runs)} stages, got {len(fwd_start)} and {len(bwd_start)}")
+    stages = tuple(
+        Stage(a, b, assignment[a], float(f), float(bw),
+              stage_in_flight(chain, platform, period, a, b, float(f), float(bw)))
+        for (a, b), f, bw in zip(runs, fwd_start, bwd_start)
+    )
+    if allocation is None:
+        allocation = "contiguous" if len({s.device for s in stages}) == len(stages) else "general"
+    return Plan(
+        period=float(period),
+        assignment=assignment,
+        stages=stages,
+        devices=platform.devices,
+        memory=tuple(device_memory(chain, platform, stages)),
+        memory_limit=platform.memory,
+        lower_bound=lower_bound(chain, platform),
+        method=method,
+        allocation=allocation,
+        status=status,
+        gap=gap,
+        solve_seconds=solve_seconds,
+        **kw,
+    )
+
+
+def infeasible_plan(chain: Chain, platform: Platform, method: str, why: str, *,
+                    allocation: str = "contiguous", solve_seconds: float = 0.0, **kw: Any) -> Plan:
+    """A plan value saying no plan exists (or none was found), and why."""
+    return Plan(
+        period=math.inf, assignment=(), stages=(), devices=platform.devices, memory=(),
+        memory_limit=platform.memory, lower_bound=lower_bound(chain, platform), method=method,
+        allocation=allocation, status="infeasible", solve_seconds=solve_seconds, notes=(why,), **kw,
+    )
