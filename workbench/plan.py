@@ -30,7 +30,7 @@ from .chain import Chain, Platform
 
 __all__ = [
     "Stage", "Plan", "Status", "REL_TOL", "stages_of", "in_flight", "make_plan", "infeasible_plan",
-    "lower_bound", "device_memory", "stage_in_flight",
+    "lower_bound", "device_memory", "stage_in_flight", "chain_for_plan",
 ]
 
 Status = Literal["optimal", "feasible", "infeasible", "timeout"]
@@ -307,3 +307,18 @@ def infeasible_plan(chain: Chain, platform: Platform, method: str, why: str, *,
         memory_limit=platform.memory, lower_bound=lower_bound(chain, platform), method=method,
         allocation=allocation, status="infeasible", solve_seconds=solve_seconds, notes=(why,), **kw,
     )
+
+
+def chain_for_plan(plan: Plan, chain: Chain) -> Chain:
+    """The chain a plan's layer indices refer to.
+
+    A graph planner may re-order a DAG's nodes; it records the order in
+    ``plan.chain_order`` (layer names). This returns ``chain`` itself when the
+    order is the chain's own, else the DAG re-linearised in that order
+    (``chain.graph.linearise(order)``, which recomputes the cut volumes).
+    """
+    if plan.chain_order is None or tuple(plan.chain_order) == tuple(l.name for l in chain.layers):
+        return chain
+    if chain.graph is None:
+        raise ValueError("the plan uses its own layer order (chain_order) but the profile has no graph to re-order")
+    return chain.graph.linearise(list(plan.chain_order))
