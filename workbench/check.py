@@ -1,0 +1,281 @@
+"""The checker: re-derive a plan from the chain and list every rule it breaks (DESIGN.md section 3).
+
+Nothing recorded in the plan is trusted: stage costs, boundary costs,
+in-flight counts and memory are recomputed from the chain and the platform.
+Recorded in-flight counts and memory that disagree with the recomputation
+are reported under rule 7 too. Rule 0 collects structural faults (the plan
+does not describe the chain: wrong length, stages that do not cover it in
+order, a stage on another device than its layers, a bad period).
+
+Rules: 0 structure, 1 allocation, 2 forward order, 3 turn-around,
+4 backward order, 5 overlap on a device, 6 link load, 7 memory.
+Flushed schedules (``plan.schedule != "periodic"``) are simulated, not
+checked: only rules 0 and 1 apply to them.
+
+>>> from workbench.chain import Chain, Layer, Platform
+>>> from workbench.plan import make_plan
+>>> chain = Chain(tuple(Layer(f"l{i}", 0.001, 0.002, 10, 4) for i in range(4)))
+>>> plat = Platform(2, memory=100)
+>>> good = make_plan(chain, plat, 0.006, [0, 0, 1, 1], [0.0, 0.002], [0.008, 0.004])
+>>> check(good, chain, plat)
+[]
+>>> bad = make_plan(chain, plat, 0.006, [0, 0, 1, 1], [0.0, 0.001], [0.008, 0.004])
+>>> print(check(bad, chain, plat)[0])
+rule 2 (forward order): stage 1 (device 1) starts its forward at 1.00 ms, before stage 0's forward ends and its output arrives at 2.00 ms (early by 1.00 ms)
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+from .chain import Chain, Platform
+from .plan import REL_TOL, Plan, chain_for_plan, in_flight, stages_of
+from .units import format_bytes, format_seconds
+
+__all__ = ["Violation", "RULES", "check", "is_valid", "format_violations"]
+
+RULES: dict[int, str] = {
+    0: "structure",
+    1: "allocation",
+    2: "forward order",
+    3: "turn-around",
+    4: "backward order",
+    5: "overlap",
+    6: "link load",
+    7: "memory",
+}
+
+
+@dataclass(frozen=True)
+class Violation:
+    """One broken rule: its number, a readable message, where (stage/device) and by how much.
+
+    ``amount`` is the excess in the rule's unit (seconds for rules 2-6, bytes
+    for rule 7, 0 when not a quantity).
+
+    >>> print(Violation(7, "device 1 holds 3.00 GiB, limit 2.00 GiB, over by 1.00 GiB", device=1, amount=2**30))
+    rule 7 (memory): device 1 holds 3.00 GiB, limit 2.00 GiB, over by 1.00 GiB
+    """
+
+    rule: int
+    message: str
+    stage: int | None = None
+    device: int | None = None
+    amount: float = 0.0
+
+    @property
+    def name(self) -> str:
+        return RULES.get(self.rule, "?")
+
+    def __str__(self) -> str:
+        return f"rule {self.rule} ({self.name}): {self.message}"
+
+
+def _fmt_t(t: float) -> str:
+    return format_seconds(t)
+
+
+def _structure(plan: Plan, chain: Chain, platform: Platform) -> tuple[list[Violation], bool]:
+    """Rules 0 and 1. Returns the violations and whether the stages are usable for rules 2-7."""
+    out: list[Violation] = []
+    usable = True
+    L, P = len(chain), platform.devices
+    if not plan.feasible:
+        why = "; ".join(plan.notes) if plan.notes else "no reason given"
+        out.append(Violation(0, f"the plan is infeasible (status {plan.status}, period {plan.period}): "
+                                f"nothing to check ({why})"))
+        return out, False
+    if plan.devices != P:
+        out.append(Violation(0, f"the plan is for {plan.devices} devices, the platform has {P}"))
+    a = tuple(plan.assignment)
+    if len(a) != L:
+        out.append(Violation(0, f"the assignment has {len(a)} entries for a chain of {L} layers"))
+        return out, False
+    bad = [(l, d) for l, d in enumerate(a) if not (0 <= d < P)]
+    for l, d in bad[:5]:
+        out.append(Violation(1, f"layer {l} ({chain[l].name}) is on device {d}, not in 0..{P - 1}", device=d))
+    if len(bad) > 5:
+        out.append(Violation(1, f"... and {len(bad) - 5} more layers on devices outside 0..{P - 1}"))
+    if bad:
+        usable = False
+    # stages cover the chain in order
+    expect = 0
+    for i, s in enumerate(plan.stages):
+        if s.first != expect or s.last < s.first or s.last >= L:
+            out.append(Violation(0, f"stage {i} covers layers [{s.first}, {s.last}]; expected it to start at "
+                                    f"layer {expect} and end before layer {L} (stages must cover the chain in order)",
+                                 stage=i))
+            return out, False
+        expect = s.last + 1
+    if expect != L or not plan.stages:
+        out.append(Violation(0, f"the stages cover layers 0..{expect - 1} of 0..{L - 1}"))
+        return out, False
+    for i, s in enumerate(plan.stages):
+        devs = set(a[s.first:s.last + 1])
+        if devs != {s.device}:
+            out.append(Violation(0, f"stage {i} (layers {s.first}..{s.last}) says device {s.device} but its layers "
+                                    f"are assigned to device(s) {sorted(devs)}", stage=i, device=s.device))
+            usable = False
+    runs = stages_of(a)
+    if usable and runs != [(s.first, s.last) for s in plan.stages]:
+        for i in range(len(plan.stages) - 1):
+            if plan.stages[i].device == plan.stages[i + 1].device:
+                out.append(Violation(0, f"stages {i} and {i + 1} are both on device {plan.stages[i].device}: "
+                                        f"a stage must be a maximal run of layers on one device",
+                                     stage=i + 1, device=plan.stages[i].device))
+    if plan.allocation == "contiguous" and usable:
+        seen: dict[int, int] = {}
+        for i, s in enumerate(plan.stages):
+            if s.device in seen:
+                out.append(Violation(1, f"contiguous plan but device {s.device} holds stages {seen[s.device]} "
+                                        f"and {i}", stage=i, device=s.device))
+            else:
+                seen[s.device] = i
+    if plan.schedule == "periodic" and not (plan.period > 0 and math.isfinite(plan.period)):
+        out.append(Violation(0, f"the period must be positive and finite, got {plan.period}"))
+        usable = False
+    for i, s in enumerate(plan.stages):
+        if plan.schedule == "periodic" and not (math.isfinite(s.fwd_start) and math.isfinite(s.bwd_start)):
+            out.append(Violation(0, f"stage {i} has a non-finite start time (forward {s.fwd_start}, "
+                                    f"backward {s.bwd_start})", stage=i, device=s.device))
+            usable = False
+    return out, usable
+
+
+def check(plan: Plan, chain: Chain, platform: Platform) -> list[Violation]:
+    """Every violated rule of DESIGN.md section 3, recomputed from ``chain`` and ``platform``.
+
+    An empty list means the plan is valid. Comparisons use the relative
+    tolerance ``REL_TOL`` (1e-6) of the period (times) or of the limit (memory).
+    """
+    chain = chain_for_plan(plan, chain)
+    out, usable = _structure(plan, chain, platform)
+    if not usable or plan.schedule != "periodic":
+        return out
+    T = float(plan.period)
+    st = plan.stages
+    S = len(st)
+    costs = [chain.stage_costs(s.first, s.last, platform) for s in st]
+    f = [s.fwd_start for s in st]
+    b = [s.bwd_start for s in st]
+    scale = max([T] + [abs(x) for x in f] + [abs(x) for x in b])
+    tol = REL_TOL * scale
+
+    # rule 2: forward order
+    for i in range(S - 1):
+        need = f[i] + costs[i].forward + costs[i].comm
+        if f[i + 1] < need - tol:
+            out.append(Violation(2, f"stage {i + 1} (device {st[i + 1].device}) starts its forward at "
+                                    f"{_fmt_t(f[i + 1])}, before stage {i}'s forward ends and its output arrives "
+                                    f"at {_fmt_t(need)} (early by {_fmt_t(need - f[i + 1])})",
+                                 stage=i + 1, device=st[i + 1].device, amount=need - f[i + 1]))
+    # rule 3: turn-around at the last stage
+    need = f[S - 1] + costs[S - 1].forward
+    if b[S - 1] < need - tol:
+        out.append(Violation(3, f"the last stage {S - 1} (device {st[S - 1].device}) starts its backward at "
+                                f"{_fmt_t(b[S - 1])}, before its forward ends at {_fmt_t(need)} "
+                                f"(early by {_fmt_t(need - b[S - 1])})",
+                             stage=S - 1, device=st[S - 1].device, amount=need - b[S - 1]))
+    # rule 4: backward order
+    for i in range(S - 1):
+        need = b[i + 1] + costs[i + 1].backward + costs[i].comm
+        if b[i] < need - tol:
+            out.append(Violation(4, f"stage {i} (device {st[i].device}) starts its backward at {_fmt_t(b[i])}, "
+                                    f"before stage {i + 1}'s backward ends and the gradient arrives at "
+                                    f"{_fmt_t(need)} (early by {_fmt_t(need - b[i])})",
+                             stage=i, device=st[i].device, amount=need - b[i]))
+    # rule 5: no overlap modulo T on a device
+    ops_by_dev: dict[int, list[tuple[str, int, float, float]]] = {}
+    for i, s in enumerate(st):
+        ops_by_dev.setdefault(s.device, []).append(("forward", i, f[i], costs[i].forward))
+        ops_by_dev.setdefault(s.device, []).append(("backward", i, b[i], costs[i].backward))
+    for d in sorted(ops_by_dev):
+        ops = [o for o in ops_by_dev[d] if o[3] > 0]
+        load = sum(o[3] for o in ops)
+        if load > T + tol:
+            out.append(Violation(5, f"device {d} load {_fmt_t(load)} exceeds the period {_fmt_t(T)} "
+                                    f"(by {_fmt_t(load - T)})", device=d, amount=load - T))
+            continue
+        for x in range(len(ops)):
+            for y in range(x + 1, len(ops)):
+                kx, sx, x0, dx = ops[x]
+                ky, sy, y0, dy = ops[y]
+                r1 = (y0 - x0) % T  # how long after x starts y starts (mod T)
+                r2 = (x0 - y0) % T
+                if r1 < dx - tol or r2 < dy - tol:
+                    over = max(dx - r1, dy - r2)
+                    out.append(Violation(5, f"device {d}: the {kx} of stage {sx} ({_fmt_t(x0)} + {_fmt_t(dx)}) and "
+                                            f"the {ky} of stage {sy} ({_fmt_t(y0)} + {_fmt_t(dy)}) overlap modulo "
+                                            f"the period {_fmt_t(T)} (by {_fmt_t(over)})",
+                                         stage=sy, device=d, amount=over))
+    # rule 6: link load per ordered pair
+    links: dict[tuple[int, int], float] = {}
+    for i in range(S - 1):
+        p, q = st[i].device, st[i + 1].device
+        c = costs[i].comm
+        if p == q or c <= 0:
+            continue
+        links[(p, q)] = links.get((p, q), 0.0) + c
+        links[(q, p)] = links.get((q, p), 0.0) + c
+    for (p, q), load in sorted(links.items()):
+        if load > T + tol:
+            out.append(Violation(6, f"link {p}->{q} carries {_fmt_t(load)} of transfers per period, more than the "
+                                    f"period {_fmt_t(T)} (by {_fmt_t(load - T)})", device=p, amount=load - T))
+    # rule 7: memory
+    mem = [0.0] * platform.devices
+    for i, s in enumerate(st):
+        k = in_flight(f[i], b[i] + costs[i].backward, T)
+        if s.in_flight != k:
+            out.append(Violation(7, f"stage {i} (device {s.device}) records {s.in_flight} mini-batches in flight; "
+                                    f"its window {_fmt_t(b[i] + costs[i].backward - f[i])} over the period "
+                                    f"{_fmt_t(T)} gives {k}", stage=i, device=s.device, amount=float(k - s.in_flight)))
+        mem[s.device] += platform.stage_memory(costs[i].saved, costs[i].weights, k)
+    for d in range(platform.devices):
+        M = platform.memory_of(d)
+        if mem[d] > M * (1 + REL_TOL):
+            out.append(Violation(7, f"device {d} holds {format_bytes(mem[d])}, limit {format_bytes(M)}, "
+                                    f"over by {format_bytes(mem[d] - M)}", device=d, amount=mem[d] - M))
+    if plan.memory:
+        if len(plan.memory) != platform.devices:
+            out.append(Violation(7, f"the plan records memory for {len(plan.memory)} devices, the platform has "
+                                    f"{platform.devices}"))
+        else:
+            for d, (rec, m) in enumerate(zip(plan.memory, mem)):
+                if abs(rec - m) > REL_TOL * max(abs(m), abs(rec), 1.0):
+                    out.append(Violation(7, f"device {d}: the plan records {format_bytes(rec)} of memory, the "
+                                            f"recomputation gives {format_bytes(m)}", device=d, amount=abs(rec - m)))
+    return out
+
+
+def is_valid(plan: Plan, chain: Chain, platform: Platform) -> bool:
+    """True when :func:`check` finds nothing."""
+    return not check(plan, chain, platform)
+
+
+def format_violations(violations: Sequence[Violation], devices: int) -> str:
+    """A devices x rules grid marking where the violations are, then the messages.
+
+    >>> print(format_violations([Violation(5, "overlap", device=1)], 2))
+    device | 0 1 2 3 4 5 6 7
+    -      | . . . . . . . .
+    0      | . . . . . . . .
+    1      | . . . . . X . .
+    1 violation(s):
+      rule 5 (overlap): overlap
+    """
+    if not violations:
+        return "valid: no rule is violated"
+    rows: list[str] = ["device | " + " ".join(str(r) for r in RULES)]
+    for d in [None] + list(range(devices)):
+        marks = []
+        for r in RULES:
+            hit = any(v.rule == r and (v.device == d or (d is None and v.device is not None
+                                                         and not (0 <= v.device < devices)))
+                      for v in violations)
+            marks.append("X" if hit else ".")
+        rows.append(f"{'-' if d is None else d:<6} | " + " ".join(marks))
+    rows.append(f"{len(violations)} violation(s):")
+    rows.extend(f"  {v}" for v in violations)
+    return "\n".join(rows)
