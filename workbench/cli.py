@@ -62,6 +62,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--out", required=True, help="output CSV")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="zoo model option, e.g. image_size=96 or layers=12 (repeatable)")
+    p.add_argument("--threads", type=int, default=1, help="CPU threads while profiling (default 1)")
     p.set_defaults(handler="workbench.profiles.profiler:profile_command")
 
     p = sub.add_parser("plan", help="plan a pipeline under a memory limit")

@@ -1,0 +1,408 @@
+"""The profiler: per-layer times and memory of a chain of ``torch.nn`` modules.
+
+:func:`profile_model` runs the layers one after another on a sample input
+and measures, for each layer ``l``:
+
+* ``forward``: the layer's forward (autograd recording, as in training);
+* ``backward``: the layer's backward alone. The layer's forward is run on a
+  detached copy of its input (a leaf with ``requires_grad``, except for the
+  first layer, whose input is data and needs no gradient), then
+  ``torch.autograd.backward(out, grad)`` is timed with a fixed random
+  ``grad`` of ``out``'s shape. Parameter gradients are reset to ``None``
+  before each repeat, so every backward allocates them afresh. The loss is
+  not part of the last layer's backward.
+* times: ``warmup`` untimed runs, then the median of ``repeats`` timed runs
+  (``time.perf_counter`` on CPU with ``torch.set_num_threads(threads)``;
+  CUDA events and synchronisation on a GPU);
+* ``weight_bytes``: bytes of the layer's parameters;
+* ``activation_bytes``: bytes of its output tensor (what is sent to the next
+  layer, and the size of the gradient sent back);
+* ``saved_bytes``: bytes autograd keeps from the forward until the backward,
+  counted with ``torch.autograd.graph.saved_tensors_hooks``: every saved
+  tensor's *storage* counted once (deduplicated by device and
+  ``untyped_storage().data_ptr()``, each storage's full ``nbytes()``).
+  Storages that belong to the layer's parameters or buffers are excluded:
+  they are model state, already in ``weight_bytes`` (e.g. ``Linear`` saves
+  its weight for the input gradient). The layer's input counts when the
+  layer saves it; so a layer that saves its own output (``ReLU``) counts it
+  too. Each layer is measured alone, so when layer ``l+1`` saves its input,
+  which is layer ``l``'s output that layer ``l`` also saved, a stage
+  holding both would keep one copy where the sum of ``saved_bytes``
+  counts two: the sum is an upper bound.
+
+In torch 2.13, for ``Linear(i, o)`` then ``ReLU`` on a batch of ``b``
+float32 rows, autograd saves the Linear's input (``4*b*i`` bytes) and its
+weight (excluded), and the ReLU's output (``4*b*o`` bytes).
+
+The spread of the repeats is kept: per layer ``(max - min) / median`` of
+the timed repeats; the metadata records the median and the maximum over
+layers (``spread_forward``, ``spread_backward``, ...), and
+``return_stats=True`` also returns every raw time.
+
+>>> import torch
+>>> chain = profile_model(torch.nn.Sequential(torch.nn.Linear(8, 4), torch.nn.ReLU()),
+...                       torch.zeros(2, 8), repeats=2, warmup=0)
+>>> [(l.name, l.weight_bytes, l.activation_bytes, l.saved_bytes) for l in chain.layers]
+[('0', 144.0, 32.0, 64.0), ('1', 0.0, 32.0, 32.0)]
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import statistics
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Iterator, Mapping, Sequence
+
+import torch
+from torch import nn
+
+from ..chain import Chain, Layer
+
+__all__ = [
+    "LayerTiming",
+    "profile_model",
+    "profile_zoo",
+    "profile_command",
+    "saved_tensor_bytes",
+    "tensor_bytes",
+    "parameter_bytes",
+    "spread_summary",
+]
+
+
+@dataclass(frozen=True)
+class LayerTiming:
+    """The raw timed repeats of one layer, in seconds."""
+
+    name: str
+    forward: tuple[float, ...]
+    backward: tuple[float, ...]
+
+    @staticmethod
+    def _spread(xs: Sequence[float]) -> float:
+        med = statistics.median(xs)
+        return (max(xs) - min(xs)) / med if med > 0 else 0.0
+
+    @property
+    def forward_spread(self) -> float:
+        """``(max - min) / median`` of the forward repeats."""
+        return self._spread(self.forward)
+
+    @property
+    def backward_spread(self) -> float:
+        """``(max - min) / median`` of the backward repeats."""
+        return self._spread(self.backward)
+
+
+def tensor_bytes(t: torch.Tensor) -> int:
+    """Bytes of a tensor's elements (not of its storage).
+
+    >>> tensor_bytes(torch.zeros(3, 4))
+    48
+    """
+    return t.numel() * t.element_size()
+
+
+def parameter_bytes(module: nn.Module) -> int:
+    """Bytes of a module's parameters (each shared parameter once).
+
+    >>> parameter_bytes(torch.nn.Linear(3, 2))
+    32
+    """
+    return sum(tensor_bytes(p) for p in module.parameters())
+
+
+def _storage_key(t: torch.Tensor) -> tuple[str, int]:
+    return (str(t.device), t.untyped_storage().data_ptr())
+
+
+def saved_tensor_bytes(module: nn.Module, x: torch.Tensor, *, input_requires_grad: bool = True) -> tuple[int, torch.Tensor]:
+    """Run ``module(x)`` once and return (bytes autograd saved for backward, output).
+
+    Saved tensors are deduplicated by storage; storages of the module's
+    parameters and buffers are excluded (see the module docstring).
+
+    >>> n, out = saved_tensor_bytes(torch.nn.ReLU(), torch.ones(2, 3))
+    >>> n   # ReLU saves its output: 6 float32
+    24
+    """
+    excluded = {_storage_key(t) for t in list(module.parameters()) + list(module.buffers())}
+    storages: dict[tuple[str, int], int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        try:
+            st = t.untyped_storage()
+        except (RuntimeError, NotImplementedError):  # e.g. tensors without a storage
+            return t
+        key = (str(t.device), st.data_ptr())
+        if key not in excluded:
+            storages[key] = st.nbytes()
+        return t
+
+    inp = _leaf(x, input_requires_grad)
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = module(inp)
+    if not isinstance(out, torch.Tensor):
+        raise TypeError(f"a chain layer must return one tensor, got {type(out).__name__}")
+    return sum(storages.values()), out
+
+
+def _leaf(x: torch.Tensor, requires_grad: bool) -> torch.Tensor:
+    inp = x.detach()
+    if requires_grad and inp.is_floating_point():
+        inp.requires_grad_(True)
+    return inp
+
+
+@contextmanager
+def _threads(device: torch.device, n: int | None) -> Iterator[None]:
+    old = torch.get_num_threads()
+    if n is not None and device.type == "cpu":
+        torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
+
+
+class _Timer:
+    """perf_counter on CPU, CUDA events on a GPU; ``lap()`` returns seconds since the last mark."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.cuda = device.type == "cuda"
+        self.device = device
+
+    def sync(self) -> None:
+        if self.cuda:
+            torch.cuda.synchronize(self.device)
+
+    def run(self, fn) -> tuple[Any, float]:
+        if self.cuda:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            result = fn()
+            end.record()
+            torch.cuda.synchronize(self.device)
+            return result, start.elapsed_time(end) / 1e3
+        t0 = time.perf_counter()
+        result = fn()
+        return result, time.perf_counter() - t0
+
+
+def spread_summary(stats: Sequence[LayerTiming]) -> dict[str, float]:
+    """Median and maximum over layers of the per-layer relative spread ``(max - min) / median``.
+
+    >>> round(spread_summary([LayerTiming("a", (1.0, 1.1, 1.2), (2.0, 2.0, 2.0))])["spread_forward"], 4)
+    0.1818
+    """
+    f = [s.forward_spread for s in stats]
+    b = [s.backward_spread for s in stats]
+    return {
+        "spread_forward": statistics.median(f),
+        "spread_backward": statistics.median(b),
+        "spread_forward_max": max(f),
+        "spread_backward_max": max(b),
+    }
+
+
+def _layer_list(layers: nn.Sequential | Sequence[nn.Module], names: Sequence[str] | None) -> tuple[list[nn.Module], list[str]]:
+    if isinstance(layers, nn.Sequential):
+        named = list(layers.named_children())
+        mods = [m for _, m in named]
+        default = [n for n, _ in named]
+    else:
+        mods = list(layers)
+        default = [f"layer{i}" for i in range(len(mods))]
+    if not mods:
+        raise ValueError("nothing to profile: the layer list is empty")
+    for i, m in enumerate(mods):
+        if not isinstance(m, nn.Module):
+            raise TypeError(f"layer {i} is a {type(m).__name__}, not a torch.nn.Module")
+    if names is None:
+        names = default
+    names = [str(n) for n in names]
+    if len(names) != len(mods):
+        raise ValueError(f"{len(names)} names for {len(mods)} layers")
+    return mods, names
+
+
+def profile_model(
+    layers: nn.Sequential | Sequence[nn.Module],
+    sample_input: torch.Tensor,
+    device: str | torch.device = "cpu",
+    *,
+    warmup: int = 2,
+    repeats: int = 5,
+    names: Sequence[str] | None = None,
+    meta: Mapping[str, Any] | None = None,
+    progress: bool = False,
+    threads: int | None = 1,
+    return_stats: bool = False,
+    grad_seed: int = 0,
+) -> Chain | tuple[Chain, list[LayerTiming]]:
+    """Profile a chain of modules (see the module docstring for what is measured).
+
+    ``layers`` run in training mode and are moved to ``device``; each must
+    take one tensor and return one tensor. ``threads`` sets the CPU thread
+    count while profiling (``None``: leave it). ``meta`` is merged over the
+    metadata the profiler records (device, dtype, batch size, input shape,
+    torch version, threads, repeats, spreads, date, source). With
+    ``return_stats`` the raw timings come back too.
+
+    >>> c, stats = profile_model([torch.nn.Linear(4, 4)], torch.zeros(1, 4), repeats=3, warmup=0, return_stats=True)
+    >>> len(stats[0].forward), c.layers[0].name
+    (3, 'layer0')
+    """
+    if repeats < 1:
+        raise ValueError(f"repeats must be >= 1, got {repeats}")
+    if warmup < 0:
+        raise ValueError(f"warmup must be >= 0, got {warmup}")
+    if not isinstance(sample_input, torch.Tensor):
+        raise TypeError(f"sample_input must be a tensor, got {type(sample_input).__name__}")
+    mods, names = _layer_list(layers, names)
+    dev = torch.device(device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {device!r} requested but CUDA is not available")
+    timer = _Timer(dev)
+    gen = torch.Generator(device="cpu").manual_seed(grad_seed)
+    started = time.perf_counter()
+    out_layers: list[Layer] = []
+    stats: list[LayerTiming] = []
+    x = sample_input.to(dev)
+    iterator: Any = range(len(mods))
+    if progress:
+        from tqdm import tqdm
+
+        iterator = tqdm(iterator, desc=str((meta or {}).get("network", "profile")), unit="layer")
+    with _threads(dev, threads):
+        for i in iterator:
+            mod = mods[i].to(dev).train()
+            needs_input_grad = i > 0
+            saved, out = saved_tensor_bytes(mod, x, input_requires_grad=needs_input_grad)
+            if not out.is_floating_point():
+                raise TypeError(f"layer {names[i]!r} returns a {out.dtype} tensor; its backward cannot be timed")
+            grad = torch.randn(out.shape, generator=gen, dtype=out.dtype).to(dev)
+            fwd: list[float] = []
+            bwd: list[float] = []
+            for r in range(warmup + repeats):
+                for p in mod.parameters():
+                    p.grad = None
+                inp = _leaf(x, needs_input_grad)
+                timer.sync()
+                y, tf = timer.run(lambda: mod(inp))
+                if y.requires_grad:
+                    _, tb = timer.run(lambda: torch.autograd.backward(y, grad))
+                else:  # nothing to differentiate (no parameters, input is data)
+                    tb = 0.0
+                if r >= warmup:
+                    fwd.append(tf)
+                    bwd.append(tb)
+                del y, inp
+            stats.append(LayerTiming(names[i], tuple(fwd), tuple(bwd)))
+            out_layers.append(Layer(names[i], statistics.median(fwd), statistics.median(bwd),
+                                    float(parameter_bytes(mod)), float(tensor_bytes(out)), float(saved)))
+            for p in mod.parameters():
+                p.grad = None
+            x = out.detach()
+            del out, grad
+        nthreads = torch.get_num_threads()
+    elapsed = time.perf_counter() - started
+    info: dict[str, Any] = {
+        "network": "model",
+        "device": _device_name(dev),
+        "batch_size": int(sample_input.shape[0]) if sample_input.dim() else 1,
+        "dtype": str(next((p.dtype for m in mods for p in m.parameters()), sample_input.dtype)).replace("torch.", ""),
+        "input_bytes": tensor_bytes(sample_input),
+        "input_shape": "x".join(str(s) for s in sample_input.shape),
+        "input_dtype": str(sample_input.dtype).replace("torch.", ""),
+        "torch": torch.__version__,
+        "threads": nthreads if dev.type == "cpu" else "n/a",
+        "warmup": warmup,
+        "repeats": repeats,
+        "timing": "median of repeats; " + ("CUDA events" if dev.type == "cuda" else "time.perf_counter"),
+        "saved_bytes": "autograd saved tensors per layer alone, storages deduplicated, parameters/buffers excluded",
+        **{k: f"{v:.4f}" for k, v in spread_summary(stats).items()},
+        "profile_seconds": f"{elapsed:.1f}",
+        "source": "workbench profiler",
+        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+    }
+    info.update(meta or {})
+    chain = Chain(tuple(out_layers), input_bytes=float(tensor_bytes(sample_input)),
+                  meta={k: str(v) for k, v in info.items()})
+    return (chain, stats) if return_stats else chain
+
+
+def _device_name(dev: torch.device) -> str:
+    if dev.type == "cuda":
+        return f"cuda ({torch.cuda.get_device_name(dev)})"
+    import platform
+
+    return f"cpu ({platform.processor() or platform.machine()})"
+
+
+def profile_zoo(
+    name: str,
+    batch_size: int,
+    device: str = "cpu",
+    *,
+    seed: int = 0,
+    warmup: int = 2,
+    repeats: int = 5,
+    progress: bool = False,
+    threads: int | None = 1,
+    meta: Mapping[str, Any] | None = None,
+    return_stats: bool = False,
+    **model_kwargs: Any,
+) -> Chain | tuple[Chain, list[LayerTiming]]:
+    """Build zoo model ``name`` (with ``model_kwargs``) and profile it on a sample batch.
+
+    The model's full configuration goes to the metadata (``model_config``, JSON).
+
+    >>> profile_zoo("mlp", 4, repeats=1, warmup=0).name
+    'mlp'
+    """
+    from . import zoo
+
+    cfg = zoo.model_config(name, **model_kwargs)
+    model = zoo.build_model(name, seed=seed, **model_kwargs)
+    x, _ = zoo.sample_batch(name, batch_size, seed=seed, **model_kwargs)
+    info = {"network": name, "model": name, "model_config": json.dumps(cfg, separators=(",", ":")), **(meta or {})}
+    return profile_model(model, x, device, warmup=warmup, repeats=repeats, meta=info, progress=progress,
+                         threads=threads, return_stats=return_stats)
+
+
+def _parse_value(text: str) -> Any:
+    import ast
+
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
+
+
+def profile_command(args: Any) -> int:
+    """``python -m workbench profile --model NAME --batch-size B --out FILE [--set key=value ...]``."""
+    from .csvio import write_profile
+
+    kwargs: dict[str, Any] = {}
+    for item in getattr(args, "set", None) or []:
+        if "=" not in item:
+            raise ValueError(f"--set expects key=value, got {item!r}")
+        k, v = item.split("=", 1)
+        kwargs[k.strip()] = _parse_value(v.strip())
+    threads = getattr(args, "threads", 1)
+    chain, stats = profile_zoo(args.model, args.batch_size, args.device, warmup=args.warmup, repeats=args.repeats,
+                               progress=True, threads=threads, return_stats=True, **kwargs)
+    write_profile(chain, args.out)
+    m = chain.meta
+    print(chain.summary())
+    print(f"saved for backward {sum(chain.saved_array) / 2**20:.1f} MiB in all; input {m['input_shape']} "
+          f"({m['input_dtype']}), device {m['device']}, {m['threads']} thread(s)")
+    print(f"spread of {args.repeats} repeats, (max-min)/median per layer: forward median {float(m['spread_forward']):.1%} "
+          f"(max {float(m['spread_forward_max']):.1%}), backward median {float(m['spread_backward']):.1%} "
+          f"(max {float(m['spread_backward_max']):.1%})")
+    print(f"profiled in {m['profile_seconds']} s; wrote {args.out}")
+    return 0
