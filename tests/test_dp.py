@@ -1,0 +1,189 @@
+"""Tests for workbench.planners.dp against brute force written here, independently."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+
+from workbench.chain import Chain, Layer, Platform
+from workbench.planners import plan as run_planner
+from workbench.planners.dp import bottleneck_partition, least_memory, plan_dp, window_schedule
+
+try:
+    from workbench.check import check
+except ImportError:  # pragma: no cover - the checker lands separately
+    check = None
+
+
+# ----------------------------------------------------------------------------
+# independent brute force
+# ----------------------------------------------------------------------------
+def compositions(L: int, P: int):
+    """Every partition of 0..L-1 into at most P contiguous runs, as (first, last) lists."""
+    for q in range(1, min(L, P) + 1):
+        for cuts in itertools.combinations(range(1, L), q - 1):
+            edges = (0,) + cuts + (L,)
+            yield [(edges[s], edges[s + 1] - 1) for s in range(q)]
+
+
+def stage_sums(chain: Chain, a: int, b: int):
+    ls = chain.layers[a:b + 1]
+    F = sum(l.forward for l in ls)
+    B = sum(l.backward for l in ls)
+    A = sum(chain.saved(i) for i in range(a, b + 1))
+    W = sum(l.weight_bytes for l in ls)
+    return F, B, A, W
+
+
+def comm(chain: Chain, plat: Platform, b: int) -> float:
+    if b == len(chain) - 1:
+        return 0.0
+    return plat.latency + chain.cut(b) / plat.bandwidth
+
+
+def bottleneck(chain, plat, parts):
+    return max(max(sum(stage_sums(chain, a, b)[:2]), comm(chain, plat, b)) for a, b in parts)
+
+
+def brute_unconstrained(chain, plat):
+    return min(bottleneck(chain, plat, parts) for parts in compositions(len(chain), plat.devices))
+
+
+def fits(chain, plat, parts, T):
+    """The window recurrence of the brief, written out again: valid at period T?"""
+    w = None
+    for s in range(len(parts) - 1, -1, -1):
+        a, b = parts[s]
+        F, B, A, W = stage_sums(chain, a, b)
+        c = comm(chain, plat, b)
+        if F + B > T * (1 + 1e-12) or c > T * (1 + 1e-12):
+            return False
+        raw = F + B if w is None else F + 2 * c + w + B
+        k = max(1, math.ceil(raw / T - 1e-9))
+        w = raw if raw - (k - 1) * T >= F + B else (k - 1) * T + F + B
+        mem = k * A + plat.weight_factor * W + (k - 1) * W * (plat.weights == "stash")
+        if mem > plat.memory * (1 + 1e-9):
+            return False
+    return True
+
+
+def brute_min_period(chain, plat, parts):
+    lo = bottleneck(chain, plat, parts)
+    if fits(chain, plat, parts, lo):
+        return lo
+    hi = lo + sum(sum(stage_sums(chain, a, b)[:2]) + 2 * comm(chain, plat, b) for a, b in parts) * 1.01
+    if not fits(chain, plat, parts, hi):
+        return math.inf
+    for _ in range(80):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (lo, mid) if fits(chain, plat, parts, mid) else (mid, hi)
+    return hi
+
+
+def random_chain(rng: np.random.Generator, L: int, *, mem: bool = False) -> Chain:
+    layers = []
+    for i in range(L):
+        f = float(rng.uniform(0.1, 3.0))
+        layers.append(Layer(f"l{i}", f, float(f * rng.uniform(1, 3)), float(rng.integers(0, 100)),
+                            float(rng.integers(1, 60)) if mem else float(rng.integers(0, 40))))
+    return Chain(tuple(layers), input_bytes=float(rng.integers(1, 50)))
+
+
+# ----------------------------------------------------------------------------
+# tests
+# ----------------------------------------------------------------------------
+def test_unconstrained_matches_brute_force_on_300_chains():
+    rng = np.random.default_rng(1)
+    for trial in range(300):
+        L = int(rng.integers(1, 11))
+        P = int(rng.integers(1, 5))
+        chain = random_chain(rng, L)
+        plat = Platform(P, bandwidth=float(rng.choice([10.0, 30.0, math.inf])), latency=float(rng.choice([0, 0.2])))
+        p = plan_dp(chain, plat)
+        want = brute_unconstrained(chain, plat)
+        assert p.period == pytest.approx(want, rel=1e-9), (trial, L, P)
+        assert p.status == "optimal"
+        if check is not None:
+            assert check(p, chain, plat) == [], (trial, [str(v) for v in check(p, chain, plat)])
+
+
+def test_memory_limited_matches_brute_force_on_150_chains():
+    rng = np.random.default_rng(7)
+    n_limited = n_infeasible = 0
+    for trial in range(150):
+        L = int(rng.integers(2, 9))
+        P = int(rng.integers(2, 5))
+        chain = random_chain(rng, L, mem=True)
+        base = Platform(P, bandwidth=float(rng.choice([20.0, 80.0])),
+                        weights=str(rng.choice(["stash", "single"])), weight_factor=float(rng.choice([1, 2])))
+        # memory between the k=1 minimum and a loose limit, so that both regimes occur
+        kmin, _ = least_memory(chain, base)
+        plat = base.with_(memory=float(kmin * rng.uniform(0.6, 3.0)))
+        periods = {tuple(pa): brute_min_period(chain, plat, pa) for pa in compositions(L, P)}
+        want = min(periods.values())
+        p = plan_dp(chain, plat)
+        if math.isinf(want):
+            n_infeasible += 1
+            assert p.status == "infeasible" and "least memory" in p.notes[0]
+            continue
+        unconstrained = brute_unconstrained(chain, plat)
+        n_limited += want > unconstrained * (1 + 1e-9)
+        assert p.period == pytest.approx(want, rel=1e-6), (trial, L, P)
+        assert p.fits
+        if check is not None:
+            assert check(p, chain, plat) == [], (trial, [str(v) for v in check(p, chain, plat)])
+    assert n_limited >= 20 and n_infeasible >= 5      # the test exercises both regimes
+
+
+def test_least_memory_is_k1_bottleneck():
+    rng = np.random.default_rng(3)
+    for _ in range(50):
+        chain = random_chain(rng, int(rng.integers(1, 8)), mem=True)
+        plat = Platform(int(rng.integers(1, 4)), weight_factor=2.0)
+        got, _ = least_memory(chain, plat)
+        want = min(max(stage_sums(chain, a, b)[2] + 2.0 * stage_sums(chain, a, b)[3] for a, b in parts)
+                   for parts in compositions(len(chain), plat.devices))
+        assert got == pytest.approx(want)
+
+
+def test_infeasible_says_least_memory():
+    chain = Chain(tuple(Layer(f"l{i}", 1.0, 1.0, 100, 10) for i in range(4)), input_bytes=10)
+    p = plan_dp(chain, Platform(2, memory=150))
+    assert p.status == "infeasible" and not p.feasible
+    assert "220 B" in p.notes[0] or "220" in p.notes[0]   # 2 layers: 2*(10+100)
+
+
+def test_bottleneck_partition_fewest_stages():
+    cost = np.array([[1.0, 1.0], [0.0, 1.0]])
+    assert bottleneck_partition(cost, 2) == (1.0, [(0, 1)])
+
+
+def test_window_schedule_delays_backward():
+    # stage 0: F=1, B=1; stage 1: F=1, B=1.5; T=2.5: raw0 = 1 + 2.5 + 1 = 4.5, k=2, r=2 = F+B: no delay.
+    ch = Chain((Layer("a", 1, 1, 0, 0), Layer("b", 1, 1.5, 0, 0)))
+    ws = window_schedule(ch, Platform(2), [(0, 0), (1, 1)], 2.5)
+    assert ws.windows == (4.5, 2.5) and ws.in_flight == (2, 1)
+    # T=2.6: raw0 = 4.5, k=2, r=1.9 < 2: delayed to (k-1)T + F + B = 4.6
+    ws = window_schedule(ch, Platform(2), [(0, 0), (1, 1)], 2.6)
+    assert ws.windows[0] == pytest.approx(4.6)
+
+
+def test_general_allocation_gets_note_and_registry_dispatch():
+    chain = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 0, 0) for i in range(6)))
+    p = run_planner(chain, Platform(3), "dp", allocation="general")
+    assert p.period == pytest.approx(6.0) and p.allocation == "contiguous"
+    assert any("contiguous" in n for n in p.notes)
+
+
+def test_memory_limit_raises_period_monotonically():
+    rng = np.random.default_rng(11)
+    chain = random_chain(rng, 30, mem=True)
+    base = Platform(4, bandwidth=50.0)
+    kmin, _ = least_memory(chain, base)
+    periods = [plan_dp(chain, base.with_(memory=kmin * f)).period for f in (1.0, 1.3, 2.0, 4.0, 100.0)]
+    assert all(a >= b * (1 - 1e-9) for a, b in zip(periods, periods[1:]))
+    assert math.isfinite(periods[0])
+    assert periods[-1] == pytest.approx(plan_dp(chain, base).period)

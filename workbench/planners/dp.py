@@ -1,0 +1,431 @@
+"""``dp``: exact contiguous partitioning, with and without a memory limit.
+
+Two dynamic programmes over a chain of L layers and P devices, one stage per
+device, stage s on device s:
+
+* **No memory limit** (chains-on-chains with link costs). A stage
+  ``i..j`` costs ``max(F+B, c_j)``: its device must run one forward and one
+  backward per period, and the link after it carries ``c_j`` forward one
+  way and ``c_j`` backward the other way, each on its own ordered pair of
+  devices (rule 6). Any contiguous allocation reaches
+  ``T = max over stages of that cost`` (DESIGN.md section 3), so the optimum
+  is the bottleneck-minimising partition into at most P stages. The DP is
+  ``g[q][j] = min_i max(g[q-1][i-1], cost[i, j])`` over prefixes, computed a
+  whole ``(i, j)`` matrix at a time with numpy: O(L^2 P) work, O(P) numpy
+  calls.
+
+* **Memory limit M** (a memory-aware DP over suffixes, MadPipe-style). For
+  a fixed period T the periodic schedule of a contiguous allocation is
+  fixed by stage *windows* (time from the start of a mini-batch's forward
+  to the end of its backward on that stage)::
+
+      last stage:   window_S = F_S + B_S
+      stage s:      raw_s    = F_s + c_s + window_{s+1} + c_s + B_s
+                    k_s      = ceil(raw_s / T)            (mini-batches in flight)
+                    window_s = raw_s, or (k_s-1) T + F_s + B_s when the
+                               backward would overlap the forward modulo T
+                               (raw_s - (k_s-1) T < F_s + B_s): it is delayed
+      memory_s = k_s A_s + phi W_s + [stash] (k_s - 1) W_s   (rule 7)
+
+  ``window_s`` and ``k_s`` are non-decreasing in ``window_{s+1}``, so for
+  the stages upstream of a suffix, *the smallest downstream window is
+  always best*: it gives them weakly smaller windows, in-flight counts and
+  memory. Hence ``D[q][i]`` = the least window of a feasible suffix
+  starting at layer i with exactly q stages is an exact DP state, and the
+  recurrence tries every first stage ``i..j`` of the suffix:
+  ``D[q][i] = min_j window(i..j | D[q-1][j+1])`` subject to
+  ``F+B <= T``, ``c_j <= T`` and ``memory <= M``.
+
+  Feasibility is monotone in T: by induction from the last stage,
+  ``window_s(T) / T`` is non-increasing in T (``raw/T = X/T + window/T``;
+  the delayed window over T is ``(k-1) + (F+B)/T``), so every k_s is
+  non-increasing and memory with it. So the least feasible period is found
+  by search: start at the unconstrained optimum, and bisect; every feasible
+  probe's partition is re-timed exactly (:func:`min_period`, a 1-D search
+  on a fixed partition) which pulls the upper end down to an achievable
+  period, and the search stops when the bracket is within 1e-9 relative.
+
+If no period works, the least memory any contiguous plan needs is reported:
+with T large enough every k is 1, and the least peak of ``A + phi W`` over
+partitions is another bottleneck DP.
+
+>>> from workbench.chain import Chain, Layer, Platform
+>>> chain = Chain(tuple(Layer(f"l{i}", 0.001, 0.002, 0, 0) for i in range(4)))
+>>> p = plan_dp(chain, Platform(2))
+>>> round(p.period, 6), p.assignment
+(0.006, (0, 0, 1, 1))
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..chain import Chain, Platform
+from ..plan import Plan, infeasible_plan, make_plan
+from ..units import format_bytes
+
+__all__ = [
+    "plan_dp", "bottleneck_partition", "memory_dp", "min_period", "window_schedule",
+    "least_memory", "unconstrained_period", "schedule_partition", "bounds_to_assignment",
+    "WindowSchedule",
+]
+
+_EPS = 1e-12      # relative slack on ceil and comparisons inside the DP
+_MEM_EPS = 1e-9   # relative slack on the memory limit
+
+
+# ----------------------------------------------------------------------------
+# helpers
+# ----------------------------------------------------------------------------
+def _comm(chain: Chain, platform: Platform) -> np.ndarray:
+    """c_j: boundary cost after layer j (0 after the last layer)."""
+    L = len(chain)
+    c = np.array([platform.comm_time(chain.cut(j)) for j in range(L)], dtype=float)
+    c[L - 1] = 0.0
+    return c
+
+
+def _ceil(x: np.ndarray | float) -> np.ndarray:
+    """ceil with a tiny relative slack (so x = 2.0000000000001 counts as 2), at least 1."""
+    return np.maximum(1.0, np.ceil(np.asarray(x) * (1.0 - _EPS)))
+
+
+def bounds_to_assignment(bounds: Sequence[tuple[int, int]]) -> tuple[int, ...]:
+    """Stage s of ``bounds`` goes on device s.
+
+    >>> bounds_to_assignment([(0, 1), (2, 2)])
+    (0, 0, 1)
+    """
+    out: list[int] = []
+    for s, (a, b) in enumerate(bounds):
+        out.extend([s] * (b - a + 1))
+    return tuple(out)
+
+
+class _Tables:
+    """(i, j) matrices of stage sums for stage ``i..j`` (upper triangle)."""
+
+    def __init__(self, chain: Chain, platform: Platform) -> None:
+        L = len(chain)
+        p = chain._prefix
+        lo = np.arange(L)[:, None]
+        hi = np.arange(L)[None, :]
+        self.L = L
+        self.upper = hi >= lo
+        span = lambda a: a[1:][None, :] - a[:-1][:, None]  # noqa: E731  a[j+1] - a[i]
+        self.F = span(p["f"])
+        self.B = span(p["b"])
+        self.A = span(p["a"])
+        self.W = span(p["w"])
+        self.FB = self.F + self.B
+        self.c = _comm(chain, platform)
+        self.phi = platform.weight_factor
+        self.stash = 1.0 if platform.stash else 0.0
+        self.M = platform.memory
+
+
+# ----------------------------------------------------------------------------
+# bottleneck (chains-on-chains) DP
+# ----------------------------------------------------------------------------
+def bottleneck_partition(cost: np.ndarray, P: int) -> tuple[float, list[tuple[int, int]]]:
+    """Minimise the largest ``cost[i, j]`` over partitions into at most P runs.
+
+    ``cost`` is an L x L matrix (only the upper triangle is read). Exact,
+    O(L^2 P). Among optimal partitions, the one with fewest stages is kept.
+
+    >>> c = np.array([[1, 3, 6], [0, 2, 5], [0, 0, 3]], dtype=float)
+    >>> bottleneck_partition(c, 2)
+    (3.0, [(0, 1), (2, 2)])
+    """
+    L = cost.shape[0]
+    upper = np.arange(L)[None, :] >= np.arange(L)[:, None]
+    cost = np.where(upper, cost, np.inf)
+    g = [cost[0].copy()]                  # g[q-1][j]: best over prefixes 0..j with q runs
+    args: list[np.ndarray] = [np.zeros(L, dtype=int)]
+    for q in range(2, min(P, L) + 1):
+        prev = np.concatenate([[np.inf], g[-1][:-1]])     # prev[i] = g[q-1][i-1]; i=0 impossible
+        m = np.maximum(prev[:, None], cost)                # m[i, j]: last run i..j
+        arg = np.argmin(m, axis=0)
+        g.append(m[arg, np.arange(L)])
+        args.append(arg)
+    finals = [gq[L - 1] for gq in g]
+    q = int(np.argmin(finals)) + 1                         # argmin: fewest runs among ties
+    value = float(finals[q - 1])
+    bounds: list[tuple[int, int]] = []
+    j = L - 1
+    for qq in range(q, 0, -1):
+        i = int(args[qq - 1][j]) if qq > 1 else 0
+        bounds.append((i, j))
+        j = i - 1
+    return value, bounds[::-1]
+
+
+def unconstrained_period(chain: Chain, platform: Platform, tables: _Tables | None = None
+                         ) -> tuple[float, list[tuple[int, int]]]:
+    """The optimal contiguous period without memory limit, and a partition reaching it."""
+    t = tables or _Tables(chain, platform)
+    cost = np.maximum(t.FB, t.c[None, :])
+    return bottleneck_partition(cost, platform.devices)
+
+
+def least_memory(chain: Chain, platform: Platform, tables: _Tables | None = None
+                 ) -> tuple[float, list[tuple[int, int]]]:
+    """The least peak memory of any contiguous plan (every k = 1, i.e. a long period)."""
+    t = tables or _Tables(chain, platform)
+    return bottleneck_partition(t.A + t.phi * t.W, platform.devices)
+
+
+# ----------------------------------------------------------------------------
+# the window recurrence on one partition
+# ----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class WindowSchedule:
+    """Start times, windows, in-flight counts and memory of a contiguous partition at period T."""
+
+    period: float
+    bounds: tuple[tuple[int, int], ...]
+    fwd_start: tuple[float, ...]
+    bwd_start: tuple[float, ...]
+    windows: tuple[float, ...]
+    in_flight: tuple[int, ...]
+    memory: tuple[float, ...]
+    feasible: bool
+    why: str = ""
+
+
+def window_schedule(chain: Chain, platform: Platform, bounds: Sequence[tuple[int, int]],
+                    period: float, *, ignore_memory: bool = False) -> WindowSchedule:
+    """The periodic schedule of a contiguous partition at period T (the recurrence above).
+
+    Forward starts are as early as rule 2 allows; backwards as early as rule
+    4 allows, delayed where they would overlap the forward modulo T.
+    ``feasible`` says whether every rule holds (memory unless ignored).
+
+    >>> from workbench.chain import Chain, Layer, Platform
+    >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 0, 0) for i in range(2)))
+    >>> ws = window_schedule(ch, Platform(2), [(0, 0), (1, 1)], 3.0)
+    >>> ws.windows, ws.in_flight, ws.bwd_start
+    ((6.0, 3.0), (2, 1), (4.0, 2.0))
+    """
+    T = float(period)
+    S = len(bounds)
+    costs = [chain.stage_costs(a, b, platform) for a, b in bounds]
+    win = [0.0] * S
+    ks = [1] * S
+    why = ""
+    for s in range(S - 1, -1, -1):
+        st = costs[s]
+        fb = st.forward + st.backward
+        if fb > T * (1 + _EPS) and not why:
+            why = f"stage {s} computes {fb:.6g} s > period {T:.6g} s"
+        if s < S - 1 and st.comm > T * (1 + _EPS) and not why:
+            why = f"link after stage {s} needs {st.comm:.6g} s > period {T:.6g} s"
+        if s == S - 1:
+            raw = fb
+        else:
+            raw = st.forward + 2 * st.comm + win[s + 1] + st.backward
+        k = int(_ceil(raw / T)) if T > 0 else 1
+        w = raw
+        if raw - (k - 1) * T < fb:
+            w = (k - 1) * T + fb
+        win[s], ks[s] = w, k
+    fwd = [0.0] * S
+    for s in range(1, S):
+        fwd[s] = fwd[s - 1] + costs[s - 1].forward + costs[s - 1].comm
+    bwd = [fwd[s] + win[s] - costs[s].backward for s in range(S)]
+    mem = [platform.stage_memory(c.saved, c.weights, k) for c, k in zip(costs, ks)]
+    if not why and not ignore_memory:
+        for s, m in enumerate(mem):
+            if m > platform.memory_of(s) * (1 + _MEM_EPS):
+                why = (f"stage {s} needs {format_bytes(m)} with {ks[s]} mini-batches in flight "
+                       f"> {format_bytes(platform.memory_of(s))}")
+                break
+    return WindowSchedule(T, tuple(bounds), tuple(fwd), tuple(bwd), tuple(win), tuple(ks), tuple(mem),
+                          not why, why)
+
+
+def min_period(chain: Chain, platform: Platform, bounds: Sequence[tuple[int, int]], *,
+               ignore_memory: bool = False, rel_tol: float = 1e-12) -> float:
+    """Least period at which the window schedule of ``bounds`` is valid (inf if none).
+
+    Feasibility is monotone in T (see the module docstring), so this is a
+    bisection between ``max(F+B, c)`` and a period long enough that every
+    stage has one mini-batch in flight; the result is always feasible.
+    """
+    costs = [chain.stage_costs(a, b, platform) for a, b in bounds]
+    lo = max(max(c.forward + c.backward for c in costs),
+             max((c.comm for c in costs[:-1]), default=0.0))
+    lo = max(lo, 1e-300)
+    ok = lambda T: window_schedule(chain, platform, bounds, T, ignore_memory=ignore_memory).feasible  # noqa: E731
+    if ok(lo):
+        return lo
+    hi = sum(c.forward + c.backward + 2 * c.comm for c in costs) * 1.01 + lo
+    if not ok(hi):
+        return math.inf
+    while hi - lo > rel_tol * hi:
+        mid = 0.5 * (lo + hi)
+        if ok(mid):
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+# ----------------------------------------------------------------------------
+# the memory-aware DP at a fixed period
+# ----------------------------------------------------------------------------
+def memory_dp(chain: Chain, platform: Platform, period: float, tables: _Tables | None = None
+              ) -> tuple[float, list[tuple[int, int]]] | None:
+    """For period T: the contiguous partition whose first-stage window is least, subject to
+    F+B <= T, c <= T and rule-7 memory <= M on every stage; ``None`` if none exists.
+
+    Returns ``(window of stage 0, bounds)``. Vectorised: one L x L numpy pass per stage count.
+    """
+    t = tables or _Tables(chain, platform)
+    L, T = t.L, float(period)
+    tolT = T * (1 + _EPS)
+    M = t.M * (1 + _MEM_EPS)
+    base = t.upper & (t.FB <= tolT)
+    base_inner = base & (t.c[None, :] <= tolT)
+    base_inner[:, L - 1] = False                  # a non-last stage cannot end at the last layer
+    # q = 1: the last stage i..L-1, one mini-batch in flight
+    last_ok = base[:, L - 1] & (t.A[:, L - 1] + t.phi * t.W[:, L - 1] <= M)
+    D = [np.where(last_ok, t.FB[:, L - 1], np.inf)]
+    args: list[np.ndarray] = [np.full(L, L - 1)]
+    for q in range(2, min(platform.devices, L) + 1):
+        down = np.concatenate([D[-1][1:], [np.inf]])      # down[j] = D[q-1][j+1]
+        fin = np.isfinite(down)
+        if not fin.any():
+            break
+        d = np.where(fin, down, 0.0)[None, :]
+        raw = t.FB + 2 * t.c[None, :] + d
+        k = _ceil(raw / T)
+        delayed = raw - (k - 1) * T < t.FB
+        window = np.where(delayed, (k - 1) * T + t.FB, raw)
+        mem = k * t.A + t.phi * t.W + t.stash * (k - 1) * t.W
+        ok = base_inner & fin[None, :] & (mem <= M)
+        window = np.where(ok, window, np.inf)
+        arg = np.argmin(window, axis=1)
+        D.append(window[np.arange(L), arg])
+        args.append(arg)
+    finals = [Dq[0] for Dq in D]
+    q = int(np.argmin(finals)) + 1
+    if not math.isfinite(finals[q - 1]):
+        return None
+    bounds: list[tuple[int, int]] = []
+    i = 0
+    for qq in range(q, 0, -1):
+        j = int(args[qq - 1][i])
+        bounds.append((i, j))
+        i = j + 1
+    return float(finals[q - 1]), bounds
+
+
+def _search_period(chain: Chain, platform: Platform, tables: _Tables, t0: float
+                   ) -> tuple[float, list[tuple[int, int]]] | None:
+    """Least T (>= t0) at which the memory DP finds a partition; with the partition."""
+    first = memory_dp(chain, platform, t0, tables)
+    if first is not None:
+        return t0, first[1]
+    hi = (t0 + float(np.sum(tables.FB[0, -1])) + 2 * float(tables.c.sum())) * 1.01
+    res = memory_dp(chain, platform, hi, tables)
+    if res is None:
+        return None
+    best_bounds = res[1]
+    hi = min(hi, min_period(chain, platform, best_bounds))
+    lo = t0
+    # Invariant: infeasible at lo, feasible (exactly, via min_period) at hi.
+    while hi - lo > 1e-9 * hi:
+        mid = math.sqrt(lo * hi) if lo > 0 and hi / lo > 4 else 0.5 * (lo + hi)
+        res = memory_dp(chain, platform, mid, tables)
+        if res is None:
+            lo = mid
+        else:
+            # the partition found at mid is valid at its own exact least period <= mid
+            exact = min_period(chain, platform, res[1])
+            if exact >= hi:        # cannot happen beyond rounding; keep the search finite
+                break
+            hi, best_bounds = exact, res[1]
+    return hi, best_bounds
+
+
+# ----------------------------------------------------------------------------
+# plans
+# ----------------------------------------------------------------------------
+def schedule_partition(chain: Chain, platform: Platform, bounds: Sequence[tuple[int, int]], *,
+                       method: str, period: float | None = None, ignore_memory: bool = False,
+                       status: str = "feasible", notes: Sequence[str] = (), **kw: Any) -> Plan:
+    """A :class:`Plan` for a contiguous partition at its least feasible period (or ``period``)."""
+    T = period if period is not None else min_period(chain, platform, bounds, ignore_memory=ignore_memory)
+    if not math.isfinite(T):
+        raise ValueError("no period fits this partition")
+    ws = window_schedule(chain, platform, bounds, T, ignore_memory=ignore_memory)
+    return make_plan(chain, platform, T, bounds_to_assignment(bounds), ws.fwd_start, ws.bwd_start,
+                     method=method, allocation="contiguous", status=status, notes=tuple(notes), **kw)
+
+
+def _dp_on_chain(chain: Chain, platform: Platform) -> tuple[float, list[tuple[int, int]] | None, str]:
+    """(period, bounds, why-not) for one linear order."""
+    tables = _Tables(chain, platform)
+    t0, _ = unconstrained_period(chain, platform, tables)
+    t0 = max(t0, 1e-300)
+    found = _search_period(chain, platform, tables, t0)
+    if found is None:
+        need, _ = least_memory(chain, platform, tables)
+        return math.inf, None, (
+            f"no contiguous plan fits in {format_bytes(platform.memory)} per device: the least memory any "
+            f"contiguous plan on {platform.devices} devices needs is {format_bytes(need)} "
+            f"(one mini-batch in flight per stage)")
+    return found[0], found[1], ""
+
+
+def plan_dp(chain: Chain, platform: Platform, *, allocation: str = "contiguous",
+            time_limit: float | None = None, graph: bool = True, **options: Any) -> Plan:
+    """Exact contiguous plan: least period under the memory limit (see the module docstring).
+
+    ``allocation="general"`` still returns the contiguous optimum (noted).
+    On a chain linearised from a DAG (``chain.graph``), with ``graph=True``
+    the DP also runs on the order from
+    :func:`workbench.planners.graph_dp.best_order` and keeps the better,
+    recording the order in ``plan.chain_order``. ``time_limit`` is ignored.
+
+    >>> from workbench.chain import Chain, Layer, Platform
+    >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 100, 10) for i in range(4)))
+    >>> plan_dp(ch, Platform(2, memory=10_000)).period
+    6.0
+    >>> plan_dp(ch, Platform(2, memory=150)).status
+    'infeasible'
+    """
+    t_start = time.perf_counter()
+    notes: list[str] = []
+    if allocation == "general":
+        notes.append("dp is contiguous: this is the best contiguous plan (general allocations: use ilp)")
+    candidates: list[tuple[float, Chain, list[tuple[int, int]] | None, str, tuple[str, ...] | None]] = []
+    T, bounds, why = _dp_on_chain(chain, platform)
+    candidates.append((T, chain, bounds, why, None))
+    if graph and getattr(chain, "graph", None) is not None:
+        try:
+            from .graph_dp import best_order
+
+            res = best_order(chain.graph, platform.devices, platform=platform)
+            order = [str(n) for n in res.order]
+            if order != [l.name for l in chain.layers]:
+                other = chain.graph.linearise(order)
+                T2, b2, why2 = _dp_on_chain(other, platform)
+                candidates.append((T2, other, b2, why2, tuple(order)))
+        except ImportError:
+            notes.append("graph mode unavailable (workbench.planners.graph_dp missing): default order used")
+    T, used, bounds, why, order = min(candidates, key=lambda c: c[0])
+    if order is not None:
+        notes.append(f"graph order from best_order: {T:.6g} s against {candidates[0][0]:.6g} s in the default order")
+    if bounds is None:
+        return infeasible_plan(chain, platform, "dp", why, allocation=allocation,
+                               solve_seconds=time.perf_counter() - t_start)
+    plan = schedule_partition(used, platform, bounds, method="dp", period=T, status="optimal",
+                              notes=notes, chain_order=order)
+    return plan.with_(solve_seconds=time.perf_counter() - t_start)
