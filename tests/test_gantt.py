@@ -1,0 +1,151 @@
+"""Gantt charts: lanes, bar counts and durations equal the trace's."""
+
+import math
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+import pytest
+
+from workbench.trace import MEMORY_COLUMNS, Trace
+from workbench.viz.gantt import KIND_COLORS, bar_durations, gantt, gantt_compare, lanes, steady_window
+
+T = 0.006  # period (s)
+# two stages on two devices: (device, stage, first, last, kind, start of batch 0, duration)
+PATTERN = [
+    (0, 0, 0, 1, "F", 0.000, 0.002),
+    (0, 0, 0, 1, "send", 0.002, 0.0005),
+    (1, 1, 2, 3, "recv", 0.002, 0.0005),
+    (1, 1, 2, 3, "F", 0.0025, 0.002),
+    (1, 1, 2, 3, "B", 0.0045, 0.003),
+    (1, 1, 2, 3, "send", 0.0075, 0.0005),
+    (0, 0, 0, 1, "recv", 0.0075, 0.0005),
+    (0, 0, 0, 1, "B", 0.008, 0.003),
+]
+
+
+def periodic_trace(batches: int = 5, period: float = T, **meta) -> Trace:
+    rows = []
+    for i in range(batches):
+        for d, s, a, b, k, st, du in PATTERN:
+            rows.append(dict(device=d, stage=s, first=a, last=b, kind=k, batch=i,
+                             start=st + i * period, end=st + du + i * period))
+    ops = pd.DataFrame(rows)
+    mem = pd.DataFrame({"device": [0, 0, 1], "time": [0.0, 0.011, 0.0025],
+                        "activations": [10.0, 0.0, 5.0], "weights": [3.0, 3.0, 3.0], "total": [13.0, 3.0, 8.0]})
+    return Trace(ops, mem, devices=2, period=period, meta=meta)
+
+
+def compute_ops(tr):
+    return tr.ops[tr.ops["kind"].isin(["F", "B"])]
+
+
+def test_lanes_one_per_device_top_down():
+    fig = gantt(periodic_trace())
+    assert isinstance(fig, go.Figure)
+    assert lanes(fig) == ["GPU 0", "GPU 1"]
+
+
+def test_bar_count_and_durations_equal_trace():
+    tr = periodic_trace(batches=6)
+    fig = gantt(tr)
+    comp = compute_ops(tr)
+    assert len(bar_durations(fig)) == len(comp)
+    assert sorted(bar_durations(fig)) == pytest.approx(sorted(((comp["end"] - comp["start"]) * 1e3).tolist()))
+    # each bar starts where the op starts (in ms) on the op's device lane
+    got = sorted((y, float(b), float(x)) for t in fig.data for y, b, x in zip(t.y, t.base, t.x))
+    want = sorted((f"GPU {d}", s * 1e3, (e - s) * 1e3) for d, s, e in zip(comp["device"], comp["start"], comp["end"]))
+    assert [g[0] for g in got] == [w[0] for w in want]
+    assert np.allclose([g[1:] for g in got], [w[1:] for w in want])
+
+
+def test_colour_by_kind_forward_backward_distinct():
+    fig = gantt(periodic_trace())
+    by_name = {t.name: t.marker.color for t in fig.data}
+    assert by_name["forward"] == KIND_COLORS["F"] and by_name["backward"] == KIND_COLORS["B"]
+    assert by_name["forward"] != by_name["backward"]
+    assert fig.layout.barmode == "overlay"
+    assert all(t.orientation == "h" for t in fig.data)
+
+
+def test_colour_by_batch_hatches_backward():
+    tr = periodic_trace(batches=3)
+    fig = gantt(tr, color_by="batch")
+    names = {t.name for t in fig.data}
+    assert names == {"mini-batch 0", "mini-batch 1", "mini-batch 2"}
+    assert {t.marker.pattern.shape for t in fig.data} == {"", "/"}
+    assert len(bar_durations(fig)) == len(compute_ops(tr))
+    with pytest.raises(ValueError):
+        gantt(tr, color_by="colour")
+
+
+def test_links_lanes():
+    tr = periodic_trace(batches=2)
+    fig = gantt(tr, show_links=True)
+    assert lanes(fig) == ["GPU 0", "GPU 0 in", "GPU 0 out", "GPU 1", "GPU 1 in", "GPU 1 out"]
+    assert len(bar_durations(fig)) == len(tr.ops)
+    ops = tr.ops.assign(peer=[1 - d if k in ("send", "recv") else np.nan for d, k in zip(tr.ops.device, tr.ops.kind)])
+    fig = gantt(Trace(ops, tr.memory, 2, period=T), show_links=True)
+    assert lanes(fig) == ["GPU 0", "link 0→1", "GPU 1", "link 1→0"]
+
+
+def test_hover_has_stage_layers_batch_times():
+    fig = gantt(periodic_trace(batches=1))
+    tpl = fig.data[0].hovertemplate
+    for word in ("stage", "layers", "mini-batch", "ms"):
+        assert word in tpl
+    assert list(fig.data[0].customdata[0][:4]) == [0, 0, 1, 0]
+
+
+def test_period_lines_and_steady_state():
+    tr = periodic_trace(batches=6)
+    win = steady_window(tr)
+    assert win is not None and win[0] == pytest.approx(0.008) and win[1] == pytest.approx(5 * T)
+    fig = gantt(tr)
+    lines = [s for s in fig.layout.shapes if s.type == "line"]
+    rects = [s for s in fig.layout.shapes if s.type == "rect"]
+    assert len(rects) == 1 and rects[0].x0 == pytest.approx(8.0)
+    xs = sorted(s.x0 for s in lines)
+    assert np.allclose(np.diff(xs), T * 1e3)
+    assert any(math.isclose(x, 8.0) for x in xs)
+    bare = gantt(tr, period_lines=False, steady_state=False)
+    assert not bare.layout.shapes
+
+
+def test_flushed_schedule_has_no_period_lines():
+    # GPipe-like: all forwards then all backwards on one device
+    rows = [dict(device=0, stage=0, first=0, last=0, kind="F", batch=i, start=i * 1.0, end=i + 1.0) for i in range(3)]
+    rows += [dict(device=0, stage=0, first=0, last=0, kind="B", batch=i, start=3 + i * 2.0, end=5 + i * 2.0) for i in range(3)]
+    tr = Trace(pd.DataFrame(rows), pd.DataFrame(columns=MEMORY_COLUMNS), 1, period=3.0, meta={"schedule": "gpipe"})
+    fig = gantt(tr)
+    assert steady_window(tr) is None
+    assert not fig.layout.shapes
+    assert bar_durations(fig) == pytest.approx([1000.0] * 3 + [2000.0] * 3)
+
+
+def test_measured_trace_aligned():
+    tr = periodic_trace(batches=2)
+    shifted = Trace(tr.ops.assign(start=tr.ops.start + 100.0, end=tr.ops.end + 100.0), tr.memory, 2,
+                    period=T, source="measured")
+    fig = gantt(shifted, align=True)
+    assert min(float(b) for t in fig.data for b in t.base) == pytest.approx(0.0)
+    assert "Measured" in fig.layout.title.text
+
+
+def test_compare_two_rows():
+    pred = periodic_trace(batches=3)
+    meas = Trace(pred.ops.assign(start=pred.ops.start * 1.1 + 5, end=pred.ops.end * 1.1 + 5), pred.memory, 2,
+                 period=T, source="measured")
+    fig = gantt_compare(pred, meas)
+    ys = {t.yaxis for t in fig.data}
+    assert ys == {"y", "y2"}
+    n = len(compute_ops(pred))
+    assert sum(len(t.x) for t in fig.data if t.yaxis == "y") == n
+    assert sum(len(t.x) for t in fig.data if t.yaxis == "y2") == n
+    assert sum(1 for t in fig.data if t.showlegend is not False) == 2  # one legend entry per kind
+
+
+def test_empty_trace():
+    fig = gantt(Trace.empty(devices=3))
+    assert lanes(fig) == ["GPU 0", "GPU 1", "GPU 2"]
+    assert bar_durations(fig) == []

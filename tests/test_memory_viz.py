@@ -1,0 +1,83 @@
+"""Memory views: the split follows rule 7, the limit is drawn, steps follow the trace."""
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from workbench.chain import Chain, Layer, Platform
+from workbench.plan import make_plan
+from workbench.trace import Trace
+from workbench.viz.memory import byte_unit, memory_bars, memory_split, memory_timeline
+
+GiB = 2**30
+
+
+def small(weights="stash", phi=1.0, memory=8 * GiB):
+    chain = Chain(tuple(Layer(f"l{i}", 0.001, 0.002, 0.25 * GiB, 0.125 * GiB) for i in range(4)), input_bytes=0.125 * GiB)
+    plat = Platform(2, memory=memory, weights=weights, weight_factor=phi)
+    plan = make_plan(chain, plat, period=0.006, assignment=[0, 0, 1, 1], fwd_start=[0.0, 0.002],
+                     bwd_start=[0.008, 0.004], method="hand")
+    return chain, plat, plan
+
+
+def test_split_is_rule_7_and_sums_to_plan_memory():
+    chain, plat, plan = small(phi=4.0)
+    df = memory_split(plan, chain, plat)
+    assert [s.in_flight for s in plan.stages] == [2, 1]
+    # stage 0: A = 2 * 0.125 GiB, W = 0.5 GiB, k = 2
+    assert df.loc[0, "activations"] == pytest.approx(2 * 0.25 * GiB)
+    assert df.loc[0, "weights"] == pytest.approx(4 * 0.5 * GiB)
+    assert df.loc[0, "stashed"] == pytest.approx(1 * 0.5 * GiB)
+    assert df.loc[1, "stashed"] == 0
+    assert np.allclose(df["total"], plan.memory)
+
+
+def test_bars_stacked_with_limit():
+    chain, plat, plan = small()
+    fig = memory_bars(plan, chain, plat)
+    bars = [t for t in fig.data if t.type == "bar"]
+    assert [b.name.split()[0] for b in bars] == ["activations", "live", "stashed"]
+    assert fig.layout.barmode == "stack"
+    assert list(bars[0].x) == ["GPU 0", "GPU 1"]
+    tot = np.sum([b.y for b in bars], axis=0)
+    assert np.allclose(tot, np.array(plan.memory) / GiB)
+    lines = [s for s in fig.layout.shapes if s.type == "line"]
+    assert len(lines) == 1 and lines[0].y0 == pytest.approx(8.0)
+    assert "GiB" in fig.layout.yaxis.title.text
+
+
+def test_bars_single_policy_has_no_stash_and_marks_reported():
+    chain, plat, plan = small(weights="single")
+    fig = memory_bars(plan, chain, plat)
+    assert len([t for t in fig.data if t.type == "bar"]) == 2
+    odd = plan.with_(memory=(plan.memory[0] * 2, plan.memory[1]))
+    fig = memory_bars(odd, chain, plat)
+    sc = [t for t in fig.data if t.type == "scatter"]
+    assert len(sc) == 1 and list(sc[0].x) == ["GPU 0"]
+
+
+def test_no_limit_line_without_limit():
+    chain, plat, plan = small(memory=math.inf)
+    assert not memory_bars(plan, chain, plat).layout.shapes
+
+
+def test_timeline_steps_per_device():
+    mem = pd.DataFrame({"device": [0, 0, 1, 0], "time": [0.0, 0.002, 0.001, 0.004],
+                        "activations": [1, 2, 1, 0.0], "weights": [1, 1, 1, 1.0],
+                        "total": [2 * GiB, 3 * GiB, 2 * GiB, 1 * GiB]})
+    ops = pd.DataFrame({"device": [0], "stage": [0], "first": [0], "last": [0], "kind": ["F"], "batch": [0],
+                        "start": [0.0], "end": [0.005]})
+    fig = memory_timeline(Trace(ops, mem, 2), limit=4 * GiB, split=True)
+    totals = [t for t in fig.data if t.name in ("GPU 0", "GPU 1")]
+    assert [t.name for t in totals] == ["GPU 0", "GPU 1"]
+    assert all(t.line.shape == "hv" for t in fig.data)
+    assert list(totals[0].x) == pytest.approx([0, 2, 4, 5])  # ms, extended to the end of the trace
+    assert list(totals[0].y) == pytest.approx([2, 3, 1, 1])
+    assert fig.layout.shapes[0].y0 == pytest.approx(4.0)
+    assert len(fig.data) == 4
+
+
+def test_byte_unit():
+    assert byte_unit(5 * 2**20) == ("MiB", 2**20)

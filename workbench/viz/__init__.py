@@ -1,0 +1,14 @@
+"""Figures of plans and traces (plotly) and the ipywidgets explorer.
+
+Everything here takes plain values (a :class:`~workbench.trace.Trace`, a
+:class:`~workbench.plan.Plan`, a results DataFrame) and returns a plotly
+figure, so each chart can be used on its own from a notebook.
+"""
+
+from .gantt import bar_durations, gantt, gantt_compare, lanes, steady_window
+from .memory import memory_bars, memory_split, memory_timeline
+
+__all__ = [
+    "gantt", "gantt_compare", "lanes", "bar_durations", "steady_window",
+    "memory_bars", "memory_split", "memory_timeline",
+]

@@ -1,0 +1,280 @@
+"""Gantt charts of a :class:`~workbench.trace.Trace` (plotly).
+
+One lane per device (``GPU 0`` on top), optionally one lane per link, and a
+horizontal bar per operation whose length is the operation's real duration
+(``go.Bar`` with ``base=start`` and ``x=end - start``, ``orientation="h"``).
+Times are shown in milliseconds. Bars are coloured by kind (forward blue,
+backward orange, transfers green/grey) or by mini-batch (then the backward
+bars are hatched). Period boundaries are dotted lines and the steady state
+(the window in which every stage runs all its operations) is shaded.
+
+The same function draws periodic plans, flushed schedules (GPipe, 1F1B) and
+measured traces; :func:`gantt_compare` puts two traces one above the other.
+
+>>> import pandas as pd
+>>> from workbench.trace import Trace, MEMORY_COLUMNS
+>>> ops = pd.DataFrame({"device": [0, 1, 1, 0], "stage": [0, 1, 1, 0], "first": [0, 2, 2, 0],
+...     "last": [1, 3, 3, 1], "kind": ["F", "F", "B", "B"], "batch": [0, 0, 0, 0],
+...     "start": [0.0, 0.002, 0.004, 0.008], "end": [0.002, 0.004, 0.008, 0.012]})
+>>> fig = gantt(Trace(ops, pd.DataFrame(columns=MEMORY_COLUMNS), devices=2, period=0.006))
+>>> lanes(fig)
+['GPU 0', 'GPU 1']
+>>> [round(d, 3) for d in bar_durations(fig)]
+[2.0, 2.0, 4.0, 4.0]
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Iterable
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from ..trace import Trace
+
+__all__ = [
+    "gantt", "gantt_compare", "lanes", "bar_durations", "steady_window", "KIND_COLORS", "KIND_NAMES",
+    "BATCH_COLORS",
+]
+
+#: colours by kind: forward and backward far apart (blue / orange, colour-blind safe)
+KIND_COLORS = {"F": "#3366CC", "B": "#F28E2B", "send": "#59A14F", "recv": "#8C8C8C"}
+KIND_NAMES = {"F": "forward", "B": "backward", "send": "send", "recv": "receive"}
+COMPUTE_KINDS = ("F", "B")
+BATCH_COLORS = [
+    "#4E79A7", "#F28E2B", "#E15759", "#76B7B2", "#59A14F", "#EDC948", "#B07AA1", "#FF9DA7",
+    "#9C755F", "#BAB0AC", "#1F77B4", "#D62728",
+]
+_MS = 1e3
+
+
+def _lane_of(row: pd.Series, links: bool, has_dst: str | None) -> str:
+    if row["kind"] in COMPUTE_KINDS:
+        return f"GPU {int(row['device'])}"
+    d = int(row["device"])
+    if has_dst is not None and pd.notna(row[has_dst]):
+        q = int(row[has_dst])
+        return f"link {d}→{q}" if row["kind"] == "send" else f"link {q}→{d}"
+    return f"GPU {d} {'out' if row['kind'] == 'send' else 'in'}"
+
+
+def _dst_column(ops: pd.DataFrame) -> str | None:
+    for c in ("peer", "dst", "to", "link"):
+        if c in ops.columns:
+            return c
+    return None
+
+
+def _lane_order(ops: pd.DataFrame, devices: int) -> list[str]:
+    gpus = [f"GPU {p}" for p in range(devices)]
+    extra = sorted(set(ops["lane"]) - set(gpus), key=lambda s: (int(s.split()[1].split("→")[0]), s))
+    out: list[str] = []
+    for p in range(devices):
+        out.append(gpus[p])
+        out += [e for e in extra if int(e.split()[1].split("→")[0]) == p]
+    out += [e for e in extra if e not in out]
+    return out
+
+
+def steady_window(trace: Trace) -> tuple[float, float] | None:
+    """The steady state ``(t0, t1)`` in seconds, or ``None`` if the pipeline never fills.
+
+    ``t0`` is the latest first start over all (stage, kind) compute operations
+    (from then on every operation has begun to run), ``t1`` the earliest last
+    start (after it some operation has stopped for good).
+
+    >>> steady_window(Trace.empty(devices=1)) is None
+    True
+    """
+    ops = trace.ops
+    if not len(ops):
+        return None
+    comp = ops[ops["kind"].isin(COMPUTE_KINDS)]
+    if not len(comp):
+        return None
+    g = comp.groupby(["stage", "kind"])["start"]
+    t0, t1 = float(g.min().max()), float(g.max().min())
+    if t1 <= t0:
+        return None
+    return t0, t1
+
+
+def _prepare(trace: Trace, show_links: bool, offset: float) -> pd.DataFrame:
+    ops = trace.ops.copy()
+    if not len(ops):
+        ops["lane"] = []
+        return ops
+    if not show_links:
+        ops = ops[ops["kind"].isin(COMPUTE_KINDS)].copy()
+    dst = _dst_column(ops)
+    ops["lane"] = [_lane_of(r, show_links, dst) for _, r in ops.iterrows()] if len(ops) else []
+    ops["start_ms"] = (ops["start"].astype(float) - offset) * _MS
+    ops["end_ms"] = (ops["end"].astype(float) - offset) * _MS
+    ops["dur_ms"] = ops["end_ms"] - ops["start_ms"]
+    return ops
+
+
+def _bar(sub: pd.DataFrame, name: str, color: str, *, pattern: str = "", legendgroup: str,
+         showlegend: bool = True, text: bool = True) -> go.Bar:
+    custom = np.stack([
+        sub["stage"].astype(int).to_numpy(), sub["first"].astype(int).to_numpy(),
+        sub["last"].astype(int).to_numpy(), sub["batch"].astype(int).to_numpy(),
+        sub["kind"].map(lambda k: KIND_NAMES.get(k, str(k))).to_numpy(),
+        sub["end_ms"].to_numpy(),
+    ], axis=-1) if len(sub) else None
+    return go.Bar(
+        y=sub["lane"].tolist(), x=sub["dur_ms"].tolist(), base=sub["start_ms"].tolist(), orientation="h",
+        name=name, legendgroup=legendgroup, showlegend=showlegend,
+        marker=dict(color=color, line=dict(color="white", width=0.6), pattern=dict(shape=pattern)),
+        text=[str(int(b)) for b in sub["batch"]] if text else None,
+        textposition="inside", insidetextanchor="middle", textfont=dict(color="white", size=11),
+        customdata=custom,
+        hovertemplate=(
+            "<b>%{y}</b> %{customdata[4]}<br>stage %{customdata[0]}, layers %{customdata[1]}–%{customdata[2]}"
+            "<br>mini-batch %{customdata[3]}<br>%{base:.3f} – %{customdata[5]:.3f} ms (%{x:.3f} ms)<extra></extra>"
+        ),
+    )
+
+
+def _add_trace_bars(fig: go.Figure, ops: pd.DataFrame, color_by: str, row: int | None,
+                    legend_seen: set[str]) -> None:
+    kw = dict(row=row, col=1) if row is not None else {}
+    if color_by == "kind":
+        for kind in ["F", "B", "send", "recv"]:
+            sub = ops[ops["kind"] == kind]
+            if not len(sub):
+                continue
+            name = KIND_NAMES[kind]
+            fig.add_trace(_bar(sub, name, KIND_COLORS[kind], legendgroup=name,
+                               showlegend=name not in legend_seen), **kw)
+            legend_seen.add(name)
+    elif color_by == "batch":
+        for b in sorted(ops["batch"].unique()):
+            for kind in ["F", "B", "send", "recv"]:
+                sub = ops[(ops["batch"] == b) & (ops["kind"] == kind)]
+                if not len(sub):
+                    continue
+                name = f"mini-batch {int(b)}"
+                pattern = {"F": "", "B": "/", "send": ".", "recv": "."}[kind]
+                fig.add_trace(_bar(sub, name, BATCH_COLORS[int(b) % len(BATCH_COLORS)], pattern=pattern,
+                                   legendgroup=name, showlegend=name not in legend_seen), **kw)
+                legend_seen.add(name)
+    else:
+        raise ValueError(f"color_by must be 'kind' or 'batch', got {color_by!r}")
+
+
+def _decorate(fig: go.Figure, trace: Trace, offset: float, xref: str, yref: str, t_end_ms: float,
+              period_lines: bool, steady_state: bool) -> None:
+    win = steady_window(trace)
+    periodic = trace.meta.get("schedule", "periodic") == "periodic"
+    if steady_state and win is not None:
+        fig.add_shape(type="rect", xref=xref, yref=f"{yref} domain", x0=(win[0] - offset) * _MS,
+                      x1=(win[1] - offset) * _MS, y0=0, y1=1, fillcolor="rgba(120,200,120,0.13)",
+                      line_width=0, layer="below")
+        fig.add_annotation(x=(win[0] - offset) * _MS, y=1, xref=xref, yref=f"{yref} domain",
+                           text="steady state", showarrow=False, xanchor="left", yanchor="bottom",
+                           font=dict(size=10, color="#3a7d3a"))
+    T = trace.period
+    if period_lines and periodic and T and math.isfinite(T) and T > 0 and len(trace.ops):
+        t0 = win[0] if win is not None else float(trace.ops["start"].min())
+        first = float(trace.ops["start"].min())
+        n_before = math.floor((t0 - first) / T + 1e-9)
+        t = t0 - n_before * T
+        count = 0
+        while (t - offset) * _MS <= t_end_ms + 1e-9 and count < 400:
+            fig.add_shape(type="line", xref=xref, yref=f"{yref} domain", x0=(t - offset) * _MS,
+                          x1=(t - offset) * _MS, y0=0, y1=1, line=dict(color="rgba(60,60,60,0.45)",
+                                                                         width=1, dash="dot"))
+            t += T
+            count += 1
+
+
+def _layout(fig: go.Figure, title: str | None, n_lanes: int, rows: int = 1) -> None:
+    fig.update_layout(
+        barmode="overlay", title=title, bargap=0.25, template="plotly_white",
+        height=max(220, 70 + 48 * n_lanes) if rows == 1 else max(420, 120 + 48 * n_lanes),
+        margin=dict(l=80, r=20, t=60 if title else 35, b=45),
+        legend=dict(orientation="h", yanchor="bottom", y=1.02, xanchor="right", x=1),
+        uniformtext=dict(minsize=8, mode="hide"),
+    )
+
+
+def gantt(trace: Trace, *, color_by: str = "kind", show_links: bool = False, title: str | None = None,
+          period_lines: bool = True, steady_state: bool = True, align: bool = False) -> go.Figure:
+    """A Gantt chart of ``trace``: one lane per device, one bar per operation, in ms.
+
+    ``color_by`` is ``"kind"`` (forward / backward / transfer) or ``"batch"``.
+    ``show_links`` adds a lane per link (``link p→q`` when the trace names the
+    peer in a ``peer``/``dst`` column, else ``GPU p out`` / ``GPU p in``) for
+    the ``send``/``recv`` operations, which are hidden otherwise (transfers
+    overlap computation). ``align`` shifts time so the first operation starts
+    at 0 (useful for measured traces).
+    """
+    offset = float(trace.ops["start"].min()) if (align and len(trace.ops)) else 0.0
+    ops = _prepare(trace, show_links, offset)
+    fig = go.Figure()
+    _add_trace_bars(fig, ops, color_by, None, set())
+    order = _lane_order(ops, trace.devices) if len(ops) else [f"GPU {p}" for p in range(trace.devices)]
+    t_end = float(ops["end_ms"].max()) if len(ops) else 0.0
+    _decorate(fig, trace, offset, "x", "y", t_end, period_lines, steady_state)
+    if title is None:
+        T = trace.period
+        per = f", period {T * _MS:.2f} ms" if T and math.isfinite(T) else ""
+        title = f"{trace.meta.get('title', trace.source.capitalize() + ' schedule')}{per}"
+    _layout(fig, title, len(order))
+    fig.update_yaxes(categoryorder="array", categoryarray=order[::-1], title=None)
+    fig.update_xaxes(title="time (ms)", rangemode="tozero" if not align else "normal")
+    return fig
+
+
+def gantt_compare(predicted: Trace, measured: Trace, *, color_by: str = "kind", show_links: bool = False,
+                  titles: tuple[str, str] = ("predicted", "measured"), align: bool = True,
+                  title: str | None = None) -> go.Figure:
+    """Two Gantt charts one above the other on a shared time axis (ms).
+
+    With ``align`` each trace's time starts at its own first operation.
+    """
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.12,
+                        subplot_titles=[f"{titles[0]} ({predicted.source})", f"{titles[1]} ({measured.source})"])
+    seen: set[str] = set()
+    total_lanes = 0
+    for r, tr in ((1, predicted), (2, measured)):
+        offset = float(tr.ops["start"].min()) if (align and len(tr.ops)) else 0.0
+        ops = _prepare(tr, show_links, offset)
+        _add_trace_bars(fig, ops, color_by, r, seen)
+        order = _lane_order(ops, tr.devices) if len(ops) else [f"GPU {p}" for p in range(tr.devices)]
+        total_lanes += len(order)
+        t_end = float(ops["end_ms"].max()) if len(ops) else 0.0
+        axis = "" if r == 1 else str(r)
+        _decorate(fig, tr, offset, f"x{axis}", f"y{axis}", t_end, True, True)
+        fig.update_yaxes(categoryorder="array", categoryarray=order[::-1], row=r, col=1)
+    _layout(fig, title or "Predicted against measured", total_lanes, rows=2)
+    fig.update_xaxes(title="time (ms)", row=2, col=1)
+    return fig
+
+
+# ----- helpers for tests and notebooks ------------------------------------
+
+def _bars(fig: go.Figure) -> Iterable[go.Bar]:
+    return (t for t in fig.data if t.type == "bar")
+
+
+def lanes(fig: go.Figure) -> list[str]:
+    """The lanes of a Gantt chart, top to bottom."""
+    order: list[str] = []
+    ax = fig.layout.yaxis
+    if ax.categoryarray is not None:
+        return list(ax.categoryarray)[::-1]
+    for t in _bars(fig):
+        for y in t.y:
+            if y not in order:
+                order.append(y)
+    return order
+
+
+def bar_durations(fig: go.Figure) -> list[float]:
+    """Every bar's length in ms, in drawing order."""
+    return [float(x) for t in _bars(fig) for x in t.x]
