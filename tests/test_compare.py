@@ -1,0 +1,56 @@
+"""Comparison figures."""
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from workbench.chain import Chain, Layer, Platform
+from workbench.plan import make_plan
+from workbench.viz.compare import allocation_map, period_vs_bound, throughput_vs_memory
+
+
+def test_throughput_from_period_drops_infeasible():
+    df = pd.DataFrame({"memory": [1, 2, 3] * 2, "method": ["dp"] * 3 + ["ilp"] * 3,
+                       "period": [math.inf, 0.5, 0.25, 1.0, 0.5, 0.5]})
+    fig = throughput_vs_memory(df, lower_bound=0.25)
+    assert [t.name for t in fig.data] == ["dp", "ilp"]
+    assert list(fig.data[0].y) == [2.0, 4.0] and list(fig.data[0].x) == [2, 3]
+    assert len(fig.data[1].x) == 3
+    assert fig.layout.shapes[0].y0 == pytest.approx(4.0)
+
+
+def test_throughput_column_and_units():
+    df = pd.DataFrame({"memory": [2**30, 2**31], "method": ["a", "a"], "throughput": [1.0, 2.0]})
+    fig = throughput_vs_memory(df)
+    assert list(fig.data[0].x) == [1.0, 2.0]
+    assert "GiB" in fig.layout.xaxis.title.text
+    with pytest.raises(ValueError):
+        throughput_vs_memory(pd.DataFrame({"memory": [1], "method": ["a"]}))
+
+
+def test_period_vs_bound():
+    df = pd.DataFrame({"method": ["dp", "dp", "pipedream"], "period": [0.01, 0.02, math.inf],
+                       "lower_bound": [0.01, 0.01, 0.01], "net": ["a", "b", "c"]})
+    fig = period_vs_bound(df, label="net")
+    pts = [t for t in fig.data if t.mode == "markers"]
+    assert [t.name for t in pts] == ["dp"]
+    assert list(pts[0].customdata) == pytest.approx([1.0, 2.0])
+    assert fig.data[-1].name == "period = bound"
+
+
+def test_allocation_map_rows_and_values():
+    chain = Chain(tuple(Layer(f"l{i}", 0.001, 0.002, 10, 4) for i in range(4)))
+    plat = Platform(2)
+    a = make_plan(chain, plat, 0.006, [0, 0, 1, 1], [0.0, 0.002], [0.008, 0.004], method="dp")
+    b = make_plan(chain, plat, 0.006, [0, 1, 1, 0], [0.0, 0.001, 0.003], [0.009, 0.006, 0.004], method="ilp")
+    fig = allocation_map({"dp": a, "ilp": b}, chain)
+    hm = fig.data[0]
+    assert list(hm.y) == ["dp", "ilp"]
+    assert np.array_equal(np.array(hm.z), [[0, 0, 1, 1], [0, 1, 1, 0]])
+    assert "l3" in hm.text[1][3]
+    single = allocation_map(a)
+    assert list(single.data[0].y) == ["dp"]
+    both = allocation_map([a, a])
+    assert len(both.data[0].y) == 2

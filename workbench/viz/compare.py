@@ -1,0 +1,145 @@
+"""Comparison figures: throughput against memory limit, period against lower bound, allocation maps.
+
+They take tidy DataFrames (one row per (instance, method, memory limit)),
+as written by sweeps, or plans.
+
+>>> import pandas as pd
+>>> df = pd.DataFrame({"memory": [2**30, 2**31] * 2, "method": ["dp", "dp", "pipedream", "pipedream"],
+...                    "period": [0.02, 0.01, 0.04, 0.01]})
+>>> fig = throughput_vs_memory(df)
+>>> [t.name for t in fig.data]
+['dp', 'pipedream']
+>>> list(fig.data[0].y)
+[50.0, 100.0]
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+
+from ..chain import Chain
+from ..plan import Plan
+from .memory import DEVICE_COLORS, byte_unit
+
+__all__ = ["throughput_vs_memory", "period_vs_bound", "allocation_map", "METHOD_COLORS"]
+
+METHOD_COLORS = {
+    "dp": "#3366CC", "madpipe": "#3366CC", "ilp": "#D62728", "pipedream": "#F28E2B", "gpipe": "#59A14F",
+    "1f1b": "#B07AA1", "uniform": "#9C755F", "parameters": "#76B7B2", "torchgpipe": "#EDC948", "brute": "#000000",
+}
+_SYMBOLS = ["circle", "square", "diamond", "triangle-up", "x", "cross", "star", "triangle-down"]
+
+
+def _throughput(df: pd.DataFrame, y: str) -> pd.Series:
+    if y in df.columns:
+        return df[y].astype(float)
+    if "throughput" in df.columns:
+        return df["throughput"].astype(float)
+    if "period" in df.columns:
+        p = df["period"].astype(float)
+        return pd.Series(np.where(np.isfinite(p) & (p > 0), 1.0 / p, np.nan), index=df.index)
+    raise ValueError("need a 'throughput' or a 'period' column")
+
+
+def throughput_vs_memory(df: pd.DataFrame, *, x: str = "memory", y: str = "throughput", color: str = "method",
+                         title: str | None = None, lower_bound: float | None = None) -> go.Figure:
+    """Throughput (mini-batches/s) against the memory limit, one line per method.
+
+    ``df`` has a memory column (bytes) and ``throughput`` or ``period``
+    (seconds). Infeasible points (infinite period, zero throughput) are
+    left out of the line. ``lower_bound`` (seconds) draws 1/bound, the best
+    throughput any plan can reach.
+    """
+    d = df.copy()
+    d["_thr"] = _throughput(d, y)
+    d = d[np.isfinite(d["_thr"]) & (d["_thr"] > 0)]
+    unit, scale = byte_unit(float(df[x].replace([np.inf], np.nan).max()) if len(df) else 0.0)
+    fig = go.Figure()
+    for i, (m, g) in enumerate(d.groupby(color, sort=False)):
+        g = g.sort_values(x)
+        fig.add_scatter(x=(g[x] / scale).tolist(), y=g["_thr"].tolist(), mode="lines+markers", name=str(m),
+                        line=dict(color=METHOD_COLORS.get(str(m), DEVICE_COLORS[i % len(DEVICE_COLORS)]), width=2),
+                        marker=dict(symbol=_SYMBOLS[i % len(_SYMBOLS)], size=8),
+                        hovertemplate=f"{m}: %{{y:.3f}} /s at %{{x:.3g}} {unit}<extra></extra>")
+    if lower_bound:
+        fig.add_hline(y=1.0 / lower_bound, line=dict(dash="dash", color="#555"),
+                      annotation_text="1 / lower bound", annotation_position="bottom right")
+    fig.update_layout(template="plotly_white", height=380, title=title or "Throughput against memory limit",
+                      xaxis_title=f"memory limit per device ({unit})", yaxis_title="throughput (mini-batches/s)",
+                      margin=dict(l=60, r=20, t=60, b=45))
+    fig.update_yaxes(rangemode="tozero")
+    return fig
+
+
+def period_vs_bound(df: pd.DataFrame, *, period: str = "period", bound: str = "lower_bound", color: str = "method",
+                    label: str | None = None, title: str | None = None) -> go.Figure:
+    """Each plan's period against its lower bound (ms, log-log), with the line period = bound.
+
+    Points on the diagonal are optimal; their height above it is the ratio.
+    """
+    d = df[np.isfinite(df[period].astype(float))].copy()
+    d["_p"] = d[period].astype(float) * 1e3
+    d["_b"] = d[bound].astype(float) * 1e3
+    fig = go.Figure()
+    for i, (m, g) in enumerate(d.groupby(color, sort=False)):
+        text = g[label].astype(str).tolist() if label else None
+        fig.add_scatter(x=g["_b"].tolist(), y=g["_p"].tolist(), mode="markers", name=str(m), text=text,
+                        marker=dict(symbol=_SYMBOLS[i % len(_SYMBOLS)], size=9,
+                                    color=METHOD_COLORS.get(str(m), DEVICE_COLORS[i % len(DEVICE_COLORS)])),
+                        customdata=(g["_p"] / g["_b"]).tolist(),
+                        hovertemplate=f"{m} %{{text}}<br>bound %{{x:.3f}} ms, period %{{y:.3f}} ms"
+                                      "<br>ratio %{customdata:.3f}<extra></extra>")
+    if len(d):
+        lo = float(min(d["_b"].min(), d["_p"].min())) * 0.9
+        hi = float(max(d["_b"].max(), d["_p"].max())) * 1.1
+        fig.add_scatter(x=[lo, hi], y=[lo, hi], mode="lines", name="period = bound",
+                        line=dict(color="#555", dash="dash"), hoverinfo="skip")
+    fig.update_layout(template="plotly_white", height=400, title=title or "Period against lower bound",
+                      xaxis_title="lower bound (ms)", yaxis_title="period (ms)", margin=dict(l=60, r=20, t=60, b=45))
+    fig.update_xaxes(type="log")
+    fig.update_yaxes(type="log")
+    return fig
+
+
+def allocation_map(plans: Plan | Sequence[Plan] | Mapping[str, Plan], chain: Chain | None = None, *,
+                   title: str | None = None) -> go.Figure:
+    """Layers (x) against plans (one row each), coloured by device: a strip per plan.
+
+    Stage boundaries show as colour changes; a general allocation shows a
+    device's colour in several places.
+    """
+    if isinstance(plans, Plan):
+        plans = {plans.method or "plan": plans}
+    elif not isinstance(plans, Mapping):
+        plans = {f"{p.method or 'plan'} #{i}" if [q.method for q in plans].count(p.method) > 1 else (p.method or "plan"): p
+                 for i, p in enumerate(plans)}
+    names = list(plans)
+    P = max((p.devices for p in plans.values()), default=1)
+    L = max((len(p.assignment) for p in plans.values()), default=0)
+    z = np.full((len(names), L), np.nan)
+    for r, n in enumerate(names):
+        a = plans[n].assignment
+        z[r, : len(a)] = a
+    # discrete colour scale: device p gets DEVICE_COLORS[p] on [p/P, (p+1)/P)
+    scale = []
+    for p in range(P):
+        c = DEVICE_COLORS[p % len(DEVICE_COLORS)]
+        scale += [[p / P, c], [(p + 1) / P, c]]
+    layer_names = [l.name for l in chain.layers] if chain is not None and len(chain) == L else [str(i) for i in range(L)]
+    text = [[f"layer {j} ({layer_names[j]})<br>GPU {int(v)}" if not math.isnan(v) else "" for j, v in enumerate(row)]
+            for row in z]
+    fig = go.Figure(go.Heatmap(
+        z=z, x=list(range(L)), y=names, zmin=-0.5, zmax=P - 0.5, colorscale=scale, xgap=1, ygap=4,
+        text=text, hovertemplate="%{y}: %{text}<extra></extra>",
+        colorbar=dict(title="device", tickvals=list(range(P)), ticktext=[f"GPU {p}" for p in range(P)]),
+    ))
+    fig.update_layout(template="plotly_white", height=max(200, 110 + 45 * len(names)),
+                      title=title or "Allocation: device of every layer", xaxis_title="layer",
+                      margin=dict(l=100, r=20, t=50, b=45))
+    fig.update_yaxes(autorange="reversed")
+    return fig
