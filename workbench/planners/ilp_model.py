@@ -1,0 +1,264 @@
+"""The throughput-under-memory ILP as a Pyomo model (DESIGN.md section 3).
+
+The model is written in *scaled time*: with a reference time ``T_ref`` (the
+lower bound of :func:`workbench.plan.lower_bound`) the decision variable is
+``u = T_ref / T`` (throughput relative to the bound, at most 1) and every
+start time is measured in periods (``tau = t / T``). An operation of length
+``d`` seconds then lasts ``(d / T_ref) * u`` periods, which is linear in
+``u``, so the period is a variable of one MILP and no bisection is needed.
+The only products left are binary x ``u`` (a cut's communication time, a
+device's load), linearised exactly with McCormick bounds on ``u``.
+
+Per layer l (0-based, L layers), p a device, all constraints constraint by constraint:
+
+* ``x[l,p]`` layer l on device p. Contiguous: a staircase ``y[l,p] = [device(l) >= p]``
+  with devices used in chain order (``y`` monotone in l, at most one step per layer),
+  ``x[l,p] = y[l,p] - y[l,p+1]``. General: binaries with one device per layer, layer 0
+  on device 0 and devices used in first-use order (symmetry breaking).
+* ``cut[l]`` (after layer l) = 1 when l and l+1 sit on different devices; ``w[l] = cut[l] * u``.
+* forward ``tf`` and backward ``tb`` start of every layer, in periods:
+  ``fwd``:  ``c w <= tf[l+1] - tf[l] - f[l] u <= c w + cut`` (a stage runs back to back;
+  a wait across a cut is shorter than a period, since a longer one can be shifted
+  by a whole period, which only lowers in-flight counts);
+  ``turn``: ``0 <= tb[L-1] - tf[L-1] - f[L-1] u <= 1``;
+  ``bwd``:  ``c w <= tb[l] - tb[l+1] - b[l+1] u <= c w + cut``.
+* ``k[l]`` integer in-flight count, equal within a stage (``|k[l] - k[l+1]| <= K cut``),
+  ``k >= tb + b u - tf`` (at a stage's first layer: the window) and
+  ``k - 1 <= tb - tf - f u`` (at its last layer: forward and backward do not overlap
+  modulo T). Together: ``k = ceil(window / T)``, exactly the checker's count.
+* memory (rule 7), per device: ``sum_l (A + [stash] W) z[l,p] + (phi - [stash]) W x[l,p] <= M``
+  with ``z[l,p] >= k[l] - K (1 - x[l,p])`` (= k x, from below, which is all a <= needs).
+* link load (rule 6): contiguous ``c w <= 1``; general, per unordered device pair,
+  ``sum_l c g[l,p,q] <= 1`` with ``g = e u`` and ``e[l,p,q]`` = the cut after l joins p and q.
+* device load (general): ``device_load``: ``sum_l (f + b) v[l,p] <= 1`` with ``v = x u`` (a valid cut).
+* no overlap modulo T (general, rule 5) for layers l < m - 1 on the same device ``s[l,m]``:
+  for each of the 4 operation pairs (a of l, b of m) an integer ``n`` with
+  ``n + d_a u - (1 - s) <= t_b - t_a <= n + 1 - d_b u + (1 - s)``.
+  (Within a stage the rule for the stage's own forward/backward pair is the ``k`` pair.)
+
+Objective: maximise ``u``. With ``period=`` given, ``u`` is fixed (a feasibility model).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pyomo.environ as pyo
+
+from ..chain import Chain, Platform
+from ..plan import lower_bound
+
+__all__ = ["build_model", "ModelData", "k_bounds"]
+
+
+@dataclass
+class ModelData:
+    """Scaled instance data kept on the model (``model._data``)."""
+
+    L: int
+    P: int
+    t_ref: float
+    f: np.ndarray
+    b: np.ndarray
+    c: np.ndarray      # scaled comm time of the cut after each layer (length L, last 0)
+    a: np.ndarray      # per-layer memory coefficient of k (bytes / M)
+    w0: np.ndarray     # per-layer constant memory (bytes / M)
+    kmax: np.ndarray   # per-layer bound on k
+    u_lo: float
+    u_hi: float
+    allocation: str
+    memory_bound: bool
+
+
+def k_bounds(chain: Chain, platform: Platform, t_ub: float | None = None) -> np.ndarray:
+    """Upper bounds on every layer's in-flight count.
+
+    From the waits being shorter than a period: a window spans at most
+    ``ceil(total time / T_lb) + 2 (#cuts) + 1`` periods; and from memory: one
+    layer's share of its stage's memory already fits in M.
+    """
+    L = len(chain)
+    lb = lower_bound(chain, platform)
+    comm = sum(platform.comm_time(chain.cut(l)) for l in range(L - 1))
+    total = chain.total_compute + 2 * comm
+    struct = math.ceil(total / lb + 1e-9) + 2 * min(L - 1, 2 * platform.devices) + 2
+    km = np.full(L, float(struct))
+    M = platform.memory
+    if math.isfinite(M):
+        s = 1.0 if platform.stash else 0.0
+        for l in range(L):
+            coef = chain.saved(l) + s * chain.weights[l]
+            const = (platform.weight_factor - s) * chain.weights[l]
+            if coef > 0:
+                km[l] = min(km[l], math.floor((M - const) / coef * (1 + 1e-9)))
+    return np.maximum(km, 1.0)
+
+
+def build_model(chain: Chain, platform: Platform, *, allocation: str = "contiguous",
+                period: float | None = None, period_bounds: tuple[float, float] | None = None,
+                pairwise: bool = True) -> pyo.ConcreteModel:
+    """The plan ILP for ``chain`` on ``platform`` as a Pyomo ``ConcreteModel``.
+
+    ``period`` fixes T (a feasibility model); ``period_bounds=(lo, hi)`` bounds it
+    (tighter big-M values; ``hi`` from an incumbent). ``model.u`` is ``T_ref / T``
+    with ``T_ref = model._data.t_ref``. ``pairwise=False`` drops the no-overlap
+    constraints between different stages of one device (a relaxation; general only).
+
+    >>> from workbench.chain import Chain, Layer, Platform
+    >>> ch = Chain(tuple(Layer(f"l{i}", 0.001, 0.002, 10, 4) for i in range(4)))
+    >>> m = build_model(ch, Platform(2, memory=100), allocation="contiguous")
+    >>> sorted(c.name for c in m.component_objects(pyo.Constraint))[:3]
+    ['bwd_hi', 'bwd_lo', 'fwd_hi']
+    """
+    if allocation not in ("contiguous", "general"):
+        raise ValueError(f"allocation must be 'contiguous' or 'general', got {allocation!r}")
+    L, P = len(chain), platform.devices
+    t_ref = lower_bound(chain, platform)
+    if t_ref <= 0:
+        t_ref = 1.0
+    f = chain.forward / t_ref
+    b = chain.backward / t_ref
+    c = np.array([platform.comm_time(chain.cut(l)) / t_ref if l < L - 1 else 0.0 for l in range(L)])
+    M = platform.memory
+    mem = math.isfinite(M)
+    s = 1.0 if platform.stash else 0.0
+    scale = M if mem else 1.0
+    a = (chain.saved_array + s * chain.weights) / scale
+    w0 = (platform.weight_factor - s) * chain.weights / scale
+    lo_T, hi_T = period_bounds if period_bounds else (t_ref, None)
+    lo_T = max(lo_T, t_ref)
+    if hi_T is None or not math.isfinite(hi_T):
+        # any contiguous plan with <= P stages, e.g. everything on one device
+        hi_T = chain.total_compute + 2 * sum(platform.comm_time(chain.cut(l)) for l in range(L - 1)) + t_ref
+    kmax = k_bounds(chain, platform)
+    # windows span at most hi/lo in periods... the structural bound already holds; tighten with hi_T
+    if period is not None:
+        lo_T = hi_T = float(period)
+    u_lo, u_hi = t_ref / hi_T, t_ref / lo_T
+    K = float(kmax.max())
+
+    m = pyo.ConcreteModel(name=f"plan_ilp_{allocation}")
+    m._data = ModelData(L, P, t_ref, f, b, c, a, w0, kmax, u_lo, u_hi, allocation, mem)
+    m.Lset = pyo.RangeSet(0, L - 1)
+    m.Cset = pyo.RangeSet(0, L - 2) if L > 1 else pyo.Set(initialize=[])
+    m.Pset = pyo.RangeSet(0, P - 1)
+    m.u = pyo.Var(bounds=(u_lo, u_hi), initialize=u_lo)
+    if period is not None:
+        m.u.fix(t_ref / float(period))
+    H = float(2 * L + K + 2)  # horizon in periods
+    m.tf = pyo.Var(m.Lset, bounds=(0, H))
+    m.tb = pyo.Var(m.Lset, bounds=(0, H))
+    m.tf[0].fix(0.0)
+    m.k = pyo.Var(m.Lset, domain=pyo.Integers, bounds=lambda _m, l: (1, kmax[l]))
+
+    # ---- allocation ----------------------------------------------------
+    if allocation == "contiguous":
+        m.Sset = pyo.RangeSet(1, P - 1) if P > 1 else pyo.Set(initialize=[])
+        m.y = pyo.Var(m.Lset, m.Sset, domain=pyo.Binary)
+        for p in m.Sset:
+            m.y[0, p].fix(0)
+
+        def yv(l, p):
+            if p <= 0:
+                return 1
+            if p >= P:
+                return 0
+            return m.y[l, p]
+
+        m.y_mono = pyo.Constraint(m.Cset, m.Sset, rule=lambda _m, l, p: m.y[l + 1, p] >= m.y[l, p])
+        m.y_step = pyo.Constraint(m.Cset, m.Sset,
+                                  rule=lambda _m, l, p: m.y[l + 1, p] <= yv(l, p - 1) if p >= 2 else pyo.Constraint.Skip)
+        m.x = pyo.Expression(m.Lset, m.Pset, rule=lambda _m, l, p: yv(l, p) - yv(l, p + 1))
+        m.cut = pyo.Expression(m.Cset, rule=lambda _m, l: sum(m.y[l + 1, p] - m.y[l, p] for p in m.Sset))
+    else:
+        m.x = pyo.Var(m.Lset, m.Pset, domain=pyo.Binary)
+        m.one_device = pyo.Constraint(m.Lset, rule=lambda _m, l: sum(m.x[l, p] for p in m.Pset) == 1)
+        m.x[0, 0].fix(1)
+        for p in range(1, P):
+            m.x[0, p].fix(0)
+        # device p is used only after device p-1 has been used (first-use order)
+        m.first_use = pyo.Constraint(
+            m.Lset, m.Pset,
+            rule=lambda _m, l, p: (m.x[l, p] <= sum(m.x[j, p - 1] for j in range(l)))
+            if (p >= 1 and l >= 1) else pyo.Constraint.Skip)
+        m.cut = pyo.Var(m.Cset, domain=pyo.Binary)
+        m.cut_lo = pyo.Constraint(m.Cset, m.Pset, rule=lambda _m, l, p: m.cut[l] >= m.x[l, p] - m.x[l + 1, p])
+        m.cut_hi = pyo.Constraint(m.Cset, m.Pset, rule=lambda _m, l, p: m.cut[l] <= 2 - m.x[l, p] - m.x[l + 1, p])
+
+    # ---- cut x u -------------------------------------------------------
+    m.w = pyo.Var(m.Cset, bounds=(0, u_hi))
+    m.w_1 = pyo.Constraint(m.Cset, rule=lambda _m, l: m.w[l] <= u_hi * m.cut[l])
+    m.w_2 = pyo.Constraint(m.Cset, rule=lambda _m, l: m.w[l] <= m.u)
+    m.w_3 = pyo.Constraint(m.Cset, rule=lambda _m, l: m.w[l] >= m.u - u_hi * (1 - m.cut[l]))
+    m.w_4 = pyo.Constraint(m.Cset, rule=lambda _m, l: m.w[l] >= u_lo * m.cut[l])
+
+    # ---- precedence ----------------------------------------------------
+    m.fwd_lo = pyo.Constraint(m.Cset, rule=lambda _m, l: m.tf[l + 1] - m.tf[l] - f[l] * m.u >= c[l] * m.w[l])
+    m.fwd_hi = pyo.Constraint(m.Cset, rule=lambda _m, l: m.tf[l + 1] - m.tf[l] - f[l] * m.u <= c[l] * m.w[l] + m.cut[l])
+    m.turn_lo = pyo.Constraint(expr=m.tb[L - 1] - m.tf[L - 1] - f[L - 1] * m.u >= 0)
+    m.turn_hi = pyo.Constraint(expr=m.tb[L - 1] - m.tf[L - 1] - f[L - 1] * m.u <= 1)
+    m.bwd_lo = pyo.Constraint(m.Cset, rule=lambda _m, l: m.tb[l] - m.tb[l + 1] - b[l + 1] * m.u >= c[l] * m.w[l])
+    m.bwd_hi = pyo.Constraint(m.Cset, rule=lambda _m, l: m.tb[l] - m.tb[l + 1] - b[l + 1] * m.u <= c[l] * m.w[l] + m.cut[l])
+
+    # ---- in flight -----------------------------------------------------
+    m.k_window = pyo.Constraint(m.Lset, rule=lambda _m, l: m.k[l] >= m.tb[l] + b[l] * m.u - m.tf[l])
+    m.k_gap = pyo.Constraint(m.Lset, rule=lambda _m, l: m.k[l] - 1 <= m.tb[l] - m.tf[l] - f[l] * m.u)
+    m.k_eq_1 = pyo.Constraint(m.Cset, rule=lambda _m, l: m.k[l] - m.k[l + 1] <= K * m.cut[l])
+    m.k_eq_2 = pyo.Constraint(m.Cset, rule=lambda _m, l: m.k[l + 1] - m.k[l] <= K * m.cut[l])
+
+    # ---- memory ----------------------------------------------------------
+    if mem:
+        m.z = pyo.Var(m.Lset, m.Pset, bounds=lambda _m, l, p: (0, kmax[l]))
+        m.z_lo = pyo.Constraint(m.Lset, m.Pset,
+                                rule=lambda _m, l, p: m.z[l, p] >= m.k[l] - kmax[l] * (1 - m.x[l, p]))
+        m.memory = pyo.Constraint(m.Pset, rule=lambda _m, p: sum(a[l] * m.z[l, p] + w0[l] * m.x[l, p] for l in m.Lset) <= 1)
+
+    # ---- loads -----------------------------------------------------------
+    if allocation == "contiguous":
+        m.link = pyo.Constraint(m.Cset, rule=lambda _m, l: c[l] * m.w[l] <= 1 if c[l] > 0 else pyo.Constraint.Skip)
+    else:
+        m.v = pyo.Var(m.Lset, m.Pset, bounds=(0, u_hi))
+        m.v_lo = pyo.Constraint(m.Lset, m.Pset, rule=lambda _m, l, p: m.v[l, p] >= m.u - u_hi * (1 - m.x[l, p]))
+        m.device_load = pyo.Constraint(m.Pset, rule=lambda _m, p: sum((f[l] + b[l]) * m.v[l, p] for l in m.Lset) <= 1)
+        if P > 1 and any(c[l] > 0 for l in range(L - 1)):
+            pairs = [(p, q) for p in range(P) for q in range(p + 1, P)]
+            cl = [l for l in range(L - 1) if c[l] > 0]
+            m.PQ = pyo.Set(initialize=pairs, dimen=2)
+            m.CL = pyo.Set(initialize=cl)
+            m.e = pyo.Var(m.CL, m.PQ, bounds=(0, 1))
+            m.e_1 = pyo.Constraint(m.CL, m.PQ, rule=lambda _m, l, p, q: m.e[l, p, q] >= m.x[l, p] + m.x[l + 1, q] - 1)
+            m.e_2 = pyo.Constraint(m.CL, m.PQ, rule=lambda _m, l, p, q: m.e[l, p, q] >= m.x[l, q] + m.x[l + 1, p] - 1)
+            m.g = pyo.Var(m.CL, m.PQ, bounds=(0, u_hi))
+            m.g_lo = pyo.Constraint(m.CL, m.PQ, rule=lambda _m, l, p, q: m.g[l, p, q] >= m.u - u_hi * (1 - m.e[l, p, q]))
+            m.link = pyo.Constraint(m.PQ, rule=lambda _m, p, q: sum(c[l] * m.g[l, p, q] for l in cl) <= 1)
+        if pairwise and P > 1:
+            pairs = [(l, q) for l in range(L) for q in range(l + 2, L)]
+            m.LM = pyo.Set(initialize=pairs, dimen=2)
+            m.OPS = pyo.Set(initialize=[(0, 0), (0, 1), (1, 0), (1, 1)], dimen=2)  # 0 forward, 1 backward
+            m.same = pyo.Var(m.LM, bounds=(0, 1))
+            m.same_lo = pyo.Constraint(m.LM, m.Pset, rule=lambda _m, l, q, p: m.same[l, q] >= m.x[l, p] + m.x[q, p] - 1)
+            m.n = pyo.Var(m.LM, m.OPS, domain=pyo.Integers, bounds=(-H - 2, H + 2))
+
+            def start(l, o):
+                return m.tf[l] if o == 0 else m.tb[l]
+
+            def dur(l, o):
+                return f[l] if o == 0 else b[l]
+
+            def ov1(_m, l, q, o1, o2):
+                if dur(l, o1) <= 0 or dur(q, o2) <= 0:  # rule 5 ignores empty operations
+                    return pyo.Constraint.Skip
+                return start(q, o2) - start(l, o1) >= m.n[l, q, o1, o2] + dur(l, o1) * m.u - (1 - m.same[l, q])
+
+            def ov2(_m, l, q, o1, o2):
+                if dur(l, o1) <= 0 or dur(q, o2) <= 0:  # rule 5 ignores empty operations
+                    return pyo.Constraint.Skip
+                return start(q, o2) - start(l, o1) <= m.n[l, q, o1, o2] + 1 - dur(q, o2) * m.u + (1 - m.same[l, q])
+
+            m.overlap_1 = pyo.Constraint(m.LM, m.OPS, rule=ov1)
+            m.overlap_2 = pyo.Constraint(m.LM, m.OPS, rule=ov2)
+
+    m.obj = pyo.Objective(expr=m.u, sense=pyo.maximize)
+    return m
