@@ -220,3 +220,53 @@ def test_json_round_trip_keeps_validity(tmp_path):
     p = tmp_path / "plan.json"
     plan.to_json(p)
     assert check(Plan.from_json(p), _chain(), _plat()) == []
+
+
+# ----- the command line ------------------------------------------------------------------------
+
+def _cli_setup(tmp_path):
+    from workbench.profiles import write_profile
+    from workbench.schedule import build_schedule
+
+    chain = _chain().with_meta(network="toy")
+    prof = tmp_path / "toy.csv"
+    write_profile(chain, prof)
+    plat = Platform(3, memory=1000, bandwidth=20000)
+    plan = build_schedule(chain, plat, ASSIGN, 8 * MS, method="builder")
+    good = tmp_path / "good.json"
+    plan.to_json(good)
+    st = list(plan.stages)
+    bad = tmp_path / "bad.json"
+    plan.with_(stages=(st[0], replace(st[1], fwd_start=st[1].fwd_start - 0.5 * MS), st[2])).to_json(bad)
+    return prof, good, bad
+
+
+def test_cli_check_valid_and_broken_plans(tmp_path, capsys):
+    from workbench.cli import main
+
+    prof, good, bad = _cli_setup(tmp_path)
+    args = ["--profile", str(prof), "--devices", "3", "--memory", "1000", "--bandwidth", "20000B/s"]
+    assert main(["check", str(good)] + args) == 0
+    assert "valid" in capsys.readouterr().out
+    assert main(["check", str(bad)] + args) != 0
+    out = capsys.readouterr().out
+    assert "rule 2 (forward order)" in out and "stage 1" in out
+    # the same good plan under a tighter memory limit breaks rule 7 on device 0 (660 B)
+    assert main(["check", str(good)] + args[:4] + ["--memory", "600", "--bandwidth", "20000B/s"]) != 0
+    assert "rule 7 (memory): device 0" in capsys.readouterr().out
+
+
+def test_cli_simulate_writes_a_trace(tmp_path, capsys):
+    import pandas as pd
+
+    from workbench.cli import main
+
+    prof, good, _ = _cli_setup(tmp_path)
+    out = tmp_path / "trace.csv"
+    assert main(["simulate", str(good), "--profile", str(prof), "--bandwidth", "20000B/s",
+                 "--batches", "10", "--out", str(out)]) == 0
+    ops = pd.read_csv(out)
+    mem = pd.read_csv(tmp_path / "trace.memory.csv")
+    assert set(ops["kind"]) >= {"F", "B", "send"} and ops["batch"].nunique() == 10
+    assert mem.groupby("device")["total"].max().tolist() == [660, 440, 220]
+    assert "steady period 0.008" in capsys.readouterr().out
