@@ -39,13 +39,13 @@ masks, vectorised); across blocks the best predecessor comes from the
 Pareto front of (weight, bottleneck so far), which is exact.
 
 >>> from workbench.profiles.pipedream import Graph, Node
->>> nodes = [Node(f"n{i}", "", w / 2, w / 2, 1.0, 0.0) for i, w in enumerate([1, 4, 1, 1, 4])]
->>> g = Graph(tuple(nodes), (("n0", "n1"), ("n0", "n2"), ("n2", "n3"), ("n1", "n4"), ("n3", "n4")), "toy")
+>>> nodes = [Node(f"n{i}", "", w / 2, w / 2, 1.0, 0.0) for i, w in enumerate([2, 2, 3, 3])]
+>>> g = Graph(tuple(nodes), (("n0", "n1"), ("n0", "n2"), ("n1", "n3"), ("n2", "n3")), "diamond")
 >>> r = best_order(g, 2)
->>> r.value, r.stages
-(5.0, [['n0', 'n1'], ['n2', 'n3', 'n4']])
->>> chain_bottleneck([1, 4, 1, 1, 4], 2)[0]      # the default order n0 n1 n2 n3 n4: same here
-5.0
+>>> r.value, r.stages, r.order
+(5.0, [['n0', 'n2'], ['n1', 'n3']], ['n0', 'n2', 'n1', 'n3'])
+>>> r.default_value, chain_bottleneck([2, 2, 3, 3], 2)   # the default order n0 n1 n2 n3
+(6.0, (6.0, [1, 3]))
 """
 
 from __future__ import annotations
