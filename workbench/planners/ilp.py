@@ -103,13 +103,13 @@ def _integer_vars(model: pyo.ConcreteModel):
 
 
 def _assignment(model: pyo.ConcreteModel) -> list[int]:
-    d = model._data
+    d = model._ilp
     return [int(np.argmax([pyo.value(model.x[l, p]) for p in range(d.P)])) for l in range(d.L)]
 
 
 def plan_from_model(model: pyo.ConcreteModel, chain: Chain, platform: Platform, **kw: Any) -> Plan:
     """Read the loaded solution of ``model`` into a :class:`Plan` (period re-derived by make_plan)."""
-    d = model._data
+    d = model._ilp
     T = d.t_ref / pyo.value(model.u)
     assignment = _assignment(model)
     runs = stages_of(assignment)
@@ -140,15 +140,13 @@ def polish(model: pyo.ConcreteModel, *, threads: int | None = 1) -> bool:
 
 def least_memory_bound(chain: Chain, platform: Platform) -> tuple[float, str]:
     """A lower bound on the memory per device any allocation needs (every k = 1), and why."""
-    s = 1.0 if platform.stash else 0.0
     foot = chain.saved_array + platform.weight_factor * chain.weights
     big = int(np.argmax(foot))
     per_layer = float(foot[big])
     avg = float(foot.sum() / platform.devices)
-    if per_layer >= avg:
-        return per_layer, f"layer {chain[big].name!r} alone needs {per_layer:.6g} bytes (one mini-batch in flight)"
-    del s
-    return avg, f"all layers together need {foot.sum():.6g} bytes over {platform.devices} devices"
+    why = (f"layer {chain[big].name!r} alone needs {per_layer:.6g} bytes (one mini-batch in flight); "
+           f"all layers together need {foot.sum():.6g} bytes, {avg:.6g} per device")
+    return max(per_layer, avg), why
 
 
 def _check(plan: Plan, chain: Chain, platform: Platform) -> list:
@@ -224,7 +222,7 @@ def plan_ilp(chain: Chain, platform: Platform, *, allocation: str = "contiguous"
     res = solve_model(model, time_limit=left, rel_gap=rel_gap, threads=threads, log=log,
                       solver_options=solver_options)
     tc = str(res.termination_condition).split(".")[-1]
-    d = model._data
+    d = model._ilp
     bound_T = lb
     if res.objective_bound is not None and math.isfinite(res.objective_bound) and res.objective_bound > 0:
         bound_T = max(lb, d.t_ref / res.objective_bound)
