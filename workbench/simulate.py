@@ -1,0 +1,350 @@
+"""The simulator: run a plan for N mini-batches and record a :class:`~workbench.trace.Trace`.
+
+**Periodic plans.** Mini-batch i's operations are planned at the plan's
+start times + i*T. The run is event-driven: operations are taken in the
+order of their planned start, and each starts at the latest of its planned
+time, the end of what it depends on (the previous stage's forward plus the
+transfer, the next stage's backward plus the transfer, the turn-around at
+the last stage) and the moment its device is free. A valid plan runs
+exactly as planned (``trace.meta["max_delay"] == 0``); an invalid one
+shows where it slips. Transfers are ``send`` operations on the sending
+device's lane, of length c_s, starting when the producing operation ends;
+they use the link, not the device, and the link is not modelled as a queue
+(rule 6 only bounds its load), so they never delay anything beyond c_s.
+Warm-up and drain come for free: mini-batch 0 starts at time 0 and the
+last one's backward ends the run.
+
+**Flushed schedules** (:func:`simulate_flushed`): ``gpipe`` (every stage
+runs all its forwards, then all its backwards) and ``1f1b`` (stage s runs
+min(m, S-1-s) forwards to warm up, then alternates one forward and one
+backward, then drains its backwards), with a flush (all operations done)
+between groups of m micro-batches, one weight version.
+
+**Memory** rows per device are a step function (bytes held from ``time``
+until the device's next row): a stage holds its saved bytes A_s for a
+mini-batch from the start of its forward to the end of its backward; its
+weights phi*W_s all along and, with weight stashing, one extra version W_s
+per in-flight mini-batch beyond the first. On a device with one stage the
+peak equals rule 7's figure; with several it never exceeds it.
+
+>>> from workbench.chain import Chain, Layer, Platform
+>>> from workbench.schedule import build_schedule
+>>> chain = Chain(tuple(Layer(f"l{i}", 0.001, 0.002, 100, 10) for i in range(6)), input_bytes=10)
+>>> plat = Platform(3, memory=1000, bandwidth=20000)
+>>> plan = build_schedule(chain, plat, [0, 0, 1, 1, 2, 2], 0.008)
+>>> trace = simulate(plan, chain, plat, batches=10)
+>>> round(trace.steady_period(), 9), trace.peak_memory().tolist(), plan.memory
+(0.008, [660.0, 440.0, 220.0], (660.0, 440.0, 220.0))
+>>> g = simulate_flushed(chain, plat, [0, 0, 1, 1, 2, 2], 4, kind="gpipe")
+>>> g.peak_memory().tolist()  # 4 micro-batches x 20 B + 200 B of weights per device
+[280.0, 280.0, 280.0]
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal, Sequence
+
+import numpy as np
+import pandas as pd
+
+from .chain import Chain, Platform
+from .plan import Plan, chain_for_plan, stages_of
+from .trace import MEMORY_COLUMNS, OP_COLUMNS, Trace
+
+__all__ = ["simulate", "simulate_flushed", "FlushKind"]
+
+FlushKind = Literal["gpipe", "1f1b"]
+
+
+def _ops_frame(cols: dict[str, list], order_by_start: bool = True) -> pd.DataFrame:
+    df = pd.DataFrame({c: cols[c] for c in OP_COLUMNS})
+    df = df.astype({"device": "int64", "stage": "int64", "first": "int64", "last": "int64", "batch": "int64",
+                    "start": "float64", "end": "float64"})
+    if order_by_start and len(df):
+        df = df.sort_values(["start", "device", "stage"], kind="stable").reset_index(drop=True)
+    return df
+
+
+def _memory_frame(devices: int, stage_dev: Sequence[int], A: Sequence[float], W: Sequence[float],
+                  phi: float, stash: bool, hold_start: np.ndarray, hold_end: np.ndarray,
+                  t0: float, scale: float) -> pd.DataFrame:
+    """Step-function memory rows per device.
+
+    ``hold_start[s, i]``/``hold_end[s, i]``: when stage s starts holding
+    mini-batch i (forward start) and stops (backward end). Releases at the
+    same instant as an acquisition (within 1e-9 of ``scale``) come first.
+    """
+    tol = 1e-9 * scale
+    S = len(stage_dev)
+    rows_dev: list[np.ndarray] = []
+    rows_t: list[np.ndarray] = []
+    rows_a: list[np.ndarray] = []
+    rows_w: list[np.ndarray] = []
+    for p in range(devices):
+        mine = [s for s in range(S) if stage_dev[s] == p]
+        base_w = sum(phi * W[s] for s in mine)
+        if not mine:
+            rows_dev.append(np.array([p])); rows_t.append(np.array([t0]))
+            rows_a.append(np.array([0.0])); rows_w.append(np.array([0.0]))
+            continue
+        n = hold_start.shape[1]
+        times = np.concatenate([np.concatenate([hold_start[s], hold_end[s]]) for s in mine])
+        sign = np.concatenate([np.concatenate([np.ones(n), -np.ones(n)]) for _ in mine])
+        stg = np.concatenate([np.full(2 * n, s) for s in mine])
+        key = times - np.where(sign < 0, tol, 0.0)
+        order = np.lexsort((sign, key))
+        times, sign, stg = times[order], sign[order], stg[order]
+        counts = {s: 0 for s in mine}
+        act = 0.0
+        extra = 0.0
+        out_t = [t0]
+        out_a = [0.0]
+        out_w = [base_w]
+        m = len(times)
+        tl = times.tolist()
+        sl = sign.tolist()
+        gl = stg.tolist()
+        for e in range(m):
+            s = gl[e]
+            if sl[e] > 0:
+                counts[s] += 1
+                act += A[s]
+                if stash and counts[s] > 1:
+                    extra += W[s]
+            else:
+                if stash and counts[s] > 1:
+                    extra -= W[s]
+                counts[s] -= 1
+                act -= A[s]
+            if e + 1 == m or tl[e + 1] > tl[e] + tol:
+                if tl[e] <= out_t[-1] + tol and len(out_t) > 1:
+                    out_a[-1], out_w[-1] = act, base_w + extra
+                elif tl[e] <= out_t[-1] + tol:
+                    out_a[-1], out_w[-1] = act, base_w + extra
+                else:
+                    out_t.append(tl[e]); out_a.append(act); out_w.append(base_w + extra)
+        rows_dev.append(np.full(len(out_t), p)); rows_t.append(np.array(out_t))
+        rows_a.append(np.array(out_a)); rows_w.append(np.array(out_w))
+    a = np.concatenate(rows_a)
+    w = np.concatenate(rows_w)
+    a[np.abs(a) < 1e-9 * max(1.0, float(np.max(np.abs(a))) if len(a) else 1.0)] = 0.0
+    df = pd.DataFrame({"device": np.concatenate(rows_dev).astype("int64"), "time": np.concatenate(rows_t),
+                       "activations": a, "weights": w, "total": a + w})
+    return df[MEMORY_COLUMNS]
+
+
+def simulate(plan: Plan, chain: Chain, platform: Platform, batches: int = 20) -> Trace:
+    """Run ``plan`` for ``batches`` mini-batches (event-driven) and return the trace.
+
+    Flushed plans (``plan.schedule`` ``"gpipe"``/``"1f1b"``) run through
+    :func:`simulate_flushed` with enough flushes of ``plan.micro_batches`` to
+    cover ``batches``.
+    """
+    chain = chain_for_plan(plan, chain)
+    if batches < 1:
+        raise ValueError(f"batches must be at least 1, got {batches}")
+    if plan.schedule != "periodic":
+        m = plan.micro_batches
+        if not m:
+            raise ValueError(f"a {plan.schedule} plan needs micro_batches to be simulated")
+        return simulate_flushed(chain, platform, plan.assignment, int(m), kind=plan.schedule,  # type: ignore[arg-type]
+                                flushes=max(1, math.ceil(batches / int(m))))
+    if not plan.feasible or not plan.stages:
+        raise ValueError(f"cannot simulate an infeasible plan ({'; '.join(plan.notes) or plan.status})")
+    T = float(plan.period)
+    st = plan.stages
+    S = len(st)
+    if len(plan.assignment) != len(chain) or st[-1].last != len(chain) - 1:
+        raise ValueError(f"the plan covers {len(plan.assignment)} layers, the chain has {len(chain)}")
+    costs = [chain.stage_costs(s.first, s.last, platform) for s in st]
+    F = [c.forward for c in costs]
+    B = [c.backward for c in costs]
+    c = [c_.comm for c_ in costs]
+    dev = [s.device for s in st]
+    N = int(batches)
+    # op j of a mini-batch: j < S is F_j, j >= S is B_{2S-1-j}; the chain of dependencies is j-1 -> j
+    stage_of = [j if j < S else 2 * S - 1 - j for j in range(2 * S)]
+    length = [F[j] if j < S else B[stage_of[j]] for j in range(2 * S)]
+    offset = [st[j].fwd_start if j < S else st[stage_of[j]].bwd_start for j in range(2 * S)]
+    # wait after op j-1 before op j: the transfer between stages (none at the turn-around)
+    wait = [0.0] + [c[j - 1] if j < S else (0.0 if j == S else c[stage_of[j]]) for j in range(1, 2 * S)]
+    planned = np.asarray(offset)[None, :] + T * np.arange(N)[:, None]
+    jj = np.broadcast_to(np.arange(2 * S), (N, 2 * S))
+    ii = np.broadcast_to(np.arange(N)[:, None], (N, 2 * S))
+    order = np.lexsort((jj.ravel(), ii.ravel(), planned.ravel()))
+    start = np.empty(N * 2 * S)
+    end = np.empty(N * 2 * S)
+    free = [-math.inf] * platform.devices
+    pl = planned.ravel().tolist()
+    end_l = [0.0] * (N * 2 * S)
+    start_l = [0.0] * (N * 2 * S)
+    twoS = 2 * S
+    for idx in order.tolist():
+        j = idx % twoS
+        t = pl[idx]
+        if j > 0:
+            dep = end_l[idx - 1] + wait[j]
+            if dep > t:
+                t = dep
+        d = dev[stage_of[j]]
+        ln = length[j]
+        if ln > 0:
+            if free[d] > t:
+                t = free[d]
+            free[d] = t + ln
+        start_l[idx] = t
+        end_l[idx] = t + ln
+    start[:] = start_l
+    end[:] = end_l
+    max_delay = float(np.max(start - planned.ravel())) if len(start) else 0.0
+    start2 = start.reshape(N, 2 * S)
+    end2 = end.reshape(N, 2 * S)
+
+    cols: dict[str, list] = {k: [] for k in OP_COLUMNS}
+
+    def add(device, stage, kind, batch, s0, e0):
+        n = len(batch)
+        cols["device"].append(np.full(n, device)); cols["stage"].append(np.full(n, stage))
+        cols["first"].append(np.full(n, st[stage].first)); cols["last"].append(np.full(n, st[stage].last))
+        cols["kind"].append(np.full(n, kind, dtype=object)); cols["batch"].append(batch)
+        cols["start"].append(s0); cols["end"].append(e0)
+
+    batch = np.arange(N)
+    for s in range(S):
+        jf, jb = s, 2 * S - 1 - s
+        add(dev[s], s, "F", batch, start2[:, jf], end2[:, jf])
+        add(dev[s], s, "B", batch, start2[:, jb], end2[:, jb])
+        if s < S - 1 and c[s] > 0 and dev[s] != dev[s + 1]:
+            add(dev[s], s, "send", batch, end2[:, jf], end2[:, jf] + c[s])
+        if s > 0 and c[s - 1] > 0 and dev[s] != dev[s - 1]:
+            add(dev[s], s, "send", batch, end2[:, jb], end2[:, jb] + c[s - 1])
+    ops = _ops_frame({k: list(np.concatenate(v)) if k != "kind" else list(np.concatenate(v)) for k, v in cols.items()})
+    hold_start = np.stack([start2[:, s] for s in range(S)])
+    hold_end = np.stack([end2[:, 2 * S - 1 - s] for s in range(S)])
+    mem = _memory_frame(platform.devices, dev, [x.saved for x in costs], [x.weights for x in costs],
+                        platform.weight_factor, platform.stash, hold_start, hold_end,
+                        float(min(0.0, start.min())), max(T, float(end.max()) / max(N, 1)))
+    return Trace(ops, mem, platform.devices, period=T, source="simulated",
+                 meta={"schedule": "periodic", "batches": N, "method": plan.method, "max_delay": max_delay,
+                       "planned_period": T})
+
+
+def _flush_order(kind: str, S: int, s: int, m: int) -> list[tuple[str, int]]:
+    """The order of (kind, micro-batch) operations of stage s in one flush."""
+    if kind == "gpipe":
+        return [("F", j) for j in range(m)] + [("B", j) for j in range(m)]
+    if kind == "1f1b":
+        warm = min(m, S - 1 - s)
+        out = [("F", j) for j in range(warm)]
+        for j in range(m - warm):
+            out += [("F", warm + j), ("B", j)]
+        out += [("B", j) for j in range(m - warm, m)]
+        return out
+    raise ValueError(f"flushed schedule kind must be 'gpipe' or '1f1b', got {kind!r}")
+
+
+def simulate_flushed(chain: Chain, platform: Platform, assignment: Sequence[int], micro_batches: int,
+                     kind: FlushKind = "gpipe", flushes: int = 1) -> Trace:
+    """Event-driven run of a flushed schedule (GPipe or 1F1B) over ``flushes`` groups of m micro-batches.
+
+    ``trace.period`` is makespan / (m * flushes); memory holds one weight
+    version (phi * W) and the activations in flight.
+
+    >>> from workbench.chain import Chain, Layer, Platform
+    >>> chain = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 0, 1) for i in range(3)), input_bytes=1)
+    >>> t = simulate_flushed(chain, Platform(3), [0, 1, 2], 4, kind="1f1b")
+    >>> t.peak_memory().tolist()  # min(m, stages downstream + 1) micro-batches of 1 byte
+    [3.0, 2.0, 1.0]
+    >>> t.makespan, t.period  # (m + S - 1) * (F + B) with one layer per stage
+    (18.0, 4.5)
+    """
+    m = int(micro_batches)
+    if m < 1:
+        raise ValueError(f"micro_batches must be at least 1, got {micro_batches}")
+    if flushes < 1:
+        raise ValueError(f"flushes must be at least 1, got {flushes}")
+    assignment = tuple(int(a) for a in assignment)
+    if len(assignment) != len(chain):
+        raise ValueError(f"the assignment has {len(assignment)} entries for a chain of {len(chain)} layers")
+    for l, d in enumerate(assignment):
+        if not 0 <= d < platform.devices:
+            raise ValueError(f"layer {l} is on device {d}, not in 0..{platform.devices - 1}")
+    runs = stages_of(assignment)
+    S = len(runs)
+    costs = [chain.stage_costs(a, b, platform) for a, b in runs]
+    F = [x.forward for x in costs]
+    B = [x.backward for x in costs]
+    c = [x.comm for x in costs]
+    dev = [assignment[a] for a, _ in runs]
+    orders = [_flush_order(kind, S, s, m) for s in range(S)]
+    total = m * flushes
+    fs = np.full((S, total), np.nan)
+    fe = np.full((S, total), np.nan)
+    bs = np.full((S, total), np.nan)
+    be = np.full((S, total), np.nan)
+    rows: list[tuple[int, int, str, int, float, float]] = []
+    t_flush = 0.0
+    for fl in range(flushes):
+        ptr = [0] * S
+        stage_free = [t_flush] * S
+        dev_free = [t_flush] * platform.devices
+        remaining = sum(len(o) for o in orders)
+        base = fl * m
+        while remaining:
+            best = None
+            for s in range(S):
+                if ptr[s] >= len(orders[s]):
+                    continue
+                k, j = orders[s][ptr[s]]
+                i = base + j
+                if k == "F":
+                    if s > 0:
+                        if math.isnan(fe[s - 1, i]):
+                            continue
+                        ready = fe[s - 1, i] + c[s - 1]
+                    else:
+                        ready = t_flush
+                else:
+                    if s < S - 1:
+                        if math.isnan(be[s + 1, i]):
+                            continue
+                        ready = be[s + 1, i] + c[s]
+                    else:
+                        if math.isnan(fe[s, i]):
+                            continue
+                        ready = fe[s, i]
+                ln = F[s] if k == "F" else B[s]
+                t = max(ready, stage_free[s], dev_free[dev[s]] if ln > 0 else ready)
+                if best is None or t < best[0]:
+                    best = (t, s, k, i, ln)
+            if best is None:
+                raise RuntimeError(f"{kind} schedule deadlocked with {remaining} operations left")
+            t, s, k, i, ln = best
+            e = t + ln
+            if k == "F":
+                fs[s, i], fe[s, i] = t, e
+            else:
+                bs[s, i], be[s, i] = t, e
+            stage_free[s] = e
+            if ln > 0:
+                dev_free[dev[s]] = e
+            rows.append((dev[s], s, k, i, t, e))
+            if k == "F" and s < S - 1 and c[s] > 0 and dev[s] != dev[s + 1]:
+                rows.append((dev[s], s, "send", i, e, e + c[s]))
+            if k == "B" and s > 0 and c[s - 1] > 0 and dev[s] != dev[s - 1]:
+                rows.append((dev[s], s, "send", i, e, e + c[s - 1]))
+            ptr[s] += 1
+            remaining -= 1
+        t_flush = float(max(r[5] for r in rows))  # the flush: everything done (weights update)
+    cols: dict[str, list] = {k: [] for k in OP_COLUMNS}
+    for d, s, k, i, t, e in rows:
+        cols["device"].append(d); cols["stage"].append(s); cols["first"].append(runs[s][0])
+        cols["last"].append(runs[s][1]); cols["kind"].append(k); cols["batch"].append(i)
+        cols["start"].append(t); cols["end"].append(e)
+    ops = _ops_frame(cols)
+    makespan = t_flush
+    mem = _memory_frame(platform.devices, dev, [x.saved for x in costs], [x.weights for x in costs],
+                        platform.weight_factor, False, fs, be, 0.0, max(makespan, 1e-300))
+    return Trace(ops, mem, platform.devices, period=makespan / total if total else math.nan, source="simulated",
+                 meta={"schedule": kind, "micro_batches": m, "flushes": flushes, "makespan": makespan})
