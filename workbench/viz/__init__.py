@@ -7,6 +7,7 @@ figure, so each chart can be used on its own from a notebook.
 
 from .gantt import bar_durations, gantt, gantt_compare, lanes, steady_window
 from .compare import allocation_map, period_vs_bound, throughput_vs_memory
+from .explorer import Explorer, explore
 from .export import ChromiumNotFound, save_html, save_image
 from .memory import memory_bars, memory_split, memory_timeline
 
@@ -15,4 +16,5 @@ __all__ = [
     "memory_bars", "memory_split", "memory_timeline",
     "throughput_vs_memory", "period_vs_bound", "allocation_map",
     "save_html", "save_image", "ChromiumNotFound",
+    "Explorer", "explore",
 ]

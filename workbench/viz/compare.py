@@ -24,6 +24,7 @@ import plotly.graph_objects as go
 
 from ..chain import Chain
 from ..plan import Plan
+from .gantt import TEMPLATE
 from .memory import DEVICE_COLORS, byte_unit
 
 __all__ = ["throughput_vs_memory", "period_vs_bound", "allocation_map", "METHOD_COLORS"]
@@ -69,7 +70,7 @@ def throughput_vs_memory(df: pd.DataFrame, *, x: str = "memory", y: str = "throu
     if lower_bound:
         fig.add_hline(y=1.0 / lower_bound, line=dict(dash="dash", color="#555"),
                       annotation_text="1 / lower bound", annotation_position="bottom right")
-    fig.update_layout(template="plotly_white", height=380, title=title or "Throughput against memory limit",
+    fig.update_layout(template=TEMPLATE, height=380, title=title or "Throughput against memory limit",
                       xaxis_title=f"memory limit per device ({unit})", yaxis_title="throughput (mini-batches/s)",
                       margin=dict(l=60, r=20, t=60, b=45))
     fig.update_yaxes(rangemode="tozero")
@@ -99,7 +100,7 @@ def period_vs_bound(df: pd.DataFrame, *, period: str = "period", bound: str = "l
         hi = float(max(d["_b"].max(), d["_p"].max())) * 1.1
         fig.add_scatter(x=[lo, hi], y=[lo, hi], mode="lines", name="period = bound",
                         line=dict(color="#555", dash="dash"), hoverinfo="skip")
-    fig.update_layout(template="plotly_white", height=400, title=title or "Period against lower bound",
+    fig.update_layout(template=TEMPLATE, height=400, title=title or "Period against lower bound",
                       xaxis_title="lower bound (ms)", yaxis_title="period (ms)", margin=dict(l=60, r=20, t=60, b=45))
     fig.update_xaxes(type="log")
     fig.update_yaxes(type="log")
@@ -138,7 +139,7 @@ def allocation_map(plans: Plan | Sequence[Plan] | Mapping[str, Plan], chain: Cha
         text=text, hovertemplate="%{y}: %{text}<extra></extra>",
         colorbar=dict(title="device", tickvals=list(range(P)), ticktext=[f"GPU {p}" for p in range(P)]),
     ))
-    fig.update_layout(template="plotly_white", height=max(200, 110 + 45 * len(names)),
+    fig.update_layout(template=TEMPLATE, height=max(200, 110 + 45 * len(names)),
                       title=title or "Allocation: device of every layer", xaxis_title="layer",
                       margin=dict(l=100, r=20, t=50, b=45))
     fig.update_yaxes(autorange="reversed")

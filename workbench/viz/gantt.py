@@ -37,7 +37,7 @@ from ..trace import Trace
 
 __all__ = [
     "gantt", "gantt_compare", "lanes", "bar_durations", "steady_window", "KIND_COLORS", "KIND_NAMES",
-    "BATCH_COLORS",
+    "BATCH_COLORS", "TEMPLATE",
 ]
 
 #: colours by kind: forward and backward far apart (blue / orange, colour-blind safe)
@@ -49,6 +49,14 @@ BATCH_COLORS = [
     "#9C755F", "#BAB0AC", "#1F77B4", "#D62728",
 ]
 _MS = 1e3
+
+#: a light version of plotly's "plotly_white" (assigning the named template deep-copies it: slow for the explorer)
+TEMPLATE = go.layout.Template(layout=dict(
+    plot_bgcolor="white", paper_bgcolor="white", font=dict(color="#2a3f5f"),
+    xaxis=dict(gridcolor="#E5EAF2", linecolor="#C8D0DC", zeroline=False, automargin=True),
+    yaxis=dict(gridcolor="#E5EAF2", linecolor="#C8D0DC", zeroline=False, automargin=True),
+    hoverlabel=dict(align="left"), title=dict(x=0.02, font=dict(size=15)),
+))
 
 
 def _lane_of(row: pd.Series, links: bool, has_dst: str | None) -> str:
@@ -110,7 +118,11 @@ def _prepare(trace: Trace, show_links: bool, offset: float) -> pd.DataFrame:
     if not show_links:
         ops = ops[ops["kind"].isin(COMPUTE_KINDS)].copy()
     dst = _dst_column(ops)
-    ops["lane"] = [_lane_of(r, show_links, dst) for _, r in ops.iterrows()] if len(ops) else []
+    comp = ops["kind"].isin(COMPUTE_KINDS)
+    lane = "GPU " + ops["device"].astype(int).astype(str)
+    if (~comp).any():
+        lane = lane.where(comp, [_lane_of(r, show_links, dst) for _, r in ops.iterrows()])
+    ops["lane"] = lane
     ops["start_ms"] = (ops["start"].astype(float) - offset) * _MS
     ops["end_ms"] = (ops["end"].astype(float) - offset) * _MS
     ops["dur_ms"] = ops["end_ms"] - ops["start_ms"]
@@ -168,15 +180,18 @@ def _add_trace_bars(fig: go.Figure, ops: pd.DataFrame, color_by: str, row: int |
 
 def _decorate(fig: go.Figure, trace: Trace, offset: float, xref: str, yref: str, t_end_ms: float,
               period_lines: bool, steady_state: bool) -> None:
+    """Shade the steady state and draw the period boundaries (shapes added in one go: fast)."""
+    shapes: list[dict] = []
+    notes: list[dict] = []
     win = steady_window(trace)
     periodic = trace.meta.get("schedule", "periodic") == "periodic"
     if steady_state and win is not None:
-        fig.add_shape(type="rect", xref=xref, yref=f"{yref} domain", x0=(win[0] - offset) * _MS,
-                      x1=(win[1] - offset) * _MS, y0=0, y1=1, fillcolor="rgba(120,200,120,0.13)",
-                      line_width=0, layer="below")
-        fig.add_annotation(x=(win[0] - offset) * _MS, y=1, xref=xref, yref=f"{yref} domain",
-                           text="steady state", showarrow=False, xanchor="left", yanchor="bottom",
-                           font=dict(size=10, color="#3a7d3a"))
+        shapes.append(dict(type="rect", xref=xref, yref=f"{yref} domain", x0=(win[0] - offset) * _MS,
+                           x1=(win[1] - offset) * _MS, y0=0, y1=1, fillcolor="rgba(120,200,120,0.13)",
+                           line_width=0, layer="below"))
+        notes.append(dict(x=(win[0] - offset) * _MS, y=1, xref=xref, yref=f"{yref} domain",
+                          text="steady state", showarrow=False, xanchor="left", yanchor="bottom",
+                          font=dict(size=10, color="#3a7d3a")))
     T = trace.period
     if period_lines and periodic and T and math.isfinite(T) and T > 0 and len(trace.ops):
         t0 = win[0] if win is not None else float(trace.ops["start"].min())
@@ -185,16 +200,20 @@ def _decorate(fig: go.Figure, trace: Trace, offset: float, xref: str, yref: str,
         t = t0 - n_before * T
         count = 0
         while (t - offset) * _MS <= t_end_ms + 1e-9 and count < 400:
-            fig.add_shape(type="line", xref=xref, yref=f"{yref} domain", x0=(t - offset) * _MS,
-                          x1=(t - offset) * _MS, y0=0, y1=1, line=dict(color="rgba(60,60,60,0.45)",
-                                                                         width=1, dash="dot"))
+            shapes.append(dict(type="line", xref=xref, yref=f"{yref} domain", x0=(t - offset) * _MS,
+                               x1=(t - offset) * _MS, y0=0, y1=1,
+                               line=dict(color="rgba(60,60,60,0.45)", width=1, dash="dot")))
             t += T
             count += 1
+    if shapes:
+        fig.update_layout(shapes=list(fig.layout.shapes) + shapes)
+    if notes:
+        fig.update_layout(annotations=list(fig.layout.annotations) + notes)
 
 
 def _layout(fig: go.Figure, title: str | None, n_lanes: int, rows: int = 1) -> None:
     fig.update_layout(
-        barmode="overlay", title=title, bargap=0.25, template="plotly_white",
+        barmode="overlay", title=title, bargap=0.25, template=TEMPLATE,
         height=max(220, 70 + 48 * n_lanes) if rows == 1 else max(420, 120 + 48 * n_lanes),
         margin=dict(l=80, r=20, t=60 if title else 35, b=45),
         legend=dict(orientation="h", yanchor="bottom", y=1.02, xanchor="right", x=1),

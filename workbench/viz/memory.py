@@ -25,6 +25,8 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
+from .gantt import TEMPLATE
+
 from ..chain import Chain, Platform
 from ..plan import Plan, chain_for_plan
 from ..trace import Trace
@@ -105,7 +107,7 @@ def memory_bars(plan: Plan, chain: Chain, platform: Platform, *, title: str | No
                         mode="markers", name="plan's reported memory",
                         marker=dict(symbol="diamond", size=11, color="black"))
     _limit_line(fig, limit, scale, unit)
-    fig.update_layout(barmode="stack", template="plotly_white", height=340,
+    fig.update_layout(barmode="stack", template=TEMPLATE, height=340,
                       title=title or f"Memory per device ({plan.method or 'plan'}, weights {platform.weights})",
                       yaxis_title=f"memory ({unit})", margin=dict(l=60, r=20, t=60, b=40),
                       legend=dict(orientation="h", yanchor="bottom", y=1.0, xanchor="right", x=1))
@@ -148,7 +150,7 @@ def memory_timeline(trace: Trace, limit: float | None = None, *, split: bool = F
             fig.add_scatter(x=t, y=a, mode="lines", line_shape="hv", name=f"GPU {p} activations",
                             line=dict(color=color, width=1, dash="dot"), legendgroup=f"GPU {p}")
     _limit_line(fig, limit, scale, unit)
-    fig.update_layout(template="plotly_white", height=320, title=title or "Memory over time",
+    fig.update_layout(template=TEMPLATE, height=320, title=title or "Memory over time",
                       xaxis_title="time (ms)", yaxis_title=f"memory ({unit})", margin=dict(l=60, r=20, t=60, b=45),
                       legend=dict(orientation="h", yanchor="bottom", y=1.0, xanchor="right", x=1))
     fig.update_yaxes(rangemode="tozero")

@@ -1,0 +1,148 @@
+"""The explorer widget: controls re-plan, results are cached, figures follow the plan."""
+
+import math
+
+import ipywidgets as W
+import pytest
+
+from workbench.chain import Chain, Layer, Platform
+from workbench.planners import plan as real_plan
+from workbench.viz.explorer import Explorer, _periodic_trace, available_methods, explore, memory_range
+from workbench.viz.gantt import bar_durations, lanes
+
+GiB = 2**30
+
+
+def chain():
+    return Chain(tuple(Layer(f"l{i}", 0.001 * (1 + i % 3), 0.002 * (1 + i % 2), 0.25 * GiB, 0.05 * GiB)
+                       for i in range(10)), input_bytes=0.05 * GiB)
+
+
+class Counting:
+    def __init__(self):
+        self.calls = []
+
+    def __call__(self, ch, plat, method, **kw):
+        self.calls.append((method, plat.memory, kw))
+        return real_plan(ch, plat, method, **{k: v for k, v in kw.items() if k != "log"})
+
+
+def make(**kw):
+    counter = Counting()
+    ex = Explorer(chain=chain(), devices=3, display_figures=False, planner=counter, **kw)
+    return ex, counter
+
+
+def test_is_a_widget_with_addressable_controls():
+    ex, _ = make()
+    assert isinstance(ex, W.VBox)
+    for name in ("profile_dropdown", "devices_slider", "memory_slider", "bandwidth_slider", "weights_toggle",
+                 "allocation_toggle", "method_dropdown", "summary", "gantt_out", "memory_out", "log_out", "progress"):
+        assert isinstance(getattr(ex, name), W.Widget), name
+    assert ex.method_dropdown.value == "dp" and "dp" in ex.method_dropdown.options
+    assert available_methods()[0] == "dp"
+
+
+def test_memory_range_spans_least_to_unconstrained():
+    ex, _ = make()
+    lo, hi = memory_range(ex.chain, ex.platform(memory=math.inf))
+    assert ex.memory_slider.min == pytest.approx(math.ceil(lo / GiB * 100) / 100)
+    assert ex.memory_slider.max >= hi / GiB - 0.01
+    assert ex.memory_slider.min <= ex.memory_slider.value <= ex.memory_slider.max
+    # the least memory is enough for some plan
+    ex.memory_slider.value = ex.memory_slider.min
+    assert ex.plan.feasible
+
+
+def test_slider_replans_and_redraws():
+    ex, counter = make()
+    first = ex.plan
+    text = ex.summary_text
+    assert "period" in text and "status: optimal" in text
+    ex.memory_slider.value = ex.memory_slider.min
+    assert len(counter.calls) == 2
+    assert counter.calls[-1][1] == pytest.approx(ex.memory_slider.min * GiB)
+    assert ex.plan.period > first.period
+    assert ex.summary_text != text
+    # the figures follow the plan: one lane per device, one bar per F/B of the simulated trace
+    assert lanes(ex.gantt_figure) == ["GPU 0", "GPU 1", "GPU 2"]
+    comp = ex.trace.ops[ex.trace.ops["kind"].isin(["F", "B"])]
+    assert len(bar_durations(ex.gantt_figure)) == len(comp)
+    bars = [t for t in ex.memory_figure.data if t.type == "bar"]
+    assert list(bars[0].x) == ["GPU 0", "GPU 1", "GPU 2"]
+
+
+def test_cache_makes_going_back_free():
+    ex, counter = make()
+    v0 = ex.memory_slider.value
+    ex.memory_slider.value = ex.memory_slider.min
+    ex.memory_slider.value = v0
+    assert len(counter.calls) == 2
+    assert "cached" in ex.status_label.value
+
+
+def test_platform_controls_replan():
+    ex, counter = make()
+    ex.weights_toggle.value = "single"
+    assert counter.calls[-1][0] == "dp"
+    ex.devices_slider.value = 2
+    assert ex.plan.devices == 2 and lanes(ex.gantt_figure) == ["GPU 0", "GPU 1"]
+    ex.bandwidth_slider.value = 1.0
+    assert ex.platform().bandwidth == pytest.approx(1e9)
+    ex.method_dropdown.value = "pipedream" if "pipedream" in available_methods() else "dp"
+    assert ex.plan is not None
+
+
+def test_slow_method_streams_log_and_shows_progress():
+    seen = {}
+
+    def fake(ch, plat, method, **kw):
+        seen.update(kw)
+        kw["log"].write("Running HiGHS\n")
+        return real_plan(ch, plat, "dp")
+
+    ex = Explorer(chain=chain(), devices=3, display_figures=False, planner=fake)
+    ex.method_dropdown.options = list(ex.method_dropdown.options) + ["ilp"] if "ilp" not in ex.method_dropdown.options else ex.method_dropdown.options
+    ex.method_dropdown.value = "ilp"
+    assert "log" in seen and seen["time_limit"] == ex.time_limit
+    assert "Running HiGHS" in "".join(ex.log_text)
+    assert ex.progress.value == ex.progress.max and ex.progress.bar_style == "success"
+
+
+def test_infeasible_and_errors_are_shown():
+    def boom(ch, plat, method, **kw):
+        if method == "brute":
+            raise RuntimeError("solver exploded")
+        return real_plan(ch, plat, method, **kw)
+
+    ex = Explorer(chain=chain(), devices=3, display_figures=False, planner=boom)
+    ex.method_dropdown.options = ["dp", "brute"]
+    ex.method_dropdown.value = "brute"
+    assert ex.error and "solver exploded" in ex.summary.value
+    ex.method_dropdown.value = "dp"
+    ex._busy = True
+    ex.memory_slider.min = 0.01
+    ex.memory_slider.value = 0.01
+    ex._busy = False
+    ex.replan()
+    assert ex.plan.status == "infeasible" and ex.gantt_figure is None
+    assert "infeasible" in ex.summary_text
+
+
+def test_fallback_trace_matches_plan():
+    ch = chain()
+    plat = Platform(3, memory=4 * GiB)
+    p = real_plan(ch, plat, "dp")
+    tr = _periodic_trace(p, ch, plat, batches=5)
+    assert len(tr.ops) == 2 * 5 * len(p.stages)
+    assert tr.peak_memory().max() <= p.peak_memory * (1 + 1e-6)
+
+
+def test_explore_profile_by_name():
+    from workbench.profiles import available_profiles
+
+    names = available_profiles()
+    if not names:
+        pytest.skip("no profiles available")
+    ex = explore(display_figures=False)
+    assert ex.profile_dropdown.value in names and ex.plan is not None

@@ -1,0 +1,421 @@
+"""The explorer: an ipywidgets panel that re-plans as you move the controls.
+
+Pick a profile (bundled or PipeDream's peer profiles), the number of
+devices, the memory limit per device (a slider in GiB from the least memory
+any contiguous plan needs to the memory the unconstrained optimum uses),
+the bandwidth, the weight policy, the allocation and the method. Each
+change re-plans with :func:`workbench.planners.plan` (results cached on the
+inputs, so going back is instant), simulates a few periods and redraws the
+Gantt chart, the memory bars and the summary table. Slow methods (ILP,
+brute force) show a busy progress bar and stream the solver's log into the
+"solver log" area.
+
+Every control is an attribute (``.profile_dropdown``, ``.devices_slider``,
+``.memory_slider``, ``.bandwidth_slider``, ``.weights_toggle``,
+``.allocation_toggle``, ``.method_dropdown``) and so are the results
+(``.plan``, ``.trace``, ``.gantt_figure``, ``.memory_figure``,
+``.summary_text``), so tests and notebooks can drive it.
+
+>>> from workbench.chain import Chain, Layer
+>>> chain = Chain(tuple(Layer(f"l{i}", 0.001 * (1 + i % 3), 0.002, 2**28, 2**26) for i in range(8)),
+...               input_bytes=2**26)
+>>> ex = Explorer(chain=chain, devices=2, display_figures=False)
+>>> ex.plan.status
+'optimal'
+>>> ex.memory_slider.value = ex.memory_slider.min
+>>> ex.plan.period >= ex.plan.lower_bound
+True
+"""
+
+from __future__ import annotations
+
+import html
+import importlib.util
+import math
+import os
+import time
+from typing import Any, Callable
+
+import ipywidgets as W
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+from IPython.display import clear_output, display
+
+from ..chain import Chain, Platform
+from ..plan import Plan, chain_for_plan
+from ..planners import METHODS, plan as run_planner
+from ..trace import Trace
+from ..units import format_bytes
+from .gantt import gantt
+from .memory import memory_bars
+
+__all__ = ["Explorer", "explore", "available_methods", "memory_range", "trace_of", "quick"]
+
+GiB = 2**30
+SLOW_METHODS = {"ilp", "brute"}
+_PREFERRED_PROFILES = ("vgg16", "resnet50", "gpt-small", "pipedream/vgg16", "pipedream/resnet50")
+
+
+def quick() -> bool:
+    """True when ``$WORKBENCH_QUICK`` asks for quick settings (CI)."""
+    return os.environ.get("WORKBENCH_QUICK", "") not in ("", "0", "false", "no")
+
+
+def available_methods() -> list[str]:
+    """Planner names whose module is present, the DP first."""
+    out = []
+    for name, target in METHODS.items():
+        mod = target.split(":")[0]
+        try:
+            if importlib.util.find_spec(mod) is not None:
+                out.append(name)
+        except ModuleNotFoundError:
+            pass
+    return sorted(out, key=lambda m: (m != "dp", m))
+
+
+def memory_range(chain: Chain, platform: Platform) -> tuple[float, float]:
+    """``(lo, hi)`` bytes: the least memory of any contiguous plan, and what the unconstrained optimum uses.
+
+    Below ``lo`` no contiguous plan fits; above ``hi`` more memory does not help the DP.
+    """
+    P = platform.devices
+    A, W = chain.saved_array, chain.weights
+    try:
+        from ..planners.dp import least_memory
+
+        lo = float(least_memory(chain, platform)[0])
+    except Exception:  # noqa: BLE001 - planner missing or failing: a safe bound
+        lo = float((A + platform.weight_factor * W).sum() / P)
+    try:
+        free = run_planner(chain, platform.with_(memory=math.inf), "dp")
+        hi = float(free.peak_memory) if free.feasible else 0.0
+    except Exception:  # noqa: BLE001
+        hi = 0.0
+    if not hi or hi <= lo:
+        hi = float(sum(P * A + (platform.weight_factor + (P - 1 if platform.stash else 0)) * W))
+    return lo, max(hi * 1.05, lo * 1.5)
+
+
+def _periodic_trace(plan: Plan, chain: Chain, platform: Platform, batches: int) -> Trace:
+    """Ops of a periodic plan (mini-batch i runs i*T later) and its memory steps; used without simulate."""
+    chain = chain_for_plan(plan, chain)
+    rows, mem = [], []
+    T = plan.period
+    for si, s in enumerate(plan.stages):
+        c = chain.stage_costs(s.first, s.last)
+        for i in range(batches):
+            f0, b0 = s.fwd_start + i * T, s.bwd_start + i * T
+            rows.append((s.device, si, s.first, s.last, "F", i, f0, f0 + c.forward))
+            rows.append((s.device, si, s.first, s.last, "B", i, b0, b0 + c.backward))
+            mem.append((s.device, f0, c.saved))
+            mem.append((s.device, b0 + c.backward, -c.saved))
+    ops = pd.DataFrame(rows, columns=["device", "stage", "first", "last", "kind", "batch", "start", "end"])
+    ev = pd.DataFrame(mem, columns=["device", "time", "delta"]).sort_values(["device", "time"], kind="stable")
+    weights = np.zeros(plan.devices)
+    for s in plan.stages:
+        weights[s.device] += platform.weight_factor * chain.stage_costs(s.first, s.last).weights
+    out = []
+    for p in range(plan.devices):
+        e = ev[ev["device"] == p].groupby("time", sort=True)["delta"].sum()
+        act = e.cumsum()
+        out += [(p, 0.0, 0.0, weights[p], weights[p])] if not len(e) or e.index[0] > 0 else []
+        out += [(p, float(t), float(a), weights[p], float(a) + weights[p]) for t, a in act.items()]
+    memf = pd.DataFrame(out, columns=["device", "time", "activations", "weights", "total"])
+    return Trace(ops, memf, plan.devices, period=T, source="simulated", meta={"schedule": plan.schedule})
+
+
+def trace_of(plan: Plan, chain: Chain, platform: Platform, batches: int | None = None) -> Trace:
+    """Simulate ``plan`` for a few mini-batches (``workbench.simulate`` when present).
+
+    Periodic plans default to enough mini-batches to show the steady state;
+    flushed schedules (GPipe, 1F1B) run their ``micro_batches``.
+    """
+    if batches is None:
+        batches = max(8, 2 * len(plan.stages) + 4)
+    try:
+        from .. import simulate as sim
+    except ImportError:
+        sim = None
+    if plan.schedule in ("gpipe", "1f1b"):
+        if sim is None:
+            raise RuntimeError("flushed schedules need workbench.simulate")
+        if hasattr(sim, "simulate_flushed"):
+            return sim.simulate_flushed(chain_for_plan(plan, chain), platform, plan.assignment,
+                                        plan.micro_batches or batches, plan.schedule)
+        return sim.simulate(plan, chain, platform, batches=batches)
+    if sim is not None and hasattr(sim, "simulate"):
+        return sim.simulate(plan, chain, platform, batches=batches)
+    return _periodic_trace(plan, chain, platform, batches)
+
+
+def _summary_html(plan: Plan, chain: Chain, platform: Platform) -> str:
+    rows: list[tuple[str, str]] = [("method", f"{plan.method} ({plan.allocation}, {plan.schedule})"),
+                                   ("status", plan.status)]
+    if plan.feasible:
+        rows += [
+            ("period", f"{plan.period * 1e3:.3f} ms"),
+            ("throughput", f"{plan.throughput:.2f} mini-batches/s"),
+            ("lower bound", f"{plan.lower_bound * 1e3:.3f} ms (ratio {plan.ratio_to_bound():.3f})"),
+            ("stages", ", ".join(f"{s.first}–{s.last}→GPU{s.device} (k={s.in_flight})" for s in plan.stages)),
+            ("peak memory", f"{format_bytes(plan.peak_memory)} of {format_bytes(plan.memory_limit)}"),
+        ]
+        if plan.gap:
+            rows.append(("gap", f"{plan.gap:.2%}"))
+    rows.append(("solve time", f"{plan.solve_seconds:.3f} s"))
+    for n in plan.notes:
+        rows.append(("note", n))
+    body = "".join(f"<tr><th style='text-align:left;padding-right:1em'>{html.escape(k)}</th>"
+                   f"<td style='text-align:left'>{html.escape(v)}</td></tr>" for k, v in rows)
+    return f"<table class='wb-summary'>{body}</table>"
+
+
+class _OutputWriter:
+    """A file-like object appending text to an Output widget (for the solver log)."""
+
+    def __init__(self, out: W.Output, sink: list[str]):
+        self.out, self.sink = out, sink
+
+    def write(self, text: str) -> int:
+        if text:
+            self.sink.append(text)
+            self.out.append_stdout(text)
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+
+class Explorer(W.VBox):
+    """The explorer panel (an ipywidgets ``VBox``); see the module docstring.
+
+    Pass ``profile`` (a name from :func:`~workbench.profiles.available_profiles`)
+    or ``chain`` (a :class:`~workbench.chain.Chain`); ``memory`` in bytes or a
+    size string (default: 60% of the slider range); ``bandwidth`` as bytes/s
+    or ``"12GB/s"``. ``display_figures=False`` computes the figures without
+    displaying them (tests).
+    """
+
+    def __init__(self, profile: str | None = None, *, chain: Chain | None = None, devices: int = 4,
+                 memory: float | str | None = None, bandwidth: float | str = "12GB/s", weights: str = "stash",
+                 weight_factor: float = 1.0, method: str = "dp", allocation: str = "contiguous",
+                 time_limit: float | None = None, batches: int | None = None, color_by: str = "kind",
+                 display_figures: bool = True, planner: Callable[..., Plan] | None = None):
+        from ..profiles import available_profiles, load_profile
+
+        self._load_profile = load_profile
+        self._planner = planner or run_planner
+        self._display = display_figures
+        self._cache: dict[tuple, tuple[Plan, Trace | None]] = {}
+        self._chains: dict[str, Chain] = {}
+        self._busy = False
+        self.time_limit = time_limit if time_limit is not None else (5.0 if quick() else 30.0)
+        self.batches, self.color_by, self.weight_factor = batches, color_by, float(weight_factor)
+        self.plan: Plan | None = None
+        self.trace: Trace | None = None
+        self.gantt_figure: go.Figure | None = None
+        self.memory_figure: go.Figure | None = None
+        self.error: str | None = None
+        self.replans = 0
+        self.log_text: list[str] = []
+
+        names = list(available_profiles())
+        if chain is not None:
+            label = profile or chain.name or "custom chain"
+            self._chains[label] = chain
+            names = [label] + [n for n in names if n != label]
+            profile = label
+        if profile is None:
+            profile = next((p for p in _PREFERRED_PROFILES if p in names), names[0] if names else None)
+        if profile is None:
+            raise ValueError("no profiles found: pass chain= or add CSV profiles to data/profiles")
+        if profile not in names:
+            names = [profile] + names
+
+        style = {"description_width": "110px"}
+        lay = W.Layout(width="420px")
+        self.profile_dropdown = W.Dropdown(options=names, value=profile, description="profile", style=style, layout=lay)
+        self.devices_slider = W.IntSlider(value=devices, min=1, max=max(16, devices), description="devices",
+                                          style=style, layout=lay, continuous_update=False)
+        bw = Platform(1, bandwidth=bandwidth).bandwidth
+        bw_gb = bw / 1e9 if math.isfinite(bw) else 1000.0
+        self.bandwidth_slider = W.FloatLogSlider(value=bw_gb, base=10, min=-1, max=3, step=0.05,
+                                                 description="bandwidth GB/s", style=style, layout=lay,
+                                                 readout_format=".3g", continuous_update=False)
+        self.memory_slider = W.FloatSlider(value=1.0, min=0.0, max=2.0, step=0.01, description="memory GiB",
+                                           style=style, layout=lay, readout_format=".2f", continuous_update=False)
+        self.weights_toggle = W.ToggleButtons(options=["stash", "single"], value=weights, description="weights",
+                                              style={**style, "button_width": "80px"})
+        self.allocation_toggle = W.ToggleButtons(options=["contiguous", "general"], value=allocation,
+                                                 description="allocation", style={**style, "button_width": "90px"})
+        methods = available_methods()
+        if method not in methods:
+            methods = [method] + methods
+        self.method_dropdown = W.Dropdown(options=methods, value=method, description="method", style=style, layout=lay)
+        self.progress = W.IntProgress(value=0, min=0, max=1, description="", bar_style="",
+                                      layout=W.Layout(width="200px", visibility="hidden"))
+        self.status_label = W.HTML(value="")
+        self.summary = W.HTML(value="")
+        self.gantt_out = W.Output(layout=W.Layout(min_height="260px"))
+        self.memory_out = W.Output(layout=W.Layout(min_height="300px"))
+        self.log_out = W.Output(layout=W.Layout(max_height="180px", overflow="auto", border="1px solid #ddd"))
+        self.log_accordion = W.Accordion(children=[self.log_out], titles=("solver log",))
+        self.log_accordion.selected_index = None
+
+        controls = W.VBox([self.profile_dropdown, self.devices_slider, self.memory_slider, self.bandwidth_slider,
+                           self.weights_toggle, self.allocation_toggle, self.method_dropdown,
+                           W.HBox([self.progress, self.status_label])],
+                          layout=W.Layout(width="450px"))
+        top = W.HBox([controls, W.VBox([self.summary], layout=W.Layout(flex="1", padding="0 0 0 1em"))])
+        super().__init__([top, self.gantt_out, self.memory_out, self.log_accordion])
+        self.add_class("wb-explorer")
+
+        self._reset_memory_range(memory)
+        for w in (self.profile_dropdown, self.devices_slider, self.bandwidth_slider, self.weights_toggle):
+            w.observe(self._on_platform_change, names="value")
+        for w in (self.memory_slider, self.allocation_toggle, self.method_dropdown):
+            w.observe(self._on_change, names="value")
+        self.replan()
+
+    # ----- inputs --------------------------------------------------------
+    @property
+    def chain(self) -> Chain:
+        name = self.profile_dropdown.value
+        if name not in self._chains:
+            self._chains[name] = self._load_profile(name)
+        return self._chains[name]
+
+    def platform(self, memory: float | None = None) -> Platform:
+        mem = self.memory_slider.value * GiB if memory is None else memory
+        return Platform(self.devices_slider.value, memory=mem, bandwidth=self.bandwidth_slider.value * 1e9,
+                        weight_factor=self.weight_factor, weights=self.weights_toggle.value)
+
+    def _reset_memory_range(self, memory: float | str | None = None) -> None:
+        lo, hi = memory_range(self.chain, self.platform(memory=math.inf))
+        lo_g, hi_g = math.ceil(lo / GiB * 100) / 100, math.ceil(hi / GiB * 100) / 100
+        if hi_g <= lo_g:
+            hi_g = lo_g + 0.1
+        step = max(0.01, round((hi_g - lo_g) / 200, 2))
+        if memory is not None:
+            want = Platform(1, memory=memory).memory / GiB
+        else:
+            old = self.memory_slider.value
+            want = old if lo_g <= old <= hi_g and self.replans else lo_g + 0.6 * (hi_g - lo_g)
+        self._busy = True
+        try:
+            s = self.memory_slider
+            # widen first so that min/max can be set in any order
+            s.max = max(s.max, hi_g, want)
+            s.min = min(s.min, lo_g, want)
+            s.step = step
+            s.value = min(max(want, lo_g), max(hi_g, want))
+            s.min, s.max = min(lo_g, s.value), max(hi_g, s.value)
+        finally:
+            self._busy = False
+
+    def key(self) -> tuple:
+        return (self.profile_dropdown.value, self.devices_slider.value, round(self.memory_slider.value, 6),
+                round(self.bandwidth_slider.value, 6), self.weights_toggle.value, self.weight_factor,
+                self.method_dropdown.value, self.allocation_toggle.value)
+
+    # ----- events --------------------------------------------------------
+    def _on_platform_change(self, change: Any) -> None:
+        if self._busy:
+            return
+        self._reset_memory_range()
+        self.replan()
+
+    def _on_change(self, change: Any) -> None:
+        if self._busy:
+            return
+        self.replan()
+
+    # ----- work ----------------------------------------------------------
+    def replan(self) -> Plan | None:
+        """Plan (or fetch from the cache) for the current controls, then redraw."""
+        key = self.key()
+        method = self.method_dropdown.value
+        chain, platform = self.chain, self.platform()
+        self.error = None
+        if key in self._cache:
+            result, trace = self._cache[key]
+            self.status_label.value = f"<i>{method}: cached</i>"
+        else:
+            slow = method in SLOW_METHODS
+            if slow:
+                self.progress.layout.visibility = "visible"
+                self.progress.bar_style = "info"
+                self.progress.max, self.progress.value = 1, 0
+                self.status_label.value = f"<b>solving with {html.escape(method)}…</b> (up to {self.time_limit:.0f} s)"
+                self.log_out.clear_output()
+                self.log_accordion.selected_index = 0
+            opts: dict[str, Any] = {}
+            if slow:
+                opts["log"] = _OutputWriter(self.log_out, self.log_text)
+            t0 = time.perf_counter()
+            try:
+                result = self._planner(chain, platform, method, allocation=self.allocation_toggle.value,
+                                       time_limit=self.time_limit, **opts)
+            except Exception as e:  # noqa: BLE001 - show any planner failure in the panel
+                self.error = f"{type(e).__name__}: {e}"
+                self.status_label.value = f"<span style='color:#b00'>{html.escape(self.error)}</span>"
+                self.progress.layout.visibility = "hidden"
+                self.summary.value = f"<pre>{html.escape(self.error)}</pre>"
+                return None
+            finally:
+                if slow:
+                    self.progress.value = 1
+                    self.progress.bar_style = "success"
+            trace = None
+            if result.feasible:
+                try:
+                    trace = trace_of(result, chain, platform, self.batches)
+                except Exception as e:  # noqa: BLE001
+                    self.error = f"simulation failed: {type(e).__name__}: {e}"
+            self._cache[key] = (result, trace)
+            self.status_label.value = f"<i>{html.escape(method)}: {time.perf_counter() - t0:.2f} s</i>"
+            if slow:
+                self.progress.layout.visibility = "hidden"
+        self.replans += 1
+        self.plan, self.trace = result, trace
+        self._redraw(chain, platform)
+        return result
+
+    @property
+    def summary_text(self) -> str:
+        """The summary table as plain text (one ``key: value`` line per row)."""
+        import re
+
+        text = re.sub(r"</td></tr>", "\n", self.summary.value)
+        text = re.sub(r"</th>", ": ", text)
+        return html.unescape(re.sub(r"<[^>]+>", "", text)).strip()
+
+    def _redraw(self, chain: Chain, platform: Platform) -> None:
+        p = self.plan
+        assert p is not None
+        self.summary.value = _summary_html(p, chain, platform)
+        if p.feasible and self.trace is not None:
+            title = (f"{self.profile_dropdown.value}: {p.method}, period {p.period * 1e3:.2f} ms, "
+                     f"{p.throughput:.1f} mini-batches/s")
+            self.gantt_figure = gantt(self.trace, color_by=self.color_by, title=title)
+            self.memory_figure = memory_bars(p, chain, platform)
+        else:
+            self.gantt_figure = self.memory_figure = None
+        if not self._display:
+            return
+        with self.gantt_out:
+            clear_output(wait=True)
+            if self.gantt_figure is not None:
+                display(self.gantt_figure)
+            else:
+                display(W.HTML(f"<p style='color:#b00'>no plan: {html.escape('; '.join(p.notes) or p.status)}</p>"))
+        with self.memory_out:
+            clear_output(wait=True)
+            if self.memory_figure is not None:
+                display(self.memory_figure)
+
+
+def explore(profile: str | None = None, **kw: Any) -> Explorer:
+    """Build the explorer widget (see :class:`Explorer`); display it by leaving it last in a cell."""
+    return Explorer(profile, **kw)
