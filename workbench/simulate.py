@@ -5,7 +5,8 @@ start times + i*T. The run is event-driven: operations are taken in the
 order of their planned start, and each starts at the latest of its planned
 time, the end of what it depends on (the previous stage's forward plus the
 transfer, the next stage's backward plus the transfer, the turn-around at
-the last stage) and the moment its device is free. A valid plan runs
+the last stage) and the moment its device is free (lateness below 1e-7 T,
+float noise the checker forgives, is ignored). A valid plan runs
 exactly as planned (``trace.meta["max_delay"] == 0``); an invalid one
 shows where it slips. Transfers are ``send`` operations on the sending
 device's lane, of length c_s, starting when the producing operation ends;
@@ -118,9 +119,7 @@ def _memory_frame(devices: int, stage_dev: Sequence[int], A: Sequence[float], W:
                 counts[s] -= 1
                 act -= A[s]
             if e + 1 == m or tl[e + 1] > tl[e] + tol:
-                if tl[e] <= out_t[-1] + tol and len(out_t) > 1:
-                    out_a[-1], out_w[-1] = act, base_w + extra
-                elif tl[e] <= out_t[-1] + tol:
+                if tl[e] <= out_t[-1] + tol:  # same instant as the last row: it holds the final state
                     out_a[-1], out_w[-1] = act, base_w + extra
                 else:
                     out_t.append(tl[e]); out_a.append(act); out_w.append(base_w + extra)
@@ -180,17 +179,18 @@ def simulate(plan: Plan, chain: Chain, platform: Platform, batches: int = 20) ->
     end_l = [0.0] * (N * 2 * S)
     start_l = [0.0] * (N * 2 * S)
     twoS = 2 * S
+    slack = 1e-7 * T  # float noise within the checker's tolerance is not a delay
     for idx in order.tolist():
         j = idx % twoS
         t = pl[idx]
         if j > 0:
             dep = end_l[idx - 1] + wait[j]
-            if dep > t:
+            if dep > t + slack:
                 t = dep
         d = dev[stage_of[j]]
         ln = length[j]
         if ln > 0:
-            if free[d] > t:
+            if free[d] > t + slack:
                 t = free[d]
             free[d] = t + ln
         start_l[idx] = t

@@ -1,0 +1,187 @@
+"""The simulator: periods and memory on the trace against the plan and the textbook formulas."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import numpy as np
+import pytest
+
+from workbench.chain import Chain, Layer, Platform
+from workbench.check import check
+from workbench.plan import make_plan, stages_of
+from workbench.schedule import Scheduler, best_schedule, build_schedule, least_memory
+from workbench.simulate import simulate, simulate_flushed
+from workbench.trace import MEMORY_COLUMNS, OP_COLUMNS
+
+
+def _chain(rng: random.Random, L: int) -> Chain:
+    return Chain(tuple(Layer(f"l{i}", rng.uniform(0.5, 3.0), rng.uniform(0.5, 5.0), rng.randint(1, 50),
+                             rng.randint(1, 20), rng.choice([None, rng.randint(1, 30)])) for i in range(L)),
+                 input_bytes=rng.randint(1, 20))
+
+
+def _contiguous(rng: random.Random, L: int, P: int) -> list[int]:
+    S = rng.randint(1, min(L, P))
+    cuts = set(rng.sample(range(1, L), S - 1))
+    devs = rng.sample(range(P), S)
+    out, s = [], 0
+    for l in range(L):
+        s += l in cuts
+        out.append(devs[s])
+    return out
+
+
+def _rule7_per_device(plan, chain, plat) -> np.ndarray:
+    return np.array(plan.memory)
+
+
+def _plans(seed: int):
+    """A random valid plan (contiguous or general, at a random period or the best one) and its instance."""
+    rng = random.Random(seed)
+    L, P = rng.randint(2, 8), rng.randint(2, 4)
+    chain = _chain(rng, L)
+    general = seed % 2 == 1
+    assign = [rng.randrange(P) for _ in range(L)] if general else _contiguous(rng, L, P)
+    plat = Platform(P, bandwidth=rng.choice([math.inf, 4.0, 20.0]), weights=rng.choice(["stash", "single"]),
+                    weight_factor=rng.choice([1.0, 4.0]))
+    sch = Scheduler(chain, plat, assign)
+    if rng.random() < 0.5:
+        plan = build_schedule(chain, plat, assign, sch.min_period * rng.uniform(1.0, 2.0))
+    else:
+        lim = max(least_memory(chain, plat, assign)) * rng.uniform(1.0, 1.6)
+        plat = plat.with_(memory=lim)
+        plan = best_schedule(chain, plat, assign)
+    assert check(plan, chain, plat) == []
+    return chain, plat, plan
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_periodic_trace_runs_as_planned(seed):
+    chain, plat, plan = _plans(seed)
+    N = 25
+    trace = simulate(plan, chain, plat, batches=N)
+    assert list(trace.ops.columns) == OP_COLUMNS and list(trace.memory.columns) == MEMORY_COLUMNS
+    assert trace.meta["max_delay"] == pytest.approx(0.0, abs=1e-9 * plan.period)
+    # steady period measured on the trace = the plan's period
+    assert trace.steady_period() == pytest.approx(plan.period, rel=1e-9)
+    # every stage's forward and backward of batch i at the plan's start + i*T
+    ops = trace.ops
+    for s, st in enumerate(plan.stages):
+        for kind, t0 in (("F", st.fwd_start), ("B", st.bwd_start)):
+            sel = ops[(ops.stage == s) & (ops.kind == kind)].sort_values("batch")
+            assert sel["batch"].tolist() == list(range(N))
+            assert np.allclose(sel["start"].to_numpy(), t0 + plan.period * np.arange(N))
+            assert (sel["device"] == st.device).all()
+    # the trace's peak memory: equal to rule 7 on one-stage devices, never above it
+    peak = trace.peak_memory()
+    per_dev = {}
+    for st in plan.stages:
+        per_dev[st.device] = per_dev.get(st.device, 0) + 1
+    for p in range(plat.devices):
+        assert peak[p] <= plan.memory[p] * (1 + 1e-9)
+        if per_dev.get(p) == 1:
+            assert peak[p] == pytest.approx(plan.memory[p], rel=1e-9)
+
+
+def test_no_two_operations_of_a_device_overlap_on_the_trace():
+    for seed in range(10):
+        chain, plat, plan = _plans(seed)
+        ops = simulate(plan, chain, plat, batches=15).ops
+        comp = ops[ops.kind.isin(["F", "B"]) & (ops.end > ops.start)]
+        for _, g in comp.groupby("device"):
+            g = g.sort_values("start")
+            assert (g["start"].to_numpy()[1:] >= g["end"].to_numpy()[:-1] - 1e-9 * plan.period).all()
+
+
+def test_memory_rows_are_a_step_function_with_stashed_versions():
+    # The hand instance of tests/test_check.py: k = 3, 2, 1; A = 20, W = 200 per stage.
+    chain = Chain(tuple(Layer(f"l{i}", 1e-3, 2e-3, 100, 10) for i in range(6)), input_bytes=10)
+    plat = Platform(3, memory=1000, bandwidth=20000)
+    plan = build_schedule(chain, plat, [0, 0, 1, 1, 2, 2], 8e-3)
+    trace = simulate(plan, chain, plat, batches=12)
+    mem = trace.memory
+    assert np.allclose(mem["total"], mem["activations"] + mem["weights"])
+    for p, g in mem.groupby("device"):
+        assert (np.diff(g["time"].to_numpy()) > 0).all()
+        assert g["activations"].iloc[-1] == 0  # drained
+    d0 = mem[mem.device == 0]
+    assert d0["activations"].max() == 60 and d0["weights"].max() == 200 + 2 * 200
+    assert d0["weights"].min() == 200
+    single = simulate(plan, chain, plat.with_(weights="single"), batches=12)
+    assert single.peak_memory().tolist() == [260, 240, 220]
+    sends = trace.ops[trace.ops.kind == "send"]
+    assert len(sends) == 12 * 4 and np.allclose(sends["end"] - sends["start"], 0.5e-3)
+
+
+def test_an_invalid_plan_slips_on_the_trace():
+    chain = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 1, 1) for i in range(4)))
+    plat = Platform(2)
+    # backward of stage 0 overlaps its forward modulo T = 6
+    plan = make_plan(chain, plat, 6.0, [0, 0, 1, 1], [0.0, 2.0], [7.0, 4.0])
+    assert any(v.rule == 5 for v in check(plan, chain, plat))
+    trace = simulate(plan, chain, plat, batches=10)
+    assert trace.meta["max_delay"] > 0
+
+
+def _uniform_chain(S: int, F: float, B: float, A: float) -> Chain:
+    return Chain(tuple(Layer(f"l{i}", F, B, 10, A) for i in range(S)), input_bytes=A)
+
+
+@pytest.mark.parametrize("m", [1, 2, 4, 7])
+@pytest.mark.parametrize("S", [1, 2, 4])
+def test_flushed_textbook_activations_and_makespan(m, S):
+    chain = _uniform_chain(S, 1.0, 2.0, 3.0)
+    plat = Platform(S)
+    assign = list(range(S))
+    g = simulate_flushed(chain, plat, assign, m, kind="gpipe")
+    o = simulate_flushed(chain, plat, assign, m, kind="1f1b")
+    for s in range(S):
+        acts_g = g.memory[g.memory.device == s]["activations"].max()
+        acts_o = o.memory[o.memory.device == s]["activations"].max()
+        assert acts_g == pytest.approx(m * 3.0)
+        assert acts_o == pytest.approx(min(m, S - s) * 3.0)
+    # both run (m + S - 1) forwards and backwards slots on identical stages
+    assert g.makespan == pytest.approx((m + S - 1) * 3.0)
+    assert o.makespan == pytest.approx((m + S - 1) * 3.0)
+    assert g.period == pytest.approx(g.makespan / m)
+    assert g.peak_memory()[0] == pytest.approx(m * 3.0 + 10)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_flushed_random_stages_hold_the_textbook_counts(seed):
+    rng = random.Random(seed)
+    L, P = rng.randint(2, 8), rng.randint(2, 4)
+    chain = _chain(rng, L)
+    assign = _contiguous(rng, L, P)
+    plat = Platform(P, bandwidth=rng.choice([math.inf, 5.0]), weight_factor=2.0)
+    runs = stages_of(assign)
+    S = len(runs)
+    m = rng.randint(1, 6)
+    for kind in ("gpipe", "1f1b"):
+        t = simulate_flushed(chain, plat, assign, m, kind=kind, flushes=2)
+        assert sorted(t.ops[t.ops.kind == "F"]["batch"].unique()) == list(range(2 * m))
+        assert t.period == pytest.approx(t.makespan / (2 * m))
+        for s, (a, b) in enumerate(runs):
+            c = chain.stage_costs(a, b)
+            n = m if kind == "gpipe" else min(m, S - s)
+            p = assign[a]
+            assert t.peak_memory()[p] == pytest.approx(n * c.saved + 2.0 * c.weights)
+        # dependencies hold: stage s+1's forward of j starts after stage s's forward of j plus the transfer
+        ops = t.ops
+        for s in range(S - 1):
+            cs = chain.stage_costs(*runs[s], plat).comm
+            f0 = ops[(ops.stage == s) & (ops.kind == "F")].set_index("batch")["end"]
+            f1 = ops[(ops.stage == s + 1) & (ops.kind == "F")].set_index("batch")["start"]
+            assert (f1 >= f0 + cs - 1e-9).all()
+
+
+def test_simulate_dispatches_flushed_plans():
+    chain = _uniform_chain(3, 1.0, 2.0, 3.0)
+    plat = Platform(3)
+    plan = make_plan(chain, plat, 4.5, [0, 1, 2], [0, 0, 0], [0, 0, 0]).with_(schedule="1f1b", micro_batches=4)
+    t = simulate(plan, chain, plat, batches=8)
+    assert t.meta["flushes"] == 2 and t.meta["schedule"] == "1f1b"
+    with pytest.raises(ValueError, match="micro_batches"):
+        simulate(plan.with_(micro_batches=None), chain, plat)
