@@ -76,11 +76,11 @@ _STRICT = 1e-12  # the builder's own rounding: only float noise, so the search f
 
 
 def _ceil(x: float) -> int:
-    """ceil(x), forgiving float noise only (the checker forgives REL_TOL; plans record its count)."""
-    r = round(x)
-    if abs(x - r) <= _STRICT * max(1.0, abs(x)):
-        return int(r)
-    return int(math.ceil(x))
+    """ceil(x) for x >= 0, forgiving float noise only (the checker forgives REL_TOL; plans record its count)."""
+    k = int(x)
+    if x - k > _STRICT * (x if x > 1.0 else 1.0):
+        k += 1
+    return k
 
 
 class Scheduler:
@@ -104,14 +104,18 @@ class Scheduler:
             if not 0 <= d < P:
                 raise ValueError(f"layer {l} ({chain[l].name}) is on device {d}, not in 0..{P - 1}")
         self.chain, self.platform, self.assignment = chain, platform, assignment
-        self.runs = stages_of(assignment)
-        costs = [chain.stage_costs(a, b, platform) for a, b in self.runs]
-        self.F = [c.forward for c in costs]
-        self.B = [c.backward for c in costs]
-        self.A = [c.saved for c in costs]
-        self.W = [c.weights for c in costs]
-        self.c = [c.comm for c in costs]  # after each stage; 0 after the last
-        self.dev = [assignment[a] for a, _ in self.runs]
+        self.runs = runs = stages_of(assignment)
+        # the sums of Chain.stage_costs, bit for bit, without building a StageCosts per stage
+        pre = chain._prefix
+        pf, pb, pa, pw = pre["f"], pre["b"], pre["a"], pre["w"]
+        last_layer = len(chain) - 1
+        self.F = [float(pf[b + 1] - pf[a]) for a, b in runs]
+        self.B = [float(pb[b + 1] - pb[a]) for a, b in runs]
+        self.A = [float(pa[b + 1] - pa[a]) for a, b in runs]
+        self.W = [float(pw[b + 1] - pw[a]) for a, b in runs]
+        # boundary cost after each stage; 0 after the last
+        self.c = [platform.comm_time(chain.cut(b)) if b < last_layer else 0.0 for _, b in runs]
+        self.dev = [assignment[a] for a, _ in runs]
         S = self.stage_count = len(self.runs)
         self.contiguous = len(set(self.dev)) == S
         load = [0.0] * P
@@ -124,9 +128,10 @@ class Scheduler:
             links[(q, p)] = links.get((q, p), 0.0) + self.c[s]
         self.device_load = load
         self.link_load = links
-        t0 = max(load)
-        if links:
-            t0 = max(t0, max(links.values()))
+        self._max_load = max(load)
+        self._max_link = max(links.values()) if links else 0.0
+        t0 = max(self._max_load, self._max_link)
+        self._lower_bound: float | None = None
         #: the least period of any schedule: max(device load, link load)
         self.min_period = t0
         #: the longest window: one mini-batch from the first forward to the last backward
@@ -146,6 +151,8 @@ class Scheduler:
         if not (T > 0 and math.isfinite(T)):
             raise NoSchedule(f"the period must be positive and finite, got {T!r}")
         tol = REL_TOL * T
+        if self._max_load <= T + tol and self._max_link <= T + tol:
+            return
         for p, load in enumerate(self.device_load):
             if load > T + tol:
                 raise NoSchedule(f"device {p} load {format_seconds(load)} exceeds the period {format_seconds(T)}")
@@ -241,6 +248,9 @@ class Scheduler:
 
     def times(self, period: float, mode: Mode = "auto") -> tuple[list[float], list[float]]:
         """Forward and backward start times of mini-batch 0, per stage; :class:`NoSchedule` if none."""
+        if self.contiguous and mode in ("auto", "asap"):
+            self._check_period(period)
+            return self._contiguous(period)
         return self._times(period, mode)[:2]
 
     def _times(self, T: float, mode: Mode) -> tuple[list[float], list[float], list[int], list[float], str]:
@@ -273,14 +283,19 @@ class Scheduler:
         """In-flight counts and rule 7 memory. ``record``: with the checker's tolerant count (for plans)."""
         mem = [0.0] * self.platform.devices
         ks = []
+        A, W, B, phiW, dev, stash = self.A, self.W, self.B, self._phiW, self.dev, self._stash
         for s in range(self.stage_count):
-            w = b[s] + self.B[s] - f[s]
-            k = in_flight(f[s], b[s] + self.B[s], T) if record else max(1, _ceil(w / T))
+            if record:
+                k = in_flight(f[s], b[s] + B[s], T)
+            else:
+                k = _ceil((b[s] + B[s] - f[s]) / T)
+                if k < 1:
+                    k = 1
             ks.append(k)
-            m = k * self.A[s] + self._phiW[s]
-            if self._stash and k > 1:
-                m += (k - 1) * self.W[s]
-            mem[self.dev[s]] += m
+            m = k * A[s] + phiW[s]
+            if stash and k > 1:
+                m += (k - 1) * W[s]
+            mem[dev[s]] += m
         return ks, mem
 
     def _fits(self, mem: list[float]) -> bool:
@@ -301,16 +316,22 @@ class Scheduler:
              **kw) -> Plan:
         """The plan for ``period`` (:class:`NoSchedule` when none is found)."""
         T = float(period)
-        f, b, _, _, used = self._times(T, mode)
+        if self.contiguous and mode in ("auto", "asap"):
+            self._check_period(T)
+            f, b = self._contiguous(T)
+            used = "asap"
+        else:
+            f, b, _, _, used = self._times(T, mode)
         k, mem = self._memory(T, f, b, record=True)
         stages = tuple(Stage(a, z, self.dev[s], f[s], b[s], k[s]) for s, (a, z) in enumerate(self.runs))
         if allocation is None:
             allocation = "contiguous" if self.contiguous else "general"
         extra = dict(kw.pop("extra", {}) or {})
         extra.setdefault("builder", used)
+        if self._lower_bound is None:
+            self._lower_bound = lower_bound(self.chain, self.platform)
         return Plan(period=T, assignment=self.assignment, stages=stages, devices=self.platform.devices,
-                    memory=tuple(mem), memory_limit=self.platform.memory,
-                    lower_bound=lower_bound(self.chain, self.platform), method=method, allocation=allocation,
+                    memory=tuple(mem), memory_limit=self.platform.memory, lower_bound=self._lower_bound, method=method, allocation=allocation,
                     extra=extra, **kw)
 
     # ----- the smallest period that fits ----------------------------------
