@@ -123,6 +123,9 @@ class _Tables:
         self.A = span(p["a"])
         self.W = span(p["w"])
         self.FB = self.F + self.B
+        self.pfb = p["f"] + p["b"]
+        self.pa = p["a"]
+        self.pw = p["w"]
         self.c = _comm(chain, platform)
         self.phi = platform.weight_factor
         self.stash = 1.0 if platform.stash else 0.0
@@ -284,35 +287,52 @@ def memory_dp(chain: Chain, platform: Platform, period: float, tables: _Tables |
     """For period T: the contiguous partition whose first-stage window is least, subject to
     F+B <= T, c <= T and rule-7 memory <= M on every stage; ``None`` if none exists.
 
-    Returns ``(window of stage 0, bounds)``. Vectorised: one L x L numpy pass per stage count.
+    Returns ``(window of stage 0, bounds)``. Vectorised over a band: a stage
+    starting at layer i can only end at j <= jmax(i), the last layer with
+    F+B(i..j) <= T, so the (i, j) matrices are stored as (i, j - i) with
+    width max(jmax(i) - i) + 1: one L x width numpy pass per stage count.
     """
     t = tables or _Tables(chain, platform)
     L, T = t.L, float(period)
     tolT = T * (1 + _EPS)
     M = t.M * (1 + _MEM_EPS)
-    base = t.upper & (t.FB <= tolT)
-    base_inner = base & (t.c[None, :] <= tolT)
-    base_inner[:, L - 1] = False                  # a non-last stage cannot end at the last layer
+    idx = np.arange(L)
+    # jmax(i): prefix sums are non-decreasing, so a binary search per row
+    jmax = np.searchsorted(t.pfb, t.pfb[:L] + tolT, side="right") - 2
+    jmax = np.minimum(jmax, L - 1)
+    if np.any(jmax < idx):                    # a single layer longer than T
+        return None
+    width = int(np.max(jmax - idx)) + 1
+    J = idx[:, None] + np.arange(width)[None, :]
+    inband = J <= jmax[:, None]
+    Jc = np.minimum(J, L - 1)
+    I = idx[:, None]
+    FB = t.pfb[Jc + 1] - t.pfb[I]
+    A = t.pa[Jc + 1] - t.pa[I]
+    W = t.pw[Jc + 1] - t.pw[I]
+    cj = t.c[Jc]
+    base_inner = inband & (cj <= tolT) & (J < L - 1)   # a non-last stage cannot end at the last layer
     # q = 1: the last stage i..L-1, one mini-batch in flight
-    last_ok = base[:, L - 1] & (t.A[:, L - 1] + t.phi * t.W[:, L - 1] <= M)
-    D = [np.where(last_ok, t.FB[:, L - 1], np.inf)]
+    fb_last = t.pfb[L] - t.pfb[:L]
+    last_ok = (fb_last <= tolT) & (t.pa[L] - t.pa[:L] + t.phi * (t.pw[L] - t.pw[:L]) <= M)
+    D = [np.where(last_ok, fb_last, np.inf)]
     args: list[np.ndarray] = [np.full(L, L - 1)]
+    static_mem = t.phi * W
     for q in range(2, min(platform.devices, L) + 1):
-        down = np.concatenate([D[-1][1:], [np.inf]])      # down[j] = D[q-1][j+1]
+        Dn = np.concatenate([D[-1], [np.inf]])
+        down = Dn[np.minimum(J + 1, L)]                # down[i, d] = D[q-1][j+1]
         fin = np.isfinite(down)
-        if not fin.any():
+        ok0 = base_inner & fin
+        if not ok0.any():
             break
-        d = np.where(fin, down, 0.0)[None, :]
-        raw = t.FB + 2 * t.c[None, :] + d
+        raw = FB + 2 * cj + np.where(fin, down, 0.0)
         k = _ceil(raw / T)
-        delayed = raw - (k - 1) * T < t.FB
-        window = np.where(delayed, (k - 1) * T + t.FB, raw)
-        mem = k * t.A + t.phi * t.W + t.stash * (k - 1) * t.W
-        ok = base_inner & fin[None, :] & (mem <= M)
-        window = np.where(ok, window, np.inf)
+        window = np.where(raw - (k - 1) * T < FB, (k - 1) * T + FB, raw)
+        mem = k * A + static_mem + t.stash * (k - 1) * W
+        window = np.where(ok0 & (mem <= M), window, np.inf)
         arg = np.argmin(window, axis=1)
-        D.append(window[np.arange(L), arg])
-        args.append(arg)
+        D.append(window[idx, arg])
+        args.append(arg + idx)
     finals = [Dq[0] for Dq in D]
     q = int(np.argmin(finals)) + 1
     if not math.isfinite(finals[q - 1]):
@@ -339,9 +359,16 @@ def _search_period(chain: Chain, platform: Platform, tables: _Tables, t0: float
     best_bounds = res[1]
     hi = min(hi, min_period(chain, platform, best_bounds))
     lo = t0
-    # Invariant: infeasible at lo, feasible (exactly, via min_period) at hi.
+    # Invariant: infeasible at lo, feasible (exactly, via min_period) at hi. Steps alternate:
+    # a *descent* probe just below hi (infeasible there: hi is the optimum up to 1e-9; else the
+    # new partition's exact period lowers hi), and a bisection probe (keeps the count logarithmic).
+    descent = True
     while hi - lo > 1e-9 * hi:
-        mid = math.sqrt(lo * hi) if lo > 0 and hi / lo > 4 else 0.5 * (lo + hi)
+        if descent:
+            mid = hi * (1 - 1e-9)
+        else:
+            mid = math.sqrt(lo * hi) if lo > 0 and hi / lo > 4 else 0.5 * (lo + hi)
+        descent = not descent
         res = memory_dp(chain, platform, mid, tables)
         if res is None:
             lo = mid

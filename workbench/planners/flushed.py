@@ -1,0 +1,110 @@
+"""``gpipe`` and ``1f1b``: flushed schedules on the partition ``dp`` chooses.
+
+A flushed schedule runs m micro-batches (each one a profile mini-batch),
+then waits for the pipeline to drain and updates the weights: one weight
+version, no stashing. It is finite, so it is *simulated*
+(:func:`workbench.simulate.simulate_flushed`), not checked against the
+periodic rules: the plan's period is makespan / m and its memory the
+simulated peak per device (DESIGN.md section 3).
+
+* GPipe: all m forwards, then all m backwards; stage s holds m copies of
+  its activations at the turn.
+* 1F1B (PipeDream-Flush, DAPPLE, Megatron): stage s runs
+  ``min(m, S - s)`` warm-up forwards, then alternates one forward and one
+  backward; it holds at most ``min(m, S - s)`` copies (stages downstream,
+  itself included).
+
+The partition is the unconstrained ``dp`` optimum (balanced compute and
+links; memory ignored, since the periodic memory model does not apply).
+m is the option ``micro_batches`` (default ``4 * P``). The plan's status
+is ``"feasible"``; when the simulated peak exceeds the limit the plan says
+by how much (``plan.fits`` is False).
+
+>>> from workbench.chain import Chain, Layer, Platform
+>>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 0, 8) for i in range(4)), input_bytes=8)
+>>> p = plan_gpipe(ch, Platform(2), micro_batches=4)
+>>> p.schedule, p.micro_batches, [s.in_flight for s in p.stages]
+('gpipe', 4, [4, 4])
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any, Literal
+
+from ..chain import Chain, Platform
+from ..plan import Plan, Stage, chain_for_plan, lower_bound
+from ..units import format_bytes
+from .dp import plan_dp
+
+__all__ = ["plan_gpipe", "plan_1f1b", "plan_flushed", "held_copies"]
+
+
+def held_copies(ops, stage: int) -> int:
+    """Peak number of micro-batches whose forward on ``stage`` started and backward has not ended.
+
+    ``ops`` is a trace's operation table (columns stage, kind, batch, start, end).
+    """
+    f = ops[(ops["stage"] == stage) & (ops["kind"] == "F")].groupby("batch")["start"].min()
+    b = ops[(ops["stage"] == stage) & (ops["kind"] == "B")].groupby("batch")["end"].max()
+    events = [(t, 1) for t in f.to_numpy()] + [(t, -1) for t in b.to_numpy()]
+    events.sort(key=lambda e: (e[0], e[1]))        # at equal times free before allocating
+    held = peak = 0
+    for _, d in events:
+        held += d
+        peak = max(peak, held)
+    return peak
+
+
+def plan_flushed(chain: Chain, platform: Platform, kind: Literal["gpipe", "1f1b"], *,
+                 allocation: str = "contiguous", time_limit: float | None = None,
+                 micro_batches: int | None = None, flushes: int = 1, **options: Any) -> Plan:
+    """A flushed ``kind`` schedule on dp's unconstrained partition, simulated (see the module docstring)."""
+    from ..simulate import simulate_flushed
+
+    t0 = time.perf_counter()
+    P = platform.devices
+    m = int(micro_batches) if micro_batches is not None else 4 * P
+    if m < 1:
+        raise ValueError(f"micro_batches must be >= 1, got {micro_batches!r}")
+    notes: list[str] = []
+    if allocation == "general":
+        notes.append("flushed schedules are contiguous: allocation 'general' ignored")
+    base = plan_dp(chain, platform.with_(memory=math.inf), **options)
+    used = chain_for_plan(base, chain)
+    assignment = list(base.assignment)
+    trace = simulate_flushed(used, platform, assignment, m, kind=kind, flushes=flushes)
+    period = float(trace.period)
+    peak = tuple(float(x) for x in trace.peak_memory())
+    ops = trace.ops
+    stages = []
+    for s, st in enumerate(base.stages):
+        mine = ops[(ops["stage"] == s) & (ops["batch"] == 0)]
+        f0 = float(mine.loc[mine["kind"] == "F", "start"].min())
+        b0 = float(mine.loc[mine["kind"] == "B", "start"].min())
+        stages.append(Stage(st.first, st.last, st.device, f0, b0, held_copies(ops, s)))
+    over = max(peak) - platform.memory if peak else 0.0
+    if over > platform.memory * 1e-6:
+        notes.append(f"does not fit: needs {format_bytes(max(peak))}, limit {format_bytes(platform.memory)} "
+                     f"(over by {format_bytes(over)})")
+    notes.append(f"{kind} with a flush every {m} micro-batches; period = makespan / {m}")
+    return Plan(
+        period=period, assignment=tuple(assignment), stages=tuple(stages), devices=P, memory=peak,
+        memory_limit=platform.memory, lower_bound=lower_bound(chain, platform), method=kind,
+        allocation="contiguous", status="feasible", solve_seconds=time.perf_counter() - t0,
+        schedule=kind, micro_batches=m, chain_order=base.chain_order, notes=tuple(notes),
+        extra={"makespan": float(trace.makespan), "flushes": flushes},
+    )
+
+
+def plan_gpipe(chain: Chain, platform: Platform, *, allocation: str = "contiguous",
+               time_limit: float | None = None, **options: Any) -> Plan:
+    """GPipe (all forwards, then all backwards, flush) on dp's partition; option ``micro_batches``."""
+    return plan_flushed(chain, platform, "gpipe", allocation=allocation, time_limit=time_limit, **options)
+
+
+def plan_1f1b(chain: Chain, platform: Platform, *, allocation: str = "contiguous",
+              time_limit: float | None = None, **options: Any) -> Plan:
+    """1F1B with a flush every m micro-batches on dp's partition; option ``micro_batches``."""
+    return plan_flushed(chain, platform, "1f1b", allocation=allocation, time_limit=time_limit, **options)
