@@ -1,0 +1,274 @@
+"""Run a plan on torch.distributed: one process per device, a measured :class:`~workbench.trace.Trace`.
+
+:func:`run_plan` starts ``plan.devices`` processes with
+``torch.multiprocessing`` (gloo on CPU, NCCL on GPUs), each executing its
+device's program (:mod:`~workbench.runtime.program`, :mod:`~workbench.runtime.worker`),
+and gathers the operations, the memory and the accumulated gradients into a
+:class:`RunResult`. :func:`reference_gradients` computes the same gradients
+in a single process, so that with a learning rate of zero (every mini-batch
+sees the same weights) ``max_grad_error(result.grads, reference)`` is
+floating-point noise.
+
+Under ``torchrun`` (several nodes work the same way) use the module entry::
+
+    torchrun --nproc-per-node 4 -m workbench.runtime.engine PLAN.json --model resnet50 --steps 20 --out build/run
+
+>>> wl = Workload.zoo("mlp", batch_size=4)
+>>> tuple(wl.batch(0)[0].shape)
+(4, 32)
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import socket
+import tempfile
+import time
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import pandas as pd
+import torch
+from torch import nn
+
+from ..plan import Plan
+from ..trace import MEMORY_COLUMNS, OP_COLUMNS, Trace
+from .program import Op, check_programs, programs_from_trace, unroll
+from .worker import RunConfig
+
+__all__ = ["Workload", "RunResult", "run_plan", "reference_gradients", "grad_error", "free_port",
+           "programs_for", "merge_results"]
+
+
+# ---------------------------------------------------------------------------------------------
+# workloads
+# ---------------------------------------------------------------------------------------------
+def _zoo_build(name: str, seed: int, config: dict) -> nn.Sequential:
+    from ..profiles.zoo import build_model
+
+    return build_model(name, seed=seed, **config)
+
+
+def _zoo_batch(name: str, batch_size: int, seed: int, config: dict, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+    from ..profiles.zoo import sample_batch
+
+    return sample_batch(name, batch_size, seed=seed * 100003 + i + 1, **config)
+
+
+def _zoo_loss(name: str, out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    from ..profiles.zoo import loss_fn
+
+    return loss_fn(name)(out, target)
+
+
+@dataclass
+class Workload:
+    """What to train: ``build() -> nn.Sequential`` (children = chain layers), ``batch(i) -> (input, target)``
+    for mini-batch ``i``, ``loss(output, target) -> scalar``. All three must be picklable (module-level
+    functions or ``functools.partial`` of them) since they cross process boundaries."""
+
+    build: Callable[[], nn.Sequential]
+    batch: Callable[[int], tuple[torch.Tensor, torch.Tensor]]
+    loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+    name: str = "model"
+    batch_size: int | None = None
+    config: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def zoo(cls, name: str, batch_size: int, seed: int = 0, **config: Any) -> "Workload":
+        """A zoo model (:mod:`workbench.profiles.zoo`) with its sample batches and loss."""
+        return cls(partial(_zoo_build, name, seed, config), partial(_zoo_batch, name, batch_size, seed, config),
+                   partial(_zoo_loss, name), name=name, batch_size=batch_size, config=dict(config))
+
+
+# ---------------------------------------------------------------------------------------------
+# results
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class RunResult:
+    """A measured run: the trace (source "measured"), accumulated gradients by parameter name, notes."""
+
+    trace: Trace
+    grads: dict[str, torch.Tensor]
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def measured_period(self) -> float:
+        return self.trace.steady_period()
+
+    def peak_memory(self) -> list[float]:
+        return [float(m) for m in self.trace.peak_memory()]
+
+
+def reference_gradients(workload: Workload, steps: int) -> dict[str, torch.Tensor]:
+    """Single-process gradients summed over mini-batches 0..steps-1 (the weights never change)."""
+    model = workload.build()
+    model.train()
+    for i in range(steps):
+        x, y = workload.batch(i)
+        workload.loss(model(x), y).backward()
+    return {n: (p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p))
+            for n, p in model.named_parameters()}
+
+
+def grad_error(grads: dict[str, torch.Tensor], reference: dict[str, torch.Tensor]) -> tuple[float, float]:
+    """(max absolute difference, that divided by the largest reference magnitude) over all parameters."""
+    missing = sorted(set(reference) ^ set(grads))
+    if missing:
+        raise ValueError(f"gradient names differ: {missing[:5]}")
+    abs_err = max(float((grads[n] - reference[n]).abs().max()) for n in reference)
+    scale = max(float(reference[n].abs().max()) for n in reference)
+    return abs_err, abs_err / scale if scale > 0 else abs_err
+
+
+def merge_results(parts: Sequence[dict[str, Any]], plan: Plan, **meta: Any) -> RunResult:
+    ops = pd.DataFrame([r for p in parts for r in p["ops"]], columns=OP_COLUMNS)
+    ops = ops.sort_values(["start", "device"]).reset_index(drop=True)
+    mem = pd.DataFrame([r for p in parts for r in p["memory"]], columns=MEMORY_COLUMNS)
+    mem = mem.sort_values(["device", "time"]).reset_index(drop=True)
+    grads: dict[str, torch.Tensor] = {}
+    for p in parts:
+        grads.update(p["grads"])
+    info = {
+        "max_memory_allocated": [p["max_memory_allocated"] for p in sorted(parts, key=lambda q: q["rank"])],
+        "saved_per_stage": {int(s): v for p in parts for s, v in p["saved_per_stage"].items()},
+        **meta,
+    }
+    trace = Trace(ops, mem, plan.devices, period=plan.period, source="measured", meta=info)
+    return RunResult(trace, grads, info)
+
+
+# ---------------------------------------------------------------------------------------------
+# launching
+# ---------------------------------------------------------------------------------------------
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def programs_for(plan: Plan, steps: int, chain=None, platform=None) -> list[list[Op]]:
+    """Per-device programs: unrolled periodic plan, or a simulated flushed schedule's order."""
+    if plan.schedule == "periodic":
+        progs = unroll(plan, steps)
+    else:
+        if chain is None or platform is None:
+            raise ValueError(f"a {plan.schedule!r} plan needs the chain and platform to simulate its order")
+        from ..simulate import simulate
+
+        progs = programs_from_trace(simulate(plan, chain, platform, steps).ops, plan.devices)
+    check_programs(progs, len(plan.stages))
+    return progs
+
+
+def run_plan(
+    plan: Plan,
+    workload: Workload,
+    steps: int = 8,
+    *,
+    lr: float = 0.0,
+    weights: str = "stash",
+    backend: str | None = None,
+    device: str | None = None,
+    threads: int = 1,
+    timeout: float = 120.0,
+    lookahead: int = 2,
+    programs: list[list[Op]] | None = None,
+    chain=None,
+    platform=None,
+) -> RunResult:
+    """Execute ``plan`` for ``steps`` mini-batches in ``plan.devices`` processes and measure it.
+
+    ``device`` is "cpu" (default when no GPU) or "cuda" (one GPU per rank, or
+    ranks sharing GPUs round-robin); ``backend`` defaults to gloo on CPU and
+    NCCL on GPUs. ``timeout`` bounds every collective and the whole run: a
+    hung run raises ``TimeoutError`` instead of hanging.
+    """
+    if not plan.feasible or not plan.stages:
+        raise ValueError("cannot run an infeasible plan")
+    if weights not in ("stash", "single"):
+        raise ValueError(f"weights must be 'stash' or 'single', got {weights!r}")
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    backend = backend or ("nccl" if device == "cuda" else "gloo")
+    progs = programs if programs is not None else programs_for(plan, steps, chain, platform)
+    cfg = RunConfig(plan, progs, workload, steps, lr, weights, backend, device, threads, timeout, lookahead)
+    world = plan.devices
+    import torch.multiprocessing as mp
+
+    from .worker import spawn_entry
+
+    with tempfile.TemporaryDirectory(prefix="wb-run-") as outdir:
+        port = free_port()
+        env_threads = os.environ.get("OMP_NUM_THREADS")
+        os.environ["OMP_NUM_THREADS"] = str(threads)
+        t_start = time.monotonic()
+        try:
+            ctx = mp.start_processes(spawn_entry, args=(world, cfg, outdir, "127.0.0.1", port), nprocs=world,
+                                     join=False, start_method="spawn")
+        finally:
+            if env_threads is None:
+                os.environ.pop("OMP_NUM_THREADS", None)
+            else:
+                os.environ["OMP_NUM_THREADS"] = env_threads
+        deadline = time.monotonic() + timeout + 60
+        try:
+            while not ctx.join(timeout=0.5):
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"the run did not finish within {timeout + 60:.0f} s")
+        finally:
+            for p in ctx.processes:
+                if p.is_alive():
+                    p.terminate()
+                    p.join(5)
+        parts = [torch.load(Path(outdir) / f"rank{r}.pt", weights_only=False) for r in range(world)]
+    return merge_results(parts, plan, steps=steps, lr=lr, weights=weights, backend=backend, device=device,
+                         world=world, threads=threads, wall_seconds=time.monotonic() - t_start)
+
+
+# ---------------------------------------------------------------------------------------------
+# torchrun entry
+# ---------------------------------------------------------------------------------------------
+def main(argv: list[str] | None = None) -> int:
+    """``torchrun --nproc-per-node P -m workbench.runtime.engine PLAN.json --model NAME ...``.
+
+    Every rank writes ``rank{r}.pt`` to ``--out``; rank 0 merges them into
+    ``measured.csv`` (+ ``measured.memory.csv``) after a barrier.
+    """
+    from .worker import run_rank
+
+    ap = argparse.ArgumentParser(prog="workbench.runtime.engine")
+    ap.add_argument("plan_file")
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--batch-size", type=int, default=8)
+    ap.add_argument("--weights", default="stash")
+    ap.add_argument("--lr", type=float, default=0.0)
+    ap.add_argument("--backend", default=None)
+    ap.add_argument("--out", default="build/run")
+    args = ap.parse_args(argv)
+    plan = Plan.from_json(Path(args.plan_file))
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    if world != plan.devices:
+        raise SystemExit(f"the plan has {plan.devices} devices, torchrun started {world} ranks")
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    backend = args.backend or ("nccl" if device == "cuda" else "gloo")
+    wl = Workload.zoo(args.model, args.batch_size, **dict(plan.extra.get("model_config", {})))
+    cfg = RunConfig(plan, programs_for(plan, args.steps), wl, args.steps, args.lr, args.weights, backend, device)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    run_rank(rank, world, cfg, str(out))
+    if rank == 0:
+        parts = [torch.load(out / f"rank{r}.pt", weights_only=False) for r in range(world)]
+        res = merge_results(parts, plan, steps=args.steps)
+        res.trace.save(out / "measured.csv")
+        print(f"measured period {res.measured_period:.6g} s (plan {plan.period:.6g} s); peak memory "
+              + ", ".join(f"{m:.4g}" for m in res.peak_memory()))
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())
