@@ -280,19 +280,38 @@ def _ideals(U: _Units, order: list[int], cap: int) -> list[int] | None:
     for u in order:
         for p in U.pred[u]:
             pm[pos[u]] |= 1 << pos[p]
+    # quick reject: the units ready after each prefix form an antichain A, and 2^|A| <= #down-sets
+    missing = [len(U.pred[u]) for u in order]
+    ready = sum(1 for m in missing if m == 0)
+    for u in order:
+        ready -= 1
+        for v in U.succ[u]:
+            missing[pos[v]] -= 1
+            ready += missing[pos[v]] == 0
+        if ready >= 63 or (1 << ready) > cap:
+            return None
+    succs = [[pos[v] for v in U.succ[u]] for u in order]
+    ready0 = sum(1 << i for i, u in enumerate(order) if not U.pred[u])
     seen = {0}
-    frontier = [0]
+    frontier = [(0, ready0)]
     while frontier:
         nxt = []
-        for d in frontier:
-            for i in range(len(order)):
-                if not (d >> i) & 1 and (pm[i] & ~d) == 0:
-                    e = d | (1 << i)
-                    if e not in seen:
-                        seen.add(e)
-                        nxt.append(e)
-                        if len(seen) > cap:
-                            return None
+        for d, ready in frontier:
+            r = ready
+            while r:
+                low = r & -r
+                r ^= low
+                e = d | low
+                if e in seen:
+                    continue
+                seen.add(e)
+                if len(seen) > cap:
+                    return None
+                new_ready = ready ^ low
+                for j in succs[low.bit_length() - 1]:
+                    if (pm[j] & ~e) == 0:
+                        new_ready |= 1 << j
+                nxt.append((e, new_ready))
         frontier = nxt
     return sorted(seen, key=lambda m: (bin(m).count("1"), m))
 
@@ -386,17 +405,17 @@ def best_order(graph, devices: int, *, platform: Platform | None = None, max_sta
     for attempt in range(8):
         blocks: list[tuple[list[int], list[int]]] = []  # (node positions sorted, masks over them)
         bound = 0.0
-        lossy_blocks = fallback_blocks = 0
+        kinds: dict[str, int] = {}
         max_theta = 0.0
         for bu in _forced_splits(U):
             sub = U.restrict(bu)
             fams = _block_family(sub, cap)
-            for nodes, masks, blk_bound, theta, fell_back in fams:
+            for nodes, masks, blk_bound, theta, kind in fams:
                 blocks.append((nodes, masks))
                 bound = max(bound, blk_bound)
-                max_theta = max(max_theta, theta)
-                lossy_blocks += theta > 0 and not fell_back
-                fallback_blocks += fell_back
+                if kind == "series":
+                    max_theta = max(max_theta, theta)
+                kinds[kind] = kinds.get(kind, 0) + 1
         total = sum(len(m) for _, m in blocks)
         if total <= max_states:
             break
@@ -411,12 +430,13 @@ def best_order(graph, devices: int, *, platform: Platform | None = None, max_sta
     vals = stage_values(graph, stage_ids, platform if comm else None)
     value = max(vals) if vals else 0.0
     lb = float(max(w.sum() / devices, w.max() if n else 0.0))
-    if fallback_blocks:
-        bound = math.inf
+
     note = (f"{n} nodes -> {len(blocks)} blocks, {states} down-sets searched; "
             f"{zero_merged} zero-compute nodes merged (lossless)" + ("" if not comm else " [off: communication on]")
-            + f"; {lossy_blocks} blocks series-contracted (largest theta {max_theta * 1e3:.3f} ms)"
-            + (f"; {fallback_blocks} blocks kept the default order only" if fallback_blocks else "")
+            + f"; {kinds.get('series', 0)} blocks series-contracted (largest theta {max_theta * 1e3:.3f} ms)"
+            + (f"; {kinds['relaxed']} blocks made by splitting too-wide blocks at their narrowest middle cut "
+               "(down-sets across those cuts not searched: no a-priori bound)" if kinds.get("relaxed") else "")
+            + (f"; {kinds['fixed']} blocks kept the default order only" if kinds.get("fixed") else "")
             + (f"; at most {bound * 1e3:.3f} ms above the optimum over all down-sets" if bound > 0 else
                "; exact over all down-set chains"))
     if comm and bound > 0 and math.isfinite(bound):
@@ -427,13 +447,14 @@ def best_order(graph, devices: int, *, platform: Platform | None = None, max_sta
                          details={"block_states": cap, "dp_value": dp_value, "notes": notes})
 
 
-def _block_family(sub: _Units, cap: int):
-    """Down-set families of a block (maybe split further): list of (nodes, masks, bound, theta, fell_back)."""
+def _block_family(sub: _Units, cap: int, depth: int = 0):
+    """Down-set families of a block (maybe split further): list of (nodes, masks, bound, theta, kind),
+    kind one of "exact", "series" (bounded contraction), "relaxed" (split at a chosen cut), "fixed"."""
     nodes = sorted(m for ms in sub.members.values() for m in ms)
     order = sub.topo()
     ideals = _ideals(sub, order, cap)
     if ideals is not None:
-        return [(nodes, _to_node_masks(sub, order, ideals, nodes), 0.0, 0.0, False)]
+        return [(nodes, _to_node_masks(sub, order, ideals, nodes), 0.0, 0.0, "exact")]
     total = sum(sub.weight.values())
     positive = [x for x in sub.weight.values() if x > 0]
     theta = (min(positive) if positive else 0.0) * 2
@@ -458,14 +479,40 @@ def _block_family(sub: _Units, cap: int):
                 blk_bound = float(sum(sorted((s2.weight[u] for u in lossy), reverse=True)[:wd]))
             else:
                 blk_bound = 0.0
-            out.append((n2, _to_node_masks(s2, o2, ids, n2), blk_bound, theta, False))
+            out.append((n2, _to_node_masks(s2, o2, ids, n2), blk_bound, theta, "series" if lossy else "exact"))
         if ok:
             return out
         if theta >= total:
-            # fixed-order fallback: prefixes of the default order only
-            masks = [(1 << k) - 1 for k in range(len(nodes) + 1)]
-            return [(nodes, masks, math.inf, theta, True)]
+            return _relaxed_split(sub, cap, depth)
         theta = min(theta * 2, total)
+
+
+def _relaxed_split(sub: _Units, cap: int, depth: int = 0):
+    """Split a block that is too wide at the narrowest prefix near its middle (fewest live units).
+
+    The family then holds only down-sets comparable with that prefix (plus
+    the default-order prefixes), so the loss has no a-priori bound (``inf``).
+    A block of one unit, or a recursion too deep, keeps the default order only.
+    """
+    order = sub.topo()
+    nodes = sorted(m for ms in sub.members.values() for m in ms)
+    if len(order) < 2 or depth > 40:
+        masks = [(1 << k) - 1 for k in range(len(nodes) + 1)]
+        return [(nodes, masks, math.inf, 0.0, "fixed")]
+    pos = {u: i for i, u in enumerate(order)}
+    last_use = [max((pos[v] for v in sub.succ[u]), default=i) for i, u in enumerate(order)]
+    live = []
+    for i in range(len(order) - 1):
+        live.append(sum(1 for j in range(i + 1) if last_use[j] > i))
+    lo, hi = len(order) // 4, max(len(order) // 4 + 1, (3 * len(order)) // 4)
+    cand = range(max(0, lo), min(len(order) - 1, hi))
+    mid = (len(order) - 2) / 2
+    k = min(cand, key=lambda i: (live[i], abs(i - mid))) if len(cand) else (len(order) - 2) // 2
+    out = []
+    for part in (order[: k + 1], order[k + 1:]):
+        for n2, m2, _b2, t2, kind in _block_family(sub.restrict(part), cap, depth + 1):
+            out.append((n2, m2, math.inf, t2, "fixed" if kind == "fixed" else "relaxed"))
+    return out
 
 
 def _to_node_masks(U: _Units, order: list[int], ideals: list[int], nodes: list[int]) -> list[int]:
