@@ -111,7 +111,7 @@ def contiguous_allocations(n_layers: int, devices: int) -> Iterator[tuple[int, .
     """Every composition of the chain into at most ``devices`` parts, devices 0, 1, ... in chain order.
 
     >>> list(contiguous_allocations(3, 2))
-    [(0, 0, 0), (0, 0, 1), (0, 1, 1)]
+    [(0, 0, 0), (0, 1, 1), (0, 0, 1)]
     """
     for parts in range(1, min(devices, n_layers) + 1):
         for cuts in itertools.combinations(range(1, n_layers), parts - 1):
@@ -261,7 +261,8 @@ def _contiguous_period(al: _Alloc, platform: Platform) -> tuple[float, tuple[int
     T = np.full(len(vecs), lb)
     for s, j in iu:
         T = np.maximum(T, P[s, j] / (vecs[:, s] - vecs[:, j] + 1))
-    i = int(np.argmin(T))
+    # least period; among ties the fewest mini-batches in flight (least memory)
+    i = int(np.lexsort((vecs.sum(axis=1), T))[0])
     return float(T[i]), tuple(int(k) for k in vecs[i])
 
 
