@@ -187,3 +187,64 @@ def test_memory_limit_raises_period_monotonically():
     assert all(a >= b * (1 - 1e-9) for a, b in zip(periods, periods[1:]))
     assert math.isfinite(periods[0])
     assert periods[-1] == pytest.approx(plan_dp(chain, base).period)
+
+
+def test_agrees_with_schedule_best_schedule():
+    """schedule.best_schedule (written separately) finds the same least period on dp's partition."""
+    schedule = pytest.importorskip("workbench.schedule")
+    rng = np.random.default_rng(21)
+    for _ in range(40):
+        chain = random_chain(rng, int(rng.integers(2, 12)), mem=True)
+        base = Platform(int(rng.integers(2, 5)), bandwidth=40.0)
+        kmin, _ = least_memory(chain, base)
+        plat = base.with_(memory=kmin * float(rng.uniform(1.0, 2.5)))
+        p = plan_dp(chain, plat)
+        q = schedule.best_schedule(chain, plat, p.assignment)
+        assert q.period == pytest.approx(p.period, rel=1e-6)
+
+
+def _peer(name):
+    from workbench.profiles import available_profiles, load_profile
+
+    if f"pipedream/{name}" not in available_profiles():
+        pytest.skip("peer profiles absent")
+    return load_profile(f"pipedream/{name}")
+
+
+@pytest.mark.parametrize("P,want_ms", [(2, 370.9), (4, 216.4), (8, 159.5)])
+def test_reproduces_pipedream_optimum_vgg16(P, want_ms):
+    chain = _peer("vgg16")
+    assert plan_dp(chain, Platform(P)).period * 1e3 == pytest.approx(want_ms, abs=0.06)
+
+
+def test_graph_mode_on_resnet50():
+    from workbench.plan import chain_for_plan
+
+    chain = _peer("resnet50")
+    plat = Platform(8)
+    p = plan_dp(chain, plat)
+    default = plan_dp(chain, plat, graph=False)
+    assert p.period * 1e3 == pytest.approx(56.7, abs=0.05)
+    assert p.period <= default.period * (1 + 1e-9)
+    if p.chain_order is not None:
+        used = chain_for_plan(p, chain)
+        assert sorted(l.name for l in used.layers) == sorted(l.name for l in chain.layers)
+        if check is not None:
+            assert check(p, chain, plat) == []
+
+
+def test_cli_dp_with_memory(tmp_path):
+    from workbench.cli import main
+
+    _peer("vgg16")
+    out = tmp_path / "p.json"
+    rc = main(["plan", "--profile", "pipedream/vgg16", "--devices", "4", "--memory", "8GiB", "--method", "dp",
+               "--json", str(out)])
+    import json
+
+    d = json.loads(out.read_text())
+    assert rc == 0 and d["status"] == "optimal" and max(d["memory"]) <= 8 * 2**30
+    rc = main(["plan", "--profile", "pipedream/vgg16", "--devices", "4", "--memory", "1GiB", "--method", "dp",
+               "--json", str(out)])
+    d = json.loads(out.read_text())
+    assert rc != 0 and d["status"] == "infeasible"
