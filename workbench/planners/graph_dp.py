@@ -437,8 +437,9 @@ def best_order(graph, devices: int, *, platform: Platform | None = None, max_sta
             + (f"; {kinds['relaxed']} blocks made by splitting too-wide blocks at their narrowest middle cut "
                "(down-sets across those cuts not searched: no a-priori bound)" if kinds.get("relaxed") else "")
             + (f"; {kinds['fixed']} blocks kept the default order only" if kinds.get("fixed") else "")
-            + (f"; at most {bound * 1e3:.3f} ms above the optimum over all down-sets" if bound > 0 else
-               "; exact over all down-set chains"))
+            + ("; exact over all down-set chains" if bound == 0 else
+               f"; at most {bound * 1e3:.3f} ms above the optimum over all down-sets" if math.isfinite(bound) else
+               "; no a-priori bound on the loss (never worse than the default order)"))
     if comm and bound > 0 and math.isfinite(bound):
         note += " (bound on compute; communication evaluated exactly on the searched family)"
     return GraphDPResult(order=order, value=float(value), stages=stage_ids, states=states, compression=note,
