@@ -22,21 +22,22 @@ lab: $(STAMP)
 demo: $(STAMP)
 	$(PY) -m workbench demo --out build/demo
 
+# Unit tests, doctests and every notebook (quick settings), in one pytest run.
 test: $(STAMP)
-	$(PY) -m pytest -q
+	WORKBENCH_QUICK=1 $(PY) -m pytest -q --nbmake tests workbench notebooks
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not slow and not browser"
 
 notebooks: $(STAMP)
-	$(PY) -m pytest -q --nbmake notebooks/
+	WORKBENCH_QUICK=1 $(PY) -m pytest -q --nbmake notebooks/
 
 benchmarks: $(STAMP)
 	for f in benchmarks/*.py; do $(PY) $$f || exit 1; done
 
 # Debian's Chromium, for static figure export (kaleido) and the browser test.
 chromium:
-	command -v chromium >/dev/null || (apt-get update -q && apt-get install -y -q chromium)
+	command -v chromium >/dev/null || (apt-get update -q && apt-get install -y -q --no-install-recommends chromium)
 
 clean:
 	rm -rf $(VENV) build .pytest_cache
