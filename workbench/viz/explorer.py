@@ -132,22 +132,16 @@ def trace_of(plan: Plan, chain: Chain, platform: Platform, batches: int | None =
     Periodic plans default to enough mini-batches to show the steady state;
     flushed schedules (GPipe, 1F1B) run their ``micro_batches``.
     """
+    flushed = plan.schedule in ("gpipe", "1f1b")
     if batches is None:
-        batches = max(8, 2 * len(plan.stages) + 4)
+        batches = int(plan.micro_batches or 8) if flushed else max(8, 2 * len(plan.stages) + 4)
     try:
-        from .. import simulate as sim
+        from ..simulate import simulate
     except ImportError:
-        sim = None
-    if plan.schedule in ("gpipe", "1f1b"):
-        if sim is None:
-            raise RuntimeError("flushed schedules need workbench.simulate")
-        if hasattr(sim, "simulate_flushed"):
-            return sim.simulate_flushed(chain_for_plan(plan, chain), platform, plan.assignment,
-                                        plan.micro_batches or batches, plan.schedule)
-        return sim.simulate(plan, chain, platform, batches=batches)
-    if sim is not None and hasattr(sim, "simulate"):
-        return sim.simulate(plan, chain, platform, batches=batches)
-    return _periodic_trace(plan, chain, platform, batches)
+        if flushed:
+            raise RuntimeError("flushed schedules need workbench.simulate") from None
+        return _periodic_trace(plan, chain, platform, batches)
+    return simulate(plan, chain, platform, batches=batches)
 
 
 def _summary_html(plan: Plan, chain: Chain, platform: Platform) -> str:

@@ -140,9 +140,10 @@ def _bar(sub: pd.DataFrame, name: str, color: str, *, pattern: str = "", legendg
     return go.Bar(
         y=sub["lane"].tolist(), x=sub["dur_ms"].tolist(), base=sub["start_ms"].tolist(), orientation="h",
         name=name, legendgroup=legendgroup, showlegend=showlegend,
-        marker=dict(color=color, line=dict(color="white", width=0.6), pattern=dict(shape=pattern)),
+        marker=dict(color=color, line=dict(color="white", width=0.6),
+                    pattern=dict(shape=pattern, fillmode="overlay", fgcolor="white", fgopacity=0.55, solidity=0.25)),
         text=[str(int(b)) for b in sub["batch"]] if text else None,
-        textposition="inside", insidetextanchor="middle", textfont=dict(color="white", size=11),
+        textposition="inside", insidetextanchor="middle", textangle=0, textfont=dict(color="white", size=11),
         customdata=custom,
         hovertemplate=(
             "<b>%{y}</b> %{customdata[4]}<br>stage %{customdata[0]}, layers %{customdata[1]}–%{customdata[2]}"
@@ -211,12 +212,27 @@ def _decorate(fig: go.Figure, trace: Trace, offset: float, xref: str, yref: str,
         fig.update_layout(annotations=list(fig.layout.annotations) + notes)
 
 
+def _keep_lanes(fig: go.Figure, ops: pd.DataFrame, order: list[str], row: int | None) -> None:
+    """An invisible marker on lanes without any bar, so that idle devices still get their lane."""
+    missing = [l for l in order if not len(ops) or l not in set(ops["lane"])]
+    if missing:
+        x0 = float(ops["start_ms"].min()) if len(ops) else 0.0
+        fig.add_trace(go.Scatter(x=[x0] * len(missing), y=missing, mode="markers", marker=dict(opacity=0),
+                                 showlegend=False, hoverinfo="skip", name="lanes"),
+                      **(dict(row=row, col=1) if row is not None else {}))
+
+
 def _layout(fig: go.Figure, title: str | None, n_lanes: int, rows: int = 1) -> None:
+    n_legend = sum(1 for t in fig.data if t.showlegend is not False)
+    if n_legend > 5:  # many mini-batches: a vertical legend on the right, clear of the title
+        legend = dict(orientation="v", yanchor="top", y=1, xanchor="left", x=1.01, font=dict(size=10))
+    else:
+        legend = dict(orientation="h", yanchor="bottom", y=1.02, xanchor="right", x=1)
     fig.update_layout(
         barmode="overlay", title=title, bargap=0.25, template=TEMPLATE,
         height=max(220, 70 + 48 * n_lanes) if rows == 1 else max(420, 120 + 48 * n_lanes),
         margin=dict(l=80, r=20, t=60 if title else 35, b=45),
-        legend=dict(orientation="h", yanchor="bottom", y=1.02, xanchor="right", x=1),
+        legend=legend,
         uniformtext=dict(minsize=8, mode="hide"),
     )
 
@@ -239,6 +255,7 @@ def gantt(trace: Trace, *, color_by: str = "kind", show_links: bool = False, tit
     order = _lane_order(ops, trace.devices) if len(ops) else [f"GPU {p}" for p in range(trace.devices)]
     t_end = float(ops["end_ms"].max()) if len(ops) else 0.0
     _decorate(fig, trace, offset, "x", "y", t_end, period_lines, steady_state)
+    _keep_lanes(fig, ops, order, None)
     if title is None:
         T = trace.period
         per = f", period {T * _MS:.2f} ms" if T and math.isfinite(T) else ""
@@ -269,6 +286,7 @@ def gantt_compare(predicted: Trace, measured: Trace, *, color_by: str = "kind", 
         t_end = float(ops["end_ms"].max()) if len(ops) else 0.0
         axis = "" if r == 1 else str(r)
         _decorate(fig, tr, offset, f"x{axis}", f"y{axis}", t_end, True, True)
+        _keep_lanes(fig, ops, order, r)
         fig.update_yaxes(categoryorder="array", categoryarray=order[::-1], row=r, col=1)
     _layout(fig, title or "Predicted against measured", total_lanes, rows=2)
     fig.update_xaxes(title="time (ms)", row=2, col=1)

@@ -1,0 +1,152 @@
+"""Helpers the notebooks call, so that cells stay short and the logic is tested.
+
+:func:`setup` picks the plotly renderer that works both in JupyterLab and in
+exported HTML; :func:`teaching_chain` is a small chain with a heavy early
+stage; :func:`three_schedules` runs GPipe, 1F1B and the periodic schedule on
+one allocation; :func:`schedule_table` compares them; :func:`gantt_animation`
+steps through the first periods of a trace.
+
+>>> chain = teaching_chain()
+>>> len(chain), chain.layers[0].name
+(8, 'conv1')
+>>> traces = three_schedules(chain, Platform(4, bandwidth="10GB/s"), micro_batches=4)
+>>> list(traces)
+['GPipe', '1F1B', 'periodic (PipeDream)']
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+import plotly.io as pio
+
+from ..chain import Chain, Layer, Platform
+from ..trace import Trace
+from ..units import format_bytes
+from .explorer import quick
+from .gantt import KIND_COLORS, KIND_NAMES, TEMPLATE
+
+__all__ = ["setup", "quick", "teaching_chain", "three_schedules", "schedule_table", "gantt_animation",
+           "contiguous_assignment"]
+
+MiB = 2**20
+
+
+def setup(renderer: str = "plotly_mimetype+notebook") -> bool:
+    """Set plotly's renderer for notebooks (JupyterLab and HTML export); returns :func:`quick`."""
+    pio.renderers.default = renderer
+    return quick()
+
+
+def teaching_chain() -> Chain:
+    """Eight layers shaped like a small CNN: big activations early, big weights late (times in ms)."""
+    spec = [  # name, forward ms, backward ms, weights MiB, activation MiB
+        ("conv1", 2.0, 4.0, 1, 96), ("conv2", 3.0, 6.0, 4, 64), ("conv3", 3.0, 6.0, 16, 32),
+        ("conv4", 3.0, 6.0, 32, 16), ("conv5", 2.0, 4.0, 64, 8), ("fc6", 1.0, 2.0, 256, 1),
+        ("fc7", 1.0, 2.0, 64, 1), ("fc8", 0.5, 1.0, 16, 0.5),
+    ]
+    return Chain(tuple(Layer(n, f / 1e3, b / 1e3, w * MiB, a * MiB) for n, f, b, w, a in spec),
+                 input_bytes=48 * MiB, meta={"network": "teaching"})
+
+
+def contiguous_assignment(chain: Chain, devices: int) -> list[int]:
+    """A balanced contiguous allocation (the unconstrained DP's), or equal blocks without planners."""
+    try:
+        from ..planners import plan
+
+        p = plan(chain, Platform(devices), "dp")
+        if p.feasible:
+            return list(p.assignment)
+    except Exception:  # noqa: BLE001
+        pass
+    L = len(chain)
+    return [min(devices - 1, l * devices // L) for l in range(L)]
+
+
+def three_schedules(chain: Chain, platform: Platform, assignment: Sequence[int] | None = None, *,
+                    micro_batches: int = 8, batches: int | None = None) -> dict[str, Trace]:
+    """GPipe and 1F1B (one flush of ``micro_batches``) and the periodic schedule, on one allocation."""
+    from ..schedule import best_schedule
+    from ..simulate import simulate, simulate_flushed
+
+    a = list(assignment) if assignment is not None else contiguous_assignment(chain, platform.devices)
+    out = {
+        "GPipe": simulate_flushed(chain, platform, a, micro_batches, kind="gpipe"),
+        "1F1B": simulate_flushed(chain, platform, a, micro_batches, kind="1f1b"),
+    }
+    periodic = best_schedule(chain, platform.with_(memory=math.inf), a, method="periodic")
+    out["periodic (PipeDream)"] = simulate(periodic, chain, platform, batches=batches or micro_batches)
+    return out
+
+
+def schedule_table(traces: Mapping[str, Trace]) -> pd.DataFrame:
+    """Per schedule: period (ms), throughput, and peak memory of the first and last devices."""
+    rows = []
+    for name, t in traces.items():
+        peak = t.peak_memory()
+        rows.append({"schedule": name, "period (ms)": round(t.period * 1e3, 3),
+                     "throughput (/s)": round(1 / t.period, 1) if t.period > 0 else 0.0,
+                     "peak memory GPU 0": format_bytes(peak[0]), f"peak memory GPU {t.devices - 1}": format_bytes(peak[-1]),
+                     "max peak": format_bytes(peak.max())})
+    return pd.DataFrame(rows).set_index("schedule")
+
+
+def gantt_animation(trace: Trace, *, periods: int = 4, steps_per_period: int = 4, title: str | None = None,
+                    start: float | None = None) -> go.Figure:
+    """Step through the first ``periods`` periods of ``trace``: each frame draws what has run so far.
+
+    A slider and a play button move a "now" line; bars are clipped at "now".
+    Frame ``i`` shows time ``t_i = start + (i+1) * T / steps_per_period``.
+    """
+    ops = trace.ops[trace.ops["kind"].isin(["F", "B"])]
+    T = trace.period if trace.period and math.isfinite(trace.period) else trace.makespan / 4
+    t0 = float(ops["start"].min()) if start is None else start
+    times = [t0 + (i + 1) * T / steps_per_period for i in range(periods * steps_per_period)]
+    lanes = [f"GPU {p}" for p in range(trace.devices)]
+
+    def bars(now: float) -> list[go.Bar]:
+        out = []
+        for kind in ("F", "B"):
+            sub = ops[(ops["kind"] == kind) & (ops["start"] < now)]
+            end = np.minimum(sub["end"].to_numpy(), now)
+            out.append(go.Bar(y=[f"GPU {int(d)}" for d in sub["device"]], base=(sub["start"] * 1e3).tolist(),
+                              x=((end - sub["start"].to_numpy()) * 1e3).tolist(), orientation="h",
+                              name=KIND_NAMES[kind], marker_color=KIND_COLORS[kind],
+                              text=[str(int(b)) for b in sub["batch"]], textposition="inside", textangle=0,
+                              insidetextanchor="middle", textfont=dict(color="white")))
+        # an invisible point per lane keeps every device's lane on screen from the first frame
+        out.append(go.Scatter(x=[t0 * 1e3] * len(lanes), y=lanes, mode="markers", marker=dict(opacity=0),
+                              showlegend=False, hoverinfo="skip"))
+        return out
+
+    def now_line(now: float) -> list[dict]:
+        return [dict(type="line", xref="x", yref="y domain", x0=now * 1e3, x1=now * 1e3, y0=0, y1=1,
+                     line=dict(color="#D62728", width=2))]
+
+    frames = [go.Frame(data=bars(t), name=f"{(t - t0) * 1e3:.1f}", layout=dict(shapes=now_line(t)))
+              for t in times]
+    fig = go.Figure(data=bars(times[0]), frames=frames)
+    steps = [dict(method="animate", label=f.name, args=[[f.name], dict(mode="immediate", frame=dict(duration=0, redraw=True),
+                                                                           transition=dict(duration=0))])
+             for f in frames]
+    fig.update_layout(
+        template=TEMPLATE, barmode="overlay", height=140 + 45 * trace.devices,
+        title=title or f"The first {periods} periods, step by step (T = {T * 1e3:.2f} ms)",
+        xaxis=dict(range=[t0 * 1e3, times[-1] * 1e3], title="time (ms)"),
+        yaxis=dict(categoryorder="array", categoryarray=lanes[::-1]), shapes=now_line(times[0]),
+        margin=dict(l=70, r=20, t=60, b=40), uniformtext=dict(minsize=8, mode="hide"),
+        sliders=[dict(active=0, steps=steps, currentvalue=dict(prefix="now: ", suffix=" ms"), pad=dict(t=45))],
+        legend=dict(orientation="h", yanchor="bottom", y=1.02, xanchor="left", x=0),
+        updatemenus=[dict(type="buttons", direction="left", showactive=False, x=1, y=1.02, xanchor="right",
+                          yanchor="bottom",
+                          buttons=[dict(label="▶ play", method="animate",
+                                        args=[None, dict(frame=dict(duration=350, redraw=True), fromcurrent=True)]),
+                                   dict(label="❚❚", method="animate",
+                                        args=[[None], dict(mode="immediate", frame=dict(duration=0, redraw=False))])])],
+    )
+    fig.update_layout(height=fig.layout.height + 100, margin=dict(b=120, t=90))
+    return fig
