@@ -157,7 +157,10 @@ def check(plan: Plan, chain: Chain, platform: Platform) -> list[Violation]:
     T = float(plan.period)
     st = plan.stages
     S = len(st)
-    costs = [chain.stage_costs(s.first, s.last, platform) for s in st]
+    costs = [chain.stage_costs(s.first, s.last) for s in st]
+    # boundary cost after each stage, asked of the platform for its pair of devices
+    comm = [platform.comm_time(chain.cut(st[i].last), st[i].device, st[i + 1].device) if i + 1 < S else 0.0
+            for i in range(S)]
     f = [s.fwd_start for s in st]
     b = [s.bwd_start for s in st]
     scale = max([T] + [abs(x) for x in f] + [abs(x) for x in b])
@@ -165,7 +168,7 @@ def check(plan: Plan, chain: Chain, platform: Platform) -> list[Violation]:
 
     # rule 2: forward order
     for i in range(S - 1):
-        need = f[i] + costs[i].forward + costs[i].comm
+        need = f[i] + costs[i].forward + comm[i]
         if f[i + 1] < need - tol:
             out.append(Violation(2, f"stage {i + 1} (device {st[i + 1].device}) starts its forward at "
                                     f"{_fmt_t(f[i + 1])}, before stage {i}'s forward ends and its output arrives "
@@ -180,7 +183,7 @@ def check(plan: Plan, chain: Chain, platform: Platform) -> list[Violation]:
                              stage=S - 1, device=st[S - 1].device, amount=need - b[S - 1]))
     # rule 4: backward order
     for i in range(S - 1):
-        need = b[i + 1] + costs[i + 1].backward + costs[i].comm
+        need = b[i + 1] + costs[i + 1].backward + comm[i]
         if b[i] < need - tol:
             out.append(Violation(4, f"stage {i} (device {st[i].device}) starts its backward at {_fmt_t(b[i])}, "
                                     f"before stage {i + 1}'s backward ends and the gradient arrives at "
@@ -214,7 +217,7 @@ def check(plan: Plan, chain: Chain, platform: Platform) -> list[Violation]:
     links: dict[tuple[int, int], float] = {}
     for i in range(S - 1):
         p, q = st[i].device, st[i + 1].device
-        c = costs[i].comm
+        c = comm[i]
         if p == q or c <= 0:
             continue
         links[(p, q)] = links.get((p, q), 0.0) + c

@@ -114,8 +114,9 @@ class Scheduler:
         self.A = [float(pa[b + 1] - pa[a]) for a, b in runs]
         self.W = [float(pw[b + 1] - pw[a]) for a, b in runs]
         # boundary cost after each stage; 0 after the last
-        self.c = [platform.comm_time(chain.cut(b)) if b < last_layer else 0.0 for _, b in runs]
-        self.dev = [assignment[a] for a, _ in runs]
+        self.dev = dev = [assignment[a] for a, _ in runs]
+        self.c = [platform.comm_time(chain.cut(b), dev[s], dev[s + 1]) if b < last_layer else 0.0
+                  for s, (_, b) in enumerate(runs)]
         S = self.stage_count = len(self.runs)
         self.contiguous = len(set(self.dev)) == S
         load = [0.0] * P
