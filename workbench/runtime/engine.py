@@ -24,6 +24,7 @@ import argparse
 import math
 import os
 import socket
+import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -180,13 +181,16 @@ def run_plan(
     programs: list[list[Op]] | None = None,
     chain=None,
     platform=None,
+    start_method: str | None = None,
 ) -> RunResult:
     """Execute ``plan`` for ``steps`` mini-batches in ``plan.devices`` processes and measure it.
 
     ``device`` is "cpu" (default when no GPU) or "cuda" (one GPU per rank, or
     ranks sharing GPUs round-robin); ``backend`` defaults to gloo on CPU and
     NCCL on GPUs. ``timeout`` bounds every collective and the whole run: a
-    hung run raises ``TimeoutError`` instead of hanging.
+    hung run raises ``TimeoutError`` instead of hanging. ``start_method``
+    "fork" starts faster (no re-import of torch) and is the default on CPU
+    under Linux; "spawn" (the default otherwise) is the safe choice with CUDA.
     """
     if not plan.feasible or not plan.stages:
         raise ValueError("cannot run an infeasible plan")
@@ -197,6 +201,8 @@ def run_plan(
     progs = programs if programs is not None else programs_for(plan, steps, chain, platform)
     cfg = RunConfig(plan, progs, workload, steps, lr, weights, backend, device, threads, timeout, lookahead)
     world = plan.devices
+    if start_method is None:
+        start_method = "fork" if (device == "cpu" and sys.platform.startswith("linux")) else "spawn"
     import torch.multiprocessing as mp
 
     from .worker import spawn_entry
@@ -208,7 +214,7 @@ def run_plan(
         t_start = time.monotonic()
         try:
             ctx = mp.start_processes(spawn_entry, args=(world, cfg, outdir, "127.0.0.1", port), nprocs=world,
-                                     join=False, start_method="spawn")
+                                     join=False, start_method=start_method)
         finally:
             if env_threads is None:
                 os.environ.pop("OMP_NUM_THREADS", None)

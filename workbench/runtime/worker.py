@@ -25,7 +25,7 @@ What one rank does (see :func:`execute`):
    and, after every operation, the memory it holds: the bytes of tensors
    autograd saved for its in-flight mini-batches (``saved_tensors_hooks``,
    counted per layer with storages deduplicated within the layer and
-   parameters excluded, as the profiler counts them) plus the bytes of the
+   parameters and buffers excluded, as :mod:`workbench.profiles.profiler` counts them) plus the bytes of the
    distinct weight versions it holds. On GPUs it also reports
    ``torch.cuda.max_memory_allocated``.
 
@@ -161,6 +161,7 @@ def execute(rank: int, world: int, cfg: RunConfig) -> dict[str, Any]:
     layer_ids = [l for s in mine for l in range(plan.stages[s].first, plan.stages[s].last + 1)]
     mods = {l: children[l][1].to(dev) for l in layer_ids}
     lname = {l: children[l][0] for l in layer_ids}
+    bufs = {l: {storage_bytes(b)[0] for b in mods[l].buffers()} for l in layer_ids}
     del model, children, h
     # current weight version: per layer, name -> leaf tensor
     cur: dict[int, dict[str, torch.Tensor]] = {l: dict(mods[l].named_parameters()) for l in layer_ids}
@@ -261,7 +262,7 @@ def execute(rank: int, world: int, cfg: RunConfig) -> dict[str, Any]:
         saved = 0
         h = x
         for l in range(st.first, st.last + 1):
-            counter = _SavedCounter({storage_bytes(p)[0] for p in version[l].values()})
+            counter = _SavedCounter({storage_bytes(p)[0] for p in version[l].values()} | bufs[l])
             with torch.autograd.graph.saved_tensors_hooks(counter.pack, _unpack):
                 h = torch.func.functional_call(mods[l], version[l], (h,))
             saved += counter.bytes

@@ -1,0 +1,212 @@
+"""The runtime: plans executed on torch.distributed (gloo, CPU, 2-4 processes) against a single process.
+
+Every run has a timeout, so a hung collective fails the test instead of hanging it.
+No timing is asserted (the machine is shared); orders, gradients and memory are.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from workbench.chain import Platform
+from workbench.plan import Plan, Stage
+from workbench.runtime.engine import Workload, grad_error, reference_gradients, run_plan
+from workbench.runtime.program import Op, check_programs, unroll
+from workbench.trace import MEMORY_COLUMNS, OP_COLUMNS
+
+STEPS = 6
+TIMEOUT = 60
+
+
+@pytest.fixture(scope="module")
+def mlp():
+    from workbench.profiles.profiler import profile_zoo
+
+    chain = profile_zoo("mlp", 4, repeats=1, warmup=1)
+    wl = Workload.zoo("mlp", 4)
+    return chain, wl, reference_gradients(wl, STEPS)
+
+
+def _plan(chain, devices, assignment, weights="stash"):
+    from workbench.schedule import best_schedule
+
+    plan = best_schedule(chain, Platform(devices, weights=weights), assignment)
+    assert plan.feasible
+    return plan
+
+
+def _check_trace(res, plan, steps):
+    ops, mem = res.trace.ops, res.trace.memory
+    assert list(ops.columns) == OP_COLUMNS and list(mem.columns) == MEMORY_COLUMNS
+    assert res.trace.source == "measured"
+    comp = ops[ops["kind"].isin(["F", "B"])]
+    # every operation of every stage and mini-batch exactly once, on the stage's device
+    assert len(comp) == 2 * len(plan.stages) * steps
+    assert not comp.duplicated(["stage", "kind", "batch"]).any()
+    for s, st in enumerate(plan.stages):
+        rows = comp[comp["stage"] == s]
+        assert (rows["device"] == st.device).all()
+        assert ((rows["first"] == st.first) & (rows["last"] == st.last)).all()
+    # a device runs one operation at a time, in the plan's order, and ends after it starts
+    assert (ops["end"] >= ops["start"]).all()
+    progs = unroll(plan, steps)
+    for d in range(plan.devices):
+        mine = comp[comp["device"] == d].sort_values("start")
+        assert np.all(mine["start"].to_numpy()[1:] >= mine["end"].to_numpy()[:-1] - 1e-9)
+        assert [(r.stage, r.kind, r.batch) for r in mine.itertuples()] == [(o.stage, o.kind, o.batch) for o in progs[d]]
+    # data dependencies hold in measured time: F(s) after F(s-1), B(s) after B(s+1)
+    t = {(r.stage, r.kind, r.batch): (r.start, r.end) for r in comp.itertuples()}
+    for (s, k, i), (a, _) in t.items():
+        if k == "F" and s > 0:
+            assert a >= t[(s - 1, "F", i)][1] - 1e-9
+        if k == "B" and s < len(plan.stages) - 1:
+            assert a >= t[(s + 1, "B", i)][1] - 1e-9
+        if k == "B":
+            assert a >= t[(s, "F", i)][1] - 1e-9
+    # send/recv rows exist exactly for links between different devices
+    links = sum(plan.stages[s].device != plan.stages[s + 1].device for s in range(len(plan.stages) - 1))
+    assert (ops["kind"] == "send").sum() == 2 * links * steps
+    assert (ops["kind"] == "recv").sum() == 2 * links * steps
+
+
+def _weight_bytes(wl, first, last):
+    model = wl.build()
+    return sum(p.numel() * p.element_size() for l in range(first, last + 1) for p in model[l].parameters())
+
+
+# ---------------------------------------------------------------------------------------------
+# programs (no processes)
+# ---------------------------------------------------------------------------------------------
+def test_unroll_warmup_steady_drain():
+    plan = Plan(period=3.0, assignment=(0, 1), devices=2,
+                stages=(Stage(0, 0, 0, 0.0, 4.0, 2), Stage(1, 1, 1, 1.0, 2.0, 1)))
+    progs = unroll(plan, 4)
+    assert [f"{o.kind}{o.batch}" for o in progs[0]] == ["F0", "F1", "B0", "F2", "B1", "F3", "B2", "B3"]
+    assert [f"{o.kind}{o.batch}" for o in progs[1]] == ["F0", "B0", "F1", "B1", "F2", "B2", "F3", "B3"]
+    check_programs(progs, 2)
+
+
+def test_check_programs_finds_deadlock_and_gaps():
+    bad = [[Op(0, 0, "F", 0), Op(1, 0, "B", 0)], [Op(0, 1, "B", 0), Op(1, 1, "F", 0)]]
+    with pytest.raises(ValueError, match="deadlock"):
+        check_programs(bad, 2)
+    with pytest.raises(ValueError, match="no B0"):
+        check_programs([[Op(0, 0, "F", 0)]], 1)
+
+
+# ---------------------------------------------------------------------------------------------
+# gradient equality and trace capture on processes
+# ---------------------------------------------------------------------------------------------
+def test_contiguous_two_processes(mlp):
+    chain, wl, ref = mlp
+    plan = _plan(chain, 2, [0, 0, 0, 1, 1])
+    assert plan.stages[0].in_flight >= 2          # a real pipeline: several mini-batches in flight
+    res = run_plan(plan, wl, STEPS, timeout=TIMEOUT)
+    abs_err, rel_err = grad_error(res.grads, ref)
+    assert rel_err < 1e-6, (abs_err, rel_err)
+    _check_trace(res, plan, STEPS)
+    # memory: one stage per device, so rule 7 is exact (profile and runtime count saved tensors alike)
+    peak = res.peak_memory()
+    for d in range(2):
+        assert peak[d] == pytest.approx(plan.memory[d], rel=1e-9)
+    # stash: weights held peak at k versions of the stage's weights
+    st0 = plan.stages[0]
+    w0 = _weight_bytes(wl, st0.first, st0.last)
+    mem0 = res.trace.memory[res.trace.memory["device"] == 0]
+    assert mem0["weights"].max() == st0.in_flight * w0
+    assert mem0["activations"].iloc[-1] == 0        # everything released at the end
+
+
+def test_noncontiguous_device_with_two_stages(mlp):
+    chain, wl, ref = mlp
+    plan = _plan(chain, 2, [0, 0, 1, 1, 0])
+    assert [s.device for s in plan.stages] == [0, 1, 0]
+    res = run_plan(plan, wl, STEPS, timeout=TIMEOUT)
+    assert grad_error(res.grads, ref)[1] < 1e-6
+    _check_trace(res, plan, STEPS)
+    peak = res.peak_memory()
+    for d in range(2):                                # rule 7 is a bound for a device with several stages
+        assert peak[d] <= plan.memory[d] * (1 + 1e-9)
+    assert peak[1] == pytest.approx(plan.memory[1], rel=1e-9)
+
+
+def test_single_weight_version(mlp):
+    chain, wl, ref = mlp
+    plan = _plan(chain, 2, [0, 0, 0, 1, 1], weights="single")
+    res = run_plan(plan, wl, STEPS, weights="single", timeout=TIMEOUT)
+    assert grad_error(res.grads, ref)[1] < 1e-6
+    mem0 = res.trace.memory[res.trace.memory["device"] == 0]
+    assert (mem0["weights"] == _weight_bytes(wl, 0, 2)).all()
+    assert res.peak_memory()[0] == pytest.approx(plan.memory[0], rel=1e-9)
+
+
+def test_four_processes_tiny_gpt():
+    from workbench.profiles.profiler import profile_zoo
+
+    chain = profile_zoo("tiny-gpt", 2, repeats=1, warmup=1)
+    assert len(chain) == 4
+    wl = Workload.zoo("tiny-gpt", 2)
+    plan = _plan(chain, 4, [0, 1, 2, 3])
+    # rule 7 is the steady state: with stashing, k distinct versions need 2k mini-batches
+    steps = 2 * max(s.in_flight for s in plan.stages)
+    res = run_plan(plan, wl, steps, timeout=TIMEOUT)
+    assert grad_error(res.grads, reference_gradients(wl, steps))[1] < 1e-6
+    _check_trace(res, plan, steps)
+    assert np.allclose(res.peak_memory(), plan.memory, rtol=1e-9)
+
+
+def test_stashed_versions_with_learning_rate(mlp):
+    """lr > 0: every backward makes a new version; a forward's backward still uses its own version.
+
+    Reference: stage 1 holds one mini-batch at a time, so with the plan's order it
+    sees version i for mini-batch i; checked against a single-process replay.
+    """
+    chain, wl, _ = mlp
+    plan = _plan(chain, 2, [0, 0, 0, 1, 1])
+    lr = 0.1
+    res = run_plan(plan, wl, STEPS, lr=lr, timeout=TIMEOUT)
+    # replay PipeDream semantics in one process, following the same per-stage orders
+    model = wl.build()
+    layers = list(model.children())
+    stages = [(st.first, st.last) for st in plan.stages]
+    progs = unroll(plan, STEPS)
+    order = sorted((o for p in progs for o in p), key=lambda o: (o.time, o.stage, o.kind))
+    cur = [[p.detach().clone() for l in range(a, b + 1) for p in layers[l].parameters()] for a, b in stages]
+    acc = [[torch.zeros_like(p) for p in c] for c in cur]
+    state, handoff = {}, {}
+    for o in order:
+        s, i = o.stage, o.batch
+        a, b = stages[s]
+        if o.kind == "F":
+            x = wl.batch(i)[0] if s == 0 else handoff.pop(("F", i)).requires_grad_(True)
+            ver = [p.clone().requires_grad_(True) for p in cur[s]]
+            h, k = x, 0
+            for l in range(a, b + 1):
+                names = [n for n, _ in layers[l].named_parameters()]
+                h = torch.func.functional_call(layers[l], dict(zip(names, ver[k:k + len(names)])), (h,))
+                k += len(names)
+            out = wl.loss(h, wl.batch(i)[1]) if s == len(stages) - 1 else h
+            if s < len(stages) - 1:
+                handoff[("F", i)] = h.detach()
+            state[(s, i)] = (x, out, ver)
+        else:
+            x, out, ver = state.pop((s, i))
+            g = None if s == len(stages) - 1 else handoff.pop(("B", i))
+            grads = torch.autograd.grad(out, ver + ([x] if s > 0 else []), grad_outputs=g)
+            for j in range(len(ver)):
+                acc[s][j] += grads[j]
+                cur[s][j] = cur[s][j] - lr * grads[j]
+            if s > 0:
+                handoff[("B", i)] = grads[-1]
+    names = [f"{n}" for n, _ in model.named_parameters()]
+    flat = [g for a in acc for g in a]
+    for n, g in zip(names, flat):
+        assert torch.allclose(res.grads[n], g, rtol=1e-5, atol=1e-7), n
+    # and the versions made the gradients differ from the lr = 0 ones
+    ref0 = reference_gradients(wl, STEPS)
+    assert grad_error(res.grads, ref0)[0] > 1e-6
+    assert not math.isnan(res.measured_period)
