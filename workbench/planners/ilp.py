@@ -190,7 +190,7 @@ def plan_ilp(chain: Chain, platform: Platform, *, allocation: str = "contiguous"
         from .coarsen import plan_coarse
 
         return plan_coarse(chain, platform, blocks=int(coarsen), allocation=allocation, time_limit=time_limit,
-                           rel_gap=rel_gap, threads=threads, log=log, warm_start=warm_start,
+                           rel_gap=rel_gap, threads=threads, log=log, warm_start=bool(warm_start),
                            pairwise=pairwise, solver_options=solver_options)
 
     def elapsed() -> float:
