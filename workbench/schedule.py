@@ -387,16 +387,22 @@ class Scheduler:
                 return infeasible_plan(self.chain, self.platform, method,
                                        "no schedule found that fits the memory limit", allocation=alloc,
                                        solve_seconds=time.perf_counter() - t_start)
+            exact = self.contiguous and mode in ("auto", "asap")
             while hi - lo > tol * hi:
+                if exact:
+                    # jump to the breakpoint of the structure found at hi; stop when just below it fails
+                    tp = self._polish(hi)
+                    if lo < tp < hi and self.fits(tp, mode):
+                        hi = tp
+                    below = hi * (1 - tol)
+                    if below <= lo or not self.fits(below, mode):
+                        break
+                    hi = below
                 mid = 0.5 * (lo + hi)
                 if self.fits(mid, mode):
                     hi = mid
                 else:
                     lo = mid
-            if self.contiguous and mode in ("auto", "asap"):
-                tp = self._polish(hi)
-                if tp < hi and self.fits(tp, mode):
-                    hi = tp
         return self.plan(hi, mode=mode, method=method, allocation=alloc,
                          solve_seconds=time.perf_counter() - t_start)
 
