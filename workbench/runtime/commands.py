@@ -1,0 +1,172 @@
+"""``python -m workbench run PLAN.json --model NAME [--steps N]``: run a plan, compare with its prediction.
+
+The chain the plan was made on is ``--profile`` (a profile file written by
+``python -m workbench profile``, whose metadata carries the model's
+configuration and batch size) or, without it, a fresh profile of the zoo
+model made here with :func:`workbench.profiles.profiler.profile_zoo`. The
+run uses a learning rate of zero, so its accumulated gradients are checked
+against a single process (``max_grad_error``, relative to the largest
+gradient).
+
+Writes to ``--out``: ``measured.csv`` (+ ``measured.memory.csv``, the
+trace in the simulator's format), ``predicted.csv`` (the simulated trace),
+``comparison.csv`` (per device) and ``summary.json`` (atomically) with keys
+``predicted_period``, ``measured_period``, ``memory_predicted``,
+``memory_measured``, ``max_grad_error`` and more (errors, per-device busy
+times, calibration).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+__all__ = ["run_command", "run_and_compare", "format_comparison"]
+
+
+def _model_config(chain, plan) -> dict[str, Any]:
+    for src in (chain.meta.get("model_config") if chain is not None else None, plan.extra.get("model_config")):
+        if src:
+            cfg = json.loads(src) if isinstance(src, str) else dict(src)
+            return {k: tuple(v) if isinstance(v, list) and k in ("blocks", "sizes") else v for k, v in cfg.items()}
+    return {}
+
+
+def run_and_compare(plan, chain, platform, model: str, batch_size: int, steps: int = 20, *,
+                    model_config: dict[str, Any] | None = None, backend: str | None = None,
+                    out: str | Path | None = None, timeout: float = 300.0, check_grads: bool = True,
+                    **run_kw: Any) -> dict[str, Any]:
+    """Run ``plan`` on zoo ``model``, compare with the prediction; return (and write) the summary.
+
+    The summary also holds ``"result"`` (the :class:`RunResult`), ``"comparison"``
+    (per-device DataFrame), ``"stages"`` and ``"calibration"``; only the JSON-able
+    part goes to ``summary.json``.
+    """
+    import torch
+
+    from ..io import write_text_atomic
+    from ..plan import chain_for_plan
+    from .compare import calibration_report, compare, stage_times
+    from .engine import Workload, grad_error, reference_gradients, run_plan
+
+    chain = chain_for_plan(plan, chain)
+    cfg = dict(model_config or {})
+    wl = Workload.zoo(model, batch_size, **cfg)
+    res = run_plan(plan, wl, steps, backend=backend, timeout=timeout, weights=platform.weights,
+                   chain=chain, platform=platform, **run_kw)
+    max_err = abs_err = math.nan
+    if check_grads and run_kw.get("lr", 0.0) == 0.0:
+        torch.set_num_threads(1)
+        abs_err, max_err = grad_error(res.grads, reference_gradients(wl, steps))
+    cmp = compare(plan, chain, platform, res.trace)
+    cal = calibration_report(plan, chain, platform, res.trace)
+    summary: dict[str, Any] = {
+        "model": model, "model_config": cfg, "batch_size": batch_size, "steps": steps,
+        "devices": plan.devices, "assignment": list(plan.assignment), "allocation": plan.allocation,
+        "weights": platform.weights, "backend": res.meta["backend"], "device": res.meta["device"],
+        "predicted_period": plan.period, "measured_period": cmp.attrs["measured_period"],
+        "period_error": cmp.attrs["period_error"],
+        "memory_predicted": [float(m) for m in plan.memory],
+        "memory_measured": [float(m) for m in cmp["measured_memory"]],
+        "memory_error": [float(e) for e in cmp["memory_error"]],
+        "busy_predicted": [float(b) for b in cmp["predicted_busy"]],
+        "busy_measured": [float(b) for b in cmp["measured_busy"]],
+        "busy_error": [float(e) for e in cmp["busy_error"]],
+        "max_grad_error": max_err, "max_grad_error_abs": abs_err,
+        "calibration": cal,
+        "max_memory_allocated": res.meta.get("max_memory_allocated"),
+        "wall_seconds": res.meta.get("wall_seconds"),
+        "profile_device": chain.meta.get("device", ""),
+    }
+    if out is not None:
+        out = Path(out)
+        out.mkdir(parents=True, exist_ok=True)
+        res.trace.save(out / "measured.csv")
+        try:
+            from ..simulate import simulate
+
+            simulate(plan, chain, platform, steps).save(out / "predicted.csv")
+        except Exception as e:  # pragma: no cover - the simulator is another module's business
+            summary["simulate_error"] = repr(e)
+        write_text_atomic(out / "comparison.csv", cmp.to_csv(index=False))
+        write_text_atomic(out / "plan.json", plan.to_json() + "\n")
+        write_text_atomic(out / "summary.json", json.dumps(_jsonable(summary), indent=2) + "\n")
+    summary["result"] = res
+    summary["comparison"] = cmp
+    summary["stages"] = stage_times(plan, chain, res.trace)
+    return summary
+
+
+def _jsonable(x: Any) -> Any:
+    if isinstance(x, dict):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if hasattr(x, "item"):
+        return x.item()
+    return x
+
+
+def format_comparison(summary: dict[str, Any]) -> str:
+    """A human table: period and per-device memory and busy time, predicted against measured."""
+    from ..units import format_bytes
+
+    lines = [
+        f"{summary['model']}: {summary['steps']} mini-batches of {summary['batch_size']} on {summary['devices']} "
+        f"processes ({summary['backend']}, {summary['device']}), weights {summary['weights']}",
+        f"  period     predicted {summary['predicted_period'] * 1e3:9.3f} ms   measured "
+        f"{summary['measured_period'] * 1e3:9.3f} ms   error {summary['period_error']:+.1%}",
+    ]
+    for d in range(summary["devices"]):
+        lines.append(
+            f"  device {d}: memory {format_bytes(summary['memory_predicted'][d]):>10} -> "
+            f"{format_bytes(summary['memory_measured'][d]):>10} ({summary['memory_error'][d]:+.2%}); busy "
+            f"{summary['busy_predicted'][d] * 1e3:8.3f} -> {summary['busy_measured'][d] * 1e3:8.3f} ms "
+            f"({summary['busy_error'][d]:+.1%})")
+    cal = summary.get("calibration", {})
+    if cal:
+        lines.append(f"  calibrated prediction (same allocation): {cal['calibrated_period'] * 1e3:.3f} ms, "
+                     f"error {cal['error_before']:+.1%} -> {cal['error_after']:+.1%}")
+    lines.append(f"  max gradient error (lr 0, vs one process): {summary['max_grad_error']:.3g} (relative)")
+    return "\n".join(lines)
+
+
+def run_command(args: argparse.Namespace) -> int:
+    """Handler of ``python -m workbench run`` (see the module docstring)."""
+    from ..chain import Platform
+    from ..plan import Plan
+
+    plan = Plan.from_json(Path(args.plan_file))
+    if not plan.feasible:
+        raise ValueError(f"{args.plan_file}: the plan is infeasible; nothing to run")
+    batch_size = args.batch_size
+    profile = getattr(args, "profile", None)
+    if profile:
+        from ..profiles import load_profile
+
+        chain = load_profile(profile)
+        if chain.meta.get("batch_size") and int(chain.meta["batch_size"]) != batch_size:
+            print(f"note: using the profile's batch size {chain.meta['batch_size']} (not {batch_size})")
+            batch_size = int(chain.meta["batch_size"])
+    else:
+        from ..profiles.profiler import profile_zoo
+
+        cfg = _model_config(None, plan)
+        print(f"profiling {args.model} (batch {batch_size}) on this machine ...")
+        chain = profile_zoo(args.model, batch_size, **cfg)
+    cfg = _model_config(chain, plan)
+    platform = Platform(plan.devices, memory=plan.memory_limit,
+                        bandwidth=getattr(args, "bandwidth", None) or math.inf,
+                        latency=getattr(args, "latency", 0.0) or 0.0,
+                        weight_factor=getattr(args, "weight_factor", 1.0) or 1.0,
+                        weights=getattr(args, "weights", None) or "stash")
+    summary = run_and_compare(plan, chain, platform, args.model, batch_size, args.steps, model_config=cfg,
+                              backend=args.backend, out=args.out)
+    print(format_comparison(summary))
+    print(f"wrote {Path(args.out) / 'summary.json'} and the traces beside it")
+    return 0

@@ -1,0 +1,139 @@
+"""Predicted against measured: per-device busy time and memory, per-stage times, and calibration.
+
+The prediction of a periodic plan is its period ``T``, each device's load
+(the sum of ``F_s + B_s`` over its stages: the busy time per mini-batch) and
+its memory (rule 7). A measured trace gives the same three: the steady
+spacing of the first stage's forwards, the mean busy time per mini-batch
+and the peak memory. Warm-up mini-batches (the first quarter unless told)
+are left out of the time averages.
+
+**Calibration** (re-profile, then re-plan): :func:`calibrate` scales every
+layer's forward (backward) time by the ratio measured/predicted of its
+stage's forward (backward), which keeps the profile's shape inside a stage
+and corrects what running in a pipeline changes (other processes on the
+same cores, cache effects, the loss on the last stage, dispatch overhead).
+Re-scheduling the same allocation on the calibrated chain gives a new
+predicted period; :func:`calibration_report` says how much closer it is.
+
+>>> import pandas as pd
+>>> rel_error(1.1, 1.0)
+0.1
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import numpy as np
+import pandas as pd
+
+from ..chain import Chain, Platform
+from ..plan import Plan
+from ..trace import Trace
+
+__all__ = ["rel_error", "stage_times", "compare", "calibrate", "calibration_report", "period_of"]
+
+
+def rel_error(measured: float, predicted: float) -> float:
+    """(measured - predicted) / predicted (signed; nan when predicted is 0)."""
+    if predicted == 0:
+        return math.nan
+    return round((measured - predicted) / predicted, 12)
+
+
+def _steady(ops: pd.DataFrame, warmup: int | None) -> pd.DataFrame:
+    n = int(ops["batch"].max()) + 1 if len(ops) else 0
+    w = n // 4 if warmup is None else warmup
+    return ops[ops["batch"] >= min(w, max(n - 1, 0))]
+
+
+def period_of(trace: Trace, warmup: int | None = None) -> float:
+    """Measured period: the steady spacing of the first stage's forward starts."""
+    return trace.steady_period(warmup)
+
+
+def stage_times(plan: Plan, chain: Chain, trace: Trace, warmup: int | None = None) -> pd.DataFrame:
+    """Per stage: device, layers, predicted forward/backward (s) and the median measured ones."""
+    ops = _steady(trace.ops[trace.ops["kind"].isin(["F", "B"])], warmup)
+    rows = []
+    for s, st in enumerate(plan.stages):
+        c = chain.stage_costs(st.first, st.last)
+        mine = ops[ops["stage"] == s]
+        dur = mine["end"] - mine["start"]
+        mf = float(dur[mine["kind"] == "F"].median()) if (mine["kind"] == "F").any() else math.nan
+        mb = float(dur[mine["kind"] == "B"].median()) if (mine["kind"] == "B").any() else math.nan
+        rows.append({"stage": s, "device": st.device, "first": st.first, "last": st.last,
+                     "predicted_forward": c.forward, "measured_forward": mf,
+                     "predicted_backward": c.backward, "measured_backward": mb,
+                     "forward_error": rel_error(mf, c.forward), "backward_error": rel_error(mb, c.backward)})
+    return pd.DataFrame(rows)
+
+
+def compare(plan: Plan, chain: Chain, platform: Platform, trace: Trace, warmup: int | None = None) -> pd.DataFrame:
+    """Per device: predicted/measured busy time per mini-batch, memory, and their relative errors.
+
+    ``df.attrs`` holds ``predicted_period``, ``measured_period`` and ``period_error``.
+    """
+    ops = _steady(trace.ops[trace.ops["kind"].isin(["F", "B"])], warmup)
+    nb = ops["batch"].nunique() if len(ops) else 0
+    peak = trace.peak_memory()
+    rows = []
+    for d in range(plan.devices):
+        pred_busy = sum(chain.stage_costs(st.first, st.last).compute for st in plan.stages if st.device == d)
+        mine = ops[ops["device"] == d]
+        meas_busy = float((mine["end"] - mine["start"]).sum() / nb) if nb else math.nan
+        pm = plan.memory[d] if d < len(plan.memory) else math.nan
+        mm = float(peak[d]) if d < len(peak) else math.nan
+        rows.append({"device": d, "stages": ",".join(str(s) for s, st in enumerate(plan.stages) if st.device == d),
+                     "predicted_busy": pred_busy, "measured_busy": meas_busy,
+                     "busy_error": rel_error(meas_busy, pred_busy),
+                     "predicted_memory": pm, "measured_memory": mm, "memory_error": rel_error(mm, pm)})
+    df = pd.DataFrame(rows)
+    mp = period_of(trace, warmup)
+    df.attrs.update(predicted_period=plan.period, measured_period=mp, period_error=rel_error(mp, plan.period))
+    return df
+
+
+def calibrate(chain: Chain, plan: Plan, trace: Trace, warmup: int | None = None) -> Chain:
+    """The chain with each layer's times scaled by measured/predicted of its stage (forward and backward apart)."""
+    st = stage_times(plan, chain, trace, warmup)
+    layers = list(chain.layers)
+    for r in st.itertuples():
+        kf = r.measured_forward / r.predicted_forward if r.predicted_forward > 0 and np.isfinite(r.measured_forward) else 1.0
+        kb = r.measured_backward / r.predicted_backward if r.predicted_backward > 0 and np.isfinite(r.measured_backward) else 1.0
+        for l in range(r.first, r.last + 1):
+            layers[l] = replace(layers[l], forward=layers[l].forward * kf, backward=layers[l].backward * kb)
+    return replace(chain, layers=tuple(layers), meta={**chain.meta, "calibrated_from": trace.source})
+
+
+def calibration_report(plan: Plan, chain: Chain, platform: Platform, trace: Trace,
+                       warmup: int | None = None) -> dict[str, float]:
+    """Predicted period before and after calibration (same allocation, re-scheduled) against the measurement.
+
+    Also re-plans from scratch on the calibrated chain when the planners are
+    available (``replanned_period``, ``replanned_assignment``): that plan is a
+    prediction to be run and measured again (the loop of the notebook).
+    """
+    from ..schedule import best_schedule
+
+    measured = period_of(trace, warmup)
+    cal = calibrate(chain, plan, trace, warmup)
+    cal_plan = best_schedule(cal, platform, plan.assignment)
+    out: dict[str, float] = {
+        "measured_period": measured,
+        "predicted_period": plan.period,
+        "error_before": rel_error(measured, plan.period),
+        "calibrated_period": cal_plan.period,
+        "error_after": rel_error(measured, cal_plan.period),
+    }
+    try:
+        from ..planners import plan as run_planner
+
+        re = run_planner(cal, platform, plan.method or "dp", allocation=plan.allocation)
+        if re.feasible:
+            out["replanned_period"] = re.period
+            out["replanned_assignment"] = list(re.assignment)  # type: ignore[assignment]
+    except Exception as e:  # a planner missing or failing must not hide the calibration itself
+        out["replan_error"] = repr(e)  # type: ignore[assignment]
+    return out
