@@ -27,9 +27,9 @@ NOTE = ("CPU timings on a shared 2-core machine, other jobs running at the same 
 PROFILES: dict[str, dict] = {
     "resnet50": dict(model="resnet50", batch_size=8, warmup=2, repeats=5, options=dict(image_size=224)),
     "resnet101": dict(model="resnet101", batch_size=8, warmup=2, repeats=5, options=dict(image_size=224)),
-    "vgg16": dict(model="vgg16", batch_size=8, warmup=2, repeats=5, options=dict(image_size=224)),
+    "vgg16": dict(model="vgg16", batch_size=8, warmup=2, repeats=5, options=dict(image_size=112)),
     "gpt-small": dict(model="gpt", batch_size=4, warmup=2, repeats=5,
-                      options=dict(layers=12, d_model=768, heads=12, seq_len=256, vocab=50257)),
+                      options=dict(layers=12, d_model=768, heads=12, seq_len=128, vocab=50257)),
     "gpt-medium": dict(model="gpt", batch_size=2, warmup=2, repeats=5,
                        options=dict(layers=24, d_model=1024, heads=16, seq_len=128, vocab=50257)),
 }
