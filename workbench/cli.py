@@ -156,9 +156,10 @@ def check_command(args: argparse.Namespace) -> int:
     if not violations:
         print(f"{args.plan_file}: valid ({len(plan.stages)} stages, period {plan.period:.6g} s)")
         return 0
-    print(f"{args.plan_file}: {len(violations)} violation(s)")
-    for v in violations:
-        print(f"  {v}")
+    from .check import format_violations
+
+    print(f"{args.plan_file}: INVALID")
+    print(format_violations(violations, platform.devices))
     return 1
 
 
