@@ -21,10 +21,11 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 from pathlib import Path
 from typing import Any
 
-__all__ = ["run_command", "run_and_compare", "format_comparison"]
+__all__ = ["run_command", "run_and_compare", "format_comparison", "validate_zoo"]
 
 
 def _model_config(chain, plan) -> dict[str, Any]:
@@ -80,6 +81,8 @@ def run_and_compare(plan, chain, platform, model: str, batch_size: int, steps: i
         "max_memory_allocated": res.meta.get("max_memory_allocated"),
         "wall_seconds": res.meta.get("wall_seconds"),
         "profile_device": chain.meta.get("device", ""),
+        "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+        "cpu_count": os.cpu_count(),
     }
     if out is not None:
         out = Path(out)
@@ -134,6 +137,31 @@ def format_comparison(summary: dict[str, Any]) -> str:
                      f"error {cal['error_before']:+.1%} -> {cal['error_after']:+.1%}")
     lines.append(f"  max gradient error (lr 0, vs one process): {summary['max_grad_error']:.3g} (relative)")
     return "\n".join(lines)
+
+
+def validate_zoo(model: str, devices: int, batch_size: int, steps: int = 20, *, out: str | Path | None = None,
+                 method: str = "dp", memory: float | str = math.inf, bandwidth: float | str = "12GB/s",
+                 weights: str = "stash", repeats: int = 10, chain=None, **config: Any) -> dict[str, Any]:
+    """Profile zoo ``model`` here, plan it on ``devices`` with ``method``, run the plan and compare.
+
+    Writes ``profile.csv`` and everything :func:`run_and_compare` writes to ``out``.
+    Pass ``chain`` to reuse a profile (e.g. the same one for 2 and 4 devices).
+    """
+    from ..chain import Platform
+    from ..planners import plan as run_planner
+    from ..profiles import write_profile
+    from ..profiles.profiler import profile_zoo
+
+    if chain is None:
+        chain = profile_zoo(model, batch_size, repeats=repeats, **config)
+    platform = Platform(devices, memory=memory, bandwidth=bandwidth, weights=weights)  # type: ignore[arg-type]
+    plan = run_planner(chain, platform, method)
+    if not plan.feasible:
+        raise ValueError(f"{method} found no plan: {'; '.join(plan.notes)}")
+    if out is not None:
+        Path(out).mkdir(parents=True, exist_ok=True)
+        write_profile(chain, Path(out) / "profile.csv")
+    return run_and_compare(plan, chain, platform, model, batch_size, steps, model_config=config, out=out)
 
 
 def run_command(args: argparse.Namespace) -> int:

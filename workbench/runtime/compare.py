@@ -73,11 +73,18 @@ def stage_times(plan: Plan, chain: Chain, trace: Trace, warmup: int | None = Non
 def compare(plan: Plan, chain: Chain, platform: Platform, trace: Trace, warmup: int | None = None) -> pd.DataFrame:
     """Per device: predicted/measured busy time per mini-batch, memory, and their relative errors.
 
+    Measured time per mini-batch is split into ``measured_busy`` (F and B),
+    ``measured_send`` (posting sends: gloo copies on the caller's thread),
+    ``measured_recv_wait`` (waiting for data) and ``measured_other`` (the rest
+    of the period: bookkeeping, scheduling by the OS).
+
     ``df.attrs`` holds ``predicted_period``, ``measured_period`` and ``period_error``.
     """
-    ops = _steady(trace.ops[trace.ops["kind"].isin(["F", "B"])], warmup)
+    allops = _steady(trace.ops, warmup)
+    ops = allops[allops["kind"].isin(["F", "B"])]
     nb = ops["batch"].nunique() if len(ops) else 0
     peak = trace.peak_memory()
+    mp = period_of(trace, warmup)
     rows = []
     for d in range(plan.devices):
         pred_busy = sum(chain.stage_costs(st.first, st.last).compute for st in plan.stages if st.device == d)
@@ -85,12 +92,17 @@ def compare(plan: Plan, chain: Chain, platform: Platform, trace: Trace, warmup: 
         meas_busy = float((mine["end"] - mine["start"]).sum() / nb) if nb else math.nan
         pm = plan.memory[d] if d < len(plan.memory) else math.nan
         mm = float(peak[d]) if d < len(peak) else math.nan
+        comm = allops[allops["device"] == d]
+        per_mb = lambda k: float((comm[comm["kind"] == k]["end"] - comm[comm["kind"] == k]["start"]).sum() / nb) \
+            if nb else math.nan  # noqa: E731
+        send, recv = per_mb("send"), per_mb("recv")
         rows.append({"device": d, "stages": ",".join(str(s) for s, st in enumerate(plan.stages) if st.device == d),
                      "predicted_busy": pred_busy, "measured_busy": meas_busy,
                      "busy_error": rel_error(meas_busy, pred_busy),
+                     "measured_send": send, "measured_recv_wait": recv,
+                     "measured_other": mp - meas_busy - send - recv,
                      "predicted_memory": pm, "measured_memory": mm, "memory_error": rel_error(mm, pm)})
     df = pd.DataFrame(rows)
-    mp = period_of(trace, warmup)
     df.attrs.update(predicted_period=plan.period, measured_period=mp, period_error=rel_error(mp, plan.period))
     return df
 
