@@ -210,3 +210,56 @@ def test_stashed_versions_with_learning_rate(mlp):
     ref0 = reference_gradients(wl, STEPS)
     assert grad_error(res.grads, ref0)[0] > 1e-6
     assert not math.isnan(res.measured_period)
+
+
+# ---------------------------------------------------------------------------------------------
+# comparison, calibration, command
+# ---------------------------------------------------------------------------------------------
+def test_compare_and_calibrate_on_the_plans_own_times(mlp):
+    from workbench.runtime.compare import calibrate, compare, stage_times
+    from workbench.runtime.program import predicted_ops
+    from workbench.trace import Trace
+
+    chain = mlp[0]
+    plan = _plan(chain, 2, [0, 0, 0, 1, 1])
+    ops = predicted_ops(plan, chain, 12)
+    mem = __import__("pandas").DataFrame({"device": [0, 1], "time": [0.0, 0.0], "activations": [0.0, 0.0],
+                                          "weights": [0.0, 0.0], "total": list(plan.memory)})
+    trace = Trace(ops, mem, 2, period=plan.period, source="measured")
+    df = compare(plan, chain, Platform(2), trace)
+    assert np.allclose(df["busy_error"], 0, atol=1e-9) and np.allclose(df["memory_error"], 0)
+    assert df.attrs["period_error"] == pytest.approx(0, abs=1e-9)
+    # a trace twice as slow calibrates to a chain twice as slow
+    slow = ops.copy()
+    slow["start"], slow["end"] = 2 * ops["start"], 2 * ops["end"]
+    cal = calibrate(chain, plan, Trace(slow, mem, 2, period=plan.period))
+    assert np.allclose(cal.forward, 2 * chain.forward) and np.allclose(cal.backward, 2 * chain.backward)
+    st = stage_times(plan, chain, Trace(slow, mem, 2))
+    assert np.allclose(st["forward_error"], 1.0)
+
+
+def test_run_command_writes_summary(tmp_path, mlp):
+    import json
+
+    from workbench.cli import main
+
+    chain = mlp[0]
+    from workbench.profiles import write_profile
+
+    prof = tmp_path / "mlp.csv"
+    write_profile(chain, prof)
+    plan = _plan(chain, 2, [0, 0, 0, 1, 1])
+    plan.to_json(tmp_path / "plan.json")
+    out = tmp_path / "run"
+    rc = main(["run", str(tmp_path / "plan.json"), "--model", "mlp", "--profile", str(prof), "--batch-size", "4",
+               "--steps", "6", "--out", str(out)])
+    assert rc == 0
+    s = json.loads((out / "summary.json").read_text())
+    for k in ("predicted_period", "measured_period", "memory_predicted", "memory_measured", "max_grad_error"):
+        assert k in s
+    assert s["max_grad_error"] < 1e-6
+    assert s["memory_measured"] == pytest.approx(list(plan.memory), rel=1e-9)
+    from workbench.trace import Trace
+
+    t = Trace.load(out / "measured.csv")
+    assert len(t.ops[t.ops["kind"] == "F"]) == 2 * 6

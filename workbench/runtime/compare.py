@@ -32,7 +32,7 @@ from ..chain import Chain, Platform
 from ..plan import Plan
 from ..trace import Trace
 
-__all__ = ["rel_error", "stage_times", "compare", "calibrate", "calibration_report", "period_of"]
+__all__ = ["rel_error", "occupancy", "stage_times", "compare", "calibrate", "calibration_report", "period_of"]
 
 
 def rel_error(measured: float, predicted: float) -> float:
@@ -53,20 +53,52 @@ def period_of(trace: Trace, warmup: int | None = None) -> float:
     return trace.steady_period(warmup)
 
 
+def occupancy(trace: Trace) -> pd.DataFrame:
+    """F/B rows with ``occupied``: from the op's start to the device's next F/B start, less recv waits between.
+
+    That is the time the device is kept from other work by the op: its
+    computation, the sends it posts, the bookkeeping after it (the last op
+    of a device gets its own duration).
+    """
+    ops = trace.ops
+    out = []
+    for d, g in ops.groupby("device"):
+        g = g.sort_values("start")
+        comp = g[g["kind"].isin(["F", "B"])]
+        recv = g[g["kind"] == "recv"]
+        rs, re_ = recv["start"].to_numpy(), recv["end"].to_numpy()
+        starts, ends = comp["start"].to_numpy(), comp["end"].to_numpy()
+        occ = np.empty(len(comp))
+        for j in range(len(comp)):
+            if j + 1 < len(comp):
+                nxt = starts[j + 1]
+                between = (rs >= ends[j] - 1e-12) & (re_ <= nxt + 1e-12)
+                occ[j] = nxt - starts[j] - float((re_[between] - rs[between]).sum())
+            else:
+                occ[j] = ends[j] - starts[j]
+        c = comp.copy()
+        c["occupied"] = occ
+        out.append(c)
+    return pd.concat(out) if out else ops.assign(occupied=[])
+
+
 def stage_times(plan: Plan, chain: Chain, trace: Trace, warmup: int | None = None) -> pd.DataFrame:
-    """Per stage: device, layers, predicted forward/backward (s) and the median measured ones."""
-    ops = _steady(trace.ops[trace.ops["kind"].isin(["F", "B"])], warmup)
+    """Per stage: predicted forward/backward (s), the median measured ones and the mean occupied ones."""
+    ops = _steady(occupancy(trace), warmup)
     rows = []
     for s, st in enumerate(plan.stages):
         c = chain.stage_costs(st.first, st.last)
         mine = ops[ops["stage"] == s]
         dur = mine["end"] - mine["start"]
-        mf = float(dur[mine["kind"] == "F"].median()) if (mine["kind"] == "F").any() else math.nan
-        mb = float(dur[mine["kind"] == "B"].median()) if (mine["kind"] == "B").any() else math.nan
+        isf, isb = mine["kind"] == "F", mine["kind"] == "B"
+        mf = float(dur[isf].median()) if isf.any() else math.nan
+        mb = float(dur[isb].median()) if isb.any() else math.nan
         rows.append({"stage": s, "device": st.device, "first": st.first, "last": st.last,
                      "predicted_forward": c.forward, "measured_forward": mf,
                      "predicted_backward": c.backward, "measured_backward": mb,
-                     "forward_error": rel_error(mf, c.forward), "backward_error": rel_error(mb, c.backward)})
+                     "forward_error": rel_error(mf, c.forward), "backward_error": rel_error(mb, c.backward),
+                     "occupied_forward": float(mine["occupied"][isf].mean()) if isf.any() else math.nan,
+                     "occupied_backward": float(mine["occupied"][isb].mean()) if isb.any() else math.nan})
     return pd.DataFrame(rows)
 
 
@@ -107,13 +139,22 @@ def compare(plan: Plan, chain: Chain, platform: Platform, trace: Trace, warmup: 
     return df
 
 
-def calibrate(chain: Chain, plan: Plan, trace: Trace, warmup: int | None = None) -> Chain:
-    """The chain with each layer's times scaled by measured/predicted of its stage (forward and backward apart)."""
+def calibrate(chain: Chain, plan: Plan, trace: Trace, warmup: int | None = None, basis: str = "compute") -> Chain:
+    """The chain with each layer's times scaled by measured/predicted of its stage (forward and backward apart).
+
+    ``basis="compute"``: the median measured F/B durations (re-profiling in
+    place); ``basis="occupied"``: the mean time each op keeps its device
+    busy, sends and bookkeeping included (see :func:`occupancy`).
+    """
+    if basis not in ("compute", "occupied"):
+        raise ValueError(f"basis must be 'compute' or 'occupied', got {basis!r}")
     st = stage_times(plan, chain, trace, warmup)
     layers = list(chain.layers)
     for r in st.itertuples():
-        kf = r.measured_forward / r.predicted_forward if r.predicted_forward > 0 and np.isfinite(r.measured_forward) else 1.0
-        kb = r.measured_backward / r.predicted_backward if r.predicted_backward > 0 and np.isfinite(r.measured_backward) else 1.0
+        mf, mb = (r.measured_forward, r.measured_backward) if basis == "compute" else (r.occupied_forward,
+                                                                                         r.occupied_backward)
+        kf = mf / r.predicted_forward if r.predicted_forward > 0 and np.isfinite(mf) else 1.0
+        kb = mb / r.predicted_backward if r.predicted_backward > 0 and np.isfinite(mb) else 1.0
         for l in range(r.first, r.last + 1):
             layers[l] = replace(layers[l], forward=layers[l].forward * kf, backward=layers[l].backward * kb)
     return replace(chain, layers=tuple(layers), meta={**chain.meta, "calibrated_from": trace.source})
@@ -132,12 +173,15 @@ def calibration_report(plan: Plan, chain: Chain, platform: Platform, trace: Trac
     measured = period_of(trace, warmup)
     cal = calibrate(chain, plan, trace, warmup)
     cal_plan = best_schedule(cal, platform, plan.assignment)
+    occ_plan = best_schedule(calibrate(chain, plan, trace, warmup, basis="occupied"), platform, plan.assignment)
     out: dict[str, float] = {
         "measured_period": measured,
         "predicted_period": plan.period,
         "error_before": rel_error(measured, plan.period),
         "calibrated_period": cal_plan.period,
         "error_after": rel_error(measured, cal_plan.period),
+        "calibrated_occupied_period": occ_plan.period,
+        "error_after_occupied": rel_error(measured, occ_plan.period),
     }
     try:
         from ..planners import plan as run_planner
