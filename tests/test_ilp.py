@@ -197,3 +197,40 @@ def test_simulator_agrees():
     if peak is not None:
         peaks = np.atleast_1d(np.asarray(peak, dtype=float))
         assert peaks.max() <= max(p.memory) * (1 + REL)
+
+
+@pytest.mark.parametrize("allocation", ["contiguous", "general"])
+def test_sweep_memory_monotone_and_exact(allocation):
+    from workbench.planners.ilp import sweep_memory
+
+    rng = np.random.default_rng(21)
+    ch, plat = rand_instance(rng, 6, 3, "none")
+    need, _ = least_memory_bound(ch, plat)
+    levels = [need * 0.9] + list(np.linspace(need, plan_dp(ch, plat, graph=False).peak_memory * 1.1, 5))
+    df = sweep_memory(ch, plat, levels, methods=("ilp", "dp"), allocation=allocation)
+    assert list(df.columns) == ["memory", "method", "allocation", "status", "period", "throughput", "gap",
+                                "solve_seconds", "peak_memory"]
+    ilp = df[df.method == "ilp"].reset_index(drop=True)
+    assert ilp.status.iloc[0] == "infeasible"
+    thr = ilp.throughput.to_numpy()
+    assert np.all(np.diff(thr) >= -1e-9 * thr.max())  # more memory never hurts
+    dp = df[df.method == "dp"].reset_index(drop=True)
+    assert np.all(thr >= dp.throughput.to_numpy() * (1 - REL))
+    for _, row in ilp.iterrows():
+        ref = plan_brute(ch, plat.with_(memory=row.memory), allocation=allocation)
+        assert same(ref.period, row.period)
+        if np.isfinite(row.period):
+            assert row.peak_memory <= row.memory * (1 + REL)
+
+
+def test_coarsen_large_chain_keeps_valid_and_beats_nothing_worse_than_dp():
+    rng = np.random.default_rng(4)
+    ch, plat = rand_instance(rng, 40, 4, "tight")
+    d = plan_dp(ch, plat, graph=False)
+    for alloc in ("contiguous", "general"):
+        p = plan_ilp(ch, plat, allocation=alloc, coarsen=10, time_limit=10)
+        assert p.extra["blocks"] == 10
+        if d.feasible:
+            assert p.feasible and p.period <= d.period * (1 + REL)
+            assert_valid(p, ch, plat)
+            assert p.gap is not None and p.gap >= 0

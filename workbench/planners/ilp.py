@@ -39,7 +39,7 @@ from ..plan import REL_TOL, Plan, infeasible_plan, lower_bound, make_plan, stage
 from .ilp_model import build_model, k_bounds
 
 __all__ = ["build_model", "plan_ilp", "solve_model", "plan_from_model", "least_memory_bound",
-           "DEFAULT_SOLVER_OPTIONS"]
+           "sweep_memory", "DEFAULT_SOLVER_OPTIONS"]
 
 #: HiGHS options every solve uses (see /work/shared/ILP-NOTES.md): presolve rule 8192 off
 #: (HiGHS presolve otherwise sometimes misjudges models of this kind), tight integrality.
@@ -204,7 +204,11 @@ def plan_ilp(chain: Chain, platform: Platform, *, allocation: str = "contiguous"
 
     inc: Plan | None = None
     if isinstance(warm_start, Plan):
-        inc = warm_start if (warm_start.feasible and not _check(warm_start, chain, platform)) else None
+        given = warm_start.with_(memory_limit=platform.memory)
+        inc = given if (given.feasible and len(given.assignment) == L and not _check(given, chain, platform)) else None
+        dp = _incumbent(chain, platform)
+        if dp is not None and (inc is None or dp.period < inc.period):
+            inc = dp
     elif warm_start:
         inc = _incumbent(chain, platform)
     lb = lower_bound(chain, platform)
@@ -261,4 +265,45 @@ def plan_ilp(chain: Chain, platform: Platform, *, allocation: str = "contiguous"
 def _finish(plan: Plan, chain: Chain, platform: Platform, status: str, gap: float, seconds: float,
             allocation: str, notes: Sequence[str], **extra: Any) -> Plan:
     return plan.with_(method="ilp", allocation=allocation, status=status, gap=gap, solve_seconds=seconds,
+                      memory_limit=platform.memory,
                       notes=tuple(plan.notes) + tuple(notes), extra={**plan.extra, **extra})
+
+
+def sweep_memory(chain: Chain, platform: Platform, memories: Sequence[float | str], *,
+                 methods: Sequence[str] = ("ilp",), allocation: str = "contiguous",
+                 time_limit: float | None = None, **options: Any):
+    """Throughput against the memory limit: one solve per (memory level, method), as a DataFrame.
+
+    Columns: memory, method, allocation, status, period, throughput, gap, solve_seconds,
+    peak_memory. Levels are solved from the smallest up; the ILP re-uses the plan of the
+    previous level as a warm start (a plan that fits a smaller limit fits a larger one).
+
+    >>> from workbench.chain import Chain, Layer, Platform
+    >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 100, 10) for i in range(4)), input_bytes=10)
+    >>> df = sweep_memory(ch, Platform(2), [200, 1000, 10_000])
+    >>> list(df["status"])
+    ['infeasible', 'optimal', 'optimal']
+    """
+    import pandas as pd
+
+    from . import plan as run_planner
+
+    levels = sorted(Platform(1, memory=m).memory for m in memories)
+    rows = []
+    prev: dict[str, Plan | None] = {m: None for m in methods}
+    for M in levels:
+        plat = platform.with_(memory=M)
+        for method in methods:
+            t0 = time.perf_counter()
+            if method == "ilp":
+                ws = prev[method] if prev[method] is not None else True
+                p = plan_ilp(chain, plat, allocation=allocation, time_limit=time_limit, warm_start=ws, **options)
+            else:
+                p = run_planner(chain, plat, method, allocation=allocation, time_limit=time_limit)
+            sec = p.solve_seconds or (time.perf_counter() - t0)
+            if p.feasible:
+                prev[method] = p
+            rows.append({"memory": M, "method": method, "allocation": allocation, "status": p.status,
+                         "period": p.period, "throughput": p.throughput, "gap": p.gap,
+                         "solve_seconds": sec, "peak_memory": p.peak_memory if p.feasible else float("nan")})
+    return pd.DataFrame(rows)
