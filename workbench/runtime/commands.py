@@ -25,7 +25,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-__all__ = ["run_command", "run_and_compare", "format_comparison", "validate_zoo"]
+__all__ = ["run_command", "run_and_compare", "format_comparison", "validate_zoo", "measure_series"]
 
 
 def _model_config(chain, plan) -> dict[str, Any]:
@@ -76,6 +76,8 @@ def run_and_compare(plan, chain, platform, model: str, batch_size: int, steps: i
         "busy_predicted": [float(b) for b in cmp["predicted_busy"]],
         "busy_measured": [float(b) for b in cmp["measured_busy"]],
         "busy_error": [float(e) for e in cmp["busy_error"]],
+        "cpu_busy_measured": [float(b) for b in cmp["measured_cpu_busy"]] if "measured_cpu_busy" in cmp else None,
+        "core_share": [float(b) for b in cmp["core_share"]] if "core_share" in cmp else None,
         "max_grad_error": max_err, "max_grad_error_abs": abs_err,
         "calibration": cal,
         "max_memory_allocated": res.meta.get("max_memory_allocated"),
@@ -95,6 +97,7 @@ def run_and_compare(plan, chain, platform, model: str, batch_size: int, steps: i
         except Exception as e:  # pragma: no cover - the simulator is another module's business
             summary["simulate_error"] = repr(e)
         write_text_atomic(out / "comparison.csv", cmp.to_csv(index=False))
+        write_text_atomic(out / "measured.cpu.csv", res.meta["cpu"].to_csv(index=False))
         write_text_atomic(out / "plan.json", plan.to_json() + "\n")
         write_text_atomic(out / "summary.json", json.dumps(_jsonable(summary), indent=2) + "\n")
     summary["result"] = res
@@ -130,7 +133,9 @@ def format_comparison(summary: dict[str, Any]) -> str:
             f"  device {d}: memory {format_bytes(summary['memory_predicted'][d]):>10} -> "
             f"{format_bytes(summary['memory_measured'][d]):>10} ({summary['memory_error'][d]:+.2%}); busy "
             f"{summary['busy_predicted'][d] * 1e3:8.3f} -> {summary['busy_measured'][d] * 1e3:8.3f} ms "
-            f"({summary['busy_error'][d]:+.1%})")
+            f"({summary['busy_error'][d]:+.1%})"
+            + (f"; CPU {summary['cpu_busy_measured'][d] * 1e3:8.3f} ms, core share {summary['core_share'][d]:.0%}"
+               if summary.get("core_share") else ""))
     cal = summary.get("calibration", {})
     if cal:
         lines.append(f"  calibrated prediction (same allocation): {cal['calibrated_period'] * 1e3:.3f} ms, "
@@ -162,6 +167,54 @@ def validate_zoo(model: str, devices: int, batch_size: int, steps: int = 20, *, 
         Path(out).mkdir(parents=True, exist_ok=True)
         write_profile(chain, Path(out) / "profile.csv")
     return run_and_compare(plan, chain, platform, model, batch_size, steps, model_config=config, out=out)
+
+
+def measure_series(model: str, devices=(2, 4), attempts: int = 3, batch_size: int = 8, steps: int = 24, *,
+                   root: str | Path = "data/runs", repeats: int = 10, verbose: bool = True, **config: Any):
+    """Several attempts of :func:`validate_zoo` per device count, each with a fresh profile taken just before.
+
+    Writes ``root/{model}-P{P}/attempt{k}/`` and merges one row per attempt
+    into ``root/index.csv`` (rows of the same model and device count are
+    replaced). Returns the rows as a DataFrame. Repeating exposes how much
+    a shared machine moves the times; memory does not move.
+    """
+    import pandas as pd
+
+    from ..io import write_frame_atomic
+
+    root = Path(root)
+    rows = []
+    for P in devices:
+        for k in range(attempts):
+            s = validate_zoo(model, P, batch_size, steps, out=root / f"{model}-P{P}" / f"attempt{k}",
+                             repeats=repeats, **config)
+            if verbose:
+                print(format_comparison(s), flush=True)
+            cal = s["calibration"]
+            rows.append({
+                "model": model, "devices": P, "attempt": k, "batch_size": batch_size, "steps": steps,
+                "config": json.dumps(config, separators=(",", ":")), "assignment": " ".join(map(str, s["assignment"])),
+                "predicted_period": s["predicted_period"], "measured_period": s["measured_period"],
+                "period_error": s["period_error"],
+                "calibrated_period": cal["calibrated_period"], "error_after": cal["error_after"],
+                "calibrated_occupied_period": cal["calibrated_occupied_period"],
+                "error_after_occupied": cal["error_after_occupied"],
+                "max_memory_error": max(abs(e) for e in s["memory_error"]),
+                "max_busy_error": max(abs(e) for e in s["busy_error"]),
+                "max_cpu_busy_error": max(abs(rel) for rel in [(c - p) / p for c, p in
+                                                                zip(s["cpu_busy_measured"], s["busy_predicted"])]),
+                "min_core_share": min(s["core_share"]),
+                "max_grad_error": s["max_grad_error"],
+                "load_average_1min": (s.get("load_average") or [math.nan])[0], "cpu_count": s.get("cpu_count"),
+            })
+    df = pd.DataFrame(rows)
+    index = root / "index.csv"
+    if index.exists():
+        old = pd.read_csv(index)
+        keep = ~(old["model"].eq(model) & old["devices"].isin(list(devices)))
+        df = pd.concat([old[keep], df], ignore_index=True)
+    write_frame_atomic(index, df)
+    return df
 
 
 def run_command(args: argparse.Namespace) -> int:

@@ -102,13 +102,17 @@ def stage_times(plan: Plan, chain: Chain, trace: Trace, warmup: int | None = Non
     return pd.DataFrame(rows)
 
 
-def compare(plan: Plan, chain: Chain, platform: Platform, trace: Trace, warmup: int | None = None) -> pd.DataFrame:
+def compare(plan: Plan, chain: Chain, platform: Platform, trace: Trace, warmup: int | None = None,
+            cpu: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per device: predicted/measured busy time per mini-batch, memory, and their relative errors.
 
     Measured time per mini-batch is split into ``measured_busy`` (F and B),
     ``measured_send`` (posting sends: gloo copies on the caller's thread),
     ``measured_recv_wait`` (waiting for data) and ``measured_other`` (the rest
-    of the period: bookkeeping, scheduling by the OS).
+    of the period: bookkeeping, scheduling by the OS). With ``cpu`` (the
+    runtime's per-op CPU times, ``RunResult.meta["cpu"]``, default
+    ``trace.meta["cpu"]``): ``measured_cpu_busy`` and ``core_share`` =
+    CPU / wall time of the F/B ops (below 1 when ranks share cores).
 
     ``df.attrs`` holds ``predicted_period``, ``measured_period`` and ``period_error``.
     """
@@ -135,6 +139,13 @@ def compare(plan: Plan, chain: Chain, platform: Platform, trace: Trace, warmup: 
                      "measured_other": mp - meas_busy - send - recv,
                      "predicted_memory": pm, "measured_memory": mm, "memory_error": rel_error(mm, pm)})
     df = pd.DataFrame(rows)
+    cpu = cpu if cpu is not None else trace.meta.get("cpu")
+    if cpu is not None and len(cpu):
+        c = _steady(cpu, warmup)
+        per_dev = c.groupby("device")["cpu"].sum() / max(nb, 1)
+        df["measured_cpu_busy"] = [float(per_dev.get(d, math.nan)) for d in df["device"]]
+        df["cpu_busy_error"] = [rel_error(m, p) for m, p in zip(df["measured_cpu_busy"], df["predicted_busy"])]
+        df["core_share"] = df["measured_cpu_busy"] / df["measured_busy"]
     df.attrs.update(predicted_period=plan.period, measured_period=mp, period_error=rel_error(mp, plan.period))
     return df
 

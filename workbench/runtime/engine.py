@@ -134,7 +134,10 @@ def merge_results(parts: Sequence[dict[str, Any]], plan: Plan, **meta: Any) -> R
     grads: dict[str, torch.Tensor] = {}
     for p in parts:
         grads.update(p["grads"])
+    cpu = pd.DataFrame([r for p in parts for r in p.get("cpu", [])],
+                       columns=["device", "stage", "kind", "batch", "cpu"])
     info = {
+        "cpu": cpu,
         "max_memory_allocated": [p["max_memory_allocated"] for p in sorted(parts, key=lambda q: q["rank"])],
         "saved_per_stage": {int(s): v for p in parts for s, v in p["saved_per_stage"].items()},
         **meta,

@@ -22,7 +22,9 @@ What one rank does (see :func:`execute`):
    updated in place (backwards of in-flight mini-batches see new weights);
 4. record every operation's start and end (``time.monotonic`` relative to a
    common origin broadcast by rank 0 after a barrier; CUDA events on GPUs)
-   and, after every operation, the memory it holds: the bytes of tensors
+   (plus the CPU time of the calling thread, ``time.thread_time``, per F/B:
+   with fewer cores than busy processes, wall time / CPU time is the share
+   of a core the rank got) and, after every operation, the memory it holds: the bytes of tensors
    autograd saved for its in-flight mini-batches (``saved_tensors_hooks``,
    counted per layer with storages deduplicated within the layer and
    parameters and buffers excluded, as :mod:`workbench.profiles.profiler` counts them) plus the bytes of the
@@ -215,6 +217,7 @@ def execute(rank: int, world: int, cfg: RunConfig) -> dict[str, Any]:
     ops_rows: list[tuple] = []
     marks: list[tuple] = []  # (kind, stage, batch, start mark, end mark)
     mem_rows: list[tuple] = []
+    cpu_rows: list[tuple] = []  # (device, stage, kind, batch, CPU seconds of the calling thread)
     saved_per_stage: dict[int, list[int]] = {s: [] for s in mine}
 
     uses = 1 if S == 1 else (first_dev == rank) + (last_dev == rank)
@@ -258,6 +261,7 @@ def execute(rank: int, world: int, cfg: RunConfig) -> dict[str, Any]:
         if s == S - 1 and S > 1:
             y = batch(i)[1]
         version = {l: cur[l] for l in range(st.first, st.last + 1)}
+        c0 = time.thread_time()
         t0 = clock.start()
         saved = 0
         h = x
@@ -268,6 +272,7 @@ def execute(rank: int, world: int, cfg: RunConfig) -> dict[str, Any]:
             saved += counter.bytes
         out = wl.loss(h, y) if s == S - 1 else h
         t1 = clock.stop()
+        cpu_rows.append((rank, s, "F", i, time.thread_time() - c0))
         marks.append(("F", s, i, t0, t1))
         inflight[(s, i)] = (x, out, version, saved)
         saved_per_stage[s].append(saved)
@@ -292,6 +297,7 @@ def execute(rank: int, world: int, cfg: RunConfig) -> dict[str, Any]:
             work, g_out = posted.pop(("B", s, i))
             work.wait()
             marks.append(("recv", s, i, t0, clock.stop()))
+        c0 = time.thread_time()
         t0 = clock.start()
         x, out, version, _ = inflight[(s, i)]
         params = [(l, n, t) for l in range(st.first, st.last + 1) for n, t in version[l].items()]
@@ -314,6 +320,7 @@ def execute(rank: int, world: int, cfg: RunConfig) -> dict[str, Any]:
                 elif cfg.lr != 0.0:
                     cur[l][n].data.add_(g, alpha=-cfg.lr)
         t1 = clock.stop()
+        cpu_rows.append((rank, s, "B", i, time.thread_time() - c0))
         marks.append(("B", s, i, t0, t1))
         del inflight[(s, i)]
         if s > 0:
@@ -386,7 +393,7 @@ def execute(rank: int, world: int, cfg: RunConfig) -> dict[str, Any]:
         mem_rows.append((rank, clock.seconds(m), float(a), float(w), float(a + w)))
     grads = {f"{lname[l]}.{n}": acc[l][n].detach().cpu() for l in layer_ids for n in acc[l]}
     out: dict[str, Any] = {
-        "rank": rank, "ops": ops_rows, "memory": mem_rows, "grads": grads,
+        "rank": rank, "ops": ops_rows, "cpu": cpu_rows, "memory": mem_rows, "grads": grads,
         "saved_per_stage": {s: v for s, v in saved_per_stage.items()},
         "max_memory_allocated": torch.cuda.max_memory_allocated(dev) if cuda else None,
     }
