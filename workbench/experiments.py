@@ -236,8 +236,6 @@ def plan_units(s: Settings, figures: Iterable[str] = FIGURES) -> list[Unit]:
                           "weight_factor": s.weight_factor, "weights": s.weights,
                           "time_limit": s.time_limit if planner == "ilp" else None}
                     units.append(Unit(f"sweep__{_slug(net)}__P{P}__{mk}", "sweep", _canon(st)))
-        # cheap methods first so partial runs already show the baselines
-        units.sort(key=lambda u: (u.settings["method"] == "ilp", u.settings["allocation"] == "general"))
     if "three_partition" in figures:
         units.append(Unit("complexity__three_partition", "three_partition", _canon(
             {"kind": "three_partition", "m": s.three_partition_m, "count": s.three_partition_count, "bound": 20,
@@ -256,7 +254,14 @@ def plan_units(s: Settings, figures: Iterable[str] = FIGURES) -> list[Unit]:
             units.append(Unit(f"complexity__scaling__L{L}", "scaling", _canon(
                 {"kind": "scaling", "layers": L, "devices": s.scaling_devices, "seeds": s.scaling_seeds,
                  "time_limit": s.scaling_time_limit, "heterogeneity": 0.5, "memory_position": 0.3})))
-    return units
+    # cheapest first, so an interrupted run already holds every baseline, then the complexity study,
+    # the contiguous ILPs, the scaling study and last the general ILPs (the time-outs)
+    def cost(u: Unit) -> int:
+        if u.kind == "sweep":
+            return 2 if u.settings["method"] != "ilp" else (4 if u.settings["allocation"] == "contiguous" else 6)
+        return {"three_partition": 3, "family": 3, "gains": 3, "scaling": 5}.get(u.kind, 5)
+
+    return sorted(units, key=cost)
 
 
 def _sha(data: bytes) -> str:
