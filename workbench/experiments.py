@@ -802,11 +802,13 @@ def _parse_only(only: str | None) -> tuple[str, ...]:
 
 
 def reproduce(quick: bool = False, only: str | None = None, out: Path | str | None = None, *,
-              settings: Settings | None = None, jobs: int | None = None, progress: bool = True) -> Report:
+              settings: Settings | None = None, jobs: int | None = None, progress: bool = True,
+              png: bool = True) -> Report:
     """Recompute (or load) every unit the figures need, then write the figures and ``report.md``.
 
     ``settings`` overrides :func:`settings_for` (tests use tiny ones);
-    ``jobs`` worker processes (default ``$WORKBENCH_JOBS`` or 1).
+    ``jobs`` worker processes (default ``$WORKBENCH_JOBS`` or 1); ``png=False`` skips the PNG export
+    (as does ``$WORKBENCH_NO_PNG=1``).
     """
     t0 = time.perf_counter()
     out = Path(out) if out is not None else RESULTS_DIR
@@ -872,7 +874,10 @@ def reproduce(quick: bool = False, only: str | None = None, out: Path | str | No
         frames = [f for f in frames if f is not None]
         if frames:
             report.figures.append(_fig_scaling(pd.concat(frames, ignore_index=True), out, pngs))
-    _write_pngs(pngs, report)
+    if png and os.environ.get("WORKBENCH_NO_PNG", "") not in ("1", "true", "yes"):
+        _write_pngs(pngs, report)
+    else:
+        report.png = False
     report.seconds = time.perf_counter() - t0
     write_text_atomic(report.report_path, render_report(report))
     return report
