@@ -58,7 +58,7 @@ from .paths import RESULTS_DIR
 __all__ = [
     "Settings", "Report", "FigureInfo", "Unit", "METHOD_KEYS", "FIGURES", "settings_for", "plan_units",
     "run_unit", "load_unit", "unit_is_current", "reproduce", "reproduce_command", "sweep_frame",
-    "min_memory_table", "bound_violations", "headline_gains", "versions",
+    "min_memory_table", "bound_violations", "headline_gains", "versions", "notebook_report", "render_report",
 ]
 
 #: method key -> (planner name, allocation), in legend order
@@ -521,6 +521,7 @@ class FigureInfo:
     title: str
     files: list[str] = field(default_factory=list)
     headlines: list[str] = field(default_factory=list)
+    figs: list = field(default_factory=list, repr=False)  # the plotly figures, for notebooks
 
 
 @dataclass
@@ -551,6 +552,7 @@ def _save(fig: Any, out: Path, stem: str, info: FigureInfo, pngs: list) -> None:
         write_text_atomic(js, get_plotlyjs())
     write_text_atomic(html, fig.to_html(include_plotlyjs="directory", full_html=True))
     info.files.append(html.name)
+    info.figs.append(fig)
     pngs.append((fig, out / f"{stem}.png", info))
 
 
@@ -803,12 +805,13 @@ def _parse_only(only: str | None) -> tuple[str, ...]:
 
 def reproduce(quick: bool = False, only: str | None = None, out: Path | str | None = None, *,
               settings: Settings | None = None, jobs: int | None = None, progress: bool = True,
-              png: bool = True) -> Report:
+              png: bool = True, compute: bool = True) -> Report:
     """Recompute (or load) every unit the figures need, then write the figures and ``report.md``.
 
     ``settings`` overrides :func:`settings_for` (tests use tiny ones);
     ``jobs`` worker processes (default ``$WORKBENCH_JOBS`` or 1); ``png=False`` skips the PNG export
-    (as does ``$WORKBENCH_NO_PNG=1``).
+    (as does ``$WORKBENCH_NO_PNG=1``). ``compute=False`` computes nothing: the figures show the
+    units already on disk (notebooks reading a partial full run).
     """
     t0 = time.perf_counter()
     out = Path(out) if out is not None else RESULTS_DIR
@@ -821,8 +824,9 @@ def reproduce(quick: bool = False, only: str | None = None, out: Path | str | No
         units = plan_units(s, figs)
     report.warnings += [str(w.message) for w in caught]
     jobs = int(jobs if jobs is not None else os.environ.get("WORKBENCH_JOBS", "1") or 1)
-    todo = [u for u in units if not unit_is_current(u, out)]
-    report.skipped = [u.name for u in units if u not in todo]
+    current = [u for u in units if unit_is_current(u, out)]
+    todo = [u for u in units if u not in current] if compute else []
+    report.skipped = [u.name for u in current]
     bar = None
     if progress:
         from tqdm.auto import tqdm
@@ -868,7 +872,9 @@ def reproduce(quick: bool = False, only: str | None = None, out: Path | str | No
     for name, maker in comp.items():
         if name in figs:
             u = next(u for u in units if u.kind == name)
-            report.figures.append(maker(load_unit(u, out), out, pngs))
+            df = load_unit(u, out)
+            if df is not None:
+                report.figures.append(maker(df, out, pngs))
     if "scaling" in figs:
         frames = [load_unit(u, out) for u in units if u.kind == "scaling"]
         frames = [f for f in frames if f is not None]
@@ -881,6 +887,28 @@ def reproduce(quick: bool = False, only: str | None = None, out: Path | str | No
     report.seconds = time.perf_counter() - t0
     write_text_atomic(report.report_path, render_report(report))
     return report
+
+
+def notebook_report(only: str | None = None, *, quick: bool | None = None, out: Path | str | None = None) -> Report:
+    """For the notebooks: the figures of ``only``, from cached results or a small quick run.
+
+    ``quick`` (default: ``$WORKBENCH_QUICK`` is set) computes a reduced quick
+    setting (one network, P = 2, a small complexity study) into ``out``
+    (default a temporary folder), without PNGs. Otherwise it reads the units
+    already in ``out`` (default ``data/results``) made with the full settings
+    and computes nothing; run ``python -m workbench reproduce`` to fill them.
+    """
+    if quick is None:
+        quick = os.environ.get("WORKBENCH_QUICK", "") not in ("", "0", "false", "no")
+    if quick:
+        import tempfile
+
+        base = settings_for(quick=True)
+        s = base.with_(networks=base.networks[:1], devices=(2,), scaling_layers=(4, 6), gain_instances=6,
+                       gain_layers=5)
+        out = Path(out) if out is not None else Path(tempfile.mkdtemp(prefix="workbench-nb-"))
+        return reproduce(True, only, out, settings=s, progress=False, png=False)
+    return reproduce(False, only, out, progress=False, png=False, compute=False)
 
 
 def render_report(report: Report) -> str:
