@@ -205,3 +205,13 @@ def test_bound_violations_detects_planted_errors():
     assert any("< bound" in x for x in v)
     assert any("worse than dp" in x for x in v)
     assert any("grow with memory" in x for x in v)
+
+
+def test_compute_false_reports_missing_units(tiny, tmp_path):
+    out, rep = tiny
+    s = tiny_settings()
+    empty = ex.reproduce(quick=True, out=tmp_path, settings=s, progress=False, png=False, only="family", compute=False)
+    assert empty.computed == [] and empty.missing == ["complexity__family"] and empty.figures == []
+    assert "Partial results" in empty.report_path.read_text()
+    full = ex.reproduce(quick=True, out=out, settings=s, progress=False, png=False, only="family", compute=False)
+    assert full.missing == [] and [f.name for f in full.figures] == ["family"]

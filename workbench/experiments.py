@@ -533,6 +533,7 @@ class Report:
     figures: list[FigureInfo] = field(default_factory=list)
     computed: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
     violations: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     seconds: float = 0.0
@@ -827,6 +828,7 @@ def reproduce(quick: bool = False, only: str | None = None, out: Path | str | No
     current = [u for u in units if unit_is_current(u, out)]
     todo = [u for u in units if u not in current] if compute else []
     report.skipped = [u.name for u in current]
+    report.missing = [u.name for u in units if u not in current and u not in todo]
     bar = None
     if progress:
         from tqdm.auto import tqdm
@@ -936,6 +938,11 @@ def render_report(report: Report) -> str:
     else:
         lines += ["All bound checks pass (no plan beats the lower bound; general ILP >= contiguous ILP where both are "
                   "optimal; an optimal ILP >= every periodic baseline that fits; exact methods never lose from more memory).", ""]
+    if report.missing:
+        lines += [f"**Partial results**: {len(report.missing)} of {len(report.missing) + len(report.skipped) + len(report.computed)} "
+                  "units are not computed yet; the figures below leave them out. Run `python -m workbench reproduce` "
+                  "to compute them (it resumes where it stopped). Missing:", ""]
+        lines += [f"- `{m}`" for m in report.missing] + [""]
     for w in report.warnings:
         lines += [f"> warning: {w}", ""]
     for f in report.figures:
