@@ -171,14 +171,16 @@ def _incumbent(chain: Chain, platform: Platform) -> Plan | None:
 def plan_ilp(chain: Chain, platform: Platform, *, allocation: str = "contiguous",
              time_limit: float | None = None, rel_gap: float = 1e-6, threads: int | None = 1,
              warm_start: bool | Plan = True, log: Any = None, coarsen: int | bool | None = None,
-             pairwise: bool = True, solver_options: dict | None = None, **options: Any) -> Plan:
+             pairwise: bool = True, tighten: bool = True, search_seconds: float = 10.0, solver_options: dict | None = None, **options: Any) -> Plan:
     """Best periodic plan under the memory limit by the ILP (contiguous or general allocations).
 
     ``warm_start``: True uses the exact contiguous DP as incumbent (bound and fallback);
     a :class:`Plan` is used as given; False solves cold. ``log``: anything with ``write()``
     receives HiGHS's log. ``coarsen``: number of blocks to solve on (see
     :mod:`workbench.planners.coarsen`); None coarsens chains longer than
-    ``COARSEN_ABOVE`` layers, False/0 never. Other options are ignored.
+    ``COARSEN_ABOVE`` layers, False/0 never. ``search_seconds``: general mode improves the
+    incumbent by local search (:mod:`workbench.planners.ilp_search`) for at most this long
+    (and a quarter of the time limit). Other options are ignored.
     """
     if allocation not in ("contiguous", "general"):
         raise ValueError(f"allocation must be 'contiguous' or 'general', got {allocation!r}")
@@ -213,6 +215,14 @@ def plan_ilp(chain: Chain, platform: Platform, *, allocation: str = "contiguous"
         inc = _incumbent(chain, platform)
     lb = lower_bound(chain, platform)
     notes: list[str] = []
+    if allocation == "general" and inc is not None and search_seconds and platform.devices > 1:
+        from .ilp_search import local_search
+
+        budget = search_seconds if time_limit is None else min(search_seconds, 0.25 * time_limit)
+        better = local_search(chain, platform, inc, seconds=budget)
+        if better is not inc and better.period < inc.period and not _check(better, chain, platform):
+            notes.append(f"local search improved the incumbent from {inc.period:.6g} s to {better.period:.6g} s")
+            inc = better
     if inc is not None:
         notes.append(f"incumbent {inc.method} ({inc.allocation}) period {inc.period:.6g} s")
         if inc.period <= lb * (1 + rel_gap):
@@ -220,7 +230,7 @@ def plan_ilp(chain: Chain, platform: Platform, *, allocation: str = "contiguous"
 
     hi = inc.period * (1 + 1e-7) if inc is not None else None
     model = build_model(chain, platform, allocation=allocation, period_bounds=(lb, hi) if hi else None,
-                        pairwise=pairwise)
+                        pairwise=pairwise, tighten=tighten)
     build_s = elapsed()
     left = None if time_limit is None else max(time_limit - build_s, 0.5)
     res = solve_model(model, time_limit=left, rel_gap=rel_gap, threads=threads, log=log,

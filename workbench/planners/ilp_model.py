@@ -55,7 +55,7 @@ __all__ = ["build_model", "ModelData", "k_bounds"]
 
 @dataclass
 class ModelData:
-    """Scaled instance data kept on the model (``model._data``)."""
+    """Scaled instance data kept on the model (``model._ilp``)."""
 
     L: int
     P: int
@@ -98,12 +98,12 @@ def k_bounds(chain: Chain, platform: Platform, t_ub: float | None = None) -> np.
 
 def build_model(chain: Chain, platform: Platform, *, allocation: str = "contiguous",
                 period: float | None = None, period_bounds: tuple[float, float] | None = None,
-                pairwise: bool = True) -> pyo.ConcreteModel:
+                pairwise: bool = True, tighten: bool = True) -> pyo.ConcreteModel:
     """The plan ILP for ``chain`` on ``platform`` as a Pyomo ``ConcreteModel``.
 
     ``period`` fixes T (a feasibility model); ``period_bounds=(lo, hi)`` bounds it
     (tighter big-M values; ``hi`` from an incumbent). ``model.u`` is ``T_ref / T``
-    with ``T_ref = model._data.t_ref``. ``pairwise=False`` drops the no-overlap
+    with ``T_ref = model._ilp.t_ref``. ``pairwise=False`` drops the no-overlap
     constraints between different stages of one device (a relaxation; general only).
 
     >>> from workbench.chain import Chain, Layer, Platform
@@ -140,7 +140,7 @@ def build_model(chain: Chain, platform: Platform, *, allocation: str = "contiguo
     K = float(kmax.max())
 
     m = pyo.ConcreteModel(name=f"plan_ilp_{allocation}")
-    m._data = ModelData(L, P, t_ref, f, b, c, a, w0, kmax, u_lo, u_hi, allocation, mem)
+    m._ilp = ModelData(L, P, t_ref, f, b, c, a, w0, kmax, u_lo, u_hi, allocation, mem)
     m.Lset = pyo.RangeSet(0, L - 1)
     m.Cset = pyo.RangeSet(0, L - 2) if L > 1 else pyo.Set(initialize=[])
     m.Pset = pyo.RangeSet(0, P - 1)
@@ -214,6 +214,11 @@ def build_model(chain: Chain, platform: Platform, *, allocation: str = "contiguo
         m.z_lo = pyo.Constraint(m.Lset, m.Pset,
                                 rule=lambda _m, l, p: m.z[l, p] >= m.k[l] - kmax[l] * (1 - m.x[l, p]))
         m.memory = pyo.Constraint(m.Pset, rule=lambda _m, p: sum(a[l] * m.z[l, p] + w0[l] * m.x[l, p] for l in m.Lset) <= 1)
+        if tighten:
+            # z = k x exactly in integer solutions: these only tighten the relaxation
+            m.z_hi = pyo.Constraint(m.Lset, m.Pset, rule=lambda _m, l, p: m.z[l, p] <= kmax[l] * m.x[l, p])
+            m.z_min = pyo.Constraint(m.Lset, m.Pset, rule=lambda _m, l, p: m.z[l, p] >= m.x[l, p])
+            m.z_sum = pyo.Constraint(m.Lset, rule=lambda _m, l: sum(m.z[l, p] for p in m.Pset) == m.k[l])
 
     # ---- loads -----------------------------------------------------------
     if allocation == "contiguous":
@@ -221,6 +226,9 @@ def build_model(chain: Chain, platform: Platform, *, allocation: str = "contiguo
     else:
         m.v = pyo.Var(m.Lset, m.Pset, bounds=(0, u_hi))
         m.v_lo = pyo.Constraint(m.Lset, m.Pset, rule=lambda _m, l, p: m.v[l, p] >= m.u - u_hi * (1 - m.x[l, p]))
+        if tighten:
+            m.v_hi = pyo.Constraint(m.Lset, m.Pset, rule=lambda _m, l, p: m.v[l, p] <= u_hi * m.x[l, p])
+            m.v_sum = pyo.Constraint(m.Lset, rule=lambda _m, l: sum(m.v[l, p] for p in m.Pset) == m.u)
         m.device_load = pyo.Constraint(m.Pset, rule=lambda _m, p: sum((f[l] + b[l]) * m.v[l, p] for l in m.Lset) <= 1)
         if P > 1 and any(c[l] > 0 for l in range(L - 1)):
             pairs = [(p, q) for p in range(P) for q in range(p + 1, P)]
