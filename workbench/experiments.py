@@ -607,7 +607,7 @@ def _fig_throughput(sw: pd.DataFrame, out: Path, pngs: list) -> FigureInfo:
         fig.update_yaxes(range=[0, 1.05])
         _save(fig, out, f"throughput_{_slug(net)}", info, pngs)
     hg = headline_gains(sw)
-    for _, r in hg.iterrows():
+    for _, r in hg[hg.cases > 0].iterrows() if len(hg) else []:
         info.headlines.append(
             f"{r.network}: general ILP over PipeDream at tight memory (lower half of the levels): median gain "
             f"{_x(r.median_gain)}, best {_x(r.best_gain)} over {r.cases} (P, level) cases; PipeDream's partitioner "
@@ -625,7 +625,7 @@ def _fig_throughput(sw: pd.DataFrame, out: Path, pngs: list) -> FigureInfo:
             + ". Not a bound violation: the ILP is optimal among periodic plans with weight stashing (one weight "
               "version per in-flight mini-batch), while GPipe/1F1B-flush keep a single weight version")
     hd = headline_gains(sw, over="pipedream", of="dp")
-    for _, r in hd.iterrows():
+    for _, r in hd[hd.cases > 0].iterrows() if len(hd) else []:
         info.headlines.append(f"{r.network}: memory-aware DP over PipeDream at tight memory: median {_x(r.median_gain)}, "
                               f"best {_x(r.best_gain)}; PipeDream does not fit in {r.over_does_not_fit}/{r.cases}")
     return info
