@@ -11,8 +11,9 @@ and start times are valid for the fine chain as they are (re-checked).
 What coarsening can cost: the block plan is the best plan among those that cut
 only at block boundaries. Reported in ``plan.extra``:
 
-* ``fine_lower_bound``: a bound for the fine problem (max of the chain's
-  lower bound and, for contiguous, the exact fine DP);
+* ``fine_lower_bound``: a bound for the fine problem (the chain's lower bound,
+  the memory bound :func:`workbench.planners.ilp_model.memory_period_bound`, and
+  for contiguous the exact fine DP);
 * ``largest_block``: the compute of the heaviest block (a block cannot be split);
 * the returned ``gap`` is measured against the fine bound, so it includes
   what coarsening may have cost.
@@ -160,7 +161,9 @@ def plan_coarse(chain: Chain, platform: Platform, *, blocks: int = 32, allocatio
             extra["expanded_rejected"] = str(bad[0])
     if fine_dp is not None:
         cand.append(fine_dp)
-    fine_bound = lb
+    from .ilp_model import memory_period_bound
+
+    fine_bound = max(lb, memory_period_bound(chain, platform))
     if allocation == "contiguous" and fine_dp is not None:
         fine_bound = fine_dp.period
     extra["fine_lower_bound"] = fine_bound

@@ -50,7 +50,7 @@ import pyomo.environ as pyo
 from ..chain import Chain, Platform
 from ..plan import lower_bound
 
-__all__ = ["build_model", "ModelData", "k_bounds"]
+__all__ = ["build_model", "ModelData", "k_bounds", "memory_period_bound"]
 
 
 @dataclass
@@ -96,6 +96,51 @@ def k_bounds(chain: Chain, platform: Platform, t_ub: float | None = None) -> np.
     return np.maximum(km, 1.0)
 
 
+def memory_period_bound(chain: Chain, platform: Platform) -> float:
+    """The least T with ``sum_l (ceil(D_l / T) (A_l + [stash] W_l) + (phi - [stash]) W_l) <= P M``.
+
+    ``D_l`` is the compute from layer l to the end of the chain and back: layer l's stage
+    holds ``k >= D_l / T`` mini-batches whatever the allocation, so every layer costs
+    at least that much memory, and all devices together hold P M. A lower bound on the
+    period of any plan, contiguous or general (0 without a memory limit). Also at least
+    ``max_l D_l / kmax_l``, with ``kmax_l`` the most copies of layer l alone a device holds.
+    """
+    M = platform.memory
+    if not math.isfinite(M):
+        return 0.0
+    s = 1.0 if platform.stash else 0.0
+    a = chain.saved_array + s * chain.weights
+    w0 = (platform.weight_factor - s) * chain.weights
+    down = np.cumsum((chain.forward + chain.backward)[::-1])[::-1]
+    cap = platform.devices * M
+
+    def need(T: float) -> float:
+        return float(np.sum(np.maximum(1.0, np.ceil(down / T - 1e-9)) * a + w0))
+
+    hi = float(down[0]) * (1 + 1e-9)  # every k = 1
+    if need(hi) > cap * (1 + 1e-9):
+        return math.inf
+    # one layer alone: k_l <= (M - w0_l) / a_l on its device, so T >= D_l / k_l
+    single = 0.0
+    for l in range(len(chain)):
+        if a[l] > 0:
+            kmax = math.floor((M - w0[l]) / a[l] * (1 + 1e-12))
+            if kmax < 1:
+                return math.inf
+            single = max(single, float(down[l]) / kmax)
+    lo = 0.0
+    # need() is a step function of T: bisect to relative precision, then snap to the step
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        if need(mid) <= cap * (1 + 1e-12):
+            hi = mid
+        else:
+            lo = mid
+        if hi - lo <= 1e-12 * hi:
+            break
+    return max(lo, single)
+
+
 def build_model(chain: Chain, platform: Platform, *, allocation: str = "contiguous",
                 period: float | None = None, period_bounds: tuple[float, float] | None = None,
                 pairwise: bool = True, tighten: bool = True) -> pyo.ConcreteModel:
@@ -128,7 +173,7 @@ def build_model(chain: Chain, platform: Platform, *, allocation: str = "contiguo
     a = (chain.saved_array + s * chain.weights) / scale
     w0 = (platform.weight_factor - s) * chain.weights / scale
     lo_T, hi_T = period_bounds if period_bounds else (t_ref, None)
-    lo_T = max(lo_T, t_ref)
+    lo_T = max(lo_T, t_ref, min(memory_period_bound(chain, platform), hi_T or math.inf))
     if hi_T is None or not math.isfinite(hi_T):
         # any contiguous plan with <= P stages, e.g. everything on one device
         hi_T = chain.total_compute + 2 * sum(platform.comm_time(chain.cut(l)) for l in range(L - 1)) + t_ref
@@ -151,7 +196,12 @@ def build_model(chain: Chain, platform: Platform, *, allocation: str = "contiguo
     m.tf = pyo.Var(m.Lset, bounds=(0, H))
     m.tb = pyo.Var(m.Lset, bounds=(0, H))
     m.tf[0].fix(0.0)
-    m.k = pyo.Var(m.Lset, domain=pyo.Integers, bounds=lambda _m, l: (1, kmax[l]))
+    # any plan with T <= hi_T keeps k_l >= (compute from layer l to the end and back) / hi_T
+    comp = f + b
+    down = np.cumsum(comp[::-1])[::-1] * t_ref  # seconds
+    kmin = np.maximum(1.0, np.ceil(down / hi_T - 1e-9))
+    kmin = np.minimum(kmin, kmax)
+    m.k = pyo.Var(m.Lset, domain=pyo.Integers, bounds=lambda _m, l: (kmin[l], kmax[l]))
 
     # ---- allocation ----------------------------------------------------
     if allocation == "contiguous":
@@ -217,7 +267,16 @@ def build_model(chain: Chain, platform: Platform, *, allocation: str = "contiguo
         if tighten:
             # z = k x exactly in integer solutions: these only tighten the relaxation
             m.z_hi = pyo.Constraint(m.Lset, m.Pset, rule=lambda _m, l, p: m.z[l, p] <= kmax[l] * m.x[l, p])
-            m.z_min = pyo.Constraint(m.Lset, m.Pset, rule=lambda _m, l, p: m.z[l, p] >= m.x[l, p])
+            m.z_min = pyo.Constraint(m.Lset, m.Pset, rule=lambda _m, l, p: m.z[l, p] >= kmin[l] * m.x[l, p])
+            if allocation == "general":
+                # two layers whose least memory (or compute) together exceed a device never share one
+                least = kmin * a + w0
+                pairs = [(l, q) for l in range(L) for q in range(l + 1, L)
+                         if least[l] + least[q] > 1 + 1e-9 or (comp[l] + comp[q]) * t_ref > hi_T * (1 + 1e-9)]
+                if pairs:
+                    m.CONF = pyo.Set(initialize=pairs, dimen=2)
+                    m.conflict = pyo.Constraint(m.CONF, m.Pset,
+                                                rule=lambda _m, l, q, p: m.x[l, p] + m.x[q, p] <= 1)
             m.z_sum = pyo.Constraint(m.Lset, rule=lambda _m, l: sum(m.z[l, p] for p in m.Pset) == m.k[l])
 
     # ---- loads -----------------------------------------------------------

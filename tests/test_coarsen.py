@@ -1,0 +1,118 @@
+"""Coarsening: block groups, expansion of block plans, and the coarse ILP on longer chains."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from workbench.chain import Chain, Layer, Platform
+from workbench.check import check
+from workbench.planners.coarsen import block_groups, expand_assignment, expand_plan, plan_coarse
+from workbench.planners.dp import plan_dp
+from workbench.planners.ilp import plan_ilp
+from workbench.planners.ilp_model import memory_period_bound
+from workbench.plan import lower_bound
+
+
+def chain_of(rng, L):
+    return Chain(tuple(Layer(f"l{i}", float(rng.uniform(0.5, 10)), float(rng.uniform(0.5, 20)),
+                             float(rng.integers(1, 60)), float(rng.integers(1, 40))) for i in range(L)),
+                 input_bytes=8.0)
+
+
+def covers(groups, L):
+    return groups[0][0] == 0 and groups[-1][1] == L - 1 and all(
+        b + 1 == a for (_, b), (a, _) in zip(groups, groups[1:])) and all(a <= b for a, b in groups)
+
+
+@pytest.mark.parametrize("L,B", [(10, 3), (37, 8), (50, 50), (5, 9)])
+def test_groups_cover_in_order_with_the_requested_count(L, B):
+    ch = chain_of(np.random.default_rng(L), L)
+    g = block_groups(ch, B, Platform(3, bandwidth=5.0))
+    assert covers(g, L)
+    assert len(g) == min(B, L)
+
+
+def test_groups_are_balanced_and_keep_required_cuts():
+    ch = Chain(tuple(Layer(f"l{i}", 1.0, 1.0, 1, 1) for i in range(12)))
+    assert block_groups(ch, 4) == [(0, 2), (3, 5), (6, 8), (9, 11)]
+    g = block_groups(ch, 4, required=[0, 7])
+    assert covers(g, 12) and len(g) == 4
+    ends = {b for _, b in g}
+    assert {0, 7} <= ends
+
+
+def test_groups_prefer_cheap_cuts():
+    # equal compute; the cut after layer 2 is free, the one after layer 3 costs a lot
+    layers = [Layer(f"l{i}", 1.0, 1.0, 1, 1000.0) for i in range(8)]
+    layers[2] = Layer("l2", 1.0, 1.0, 1, 0.0)
+    ch = Chain(tuple(layers))
+    g = block_groups(ch, 2, Platform(2, bandwidth=100.0))
+    assert g == [(0, 2), (3, 7)]
+
+
+def test_expand_assignment():
+    assert expand_assignment([(0, 1), (2, 2), (3, 5)], [0, 1, 0]) == [0, 0, 1, 0, 0, 0]
+
+
+@pytest.mark.parametrize("allocation", ["contiguous", "general"])
+def test_expanded_block_plan_is_valid_with_the_same_period(allocation):
+    rng = np.random.default_rng(3)
+    ch = chain_of(rng, 20)
+    plat = Platform(3, bandwidth=4.0)
+    free = plan_dp(ch, plat, graph=False).peak_memory
+    plat = plat.with_(memory=free * 0.8)
+    groups = block_groups(ch, 6, plat)
+    coarse = ch.coarsen(groups)
+    cp = plan_ilp(coarse, plat, allocation=allocation, coarsen=False, time_limit=20)
+    if not cp.feasible:
+        pytest.skip("blocks too coarse for this memory")
+    fp = expand_plan(cp, ch, plat, groups)
+    assert math.isclose(fp.period, cp.period, rel_tol=1e-9)
+    assert not check(fp, ch, plat)
+    assert max(fp.memory) == pytest.approx(max(cp.memory), rel=1e-9)
+
+
+def test_plan_coarse_reports_cost_and_never_loses_to_the_fine_dp():
+    rng = np.random.default_rng(8)
+    ch = chain_of(rng, 45)
+    plat = Platform(4, bandwidth=4.0)
+    free = plan_dp(ch, plat, graph=False).peak_memory
+    plat = plat.with_(memory=free * 0.7)
+    d = plan_dp(ch, plat, graph=False)
+    for allocation in ("contiguous", "general"):
+        p = plan_coarse(ch, plat, blocks=12, allocation=allocation, time_limit=15)
+        assert p.extra["blocks"] == 12 and p.extra["largest_block"] > 0
+        assert p.extra["fine_lower_bound"] >= lower_bound(ch, plat) * (1 - 1e-12)
+        assert p.feasible and not check(p, ch, plat)
+        assert p.period <= d.period * (1 + 1e-9)
+        assert p.gap == pytest.approx((p.period - p.extra["fine_lower_bound"]) / p.period, abs=1e-9) or p.gap == 0.0
+    # contiguous: the fine DP is exact, so the coarse route is optimal too
+    assert plan_coarse(ch, plat, blocks=12, time_limit=15).status == "optimal"
+
+
+def test_default_coarsening_above_32_layers():
+    rng = np.random.default_rng(12)
+    ch = chain_of(rng, 40)
+    p = plan_ilp(ch, Platform(4, bandwidth=4.0), time_limit=20)
+    assert p.extra.get("blocks") == 32
+    assert not check(p, ch, Platform(4, bandwidth=4.0))
+
+
+def test_memory_period_bound_is_a_lower_bound():
+    from workbench.planners.brute import plan_brute
+
+    rng = np.random.default_rng(2)
+    for _ in range(8):
+        ch = chain_of(rng, 6)
+        plat = Platform(2, bandwidth=5.0)
+        free = plan_dp(ch, plat, graph=False).peak_memory
+        plat = plat.with_(memory=free * float(rng.uniform(0.4, 1.0)))
+        best = plan_brute(ch, plat, allocation="general")
+        mb = memory_period_bound(ch, plat)
+        assert mb <= best.period * (1 + 1e-9)
+        if not best.feasible:
+            continue
+        assert math.isfinite(mb)
