@@ -40,7 +40,6 @@ import ipywidgets as W
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
-from IPython.display import clear_output, display
 
 from ..chain import Chain, Platform
 from ..plan import Plan, chain_for_plan
@@ -342,7 +341,7 @@ class Explorer(W.VBox):
                 self.progress.bar_style = "info"
                 self.progress.max, self.progress.value = 1, 0
                 self.status_label.value = f"<b>solving with {html.escape(method)}…</b> (up to {self.time_limit:.0f} s)"
-                self.log_out.clear_output()
+                self.log_out.outputs = ()
                 self.log_accordion.selected_index = 0
             opts: dict[str, Any] = {}
             if slow:
@@ -398,16 +397,17 @@ class Explorer(W.VBox):
             self.gantt_figure = self.memory_figure = None
         if not self._display:
             return
-        with self.gantt_out:
-            clear_output(wait=True)
-            if self.gantt_figure is not None:
-                display(self.gantt_figure)
-            else:
-                display(W.HTML(f"<p style='color:#b00'>no plan: {html.escape('; '.join(p.notes) or p.status)}</p>"))
-        with self.memory_out:
-            clear_output(wait=True)
-            if self.memory_figure is not None:
-                display(self.memory_figure)
+        # set the Output widgets' contents directly: capturing with ``with out:`` from a callback
+        # makes nbclient (nbmake, CI) wait for ever on the kernel's idle message
+        _show(self.gantt_out, self.gantt_figure if self.gantt_figure is not None else W.HTML(
+            f"<p style='color:#b00'>no plan: {html.escape('; '.join(p.notes) or p.status)}</p>"))
+        _show(self.memory_out, self.memory_figure)
+
+
+def _show(out: W.Output, obj: Any) -> None:
+    out.outputs = ()
+    if obj is not None:
+        out.append_display_data(obj)
 
 
 def explore(profile: str | None = None, **kw: Any) -> Explorer:
