@@ -241,7 +241,7 @@ class Explorer(W.VBox):
         self.weights_toggle = W.ToggleButtons(options=["stash", "single"], value=weights, description="weights",
                                               style={**style, "button_width": "80px"})
         self.allocation_toggle = W.ToggleButtons(options=["contiguous", "general"], value=allocation,
-                                                 description="allocation", style={**style, "button_width": "90px"})
+                                                 description="allocation", style={**style, "button_width": "105px"})
         methods = available_methods()
         if method not in methods:
             methods = [method] + methods
@@ -405,8 +405,21 @@ class Explorer(W.VBox):
 
 
 def _show(out: W.Output, obj: Any) -> None:
-    out.outputs = ()
-    if obj is not None:
+    """Replace ``out``'s contents with ``obj``; a plotly figure as plotly's MIME bundle (JupyterLab renders it).
+
+    ``Output.append_display_data`` would not do for figures: their
+    ``_ipython_display_`` displays into the cell, not into the widget.
+    """
+    if obj is None:
+        out.outputs = ()
+    elif isinstance(obj, go.Figure):
+        import plotly.io as pio
+
+        bundle = pio.renderers["plotly_mimetype"].to_mimebundle(obj.to_dict())
+        bundle["text/plain"] = f"<plotly figure: {obj.layout.title.text or ''}>"
+        out.outputs = ({"output_type": "display_data", "data": bundle, "metadata": {}},)
+    else:
+        out.outputs = ()
         out.append_display_data(obj)
 
 
