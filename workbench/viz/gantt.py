@@ -289,6 +289,8 @@ def gantt_compare(predicted: Trace, measured: Trace, *, color_by: str = "kind", 
         _keep_lanes(fig, ops, order, r)
         fig.update_yaxes(categoryorder="array", categoryarray=order[::-1], row=r, col=1)
     _layout(fig, title or "Predicted against measured", total_lanes, rows=2)
+    for ann in fig.layout.annotations[:2]:  # subplot titles to the left, clear of the steady-state labels
+        ann.update(x=0, xanchor="left", font=dict(size=13))
     fig.update_xaxes(title="time (ms)", row=2, col=1)
     return fig
 
