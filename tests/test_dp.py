@@ -10,7 +10,7 @@ import pytest
 
 from workbench.chain import Chain, Layer, Platform
 from workbench.planners import plan as run_planner
-from workbench.planners.dp import bottleneck_partition, least_memory, plan_dp, window_schedule
+from workbench.planners.dp import bottleneck_partition, least_memory, plan_dp, schedule_partition
 
 try:
     from workbench.check import check
@@ -161,14 +161,15 @@ def test_bottleneck_partition_fewest_stages():
     assert bottleneck_partition(cost, 2) == (1.0, [(0, 1)])
 
 
-def test_window_schedule_delays_backward():
+def test_window_recurrence_delays_backward():
     # stage 0: F=1, B=1; stage 1: F=1, B=1.5; T=2.5: raw0 = 1 + 2.5 + 1 = 4.5, k=2, r=2 = F+B: no delay.
     ch = Chain((Layer("a", 1, 1, 0, 0), Layer("b", 1, 1.5, 0, 0)))
-    ws = window_schedule(ch, Platform(2), [(0, 0), (1, 1)], 2.5)
-    assert ws.windows == (4.5, 2.5) and ws.in_flight == (2, 1)
+    plan = schedule_partition(ch, Platform(2), [(0, 0), (1, 1)], method="t", period=2.5)
+    windows = [s.bwd_start + c - s.fwd_start for s, c in zip(plan.stages, (1, 1.5))]
+    assert windows == pytest.approx([4.5, 2.5]) and [s.in_flight for s in plan.stages] == [2, 1]
     # T=2.6: raw0 = 4.5, k=2, r=1.9 < 2: delayed to (k-1)T + F + B = 4.6
-    ws = window_schedule(ch, Platform(2), [(0, 0), (1, 1)], 2.6)
-    assert ws.windows[0] == pytest.approx(4.6)
+    plan = schedule_partition(ch, Platform(2), [(0, 0), (1, 1)], method="t", period=2.6)
+    assert plan.stages[0].bwd_start + 1 - plan.stages[0].fwd_start == pytest.approx(4.6)
 
 
 def test_general_allocation_gets_note_and_registry_dispatch():

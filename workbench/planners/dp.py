@@ -60,19 +60,18 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
 
 from ..chain import Chain, Platform
-from ..plan import Plan, infeasible_plan, make_plan
+from ..plan import Plan, infeasible_plan
+from ..schedule import Scheduler
 from ..units import format_bytes
 
 __all__ = [
-    "plan_dp", "bottleneck_partition", "memory_dp", "min_period", "window_schedule",
+    "plan_dp", "bottleneck_partition", "memory_dp", "min_period",
     "least_memory", "unconstrained_period", "schedule_partition", "bounds_to_assignment",
-    "WindowSchedule",
 ]
 
 _EPS = 1e-12      # relative slack on ceil and comparisons inside the DP
@@ -184,99 +183,25 @@ def least_memory(chain: Chain, platform: Platform, tables: _Tables | None = None
 
 
 # ----------------------------------------------------------------------------
-# the window recurrence on one partition
+# one partition: the window recurrence lives in workbench.schedule.Scheduler
 # ----------------------------------------------------------------------------
-@dataclass(frozen=True)
-class WindowSchedule:
-    """Start times, windows, in-flight counts and memory of a contiguous partition at period T."""
+def min_period(chain: Chain, platform: Platform, bounds: Sequence[tuple[int, int]], *,
+               ignore_memory: bool = False) -> float:
+    """Least period at which the window schedule of ``bounds`` is valid (inf if none).
 
-    period: float
-    bounds: tuple[tuple[int, int], ...]
-    fwd_start: tuple[float, ...]
-    bwd_start: tuple[float, ...]
-    windows: tuple[float, ...]
-    in_flight: tuple[int, ...]
-    memory: tuple[float, ...]
-    feasible: bool
-    why: str = ""
-
-
-def window_schedule(chain: Chain, platform: Platform, bounds: Sequence[tuple[int, int]],
-                    period: float, *, ignore_memory: bool = False) -> WindowSchedule:
-    """The periodic schedule of a contiguous partition at period T (the recurrence above).
-
-    Forward starts are as early as rule 2 allows; backwards as early as rule
-    4 allows, delayed where they would overlap the forward modulo T.
-    ``feasible`` says whether every rule holds (memory unless ignored).
+    The schedule is :class:`~workbench.schedule.Scheduler`'s contiguous
+    builder (the recurrence above); its ``best`` search is exact up to 1e-9.
 
     >>> from workbench.chain import Chain, Layer, Platform
     >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 0, 0) for i in range(2)))
-    >>> ws = window_schedule(ch, Platform(2), [(0, 0), (1, 1)], 3.0)
-    >>> ws.windows, ws.in_flight, ws.bwd_start
-    ((6.0, 3.0), (2, 1), (4.0, 2.0))
+    >>> min_period(ch, Platform(2), [(0, 0), (1, 1)])
+    3.0
     """
-    T = float(period)
-    S = len(bounds)
-    costs = [chain.stage_costs(a, b, platform) for a, b in bounds]
-    win = [0.0] * S
-    ks = [1] * S
-    why = ""
-    for s in range(S - 1, -1, -1):
-        st = costs[s]
-        fb = st.forward + st.backward
-        if fb > T * (1 + _EPS) and not why:
-            why = f"stage {s} computes {fb:.6g} s > period {T:.6g} s"
-        if s < S - 1 and st.comm > T * (1 + _EPS) and not why:
-            why = f"link after stage {s} needs {st.comm:.6g} s > period {T:.6g} s"
-        if s == S - 1:
-            raw = fb
-        else:
-            raw = st.forward + 2 * st.comm + win[s + 1] + st.backward
-        k = int(_ceil(raw / T)) if T > 0 else 1
-        w = raw
-        if raw - (k - 1) * T < fb:
-            w = (k - 1) * T + fb
-        win[s], ks[s] = w, k
-    fwd = [0.0] * S
-    for s in range(1, S):
-        fwd[s] = fwd[s - 1] + costs[s - 1].forward + costs[s - 1].comm
-    bwd = [fwd[s] + win[s] - costs[s].backward for s in range(S)]
-    mem = [platform.stage_memory(c.saved, c.weights, k) for c, k in zip(costs, ks)]
-    if not why and not ignore_memory:
-        for s, m in enumerate(mem):
-            if m > platform.memory_of(s) * (1 + _MEM_EPS):
-                why = (f"stage {s} needs {format_bytes(m)} with {ks[s]} mini-batches in flight "
-                       f"> {format_bytes(platform.memory_of(s))}")
-                break
-    return WindowSchedule(T, tuple(bounds), tuple(fwd), tuple(bwd), tuple(win), tuple(ks), tuple(mem),
-                          not why, why)
-
-
-def min_period(chain: Chain, platform: Platform, bounds: Sequence[tuple[int, int]], *,
-               ignore_memory: bool = False, rel_tol: float = 1e-12) -> float:
-    """Least period at which the window schedule of ``bounds`` is valid (inf if none).
-
-    Feasibility is monotone in T (see the module docstring), so this is a
-    bisection between ``max(F+B, c)`` and a period long enough that every
-    stage has one mini-batch in flight; the result is always feasible.
-    """
-    costs = [chain.stage_costs(a, b, platform) for a, b in bounds]
-    lo = max(max(c.forward + c.backward for c in costs),
-             max((c.comm for c in costs[:-1]), default=0.0))
-    lo = max(lo, 1e-300)
-    ok = lambda T: window_schedule(chain, platform, bounds, T, ignore_memory=ignore_memory).feasible  # noqa: E731
-    if ok(lo):
-        return lo
-    hi = sum(c.forward + c.backward + 2 * c.comm for c in costs) * 1.01 + lo
-    if not ok(hi):
-        return math.inf
-    while hi - lo > rel_tol * hi:
-        mid = 0.5 * (lo + hi)
-        if ok(mid):
-            hi = mid
-        else:
-            lo = mid
-    return hi
+    sched = Scheduler(chain, platform, bounds_to_assignment(bounds))
+    if ignore_memory:
+        return sched.min_period
+    best = sched.best()
+    return best.period if best.feasible else math.inf
 
 
 # ----------------------------------------------------------------------------
@@ -388,12 +313,11 @@ def schedule_partition(chain: Chain, platform: Platform, bounds: Sequence[tuple[
                        method: str, period: float | None = None, ignore_memory: bool = False,
                        status: str = "feasible", notes: Sequence[str] = (), **kw: Any) -> Plan:
     """A :class:`Plan` for a contiguous partition at its least feasible period (or ``period``)."""
+    sched = Scheduler(chain, platform, bounds_to_assignment(bounds))
     T = period if period is not None else min_period(chain, platform, bounds, ignore_memory=ignore_memory)
     if not math.isfinite(T):
         raise ValueError("no period fits this partition")
-    ws = window_schedule(chain, platform, bounds, T, ignore_memory=ignore_memory)
-    return make_plan(chain, platform, T, bounds_to_assignment(bounds), ws.fwd_start, ws.bwd_start,
-                     method=method, allocation="contiguous", status=status, notes=tuple(notes), **kw)
+    return sched.plan(T, method=method, allocation="contiguous", status=status, notes=tuple(notes), **kw)
 
 
 def _dp_on_chain(chain: Chain, platform: Platform) -> tuple[float, list[tuple[int, int]] | None, str]:
