@@ -262,7 +262,7 @@ def gantt(trace: Trace, *, color_by: str = "kind", show_links: bool = False, tit
         title = f"{trace.meta.get('title', trace.source.capitalize() + ' schedule')}{per}"
     _layout(fig, title, len(order))
     fig.update_yaxes(categoryorder="array", categoryarray=order[::-1], title=None)
-    fig.update_xaxes(title="time (ms)", rangemode="tozero" if not align else "normal")
+    fig.update_xaxes(title="time (ms)", rangemode="tozero" if not align else "normal", tickformat=",~f")
     return fig
 
 
@@ -292,6 +292,7 @@ def gantt_compare(predicted: Trace, measured: Trace, *, color_by: str = "kind", 
     for ann in fig.layout.annotations[:2]:  # subplot titles to the left, clear of the steady-state labels
         ann.update(x=0, xanchor="left", font=dict(size=13))
     fig.update_xaxes(title="time (ms)", row=2, col=1)
+    fig.update_xaxes(tickformat=",~f")
     return fig
 
 
