@@ -146,3 +146,17 @@ def test_explore_profile_by_name():
         pytest.skip("no profiles available")
     ex = explore(display_figures=False)
     assert ex.profile_dropdown.value in names and ex.plan is not None
+
+
+def test_long_chains_are_planned_on_blocks():
+    long = Chain(tuple(Layer(f"l{i}", 0.001 * (1 + i % 4), 0.002, 0.05 * GiB, 0.01 * GiB) for i in range(60)),
+                 input_bytes=0.01 * GiB)
+    ex = Explorer(chain=long, devices=3, display_figures=False, max_layers=12)
+    assert len(ex.groups()) == 12 and len(ex.planning_chain()) == 12
+    assert len(ex.plan.assignment) == 60  # expanded back to the layers
+    assert ex.plan.status == "feasible" and any("blocks" in n for n in ex.plan.notes)
+    assert "12 blocks of the 60 layers" in ex.summary_text
+    exact = Explorer(chain=long, devices=3, display_figures=False, max_layers=None,
+                     memory=ex.memory_slider.value * GiB)
+    assert exact.groups() is None and exact.plan.status == "optimal"
+    assert exact.plan.period <= ex.plan.period * (1 + 1e-9)

@@ -53,6 +53,8 @@ __all__ = ["Explorer", "explore", "available_methods", "memory_range", "trace_of
 
 GiB = 2**30
 SLOW_METHODS = {"ilp", "brute"}
+#: methods planned on blocks of a long chain (the ILP coarsens by itself; flushed schedules simulate)
+COARSE_METHODS = {"dp", "pipedream", "uniform", "parameters", "torchgpipe", "brute"}
 _PREFERRED_PROFILES = ("vgg16", "resnet50", "gpt-small", "pipedream/vgg16", "pipedream/resnet50")
 
 
@@ -194,7 +196,8 @@ class Explorer(W.VBox):
                  memory: float | str | None = None, bandwidth: float | str = "12GB/s", weights: str = "stash",
                  weight_factor: float = 1.0, method: str = "dp", allocation: str = "contiguous",
                  time_limit: float | None = None, batches: int | None = None, color_by: str = "kind",
-                 display_figures: bool = True, planner: Callable[..., Plan] | None = None):
+                 display_figures: bool = True, planner: Callable[..., Plan] | None = None,
+                 max_layers: int | None = 200):
         from ..profiles import available_profiles, load_profile
 
         self._load_profile = load_profile
@@ -203,6 +206,8 @@ class Explorer(W.VBox):
         self._cache: dict[tuple, tuple[Plan, Trace | None]] = {}
         self._chains: dict[str, Chain] = {}
         self._busy = False
+        self._groups: dict[tuple, list[tuple[int, int]]] = {}
+        self.max_layers = max_layers
         self.time_limit = time_limit if time_limit is not None else (5.0 if quick() else 30.0)
         self.batches, self.color_by, self.weight_factor = batches, color_by, float(weight_factor)
         self.plan: Plan | None = None
@@ -279,13 +284,39 @@ class Explorer(W.VBox):
             self._chains[name] = self._load_profile(name)
         return self._chains[name]
 
+    def groups(self) -> list[tuple[int, int]] | None:
+        """Blocks of layers the DP-style methods plan on when the chain is longer than ``max_layers``.
+
+        Planning a chain of hundreds of layers exactly takes seconds; on
+        ``max_layers`` balanced blocks (:func:`workbench.planners.coarsen.block_groups`,
+        cached per profile and platform) it stays interactive and the plan is
+        expanded back to the layers. ``max_layers=None`` always plans exactly.
+        """
+        chain = self.chain
+        if not self.max_layers or len(chain) <= self.max_layers:
+            return None
+        key = (self.profile_dropdown.value, self.devices_slider.value, round(self.bandwidth_slider.value, 6),
+               self.weights_toggle.value, self.weight_factor)
+        if key not in self._groups:
+            try:
+                from ..planners.coarsen import block_groups
+            except ImportError:
+                return None
+            self._groups[key] = block_groups(chain, self.max_layers, self.platform(memory=math.inf))
+        return self._groups[key]
+
+    def planning_chain(self) -> Chain:
+        """The chain the planners see: the profile's, or its blocks (see :meth:`groups`)."""
+        g = self.groups()
+        return self.chain if g is None else self.chain.coarsen(g)
+
     def platform(self, memory: float | None = None) -> Platform:
         mem = self.memory_slider.value * GiB if memory is None else memory
         return Platform(self.devices_slider.value, memory=mem, bandwidth=self.bandwidth_slider.value * 1e9,
                         weight_factor=self.weight_factor, weights=self.weights_toggle.value)
 
     def _reset_memory_range(self, memory: float | str | None = None) -> None:
-        lo, hi = memory_range(self.chain, self.platform(memory=math.inf))
+        lo, hi = memory_range(self.planning_chain(), self.platform(memory=math.inf))
         lo_g, hi_g = math.ceil(lo / GiB * 100) / 100, math.ceil(hi / GiB * 100) / 100
         if hi_g <= lo_g:
             hi_g = lo_g + 0.1
@@ -310,7 +341,7 @@ class Explorer(W.VBox):
     def key(self) -> tuple:
         return (self.profile_dropdown.value, self.devices_slider.value, round(self.memory_slider.value, 6),
                 round(self.bandwidth_slider.value, 6), self.weights_toggle.value, self.weight_factor,
-                self.method_dropdown.value, self.allocation_toggle.value)
+                self.method_dropdown.value, self.allocation_toggle.value, self.max_layers)
 
     # ----- events --------------------------------------------------------
     def _on_platform_change(self, change: Any) -> None:
@@ -347,9 +378,25 @@ class Explorer(W.VBox):
             if slow:
                 opts["log"] = _OutputWriter(self.log_out, self.log_text)
             t0 = time.perf_counter()
+            groups = self.groups() if method in COARSE_METHODS else None
             try:
-                result = self._planner(chain, platform, method, allocation=self.allocation_toggle.value,
-                                       time_limit=self.time_limit, **opts)
+                if groups is None:
+                    result = self._planner(chain, platform, method, allocation=self.allocation_toggle.value,
+                                           time_limit=self.time_limit, **opts)
+                else:
+                    from ..planners.coarsen import expand_plan
+
+                    coarse = self._planner(chain.coarsen(groups), platform, method,
+                                           allocation=self.allocation_toggle.value, time_limit=self.time_limit, **opts)
+                    note = (f"planned on {len(groups)} blocks of the {len(chain)} layers to stay interactive "
+                            f"(Explorer(max_layers=None) plans layer by layer)")
+                    if coarse.feasible:
+                        result = expand_plan(coarse, chain, platform, groups)
+                        result = result.with_(status="feasible" if result.status == "optimal" else result.status,
+                                              notes=tuple(result.notes) + (note,), solve_seconds=coarse.solve_seconds,
+                                              lower_bound=coarse.lower_bound)
+                    else:
+                        result = coarse.with_(notes=tuple(coarse.notes) + (note,))
             except Exception as e:  # noqa: BLE001 - show any planner failure in the panel
                 self.error = f"{type(e).__name__}: {e}"
                 self.status_label.value = f"<span style='color:#b00'>{html.escape(self.error)}</span>"
