@@ -56,8 +56,15 @@ def allocation_best(chain: Chain, platform: Platform, assignment: Sequence[int],
 
 
 def local_search(chain: Chain, platform: Platform, start: Plan, *, seconds: float = 10.0,
-                 swaps: bool = True) -> Plan:
-    """Improve ``start`` by single-layer moves and pairwise swaps (first improvement), within ``seconds``."""
+                 swaps: bool = True, max_stages: int | None = None) -> Plan:
+    """Improve ``start`` by single-layer moves and pairwise swaps (first improvement), within ``seconds``.
+
+    Allocations with more than ``max_stages`` stages (default P + 4) are skipped: the exact
+    evaluator's effort grows quickly with the number of stages and it does not always
+    stop at the deadline."""
+    from ..plan import stages_of
+
+    cap = max_stages if max_stages is not None else platform.devices + 4
     t_end = time.perf_counter() + seconds
     L, P = len(chain), platform.devices
     best_a = normalise(start.assignment)
@@ -83,7 +90,7 @@ def local_search(chain: Chain, platform: Platform, start: Plan, *, seconds: floa
                         a[l], a[m] = a[m], a[l]
                         cands.append(normalise(a))
         for a in cands:
-            if a in seen or max(a) >= P:
+            if a in seen or max(a) >= P or len(stages_of(a)) > cap:
                 continue
             seen.add(a)
             if time.perf_counter() > t_end:
@@ -100,3 +107,4 @@ def local_search(chain: Chain, platform: Platform, start: Plan, *, seconds: floa
         return start
     plan = make_plan(chain, platform, best_T, best_a, best_fb[0], best_fb[1], method="local_search")
     return plan
+
