@@ -18,8 +18,21 @@ import pandas as pd
 __all__ = ["write_text_atomic", "write_bytes_atomic", "write_frame_atomic"]
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+_FILE_MODE = 0o666 & ~_umask()
+
+
 def write_bytes_atomic(path: str | Path, data: bytes) -> None:
-    """Write to a temporary file in the same folder, then rename over ``path``."""
+    """Write to a temporary file in the same folder, then rename over ``path``.
+
+    The file gets the permissions an ordinary ``open(path, "w")`` would give
+    (``mkstemp`` alone would leave it readable by its owner only).
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -28,6 +41,7 @@ def write_bytes_atomic(path: str | Path, data: bytes) -> None:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, _FILE_MODE)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
