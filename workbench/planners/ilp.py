@@ -171,7 +171,8 @@ def _incumbent(chain: Chain, platform: Platform) -> Plan | None:
 def plan_ilp(chain: Chain, platform: Platform, *, allocation: str = "contiguous",
              time_limit: float | None = None, rel_gap: float = 1e-6, threads: int | None = 1,
              warm_start: bool | Plan = True, log: Any = None, coarsen: int | bool | None = None,
-             pairwise: bool = True, tighten: bool = True, search_seconds: float = 10.0, solver_options: dict | None = None, **options: Any) -> Plan:
+             pairwise: bool = True, tighten: bool = True, search_seconds: float = 10.0, solver_options: dict | None = None,
+             benders: bool = True, **options: Any) -> Plan:
     """Best periodic plan under the memory limit by the ILP (contiguous or general allocations).
 
     ``warm_start``: True uses the exact contiguous DP as incumbent (bound and fallback);
@@ -180,7 +181,10 @@ def plan_ilp(chain: Chain, platform: Platform, *, allocation: str = "contiguous"
     :mod:`workbench.planners.coarsen`); None coarsens chains longer than
     ``COARSEN_ABOVE`` layers, False/0 never. ``search_seconds``: general mode improves the
     incumbent by local search (:mod:`workbench.planners.ilp_search`) for at most this long
-    (and a quarter of the time limit). Other options are ignored.
+    (and a quarter of the time limit). ``benders``: general mode first bounds the period from
+    below with the assignment master of :mod:`workbench.planners.ilp_bounds` (bisection) and
+    runs its exact logic-based Benders search (which may prove the incumbent optimal on its
+    own) before the MILP gets the rest of the time. Other options are ignored.
     """
     if allocation not in ("contiguous", "general"):
         raise ValueError(f"allocation must be 'contiguous' or 'general', got {allocation!r}")
@@ -223,10 +227,30 @@ def plan_ilp(chain: Chain, platform: Platform, *, allocation: str = "contiguous"
         if better is not inc and better.period < inc.period and not _check(better, chain, platform):
             notes.append(f"local search improved the incumbent from {inc.period:.6g} s to {better.period:.6g} s")
             inc = better
+    if inc is not None and inc.period <= lb * (1 + rel_gap):
+        notes.append(f"incumbent {inc.method} ({inc.allocation}) period {inc.period:.6g} s")
+        return _finish(inc, chain, platform, "optimal", 0.0, elapsed(), allocation, notes + ["incumbent meets the lower bound"])
+    side = None      # the Benders side search: (process, queue) or its result
+    use_benders = allocation == "general" and benders and inc is not None and platform.devices > 1
+    if use_benders:
+        from .ilp_bounds import side_search
+
+        if time_limit is not None and threads == 1 and time_limit - elapsed() > 10:
+            # a second core: the side search runs in its own process, beside the MILP
+            side = _start_side(chain, platform, inc.period, time_limit - elapsed() - 5)
+        else:
+            side = side_search(chain, platform, inc.period, 240.0 if time_limit is None else
+                               0.5 * max(time_limit - elapsed(), 0.0))
+            mlb, st, hit, it = side
+            if mlb > lb:
+                lb = mlb
+            inc, proven_b = _take_side(side, inc, chain, platform, notes)
+            if proven_b or inc.period <= lb * (1 + rel_gap):
+                return _finish(inc, chain, platform, "optimal", 0.0, elapsed(), allocation,
+                               notes + ["Benders proves the incumbent optimal"])
+            side = None
     if inc is not None:
         notes.append(f"incumbent {inc.method} ({inc.allocation}) period {inc.period:.6g} s")
-        if inc.period <= lb * (1 + rel_gap):
-            return _finish(inc, chain, platform, "optimal", 0.0, elapsed(), allocation, notes + ["incumbent meets the lower bound"])
 
     hi = inc.period * (1 + 1e-7) if inc is not None else None
     model = build_model(chain, platform, allocation=allocation, period_bounds=(lb, hi) if hi else None,
@@ -253,6 +277,18 @@ def plan_ilp(chain: Chain, platform: Platform, *, allocation: str = "contiguous"
     if inc is not None and (best is None or inc.period < best.period * (1 - 1e-9)):
         best = inc
     proven = tc in ("convergenceCriteriaSatisfied", "provenInfeasible", "infeasibleOrUnbounded")
+    if side is not None:
+        res_side = _end_side(side, None if proven else max(1.0, (time_limit or 0) - elapsed() + 1.0))
+        if res_side is None and not proven:
+            notes.append("Benders side search gave no answer")
+        if res_side is not None and best is not None:
+            mlb = res_side[0]
+            if mlb > bound_T:
+                bound_T = mlb
+            best, proven_b = _take_side(res_side, best, chain, platform, notes)
+            if proven_b and not proven:
+                proven, tc = True, "convergenceCriteriaSatisfied"
+                bound_T = best.period
     if best is None:
         if proven:
             return infeasible_plan(chain, platform, "ilp",
@@ -270,6 +306,82 @@ def plan_ilp(chain: Chain, platform: Platform, *, allocation: str = "contiguous"
         status, gap = "timeout", max(0.0, (best.period - bound_T) / best.period)
     notes.append(f"HiGHS: {tc}; period bound {bound_T:.6g} s; model built in {build_s:.2f} s")
     return _finish(best, chain, platform, status, gap, elapsed(), allocation, notes, termination=tc)
+
+
+_SIDE_CODE = "from workbench.planners.ilp_bounds import side_main; side_main()"
+
+
+def _start_side(chain: Chain, platform: Platform, T_inc: float, seconds: float):
+    """Start :func:`workbench.planners.ilp_bounds.side_search` in a child Python process (the
+    second core); None if that fails. A plain subprocess, not multiprocessing: the caller's
+    main module is never re-imported."""
+    import os
+    import pickle
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = str(Path(__file__).resolve().parents[2])
+    env = dict(os.environ)
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    try:
+        proc = subprocess.Popen([sys.executable, "-c", _SIDE_CODE], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
+        proc.stdin.write(pickle.dumps((chain, platform, float(T_inc), float(seconds))))
+        proc.stdin.close()
+        proc.stdin = None  # communicate() must not flush it
+    except Exception:  # noqa: BLE001 - no side search then
+        return None
+    return proc
+
+
+def _end_side(proc, wait: float | None):
+    """The side search's last result (waiting at most ``wait`` seconds for it to finish; None:
+    take what it has sent so far), or None. The child is killed if it is still running."""
+    import pickle
+    import struct
+
+    if proc is None:
+        return None
+    try:
+        proc.wait(timeout=wait if wait is not None else 0.01)
+    except Exception:  # noqa: BLE001 - still running: stop it, keep what it sent
+        pass
+    if proc.poll() is None:
+        proc.kill()
+    out = None
+    try:
+        proc.wait(timeout=5)
+        data = proc.stdout.read() if proc.stdout is not None else b""
+        pos = 0
+        while pos + 4 <= len(data):
+            (n,) = struct.unpack("<I", data[pos:pos + 4])
+            if pos + 4 + n > len(data):
+                break
+            out = pickle.loads(data[pos + 4:pos + 4 + n])
+            pos += 4 + n
+        if proc.stdout is not None:
+            proc.stdout.close()
+    except Exception:  # noqa: BLE001
+        pass
+    return out
+
+
+def _take_side(res: tuple, inc: Plan, chain: Chain, platform: Platform, notes: list) -> tuple[Plan, bool]:
+    """Merge a side search result (master bound, Benders status, best hit, iterations) into the
+    incumbent ``inc``. Returns (best plan, whether it is proven optimal)."""
+    mlb, st, hit, it = res
+    notes.append(f"assignment-master bound {mlb:.6g} s; Benders: {st} after {it} master solves")
+    accepted = True
+    if hit is not None and hit[0] < inc.period * (1 - 1e-9):
+        accepted = False
+        cand = make_plan(chain, platform, hit[0], list(hit[1]), hit[2], hit[3], method="benders")
+        if cand.feasible and not _check(cand, chain, platform):
+            notes.append(f"Benders improved the incumbent from {inc.period:.6g} s to {cand.period:.6g} s")
+            inc, accepted = cand, True
+    # Benders "optimal": no allocation below min(its start incumbent, its hits); inc is at most that
+    proven = st == "optimal" and accepted and (hit is None or inc.period <= hit[0] * (1 + 1e-9))
+    return inc, proven
 
 
 def _finish(plan: Plan, chain: Chain, platform: Platform, status: str, gap: float, seconds: float,
