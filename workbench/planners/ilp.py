@@ -49,6 +49,7 @@ DEFAULT_SOLVER_OPTIONS: dict[str, Any] = {
 }
 
 COARSEN_ABOVE = 32  # layers; coarsen=None coarsens longer chains to this many blocks
+BENDERS_ABOVE = 48  # layers x devices; benders=None runs the Benders side search above this size
 
 
 class _Log(io.TextIOBase):
@@ -172,7 +173,7 @@ def plan_ilp(chain: Chain, platform: Platform, *, allocation: str = "contiguous"
              time_limit: float | None = None, rel_gap: float = 1e-6, threads: int | None = 1,
              warm_start: bool | Plan = True, log: Any = None, coarsen: int | bool | None = None,
              pairwise: bool = True, tighten: bool = True, search_seconds: float = 10.0, solver_options: dict | None = None,
-             benders: bool = True, **options: Any) -> Plan:
+             benders: bool | None = None, **options: Any) -> Plan:
     """Best periodic plan under the memory limit by the ILP (contiguous or general allocations).
 
     ``warm_start``: True uses the exact contiguous DP as incumbent (bound and fallback);
@@ -184,7 +185,8 @@ def plan_ilp(chain: Chain, platform: Platform, *, allocation: str = "contiguous"
     (and a quarter of the time limit). ``benders``: general mode first bounds the period from
     below with the assignment master of :mod:`workbench.planners.ilp_bounds` (bisection) and
     runs its exact logic-based Benders search (which may prove the incumbent optimal on its
-    own) before the MILP gets the rest of the time. Other options are ignored.
+    own): beside the MILP in a niced child process when there is a time limit, before it
+    otherwise; None (default) does so for instances above ``BENDERS_ABOVE`` layers x devices. Other options are ignored.
     """
     if allocation not in ("contiguous", "general"):
         raise ValueError(f"allocation must be 'contiguous' or 'general', got {allocation!r}")
@@ -231,6 +233,8 @@ def plan_ilp(chain: Chain, platform: Platform, *, allocation: str = "contiguous"
         notes.append(f"incumbent {inc.method} ({inc.allocation}) period {inc.period:.6g} s")
         return _finish(inc, chain, platform, "optimal", 0.0, elapsed(), allocation, notes + ["incumbent meets the lower bound"])
     side = None      # the Benders side search: (process, queue) or its result
+    if benders is None:  # auto: the MILP alone proves up to about 12 x 4; beyond, the side search pays
+        benders = L * platform.devices > BENDERS_ABOVE
     use_benders = allocation == "general" and benders and inc is not None and platform.devices > 1
     if use_benders:
         from .ilp_bounds import side_search
