@@ -327,20 +327,55 @@ def _add(D: np.ndarray, i: int, j: int, w: float, tol: float) -> np.ndarray | No
     return np.minimum(D, D[:, i:i + 1] + w + D[j:j + 1, :])
 
 
-def _maximal_vectors(al: _Alloc, platform: Platform, stages: list[int], kmin: list[int], kmax: list[int]):
-    """Maximal in-flight vectors of one device's stages that fit its memory (k >= kmin)."""
+def _maximal_vectors(al: _Alloc, platform: Platform, stages: list[int], kmin: list[int], kmax: list[int],
+                     deadline: float | None = None) -> list[tuple[int, ...]]:
+    """Maximal in-flight vectors of one device's stages that fit its memory (k >= kmin).
+
+    A depth-first walk over the box ``kmin..kmax`` in lexicographic order
+    (memory grows with every k, so a branch stops at the first k that cannot
+    fit even with the least k downstream); each leaf is confirmed with
+    :func:`_memory_ok` and kept when no single k can grow. Raises
+    ``TimeoutError`` past ``deadline``.
+    """
     lo = [kmin[s] for s in stages]
     hi = [kmax[s] for s in stages]
     if any(l > h for l, h in zip(lo, hi)):
         return []
-    fits = [v for v in itertools.product(*[range(l, h + 1) for l, h in zip(lo, hi)])
-            if _memory_ok(al, platform, v, stages)]
-    fitset = set(fits)
-    out = []
-    for v in fits:
-        if any(v[i] < hi[i] and v[:i] + (v[i] + 1,) + v[i + 1:] in fitset for i in range(len(v))):
-            continue
-        out.append(v)
+    if not math.isfinite(platform.memory):
+        return [tuple(hi)]                      # everything fits: only the top corner is maximal
+    limit = platform.memory * (1 + _MEM_TOL) * (1 + 1e-12)   # pruning only; leaves use _memory_ok
+
+    def cost(i: int, k: int) -> float:
+        return platform.stage_memory(al.A[stages[i]], al.W[stages[i]], k)
+
+    n = len(stages)
+    rest = [0.0] * (n + 1)                      # least memory of stages i.. (all at their kmin)
+    for i in range(n - 1, -1, -1):
+        rest[i] = rest[i + 1] + cost(i, lo[i])
+    out: list[tuple[int, ...]] = []
+    v = list(lo)
+
+    def walk(i: int, used: float) -> None:
+        if deadline is not None and time.perf_counter() > deadline:
+            raise TimeoutError
+        if i == n:
+            t = tuple(v)
+            if not _memory_ok(al, platform, t, stages):
+                return
+            for j in range(n):
+                if t[j] < hi[j] and _memory_ok(al, platform, t[:j] + (t[j] + 1,) + t[j + 1:], stages):
+                    return
+            out.append(t)
+            return
+        for k in range(lo[i], hi[i] + 1):
+            c = cost(i, k)
+            if used + c + rest[i + 1] > limit:
+                break
+            v[i] = k
+            walk(i + 1, used + c)
+        v[i] = lo[i]
+
+    walk(0, 0.0)
     return out
 
 
@@ -360,7 +395,7 @@ def _feasible_at(al: _Alloc, platform: Platform, T: float, deadline: float | Non
             continue
         for s in stages:
             kmax[s] = _kmax_memory(platform, al.A[s], al.W[s], platform.memory_of(p), cap)
-        vs = _maximal_vectors(al, platform, stages, kmin, kmax)
+        vs = _maximal_vectors(al, platform, stages, kmin, kmax, deadline)
         if not vs:
             return None
         per_dev.append((stages, vs))
