@@ -234,3 +234,21 @@ def test_coarsen_large_chain_keeps_valid_and_beats_nothing_worse_than_dp():
             assert p.feasible and p.period <= d.period * (1 + REL)
             assert_valid(p, ch, plat)
             assert p.gap is not None and p.gap >= 0
+
+
+def test_graph_profile_uses_dp_graph_order():
+    """On a DAG profile the ILP plans in dp's graph order, so dp never beats it (acceptance cell
+    resnet50, P=8, unlimited memory: dp re-orders the DAG there)."""
+    from workbench.paths import peer_profiles_dir
+    from workbench.profiles import load_profile
+
+    if peer_profiles_dir() is None:
+        pytest.skip("../shared/peer-profiles is absent")
+    chain = load_profile("pipedream/resnet50")
+    platform = Platform(8, bandwidth="12GB/s")
+    ref = plan_dp(chain, platform)
+    assert ref.chain_order is not None
+    res = plan_ilp(chain, platform, allocation="contiguous", time_limit=30)
+    assert res.chain_order == ref.chain_order
+    assert res.period <= ref.period * (1 + 1e-6)
+    assert check(res, chain, platform) == []

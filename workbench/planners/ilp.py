@@ -186,11 +186,27 @@ def plan_ilp(chain: Chain, platform: Platform, *, allocation: str = "contiguous"
     below with the assignment master of :mod:`workbench.planners.ilp_bounds` (bisection) and
     runs its exact logic-based Benders search (which may prove the incumbent optimal on its
     own): beside the MILP in a niced child process when there is a time limit, before it
-    otherwise; None (default) does so for instances above ``BENDERS_ABOVE`` layers x devices. Other options are ignored.
+    otherwise; None (default) does so for instances above ``BENDERS_ABOVE`` layers x devices.
+    ``graph`` (default True): on a chain linearised from a DAG, solve in the layer order
+    that ``dp``'s graph mode chose and record it as ``chain_order``. Other options are ignored.
     """
     if allocation not in ("contiguous", "general"):
         raise ValueError(f"allocation must be 'contiguous' or 'general', got {allocation!r}")
     t_start = time.perf_counter()
+    if chain.graph is not None and options.pop("graph", True):
+        # A chain linearised from a DAG: plan in the layer order dp's graph mode chose (its cut
+        # sets are the best found), so dp on another order never beats the ILP.
+        from ..plan import chain_for_plan
+        from .dp import plan_dp
+
+        ref = plan_dp(chain, platform, graph=True)
+        if ref.chain_order is not None:
+            res = plan_ilp(chain_for_plan(ref, chain), platform, allocation=allocation, time_limit=time_limit,
+                           rel_gap=rel_gap, threads=threads, warm_start=warm_start, log=log, coarsen=coarsen,
+                           pairwise=pairwise, tighten=tighten, search_seconds=search_seconds,
+                           solver_options=solver_options, benders=benders, graph=False, **options)
+            notes = res.notes + ("layer order from dp's graph mode (best_order)",)
+            return res.with_(chain_order=ref.chain_order, notes=notes, solve_seconds=time.perf_counter() - t_start)
     L = len(chain)
     if coarsen is None:
         coarsen = COARSEN_ABOVE if L > COARSEN_ABOVE else 0
