@@ -38,7 +38,7 @@ from torch import nn
 
 from ..plan import Plan
 from ..trace import MEMORY_COLUMNS, OP_COLUMNS, Trace
-from .program import Op, check_programs, programs_from_trace, unroll
+from .program import Op, programs_for
 from .worker import RunConfig
 
 __all__ = ["Workload", "RunResult", "run_plan", "reference_gradients", "grad_error", "free_port",
@@ -153,20 +153,6 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def programs_for(plan: Plan, steps: int, chain=None, platform=None) -> list[list[Op]]:
-    """Per-device programs: unrolled periodic plan, or a simulated flushed schedule's order."""
-    if plan.schedule == "periodic":
-        progs = unroll(plan, steps)
-    else:
-        if chain is None or platform is None:
-            raise ValueError(f"a {plan.schedule!r} plan needs the chain and platform to simulate its order")
-        from ..simulate import simulate
-
-        progs = programs_from_trace(simulate(plan, chain, platform, steps).ops, plan.devices)
-    check_programs(progs, len(plan.stages))
-    return progs
 
 
 def run_plan(

@@ -60,7 +60,7 @@ from pathlib import Path
 from typing import Any
 
 from ..plan import Plan
-from .program import programs_from_trace, unroll
+from .program import programs_for
 
 __all__ = ["plan_to_actions", "actions_to_csv", "write_schedule_csv", "load_with_torch", "format_grid",
            "LIMITATIONS"]
@@ -83,14 +83,7 @@ def plan_to_actions(plan: Plan, micro_batches: int, *, comms: bool = False, chai
     Flushed plans (``"gpipe"``/``"1f1b"``) take their order from the simulator
     (pass ``chain`` and ``platform``).
     """
-    if plan.schedule == "periodic":
-        progs = unroll(plan, micro_batches)
-    else:
-        if chain is None or platform is None:
-            raise ValueError(f"a {plan.schedule!r} plan needs chain and platform to simulate its order")
-        from ..simulate import simulate
-
-        progs = programs_from_trace(simulate(plan, chain, platform, micro_batches).ops, plan.devices)
+    progs = programs_for(plan, micro_batches, chain, platform)
     dev = [st.device for st in plan.stages]
     S = len(dev)
     out: dict[int, list[str]] = {}

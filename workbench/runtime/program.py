@@ -36,7 +36,7 @@ import pandas as pd
 
 from ..plan import Plan
 
-__all__ = ["Op", "unroll", "programs_from_trace", "check_programs", "stage_devices", "predicted_ops"]
+__all__ = ["Op", "unroll", "programs_from_trace", "programs_for", "check_programs", "stage_devices", "predicted_ops"]
 
 
 @dataclass(frozen=True, order=True)
@@ -144,3 +144,17 @@ def predicted_ops(plan: Plan, chain, steps: int) -> pd.DataFrame:
             rows.append((st.device, s, st.first, st.last, "B", i, b0, b0 + c.backward))
     df = pd.DataFrame(rows, columns=["device", "stage", "first", "last", "kind", "batch", "start", "end"])
     return df.sort_values(["device", "start"]).reset_index(drop=True)
+
+
+def programs_for(plan: Plan, steps: int, chain=None, platform=None) -> list[list[Op]]:
+    """Per-device programs: unrolled periodic plan, or a simulated flushed schedule's order."""
+    if plan.schedule == "periodic":
+        progs = unroll(plan, steps)
+    else:
+        if chain is None or platform is None:
+            raise ValueError(f"a {plan.schedule!r} plan needs the chain and platform to simulate its order")
+        from ..simulate import simulate
+
+        progs = programs_from_trace(simulate(plan, chain, platform, steps).ops, plan.devices)
+    check_programs(progs, len(plan.stages))
+    return progs
