@@ -96,36 +96,22 @@ def random_chain(n_layers: int, *, heterogeneity: float = 0.5, seed: int | None 
 # --------------------------------------------------------------------------------------------
 # Memory levels
 # --------------------------------------------------------------------------------------------
-def _footprints(chain: Chain, platform: Platform) -> np.ndarray:
-    """Memory of every layer with one mini-batch in flight: saved + phi * weights."""
-    return chain.saved_array + platform.weight_factor * chain.weights
-
-
 def least_contiguous_memory(chain: Chain, platform: Platform) -> float:
     """The least memory per device with which *some* contiguous plan exists.
 
     Every stage has at least one mini-batch in flight, so a device needs at
     least the footprint (saved + phi * weights) of its layers; with every
     k = 1 (a long enough period) exactly that. So the answer is the min-max
-    partition of the footprints into at most P intervals (chains-on-chains),
-    solved here by an exact O(P L^2) DP.
+    partition of the footprints into at most P intervals: the DP planner's
+    :func:`~workbench.planners.dp.least_memory`.
 
     >>> ch = Chain(tuple(Layer(f"l{i}", 1, 1, 10 * (i + 1), 0) for i in range(4)))
     >>> least_contiguous_memory(ch, Platform(2))
     60.0
     """
-    foot = _footprints(chain, platform)
-    L, P = len(chain), min(platform.devices, len(chain))
-    pre = np.concatenate([[0.0], np.cumsum(foot)])
-    # best[p][j]: least max over the first j layers split into at most p intervals
-    best = np.full((P + 1, L + 1), math.inf)
-    best[0][0] = 0.0
-    for p in range(1, P + 1):
-        best[p][0] = 0.0
-        for j in range(1, L + 1):
-            cand = [max(best[p - 1][i], pre[j] - pre[i]) for i in range(j)]
-            best[p][j] = min(min(cand), best[p - 1][j])
-    return float(best[P][L])
+    from .planners.dp import least_memory
+
+    return least_memory(chain, platform)[0]
 
 
 def memory_levels(chain: Chain, platform: Platform, n: int, *, methods: Sequence[str] = ("dp",),
