@@ -58,6 +58,7 @@ from typing import Sequence
 import numpy as np
 
 from ..chain import Platform
+from ..profiles.pipedream import priority_topological_order
 
 __all__ = ["GraphDPResult", "best_order", "chain_bottleneck", "stage_values"]
 
@@ -186,20 +187,8 @@ class _Units:
 
     def topo(self) -> list[int]:
         """Units in a topological order (ties by smallest member position)."""
-        import heapq
-
-        indeg = {u: len(p) for u, p in self.pred.items()}
         key = {u: min(m) for u, m in self.members.items()}
-        heap = [(key[u], u) for u, d in indeg.items() if d == 0]
-        heapq.heapify(heap)
-        out = []
-        while heap:
-            _, u = heapq.heappop(heap)
-            out.append(u)
-            for v in self.succ[u]:
-                indeg[v] -= 1
-                if indeg[v] == 0:
-                    heapq.heappush(heap, (key[v], v))
+        out = priority_topological_order({u: len(p) for u, p in self.pred.items()}, self.succ, key.__getitem__)
         assert len(out) == len(self.pred), "unit graph has a cycle"
         return out
 

@@ -42,6 +42,7 @@ from typing import Mapping, Sequence
 from ..chain import Chain, Layer
 
 __all__ = [
+    "priority_topological_order",
     "Node", "Graph", "PipeDreamFormatError", "read_pipedream_graph", "parse_pipedream_text",
     "load_pipedream_chain", "linearisation_summary", "SOURCE", "BATCH_SIZES",
 ]
@@ -59,6 +60,29 @@ BATCH_SIZES: dict[str, int] = {
 class PipeDreamFormatError(ValueError):
     """A ``graph.txt`` line that cannot be read; the message names file and line."""
 
+
+
+def priority_topological_order(indegree: dict, successors: Mapping, priority) -> list:
+    """Kahn's algorithm taking, among the ready nodes, the one of least ``(priority(v), v)``.
+
+    ``indegree`` maps every node to its number of predecessors and is consumed
+    (on return, nodes left with a positive count lie on a cycle); the result
+    is shorter than the graph exactly when there is a cycle.
+
+    >>> priority_topological_order({"a": 0, "b": 0, "c": 2}, {"a": ["c"], "b": ["c"], "c": []}, lambda v: -ord(v))
+    ['b', 'a', 'c']
+    """
+    heap = [(priority(v), v) for v, d in indegree.items() if d == 0]
+    heapq.heapify(heap)
+    order = []
+    while heap:
+        _, v = heapq.heappop(heap)
+        order.append(v)
+        for w in successors[v]:
+            indegree[w] -= 1
+            if indegree[w] == 0:
+                heapq.heappush(heap, (priority(w), w))
+    return order
 
 @dataclass(frozen=True)
 class Node:
@@ -166,16 +190,7 @@ class Graph:
         ['node1', 'node2']
         """
         indeg = {n.id: len(self.predecessors[n.id]) for n in self.nodes}
-        heap = [(self._priority(i), i) for i, d in indeg.items() if d == 0]
-        heapq.heapify(heap)
-        order: list[str] = []
-        while heap:
-            _, v = heapq.heappop(heap)
-            order.append(v)
-            for w in self.successors[v]:
-                indeg[w] -= 1
-                if indeg[w] == 0:
-                    heapq.heappush(heap, (self._priority(w), w))
+        order = priority_topological_order(indeg, self.successors, self._priority)
         if len(order) != len(self.nodes):
             stuck = sorted((i for i, d in indeg.items() if d > 0), key=self._priority)[:5]
             raise ValueError(f"graph {self.name!r} has a cycle (through e.g. {', '.join(stuck)})")
