@@ -26,19 +26,12 @@ DEMO_METHODS = ("dp", "pipedream", "uniform", "1f1b", "gpipe")
 
 
 def demo_memory_limit(chain: Chain, platform: Platform) -> float:
-    """A limit that binds: halfway between the least memory the DP can fit and what it uses unconstrained."""
+    """A limit that binds: halfway between the least memory any contiguous plan needs and what dp uses unconstrained."""
     from .planners import plan as run_planner
+    from .planners.dp import least_memory
 
-    free = run_planner(chain, platform.with_(memory=math.inf), "dp")
-    peak = free.peak_memory
-    lo, hi = 0.0, peak
-    for _ in range(30):  # bisection on the least memory at which dp finds a plan
-        mid = (lo + hi) / 2
-        if run_planner(chain, platform.with_(memory=mid), "dp").feasible:
-            hi = mid
-        else:
-            lo = mid
-    return (hi + peak) / 2
+    peak = run_planner(chain, platform.with_(memory=math.inf), "dp").peak_memory
+    return (least_memory(chain, platform)[0] + peak) / 2
 
 
 def run_demo(out: Path, devices: int = 4, profiles: list[str] | None = None, methods=DEMO_METHODS) -> Path:
