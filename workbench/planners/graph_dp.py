@@ -59,6 +59,7 @@ import numpy as np
 
 from ..chain import Platform
 from ..profiles.pipedream import priority_topological_order
+from .dp import bottleneck_partition
 
 __all__ = ["GraphDPResult", "best_order", "chain_bottleneck", "stage_values"]
 
@@ -101,7 +102,8 @@ def chain_bottleneck(weights: Sequence[float], devices: int,
 
     ``cut_costs[i]`` (optional) is the cost of a boundary after item i, then a
     part costs max(its weight, its boundary). Returns the value and the last
-    index of every part.
+    index of every part (among optimal partitions, one with fewest parts).
+    The DP is :func:`workbench.planners.dp.bottleneck_partition`.
 
     >>> chain_bottleneck([3, 1, 1, 3], 2)
     (4.0, [1, 3])
@@ -113,28 +115,12 @@ def chain_bottleneck(weights: Sequence[float], devices: int,
     if devices < 1:
         raise ValueError(f"devices must be >= 1, got {devices}")
     S = np.concatenate([[0.0], np.cumsum(w)])
-    c = np.zeros(n + 1) if cut_costs is None else np.concatenate([[0.0], np.asarray(cut_costs, float)[: n - 1], [0.0]])
-    # val[j]: best bottleneck covering items < j; a stage (i, j] costs S[j]-S[i], boundary i costs c[i]
-    val = np.full(n + 1, np.inf)
-    val[0] = 0.0
-    parents = []
-    i_idx = np.arange(n + 1)
-    for _ in range(devices):
-        a = np.maximum(val, c)
-        a[0] = val[0]
-        M = np.maximum(a[None, :], S[:, None] - S[None, :])  # rows j, cols i
-        M[i_idx[None, :] > i_idx[:, None]] = np.inf
-        par = np.argmin(M, axis=1)
-        val = M[i_idx, par]
-        parents.append(par)
-    value = float(val[n])
-    ends, j = [], n
-    for par in reversed(parents):
-        i = int(par[j])
-        if i < j:
-            ends.append(j - 1)
-        j = i
-    return value, sorted(ends)
+    cost = S[None, 1:] - S[:-1, None]                  # cost[i, j]: items i..j as one part
+    if cut_costs is not None:                          # ... and the boundary after item j
+        after = np.concatenate([np.asarray(cut_costs, float)[: n - 1], [0.0]])
+        cost = np.maximum(cost, after[None, :])
+    value, bounds = bottleneck_partition(cost, devices)
+    return value, [last for _, last in bounds]
 
 
 def stage_values(graph, stages: Sequence[Sequence[str]], platform: Platform | None = None) -> list[float]:
