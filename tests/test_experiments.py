@@ -130,11 +130,17 @@ def test_resume_skips_and_recomputes(tiny, tmp_path):
     assert sorted(rep3.computed) == sorted([a.name, b.name])
     assert {u.name: u.path(out).stat().st_mtime_ns for u in sweep_units[2:]} == before
     assert ex.load_unit(a, out) is not None
-    # other settings: only the units they change are recomputed (the ILP time limit)
+    # other settings: only the units they change are recomputed (the contiguous ILP's time limit)
     s2 = tiny_settings(time_limit=2.0)
     rep4 = ex.reproduce(quick=True, out=out, settings=s2, progress=False, png=False, only="throughput")
     assert sorted(rep4.computed) == sorted(u.name for u in ex.plan_units(s2, ["throughput"])
-                                           if u.settings["method"] == "ilp")
+                                           if u.settings["method"] == "ilp" and u.settings["allocation"] == "contiguous")
+    # the general ILP has its own limit
+    s3 = s2.with_(general_time_limit=s2.general_time_limit + 1)
+    rep5 = ex.reproduce(quick=True, out=out, settings=s3, progress=False, png=False, only="throughput")
+    assert rep5.computed and sorted(rep5.computed) == sorted(
+        u.name for u in ex.plan_units(s3, ["throughput"]) if u.settings["allocation"] == "general"
+        and u.settings["method"] == "ilp")
 
 
 def test_load_unit_rejects_mismatch(tiny):

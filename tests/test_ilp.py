@@ -78,11 +78,13 @@ def compare_with_brute(seed: int, n: int, Lmax: int, Pmax: int):
         plans = {}
         for alloc in ("contiguous", "general"):
             ref = plan_brute(ch, plat, allocation=alloc)
-            got = plan_ilp(ch, plat, allocation=alloc, warm_start=(alloc == "general"))
-            assert got.status in ("optimal", "infeasible"), (i, alloc, got.status, got.notes)
-            assert same(ref.period, got.period), (seed, i, alloc, L, P, ref.period, got.period, got.notes)
-            if got.feasible:
-                assert_valid(got, ch, plat)
+            # general: the MILP alone (cover=False) and with the exact cover search first
+            for cover in ((False, True) if alloc == "general" else (False,)):
+                got = plan_ilp(ch, plat, allocation=alloc, warm_start=(alloc == "general"), cover=cover)
+                assert got.status in ("optimal", "infeasible"), (i, alloc, cover, got.status, got.notes)
+                assert same(ref.period, got.period), (seed, i, alloc, cover, L, P, ref.period, got.period, got.notes)
+                if got.feasible:
+                    assert_valid(got, ch, plat)
             plans[alloc] = got
             counts["agree"] += 1
         assert plans["general"].period <= plans["contiguous"].period * (1 + REL)

@@ -92,6 +92,7 @@ class Settings:
     devices: tuple[int, ...] = (2, 4, 8)
     n_levels: int = 6
     time_limit: float = 60.0
+    general_time_limit: float = 20.0  # per general-ILP solve: the time-outs dominate the run
     methods: tuple[str, ...] = tuple(METHOD_KEYS)
     bandwidth: str = "12GB/s"
     weight_factor: float = 1.0
@@ -127,7 +128,7 @@ def _default_networks(quick: bool) -> tuple[str, ...]:
 def settings_for(quick: bool = False, **overrides: Any) -> Settings:
     """The full or quick settings; ``overrides`` replace fields (e.g. ``networks=("resnet50",)``)."""
     if quick:
-        s = Settings(networks=(), devices=(2, 4), n_levels=3, time_limit=5.0, scaling_layers=(4, 8),
+        s = Settings(networks=(), devices=(2, 4), n_levels=3, time_limit=5.0, general_time_limit=5.0, scaling_layers=(4, 8),
                      scaling_devices=(2, 4), scaling_time_limit=5.0, gain_instances=12, gain_layers=6,
                      gain_devices=2, gain_positions=(0.0, 0.3), three_partition_m=(2,), three_partition_count=2,
                      family_k=(2, 3), quick=True)
@@ -234,7 +235,8 @@ def plan_units(s: Settings, figures: Iterable[str] = FIGURES) -> list[Unit]:
                     st = {"kind": "sweep", "network": net, "devices": P, "method_key": mk, "method": planner,
                           "allocation": alloc, "memory_levels": lv, "bandwidth": s.bandwidth,
                           "weight_factor": s.weight_factor, "weights": s.weights,
-                          "time_limit": s.time_limit if planner == "ilp" else None}
+                          "time_limit": (s.general_time_limit if alloc == "general" else s.time_limit)
+                          if planner == "ilp" else None}
                     units.append(Unit(f"sweep__{_slug(net)}__P{P}__{mk}", "sweep", _canon(st)))
     if "three_partition" in figures:
         units.append(Unit("complexity__three_partition", "three_partition", _canon(
@@ -939,7 +941,7 @@ def render_report(report: Report) -> str:
         f"{len(report.computed)} units computed, {len(report.skipped)} loaded from cache, {report.seconds:.0f} s.",
         "",
         f"Settings: networks {', '.join(s.networks)}; P in {list(s.devices)}; {s.n_levels} memory levels from the least "
-        f"feasible (contiguous) to unlimited; ILP time limit {s.time_limit:g} s per solve (networks over 32 layers are "
+        f"feasible (contiguous) to unlimited; ILP time limit {s.time_limit:g} s per contiguous and {s.general_time_limit:g} s per general solve (networks over 32 layers are "
         f"solved on 32 blocks, see workbench.planners.coarsen); bandwidth {s.bandwidth}, weight factor {s.weight_factor:g}, "
         f"weights {s.weights}. Complexity: scaling L in {list(s.scaling_layers)}, P in {list(s.scaling_devices)}, "
         f"time limit {s.scaling_time_limit:g} s; {s.gain_instances} random instances of {s.gain_layers} layers on "

@@ -8,8 +8,10 @@ The model (scaled time, one MILP with the period as a variable) is in
 2. an incumbent: the exact contiguous DP (:func:`workbench.planners.dp.plan_dp`);
    its period bounds the model (``T <= T_dp``, tighter big-M) and is returned
    when the solver finds nothing better;
-3. the MILP, with a time limit, relative gap, threads and a solver log;
-4. the integer solution is *polished*: every integer variable fixed, the LP
+3. general allocations: local search, then the exact cover search
+   (:mod:`workbench.planners.ilp_cover`), which may already prove optimality;
+4. the MILP, with a time limit, relative gap, threads and a solver log;
+5. the integer solution is *polished*: every integer variable fixed, the LP
    maximises throughput, which gives that structure's exact best period;
    the plan is rebuilt with :func:`workbench.plan.make_plan` and re-checked
    with :func:`workbench.check.check`.
@@ -49,7 +51,6 @@ DEFAULT_SOLVER_OPTIONS: dict[str, Any] = {
 }
 
 COARSEN_ABOVE = 32  # layers; coarsen=None coarsens longer chains to this many blocks
-BENDERS_ABOVE = 48  # layers x devices; benders=None runs the Benders side search above this size
 
 
 class _Log(io.TextIOBase):
@@ -173,7 +174,7 @@ def plan_ilp(chain: Chain, platform: Platform, *, allocation: str = "contiguous"
              time_limit: float | None = None, rel_gap: float = 1e-6, threads: int | None = 1,
              warm_start: bool | Plan = True, log: Any = None, coarsen: int | bool | None = None,
              pairwise: bool = True, tighten: bool = True, search_seconds: float = 10.0, solver_options: dict | None = None,
-             benders: bool | None = None, **options: Any) -> Plan:
+             cover: bool | None = None, cover_share: float = 0.5, **options: Any) -> Plan:
     """Best periodic plan under the memory limit by the ILP (contiguous or general allocations).
 
     ``warm_start``: True uses the exact contiguous DP as incumbent (bound and fallback);
@@ -182,11 +183,11 @@ def plan_ilp(chain: Chain, platform: Platform, *, allocation: str = "contiguous"
     :mod:`workbench.planners.coarsen`); None coarsens chains longer than
     ``COARSEN_ABOVE`` layers, False/0 never. ``search_seconds``: general mode improves the
     incumbent by local search (:mod:`workbench.planners.ilp_search`) for at most this long
-    (and a quarter of the time limit). ``benders``: general mode first bounds the period from
-    below with the assignment master of :mod:`workbench.planners.ilp_bounds` (bisection) and
-    runs its exact logic-based Benders search (which may prove the incumbent optimal on its
-    own): beside the MILP in a niced child process when there is a time limit, before it
-    otherwise; None (default) does so for instances above ``BENDERS_ABOVE`` layers x devices.
+    (and a quarter of the time limit). ``cover`` (default on): general mode then runs the exact
+    cover search of :mod:`workbench.planners.ilp_cover` (an exact-cover master over device
+    sets, every candidate allocation checked exactly) for ``cover_share`` of the time limit
+    (all of it without one); it raises the bound, improves the incumbent and often proves it
+    optimal, in which case the MILP is skipped. ``cover=False``: the MILP alone.
     ``graph`` (default True): on a chain linearised from a DAG, solve in the layer order
     that ``dp``'s graph mode chose and record it as ``chain_order``. Other options are ignored.
     """
@@ -204,7 +205,8 @@ def plan_ilp(chain: Chain, platform: Platform, *, allocation: str = "contiguous"
             res = plan_ilp(chain_for_plan(ref, chain), platform, allocation=allocation, time_limit=time_limit,
                            rel_gap=rel_gap, threads=threads, warm_start=warm_start, log=log, coarsen=coarsen,
                            pairwise=pairwise, tighten=tighten, search_seconds=search_seconds,
-                           solver_options=solver_options, benders=benders, graph=False, **options)
+                           solver_options=solver_options, cover=cover,
+                           cover_share=cover_share, graph=False, **options)
             notes = res.notes + ("layer order from dp's graph mode (best_order)",)
             return res.with_(chain_order=ref.chain_order, notes=notes, solve_seconds=time.perf_counter() - t_start)
     L = len(chain)
@@ -248,27 +250,36 @@ def plan_ilp(chain: Chain, platform: Platform, *, allocation: str = "contiguous"
     if inc is not None and inc.period <= lb * (1 + rel_gap):
         notes.append(f"incumbent {inc.method} ({inc.allocation}) period {inc.period:.6g} s")
         return _finish(inc, chain, platform, "optimal", 0.0, elapsed(), allocation, notes + ["incumbent meets the lower bound"])
-    side = None      # the Benders side search: (process, queue) or its result
-    if benders is None:  # auto: the MILP alone proves up to about 12 x 4; beyond, the side search pays
-        benders = L * platform.devices > BENDERS_ABOVE
-    use_benders = allocation == "general" and benders and inc is not None and platform.devices > 1
-    if use_benders:
-        from .ilp_bounds import side_search
+    if cover is None:
+        cover = True
+    if allocation == "general" and cover and inc is not None and platform.devices > 1:
+        from .ilp_cover import TooManySets, cover_search
 
-        if time_limit is not None and threads == 1 and time_limit - elapsed() > 10:
-            # a second core: the side search runs in its own process, beside the MILP
-            side = _start_side(chain, platform, inc.period, time_limit - elapsed() - 5)
+        budget = None if time_limit is None else cover_share * max(time_limit - elapsed(), 0.0)
+        try:
+            cr = cover_search(chain, platform, inc.period,
+                              deadline=None if budget is None else time.perf_counter() + budget)
+        except TooManySets as e:
+            notes.append(f"cover search skipped: {e}")
         else:
-            side = side_search(chain, platform, inc.period, 240.0 if time_limit is None else
-                               0.5 * max(time_limit - elapsed(), 0.0))
-            mlb, st, hit, it = side
-            if mlb > lb:
-                lb = mlb
-            inc, proven_b = _take_side(side, inc, chain, platform, notes)
-            if proven_b or inc.period <= lb * (1 + rel_gap):
+            notes.append(f"cover search: {cr.status} after {cr.evaluated} allocations of {cr.sets} device sets "
+                         f"({cr.seconds:.2f} s); bound {cr.bound:.6g} s")
+            if cr.assignment is not None:
+                cand = make_plan(chain, platform, cr.period, list(cr.assignment), cr.fwd, cr.bwd, method="cover")
+                bad = _check(cand, chain, platform)
+                if cand.feasible and not bad:
+                    notes.append(f"cover search improved the incumbent from {inc.period:.6g} s to {cand.period:.6g} s")
+                    inc = cand
+                else:  # pragma: no cover - the evaluator is exact; never trust it blindly
+                    notes.append(f"cover search plan rejected by the checker: {bad[0] if bad else 'infeasible'}")
+                    cr.status = "timeout"
+            lb = max(lb, min(cr.bound, inc.period))
+            if cr.status == "optimal" and inc.period <= cr.period * (1 + 1e-9):
                 return _finish(inc, chain, platform, "optimal", 0.0, elapsed(), allocation,
-                               notes + ["Benders proves the incumbent optimal"])
-            side = None
+                               notes + ["the cover search proves the incumbent optimal"])
+            if inc.period <= lb * (1 + rel_gap):
+                return _finish(inc, chain, platform, "optimal", 0.0, elapsed(), allocation,
+                               notes + ["incumbent meets the cover bound"])
     if inc is not None:
         notes.append(f"incumbent {inc.method} ({inc.allocation}) period {inc.period:.6g} s")
 
@@ -297,18 +308,6 @@ def plan_ilp(chain: Chain, platform: Platform, *, allocation: str = "contiguous"
     if inc is not None and (best is None or inc.period < best.period * (1 - 1e-9)):
         best = inc
     proven = tc in ("convergenceCriteriaSatisfied", "provenInfeasible", "infeasibleOrUnbounded")
-    if side is not None:
-        res_side = _end_side(side, None if proven else max(1.0, (time_limit or 0) - elapsed() + 1.0))
-        if res_side is None and not proven:
-            notes.append("Benders side search gave no answer")
-        if res_side is not None and best is not None:
-            mlb = res_side[0]
-            if mlb > bound_T:
-                bound_T = mlb
-            best, proven_b = _take_side(res_side, best, chain, platform, notes)
-            if proven_b and not proven:
-                proven, tc = True, "convergenceCriteriaSatisfied"
-                bound_T = best.period
     if best is None:
         if proven:
             return infeasible_plan(chain, platform, "ilp",
@@ -326,82 +325,6 @@ def plan_ilp(chain: Chain, platform: Platform, *, allocation: str = "contiguous"
         status, gap = "timeout", max(0.0, (best.period - bound_T) / best.period)
     notes.append(f"HiGHS: {tc}; period bound {bound_T:.6g} s; model built in {build_s:.2f} s")
     return _finish(best, chain, platform, status, gap, elapsed(), allocation, notes, termination=tc)
-
-
-_SIDE_CODE = "from workbench.planners.ilp_bounds import side_main; side_main()"
-
-
-def _start_side(chain: Chain, platform: Platform, T_inc: float, seconds: float):
-    """Start :func:`workbench.planners.ilp_bounds.side_search` in a child Python process (the
-    second core); None if that fails. A plain subprocess, not multiprocessing: the caller's
-    main module is never re-imported."""
-    import os
-    import pickle
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    root = str(Path(__file__).resolve().parents[2])
-    env = dict(os.environ)
-    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    try:
-        proc = subprocess.Popen([sys.executable, "-c", _SIDE_CODE], stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
-        proc.stdin.write(pickle.dumps((chain, platform, float(T_inc), float(seconds))))
-        proc.stdin.close()
-        proc.stdin = None  # communicate() must not flush it
-    except Exception:  # noqa: BLE001 - no side search then
-        return None
-    return proc
-
-
-def _end_side(proc, wait: float | None):
-    """The side search's last result (waiting at most ``wait`` seconds for it to finish; None:
-    take what it has sent so far), or None. The child is killed if it is still running."""
-    import pickle
-    import struct
-
-    if proc is None:
-        return None
-    try:
-        proc.wait(timeout=wait if wait is not None else 0.01)
-    except Exception:  # noqa: BLE001 - still running: stop it, keep what it sent
-        pass
-    if proc.poll() is None:
-        proc.kill()
-    out = None
-    try:
-        proc.wait(timeout=5)
-        data = proc.stdout.read() if proc.stdout is not None else b""
-        pos = 0
-        while pos + 4 <= len(data):
-            (n,) = struct.unpack("<I", data[pos:pos + 4])
-            if pos + 4 + n > len(data):
-                break
-            out = pickle.loads(data[pos + 4:pos + 4 + n])
-            pos += 4 + n
-        if proc.stdout is not None:
-            proc.stdout.close()
-    except Exception:  # noqa: BLE001
-        pass
-    return out
-
-
-def _take_side(res: tuple, inc: Plan, chain: Chain, platform: Platform, notes: list) -> tuple[Plan, bool]:
-    """Merge a side search result (master bound, Benders status, best hit, iterations) into the
-    incumbent ``inc``. Returns (best plan, whether it is proven optimal)."""
-    mlb, st, hit, it = res
-    notes.append(f"assignment-master bound {mlb:.6g} s; Benders: {st} after {it} master solves")
-    accepted = True
-    if hit is not None and hit[0] < inc.period * (1 - 1e-9):
-        accepted = False
-        cand = make_plan(chain, platform, hit[0], list(hit[1]), hit[2], hit[3], method="benders")
-        if cand.feasible and not _check(cand, chain, platform):
-            notes.append(f"Benders improved the incumbent from {inc.period:.6g} s to {cand.period:.6g} s")
-            inc, accepted = cand, True
-    # Benders "optimal": no allocation below min(its start incumbent, its hits); inc is at most that
-    proven = st == "optimal" and accepted and (hit is None or inc.period <= hit[0] * (1 + 1e-9))
-    return inc, proven
 
 
 def _finish(plan: Plan, chain: Chain, platform: Platform, status: str, gap: float, seconds: float,

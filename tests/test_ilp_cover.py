@@ -1,0 +1,78 @@
+"""The exact cover search (workbench.planners.ilp_cover) against brute force."""
+
+import math
+
+import numpy as np
+import pytest
+
+from workbench.chain import Chain, Layer, Platform
+from workbench.check import check
+from workbench.plan import make_plan
+from workbench.planners.brute import plan_brute
+from workbench.planners.ilp_cover import TooManySets, cover_bound, cover_search, device_sets
+
+
+def _instance(rng, L, P, tight=True):
+    layers = tuple(Layer(f"l{i}", float(rng.uniform(0.5, 10)), float(rng.uniform(0.5, 20)),
+                         float(rng.integers(1, 60)), float(rng.integers(1, 40))) for i in range(L))
+    ch = Chain(layers, input_bytes=float(rng.integers(1, 40)))
+    foot = ch.saved_array + ch.weights
+    M = max(float(foot.max()), float(foot.sum()) / P) * float(rng.uniform(1.2, 2.5)) if tight else math.inf
+    return ch, Platform(P, memory=M, bandwidth=float(rng.uniform(2, 10)))
+
+
+def _brute_cases(seed, n):
+    rng = np.random.default_rng(seed)
+    for i in range(n):
+        L, P = int(rng.integers(3, 8)), int(rng.integers(2, 4))
+        ch, plat = _instance(rng, L, P, tight=bool(i % 3))
+        ref = plan_brute(ch, plat, allocation="general")
+        if ref.feasible:
+            yield ch, plat, ref
+
+
+def test_thresholds_admit_the_optimal_plan():
+    """Every device set of the brute-force optimum is possible at the optimal period."""
+    done = 0
+    for ch, plat, ref in _brute_cases(3, 14):
+        ds = device_sets(ch, plat, ref.period * (1 + 1e-9))
+        by_mask = dict(zip(ds.masks.tolist(), ds.thresholds.tolist()))
+        for p in set(ref.assignment):
+            mask = sum(1 << l for l, a in enumerate(ref.assignment) if a == p)
+            assert mask in by_mask and by_mask[mask] <= ref.period * (1 + 1e-9), (p, mask)
+        done += 1
+    assert done >= 8
+
+
+def test_bound_valid_and_search_exact():
+    done = 0
+    for ch, plat, ref in _brute_cases(11, 16):
+        start = ref.period * 1.5
+        assert cover_bound(ch, plat, start) <= ref.period * (1 + 1e-9)
+        r = cover_search(ch, plat, start)
+        assert r.status == "optimal" and r.assignment is not None
+        assert r.period == pytest.approx(ref.period, rel=1e-6)
+        assert r.bound == pytest.approx(r.period, rel=1e-6)
+        plan = make_plan(ch, plat, r.period, list(r.assignment), r.fwd, r.bwd)
+        assert plan.feasible and not check(plan, ch, plat)
+        # from the optimum itself nothing better is found, and the optimum is proven
+        r2 = cover_search(ch, plat, ref.period)
+        assert r2.status == "optimal" and r2.assignment is None
+        done += 1
+    assert done >= 8
+
+
+def test_deadline_gives_a_valid_partial_bound():
+    rng = np.random.default_rng(7)
+    ch, plat = _instance(rng, 12, 3)
+    from workbench.planners.dp import plan_dp
+
+    inc = plan_dp(ch, plat, graph=False).period
+    r = cover_search(ch, plat, inc, deadline=0.0)  # already past: nothing searched
+    assert r.status == "timeout" and r.bound <= inc and r.period == inc
+
+
+def test_too_many_sets_is_reported():
+    ch = Chain(tuple(Layer(f"l{i}", 1.0, 1.0, 0, 0) for i in range(12)))
+    with pytest.raises(TooManySets, match="device sets"):
+        device_sets(ch, Platform(2), 100.0, limit=100)
