@@ -1,6 +1,7 @@
 """Benchmark of the plan ILP: solve time and gap against size.
 
-    .venv/bin/python benchmarks/ilp.py [--quick] [--time-limit 60] [--seeds 3]
+    .venv/bin/python benchmarks/ilp.py [--quick] [--time-limit 60] [--seeds 3] [--allocation general]
+                                       [--sizes 16x4] [--milp-too]
 
 Random chains (as in tests/test_ilp.py) with the memory limit binding (halfway
 between the least memory any plan needs and the peak of the unconstrained DP
@@ -57,19 +58,33 @@ def main(argv=None) -> pd.DataFrame:
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--quick", action="store_true", help="small sizes only")
     ap.add_argument("--no-resnet", action="store_true")
+    ap.add_argument("--allocation", choices=("contiguous", "general"), help="only this allocation")
+    ap.add_argument("--sizes", help="only these random sizes, e.g. 16x4,12x4")
+    ap.add_argument("--milp-too", action="store_true",
+                    help="general: also run the MILP alone (cover=False) beside the default (cover search first)")
     a = ap.parse_args(argv)
     sizes = [("contiguous", 8, 3), ("contiguous", 16, 4), ("contiguous", 32, 8),
              ("general", 8, 3), ("general", 12, 4), ("general", 16, 4)]
     if a.quick:
         sizes = [s for s in sizes if s[1] <= 12]
+    if a.allocation:
+        sizes = [s for s in sizes if s[0] == a.allocation]
+    if a.sizes:
+        want = {tuple(int(v) for v in x.split("x")) for x in a.sizes.split(",")}
+        sizes = [s for s in sizes if (s[1], s[2]) in want]
     rows = []
     for alloc, L, P in sizes:
         for seed in range(a.seeds):
             ch, plat = random_instance(seed, L, P)
-            # cold contiguous (no DP incumbent) measures the ILP itself; the DP is exact there anyway
-            r = run(f"random{seed}", ch, plat, alloc, a.time_limit, warm_start=(alloc == "general"))
-            rows.append(r)
-            print(r, flush=True)
+            variants = [("default", {})]
+            if alloc == "general" and a.milp_too:
+                variants.append(("milp alone", {"cover": False}))
+            for label, kw in variants:
+                # cold contiguous (no DP incumbent) measures the ILP itself; the DP is exact there anyway
+                r = run(f"random{seed}", ch, plat, alloc, a.time_limit, warm_start=(alloc == "general"), **kw)
+                r["variant"] = label
+                rows.append(r)
+                print(r, flush=True)
     if not a.no_resnet:
         from workbench.profiles import load_profile
 
@@ -80,14 +95,17 @@ def main(argv=None) -> pd.DataFrame:
         for frac in (0.25, 0.5):
             plat = base.with_(memory=need + frac * (free - need))
             for alloc in ("contiguous", "general"):
+                if a.allocation and alloc != a.allocation:
+                    continue
                 r = run(f"resnet50 M={plat.memory / 2**30:.1f}GiB", ch, plat, alloc, 120.0)
+                r["variant"] = "default"
                 rows.append(r)
                 print(r, flush=True)
     df = pd.DataFrame(rows)
     with pd.option_context("display.width", 200, "display.max_columns", 20):
         print(df.to_string(index=False))
         print()
-        print(df.groupby(["allocation", "L", "P"]).agg(
+        print(df.groupby(["allocation", "L", "P", "variant"]).agg(
             solved=("status", lambda s: (s == "optimal").mean()), max_s=("seconds", "max"),
             mean_s=("seconds", "mean"), max_gap=("gap", "max")).to_string())
     return df
