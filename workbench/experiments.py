@@ -513,7 +513,7 @@ def headline_gains(sweeps: pd.DataFrame, over: str = "pipedream", of: str = "ilp
         rows.append({"network": net, "of": of, "over": over, "cases": len(idx),
                      "median_gain": float(np.median(gains)) if gains else math.nan,
                      "best_gain": float(np.max(gains)) if gains else math.nan,
-                     "over_does_not_fit": nofit})
+                     "both_fit": len(gains), "over_does_not_fit": nofit})
     return pd.DataFrame(rows)
 
 
@@ -611,9 +611,9 @@ def _fig_throughput(sw: pd.DataFrame, out: Path, pngs: list) -> FigureInfo:
     hg = headline_gains(sw)
     for _, r in hg[hg.cases > 0].iterrows() if len(hg) else []:
         info.headlines.append(
-            f"{r.network}: general ILP over PipeDream at tight memory (lower half of the levels): median gain "
-            f"{_x(r.median_gain)}, best {_x(r.best_gain)} over {r.cases} (P, level) cases; PipeDream's partitioner "
-            f"finds nothing that fits in {r.over_does_not_fit} of them")
+            f"{r.network}: general ILP over PipeDream at tight memory (lower half of the levels, {r.cases} (P, level) "
+            f"cases): median gain {_x(r.median_gain)}, best {_x(r.best_gain)} over the {r.both_fit} where both fit; "
+            f"PipeDream's partitioner finds nothing that fits in {r.over_does_not_fit} of them")
     flushed_wins = []
     for (net, P, lvl), g in sw[sw.fits.astype(bool)].groupby(["network", "devices", "level"]):
         ilp = g[g.method_key.isin(["ilp-general", "ilp-contiguous"]) & (g.status == "optimal")]
