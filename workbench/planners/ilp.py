@@ -174,7 +174,7 @@ def plan_ilp(chain: Chain, platform: Platform, *, allocation: str = "contiguous"
              time_limit: float | None = None, rel_gap: float = 1e-6, threads: int | None = 1,
              warm_start: bool | Plan = True, log: Any = None, coarsen: int | bool | None = None,
              pairwise: bool = True, tighten: bool = True, search_seconds: float = 10.0, solver_options: dict | None = None,
-             cover: bool | None = None, cover_share: float = 0.5, **options: Any) -> Plan:
+             cover: bool = True, cover_share: float = 0.5, **options: Any) -> Plan:
     """Best periodic plan under the memory limit by the ILP (contiguous or general allocations).
 
     ``warm_start``: True uses the exact contiguous DP as incumbent (bound and fallback);
@@ -250,8 +250,6 @@ def plan_ilp(chain: Chain, platform: Platform, *, allocation: str = "contiguous"
     if inc is not None and inc.period <= lb * (1 + rel_gap):
         notes.append(f"incumbent {inc.method} ({inc.allocation}) period {inc.period:.6g} s")
         return _finish(inc, chain, platform, "optimal", 0.0, elapsed(), allocation, notes + ["incumbent meets the lower bound"])
-    if cover is None:
-        cover = True
     if allocation == "general" and cover and inc is not None and platform.devices > 1:
         from .ilp_cover import TooManySets, cover_search
 
@@ -273,13 +271,12 @@ def plan_ilp(chain: Chain, platform: Platform, *, allocation: str = "contiguous"
                 else:  # pragma: no cover - the evaluator is exact; never trust it blindly
                     notes.append(f"cover search plan rejected by the checker: {bad[0] if bad else 'infeasible'}")
                     cr.status = "timeout"
-            lb = max(lb, min(cr.bound, inc.period))
-            if cr.status == "optimal" and inc.period <= cr.period * (1 + 1e-9):
+            lb = max(lb, cr.bound)  # cr.bound <= every period the search started from or found
+            searched = cr.status == "optimal" and inc.period <= cr.period * (1 + 1e-9)
+            if searched or inc.period <= lb * (1 + rel_gap):
+                why = "the cover search proves" if searched else "the cover bound proves"
                 return _finish(inc, chain, platform, "optimal", 0.0, elapsed(), allocation,
-                               notes + ["the cover search proves the incumbent optimal"])
-            if inc.period <= lb * (1 + rel_gap):
-                return _finish(inc, chain, platform, "optimal", 0.0, elapsed(), allocation,
-                               notes + ["incumbent meets the cover bound"])
+                               notes + [f"{why} the incumbent optimal"])
     if inc is not None:
         notes.append(f"incumbent {inc.method} ({inc.allocation}) period {inc.period:.6g} s")
 

@@ -79,7 +79,10 @@ class DeviceSets:
     masks: np.ndarray
     thresholds: np.ndarray
     loads: np.ndarray
-    comp: np.ndarray
+    comp: np.ndarray   # per layer: f + b
+    down: np.ndarray   # per layer: compute from it to the end and back
+    a: np.ndarray      # per layer memory terms (ilp_model.memory_terms)
+    w0: np.ndarray
     groups: list[list[tuple[float, int, float]]] = field(repr=False)
     keys: list[list[float]] = field(repr=False)
 
@@ -89,18 +92,18 @@ class DeviceSets:
 
 
 def _instance(chain: Chain, platform: Platform):
+    from .ilp_model import memory_terms
+
     L = len(chain)
     comp = np.asarray(chain.forward + chain.backward, dtype=float)
     down = np.cumsum(comp[::-1])[::-1]
     c = np.array([platform.comm_time(chain.cut(l)) if l < L - 1 else 0.0 for l in range(L)])
-    s = 1.0 if platform.stash else 0.0
-    a = np.asarray(chain.saved_array + s * chain.weights, dtype=float)
-    w0 = np.asarray((platform.weight_factor - s) * chain.weights, dtype=float)
+    a, w0 = memory_terms(chain, platform)
     return comp, down, c, a, w0
 
 
-def _masks_under_load(comp: np.ndarray, t_max: float, limit: int) -> np.ndarray:
-    """All non-empty bitmasks with load <= t_max (grown one layer at a time)."""
+def _masks_under_load(comp: np.ndarray, t_max: float, limit: int) -> tuple[np.ndarray, np.ndarray]:
+    """All non-empty bitmasks with load <= t_max (grown one layer at a time), and their loads."""
     masks = np.zeros(1, dtype=np.int64)
     loads = np.zeros(1)
     lim = t_max * (1 + _TOL)
@@ -110,23 +113,22 @@ def _masks_under_load(comp: np.ndarray, t_max: float, limit: int) -> np.ndarray:
         loads = np.concatenate([loads, loads[ok] + comp[l]])
         if len(masks) > limit:
             raise TooManySets(f"more than {limit} device sets under a period of {t_max:.6g}")
-    return masks[1:]
+    return masks[1:], loads[1:]
 
 
-def _thresholds(masks: np.ndarray, comp, down, c, a, w0, memory: float, t_max: float,
-                chunk: int = 50_000, deadline: float | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """(threshold, load) of every mask; inf where even one mini-batch per stage does not fit."""
-    L = len(comp)
+def _thresholds(masks: np.ndarray, loads: np.ndarray, down, c, a, w0, memory: float,
+                chunk: int = 50_000, deadline: float | None = None) -> np.ndarray:
+    """The threshold of every mask (``loads``: theirs); inf where even one mini-batch per stage
+    does not fit."""
+    L = len(down)
     out_t = np.empty(len(masks))
-    out_load = np.empty(len(masks))
     bits = np.arange(L, dtype=np.int64)
     for lo in range(0, len(masks), chunk):
         if deadline is not None and time.perf_counter() > deadline:
             raise TimeoutError("device sets: time limit")
         m = masks[lo:lo + chunk]
         B = ((m[:, None] >> bits) & 1).astype(bool)
-        load = B.astype(float) @ comp
-        out_load[lo:lo + chunk] = load
+        load = loads[lo:lo + chunk]
         if not math.isfinite(memory):
             out_t[lo:lo + chunk] = load
             continue
@@ -165,7 +167,7 @@ def _thresholds(masks: np.ndarray, comp, down, c, a, w0, memory: float, t_max: f
                 break
         t = np.maximum(load, lo_T)  # lo_T: the memory threshold from below (a valid bound)
         out_t[lo:lo + chunk] = np.where(fits, t, np.inf)
-    return out_t, out_load
+    return out_t
 
 
 def device_sets(chain: Chain, platform: Platform, t_max: float, *, limit: int = MAX_SETS,
@@ -180,8 +182,8 @@ def device_sets(chain: Chain, platform: Platform, t_max: float, *, limit: int = 
     """
     comp, down, c, a, w0 = _instance(chain, platform)
     L = len(chain)
-    masks = _masks_under_load(comp, t_max, limit)
-    t, load = _thresholds(masks, comp, down, c, a, w0, platform.memory, t_max, deadline=deadline)
+    masks, load = _masks_under_load(comp, t_max, limit)
+    t = _thresholds(masks, load, down, c, a, w0, platform.memory, deadline=deadline)
     keep = t <= t_max * (1 + _TOL)
     masks, t, load = masks[keep], t[keep], load[keep]
     low = np.zeros(len(masks), dtype=np.int64)
@@ -195,13 +197,12 @@ def device_sets(chain: Chain, platform: Platform, t_max: float, *, limit: int = 
         g = [(float(t[i]), int(masks[i]), float(load[i])) for i in order]
         groups.append(g)
         keys.append([x[0] for x in g])
-    return DeviceSets(L, platform.devices, t_max, masks, t, load, comp, groups, keys)
+    return DeviceSets(L, platform.devices, t_max, masks, t, load, comp, down, a, w0, groups, keys)
 
 
-def _least_memory(chain: Chain, platform: Platform, T: float) -> np.ndarray:
+def _least_memory(ds: DeviceSets, T: float) -> np.ndarray:
     """Per layer, memory it needs whatever its stage (k >= ceil(D_l / T))."""
-    comp, down, c, a, w0 = _instance(chain, platform)
-    return np.maximum(1.0, np.ceil(down / T * (1 - 1e-12))) * a + w0
+    return np.maximum(1.0, np.ceil(ds.down / T * (1 - 1e-12))) * ds.a + ds.w0
 
 
 class _Deadline(Exception):
@@ -274,7 +275,7 @@ def cover_bound(chain: Chain, platform: Platform, upper: float, *, deadline: flo
     6.0
     """
     ds = sets if sets is not None else device_sets(chain, platform, upper)
-    least = _least_memory(chain, platform, upper)
+    least = _least_memory(ds, upper)
     counter = [0, upper]
     best = upper
     try:
@@ -355,7 +356,7 @@ def cover_search(chain: Chain, platform: Platform, T_inc: float, *, deadline: fl
     for j in range(1, bands + 1):
         theta = lb + (best_T - lb) * (2.0 ** (j - bands)) if j < bands else best_T
         theta = min(theta, best_T)
-        least = _least_memory(chain, platform, best_T)
+        least = _least_memory(ds, best_T)
         counter[1] = theta
         try:
             for _, parts in _covers(ds, theta, theta_lo, least, platform.memory, deadline, counter):

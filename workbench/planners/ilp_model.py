@@ -50,7 +50,7 @@ import pyomo.environ as pyo
 from ..chain import Chain, Platform
 from ..plan import lower_bound
 
-__all__ = ["build_model", "ModelData", "k_bounds", "memory_period_bound"]
+__all__ = ["build_model", "ModelData", "k_bounds", "memory_period_bound", "memory_terms"]
 
 
 @dataclass
@@ -72,6 +72,23 @@ class ModelData:
     memory_bound: bool
 
 
+def memory_terms(chain: Chain, platform: Platform) -> tuple[np.ndarray, np.ndarray]:
+    """Per layer ``(a, w0)``: a stage holding k mini-batches needs ``sum_l k a_l + w0_l`` bytes
+    (rule 7: ``a = saved + [stash] W``, ``w0 = (phi - [stash]) W``).
+
+    >>> from workbench.chain import Chain, Layer, Platform
+    >>> ch = Chain((Layer("l", 1.0, 1.0, weight_bytes=10, saved_bytes=4),))
+    >>> [float(v[0]) for v in memory_terms(ch, Platform(1, weights="stash"))]   # a = 4 + 10, w0 = 0
+    [14.0, 0.0]
+    >>> [float(v[0]) for v in memory_terms(ch, Platform(1, weights="single"))]  # a = 4, w0 = 10
+    [4.0, 10.0]
+    """
+    s = 1.0 if platform.stash else 0.0
+    a = chain.saved_array + s * chain.weights
+    w0 = (platform.weight_factor - s) * chain.weights
+    return np.asarray(a, dtype=float), np.asarray(w0, dtype=float)
+
+
 def k_bounds(chain: Chain, platform: Platform, t_ub: float | None = None) -> np.ndarray:
     """Upper bounds on every layer's in-flight count.
 
@@ -87,12 +104,10 @@ def k_bounds(chain: Chain, platform: Platform, t_ub: float | None = None) -> np.
     km = np.full(L, float(struct))
     M = platform.memory
     if math.isfinite(M):
-        s = 1.0 if platform.stash else 0.0
+        a, w0 = memory_terms(chain, platform)
         for l in range(L):
-            coef = chain.saved(l) + s * chain.weights[l]
-            const = (platform.weight_factor - s) * chain.weights[l]
-            if coef > 0:
-                km[l] = min(km[l], math.floor((M - const) / coef * (1 + 1e-9)))
+            if a[l] > 0:
+                km[l] = min(km[l], math.floor((M - w0[l]) / a[l] * (1 + 1e-9)))
     return np.maximum(km, 1.0)
 
 
@@ -108,9 +123,7 @@ def memory_period_bound(chain: Chain, platform: Platform) -> float:
     M = platform.memory
     if not math.isfinite(M):
         return 0.0
-    s = 1.0 if platform.stash else 0.0
-    a = chain.saved_array + s * chain.weights
-    w0 = (platform.weight_factor - s) * chain.weights
+    a, w0 = memory_terms(chain, platform)
     down = np.cumsum((chain.forward + chain.backward)[::-1])[::-1]
     cap = platform.devices * M
 
@@ -168,10 +181,9 @@ def build_model(chain: Chain, platform: Platform, *, allocation: str = "contiguo
     c = np.array([platform.comm_time(chain.cut(l)) / t_ref if l < L - 1 else 0.0 for l in range(L)])
     M = platform.memory
     mem = math.isfinite(M)
-    s = 1.0 if platform.stash else 0.0
     scale = M if mem else 1.0
-    a = (chain.saved_array + s * chain.weights) / scale
-    w0 = (platform.weight_factor - s) * chain.weights / scale
+    a, w0 = memory_terms(chain, platform)
+    a, w0 = a / scale, w0 / scale
     lo_T, hi_T = period_bounds if period_bounds else (t_ref, None)
     lo_T = max(lo_T, t_ref, min(memory_period_bound(chain, platform), hi_T or math.inf))
     if hi_T is None or not math.isfinite(hi_T):
