@@ -268,6 +268,29 @@ def test_general_allocation_against_lp_oracle():
         assert got is not None and got[0] == pytest.approx(want, rel=1e-7)
 
 
+def test_loose_order_search_agrees_with_full_enumeration():
+    """The loose first pass of _feasible_at (every stage at its largest k) changes nothing: the
+    certified period of random interleaved allocations equals the one from enumerating every
+    combination of maximal in-flight vectors."""
+    rng = random.Random(7)
+    compared = interleaved = 0
+    for _ in range(60):
+        L, P = rng.randint(4, 8), rng.randint(2, 3)
+        chain, plat = rand_instance(rng, L, P)
+        a = [rng.randrange(P) for _ in range(L)]
+        al = brute._alloc(chain, plat, a)
+        if al.contiguous:
+            continue
+        full = brute._general_period(al, plat, math.inf, loose=False)
+        fast = brute._general_period(al, plat, math.inf, loose=True)
+        assert (full is None) == (fast is None), a
+        if full is not None:
+            assert fast[0] == pytest.approx(full[0], rel=1e-7), (a, fast[0], full[0])
+            compared += 1
+            interleaved += any(len(d) > 1 for d in al.devices)
+    assert compared >= 20 and interleaved >= 20
+
+
 # ----------------------------------------------------------------------------- (e) by hand
 def hand_chain():
     mk = lambda n, f, b, a: Layer(n, f, b, 0, 0, saved_bytes=a)  # noqa: E731

@@ -33,15 +33,21 @@ def _brute_cases(seed, n):
 
 def test_thresholds_admit_the_optimal_plan():
     """Every device set of the brute-force optimum is possible at the optimal period."""
-    done = 0
+    done = rejected = 0
     for ch, plat, ref in _brute_cases(3, 14):
         ds = device_sets(ch, plat, ref.period * (1 + 1e-9))
         by_mask = dict(zip(ds.masks.tolist(), ds.thresholds.tolist()))
+        parts = []
         for p in set(ref.assignment):
             mask = sum(1 << l for l, a in enumerate(ref.assignment) if a == p)
             assert mask in by_mask and by_mask[mask] <= ref.period * (1 + 1e-9), (p, mask)
+            parts.append(mask)
+        # the whole-partition test (every cut known) admits it too, and rejects it well below
+        assert ds.allocation_fits(parts, ref.period)
+        if math.isfinite(plat.memory) and len(parts) > 1:
+            rejected += not ds.allocation_fits(parts, ref.period * 0.5)
         done += 1
-    assert done >= 8
+    assert done >= 8 and rejected >= 3
 
 
 def test_bound_valid_and_search_exact():

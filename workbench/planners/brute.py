@@ -379,13 +379,19 @@ def _maximal_vectors(al: _Alloc, platform: Platform, stages: list[int], kmin: li
     return out
 
 
-def _feasible_at(al: _Alloc, platform: Platform, T: float, deadline: float | None = None):
-    """Exact feasibility of a period T for allocation ``al``: (ks, qs) of a valid plan, or None."""
+def _feasible_at(al: _Alloc, platform: Platform, T: float, deadline: float | None = None, loose: bool = True):
+    """Exact feasibility of a period T for allocation ``al``: (ks, qs) of a valid plan, or None.
+
+    Every device's maximal in-flight vectors (the k's its memory allows) are combined, and for
+    each combination the orders modulo T of the operations sharing a device are searched
+    (:func:`_order_search`). First the *loose* system, every stage at the largest k its device
+    allows it alone (the others at their least), is searched once: when it has no valid order,
+    no combination has one (a smaller k only adds constraints), and when its solution's own
+    in-flight counts fit in memory it is already a valid plan (``loose=False`` skips this step;
+    tests compare the two)."""
     if T < al.static_lb * (1 - _TOL):
         return None
     S = al.S
-    n = 2 * S
-    tol = _TOL * max(T, 1e-300) * 10
     cap = _k_cap(al, T)
     kmin = [max(1, int(math.ceil(al.path[s] / T - 1e-9))) for s in range(S)]
     kmax = [cap] * S
@@ -393,12 +399,44 @@ def _feasible_at(al: _Alloc, platform: Platform, T: float, deadline: float | Non
     for p, stages in enumerate(al.devices):
         if not stages:
             continue
+        base = sum(platform.stage_memory(al.A[s], al.W[s], kmin[s]) for s in stages)
         for s in stages:
-            kmax[s] = _kmax_memory(platform, al.A[s], al.W[s], platform.memory_of(p), cap)
+            rest = base - platform.stage_memory(al.A[s], al.W[s], kmin[s])
+            kmax[s] = _kmax_memory(platform, al.A[s], al.W[s], platform.memory_of(p) - rest, cap)
         vs = _maximal_vectors(al, platform, stages, kmin, kmax, deadline)
         if not vs:
             return None
         per_dev.append((stages, vs))
+    if not loose or all(len(vs) == 1 for _, vs in per_dev):
+        combos = itertools.product(*[vs for _, vs in per_dev])
+    else:
+        loose = _order_search(al, kmax, T, deadline)
+        if loose is None:
+            return None
+        qs, D = loose
+        # the loose solution's own windows: x = -D[:, 0] is one solution of the closed system
+        x = -D[:, 0]
+        ks = [max(kmin[s], int(math.ceil((x[2 * s + 1] + al.B[s] - x[2 * s]) / T))) for s in range(S)]
+        if all(_memory_ok(al, platform, [ks[s] for s in stages], stages) for stages in al.devices if stages):
+            return tuple(ks), qs
+        combos = itertools.product(*[vs for _, vs in per_dev])
+    for combo in combos:
+        ks = [0] * S
+        for (stages, _), v in zip(per_dev, combo):
+            for s, k in zip(stages, v):
+                ks[s] = k
+        hit = _order_search(al, ks, T, deadline)
+        if hit is not None:
+            return tuple(ks), hit[0]
+    return None
+
+
+def _order_search(al: _Alloc, ks: Sequence[int], T: float, deadline: float | None = None):
+    """Orders modulo T of the operations sharing a device, for fixed in-flight counts ``ks``:
+    ``(qs, D)`` (the chosen orders and the closed difference system), or None if none is valid."""
+    S = al.S
+    n = 2 * S
+    tol = _TOL * max(T, 1e-300) * 10
     length = [0.0] * n
     for s in range(S):
         length[2 * s], length[2 * s + 1] = al.F[s], al.B[s]
@@ -422,7 +460,7 @@ def _feasible_at(al: _Alloc, platform: Platform, T: float, deadline: float | Non
         if deadline is not None and time.perf_counter() > deadline:
             raise TimeoutError
         if not todo:
-            return dict(chosen)
+            return dict(chosen), D
         best = None
         for pr in todo:
             cand = candidates(D, *pr)
@@ -448,18 +486,10 @@ def _feasible_at(al: _Alloc, platform: Platform, T: float, deadline: float | Non
             del chosen[(o, p)]
         return None
 
-    for combo in itertools.product(*[vs for _, vs in per_dev]):
-        ks = [0] * S
-        for (stages, _), v in zip(per_dev, combo):
-            for s, k in zip(stages, v):
-                ks[s] = k
-        D = _closure(n, _base_constraints(al, ks), T)
-        if D is None:
-            continue
-        qs = dfs(D, list(pairs), {})
-        if qs is not None:
-            return tuple(ks), qs
-    return None
+    D = _closure(n, _base_constraints(al, ks), T)
+    if D is None:
+        return None
+    return dfs(D, pairs, {})
 
 
 def _min_period(al: _Alloc, ks: Sequence[int], qs: dict, T0: float):
@@ -514,7 +544,8 @@ def _min_period(al: _Alloc, ks: Sequence[int], qs: dict, T0: float):
     raise RuntimeError("parametric longest path did not converge")
 
 
-def _general_period(al: _Alloc, platform: Platform, upper: float, deadline: float | None = None):
+def _general_period(al: _Alloc, platform: Platform, upper: float, deadline: float | None = None,
+                    loose: bool = True):
     """Best period of allocation ``al`` if below ``upper`` (certified to EPS): (T, f, b) or None."""
     lb = max(al.static_lb, _memory_lb(al, platform))
     if not lb < upper / (1 + EPS) or not math.isfinite(lb):
@@ -524,7 +555,7 @@ def _general_period(al: _Alloc, platform: Platform, upper: float, deadline: floa
         probe = max(lb, al.total_path)
     else:
         probe = upper / (1 + EPS)
-    hit = _feasible_at(al, platform, probe, deadline)
+    hit = _feasible_at(al, platform, probe, deadline, loose)
     if hit is None:
         return None
     best = _min_period(al, *hit, lb)
@@ -536,7 +567,7 @@ def _general_period(al: _Alloc, platform: Platform, upper: float, deadline: floa
     while T_hi > T_lo * (1 + EPS):
         probe = T_hi / (1 + EPS) if toward_top else (T_lo + T_hi) / 2
         toward_top = not toward_top
-        hit = _feasible_at(al, platform, probe, deadline)
+        hit = _feasible_at(al, platform, probe, deadline, loose)
         if hit is None:
             T_lo = probe
             continue
