@@ -382,58 +382,87 @@ def _maximal_vectors(al: _Alloc, platform: Platform, stages: list[int], kmin: li
 def _feasible_at(al: _Alloc, platform: Platform, T: float, deadline: float | None = None, loose: bool = True):
     """Exact feasibility of a period T for allocation ``al``: (ks, qs) of a valid plan, or None.
 
-    Every device's maximal in-flight vectors (the k's its memory allows) are combined, and for
-    each combination the orders modulo T of the operations sharing a device are searched
-    (:func:`_order_search`). First the *loose* system, every stage at the largest k its device
-    allows it alone (the others at their least), is searched once: when it has no valid order,
-    no combination has one (a smaller k only adds constraints), and when its solution's own
-    in-flight counts fit in memory it is already a valid plan (``loose=False`` skips this step;
-    tests compare the two)."""
+    The orders modulo T of the operations sharing a device are searched
+    (:func:`_order_search`) once, with every stage at the largest k its device allows it
+    (the others at their least): a smaller k only adds constraints, so every valid plan's
+    orders are in that search. At each node the closed difference system gives every
+    stage's least window, hence a least k, and each device's memory at those k's must fit;
+    at a complete order, the combinations of maximal in-flight vectors (the k's memory
+    allows) above them are tried by adding their window limits. ``loose=False`` instead
+    runs one order search per combination of maximal vectors (slower; tests compare the
+    two)."""
     if T < al.static_lb * (1 - _TOL):
         return None
     S = al.S
     cap = _k_cap(al, T)
     kmin = [max(1, int(math.ceil(al.path[s] / T - 1e-9))) for s in range(S)]
     kmax = [cap] * S
-    per_dev = []
+    devs = []
     for p, stages in enumerate(al.devices):
         if not stages:
             continue
+        if not _memory_ok(al, platform, [kmin[s] for s in stages], stages):
+            return None
         base = sum(platform.stage_memory(al.A[s], al.W[s], kmin[s]) for s in stages)
         for s in stages:
             rest = base - platform.stage_memory(al.A[s], al.W[s], kmin[s])
             kmax[s] = _kmax_memory(platform, al.A[s], al.W[s], platform.memory_of(p) - rest, cap)
-        vs = _maximal_vectors(al, platform, stages, kmin, kmax, deadline)
-        if not vs:
-            return None
-        per_dev.append((stages, vs))
-    if not loose or all(len(vs) == 1 for _, vs in per_dev):
-        combos = itertools.product(*[vs for _, vs in per_dev])
-    else:
-        loose = _order_search(al, kmax, T, deadline)
-        if loose is None:
-            return None
-        qs, D = loose
-        # the loose solution's own windows: x = -D[:, 0] is one solution of the closed system
-        x = -D[:, 0]
-        ks = [max(kmin[s], int(math.ceil((x[2 * s + 1] + al.B[s] - x[2 * s]) / T))) for s in range(S)]
-        if all(_memory_ok(al, platform, [ks[s] for s in stages], stages) for stages in al.devices if stages):
-            return tuple(ks), qs
-        combos = itertools.product(*[vs for _, vs in per_dev])
-    for combo in combos:
-        ks = [0] * S
-        for (stages, _), v in zip(per_dev, combo):
-            for s, k in zip(stages, v):
-                ks[s] = k
-        hit = _order_search(al, ks, T, deadline)
-        if hit is not None:
-            return tuple(ks), hit[0]
-    return None
+        devs.append(stages)
+    if not loose or all(len(st) == 1 for st in devs):
+        per_dev = [(st, _maximal_vectors(al, platform, st, kmin, kmax, deadline)) for st in devs]
+        for combo in itertools.product(*[vs for _, vs in per_dev]):
+            ks = [0] * S
+            for (stages, _), v in zip(per_dev, combo):
+                for s, k in zip(stages, v):
+                    ks[s] = k
+            hit = _order_search(al, ks, T, deadline)
+            if hit is not None:
+                return tuple(ks), hit[0]
+        return None
+    # one search over the orders with every stage at its largest k; each node's least windows
+    # (from the closed system) give least k's that must fit in memory; at a leaf, the
+    # combinations of maximal vectors above those k's are tried by adding their window limits
+    tol = _TOL * max(T, 1e-300) * 10
+
+    def least_k(D) -> list[int]:
+        return [max(kmin[s], int(math.ceil((al.B[s] - D[2 * s + 1, 2 * s]) / T - 1e-9))) for s in range(S)]
+
+    # rule 7 per stage: k * ka + kc bytes
+    ka = [platform.stage_memory(al.A[s], al.W[s], 2) - platform.stage_memory(al.A[s], al.W[s], 1) for s in range(S)]
+    kc = [platform.stage_memory(al.A[s], al.W[s], 1) - ka[s] for s in range(S)]
+    lim = platform.memory * (1 + _MEM_TOL)
+    per_dev: list = []
+
+    def node_ok(D) -> bool:
+        kl = least_k(D)
+        return all(sum(kl[s] * ka[s] + kc[s] for s in st) <= lim for st in devs)
+
+    def leaf(D, chosen):
+        if not per_dev:   # the maximal vectors, once a complete order is reached
+            per_dev.extend((st, _maximal_vectors(al, platform, st, kmin, kmax, deadline)) for st in devs)
+        kl = least_k(D)
+        opts = [[v for v in vs if all(k >= kl[s] for s, k in zip(st, v))] for st, vs in per_dev]
+        for combo in itertools.product(*opts):
+            ks, D2 = list(kmax), D
+            for (st, _), v in zip(per_dev, combo):
+                for s, k in zip(st, v):
+                    ks[s] = k
+                    if D2 is not None and k < kmax[s]:
+                        D2 = _add(D2, 2 * s, 2 * s + 1, k * T - al.B[s], tol)   # window <= k T
+            if D2 is not None:
+                return tuple(ks), dict(chosen)
+        return None
+
+    return _order_search(al, kmax, T, deadline, node_ok=node_ok, leaf=leaf)
 
 
-def _order_search(al: _Alloc, ks: Sequence[int], T: float, deadline: float | None = None):
+def _order_search(al: _Alloc, ks: Sequence[int], T: float, deadline: float | None = None, *,
+                  node_ok=None, leaf=None):
     """Orders modulo T of the operations sharing a device, for fixed in-flight counts ``ks``:
-    ``(qs, D)`` (the chosen orders and the closed difference system), or None if none is valid."""
+    ``(qs, D)`` (the chosen orders and the closed difference system), or None if none is valid.
+
+    ``node_ok(D)``: a test every node of the search must pass; ``leaf(D, qs)``: what a complete
+    order returns instead (None: go on searching)."""
     S = al.S
     n = 2 * S
     tol = _TOL * max(T, 1e-300) * 10
@@ -459,8 +488,10 @@ def _order_search(al: _Alloc, ks: Sequence[int], T: float, deadline: float | Non
     def dfs(D, todo, chosen):
         if deadline is not None and time.perf_counter() > deadline:
             raise TimeoutError
+        if node_ok is not None and not node_ok(D):
+            return None
         if not todo:
-            return dict(chosen), D
+            return (dict(chosen), D) if leaf is None else leaf(D, chosen)
         best = None
         for pr in todo:
             cand = candidates(D, *pr)

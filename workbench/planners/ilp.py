@@ -174,7 +174,7 @@ def plan_ilp(chain: Chain, platform: Platform, *, allocation: str = "contiguous"
              time_limit: float | None = None, rel_gap: float = 1e-6, threads: int | None = 1,
              warm_start: bool | Plan = True, log: Any = None, coarsen: int | bool | None = None,
              pairwise: bool = True, tighten: bool = True, search_seconds: float = 10.0, solver_options: dict | None = None,
-             cover: bool = True, cover_share: float = 0.5, **options: Any) -> Plan:
+             cover: bool = True, cover_share: float = 0.85, **options: Any) -> Plan:
     """Best periodic plan under the memory limit by the ILP (contiguous or general allocations).
 
     ``warm_start``: True uses the exact contiguous DP as incumbent (bound and fallback);

@@ -111,15 +111,14 @@ class DeviceSets:
             self._index = dict(zip(self.masks.tolist(), self.thresholds.tolist()))
         return self._index
 
-    def runs(self, mask: int) -> tuple[int, tuple[tuple[int, float, float], ...], float]:
+    def runs(self, mask: int) -> tuple[int, tuple[tuple[float, int, float], ...], float]:
         """``(own cuts, runs, w0 sum)`` of a set: its own cut positions as a bitmask (a layer of the
-        set next to one outside it), and per maximal run ``(last layer, window with its own cuts,
+        set next to one outside it), and per maximal run ``(D of its first layer, its last layer,
         sum of a)``, runs in chain order. Cached."""
         r = self._runs.get(mask)
         if r is None:
             L = self.L
             own = (mask ^ (mask >> 1)) & ((1 << (L - 1)) - 1) if L > 1 else 0
-            c = self.c if self.c is not None else np.zeros(L)
             out = []
             l = 0
             while l < L:
@@ -127,33 +126,39 @@ class DeviceSets:
                     i = l
                     while l + 1 < L and mask >> (l + 1) & 1:
                         l += 1
-                    cuts = sum(float(c[m]) for m in range(l, L - 1) if own >> m & 1)
-                    out.append((l, float(self.down[i]) + 2 * cuts, float(self.a[i:l + 1].sum())))
+                    out.append((float(self.down[i]), l, float(self.a[i:l + 1].sum())))
                 l += 1
             w0 = float(sum(self.w0[l] for l in range(L) if mask >> l & 1))
             r = (own, tuple(out), w0)
             self._runs[mask] = r
         return r
 
+    def suffix(self, cuts: int) -> list[float]:
+        """Per layer j: twice the transfer time of the cuts (a bitmask) at positions >= j."""
+        c = self.c if self.c is not None else np.zeros(self.L)
+        out = [0.0] * self.L
+        acc = 0.0
+        for m in range(self.L - 1, -1, -1):
+            if cuts >> m & 1:
+                acc += 2 * c[m]
+            out[m] = acc
+        return out
+
+    def _fits(self, mask: int, cs: list[float], T: float) -> bool:
+        own, runs, w0 = self.runs(mask)
+        need = w0
+        for d, j, asum in runs:
+            need += max(1.0, math.ceil((d + cs[j]) / T * (1 - 1e-12))) * asum
+        return need <= self.memory * (1 + _TOL)
+
     def fits(self, mask: int, cuts: int, T: float) -> bool:
         """Necessary condition for ``mask`` on one device at period T when the cut positions
-        ``cuts`` (a bitmask) are known to be cuts: every run's window also holds both transfers
-        of each known cut downstream of it (rule 7 with those windows)."""
-        own, runs, w0 = self.runs(mask)
-        extra = cuts & ~own
-        if not math.isfinite(self.memory) or (extra >> runs[0][0]) == 0:
-            return True   # nothing beyond the set's own cuts: its threshold already says it fits
-        c = self.c
-        need = w0
-        for j, base, asum in runs:
-            x, m, add = extra >> j, j, 0.0
-            while x:
-                if x & 1:
-                    add += c[m]
-                x >>= 1
-                m += 1
-            need += max(1.0, math.ceil((base + 2 * add) / T * (1 - 1e-12))) * asum
-        return need <= self.memory * (1 + _TOL)
+        ``cuts`` (a bitmask; the set's own cuts are added) are known: every run is a stage whose
+        window holds everything downstream and both transfers of each known cut from its end on,
+        so its k is at least ceil(window / T) (rule 7 with those k)."""
+        if not math.isfinite(self.memory):
+            return True
+        return self._fits(mask, self.suffix(cuts | self.runs(mask)[0]), T)
 
     def allocation_fits(self, parts: list[int], T: float) -> bool:
         """Necessary conditions for a whole partition at period T, every cut known: each device's
@@ -165,8 +170,9 @@ class DeviceSets:
         for s in parts:
             cuts |= self.runs(s)[0]
         if math.isfinite(self.memory):
+            cs = self.suffix(cuts)
             for s in parts:
-                if not self.fits(s, cuts, T):
+                if not self._fits(s, cs, T):
                     return False
         if cuts:
             dev = [0] * L
