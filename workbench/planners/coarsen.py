@@ -12,8 +12,9 @@ What coarsening can cost: the block plan is the best plan among those that cut
 only at block boundaries. Reported in ``plan.extra``:
 
 * ``fine_lower_bound``: a bound for the fine problem (the chain's lower bound,
-  the memory bound :func:`workbench.planners.ilp_model.memory_period_bound`, and
-  for contiguous the exact fine DP);
+  the memory bounds :func:`workbench.planners.ilp_model.memory_period_bound` and
+  :func:`workbench.planners.stage_bound.stage_path_bound`, and for contiguous the
+  exact fine DP);
 * ``largest_block``: the compute of the heaviest block (a block cannot be split);
 * the returned ``gap`` is measured against the fine bound, so it includes
   what coarsening may have cost.
@@ -162,8 +163,10 @@ def plan_coarse(chain: Chain, platform: Platform, *, blocks: int = 32, allocatio
     if fine_dp is not None:
         cand.append(fine_dp)
     from .ilp_model import memory_period_bound
+    from .stage_bound import stage_path_bound
 
-    fine_bound = max(lb, memory_period_bound(chain, platform))
+    best_known = min((p.period for p in cand), default=None)
+    fine_bound = max(lb, memory_period_bound(chain, platform), stage_path_bound(chain, platform, best_known))
     if allocation == "contiguous" and fine_dp is not None:
         fine_bound = fine_dp.period
     extra["fine_lower_bound"] = fine_bound

@@ -37,7 +37,7 @@ import numpy as np
 import pyomo.environ as pyo
 
 from ..chain import Chain, Platform
-from ..plan import REL_TOL, Plan, infeasible_plan, lower_bound, make_plan, stages_of
+from ..plan import REL_TOL, Plan, infeasible_plan, make_plan, stages_of
 from .ilp_model import build_model, k_bounds
 
 __all__ = ["build_model", "plan_ilp", "solve_model", "plan_from_model", "least_memory_bound",
@@ -237,7 +237,9 @@ def plan_ilp(chain: Chain, platform: Platform, *, allocation: str = "contiguous"
             inc = dp
     elif warm_start:
         inc = _incumbent(chain, platform)
-    lb = lower_bound(chain, platform)
+    from .stage_bound import stage_path_bound
+
+    lb = stage_path_bound(chain, platform, inc.period if inc is not None else None)
     notes: list[str] = []
     if allocation == "general" and inc is not None and search_seconds and platform.devices > 1:
         from .ilp_search import local_search
