@@ -59,7 +59,7 @@ def main(argv=None) -> pd.DataFrame:
     ap.add_argument("--quick", action="store_true", help="small sizes only")
     ap.add_argument("--no-resnet", action="store_true")
     ap.add_argument("--allocation", choices=("contiguous", "general"), help="only this allocation")
-    ap.add_argument("--sizes", help="only these random sizes, e.g. 16x4,12x4")
+    ap.add_argument("--sizes", help="these random sizes instead of the default ones, e.g. 16x4,24x4")
     ap.add_argument("--milp-too", action="store_true",
                     help="general: also run the MILP alone (cover=False) beside the default (cover search first)")
     a = ap.parse_args(argv)
@@ -69,9 +69,10 @@ def main(argv=None) -> pd.DataFrame:
         sizes = [s for s in sizes if s[1] <= 12]
     if a.allocation:
         sizes = [s for s in sizes if s[0] == a.allocation]
-    if a.sizes:
-        want = {tuple(int(v) for v in x.split("x")) for x in a.sizes.split(",")}
-        sizes = [s for s in sizes if (s[1], s[2]) in want]
+    if a.sizes:  # any L x P, for the allocation(s) asked for
+        want = [tuple(int(v) for v in x.split("x")) for x in a.sizes.split(",")]
+        allocs = [a.allocation] if a.allocation else ["contiguous", "general"]
+        sizes = [(al, L, P) for al in allocs for L, P in want]
     rows = []
     for alloc, L, P in sizes:
         for seed in range(a.seeds):
