@@ -58,6 +58,7 @@ def main(argv=None) -> pd.DataFrame:
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--quick", action="store_true", help="small sizes only")
     ap.add_argument("--no-resnet", action="store_true")
+    ap.add_argument("--no-random", action="store_true", help="resnet50 only")
     ap.add_argument("--allocation", choices=("contiguous", "general"), help="only this allocation")
     ap.add_argument("--sizes", help="these random sizes instead of the default ones, e.g. 16x4,24x4")
     ap.add_argument("--milp-too", action="store_true",
@@ -74,6 +75,8 @@ def main(argv=None) -> pd.DataFrame:
         allocs = [a.allocation] if a.allocation else ["contiguous", "general"]
         sizes = [(al, L, P) for al in allocs for L, P in want]
     rows = []
+    if a.no_random:
+        sizes = []
     for alloc, L, P in sizes:
         for seed in range(a.seeds):
             ch, plat = random_instance(seed, L, P)

@@ -116,3 +116,18 @@ def test_memory_period_bound_is_a_lower_bound():
         if not best.feasible:
             continue
         assert math.isfinite(mb)
+
+
+def test_general_refines_on_half_the_blocks_and_the_fine_chain():
+    """General mode on 16+ blocks also solves on half as many blocks (cover search) and runs a
+    local search on the fine chain; the result is valid, never worse than any of its sources."""
+    rng = np.random.default_rng(21)
+    ch = chain_of(rng, 40)
+    plat = Platform(3, bandwidth=4.0)
+    plat = plat.with_(memory=plan_dp(ch, plat, graph=False).peak_memory * 0.6)
+    p = plan_coarse(ch, plat, blocks=16, allocation="general", time_limit=12)
+    half = p.extra["half_blocks"]
+    assert half["blocks"] == 8 and half["period"] is not None
+    assert p.feasible and not check(p, ch, plat)
+    assert p.period <= min(half["period"], p.extra["coarse_period"], plan_dp(ch, plat, graph=False).period) * (1 + 1e-9)
+    assert p.period >= p.extra["fine_lower_bound"] * (1 - 1e-9)
