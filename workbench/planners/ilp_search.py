@@ -56,8 +56,10 @@ def allocation_best(chain: Chain, platform: Platform, assignment: Sequence[int],
 
 
 def local_search(chain: Chain, platform: Platform, start: Plan, *, seconds: float = 10.0,
-                 swaps: bool = True, max_stages: int | None = None) -> Plan:
-    """Improve ``start`` by single-layer moves and pairwise swaps (first improvement), within ``seconds``.
+                 swaps: bool = True, max_stages: int | None = None, max_shift: int = 8) -> Plan:
+    """Improve ``start`` by moves (first improvement), within ``seconds``: a whole stage to another
+    device, a stage boundary shifted by 2 to ``max_shift`` layers, one layer to another device,
+    and pairwise swaps.
 
     Allocations with more than ``max_stages`` stages (default P + 4) are skipped: the exact
     evaluator's effort grows quickly with the number of stages and it does not always
@@ -76,6 +78,18 @@ def local_search(chain: Chain, platform: Platform, start: Plan, *, seconds: floa
         improved = False
         cands: list[tuple[int, ...]] = []
         used = max(best_a) + 1
+        runs = stages_of(best_a)
+        for a, b in runs:  # a whole stage to another device; a stage boundary shifted by several layers
+            for d in range(min(P, used + 1)):
+                if d != best_a[a]:
+                    cands.append(normalise(best_a[:a] + (d,) * (b - a + 1) + best_a[b + 1:]))
+        for (a1, b1), (a2, b2) in zip(runs, runs[1:]):
+            d1, d2 = best_a[a1], best_a[a2]
+            for j in range(2, max_shift + 1):
+                if j <= b1 - a1:   # the last j layers of the first stage join the second
+                    cands.append(normalise(best_a[:b1 - j + 1] + (d2,) * j + best_a[b1 + 1:]))
+                if j <= b2 - a2:   # the first j layers of the second stage join the first
+                    cands.append(normalise(best_a[:a2] + (d1,) * j + best_a[a2 + j:]))
         for l in range(L):
             for d in range(min(P, used + 1)):
                 if d != best_a[l]:

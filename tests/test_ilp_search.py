@@ -1,0 +1,36 @@
+"""Local search over general allocations (workbench.planners.ilp_search) against brute force."""
+
+import numpy as np
+
+from workbench.chain import Chain, Layer, Platform
+from workbench.check import check
+from workbench.planners.brute import plan_brute
+from workbench.planners.dp import plan_dp
+from workbench.planners.ilp_search import local_search, normalise
+
+
+def test_normalise_relabels_in_first_use_order():
+    assert normalise((2, 2, 0, 1, 0)) == (0, 0, 1, 2, 1)
+
+
+def test_never_worse_valid_and_never_below_the_optimum():
+    rng = np.random.default_rng(3)
+    improved = 0
+    for _ in range(12):
+        L, P = int(rng.integers(4, 8)), int(rng.integers(2, 4))
+        layers = tuple(Layer(f"l{i}", float(rng.uniform(0.5, 10)), float(rng.uniform(0.5, 20)),
+                             float(rng.integers(1, 60)), float(rng.integers(1, 40))) for i in range(L))
+        ch = Chain(layers, input_bytes=float(rng.integers(1, 40)))
+        plat = Platform(P, bandwidth=float(rng.uniform(2, 10)))
+        plat = plat.with_(memory=plan_dp(ch, plat, graph=False).peak_memory * float(rng.uniform(0.6, 1.0)))
+        start = plan_dp(ch, plat, graph=False)
+        if not start.feasible:
+            continue
+        got = local_search(ch, plat, start, seconds=5)
+        opt = plan_brute(ch, plat, allocation="general")
+        assert got.period <= start.period * (1 + 1e-12)
+        assert got.period >= opt.period * (1 - 1e-9)
+        assert not check(got, ch, plat)
+        improved += got.period < start.period * (1 - 1e-9)
+    assert improved >= 2
+
