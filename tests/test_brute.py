@@ -269,9 +269,10 @@ def test_general_allocation_against_lp_oracle():
 
 
 def test_loose_order_search_agrees_with_full_enumeration():
-    """The loose first pass of _feasible_at (every stage at its largest k) changes nothing: the
-    certified period of random interleaved allocations equals the one from enumerating every
-    combination of maximal in-flight vectors."""
+    """_feasible_at's single memory-aware order search (every stage at its largest k, nodes pruned
+    by the memory of their least windows) changes nothing: the certified period of random
+    interleaved allocations equals the one from an order search per combination of maximal
+    in-flight vectors (loose=False)."""
     rng = random.Random(7)
     compared = interleaved = 0
     for _ in range(60):

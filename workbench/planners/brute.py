@@ -401,9 +401,9 @@ def _feasible_at(al: _Alloc, platform: Platform, T: float, deadline: float | Non
     for p, stages in enumerate(al.devices):
         if not stages:
             continue
-        if not _memory_ok(al, platform, [kmin[s] for s in stages], stages):
-            return None
         base = sum(platform.stage_memory(al.A[s], al.W[s], kmin[s]) for s in stages)
+        if base > platform.memory_of(p) * (1 + _MEM_TOL):   # even the least k's do not fit
+            return None
         for s in stages:
             rest = base - platform.stage_memory(al.A[s], al.W[s], kmin[s])
             kmax[s] = _kmax_memory(platform, al.A[s], al.W[s], platform.memory_of(p) - rest, cap)

@@ -95,8 +95,8 @@ class DeviceSets:
     w0: np.ndarray
     groups: list[list[tuple[float, int, float]]] = field(repr=False)
     keys: list[list[float]] = field(repr=False)
-    c: np.ndarray | None = None   # per cut position l (between l and l+1): transfer time
-    memory: float = math.inf
+    c: np.ndarray      # per cut position l (between l and l+1): transfer time
+    memory: float
     _runs: dict = field(default_factory=dict, repr=False)
     _index: dict | None = field(default=None, repr=False)
 
@@ -135,7 +135,7 @@ class DeviceSets:
 
     def suffix(self, cuts: int) -> list[float]:
         """Per layer j: twice the transfer time of the cuts (a bitmask) at positions >= j."""
-        c = self.c if self.c is not None else np.zeros(self.L)
+        c = self.c
         out = [0.0] * self.L
         acc = 0.0
         for m in range(self.L - 1, -1, -1):
@@ -145,20 +145,13 @@ class DeviceSets:
         return out
 
     def _fits(self, mask: int, cs: list[float], T: float) -> bool:
-        own, runs, w0 = self.runs(mask)
+        """Rule 7 for ``mask`` on one device at period T, every run a stage whose window holds
+        everything downstream plus ``cs`` (:meth:`suffix`) from its end on: k >= ceil(window / T)."""
+        _, runs, w0 = self.runs(mask)
         need = w0
         for d, j, asum in runs:
             need += max(1.0, math.ceil((d + cs[j]) / T * (1 - 1e-12))) * asum
         return need <= self.memory * (1 + _TOL)
-
-    def fits(self, mask: int, cuts: int, T: float) -> bool:
-        """Necessary condition for ``mask`` on one device at period T when the cut positions
-        ``cuts`` (a bitmask; the set's own cuts are added) are known: every run is a stage whose
-        window holds everything downstream and both transfers of each known cut from its end on,
-        so its k is at least ceil(window / T) (rule 7 with those k)."""
-        if not math.isfinite(self.memory):
-            return True
-        return self._fits(mask, self.suffix(cuts | self.runs(mask)[0]), T)
 
     def allocation_fits(self, parts: list[int], T: float) -> bool:
         """Necessary conditions for a whole partition at period T, every cut known: each device's
@@ -175,14 +168,7 @@ class DeviceSets:
                 if not self._fits(s, cs, T):
                     return False
         if cuts:
-            dev = [0] * L
-            for p, s in enumerate(parts):
-                x, l = s, 0
-                while x:
-                    if x & 1:
-                        dev[l] = p
-                    x >>= 1
-                    l += 1
+            dev = _assignment(parts, L)
             link: dict[tuple[int, int], float] = {}
             lim = T * (1 + _TOL)
             for m in range(L - 1):
@@ -193,17 +179,6 @@ class DeviceSets:
                         return False
                     link[key] = v
         return True
-
-
-def _instance(chain: Chain, platform: Platform):
-    from .ilp_model import memory_terms
-
-    L = len(chain)
-    comp = np.asarray(chain.forward + chain.backward, dtype=float)
-    down = np.cumsum(comp[::-1])[::-1]
-    c = np.array([platform.comm_time(chain.cut(l)) if l < L - 1 else 0.0 for l in range(L)])
-    a, w0 = memory_terms(chain, platform)
-    return comp, down, c, a, w0
 
 
 def _masks_under_load(comp: np.ndarray, t_max: float, limit: int) -> tuple[np.ndarray, np.ndarray]:
@@ -284,7 +259,9 @@ def device_sets(chain: Chain, platform: Platform, t_max: float, *, limit: int = 
     >>> device_sets(ch, Platform(2), 6.0).count   # sets of at most 2 layers
     6
     """
-    comp, down, c, a, w0 = _instance(chain, platform)
+    from .ilp_model import chain_arrays
+
+    comp, down, c, a, w0 = chain_arrays(chain, platform)
     L = len(chain)
     masks, load = _masks_under_load(comp, t_max, limit)
     t = _thresholds(masks, load, down, c, a, w0, platform.memory, deadline=deadline)

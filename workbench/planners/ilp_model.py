@@ -50,7 +50,7 @@ import pyomo.environ as pyo
 from ..chain import Chain, Platform
 from ..plan import lower_bound
 
-__all__ = ["build_model", "ModelData", "k_bounds", "memory_period_bound", "memory_terms"]
+__all__ = ["build_model", "ModelData", "chain_arrays", "k_bounds", "memory_period_bound", "memory_terms"]
 
 
 @dataclass
@@ -87,6 +87,24 @@ def memory_terms(chain: Chain, platform: Platform) -> tuple[np.ndarray, np.ndarr
     a = chain.saved_array + s * chain.weights
     w0 = (platform.weight_factor - s) * chain.weights
     return np.asarray(a, dtype=float), np.asarray(w0, dtype=float)
+
+
+def chain_arrays(chain: Chain, platform: Platform) -> tuple[np.ndarray, ...]:
+    """Per layer ``(comp, down, c, a, w0)``: its compute F + B, the compute from it to the end
+    of the chain and back, the transfer time of the cut after it (0 after the last), and its
+    rule-7 terms (:func:`memory_terms`).
+
+    >>> from workbench.chain import Chain, Layer, Platform
+    >>> ch = Chain((Layer("x", 1.0, 2.0, 0, 4), Layer("y", 1.0, 1.0, 0, 0)))
+    >>> [v.tolist() for v in chain_arrays(ch, Platform(2, bandwidth=2.0))[:3]]
+    [[3.0, 2.0], [5.0, 2.0], [2.0, 0.0]]
+    """
+    L = len(chain)
+    comp = np.asarray(chain.forward + chain.backward, dtype=float)
+    down = np.cumsum(comp[::-1])[::-1]
+    c = np.array([platform.comm_time(chain.cut(l)) if l < L - 1 else 0.0 for l in range(L)])
+    a, w0 = memory_terms(chain, platform)
+    return comp, down, c, a, w0
 
 
 def k_bounds(chain: Chain, platform: Platform, t_ub: float | None = None) -> np.ndarray:

@@ -44,49 +44,56 @@ GRID = 256  # transfer sums in the fronts are rounded down to multiples of T / G
 def least_stage_memory(chain: Chain, platform: Platform, T: float) -> float:
     """The least total memory of any stage partition valid at period T (inf if none), as
     described in the module docstring (a relaxation: devices pooled)."""
-    from .ilp_model import memory_terms
+    return _stage_memory(chain, platform)(T)
+
+
+def _stage_memory(chain: Chain, platform: Platform):
+    """``least_stage_memory`` as a function of T, the chain's arrays computed once."""
+    from .ilp_model import chain_arrays
 
     L = len(chain)
-    comp = np.asarray(chain.forward + chain.backward, dtype=float)
+    comp, down, c, a, w0 = chain_arrays(chain, platform)
     pre = np.concatenate([[0.0], np.cumsum(comp)])
-    down = pre[-1] - pre[:-1]
-    c2 = np.array([2 * platform.comm_time(chain.cut(l)) if l < L - 1 else 0.0 for l in range(L)])
-    a, w0 = memory_terms(chain, platform)
+    c2 = 2 * c
     apre = np.concatenate([[0.0], np.cumsum(a)])
     wpre = np.concatenate([[0.0], np.cumsum(w0)])
     M = platform.memory
-    step = T / GRID
     tol = 1 + 1e-9
-    # fronts[i]: (C, mem) pairs, C ascending and mem strictly decreasing, for the stages
-    # covering layers i..L-1 (C: twice the transfers of the cuts from i - 1's stage end on)
-    fronts: list[tuple[np.ndarray, np.ndarray] | None] = [None] * (L + 1)
-    fronts[L] = (np.zeros(1), np.zeros(1))
-    for i in range(L - 1, -1, -1):
-        Cs, mems = [], []
-        for j in range(i, L):
-            if pre[j + 1] - pre[i] > T * tol:
-                break
-            if j < L - 1 and c2[j] / 2 > T * tol:
+
+    def least(T: float) -> float:
+        step = T / GRID
+        # fronts[i]: (C, mem) pairs, C ascending and mem strictly decreasing, for the stages
+        # covering layers i..L-1 (C: twice the transfers of the cuts from i - 1's stage end on)
+        fronts: list[tuple[np.ndarray, np.ndarray] | None] = [None] * (L + 1)
+        fronts[L] = (np.zeros(1), np.zeros(1))
+        for i in range(L - 1, -1, -1):
+            Cs, mems = [], []
+            for j in range(i, L):
+                if pre[j + 1] - pre[i] > T * tol:
+                    break
+                if j < L - 1 and c[j] > T * tol:
+                    continue
+                nxt = fronts[j + 1]
+                if nxt is None:
+                    continue
+                C = nxt[0] + c2[j]
+                k = np.maximum(1.0, np.ceil((down[i] + C) / T * (1 - 1e-12)))
+                smem = k * (apre[j + 1] - apre[i]) + (wpre[j + 1] - wpre[i])
+                ok = smem <= M * tol
+                if ok.any():
+                    Cs.append(C[ok])
+                    mems.append(nxt[1][ok] + smem[ok])
+            if not Cs:
                 continue
-            nxt = fronts[j + 1]
-            if nxt is None:
-                continue
-            C = nxt[0] + c2[j]
-            k = np.maximum(1.0, np.ceil((down[i] + C) / T * (1 - 1e-12)))
-            smem = k * (apre[j + 1] - apre[i]) + (wpre[j + 1] - wpre[i])
-            ok = smem <= M * tol
-            if ok.any():
-                Cs.append(C[ok])
-                mems.append(nxt[1][ok] + smem[ok])
-        if not Cs:
-            continue
-        C = np.floor(np.concatenate(Cs) / step) * step
-        mem = np.concatenate(mems)
-        order = np.lexsort((mem, C))
-        C, mem = C[order], mem[order]
-        keep = mem < np.minimum.accumulate(np.concatenate([[math.inf], mem[:-1]]))
-        fronts[i] = (C[keep], mem[keep])
-    return float(fronts[0][1].min()) if fronts[0] is not None else math.inf
+            C = np.floor(np.concatenate(Cs) / step) * step
+            mem = np.concatenate(mems)
+            order = np.lexsort((mem, C))
+            C, mem = C[order], mem[order]
+            keep = mem < np.minimum.accumulate(np.concatenate([[math.inf], mem[:-1]]))
+            fronts[i] = (C[keep], mem[keep])
+        return float(fronts[0][1].min()) if fronts[0] is not None else math.inf
+
+    return least
 
 
 def stage_path_bound(chain: Chain, platform: Platform, hi: float | None = None, *, rel: float = 1e-3) -> float:
@@ -97,9 +104,10 @@ def stage_path_bound(chain: Chain, platform: Platform, hi: float | None = None, 
     if not math.isfinite(platform.memory):
         return lb
     cap = platform.devices * platform.memory * (1 + 1e-9)
+    least = _stage_memory(chain, platform)
 
     def fits(T: float) -> bool:
-        return least_stage_memory(chain, platform, T) <= cap
+        return least(T) <= cap
 
     lo = lb
     if fits(lo):
