@@ -39,12 +39,13 @@ def _model_config(chain, plan) -> dict[str, Any]:
 def run_and_compare(plan, chain, platform, model: str, batch_size: int, steps: int = 20, *,
                     model_config: dict[str, Any] | None = None, backend: str | None = None,
                     out: str | Path | None = None, timeout: float = 300.0, check_grads: bool = True,
-                    **run_kw: Any) -> dict[str, Any]:
+                    replan: bool = True, **run_kw: Any) -> dict[str, Any]:
     """Run ``plan`` on zoo ``model``, compare with the prediction; return (and write) the summary.
 
     The summary also holds ``"result"`` (the :class:`RunResult`), ``"comparison"``
     (per-device DataFrame), ``"stages"`` and ``"calibration"``; only the JSON-able
-    part goes to ``summary.json``.
+    part goes to ``summary.json``. ``replan=False`` skips re-planning on the
+    calibrated chain (see :func:`~workbench.runtime.compare.calibration_report`).
     """
     import torch
 
@@ -61,9 +62,10 @@ def run_and_compare(plan, chain, platform, model: str, batch_size: int, steps: i
     max_err = abs_err = math.nan
     if check_grads and run_kw.get("lr", 0.0) == 0.0:
         torch.set_num_threads(1)
-        abs_err, max_err = grad_error(res.grads, reference_gradients(wl, steps))
+        # the reference runs where the run ran (same kernels: on GPUs, TF32 convolutions and all)
+        abs_err, max_err = grad_error(res.grads, reference_gradients(wl, steps, device=res.meta["device"]))
     cmp = compare(plan, chain, platform, res.trace)
-    cal = calibration_report(plan, chain, platform, res.trace)
+    cal = calibration_report(plan, chain, platform, res.trace, replan=replan)
     summary: dict[str, Any] = {
         "model": model, "model_config": cfg, "batch_size": batch_size, "steps": steps,
         "devices": plan.devices, "assignment": list(plan.assignment), "allocation": plan.allocation,

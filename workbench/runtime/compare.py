@@ -172,11 +172,13 @@ def calibrate(chain: Chain, plan: Plan, trace: Trace, warmup: int | None = None,
 
 
 def calibration_report(plan: Plan, chain: Chain, platform: Platform, trace: Trace,
-                       warmup: int | None = None) -> dict[str, float]:
+                       warmup: int | None = None, replan: bool = True,
+                       replan_time_limit: float = 30.0) -> dict[str, float]:
     """Predicted period before and after calibration (same allocation, re-scheduled) against the measurement.
 
-    Also re-plans from scratch on the calibrated chain when the planners are
-    available (``replanned_period``, ``replanned_assignment``): that plan is a
+    With ``replan`` it also re-plans from scratch on the calibrated chain
+    with the plan's method (``replanned_period``, ``replanned_assignment``;
+    the ILP within ``replan_time_limit`` seconds): that plan is a
     prediction to be run and measured again (the loop of the notebook).
     """
     from ..schedule import best_schedule
@@ -194,10 +196,14 @@ def calibration_report(plan: Plan, chain: Chain, platform: Platform, trace: Trac
         "calibrated_occupied_period": occ_plan.period,
         "error_after_occupied": rel_error(measured, occ_plan.period),
     }
+    if not replan:
+        return out
     try:
         from ..planners import plan as run_planner
 
-        re = run_planner(cal, platform, plan.method or "dp", allocation=plan.allocation)
+        method = plan.method or "dp"
+        limit = {"time_limit": replan_time_limit} if method == "ilp" else {}
+        re = run_planner(cal, platform, method, allocation=plan.allocation, **limit)
         if re.feasible:
             out["replanned_period"] = re.period
             out["replanned_assignment"] = list(re.assignment)  # type: ignore[assignment]

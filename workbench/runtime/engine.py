@@ -41,8 +41,8 @@ from ..trace import MEMORY_COLUMNS, OP_COLUMNS, Trace
 from .program import Op, programs_for
 from .worker import RunConfig
 
-__all__ = ["Workload", "RunResult", "run_plan", "reference_gradients", "grad_error", "free_port",
-           "programs_for", "merge_results"]
+__all__ = ["Workload", "RunResult", "run_plan", "reference_gradients", "grad_error", "free_port", "default_backend",
+           "join_or_kill", "programs_for", "merge_results"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -105,14 +105,14 @@ class RunResult:
         return [float(m) for m in self.trace.peak_memory()]
 
 
-def reference_gradients(workload: Workload, steps: int) -> dict[str, torch.Tensor]:
-    """Single-process gradients summed over mini-batches 0..steps-1 (the weights never change)."""
-    model = workload.build()
+def reference_gradients(workload: Workload, steps: int, device: str = "cpu") -> dict[str, torch.Tensor]:
+    """Single-process gradients summed over mini-batches 0..steps-1 (the weights never change), on the CPU."""
+    model = workload.build().to(device)
     model.train()
     for i in range(steps):
         x, y = workload.batch(i)
-        workload.loss(model(x), y).backward()
-    return {n: (p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p))
+        workload.loss(model(x.to(device)), y.to(device)).backward()
+    return {n: (p.grad.detach().cpu().clone() if p.grad is not None else torch.zeros_like(p, device="cpu"))
             for n, p in model.named_parameters()}
 
 
@@ -149,6 +149,34 @@ def merge_results(parts: Sequence[dict[str, Any]], plan: Plan, **meta: Any) -> R
 # ---------------------------------------------------------------------------------------------
 # launching
 # ---------------------------------------------------------------------------------------------
+def default_backend(device: str, world: int) -> str:
+    """gloo on CPU; NCCL when every rank has a GPU of its own; else gloo (messages staged through the host).
+
+    >>> default_backend("cpu", 4)
+    'gloo'
+    """
+    if device != "cuda":
+        return "gloo"
+    return "nccl" if torch.cuda.device_count() >= world else "gloo"
+
+
+def join_or_kill(ctx: Any, seconds: float, what: str) -> None:
+    """Wait for the processes of ``ctx`` (``torch.multiprocessing.start_processes(join=False)``).
+
+    A child's error is re-raised; after ``seconds`` a ``TimeoutError`` names ``what``; no child outlives this.
+    """
+    deadline = time.monotonic() + seconds
+    try:
+        while not ctx.join(timeout=0.5):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{what} did not finish within {seconds:.0f} s")
+    finally:
+        for p in ctx.processes:
+            if p.is_alive():
+                p.terminate()
+                p.join(5)
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
@@ -176,7 +204,8 @@ def run_plan(
 
     ``device`` is "cpu" (default when no GPU) or "cuda" (one GPU per rank, or
     ranks sharing GPUs round-robin); ``backend`` defaults to gloo on CPU and
-    NCCL on GPUs. ``timeout`` bounds every collective and the whole run: a
+    NCCL on GPUs, or gloo with host-staged messages when there are fewer GPUs
+    than ranks (NCCL refuses two ranks on one GPU; see :func:`default_backend`). ``timeout`` bounds every collective and the whole run: a
     hung run raises ``TimeoutError`` instead of hanging. ``start_method``
     "fork" starts faster (no re-import of torch) and is the default on CPU
     under Linux; "spawn" (the default otherwise) is the safe choice with CUDA.
@@ -186,7 +215,7 @@ def run_plan(
     if weights not in ("stash", "single"):
         raise ValueError(f"weights must be 'stash' or 'single', got {weights!r}")
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    backend = backend or ("nccl" if device == "cuda" else "gloo")
+    backend = backend or default_backend(device, plan.devices)
     progs = programs if programs is not None else programs_for(plan, steps, chain, platform)
     cfg = RunConfig(plan, progs, workload, steps, lr, weights, backend, device, threads, timeout, lookahead)
     world = plan.devices
@@ -209,16 +238,7 @@ def run_plan(
                 os.environ.pop("OMP_NUM_THREADS", None)
             else:
                 os.environ["OMP_NUM_THREADS"] = env_threads
-        deadline = time.monotonic() + timeout + 60
-        try:
-            while not ctx.join(timeout=0.5):
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"the run did not finish within {timeout + 60:.0f} s")
-        finally:
-            for p in ctx.processes:
-                if p.is_alive():
-                    p.terminate()
-                    p.join(5)
+        join_or_kill(ctx, timeout + 60, "the run")
         parts = [torch.load(Path(outdir) / f"rank{r}.pt", weights_only=False) for r in range(world)]
     return merge_results(parts, plan, steps=steps, lr=lr, weights=weights, backend=backend, device=device,
                          world=world, threads=threads, wall_seconds=time.monotonic() - t_start)
@@ -250,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
     if world != plan.devices:
         raise SystemExit(f"the plan has {plan.devices} devices, torchrun started {world} ranks")
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    backend = args.backend or ("nccl" if device == "cuda" else "gloo")
+    backend = args.backend or default_backend(device, world)
     wl = Workload.zoo(args.model, args.batch_size, **dict(plan.extra.get("model_config", {})))
     cfg = RunConfig(plan, programs_for(plan, args.steps), wl, args.steps, args.lr, args.weights, backend, device)
     out = Path(args.out)

@@ -3,14 +3,15 @@
 What one rank does (see :func:`execute`):
 
 1. build the whole model from the workload (same seed on every rank, so the
-   slices agree), run a dry forward in eval mode without autograd to learn
-   the shape and dtype of every layer's output (the receive buffers), then
+   slices agree), run a dry forward (on the meta device when the layers allow)
+   to learn the shape and dtype of every layer's output (the receive buffers), then
    keep only its own layers;
 2. run its program (:mod:`workbench.runtime.program`) in order. A forward
    takes its input from the data (first stage), from a stage on the same
    device (a local hand-off, no copy) or from a posted ``irecv``; it runs
    the stage layer by layer with ``torch.func.functional_call`` on the
-   *current* weight version and keeps (input, output, version) until the
+   *current* weight version (the last stage also computes the loss, counted
+   with the last layer) and keeps (input, output, version) until the
    backward. A backward computes ``torch.autograd.grad`` w.r.t. that
    version and the stage input, adds the weight gradients to per-layer
    accumulators, hands the input gradient to the previous stage and updates
@@ -57,7 +58,7 @@ from torch import nn
 from ..plan import Plan
 from .program import Op
 
-__all__ = ["RunConfig", "execute", "spawn_entry", "storage_bytes"]
+__all__ = ["RunConfig", "execute", "spawn_entry", "isolated_entry", "storage_bytes"]
 
 
 @dataclass
@@ -76,6 +77,7 @@ class RunConfig:
     timeout: float = 120.0
     lookahead: int = 2
     warmup: bool = True
+    isolated: bool = False           # replay this device alone: receives are random tensors, sends dropped
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -108,6 +110,16 @@ def _unpack(t: torch.Tensor) -> torch.Tensor:
     return t
 
 
+class _Done:
+    """A request that is already complete: the stand-in for a receive in an isolated replay."""
+
+    def wait(self) -> bool:
+        return True
+
+    def is_completed(self) -> bool:
+        return True
+
+
 class _Clock:
     """Monotonic wall clock on CPU, CUDA events on GPU; all times relative to a common origin."""
 
@@ -134,6 +146,35 @@ class _Clock:
         return mark - self.origin
 
 
+def layer_output_shapes(children: list[tuple[str, nn.Module]], x0: torch.Tensor
+                        ) -> list[tuple[tuple[int, ...], torch.dtype]]:
+    """(shape, dtype) of every layer's output: a dry forward on the meta device (no arithmetic, no
+    memory), or on the CPU in eval mode without autograd where a layer cannot run on meta tensors.
+
+    >>> layer_output_shapes([("a", nn.Linear(3, 5)), ("b", nn.ReLU())], torch.zeros(2, 3))
+    [((2, 5), torch.float32), ((2, 5), torch.float32)]
+    """
+    import copy
+
+    for where in ("meta", "cpu"):
+        shapes: list[tuple[tuple[int, ...], torch.dtype]] = []
+        try:
+            with torch.no_grad():
+                h = x0.to(where)
+                for _, m in children:
+                    mm = copy.deepcopy(m).to(where).eval() if where == "meta" else m
+                    was_training = mm.training
+                    mm.eval()
+                    h = mm(h)
+                    mm.train(was_training)
+                    shapes.append((tuple(h.shape), h.dtype))
+            return shapes
+        except (NotImplementedError, RuntimeError):
+            if where == "cpu":
+                raise
+    raise AssertionError("unreachable")
+
+
 def execute(rank: int, world: int, cfg: RunConfig) -> dict[str, Any]:
     """Run this rank's program; return its operation rows, memory rows, gradients and notes."""
     plan = cfg.plan
@@ -141,6 +182,11 @@ def execute(rank: int, world: int, cfg: RunConfig) -> dict[str, Any]:
     stage_dev = [st.device for st in plan.stages]
     cuda = cfg.device == "cuda"
     dev = torch.device(f"cuda:{torch.cuda.current_device()}") if cuda else torch.device("cpu")
+    # gloo moves CPU tensors only: on GPUs it sends host copies (a device-to-host copy before the
+    # send, host-to-device after the receive; both inside the send / recv rows of the trace)
+    staged = cuda and cfg.backend == "gloo" and not cfg.isolated
+    wire = torch.device("cpu") if staged else dev
+    iso = cfg.isolated
     prog = cfg.programs[rank]
     wl = cfg.workload
 
@@ -150,21 +196,13 @@ def execute(rank: int, world: int, cfg: RunConfig) -> dict[str, Any]:
     if len(children) != len(plan.assignment):
         raise ValueError(f"the model has {len(children)} layers, the plan {len(plan.assignment)}")
     x0, y0 = wl.batch(0)
-    shapes: list[tuple[tuple[int, ...], torch.dtype]] = []
-    was_training = model.training
-    model.eval()
-    with torch.no_grad():
-        h = x0
-        for _, m in children:
-            h = m(h)
-            shapes.append((tuple(h.shape), h.dtype))
-    model.train(was_training)
+    shapes = layer_output_shapes(children, x0)
     mine = [s for s in range(S) if stage_dev[s] == rank]
     layer_ids = [l for s in mine for l in range(plan.stages[s].first, plan.stages[s].last + 1)]
     mods = {l: children[l][1].to(dev) for l in layer_ids}
     lname = {l: children[l][0] for l in layer_ids}
     bufs = {l: {storage_bytes(b)[0] for b in mods[l].buffers()} for l in layer_ids}
-    del model, children, h
+    del model, children
     # current weight version: per layer, name -> leaf tensor
     cur: dict[int, dict[str, torch.Tensor]] = {l: dict(mods[l].named_parameters()) for l in layer_ids}
     acc = {l: {n: torch.zeros_like(p) for n, p in cur[l].items()} for l in layer_ids}
@@ -202,8 +240,13 @@ def execute(rank: int, world: int, cfg: RunConfig) -> dict[str, Any]:
         while key not in issued:
             k = q.popleft()
             _, shp, dt = incoming[k]
-            buf = torch.empty(shp, dtype=dt, device=dev)
-            posted[k] = (dist.irecv(buf, src=src, tag=tag(*k)), buf)
+            if iso:  # no peer: a fresh random message of the right shape, ready at once
+                buf = torch.randn(shp, device=dev).to(dt) if dt.is_floating_point else torch.zeros(shp, dtype=dt,
+                                                                                                    device=dev)
+                posted[k] = (_Done(), buf)
+            else:
+                buf = torch.empty(shp, dtype=dt, device=wire)
+                posted[k] = (dist.irecv(buf, src=src, tag=tag(*k)), buf)
             issued.add(k)
 
     recv_at = [(j, (o.kind, o.stage, o.batch)) for j, o in enumerate(prog) if (o.kind, o.stage, o.batch) in incoming]
@@ -255,7 +298,9 @@ def execute(rank: int, world: int, cfg: RunConfig) -> dict[str, Any]:
             t0 = clock.start()
             work, x = posted.pop(("F", s, i))
             work.wait()
-            marks.append(("recv", s, i, t0, clock.stop()))
+            x = x.to(dev)
+            if not iso:
+                marks.append(("recv", s, i, t0, clock.stop()))
         if x.is_floating_point() and s > 0:
             x.requires_grad_(True)
         if s == S - 1 and S > 1:
@@ -264,13 +309,14 @@ def execute(rank: int, world: int, cfg: RunConfig) -> dict[str, Any]:
         c0 = time.thread_time()
         t0 = clock.start()
         saved = 0
-        h = x
+        h = out = x
         for l in range(st.first, st.last + 1):
             counter = _SavedCounter({storage_bytes(p)[0] for p in version[l].values()} | bufs[l])
             with torch.autograd.graph.saved_tensors_hooks(counter.pack, _unpack):
-                h = torch.func.functional_call(mods[l], version[l], (h,))
+                h = out = torch.func.functional_call(mods[l], version[l], (h,))
+                if s == S - 1 and l == st.last:  # the loss belongs to the last layer, as the profiler counts it
+                    out = wl.loss(h, y)
             saved += counter.bytes
-        out = wl.loss(h, y) if s == S - 1 else h
         t1 = clock.stop()
         cpu_rows.append((rank, s, "F", i, time.thread_time() - c0))
         marks.append(("F", s, i, t0, t1))
@@ -279,9 +325,9 @@ def execute(rank: int, world: int, cfg: RunConfig) -> dict[str, Any]:
         if s < S - 1:
             if stage_dev[s + 1] == rank:
                 local[("F", s + 1, i)] = h.detach()
-            else:
+            elif not iso:
                 t0 = clock.start()
-                msg = h.detach().contiguous()
+                msg = h.detach().to(wire).contiguous()
                 sends.append((dist.isend(msg, dst=stage_dev[s + 1], tag=tag("F", s + 1, i)), msg))
                 marks.append(("send", s, i, t0, clock.stop()))
         return t1
@@ -296,7 +342,9 @@ def execute(rank: int, world: int, cfg: RunConfig) -> dict[str, Any]:
             t0 = clock.start()
             work, g_out = posted.pop(("B", s, i))
             work.wait()
-            marks.append(("recv", s, i, t0, clock.stop()))
+            g_out = g_out.to(dev)
+            if not iso:
+                marks.append(("recv", s, i, t0, clock.stop()))
         c0 = time.thread_time()
         t0 = clock.start()
         x, out, version, _ = inflight[(s, i)]
@@ -330,9 +378,9 @@ def execute(rank: int, world: int, cfg: RunConfig) -> dict[str, Any]:
                                  device=dev)
             if stage_dev[s - 1] == rank:
                 local[("B", s - 1, i)] = gx
-            else:
+            elif not iso:
                 t0 = clock.start()
-                msg = gx.contiguous()
+                msg = gx.to(wire).contiguous()
                 sends.append((dist.isend(msg, dst=stage_dev[s - 1], tag=tag("B", s - 1, i)), msg))
                 marks.append(("send", s, i, t0, clock.stop()))
         return t1
@@ -340,6 +388,7 @@ def execute(rank: int, world: int, cfg: RunConfig) -> dict[str, Any]:
     # ---- warm-up (untimed): one forward and backward of every own stage on dummy data, so that
     # one-time costs (allocator, autograd engine start, kernel selection) stay out of the trace
     if cfg.warmup:
+        h = inputs = None                 # a device with no stage has nothing to warm up
         for _ in range(2):
             for s in mine:
                 st = plan.stages[s]
@@ -361,11 +410,12 @@ def execute(rank: int, world: int, cfg: RunConfig) -> dict[str, Any]:
         del h, inputs
 
     # ---- run ---------------------------------------------------------------------------
-    dist.barrier()
     origin = torch.tensor([time.monotonic()], dtype=torch.float64)
-    if cfg.backend == "nccl":
-        origin = origin.to(dev)
-    dist.broadcast(origin, src=0)
+    if not iso:
+        dist.barrier()
+        if cfg.backend == "nccl":
+            origin = origin.to(dev)
+        dist.broadcast(origin, src=0)
     clock = _Clock(cuda, float(origin.item()))
     if cuda:
         torch.cuda.reset_peak_memory_stats(dev)
@@ -407,18 +457,31 @@ def spawn_entry(rank: int, world: int, cfg: RunConfig, outdir: str, addr: str, p
     run_rank(rank, world, cfg, outdir, init_method=f"tcp://{addr}:{port}")
 
 
-def run_rank(rank: int, world: int, cfg: RunConfig, outdir: str, init_method: str = "env://") -> None:
+def _save(res: dict[str, Any], rank: int, outdir: str) -> None:
+    tmp = os.path.join(outdir, f".rank{rank}.pt.tmp")
+    torch.save(res, tmp)
+    os.replace(tmp, os.path.join(outdir, f"rank{rank}.pt"))
+
+
+def _setup(rank: int, cfg: RunConfig) -> None:
     torch.set_num_threads(max(1, cfg.threads))
     if cfg.device == "cuda":
         local = int(os.environ.get("LOCAL_RANK", rank)) % max(1, torch.cuda.device_count())
         torch.cuda.set_device(local)
+
+
+def isolated_entry(_index: int, rank: int, cfg: RunConfig, outdir: str) -> None:
+    """Target of ``start_processes`` for an isolated replay: device ``rank`` alone, no process group."""
+    _setup(rank, cfg)
+    _save(execute(rank, cfg.plan.devices, cfg), rank, outdir)
+
+
+def run_rank(rank: int, world: int, cfg: RunConfig, outdir: str, init_method: str = "env://") -> None:
+    _setup(rank, cfg)
     dist.init_process_group(cfg.backend, init_method=init_method, rank=rank, world_size=world,
                             timeout=timedelta(seconds=cfg.timeout))
     try:
-        res = execute(rank, world, cfg)
-        tmp = os.path.join(outdir, f".rank{rank}.pt.tmp")
-        torch.save(res, tmp)
-        os.replace(tmp, os.path.join(outdir, f"rank{rank}.pt"))
+        _save(execute(rank, world, cfg), rank, outdir)
         dist.barrier()
     finally:
         dist.destroy_process_group()

@@ -1,0 +1,126 @@
+"""Isolated replays (runtime/replay.py): each device's program alone, on CPU here.
+
+The replay must run the device's exact program (order, in-flight
+mini-batches, weight versions), so its memory count equals the full run's
+rule-7 memory; no messages are exchanged. No timing is asserted.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from workbench.chain import Platform
+from workbench.runtime.engine import Workload
+from workbench.runtime.program import unroll
+from workbench.runtime.replay import load_replays, replay_devices, replay_report
+
+STEPS = 6
+
+
+@pytest.fixture(scope="module")
+def mlp():
+    from workbench.profiles.profiler import profile_zoo
+
+    return profile_zoo("mlp", 4, repeats=1, warmup=1), Workload.zoo("mlp", 4)
+
+
+def _plan(chain, devices, assignment):
+    from workbench.schedule import best_schedule
+
+    plan = best_schedule(chain, Platform(devices), assignment)
+    assert plan.feasible
+    return plan
+
+
+def test_replay_runs_each_program_alone_with_rule7_memory(mlp):
+    chain, wl = mlp
+    plan = _plan(chain, 2, [0, 0, 0, 1, 1])
+    assert plan.stages[0].in_flight >= 2
+    res = replay_devices(plan, wl, STEPS, device="cpu", timeout=60)
+    ops = res.trace.ops
+    assert set(ops["kind"]) == {"F", "B"}               # no send or receive: nothing travels
+    progs = unroll(plan, STEPS)
+    for d in range(2):
+        mine = ops[ops["device"] == d].sort_values("start")
+        assert [(r.stage, r.kind, r.batch) for r in mine.itertuples()] == [(o.stage, o.kind, o.batch)
+                                                                          for o in progs[d]]
+        assert (mine["start"].to_numpy()[1:] >= mine["end"].to_numpy()[:-1] - 1e-9).all()
+    # one stage per device: the runtime's count equals rule 7 exactly, as in a full run
+    rep = replay_report(plan, chain, res)
+    assert list(rep["device"]) == [0, 1]
+    assert rep["memory_error"].abs().max() < 1e-9
+    assert (rep["measured_busy"] > 0).all()
+    assert rep["allocator_peak"].isna().all()            # no allocator statistics on the CPU
+    assert res.meta["isolated"] is True
+
+
+def test_replay_one_device_of_a_noncontiguous_plan(mlp):
+    chain, wl = mlp
+    plan = _plan(chain, 2, [0, 0, 1, 1, 0])
+    res = replay_devices(plan, wl, STEPS, device="cpu", devices=[0], timeout=60)
+    assert set(res.trace.ops["device"]) == {0}
+    rep = replay_report(plan, chain, res)
+    assert list(rep["device"]) == [0] and rep.loc[0, "stages"] == "0,2"
+    # rule 7 is a bound for a device holding several stages
+    assert rep.loc[0, "measured_memory"] <= rep.loc[0, "predicted_memory"] * (1 + 1e-9)
+    assert math.isclose(rep.loc[0, "predicted_busy"],
+                        chain.stage_costs(0, 1).compute + chain.stage_costs(4, 4).compute)
+
+
+def test_replay_rejects_bad_devices(mlp):
+    chain, wl = mlp
+    plan = _plan(chain, 2, [0, 0, 0, 1, 1])
+    with pytest.raises(ValueError, match="not devices of the plan"):
+        replay_devices(plan, wl, STEPS, device="cpu", devices=[2])
+
+
+# ---------------------------------------------------------------------------------------------
+# the committed H100 runs (data/runs/gpu-h100, made by scripts/gpu_validation.py)
+# ---------------------------------------------------------------------------------------------
+def test_committed_gpu_runs_agree_with_their_profiles_and_the_checker():
+    import pandas as pd
+
+    from workbench.check import check
+    from workbench.paths import DATA_DIR
+    from workbench.plan import Plan
+    from workbench.profiles import load_profile
+
+    root = DATA_DIR / "runs" / "gpu-h100"
+    reps = load_replays(root)
+    val = pd.read_csv(root / "validation.csv").set_index("run")
+    assert set(reps["run"]) == set(val.index)
+    for name, g in reps[reps["predicted_busy"] > 0].groupby("run"):  # devices with no stage left out
+        plan = Plan.from_json((root / "runs" / name / "plan.json").read_text())
+        chain = load_profile(f"h100/{val.loc[name, 'profile']}")
+        assert "H100" in chain.meta["device"] and chain.meta["loss"].startswith("in the last layer")
+        platform = Platform(plan.devices, memory=plan.memory_limit, bandwidth="12GB/s")
+        assert check(plan, chain, platform) == [], name
+        for r in g.itertuples():
+            # the replay's prediction is the plan's, on the committed profile
+            busy = sum(chain.stage_costs(st.first, st.last).compute for st in plan.stages if st.device == r.device)
+            assert r.predicted_busy == pytest.approx(busy, rel=1e-9)
+            assert r.predicted_memory == pytest.approx(plan.memory[r.device], rel=1e-9)
+            assert r.allocator_peak > 0
+        # the runtime holds what rule 7 counts: exactly with one stage per device, at most with several
+        assert (g["measured_memory"] <= g["predicted_memory"] * (1 + 1e-9)).all()
+        one = g["stages"].astype(str).str.count(",") == 0
+        assert (g.loc[one, "memory_error"].abs() < 1e-9).all()
+    # all processes on one GPU (gloo, host-staged messages, learning rate 0) against one process
+    assert (val["shared_max_grad_error"].dropna() < 1e-5).all()
+
+
+def test_replay_chart_draws_every_device():
+    from workbench.paths import DATA_DIR
+    from workbench.viz.compare import replay_chart
+
+    df = load_replays(DATA_DIR / "runs" / "gpu-h100")
+    fig = replay_chart(df)
+    assert len(fig.data) == 3 and all(len(t.y) == len(df) for t in fig.data)
+    assert list(fig.data[0].x) == pytest.approx(list(df["measured_busy"] / df["predicted_busy"]), nan_ok=True)
+
+
+def test_load_replays_needs_runs(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no runs"):
+        load_replays(tmp_path)

@@ -1,0 +1,146 @@
+"""Replay each device of a plan alone: its compute time and real memory, without the other devices.
+
+:func:`replay_devices` runs every device's program (the same order, the
+same in-flight mini-batches and weight versions as :func:`~workbench.runtime.engine.run_plan`)
+in a process of its own, one device after the other, with no process
+group: a message the device would receive is a fresh random tensor of the
+right shape, ready at once, and a message it would send is dropped. What
+is measured is then the device by itself: the time of its forwards and
+backwards when nothing else shares the processor (on one GPU, the only way
+to time a plan's devices one by one), its memory as the runtime counts it
+(rule 7), and, on a GPU, the allocator's peak (``torch.cuda.max_memory_allocated``),
+which also holds what rule 7 leaves out: receive buffers, gradient
+accumulators, the outputs kept for the backward, temporaries.
+
+:func:`replay_report` puts the three beside the plan's prediction, one row
+per device.
+
+>>> from workbench.chain import Platform
+>>> from workbench.profiles.profiler import profile_zoo
+>>> from workbench.schedule import best_schedule
+>>> chain = profile_zoo("mlp", 4, repeats=1, warmup=0)
+>>> plan = best_schedule(chain, Platform(2), [0, 0, 0, 1, 1])
+>>> res = replay_devices(plan, Workload.zoo("mlp", 4), steps=4, device="cpu")
+>>> sorted(set(res.trace.ops["kind"])), list(replay_report(plan, chain, res)["device"])
+(['B', 'F'], [0, 1])
+"""
+
+from __future__ import annotations
+
+import math
+import tempfile
+import time
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+from ..plan import Plan
+from .engine import RunResult, Workload, join_or_kill, merge_results
+from .program import Op, programs_for
+from .worker import RunConfig
+
+__all__ = ["replay_devices", "replay_report", "load_replays"]
+
+
+def replay_devices(plan: Plan, workload: Workload, steps: int = 8, *, weights: str = "stash",
+                   device: str | None = None, threads: int = 1, timeout: float = 300.0,
+                   programs: list[list[Op]] | None = None, chain=None, platform=None,
+                   devices: list[int] | None = None) -> RunResult:
+    """Run each device's program alone (one process per device, in turn); a measured :class:`RunResult`.
+
+    ``devices`` restricts the replay to some devices. Every device's clock
+    starts at its own first operation; ``meta["isolated"]`` is True and
+    ``meta["max_memory_allocated"]`` holds the allocator's peak per device
+    (None on CPU). Gradients are not meaningful (the inputs are random).
+    """
+    if not plan.feasible or not plan.stages:
+        raise ValueError("cannot replay an infeasible plan")
+    if weights not in ("stash", "single"):
+        raise ValueError(f"weights must be 'stash' or 'single', got {weights!r}")
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device 'cuda' requested but CUDA is not available")
+    which = list(range(plan.devices)) if devices is None else list(devices)
+    bad = [d for d in which if not 0 <= d < plan.devices]
+    if bad:
+        raise ValueError(f"devices {bad} are not devices of the plan (0..{plan.devices - 1})")
+    progs = programs if programs is not None else programs_for(plan, steps, chain, platform)
+    cfg = RunConfig(plan, progs, workload, steps, 0.0, weights, "none", device, threads, timeout, isolated=True)
+    start_method = "spawn" if device == "cuda" else "fork"
+    import torch.multiprocessing as mp
+
+    from .worker import isolated_entry
+
+    t_start = time.monotonic()
+    parts = []
+    with tempfile.TemporaryDirectory(prefix="wb-replay-") as outdir:
+        for d in which:
+            ctx = mp.start_processes(isolated_entry, args=(d, cfg, outdir), nprocs=1, join=False,
+                                     start_method=start_method)
+            join_or_kill(ctx, timeout, f"the replay of device {d}")
+            parts.append(torch.load(Path(outdir) / f"rank{d}.pt", weights_only=False))
+    res = merge_results(parts, plan, steps=steps, weights=weights, backend="none", device=device,
+                        world=plan.devices, threads=threads, isolated=True, replayed=which,
+                        wall_seconds=time.monotonic() - t_start)
+    # merge_results lists the allocator peaks of the replayed devices only: index them by device
+    peaks = {p["rank"]: p["max_memory_allocated"] for p in parts}
+    res.meta["max_memory_allocated"] = [peaks.get(d) for d in range(plan.devices)]
+    res.trace.meta["max_memory_allocated"] = res.meta["max_memory_allocated"]
+    return res
+
+
+def replay_report(plan: Plan, chain, result: RunResult, warmup: int | None = None) -> pd.DataFrame:
+    """Per replayed device: predicted and measured compute per mini-batch, rule-7 and allocator memory.
+
+    Columns: ``device``, ``stages``, ``predicted_busy`` (the sum of the
+    profile's F + B over the device's stages), ``measured_busy`` (mean over
+    the steady mini-batches, the first quarter left out), ``busy_error``,
+    ``predicted_memory`` (the plan's rule-7 memory), ``measured_memory``
+    (the runtime's count of the same), ``memory_error``, ``allocator_peak``
+    (bytes, nan on CPU) and ``allocator_over_predicted`` (peak / predicted).
+    """
+    from .compare import _steady, rel_error
+
+    ops = _steady(result.trace.ops, warmup)
+    ops = ops[ops["kind"].isin(["F", "B"])]
+    peak = result.trace.peak_memory()
+    alloc = result.meta.get("max_memory_allocated") or [None] * plan.devices
+    rows = []
+    for d in result.meta.get("replayed", range(plan.devices)):
+        mine = ops[ops["device"] == d]
+        nb = mine["batch"].nunique()
+        pred = sum(chain.stage_costs(st.first, st.last).compute for st in plan.stages if st.device == d)
+        meas = float((mine["end"] - mine["start"]).sum() / nb) if nb else math.nan
+        pm, mm = float(plan.memory[d]), float(peak[d])
+        a = float(alloc[d]) if alloc[d] is not None else math.nan
+        rows.append({"device": d,
+                     "stages": ",".join(str(s) for s, st in enumerate(plan.stages) if st.device == d),
+                     "predicted_busy": pred, "measured_busy": meas, "busy_error": rel_error(meas, pred),
+                     "predicted_memory": pm, "measured_memory": mm, "memory_error": rel_error(mm, pm),
+                     "allocator_peak": a, "allocator_over_predicted": a / pm if pm > 0 else math.nan})
+    return pd.DataFrame(rows)
+
+
+def load_replays(root: str | Path) -> pd.DataFrame:
+    """Every ``root/runs/<run>/replay.csv`` (as ``scripts/gpu_validation.py`` writes them) in one frame.
+
+    Adds ``run`` and ``memory_limit`` (from the run's ``plan.json``; inf
+    without a limit) and ``allocator_over_limit`` (the allocator's peak over
+    the limit, nan without one: above 1, the plan would not have fitted a GPU of that size).
+    """
+    import json
+
+    frames = []
+    for f in sorted(Path(root).glob("runs/*/replay.csv")):
+        df = pd.read_csv(f)
+        plan = json.loads((f.parent / "plan.json").read_text())
+        limit = plan.get("memory_limit")
+        limit = math.inf if limit is None else float(limit)
+        frames.append(df.assign(run=f.parent.name, memory_limit=limit,
+                                allocator_over_limit=df["allocator_peak"] / limit if math.isfinite(limit)
+                                else math.nan))
+    if not frames:
+        raise FileNotFoundError(f"no runs/*/replay.csv under {root}")
+    out = pd.concat(frames, ignore_index=True)
+    return out[["run"] + [c for c in out.columns if c != "run"]]
