@@ -106,7 +106,26 @@ def test_spread_summary():
     assert out["spread_backward_max"] == pytest.approx(1.0 / 1.5)
 
 
+def test_the_loss_is_part_of_the_last_layer():
+    with_loss = profile_zoo("tiny-gpt", 2, repeats=1, warmup=0)
+    without = profile_zoo("tiny-gpt", 2, repeats=1, warmup=0, include_loss=False)
+    head, head0 = with_loss.layers[-1], without.layers[-1]
+    # cross-entropy saves the log-softmax of the logits: as many bytes as the head's output, and more
+    assert head.saved_bytes - head0.saved_bytes >= head0.activation_bytes
+    assert head.activation_bytes == head0.activation_bytes and head.weight_bytes == head0.weight_bytes
+    assert [l.saved_bytes for l in with_loss.layers[:-1]] == [l.saved_bytes for l in without.layers[:-1]]
+    assert with_loss.meta["loss"].startswith("in the last layer") and without.meta["loss"] == "not included"
+    # by hand: a Linear to 3 classes, then the mean cross-entropy of 2 rows
+    lin = nn.Linear(4, 3)
+    chain = profile_model([lin], torch.ones(2, 4), repeats=1, warmup=0, loss=nn.functional.cross_entropy,
+                          target=torch.tensor([0, 2]))
+    # input (2x4) + log-softmax (2x3) in float32, the int64 target (2) and nll_loss's total weight (a scalar)
+    assert chain.layers[0].saved_bytes == 2 * 4 * F32 + 2 * 3 * F32 + 2 * 8 + F32
+
+
 def test_bad_arguments():
+    with pytest.raises(ValueError, match="go together"):
+        profile_model([nn.ReLU()], torch.zeros(1, 2), loss=nn.functional.mse_loss)
     with pytest.raises(ValueError, match="repeats"):
         profile_model([nn.ReLU()], torch.zeros(1, 2), repeats=0)
     with pytest.raises(ValueError, match="names"):

@@ -9,8 +9,12 @@ and measures, for each layer ``l``:
   first layer, whose input is data and needs no gradient), then
   ``torch.autograd.backward(out, grad)`` is timed with a fixed random
   ``grad`` of ``out``'s shape. Parameter gradients are reset to ``None``
-  before each repeat, so every backward allocates them afresh. The loss is
-  not part of the last layer's backward.
+  before each repeat, so every backward allocates them afresh. With a
+  ``loss`` (``profile_zoo`` passes the model's), the last layer is measured
+  with it: its forward ends in the scalar loss, its backward starts there,
+  and what the loss saves (on a language model's head, the log-softmax of
+  the logits, as large as the logits) is in its ``saved_bytes``; without
+  one, the loss is in no layer.
 * times: ``warmup`` untimed runs, then the median of ``repeats`` timed runs
   (``time.perf_counter`` on CPU with ``torch.set_num_threads(threads)``;
   CUDA events and synchronisation on a GPU);
@@ -54,7 +58,7 @@ import statistics
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import torch
 from torch import nn
@@ -119,11 +123,13 @@ def _storage_key(t: torch.Tensor) -> tuple[str, int]:
     return (str(t.device), t.untyped_storage().data_ptr())
 
 
-def saved_tensor_bytes(module: nn.Module, x: torch.Tensor, *, input_requires_grad: bool = True) -> tuple[int, torch.Tensor]:
+def saved_tensor_bytes(module: nn.Module, x: torch.Tensor, *, input_requires_grad: bool = True,
+                       then: Callable[[torch.Tensor], torch.Tensor] | None = None) -> tuple[int, torch.Tensor]:
     """Run ``module(x)`` once and return (bytes autograd saved for backward, output).
 
     Saved tensors are deduplicated by storage; storages of the module's
-    parameters and buffers are excluded (see the module docstring).
+    parameters and buffers are excluded (see the module docstring). With
+    ``then`` (a loss of the output), what ``then(output)`` saves counts too.
 
     >>> n, out = saved_tensor_bytes(torch.nn.ReLU(), torch.ones(2, 3))
     >>> n   # ReLU saves its output: 6 float32
@@ -145,8 +151,10 @@ def saved_tensor_bytes(module: nn.Module, x: torch.Tensor, *, input_requires_gra
     inp = _leaf(x, input_requires_grad)
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         out = module(inp)
-    if not isinstance(out, torch.Tensor):
-        raise TypeError(f"a chain layer must return one tensor, got {type(out).__name__}")
+        if not isinstance(out, torch.Tensor):
+            raise TypeError(f"a chain layer must return one tensor, got {type(out).__name__}")
+        if then is not None:
+            then(out)
     return sum(storages.values()), out
 
 
@@ -242,6 +250,8 @@ def profile_model(
     threads: int | None = 1,
     return_stats: bool = False,
     grad_seed: int = 0,
+    loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
+    target: torch.Tensor | None = None,
 ) -> Chain | tuple[Chain, list[LayerTiming]]:
     """Profile a chain of modules (see the module docstring for what is measured).
 
@@ -250,7 +260,8 @@ def profile_model(
     count while profiling (``None``: leave it). ``meta`` is merged over the
     metadata the profiler records (device, dtype, batch size, input shape,
     torch version, threads, repeats, spreads, date, source). With
-    ``return_stats`` the raw timings come back too.
+    ``return_stats`` the raw timings come back too. ``loss(output, target)``
+    makes the loss part of the last layer (its time and what it saves).
 
     >>> c, stats = profile_model([torch.nn.Linear(4, 4)], torch.zeros(1, 4), repeats=3, warmup=0, return_stats=True)
     >>> len(stats[0].forward), c.layers[0].name
@@ -262,8 +273,11 @@ def profile_model(
         raise ValueError(f"warmup must be >= 0, got {warmup}")
     if not isinstance(sample_input, torch.Tensor):
         raise TypeError(f"sample_input must be a tensor, got {type(sample_input).__name__}")
+    if (loss is None) != (target is None):
+        raise ValueError("loss and target go together: pass both or neither")
     mods, names = _layer_list(layers, names)
     dev = torch.device(device)
+    tgt = target.to(dev) if target is not None else None
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device {device!r} requested but CUDA is not available")
     timer = _Timer(dev)
@@ -281,7 +295,9 @@ def profile_model(
         for i in iterator:
             mod = mods[i].to(dev).train()
             needs_input_grad = i > 0
-            saved, out = saved_tensor_bytes(mod, x, input_requires_grad=needs_input_grad)
+            with_loss = loss is not None and i == len(mods) - 1
+            then = (lambda o: loss(o, tgt)) if with_loss else None  # type: ignore[misc]
+            saved, out = saved_tensor_bytes(mod, x, input_requires_grad=needs_input_grad, then=then)
             if not out.is_floating_point():
                 raise TypeError(f"layer {names[i]!r} returns a {out.dtype} tensor; its backward cannot be timed")
             grad = torch.randn(out.shape, generator=gen, dtype=out.dtype).to(dev)
@@ -292,9 +308,9 @@ def profile_model(
                     p.grad = None
                 inp = _leaf(x, needs_input_grad)
                 timer.sync()
-                y, tf = timer.run(lambda: mod(inp))
+                y, tf = timer.run((lambda: then(mod(inp))) if with_loss else (lambda: mod(inp)))
                 if y.requires_grad:
-                    _, tb = timer.run(lambda: torch.autograd.backward(y, grad))
+                    _, tb = timer.run(lambda: torch.autograd.backward(y, None if with_loss else grad))
                 else:  # nothing to differentiate (no parameters, input is data)
                     tb = 0.0
                 if r >= warmup:
@@ -324,6 +340,7 @@ def profile_model(
         "repeats": repeats,
         "timing": "median of repeats; " + ("CUDA events" if dev.type == "cuda" else "time.perf_counter"),
         "saved_bytes": "autograd saved tensors per layer alone, storages deduplicated, parameters/buffers excluded",
+        "loss": "in the last layer (time and saved bytes)" if loss is not None else "not included",
         **{k: f"{v:.4f}" for k, v in spread_summary(stats).items()},
         "profile_seconds": f"{elapsed:.1f}",
         "source": "workbench profiler",
@@ -355,11 +372,13 @@ def profile_zoo(
     threads: int | None = 1,
     meta: Mapping[str, Any] | None = None,
     return_stats: bool = False,
+    include_loss: bool = True,
     **model_kwargs: Any,
 ) -> Chain | tuple[Chain, list[LayerTiming]]:
     """Build zoo model ``name`` (with ``model_kwargs``) and profile it on a sample batch.
 
     The model's full configuration goes to the metadata (``model_config``, JSON).
+    The model's loss is part of the last layer unless ``include_loss=False``.
 
     >>> profile_zoo("mlp", 4, repeats=1, warmup=0).name
     'mlp'
@@ -368,10 +387,11 @@ def profile_zoo(
 
     cfg = zoo.model_config(name, **model_kwargs)
     model = zoo.build_model(name, seed=seed, **model_kwargs)
-    x, _ = zoo.sample_batch(name, batch_size, seed=seed, **model_kwargs)
+    x, y = zoo.sample_batch(name, batch_size, seed=seed, **model_kwargs)
     info = {"network": name, "model": name, "model_config": json.dumps(cfg, separators=(",", ":")), **(meta or {})}
     return profile_model(model, x, device, warmup=warmup, repeats=repeats, meta=info, progress=progress,
-                         threads=threads, return_stats=return_stats)
+                         threads=threads, return_stats=return_stats,
+                         loss=zoo.loss_fn(name) if include_loss else None, target=y if include_loss else None)
 
 
 def _parse_value(text: str) -> Any:
