@@ -220,6 +220,10 @@ def test_json_round_trip_keeps_validity(tmp_path):
     p = tmp_path / "plan.json"
     plan.to_json(p)
     assert check(Plan.from_json(p), _chain(), _plat()) == []
+    # the text itself too, however long (a path check on it once raised "File name too long")
+    text = p.read_text()
+    assert 255 < len(text) < 4096 and "\n" in text
+    assert Plan.from_json(text) == plan and Plan.from_json(str(p)) == plan
 
 
 # ----- the command line ------------------------------------------------------------------------

@@ -201,7 +201,8 @@ class Plan:
     @classmethod
     def from_json(cls, path_or_text: str | Path) -> "Plan":
         p = Path(path_or_text)
-        if isinstance(path_or_text, Path) or (len(str(path_or_text)) < 4096 and p.exists()):
+        text = str(path_or_text)
+        if isinstance(path_or_text, Path) or (not text.lstrip().startswith("{") and p.exists()):
             try:
                 return cls.from_dict(json.loads(p.read_text()))
             except json.JSONDecodeError as e:
