@@ -9,7 +9,7 @@ from workbench.profiles import available_profiles, load_profile
 
 
 def bundled():
-    names = [n for n in available_profiles() if not n.startswith("pipedream/")]
+    names = [n for n in available_profiles() if "/" not in n]
     assert names, "data/profiles holds no bundled profile"
     return names
 

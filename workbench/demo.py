@@ -44,7 +44,7 @@ def run_demo(out: Path, devices: int = 4, profiles: list[str] | None = None, met
     from .viz.gantt import gantt
 
     out.mkdir(parents=True, exist_ok=True)
-    names = profiles or [n for n in available_profiles() if not n.startswith("pipedream/")]
+    names = profiles or [n for n in available_profiles() if "/" not in n]  # the CPU-made bundled ones
     if not names:
         raise ValueError("no bundled profiles in data/profiles")
     lines = ["# Workbench demo", "", f"{devices} devices, 12 GB/s links, PipeDream weight stashing.", ""]

@@ -118,7 +118,8 @@ class Settings:
 def _default_networks(quick: bool) -> tuple[str, ...]:
     from .profiles import available_profiles
 
-    names = list(available_profiles())
+    # bundled CPU profiles and PipeDream's; the GPU ones (h100/...) are named explicitly when wanted
+    names = [n for n in available_profiles() if "/" not in n or n.startswith("pipedream/")]
     if quick:
         pick = [n for n in ("resnet50", "gpt-small") if n in names]
         return tuple(pick or names[:1])

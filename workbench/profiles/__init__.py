@@ -2,7 +2,9 @@
 
 ``load_profile`` takes a path (a project CSV, a PipeDream ``graph.txt`` or a
 folder holding one) or a name: a bundled profile in ``data/profiles`` (e.g.
-``"resnet50"``) or a peer profile as ``"pipedream/vgg16"``.
+``"resnet50"``, measured on this project's CPU machine), one measured on a
+GPU, in a sub-folder named after it (``"h100/resnet50"``), or a peer profile
+as ``"pipedream/vgg16"``.
 
 >>> sorted(available_profiles())[:1]  # doctest: +SKIP
 ['gpt-small']
@@ -21,11 +23,13 @@ __all__ = ["ProfileError", "read_profile", "write_profile", "parse_profile_text"
 
 
 def available_profiles() -> dict[str, Path]:
-    """Names of bundled profiles and peer profiles, mapped to their files."""
+    """Names of bundled profiles (GPU ones as ``h100/<net>``) and peer profiles, mapped to their files."""
     out: dict[str, Path] = {}
     if PROFILES_DIR.is_dir():
         for p in sorted(PROFILES_DIR.glob("*.csv")):
             out[p.stem] = p
+        for p in sorted(PROFILES_DIR.glob("*/*.csv")):  # measured on other hardware, e.g. h100/resnet50
+            out[f"{p.parent.name}/{p.stem}"] = p
     peer = peer_profiles_dir()
     if peer is not None:
         for g in sorted(peer.glob("*/graph.txt")):

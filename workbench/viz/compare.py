@@ -27,7 +27,7 @@ from ..plan import Plan
 from .gantt import TEMPLATE
 from .memory import DEVICE_COLORS, byte_unit
 
-__all__ = ["throughput_vs_memory", "period_vs_bound", "allocation_map", "METHOD_COLORS"]
+__all__ = ["throughput_vs_memory", "period_vs_bound", "allocation_map", "replay_chart", "METHOD_COLORS"]
 
 METHOD_COLORS = {
     "dp": "#3366CC", "madpipe": "#3366CC", "ilp": "#D62728", "pipedream": "#F28E2B", "gpipe": "#59A14F",
@@ -143,4 +143,33 @@ def allocation_map(plans: Plan | Sequence[Plan] | Mapping[str, Plan], chain: Cha
                       title=title or "Allocation: device of every layer", xaxis_title="layer",
                       margin=dict(l=100, r=20, t=50, b=45))
     fig.update_yaxes(autorange="reversed")
+    return fig
+
+
+def replay_chart(df: pd.DataFrame, *, title: str | None = None) -> go.Figure:
+    """Measured against predicted per device of every replayed run (:func:`~workbench.runtime.replay.load_replays`).
+
+    Left: compute per mini-batch, measured / predicted. Right: the
+    allocator's peak over the rule-7 prediction and over the memory limit.
+    A dashed line marks 1 (the prediction) on both.
+    """
+    from plotly.subplots import make_subplots
+
+    fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.12,
+                        subplot_titles=("compute per mini-batch: measured / predicted",
+                                        "GPU memory: allocator peak / rule 7, / limit"))
+    labels = [f"{r} · GPU {d}" for r, d in zip(df["run"], df["device"])]
+    fig.add_bar(y=labels, x=df["measured_busy"] / df["predicted_busy"], orientation="h", name="compute",
+                marker_color="#3366CC", row=1, col=1)
+    fig.add_bar(y=labels, x=df["allocator_over_predicted"], orientation="h", name="peak / rule 7",
+                marker_color="#F28E2B", row=1, col=2)
+    limited = df["allocator_over_limit"].where(np.isfinite(df["memory_limit"]))
+    fig.add_bar(y=labels, x=limited, orientation="h", name="peak / limit", marker_color="#D62728", row=1, col=2)
+    for c in (1, 2):
+        fig.add_vline(x=1.0, line_dash="dash", line_color="#555", row=1, col=c)
+    fig.update_yaxes(autorange="reversed", row=1, col=1)
+    fig.update_yaxes(autorange="reversed", showticklabels=False, row=1, col=2)
+    fig.update_layout(template=TEMPLATE, barmode="group", height=max(300, 90 + 26 * len(df)),
+                      title=title or "Each device replayed alone on the GPU", margin=dict(l=230, r=20, t=70, b=40),
+                      legend=dict(orientation="h", y=-0.08))
     return fig
