@@ -124,3 +124,22 @@ def test_replay_chart_draws_every_device():
 def test_load_replays_needs_runs(tmp_path):
     with pytest.raises(FileNotFoundError, match="no runs"):
         load_replays(tmp_path)
+
+
+def test_run_command_replay(tmp_path, mlp, capsys):
+    import pandas as pd
+
+    from workbench.cli import main
+    from workbench.profiles import write_profile
+
+    chain, _ = mlp
+    write_profile(chain, tmp_path / "mlp.csv")
+    plan = _plan(chain, 2, [0, 0, 0, 1, 1])
+    plan.to_json(tmp_path / "plan.json")
+    rc = main(["run", str(tmp_path / "plan.json"), "--model", "mlp", "--profile", str(tmp_path / "mlp.csv"),
+               "--batch-size", "4", "--steps", "6", "--out", str(tmp_path / "r"), "--replay"])
+    assert rc == 0
+    rep = pd.read_csv(tmp_path / "r" / "replay.csv")
+    assert list(rep["device"]) == [0, 1] and rep["memory_error"].abs().max() < 1e-9
+    assert "replayed alone" in capsys.readouterr().out
+    assert not (tmp_path / "r" / "summary.json").exists()   # nothing ran together

@@ -96,6 +96,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", default=None, help="gloo (CPU) or nccl (GPU); default by device")
     _add_platform_args(p, required=False)  # --profile: the chain the plan was made on; platform options
     p.add_argument("--out", default="build/run", help="folder for the measured trace and summary")
+    p.add_argument("--replay", action="store_true",
+                   help="replay each device alone instead (one GPU or core at a time): its compute time and, "
+                        "on a GPU, the allocator's peak against the prediction; writes replay.csv")
     p.set_defaults(handler="workbench.runtime.commands:run_command")
 
     p = sub.add_parser("reproduce", help="recompute every figure of the experiments")

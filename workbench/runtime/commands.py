@@ -1,4 +1,7 @@
-"""``python -m workbench run PLAN.json --model NAME [--steps N]``: run a plan, compare with its prediction.
+"""``python -m workbench run PLAN.json --model NAME [--steps N] [--replay]``: run a plan, compare with its prediction.
+
+With ``--replay`` every device runs alone instead (:mod:`~workbench.runtime.replay`),
+and ``replay.csv`` holds its compute time and memory against the prediction.
 
 The chain the plan was made on is ``--profile`` (a profile file written by
 ``python -m workbench profile``, whose metadata carries the model's
@@ -219,6 +222,34 @@ def measure_series(model: str, devices=(2, 4), attempts: int = 3, batch_size: in
     return df
 
 
+def _replay(plan, chain, platform, model: str, batch_size: int, steps: int, cfg: dict[str, Any], out: Path) -> int:
+    """``run --replay``: every device alone (:mod:`~workbench.runtime.replay`); prints and writes ``replay.csv``."""
+    import pandas as pd
+
+    from ..io import write_frame_atomic
+    from ..plan import chain_for_plan
+    from ..units import format_bytes
+    from .engine import Workload
+    from .replay import replay_devices, replay_report
+
+    chain = chain_for_plan(plan, chain)
+    res = replay_devices(plan, Workload.zoo(model, batch_size, **cfg), steps, weights=platform.weights,
+                         chain=chain, platform=platform)
+    rep = replay_report(plan, chain, res)
+    out.mkdir(parents=True, exist_ok=True)
+    write_frame_atomic(out / "replay.csv", rep)
+    res.trace.save(out / "replay_trace.csv")
+    print(f"{model}: each of {plan.devices} devices replayed alone ({res.meta['device']}), {steps} mini-batches")
+    for r in rep.itertuples():
+        peak = "" if pd.isna(r.allocator_peak) else (f"; allocator peak {format_bytes(r.allocator_peak)} "
+                                                      f"({r.allocator_over_predicted:.2f}x rule 7)")
+        print(f"  device {r.device}: compute {r.predicted_busy * 1e3:8.3f} -> {r.measured_busy * 1e3:8.3f} ms "
+              f"({r.busy_error:+.1%}); memory {format_bytes(r.predicted_memory)} -> "
+              f"{format_bytes(r.measured_memory)}{peak}")
+    print(f"wrote {out / 'replay.csv'} and {out / 'replay_trace.csv'}")
+    return 0
+
+
 def run_command(args: argparse.Namespace) -> int:
     """Handler of ``python -m workbench run`` (see the module docstring)."""
     from ..chain import Platform
@@ -248,6 +279,8 @@ def run_command(args: argparse.Namespace) -> int:
                         latency=getattr(args, "latency", 0.0) or 0.0,
                         weight_factor=getattr(args, "weight_factor", 1.0) or 1.0,
                         weights=getattr(args, "weights", None) or "stash")
+    if getattr(args, "replay", False):
+        return _replay(plan, chain, platform, args.model, batch_size, args.steps, cfg, Path(args.out))
     summary = run_and_compare(plan, chain, platform, args.model, batch_size, args.steps, model_config=cfg,
                               backend=args.backend, out=args.out)
     print(format_comparison(summary))
