@@ -162,7 +162,7 @@ def layer_output_shapes(children: list[tuple[str, nn.Module]], x0: torch.Tensor
             with torch.no_grad():
                 h = x0.to(where)
                 for _, m in children:
-                    mm = copy.deepcopy(m).to(where).eval() if where == "meta" else m
+                    mm = copy.deepcopy(m).to(where) if where == "meta" else m
                     was_training = mm.training
                     mm.eval()
                     h = mm(h)
