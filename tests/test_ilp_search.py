@@ -34,3 +34,27 @@ def test_never_worse_valid_and_never_below_the_optimum():
         improved += got.period < start.period * (1 - 1e-9)
     assert improved >= 2
 
+
+
+def test_kicks_never_lose_and_stop_when_stale():
+    import time
+
+    rng = np.random.default_rng(5)
+    for _ in range(8):
+        L, P = int(rng.integers(5, 8)), 3
+        layers = tuple(Layer(f"l{i}", float(rng.uniform(0.5, 10)), float(rng.uniform(0.5, 20)),
+                             float(rng.integers(1, 60)), float(rng.integers(1, 40))) for i in range(L))
+        ch = Chain(layers, input_bytes=float(rng.integers(1, 40)))
+        plat = Platform(P, bandwidth=float(rng.uniform(2, 10)))
+        plat = plat.with_(memory=plan_dp(ch, plat, graph=False).peak_memory * float(rng.uniform(0.6, 1.0)))
+        start = plan_dp(ch, plat, graph=False)
+        if not start.feasible:
+            continue
+        plain = local_search(ch, plat, start, seconds=5)
+        t0 = time.perf_counter()
+        kicked = local_search(ch, plat, start, seconds=60, kicks=10)
+        assert time.perf_counter() - t0 < 30          # ten kicks in a row without gain end it, not the clock
+        opt = plan_brute(ch, plat, allocation="general")
+        # the kicks start from the plain descent's result and keep only improvements
+        assert opt.period * (1 - 1e-9) <= kicked.period <= plain.period * (1 + 1e-12)
+        assert not check(kicked, ch, plat)

@@ -24,8 +24,9 @@ always run and the better plan kept. For general allocations on 16 blocks or
 more, the block ILP gets 45 % of the time limit, the same solve on half as many
 blocks (where the cover search of :mod:`workbench.planners.ilp_cover` is often
 exact, while the full block count has too many device sets) gets the next 35 %,
-and a local search on the fine chain (:func:`workbench.planners.ilp_search.local_search`)
-improves the best plan with the rest; ``extra["half_blocks"]`` records the half solve.
+and a local search on the fine chain (:func:`workbench.planners.ilp_search.local_search`,
+with random kicks until 25 in a row find nothing better) improves the best plan with the
+rest; ``extra["half_blocks"]`` records the half solve.
 
 >>> from workbench.chain import Chain, Layer
 >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 1.0, 1, 1) for i in range(8)))
@@ -193,7 +194,8 @@ def plan_coarse(chain: Chain, platform: Platform, *, blocks: int = 32, allocatio
 
         start, how = min(cand, key=lambda c: c[0].period)
         secs = share(1.0, 20.0)
-        better = local_search(chain, platform, start, seconds=secs, max_stages=2 * platform.devices + 4)
+        better = local_search(chain, platform, start, seconds=secs, max_stages=2 * platform.devices + 4,
+                              kicks=25)
         if better is not start and better.period < start.period and not check(better, chain, platform):
             cand.append((better, f"{how}, then a local search on the {len(chain)} layers"))
     from .ilp_model import memory_period_bound

@@ -55,70 +55,109 @@ def allocation_best(chain: Chain, platform: Platform, assignment: Sequence[int],
         return r if (r is not None and r[0] < upper) else None
 
 
+def _neighbours(a0: tuple[int, ...], P: int, max_shift: int, swaps: bool) -> list[tuple[int, ...]]:
+    """Moves from ``a0``, most promising first: a whole stage to another device, a stage boundary
+    shifted by 2 to ``max_shift`` layers, one layer to another device, pairwise swaps."""
+    from ..plan import stages_of
+
+    L = len(a0)
+    cands: list[tuple[int, ...]] = []
+    used = max(a0) + 1
+    runs = stages_of(a0)
+    for a, b in runs:
+        for d in range(min(P, used + 1)):
+            if d != a0[a]:
+                cands.append(normalise(a0[:a] + (d,) * (b - a + 1) + a0[b + 1:]))
+    for (a1, b1), (a2, b2) in zip(runs, runs[1:]):
+        d1, d2 = a0[a1], a0[a2]
+        for j in range(2, max_shift + 1):
+            if j <= b1 - a1:   # the last j layers of the first stage join the second
+                cands.append(normalise(a0[:b1 - j + 1] + (d2,) * j + a0[b1 + 1:]))
+            if j <= b2 - a2:   # the first j layers of the second stage join the first
+                cands.append(normalise(a0[:a2] + (d1,) * j + a0[a2 + j:]))
+    for l in range(L):
+        for d in range(min(P, used + 1)):
+            if d != a0[l]:
+                a = list(a0)
+                a[l] = d
+                cands.append(normalise(a))
+    if swaps:
+        for l in range(L):
+            for m in range(l + 2, L):
+                if a0[l] != a0[m]:
+                    a = list(a0)
+                    a[l], a[m] = a[m], a[l]
+                    cands.append(normalise(a))
+    return cands
+
+
 def local_search(chain: Chain, platform: Platform, start: Plan, *, seconds: float = 10.0,
-                 swaps: bool = True, max_stages: int | None = None, max_shift: int = 8) -> Plan:
+                 swaps: bool = True, max_stages: int | None = None, max_shift: int = 8,
+                 kicks: int = 0, kick_slack: float = 0.1, seed: int = 0) -> Plan:
     """Improve ``start`` by moves (first improvement), within ``seconds``: a whole stage to another
     device, a stage boundary shifted by 2 to ``max_shift`` layers, one layer to another device,
     and pairwise swaps.
 
+    With ``kicks`` (iterated local search), once no move improves: two random stage moves from
+    the best allocation (kept only when its period is within ``kick_slack`` of the best), then
+    the same descent from there, again and again until ``kicks`` kicks in a row find nothing
+    better or the time is up; the best allocation found is returned.
+
     Allocations with more than ``max_stages`` stages (default P + 4) are skipped: the exact
     evaluator's effort grows quickly with the number of stages and it does not always
     stop at the deadline."""
+    import random
+
     from ..plan import stages_of
 
     cap = max_stages if max_stages is not None else platform.devices + 4
     t_end = time.perf_counter() + seconds
-    L, P = len(chain), platform.devices
-    best_a = normalise(start.assignment)
-    best_T = start.period
-    best_fb = None
-    seen = {best_a}
-    improved = True
-    while improved and time.perf_counter() < t_end:
-        improved = False
-        cands: list[tuple[int, ...]] = []
-        used = max(best_a) + 1
-        runs = stages_of(best_a)
-        for a, b in runs:  # a whole stage to another device; a stage boundary shifted by several layers
-            for d in range(min(P, used + 1)):
-                if d != best_a[a]:
-                    cands.append(normalise(best_a[:a] + (d,) * (b - a + 1) + best_a[b + 1:]))
-        for (a1, b1), (a2, b2) in zip(runs, runs[1:]):
-            d1, d2 = best_a[a1], best_a[a2]
-            for j in range(2, max_shift + 1):
-                if j <= b1 - a1:   # the last j layers of the first stage join the second
-                    cands.append(normalise(best_a[:b1 - j + 1] + (d2,) * j + best_a[b1 + 1:]))
-                if j <= b2 - a2:   # the first j layers of the second stage join the first
-                    cands.append(normalise(best_a[:a2] + (d1,) * j + best_a[a2 + j:]))
-        for l in range(L):
-            for d in range(min(P, used + 1)):
-                if d != best_a[l]:
-                    a = list(best_a)
-                    a[l] = d
-                    cands.append(normalise(a))
-        if swaps:
-            for l in range(L):
-                for m in range(l + 2, L):
-                    if best_a[l] != best_a[m]:
-                        a = list(best_a)
-                        a[l], a[m] = a[m], a[l]
-                        cands.append(normalise(a))
-        for a in cands:
-            if a in seen or max(a) >= P or len(stages_of(a)) > cap:
-                continue
-            seen.add(a)
-            if time.perf_counter() > t_end:
-                break
-            try:
-                r = allocation_best(chain, platform, a, best_T * (1 - 1e-9), deadline=t_end)
-            except TimeoutError:
-                break
-            if r is not None and r[0] < best_T * (1 - 1e-9):
-                best_a, best_T, best_fb = a, r[0], (r[1], r[2])
-                improved = True
-                break
+    P = platform.devices
+
+    def descend(cur_a: tuple[int, ...], cur_T: float, cur_fb):
+        seen = {cur_a}
+        improved = True
+        while improved and time.perf_counter() < t_end:
+            improved = False
+            for a in _neighbours(cur_a, P, max_shift, swaps):
+                if a in seen or max(a) >= P or len(stages_of(a)) > cap:
+                    continue
+                seen.add(a)
+                if time.perf_counter() > t_end:
+                    break
+                try:
+                    r = allocation_best(chain, platform, a, cur_T * (1 - 1e-9), deadline=t_end)
+                except TimeoutError:
+                    break
+                if r is not None and r[0] < cur_T * (1 - 1e-9):
+                    cur_a, cur_T, cur_fb = a, r[0], (r[1], r[2])
+                    improved = True
+                    break
+        return cur_a, cur_T, cur_fb
+
+    best_a, best_T, best_fb = descend(normalise(start.assignment), start.period, None)
+    rng = random.Random(seed)
+    stale = 0
+    while stale < kicks and time.perf_counter() < t_end:
+        stale += 1
+        a = best_a
+        for _ in range(2):  # a kick: two random whole-stage moves or boundary shifts
+            moves = [m for m in _neighbours(a, P, max_shift, swaps=False)[: 4 * P * len(stages_of(a))]
+                     if max(m) < P and len(stages_of(m)) <= cap]
+            if moves:
+                a = rng.choice(moves)
+        if a == best_a:
+            continue
+        try:
+            r = allocation_best(chain, platform, a, best_T * (1 + kick_slack), deadline=t_end)
+        except TimeoutError:
+            break
+        if r is None:
+            continue
+        a, T, fb = descend(a, r[0], (r[1], r[2]))
+        if T < best_T * (1 - 1e-9):
+            best_a, best_T, best_fb, stale = a, T, fb, 0
     if best_fb is None:
         return start
     plan = make_plan(chain, platform, best_T, best_a, best_fb[0], best_fb[1], method="local_search")
     return plan
-
