@@ -13,19 +13,24 @@ def test_normalise_relabels_in_first_use_order():
     assert normalise((2, 2, 0, 1, 0)) == (0, 0, 1, 2, 1)
 
 
-def test_never_worse_valid_and_never_below_the_optimum():
-    rng = np.random.default_rng(3)
-    improved = 0
-    for _ in range(12):
-        L, P = int(rng.integers(4, 8)), int(rng.integers(2, 4))
-        layers = tuple(Layer(f"l{i}", float(rng.uniform(0.5, 10)), float(rng.uniform(0.5, 20)),
-                             float(rng.integers(1, 60)), float(rng.integers(1, 40))) for i in range(L))
-        ch = Chain(layers, input_bytes=float(rng.integers(1, 40)))
+def _instances(seed: int, n: int, layers: tuple[int, int], devices: tuple[int, int]):
+    """Random chains with a memory limit that binds, and their contiguous DP plan (feasible ones only)."""
+    rng = np.random.default_rng(seed)
+    for _ in range(n):
+        L, P = int(rng.integers(*layers)), int(rng.integers(*devices))
+        ls = tuple(Layer(f"l{i}", float(rng.uniform(0.5, 10)), float(rng.uniform(0.5, 20)),
+                         float(rng.integers(1, 60)), float(rng.integers(1, 40))) for i in range(L))
+        ch = Chain(ls, input_bytes=float(rng.integers(1, 40)))
         plat = Platform(P, bandwidth=float(rng.uniform(2, 10)))
         plat = plat.with_(memory=plan_dp(ch, plat, graph=False).peak_memory * float(rng.uniform(0.6, 1.0)))
         start = plan_dp(ch, plat, graph=False)
-        if not start.feasible:
-            continue
+        if start.feasible:
+            yield ch, plat, start
+
+
+def test_never_worse_valid_and_never_below_the_optimum():
+    improved = 0
+    for ch, plat, start in _instances(3, 12, (4, 8), (2, 4)):
         got = local_search(ch, plat, start, seconds=5)
         opt = plan_brute(ch, plat, allocation="general")
         assert got.period <= start.period * (1 + 1e-12)
@@ -39,17 +44,7 @@ def test_never_worse_valid_and_never_below_the_optimum():
 def test_kicks_never_lose_and_stop_when_stale():
     import time
 
-    rng = np.random.default_rng(5)
-    for _ in range(8):
-        L, P = int(rng.integers(5, 8)), 3
-        layers = tuple(Layer(f"l{i}", float(rng.uniform(0.5, 10)), float(rng.uniform(0.5, 20)),
-                             float(rng.integers(1, 60)), float(rng.integers(1, 40))) for i in range(L))
-        ch = Chain(layers, input_bytes=float(rng.integers(1, 40)))
-        plat = Platform(P, bandwidth=float(rng.uniform(2, 10)))
-        plat = plat.with_(memory=plan_dp(ch, plat, graph=False).peak_memory * float(rng.uniform(0.6, 1.0)))
-        start = plan_dp(ch, plat, graph=False)
-        if not start.feasible:
-            continue
+    for ch, plat, start in _instances(5, 8, (5, 8), (3, 4)):
         plain = local_search(ch, plat, start, seconds=5)
         t0 = time.perf_counter()
         kicked = local_search(ch, plat, start, seconds=60, kicks=10)
