@@ -139,7 +139,7 @@ def profile_all(out: Path, names: list[str], repeats: int | None, device: str = 
 def validate(out: Path, name: str, steps: int, device: str = "cuda") -> dict:
     from workbench.runtime.commands import _model_config, run_and_compare
     from workbench.runtime.engine import Workload
-    from workbench.runtime.replay import replay_devices, replay_report
+    from workbench.runtime.replay import replay_to
 
     prof, devices, how = VALIDATIONS[name]
     chain = read_profile(out / "profiles" / f"{prof}.csv")
@@ -154,10 +154,7 @@ def validate(out: Path, name: str, steps: int, device: str = "cuda") -> dict:
     write_text_atomic(run_dir / "plan.json", plan.to_json() + "\n")
     n = max(steps, 4 * max(st.in_flight for st in plan.stages))
     t0 = time.perf_counter()
-    res = replay_devices(plan, wl, n, weights=platform.weights, device=device, chain=chain, platform=platform)
-    rep = replay_report(plan, chain, res)
-    write_frame_atomic(run_dir / "replay.csv", rep)
-    res.trace.save(run_dir / "replay_trace.csv")
+    _, rep = replay_to(run_dir, plan, chain, wl, n, weights=platform.weights, device=device, platform=platform)
     row = {"run": name, "profile": prof, "devices": devices, "stages": len(plan.stages),
            "allocation": plan.allocation, "method": plan.method, "status": plan.status, "gap": plan.gap,
            "memory_limit": platform.memory_of(0), "steps": n,

@@ -226,19 +226,14 @@ def _replay(plan, chain, platform, model: str, batch_size: int, steps: int, cfg:
     """``run --replay``: every device alone (:mod:`~workbench.runtime.replay`); prints and writes ``replay.csv``."""
     import pandas as pd
 
-    from ..io import write_frame_atomic
     from ..plan import chain_for_plan
     from ..units import format_bytes
     from .engine import Workload
-    from .replay import replay_devices, replay_report
+    from .replay import replay_to
 
     chain = chain_for_plan(plan, chain)
-    res = replay_devices(plan, Workload.zoo(model, batch_size, **cfg), steps, weights=platform.weights,
-                         chain=chain, platform=platform)
-    rep = replay_report(plan, chain, res)
-    out.mkdir(parents=True, exist_ok=True)
-    write_frame_atomic(out / "replay.csv", rep)
-    res.trace.save(out / "replay_trace.csv")
+    res, rep = replay_to(out, plan, chain, Workload.zoo(model, batch_size, **cfg), steps, weights=platform.weights,
+                         platform=platform)
     print(f"{model}: each of {plan.devices} devices replayed alone ({res.meta['device']}), {steps} mini-batches")
     for r in rep.itertuples():
         peak = "" if pd.isna(r.allocator_peak) else (f"; allocator peak {format_bytes(r.allocator_peak)} "

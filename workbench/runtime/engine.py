@@ -106,7 +106,8 @@ class RunResult:
 
 
 def reference_gradients(workload: Workload, steps: int, device: str = "cpu") -> dict[str, torch.Tensor]:
-    """Single-process gradients summed over mini-batches 0..steps-1 (the weights never change), on the CPU."""
+    """Single-process gradients summed over mini-batches 0..steps-1 (the weights never change), computed on
+    ``device`` and returned on the CPU."""
     model = workload.build().to(device)
     model.train()
     for i in range(steps):

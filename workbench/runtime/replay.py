@@ -40,7 +40,7 @@ from .engine import RunResult, Workload, join_or_kill, merge_results
 from .program import Op, programs_for
 from .worker import RunConfig
 
-__all__ = ["replay_devices", "replay_report", "load_replays"]
+__all__ = ["replay_devices", "replay_report", "replay_to", "load_replays"]
 
 
 def replay_devices(plan: Plan, workload: Workload, steps: int = 8, *, weights: str = "stash",
@@ -120,6 +120,21 @@ def replay_report(plan: Plan, chain, result: RunResult, warmup: int | None = Non
                      "predicted_memory": pm, "measured_memory": mm, "memory_error": rel_error(mm, pm),
                      "allocator_peak": a, "allocator_over_predicted": a / pm if pm > 0 else math.nan})
     return pd.DataFrame(rows)
+
+
+def replay_to(out: str | Path, plan: Plan, chain, workload: Workload, steps: int = 8,
+              **replay_kw) -> tuple[RunResult, pd.DataFrame]:
+    """:func:`replay_devices` then :func:`replay_report`, written to ``out/replay.csv`` and
+    ``out/replay_trace.csv`` (+ ``.memory.csv``); returns both."""
+    from ..io import write_frame_atomic
+
+    res = replay_devices(plan, workload, steps, chain=chain, **replay_kw)
+    rep = replay_report(plan, chain, res)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    write_frame_atomic(out / "replay.csv", rep)
+    res.trace.save(out / "replay_trace.csv")
+    return res, rep
 
 
 def load_replays(root: str | Path) -> pd.DataFrame:
