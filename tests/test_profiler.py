@@ -172,3 +172,50 @@ def test_profile_command_refuses_bad_options(tmp_path, capsys):
     assert main(["profile", "--model", "mlp", "--set", "image_size=3", "--out", str(tmp_path / "x.csv")]) == 1
     assert "does not take" in capsys.readouterr().err
     assert main(["profile", "--model", "nope", "--out", str(tmp_path / "x.csv")]) == 1
+
+
+# ---------------------------------------------------------------------------------------------
+# precision: pure bf16
+# ---------------------------------------------------------------------------------------------
+BF16 = 2
+
+
+def test_bf16_linear_relu_bytes_are_half_of_float32():
+    b, i, h = 3, 5, 7
+    model = nn.Sequential(nn.Linear(i, h), nn.ReLU())
+    x = torch.randn(b, i)
+    chain = profile_model(model, x, repeats=1, warmup=0, dtype="bfloat16")
+    assert [l.saved_bytes for l in chain.layers] == [b * i * BF16, b * h * BF16]
+    assert [l.activation_bytes for l in chain.layers] == [b * h * BF16, b * h * BF16]
+    assert [l.weight_bytes for l in chain.layers] == [(i * h + h) * BF16, 0]
+    assert chain.input_bytes == b * i * BF16
+    assert chain.meta["dtype"] == "bfloat16" and chain.meta["input_dtype"] == "bfloat16"
+    assert x.dtype == torch.float32                     # the caller's input is not cast in place
+    # without dtype nothing is cast (the layers, cast above as modules are, run on a bf16 input)
+    assert profile_model(model, x.bfloat16(), repeats=1, warmup=0).meta["dtype"] == "bfloat16"
+    with pytest.raises(RuntimeError):                   # ... and a float32 input does not match them
+        profile_model(model, x, repeats=1, warmup=0)
+
+
+def test_bf16_zoo_profile_halves_every_byte_column_but_token_ids():
+    a = profile_zoo("tiny-gpt", 2, repeats=1, warmup=0)
+    b = profile_zoo("tiny-gpt", 2, repeats=1, warmup=0, dtype=torch.bfloat16)
+    assert a.meta["dtype"] == "float32" and b.meta["dtype"] == "bfloat16"
+    assert b.meta["input_dtype"] == "int64" and b.input_bytes == a.input_bytes == 2 * 16 * 8
+    for la, lb in zip(a.layers, b.layers):
+        assert lb.weight_bytes * 2 == la.weight_bytes and lb.activation_bytes * 2 == la.activation_bytes, la.name
+    # the embedding saves only its int64 ids; the blocks and the head save (about) half; the head's loss
+    # saves float32 scalars (nll's total weight) whatever the dtype, so "about"
+    assert b.layers[0].saved_bytes == a.layers[0].saved_bytes
+    for la, lb in zip(a.layers[1:], b.layers[1:]):
+        assert 0.5 <= lb.saved_bytes / la.saved_bytes < 0.52, la.name
+
+
+def test_profile_command_dtype(tmp_path, capsys):
+    out = tmp_path / "mlp-bf16.csv"
+    assert main(["profile", "--model", "mlp", "--batch-size", "4", "--repeats", "1", "--warmup", "0",
+                 "--set", "sizes=(8, 16, 4)", "--dtype", "bfloat16", "--out", str(out)]) == 0
+    chain = read_profile(out)
+    assert chain.meta["dtype"] == "bfloat16" and chain.layers[0].weight_bytes == (8 * 16 + 16) * BF16
+    assert "bfloat16" in capsys.readouterr().out
+    assert main(["profile", "--model", "mlp", "--dtype", "bf17", "--out", str(tmp_path / "x.csv")]) == 1

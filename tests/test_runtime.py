@@ -31,6 +31,16 @@ def mlp():
     return chain, wl, reference_gradients(wl, STEPS)
 
 
+@pytest.fixture(scope="module")
+def mlp_bf16():
+    """The same in pure bf16."""
+    from workbench.profiles.profiler import profile_zoo
+
+    chain = profile_zoo("mlp", 4, repeats=1, warmup=1, dtype="bfloat16")
+    wl = Workload.zoo("mlp", 4, dtype="bfloat16")
+    return chain, wl, reference_gradients(wl, STEPS)
+
+
 def _plan(chain, devices, assignment, weights="stash"):
     from workbench.schedule import best_schedule
 
@@ -101,13 +111,16 @@ def test_check_programs_finds_deadlock_and_gaps():
 # ---------------------------------------------------------------------------------------------
 # gradient equality and trace capture on processes
 # ---------------------------------------------------------------------------------------------
-def test_contiguous_two_processes(mlp):
-    chain, wl, ref = mlp
+@pytest.mark.parametrize("workload,tol", [("mlp", 1e-6), ("mlp_bf16", 2.0**-5)])
+def test_contiguous_two_processes(workload, tol, request):
+    """float32, and pure bf16 (gradients within bf16's rounding bound, grad_tolerance; on CPU: 0)."""
+    chain, wl, ref = request.getfixturevalue(workload)
     plan = _plan(chain, 2, [0, 0, 0, 1, 1])
     assert plan.stages[0].in_flight >= 2          # a real pipeline: several mini-batches in flight
     res = run_plan(plan, wl, STEPS, timeout=TIMEOUT)
+    assert all(g.dtype == torch.float32 if wl.dtype == "float32" else torch.bfloat16 for g in res.grads.values())
     abs_err, rel_err = grad_error(res.grads, ref)
-    assert rel_err < 1e-6, (abs_err, rel_err)
+    assert rel_err < tol, (abs_err, rel_err)
     _check_trace(res, plan, STEPS)
     # memory: one stage per device, so rule 7 is exact (profile and runtime count saved tensors alike)
     peak = res.peak_memory()
@@ -238,22 +251,26 @@ def test_compare_and_calibrate_on_the_plans_own_times(mlp):
     assert np.allclose(st["forward_error"], 1.0)
 
 
-def test_run_command_writes_summary(tmp_path, mlp):
-    import json
-
-    from workbench.cli import main
-
-    chain = mlp[0]
+def _run_command_args(tmp_path, chain):
+    """Write ``chain`` as a profile and a 2-device plan of it; the ``run`` command line for them, and the plan."""
     from workbench.profiles import write_profile
 
     prof = tmp_path / "mlp.csv"
     write_profile(chain, prof)
     plan = _plan(chain, 2, [0, 0, 0, 1, 1])
     plan.to_json(tmp_path / "plan.json")
+    return ["run", str(tmp_path / "plan.json"), "--model", "mlp", "--profile", str(prof), "--batch-size", "4",
+            "--steps", "6", "--out", str(tmp_path / "run")], plan
+
+
+def test_run_command_writes_summary(tmp_path, mlp):
+    import json
+
+    from workbench.cli import main
+
+    args, plan = _run_command_args(tmp_path, mlp[0])
     out = tmp_path / "run"
-    rc = main(["run", str(tmp_path / "plan.json"), "--model", "mlp", "--profile", str(prof), "--batch-size", "4",
-               "--steps", "6", "--out", str(out)])
-    assert rc == 0
+    assert main(args) == 0
     s = json.loads((out / "summary.json").read_text())
     for k in ("predicted_period", "measured_period", "memory_predicted", "memory_measured", "max_grad_error"):
         assert k in s
@@ -263,3 +280,55 @@ def test_run_command_writes_summary(tmp_path, mlp):
 
     t = Trace.load(out / "measured.csv")
     assert len(t.ops[t.ops["kind"] == "F"]) == 2 * 6
+
+
+# ---------------------------------------------------------------------------------------------
+# precision: pure bf16 runs
+# ---------------------------------------------------------------------------------------------
+def test_grad_tolerance_per_dtype_catches_a_lost_mini_batch(mlp_bf16):
+    from workbench.runtime.engine import grad_tolerance
+
+    assert grad_tolerance() == grad_tolerance("float32") == 1e-5
+    assert grad_tolerance(torch.bfloat16) == 2.0**-5        # 4 units in the last place of bf16's 8 bits
+    _, wl, ref = mlp_bf16
+    # one mini-batch of STEPS left out is far outside bf16's rounding bound
+    assert grad_error(reference_gradients(wl, STEPS - 1), ref)[1] > 2 * grad_tolerance("bfloat16")
+
+
+def test_bf16_profile_and_model_bytes_are_half(mlp, mlp_bf16):
+    chain, wl, _ = mlp_bf16
+    assert chain.meta["dtype"] == "bfloat16" and wl.dtype == "bfloat16"
+    # the byte columns are half of float32's (times differ: they are measured); the last layer's loss
+    # also saves a float32 scalar, whatever the dtype
+    assert list(chain.weights * 2) == list(mlp[0].weights)
+    assert list(chain.saved_array[:-1] * 2) == list(mlp[0].saved_array[:-1])
+    assert 2 * _weight_bytes(wl, 0, 4) == _weight_bytes(mlp[1], 0, 4)
+
+
+def test_bf16_four_processes_tiny_gpt():
+    """Token ids stay int64 through the bf16 pipeline; attention, the head and the loss in bf16."""
+    from workbench.profiles.profiler import profile_zoo
+    from workbench.runtime.engine import grad_tolerance
+
+    chain = profile_zoo("tiny-gpt", 2, repeats=1, warmup=1, dtype="bfloat16")
+    wl = Workload.zoo("tiny-gpt", 2, dtype="bfloat16")
+    plan = _plan(chain, 4, [0, 1, 2, 3])
+    steps = 2 * max(s.in_flight for s in plan.stages)
+    res = run_plan(plan, wl, steps, timeout=TIMEOUT)
+    assert grad_error(res.grads, reference_gradients(wl, steps))[1] <= grad_tolerance("bfloat16")
+    _check_trace(res, plan, steps)
+    assert np.allclose(res.peak_memory(), plan.memory, rtol=1e-9)
+
+
+def test_run_command_runs_in_the_profiles_dtype(tmp_path, mlp_bf16):
+    import json
+
+    from workbench.cli import main
+
+    args, plan = _run_command_args(tmp_path, mlp_bf16[0])
+    assert main(args) == 0
+    s = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert s["dtype"] == "bfloat16" and s["grad_tolerance"] == 2.0**-5
+    assert s["max_grad_error"] <= s["grad_tolerance"]
+    assert s["memory_measured"] == pytest.approx(list(plan.memory), rel=1e-9)
+    assert main(args + ["--dtype", "float32"]) == 1           # a run is in its profile's precision

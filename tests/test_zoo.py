@@ -117,3 +117,35 @@ def test_bad_names_and_options_are_refused():
         zoo.sample_batch("mlp", 0)
     with pytest.raises(ValueError, match="divisible"):
         zoo.build_model("gpt", layers=1, d_model=30, heads=4, vocab=10, seq_len=4)
+
+
+# ---------------------------------------------------------------------------------------------
+# precision (dtype)
+# ---------------------------------------------------------------------------------------------
+def test_as_dtype_names_and_refusals():
+    assert zoo.as_dtype("bf16") is torch.bfloat16 and zoo.as_dtype("BFloat16") is torch.bfloat16
+    assert zoo.as_dtype("torch.bfloat16") is torch.bfloat16 and zoo.as_dtype(torch.float16) is torch.float16
+    assert zoo.as_dtype(None) is torch.float32 and zoo.as_dtype("fp32") is torch.float32
+    with pytest.raises(ValueError, match="unknown dtype"):
+        zoo.as_dtype("bfloat17")
+    with pytest.raises(ValueError, match="not a floating"):
+        zoo.as_dtype(torch.int64)
+
+
+@pytest.mark.parametrize("name", TINY)
+def test_bf16_models_are_the_float32_ones_rounded_and_token_ids_stay_integer(name):
+    a, b = zoo.build_model(name, seed=3), zoo.build_model(name, seed=3, dtype="bfloat16")
+    for (na, pa), (nb, pb) in zip(list(a.state_dict().items()), list(b.state_dict().items())):
+        assert na == nb
+        if pa.is_floating_point():
+            assert pb.dtype == torch.bfloat16 and torch.equal(pb, pa.to(torch.bfloat16)), na
+        else:                                   # e.g. BatchNorm's num_batches_tracked
+            assert pb.dtype == pa.dtype
+    (x, y), (xb, yb) = zoo.sample_batch(name, 3, seed=4), zoo.sample_batch(name, 3, seed=4, dtype=torch.bfloat16)
+    assert torch.equal(y, yb) and yb.dtype == y.dtype     # targets are never cast
+    if x.is_floating_point():
+        assert xb.dtype == torch.bfloat16 and torch.equal(xb, x.to(torch.bfloat16))
+    else:
+        assert torch.equal(x, xb) and xb.dtype == torch.int64
+    out = b(xb)
+    assert out.dtype == torch.bfloat16 and torch.isfinite(zoo.loss_fn(name)(out, yb))

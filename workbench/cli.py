@@ -65,6 +65,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="zoo model option, e.g. image_size=96 or layers=12 (repeatable)")
     p.add_argument("--threads", type=int, default=1, help="CPU threads while profiling (default 1)")
+    p.add_argument("--dtype", default="float32",
+                   help="precision of the model and its floating inputs: float32 (default) or bfloat16 (pure bf16)")
     p.set_defaults(handler="workbench.profiles.profiler:profile_command")
 
     p = sub.add_parser("plan", help="plan a pipeline under a memory limit")
@@ -96,6 +98,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", default=None, help="gloo (CPU) or nccl (GPU); default by device")
     _add_platform_args(p, required=False)  # --profile: the chain the plan was made on; platform options
     p.add_argument("--out", default="build/run", help="folder for the measured trace and summary")
+    p.add_argument("--dtype", default=None,
+                   help="precision without --profile (float32 or bfloat16); with one, the profile's (default)")
     p.add_argument("--replay", action="store_true",
                    help="replay each device alone instead (one GPU or core at a time): its compute time and, "
                         "on a GPU, the allocator's peak against the prediction; writes replay.csv")

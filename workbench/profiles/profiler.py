@@ -38,6 +38,13 @@ In torch 2.13, for ``Linear(i, o)`` then ``ReLU`` on a batch of ``b``
 float32 rows, autograd saves the Linear's input (``4*b*i`` bytes) and its
 weight (excluded), and the ReLU's output (``4*b*o`` bytes).
 
+Precision: ``dtype`` (e.g. ``torch.bfloat16`` or ``"bfloat16"``) profiles
+the chain in *pure* low precision: every layer's parameters and buffers and a
+floating sample input are cast to it (integer inputs, such as token ids,
+stay as they are); the metadata's ``dtype`` is the parameters' dtype. All
+bytes above are then the bytes of that dtype (a bfloat16 activation is half
+a float32 one).
+
 The spread of the repeats is kept: per layer ``(max - min) / median`` of
 the timed repeats; the metadata records the median and the maximum over
 layers (``spread_forward``, ``spread_backward``, ...), and
@@ -252,6 +259,7 @@ def profile_model(
     grad_seed: int = 0,
     loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
     target: torch.Tensor | None = None,
+    dtype: str | torch.dtype | None = None,
 ) -> Chain | tuple[Chain, list[LayerTiming]]:
     """Profile a chain of modules (see the module docstring for what is measured).
 
@@ -262,6 +270,8 @@ def profile_model(
     torch version, threads, repeats, spreads, date, source). With
     ``return_stats`` the raw timings come back too. ``loss(output, target)``
     makes the loss part of the last layer (its time and what it saves).
+    ``dtype`` casts the layers and a floating ``sample_input`` first (None:
+    leave them as they are).
 
     >>> c, stats = profile_model([torch.nn.Linear(4, 4)], torch.zeros(1, 4), repeats=3, warmup=0, return_stats=True)
     >>> len(stats[0].forward), c.layers[0].name
@@ -276,6 +286,9 @@ def profile_model(
     if (loss is None) != (target is None):
         raise ValueError("loss and target go together: pass both or neither")
     mods, names = _layer_list(layers, names)
+    cast = None if dtype is None else _as_dtype(dtype)
+    if cast is not None and sample_input.is_floating_point():
+        sample_input = sample_input.to(cast)
     dev = torch.device(device)
     tgt = target.to(dev) if target is not None else None
     if dev.type == "cuda" and not torch.cuda.is_available():
@@ -293,7 +306,7 @@ def profile_model(
         iterator = tqdm(iterator, desc=str((meta or {}).get("network", "profile")), unit="layer")
     with _threads(dev, threads):
         for i in iterator:
-            mod = mods[i].to(dev).train()
+            mod = (mods[i].to(dev) if cast is None else mods[i].to(device=dev, dtype=cast)).train()
             needs_input_grad = i > 0
             with_loss = loss is not None and i == len(mods) - 1
             then = (lambda o: loss(o, tgt)) if with_loss else None  # type: ignore[misc]
@@ -365,6 +378,7 @@ def profile_zoo(
     batch_size: int,
     device: str = "cpu",
     *,
+    dtype: str | torch.dtype | None = None,
     seed: int = 0,
     warmup: int = 2,
     repeats: int = 5,
@@ -379,19 +393,29 @@ def profile_zoo(
 
     The model's full configuration goes to the metadata (``model_config``, JSON).
     The model's loss is part of the last layer unless ``include_loss=False``.
+    ``dtype`` (default float32) is the precision of the model and its floating
+    inputs (:func:`workbench.profiles.zoo.build_model`): ``"bfloat16"`` profiles pure bf16.
 
     >>> profile_zoo("mlp", 4, repeats=1, warmup=0).name
     'mlp'
+    >>> profile_zoo("mlp", 4, repeats=1, warmup=0, dtype="bfloat16").meta["dtype"]
+    'bfloat16'
     """
     from . import zoo
 
     cfg = zoo.model_config(name, **model_kwargs)
-    model = zoo.build_model(name, seed=seed, **model_kwargs)
-    x, y = zoo.sample_batch(name, batch_size, seed=seed, **model_kwargs)
+    model = zoo.build_model(name, seed=seed, dtype=dtype, **model_kwargs)
+    x, y = zoo.sample_batch(name, batch_size, seed=seed, dtype=dtype, **model_kwargs)
     info = {"network": name, "model": name, "model_config": json.dumps(cfg, separators=(",", ":")), **(meta or {})}
     return profile_model(model, x, device, warmup=warmup, repeats=repeats, meta=info, progress=progress,
                          threads=threads, return_stats=return_stats,
                          loss=zoo.loss_fn(name) if include_loss else None, target=y if include_loss else None)
+
+
+def _as_dtype(dtype: str | torch.dtype) -> torch.dtype:
+    from .zoo import as_dtype
+
+    return as_dtype(dtype)
 
 
 def _parse_value(text: str) -> Any:
@@ -415,12 +439,13 @@ def profile_command(args: Any) -> int:
         kwargs[k.strip()] = _parse_value(v.strip())
     threads = getattr(args, "threads", 1)
     chain, stats = profile_zoo(args.model, args.batch_size, args.device, warmup=args.warmup, repeats=args.repeats,
-                               progress=True, threads=threads, return_stats=True, **kwargs)
+                               progress=True, threads=threads, return_stats=True,
+                               dtype=getattr(args, "dtype", None), **kwargs)
     write_profile(chain, args.out)
     m = chain.meta
     print(chain.summary())
-    print(f"saved for backward {sum(chain.saved_array) / 2**20:.1f} MiB in all; input {m['input_shape']} "
-          f"({m['input_dtype']}), device {m['device']}, {m['threads']} thread(s)")
+    print(f"saved for backward {sum(chain.saved_array) / 2**20:.1f} MiB in all; {m['dtype']}; input "
+          f"{m['input_shape']} ({m['input_dtype']}), device {m['device']}, {m['threads']} thread(s)")
     print(f"spread of {args.repeats} repeats, (max-min)/median per layer: forward median {float(m['spread_forward']):.1%} "
           f"(max {float(m['spread_forward_max']):.1%}), backward median {float(m['spread_backward']):.1%} "
           f"(max {float(m['spread_backward_max']):.1%})")

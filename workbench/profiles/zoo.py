@@ -19,6 +19,12 @@ Defaults are the published shapes (224x224 images, 1000 classes) but
 dropout defaults to 0 so that runs are deterministic (pass ``dropout=0.5``
 for the torchvision VGG classifier).
 
+Precision: ``dtype`` (keyword of :func:`build_model` and :func:`sample_batch`,
+a ``torch.dtype`` or a name such as ``"bfloat16"``/``"bf16"``; float32 by
+default) makes a *pure* low-precision model: every parameter and buffer is
+cast, and so are floating inputs; token ids stay integer and targets are
+never cast. The same seed gives the float32 weights, rounded.
+
 >>> import torch
 >>> model = build_model("mlp")
 >>> [n for n, _ in model.named_children()]
@@ -50,6 +56,7 @@ __all__ = [
     "model_config",
     "input_shape",
     "count_parameters",
+    "as_dtype",
     "Bottleneck",
     "TransformerBlock",
 ]
@@ -304,6 +311,31 @@ def _spec(name: str) -> ModelSpec:
         raise ValueError(f"unknown zoo model {name!r}; known: {', '.join(MODELS)}") from None
 
 
+_DTYPES = {"float32": torch.float32, "fp32": torch.float32, "float": torch.float32,
+           "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+           "float16": torch.float16, "fp16": torch.float16, "half": torch.float16,
+           "float64": torch.float64, "double": torch.float64}
+
+
+def as_dtype(dtype: str | torch.dtype | None) -> torch.dtype:
+    """A floating ``torch.dtype`` from a dtype or its name (``"torch."`` prefix allowed); None is float32.
+
+    >>> as_dtype("bf16"), as_dtype("torch.float32"), as_dtype(None)
+    (torch.bfloat16, torch.float32, torch.float32)
+    """
+    if dtype is None:
+        return torch.float32
+    if isinstance(dtype, torch.dtype):
+        if not dtype.is_floating_point:
+            raise ValueError(f"{dtype} is not a floating dtype")
+        return dtype
+    key = str(dtype).strip().lower().removeprefix("torch.")
+    try:
+        return _DTYPES[key]
+    except KeyError:
+        raise ValueError(f"unknown dtype {dtype!r}; known: {', '.join(_DTYPES)}") from None
+
+
 def model_config(name: str, **kwargs: Any) -> dict[str, Any]:
     """The model's full configuration: its defaults updated with ``kwargs`` (``seed`` is ignored).
 
@@ -318,33 +350,44 @@ def model_config(name: str, **kwargs: Any) -> dict[str, Any]:
     return {**spec.defaults, **kw}
 
 
-def build_model(name: str, *, seed: int = 0, **kwargs: Any) -> nn.Sequential:
-    """Build zoo model ``name``; parameters are initialised after ``torch.manual_seed(seed)``.
+def build_model(name: str, *, seed: int = 0, dtype: str | torch.dtype | None = None, **kwargs: Any) -> nn.Sequential:
+    """Build zoo model ``name``; parameters are initialised (in float32) after ``torch.manual_seed(seed)``,
+    then every parameter and buffer is cast to ``dtype`` (default float32: no cast).
 
     >>> m = build_model("tiny-resnet")
     >>> [n for n, _ in m.named_children()][:3]
     ['stem', 'res2_1', 'res3_1']
+    >>> next(build_model("mlp", dtype="bfloat16").parameters()).dtype
+    torch.bfloat16
     """
     cfg = model_config(name, **kwargs)
+    dt = as_dtype(dtype)
     torch.manual_seed(seed)
-    return _spec(name).builder(cfg)
+    model = _spec(name).builder(cfg)
+    return model if dt == torch.float32 else model.to(dt)
 
 
-def sample_batch(name: str, batch_size: int, *, seed: int = 0, **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
+def sample_batch(name: str, batch_size: int, *, seed: int = 0, dtype: str | torch.dtype | None = None,
+                 **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
     """A random ``(input, target)`` batch for model ``name`` (same keywords as :func:`build_model`).
 
-    Images are ``(B, 3, S, S)`` float32 with class targets ``(B,)``; GPT
-    inputs are token ids ``(B, T)`` with next-token targets ``(B, T)``.
+    Images are ``(B, 3, S, S)`` float32 (or ``dtype``: the float32 values,
+    rounded) with class targets ``(B,)``; GPT inputs are token ids ``(B, T)``
+    with next-token targets ``(B, T)``, whatever ``dtype``.
 
-    >>> x, y = sample_batch("tiny-gpt", 2)
+    >>> x, y = sample_batch("tiny-gpt", 2, dtype="bfloat16")
     >>> tuple(x.shape), tuple(y.shape), x.dtype
     ((2, 16), (2, 16), torch.int64)
+    >>> sample_batch("mlp", 2, dtype="bfloat16")[0].dtype
+    torch.bfloat16
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     cfg = model_config(name, **kwargs)
+    dt = as_dtype(dtype)
     g = torch.Generator().manual_seed(seed)
-    return _spec(name).sampler(cfg, batch_size, g)
+    x, y = _spec(name).sampler(cfg, batch_size, g)
+    return (x.to(dt) if x.is_floating_point() else x), y
 
 
 def input_shape(name: str, batch_size: int, **kwargs: Any) -> tuple[int, ...]:

@@ -7,9 +7,11 @@ The chain the plan was made on is ``--profile`` (a profile file written by
 ``python -m workbench profile``, whose metadata carries the model's
 configuration and batch size) or, without it, a fresh profile of the zoo
 model made here with :func:`workbench.profiles.profiler.profile_zoo`. The
+run is in the profile's precision (its ``dtype``, e.g. a bfloat16 profile
+runs the model in pure bf16; ``--dtype`` for a fresh profile). The
 run uses a learning rate of zero, so its accumulated gradients are checked
 against a single process (``max_grad_error``, relative to the largest
-gradient).
+gradient, against ``grad_tolerance`` of the dtype).
 
 Writes to ``--out``: ``measured.csv`` (+ ``measured.memory.csv``, the
 trace in the simulator's format), ``predicted.csv`` (the simulated trace),
@@ -28,7 +30,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-__all__ = ["run_command", "run_and_compare", "format_comparison", "validate_zoo", "measure_series"]
+__all__ = ["run_command", "run_and_compare", "format_comparison", "validate_zoo", "measure_series", "profile_dtype"]
 
 
 def _model_config(chain, plan) -> dict[str, Any]:
@@ -39,12 +41,35 @@ def _model_config(chain, plan) -> dict[str, Any]:
     return {}
 
 
+def profile_dtype(chain) -> str:
+    """The precision a profile was measured in (its ``dtype`` metadata), float32 when it says none.
+
+    >>> from workbench.chain import Chain, Layer
+    >>> profile_dtype(Chain((Layer("a", 1, 1, 0, 0),), meta={"dtype": "bfloat16"}))
+    'bfloat16'
+    """
+    from ..profiles.zoo import as_dtype
+
+    text = (chain.meta.get("dtype") if chain is not None else None) or "float32"
+    try:
+        return str(as_dtype(text)).removeprefix("torch.")
+    except ValueError:
+        return "float32"
+
+
+def _as_dtype(dtype):
+    from ..profiles.zoo import as_dtype
+
+    return as_dtype(dtype)
+
+
 def run_and_compare(plan, chain, platform, model: str, batch_size: int, steps: int = 20, *,
                     model_config: dict[str, Any] | None = None, backend: str | None = None,
                     out: str | Path | None = None, timeout: float = 300.0, check_grads: bool = True,
-                    replan: bool = True, **run_kw: Any) -> dict[str, Any]:
+                    replan: bool = True, dtype: str | None = None, **run_kw: Any) -> dict[str, Any]:
     """Run ``plan`` on zoo ``model``, compare with the prediction; return (and write) the summary.
 
+    ``dtype`` is the run's precision (default: the profile's, :func:`profile_dtype`).
     The summary also holds ``"result"`` (the :class:`RunResult`), ``"comparison"``
     (per-device DataFrame), ``"stages"`` and ``"calibration"``; only the JSON-able
     part goes to ``summary.json``. ``replan=False`` skips re-planning on the
@@ -55,11 +80,12 @@ def run_and_compare(plan, chain, platform, model: str, batch_size: int, steps: i
     from ..io import write_text_atomic
     from ..plan import chain_for_plan
     from .compare import calibration_report, compare, stage_times
-    from .engine import Workload, grad_error, reference_gradients, run_plan
+    from .engine import Workload, grad_error, grad_tolerance, reference_gradients, run_plan
 
+    dtype = dtype or profile_dtype(chain)
     chain = chain_for_plan(plan, chain)
     cfg = dict(model_config or {})
-    wl = Workload.zoo(model, batch_size, **cfg)
+    wl = Workload.zoo(model, batch_size, dtype=dtype, **cfg)
     res = run_plan(plan, wl, steps, backend=backend, timeout=timeout, weights=platform.weights,
                    chain=chain, platform=platform, **run_kw)
     max_err = abs_err = math.nan
@@ -70,7 +96,7 @@ def run_and_compare(plan, chain, platform, model: str, batch_size: int, steps: i
     cmp = compare(plan, chain, platform, res.trace)
     cal = calibration_report(plan, chain, platform, res.trace, replan=replan)
     summary: dict[str, Any] = {
-        "model": model, "model_config": cfg, "batch_size": batch_size, "steps": steps,
+        "model": model, "model_config": cfg, "batch_size": batch_size, "steps": steps, "dtype": wl.dtype,
         "devices": plan.devices, "assignment": list(plan.assignment), "allocation": plan.allocation,
         "weights": platform.weights, "backend": res.meta["backend"], "device": res.meta["device"],
         "predicted_period": plan.period, "measured_period": cmp.attrs["measured_period"],
@@ -83,7 +109,7 @@ def run_and_compare(plan, chain, platform, model: str, batch_size: int, steps: i
         "busy_error": [float(e) for e in cmp["busy_error"]],
         "cpu_busy_measured": [float(b) for b in cmp["measured_cpu_busy"]] if "measured_cpu_busy" in cmp else None,
         "core_share": [float(b) for b in cmp["core_share"]] if "core_share" in cmp else None,
-        "max_grad_error": max_err, "max_grad_error_abs": abs_err,
+        "max_grad_error": max_err, "max_grad_error_abs": abs_err, "grad_tolerance": grad_tolerance(wl.dtype),
         "calibration": cal,
         "max_memory_allocated": res.meta.get("max_memory_allocated"),
         "wall_seconds": res.meta.get("wall_seconds"),
@@ -129,7 +155,8 @@ def format_comparison(summary: dict[str, Any]) -> str:
 
     lines = [
         f"{summary['model']}: {summary['steps']} mini-batches of {summary['batch_size']} on {summary['devices']} "
-        f"processes ({summary['backend']}, {summary['device']}), weights {summary['weights']}",
+        f"processes ({summary['backend']}, {summary['device']}, {summary.get('dtype', 'float32')}), "
+        f"weights {summary['weights']}",
         f"  period     predicted {summary['predicted_period'] * 1e3:9.3f} ms   measured "
         f"{summary['measured_period'] * 1e3:9.3f} ms   error {summary['period_error']:+.1%}",
     ]
@@ -145,17 +172,20 @@ def format_comparison(summary: dict[str, Any]) -> str:
     if cal:
         lines.append(f"  calibrated prediction (same allocation): {cal['calibrated_period'] * 1e3:.3f} ms, "
                      f"error {cal['error_before']:+.1%} -> {cal['error_after']:+.1%}")
-    lines.append(f"  max gradient error (lr 0, vs one process): {summary['max_grad_error']:.3g} (relative)")
+    lines.append(f"  max gradient error (lr 0, vs one process): {summary['max_grad_error']:.3g} (relative; rounding "
+                 f"bound {summary.get('grad_tolerance', math.nan):.3g})")
     return "\n".join(lines)
 
 
 def validate_zoo(model: str, devices: int, batch_size: int, steps: int = 20, *, out: str | Path | None = None,
                  method: str = "dp", memory: float | str = math.inf, bandwidth: float | str = "12GB/s",
-                 weights: str = "stash", repeats: int = 10, chain=None, **config: Any) -> dict[str, Any]:
-    """Profile zoo ``model`` here, plan it on ``devices`` with ``method``, run the plan and compare.
+                 weights: str = "stash", repeats: int = 10, chain=None, dtype: str | None = None,
+                 **config: Any) -> dict[str, Any]:
+    """Profile zoo ``model`` here (in ``dtype``, default float32), plan it on ``devices`` with ``method``,
+    run the plan and compare.
 
     Writes ``profile.csv`` and everything :func:`run_and_compare` writes to ``out``.
-    Pass ``chain`` to reuse a profile (e.g. the same one for 2 and 4 devices).
+    Pass ``chain`` to reuse a profile (e.g. the same one for 2 and 4 devices); the run is in its dtype.
     """
     from ..chain import Platform
     from ..planners import plan as run_planner
@@ -163,7 +193,7 @@ def validate_zoo(model: str, devices: int, batch_size: int, steps: int = 20, *, 
     from ..profiles.profiler import profile_zoo
 
     if chain is None:
-        chain = profile_zoo(model, batch_size, repeats=repeats, **config)
+        chain = profile_zoo(model, batch_size, repeats=repeats, dtype=dtype, **config)
     platform = Platform(devices, memory=memory, bandwidth=bandwidth, weights=weights)  # type: ignore[arg-type]
     plan = run_planner(chain, platform, method)
     if not plan.feasible:
@@ -231,10 +261,11 @@ def _replay(plan, chain, platform, model: str, batch_size: int, steps: int, cfg:
     from .engine import Workload
     from .replay import replay_to
 
+    wl = Workload.zoo(model, batch_size, dtype=profile_dtype(chain), **cfg)
     chain = chain_for_plan(plan, chain)
-    res, rep = replay_to(out, plan, chain, Workload.zoo(model, batch_size, **cfg), steps, weights=platform.weights,
-                         platform=platform)
-    print(f"{model}: each of {plan.devices} devices replayed alone ({res.meta['device']}), {steps} mini-batches")
+    res, rep = replay_to(out, plan, chain, wl, steps, weights=platform.weights, platform=platform)
+    print(f"{model}: each of {plan.devices} devices replayed alone ({res.meta['device']}, {wl.dtype}), "
+          f"{steps} mini-batches")
     for r in rep.itertuples():
         peak = "" if pd.isna(r.allocator_peak) else (f"; allocator peak {format_bytes(r.allocator_peak)} "
                                                       f"({r.allocator_over_predicted:.2f}x rule 7)")
@@ -259,6 +290,9 @@ def run_command(args: argparse.Namespace) -> int:
         from ..profiles import load_profile
 
         chain = load_profile(profile)
+        if getattr(args, "dtype", None) and profile_dtype(chain) != str(_as_dtype(args.dtype)).removeprefix("torch."):
+            raise ValueError(f"--dtype {args.dtype} but the profile {profile} was measured in {profile_dtype(chain)}: "
+                             "a run is in its profile's precision")
         if chain.meta.get("batch_size") and int(chain.meta["batch_size"]) != batch_size:
             print(f"note: using the profile's batch size {chain.meta['batch_size']} (not {batch_size})")
             batch_size = int(chain.meta["batch_size"])
@@ -266,8 +300,9 @@ def run_command(args: argparse.Namespace) -> int:
         from ..profiles.profiler import profile_zoo
 
         cfg = _model_config(None, plan)
-        print(f"profiling {args.model} (batch {batch_size}) on this machine ...")
-        chain = profile_zoo(args.model, batch_size, **cfg)
+        dtype = getattr(args, "dtype", None) or "float32"
+        print(f"profiling {args.model} (batch {batch_size}, {dtype}) on this machine ...")
+        chain = profile_zoo(args.model, batch_size, dtype=dtype, **cfg)
     cfg = _model_config(chain, plan)
     platform = Platform(plan.devices, memory=plan.memory_limit,
                         bandwidth=getattr(args, "bandwidth", None) or math.inf,

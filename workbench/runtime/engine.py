@@ -7,7 +7,12 @@ and gathers the operations, the memory and the accumulated gradients into a
 :class:`RunResult`. :func:`reference_gradients` computes the same gradients
 in a single process, so that with a learning rate of zero (every mini-batch
 sees the same weights) ``max_grad_error(result.grads, reference)`` is
-floating-point noise.
+floating-point noise, below :func:`grad_tolerance` of the run's dtype.
+
+A workload has a precision (``Workload.zoo(..., dtype="bfloat16")``: the
+model's parameters and floating inputs in bf16, as the profiler's ``dtype``);
+every rank, the replay and the reference run in it, so what is measured is
+what a profile of that dtype predicts.
 
 Under ``torchrun`` (several nodes work the same way) use the module entry::
 
@@ -41,23 +46,24 @@ from ..trace import MEMORY_COLUMNS, OP_COLUMNS, Trace
 from .program import Op, programs_for
 from .worker import RunConfig
 
-__all__ = ["Workload", "RunResult", "run_plan", "reference_gradients", "grad_error", "free_port", "default_backend",
-           "join_or_kill", "programs_for", "merge_results"]
+__all__ = ["Workload", "RunResult", "run_plan", "reference_gradients", "grad_error", "grad_tolerance",
+           "free_port", "default_backend", "join_or_kill", "programs_for", "merge_results"]
 
 
 # ---------------------------------------------------------------------------------------------
 # workloads
 # ---------------------------------------------------------------------------------------------
-def _zoo_build(name: str, seed: int, config: dict) -> nn.Sequential:
+def _zoo_build(name: str, seed: int, config: dict, dtype: str = "float32") -> nn.Sequential:
     from ..profiles.zoo import build_model
 
-    return build_model(name, seed=seed, **config)
+    return build_model(name, seed=seed, dtype=dtype, **config)
 
 
-def _zoo_batch(name: str, batch_size: int, seed: int, config: dict, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+def _zoo_batch(name: str, batch_size: int, seed: int, config: dict, i: int, dtype: str = "float32"
+               ) -> tuple[torch.Tensor, torch.Tensor]:
     from ..profiles.zoo import sample_batch
 
-    return sample_batch(name, batch_size, seed=seed * 100003 + i + 1, **config)
+    return sample_batch(name, batch_size, seed=seed * 100003 + i + 1, dtype=dtype, **config)
 
 
 def _zoo_loss(name: str, out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
@@ -70,7 +76,8 @@ def _zoo_loss(name: str, out: torch.Tensor, target: torch.Tensor) -> torch.Tenso
 class Workload:
     """What to train: ``build() -> nn.Sequential`` (children = chain layers), ``batch(i) -> (input, target)``
     for mini-batch ``i``, ``loss(output, target) -> scalar``. All three must be picklable (module-level
-    functions or ``functools.partial`` of them) since they cross process boundaries."""
+    functions or ``functools.partial`` of them) since they cross process boundaries. ``dtype`` names the
+    precision ``build`` and ``batch`` produce (a record: it is theirs to honour)."""
 
     build: Callable[[], nn.Sequential]
     batch: Callable[[int], tuple[torch.Tensor, torch.Tensor]]
@@ -78,12 +85,24 @@ class Workload:
     name: str = "model"
     batch_size: int | None = None
     config: dict[str, Any] = field(default_factory=dict)
+    dtype: str = "float32"
 
     @classmethod
-    def zoo(cls, name: str, batch_size: int, seed: int = 0, **config: Any) -> "Workload":
-        """A zoo model (:mod:`workbench.profiles.zoo`) with its sample batches and loss."""
-        return cls(partial(_zoo_build, name, seed, config), partial(_zoo_batch, name, batch_size, seed, config),
-                   partial(_zoo_loss, name), name=name, batch_size=batch_size, config=dict(config))
+    def zoo(cls, name: str, batch_size: int, seed: int = 0, dtype: str | torch.dtype | None = None,
+            **config: Any) -> "Workload":
+        """A zoo model (:mod:`workbench.profiles.zoo`) with its sample batches and loss, in ``dtype``
+        (default float32; ``"bfloat16"``: parameters, buffers and floating inputs in bf16).
+
+        >>> wl = Workload.zoo("mlp", 4, dtype="bf16")
+        >>> wl.dtype, wl.batch(0)[0].dtype, next(wl.build().parameters()).dtype
+        ('bfloat16', torch.bfloat16, torch.bfloat16)
+        """
+        from ..profiles.zoo import as_dtype
+
+        dt = str(as_dtype(dtype)).removeprefix("torch.")
+        return cls(partial(_zoo_build, name, seed, config, dt), partial(_zoo_batch, name, batch_size, seed, config,
+                                                                         dtype=dt),
+                   partial(_zoo_loss, name), name=name, batch_size=batch_size, config=dict(config), dtype=dt)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -118,13 +137,41 @@ def reference_gradients(workload: Workload, steps: int, device: str = "cpu") -> 
 
 
 def grad_error(grads: dict[str, torch.Tensor], reference: dict[str, torch.Tensor]) -> tuple[float, float]:
-    """(max absolute difference, that divided by the largest reference magnitude) over all parameters."""
+    """(max absolute difference, that divided by the largest reference magnitude) over all parameters,
+    computed in float64 whatever the gradients' dtype."""
     missing = sorted(set(reference) ^ set(grads))
     if missing:
         raise ValueError(f"gradient names differ: {missing[:5]}")
-    abs_err = max(float((grads[n] - reference[n]).abs().max()) for n in reference)
-    scale = max(float(reference[n].abs().max()) for n in reference)
+    abs_err = max(float((grads[n].double() - reference[n].double()).abs().max()) for n in reference)
+    scale = max(float(reference[n].double().abs().max()) for n in reference)
     return abs_err, abs_err / scale if scale > 0 else abs_err
+
+
+# float32: what the H100 runs reached in float32 (at most 1.4e-6) with room; bfloat16: 4 units in the last
+# place of the largest gradient (8 significant bits: one unit is 2**-7 of it), see grad_tolerance
+_GRAD_TOLERANCE = {torch.float64: 1e-12, torch.float32: 1e-5, torch.bfloat16: 2.0**-5, torch.float16: 2.0**-8}
+
+
+def grad_tolerance(dtype: str | torch.dtype | None = None) -> float:
+    """The largest relative :func:`grad_error` of a run against :func:`reference_gradients` that is still
+    rounding, for gradients of ``dtype`` (default float32).
+
+    The run and the reference compute the same layers with the same kernels, but
+    not always in the same order of summation (a stage's backward alone against
+    the whole model's; on a GPU, algorithms chosen per call and atomic adds), and
+    each of the ``steps`` accumulations rounds. In float32 the committed H100
+    runs differ by at most 1.4e-6; the bound is 1e-5. bfloat16 keeps 8
+    significant bits, so one rounding of the largest gradient moves it by up to
+    2**-7 (0.8%) of itself and a different order of summation by a few such units:
+    the bound is 4 units, 2**-5 (3.1%). A real error (a wrong weight version, a
+    lost mini-batch) is of the order of the gradient itself.
+
+    >>> grad_tolerance(), grad_tolerance("bfloat16")
+    (1e-05, 0.03125)
+    """
+    from ..profiles.zoo import as_dtype
+
+    return _GRAD_TOLERANCE[as_dtype(dtype)]
 
 
 def merge_results(parts: Sequence[dict[str, Any]], plan: Plan, **meta: Any) -> RunResult:
@@ -264,6 +311,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--weights", default="stash")
     ap.add_argument("--lr", type=float, default=0.0)
     ap.add_argument("--backend", default=None)
+    ap.add_argument("--dtype", default="float32", help="float32 or bfloat16 (the profile's)")
     ap.add_argument("--out", default="build/run")
     args = ap.parse_args(argv)
     plan = Plan.from_json(Path(args.plan_file))
@@ -272,7 +320,7 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"the plan has {plan.devices} devices, torchrun started {world} ranks")
     device = "cuda" if torch.cuda.is_available() else "cpu"
     backend = args.backend or default_backend(device, world)
-    wl = Workload.zoo(args.model, args.batch_size, **dict(plan.extra.get("model_config", {})))
+    wl = Workload.zoo(args.model, args.batch_size, dtype=args.dtype, **dict(plan.extra.get("model_config", {})))
     cfg = RunConfig(plan, programs_for(plan, args.steps), wl, args.steps, args.lr, args.weights, backend, device)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
