@@ -40,7 +40,7 @@ from .engine import RunResult, Workload, join_or_kill, merge_results
 from .program import Op, programs_for
 from .worker import RunConfig
 
-__all__ = ["replay_devices", "replay_report", "replay_to", "load_replays"]
+__all__ = ["replay_devices", "replay_report", "replay_to", "load_replays", "run_summary"]
 
 
 def replay_devices(plan: Plan, workload: Workload, steps: int = 8, *, weights: str = "stash",
@@ -98,12 +98,21 @@ def replay_report(plan: Plan, chain, result: RunResult, warmup: int | None = Non
     the steady mini-batches, the first quarter left out), ``busy_error``,
     ``predicted_memory`` (the plan's rule-7 memory), ``measured_memory``
     (the runtime's count of the same), ``memory_error``, ``allocator_peak``
-    (bytes, nan on CPU) and ``allocator_over_predicted`` (peak / predicted).
+    (bytes, nan on CPU) and ``allocator_over_predicted`` (peak / predicted); and the forwards alone:
+    ``predicted_forward``, ``measured_forward`` (wall) and ``forward_cpu`` (CPU time of the
+    calling thread, ``time.thread_time``, per mini-batch). A forward runs on that thread entirely,
+    so ``forward_cpu`` close to ``measured_forward`` means the GPU waited for the Python thread to
+    launch its kernels (the forward is launch-bound); a backward runs in autograd's own threads,
+    so its CPU time is not comparable and not reported.
     """
     from .compare import _steady, rel_error
 
     ops = _steady(result.trace.ops, warmup)
     ops = ops[ops["kind"].isin(["F", "B"])]
+    cpu = result.meta.get("cpu")
+    if cpu is None or not len(cpu):
+        cpu = pd.DataFrame(columns=["device", "stage", "kind", "batch", "cpu"])
+    cpu = cpu[(cpu["kind"] == "F") & cpu["batch"].isin(set(ops["batch"]))]
     peak = result.trace.peak_memory()
     alloc = result.meta.get("max_memory_allocated") or [None] * plan.devices
     rows = []
@@ -112,13 +121,18 @@ def replay_report(plan: Plan, chain, result: RunResult, warmup: int | None = Non
         nb = mine["batch"].nunique()
         pred = sum(chain.stage_costs(st.first, st.last).compute for st in plan.stages if st.device == d)
         meas = float((mine["end"] - mine["start"]).sum() / nb) if nb else math.nan
+        fwd = mine[mine["kind"] == "F"]
+        pred_f = sum(chain.stage_costs(st.first, st.last).forward for st in plan.stages if st.device == d)
+        meas_f = float((fwd["end"] - fwd["start"]).sum() / nb) if nb else math.nan
+        cpu_f = float(cpu[cpu["device"] == d]["cpu"].sum() / nb) if nb and len(cpu) else math.nan
         pm, mm = float(plan.memory[d]), float(peak[d])
         a = float(alloc[d]) if alloc[d] is not None else math.nan
         rows.append({"device": d,
                      "stages": ",".join(str(s) for s, st in enumerate(plan.stages) if st.device == d),
                      "predicted_busy": pred, "measured_busy": meas, "busy_error": rel_error(meas, pred),
                      "predicted_memory": pm, "measured_memory": mm, "memory_error": rel_error(mm, pm),
-                     "allocator_peak": a, "allocator_over_predicted": a / pm if pm > 0 else math.nan})
+                     "allocator_peak": a, "allocator_over_predicted": a / pm if pm > 0 else math.nan,
+                     "predicted_forward": pred_f, "measured_forward": meas_f, "forward_cpu": cpu_f})
     return pd.DataFrame(rows)
 
 
@@ -159,3 +173,44 @@ def load_replays(root: str | Path) -> pd.DataFrame:
         raise FileNotFoundError(f"no runs/*/replay.csv under {root}")
     out = pd.concat(frames, ignore_index=True)
     return out[["run"] + [c for c in out.columns if c != "run"]]
+
+
+def run_summary(root: str | Path) -> pd.DataFrame:
+    """One row per run of a ``scripts/gpu_validation.py`` folder: the replays' worst cases beside the
+    shared run's gradient check (indexed by ``run``; devices without a stage left out).
+
+    Columns: ``dtype``, ``devices``, ``stages``, ``method``, ``memory_limit``,
+    ``predicted_period``, ``busy_error_min`` / ``busy_error_max`` (signed, over devices),
+    ``memory_error_max`` (the largest ``|runtime count / rule 7 - 1|``), ``memory_exact``
+    (every device with one stage counted to the byte), ``allocator_over_predicted_min`` /
+    ``_max``, ``allocator_over_limit_max`` (nan without a limit), ``fits`` (every device's
+    allocator peak within the limit; True without one), ``grad_error`` and ``grad_tolerance``
+    (nan for one device: there is no shared run).
+    """
+    from .engine import grad_tolerance
+
+    root = Path(root)
+    reps = load_replays(root)
+    reps = reps[reps["predicted_busy"] > 0]
+    val = pd.read_csv(root / "validation.csv").set_index("run")
+    rows = []
+    for run, g in reps.groupby("run", sort=False):
+        v = val.loc[run]
+        one = g["stages"].astype(str).str.count(",") == 0
+        over = g["allocator_over_limit"]
+        dtype = v.get("dtype", "float32")      # runs made before the dtype option were float32
+        rows.append({"run": run, "dtype": dtype, "devices": int(v["devices"]),
+                     "stages": int(v["stages"]), "method": v["method"], "memory_limit": float(v["memory_limit"]),
+                     "predicted_period": float(v["predicted_period"]),
+                     "busy_error_min": float(g["busy_error"].min()), "busy_error_max": float(g["busy_error"].max()),
+                     "memory_error_max": float(g["memory_error"].abs().max()),
+                     "memory_exact": bool((g.loc[one, "memory_error"].abs() < 1e-9).all()),
+                     "allocator_over_predicted_min": float(g["allocator_over_predicted"].min()),
+                     "allocator_over_predicted_max": float(g["allocator_over_predicted"].max()),
+                     "allocator_over_limit_max": float(over.max()),
+                     "fits": bool(over.isna().all() or (over <= 1).all()),
+                     "grad_error": float(v.get("shared_max_grad_error", math.nan)),
+                     "grad_tolerance": grad_tolerance(dtype) if int(v["devices"]) > 1 else math.nan})
+    order = {r: i for i, r in enumerate(val.index)}
+    out = pd.DataFrame(rows).set_index("run")
+    return out.loc[sorted(out.index, key=order.get)]
