@@ -161,6 +161,13 @@ class Chain:
         return np.array([self.cut(i) for i in range(len(self))], dtype=float)
 
     @cached_property
+    def _prefix_lists(self) -> tuple[list[float], list[float], list[float], list[float], list[float]]:
+        """``_prefix``'s f, b, a, w as Python lists, and the cut bytes: for planners that sum many stages."""
+        p = self._prefix
+        return (p["f"].tolist(), p["b"].tolist(), p["a"].tolist(), p["w"].tolist(),
+                [self.cut(i) for i in range(len(self))])
+
+    @cached_property
     def _prefix(self) -> dict[str, np.ndarray]:
         z = lambda a: np.concatenate([[0.0], np.cumsum(a)])  # noqa: E731
         return {"f": z(self.forward), "b": z(self.backward), "a": z(self.saved_array), "w": z(self.weights)}

@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import asdict, dataclass, field, replace
+from itertools import groupby
 from pathlib import Path
 from typing import Any, Literal, Sequence
 
@@ -56,10 +57,10 @@ def stages_of(assignment: Sequence[int]) -> list[tuple[int, int]]:
     """Maximal runs of consecutive layers on one device, as (first, last)."""
     out: list[tuple[int, int]] = []
     start = 0
-    for l in range(1, len(assignment) + 1):
-        if l == len(assignment) or assignment[l] != assignment[start]:
-            out.append((start, l - 1))
-            start = l
+    for _, run in groupby(assignment):
+        n = sum(1 for _ in run)
+        out.append((start, start + n - 1))
+        start += n
     return out
 
 
