@@ -21,18 +21,25 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Sequence
+from itertools import islice
+from typing import Iterator, Sequence
 
 from ..chain import Chain, Platform
 from ..plan import Plan, make_plan
 
-__all__ = ["allocation_best", "local_search", "normalise"]
+__all__ = ["allocation_best", "guided_search", "local_search", "normalise", "path_period"]
 
 
 def normalise(assignment: Sequence[int]) -> tuple[int, ...]:
     """Relabel devices in first-use order (identical devices)."""
     m: dict[int, int] = {}
-    return tuple(m.setdefault(int(a), len(m)) for a in assignment)
+    out = []
+    for a in assignment:
+        d = m.get(a)
+        if d is None:
+            d = m[a] = len(m)
+        out.append(d)
+    return tuple(out)
 
 
 def allocation_best(chain: Chain, platform: Platform, assignment: Sequence[int], upper: float = math.inf,
@@ -55,40 +62,37 @@ def allocation_best(chain: Chain, platform: Platform, assignment: Sequence[int],
         return r if (r is not None and r[0] < upper) else None
 
 
-def _neighbours(a0: tuple[int, ...], P: int, max_shift: int, swaps: bool) -> list[tuple[int, ...]]:
+def _neighbours(a0: tuple[int, ...], P: int, max_shift: int, swaps: bool) -> Iterator[tuple[int, ...]]:
     """Moves from ``a0``, most promising first: a whole stage to another device, a stage boundary
-    shifted by 2 to ``max_shift`` layers, one layer to another device, pairwise swaps."""
+    shifted by 2 to ``max_shift`` layers, one layer to another device, pairwise swaps. A generator:
+    a descent that takes the first improving move builds only the moves before it."""
     from ..plan import stages_of
 
     L = len(a0)
-    cands: list[tuple[int, ...]] = []
     used = max(a0) + 1
     runs = stages_of(a0)
     for a, b in runs:
         for d in range(min(P, used + 1)):
             if d != a0[a]:
-                cands.append(normalise(a0[:a] + (d,) * (b - a + 1) + a0[b + 1:]))
+                yield normalise(a0[:a] + (d,) * (b - a + 1) + a0[b + 1:])
     for (a1, b1), (a2, b2) in zip(runs, runs[1:]):
         d1, d2 = a0[a1], a0[a2]
         for j in range(2, max_shift + 1):
             if j <= b1 - a1:   # the last j layers of the first stage join the second
-                cands.append(normalise(a0[:b1 - j + 1] + (d2,) * j + a0[b1 + 1:]))
+                yield normalise(a0[:b1 - j + 1] + (d2,) * j + a0[b1 + 1:])
             if j <= b2 - a2:   # the first j layers of the second stage join the first
-                cands.append(normalise(a0[:a2] + (d1,) * j + a0[a2 + j:]))
+                yield normalise(a0[:a2] + (d1,) * j + a0[a2 + j:])
     for l in range(L):
         for d in range(min(P, used + 1)):
             if d != a0[l]:
-                a = list(a0)
-                a[l] = d
-                cands.append(normalise(a))
+                yield normalise(a0[:l] + (d,) + a0[l + 1:])
     if swaps:
         for l in range(L):
             for m in range(l + 2, L):
                 if a0[l] != a0[m]:
                     a = list(a0)
                     a[l], a[m] = a[m], a[l]
-                    cands.append(normalise(a))
-    return cands
+                    yield normalise(a)
 
 
 def local_search(chain: Chain, platform: Platform, start: Plan, *, seconds: float = 10.0,
@@ -142,7 +146,7 @@ def local_search(chain: Chain, platform: Platform, start: Plan, *, seconds: floa
         stale += 1
         a = best_a
         for _ in range(2):  # a kick: two random whole-stage moves or boundary shifts
-            moves = [m for m in _neighbours(a, P, max_shift, swaps=False)[: 4 * P * len(stages_of(a))]
+            moves = [m for m in islice(_neighbours(a, P, max_shift, swaps=False), 4 * P * len(stages_of(a)))
                      if max(m) < P and len(stages_of(m)) <= cap]
             if moves:
                 a = rng.choice(moves)
@@ -161,3 +165,119 @@ def local_search(chain: Chain, platform: Platform, start: Plan, *, seconds: floa
         return start
     plan = make_plan(chain, platform, best_T, best_a, best_fb[0], best_fb[1], method="local_search")
     return plan
+
+
+def path_period(chain: Chain, platform: Platform, assignment: Sequence[int], upper: float = math.inf) -> float:
+    """The least period of ``assignment`` if no stage ever waited: every device load, link load and
+    operation fits T, and every device fits its stages with ``k_s = ceil(path_s / T)`` in flight
+    (``path_s``: the stage's compute to the end of the chain and back, plus both transfers of
+    every cut from it on). A lower bound on the exact period (:func:`allocation_best`), equal to it
+    when the stages' operations interleave on their devices without waits; ``inf`` when it is not
+    below ``upper`` (nothing fits at ``upper``) or nothing fits at all. It costs one pass over the stages per bisection step (about
+    0.1 ms on resnet50's 177 layers against 1-100 ms for the exact period).
+
+    >>> from workbench.chain import Chain, Layer, Platform
+    >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 1.0, 0, 0, saved_bytes=10) for i in range(4)), input_bytes=0)
+    >>> path_period(ch, Platform(2, memory=50), (0, 0, 1, 1))   # loads 4 and 4; device 0 holds k = 2
+    4.0
+    """
+    from .brute import _alloc, _paths_fit
+
+    al = _alloc(chain, platform, assignment)
+    lo = al.static_lb
+    if not lo < upper:
+        return math.inf
+    if _paths_fit(al, platform, lo):
+        return lo
+    hi = min(upper, max(lo, al.total_path))   # at T >= every path each k is 1
+    if not _paths_fit(al, platform, hi):
+        return math.inf
+    while hi - lo > 1e-9 * hi:
+        mid = (lo + hi) / 2
+        if _paths_fit(al, platform, mid):
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+def guided_search(chain: Chain, platform: Platform, start: Plan, *, seconds: float = 10.0,
+                  max_stages: int | None = None, max_shift: int = 8, kicks: int | None = None,
+                  seed: int = 0, check_seconds: float = 5.0) -> Plan:
+    """Improve ``start`` by a descent on :func:`path_period` (cheap) that checks its steps exactly.
+
+    From the current allocation, take the first move (as in :func:`local_search`, without swaps)
+    that lowers the path period; every step whose path period is below the best exact period so
+    far is scored exactly (:func:`allocation_best`, at most ``check_seconds`` each) and kept as the
+    best plan if it beats it. At a local minimum of the path period, kick: two random moves from
+    the best allocation, and descend again. It stops when ``seconds`` are up, or after ``kicks``
+    kicks in a row without a better plan.
+
+    Why: the exact period scores some 10-100 allocations a second on resnet50, the path period
+    thousands, and the two agree wherever no stage waits; so the descent walks through
+    allocations the exact search would reject (their period is not yet better) towards ones that
+    are. On resnet50 x 8 (general, 35.8 GiB), from the 0.06144 s plan that the block solves and
+    :func:`local_search` with kicks had reached, it found 0.0594-0.0601 s in 100 s (three seeds),
+    where :func:`local_search` with kicks found nothing better in 60 s (and 0.0593 s in 500 s).
+
+    >>> from workbench.chain import Chain, Layer, Platform
+    >>> from workbench.planners.dp import plan_dp
+    >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 10, 1) for i in range(3)), input_bytes=1)
+    >>> plat = Platform(2, memory=1000)
+    >>> guided_search(ch, plat, plan_dp(ch, plat), seconds=5, kicks=5).period <= plan_dp(ch, plat).period
+    True
+    """
+    import random
+
+    from ..plan import stages_of
+
+    cap = max_stages if max_stages is not None else 2 * platform.devices
+    t_end = time.perf_counter() + seconds
+    P = platform.devices
+    rng = random.Random(seed)
+    best_a, best_T, best_fb = normalise(start.assignment), start.period, None
+    checked: set[tuple[int, ...]] = set()
+    stale = 0
+
+    def score(a: tuple[int, ...], r: float) -> None:
+        """The exact period of ``a`` if its path period says it may beat the best."""
+        nonlocal best_a, best_T, best_fb, stale
+        if a in checked or not r < best_T * (1 - 1e-9):
+            return
+        checked.add(a)
+        try:
+            got = allocation_best(chain, platform, a, best_T * (1 - 1e-9),
+                                  deadline=min(t_end, time.perf_counter() + check_seconds))
+        except TimeoutError:
+            return
+        if got is not None and got[0] < best_T * (1 - 1e-9):
+            best_a, best_T, best_fb, stale = a, got[0], (got[1], got[2]), 0
+
+    def moves(a: tuple[int, ...]):
+        return (m for m in _neighbours(a, P, max_shift, swaps=False)
+                if max(m) < P and len(stages_of(m)) <= cap)
+
+    cur = best_a
+    while time.perf_counter() < t_end and (kicks is None or stale <= kicks):
+        cur_r = path_period(chain, platform, cur)
+        improved = True
+        while improved and time.perf_counter() < t_end:
+            improved = False
+            for m in moves(cur):
+                r = path_period(chain, platform, m, cur_r * (1 - 1e-9))
+                if r < cur_r * (1 - 1e-9):
+                    score(m, r)
+                    cur, cur_r, improved = m, r, True
+                    break
+                if time.perf_counter() > t_end:
+                    break
+        score(cur, cur_r)
+        stale += 1
+        cur = best_a   # a kick: two random moves from the best allocation
+        for _ in range(2):
+            options = list(islice(moves(cur), 4 * P * len(stages_of(cur))))
+            if options:
+                cur = rng.choice(options)
+    if best_fb is None:
+        return start
+    return make_plan(chain, platform, best_T, best_a, best_fb[0], best_fb[1], method="guided_search")
