@@ -225,20 +225,21 @@ def _memory_ok(al: _Alloc, platform: Platform, ks: Sequence[int], stages: Sequen
     return mem <= M * (1 + _MEM_TOL)
 
 
+def _least_ks(al: _Alloc, T: float) -> list[int]:
+    """Per stage, the least in-flight count at period T: ceil(path_s / T) (no window is shorter than
+    its path)."""
+    return [max(1, int(math.ceil(al.path[s] / T - 1e-9))) for s in range(al.S)]
+
+
 def _paths_fit(al: _Alloc, platform: Platform, T: float) -> bool:
-    """Necessary for a period <= T: every device fits its stages with k_s >= ceil(path_s / T)
-    (no window is shorter than its path; memory only grows as T falls). A cheap first test."""
-    M = platform.memory
-    if not math.isfinite(M) or T <= 0:
-        return T > 0 or not math.isfinite(M)
-    lim = M * (1 + _MEM_TOL)
-    for stages in al.devices:
-        mem = 0.0
-        for s in stages:
-            mem += platform.stage_memory(al.A[s], al.W[s], max(1, math.ceil(al.path[s] / T * (1 - 1e-12))))
-        if mem > lim:
-            return False
-    return True
+    """Necessary for a period <= T: every device fits its stages at :func:`_least_ks` (memory only
+    grows as T falls). The first test of :func:`_feasible_at`, cheap enough to run on its own."""
+    if not math.isfinite(platform.memory):
+        return T > 0
+    if T <= 0:
+        return False
+    kmin = _least_ks(al, T)
+    return all(_memory_ok(al, platform, [kmin[s] for s in stages], stages) for stages in al.devices if stages)
 
 
 def _memory_lb(al: _Alloc, platform: Platform) -> float:
@@ -412,7 +413,7 @@ def _feasible_at(al: _Alloc, platform: Platform, T: float, deadline: float | Non
         return None
     S = al.S
     cap = _k_cap(al, T)
-    kmin = [max(1, int(math.ceil(al.path[s] / T - 1e-9))) for s in range(S)]
+    kmin = _least_ks(al, T)
     kmax = [cap] * S
     devs = []
     for p, stages in enumerate(al.devices):

@@ -52,10 +52,9 @@ __all__ = ["block_groups", "expand_assignment", "expand_plan", "plan_coarse"]
 
 # general allocations on 16 blocks or more: the block ILP runs until BLOCK_SHARE of the time limit,
 # the half-block solve until HALF_SHARE, the search on the fine chain until REFINE_END (the rest is
-# for the fine lower bound); REFINE: "guided" (ilp_search.guided_search) or "kicks"
-# (ilp_search.local_search with KICKS kicks of KICK_SLACK)
-BLOCK_SHARE, HALF_SHARE, REFINE_END = 0.2, 0.45, 0.98
-REFINE, KICKS, KICK_SLACK = "guided", 25, 0.1
+# for the fine lower bound); without a time limit the search stops after STALE_KICKS kicks in a row
+# find nothing better
+BLOCK_SHARE, HALF_SHARE, REFINE_END, STALE_KICKS = 0.2, 0.45, 0.98, 25
 
 
 def block_groups(chain: Chain, blocks: int, platform: Platform | None = None, *,
@@ -170,9 +169,15 @@ def plan_coarse(chain: Chain, platform: Platform, *, blocks: int = 32, allocatio
             return default
         return max(frac * time_limit - (time.perf_counter() - t0), 1.0)
 
+    phases: dict[str, float] = {}
+
+    def lap(name: str) -> None:
+        """Record the seconds since the previous phase ended as phase ``name``."""
+        phases[name] = time.perf_counter() - t0 - sum(phases.values())
+
     cplan = plan_ilp(coarse, platform, allocation=allocation, time_limit=share(BLOCK_SHARE if halve else 1.0, None),
                      coarsen=False, **ilp_options)
-    phases = {"block_ilp": time.perf_counter() - t0}
+    lap("block_ilp")
     comp = coarse.forward + coarse.backward
     lb = lower_bound(chain, platform)
     extra: dict[str, Any] = {
@@ -200,27 +205,23 @@ def plan_coarse(chain: Chain, platform: Platform, *, blocks: int = 32, allocatio
             hp = expand_plan(hplan, chain, platform, hg)
             if not check(hp, chain, platform):
                 cand.append((hp, f"ILP on {len(hg)} blocks ({hplan.status}), expanded"))
-    phases["half_blocks"] = time.perf_counter() - t0 - sum(phases.values())
+    lap("half_blocks")
     if refine and cand:
-        from .ilp_search import guided_search, local_search
+        from .ilp_search import guided_search
 
         start, how = min(cand, key=lambda c: c[0].period)
-        secs = share(REFINE_END, 20.0)
-        if REFINE == "guided":
-            better = guided_search(chain, platform, start, seconds=secs, max_stages=2 * platform.devices,
-                                   kicks=None if time_limit is not None else KICKS)
-        else:
-            better = local_search(chain, platform, start, seconds=secs, max_stages=2 * platform.devices + 4,
-                                  kicks=KICKS, kick_slack=KICK_SLACK)
+        better = guided_search(chain, platform, start, seconds=share(REFINE_END, 20.0),
+                               max_stages=2 * platform.devices,
+                               kicks=None if time_limit is not None else STALE_KICKS)
         if better is not start and better.period < start.period and not check(better, chain, platform):
             cand.append((better, f"{how}, then a local search on the {len(chain)} layers"))
     from .ilp_model import memory_period_bound
     from .stage_bound import stage_path_bound
 
     best_known = min((p.period for p, _ in cand), default=None)
-    phases["refine"] = time.perf_counter() - t0 - sum(phases.values())
+    lap("refine")
     fine_bound = max(lb, memory_period_bound(chain, platform), stage_path_bound(chain, platform, best_known))
-    phases["bound"] = time.perf_counter() - t0 - sum(phases.values())
+    lap("bound")
     if allocation == "contiguous" and fine_dp is not None:
         fine_bound = fine_dp.period
     extra["fine_lower_bound"] = fine_bound

@@ -25,7 +25,7 @@ from itertools import islice
 from typing import Iterator, Sequence
 
 from ..chain import Chain, Platform
-from ..plan import Plan, make_plan
+from ..plan import Plan, make_plan, stages_of
 
 __all__ = ["allocation_best", "guided_search", "local_search", "normalise", "path_period"]
 
@@ -66,8 +66,6 @@ def _neighbours(a0: tuple[int, ...], P: int, max_shift: int, swaps: bool) -> Ite
     """Moves from ``a0``, most promising first: a whole stage to another device, a stage boundary
     shifted by 2 to ``max_shift`` layers, one layer to another device, pairwise swaps. A generator:
     a descent that takes the first improving move builds only the moves before it."""
-    from ..plan import stages_of
-
     L = len(a0)
     used = max(a0) + 1
     runs = stages_of(a0)
@@ -111,8 +109,6 @@ def local_search(chain: Chain, platform: Platform, start: Plan, *, seconds: floa
     evaluator's effort grows quickly with the number of stages and it does not always
     stop at the deadline."""
     import random
-
-    from ..plan import stages_of
 
     cap = max_stages if max_stages is not None else platform.devices + 4
     t_end = time.perf_counter() + seconds
@@ -228,8 +224,6 @@ def guided_search(chain: Chain, platform: Platform, start: Plan, *, seconds: flo
     True
     """
     import random
-
-    from ..plan import stages_of
 
     cap = max_stages if max_stages is not None else 2 * platform.devices
     t_end = time.perf_counter() + seconds
