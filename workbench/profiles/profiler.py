@@ -71,6 +71,7 @@ import torch
 from torch import nn
 
 from ..chain import Chain, Layer
+from .zoo import as_dtype
 
 __all__ = [
     "LayerTiming",
@@ -286,7 +287,7 @@ def profile_model(
     if (loss is None) != (target is None):
         raise ValueError("loss and target go together: pass both or neither")
     mods, names = _layer_list(layers, names)
-    cast = None if dtype is None else _as_dtype(dtype)
+    cast = None if dtype is None else as_dtype(dtype)
     if cast is not None and sample_input.is_floating_point():
         sample_input = sample_input.to(cast)
     dev = torch.device(device)
@@ -411,11 +412,6 @@ def profile_zoo(
                          threads=threads, return_stats=return_stats,
                          loss=zoo.loss_fn(name) if include_loss else None, target=y if include_loss else None)
 
-
-def _as_dtype(dtype: str | torch.dtype) -> torch.dtype:
-    from .zoo import as_dtype
-
-    return as_dtype(dtype)
 
 
 def _parse_value(text: str) -> Any:

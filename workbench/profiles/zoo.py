@@ -57,6 +57,7 @@ __all__ = [
     "input_shape",
     "count_parameters",
     "as_dtype",
+    "dtype_name",
     "Bottleneck",
     "TransformerBlock",
 ]
@@ -334,6 +335,15 @@ def as_dtype(dtype: str | torch.dtype | None) -> torch.dtype:
         return _DTYPES[key]
     except KeyError:
         raise ValueError(f"unknown dtype {dtype!r}; known: {', '.join(_DTYPES)}") from None
+
+
+def dtype_name(dtype: str | torch.dtype | None) -> str:
+    """The name of :func:`as_dtype`'s dtype, without ``"torch."``: what metadata and workloads record.
+
+    >>> dtype_name("bf16"), dtype_name(torch.float32), dtype_name(None)
+    ('bfloat16', 'float32', 'float32')
+    """
+    return str(as_dtype(dtype)).removeprefix("torch.")
 
 
 def model_config(name: str, **kwargs: Any) -> dict[str, Any]:

@@ -48,19 +48,13 @@ def profile_dtype(chain) -> str:
     >>> profile_dtype(Chain((Layer("a", 1, 1, 0, 0),), meta={"dtype": "bfloat16"}))
     'bfloat16'
     """
-    from ..profiles.zoo import as_dtype
+    from ..profiles.zoo import dtype_name
 
     text = (chain.meta.get("dtype") if chain is not None else None) or "float32"
     try:
-        return str(as_dtype(text)).removeprefix("torch.")
+        return dtype_name(text)
     except ValueError:
         return "float32"
-
-
-def _as_dtype(dtype):
-    from ..profiles.zoo import as_dtype
-
-    return as_dtype(dtype)
 
 
 def run_and_compare(plan, chain, platform, model: str, batch_size: int, steps: int = 20, *,
@@ -288,9 +282,10 @@ def run_command(args: argparse.Namespace) -> int:
     profile = getattr(args, "profile", None)
     if profile:
         from ..profiles import load_profile
+        from ..profiles.zoo import dtype_name
 
         chain = load_profile(profile)
-        if getattr(args, "dtype", None) and profile_dtype(chain) != str(_as_dtype(args.dtype)).removeprefix("torch."):
+        if getattr(args, "dtype", None) and profile_dtype(chain) != dtype_name(args.dtype):
             raise ValueError(f"--dtype {args.dtype} but the profile {profile} was measured in {profile_dtype(chain)}: "
                              "a run is in its profile's precision")
         if chain.meta.get("batch_size") and int(chain.meta["batch_size"]) != batch_size:

@@ -97,9 +97,9 @@ class Workload:
         >>> wl.dtype, wl.batch(0)[0].dtype, next(wl.build().parameters()).dtype
         ('bfloat16', torch.bfloat16, torch.bfloat16)
         """
-        from ..profiles.zoo import as_dtype
+        from ..profiles.zoo import dtype_name
 
-        dt = str(as_dtype(dtype)).removeprefix("torch.")
+        dt = dtype_name(dtype)
         return cls(partial(_zoo_build, name, seed, config, dt), partial(_zoo_batch, name, batch_size, seed, config,
                                                                          dtype=dt),
                    partial(_zoo_loss, name), name=name, batch_size=batch_size, config=dict(config), dtype=dt)
