@@ -129,7 +129,7 @@ def make_plan(chain, devices: int, how):
     from workbench.planners import plan as run_planner
     from workbench.schedule import best_schedule
 
-    platform = Platform(devices, bandwidth="12GB/s")
+    platform = Platform(devices, bandwidth="12GB/s", memory_model="paper")  # the runtime counts rule 7 (paper)
     if how in ("dp", "ilp-general"):
         if devices > 1:
             platform = platform.with_(memory=demo_memory_limit(chain, platform))

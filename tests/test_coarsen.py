@@ -30,7 +30,7 @@ def covers(groups, L):
 @pytest.mark.parametrize("L,B", [(10, 3), (37, 8), (50, 50), (5, 9)])
 def test_groups_cover_in_order_with_the_requested_count(L, B):
     ch = chain_of(np.random.default_rng(L), L)
-    g = block_groups(ch, B, Platform(3, bandwidth=5.0))
+    g = block_groups(ch, B, Platform(3, bandwidth=5.0, memory_model="paper"))
     assert covers(g, L)
     assert len(g) == min(B, L)
 
@@ -49,7 +49,7 @@ def test_groups_prefer_cheap_cuts():
     layers = [Layer(f"l{i}", 1.0, 1.0, 1, 1000.0) for i in range(8)]
     layers[2] = Layer("l2", 1.0, 1.0, 1, 0.0)
     ch = Chain(tuple(layers))
-    g = block_groups(ch, 2, Platform(2, bandwidth=100.0))
+    g = block_groups(ch, 2, Platform(2, bandwidth=100.0, memory_model="paper"))
     assert g == [(0, 2), (3, 7)]
 
 
@@ -61,7 +61,7 @@ def test_expand_assignment():
 def test_expanded_block_plan_is_valid_with_the_same_period(allocation):
     rng = np.random.default_rng(3)
     ch = chain_of(rng, 20)
-    plat = Platform(3, bandwidth=4.0)
+    plat = Platform(3, bandwidth=4.0, memory_model="paper")
     free = plan_dp(ch, plat, graph=False).peak_memory
     plat = plat.with_(memory=free * 0.8)
     groups = block_groups(ch, 6, plat)
@@ -78,7 +78,7 @@ def test_expanded_block_plan_is_valid_with_the_same_period(allocation):
 def test_plan_coarse_reports_cost_and_never_loses_to_the_fine_dp():
     rng = np.random.default_rng(8)
     ch = chain_of(rng, 45)
-    plat = Platform(4, bandwidth=4.0)
+    plat = Platform(4, bandwidth=4.0, memory_model="paper")
     free = plan_dp(ch, plat, graph=False).peak_memory
     plat = plat.with_(memory=free * 0.7)
     d = plan_dp(ch, plat, graph=False)
@@ -96,9 +96,9 @@ def test_plan_coarse_reports_cost_and_never_loses_to_the_fine_dp():
 def test_default_coarsening_above_32_layers():
     rng = np.random.default_rng(12)
     ch = chain_of(rng, 40)
-    p = plan_ilp(ch, Platform(4, bandwidth=4.0), time_limit=20)
+    p = plan_ilp(ch, Platform(4, bandwidth=4.0, memory_model="paper"), time_limit=20)
     assert p.extra.get("blocks") == 32
-    assert not check(p, ch, Platform(4, bandwidth=4.0))
+    assert not check(p, ch, Platform(4, bandwidth=4.0, memory_model="paper"))
 
 
 def test_memory_period_bound_is_a_lower_bound():
@@ -107,7 +107,7 @@ def test_memory_period_bound_is_a_lower_bound():
     rng = np.random.default_rng(2)
     for _ in range(8):
         ch = chain_of(rng, 6)
-        plat = Platform(2, bandwidth=5.0)
+        plat = Platform(2, bandwidth=5.0, memory_model="paper")
         free = plan_dp(ch, plat, graph=False).peak_memory
         plat = plat.with_(memory=free * float(rng.uniform(0.4, 1.0)))
         best = plan_brute(ch, plat, allocation="general")
@@ -123,7 +123,7 @@ def test_general_refines_on_half_the_blocks_and_the_fine_chain():
     local search on the fine chain; the result is valid, never worse than any of its sources."""
     rng = np.random.default_rng(21)
     ch = chain_of(rng, 40)
-    plat = Platform(3, bandwidth=4.0)
+    plat = Platform(3, bandwidth=4.0, memory_model="paper")
     plat = plat.with_(memory=plan_dp(ch, plat, graph=False).peak_memory * 0.6)
     p = plan_coarse(ch, plat, blocks=16, allocation="general", time_limit=12)
     half = p.extra["half_blocks"]

@@ -99,7 +99,7 @@ def test_random_chain_trend_shrinks_activations():
 @pytest.mark.parametrize("seed,P", [(0, 2), (1, 3), (2, 4)])
 def test_least_contiguous_memory_matches_enumeration(seed, P):
     ch = random_chain(7, heterogeneity=1.0, seed=seed)
-    plat = Platform(P, weight_factor=2.0)
+    plat = Platform(P, weight_factor=2.0, memory_model="paper")
     foot = ch.saved_array + 2.0 * ch.weights
     expect = min(max(foot[a:b + 1].sum() for a, b in comp) for comp in compositions(len(ch), P))
     assert least_contiguous_memory(ch, plat) == pytest.approx(expect, rel=1e-12)
@@ -107,7 +107,7 @@ def test_least_contiguous_memory_matches_enumeration(seed, P):
 
 def test_memory_levels_span_least_feasible_to_unlimited():
     ch = random_chain(8, heterogeneity=0.7, seed=3)
-    base = Platform(3, bandwidth="12GB/s")
+    base = Platform(3, bandwidth="12GB/s", memory_model="paper")
     lv = memory_levels(ch, base, 5)
     assert len(lv) == 5 and all(a < b for a, b in zip(lv, lv[1:]))
     low = plan(ch, base.with_(memory=lv[0]), "dp")
@@ -211,9 +211,9 @@ def test_reduction_with_general_ilp():
 def test_run_method_unavailable_and_error(monkeypatch):
     ch = random_chain(3, seed=0)
     monkeypatch.setitem(METHODS, "nosuch", "workbench.no_such_module:fn")
-    row = run_method(ch, Platform(2), "nosuch")
+    row = run_method(ch, Platform(2, memory_model="paper"), "nosuch")
     assert row["status"] == UNAVAILABLE and not row["fits"] and math.isnan(row["period"])
-    row = run_method(ch, Platform(2), "brute", max_layers=1)  # brute refuses: recorded as an error
+    row = run_method(ch, Platform(2, memory_model="paper"), "brute", max_layers=1)  # brute refuses: recorded as an error
     assert row["status"] == "error" and "max_layers" in row["note"]
 
 
@@ -248,5 +248,5 @@ def test_gain_distribution_small():
     # independent check of one gain_general with brute contiguous
     r = df.iloc[0]
     ch = random_chain(5, heterogeneity=1.0, seed=int(r.seed))
-    bc = plan(ch, Platform(2, memory=r.memory_limit, bandwidth="12GB/s"), "brute")
+    bc = plan(ch, Platform(2, memory=r.memory_limit, bandwidth="12GB/s", memory_model="paper"), "brute")
     assert bc.period == pytest.approx(r.dp_period, rel=1e-5)

@@ -101,7 +101,7 @@ def test_unconstrained_matches_brute_force_on_300_chains():
         L = int(rng.integers(1, 11))
         P = int(rng.integers(1, 5))
         chain = random_chain(rng, L)
-        plat = Platform(P, bandwidth=float(rng.choice([10.0, 30.0, math.inf])), latency=float(rng.choice([0, 0.2])))
+        plat = Platform(P, bandwidth=float(rng.choice([10.0, 30.0, math.inf])), latency=float(rng.choice([0, 0.2])), memory_model="paper")
         p = plan_dp(chain, plat)
         want = brute_unconstrained(chain, plat)
         assert p.period == pytest.approx(want, rel=1e-9), (trial, L, P)
@@ -118,7 +118,7 @@ def test_memory_limited_matches_brute_force_on_150_chains():
         P = int(rng.integers(2, 5))
         chain = random_chain(rng, L, mem=True)
         base = Platform(P, bandwidth=float(rng.choice([20.0, 80.0])),
-                        weights=str(rng.choice(["stash", "single"])), weight_factor=float(rng.choice([1, 2])))
+                        weights=str(rng.choice(["stash", "single"])), weight_factor=float(rng.choice([1, 2])), memory_model="paper")
         # memory between the k=1 minimum and a loose limit, so that both regimes occur
         kmin, _ = least_memory(chain, base)
         plat = base.with_(memory=float(kmin * rng.uniform(0.6, 3.0)))
@@ -142,7 +142,7 @@ def test_least_memory_is_k1_bottleneck():
     rng = np.random.default_rng(3)
     for _ in range(50):
         chain = random_chain(rng, int(rng.integers(1, 8)), mem=True)
-        plat = Platform(int(rng.integers(1, 4)), weight_factor=2.0)
+        plat = Platform(int(rng.integers(1, 4)), weight_factor=2.0, memory_model="paper")
         got, _ = least_memory(chain, plat)
         want = min(max(stage_sums(chain, a, b)[2] + 2.0 * stage_sums(chain, a, b)[3] for a, b in parts)
                    for parts in compositions(len(chain), plat.devices))
@@ -151,7 +151,7 @@ def test_least_memory_is_k1_bottleneck():
 
 def test_infeasible_says_least_memory():
     chain = Chain(tuple(Layer(f"l{i}", 1.0, 1.0, 100, 10) for i in range(4)), input_bytes=10)
-    p = plan_dp(chain, Platform(2, memory=150))
+    p = plan_dp(chain, Platform(2, memory=150, memory_model="paper"))
     assert p.status == "infeasible" and not p.feasible
     assert "220 B" in p.notes[0] or "220" in p.notes[0]   # 2 layers: 2*(10+100)
 
@@ -164,17 +164,17 @@ def test_bottleneck_partition_fewest_stages():
 def test_window_recurrence_delays_backward():
     # stage 0: F=1, B=1; stage 1: F=1, B=1.5; T=2.5: raw0 = 1 + 2.5 + 1 = 4.5, k=2, r=2 = F+B: no delay.
     ch = Chain((Layer("a", 1, 1, 0, 0), Layer("b", 1, 1.5, 0, 0)))
-    plan = schedule_partition(ch, Platform(2), [(0, 0), (1, 1)], method="t", period=2.5)
+    plan = schedule_partition(ch, Platform(2, memory_model="paper"), [(0, 0), (1, 1)], method="t", period=2.5)
     windows = [s.bwd_start + c - s.fwd_start for s, c in zip(plan.stages, (1, 1.5))]
     assert windows == pytest.approx([4.5, 2.5]) and [s.in_flight for s in plan.stages] == [2, 1]
     # T=2.6: raw0 = 4.5, k=2, r=1.9 < 2: delayed to (k-1)T + F + B = 4.6
-    plan = schedule_partition(ch, Platform(2), [(0, 0), (1, 1)], method="t", period=2.6)
+    plan = schedule_partition(ch, Platform(2, memory_model="paper"), [(0, 0), (1, 1)], method="t", period=2.6)
     assert plan.stages[0].bwd_start + 1 - plan.stages[0].fwd_start == pytest.approx(4.6)
 
 
 def test_general_allocation_gets_note_and_registry_dispatch():
     chain = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 0, 0) for i in range(6)))
-    p = run_planner(chain, Platform(3), "dp", allocation="general")
+    p = run_planner(chain, Platform(3, memory_model="paper"), "dp", allocation="general")
     assert p.period == pytest.approx(6.0) and p.allocation == "contiguous"
     assert any("contiguous" in n for n in p.notes)
 
@@ -182,7 +182,7 @@ def test_general_allocation_gets_note_and_registry_dispatch():
 def test_memory_limit_raises_period_monotonically():
     rng = np.random.default_rng(11)
     chain = random_chain(rng, 30, mem=True)
-    base = Platform(4, bandwidth=50.0)
+    base = Platform(4, bandwidth=50.0, memory_model="paper")
     kmin, _ = least_memory(chain, base)
     periods = [plan_dp(chain, base.with_(memory=kmin * f)).period for f in (1.0, 1.3, 2.0, 4.0, 100.0)]
     assert all(a >= b * (1 - 1e-9) for a, b in zip(periods, periods[1:]))
@@ -196,7 +196,7 @@ def test_agrees_with_schedule_best_schedule():
     rng = np.random.default_rng(21)
     for _ in range(40):
         chain = random_chain(rng, int(rng.integers(2, 12)), mem=True)
-        base = Platform(int(rng.integers(2, 5)), bandwidth=40.0)
+        base = Platform(int(rng.integers(2, 5)), bandwidth=40.0, memory_model="paper")
         kmin, _ = least_memory(chain, base)
         plat = base.with_(memory=kmin * float(rng.uniform(1.0, 2.5)))
         p = plan_dp(chain, plat)
@@ -215,14 +215,14 @@ def _peer(name):
 @pytest.mark.parametrize("P,want_ms", [(2, 370.9), (4, 216.4), (8, 159.5)])
 def test_reproduces_pipedream_optimum_vgg16(P, want_ms):
     chain = _peer("vgg16")
-    assert plan_dp(chain, Platform(P)).period * 1e3 == pytest.approx(want_ms, abs=0.06)
+    assert plan_dp(chain, Platform(P, memory_model="paper")).period * 1e3 == pytest.approx(want_ms, abs=0.06)
 
 
 def test_graph_mode_on_resnet50():
     from workbench.plan import chain_for_plan
 
     chain = _peer("resnet50")
-    plat = Platform(8)
+    plat = Platform(8, memory_model="paper")
     p = plan_dp(chain, plat)
     default = plan_dp(chain, plat, graph=False)
     assert p.period * 1e3 == pytest.approx(56.7, abs=0.05)

@@ -5,9 +5,9 @@ import math
 import ipywidgets as W
 import pytest
 
-from workbench.chain import Chain, Layer, Platform
+from workbench.chain import Chain, Layer
 from workbench.planners import plan as real_plan
-from workbench.viz.explorer import Explorer, _periodic_trace, available_methods, explore, memory_range
+from workbench.viz.explorer import Explorer, available_methods, explore, memory_range
 from workbench.viz.gantt import bar_durations, lanes
 
 GiB = 2**30
@@ -127,15 +127,6 @@ def test_infeasible_and_errors_are_shown():
     ex.replan()
     assert ex.plan.status == "infeasible" and ex.gantt_figure is None
     assert "infeasible" in ex.summary_text
-
-
-def test_fallback_trace_matches_plan():
-    ch = chain()
-    plat = Platform(3, memory=4 * GiB)
-    p = real_plan(ch, plat, "dp")
-    tr = _periodic_trace(p, ch, plat, batches=5)
-    assert len(tr.ops) == 2 * 5 * len(p.stages)
-    assert tr.peak_memory().max() <= p.peak_memory * (1 + 1e-6)
 
 
 def test_explore_profile_by_name():

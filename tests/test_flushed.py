@@ -30,7 +30,7 @@ def test_textbook_memory(seed):
     rng = np.random.default_rng(seed)
     chain = random_chain(rng, int(rng.integers(4, 14)))
     P, m = int(rng.integers(2, 5)), int(rng.integers(1, 9))
-    plat = Platform(P, bandwidth=500.0, weight_factor=float(rng.choice([1.0, 4.0])))
+    plat = Platform(P, bandwidth=500.0, weight_factor=float(rng.choice([1.0, 4.0])), memory_model="paper")
     g = plan_gpipe(chain, plat, micro_batches=m)
     f = plan_1f1b(chain, plat, micro_batches=m)
     S = len(g.stages)
@@ -56,14 +56,14 @@ def test_textbook_memory(seed):
 
 def test_single_stage_makespan_is_exact():
     chain = Chain((Layer("a", 1.0, 2.0, 5, 1),), input_bytes=1)
-    p = plan_gpipe(chain, Platform(1), micro_batches=5)
+    p = plan_gpipe(chain, Platform(1, memory_model="paper"), micro_batches=5)
     assert p.period == pytest.approx(3.0) and p.memory == (5 * 1 + 5,)
 
 
 def test_default_micro_batches_and_overflow_note():
     rng = np.random.default_rng(3)
     chain = random_chain(rng, 8)
-    plat = Platform(2, memory=50.0)
+    plat = Platform(2, memory=50.0, memory_model="paper")
     p = plan_1f1b(chain, plat)
     assert p.micro_batches == 8 and p.schedule == "1f1b"
     assert not p.fits and any(n.startswith("does not fit") for n in p.notes)

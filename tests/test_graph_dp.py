@@ -79,7 +79,7 @@ def test_random_dags_match_brute_force(seed):
 def test_random_dags_with_communication(seed):
     rng = random.Random(1000 + seed)
     g = random_dag(rng, rng.randint(2, 6), 0.35)
-    plat = Platform(3, bandwidth=rng.choice([1.0, 2.0, 0.5]))
+    plat = Platform(3, bandwidth=rng.choice([1.0, 2.0, 0.5]), memory_model="paper")
     for P in (2, 3):
         r = best_order(g, P, platform=plat)
         check_result(g, r, P, plat)

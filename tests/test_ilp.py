@@ -28,7 +28,7 @@ def rand_instance(rng: np.random.Generator, L: int, P: int, memory: str):
     ch = Chain(layers, input_bytes=float(rng.integers(1, 40)))
     bw = float(rng.choice([np.inf, rng.uniform(1, 10)]))
     plat = Platform(P, bandwidth=bw, weights=str(rng.choice(["stash", "single"])),
-                    weight_factor=float(rng.choice([1.0, 2.0])))
+                    weight_factor=float(rng.choice([1.0, 2.0])), memory_model="paper")
     if memory == "tight":
         need, _ = least_memory_bound(ch, plat)
         free = plan_dp(ch, plat, graph=False).peak_memory
@@ -97,7 +97,7 @@ def compare_with_brute(seed: int, n: int, Lmax: int, Pmax: int):
 # ----------------------------------------------------------------------------------------------
 def test_doc_example_and_model_inspectable():
     ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 100, 10) for i in range(4)))
-    plat = Platform(2, memory=10_000)
+    plat = Platform(2, memory=10_000, memory_model="paper")
     m = build_model(ch, plat, allocation="general")
     buf = io.StringIO()
     m.pprint(ostream=buf)
@@ -149,10 +149,10 @@ def test_brute_100_instances():
 
 def test_infeasible_says_why():
     ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 100, 10) for i in range(4)), input_bytes=10)
-    p = plan_ilp(ch, Platform(2, memory=50), allocation="general")
+    p = plan_ilp(ch, Platform(2, memory=50, memory_model="paper"), allocation="general")
     assert p.status == "infeasible" and "alone needs" in p.notes[0]
     # fits layer by layer but not as a whole
-    p = plan_ilp(ch, Platform(2, memory=150), allocation="general")
+    p = plan_ilp(ch, Platform(2, memory=150, memory_model="paper"), allocation="general")
     assert p.status == "infeasible" and p.notes
 
 
@@ -247,7 +247,7 @@ def test_graph_profile_uses_dp_graph_order():
     if peer_profiles_dir() is None:
         pytest.skip("../shared/peer-profiles is absent")
     chain = load_profile("pipedream/resnet50")
-    platform = Platform(8, bandwidth="12GB/s")
+    platform = Platform(8, bandwidth="12GB/s", memory_model="paper")
     ref = plan_dp(chain, platform)
     assert ref.chain_order is not None
     res = plan_ilp(chain, platform, allocation="contiguous", time_limit=30)

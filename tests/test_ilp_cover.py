@@ -18,7 +18,7 @@ def _instance(rng, L, P, tight=True):
     ch = Chain(layers, input_bytes=float(rng.integers(1, 40)))
     foot = ch.saved_array + ch.weights
     M = max(float(foot.max()), float(foot.sum()) / P) * float(rng.uniform(1.2, 2.5)) if tight else math.inf
-    return ch, Platform(P, memory=M, bandwidth=float(rng.uniform(2, 10)))
+    return ch, Platform(P, memory=M, bandwidth=float(rng.uniform(2, 10)), memory_model="paper")
 
 
 def _brute_cases(seed, n):
@@ -81,4 +81,4 @@ def test_deadline_gives_a_valid_partial_bound():
 def test_too_many_sets_is_reported():
     ch = Chain(tuple(Layer(f"l{i}", 1.0, 1.0, 0, 0) for i in range(12)))
     with pytest.raises(TooManySets, match="device sets"):
-        device_sets(ch, Platform(2), 100.0, limit=100)
+        device_sets(ch, Platform(2, memory_model="paper"), 100.0, limit=100)

@@ -21,7 +21,7 @@ def _instances(seed: int, n: int, layers: tuple[int, int], devices: tuple[int, i
         ls = tuple(Layer(f"l{i}", float(rng.uniform(0.5, 10)), float(rng.uniform(0.5, 20)),
                          float(rng.integers(1, 60)), float(rng.integers(1, 40))) for i in range(L))
         ch = Chain(ls, input_bytes=float(rng.integers(1, 40)))
-        plat = Platform(P, bandwidth=float(rng.uniform(2, 10)))
+        plat = Platform(P, bandwidth=float(rng.uniform(2, 10)), memory_model="paper")
         plat = plat.with_(memory=plan_dp(ch, plat, graph=False).peak_memory * float(rng.uniform(0.6, 1.0)))
         start = plan_dp(ch, plat, graph=False)
         if start.feasible:

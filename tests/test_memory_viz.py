@@ -16,7 +16,7 @@ GiB = 2**30
 
 def small(weights="stash", phi=1.0, memory=8 * GiB):
     chain = Chain(tuple(Layer(f"l{i}", 0.001, 0.002, 0.25 * GiB, 0.125 * GiB) for i in range(4)), input_bytes=0.125 * GiB)
-    plat = Platform(2, memory=memory, weights=weights, weight_factor=phi)
+    plat = Platform(2, memory=memory, weights=weights, weight_factor=phi, memory_model="paper")
     plan = make_plan(chain, plat, period=0.006, assignment=[0, 0, 1, 1], fwd_start=[0.0, 0.002],
                      bwd_start=[0.008, 0.004], method="hand")
     return chain, plat, plan
@@ -38,7 +38,7 @@ def test_bars_stacked_with_limit():
     chain, plat, plan = small()
     fig = memory_bars(plan, chain, plat)
     bars = [t for t in fig.data if t.type == "bar"]
-    assert [b.name.split()[0] for b in bars] == ["activations", "live", "stashed"]
+    assert [b.name.split()[0] for b in bars] == ["live", "stashed", "activations"]
     assert fig.layout.barmode == "stack"
     assert list(bars[0].x) == ["GPU 0", "GPU 1"]
     tot = np.sum([b.y for b in bars], axis=0)

@@ -29,7 +29,7 @@ def mlp():
 def _plan(chain, devices, assignment):
     from workbench.schedule import best_schedule
 
-    plan = best_schedule(chain, Platform(devices), assignment)
+    plan = best_schedule(chain, Platform(devices, memory_model="paper"), assignment)
     assert plan.feasible
     return plan
 
@@ -124,7 +124,7 @@ def test_committed_gpu_runs_agree_with_their_profiles_and_the_checker(folder, dt
         chain = load_profile(f"h100/{val.loc[name, 'profile']}")
         assert "H100" in chain.meta["device"] and chain.meta["loss"].startswith("in the last layer")
         assert chain.meta["dtype"] == dtype and val.loc[name].get("dtype", "float32") == dtype
-        platform = Platform(plan.devices, memory=plan.memory_limit, bandwidth="12GB/s")
+        platform = Platform(plan.devices, memory=plan.memory_limit, bandwidth="12GB/s", memory_model="paper")
         assert check(plan, chain, platform) == [], name
         for r in g.itertuples():
             # the replay's prediction is the plan's, on the committed profile

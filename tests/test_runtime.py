@@ -44,7 +44,7 @@ def mlp_bf16():
 def _plan(chain, devices, assignment, weights="stash"):
     from workbench.schedule import best_schedule
 
-    plan = best_schedule(chain, Platform(devices, weights=weights), assignment)
+    plan = best_schedule(chain, Platform(devices, weights=weights, memory_model="paper"), assignment)
     assert plan.feasible
     return plan
 
@@ -239,7 +239,7 @@ def test_compare_and_calibrate_on_the_plans_own_times(mlp):
     mem = __import__("pandas").DataFrame({"device": [0, 1], "time": [0.0, 0.0], "activations": [0.0, 0.0],
                                           "weights": [0.0, 0.0], "total": list(plan.memory)})
     trace = Trace(ops, mem, 2, period=plan.period, source="measured")
-    df = compare(plan, chain, Platform(2), trace)
+    df = compare(plan, chain, Platform(2, memory_model="paper"), trace)
     assert np.allclose(df["busy_error"], 0, atol=1e-9) and np.allclose(df["memory_error"], 0)
     assert df.attrs["period_error"] == pytest.approx(0, abs=1e-9)
     # a trace twice as slow calibrates to a chain twice as slow

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from scipy.optimize import linprog
 
+from oracles import paper_stage_memory
 from workbench.chain import Chain, Layer, Platform
 from workbench.check import check
 from workbench.plan import REL_TOL, stages_of
@@ -48,7 +49,9 @@ def _lp_best_period(sch: Scheduler) -> float:
     exactly rule 5 for a stage alone on its device with k = ceil(window / T).
     """
     S = sch.stage_count
-    F, B, A, W, c = sch.F, sch.B, sch.A, sch.W, sch.c
+    F, B, c = sch.F, sch.B, sch.c
+    costs = [sch.chain.stage_costs(a, b) for a, b in sch.runs]
+    A, W = [x.saved for x in costs], [x.weights for x in costs]
     plat = sch.platform
     t0 = sch.min_period
     total = sch.max_window
@@ -59,7 +62,7 @@ def _lp_best_period(sch: Scheduler) -> float:
     for ks in itertools.product(*[range(1, km + 1) for km in kmax]):
         mem = [0.0] * plat.devices
         for s, k in enumerate(ks):
-            mem[sch.dev[s]] += plat.stage_memory(A[s], W[s], k)
+            mem[sch.dev[s]] += paper_stage_memory(plat, A[s], W[s], k)
         if any(m > plat.memory * (1 + 1e-9) for m in mem):
             continue
         rows, rhs = [], []
@@ -95,7 +98,7 @@ def test_best_period_matches_lp_brute_force_on_contiguous(seed):
     chain = _random_chain(rng, L)
     assign = _random_contiguous(rng, L, P)
     bw = rng.choice([math.inf, 5.0, 10.0])
-    plat0 = Platform(P, bandwidth=bw, weights=rng.choice(["stash", "single"]), weight_factor=rng.choice([1, 2]))
+    plat0 = Platform(P, bandwidth=bw, weights=rng.choice(["stash", "single"]), weight_factor=rng.choice([1, 2]), memory_model="paper")
     least = max(least_memory(chain, plat0, assign))
     # the memory of the schedule at the smallest period, then a limit in between
     at_t0 = max(build_schedule(chain, plat0, assign, min_period(chain, plat0, assign)).memory)
@@ -118,7 +121,7 @@ def test_contiguous_builder_gives_valid_plans_and_least_windows(seed):
     L, P = rng.randint(1, 8), rng.randint(1, 5)
     chain = _random_chain(rng, L)
     assign = _random_contiguous(rng, L, P)
-    plat = Platform(P, bandwidth=rng.choice([math.inf, 3.0, 20.0]), latency=rng.choice([0.0, 0.1]))
+    plat = Platform(P, bandwidth=rng.choice([math.inf, 3.0, 20.0]), latency=rng.choice([0.0, 0.1]), memory_model="paper")
     sch = Scheduler(chain, plat, assign)
     T = sch.min_period * rng.uniform(1.0, 3.0)
     plan = build_schedule(chain, plat, assign, T)
@@ -143,7 +146,7 @@ def test_general_builder_gives_valid_plans(seed):
     L, P = rng.randint(2, 9), rng.randint(1, 4)
     chain = _random_chain(rng, L)
     assign = _random_general(rng, L, P)
-    plat = Platform(P, bandwidth=rng.choice([math.inf, 4.0, 30.0]))
+    plat = Platform(P, bandwidth=rng.choice([math.inf, 4.0, 30.0]), memory_model="paper")
     T0 = min_period(chain, plat, assign)
     for T in (T0, T0 * rng.uniform(1.0, 2.5)):
         # packed never fails while loads fit
@@ -165,7 +168,7 @@ def test_best_schedule_on_general_allocations_fits_and_is_valid(seed):
     L, P = rng.randint(3, 8), rng.randint(2, 3)
     chain = _random_chain(rng, L)
     assign = _random_general(rng, L, P)
-    plat0 = Platform(P, bandwidth=10.0)
+    plat0 = Platform(P, bandwidth=10.0, memory_model="paper")
     least = max(least_memory(chain, plat0, assign))
     plat = plat0.with_(memory=least * rng.uniform(1.0, 1.5))
     plan = best_schedule(chain, plat, assign)
@@ -176,9 +179,9 @@ def test_best_schedule_on_general_allocations_fits_and_is_valid(seed):
 
 def test_no_schedule_when_a_device_or_link_is_overloaded():
     chain = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 1, 10) for i in range(4)))
-    plat = Platform(2, bandwidth=2.0)  # c = 5 s per boundary; one layer: F + B = 3 s
+    plat = Platform(2, bandwidth=2.0, memory_model="paper")  # c = 5 s per boundary; one layer: F + B = 3 s
     with pytest.raises(NoSchedule, match=r"device 0 load 6.000 s exceeds the period 5.500 s"):
-        build_schedule(chain, Platform(2), [0, 0, 1, 1], 5.5)
+        build_schedule(chain, Platform(2, memory_model="paper"), [0, 0, 1, 1], 5.5)
     with pytest.raises(NoSchedule, match=r"link 0->1 load 5.000 s exceeds the period 4.500 s"):
         build_schedule(chain, plat.with_(devices=4), [0, 1, 2, 3], 4.5)
     with pytest.raises(ValueError, match="device 7"):
@@ -191,7 +194,7 @@ def test_no_schedule_when_a_device_or_link_is_overloaded():
 
 def test_best_schedule_infeasible_says_why():
     chain = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 100, 10) for i in range(4)), input_bytes=10)
-    plat = Platform(2, memory=150)
+    plat = Platform(2, memory=150, memory_model="paper")
     plan = best_schedule(chain, plat, [0, 0, 1, 1], method="m")
     assert not plan.feasible and plan.status == "infeasible" and plan.method == "m"
     assert "device 0 needs at least 220 B" in plan.notes[0] and "limit 150 B" in plan.notes[0]
@@ -200,7 +203,7 @@ def test_best_schedule_infeasible_says_why():
 def test_best_schedule_unlimited_memory_reaches_the_load_bound():
     rng = random.Random(7)
     chain = _random_chain(rng, 8)
-    plat = Platform(3, bandwidth=50.0)
+    plat = Platform(3, bandwidth=50.0, memory_model="paper")
     for assign in ([0, 0, 0, 1, 1, 2, 2, 2], [0, 1, 2, 0, 1, 2, 0, 1]):
         plan = best_schedule(chain, plat, assign)
         assert plan.period == pytest.approx(min_period(chain, plat, assign))
@@ -210,7 +213,7 @@ def test_best_schedule_unlimited_memory_reaches_the_load_bound():
 def test_memory_decreases_with_the_period_on_contiguous():
     rng = random.Random(11)
     chain = _random_chain(rng, 8)
-    plat = Platform(4, bandwidth=5.0)
+    plat = Platform(4, bandwidth=5.0, memory_model="paper")
     assign = [0, 0, 1, 1, 2, 2, 3, 3]
     sch = Scheduler(chain, plat, assign)
     prev = None

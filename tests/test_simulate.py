@@ -45,7 +45,7 @@ def _plans(seed: int):
     general = seed % 2 == 1
     assign = [rng.randrange(P) for _ in range(L)] if general else _contiguous(rng, L, P)
     plat = Platform(P, bandwidth=rng.choice([math.inf, 4.0, 20.0]), weights=rng.choice(["stash", "single"]),
-                    weight_factor=rng.choice([1.0, 4.0]))
+                    weight_factor=rng.choice([1.0, 4.0]), memory_model="paper")
     sch = Scheduler(chain, plat, assign)
     if rng.random() < 0.5:
         plan = build_schedule(chain, plat, assign, sch.min_period * rng.uniform(1.0, 2.0))
@@ -62,7 +62,7 @@ def test_periodic_trace_runs_as_planned(seed):
     chain, plat, plan = _plans(seed)
     N = 25
     trace = simulate(plan, chain, plat, batches=N)
-    assert list(trace.ops.columns) == OP_COLUMNS and list(trace.memory.columns) == MEMORY_COLUMNS
+    assert list(trace.ops.columns) == OP_COLUMNS and list(trace.memory.columns) == MEMORY_COLUMNS + ["transient"]
     assert trace.meta["max_delay"] == pytest.approx(0.0, abs=1e-9 * plan.period)
     # steady period measured on the trace = the plan's period
     assert trace.steady_period() == pytest.approx(plan.period, rel=1e-9)
@@ -98,7 +98,7 @@ def test_no_two_operations_of_a_device_overlap_on_the_trace():
 def test_memory_rows_are_a_step_function_with_stashed_versions():
     # The hand instance of tests/test_check.py: k = 3, 2, 1; A = 20, W = 200 per stage.
     chain = Chain(tuple(Layer(f"l{i}", 1e-3, 2e-3, 100, 10) for i in range(6)), input_bytes=10)
-    plat = Platform(3, memory=1000, bandwidth=20000)
+    plat = Platform(3, memory=1000, bandwidth=20000, memory_model="paper")
     plan = build_schedule(chain, plat, [0, 0, 1, 1, 2, 2], 8e-3)
     trace = simulate(plan, chain, plat, batches=12)
     mem = trace.memory
@@ -117,7 +117,7 @@ def test_memory_rows_are_a_step_function_with_stashed_versions():
 
 def test_an_invalid_plan_slips_on_the_trace():
     chain = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 1, 1) for i in range(4)))
-    plat = Platform(2)
+    plat = Platform(2, memory_model="paper")
     # backward of stage 0 overlaps its forward modulo T = 6
     plan = make_plan(chain, plat, 6.0, [0, 0, 1, 1], [0.0, 2.0], [7.0, 4.0])
     assert any(v.rule == 5 for v in check(plan, chain, plat))
@@ -133,7 +133,7 @@ def _uniform_chain(S: int, F: float, B: float, A: float) -> Chain:
 @pytest.mark.parametrize("S", [1, 2, 4])
 def test_flushed_textbook_activations_and_makespan(m, S):
     chain = _uniform_chain(S, 1.0, 2.0, 3.0)
-    plat = Platform(S)
+    plat = Platform(S, memory_model="paper")
     assign = list(range(S))
     g = simulate_flushed(chain, plat, assign, m, kind="gpipe")
     o = simulate_flushed(chain, plat, assign, m, kind="1f1b")
@@ -155,7 +155,7 @@ def test_flushed_random_stages_hold_the_textbook_counts(seed):
     L, P = rng.randint(2, 8), rng.randint(2, 4)
     chain = _chain(rng, L)
     assign = _contiguous(rng, L, P)
-    plat = Platform(P, bandwidth=rng.choice([math.inf, 5.0]), weight_factor=2.0)
+    plat = Platform(P, bandwidth=rng.choice([math.inf, 5.0]), weight_factor=2.0, memory_model="paper")
     runs = stages_of(assign)
     S = len(runs)
     m = rng.randint(1, 6)
@@ -179,7 +179,7 @@ def test_flushed_random_stages_hold_the_textbook_counts(seed):
 
 def test_simulate_dispatches_flushed_plans():
     chain = _uniform_chain(3, 1.0, 2.0, 3.0)
-    plat = Platform(3)
+    plat = Platform(3, memory_model="paper")
     plan = make_plan(chain, plat, 4.5, [0, 1, 2], [0, 0, 0], [0, 0, 0]).with_(schedule="1f1b", micro_batches=4)
     t = simulate(plan, chain, plat, batches=8)
     assert t.meta["flushes"] == 2 and t.meta["schedule"] == "1f1b"

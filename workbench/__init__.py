@@ -3,7 +3,7 @@
 profile -> chain -> planner -> plan -> simulation -> trace -> figures.
 
 >>> from workbench import Chain, Layer, Platform
->>> Platform(2, memory="8GiB").devices
+>>> Platform(2, memory="8GiB", memory_model="paper").devices
 2
 """
 

@@ -9,7 +9,7 @@ milliseconds. Everything is a frozen dataclass so it can be cached and shared.
 10.0
 >>> chain.stage_costs(0, 1).forward
 0.004
->>> Platform(devices=2, memory="1GiB").memory
+>>> Platform(devices=2, memory="1GiB", memory_model="paper").memory
 1073741824.0
 """
 
@@ -23,11 +23,19 @@ from typing import Any, Iterable, Literal, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from .memory import MEMORY_MODELS, OPTIMIZER_STATES, PRECISIONS, merged_memory_columns
 from .units import format_bytes, parse_bandwidth, parse_size
 
-__all__ = ["Layer", "Chain", "Platform", "StageCosts", "WeightPolicy"]
+__all__ = ["Layer", "Chain", "Platform", "StageCosts", "WeightPolicy", "MEMORY_COLUMNS", "OPTIONAL_COLUMNS",
+           "OPTIMIZERS", "PRECISIONS", "MEMORY_MODELS"]
 
 WeightPolicy = Literal["stash", "single"]
+#: the profiler's memory columns beyond saved_bytes (docs/model.md, "Memory")
+MEMORY_COLUMNS = ("grad_bytes", "max_param_bytes", "saved_input_bytes", "saved_output_bytes",
+                  "forward_peak_bytes", "backward_peak_bytes")
+OPTIONAL_COLUMNS = ("saved_bytes",) + MEMORY_COLUMNS
+#: the training set-ups the memory model knows (docs/model.md, "Memory")
+OPTIMIZERS = tuple(OPTIMIZER_STATES)
 
 
 @dataclass(frozen=True)
@@ -36,7 +44,10 @@ class Layer:
 
     ``activation_bytes`` is the layer's output (sent forward, and the size of
     the gradient sent back). ``saved_bytes`` is what autograd keeps from the
-    forward until the backward; ``None`` means "the layer's input size".
+    forward until the backward; ``None`` means "the layer's input size". The
+    memory columns (``grad_bytes`` ... ``backward_peak_bytes``, see
+    :mod:`workbench.memory` and docs/model.md) are measured by the profiler;
+    ``None`` means "not measured" (the memory model then estimates them).
     """
 
     name: str
@@ -45,11 +56,17 @@ class Layer:
     weight_bytes: float = 0.0
     activation_bytes: float = 0.0
     saved_bytes: float | None = None
+    grad_bytes: float | None = None
+    max_param_bytes: float | None = None
+    saved_input_bytes: float | None = None
+    saved_output_bytes: float | None = None
+    forward_peak_bytes: float | None = None
+    backward_peak_bytes: float | None = None
 
     def __post_init__(self) -> None:
-        for f in ("forward", "backward", "weight_bytes", "activation_bytes", "saved_bytes"):
+        for f in ("forward", "backward", "weight_bytes", "activation_bytes") + OPTIONAL_COLUMNS:
             v = getattr(self, f)
-            if v is None and f == "saved_bytes":
+            if v is None and f in OPTIONAL_COLUMNS:
                 continue
             if not isinstance(v, (int, float, np.floating, np.integer)) or math.isnan(v) or v < 0 or math.isinf(v):
                 raise ValueError(f"layer {self.name!r}: {f} must be a finite non-negative number, got {v!r}")
@@ -199,8 +216,11 @@ class Chain:
     def coarsen(self, groups: Sequence[tuple[int, int]]) -> "Chain":
         """Merge each ``(first, last)`` group of consecutive layers into one layer.
 
-        Groups must cover the chain in order. Saved bytes add up; the merged
-        layer's output and the cut after it are those of its last layer.
+        Groups must cover the chain in order. The merged layer's output and
+        the cut after it are those of its last layer; its memory columns are
+        such that the memory model gives every stage of merged layers what it
+        gives the same stage of the original ones
+        (:func:`workbench.memory.merged_memory_columns`).
 
         >>> c = Chain(tuple(Layer(f"l{i}", 1, 1, 1, 1) for i in range(4)))
         >>> len(c.coarsen([(0, 1), (2, 3)]))
@@ -217,25 +237,30 @@ class Chain:
         for a, b in groups:
             s = self.stage_costs(a, b)
             name = self.layers[a].name if a == b else f"{self.layers[a].name}..{self.layers[b].name}"
-            layers.append(Layer(name, s.forward, s.backward, s.weights, self.layers[b].activation_bytes, s.saved))
+            layers.append(Layer(name, s.forward, s.backward, s.weights, self.layers[b].activation_bytes,
+                                **merged_memory_columns(self, a, b)))
         cuts = tuple(self.cut(b) for _, b in groups[:-1])
         meta = {**self.meta, "coarsened_from": str(len(self))}
         return Chain(tuple(layers), self.input_bytes, cuts, meta)
 
     # ----- tables ---------------------------------------------------------
     def to_frame(self) -> pd.DataFrame:
-        """One row per layer: name, forward_ms, backward_ms, weight_bytes, activation_bytes, saved_bytes, cut_bytes."""
-        return pd.DataFrame(
-            {
-                "name": [l.name for l in self.layers],
-                "forward_ms": self.forward * 1e3,
-                "backward_ms": self.backward * 1e3,
-                "weight_bytes": self.weights,
-                "activation_bytes": [float(l.activation_bytes) for l in self.layers],
-                "saved_bytes": self.saved_array,
-                "cut_bytes": self.cuts,
-            }
-        )
+        """One row per layer: name, forward_ms, backward_ms, weight_bytes, activation_bytes, saved_bytes,
+        cut_bytes, and each memory column the profile has (:data:`MEMORY_COLUMNS`)."""
+        cols: dict[str, Any] = {
+            "name": [l.name for l in self.layers],
+            "forward_ms": self.forward * 1e3,
+            "backward_ms": self.backward * 1e3,
+            "weight_bytes": self.weights,
+            "activation_bytes": [float(l.activation_bytes) for l in self.layers],
+            "saved_bytes": self.saved_array,
+            "cut_bytes": self.cuts,
+        }
+        for c in MEMORY_COLUMNS:
+            values = [getattr(l, c) for l in self.layers]
+            if any(v is not None for v in values):
+                cols[c] = [math.nan if v is None else float(v) for v in values]
+        return pd.DataFrame(cols)
 
     @classmethod
     def from_layers(cls, layers: Iterable[Layer], **kw) -> "Chain":
@@ -252,13 +277,17 @@ class Chain:
 
 @dataclass(frozen=True)
 class Platform:
-    """P identical devices with memory M each, linked all-to-all.
+    """P identical devices with memory M each, linked all-to-all, and the training set-up.
 
-    ``weight_factor`` (phi) is bytes of memory per weight byte for the live
-    version; ``weights`` is ``"stash"`` (one version per in-flight
-    mini-batch, PipeDream) or ``"single"``. Strings are parsed:
+    What a device holds is :mod:`workbench.memory`'s model: ``memory_model``
+    ``"full"`` (default: parameters, gradients, the ``optimizer``'s state in
+    the ``precision`` -- None: the profile's dtype --, activations, transients)
+    or ``"paper"`` (rule 7 of the paper: ``weight_factor`` phi bytes per
+    weight byte for the live version, and the saved activations).
+    ``weights`` is ``"stash"`` (one version per in-flight mini-batch,
+    PipeDream) or ``"single"``. Strings are parsed:
 
-    >>> Platform(4, memory="16GiB", bandwidth="12GB/s").bandwidth
+    >>> Platform(4, memory="16GiB", bandwidth="12GB/s", memory_model="paper").bandwidth
     12000000000.0
 
     For what comes next (heterogeneous devices and links) planners should
@@ -272,6 +301,9 @@ class Platform:
     latency: float = 0.0
     weight_factor: float = 1.0
     weights: WeightPolicy = "stash"
+    memory_model: str = "full"
+    optimizer: str = "adam"
+    precision: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.devices, (int, np.integer)) or self.devices < 1:
@@ -289,6 +321,14 @@ class Platform:
         object.__setattr__(self, "weight_factor", phi)
         if self.weights not in ("stash", "single"):
             raise ValueError(f"weights must be 'stash' or 'single', got {self.weights!r}")
+        for name, value, known in (("memory model", self.memory_model, MEMORY_MODELS),
+                                   ("optimizer", self.optimizer, OPTIMIZERS),
+                                   ("precision", self.precision, PRECISIONS + (None,))):
+            if value not in known:
+                raise ValueError(f"unknown {name} {value!r}; known: {', '.join(k for k in known if k)}")
+        if self.memory_model == "full" and phi != 1.0:
+            raise ValueError(f"the weight factor ({phi:g}) belongs to the paper's memory model; the full model counts "
+                             "parameters, gradients and optimizer state itself (use memory_model='paper')")
 
     @property
     def stash(self) -> bool:
@@ -300,11 +340,6 @@ class Platform:
     def comm_time(self, nbytes: float, src: int | None = None, dst: int | None = None) -> float:
         """Seconds to send ``nbytes`` between two devices: latency + bytes / bandwidth."""
         return self.latency + (nbytes / self.bandwidth if math.isfinite(self.bandwidth) else 0.0)
-
-    def stage_memory(self, saved: float, weights: float, in_flight: int) -> float:
-        """Rule 7 for one stage: k*A + phi*W + [stash] (k-1)*W."""
-        k = int(in_flight)
-        return k * saved + self.weight_factor * weights + (max(k - 1, 0) * weights if self.stash else 0.0)
 
     def with_(self, **kw) -> "Platform":
         return replace(self, **kw)

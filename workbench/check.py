@@ -15,7 +15,7 @@ checked: only rules 0 and 1 apply to them.
 >>> from workbench.chain import Chain, Layer, Platform
 >>> from workbench.plan import make_plan
 >>> chain = Chain(tuple(Layer(f"l{i}", 0.001, 0.002, 10, 4) for i in range(4)))
->>> plat = Platform(2, memory=100)
+>>> plat = Platform(2, memory=100, memory_model="paper")
 >>> good = make_plan(chain, plat, 0.006, [0, 0, 1, 1], [0.0, 0.002], [0.008, 0.004])
 >>> check(good, chain, plat)
 []
@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from .chain import Chain, Platform
+from .check_memory import memory_by_device
 from .plan import REL_TOL, Plan, chain_for_plan, in_flight, stages_of
 from .units import format_bytes, format_seconds
 
@@ -227,14 +228,15 @@ def check(plan: Plan, chain: Chain, platform: Platform) -> list[Violation]:
             out.append(Violation(6, f"link {p}->{q} carries {_fmt_t(load)} of transfers per period, more than the "
                                     f"period {_fmt_t(T)} (by {_fmt_t(load - T)})", device=p, amount=load - T))
     # rule 7: memory
-    mem = [0.0] * platform.devices
+    counted = []
     for i, s in enumerate(st):
         k = in_flight(f[i], b[i] + costs[i].backward, T)
         if s.in_flight != k:
             out.append(Violation(7, f"stage {i} (device {s.device}) records {s.in_flight} mini-batches in flight; "
                                     f"its window {_fmt_t(b[i] + costs[i].backward - f[i])} over the period "
                                     f"{_fmt_t(T)} gives {k}", stage=i, device=s.device, amount=float(k - s.in_flight)))
-        mem[s.device] += platform.stage_memory(costs[i].saved, costs[i].weights, k)
+        counted.append((s.first, s.last, s.device, k))
+    mem = memory_by_device(chain, platform, counted)
     for d in range(platform.devices):
         M = platform.memory_of(d)
         if mem[d] > M * (1 + REL_TOL):

@@ -25,16 +25,37 @@ def _add_platform_args(p: argparse.ArgumentParser, *, required: bool = True) -> 
     p.add_argument("--memory", default="inf", help="memory per device: bytes or 16GiB, 12GB, ... (default: unlimited)")
     p.add_argument("--bandwidth", default="12GB/s", help="link bandwidth, e.g. 12GB/s (default), 16GiB/s, or bytes/s")
     p.add_argument("--latency", type=float, default=0.0, help="link latency in seconds (default 0)")
-    p.add_argument("--weight-factor", type=float, default=1.0, help="memory bytes per weight byte (1: weights only, 4: fp32+Adam)")
     p.add_argument("--weights", choices=["stash", "single"], default="stash", help="weight versions: stash (PipeDream) or single")
+    p.add_argument("--memory-model", choices=["full", "paper"], default=None,
+                   help="what a device holds (docs/model.md, 'Memory'): full (default: parameters, gradients, optimizer "
+                        "state, activations, transients) or paper (rule 7 of the paper: k A + phi W + stashed versions)")
+    p.add_argument("--optimizer", default=None, help="full model: none, sgd, momentum, adam (default) or adamw")
+    p.add_argument("--precision", default=None,
+                   help="full model: fp32, bf16-mixed (bf16 compute, fp32 master copies and optimizer state) or bf16; "
+                        "default: the profile's dtype")
+    p.add_argument("--weight-factor", type=float, default=None,
+                   help="paper model only: memory bytes per weight byte of the live version (default 1)")
     p.add_argument("--no-zero-input", action="store_true", help="PipeDream graphs: keep the Input nodes' data-loading time")
 
 
-def platform_from_args(args: argparse.Namespace):
+def platform_from_args(args: argparse.Namespace, plan=None):
+    """The platform of the command line; the memory set-up options default to the plan's (when a plan is
+    given and recorded one), else to the full model with Adam."""
     from .chain import Platform
 
+    setup = dict(getattr(plan, "setup", None) or {})
+    model = args.memory_model or setup.get("memory_model", "full")
+    if args.weight_factor is not None and model != "paper":
+        raise ValueError("--weight-factor belongs to the paper's memory model: add --memory-model paper (the full "
+                         "model counts gradients and optimizer state from --optimizer and --precision)")
+    if model == "paper" and (args.optimizer or args.precision):
+        raise ValueError("--optimizer and --precision belong to the full memory model, not --memory-model paper")
+    extra = ({"weight_factor": args.weight_factor if args.weight_factor is not None else setup.get("weight_factor", 1.0)}
+             if model == "paper" else
+             {"optimizer": args.optimizer or setup.get("optimizer", "adam"),
+              "precision": args.precision or (setup.get("precision") if setup.get("memory_model") == "full" else None)})
     return Platform(args.devices, memory=args.memory, bandwidth=args.bandwidth, latency=args.latency,
-                    weight_factor=args.weight_factor, weights=args.weights)
+                    weights=args.weights, memory_model=model, **extra)
 
 
 def chain_from_args(args: argparse.Namespace):
@@ -128,7 +149,7 @@ def _resolve_plan_context(args: argparse.Namespace, plan):
         raise SystemExit("error: --profile is required to check or simulate a plan")
     if args.devices is None:
         args.devices = plan.devices
-    return chain_from_args(args), platform_from_args(args)
+    return chain_from_args(args), platform_from_args(args, plan)
 
 
 def plan_command(args: argparse.Namespace) -> int:

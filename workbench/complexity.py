@@ -106,7 +106,7 @@ def least_contiguous_memory(chain: Chain, platform: Platform) -> float:
     :func:`~workbench.planners.dp.least_memory`.
 
     >>> ch = Chain(tuple(Layer(f"l{i}", 1, 1, 10 * (i + 1), 0) for i in range(4)))
-    >>> least_contiguous_memory(ch, Platform(2))
+    >>> least_contiguous_memory(ch, Platform(2, memory_model="paper"))
     60.0
     """
     from .planners.dp import least_memory
@@ -126,7 +126,7 @@ def memory_levels(chain: Chain, platform: Platform, n: int, *, methods: Sequence
     (fewer than ``n`` when the range collapses).
 
     >>> ch = random_chain(6, seed=0)
-    >>> lv = memory_levels(ch, Platform(2), 4)
+    >>> lv = memory_levels(ch, Platform(2, memory_model="paper"), 4)
     >>> len(lv), lv == sorted(lv)
     (4, True)
     """
@@ -184,7 +184,7 @@ def general_beats_contiguous_family(k: int, *, compute: float = 1.0, weight: flo
     layers += [Layer(f"w{i}", 0.0, 0.0, float(weight), 0.0, 0.0) for i in range(k)]
     chain = Chain(tuple(layers), input_bytes=0.0,
                   meta={"network": f"general-beats-contiguous-{k}", "source": "workbench.complexity"})
-    return chain, Platform(k, memory=float(weight), weights="single")
+    return chain, Platform(k, memory=float(weight), weights="single", memory_model="paper")
 
 
 def family_factor(k: int) -> float:
@@ -226,7 +226,7 @@ def three_partition_instance(numbers: Sequence[int], bound: int) -> tuple[Chain,
     layers = tuple(Layer(f"x{i}", x / 2.0, x / 2.0, 0.0, 0.0, 0.0) for i, x in enumerate(numbers))
     chain = Chain(layers, input_bytes=0.0,
                   meta={"network": f"3partition-m{len(numbers) // 3}-B{bound}", "source": "workbench.complexity"})
-    return chain, Platform(len(numbers) // 3)
+    return chain, Platform(len(numbers) // 3, memory_model="paper")
 
 
 def is_three_partition_yes(numbers: Sequence[int], bound: int) -> bool:
@@ -424,7 +424,7 @@ def scaling_study(layers: Iterable[int] = (4, 8, 12, 16, 24, 32), devices: Itera
                 continue
             for seed in seeds:
                 chain = random_chain(L, heterogeneity=heterogeneity, seed=seed)
-                base = Platform(P, bandwidth="12GB/s")
+                base = Platform(P, bandwidth="12GB/s", memory_model="paper")
                 M = _mid_memory(chain, base, memory_position)
                 plat = base.with_(memory=M)
                 for method, alloc in methods:
@@ -459,7 +459,7 @@ def gain_distribution(n_instances: int = 50, *, n_layers: int = 8, devices: int 
     for i in range(n_instances):
         seed = seed0 + i
         chain = random_chain(n_layers, heterogeneity=heterogeneity, seed=seed)
-        base = Platform(devices, bandwidth="12GB/s")
+        base = Platform(devices, bandwidth="12GB/s", memory_model="paper")
         lv = memory_levels(chain, base, 2)
         lo, hi = lv[0], lv[-1]
         for pos in memory_positions:

@@ -97,6 +97,7 @@ class Settings:
     bandwidth: str = "12GB/s"
     weight_factor: float = 1.0
     weights: str = "stash"
+    memory_model: str = "paper"   # the paper's figures use its rule 7 (workbench.memory); "full" for the device model
     # complexity study
     scaling_layers: tuple[int, ...] = (4, 8, 12, 16, 24, 32)
     scaling_devices: tuple[int, ...] = (2, 4, 8)
@@ -187,7 +188,8 @@ def _slug(network: str) -> str:
 
 
 def _platform(s: Settings, devices: int) -> Platform:
-    return Platform(devices, bandwidth=s.bandwidth, weight_factor=s.weight_factor, weights=s.weights)
+    return Platform(devices, bandwidth=s.bandwidth, weight_factor=s.weight_factor, weights=s.weights,
+                    memory_model=s.memory_model)
 
 
 def _canon(x: Any) -> Any:
@@ -235,7 +237,7 @@ def plan_units(s: Settings, figures: Iterable[str] = FIGURES) -> list[Unit]:
                     planner, alloc = METHOD_KEYS[mk]
                     st = {"kind": "sweep", "network": net, "devices": P, "method_key": mk, "method": planner,
                           "allocation": alloc, "memory_levels": lv, "bandwidth": s.bandwidth,
-                          "weight_factor": s.weight_factor, "weights": s.weights,
+                          "weight_factor": s.weight_factor, "weights": s.weights, "memory_model": s.memory_model,
                           "time_limit": (s.general_time_limit if alloc == "general" else s.time_limit)
                           if planner == "ilp" else None}
                     units.append(Unit(f"sweep__{_slug(net)}__P{P}__{mk}", "sweep", _canon(st)))
@@ -309,7 +311,7 @@ def _compute_unit(unit: Unit) -> pd.DataFrame:
 
         chain = load_profile(st["network"])
         base = Platform(st["devices"], bandwidth=st["bandwidth"], weight_factor=st["weight_factor"],
-                        weights=st["weights"])
+                        weights=st["weights"], memory_model=st.get("memory_model", "paper"))
         rows = []
         for i, M in enumerate(st["memory_levels"]):
             r = run_method(chain, base.with_(memory=float(M)), st["method"], allocation=st["allocation"],

@@ -8,7 +8,7 @@ re-derives everything independently.
 
 >>> from workbench.chain import Chain, Layer, Platform
 >>> chain = Chain(tuple(Layer(f"l{i}", 0.001, 0.002, 10, 4) for i in range(4)))
->>> plat = Platform(2)
+>>> plat = Platform(2, memory_model="paper")
 >>> stages = stages_of([0, 0, 1, 1])
 >>> stages
 [(0, 1), (2, 3)]
@@ -28,10 +28,11 @@ from pathlib import Path
 from typing import Any, Literal, Sequence
 
 from .chain import Chain, Platform
+from .memory import estimate_note, layer_terms, plan_memory
 
 __all__ = [
     "Stage", "Plan", "Status", "REL_TOL", "stages_of", "in_flight", "make_plan", "infeasible_plan",
-    "lower_bound", "device_memory", "stage_in_flight", "chain_for_plan",
+    "lower_bound", "device_memory", "stage_in_flight", "chain_for_plan", "memory_setup",
 ]
 
 Status = Literal["optimal", "feasible", "infeasible", "timeout"]
@@ -106,6 +107,8 @@ class Plan:
     chain_order: tuple[str, ...] | None = None
     notes: tuple[str, ...] = ()
     extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+    #: the memory set-up the plan's memory was computed with (:func:`memory_setup`)
+    setup: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
     @property
     def feasible(self) -> bool:
@@ -157,6 +160,8 @@ class Plan:
             d["notes"] = list(self.notes)
         if self.extra:
             d["extra"] = self.extra
+        if self.setup:
+            d["memory_setup"] = dict(self.setup)
         return d
 
     def to_json(self, path: str | Path | None = None, indent: int = 2) -> str:
@@ -195,6 +200,8 @@ class Plan:
                 chain_order=tuple(d["chain_order"]) if d.get("chain_order") else None,
                 notes=tuple(d.get("notes", ())),
                 extra=d.get("extra", {}),
+                # a plan written before the memory model records no set-up: it used the paper's rule 7
+                setup=dict(d.get("memory_setup", {"memory_model": "paper", "weight_factor": 1.0})),
             )
         except (KeyError, TypeError, ValueError, IndexError) as e:
             raise ValueError(f"not a plan in the workbench JSON format: {e!r}") from e
@@ -244,12 +251,9 @@ def stage_in_flight(chain: Chain, platform: Platform, period: float, first: int,
 
 
 def device_memory(chain: Chain, platform: Platform, stages: Sequence[Stage]) -> list[float]:
-    """Rule 7: memory of every device given stages with their in-flight counts."""
-    mem = [0.0] * platform.devices
-    for s in stages:
-        c = chain.stage_costs(s.first, s.last)
-        mem[s.device] += platform.stage_memory(c.saved, c.weights, s.in_flight)
-    return mem
+    """Rule 7: memory of every device given stages with their in-flight counts
+    (:func:`workbench.memory.plan_memory`)."""
+    return plan_memory(chain, platform, stages)
 
 
 def make_plan(
@@ -284,6 +288,10 @@ def make_plan(
     )
     if allocation is None:
         allocation = "contiguous" if len({s.device for s in stages}) == len(stages) else "general"
+    note = estimate_note(chain, platform)
+    if note is not None and note not in kw.get("notes", ()):
+        kw["notes"] = tuple(kw.get("notes", ())) + (note,)
+    kw.setdefault("setup", memory_setup(chain, platform))
     return Plan(
         period=float(period),
         assignment=assignment,
@@ -304,11 +312,27 @@ def make_plan(
 def infeasible_plan(chain: Chain, platform: Platform, method: str, why: str, *,
                     allocation: str = "contiguous", solve_seconds: float = 0.0, **kw: Any) -> Plan:
     """A plan value saying no plan exists (or none was found), and why."""
+    kw.setdefault("setup", memory_setup(chain, platform))
     return Plan(
         period=math.inf, assignment=(), stages=(), devices=platform.devices, memory=(),
         memory_limit=platform.memory, lower_bound=lower_bound(chain, platform), method=method,
         allocation=allocation, status="infeasible", solve_seconds=solve_seconds, notes=(why,), **kw,
     )
+
+
+def memory_setup(chain: Chain, platform: Platform) -> dict[str, Any]:
+    """What a plan's memory figures assume: the memory model, optimizer, precision, weight policy
+    (and the weight factor in the paper model), and the profile columns that were estimated.
+
+    >>> from workbench.chain import Chain, Layer, Platform
+    >>> memory_setup(Chain((Layer("a", 1, 1),)), Platform(1, optimizer="sgd"))["optimizer"]
+    'sgd'
+    """
+    if platform.memory_model == "paper":
+        return {"memory_model": "paper", "weight_factor": platform.weight_factor, "weights": platform.weights}
+    terms = layer_terms(chain, platform)
+    return {"memory_model": "full", "optimizer": platform.optimizer, "precision": terms.parts["precision"],
+            "weights": platform.weights, "estimated": list(terms.estimated)}
 
 
 def chain_for_plan(plan: Plan, chain: Chain) -> Chain:

@@ -43,7 +43,7 @@ before the arc) and never fails while every device load is <= T.
 
 >>> from workbench.chain import Chain, Layer, Platform
 >>> chain = Chain(tuple(Layer(f"l{i}", 0.001, 0.002, 100, 10) for i in range(6)), input_bytes=10)
->>> plat = Platform(3, memory=1000, bandwidth=20000)
+>>> plat = Platform(3, memory=1000, bandwidth=20000, memory_model="paper")
 >>> plan = build_schedule(chain, plat, [0, 0, 1, 1, 2, 2], 0.008)
 >>> [round(s.bwd_start * 1e3, 6) for s in plan.stages], [s.in_flight for s in plan.stages]
 ([18.0, 12.5, 7.0], [3, 2, 1])
@@ -59,6 +59,7 @@ import time
 from typing import Literal, Sequence
 
 from .chain import Chain, Platform
+from .memory import device_extra, layer_terms, stage_activation, stage_memory
 from .plan import REL_TOL, Plan, Stage, infeasible_plan, in_flight, lower_bound, stages_of
 from .units import format_bytes, format_seconds
 
@@ -88,7 +89,7 @@ class Scheduler:
 
     >>> from workbench.chain import Chain, Layer, Platform
     >>> chain = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 100, 10) for i in range(4)))
-    >>> s = Scheduler(chain, Platform(2), [0, 0, 1, 1])
+    >>> s = Scheduler(chain, Platform(2, memory_model="paper"), [0, 0, 1, 1])
     >>> s.min_period, s.stage_count, s.contiguous
     (6.0, 2, True)
     >>> s.times(6.0)
@@ -107,12 +108,15 @@ class Scheduler:
         self.runs = runs = stages_of(assignment)
         # the sums of Chain.stage_costs, bit for bit, without building a StageCosts per stage
         pre = chain._prefix
-        pf, pb, pa, pw = pre["f"], pre["b"], pre["a"], pre["w"]
+        pf, pb = pre["f"], pre["b"]
         last_layer = len(chain) - 1
         self.F = [float(pf[b + 1] - pf[a]) for a, b in runs]
         self.B = [float(pb[b + 1] - pb[a]) for a, b in runs]
-        self.A = [float(pa[b + 1] - pa[a]) for a, b in runs]
-        self.W = [float(pw[b + 1] - pw[a]) for a, b in runs]
+        terms = layer_terms(chain, platform)
+        # per stage: resident bytes k A + static + (k - 1) stash (workbench.memory)
+        self.A = [stage_activation(terms, a, b) for a, b in runs]
+        self._per_k = [stage_memory(terms, a, b, 2) - stage_memory(terms, a, b, 1) for a, b in runs]
+        self._static = [stage_memory(terms, a, b, 1) - x for (a, b), x in zip(runs, self._per_k)]
         # boundary cost after each stage; 0 after the last
         self.dev = dev = [assignment[a] for a, _ in runs]
         self.c = [platform.comm_time(chain.cut(b), dev[s], dev[s + 1]) if b < last_layer else 0.0
@@ -137,12 +141,14 @@ class Scheduler:
         self.min_period = t0
         #: the longest window: one mini-batch from the first forward to the last backward
         self.max_window = sum(self.F) + sum(self.B) + 2 * sum(self.c)
-        phi, stash = platform.weight_factor, platform.stash
-        self._phiW = [phi * w for w in self.W]
-        self._stash = stash
-        base = [0.0] * P
+        per_device: list[list[tuple[int, int]]] = [[] for _ in range(P)]
         for s in range(S):
-            base[self.dev[s]] += self.A[s] + self._phiW[s]
+            per_device[self.dev[s]].append(runs[s])
+        #: per device, what does not depend on the in-flight counts: largest excess + runtime constant
+        self._extra = [device_extra(terms, st) for st in per_device]
+        base = list(self._extra)
+        for s in range(S):
+            base[self.dev[s]] += self._static[s] + self._per_k[s]
         #: memory per device with one mini-batch in flight on every stage (the least possible)
         self.least_memory = base
         self.limits = [platform.memory_of(p) for p in range(P)]
@@ -282,9 +288,9 @@ class Scheduler:
     def _memory(self, T: float, f: list[float], b: list[float], *,
                 record: bool = False) -> tuple[list[int], list[float]]:
         """In-flight counts and rule 7 memory. ``record``: with the checker's tolerant count (for plans)."""
-        mem = [0.0] * self.platform.devices
+        mem = list(self._extra)
         ks = []
-        A, W, B, phiW, dev, stash = self.A, self.W, self.B, self._phiW, self.dev, self._stash
+        B, dev, static, per_k = self.B, self.dev, self._static, self._per_k
         for s in range(self.stage_count):
             if record:
                 k = in_flight(f[s], b[s] + B[s], T)
@@ -293,10 +299,7 @@ class Scheduler:
                 if k < 1:
                     k = 1
             ks.append(k)
-            m = k * A[s] + phiW[s]
-            if stash and k > 1:
-                m += (k - 1) * W[s]
-            mem[dev[s]] += m
+            mem[dev[s]] += static[s] + k * per_k[s]
         return ks, mem
 
     def _fits(self, mem: list[float]) -> bool:

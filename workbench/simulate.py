@@ -31,7 +31,7 @@ peak equals rule 7's figure; with several it never exceeds it.
 >>> from workbench.chain import Chain, Layer, Platform
 >>> from workbench.schedule import build_schedule
 >>> chain = Chain(tuple(Layer(f"l{i}", 0.001, 0.002, 100, 10) for i in range(6)), input_bytes=10)
->>> plat = Platform(3, memory=1000, bandwidth=20000)
+>>> plat = Platform(3, memory=1000, bandwidth=20000, memory_model="paper")
 >>> plan = build_schedule(chain, plat, [0, 0, 1, 1, 2, 2], 0.008)
 >>> trace = simulate(plan, chain, plat, batches=10)
 >>> round(trace.steady_period(), 9), trace.peak_memory().tolist(), plan.memory
@@ -44,12 +44,14 @@ peak equals rule 7's figure; with several it never exceeds it.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Literal, Sequence
 
 import numpy as np
 import pandas as pd
 
 from .chain import Chain, Platform
+from .memory import layer_terms, stage_activation, stage_excess, stage_memory, stage_op_excess, stage_step
 from .plan import Plan, chain_for_plan, stages_of
 from .trace import MEMORY_COLUMNS, OP_COLUMNS, Trace
 
@@ -67,70 +69,102 @@ def _ops_frame(cols: dict[str, list], order_by_start: bool = True) -> pd.DataFra
     return df
 
 
-def _memory_frame(devices: int, stage_dev: Sequence[int], A: Sequence[float], W: Sequence[float],
-                  phi: float, stash: bool, hold_start: np.ndarray, hold_end: np.ndarray,
+@dataclass(frozen=True)
+class _StageMemory:
+    """What each stage holds (:mod:`workbench.memory`): per in-flight mini-batch ``A``, always
+    ``static``, per extra in-flight mini-batch ``stash`` (weight stashing), and ``excess`` while
+    one of its operations runs; ``const`` per used device."""
+
+    A: list[float]
+    static: list[float]
+    stash: list[float]
+    excess: list[float]
+    const: float
+
+    @classmethod
+    def of(cls, chain: Chain, platform: Platform, runs: Sequence[tuple[int, int]], *, stash: bool,
+           step_in_ops: bool) -> "_StageMemory":
+        t = layer_terms(chain, platform)
+        A = [stage_activation(t, a, b) for a, b in runs]
+        per_k = [stage_memory(t, a, b, 2) - stage_memory(t, a, b, 1) for a, b in runs]
+        st = [pk - x if stash else 0.0 for pk, x in zip(per_k, A)]
+        static = [stage_memory(t, a, b, 1) - x for (a, b), x in zip(runs, A)]
+        excess = [stage_excess(t, a, b) if step_in_ops else stage_op_excess(t, a, b) for a, b in runs]
+        return cls(A, static, st, excess, t.const)
+
+
+def _memory_frame(devices: int, stage_dev: Sequence[int], sm: _StageMemory, hold_start: np.ndarray,
+                  hold_end: np.ndarray, ops: Sequence[tuple[int, np.ndarray, np.ndarray]],
                   t0: float, scale: float) -> pd.DataFrame:
     """Step-function memory rows per device.
 
     ``hold_start[s, i]``/``hold_end[s, i]``: when stage s starts holding
-    mini-batch i (forward start) and stops (backward end). Releases at the
-    same instant as an acquisition (within 1e-9 of ``scale``) come first.
+    mini-batch i (forward start) and stops (backward end). ``ops``: (stage,
+    starts, ends) of its operations, during which it holds its excess too.
+    Releases at the same instant as an acquisition (within 1e-9 of ``scale``)
+    come first.
     """
     tol = 1e-9 * scale
     S = len(stage_dev)
-    rows_dev: list[np.ndarray] = []
-    rows_t: list[np.ndarray] = []
-    rows_a: list[np.ndarray] = []
-    rows_w: list[np.ndarray] = []
+    frames = []
     for p in range(devices):
         mine = [s for s in range(S) if stage_dev[s] == p]
-        base_w = sum(phi * W[s] for s in mine)
-        if not mine:
-            rows_dev.append(np.array([p])); rows_t.append(np.array([t0]))
-            rows_a.append(np.array([0.0])); rows_w.append(np.array([0.0]))
-            continue
-        n = hold_start.shape[1]
-        times = np.concatenate([np.concatenate([hold_start[s], hold_end[s]]) for s in mine])
-        sign = np.concatenate([np.concatenate([np.ones(n), -np.ones(n)]) for _ in mine])
-        stg = np.concatenate([np.full(2 * n, s) for s in mine])
-        key = times - np.where(sign < 0, tol, 0.0)
-        order = np.lexsort((sign, key))
-        times, sign, stg = times[order], sign[order], stg[order]
-        counts = {s: 0 for s in mine}
-        act = 0.0
-        extra = 0.0
-        out_t = [t0]
-        out_a = [0.0]
-        out_w = [base_w]
-        m = len(times)
-        tl = times.tolist()
-        sl = sign.tolist()
-        gl = stg.tolist()
-        for e in range(m):
-            s = gl[e]
-            if sl[e] > 0:
-                counts[s] += 1
-                act += A[s]
-                if stash and counts[s] > 1:
-                    extra += W[s]
-            else:
-                if stash and counts[s] > 1:
-                    extra -= W[s]
-                counts[s] -= 1
-                act -= A[s]
-            if e + 1 == m or tl[e + 1] > tl[e] + tol:
-                if tl[e] <= out_t[-1] + tol:  # same instant as the last row: it holds the final state
-                    out_a[-1], out_w[-1] = act, base_w + extra
+        base_w = sum(sm.static[s] for s in mine) + (sm.const if mine else 0.0)
+        # events: (time, sign, stage, kind): kind 0 holds a mini-batch, 1 runs an operation
+        ev_t, ev_sign, ev_stage, ev_kind = [], [], [], []
+        for s in mine:
+            n = hold_start.shape[1]
+            ev_t += [hold_start[s], hold_end[s]]
+            ev_sign += [np.ones(n), -np.ones(n)]
+            ev_stage += [np.full(2 * n, s)]
+            ev_kind += [np.zeros(2 * n)]
+        for s, starts, ends in ops:
+            if stage_dev[s] != p or sm.excess[s] <= 0:
+                continue
+            ev_t += [starts, ends]
+            ev_sign += [np.ones(len(starts)), -np.ones(len(ends))]
+            ev_stage += [np.full(len(starts) + len(ends), s)]
+            ev_kind += [np.ones(len(starts) + len(ends))]
+        out_t, out_a, out_w, out_x = [t0], [0.0], [base_w], [0.0]
+        if mine:
+            times = np.concatenate(ev_t)
+            sign = np.concatenate(ev_sign)
+            stg = np.concatenate(ev_stage).astype(int)
+            kind = np.concatenate(ev_kind)
+            key = times - np.where(sign < 0, tol, 0.0)
+            order = np.lexsort((sign, key))
+            counts = {s: 0 for s in mine}
+            act = extra = trans = 0.0
+            tl, sl, gl, kl = times[order].tolist(), sign[order].tolist(), stg[order].tolist(), kind[order].tolist()
+            m = len(tl)
+            for e in range(m):
+                s = gl[e]
+                if kl[e]:
+                    trans += sl[e] * sm.excess[s]
+                elif sl[e] > 0:
+                    counts[s] += 1
+                    act += sm.A[s]
+                    extra += sm.stash[s] if counts[s] > 1 else 0.0
                 else:
-                    out_t.append(tl[e]); out_a.append(act); out_w.append(base_w + extra)
-        rows_dev.append(np.full(len(out_t), p)); rows_t.append(np.array(out_t))
-        rows_a.append(np.array(out_a)); rows_w.append(np.array(out_w))
-    a = np.concatenate(rows_a)
-    w = np.concatenate(rows_w)
-    a[np.abs(a) < 1e-9 * max(1.0, float(np.max(np.abs(a))) if len(a) else 1.0)] = 0.0
-    df = pd.DataFrame({"device": np.concatenate(rows_dev).astype("int64"), "time": np.concatenate(rows_t),
-                       "activations": a, "weights": w, "total": a + w})
-    return df[MEMORY_COLUMNS]
+                    extra -= sm.stash[s] if counts[s] > 1 else 0.0
+                    counts[s] -= 1
+                    act -= sm.A[s]
+                if e + 1 == m or tl[e + 1] > tl[e] + tol:
+                    if tl[e] <= out_t[-1] + tol:  # same instant as the last row: it holds the final state
+                        out_a[-1], out_w[-1], out_x[-1] = act, base_w + extra, trans
+                    else:
+                        out_t.append(tl[e]); out_a.append(act); out_w.append(base_w + extra); out_x.append(trans)
+        frames.append((np.full(len(out_t), p), out_t, out_a, out_w, out_x))
+    a = np.concatenate([np.asarray(f[2]) for f in frames])
+    w = np.concatenate([np.asarray(f[3]) for f in frames])
+    x = np.concatenate([np.asarray(f[4]) for f in frames])
+    big = max(1.0, float(np.max(np.abs(a))) if len(a) else 1.0, float(np.max(np.abs(x))) if len(x) else 1.0)
+    a[np.abs(a) < 1e-9 * big] = 0.0
+    x[np.abs(x) < 1e-9 * big] = 0.0
+    df = pd.DataFrame({"device": np.concatenate([f[0] for f in frames]).astype("int64"),
+                       "time": np.concatenate([np.asarray(f[1], dtype=float) for f in frames]),
+                       "activations": a, "weights": w, "transient": x, "total": a + w + x})
+    return df[MEMORY_COLUMNS + ["transient"]]
 
 
 def simulate(plan: Plan, chain: Chain, platform: Platform, batches: int = 20) -> Trace:
@@ -222,8 +256,9 @@ def simulate(plan: Plan, chain: Chain, platform: Platform, batches: int = 20) ->
     ops = _ops_frame({k: list(np.concatenate(v)) if k != "kind" else list(np.concatenate(v)) for k, v in cols.items()})
     hold_start = np.stack([start2[:, s] for s in range(S)])
     hold_end = np.stack([end2[:, 2 * S - 1 - s] for s in range(S)])
-    mem = _memory_frame(platform.devices, dev, [x.saved for x in costs], [x.weights for x in costs],
-                        platform.weight_factor, platform.stash, hold_start, hold_end,
+    sm = _StageMemory.of(chain, platform, [(x.first, x.last) for x in st], stash=platform.stash, step_in_ops=True)
+    op_rows = [(s, start2[:, j], end2[:, j]) for s in range(S) for j in (s, 2 * S - 1 - s)]
+    mem = _memory_frame(platform.devices, dev, sm, hold_start, hold_end, op_rows,
                         float(min(0.0, start.min())), max(T, float(end.max()) / max(N, 1)))
     return Trace(ops, mem, platform.devices, period=T, source="simulated",
                  meta={"schedule": "periodic", "batches": N, "method": plan.method, "max_delay": max_delay,
@@ -253,7 +288,7 @@ def simulate_flushed(chain: Chain, platform: Platform, assignment: Sequence[int]
 
     >>> from workbench.chain import Chain, Layer, Platform
     >>> chain = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 0, 1) for i in range(3)), input_bytes=1)
-    >>> t = simulate_flushed(chain, Platform(3), [0, 1, 2], 4, kind="1f1b")
+    >>> t = simulate_flushed(chain, Platform(3, memory_model="paper"), [0, 1, 2], 4, kind="1f1b")
     >>> t.peak_memory().tolist()  # min(m, stages downstream + 1) micro-batches of 1 byte
     [3.0, 2.0, 1.0]
     >>> t.makespan, t.period  # (m + S - 1) * (F + B) with one layer per stage
@@ -344,7 +379,28 @@ def simulate_flushed(chain: Chain, platform: Platform, assignment: Sequence[int]
         cols["start"].append(t); cols["end"].append(e)
     ops = _ops_frame(cols)
     makespan = t_flush
-    mem = _memory_frame(platform.devices, dev, [x.saved for x in costs], [x.weights for x in costs],
-                        platform.weight_factor, False, fs, be, 0.0, max(makespan, 1e-300))
+    sm = _StageMemory.of(chain, platform, runs, stash=False, step_in_ops=False)
+    op_rows = [(s, a0[s], a1[s]) for s in range(S) for a0, a1 in ((fs, fe), (bs, be))]
+    mem = _memory_frame(platform.devices, dev, sm, fs, be, op_rows, 0.0, max(makespan, 1e-300))
+    mem = _with_step_rows(mem, chain, platform, runs, dev, makespan)
     return Trace(ops, mem, platform.devices, period=makespan / total if total else math.nan, source="simulated",
                  meta={"schedule": kind, "micro_batches": m, "flushes": flushes, "makespan": makespan})
+
+
+def _with_step_rows(mem: pd.DataFrame, chain: Chain, platform: Platform, runs: Sequence[tuple[int, int]],
+                    dev: Sequence[int], end: float) -> pd.DataFrame:
+    """After the flush each device's optimizer steps its stages (one at a time, with nothing in
+    flight): a row at ``end`` per used device whose transient is the largest step's temporaries."""
+    t = layer_terms(chain, platform)
+    rows = []
+    for p in sorted(set(dev)):
+        step = max(stage_step(t, a, b) for (a, b), d in zip(runs, dev) if d == p)
+        if step <= 0:
+            continue
+        weights = float(mem.loc[mem["device"] == p, "weights"].iloc[-1])
+        rows.append({"device": p, "time": end, "activations": 0.0, "weights": weights, "transient": step,
+                     "total": weights + step})
+    if not rows:
+        return mem
+    out = pd.concat([mem, pd.DataFrame(rows)], ignore_index=True)
+    return out.sort_values(["device", "time"], kind="stable").reset_index(drop=True)

@@ -11,7 +11,11 @@ of memory on a device, columns
 
     device, time, activations, weights, total
 
-(bytes held from ``time`` until the device's next row). ``period`` is the
+(bytes held from ``time`` until the device's next row; ``weights`` is
+everything held whatever the mini-batches in flight: parameters, gradients,
+optimizer state, stashed versions, the runtime constant). A simulated trace
+has a ``transient`` column too (the excess of the operation running then,
+:mod:`workbench.memory`), which ``total`` includes. ``period`` is the
 plan's (predicted) period, ``source`` says where the trace came from
 (``"simulated"`` or ``"measured"``).
 

@@ -25,9 +25,9 @@ misses the limit.
 
 >>> from workbench.chain import Chain, Layer, Platform
 >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 1.0, 1 + 10 * (i == 0), 1) for i in range(4)))
->>> plan_uniform(ch, Platform(2)).assignment
+>>> plan_uniform(ch, Platform(2, memory_model="paper")).assignment
 (0, 0, 1, 1)
->>> plan_parameters(ch, Platform(2)).assignment
+>>> plan_parameters(ch, Platform(2, memory_model="paper")).assignment
 (0, 1, 1, 1)
 """
 
@@ -40,6 +40,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..chain import Chain, Platform
+from ..memory import device_memory, layer_terms
 from ..plan import Plan, infeasible_plan
 from ..units import format_bytes
 from .dp import bottleneck_partition, bounds_to_assignment, least_memory, schedule_partition
@@ -77,7 +78,7 @@ def schedule_on_top(chain: Chain, platform: Platform, bounds: Sequence[tuple[int
 
     >>> from workbench.chain import Chain, Layer, Platform
     >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 1.0, 100, 1) for i in range(2)))
-    >>> p = schedule_on_top(ch, Platform(2, memory=50), [(0, 0), (1, 1)], "x")
+    >>> p = schedule_on_top(ch, Platform(2, memory=50, memory_model="paper"), [(0, 0), (1, 1)], "x")
     >>> p.fits, p.notes[-1].startswith("does not fit")
     (False, True)
     """
@@ -102,8 +103,9 @@ def schedule_on_top(chain: Chain, platform: Platform, bounds: Sequence[tuple[int
 
 
 def _k1_peak(chain: Chain, platform: Platform, bounds: Sequence[tuple[int, int]]) -> float:
-    return max(platform.stage_memory(chain.stage_costs(a, b).saved, chain.stage_costs(a, b).weights, 1)
-               for a, b in bounds)
+    """The largest device memory of a contiguous partition with one mini-batch in flight per stage."""
+    terms = layer_terms(chain, platform)
+    return max(device_memory(terms, [(a, b, 1)]) for a, b in bounds)
 
 
 # ----------------------------------------------------------------------------

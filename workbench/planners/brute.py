@@ -75,9 +75,9 @@ general up to 8 layers x 3 devices in about a second or less on average.
 
 >>> from workbench.chain import Chain, Layer, Platform
 >>> chain = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 0, 0) for i in range(3)))
->>> plan_brute(chain, Platform(3)).period
+>>> plan_brute(chain, Platform(3, memory_model="paper")).period
 3.0
->>> plan_brute(chain, Platform(2), allocation="general").period
+>>> plan_brute(chain, Platform(2, memory_model="paper"), allocation="general").period
 6.0
 """
 
@@ -92,6 +92,7 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 
 from ..chain import Chain, Platform
+from ..memory import device_extra, layer_terms, stage_memory
 from ..plan import Plan, infeasible_plan, make_plan, stages_of
 
 __all__ = [
@@ -149,13 +150,14 @@ class _Alloc:
     dev: list[int]
     F: list[float]
     B: list[float]
-    A: list[float]
-    W: list[float]
+    ka: list[float]         # memory per in-flight mini-batch of stage s (workbench.memory: A + stash)
+    kc: list[float]         # memory of stage s that does not grow with k (static - stash)
     c: list[float]          # boundary cost after stage s (0 after the last)
     path: list[float]       # P_s: least window of stage s = sum_{i>=s}(F_i+B_i) + 2 sum_{s<=i<S-1} c_i
     static_lb: float        # device loads, link loads, single operations
     total_path: float       # path[0]
     devices: list[list[int]]  # stages of each used device
+    extra: list[float]        # per used device: largest excess + runtime constant (no k in it)
 
     @property
     def S(self) -> int:
@@ -171,11 +173,13 @@ def _alloc(chain: Chain, platform: Platform, assignment: Sequence[int]) -> _Allo
     runs = stages_of(assignment)
     S = len(runs)
     # the sums of Chain.stage_costs, from its prefix sums as Python floats (same values, faster)
-    pf, pb, pa, pw, cut = chain._prefix_lists
+    pf, pb, _, _, cut = chain._prefix_lists
     F = [pf[b + 1] - pf[a] for a, b in runs]
     B = [pb[b + 1] - pb[a] for a, b in runs]
-    A = [pa[b + 1] - pa[a] for a, b in runs]
-    W = [pw[b + 1] - pw[a] for a, b in runs]
+    terms = layer_terms(chain, platform)
+    one = [stage_memory(terms, a, b, 1) for a, b in runs]
+    ka = [stage_memory(terms, a, b, 2) - m for (a, b), m in zip(runs, one)]
+    kc = [m - x for m, x in zip(one, ka)]
     c = [platform.comm_time(cut[b]) if s < S - 1 else 0.0 for s, (_, b) in enumerate(runs)]
     dev = [assignment[a] for a, _ in runs]
     path = [0.0] * S
@@ -193,7 +197,8 @@ def _alloc(chain: Chain, platform: Platform, assignment: Sequence[int]) -> _Allo
         link[key] = link.get(key, 0.0) + c[s]   # p->q and q->p carry the same total
     static = max(load + list(link.values()) + F + B + [0.0])
     devices = [[s for s in range(S) if dev[s] == p] for p in range(n_dev)]
-    return _Alloc(assignment, runs, dev, F, B, A, W, c, path, static, path[0], devices)
+    extra = [device_extra(terms, [runs[s] for s in st]) for st in devices]
+    return _Alloc(assignment, runs, dev, F, B, ka, kc, c, path, static, path[0], devices, extra)
 
 
 def _k_cap(al: _Alloc, T: float) -> int:
@@ -201,27 +206,32 @@ def _k_cap(al: _Alloc, T: float) -> int:
     return int(math.ceil(al.total_path / T)) + 2 * al.S if T > 0 else 1
 
 
-def _kmax_memory(platform: Platform, A: float, W: float, budget: float, cap: int) -> int:
-    """Largest k <= cap with stage_memory(A, W, k) <= budget (0 if even k = 1 does not fit)."""
+def _kmax_memory(al: _Alloc, s: int, budget: float, cap: int) -> int:
+    """Largest k <= cap with stage s's memory ``k ka + kc`` <= budget (0 if even k = 1 does not fit)."""
     lim = budget * (1 + _MEM_TOL) if math.isfinite(budget) else math.inf
-    if platform.stage_memory(A, W, 1) > lim:
+    ka, kc = al.ka[s], al.kc[s]
+    if ka + kc > lim:
         return 0
-    per = A + (W if platform.stash else 0.0)
-    if per <= 0 or not math.isfinite(lim):
+    if ka <= 0 or not math.isfinite(lim):
         return cap
-    k = int((lim - platform.stage_memory(A, W, 1)) // per) + 1
-    while k > 1 and platform.stage_memory(A, W, k) > lim:
+    k = int((lim - kc) // ka)
+    while k > 1 and k * ka + kc > lim:
         k -= 1
-    while k < cap and platform.stage_memory(A, W, k + 1) <= lim:
+    while k < cap and (k + 1) * ka + kc <= lim:
         k += 1
-    return min(k, cap)
+    return max(1, min(k, cap))
+
+
+def _budget(al: _Alloc, platform: Platform, device: int) -> float:
+    """What device ``device``'s stages may hold in resident bytes (its limit less its extra)."""
+    return platform.memory_of(device) - al.extra[device]
 
 
 def _memory_ok(al: _Alloc, platform: Platform, ks: Sequence[int], stages: Sequence[int]) -> bool:
     M = platform.memory
-    if not math.isfinite(M):
+    if not math.isfinite(M) or not stages:
         return True
-    mem = sum(platform.stage_memory(al.A[s], al.W[s], k) for s, k in zip(stages, ks))
+    mem = sum(k * al.ka[s] + al.kc[s] for s, k in zip(stages, ks)) + al.extra[al.dev[stages[0]]]
     return mem <= M * (1 + _MEM_TOL)
 
 
@@ -246,7 +256,7 @@ def _memory_lb(al: _Alloc, platform: Platform) -> float:
     """T >= path_s / k_s for the largest k_s memory allows (each stage alone on its device)."""
     lb = 0.0
     for s in range(al.S):
-        k = _kmax_memory(platform, al.A[s], al.W[s], platform.memory, 10**9)
+        k = _kmax_memory(al, s, _budget(al, platform, al.dev[s]), 10**9)
         if k == 0:
             return math.inf
         lb = max(lb, al.path[s] / k)
@@ -261,7 +271,7 @@ def _contiguous_period(al: _Alloc, platform: Platform) -> tuple[float, tuple[int
     S = al.S
     lb = al.static_lb
     cap = _k_cap(al, lb) if lb > 0 else 1
-    kmax = [_kmax_memory(platform, al.A[s], al.W[s], platform.memory_of(al.dev[s]), cap) for s in range(S)]
+    kmax = [_kmax_memory(al, s, _budget(al, platform, al.dev[s]), cap) for s in range(S)]
     if min(kmax) < 1:
         return None
     # P[s, j] for s <= j
@@ -361,10 +371,11 @@ def _maximal_vectors(al: _Alloc, platform: Platform, stages: list[int], kmin: li
         return []
     if not math.isfinite(platform.memory):
         return [tuple(hi)]                      # everything fits: only the top corner is maximal
-    limit = platform.memory * (1 + _MEM_TOL) * (1 + 1e-12)   # pruning only; leaves use _memory_ok
+    limit = (platform.memory * (1 + _MEM_TOL) * (1 + 1e-12)   # pruning only; leaves use _memory_ok
+             - al.extra[al.dev[stages[0]]])
 
     def cost(i: int, k: int) -> float:
-        return platform.stage_memory(al.A[stages[i]], al.W[stages[i]], k)
+        return k * al.ka[stages[i]] + al.kc[stages[i]]
 
     n = len(stages)
     rest = [0.0] * (n + 1)                      # least memory of stages i.. (all at their kmin)
@@ -419,12 +430,13 @@ def _feasible_at(al: _Alloc, platform: Platform, T: float, deadline: float | Non
     for p, stages in enumerate(al.devices):
         if not stages:
             continue
-        base = sum(platform.stage_memory(al.A[s], al.W[s], kmin[s]) for s in stages)
-        if base > platform.memory_of(p) * (1 + _MEM_TOL):   # even the least k's do not fit
+        base = sum(kmin[s] * al.ka[s] + al.kc[s] for s in stages)
+        budget = _budget(al, platform, p)
+        if base > budget + platform.memory_of(p) * _MEM_TOL:   # even the least k's do not fit
             return None
         for s in stages:
-            rest = base - platform.stage_memory(al.A[s], al.W[s], kmin[s])
-            kmax[s] = _kmax_memory(platform, al.A[s], al.W[s], platform.memory_of(p) - rest, cap)
+            rest = base - (kmin[s] * al.ka[s] + al.kc[s])
+            kmax[s] = _kmax_memory(al, s, budget - rest, cap)
         devs.append(stages)
     if not loose or all(len(st) == 1 for st in devs):
         per_dev = [(st, _maximal_vectors(al, platform, st, kmin, kmax, deadline)) for st in devs]
@@ -445,15 +457,14 @@ def _feasible_at(al: _Alloc, platform: Platform, T: float, deadline: float | Non
     def least_k(D) -> list[int]:
         return [max(kmin[s], int(math.ceil((al.B[s] - D[2 * s + 1, 2 * s]) / T - 1e-9))) for s in range(S)]
 
-    # rule 7 per stage: k * ka + kc bytes
-    ka = [platform.stage_memory(al.A[s], al.W[s], 2) - platform.stage_memory(al.A[s], al.W[s], 1) for s in range(S)]
-    kc = [platform.stage_memory(al.A[s], al.W[s], 1) - ka[s] for s in range(S)]
+    # rule 7 per stage: k * ka + kc bytes, per device its extra on top
+    ka, kc = al.ka, al.kc
     lim = platform.memory * (1 + _MEM_TOL)
     per_dev: list = []
 
     def node_ok(D) -> bool:
         kl = least_k(D)
-        return all(sum(kl[s] * ka[s] + kc[s] for s in st) <= lim for st in devs)
+        return all(sum(kl[s] * ka[s] + kc[s] for s in st) + al.extra[al.dev[st[0]]] <= lim for st in devs)
 
     def leaf(D, chosen):
         if not per_dev:   # the maximal vectors, once a complete order is reached

@@ -46,6 +46,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..chain import Chain, Platform
+from ..memory import layer_terms, linear_terms
 from ..plan import Plan, infeasible_plan, lower_bound, make_plan, stages_of
 
 __all__ = ["block_groups", "expand_assignment", "expand_plan", "plan_coarse"]
@@ -79,7 +80,8 @@ def block_groups(chain: Chain, blocks: int, platform: Platform | None = None, *,
     target = total / B if total > 0 else 1.0
     if platform is not None:
         comm = np.array([platform.comm_time(chain.cut(l)) for l in range(L)])
-        foot = chain.saved_array + platform.weight_factor * chain.weights
+        lin = linear_terms(layer_terms(chain, platform))
+        foot = lin.a + lin.w0             # each layer's memory with one mini-batch in flight
         M = platform.memory
     else:
         cb = chain.cuts

@@ -25,7 +25,8 @@ device, stage s on device s:
                     window_s = raw_s, or (k_s-1) T + F_s + B_s when the
                                backward would overlap the forward modulo T
                                (raw_s - (k_s-1) T < F_s + B_s): it is delayed
-      memory_s = k_s A_s + phi W_s + [stash] (k_s - 1) W_s   (rule 7)
+      memory_s = k_s A_s + static_s + (k_s - 1) stash_s + excess_s   (rule 7,
+                 workbench.memory: each stage alone on its device)
 
   ``window_s`` and ``k_s`` are non-decreasing in ``window_{s+1}``, so for
   the stages upstream of a suffix, *the smallest downstream window is
@@ -46,12 +47,12 @@ device, stage s on device s:
   period, and the search stops when the bracket is within 1e-9 relative.
 
 If no period works, the least memory any contiguous plan needs is reported:
-with T large enough every k is 1, and the least peak of ``A + phi W`` over
-partitions is another bottleneck DP.
+with T large enough every k is 1, and the least peak of a stage's memory at
+k = 1 over partitions is another bottleneck DP.
 
 >>> from workbench.chain import Chain, Layer, Platform
 >>> chain = Chain(tuple(Layer(f"l{i}", 0.001, 0.002, 0, 0) for i in range(4)))
->>> p = plan_dp(chain, Platform(2))
+>>> p = plan_dp(chain, Platform(2, memory_model="paper"))
 >>> round(p.period, 6), p.assignment
 (0.006, (0, 0, 1, 1))
 """
@@ -60,11 +61,13 @@ from __future__ import annotations
 
 import math
 import time
+from functools import cached_property
 from typing import Any, Sequence
 
 import numpy as np
 
 from ..chain import Chain, Platform
+from ..memory import band_terms, layer_terms, square_terms, suffix_terms
 from ..plan import Plan, infeasible_plan
 from ..schedule import Scheduler
 from ..units import format_bytes
@@ -119,16 +122,19 @@ class _Tables:
         span = lambda a: a[1:][None, :] - a[:-1][:, None]  # noqa: E731  a[j+1] - a[i]
         self.F = span(p["f"])
         self.B = span(p["b"])
-        self.A = span(p["a"])
+        self.A = span(p["a"])          # the profile's saved bytes and weights (PipeDream's own charge)
         self.W = span(p["w"])
         self.FB = self.F + self.B
         self.pfb = p["f"] + p["b"]
-        self.pa = p["a"]
-        self.pw = p["w"]
         self.c = _comm(chain, platform)
-        self.phi = platform.weight_factor
-        self.stash = 1.0 if platform.stash else 0.0
+        self.terms = layer_terms(chain, platform)
         self.M = platform.memory
+
+    @cached_property
+    def least(self) -> np.ndarray:
+        """(i, j): memory of stage i..j alone on a device with one mini-batch in flight."""
+        sq = square_terms(self.terms)
+        return sq.memory(np.ones_like(sq.A))
 
 
 # ----------------------------------------------------------------------------
@@ -179,7 +185,7 @@ def least_memory(chain: Chain, platform: Platform, tables: _Tables | None = None
                  ) -> tuple[float, list[tuple[int, int]]]:
     """The least peak memory of any contiguous plan (every k = 1, i.e. a long period)."""
     t = tables or _Tables(chain, platform)
-    return bottleneck_partition(t.A + t.phi * t.W, platform.devices)
+    return bottleneck_partition(t.least, platform.devices)
 
 
 # ----------------------------------------------------------------------------
@@ -194,7 +200,7 @@ def min_period(chain: Chain, platform: Platform, bounds: Sequence[tuple[int, int
 
     >>> from workbench.chain import Chain, Layer, Platform
     >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 0, 0) for i in range(2)))
-    >>> min_period(ch, Platform(2), [(0, 0), (1, 1)])
+    >>> min_period(ch, Platform(2, memory_model="paper"), [(0, 0), (1, 1)])
     3.0
     """
     sched = Scheduler(chain, platform, bounds_to_assignment(bounds))
@@ -233,16 +239,15 @@ def memory_dp(chain: Chain, platform: Platform, period: float, tables: _Tables |
     Jc = np.minimum(J, L - 1)
     I = idx[:, None]
     FB = t.pfb[Jc + 1] - t.pfb[I]
-    A = t.pa[Jc + 1] - t.pa[I]
-    W = t.pw[Jc + 1] - t.pw[I]
+    band = band_terms(t.terms, I, Jc)
     cj = t.c[Jc]
     base_inner = inband & (cj <= tolT) & (J < L - 1)   # a non-last stage cannot end at the last layer
     # q = 1: the last stage i..L-1, one mini-batch in flight
     fb_last = t.pfb[L] - t.pfb[:L]
-    last_ok = (fb_last <= tolT) & (t.pa[L] - t.pa[:L] + t.phi * (t.pw[L] - t.pw[:L]) <= M)
+    last = suffix_terms(t.terms)
+    last_ok = (fb_last <= tolT) & (last.memory(np.ones(L)) <= M)
     D = [np.where(last_ok, fb_last, np.inf)]
     args: list[np.ndarray] = [np.full(L, L - 1)]
-    static_mem = t.phi * W
     for q in range(2, min(platform.devices, L) + 1):
         Dn = np.concatenate([D[-1], [np.inf]])
         down = Dn[np.minimum(J + 1, L)]                # down[i, d] = D[q-1][j+1]
@@ -253,7 +258,7 @@ def memory_dp(chain: Chain, platform: Platform, period: float, tables: _Tables |
         raw = FB + 2 * cj + np.where(fin, down, 0.0)
         k = _ceil(raw / T)
         window = np.where(raw - (k - 1) * T < FB, (k - 1) * T + FB, raw)
-        mem = k * A + static_mem + t.stash * (k - 1) * W
+        mem = band.memory(k)
         window = np.where(ok0 & (mem <= M), window, np.inf)
         arg = np.argmin(window, axis=1)
         D.append(window[idx, arg])
@@ -347,9 +352,9 @@ def plan_dp(chain: Chain, platform: Platform, *, allocation: str = "contiguous",
 
     >>> from workbench.chain import Chain, Layer, Platform
     >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 100, 10) for i in range(4)))
-    >>> plan_dp(ch, Platform(2, memory=10_000)).period
+    >>> plan_dp(ch, Platform(2, memory=10_000, memory_model="paper")).period
     6.0
-    >>> plan_dp(ch, Platform(2, memory=150)).status
+    >>> plan_dp(ch, Platform(2, memory=150, memory_model="paper")).status
     'infeasible'
     """
     t_start = time.perf_counter()

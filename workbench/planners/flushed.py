@@ -22,7 +22,7 @@ by how much (``plan.fits`` is False).
 
 >>> from workbench.chain import Chain, Layer, Platform
 >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 0, 8) for i in range(4)), input_bytes=8)
->>> p = plan_gpipe(ch, Platform(2), micro_batches=4)
+>>> p = plan_gpipe(ch, Platform(2, memory_model="paper"), micro_batches=4)
 >>> p.schedule, p.micro_batches, [s.in_flight for s in p.stages]
 ('gpipe', 4, [4, 4])
 """

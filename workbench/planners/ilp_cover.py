@@ -49,7 +49,7 @@ Sizes: the sets are enumerated under the load bound; above ``MAX_SETS`` of them
 
 >>> from workbench.chain import Chain, Layer, Platform
 >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 0, 0) for i in range(3)))
->>> r = cover_search(ch, Platform(2), 9.0)
+>>> r = cover_search(ch, Platform(2, memory_model="paper"), 9.0)
 >>> r.status, r.period, r.assignment
 ('optimal', 6.0, (0, 1, 1))
 """
@@ -64,6 +64,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..chain import Chain, Platform
+from ..memory import layer_terms, linear_terms
 
 __all__ = ["DeviceSets", "device_sets", "cover_bound", "cover_search", "CoverResult", "TooManySets"]
 
@@ -91,8 +92,11 @@ class DeviceSets:
     loads: np.ndarray
     comp: np.ndarray   # per layer: f + b
     down: np.ndarray   # per layer: compute from it to the end and back
-    a: np.ndarray      # per layer memory terms (ilp_model.memory_terms)
+    a: np.ndarray      # per layer memory terms (workbench.memory.linear_terms)
     w0: np.ndarray
+    head: np.ndarray   # added per in-flight mini-batch where a run (a stage) starts
+    tail: np.ndarray   # ... and where it ends
+    const: float       # runtime constant of a used device
     groups: list[list[tuple[float, int, float]]] = field(repr=False)
     keys: list[list[float]] = field(repr=False)
     c: np.ndarray      # per cut position l (between l and l+1): transfer time
@@ -126,9 +130,9 @@ class DeviceSets:
                     i = l
                     while l + 1 < L and mask >> (l + 1) & 1:
                         l += 1
-                    out.append((float(self.down[i]), l, float(self.a[i:l + 1].sum())))
+                    out.append((float(self.down[i]), l, float(self.a[i:l + 1].sum() + self.head[i] + self.tail[l])))
                 l += 1
-            w0 = float(sum(self.w0[l] for l in range(L) if mask >> l & 1))
+            w0 = float(sum(self.w0[l] for l in range(L) if mask >> l & 1)) + self.const
             r = (own, tuple(out), w0)
             self._runs[mask] = r
         return r
@@ -196,9 +200,11 @@ def _masks_under_load(comp: np.ndarray, t_max: float, limit: int) -> tuple[np.nd
 
 
 def _thresholds(masks: np.ndarray, loads: np.ndarray, down, c, a, w0, memory: float,
-                chunk: int = 50_000, deadline: float | None = None) -> np.ndarray:
+                chunk: int = 50_000, deadline: float | None = None, device_const: float = 0.0) -> np.ndarray:
     """The threshold of every mask (``loads``: theirs); inf where even one mini-batch per stage
-    does not fit."""
+    does not fit. ``a`` is (per-layer a, head, tail): a run of the set is a stage, so its first
+    layer's head and its last layer's tail count too; the device's transient is left out (a
+    relaxation, which keeps thresholds lower bounds)."""
     L = len(down)
     out_t = np.empty(len(masks))
     bits = np.arange(L, dtype=np.int64)
@@ -225,8 +231,9 @@ def _thresholds(masks: np.ndarray, loads: np.ndarray, down, c, a, w0, memory: fl
         for l in range(L):
             cur = np.where(start[:, l], down[l] + suffix[:, l], cur)
             win[:, l] = np.where(B[:, l], cur, 0.0)
-        A = np.where(B, a, 0.0)
-        const = B.astype(float) @ w0
+        a_l, head, tail = a
+        A = np.where(B, a_l, 0.0) + np.where(start, head, 0.0) + np.where(B & ~nxt, tail, 0.0)
+        const = B.astype(float) @ w0 + device_const
 
         def need(T: np.ndarray) -> np.ndarray:
             k = np.maximum(1.0, np.ceil(win / T[:, None] * (1 - 1e-12)))
@@ -256,15 +263,17 @@ def device_sets(chain: Chain, platform: Platform, t_max: float, *, limit: int = 
 
     >>> from workbench.chain import Chain, Layer, Platform
     >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 0, 0) for i in range(3)))
-    >>> device_sets(ch, Platform(2), 6.0).count   # sets of at most 2 layers
+    >>> device_sets(ch, Platform(2, memory_model="paper"), 6.0).count   # sets of at most 2 layers
     6
     """
     from .ilp_model import chain_arrays
 
     comp, down, c, a, w0 = chain_arrays(chain, platform)
+    lin = linear_terms(layer_terms(chain, platform))
     L = len(chain)
     masks, load = _masks_under_load(comp, t_max, limit)
-    t = _thresholds(masks, load, down, c, a, w0, platform.memory, deadline=deadline)
+    t = _thresholds(masks, load, down, c, (a, lin.head, lin.tail), w0, platform.memory, deadline=deadline,
+                    device_const=lin.const)
     keep = t <= t_max * (1 + _TOL)
     masks, t, load = masks[keep], t[keep], load[keep]
     low = np.zeros(len(masks), dtype=np.int64)
@@ -278,8 +287,8 @@ def device_sets(chain: Chain, platform: Platform, t_max: float, *, limit: int = 
         g = [(float(t[i]), int(masks[i]), float(load[i])) for i in order]
         groups.append(g)
         keys.append([x[0] for x in g])
-    return DeviceSets(L, platform.devices, t_max, masks, t, load, comp, down, a, w0, groups, keys, c,
-                      platform.memory)
+    return DeviceSets(L, platform.devices, t_max, masks, t, load, comp, down, a, w0, lin.head, lin.tail, lin.const,
+                      groups, keys, c, platform.memory)
 
 
 def _least_memory(ds: DeviceSets, T: float) -> np.ndarray:
@@ -371,7 +380,7 @@ def cover_bound(chain: Chain, platform: Platform, upper: float, *, deadline: flo
 
     >>> from workbench.chain import Chain, Layer, Platform
     >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 0, 0) for i in range(3)))
-    >>> cover_bound(ch, Platform(2), 9.0)   # 3 layers of load 3 on 2 devices
+    >>> cover_bound(ch, Platform(2, memory_model="paper"), 9.0)   # 3 layers of load 3 on 2 devices
     6.0
     """
     ds = sets if sets is not None else device_sets(chain, platform, upper)

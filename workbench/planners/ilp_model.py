@@ -26,8 +26,11 @@ Per layer l (0-based, L layers), p a device, all constraints constraint by const
   ``k >= tb + b u - tf`` (at a stage's first layer: the window) and
   ``k - 1 <= tb - tf - f u`` (at its last layer: forward and backward do not overlap
   modulo T). Together: ``k = ceil(window / T)``, exactly the checker's count.
-* memory (rule 7), per device: ``sum_l (A + [stash] W) z[l,p] + (phi - [stash]) W x[l,p] <= M``
-  with ``z[l,p] >= k[l] - K (1 - x[l,p])`` (= k x, from below, which is all a <= needs).
+* memory (rule 7, :func:`workbench.memory.linear_terms`), per device:
+  ``sum_l a_l z[l,p] + w0_l x[l,p] + extras[p] <= M`` with ``z[l,p] >= k[l] - K (1 - x[l,p])``
+  (= k x, from below, which is all a <= needs); ``a = A + [stash] W``, ``w0`` the static bytes
+  less one stashed version; ``extras`` the stage-boundary terms (exact) and a bound on the
+  device's transient (see :func:`_add_memory_extras`). Paper model: ``w0 = (phi - [stash]) W``, no extras.
 * link load (rule 6): contiguous ``c w <= 1``; general, per unordered device pair,
   ``sum_l c g[l,p,q] <= 1`` with ``g = e u`` and ``e[l,p,q]`` = the cut after l joins p and q.
 * device load (general): ``device_load``: ``sum_l (f + b) v[l,p] <= 1`` with ``v = x u`` (a valid cut).
@@ -48,6 +51,7 @@ import numpy as np
 import pyomo.environ as pyo
 
 from ..chain import Chain, Platform
+from ..memory import layer_terms, linear_terms
 from ..plan import lower_bound
 
 __all__ = ["build_model", "ModelData", "chain_arrays", "k_bounds", "memory_period_bound", "memory_terms"]
@@ -74,19 +78,18 @@ class ModelData:
 
 def memory_terms(chain: Chain, platform: Platform) -> tuple[np.ndarray, np.ndarray]:
     """Per layer ``(a, w0)``: a stage holding k mini-batches needs ``sum_l k a_l + w0_l`` bytes
-    (rule 7: ``a = saved + [stash] W``, ``w0 = (phi - [stash]) W``).
+    plus its boundary terms and its device's extra (:func:`workbench.memory.linear_terms`;
+    paper model: ``a = saved + [stash] W``, ``w0 = (phi - [stash]) W``).
 
     >>> from workbench.chain import Chain, Layer, Platform
     >>> ch = Chain((Layer("l", 1.0, 1.0, weight_bytes=10, saved_bytes=4),))
-    >>> [float(v[0]) for v in memory_terms(ch, Platform(1, weights="stash"))]   # a = 4 + 10, w0 = 0
+    >>> [float(v[0]) for v in memory_terms(ch, Platform(1, weights="stash", memory_model="paper"))]   # a = 4 + 10
     [14.0, 0.0]
-    >>> [float(v[0]) for v in memory_terms(ch, Platform(1, weights="single"))]  # a = 4, w0 = 10
+    >>> [float(v[0]) for v in memory_terms(ch, Platform(1, weights="single", memory_model="paper"))]  # a = 4, w0 = 10
     [4.0, 10.0]
     """
-    s = 1.0 if platform.stash else 0.0
-    a = chain.saved_array + s * chain.weights
-    w0 = (platform.weight_factor - s) * chain.weights
-    return np.asarray(a, dtype=float), np.asarray(w0, dtype=float)
+    lin = linear_terms(layer_terms(chain, platform))
+    return np.asarray(lin.a, dtype=float), np.asarray(lin.w0, dtype=float)
 
 
 def chain_arrays(chain: Chain, platform: Platform) -> tuple[np.ndarray, ...]:
@@ -96,7 +99,7 @@ def chain_arrays(chain: Chain, platform: Platform) -> tuple[np.ndarray, ...]:
 
     >>> from workbench.chain import Chain, Layer, Platform
     >>> ch = Chain((Layer("x", 1.0, 2.0, 0, 4), Layer("y", 1.0, 1.0, 0, 0)))
-    >>> [v.tolist() for v in chain_arrays(ch, Platform(2, bandwidth=2.0))[:3]]
+    >>> [v.tolist() for v in chain_arrays(ch, Platform(2, bandwidth=2.0, memory_model="paper"))[:3]]
     [[3.0, 2.0], [5.0, 2.0], [2.0, 0.0]]
     """
     L = len(chain)
@@ -172,6 +175,43 @@ def memory_period_bound(chain: Chain, platform: Platform) -> float:
     return max(lo, single)
 
 
+def _add_memory_extras(m: pyo.ConcreteModel, lin, scale: float, kmax: np.ndarray) -> None:
+    """The memory a device holds beyond ``sum_l k a + w0`` (docs/model.md, "Memory"), scaled by M:
+    ``k head_l`` when layer l starts a stage and ``k tail_l`` when it ends one (exact:
+    ``zs = k x [cut before l]``, ``ze = k x [cut after l]`` from below), and ``tau_p`` >= every
+    layer's excess bound and the foreach step's sum (an upper bound on the device's largest
+    excess), plus the runtime constant. ``m.extras[p]`` is their sum; zero in the paper model.
+    """
+    L = m._ilp.L
+    head, tail = lin.head / scale, lin.tail / scale
+    starts = [l for l in range(L) if head[l] > 0]
+    ends = [l for l in range(L - 1) if tail[l] > 0]
+    ub, fe = lin.excess_ub / scale, lin.step_sum / scale
+
+    def cut_before(l: int):
+        return 1 if l == 0 else m.cut[l - 1]
+
+    m.START = pyo.Set(initialize=starts)
+    m.END = pyo.Set(initialize=ends)
+    m.zs = pyo.Var(m.START, m.Pset, bounds=lambda _m, l, p: (0, kmax[l]))
+    m.zs_lo = pyo.Constraint(m.START, m.Pset, rule=lambda _m, l, p:
+                             m.zs[l, p] >= m.z[l, p] - kmax[l] * (1 - cut_before(l)))
+    m.ze = pyo.Var(m.END, m.Pset, bounds=lambda _m, l, p: (0, kmax[l]))
+    m.ze_lo = pyo.Constraint(m.END, m.Pset, rule=lambda _m, l, p: m.ze[l, p] >= m.z[l, p] - kmax[l] * (1 - m.cut[l]))
+    has_excess = bool(np.any(ub > 0) or np.any(fe > 0))
+    if has_excess:
+        m.tau = pyo.Var(m.Pset, bounds=(0, None))
+        m.tau_layer = pyo.Constraint(m.Lset, m.Pset, rule=lambda _m, l, p: m.tau[p] >= ub[l] * m.x[l, p]
+                                     if ub[l] > 0 else pyo.Constraint.Skip)
+        if np.any(fe > 0):
+            m.tau_step = pyo.Constraint(m.Pset, rule=lambda _m, p: m.tau[p] >= sum(fe[l] * m.x[l, p] for l in m.Lset))
+    const = lin.const / scale
+    m.extras = pyo.Expression(m.Pset, rule=lambda _m, p: sum(head[l] * m.zs[l, p] for l in starts)
+                              + sum(tail[l] * m.ze[l, p] for l in ends)
+                              + (m.tau[p] if has_excess else 0) + const)
+    m._ilp_excess_bounded = has_excess
+
+
 def build_model(chain: Chain, platform: Platform, *, allocation: str = "contiguous",
                 period: float | None = None, period_bounds: tuple[float, float] | None = None,
                 pairwise: bool = True, tighten: bool = True) -> pyo.ConcreteModel:
@@ -184,7 +224,7 @@ def build_model(chain: Chain, platform: Platform, *, allocation: str = "contiguo
 
     >>> from workbench.chain import Chain, Layer, Platform
     >>> ch = Chain(tuple(Layer(f"l{i}", 0.001, 0.002, 10, 4) for i in range(4)))
-    >>> m = build_model(ch, Platform(2, memory=100), allocation="contiguous")
+    >>> m = build_model(ch, Platform(2, memory=100, memory_model="paper"), allocation="contiguous")
     >>> sorted(c.name for c in m.component_objects(pyo.Constraint))[:3]
     ['bwd_hi', 'bwd_lo', 'fwd_hi']
     """
@@ -200,8 +240,8 @@ def build_model(chain: Chain, platform: Platform, *, allocation: str = "contiguo
     M = platform.memory
     mem = math.isfinite(M)
     scale = M if mem else 1.0
-    a, w0 = memory_terms(chain, platform)
-    a, w0 = a / scale, w0 / scale
+    lin = linear_terms(layer_terms(chain, platform))
+    a, w0 = lin.a / scale, lin.w0 / scale
     lo_T, hi_T = period_bounds if period_bounds else (t_ref, None)
     lo_T = max(lo_T, t_ref, min(memory_period_bound(chain, platform), hi_T or math.inf))
     if hi_T is None or not math.isfinite(hi_T):
@@ -293,7 +333,9 @@ def build_model(chain: Chain, platform: Platform, *, allocation: str = "contiguo
         m.z = pyo.Var(m.Lset, m.Pset, bounds=lambda _m, l, p: (0, kmax[l]))
         m.z_lo = pyo.Constraint(m.Lset, m.Pset,
                                 rule=lambda _m, l, p: m.z[l, p] >= m.k[l] - kmax[l] * (1 - m.x[l, p]))
-        m.memory = pyo.Constraint(m.Pset, rule=lambda _m, p: sum(a[l] * m.z[l, p] + w0[l] * m.x[l, p] for l in m.Lset) <= 1)
+        _add_memory_extras(m, lin, scale, kmax)
+        m.memory = pyo.Constraint(m.Pset, rule=lambda _m, p: sum(a[l] * m.z[l, p] + w0[l] * m.x[l, p] for l in m.Lset)
+                                  + m.extras[p] <= 1)
         if tighten:
             # z = k x exactly in integer solutions: these only tighten the relaxation
             m.z_hi = pyo.Constraint(m.Lset, m.Pset, rule=lambda _m, l, p: m.z[l, p] <= kmax[l] * m.x[l, p])

@@ -11,7 +11,7 @@ period as a cut-off so that most candidates are rejected by bounds alone).
 >>> from workbench.chain import Chain, Layer, Platform
 >>> from workbench.planners.dp import plan_dp
 >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 10, 1) for i in range(3)), input_bytes=1)
->>> plat = Platform(2, memory=1000)
+>>> plat = Platform(2, memory=1000, memory_model="paper")
 >>> p = local_search(ch, plat, plan_dp(ch, plat), seconds=5)
 >>> p.period <= plan_dp(ch, plat).period
 True
@@ -174,7 +174,7 @@ def path_period(chain: Chain, platform: Platform, assignment: Sequence[int], upp
 
     >>> from workbench.chain import Chain, Layer, Platform
     >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 1.0, 0, 0, saved_bytes=10) for i in range(4)), input_bytes=0)
-    >>> path_period(ch, Platform(2, memory=50), (0, 0, 1, 1))   # loads 4 and 4; device 0 holds k = 2
+    >>> path_period(ch, Platform(2, memory=50, memory_model="paper"), (0, 0, 1, 1))   # loads 4 and 4; device 0 holds k = 2
     4.0
     """
     from .brute import _alloc, _paths_fit
@@ -219,7 +219,7 @@ def guided_search(chain: Chain, platform: Platform, start: Plan, *, seconds: flo
     >>> from workbench.chain import Chain, Layer, Platform
     >>> from workbench.planners.dp import plan_dp
     >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 10, 1) for i in range(3)), input_bytes=1)
-    >>> plat = Platform(2, memory=1000)
+    >>> plat = Platform(2, memory=1000, memory_model="paper")
     >>> guided_search(ch, plat, plan_dp(ch, plat), seconds=5, kicks=5).period <= plan_dp(ch, plat).period
     True
     """

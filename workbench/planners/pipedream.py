@@ -27,7 +27,7 @@ memory PipeDream's own model needs at least.
 
 >>> from workbench.chain import Chain, Layer, Platform
 >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 0, 0) for i in range(4)))
->>> plan_pipedream(ch, Platform(2)).assignment
+>>> plan_pipedream(ch, Platform(2, memory_model="paper")).assignment
 (0, 0, 1, 1)
 """
 
@@ -57,9 +57,9 @@ def pipedream_partition(chain: Chain, platform: Platform, *, memory: float | Non
 
     >>> from workbench.chain import Chain, Layer, Platform
     >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 1.0, 10, 10) for i in range(4)))
-    >>> pipedream_partition(ch, Platform(2))
+    >>> pipedream_partition(ch, Platform(2, memory_model="paper"))
     (4.0, [(0, 1), (2, 3)])
-    >>> pipedream_partition(ch, Platform(2), memory=50) is None  
+    >>> pipedream_partition(ch, Platform(2, memory_model="paper"), memory=50) is None  
     True
     """
     t = _Tables(chain, platform)

@@ -8,7 +8,8 @@ and back, plus both transfers of every cut from j on (brute force's
 
 * each stage's compute ``F + B <= T`` and each cut's transfer ``c <= T``
   (rules 5 and 6);
-* each stage alone fits a device: ``k A + W0 <= M`` (rule 7);
+* each stage alone fits a device: ``k A + W0 <= M`` (rule 7, :mod:`workbench.memory`'s
+  resident terms; a device's transient excess is left out, which keeps the bound valid);
 * all stages together fit all devices: ``sum_s (k_s A_s + W0_s) <= P M``.
 
 :func:`stage_path_bound` finds, by a dynamic program over the chain from its
@@ -23,7 +24,7 @@ fronts, which keeps the bound valid.
 
 >>> from workbench.chain import Chain, Layer, Platform
 >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 1.0, 0, 0, saved_bytes=10) for i in range(4)), input_bytes=0)
->>> round(stage_path_bound(ch, Platform(2, memory=50)), 3)   # 4 layers of 10 bytes, 2 x 50 bytes
+>>> round(stage_path_bound(ch, Platform(2, memory=50, memory_model="paper")), 3)   # 4 layers of 10 bytes, 2 x 50 bytes
 4.0
 """
 
@@ -34,6 +35,7 @@ import math
 import numpy as np
 
 from ..chain import Chain, Platform
+from ..memory import layer_terms, linear_terms
 from ..plan import lower_bound
 
 __all__ = ["stage_path_bound", "least_stage_memory"]
@@ -53,6 +55,8 @@ def _stage_memory(chain: Chain, platform: Platform):
 
     L = len(chain)
     comp, down, c, a, w0 = chain_arrays(chain, platform)
+    lin = linear_terms(layer_terms(chain, platform))
+    head, tail = lin.head, lin.tail        # exact per stage; the excess is left out (a relaxation)
     pre = np.concatenate([[0.0], np.cumsum(comp)])
     c2 = 2 * c
     apre = np.concatenate([[0.0], np.cumsum(a)])
@@ -78,7 +82,7 @@ def _stage_memory(chain: Chain, platform: Platform):
                     continue
                 C = nxt[0] + c2[j]
                 k = np.maximum(1.0, np.ceil((down[i] + C) / T * (1 - 1e-12)))
-                smem = k * (apre[j + 1] - apre[i]) + (wpre[j + 1] - wpre[i])
+                smem = k * (apre[j + 1] - apre[i] + head[i] + tail[j]) + (wpre[j + 1] - wpre[i])
                 ok = smem <= M * tol
                 if ok.any():
                     Cs.append(C[ok])

@@ -1,8 +1,12 @@
 """The project's profile format: CSV with ``# key: value`` metadata lines (DESIGN.md section 2).
 
 Columns ``name,forward_ms,backward_ms,weight_bytes,activation_bytes[,saved_bytes]``
-(``cut_bytes`` is also accepted, for chains linearised from a DAG). Bad
-input is refused with a :class:`ProfileError` naming the file, row and column.
+(``cut_bytes`` is also accepted, for chains linearised from a DAG), then the
+profiler's memory columns, each optional (``grad_bytes``, ``max_param_bytes``,
+``saved_input_bytes``, ``saved_output_bytes``, ``forward_peak_bytes``,
+``backward_peak_bytes``: docs/model.md, "Memory"; a profile without them still
+loads and the memory model estimates them). Bad input is refused with a
+:class:`ProfileError` naming the file, row and column.
 
 >>> import tempfile, pathlib
 >>> from workbench.chain import Chain, Layer
@@ -20,13 +24,13 @@ import io
 import math
 from pathlib import Path
 
-from ..chain import Chain, Layer
+from ..chain import MEMORY_COLUMNS, Chain, Layer
 from ..io import write_text_atomic
 
 __all__ = ["ProfileError", "read_profile", "write_profile", "parse_profile_text", "REQUIRED_COLUMNS"]
 
 REQUIRED_COLUMNS = ["name", "forward_ms", "backward_ms", "weight_bytes", "activation_bytes"]
-OPTIONAL_COLUMNS = ["saved_bytes", "cut_bytes"]
+OPTIONAL_COLUMNS = ["saved_bytes", "cut_bytes", *MEMORY_COLUMNS]
 
 
 class ProfileError(ValueError):
@@ -97,8 +101,9 @@ def parse_profile_text(text: str, source: str = "<string>") -> Chain:
         nums = {c: _number(rec[c], where, c) for c in REQUIRED_COLUMNS[1:]}
         saved = _number(rec["saved_bytes"], where, "saved_bytes", optional=True) if "saved_bytes" in rec else None
         cuts.append(_number(rec["cut_bytes"], where, "cut_bytes", optional=True) if "cut_bytes" in rec else None)
+        extra = {c: _number(rec[c], where, c, optional=True) for c in MEMORY_COLUMNS if c in rec}
         layers.append(Layer(name, nums["forward_ms"] / 1e3, nums["backward_ms"] / 1e3,
-                            nums["weight_bytes"], nums["activation_bytes"], saved))
+                            nums["weight_bytes"], nums["activation_bytes"], saved, **extra))
     input_bytes = 0.0
     if "input_bytes" in meta:
         input_bytes = _number(meta["input_bytes"], f"{source}, metadata", "input_bytes") or 0.0
@@ -133,7 +138,8 @@ def write_profile(chain: Chain, path: str | Path) -> None:
     buf = io.StringIO()
     for k in keys:
         buf.write(f"# {k}: {meta[k]}\n")
-    cols = REQUIRED_COLUMNS + ["saved_bytes"] + (["cut_bytes"] if chain.cut_bytes is not None else [])
+    memory = [c for c in MEMORY_COLUMNS if any(getattr(l, c) is not None for l in chain.layers)]
+    cols = REQUIRED_COLUMNS + ["saved_bytes"] + (["cut_bytes"] if chain.cut_bytes is not None else []) + memory
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(cols)
     for i, l in enumerate(chain.layers):
@@ -141,5 +147,6 @@ def write_profile(chain: Chain, path: str | Path) -> None:
                f"{l.activation_bytes:.0f}", f"{chain.saved(i):.0f}"]
         if chain.cut_bytes is not None:
             row.append(f"{chain.cut(i):.0f}")
+        row += ["" if getattr(l, c) is None else f"{getattr(l, c):.0f}" for c in memory]
         w.writerow(row)
     write_text_atomic(path, buf.getvalue())

@@ -21,6 +21,11 @@ and measures, for each layer ``l``:
 * ``weight_bytes``: bytes of the layer's parameters;
 * ``activation_bytes``: bytes of its output tensor (what is sent to the next
   layer, and the size of the gradient sent back);
+* the memory model's columns (``forward_peak_bytes``, ``backward_peak_bytes``,
+  ``saved_input_bytes``, ``saved_output_bytes``, ``grad_bytes``,
+  ``max_param_bytes``), measured at the allocator level by
+  :func:`workbench.profiles.memtrace.layer_memory` on one extra forward and
+  backward;
 * ``saved_bytes``: bytes autograd keeps from the forward until the backward,
   counted with ``torch.autograd.graph.saved_tensors_hooks``: every saved
   tensor's *storage* counted once (deduplicated by device and
@@ -71,6 +76,7 @@ import torch
 from torch import nn
 
 from ..chain import Chain, Layer
+from .memtrace import layer_memory
 from .zoo import as_dtype
 
 __all__ = [
@@ -332,8 +338,9 @@ def profile_model(
                     bwd.append(tb)
                 del y, inp
             stats.append(LayerTiming(names[i], tuple(fwd), tuple(bwd)))
+            columns = layer_memory(mod, x, input_requires_grad=needs_input_grad, then=then, grad_seed=grad_seed)
             out_layers.append(Layer(names[i], statistics.median(fwd), statistics.median(bwd),
-                                    float(parameter_bytes(mod)), float(tensor_bytes(out)), float(saved)))
+                                    float(parameter_bytes(mod)), float(tensor_bytes(out)), float(saved), **columns))
             for p in mod.parameters():
                 p.grad = None
             x = out.detach()
@@ -354,6 +361,8 @@ def profile_model(
         "repeats": repeats,
         "timing": "median of repeats; " + ("CUDA events" if dev.type == "cuda" else "time.perf_counter"),
         "saved_bytes": "autograd saved tensors per layer alone, storages deduplicated, parameters/buffers excluded",
+        "memory_columns": ("allocator-level: " + ("torch.cuda memory statistics" if dev.type == "cuda" else
+                           "workbench.profiles.memtrace.AllocationTracker (new storages, dispatch level)")),
         "loss": "in the last layer (time and saved bytes)" if loss is not None else "not included",
         **{k: f"{v:.4f}" for k, v in spread_summary(stats).items()},
         "profile_seconds": f"{elapsed:.1f}",

@@ -299,11 +299,15 @@ def run_command(args: argparse.Namespace) -> int:
         print(f"profiling {args.model} (batch {batch_size}, {dtype}) on this machine ...")
         chain = profile_zoo(args.model, batch_size, dtype=dtype, **cfg)
     cfg = _model_config(chain, plan)
+    setup = plan.setup or {}
+    paper = setup.get("memory_model") == "paper"
     platform = Platform(plan.devices, memory=plan.memory_limit,
                         bandwidth=getattr(args, "bandwidth", None) or math.inf,
                         latency=getattr(args, "latency", 0.0) or 0.0,
-                        weight_factor=getattr(args, "weight_factor", 1.0) or 1.0,
-                        weights=getattr(args, "weights", None) or "stash")
+                        weights=getattr(args, "weights", None) or "stash",
+                        memory_model="paper" if paper else "full",
+                        **({"weight_factor": setup.get("weight_factor", 1.0)} if paper else
+                           {"optimizer": setup.get("optimizer", "adam")}))
     if getattr(args, "replay", False):
         return _replay(plan, chain, platform, args.model, batch_size, args.steps, cfg, Path(args.out))
     summary = run_and_compare(plan, chain, platform, args.model, batch_size, args.steps, model_config=cfg,

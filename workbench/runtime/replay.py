@@ -19,7 +19,7 @@ per device.
 >>> from workbench.profiles.profiler import profile_zoo
 >>> from workbench.schedule import best_schedule
 >>> chain = profile_zoo("mlp", 4, repeats=1, warmup=0)
->>> plan = best_schedule(chain, Platform(2), [0, 0, 0, 1, 1])
+>>> plan = best_schedule(chain, Platform(2, memory_model="paper"), [0, 0, 0, 1, 1])
 >>> res = replay_devices(plan, Workload.zoo("mlp", 4), steps=4, device="cpu")
 >>> sorted(set(res.trace.ops["kind"])), list(replay_report(plan, chain, res)["device"])
 (['B', 'F'], [0, 1])

@@ -37,13 +37,13 @@ import time
 from typing import Any, Callable
 
 import ipywidgets as W
-import numpy as np
-import pandas as pd
 import plotly.graph_objects as go
 
 from ..chain import Chain, Platform
-from ..plan import Plan, chain_for_plan
+from ..plan import Plan
 from ..planners import METHODS, plan as run_planner
+from ..planners.dp import least_memory
+from ..simulate import simulate
 from ..trace import Trace
 from ..units import format_bytes
 from .gantt import gantt
@@ -81,54 +81,14 @@ def memory_range(chain: Chain, platform: Platform) -> tuple[float, float]:
 
     Below ``lo`` no contiguous plan fits; above ``hi`` more memory does not help the DP.
     """
-    P = platform.devices
-    A, W = chain.saved_array, chain.weights
-    try:
-        from ..planners.dp import least_memory
-
-        lo = float(least_memory(chain, platform)[0])
-    except Exception:  # noqa: BLE001 - planner missing or failing: a safe bound
-        lo = float((A + platform.weight_factor * W).sum() / P)
-    try:
-        free = run_planner(chain, platform.with_(memory=math.inf), "dp")
-        hi = float(free.peak_memory) if free.feasible else 0.0
-    except Exception:  # noqa: BLE001
-        hi = 0.0
-    if not hi or hi <= lo:
-        hi = float(sum(P * A + (platform.weight_factor + (P - 1 if platform.stash else 0)) * W))
+    lo = float(least_memory(chain, platform)[0])
+    free = run_planner(chain, platform.with_(memory=math.inf), "dp")
+    hi = float(free.peak_memory) if free.feasible else 0.0
     return lo, max(hi * 1.05, lo * 1.5)
 
 
-def _periodic_trace(plan: Plan, chain: Chain, platform: Platform, batches: int) -> Trace:
-    """Ops of a periodic plan (mini-batch i runs i*T later) and its memory steps; used without simulate."""
-    chain = chain_for_plan(plan, chain)
-    rows, mem = [], []
-    T = plan.period
-    for si, s in enumerate(plan.stages):
-        c = chain.stage_costs(s.first, s.last)
-        for i in range(batches):
-            f0, b0 = s.fwd_start + i * T, s.bwd_start + i * T
-            rows.append((s.device, si, s.first, s.last, "F", i, f0, f0 + c.forward))
-            rows.append((s.device, si, s.first, s.last, "B", i, b0, b0 + c.backward))
-            mem.append((s.device, f0, c.saved))
-            mem.append((s.device, b0 + c.backward, -c.saved))
-    ops = pd.DataFrame(rows, columns=["device", "stage", "first", "last", "kind", "batch", "start", "end"])
-    ev = pd.DataFrame(mem, columns=["device", "time", "delta"]).sort_values(["device", "time"], kind="stable")
-    weights = np.zeros(plan.devices)
-    for s in plan.stages:
-        weights[s.device] += platform.weight_factor * chain.stage_costs(s.first, s.last).weights
-    out = []
-    for p in range(plan.devices):
-        e = ev[ev["device"] == p].groupby("time", sort=True)["delta"].sum()
-        act = e.cumsum()
-        out += [(p, 0.0, 0.0, weights[p], weights[p])] if not len(e) or e.index[0] > 0 else []
-        out += [(p, float(t), float(a), weights[p], float(a) + weights[p]) for t, a in act.items()]
-    memf = pd.DataFrame(out, columns=["device", "time", "activations", "weights", "total"])
-    return Trace(ops, memf, plan.devices, period=T, source="simulated", meta={"schedule": plan.schedule})
-
-
 def trace_of(plan: Plan, chain: Chain, platform: Platform, batches: int | None = None) -> Trace:
-    """Simulate ``plan`` for a few mini-batches (``workbench.simulate`` when present).
+    """Simulate ``plan`` for a few mini-batches (:func:`workbench.simulate.simulate`).
 
     Periodic plans default to enough mini-batches to show the steady state;
     flushed schedules (GPipe, 1F1B) run their ``micro_batches``.
@@ -136,12 +96,6 @@ def trace_of(plan: Plan, chain: Chain, platform: Platform, batches: int | None =
     flushed = plan.schedule in ("gpipe", "1f1b")
     if batches is None:
         batches = int(plan.micro_batches or 8) if flushed else max(8, 2 * len(plan.stages) + 4)
-    try:
-        from ..simulate import simulate
-    except ImportError:
-        if flushed:
-            raise RuntimeError("flushed schedules need workbench.simulate") from None
-        return _periodic_trace(plan, chain, platform, batches)
     return simulate(plan, chain, platform, batches=batches)
 
 

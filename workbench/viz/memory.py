@@ -3,14 +3,16 @@
 :func:`memory_timeline` draws the step functions of a trace's ``memory``
 frame (bytes held from ``time`` until the device's next row), one line per
 device, with the per-device limit as a dashed red line. :func:`memory_bars`
-draws, per device, the memory rule 7 of DESIGN.md charges a plan with,
-stacked as activations (``k*A``), live weights (``phi*W``) and stashed
-weight versions (``(k-1)*W`` with weight stashing), with the limit.
+draws, per device, the memory a plan holds (:mod:`workbench.memory`),
+stacked by term -- parameters, gradients, optimizer state, fp32 masters,
+stashed versions, activations, the largest transient, the runtime context;
+or, in the paper's model, live weights (``phi*W``), stashed versions and
+activations -- with the limit.
 
 >>> from workbench.chain import Chain, Layer, Platform
 >>> from workbench.plan import make_plan
 >>> chain = Chain(tuple(Layer(f"l{i}", 0.001, 0.002, 10, 4) for i in range(4)))
->>> plat = Platform(2, memory=100)
+>>> plat = Platform(2, memory=100, memory_model="paper")
 >>> plan = make_plan(chain, plat, period=0.006, assignment=[0, 0, 1, 1],
 ...                  fwd_start=[0.0, 0.002], bwd_start=[0.008, 0.004])
 >>> memory_split(plan, chain, plat)[["activations", "weights", "stashed", "total"]].values.tolist()
@@ -20,6 +22,7 @@ weight versions (``(k-1)*W`` with weight stashing), with the limit.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -28,12 +31,20 @@ import plotly.graph_objects as go
 from .gantt import TEMPLATE
 
 from ..chain import Chain, Platform
+from ..memory import memory_breakdown
 from ..plan import Plan, chain_for_plan
 from ..trace import Trace
 
-__all__ = ["memory_timeline", "memory_bars", "memory_split", "byte_unit", "SPLIT_COLORS", "DEVICE_COLORS"]
+__all__ = ["memory_timeline", "memory_bars", "memory_split", "byte_unit", "SPLIT_COLORS", "SPLIT_TERMS", "DEVICE_COLORS"]
 
-SPLIT_COLORS = {"activations": "#3366CC", "weights": "#7F7F7F", "stashed": "#F28E2B"}
+#: the terms a device's memory splits into (workbench.memory.memory_breakdown), bottom to top, with legend labels
+SPLIT_TERMS = {"weights": "live weights (φ·W)", "parameters": "parameters", "gradients": "gradients",
+               "optimizer": "optimizer state", "master": "fp32 master copies", "stashed": "stashed versions ((k-1)·W)",
+               "activations": "activations (k·A)", "transient": "largest transient (one operation)",
+               "runtime": "runtime context"}
+SPLIT_COLORS = {"weights": "#7F7F7F", "parameters": "#7F7F7F", "gradients": "#B07AA1", "optimizer": "#59A14F",
+                "master": "#9C755F", "stashed": "#F28E2B", "activations": "#3366CC", "transient": "#E15759",
+                "runtime": "#BAB0AC"}
 DEVICE_COLORS = ["#4E79A7", "#E15759", "#59A14F", "#B07AA1", "#F28E2B", "#76B7B2", "#EDC948", "#9C755F"]
 LIMIT_COLOR = "#D62728"
 
@@ -53,24 +64,46 @@ def byte_unit(max_bytes: float) -> tuple[str, float]:
 
 
 def memory_split(plan: Plan, chain: Chain, platform: Platform) -> pd.DataFrame:
-    """Per device: ``activations`` (sum k*A), ``weights`` (phi*W), ``stashed`` ((k-1)*W), ``total``, ``reported``.
+    """Per device, the bytes of each term of :mod:`workbench.memory` (:data:`SPLIT_TERMS`' keys that
+    the model has), ``total`` and ``reported`` (the plan's own figure).
 
-    ``reported`` is the plan's own memory figure (the simulated peak for a
-    flushed schedule, which may differ from rule 7).
+    Periodic plans split their rule-7 figure (:func:`workbench.memory.memory_breakdown`). Flushed
+    schedules (GPipe, 1F1B) hold one weight version and no stash: their split is the simulated
+    peak's (:func:`workbench.simulate.simulate_flushed`), its weight part split like a periodic
+    plan's.
     """
     chain = chain_for_plan(plan, chain)
     P = plan.devices
-    act, live, stash = np.zeros(P), np.zeros(P), np.zeros(P)
-    for s in plan.stages:
-        c = chain.stage_costs(s.first, s.last)
-        k = int(s.in_flight)
-        act[s.device] += k * c.saved
-        live[s.device] += platform.weight_factor * c.weights
-        if platform.stash:
-            stash[s.device] += max(k - 1, 0) * c.weights
+    if plan.schedule in ("gpipe", "1f1b"):
+        rows = _flushed_split(plan, chain, platform)
+    else:
+        rows = memory_breakdown(chain, platform, plan.stages)
+    df = pd.DataFrame(rows)
+    df.insert(0, "device", range(P))
+    df["total"] = df.drop(columns="device").sum(axis=1)
     rep = list(plan.memory) + [math.nan] * (P - len(plan.memory))
-    return pd.DataFrame({"device": range(P), "activations": act, "weights": live, "stashed": stash,
-                         "total": act + live + stash, "reported": rep[:P]})
+    df["reported"] = rep[:P]
+    return df
+
+
+def _flushed_split(plan: Plan, chain: Chain, platform: Platform) -> list[dict[str, float]]:
+    from ..simulate import simulate_flushed
+
+    one = [replace(s, in_flight=1) for s in plan.stages]
+    rows = memory_breakdown(chain, platform, one)
+    trace = simulate_flushed(chain, platform, plan.assignment, int(plan.micro_batches or 1), kind=plan.schedule)
+    mem = trace.memory
+    for d, row in enumerate(rows):
+        m = mem[mem["device"] == d]
+        if not len(m) or not any(s.device == d for s in plan.stages):
+            for k in row:
+                row[k] = 0.0
+            continue
+        peak = m.loc[m["total"].idxmax()]
+        row["stashed"] = 0.0
+        row["activations"] = float(peak["activations"])
+        row["transient"] = float(peak.get("transient", 0.0))
+    return rows
 
 
 def _limit_line(fig: go.Figure, limit: float | None, scale: float, unit: str) -> None:
@@ -94,10 +127,9 @@ def memory_bars(plan: Plan, chain: Chain, platform: Platform, *, title: str | No
     unit, scale = byte_unit(top)
     x = [f"GPU {p}" for p in df["device"]]
     fig = go.Figure()
-    labels = {"activations": "activations (k·A)", "weights": f"live weights (φ·W, φ={platform.weight_factor:g})",
-              "stashed": "stashed versions ((k-1)·W)"}
-    for col in ("activations", "weights", "stashed"):
-        if col == "stashed" and not platform.stash:
+    labels = dict(SPLIT_TERMS, weights=f"live weights (φ·W, φ={platform.weight_factor:g})")
+    for col in SPLIT_TERMS:
+        if col not in df or not (df[col] > 0).any():
             continue
         fig.add_bar(x=x, y=(df[col] / scale).tolist(), name=labels[col], marker_color=SPLIT_COLORS[col],
                     hovertemplate=f"%{{x}} {col}: %{{y:.3f}} {unit}<extra></extra>")

@@ -9,7 +9,7 @@ steps through the first periods of a trace.
 >>> chain = teaching_chain()
 >>> len(chain), chain.layers[0].name
 (8, 'conv1')
->>> traces = three_schedules(chain, Platform(4, bandwidth="10GB/s"), micro_batches=4)
+>>> traces = three_schedules(chain, Platform(4, bandwidth="10GB/s", memory_model="paper"), micro_batches=4)
 >>> list(traces)
 ['GPipe', '1F1B', 'periodic (PipeDream)']
 """

@@ -1,0 +1,92 @@
+"""The memory model against torch's own tracker: one-device plans, several models, optimizers, precisions.
+
+For every case: build a zoo model from its config (random weights), profile it
+with the workbench's profiler, plan it on one device (``dp``, weights
+``single``, the case's optimizer and precision: what
+``plan --devices 1 --weights single --optimizer NAME --json F`` writes as
+``memory[0]``), and compare that prediction with the peak that
+``torch.distributed._tools.mem_tracker.MemTracker`` records around plain
+training steps of the same model (:func:`workbench.witness.plain_step_peak`:
+no pipeline, no profiler, no workbench runtime). The target (issue 15): within
+5 % of the witness, and never more than 2 % below it.
+
+    .venv/bin/python benchmarks/memory.py            # every case (a few minutes on 2 cores)
+    .venv/bin/python benchmarks/memory.py --quick    # the small cases only
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from workbench.chain import Platform  # noqa: E402
+from workbench.planners import plan as run_planner  # noqa: E402
+from workbench.profiles import zoo  # noqa: E402
+from workbench.profiles.profiler import profile_zoo  # noqa: E402
+from workbench.units import format_bytes  # noqa: E402
+from workbench.witness import plain_step_peak  # noqa: E402
+
+GPT16K = {"layers": 4, "d_model": 256, "heads": 4, "seq_len": 256, "vocab": 16384}
+#: (label, zoo model, config, batch, optimizer, precision)
+CASES = [
+    ("resnet50 64px", "resnet50", {"image_size": 64}, 8, "sgd", "fp32"),
+    ("resnet50 64px", "resnet50", {"image_size": 64}, 8, "adam", "fp32"),
+    ("vgg16 64px", "vgg16", {"image_size": 64}, 8, "sgd", "fp32"),
+    ("vgg16 64px", "vgg16", {"image_size": 64}, 8, "momentum", "fp32"),
+    ("vgg16 64px", "vgg16", {"image_size": 64}, 8, "adam", "fp32"),
+    ("gpt 4x256, vocab 16k", "gpt", GPT16K, 8, "sgd", "fp32"),
+    ("gpt 4x256, vocab 16k", "gpt", GPT16K, 8, "momentum", "fp32"),
+    ("gpt 4x256, vocab 16k", "gpt", GPT16K, 8, "adam", "fp32"),
+    ("gpt 4x256, vocab 16k", "gpt", GPT16K, 8, "adamw", "bf16"),
+    ("gpt 4x256, vocab 16k", "gpt", GPT16K, 8, "adam", "bf16-mixed"),
+    ("resnet50 64px", "resnet50", {"image_size": 64}, 8, "momentum", "bf16"),
+    ("gpt-2 small, 128 tokens", "gpt", {"seq_len": 128}, 2, "adam", "fp32"),
+]
+QUICK = [c for c in CASES if c[1] != "vgg16" and "small" not in c[0]]
+
+
+def run_case(label: str, model_name: str, config: dict, batch: int, optimizer: str, precision: str) -> dict:
+    dtype = "float32" if precision == "fp32" else "bfloat16"
+    t0 = time.perf_counter()
+    chain = profile_zoo(model_name, batch, dtype=dtype, repeats=1, warmup=0, **config)
+    platform = Platform(1, weights="single", optimizer=optimizer, precision=precision)
+    plan = run_planner(chain, platform, "dp")
+    predicted = plan.memory[0]
+    model = zoo.build_model(model_name, dtype=dtype, **config)
+    x, y = zoo.sample_batch(model_name, batch, dtype=dtype, **config)
+    measured = plain_step_peak(model, x, y, zoo.loss_fn(model_name), optimizer, mixed=precision == "bf16-mixed")
+    return {"case": label, "batch": batch, "optimizer": optimizer, "precision": precision,
+            "predicted": predicted, "measured": measured, "error": predicted / measured - 1,
+            "seconds": time.perf_counter() - t0}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="only the small cases")
+    args = ap.parse_args(argv)
+    torch.manual_seed(0)
+    rows = []
+    print(f"{'case':26s} {'batch':>5s} {'optimizer':>9s} {'precision':>10s} {'predicted':>11s} {'measured':>11s} "
+          f"{'error':>7s} {'s':>5s}")
+    for case in (QUICK if args.quick else CASES):
+        r = run_case(*case)
+        rows.append(r)
+        print(f"{r['case']:26s} {r['batch']:5d} {r['optimizer']:>9s} {r['precision']:>10s} "
+              f"{format_bytes(r['predicted']):>11s} {format_bytes(r['measured']):>11s} {r['error']:+7.2%} "
+              f"{r['seconds']:5.1f}", flush=True)
+    worst_over = max(r["error"] for r in rows)
+    worst_under = min(r["error"] for r in rows)
+    ok = worst_over <= 0.05 and worst_under >= -0.02
+    print(f"\n{len(rows)} cases: error from {worst_under:+.2%} to {worst_over:+.2%} "
+          f"(target: within +5 %, never below -2 %): {'PASS' if ok else 'FAIL'}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

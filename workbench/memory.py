@@ -1,0 +1,542 @@
+"""The memory model: what one device holds while it trains its stages (docs/model.md, "Memory").
+
+Every planner, the schedule builder, the simulator and the memory views get
+device memory from this module; only :mod:`workbench.check` re-derives it, on
+its own, from docs/model.md.
+
+**Per layer l** (arrays over the chain, :func:`layer_terms`), from the
+profile's columns (estimated where a profile lacks them, see
+:data:`ESTIMATES`), with ``in_l`` the bytes entering layer l (the chain's
+input for l = 0, else the cut before it) and ``out_l`` the cut after it:
+
+* ``act[l]  = saved_l - shared_l``: activation bytes one in-flight
+  mini-batch keeps inside a stage. ``shared_l`` is storage layer l saves
+  that layer l-1 saves too (l saves its input, l-1 its output): counted once.
+* ``head[l] = in_l - saved_input_l + shared_l``: added when l *starts* a
+  stage: the runtime holds the stage's input until the backward (and a copy
+  received from another device is not shared with the sender's).
+* ``tail[l] = out_l - saved_output_l`` (0 for the last layer, whose output
+  ends in the loss): added when l *ends* a stage: the runtime holds the
+  stage's output until the backward.
+* ``static[l]``: parameters + gradients (a resident accumulation buffer) +
+  optimizer state (+ an fp32 master copy of the parameters and of their
+  gradients under ``bf16-mixed``); ``stash[l]``: one more parameter version
+  per extra in-flight mini-batch under weight stashing.
+* ``peak[l] = max(forward_peak_l + in_l - saved_input_l - act_l,
+  backward_peak_l)``: how far the layer's forward or backward climbs above
+  the state that counts its mini-batch's activations in full.
+* ``step[l]``: the optimizer step's temporaries (Adam's ``sqrt`` and
+  division: two parameter-sized tensors of the largest parameter when
+  the step loops over parameters, as on CPU; one per parameter byte when it
+  is ``foreach``, as on GPUs).
+
+**A stage** ``i..j`` with k mini-batches in flight holds
+``k A + static + (k - 1) stash`` with ``A = sum act + head_i + tail_j``,
+and climbs above that by its *excess*
+``E = max(0, max_l (peak_l - sum_{m=l+1..j} act_m), step - sum act - tail_j)``:
+while layer l runs, the stage's layers after l hold nothing of this
+mini-batch yet (forward) or any more (backward), and the step runs after the
+mini-batch's activations are freed. **A device** holds the sum over its
+stages, plus the largest excess of its stages (one operation runs at a
+time), plus a runtime constant (0 on CPU; the profile's ``runtime_bytes``).
+The excess and the constant do not depend on the in-flight counts, so for a
+fixed allocation a planner can treat them as a smaller limit
+(:func:`device_budget`).
+
+Exact or a bound: with one stage per device the peak over the periodic
+timeline is exactly this (while any operation of mini-batch i runs, k
+mini-batches hold activations), given the profile's per-layer peaks. With
+several stages on a device it is an upper bound: their largest operations
+need not coincide with all their mini-batches in flight. The ``paper``
+model is rule 7 of the original paper: ``k A + phi W + [stash] (k - 1) W``
+with ``A`` the plain sum of saved bytes and nothing else.
+
+>>> from workbench.chain import Chain, Layer, Platform
+>>> chain = Chain((Layer("a", 1, 1, 100, 10, 10), Layer("b", 1, 1, 50, 20, 10)), input_bytes=8)
+>>> paper = layer_terms(chain, Platform(1, memory_model="paper"))
+>>> stage_memory(paper, 0, 1, 2)                    # 2 x 20 + 150 + (2 - 1) x 150
+340.0
+>>> full = layer_terms(chain, Platform(1, optimizer="sgd"))
+>>> float(full.static.sum()), full.estimated[:2]    # parameters + gradients; columns estimated
+(300.0, ('grad_bytes', 'max_param_bytes'))
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Iterable, Sequence
+
+import numpy as np
+
+if TYPE_CHECKING:  # memory is below chain: chain.py imports from here
+    from .chain import Chain, Platform
+
+__all__ = [
+    "OPTIMIZER_STATES", "PRECISIONS", "MEMORY_MODELS", "ESTIMATES", "LayerTerms", "layer_terms",
+    "stage_activation", "stage_memory", "stage_excess", "stage_op_excess", "stage_step", "device_memory", "device_extra", "device_budget",
+    "plan_memory", "memory_breakdown", "BandTerms", "band_terms", "estimate_note", "validate_setup",
+    "merged_memory_columns", "suffix_terms", "square_terms", "linear_terms", "LinearTerms",
+]
+
+#: optimizer -> state tensors per parameter (none: no optimizer state; sgd: plain SGD)
+OPTIMIZER_STATES = {"none": 0, "sgd": 0, "momentum": 1, "adam": 2, "adamw": 2}
+#: optimizer -> parameter-sized temporaries of one parameter's update (torch's for-loop step)
+_STEP_TEMPS = {"none": 0, "sgd": 0, "momentum": 0, "adam": 2, "adamw": 2}
+#: optimizer -> temporaries per parameter byte of the foreach step (GPU default)
+_FOREACH_TEMPS = {"none": 0, "sgd": 0, "momentum": 0, "adam": 1, "adamw": 1}
+PRECISIONS = ("fp32", "bf16-mixed", "bf16")
+MEMORY_MODELS = ("full", "paper")
+_MEASURED = ("grad_bytes", "max_param_bytes", "saved_input_bytes", "saved_output_bytes",
+             "forward_peak_bytes", "backward_peak_bytes")
+#: how a missing profile column is estimated (a plan built on an estimate says so)
+ESTIMATES = {
+    "grad_bytes": "the parameters' bytes",
+    "max_param_bytes": "all of the layer's parameters (an upper bound on its largest tensor)",
+    "saved_input_bytes": "min(saved, input): the layer saves its input",
+    "saved_output_bytes": "0: the layer does not save its output",
+    "forward_peak_bytes": "what the layer keeps (saved beyond its input, and its output); no temporaries",
+    "backward_peak_bytes": "output gradient + input gradient + one gradient of its parameters",
+}
+_PROFILE_DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "float64": 8}
+
+
+def validate_setup(platform: Platform, chain: Chain | None = None) -> str:
+    """The precision the model computes with, after checking the set-up against the profile's dtype.
+
+    ``fp32`` needs a float32 profile (or one that names no dtype, as PipeDream's);
+    ``bf16`` and ``bf16-mixed`` need a bfloat16 profile (``profile --dtype bfloat16``).
+
+    >>> from workbench.chain import Chain, Layer, Platform
+    >>> validate_setup(Platform(1), Chain((Layer("a", 1, 1),)))
+    'fp32'
+    >>> validate_setup(Platform(1, precision="bf16"), Chain((Layer("a", 1, 1),), meta={"dtype": "float32"}))
+    Traceback (most recent call last):
+    ...
+    ValueError: precision 'bf16' needs a bfloat16 profile; this profile (chain) was measured in float32 (profile it with --dtype bfloat16, or plan with --precision fp32)
+    """
+    dtype = str((chain.meta if chain is not None else {}).get("dtype", "") or "")
+    precision = platform.precision
+    if precision is None:
+        return "bf16" if dtype == "bfloat16" else "fp32"
+    wants = "float32" if precision == "fp32" else "bfloat16"
+    if platform.memory_model == "full" and chain is not None and dtype and dtype != wants:
+        other = "fp32" if dtype == "float32" else "bf16"
+        raise ValueError(f"precision {precision!r} needs a {wants} profile; this profile ({chain.name}) was measured in "
+                         f"{dtype} (profile it with --dtype {wants}, or plan with --precision {other})")
+    return precision
+
+
+@dataclass(frozen=True)
+class LayerTerms:
+    """The per-layer terms of one chain under one set-up (see the module docstring), and prefix sums.
+
+    ``step_sum`` is True when the optimizer step's temporaries add up over a
+    stage (foreach) rather than peak at its largest layer (a loop over
+    parameters). ``estimated`` names the profile columns that were estimated.
+    """
+
+    act: np.ndarray
+    head: np.ndarray
+    tail: np.ndarray
+    static: np.ndarray
+    stash: np.ndarray
+    peak: np.ndarray
+    step: np.ndarray
+    step_sum: bool
+    const: float
+    estimated: tuple[str, ...]
+    model: str
+    parts: dict
+
+    def __post_init__(self) -> None:
+        z = lambda a: np.concatenate([[0.0], np.cumsum(a)])  # noqa: E731
+        object.__setattr__(self, "p_act", z(self.act))
+        object.__setattr__(self, "p_static", z(self.static))
+        object.__setattr__(self, "p_stash", z(self.stash))
+        object.__setattr__(self, "p_step", z(self.step))
+        object.__setattr__(self, "_lists", (self.p_act.tolist(), self.p_static.tolist(), self.p_stash.tolist(),
+                                            self.head.tolist(), self.tail.tolist()))
+
+    def __len__(self) -> int:
+        return len(self.act)
+
+    @property
+    def has_excess(self) -> bool:
+        """Whether any operation climbs above the resident state (always False in the paper model)."""
+        return bool(np.any(self.peak > 0) or np.any(self.step > 0) or self.const > 0)
+
+
+def _column(chain: Chain, name: str, estimate: np.ndarray, missing: list[str]) -> np.ndarray:
+    values = [getattr(l, name) for l in chain.layers]
+    if all(v is not None for v in values):
+        return np.array(values, dtype=float)
+    missing.append(name)
+    return np.array([estimate[i] if v is None else float(v) for i, v in enumerate(values)], dtype=float)
+
+
+def _measured(chain: Chain) -> tuple[dict[str, np.ndarray], tuple[str, ...]]:
+    """The memory columns of the profile, each estimated (:data:`ESTIMATES`) where missing."""
+    L = len(chain)
+    W = chain.weights
+    saved = chain.saved_array
+    cuts = chain.cuts
+    inp = np.concatenate([[float(chain.input_bytes)], cuts[:-1]])
+    out = np.array([float(l.activation_bytes) for l in chain.layers])
+    missing: list[str] = []
+    cols = {"grad_bytes": _column(chain, "grad_bytes", W, missing),
+            "max_param_bytes": _column(chain, "max_param_bytes", W, missing)}
+    si = _column(chain, "saved_input_bytes", np.minimum(saved, inp), missing)
+    so = _column(chain, "saved_output_bytes", np.zeros(L), missing)
+    cols["saved_input_bytes"], cols["saved_output_bytes"] = si, so
+    cols["forward_peak_bytes"] = _column(chain, "forward_peak_bytes", np.maximum(saved - si, 0.0) + out, missing)
+    cols["backward_peak_bytes"] = _column(chain, "backward_peak_bytes", out + inp + cols["grad_bytes"], missing)
+    cols["in"], cols["out"], cols["saved"] = inp, out, saved
+    return cols, tuple(missing)
+
+
+def _paper_terms(chain: Chain, platform: Platform) -> LayerTerms:
+    L = len(chain)
+    zero = np.zeros(L)
+    W = chain.weights
+    phiW = platform.weight_factor * W
+    parts = {"weights": phiW}
+    return LayerTerms(chain.saved_array.astype(float), zero, zero, phiW, W * (1.0 if platform.stash else 0.0),
+                      zero, zero, False, 0.0, (), "paper", parts)
+
+
+def _full_terms(chain: Chain, platform: Platform) -> LayerTerms:
+    precision = validate_setup(platform, chain)
+    cols, missing = _measured(chain)
+    L = len(chain)
+    W = chain.weights
+    G = cols["grad_bytes"]
+    n_states = OPTIMIZER_STATES[platform.optimizer]
+    # fp32 copies under bf16-mixed: parameters and gradients (masters) and the optimizer state
+    wide = 4.0 / _PROFILE_DTYPE_BYTES.get(str(chain.meta.get("dtype", "bfloat16")), 2) if precision == "bf16-mixed" else 1.0
+    master = (wide * W + wide * G) if precision == "bf16-mixed" else np.zeros(L)
+    optimizer = n_states * wide * W
+    static = W + G + master + optimizer
+    si, so = cols["saved_input_bytes"], cols["saved_output_bytes"]
+    prev_so = np.concatenate([[0.0], so[:-1]])
+    shared = np.where(prev_so > 0, si, 0.0)
+    act = np.maximum(cols["saved"] - shared, 0.0)
+    head = np.maximum(cols["in"] - si + shared, 0.0)
+    tail = np.maximum(chain.cuts - so, 0.0)
+    tail[-1] = 0.0
+    peak = np.maximum(cols["forward_peak_bytes"] + cols["in"] - si - act, cols["backward_peak_bytes"])
+    foreach = str(chain.meta.get("device", "")).startswith("cuda")
+    if foreach:
+        step = _FOREACH_TEMPS[platform.optimizer] * wide * W
+    else:
+        step = _STEP_TEMPS[platform.optimizer] * wide * cols["max_param_bytes"]
+    const = float(chain.meta.get("runtime_bytes", 0.0) or 0.0)
+    parts = {"parameters": W, "gradients": G, "master": master, "optimizer": optimizer, "precision": precision}
+    return LayerTerms(act, head, tail, static, W * (1.0 if platform.stash else 0.0), np.maximum(peak, 0.0),
+                      step, foreach, const, missing, "full", parts)
+
+
+def layer_terms(chain: Chain, platform: Platform) -> LayerTerms:
+    """The memory terms of ``chain`` under ``platform``'s set-up (cached on the chain).
+
+    >>> from workbench.chain import Chain, Layer, Platform
+    >>> t = layer_terms(Chain((Layer("a", 1, 1, 10, 4, 4),)), Platform(1, optimizer="adam"))
+    >>> float(t.static[0])     # parameters, gradients, two Adam states
+    40.0
+    """
+    key = (platform.memory_model, platform.optimizer, platform.precision, platform.weight_factor, platform.weights)
+    cache = chain.__dict__.setdefault("_memory_terms", {})
+    if key not in cache:
+        cache[key] = _paper_terms(chain, platform) if platform.memory_model == "paper" else _full_terms(chain, platform)
+    return cache[key]
+
+
+# ----------------------------------------------------------------------------
+# one stage, one device
+# ----------------------------------------------------------------------------
+def stage_activation(t: LayerTerms, first: int, last: int) -> float:
+    """A = activation bytes one in-flight mini-batch holds on stage ``first..last``."""
+    pa, _, _, head, tail = t._lists
+    return pa[last + 1] - pa[first] + head[first] + tail[last]
+
+
+def stage_memory(t: LayerTerms, first: int, last: int, k: int) -> float:
+    """Resident bytes of stage ``first..last`` with k mini-batches in flight: ``k A + static + (k-1) stash``."""
+    pa, ps, pw, head, tail = t._lists
+    k = max(int(k), 1)
+    return (k * (pa[last + 1] - pa[first] + head[first] + tail[last]) + ps[last + 1] - ps[first]
+            + (k - 1) * (pw[last + 1] - pw[first]))
+
+
+def stage_op_excess(t: LayerTerms, first: int, last: int) -> float:
+    """How far the forward or backward of stage ``first..last`` climbs above the resident state that
+    counts its mini-batch in full (>= 0)."""
+    if t.model == "paper":
+        return 0.0
+    pa = t.p_act
+    best = 0.0
+    for l in range(first, last + 1):
+        best = max(best, float(t.peak[l]) - float(pa[last + 1] - pa[l + 1]))
+    return best
+
+
+def stage_step(t: LayerTerms, first: int, last: int) -> float:
+    """The optimizer step's temporaries for stage ``first..last``'s parameters."""
+    if t.model == "paper":
+        return 0.0
+    return float(t.p_step[last + 1] - t.p_step[first]) if t.step_sum else float(t.step[first:last + 1].max())
+
+
+def stage_excess(t: LayerTerms, first: int, last: int) -> float:
+    """How far an operation of stage ``first..last`` climbs above the resident state (>= 0): its
+    forward or backward, or the optimizer step after the backward (which runs once the mini-batch's
+    activations are freed)."""
+    if t.model == "paper":
+        return 0.0
+    freed = float(t.p_act[last + 1] - t.p_act[first]) + float(t.tail[last])
+    return max(stage_op_excess(t, first, last), stage_step(t, first, last) - freed)
+
+
+def device_extra(t: LayerTerms, stages: Iterable[tuple[int, int]]) -> float:
+    """What a device holding stages ``(first, last)`` needs beyond their resident bytes: their largest
+    excess and the runtime constant (0 with no stage). Neither depends on the in-flight counts."""
+    ranges = list(stages)
+    if not ranges:
+        return 0.0
+    return max(stage_excess(t, a, b) for a, b in ranges) + t.const
+
+
+def device_budget(t: LayerTerms, limit: float, stages: Iterable[tuple[int, int]]) -> float:
+    """What a device's stages may hold at most in resident bytes: the limit less :func:`device_extra`."""
+    return limit - device_extra(t, stages)
+
+
+def device_memory(t: LayerTerms, stages: Iterable[tuple[int, int, int]]) -> float:
+    """Peak bytes of a device holding ``(first, last, k)`` stages (0 when it holds none)."""
+    items = list(stages)
+    if not items:
+        return 0.0
+    return sum(stage_memory(t, a, b, k) for a, b, k in items) + device_extra(t, [(a, b) for a, b, _ in items])
+
+
+def plan_memory(chain: Chain, platform: Platform, stages: Sequence) -> list[float]:
+    """Memory of every device for stages with ``first``, ``last``, ``device`` and ``in_flight``."""
+    t = layer_terms(chain, platform)
+    per: list[list[tuple[int, int, int]]] = [[] for _ in range(platform.devices)]
+    for s in stages:
+        per[s.device].append((s.first, s.last, s.in_flight))
+    return [device_memory(t, items) for items in per]
+
+
+def memory_breakdown(chain: Chain, platform: Platform, stages: Sequence) -> list[dict[str, float]]:
+    """Per device, the bytes of each term (they add up to :func:`plan_memory`'s figure).
+
+    Keys: ``parameters``, ``gradients``, ``optimizer``, ``master`` (fp32 copies), ``stashed``,
+    ``activations``, ``transient`` (the largest excess), ``runtime``; the paper model has
+    ``weights`` (phi W), ``stashed`` and ``activations``.
+    """
+    t = layer_terms(chain, platform)
+    names = (["weights"] if t.model == "paper" else ["parameters", "gradients", "optimizer", "master"])
+    out = [dict.fromkeys(names + ["stashed", "activations", "transient", "runtime"], 0.0)
+           for _ in range(platform.devices)]
+    excess = [0.0] * platform.devices
+    for s in stages:
+        row = out[s.device]
+        for n in names:
+            row[n] += float(np.sum(t.parts[n][s.first:s.last + 1]))
+        row["stashed"] += (s.in_flight - 1) * float(t.p_stash[s.last + 1] - t.p_stash[s.first])
+        row["activations"] += s.in_flight * stage_activation(t, s.first, s.last)
+        excess[s.device] = max(excess[s.device], stage_excess(t, s.first, s.last))
+        row["runtime"] = t.const
+    for d, row in enumerate(out):
+        row["transient"] = excess[d]
+    return out
+
+
+def estimate_note(chain: Chain, platform: Platform) -> str | None:
+    """A sentence naming the estimated profile columns, or None when every term was measured.
+
+    >>> from workbench.chain import Chain, Layer, Platform
+    >>> estimate_note(Chain((Layer("a", 1, 1),)), Platform(1))[:48]
+    'memory estimated: the profile has no grad_bytes,'
+    """
+    t = layer_terms(chain, platform)
+    if not t.estimated:
+        return None
+    return (f"memory estimated: the profile has no {', '.join(t.estimated)} (re-profile with the workbench's "
+            f"profiler to measure them; estimates in docs/model.md)")
+
+
+# ----------------------------------------------------------------------------
+# every stage i..j at once, for the dynamic programmes
+# ----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class BandTerms:
+    """Per stage ``i..J[i, d]`` (a band of stage ends per start): activations ``A``, ``static``,
+    ``stash`` (per extra in-flight mini-batch) and ``extra`` (excess + runtime constant)."""
+
+    A: np.ndarray
+    static: np.ndarray
+    stash: np.ndarray
+    extra: np.ndarray
+
+    def memory(self, k: np.ndarray) -> np.ndarray:
+        """Device memory of each stage alone on a device, with k in flight."""
+        return k * self.A + self.static + (k - 1) * self.stash + self.extra
+
+
+def band_terms(t: LayerTerms, I: np.ndarray, J: np.ndarray) -> BandTerms:
+    """Stage terms for starts ``I`` (shape (n, 1)) and ends ``J`` (shape (n, w), ``J >= I``,
+    consecutive along axis 1): the excess's maximum over the stage is a running maximum.
+
+    >>> from workbench.chain import Chain, Layer, Platform
+    >>> t = layer_terms(Chain(tuple(Layer(f"l{i}", 1, 1, 4, 2, 2) for i in range(3))), Platform(1, memory_model="paper"))
+    >>> b = band_terms(t, np.arange(3)[:, None], np.minimum(np.arange(3)[:, None] + np.arange(2), 2))
+    >>> b.A.tolist()
+    [[2.0, 4.0], [2.0, 4.0], [2.0, 2.0]]
+    """
+    pa, ps, pw = t.p_act, t.p_static, t.p_stash
+    A = pa[J + 1] - pa[I] + t.head[I] + t.tail[J]
+    static = ps[J + 1] - ps[I]
+    stash = pw[J + 1] - pw[I]
+    if t.model == "paper":
+        return BandTerms(A, static, stash, np.zeros_like(A))
+    h = t.peak + pa[1:]                                   # peak_l + sum act up to l
+    excess = np.maximum.accumulate(h[J], axis=1) - pa[J + 1]
+    if t.step_sum:
+        step = t.p_step[J + 1] - t.p_step[I]
+    else:
+        step = np.maximum.accumulate(t.step[J], axis=1)
+    excess = np.maximum(np.maximum(excess, step - (pa[J + 1] - pa[I]) - t.tail[J]), 0.0)
+    return BandTerms(A, static, stash, excess + t.const)
+
+
+def merged_memory_columns(chain: Chain, first: int, last: int) -> dict[str, float | None]:
+    """``saved_bytes`` and the memory columns of one layer standing for layers ``first..last``.
+
+    Chosen so that every stage of merged layers gets, from :func:`layer_terms`,
+    the activations, head, tail, static, step and excess of the same stage of
+    the original layers: saved bytes add up less the storage shared inside the
+    group; the group's input (output) columns are its first (last) layer's; its
+    excess over the group (:func:`stage_excess`'s running term) becomes its
+    ``backward_peak_bytes``, with a ``forward_peak_bytes`` of 0. Columns a layer
+    of the group lacks stay unmeasured (None).
+
+    >>> from workbench.chain import Chain, Layer
+    >>> ls = [Layer(f"l{i}", 1, 1, 2, 4, 4, 2, 2, 4, 4, 8, 12) for i in range(3)]
+    >>> merged_memory_columns(Chain(tuple(ls), input_bytes=4), 0, 2)["saved_bytes"]   # 3 x 4 - 2 x 4 shared
+    4.0
+    """
+    layers = chain.layers[first:last + 1]
+    saved = [chain.saved(l) for l in range(first, last + 1)]
+    out: dict[str, float | None] = {}
+    for name in _MEASURED:
+        vals = [getattr(l, name) for l in layers]
+        out[name] = None if any(v is None for v in vals) else vals
+    si, so = out["saved_input_bytes"], out["saved_output_bytes"]
+    if si is None or so is None:
+        out["saved_bytes"] = float(sum(saved))
+        for name in ("saved_input_bytes", "saved_output_bytes", "forward_peak_bytes", "backward_peak_bytes"):
+            out[name] = None
+    else:
+        shared = [si[i] if i > 0 and so[i - 1] > 0 else 0.0 for i in range(len(layers))]
+        act = [max(s - h, 0.0) for s, h in zip(saved, shared)]
+        out["saved_bytes"] = float(saved[0] + sum(act[1:]))
+        out["saved_input_bytes"], out["saved_output_bytes"] = float(si[0]), float(so[-1])
+        fp, bp = out["forward_peak_bytes"], out["backward_peak_bytes"]
+        if fp is None or bp is None:
+            out["forward_peak_bytes"] = out["backward_peak_bytes"] = None
+        else:
+            inp = [float(chain.input_bytes) if first == 0 else chain.cut(first - 1)]
+            inp += [chain.cut(l) for l in range(first, last)]
+            first_act = max(saved[0] - (si[0] if first > 0 and (chain.layers[first - 1].saved_output_bytes or 0) > 0
+                                        else 0.0), 0.0)
+            acts = [first_act] + act[1:]
+            peaks = [max(fp[i] + inp[i] - si[i] - acts[i], bp[i]) for i in range(len(layers))]
+            excess = max(peaks[i] - sum(acts[i + 1:]) for i in range(len(layers)))
+            out["forward_peak_bytes"], out["backward_peak_bytes"] = 0.0, float(max(excess, 0.0))
+    for name in ("grad_bytes",):
+        out[name] = None if out[name] is None else float(sum(out[name]))
+    if out["max_param_bytes"] is not None:
+        out["max_param_bytes"] = float(max(out["max_param_bytes"]))
+    return out
+
+
+def suffix_terms(t: LayerTerms) -> BandTerms:
+    """:class:`BandTerms` of the stages ``i..L-1`` for every i (arrays of length L).
+
+    >>> from workbench.chain import Chain, Layer, Platform
+    >>> t = layer_terms(Chain(tuple(Layer(f"l{i}", 1, 1, 4, 2, 2) for i in range(3))), Platform(1, memory_model="paper"))
+    >>> suffix_terms(t).A.tolist()
+    [6.0, 4.0, 2.0]
+    """
+    L = len(t)
+    I = np.arange(L)
+    pa, ps, pw = t.p_act, t.p_static, t.p_stash
+    A = pa[L] - pa[I] + t.head + t.tail[L - 1]
+    static = ps[L] - ps[I]
+    stash = pw[L] - pw[I]
+    if t.model == "paper":
+        return BandTerms(A, static, stash, np.zeros(L))
+    h = t.peak + pa[1:]
+    excess = np.maximum.accumulate(h[::-1])[::-1] - pa[L]
+    step = (t.p_step[L] - t.p_step[I]) if t.step_sum else np.maximum.accumulate(t.step[::-1])[::-1]
+    excess = np.maximum(np.maximum(excess, step - (pa[L] - pa[I]) - t.tail[L - 1]), 0.0)
+    return BandTerms(A, static, stash, excess + t.const)
+
+
+def square_terms(t: LayerTerms) -> BandTerms:
+    """:class:`BandTerms` of every stage ``i..j`` as L x L matrices (entries with j < i are inf).
+
+    >>> from workbench.chain import Chain, Layer, Platform
+    >>> t = layer_terms(Chain(tuple(Layer(f"l{i}", 1, 1, 4, 2, 2) for i in range(3))), Platform(1, memory_model="paper"))
+    >>> square_terms(t).A[0].tolist()
+    [2.0, 4.0, 6.0]
+    """
+    L = len(t)
+    I = np.arange(L)[:, None]
+    d = np.arange(L)[None, :]
+    band = band_terms(t, I, np.minimum(I + d, L - 1))
+    rows, cols = np.nonzero(I + d < L)
+    out = []
+    for arr in (band.A, band.static, band.stash, band.extra):
+        m = np.full((L, L), np.inf)
+        m[rows, rows + cols] = arr[rows, cols]
+        out.append(m)
+    return BandTerms(*out)
+
+
+@dataclass(frozen=True)
+class LinearTerms:
+    """Per-layer coefficients for models that sum over layers (the MILP, the cover search's sets).
+
+    A device holds ``sum_l (k_l a_l + w0_l) + sum_{l starts a stage} k_l head_l +
+    sum_{l ends a stage} k_l tail_l + extra``, where ``extra`` (the largest stage excess plus
+    ``const``) is at most ``max(max_l excess_ub_l, sum_l step_sum_l) + const`` over its layers:
+    ``excess_ub`` bounds a layer's share of the excess (the stage's later layers only lower it)
+    and ``step_sum`` is the foreach step's per-layer temporaries (zero when the step loops).
+    Exact for everything but ``extra``, which is an upper bound.
+    """
+
+    a: np.ndarray
+    w0: np.ndarray
+    head: np.ndarray
+    tail: np.ndarray
+    excess_ub: np.ndarray
+    step_sum: np.ndarray
+    const: float
+
+
+def linear_terms(t: LayerTerms) -> LinearTerms:
+    """:class:`LinearTerms` of ``t``.
+
+    >>> from workbench.chain import Chain, Layer, Platform
+    >>> t = layer_terms(Chain((Layer("l", 1.0, 1.0, weight_bytes=10, saved_bytes=4),)), Platform(1, memory_model="paper"))
+    >>> [float(x[0]) for x in (linear_terms(t).a, linear_terms(t).w0)]   # a = 4 + 10 stashed, w0 = 0
+    [14.0, 0.0]
+    """
+    zero = np.zeros(len(t))
+    if t.step_sum:
+        ub, step = t.peak, t.step
+    else:
+        ub, step = np.maximum(t.peak, t.step), zero
+    return LinearTerms(t.act + t.stash, t.static - t.stash, t.head, t.tail, ub, step, t.const)
