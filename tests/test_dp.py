@@ -52,34 +52,39 @@ def brute_unconstrained(chain, plat):
     return min(bottleneck(chain, plat, parts) for parts in compositions(len(chain), plat.devices))
 
 
-def fits(chain, plat, parts, T):
-    """The window recurrence of the brief, written out again: valid at period T?"""
+def paper_memory(chain, plat, a, b, k):
+    F, B, A, W = stage_sums(chain, a, b)
+    return k * A + plat.weight_factor * W + (k - 1) * W * (plat.weights == "stash")
+
+
+def fits(chain, plat, parts, T, memory=paper_memory):
+    """The window recurrence of the brief, written out again: valid at period T? ``memory(chain,
+    plat, a, b, k)``: the bytes of stage a..b alone on its device with k mini-batches in flight."""
     w = None
     for s in range(len(parts) - 1, -1, -1):
         a, b = parts[s]
-        F, B, A, W = stage_sums(chain, a, b)
+        F, B, _, _ = stage_sums(chain, a, b)
         c = comm(chain, plat, b)
         if F + B > T * (1 + 1e-12) or c > T * (1 + 1e-12):
             return False
         raw = F + B if w is None else F + 2 * c + w + B
         k = max(1, math.ceil(raw / T - 1e-9))
         w = raw if raw - (k - 1) * T >= F + B else (k - 1) * T + F + B
-        mem = k * A + plat.weight_factor * W + (k - 1) * W * (plat.weights == "stash")
-        if mem > plat.memory * (1 + 1e-9):
+        if memory(chain, plat, a, b, k) > plat.memory * (1 + 1e-9):
             return False
     return True
 
 
-def brute_min_period(chain, plat, parts):
+def brute_min_period(chain, plat, parts, memory=paper_memory):
     lo = bottleneck(chain, plat, parts)
-    if fits(chain, plat, parts, lo):
+    if fits(chain, plat, parts, lo, memory):
         return lo
     hi = lo + sum(sum(stage_sums(chain, a, b)[:2]) + 2 * comm(chain, plat, b) for a, b in parts) * 1.01
-    if not fits(chain, plat, parts, hi):
+    if not fits(chain, plat, parts, hi, memory):
         return math.inf
     for _ in range(80):
         mid = 0.5 * (lo + hi)
-        lo, hi = (lo, mid) if fits(chain, plat, parts, mid) else (mid, hi)
+        lo, hi = (lo, mid) if fits(chain, plat, parts, mid, memory) else (mid, hi)
     return hi
 
 

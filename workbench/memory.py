@@ -485,7 +485,7 @@ def suffix_terms(t: LayerTerms) -> BandTerms:
 
 
 def square_terms(t: LayerTerms) -> BandTerms:
-    """:class:`BandTerms` of every stage ``i..j`` as L x L matrices (entries with j < i are inf).
+    """:class:`BandTerms` of every stage ``i..j`` as L x L matrices (``A`` is inf where j < i).
 
     >>> from workbench.chain import Chain, Layer, Platform
     >>> t = layer_terms(Chain(tuple(Layer(f"l{i}", 1, 1, 4, 2, 2) for i in range(3))), Platform(1, memory_model="paper"))
@@ -498,8 +498,8 @@ def square_terms(t: LayerTerms) -> BandTerms:
     band = band_terms(t, I, np.minimum(I + d, L - 1))
     rows, cols = np.nonzero(I + d < L)
     out = []
-    for arr in (band.A, band.static, band.stash, band.extra):
-        m = np.full((L, L), np.inf)
+    for arr, fill in ((band.A, np.inf), (band.static, 0.0), (band.stash, 0.0), (band.extra, 0.0)):
+        m = np.full((L, L), fill)
         m[rows, rows + cols] = arr[rows, cols]
         out.append(m)
     return BandTerms(*out)

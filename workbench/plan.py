@@ -32,7 +32,7 @@ from .memory import estimate_note, layer_terms, plan_memory
 
 __all__ = [
     "Stage", "Plan", "Status", "REL_TOL", "stages_of", "in_flight", "make_plan", "infeasible_plan",
-    "lower_bound", "device_memory", "stage_in_flight", "chain_for_plan", "memory_setup",
+    "lower_bound", "device_memory", "stage_in_flight", "chain_for_plan", "memory_setup", "with_memory_setup",
 ]
 
 Status = Literal["optimal", "feasible", "infeasible", "timeout"]
@@ -288,10 +288,7 @@ def make_plan(
     )
     if allocation is None:
         allocation = "contiguous" if len({s.device for s in stages}) == len(stages) else "general"
-    note = estimate_note(chain, platform)
-    if note is not None and note not in kw.get("notes", ()):
-        kw["notes"] = tuple(kw.get("notes", ())) + (note,)
-    kw.setdefault("setup", memory_setup(chain, platform))
+    kw = with_memory_setup(chain, platform, kw)
     return Plan(
         period=float(period),
         assignment=assignment,
@@ -312,12 +309,23 @@ def make_plan(
 def infeasible_plan(chain: Chain, platform: Platform, method: str, why: str, *,
                     allocation: str = "contiguous", solve_seconds: float = 0.0, **kw: Any) -> Plan:
     """A plan value saying no plan exists (or none was found), and why."""
-    kw.setdefault("setup", memory_setup(chain, platform))
+    kw = with_memory_setup(chain, platform, {**kw, "notes": (why,) + tuple(kw.get("notes", ()))})
     return Plan(
         period=math.inf, assignment=(), stages=(), devices=platform.devices, memory=(),
         memory_limit=platform.memory, lower_bound=lower_bound(chain, platform), method=method,
-        allocation=allocation, status="infeasible", solve_seconds=solve_seconds, notes=(why,), **kw,
+        allocation=allocation, status="infeasible", solve_seconds=solve_seconds, **kw,
     )
+
+
+def with_memory_setup(chain: Chain, platform: Platform, kw: dict[str, Any]) -> dict[str, Any]:
+    """Plan keywords ``kw`` with the memory ``setup`` recorded and, when the profile lacked memory
+    columns, a note saying they were estimated (every plan builder passes its keywords through here)."""
+    kw = dict(kw)
+    note = estimate_note(chain, platform)
+    if note is not None and note not in kw.get("notes", ()):
+        kw["notes"] = tuple(kw.get("notes", ())) + (note,)
+    kw.setdefault("setup", memory_setup(chain, platform))
+    return kw
 
 
 def memory_setup(chain: Chain, platform: Platform) -> dict[str, Any]:

@@ -60,7 +60,7 @@ from typing import Literal, Sequence
 
 from .chain import Chain, Platform
 from .memory import device_extra, layer_terms, stage_activation, stage_memory
-from .plan import REL_TOL, Plan, Stage, infeasible_plan, in_flight, lower_bound, stages_of
+from .plan import REL_TOL, Plan, Stage, infeasible_plan, in_flight, lower_bound, stages_of, with_memory_setup
 from .units import format_bytes, format_seconds
 
 __all__ = ["NoSchedule", "Scheduler", "build_schedule", "best_schedule", "min_period", "least_memory"]
@@ -335,8 +335,8 @@ class Scheduler:
         if self._lower_bound is None:
             self._lower_bound = lower_bound(self.chain, self.platform)
         return Plan(period=T, assignment=self.assignment, stages=stages, devices=self.platform.devices,
-                    memory=tuple(mem), memory_limit=self.platform.memory, lower_bound=self._lower_bound, method=method, allocation=allocation,
-                    extra=extra, **kw)
+                    memory=tuple(mem), memory_limit=self.platform.memory, lower_bound=self._lower_bound, method=method,
+                    allocation=allocation, extra=extra, **with_memory_setup(self.chain, self.platform, kw))
 
     # ----- the smallest period that fits ----------------------------------
     def _polish(self, T: float) -> float:

@@ -34,7 +34,7 @@ import time
 from typing import Any, Literal
 
 from ..chain import Chain, Platform
-from ..plan import Plan, Stage, chain_for_plan, lower_bound
+from ..plan import Plan, Stage, chain_for_plan, lower_bound, with_memory_setup
 from ..units import format_bytes
 from .dp import plan_dp
 
@@ -93,8 +93,9 @@ def plan_flushed(chain: Chain, platform: Platform, kind: Literal["gpipe", "1f1b"
         period=period, assignment=tuple(assignment), stages=tuple(stages), devices=P, memory=peak,
         memory_limit=platform.memory, lower_bound=lower_bound(chain, platform), method=kind,
         allocation="contiguous", status="feasible", solve_seconds=time.perf_counter() - t0,
-        schedule=kind, micro_batches=m, chain_order=base.chain_order, notes=tuple(notes),
+        schedule=kind, micro_batches=m, chain_order=base.chain_order,
         extra={"makespan": float(trace.makespan), "flushes": flushes},
+        **with_memory_setup(chain, platform, {"notes": tuple(notes)}),
     )
 
 
