@@ -6,6 +6,7 @@ it), flushed to disk and then renamed over the target in one step
 (:func:`os.replace`). A killed run leaves at most such a temporary file,
 never a partial or empty target; :func:`remove_orphans` deletes the
 temporary files whose writer is gone (run it at the start of the next run).
+:func:`folder_lock` keeps two runs from writing into one folder at once.
 
 >>> import tempfile, pathlib
 >>> p = pathlib.Path(tempfile.mkdtemp()) / "x.txt"
@@ -20,6 +21,7 @@ temporary files whose writer is gone (run it at the start of the next run).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import tempfile
@@ -31,7 +33,7 @@ from typing import Iterator
 import pandas as pd
 
 __all__ = ["write_text_atomic", "write_bytes_atomic", "write_frame_atomic", "atomic_path", "remove_orphans",
-           "is_temporary"]
+           "is_temporary", "folder_lock", "FolderBusy"]
 
 #: ``.<name>.<pid>.<random>.tmp``: a temporary file of :func:`atomic_path` / :func:`write_bytes_atomic`
 _TEMP = re.compile(r"^\.(?P<name>.+)\.(?P<pid>\d+)\.[A-Za-z0-9_]+\.tmp$")
@@ -172,3 +174,62 @@ def remove_orphans(folder: str | Path, *, recursive: bool = True) -> list[Path]:
         except FileNotFoundError:  # its writer finished meanwhile
             continue
     return removed
+
+
+class FolderBusy(RuntimeError):
+    """Another process holds the folder's lock; the message names it."""
+
+
+def _holder(path: Path) -> str:
+    try:
+        info = json.loads(path.read_text() or "{}")
+    except (OSError, ValueError):
+        info = {}
+    if not info.get("pid"):
+        return "another process"
+    return f"{info.get('what', 'a run')} (pid {info['pid']} on {info.get('host', '?')}, since {info.get('since', '?')})"
+
+
+@contextmanager
+def folder_lock(folder: str | Path, *, what: str = "a run", wait: float = 0.0) -> Iterator[Path]:
+    """Hold ``folder/.lock`` (an exclusive ``flock``) for the block; yields the lock file.
+
+    A second holder waits up to ``wait`` seconds, then gets
+    :class:`FolderBusy` naming the holder's pid, host and start time. The
+    kernel releases the lock when its holder exits, even when killed, so a
+    stale lock cannot block later runs.
+
+    >>> import tempfile
+    >>> d = tempfile.mkdtemp()
+    >>> with folder_lock(d, what="demo"):
+    ...     with folder_lock(d) as again:
+    ...         pass
+    Traceback (most recent call last):
+    ...
+    workbench.io.FolderBusy: ... is in use by demo (pid ...); wait for it to finish or choose another folder
+    """
+    import fcntl
+    import socket
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / ".lock"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, _FILE_MODE)
+    deadline = time.monotonic() + max(0.0, wait)
+    try:
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise FolderBusy(f"{folder} is in use by {_holder(path)}; wait for it to finish or choose "
+                                     "another folder") from None
+                time.sleep(min(0.5, max(0.01, deadline - time.monotonic())))
+        since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime())
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "what": what,
+                                  "since": since}).encode(), 0)
+        yield path
+    finally:
+        os.close(fd)  # releases the lock
