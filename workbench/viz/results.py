@@ -38,17 +38,21 @@ __all__ = ["FigureInfo", "throughput_figure", "memory_figure", "min_memory_figur
            "three_partition_figure", "family_figure", "scaling_figure", "gains_figure", "METHOD_STYLES",
            "log_axis_ticks"]
 
-#: method key -> (colour, line dash, marker), in legend order. The contiguous ILP is drawn dashed with open
-#: markers over the DP: where both are optimal they coincide, and the DP's line shows through the gaps.
-METHOD_STYLES: dict[str, tuple[str, str, str]] = {
-    "ilp-general": ("#D62728", "solid", "circle"),
-    "dp": ("#3366CC", "solid", "diamond"),
-    "ilp-contiguous": ("#17BECF", "dash", "square-open"),
-    "pipedream": ("#F28E2B", "solid", "triangle-up"),
-    "gpipe": ("#59A14F", "dot", "x"),
-    "1f1b": ("#B07AA1", "dot", "cross"),
+#: method key -> (colour, line dash, line width, marker, marker size), bottom to top: where methods coincide the
+#: one drawn first shows as a wider line and a larger marker around the next (PipeDream around the DP, the DP
+#: around the contiguous ILP, drawn dashed with open squares, and that around the general ILP)
+METHOD_STYLES: dict[str, tuple[str, str, float, str, int]] = {
+    "gpipe": ("#59A14F", "dot", 2.0, "x", 9),
+    "1f1b": ("#B07AA1", "dot", 2.0, "cross", 9),
+    "pipedream": ("#F5B87A", "solid", 7.0, "triangle-up", 15),
+    "dp": ("#3366CC", "solid", 3.5, "diamond", 11),
+    "ilp-contiguous": ("#17BECF", "dash", 2.0, "square-open", 12),
+    "ilp-general": ("#D62728", "solid", 1.8, "circle", 6),
 }
 _LEGEND_NOTES = {"ilp-contiguous": " (dashed: equals the DP where both are optimal)"}
+_LEGEND_ORDER = list(METHOD_LABELS)
+#: method label -> colour, for the bar charts
+LABEL_COLORS = {METHOD_LABELS[k]: METHOD_STYLES[k][0] for k in METHOD_LABELS}
 
 
 @dataclass
@@ -110,14 +114,15 @@ def _throughput_panels(net: str, g: pd.DataFrame) -> go.Figure:
                         shared_yaxes=True)
     for c, P in enumerate(Ps, start=1):
         gp = g[g.devices == P]
-        for mk, (color, dash, symbol) in METHOD_STYLES.items():
+        for mk, (color, dash, width, symbol, size) in METHOD_STYLES.items():
             gm = gp[gp.method_key == mk].sort_values("memory_limit")
             if gm.empty:
                 continue
             name = METHOD_LABELS.get(mk, mk) + _LEGEND_NOTES.get(mk, "")
             fig.add_scatter(x=gm["memory_gib"], y=gm["normalised"], mode="lines+markers", name=name, legendgroup=mk,
-                            showlegend=c == 1, line=dict(color=color, dash=dash, width=2),
-                            marker=dict(symbol=symbol, size=11 if symbol.endswith("open") else 8, color=color),
+                            legendrank=_LEGEND_ORDER.index(mk) if mk in _LEGEND_ORDER else 99, showlegend=c == 1,
+                            line=dict(color=color, dash=dash, width=width),
+                            marker=dict(symbol=symbol, size=size, color=color),
                             hovertemplate=f"{name}<br>%{{x:.3g}} GiB: %{{y:.3f}}<extra>P={P}</extra>", row=1, col=c)
         fig.update_xaxes(**log_axis_ticks(gp["memory_gib"]), title_text="memory limit (GiB, log)", row=1, col=c)
     fig.update_yaxes(range=[0, 1.05], title_text="lower bound / period", row=1, col=1)
@@ -186,7 +191,7 @@ def memory_figure(sw: pd.DataFrame) -> FigureInfo:
             continue
         limit = float(gg["memory_limit"].iloc[0])
         note = f"No plan, so no bars: {', '.join(none)}." if none else ""
-        fig = px.bar(gg, x="device", y="memory_gib", color="label", barmode="group",
+        fig = px.bar(gg, x="device", y="memory_gib", color="label", barmode="group", color_discrete_map=LABEL_COLORS,
                      category_orders={"label": list(METHOD_LABELS.values())},
                      labels={"memory_gib": "memory (GiB)", "label": "method", "device": "device"})
         fig.update_layout(title=dict(text=f"{net}, P={P}: memory per device at limit {limit / GiB:.3g} GiB (dashed)",
@@ -209,11 +214,15 @@ def min_memory_figure(sw: pd.DataFrame) -> FigureInfo:
     if t.empty:
         return info
     fig = px.bar(t, x="network", y="min_memory_relative", color="label", barmode="group", facet_row="devices",
+                 color_discrete_map=LABEL_COLORS,
                  category_orders={"label": list(METHOD_LABELS.values()), "devices": sorted(t.devices.unique())},
                  labels={"min_memory_relative": "memory / least feasible", "label": "method", "devices": "P"})
+    fig.for_each_yaxis(lambda a: a.update(title_text=""))  # one y title for all rows, not one per row on top of another
+    fig.add_annotation(text="memory / least feasible memory", textangle=-90, x=-0.07, y=0.5, xref="paper", yref="paper",
+                       showarrow=False, font=dict(size=14))
     fig.update_layout(title=dict(text="Least memory reaching 95% of the best throughput (relative to the least feasible)",
                                  subtitle=dict(text="A missing bar: the method never reaches 95% at the levels tried.")),
-                      margin=dict(t=90))
+                      margin=dict(t=90, l=90), height=200 + 160 * t.devices.nunique())
     info.add("min_memory", fig)
     for (net, P), g in t.groupby(["network", "devices"], sort=False):
         info.headlines.append(f"{net}, P={P}: " + ", ".join(
