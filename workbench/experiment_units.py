@@ -44,7 +44,7 @@ from .provenance import code_version, file_digest, versions
 __all__ = [
     "Settings", "Unit", "METHOD_KEYS", "METHOD_LABELS", "SWEEP_FIGURES", "COMPLEXITY_FIGURES", "FIGURES",
     "settings_for", "plan_units", "profile_key", "read_unit", "load_unit", "unit_is_current", "run_unit",
-    "compute_unit",
+    "compute_unit", "slug",
 ]
 
 #: method key -> (planner name, allocation), in legend order
@@ -134,7 +134,8 @@ class Unit:
         return Path(out) / "units" / f"{self.name}.csv"
 
 
-def _slug(network: str) -> str:
+def slug(network: str) -> str:
+    """A network name as it appears in file names: ``slug("pipedream/vgg16") == "pipedream-vgg16"``."""
     return network.replace("/", "-").replace(" ", "_")
 
 
@@ -202,7 +203,7 @@ def _sweep_units(s: Settings) -> list[Unit]:
                       "bandwidth": s.bandwidth, "weight_factor": s.weight_factor, "weights": s.weights,
                       "time_limit": (s.general_time_limit if alloc == "general" else s.time_limit)
                       if planner == "ilp" else None}
-                units.append(Unit(f"sweep__{_slug(net)}__P{P}__{mk}", "sweep", _canon(st)))
+                units.append(Unit(f"sweep__{slug(net)}__P{P}__{mk}", "sweep", _canon(st)))
     return units
 
 

@@ -30,7 +30,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from ..complexity import family_factor
-from ..experiment_units import METHOD_LABELS
+from ..experiment_units import METHOD_LABELS, slug
 from ..sweeps import GiB, headline_gains, min_memory_table
 from .gantt import TEMPLATE
 
@@ -72,10 +72,6 @@ class FigureInfo:
         self.figs.append(fig)
 
 
-def _slug(network: str) -> str:
-    return network.replace("/", "-").replace(" ", "_")
-
-
 def _x(v: float) -> str:
     return f"{v:.3g}x" if math.isfinite(v) else "n/a (no case where both fit)"
 
@@ -103,7 +99,7 @@ def throughput_figure(sw: pd.DataFrame) -> FigureInfo:
     d["memory_gib"] = d["memory_limit"] / GiB
     info.tables["throughput.csv"] = d.drop(columns=["note"], errors="ignore")
     for net, g in d.groupby("network", sort=False):
-        info.add(f"throughput_{_slug(net)}", _throughput_panels(net, g))
+        info.add(f"throughput_{slug(net)}", _throughput_panels(net, g))
     _throughput_headlines(sw, info)
     return info
 
@@ -197,7 +193,7 @@ def memory_figure(sw: pd.DataFrame) -> FigureInfo:
         fig.update_layout(title=dict(text=f"{net}, P={P}: memory per device at limit {limit / GiB:.3g} GiB (dashed)",
                                      subtitle=dict(text=note)), margin=dict(t=90))
         fig.add_hline(y=limit / GiB, line_dash="dash")
-        info.add(f"memory_{_slug(net)}", fig)
+        info.add(f"memory_{slug(net)}", fig)
         over = gg[~gg.fits]["label"].unique()
         info.headlines.append(f"{net}, P={P}, limit {limit / GiB:.3g} GiB: peak per method "
                               + ", ".join(f"{l} {m:.3g} GiB" for l, m in gg.groupby("label")["memory_gib"].max().items())
