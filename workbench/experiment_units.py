@@ -360,7 +360,7 @@ def _sweep_frame(st: dict[str, Any]) -> pd.DataFrame:
 
     digest = profile_key(st["network"])["sha256"]
     if digest != st["profile"]["sha256"]:  # the file changed since the units were planned
-        raise RuntimeError(f"{st['network']}: the profile changed while the run was going on; run again")
+        raise ValueError(f"{st['network']}: the profile file changed while the run was going on; run again")
     chain = load_profile(st["network"])
     base = Platform(st["devices"], bandwidth=st["bandwidth"], weight_factor=st["weight_factor"], weights=st["weights"])
     rows = []
