@@ -16,8 +16,11 @@ $(STAMP): requirements.txt pyproject.toml
 
 setup: $(STAMP)
 
+# JupyterLab refuses to start as root (usual in containers) without --allow-root
+LAB_FLAGS ?= $(if $(filter 0,$(shell id -u)),--allow-root)
+
 lab: $(STAMP)
-	$(VENV)/bin/jupyter-lab notebooks/
+	$(VENV)/bin/jupyter-lab $(LAB_FLAGS) notebooks/
 
 demo: $(STAMP)
 	$(PY) -m workbench demo --out build/demo

@@ -54,3 +54,23 @@ def test_allocation_map_rows_and_values():
     assert list(single.data[0].y) == ["dp"]
     both = allocation_map([a, a])
     assert len(both.data[0].y) == 2
+
+
+def test_prediction_errors_label_every_bar_and_explain_a_zero():
+    from workbench.viz.compare import prediction_errors
+
+    cmp = pd.DataFrame({"device": [0, 1], "busy_error": [1.08, 1.083], "cpu_busy_error": [-0.44, -0.412],
+                        "memory_error": [0.0, 0.0]})
+    fig = prediction_errors(cmp)
+    assert [t.name for t in fig.data] == ["wall busy time", "CPU busy time", "peak memory"]
+    assert list(fig.data[0].text) == ["+108%", "+108%"] and list(fig.data[2].text) == ["0 (exact)", "0 (exact)"]
+    assert fig.layout.yaxis.title.text == "(measured - predicted) / predicted"
+
+
+def test_calibration_chart_has_both_axis_titles():
+    from workbench.viz.compare import calibration_chart
+
+    loop = pd.DataFrame({"iteration": [0, 1], "error": [-1.3, 0.9], "error after calibration": [0.12, None]})
+    fig = calibration_chart(loop)
+    assert fig.layout.yaxis.title.text == "|period error|" and fig.layout.xaxis.title.text.startswith("iteration")
+    assert list(fig.data[0].y) == [1.3, 0.9] and list(fig.data[1].x) == [0]

@@ -222,3 +222,106 @@ def test_compute_false_reports_missing_units(tiny, tmp_path):
     # (the family unit of the shared run is corrupted by another test: use the gains)
     full = ex.reproduce(quick=True, out=out, settings=s, progress=False, png=False, only="gains", compute=False)
     assert full.missing == [] and [f.name for f in full.figures] == ["gains"]
+
+
+def small_run(out, **kw):
+    s = tiny_settings(methods=("dp", "pipedream"))
+    return s, ex.reproduce(quick=True, out=out, settings=s, progress=False, png=False, only="throughput,family", **kw)
+
+
+HOLD_THE_LOCK = """
+import sys, time
+from workbench.io import folder_lock
+with folder_lock(sys.argv[1], what="reproduce"):
+    print("locked", flush=True)
+    time.sleep(120)
+"""
+
+
+def test_a_second_run_into_the_same_folder_is_refused_naming_the_first(tmp_path, capsys):
+    import signal
+    import subprocess
+    import sys
+
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_THE_LOCK, str(tmp_path)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        with pytest.raises(ex.FolderBusy, match=f"in use by reproduce \\(pid {holder.pid} on "):
+            small_run(tmp_path, wait=0.3)
+        args = argparse.Namespace(quick=True, only="family", out=str(tmp_path))
+        assert ex.reproduce_command(args) == 2
+        assert f"pid {holder.pid}" in capsys.readouterr().err
+        assert not (tmp_path / "units").exists() and not (tmp_path / "report.md").exists()
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    _, rep = small_run(tmp_path)  # the kernel dropped the killed holder's lock
+    assert rep.computed and rep.report_path.exists()
+
+
+def test_a_unit_lost_before_the_figures_is_named_with_the_reason(tmp_path, monkeypatch):
+    real = ex.read_unit
+    calls: dict[str, int] = {}
+
+    def second_read_fails(unit, out):  # another writer replaced its CSV after the run checked it
+        calls[unit.name] = calls.get(unit.name, 0) + 1
+        if unit.name == "complexity__family" and calls[unit.name] > 1:
+            return None, "CSV does not match its checksum (changed, cut short, or written by another run)"
+        return real(unit, out)
+
+    monkeypatch.setattr(ex, "read_unit", second_read_fails)
+    _, rep = small_run(tmp_path)
+    assert rep.left_out == {"complexity__family": "CSV does not match its checksum (changed, cut short, or written "
+                                                  "by another run)"}
+    assert [f.name for f in rep.figures] == ["throughput"]
+    text = rep.report_path.read_text()
+    assert "**Partial results**: 1 of 3 units are left out" in text
+    assert "- `complexity__family`: CSV does not match its checksum" in text
+
+
+def test_a_failed_check_is_at_the_top_of_the_report_and_fails_the_command(tmp_path, monkeypatch, capsys):
+    import hashlib
+
+    s, _ = small_run(tmp_path)
+    u = next(u for u in ex.plan_units(s, ["throughput"]) if u.settings["method_key"] == "pipedream")
+    df = pd.read_csv(u.path(tmp_path))
+    df["lower_bound"] *= 0.5  # as if this unit had been made from another profile version
+    text = df.to_csv(index=False)
+    u.path(tmp_path).write_text(text)
+    side = u.path(tmp_path).with_suffix(".json")
+    meta = json.loads(side.read_text())
+    side.write_text(json.dumps({**meta, "sha256": hashlib.sha256(text.encode()).hexdigest()}))
+    _, rep = small_run(tmp_path)
+    assert rep.computed == [] and any("disagree on lower_bound" in v for v in rep.violations)
+    report = rep.report_path.read_text()
+    assert report.index("## CHECKS FAILED") < report.index("Settings:") and "All checks pass" not in report
+    monkeypatch.setattr(ex, "reproduce", lambda **kw: rep)
+    assert ex.reproduce_command(argparse.Namespace(quick=True, only=None, out=str(tmp_path))) == 1
+    assert "CHECKS FAILED" in capsys.readouterr().err
+
+
+def test_an_honest_pass_says_how_many_groups_were_checked(tmp_path):
+    _, rep = small_run(tmp_path)
+    assert rep.checked_groups == 1 and not rep.violations
+    text = rep.report_path.read_text()
+    assert "All checks pass on the 1 (network, P) groups" in text and "SHA-256" in text
+
+
+def test_orphans_of_a_killed_run_are_removed_and_said(tmp_path):
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead = int(proc.stdout)  # a process that has exited: what a killed run's temporary file names
+    (tmp_path / f".report.md.{dead}.abcd1234.tmp").write_text("half")
+    _, rep = small_run(tmp_path)
+    assert not list(tmp_path.glob(".*.tmp")) and any("left by a killed run" in w for w in rep.warnings)
+
+
+def test_notebooks_reading_results_write_nothing(tmp_path):
+    small_run(tmp_path)
+    before = {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*") if p.is_file()}
+    rep = ex.reproduce(quick=True, out=tmp_path, settings=tiny_settings(methods=("dp", "pipedream")), progress=False,
+                       png=False, only="throughput", compute=False, write=False)
+    assert rep.figures and rep.computed == []
+    assert {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*") if p.is_file()} == before

@@ -151,3 +151,24 @@ def test_long_chains_are_planned_on_blocks():
                      memory=ex.memory_slider.value * GiB)
     assert exact.groups() is None and exact.plan.status == "optimal"
     assert exact.plan.period <= ex.plan.period * (1 + 1e-9)
+
+
+def test_the_solver_log_belongs_to_the_plan_on_screen():
+    def fake(ch, plat, method, **kw):
+        if "log" in kw:
+            kw["log"].write(f"HiGHS log for {plat.memory / GiB:.2f} GiB\n")
+        return real_plan(ch, plat, "dp")
+
+    ex = Explorer(chain=chain(), devices=3, display_figures=False, planner=fake)
+    assert ex.log_text == [] and ex.log_out.outputs == ()
+    ex.method_dropdown.options = list(dict.fromkeys(list(ex.method_dropdown.options) + ["ilp"]))
+    ex.method_dropdown.value = "ilp"
+    ilp_log = "".join(ex.log_text)
+    assert ilp_log.startswith("HiGHS log for") and ilp_log in ex.log_out.outputs[0]["text"]
+    assert ex.log_accordion.titles == ("solver log (ilp)",)
+    ex.method_dropdown.value = "dp"  # no solver: the ILP's log must not stay
+    assert ex.log_text == [] and ex.log_out.outputs == () and ex.log_accordion.titles == ("solver log (none for dp)",)
+    ex.method_dropdown.value = "ilp"  # from the cache: its own log again, once
+    assert "".join(ex.log_text) == ilp_log and ex.log_out.outputs[0]["text"] == ilp_log
+    ex.memory_slider.value = ex.memory_slider.max  # a new ILP solve: only the new log
+    assert "".join(ex.log_text).count("HiGHS log for") == 1 and "".join(ex.log_text) != ilp_log

@@ -47,3 +47,49 @@ def test_png_and_svg(tmp_path):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     svg = save_image(fig(), tmp_path / "f.svg", width=400, height=300)
     assert svg.read_text().lstrip().startswith("<svg")
+
+
+KILLED_MID_EXPORT = """
+import os, signal, sys
+import plotly.graph_objects as go
+import plotly.io as pio
+from workbench.viz.export import save_html, save_images
+
+what, folder = sys.argv[1], sys.argv[2]
+fig = go.Figure(go.Bar(x=[1, 2], y=[3, 4]))
+
+def die_after_half(figs, files, **kw):  # kaleido writing the files one by one, killed in the middle
+    for f in files[:1]:
+        open(f, "wb").write(b"\\x89PNG partial")
+    os.kill(os.getpid(), signal.SIGKILL)
+
+def die_in_html(*a, **k):
+    os.kill(os.getpid(), signal.SIGKILL)
+
+pio.write_images = die_after_half
+go.Figure.to_html = die_in_html
+if what == "png":
+    save_images([(fig, f"{folder}/a.png"), (fig, f"{folder}/b.png")])
+else:
+    save_html(fig, f"{folder}/a.html")
+"""
+
+
+@pytest.mark.parametrize("what", ["png", "html"])
+def test_a_kill_mid_export_leaves_no_partial_or_empty_file(tmp_path, what):
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from workbench.io import remove_orphans
+
+    (tmp_path / f"a.{what}").write_bytes(b"the previous figure")
+    env = {**os.environ, "BROWSER_PATH": "/bin/sh"}  # a file: the export gets as far as the writer
+    proc = subprocess.run([sys.executable, "-c", KILLED_MID_EXPORT, what, str(tmp_path)], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    visible = sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith("."))
+    assert visible == [f"a.{what}"] and (tmp_path / f"a.{what}").read_bytes() == b"the previous figure"
+    assert remove_orphans(tmp_path)  # the next run cleans up what the killed one left
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f"a.{what}"]

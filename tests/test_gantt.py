@@ -149,3 +149,28 @@ def test_empty_trace():
     fig = gantt(Trace.empty(devices=3))
     assert lanes(fig) == ["GPU 0", "GPU 1", "GPU 2"]
     assert bar_durations(fig) == []
+
+
+def test_a_long_legend_is_shown_whole():
+    fig = gantt(periodic_trace(batches=12), color_by="batch")
+    entries = sum(1 for t in fig.data if t.showlegend)
+    assert entries == 12 and fig.layout.legend.orientation == "v" and fig.layout.legend.tracegroupgap == 0
+    assert fig.layout.height >= 110 + 19 * entries  # room for every entry: none cut off below the plot
+
+
+def test_compare_titles_do_not_repeat_the_source_nor_sit_under_the_steady_state_label():
+    meas = Trace(periodic_trace().ops, periodic_trace().memory, devices=2, period=T, source="measured")
+    fig = gantt_compare(periodic_trace(), meas)
+    titles = [a.text for a in fig.layout.annotations if a.text != "steady state"]
+    assert titles == ["predicted (simulated)", "measured"]
+    for a in fig.layout.annotations:
+        if a.text == "steady state":
+            assert a.xanchor == "right"  # at the band's right end; the subplot titles are at the left
+
+
+def test_periods_shown_zooms_on_the_steady_state():
+    tr = periodic_trace(batches=8)
+    t0, _ = steady_window(tr)
+    lo, hi = gantt(tr, periods_shown=3).layout.xaxis.range
+    assert lo == pytest.approx((t0 - 0.1 * T) * 1e3) and hi - lo == pytest.approx(3.2 * T * 1e3)
+    assert gantt(tr).layout.xaxis.range is None

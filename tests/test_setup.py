@@ -35,3 +35,31 @@ def test_readme_opens_with_the_two_commands():
 
 def test_ci_calls_make_test():
     assert "make test" in (ROOT / ".ci" / "run").read_text()
+
+
+def _make_lab_dry_run(tmp_path, uid):
+    """``make -n lab`` with ``id -u`` answering ``uid`` (a stand-in ``id`` first on PATH): the command it would run."""
+    import os
+    import shutil
+    import subprocess
+
+    if shutil.which("make") is None:
+        import pytest
+
+        pytest.skip("make is not installed")
+    fake = tmp_path / f"uid{uid}"
+    fake.mkdir()
+    (fake / "id").write_text(f"#!/bin/sh\necho {uid}\n")
+    (fake / "id").chmod(0o755)
+    env = {**os.environ, "PATH": f"{fake}{os.pathsep}{os.environ['PATH']}"}
+    env.pop("LAB_FLAGS", None)
+    out = subprocess.run(["make", "-n", "-C", str(ROOT), "lab"], env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return [line for line in out.stdout.splitlines() if "jupyter-lab" in line]
+
+
+def test_make_lab_allows_root_only_as_root(tmp_path):
+    as_root = _make_lab_dry_run(tmp_path, 0)
+    as_user = _make_lab_dry_run(tmp_path, 1000)
+    assert len(as_root) == 1 and "--allow-root" in as_root[0] and as_root[0].rstrip().endswith("notebooks/")
+    assert len(as_user) == 1 and "--allow-root" not in as_user[0]

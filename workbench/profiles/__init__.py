@@ -3,11 +3,13 @@
 ``load_profile`` takes a path (a project CSV, a PipeDream ``graph.txt`` or a
 folder holding one) or a name: a bundled profile in ``data/profiles`` (e.g.
 ``"resnet50"``, measured on this project's CPU machine), one measured on a
-GPU, in a sub-folder named after it (``"h100/resnet50"``), or a peer profile
-as ``"pipedream/vgg16"``.
+GPU, in a sub-folder named after it (``"h100/resnet50"``), or one of
+PipeDream's published profiles as ``"pipedream/vgg16"`` (shipped in
+``data/profiles/pipedream/``; ``$WORKBENCH_PEER_PROFILES`` points the names at
+another copy).
 
->>> sorted(available_profiles())[:1]  # doctest: +SKIP
-['gpt-small']
+>>> sorted(n for n in available_profiles() if n.startswith("pipedream/"))[:2]
+['pipedream/alexnet', 'pipedream/densenet121']
 """
 
 from __future__ import annotations

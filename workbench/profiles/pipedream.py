@@ -6,7 +6,7 @@ profiles as a graph: node lines
     nodeN -- <description> -- forward_compute_time=<ms>, backward_compute_time=<ms>, activation_size=<bytes>, parameter_size=<bytes>
 
 and tab-started edge lines ``\\tnodeA -- nodeB`` (A's output feeds B). See
-``../shared/peer-profiles/README.md``. :func:`read_pipedream_graph` keeps the
+``data/profiles/pipedream/README.md``. :func:`read_pipedream_graph` keeps the
 DAG (:class:`Graph`); :meth:`Graph.linearise` turns it into a
 :class:`~workbench.chain.Chain` whose cut after position i counts *every*
 edge that crosses it (each producer once), so a skip connection costs what it

@@ -1,4 +1,4 @@
-"""Comparison figures: throughput against memory limit, period against lower bound, allocation maps.
+"""Comparison figures: throughput against memory limit, period against lower bound, allocation maps, prediction errors.
 
 They take tidy DataFrames (one row per (instance, method, memory limit)),
 as written by sweeps, or plans.
@@ -27,7 +27,8 @@ from ..plan import Plan
 from .gantt import TEMPLATE
 from .memory import DEVICE_COLORS, byte_unit
 
-__all__ = ["throughput_vs_memory", "period_vs_bound", "allocation_map", "replay_chart", "METHOD_COLORS"]
+__all__ = ["throughput_vs_memory", "period_vs_bound", "allocation_map", "replay_chart", "prediction_errors",
+           "calibration_chart", "METHOD_COLORS"]
 
 METHOD_COLORS = {
     "dp": "#3366CC", "madpipe": "#3366CC", "ilp": "#D62728", "pipedream": "#F28E2B", "gpipe": "#59A14F",
@@ -172,4 +173,60 @@ def replay_chart(df: pd.DataFrame, *, title: str | None = None) -> go.Figure:
     fig.update_layout(template=TEMPLATE, barmode="group", height=max(300, 90 + 26 * len(df)),
                       title=title or "Each device replayed alone on the GPU", margin=dict(l=230, r=20, t=70, b=40),
                       legend=dict(orientation="h", y=-0.08))
+    return fig
+
+
+def _signed_percent(v: float) -> str:
+    """A relative error as a bar label; an exact zero says so (its bar has no height to show).
+
+    >>> [_signed_percent(v) for v in (1.0802, -0.44, 0.0)]
+    ['+108%', '-44%', '0 (exact)']
+    """
+    if not math.isfinite(v):
+        return "n/a"
+    return "0 (exact)" if v == 0 else f"{v:+.0%}"
+
+
+def prediction_errors(cmp: pd.DataFrame, *, title: str | None = None) -> go.Figure:
+    """Per device, (measured - predicted) / predicted: wall busy time, CPU busy time and peak memory.
+
+    ``cmp`` is a run's ``comparison.csv`` (:func:`workbench.runtime.compare.compare`). Every bar is
+    labelled with its value, so an error of exactly 0 (memory counted to the byte) reads "0 (exact)"
+    instead of an empty slot.
+    """
+    fig = go.Figure()
+    for col, name in (("busy_error", "wall busy time"), ("cpu_busy_error", "CPU busy time"), ("memory_error", "peak memory")):
+        if col not in cmp.columns:
+            continue
+        vals = cmp[col].astype(float)
+        fig.add_bar(x=[f"device {int(d)}" for d in cmp["device"]], y=vals.tolist(), name=name,
+                    text=[_signed_percent(v) for v in vals], textposition="outside", cliponaxis=False)
+    fig.add_hline(y=0, line_color="#555", line_width=1)
+    fig.update_layout(template=TEMPLATE, barmode="group", height=380, margin=dict(l=70, r=20, t=60, b=45),
+                      title=title or "Prediction error per device (bars labelled; 0 (exact): no error)",
+                      yaxis_title="(measured - predicted) / predicted", yaxis_tickformat=".0%")
+    return fig
+
+
+def calibration_chart(loop: pd.DataFrame, *, title: str | None = None) -> go.Figure:
+    """The calibration loop: |period error| of each run, and of the same allocation re-predicted after calibrating.
+
+    ``loop`` has one row per iteration with ``iteration``, ``error`` (the run's period error) and,
+    where it was computed, ``error after calibration``.
+    """
+    fig = go.Figure()
+    fig.add_scatter(x=loop["iteration"].tolist(), y=loop["error"].abs().tolist(), mode="lines+markers",
+                    name="|period error| of the plan run", line=dict(color="#3366CC"))
+    if "error after calibration" in loop.columns:
+        after = loop.dropna(subset=["error after calibration"])
+        fig.add_scatter(x=after["iteration"].tolist(), y=after["error after calibration"].abs().tolist(),
+                        mode="lines+markers", name="same allocation, re-predicted after calibrating",
+                        line=dict(color="#F28E2B", dash="dash"))
+    fig.update_layout(template=TEMPLATE, height=360, margin=dict(l=70, r=20, t=80, b=45),
+                      title=title or "Calibration loop: |measured - predicted| / predicted period of each run",
+                      xaxis_title="iteration (0: the first plan; then re-planned on the calibrated chain)",
+                      yaxis_title="|period error|", yaxis_tickformat=".0%",
+                      legend=dict(orientation="h", yanchor="bottom", y=1.02, xanchor="right", x=1))
+    fig.update_xaxes(dtick=1)
+    fig.update_yaxes(rangemode="tozero")
     return fig

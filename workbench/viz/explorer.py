@@ -170,7 +170,8 @@ class Explorer(W.VBox):
         self.memory_figure: go.Figure | None = None
         self.error: str | None = None
         self.replans = 0
-        self.log_text: list[str] = []
+        self.log_text: list[str] = []  # the solver log of the plan shown (empty when its method has none)
+        self._logs: dict[tuple, str] = {}  # solver log per cached plan
 
         names = list(available_profiles())
         if chain is not None:
@@ -319,6 +320,7 @@ class Explorer(W.VBox):
         if key in self._cache:
             result, trace = self._cache[key]
             self.status_label.value = f"<i>{method}: cached</i>"
+            self._show_log(self._logs.get(key, ""), method)
         else:
             slow = method in SLOW_METHODS
             if slow:
@@ -326,11 +328,12 @@ class Explorer(W.VBox):
                 self.progress.bar_style = "info"
                 self.progress.max, self.progress.value = 1, 0
                 self.status_label.value = f"<b>solving with {html.escape(method)}…</b> (up to {self.time_limit:.0f} s)"
-                self.log_out.outputs = ()
                 self.log_accordion.selected_index = 0
             opts: dict[str, Any] = {}
+            streamed: list[str] = []
+            self._show_log("", method)  # a new plan: the previous method's log goes
             if slow:
-                opts["log"] = _OutputWriter(self.log_out, self.log_text)
+                opts["log"] = _OutputWriter(self.log_out, streamed)
             t0 = time.perf_counter()
             groups = self.groups() if method in COARSE_METHODS else None
             try:
@@ -353,6 +356,7 @@ class Explorer(W.VBox):
                         result = coarse.with_(notes=tuple(coarse.notes) + (note,))
             except Exception as e:  # noqa: BLE001 - show any planner failure in the panel
                 self.error = f"{type(e).__name__}: {e}"
+                self._show_log("".join(streamed), method)
                 self.status_label.value = f"<span style='color:#b00'>{html.escape(self.error)}</span>"
                 self.progress.layout.visibility = "hidden"
                 self.summary.value = f"<pre>{html.escape(self.error)}</pre>"
@@ -368,6 +372,8 @@ class Explorer(W.VBox):
                 except Exception as e:  # noqa: BLE001
                     self.error = f"simulation failed: {type(e).__name__}: {e}"
             self._cache[key] = (result, trace)
+            self._logs[key] = "".join(streamed)
+            self._show_log(self._logs[key], method)
             self.status_label.value = f"<i>{html.escape(method)}: {time.perf_counter() - t0:.2f} s</i>"
             if slow:
                 self.progress.layout.visibility = "hidden"
@@ -375,6 +381,12 @@ class Explorer(W.VBox):
         self.plan, self.trace = result, trace
         self._redraw(chain, platform)
         return result
+
+    def _show_log(self, text: str, method: str) -> None:
+        """Show ``text`` as the solver log of the plan on screen (``method``'s); nothing left from another plan."""
+        self.log_text = [text] if text else []
+        self.log_out.outputs = ({"output_type": "stream", "name": "stdout", "text": text},) if text else ()
+        self.log_accordion.titles = (f"solver log ({method})" if text else f"solver log (none for {method})",)
 
     @property
     def summary_text(self) -> str:

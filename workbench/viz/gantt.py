@@ -190,8 +190,9 @@ def _decorate(fig: go.Figure, trace: Trace, offset: float, xref: str, yref: str,
         shapes.append(dict(type="rect", xref=xref, yref=f"{yref} domain", x0=(win[0] - offset) * _MS,
                            x1=(win[1] - offset) * _MS, y0=0, y1=1, fillcolor="rgba(120,200,120,0.13)",
                            line_width=0, layer="below"))
-        notes.append(dict(x=(win[0] - offset) * _MS, y=1, xref=xref, yref=f"{yref} domain",
-                          text="steady state", showarrow=False, xanchor="left", yanchor="bottom",
+        # at the band's right end: the left end is where subplot titles sit
+        notes.append(dict(x=(win[1] - offset) * _MS, y=1, xref=xref, yref=f"{yref} domain",
+                          text="steady state", showarrow=False, xanchor="right", yanchor="bottom",
                           font=dict(size=10, color="#3a7d3a")))
     T = trace.period
     if period_lines and periodic and T and math.isfinite(T) and T > 0 and len(trace.ops):
@@ -224,13 +225,16 @@ def _keep_lanes(fig: go.Figure, ops: pd.DataFrame, order: list[str], row: int | 
 
 def _layout(fig: go.Figure, title: str | None, n_lanes: int, rows: int = 1) -> None:
     n_legend = sum(1 for t in fig.data if t.showlegend is not False)
-    if n_legend > 5:  # many mini-batches: a vertical legend on the right, clear of the title
-        legend = dict(orientation="v", yanchor="top", y=1, xanchor="left", x=1.01, font=dict(size=10))
+    height = max(220, 70 + 48 * n_lanes) if rows == 1 else max(420, 120 + 48 * n_lanes)
+    if n_legend > 5:  # many mini-batches: a vertical legend on the right, clear of the title, all of it shown
+        legend = dict(orientation="v", yanchor="top", y=1, xanchor="left", x=1.01, font=dict(size=10),
+                      tracegroupgap=0, itemsizing="constant")
+        height = max(height, 110 + 19 * n_legend)
     else:
         legend = dict(orientation="h", yanchor="bottom", y=1.02, xanchor="right", x=1)
     fig.update_layout(
         barmode="overlay", title=title, bargap=0.25, template=TEMPLATE,
-        height=max(220, 70 + 48 * n_lanes) if rows == 1 else max(420, 120 + 48 * n_lanes),
+        height=height,
         margin=dict(l=80, r=20, t=60 if title else 35, b=45),
         legend=legend,
         uniformtext=dict(minsize=8, mode="hide"),
@@ -238,7 +242,8 @@ def _layout(fig: go.Figure, title: str | None, n_lanes: int, rows: int = 1) -> N
 
 
 def gantt(trace: Trace, *, color_by: str = "kind", show_links: bool = False, title: str | None = None,
-          period_lines: bool = True, steady_state: bool = True, align: bool = False) -> go.Figure:
+          period_lines: bool = True, steady_state: bool = True, align: bool = False,
+          periods_shown: float | None = None) -> go.Figure:
     """A Gantt chart of ``trace``: one lane per device, one bar per operation, in ms.
 
     ``color_by`` is ``"kind"`` (forward / backward / transfer) or ``"batch"``.
@@ -246,7 +251,10 @@ def gantt(trace: Trace, *, color_by: str = "kind", show_links: bool = False, tit
     peer in a ``peer``/``dst`` column, else ``GPU p out`` / ``GPU p in``) for
     the ``send``/``recv`` operations, which are hidden otherwise (transfers
     overlap computation). ``align`` shifts time so the first operation starts
-    at 0 (useful for measured traces).
+    at 0 (useful for measured traces). ``periods_shown`` opens the chart
+    zoomed on that many periods from the start of the steady state (a dense
+    schedule, e.g. a general allocation with many stages per device, becomes
+    readable; zoom out to see the whole run).
     """
     offset = float(trace.ops["start"].min()) if (align and len(trace.ops)) else 0.0
     ops = _prepare(trace, show_links, offset)
@@ -263,7 +271,24 @@ def gantt(trace: Trace, *, color_by: str = "kind", show_links: bool = False, tit
     _layout(fig, title, len(order))
     fig.update_yaxes(categoryorder="array", categoryarray=order[::-1], title=None)
     fig.update_xaxes(title="time (ms)", rangemode="tozero" if not align else "normal", tickformat=",~f")
+    window = _zoom(trace, periods_shown, offset)
+    if window is not None:
+        fig.update_xaxes(range=window, title="time (ms); zoomed on the steady state, zoom out for the whole run")
     return fig
+
+
+def _zoom(trace: Trace, periods: float | None, offset: float) -> list[float] | None:
+    """The x range (ms) showing ``periods`` periods from the start of the steady state, or None."""
+    T, win = trace.period, steady_window(trace)
+    if not periods or win is None or not T or not math.isfinite(T) or T <= 0:
+        return None
+    t0 = win[0] - 0.1 * T
+    return [(t0 - offset) * _MS, (t0 + (periods + 0.2) * T - offset) * _MS]
+
+
+def _subplot_title(title: str, trace: Trace) -> str:
+    """``title (source)``, without repeating a source the title already says (not "measured (measured)")."""
+    return title if trace.source.lower() in title.lower() else f"{title} ({trace.source})"
 
 
 def gantt_compare(predicted: Trace, measured: Trace, *, color_by: str = "kind", show_links: bool = False,
@@ -274,7 +299,7 @@ def gantt_compare(predicted: Trace, measured: Trace, *, color_by: str = "kind", 
     With ``align`` each trace's time starts at its own first operation.
     """
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.12,
-                        subplot_titles=[f"{titles[0]} ({predicted.source})", f"{titles[1]} ({measured.source})"])
+                        subplot_titles=[_subplot_title(titles[0], predicted), _subplot_title(titles[1], measured)])
     seen: set[str] = set()
     total_lanes = 0
     for r, tr in ((1, predicted), (2, measured)):
