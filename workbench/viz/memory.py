@@ -139,10 +139,10 @@ def memory_bars(plan: Plan, chain: Chain, platform: Platform, *, title: str | No
                         mode="markers", name="plan's reported memory",
                         marker=dict(symbol="diamond", size=11, color="black"))
     _limit_line(fig, limit, scale, unit)
-    fig.update_layout(barmode="stack", template=TEMPLATE, height=340,
+    fig.update_layout(barmode="stack", template=TEMPLATE, height=380,
                       title=title or f"Memory per device ({plan.method or 'plan'}, weights {platform.weights})",
-                      yaxis_title=f"memory ({unit})", margin=dict(l=60, r=20, t=60, b=40),
-                      legend=dict(orientation="h", yanchor="bottom", y=1.0, xanchor="right", x=1, traceorder="normal"))
+                      yaxis_title=f"memory ({unit})", margin=dict(l=60, r=20, t=50, b=90),
+                      legend=dict(orientation="h", yanchor="top", y=-0.12, xanchor="left", x=0, traceorder="normal"))
     if math.isfinite(limit):
         fig.update_yaxes(range=[0, max(top, limit) / scale * 1.12])
     return fig
