@@ -34,7 +34,7 @@ def random_instance(seed: int, L: int, P: int, frac: float = 0.5) -> tuple[Chain
     layers = tuple(Layer(f"l{i}", float(rng.uniform(0.5, 10)), float(rng.uniform(0.5, 20)),
                          float(rng.integers(1, 60)), float(rng.integers(1, 40))) for i in range(L))
     ch = Chain(layers, input_bytes=float(rng.integers(1, 40)))
-    plat = Platform(P, bandwidth=float(rng.uniform(2, 10)))
+    plat = Platform(P, bandwidth=float(rng.uniform(2, 10)), memory_model="paper")
     need, _ = least_memory_bound(ch, plat)
     free = plan_dp(ch, plat, graph=False).peak_memory
     return ch, plat.with_(memory=need + frac * max(free - need, 0.0))
@@ -93,7 +93,7 @@ def main(argv=None) -> pd.DataFrame:
         from workbench.profiles import load_profile
 
         ch = load_profile("pipedream/resnet50")
-        base = Platform(8, bandwidth="12GB/s")
+        base = Platform(8, bandwidth="12GB/s", memory_model="paper")
         need, _ = least_memory_bound(ch, base)
         free = plan_dp(ch, base, graph=False).peak_memory
         for frac in (0.25, 0.5):

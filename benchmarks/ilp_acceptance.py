@@ -184,7 +184,7 @@ def main(argv=None) -> pd.DataFrame:
     for name in sorted(names, key=lambda n: len(load_profile(n))):
         chain = load_profile(name)
         for P in devices:
-            base = Platform(P, bandwidth=a.bandwidth)
+            base = Platform(P, bandwidth=a.bandwidth, memory_model="paper")
             mems = memory_levels(chain, base, levels) + [math.inf]
             part = []
             for M in mems:

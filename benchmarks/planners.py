@@ -71,7 +71,7 @@ def profiles_table(names: list[str] | None, devices: list[int], methods: list[st
             continue
         chain = load_profile(name)
         for P in devices:
-            base = Platform(P, bandwidth="12GB/s")
+            base = Platform(P, bandwidth="12GB/s", memory_model="paper")
             need, _ = least_memory(chain, base)
             for label, plat in (("unlimited", base), (f"{tight:g}x least={need * tight / 2**30:.2f}GiB",
                                                       base.with_(memory=need * tight))):
@@ -88,7 +88,7 @@ def dp_timing(L: int = 400, P: int = 16, seed: int = 0) -> pd.DataFrame:
     chain = Chain(tuple(Layer(f"l{i}", float(rng.uniform(1e-4, 3e-3)), float(rng.uniform(2e-4, 6e-3)),
                               float(rng.integers(0, 50_000_000)), float(rng.integers(100_000, 50_000_000)))
                         for i in range(L)))
-    base = Platform(P, bandwidth="12GB/s")
+    base = Platform(P, bandwidth="12GB/s", memory_model="paper")
     need, _ = least_memory(chain, base)
     rows = []
     for label, plat in (("unlimited", base), ("1.05x least", base.with_(memory=need * 1.05)),
