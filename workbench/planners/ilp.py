@@ -326,8 +326,11 @@ def plan_ilp(chain: Chain, platform: Platform, *, allocation: str = "contiguous"
         status, gap = "timeout", max(0.0, (best.period - bound_T) / best.period)
         if gap <= rel_gap:  # the bound met the plan before the time ran out: proven all the same
             status = "optimal"
+    # contiguous: the dp incumbent is exact, so a plan no better than it is optimal whatever the MILP's bound
+    dp_proves = (allocation == "contiguous" and inc is not None and inc.method == "dp"
+                 and best.period >= inc.period * (1 - 1e-9))
     if status == "optimal" and getattr(model, "_ilp_excess_bounded", False) and math.isfinite(platform.memory) \
-            and best.period > lb * (1 + rel_gap):
+            and best.period > lb * (1 + rel_gap) and not dp_proves:
         # the MILP bounds each device's transient from above: its proof holds for that bound only
         status = "feasible"
         notes.append("optimal for the MILP's bound on each device's transient memory (workbench.memory."
