@@ -59,6 +59,7 @@ layers (``spread_forward``, ``spread_backward``, ...), and
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import json
 import statistics
@@ -71,6 +72,7 @@ import torch
 from torch import nn
 
 from ..chain import Chain, Layer
+from .discover import Layers, discover_layers
 from .zoo import as_dtype
 
 __all__ = [
@@ -82,6 +84,7 @@ __all__ = [
     "tensor_bytes",
     "parameter_bytes",
     "spread_summary",
+    "count_ties_once",
 ]
 
 
@@ -224,30 +227,48 @@ def spread_summary(stats: Sequence[LayerTiming]) -> dict[str, float]:
     }
 
 
-def _layer_list(layers: nn.Sequential | Sequence[nn.Module], names: Sequence[str] | None) -> tuple[list[nn.Module], list[str]]:
-    if isinstance(layers, nn.Sequential):
-        named = list(layers.named_children())
-        mods = [m for _, m in named]
-        default = [n for n, _ in named]
-    else:
-        mods = list(layers)
-        default = [f"layer{i}" for i in range(len(mods))]
-    if not mods:
+def _find_layers(model: nn.Module | Sequence[nn.Module], example_inputs: Any, loss: Callable | None, target: Any,
+                 names: Sequence[str] | None) -> Layers:
+    """The chain of ``model`` (:func:`~workbench.profiles.discover.discover_layers`), renamed by ``names``."""
+    if isinstance(model, (nn.Sequential, list, tuple)) and not isinstance(example_inputs, torch.Tensor):
+        raise TypeError(f"sample_input must be a tensor, got {type(example_inputs).__name__}")
+    if isinstance(model, (list, tuple, nn.Sequential)) and len(model) == 0:
         raise ValueError("nothing to profile: the layer list is empty")
-    for i, m in enumerate(mods):
-        if not isinstance(m, nn.Module):
-            raise TypeError(f"layer {i} is a {type(m).__name__}, not a torch.nn.Module")
-    if names is None:
-        names = default
-    names = [str(n) for n in names]
-    if len(names) != len(mods):
-        raise ValueError(f"{len(names)} names for {len(mods)} layers")
-    return mods, names
+    found = discover_layers(model, example_inputs, loss, target)
+    if names is not None:
+        names = [str(n) for n in names]
+        if len(names) != len(found):
+            raise ValueError(f"{len(names)} names for {len(found)} layers")
+        found = dataclasses.replace(found, names=tuple(names))
+    return found
+
+
+def count_ties_once(chain: Chain, found: Layers) -> Chain:
+    """``chain`` with every shared parameter's bytes in its owner's ``weight_bytes`` only and the
+    ties in the metadata (``tied``: JSON list of {"owner", "layers", "bytes", "parameter"}; docs/model.md).
+
+    >>> lin = nn.Linear(2, 2, bias=False)
+    >>> c = profile_model([lin, lin], torch.zeros(1, 2), repeats=1, warmup=0)
+    >>> [l.weight_bytes for l in c.layers], json.loads(c.meta["tied"])[0]["layers"]
+    ([16.0, 0.0], ['layer0', 'layer1'])
+    """
+    if not found.tied:
+        return chain
+    renamed = dict(zip(found.names, (l.name for l in chain.layers)))
+    extra = {l.name: 0.0 for l in chain.layers}
+    ties = []
+    for t in found.tied:
+        for name in t.layers[1:]:
+            extra[renamed[name]] += t.bytes
+        ties.append({**t.to_dict(), "owner": renamed[t.owner], "layers": [renamed[n] for n in t.layers]})
+    layers = tuple(dataclasses.replace(l, weight_bytes=l.weight_bytes - extra[l.name]) for l in chain.layers)
+    meta = {**chain.meta, "tied": json.dumps(ties, separators=(",", ":"))}
+    return dataclasses.replace(chain, layers=layers, meta=meta)
 
 
 def profile_model(
-    layers: nn.Sequential | Sequence[nn.Module],
-    sample_input: torch.Tensor,
+    model: nn.Module | Sequence[nn.Module],
+    example_inputs: Any,
     device: str | torch.device = "cpu",
     *,
     warmup: int = 2,
@@ -262,10 +283,14 @@ def profile_model(
     target: torch.Tensor | None = None,
     dtype: str | torch.dtype | None = None,
 ) -> Chain | tuple[Chain, list[LayerTiming]]:
-    """Profile a chain of modules (see the module docstring for what is measured).
+    """Profile any model (see the module docstring for what is measured).
 
-    ``layers`` run in training mode and are moved to ``device``; each must
-    take one tensor and return one tensor. ``threads`` sets the CPU thread
+    ``model`` is an ``nn.Sequential`` or a list of modules (the chain's layers), or any
+    ``nn.Module``, whose layers :func:`~workbench.profiles.discover.discover_layers` finds on
+    ``example_inputs`` (a tensor, a tuple or a dict; the first tensor enters the chain, the
+    others are constants); ``loss(model_output, target)`` is then the model's loss. Shared
+    parameters count once, at their first layer (:func:`count_ties_once`). The layers run in
+    training mode and are moved to ``device``; each takes one tensor and returns one tensor. ``threads`` sets the CPU thread
     count while profiling (``None``: leave it). ``meta`` is merged over the
     metadata the profiler records (device, dtype, batch size, input shape,
     torch version, threads, repeats, spreads, date, source). With
@@ -282,11 +307,10 @@ def profile_model(
         raise ValueError(f"repeats must be >= 1, got {repeats}")
     if warmup < 0:
         raise ValueError(f"warmup must be >= 0, got {warmup}")
-    if not isinstance(sample_input, torch.Tensor):
-        raise TypeError(f"sample_input must be a tensor, got {type(sample_input).__name__}")
     if (loss is None) != (target is None):
         raise ValueError("loss and target go together: pass both or neither")
-    mods, names = _layer_list(layers, names)
+    found = _find_layers(model, example_inputs, loss, target, names)
+    mods, names, sample_input, loss = list(found.modules), list(found.names), found.input, found.loss
     cast = None if dtype is None else as_dtype(dtype)
     if cast is not None and sample_input.is_floating_point():
         sample_input = sample_input.to(cast)
@@ -363,6 +387,7 @@ def profile_model(
     info.update(meta or {})
     chain = Chain(tuple(out_layers), input_bytes=float(tensor_bytes(sample_input)),
                   meta={k: str(v) for k, v in info.items()})
+    chain = count_ties_once(dataclasses.replace(chain, meta={"layers_found": found.how, **chain.meta}), found)
     return (chain, stats) if return_stats else chain
 
 
