@@ -85,6 +85,7 @@ __all__ = [
     "parameter_bytes",
     "spread_summary",
     "count_ties_once",
+    "profile_workload",
 ]
 
 
@@ -439,6 +440,24 @@ def profile_zoo(
 
 
 
+def profile_workload(workload: Any, device: str = "cpu", *, warmup: int = 2, repeats: int = 5, progress: bool = False,
+                     threads: int | None = 1, return_stats: bool = False) -> Chain | tuple[Chain, list[LayerTiming]]:
+    """Profile a :class:`~workbench.runtime.workload.Workload`: a zoo model through :func:`profile_zoo`,
+    a ``--module FILE.py:FUNC`` model through :func:`profile_model` on its example batch (the metadata
+    records ``module``, so ``run --profile`` finds the model again).
+
+    >>> from workbench.runtime.workload import Workload
+    >>> profile_workload(Workload.zoo("mlp", 4), repeats=1, warmup=0).meta["model"]
+    'mlp'
+    """
+    kw = dict(warmup=warmup, repeats=repeats, progress=progress, threads=threads, return_stats=return_stats)
+    if workload.source is None:
+        return profile_zoo(workload.name, workload.batch_size, device, dtype=workload.dtype, **kw, **workload.config)
+    inputs, target = workload.batch(0)
+    info = {"network": workload.name, "module": workload.source}
+    return profile_model(workload.build(), inputs, device, meta=info, loss=workload.loss, target=target, **kw)
+
+
 def _parse_value(text: str) -> Any:
     import ast
 
@@ -449,7 +468,7 @@ def _parse_value(text: str) -> Any:
 
 
 def profile_command(args: Any) -> int:
-    """``python -m workbench profile --model NAME --batch-size B --out FILE [--set key=value ...]``."""
+    """``python -m workbench profile (--model NAME [--set key=value ...] | --module FILE.py:FUNC) --out FILE``."""
     from .csvio import write_profile
 
     kwargs: dict[str, Any] = {}
@@ -459,12 +478,25 @@ def profile_command(args: Any) -> int:
         k, v = item.split("=", 1)
         kwargs[k.strip()] = _parse_value(v.strip())
     threads = getattr(args, "threads", 1)
-    chain, stats = profile_zoo(args.model, args.batch_size, args.device, warmup=args.warmup, repeats=args.repeats,
-                               progress=True, threads=threads, return_stats=True,
-                               dtype=getattr(args, "dtype", None), **kwargs)
+    if getattr(args, "module", None):
+        from ..runtime.workload import Workload
+
+        wl = Workload.module(args.module)
+        print(f"finding the layers of {wl.name} ...", flush=True)
+        chain, stats = profile_workload(wl, args.device, warmup=args.warmup, repeats=args.repeats, progress=True,
+                                        threads=threads, return_stats=True)
+    else:
+        chain, stats = profile_zoo(args.model, args.batch_size, args.device, warmup=args.warmup, repeats=args.repeats,
+                                   progress=True, threads=threads, return_stats=True,
+                                   dtype=getattr(args, "dtype", None), **kwargs)
     write_profile(chain, args.out)
     m = chain.meta
     print(chain.summary())
+    if m.get("layers_found"):
+        print(f"layers found: {m['layers_found']}")
+    for t in json.loads(m.get("tied") or "[]"):
+        print(f"tied: {t['parameter']} ({t['bytes'] / 2**20:.2f} MiB) shared by {', '.join(t['layers'])}; "
+              f"counted once, at {t['owner']}")
     print(f"saved for backward {sum(chain.saved_array) / 2**20:.1f} MiB in all; {m['dtype']}; input "
           f"{m['input_shape']} ({m['input_dtype']}), device {m['device']}, {m['threads']} thread(s)")
     print(f"spread of {args.repeats} repeats, (max-min)/median per layer: forward median {float(m['spread_forward']):.1%} "

@@ -62,7 +62,7 @@ from typing import Any
 from ..plan import Plan
 from .program import programs_for
 
-__all__ = ["plan_to_actions", "actions_to_csv", "write_schedule_csv", "load_with_torch", "format_grid",
+__all__ = ["plan_to_actions", "programs_to_actions", "actions_to_csv", "write_schedule_csv", "load_with_torch", "format_grid",
            "LIMITATIONS"]
 
 LIMITATIONS = (
@@ -83,7 +83,11 @@ def plan_to_actions(plan: Plan, micro_batches: int, *, comms: bool = False, chai
     Flushed plans (``"gpipe"``/``"1f1b"``) take their order from the simulator
     (pass ``chain`` and ``platform``).
     """
-    progs = programs_for(plan, micro_batches, chain, platform)
+    return programs_to_actions(programs_for(plan, micro_batches, chain, platform), plan, comms=comms)
+
+
+def programs_to_actions(progs: list, plan: Plan, *, comms: bool = False) -> dict[int, list[str]]:
+    """Per-device programs (:mod:`~workbench.runtime.program`) as torch action strings, in their order."""
     dev = [st.device for st in plan.stages]
     S = len(dev)
     out: dict[int, list[str]] = {}
