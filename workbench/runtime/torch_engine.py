@@ -157,6 +157,9 @@ def run_torch_rank(rank: int, world: int, cfg) -> dict[str, Any]:
     model = RankModel.build(plan, cfg.workload, rank, dev)
     origin = torch.tensor([__import__("time").perf_counter()], dtype=torch.float64)
     rec = Recorder(rank, cuda)
+    # torch's schedules want every rank of their group to hold a stage: devices without one stay out
+    active = sorted({st.device for st in plan.stages})
+    group = dist.new_group(active) if len(active) < world else None
     stages = []
     samples: list[tuple[float, float, float]] = []     # memory after each F/B, in the rank's order
     for s, seq in model.stages.items():
@@ -164,13 +167,15 @@ def run_torch_rank(rank: int, world: int, cfg) -> dict[str, Any]:
         # example input and output (meta tensors: shapes only); requires_grad says a gradient flows back
         x_in = (_meta(*model.shapes[st.first - 1]) if st.first > 0 else
                 chain_input(cfg.workload.batch(0)[0]).to("meta"))
-        stage = TimedStage(seq, s, S, dev, input_args=(x_in,), output_args=(_meta(*model.shapes[st.last]),))
+        stage = TimedStage(seq, s, S, dev, input_args=(x_in,), output_args=(_meta(*model.shapes[st.last]),),
+                           group=group)
         stage.recorder, stage.samples = rec, samples
         stages.append(stage)
     params = [p for s in model.stages for p in model.stages[s].parameters()]
     optimizer = make_optimizer(cfg.optimizer, list({id(p): p for p in params}.values()), cfg.lr)
     ties = tie_groups(model, plan, world)
-    actions = {r: [ts._Action.from_str(a) for a in acts] for r, acts in programs_to_actions(cfg.programs, plan).items()}
+    actions = {active.index(d): [ts._Action.from_str(a) for a in acts]           # keyed by rank in the group
+               for d, acts in programs_to_actions(cfg.programs, plan).items() if d in active}
     schedule = None
     if stages:
         schedule = TimedSchedule(stages, steps, loss_fn=model.loss, scale_grads=False, recorder=rec)

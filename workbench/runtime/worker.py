@@ -313,7 +313,7 @@ class PipeDreamRank:
         names = list(version)
         want_x = x.requires_grad
         for n in names:   # accumulate into the resident gradient buffers, as torch's engine does
-            if self.live[s][n].grad is not None:
+            if (s, n) not in self.ties["shared"] and self.live[s][n].grad is not None:
                 version[n].grad = self.live[s][n].grad.zero_()
         wrt = [version[n] for n in names] + ([x] if want_x else [])
         with self.recorder.op("B", s, i):
