@@ -257,3 +257,14 @@ def test_torchrun_two_processes(profiles):
     assert "torch engine" in done.stdout
     grads = torch.load(out / "grads.pt")
     assert grad_error(grads, reference_gradients(Workload.module(_spec("cnn")), 4))[1] < 1e-5
+
+
+def test_transformers_is_an_optional_extra_and_a_pinned_test_requirement():
+    import tomllib
+
+    root = HERE.parents[1]
+    extras = tomllib.loads((root / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert any(d.startswith("transformers") for d in extras["hf"])
+    assert "transformers==" in (root / "requirements.txt").read_text()
+    assert not any("transformers" in d for d in tomllib.loads((root / "pyproject.toml").read_text())["project"]
+                   .get("dependencies", []))

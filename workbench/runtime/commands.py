@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 __all__ = ["run_command", "run_and_compare", "format_comparison", "validate_zoo", "measure_series", "profile_dtype",
-           "check_plan_against", "cores_available"]
+           "check_plan_against", "cores_available", "dropout_modules"]
 
 
 def _model_config(chain, plan) -> dict[str, Any]:
@@ -81,6 +81,18 @@ def cores_available() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - not Linux
         return os.cpu_count() or 1
+
+
+def dropout_modules(model) -> list[str]:
+    """Names of the model's dropout modules with p > 0 (they make a gradient check meaningless).
+
+    >>> import torch
+    >>> dropout_modules(torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Dropout(0.1), torch.nn.Dropout(0.0)))
+    ['1']
+    """
+    from torch import nn
+
+    return [n for n, m in model.named_modules() if isinstance(m, nn.modules.dropout._DropoutNd) and m.p > 0]
 
 
 def check_plan_against(plan, names: Sequence[str], chain=None, what: str = "the model") -> None:
@@ -151,6 +163,11 @@ def run_and_compare(plan, chain, platform, model, batch_size: int, steps: int = 
                    chain=chain, platform=platform, **run_kw)
     say(f"  ranks done in {time.perf_counter() - t0:.1f} s", flush=True)
     max_err = abs_err = math.nan
+    random_layers = dropout_modules(wl.build())
+    if random_layers:
+        say(f"note: dropout in {', '.join(random_layers[:3])}{' ...' if len(random_layers) > 3 else ''}: the "
+            "ranks and one process draw other masks, so the gradients differ by more than rounding; build the "
+            "model with dropout 0 to check them", file=sys.stderr)
     if check_grads and run_kw.get("lr", 0.0) == 0.0:
         say("reference gradients in one process ...", flush=True)
         torch.set_num_threads(1)
@@ -176,6 +193,7 @@ def run_and_compare(plan, chain, platform, model, batch_size: int, steps: int = 
         "cpu_busy_measured": [float(b) for b in cmp["measured_cpu_busy"]] if "measured_cpu_busy" in cmp else None,
         "core_share": [float(b) for b in cmp["core_share"]] if "core_share" in cmp else None,
         "max_grad_error": max_err, "max_grad_error_abs": abs_err, "grad_tolerance": grad_tolerance(wl.dtype),
+        "dropout": random_layers,
         "calibration": cal,
         "max_memory_allocated": res.meta.get("max_memory_allocated"),
         "wall_seconds": res.meta.get("wall_seconds"),
@@ -240,7 +258,8 @@ def format_comparison(summary: dict[str, Any]) -> str:
         lines.append(f"  calibrated prediction (same allocation): {cal['calibrated_period'] * 1e3:.3f} ms, "
                      f"error {cal['error_before']:+.1%} -> {cal['error_after']:+.1%}")
     lines.append(f"  max gradient error (lr 0, vs one process): {summary['max_grad_error']:.3g} (relative; rounding "
-                 f"bound {summary.get('grad_tolerance', math.nan):.3g})")
+                 f"bound {summary.get('grad_tolerance', math.nan):.3g})"
+                 + ("; not a check: the model has dropout" if summary.get("dropout") else ""))
     if summary.get("ranks_over_cores"):
         lines.append(f"  note: {summary['devices']} ranks shared {summary['cores']} cores: the times above mean little")
     return "\n".join(lines)

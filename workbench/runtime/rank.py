@@ -80,6 +80,7 @@ def layer_output_shapes(modules: Sequence[nn.Module], x0: torch.Tensor) -> list[
     [((2, 5), torch.float32), ((2, 5), torch.float32)]
     """
     import copy
+    import warnings
 
     for where in ("meta", "cpu"):
         shapes: list[tuple[tuple[int, ...], torch.dtype]] = []
@@ -87,7 +88,9 @@ def layer_output_shapes(modules: Sequence[nn.Module], x0: torch.Tensor) -> list[
             with torch.no_grad():
                 h = x0.to(where)
                 for m in modules:
-                    mm = copy.deepcopy(m).to(where) if where == "meta" else m
+                    with warnings.catch_warnings():   # torch's pytree warns when a recorded call is copied
+                        warnings.simplefilter("ignore", FutureWarning)
+                        mm = copy.deepcopy(m).to(where) if where == "meta" else m
                     was_training = mm.training
                     mm.eval()
                     h = mm(h)
