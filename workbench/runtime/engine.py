@@ -248,6 +248,11 @@ def run_plan(
     backend = backend or default_backend(device, plan.devices)
     progs = programs if programs is not None else programs_for(plan, steps, chain, platform)
     chosen = choose_engine(plan, weights, engine)
+    if chosen == "torch" and device == "cuda" and backend != "nccl":
+        if engine == "torch":
+            raise ValueError("torch's pipeline engine sends CUDA tensors and needs NCCL (a GPU per rank); "
+                             f"with {backend} on GPUs use the PipeDream engine, which stages messages through the host")
+        chosen = "pipedream"      # gloo cannot move CUDA tensors: the fallback stages them through the host
     cfg = RunConfig(plan, progs, workload, steps, lr, weights, backend, device, threads, timeout, lookahead,
                     engine=chosen, optimizer=optimizer)
     world = plan.devices

@@ -272,4 +272,6 @@ class MemoryProbe:
         """The parts of the peak (CPU: MemTracker's categories; GPU: only ``Total``)."""
         if self.cuda:
             return {"Total": int(self.peak())}
-        return self._snap("peak") if self.tracker is not None else {}
+        if self.tracker is None:
+            return {}
+        return {k: v for k, v in self._snap("peak").items() if k != "Temp"}   # no module tracker: no Temp
