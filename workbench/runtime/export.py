@@ -23,6 +23,10 @@ parser and lowering passes (``_Action.from_str``, ``_validate_schedule``,
 dry-runs the result with its ``_simulate_comms_compute``, so a round trip
 proves the export is something that engine accepts and can run without
 deadlock. (Those helpers are private torch API; they exist in torch 2.13.)
+``run`` executes the same actions on that engine
+(:mod:`~workbench.runtime.torch_engine`, via :func:`programs_to_actions`) for
+every plan it can express; the rest run on the PipeDream fallback
+(:mod:`~workbench.runtime.worker`).
 
 What that engine cannot express, and the export therefore drops or changes:
 
