@@ -219,8 +219,10 @@ def test_a_plan_for_another_model_is_refused_before_any_rank(profiles, capsys):
     plan = _plan(root, paths["gpt2"], "gpt2", 2, "dp")
     t0 = time.perf_counter()
     assert main(["run", str(plan), "--module", _spec("bert"), "--steps", "4", "--out", str(root / "no")]) == 1
-    err = capsys.readouterr().err
+    said = capsys.readouterr()
+    err = said.err
     assert "the plan has 5 layers but" in err and "bert" in err and "another model" in err
+    assert "profiling" not in said.out and "running" not in said.out       # refused before anything long
     assert time.perf_counter() - t0 < 30 and not (root / "no" / "summary.json").exists()
     # same layer count, other names: llama's plan against gpt2
     plan = _plan(root, paths["llama"], "llama", 2, "dp")

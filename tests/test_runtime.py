@@ -278,14 +278,20 @@ def _run_command_args(tmp_path, chain):
             "--steps", "6", "--out", str(tmp_path / "run")], plan
 
 
-def test_run_command_writes_summary(tmp_path, mlp):
+def test_run_command_writes_summary(tmp_path, mlp, capsys, monkeypatch):
     import json
 
     from workbench.cli import main
+    from workbench.runtime import commands
 
     args, plan = _run_command_args(tmp_path, mlp[0])
     out = tmp_path / "run"
+    monkeypatch.setattr(commands, "cores_available", lambda: 1)      # 2 ranks on 1 core: times mean little
     assert main(args) == 0
+    said = capsys.readouterr()
+    assert "warning: 2 ranks on 1 cores" in said.err
+    assert said.out.index("checking the plan against mlp") < said.out.index("running 2 ranks")
+    assert json.loads((out / "summary.json").read_text())["ranks_over_cores"] is True
     s = json.loads((out / "summary.json").read_text())
     for k in ("predicted_period", "measured_period", "memory_predicted", "memory_measured", "max_grad_error"):
         assert k in s

@@ -389,9 +389,7 @@ def _blocks_route(model: nn.Module, args: tuple, kwargs: dict, loss: Callable | 
                              f"{[c.path for c in calls]} (each must run once, in order)")
     pos = _hidden_position(calls[0])
     # the same forward on a batch with other values: the blocks' other arguments must not change
-    x2 = x + torch.randn_like(x) if x.is_floating_point() else x.roll(1, 0)
-    if torch.equal(x2, x):
-        x2 = x.flip(-1)
+    x2 = x + torch.randn_like(x) if x.is_floating_point() else (x + 1) % (int(x.max()) + 1)  # ids stay in range
     leaves, spec = pytree.tree_flatten((args, kwargs))
     args2, kwargs2 = pytree.tree_unflatten([x2 if l is x else l for l in leaves], spec)
     calls2 = _seeded(_record, model, args2, kwargs2).block_calls(block_path, len(blocks))
