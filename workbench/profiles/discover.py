@@ -46,7 +46,6 @@ bytes (the profile's ``tied`` metadata, docs/model.md "Tied parameters").
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
@@ -54,11 +53,10 @@ import torch
 import torch.utils._pytree as pytree
 from torch import nn
 
+from .wrappers import (DiscoveryError, Prologue, RebuiltLoss, RecordedCall, Slot, Stop, describe, prune,
+                       tensor_leaves)
+
 __all__ = ["Tie", "Layers", "DiscoveryError", "discover_layers", "find_ties"]
-
-
-class DiscoveryError(ValueError):
-    """The model cannot be cut into a chain; the message says which module and what it did."""
 
 
 @dataclass(frozen=True)
@@ -97,102 +95,8 @@ class Layers:
 
 
 # ---------------------------------------------------------------------------------------------
-# wrappers: one tensor in, one tensor out
-# ---------------------------------------------------------------------------------------------
-class _Slot:
-    """Where the wrapper's tensor goes in a recorded call (a pytree leaf)."""
-
-    def __repr__(self) -> str:
-        return "<input>"
-
-
-_CONST = object()  # marks a recorded tensor, kept as a buffer
-
-
-class _Call(nn.Module):
-    """Calls ``target`` with a recorded (args, kwargs) whose one ``_Slot`` leaf is the input; the other
-    tensors are constant buffers (moved and cast with the module). Returns the output's leaf ``pick``."""
-
-    def __init__(self, target: nn.Module, args: tuple, kwargs: dict, pick: int | None = 0) -> None:
-        super().__init__()
-        self.target = target
-        leaves, self._spec = pytree.tree_flatten((args, kwargs))
-        self._kinds: list[Any] = []
-        for i, leaf in enumerate(leaves):
-            if isinstance(leaf, torch.Tensor):
-                self.register_buffer(f"_const{i}", leaf.detach(), persistent=False)
-                self._kinds.append(_CONST)
-            else:
-                self._kinds.append(leaf)
-        self._pick = pick
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        leaves = [x if isinstance(k, _Slot) else (getattr(self, f"_const{i}") if k is _CONST else k)
-                  for i, k in enumerate(self._kinds)]
-        args, kwargs = pytree.tree_unflatten(leaves, self._spec)
-        out = self.target(*args, **kwargs)
-        return out if self._pick is None else _tensor_leaves(out)[self._pick]
-
-
-class _Reached(Exception):
-    """Raised by :class:`_Stop` to end the prologue's forward at the first block."""
-
-    def __init__(self, hidden: torch.Tensor) -> None:
-        super().__init__("first block reached")
-        self.hidden = hidden
-
-
-class _Stop(nn.Module):
-    """Stands for the blocks in the prologue's copy of the model: ends its forward with the hidden state."""
-
-    def __init__(self, where: int | str) -> None:
-        super().__init__()
-        self.where = where
-
-    def forward(self, *args: Any, **kwargs: Any) -> Any:
-        raise _Reached(kwargs[self.where] if isinstance(self.where, str) else args[self.where])
-
-
-class _Absent(nn.Module):
-    """A module the prologue does not run (it lives in later layers); calling it is an error."""
-
-    def __init__(self, path: str) -> None:
-        super().__init__()
-        self.path = path
-
-    def forward(self, *args: Any, **kwargs: Any) -> Any:
-        raise DiscoveryError(f"the prologue (the model's forward before its first block) called {self.path!r}, "
-                             "which it did not call while the layers were discovered")
-
-
-class _Prologue(nn.Module):
-    """The model's own forward on a pruned copy of it, ended at the first block (see :class:`_Stop`)."""
-
-    def __init__(self, skeleton: nn.Module, args: tuple, kwargs: dict) -> None:
-        super().__init__()
-        self.call = _Call(skeleton, args, kwargs, pick=None)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        try:
-            self.call(x)
-        except _Reached as r:
-            return r.hidden
-        raise DiscoveryError("the prologue's forward returned without reaching the first block")
-
-
-# ---------------------------------------------------------------------------------------------
 # helpers
 # ---------------------------------------------------------------------------------------------
-def _tensor_leaves(x: Any) -> list[torch.Tensor]:
-    return [l for l in pytree.tree_leaves(x) if isinstance(l, torch.Tensor)]
-
-
-def _describe(x: Any) -> str:
-    if isinstance(x, torch.Tensor):
-        return f"a {str(x.dtype).replace('torch.', '')} tensor of shape {tuple(x.shape)}"
-    return f"a {type(x).__name__}"
-
-
 def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a is b or (a.shape == b.shape and a.dtype == b.dtype and bool(torch.equal(a.detach(), b.detach())))
 
@@ -204,12 +108,12 @@ def _split_inputs(example_inputs: Any) -> tuple[tuple, dict]:
         return (), dict(example_inputs)
     if isinstance(example_inputs, (tuple, list)):
         return tuple(example_inputs), {}
-    raise DiscoveryError(f"example inputs must be a tensor, a tuple or a dict of them, got {_describe(example_inputs)}")
+    raise DiscoveryError(f"example inputs must be a tensor, a tuple or a dict of them, got {describe(example_inputs)}")
 
 
 def _with_slot(args: tuple, kwargs: dict, x: torch.Tensor) -> tuple[tuple, dict]:
     """(args, kwargs) with the leaf that *is* ``x`` replaced by a slot."""
-    slot = _Slot()
+    slot = Slot()
     leaves, spec = pytree.tree_flatten((args, kwargs))
     hits = [i for i, l in enumerate(leaves) if l is x]
     if len(hits) != 1:
@@ -219,7 +123,7 @@ def _with_slot(args: tuple, kwargs: dict, x: torch.Tensor) -> tuple[tuple, dict]
 
 
 def _chain_input(args: tuple, kwargs: dict) -> torch.Tensor:
-    leaves = _tensor_leaves((args, kwargs))
+    leaves = tensor_leaves((args, kwargs))
     if not leaves:
         raise DiscoveryError("the example inputs hold no tensor")
     return leaves[0]
@@ -351,29 +255,8 @@ def _check_block_args(path: str, a: tuple, k: dict, pos: int | str, other: tuple
                     raise DiscoveryError(f"block {path!r}: {what} changes with the input's values; only the "
                                          "hidden state may depend on the batch")
             elif not (leaf is None or isinstance(leaf, (bool, int, float, str, torch.dtype, torch.device))):
-                raise DiscoveryError(f"block {path!r}: {what} is {_describe(leaf)}, state the blocks share "
+                raise DiscoveryError(f"block {path!r}: {what} is {describe(leaf)}, state the blocks share "
                                      "(a key/value cache? build the model with use_cache=False)")
-
-
-def _prune(model: nn.Module, keep: set[str], block_path: str, stop: nn.Module) -> nn.Module:
-    """A copy of ``model`` sharing the modules in ``keep`` (and their parameters), the block list
-    replaced by ``stop`` modules and every other module by :class:`_Absent`."""
-    ancestors = {block_path.rsplit(".", i)[0] for i in range(1, block_path.count(".") + 1)} | {""}
-
-    def rebuild(m: nn.Module, path: str) -> nn.Module:
-        if path == block_path:
-            return nn.ModuleList([stop] * len(m))
-        if path in keep and path not in ancestors:
-            return m
-        if path not in ancestors:
-            return _Absent(path)
-        new = copy.copy(m)
-        new.__dict__ = {k: (v.copy() if isinstance(v, dict) else v) for k, v in m.__dict__.items()}
-        new._modules = {n: (rebuild(c, f"{path}.{n}" if path else n) if c is not None else None)
-                        for n, c in m._modules.items()}
-        return new
-
-    return rebuild(model, "")
 
 
 def _blocks_route(model: nn.Module, args: tuple, kwargs: dict, loss: Callable | None, target: Any) -> Layers:
@@ -402,30 +285,30 @@ def _blocks_route(model: nn.Module, args: tuple, kwargs: dict, loss: Callable | 
         if prev is not None and not _same(h, prev):
             raise DiscoveryError(f"block {c.path!r} does not receive the previous block's output as its argument "
                                  f"{pos!r}: the model does more between blocks than pass it on")
-        outs = _tensor_leaves(c.output)
+        outs = tensor_leaves(c.output)
         if not outs:
-            raise DiscoveryError(f"block {c.path!r} returned {_describe(c.output)}, no tensor")
-        modules.append(_Call(blocks[int(c.path.rsplit('.', 1)[1])], *_with_slot(c.args, c.kwargs, h), pick=0))
+            raise DiscoveryError(f"block {c.path!r} returned {describe(c.output)}, no tensor")
+        modules.append(RecordedCall(blocks[int(c.path.rsplit('.', 1)[1])], *_with_slot(c.args, c.kwargs, h), pick=0))
         names.append(c.path)
         prev = outs[0]
     # the prologue: the modules that ran before block 0, in a pruned copy of the model
     before = rec.outermost([c for c in rec.calls if c.end < calls[0].start])
     keep = {c.path for c in before}
-    skeleton = _prune(model, keep, block_path, _Stop(pos))
-    prologue = _Prologue(skeleton, *_with_slot(args, kwargs, x))
+    skeleton = prune(model, keep, block_path, Stop(pos))
+    prologue = Prologue(skeleton, *_with_slot(args, kwargs, x))
     # the epilogue: the outermost modules that ran after the last block, each fed the previous output
     tail_names: list[str] = []
     by_path = dict(model.named_modules())
     for c in rec.outermost([c for c in rec.calls if c.start > calls[-1].end]):
-        inputs = _tensor_leaves((c.args, c.kwargs))
+        inputs = tensor_leaves((c.args, c.kwargs))
         if len(inputs) != 1 or not _same(inputs[0], prev):
             raise DiscoveryError(f"module {c.path!r} after the last block is not fed the previous module's output "
-                                 f"alone (it received {', '.join(_describe(v) for v in inputs) or 'no tensor'}): "
+                                 f"alone (it received {', '.join(describe(v) for v in inputs) or 'no tensor'}): "
                                  "the model computes between its final modules")
-        outs = _tensor_leaves(c.output)
+        outs = tensor_leaves(c.output)
         if len(outs) != 1:
-            raise DiscoveryError(f"module {c.path!r} returned {_describe(c.output)}; a layer must return one tensor")
-        modules.append(_Call(by_path[c.path], *_with_slot(c.args, c.kwargs, inputs[0]), pick=0))
+            raise DiscoveryError(f"module {c.path!r} returned {describe(c.output)}; a layer must return one tensor")
+        modules.append(RecordedCall(by_path[c.path], *_with_slot(c.args, c.kwargs, inputs[0]), pick=0))
         tail_names.append(c.path)
         prev = outs[0]
     pro_name = _short("+".join(c.path for c in before) or "prologue")
@@ -443,20 +326,15 @@ def _seeded(fn: Callable, *args: Any) -> Any:
 
 def _hidden_position(call: _CallRec) -> int | str:
     """Where block 0 takes its hidden state: the first tensor argument shaped like its output."""
-    outs = _tensor_leaves(call.output)
+    outs = tensor_leaves(call.output)
     if not outs:
-        raise DiscoveryError(f"block {call.path!r} returned {_describe(call.output)}, no tensor")
+        raise DiscoveryError(f"block {call.path!r} returned {describe(call.output)}, no tensor")
     cands: list[int | str] = [i for i, v in enumerate(call.args)
                               if isinstance(v, torch.Tensor) and v.shape == outs[0].shape]
     cands += [n for n, v in call.kwargs.items() if isinstance(v, torch.Tensor) and v.shape == outs[0].shape]
     if not cands:
         raise DiscoveryError(f"block {call.path!r} received no tensor shaped like its output {tuple(outs[0].shape)}")
     return cands[0]
-
-
-def _prefixes(path: str) -> list[str]:
-    parts = path.split(".")
-    return [".".join(parts[:i]) for i in range(1, len(parts))]
 
 
 def _short(name: str, limit: int = 60) -> str:
@@ -469,28 +347,15 @@ def _output_loss(output: Any, last: torch.Tensor, loss: Callable | None, last_na
         return None
     if isinstance(output, torch.Tensor):
         if not _same(output, last):
-            raise DiscoveryError(f"the model returns {_describe(output)}, not the output of its last module "
+            raise DiscoveryError(f"the model returns {describe(output)}, not the output of its last module "
                                  f"{last_name!r}")
         return loss
     leaves, spec = pytree.tree_flatten(output)
     hits = [i for i, l in enumerate(leaves) if isinstance(l, torch.Tensor) and _same(l, last)]
     if not hits:
-        raise DiscoveryError(f"none of the model's outputs ({_describe(output)}) is the output of its last "
+        raise DiscoveryError(f"none of the model's outputs ({describe(output)}) is the output of its last "
                              f"module {last_name!r}")
-    return _RebuiltLoss(loss, spec, len(leaves), hits[0])
-
-
-class _RebuiltLoss:
-    """``loss(output, target)`` where ``output`` is the model's output structure with the last layer's
-    tensor in its place and ``None`` for every other leaf."""
-
-    def __init__(self, loss: Callable, spec: Any, n: int, at: int) -> None:
-        self.loss, self.spec, self.n, self.at = loss, spec, n, at
-
-    def __call__(self, t: torch.Tensor, target: Any) -> torch.Tensor:
-        leaves: list[Any] = [None] * self.n
-        leaves[self.at] = t
-        return self.loss(pytree.tree_unflatten(leaves, self.spec), target)
+    return RebuiltLoss(loss, spec, len(leaves), hits[0])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -595,13 +460,13 @@ def _verify(model: nn.Module, found: Layers, args: tuple, kwargs: dict, loss: Ca
     with torch.random.fork_rng():
         torch.manual_seed(0)
         out = model(*args, **kwargs)
-        want = loss(out, target) if loss is not None else _tensor_leaves(out)[0]
+        want = loss(out, target) if loss is not None else tensor_leaves(out)[0]
         torch.manual_seed(0)
         h = found.input
         for name, m in zip(found.names, found.modules):
             h = m(h)
             if not isinstance(h, torch.Tensor):
-                raise DiscoveryError(f"layer {name!r} returned {_describe(h)}, not one tensor")
+                raise DiscoveryError(f"layer {name!r} returned {describe(h)}, not one tensor")
         got = found.loss(h, target) if found.loss is not None else h
     if want.shape != got.shape or not torch.allclose(got.detach().float(), want.detach().float(), rtol=1e-4,
                                                      atol=1e-5):

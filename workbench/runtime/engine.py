@@ -31,20 +31,17 @@ Under ``torchrun`` (several nodes work the same way) use the module entry::
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import socket
 import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import pandas as pd
 import torch
-from torch import nn
 
 from ..plan import Plan
 from ..trace import MEMORY_COLUMNS, OP_COLUMNS, Trace

@@ -129,12 +129,12 @@ class Workload:
     @classmethod
     def module(cls, spec: str, seed: int = 0) -> "Workload":
         """``FILE.py:FUNC`` (see :mod:`~workbench.profiles.usermodel`); every mini-batch is ``FUNC``'s batch."""
-        from ..profiles.discover import _tensor_leaves
+        from ..profiles.wrappers import tensor_leaves
         from ..profiles.usermodel import load_user_model
         from ..profiles.zoo import dtype_name
 
         um = load_user_model(spec, seed)
-        x = _tensor_leaves(um.inputs)
+        x = tensor_leaves(um.inputs)
         dtype = next((p.dtype for p in um.model.parameters()), torch.float32)
         return cls(partial(_user_build, spec, seed), partial(_user_batch, spec, seed), partial(_user_loss, spec, seed),
                    name=um.name, batch_size=int(x[0].shape[0]) if x and x[0].dim() else None,
