@@ -190,6 +190,20 @@ def test_run_on_ranks_matches_one_process(profiles, name, devices, method, weigh
         assert [t["parameter"] for t in s["tied"]] == ["transformer.wte.weight"]
 
 
+def test_the_plan_shows_the_tie_and_replay_takes_a_module(profiles, capsys):
+    root, paths = profiles
+    plan = _plan(root, paths["gpt2"], "gpt2", 2, "dp")
+    assert "tied: transformer.wte.weight shared by" in capsys.readouterr().out
+    extra = json.loads(plan.read_text())["extra"]
+    assert extra["tied"][0]["parameter"] == "transformer.wte.weight" and extra["layer_names"][-1] == "lm_head"
+    out = root / "replay-gpt2"
+    assert main(["run", str(plan), "--profile", str(paths["gpt2"]), "--steps", "4", "--replay", "--out", str(out)]) == 0
+    import pandas as pd
+
+    rep = pd.read_csv(out / "replay.csv")                # the module came from the profile's metadata
+    assert list(rep["device"]) == [0, 1] and (rep["measured_memory"] >= rep["predicted_memory"]).all()
+
+
 def test_tied_gradient_needs_both_uses():
     """The check has teeth for ties: GPT-2's shared weight gets its gradient from the embedding and the LM
     head; a run that left out the head's share would differ from one process by far more than rounding."""

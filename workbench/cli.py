@@ -157,9 +157,12 @@ def plan_command(args: argparse.Namespace) -> int:
     result = run_planner(chain, platform, args.method, allocation=args.allocation, time_limit=args.time_limit, **opts)
     # `run` checks a plan against the model by these names before it starts anything
     names = list(result.chain_order) if result.chain_order else [l.name for l in chain.layers]
-    result = result.with_(extra={**result.extra, "layer_names": names})
+    tied = __import__("json").loads(chain.meta.get("tied") or "[]")      # shared parameters (docs/model.md)
+    result = result.with_(extra={**result.extra, "layer_names": names, **({"tied": tied} if tied else {})})
     print(f"{chain.name}: {len(chain)} layers on {platform.devices} devices")
     print(result.summary())
+    for t in result.extra.get("tied", []):
+        print(f"  tied: {t['parameter']} shared by {', '.join(t['layers'])}; its bytes count at {t['owner']} only")
     if result.feasible and not result.fits:
         over = result.peak_memory - result.memory_limit
         from .units import format_bytes
