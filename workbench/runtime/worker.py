@@ -199,14 +199,15 @@ class PipeDreamRank:
             if op.kind == "B" and s < self.S - 1 and self.stage_dev[s + 1] != self.rank:
                 src = self.stage_dev[s + 1]
                 self.incoming[("B", s, i)] = (src, *shapes[self.plan.stages[s].last])
-                queues.setdefault(src, []).append(((index[src][(s + 1, "B", i)], 0), ("B", s, i)))
+                # a backward sends its tied gradients (below) before its input gradient: NCCL matches in order
+                queues.setdefault(src, []).append(((index[src][(s + 1, "B", i)], len(self.model.tied)), ("B", s, i)))
             if op.kind == "B":
                 for sharer, k, name in self.ties["owners"].get(s, []):
                     src = self.stage_dev[sharer]
                     if src != self.rank:
                         p = self.live[s][name]
                         self.incoming[("T", s, i, k)] = (src, tuple(p.shape), p.dtype)
-                        queues.setdefault(src, []).append(((index[src][(sharer, "B", i)], 1 + k), ("T", s, i, k)))
+                        queues.setdefault(src, []).append(((index[src][(sharer, "B", i)], k), ("T", s, i, k)))
         self.queues = {src: deque(key for _, key in sorted(q)) for src, q in queues.items()}
         self.recv_at = []      # (program index, message key) in the order the program needs them
         for j, o in enumerate(prog):
