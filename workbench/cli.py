@@ -155,9 +155,11 @@ def plan_command(args: argparse.Namespace) -> int:
     if args.micro_batches is not None:
         opts["micro_batches"] = args.micro_batches
     result = run_planner(chain, platform, args.method, allocation=args.allocation, time_limit=args.time_limit, **opts)
+    import json
+
     # `run` checks a plan against the model by these names before it starts anything
     names = list(result.chain_order) if result.chain_order else [l.name for l in chain.layers]
-    tied = __import__("json").loads(chain.meta.get("tied") or "[]")      # shared parameters (docs/model.md)
+    tied = json.loads(chain.meta.get("tied") or "[]")      # shared parameters (docs/model.md, Tied parameters)
     result = result.with_(extra={**result.extra, "layer_names": names, **({"tied": tied} if tied else {})})
     print(f"{chain.name}: {len(chain)} layers on {platform.devices} devices")
     print(result.summary())
