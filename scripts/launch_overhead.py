@@ -33,7 +33,23 @@ def measure(model: str, batch_size: int, dtype: str, device: str, repeats: int, 
     import pandas as pd
 
     from workbench.profiles.zoo import build_model, sample_batch
-    from workbench.runtime.worker import _SavedCounter, _unpack, storage_bytes
+    def storage_bytes(t):
+        st = t.untyped_storage()
+        return st.data_ptr(), st.nbytes()
+
+    class _SavedCounter:  # the pack hook the runtime used to count saved tensors (before allocator-level memory)
+        def __init__(self, exclude):
+            self.exclude, self.seen, self.bytes = exclude, set(), 0
+
+        def pack(self, t):
+            key, n = storage_bytes(t)
+            if key not in self.exclude and key not in self.seen:
+                self.seen.add(key)
+                self.bytes += n
+            return t
+
+    def _unpack(t):
+        return t
 
     net = build_model(model, dtype=dtype, **config).to(device).train()
     x, _ = sample_batch(model, batch_size, dtype=dtype, **config)

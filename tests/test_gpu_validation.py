@@ -35,7 +35,8 @@ def test_cpu_smoke_run(tmp_path, dtype):
     assert read_profile(prof).meta["dtype"] == dtype
     val = pd.read_csv(out / "validation.csv")
     assert list(val["run"]) == ["mlp-P2"] and val.loc[0, "dtype"] == dtype and val.loc[0, "profile"] == prof.stem
-    assert val.loc[0, "replay_memory_error_max"] == 0 and val.loc[0, "shared_memory_error_max"] == 0
+    # allocator-level memory holds more than rule 7 (gradient buffers, optimizer state, ...)
+    assert val.loc[0, "replay_memory_error_max"] > 0 and val.loc[0, "shared_memory_error_max"] > 0
     assert val.loc[0, "shared_max_grad_error"] <= grad_tolerance(dtype)
     # a second call into the same folder keeps the first call's rows (validation.csv is every row.json)
     (out / "runs" / "other").mkdir()

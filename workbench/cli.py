@@ -29,13 +29,21 @@ def _add_platform_args(p: argparse.ArgumentParser, *, required: bool = True) -> 
     p.add_argument("--memory-model", choices=["full", "paper"], default=None,
                    help="what a device holds (docs/model.md, 'Memory'): full (default: parameters, gradients, optimizer "
                         "state, activations, transients) or paper (rule 7 of the paper: k A + phi W + stashed versions)")
-    p.add_argument("--optimizer", default=None, help="full model: none, sgd, momentum, adam (default) or adamw")
+    p.add_argument("--optimizer", default=None,
+                   help="full model: none, sgd, momentum, adam (default) or adamw; run steps it with learning rate 0 "
+                        "(default: the plan's)")
     p.add_argument("--precision", default=None,
                    help="full model: fp32, bf16-mixed (bf16 compute, fp32 master copies and optimizer state) or bf16; "
                         "default: the profile's dtype")
     p.add_argument("--weight-factor", type=float, default=None,
                    help="paper model only: memory bytes per weight byte of the live version (default 1)")
     p.add_argument("--no-zero-input", action="store_true", help="PipeDream graphs: keep the Input nodes' data-loading time")
+
+
+def _add_module_arg(group) -> None:
+    group.add_argument("--module", metavar="FILE.py:FUNC",
+                       help="your own model: FUNC() returns (model, example_inputs, example_targets, loss_fn); "
+                            "the layers are found for you")
 
 
 def platform_from_args(args: argparse.Namespace, plan=None):
@@ -76,8 +84,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-zero-input", action="store_true", help="keep the Input nodes' data-loading time")
     p.set_defaults(handler="workbench.profiles.commands:profile_info_command")
 
-    p = sub.add_parser("profile", help="profile a zoo model with the built-in profiler")
-    p.add_argument("--model", required=True, help="zoo model name (resnet50, resnet101, vgg16, gpt, ...)")
+    p = sub.add_parser("profile", help="profile a zoo model or your own (--module) with the built-in profiler")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--model", help="zoo model name (resnet50, resnet101, vgg16, gpt, ...)")
+    _add_module_arg(src)
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--device", default="cpu")
     p.add_argument("--repeats", type=int, default=5)
@@ -113,7 +123,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("run", help="run a plan with torch.distributed and compare with the prediction")
     p.add_argument("plan_file")
-    p.add_argument("--model", required=True)
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--model", help="zoo model name (default: the model --profile records)")
+    _add_module_arg(src)
+    p.add_argument("--engine", choices=["auto", "torch", "pipedream"], default="auto",
+                   help="torch.distributed.pipelining, or the PipeDream fallback (auto: torch where it "
+                        "expresses the plan; weight stashing needs pipedream)")
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--backend", default=None, help="gloo (CPU) or nccl (GPU); default by device")
@@ -161,8 +176,16 @@ def plan_command(args: argparse.Namespace) -> int:
     if args.micro_batches is not None:
         opts["micro_batches"] = args.micro_batches
     result = run_planner(chain, platform, args.method, allocation=args.allocation, time_limit=args.time_limit, **opts)
+    import json
+
+    # `run` checks a plan against the model by these names before it starts anything
+    names = list(result.chain_order) if result.chain_order else [l.name for l in chain.layers]
+    tied = json.loads(chain.meta.get("tied") or "[]")      # shared parameters (docs/model.md, Tied parameters)
+    result = result.with_(extra={**result.extra, "layer_names": names, **({"tied": tied} if tied else {})})
     print(f"{chain.name}: {len(chain)} layers on {platform.devices} devices")
     print(result.summary())
+    for t in result.extra.get("tied", []):
+        print(f"  tied: {t['parameter']} shared by {', '.join(t['layers'])}; its bytes count at {t['owner']} only")
     if result.feasible and not result.fits:
         over = result.peak_memory - result.memory_limit
         from .units import format_bytes

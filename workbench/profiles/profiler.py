@@ -64,6 +64,7 @@ layers (``spread_forward``, ``spread_backward``, ...), and
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import json
 import statistics
@@ -77,6 +78,7 @@ from torch import nn
 
 from ..chain import Chain, Layer
 from .memtrace import layer_memory
+from .discover import Layers, discover_layers
 from .zoo import as_dtype
 
 __all__ = [
@@ -88,6 +90,8 @@ __all__ = [
     "tensor_bytes",
     "parameter_bytes",
     "spread_summary",
+    "count_ties_once",
+    "profile_workload",
 ]
 
 
@@ -230,30 +234,48 @@ def spread_summary(stats: Sequence[LayerTiming]) -> dict[str, float]:
     }
 
 
-def _layer_list(layers: nn.Sequential | Sequence[nn.Module], names: Sequence[str] | None) -> tuple[list[nn.Module], list[str]]:
-    if isinstance(layers, nn.Sequential):
-        named = list(layers.named_children())
-        mods = [m for _, m in named]
-        default = [n for n, _ in named]
-    else:
-        mods = list(layers)
-        default = [f"layer{i}" for i in range(len(mods))]
-    if not mods:
+def _find_layers(model: nn.Module | Sequence[nn.Module], example_inputs: Any, loss: Callable | None, target: Any,
+                 names: Sequence[str] | None) -> Layers:
+    """The chain of ``model`` (:func:`~workbench.profiles.discover.discover_layers`), renamed by ``names``."""
+    if isinstance(model, (nn.Sequential, list, tuple)) and not isinstance(example_inputs, torch.Tensor):
+        raise TypeError(f"sample_input must be a tensor, got {type(example_inputs).__name__}")
+    if isinstance(model, (list, tuple, nn.Sequential)) and len(model) == 0:
         raise ValueError("nothing to profile: the layer list is empty")
-    for i, m in enumerate(mods):
-        if not isinstance(m, nn.Module):
-            raise TypeError(f"layer {i} is a {type(m).__name__}, not a torch.nn.Module")
-    if names is None:
-        names = default
-    names = [str(n) for n in names]
-    if len(names) != len(mods):
-        raise ValueError(f"{len(names)} names for {len(mods)} layers")
-    return mods, names
+    found = discover_layers(model, example_inputs, loss, target)
+    if names is not None:
+        names = [str(n) for n in names]
+        if len(names) != len(found):
+            raise ValueError(f"{len(names)} names for {len(found)} layers")
+        found = dataclasses.replace(found, names=tuple(names))
+    return found
+
+
+def count_ties_once(chain: Chain, found: Layers) -> Chain:
+    """``chain`` with every shared parameter's bytes in its owner's ``weight_bytes`` only and the
+    ties in the metadata (``tied``: JSON list of {"owner", "layers", "bytes", "parameter"}; docs/model.md).
+
+    >>> lin = nn.Linear(2, 2, bias=False)
+    >>> c = profile_model([lin, lin], torch.zeros(1, 2), repeats=1, warmup=0)
+    >>> [l.weight_bytes for l in c.layers], json.loads(c.meta["tied"])[0]["layers"]
+    ([16.0, 0.0], ['layer0', 'layer1'])
+    """
+    if not found.tied:
+        return chain
+    renamed = dict(zip(found.names, (l.name for l in chain.layers)))
+    extra = {l.name: 0.0 for l in chain.layers}
+    ties = []
+    for t in found.tied:
+        for name in t.layers[1:]:
+            extra[renamed[name]] += t.bytes
+        ties.append({**t.to_dict(), "owner": renamed[t.owner], "layers": [renamed[n] for n in t.layers]})
+    layers = tuple(dataclasses.replace(l, weight_bytes=l.weight_bytes - extra[l.name]) for l in chain.layers)
+    meta = {**chain.meta, "tied": json.dumps(ties, separators=(",", ":"))}
+    return dataclasses.replace(chain, layers=layers, meta=meta)
 
 
 def profile_model(
-    layers: nn.Sequential | Sequence[nn.Module],
-    sample_input: torch.Tensor,
+    model: nn.Module | Sequence[nn.Module],
+    example_inputs: Any,
     device: str | torch.device = "cpu",
     *,
     warmup: int = 2,
@@ -268,10 +290,14 @@ def profile_model(
     target: torch.Tensor | None = None,
     dtype: str | torch.dtype | None = None,
 ) -> Chain | tuple[Chain, list[LayerTiming]]:
-    """Profile a chain of modules (see the module docstring for what is measured).
+    """Profile any model (see the module docstring for what is measured).
 
-    ``layers`` run in training mode and are moved to ``device``; each must
-    take one tensor and return one tensor. ``threads`` sets the CPU thread
+    ``model`` is an ``nn.Sequential`` or a list of modules (the chain's layers), or any
+    ``nn.Module``, whose layers :func:`~workbench.profiles.discover.discover_layers` finds on
+    ``example_inputs`` (a tensor, a tuple or a dict; the first tensor enters the chain, the
+    others are constants); ``loss(model_output, target)`` is then the model's loss. Shared
+    parameters count once, at their first layer (:func:`count_ties_once`). The layers run in
+    training mode and are moved to ``device``; each takes one tensor and returns one tensor. ``threads`` sets the CPU thread
     count while profiling (``None``: leave it). ``meta`` is merged over the
     metadata the profiler records (device, dtype, batch size, input shape,
     torch version, threads, repeats, spreads, date, source). With
@@ -288,11 +314,10 @@ def profile_model(
         raise ValueError(f"repeats must be >= 1, got {repeats}")
     if warmup < 0:
         raise ValueError(f"warmup must be >= 0, got {warmup}")
-    if not isinstance(sample_input, torch.Tensor):
-        raise TypeError(f"sample_input must be a tensor, got {type(sample_input).__name__}")
     if (loss is None) != (target is None):
         raise ValueError("loss and target go together: pass both or neither")
-    mods, names = _layer_list(layers, names)
+    found = _find_layers(model, example_inputs, loss, target, names)
+    mods, names, sample_input, loss = list(found.modules), list(found.names), found.input, found.loss
     cast = None if dtype is None else as_dtype(dtype)
     if cast is not None and sample_input.is_floating_point():
         sample_input = sample_input.to(cast)
@@ -372,6 +397,7 @@ def profile_model(
     info.update(meta or {})
     chain = Chain(tuple(out_layers), input_bytes=float(tensor_bytes(sample_input)),
                   meta={k: str(v) for k, v in info.items()})
+    chain = count_ties_once(dataclasses.replace(chain, meta={"layers_found": found.how, **chain.meta}), found)
     return (chain, stats) if return_stats else chain
 
 
@@ -423,6 +449,24 @@ def profile_zoo(
 
 
 
+def profile_workload(workload: Any, device: str = "cpu", *, warmup: int = 2, repeats: int = 5, progress: bool = False,
+                     threads: int | None = 1, return_stats: bool = False) -> Chain | tuple[Chain, list[LayerTiming]]:
+    """Profile a :class:`~workbench.runtime.workload.Workload`: a zoo model through :func:`profile_zoo`,
+    a ``--module FILE.py:FUNC`` model through :func:`profile_model` on its example batch (the metadata
+    records ``module``, so ``run --profile`` finds the model again).
+
+    >>> from workbench.runtime.workload import Workload
+    >>> profile_workload(Workload.zoo("mlp", 4), repeats=1, warmup=0).meta["model"]
+    'mlp'
+    """
+    kw = dict(warmup=warmup, repeats=repeats, progress=progress, threads=threads, return_stats=return_stats)
+    if workload.source is None:
+        return profile_zoo(workload.name, workload.batch_size, device, dtype=workload.dtype, **kw, **workload.config)
+    inputs, target = workload.batch(0)
+    info = {"network": workload.name, "module": workload.source}
+    return profile_model(workload.build(), inputs, device, meta=info, loss=workload.loss, target=target, **kw)
+
+
 def _parse_value(text: str) -> Any:
     import ast
 
@@ -433,7 +477,7 @@ def _parse_value(text: str) -> Any:
 
 
 def profile_command(args: Any) -> int:
-    """``python -m workbench profile --model NAME --batch-size B --out FILE [--set key=value ...]``."""
+    """``python -m workbench profile (--model NAME [--set key=value ...] | --module FILE.py:FUNC) --out FILE``."""
     from .csvio import write_profile
 
     kwargs: dict[str, Any] = {}
@@ -443,12 +487,25 @@ def profile_command(args: Any) -> int:
         k, v = item.split("=", 1)
         kwargs[k.strip()] = _parse_value(v.strip())
     threads = getattr(args, "threads", 1)
-    chain, stats = profile_zoo(args.model, args.batch_size, args.device, warmup=args.warmup, repeats=args.repeats,
-                               progress=True, threads=threads, return_stats=True,
-                               dtype=getattr(args, "dtype", None), **kwargs)
+    if getattr(args, "module", None):
+        from ..runtime.workload import Workload
+
+        wl = Workload.module(args.module)
+        print(f"finding the layers of {wl.name} ...", flush=True)
+        chain, stats = profile_workload(wl, args.device, warmup=args.warmup, repeats=args.repeats, progress=True,
+                                        threads=threads, return_stats=True)
+    else:
+        chain, stats = profile_zoo(args.model, args.batch_size, args.device, warmup=args.warmup, repeats=args.repeats,
+                                   progress=True, threads=threads, return_stats=True,
+                                   dtype=getattr(args, "dtype", None), **kwargs)
     write_profile(chain, args.out)
     m = chain.meta
     print(chain.summary())
+    if m.get("layers_found"):
+        print(f"layers found: {m['layers_found']}")
+    for t in json.loads(m.get("tied") or "[]"):
+        print(f"tied: {t['parameter']} ({t['bytes'] / 2**20:.2f} MiB) shared by {', '.join(t['layers'])}; "
+              f"counted once, at {t['owner']}")
     print(f"saved for backward {sum(chain.saved_array) / 2**20:.1f} MiB in all; {m['dtype']}; input "
           f"{m['input_shape']} ({m['input_dtype']}), device {m['device']}, {m['threads']} thread(s)")
     print(f"spread of {args.repeats} repeats, (max-min)/median per layer: forward median {float(m['spread_forward']):.1%} "

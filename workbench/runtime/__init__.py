@@ -1,8 +1,12 @@
-"""Run plans on torch.distributed and compare the measurement with the prediction (issue 6).
+"""Run plans on torch.distributed and compare the measurement with the prediction (issues 6, 16).
 
+- :mod:`~workbench.runtime.workload`: what to train (a zoo model or ``FILE.py:FUNC``), picklable;
 - :mod:`~workbench.runtime.program`: per-device programs unrolled from a plan;
-- :mod:`~workbench.runtime.worker`: what one rank does;
-- :mod:`~workbench.runtime.engine`: :func:`run_plan`, :class:`Workload`, reference gradients;
+- :mod:`~workbench.runtime.rank`: a rank's layers, optimizer, clock and allocator-level memory probe;
+- :mod:`~workbench.runtime.torch_engine`: the plan on ``torch.distributed.pipelining``'s own engine;
+- :mod:`~workbench.runtime.worker`: the PipeDream fallback (weight stashing, a step after every backward);
+- :mod:`~workbench.runtime.engine`: :func:`run_plan`, engine choice, reference gradients, ``torchrun`` entry;
+- :mod:`~workbench.runtime.replay`: each device of a plan alone;
 - :mod:`~workbench.runtime.compare`: predicted against measured, calibration;
 - :mod:`~workbench.runtime.export`: plans as ``torch.distributed.pipelining`` action lists;
 - :mod:`~workbench.runtime.commands`: ``python -m workbench run``.

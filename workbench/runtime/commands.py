@@ -1,24 +1,36 @@
-"""``python -m workbench run PLAN.json --model NAME [--steps N] [--replay]``: run a plan, compare with its prediction.
+"""``python -m workbench run PLAN.json (--model NAME | --module FILE.py:FUNC) [--steps N] [--replay]``.
 
-With ``--replay`` every device runs alone instead (:mod:`~workbench.runtime.replay`),
-and ``replay.csv`` holds its compute time and memory against the prediction.
+Runs a plan and compares it with its prediction. With ``--replay`` every device runs alone
+instead (:mod:`~workbench.runtime.replay`), and ``replay.csv`` holds its compute time and
+memory against the prediction.
 
-The chain the plan was made on is ``--profile`` (a profile file written by
-``python -m workbench profile``, whose metadata carries the model's
-configuration and batch size) or, without it, a fresh profile of the zoo
-model made here with :func:`workbench.profiles.profiler.profile_zoo`. The
-run is in the profile's precision (its ``dtype``, e.g. a bfloat16 profile
-runs the model in pure bf16; ``--dtype`` for a fresh profile). The
-run uses a learning rate of zero, so its accumulated gradients are checked
-against a single process (``max_grad_error``, relative to the largest
-gradient, against ``grad_tolerance`` of the dtype).
+Before anything long (a profile, the ranks), the plan is checked against the
+model (:func:`check_plan_against`): the layer count, and the layer names where
+the plan or the profile records them; a plan made for another model is refused
+naming the mismatch. The run then says what it does as it goes, and warns when
+there are more ranks than cores (the ranks take turns: times mean little,
+memory and gradients are still exact).
+
+The model is a zoo model (``--model``), any module (``--module FILE.py:FUNC``,
+``FUNC()`` returning ``(model, example_inputs, example_targets, loss_fn)``:
+:mod:`~workbench.profiles.usermodel`), or the one ``--profile`` was made of
+(its ``model`` or ``module`` metadata). The chain the plan was made on is
+``--profile`` (a profile file written by ``python -m workbench profile``) or,
+without it, a fresh profile made here. The run is in the profile's precision.
+It uses a learning rate of zero with a real optimizer step (``--optimizer``,
+default adam), so its accumulated gradients are checked against a single
+process (``max_grad_error``, relative to the largest gradient, against
+``grad_tolerance`` of the dtype). The engine is torch's pipeline engine where
+it expresses the plan, the PipeDream fallback otherwise
+(:func:`~workbench.runtime.engine.choose_engine`, ``--engine``).
 
 Writes to ``--out``: ``measured.csv`` (+ ``measured.memory.csv``, the
 trace in the simulator's format), ``predicted.csv`` (the simulated trace),
 ``comparison.csv`` (per device) and ``summary.json`` (atomically) with keys
 ``predicted_period``, ``measured_period``, ``memory_predicted``,
-``memory_measured``, ``max_grad_error`` and more (errors, per-device busy
-times, calibration).
+``memory_measured`` (the allocator-level peak per device), ``memory_breakdown``,
+``max_grad_error``, ``engine``, ``optimizer`` and more (errors, per-device busy
+times, calibration, cores).
 """
 
 from __future__ import annotations
@@ -27,10 +39,12 @@ import argparse
 import json
 import math
 import os
+import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
-__all__ = ["run_command", "run_and_compare", "format_comparison", "validate_zoo", "measure_series", "profile_dtype"]
+__all__ = ["run_command", "run_and_compare", "format_comparison", "validate_zoo", "measure_series", "profile_dtype",
+           "check_plan_against", "cores_available", "dropout_modules"]
 
 
 def _model_config(chain, plan) -> dict[str, Any]:
@@ -57,59 +71,136 @@ def profile_dtype(chain) -> str:
         return "float32"
 
 
-def run_and_compare(plan, chain, platform, model: str, batch_size: int, steps: int = 20, *,
+def cores_available() -> int:
+    """The CPU cores this process may run on.
+
+    >>> cores_available() >= 1
+    True
+    """
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
+def dropout_modules(model) -> list[str]:
+    """Names of the model's dropout modules with p > 0 (they make a gradient check meaningless).
+
+    >>> import torch
+    >>> dropout_modules(torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Dropout(0.1), torch.nn.Dropout(0.0)))
+    ['1']
+    """
+    from torch import nn
+
+    return [n for n, m in model.named_modules() if isinstance(m, nn.modules.dropout._DropoutNd) and m.p > 0]
+
+
+def check_plan_against(plan, names: Sequence[str], chain=None, what: str = "the model") -> None:
+    """Refuse a plan made for another model: the layer count, and the names the plan or the
+    profile records (``plan.extra["layer_names"]``, the profile's layers), against ``names``.
+
+    >>> from workbench.plan import Plan
+    >>> check_plan_against(Plan(1.0, (0, 0, 1), (), 2), ["a", "b"])
+    Traceback (most recent call last):
+    ...
+    ValueError: the plan has 3 layers but the model has 2 (a, b): the plan was made for another model
+    """
+    names = list(names)
+    short = ", ".join(names[:4]) + (", ..." if len(names) > 4 else "")
+    if len(plan.assignment) != len(names):
+        raise ValueError(f"the plan has {len(plan.assignment)} layers but {what} has {len(names)} ({short}): "
+                         "the plan was made for another model")
+    for source, other in (("the plan", plan.extra.get("layer_names")),
+                          ("the profile", [l.name for l in chain.layers] if chain is not None else None)):
+        if other is None:
+            continue
+        if plan.chain_order is not None and source == "the profile":
+            continue
+        diff = [(i, a, b) for i, (a, b) in enumerate(zip(other, names)) if a != b]
+        if len(other) != len(names) or diff:
+            i, a, b = diff[0] if diff else (min(len(other), len(names)), "(none)", "(none)")
+            raise ValueError(f"{source} names layer {i} {a!r} but {what} calls it {b!r}: the plan was made "
+                             "for another model")
+
+
+def run_and_compare(plan, chain, platform, model, batch_size: int, steps: int = 20, *,
                     model_config: dict[str, Any] | None = None, backend: str | None = None,
                     out: str | Path | None = None, timeout: float = 300.0, check_grads: bool = True,
-                    replan: bool = True, dtype: str | None = None, **run_kw: Any) -> dict[str, Any]:
-    """Run ``plan`` on zoo ``model``, compare with the prediction; return (and write) the summary.
+                    replan: bool = True, dtype: str | None = None, progress: bool = False,
+                    **run_kw: Any) -> dict[str, Any]:
+    """Run ``plan`` on ``model`` (a zoo name or a :class:`Workload`), compare with the prediction;
+    return (and write) the summary.
 
-    ``dtype`` is the run's precision (default: the profile's, :func:`profile_dtype`).
-    The summary also holds ``"result"`` (the :class:`RunResult`), ``"comparison"``
-    (per-device DataFrame), ``"stages"`` and ``"calibration"``; only the JSON-able
-    part goes to ``summary.json``. ``replan=False`` skips re-planning on the
+    ``dtype`` is a zoo model's precision (default: the profile's, :func:`profile_dtype`).
+    ``run_kw`` goes to :func:`~workbench.runtime.engine.run_plan` (``engine``, ``optimizer``,
+    ``device``, ``lr``, ...). The summary also holds ``"result"`` (the :class:`RunResult`),
+    ``"comparison"`` (per-device DataFrame), ``"stages"`` and ``"calibration"``; only the
+    JSON-able part goes to ``summary.json``. ``replan=False`` skips re-planning on the
     calibrated chain (see :func:`~workbench.runtime.compare.calibration_report`).
     """
+    import time
+
     import torch
 
     from ..io import write_text_atomic
     from ..plan import chain_for_plan
     from .compare import calibration_report, compare, stage_times
-    from .engine import Workload, grad_error, grad_tolerance, reference_gradients, run_plan
+    from .engine import Workload, choose_engine, grad_error, grad_tolerance, reference_gradients, run_plan
 
-    dtype = dtype or profile_dtype(chain)
+    say = print if progress else (lambda *a, **k: None)
     chain = chain_for_plan(plan, chain)
     cfg = dict(model_config or {})
-    wl = Workload.zoo(model, batch_size, dtype=dtype, **cfg)
+    wl = model if isinstance(model, Workload) else Workload.zoo(model, batch_size, dtype=dtype or profile_dtype(chain),
+                                                                 **cfg)
+    engine = choose_engine(plan, platform.weights, run_kw.get("engine", "auto"))
+    cores = cores_available()
+    if plan.devices > cores:
+        say(f"warning: {plan.devices} ranks on {cores} cores: the ranks take turns on the cores, so the measured "
+            "times mean little (memory and gradients are still exact)", file=sys.stderr)
+    say(f"running {plan.devices} ranks on {engine} engine: {steps} mini-batches of {wl.name} ...", flush=True)
+    t0 = time.perf_counter()
     res = run_plan(plan, wl, steps, backend=backend, timeout=timeout, weights=platform.weights,
                    chain=chain, platform=platform, **run_kw)
+    say(f"  ranks done in {time.perf_counter() - t0:.1f} s", flush=True)
     max_err = abs_err = math.nan
+    random_layers = dropout_modules(wl.build())
+    if random_layers:
+        say(f"note: dropout in {', '.join(random_layers[:3])}{' ...' if len(random_layers) > 3 else ''}: the "
+            "ranks and one process draw other masks, so the gradients differ by more than rounding; build the "
+            "model with dropout 0 to check them", file=sys.stderr)
     if check_grads and run_kw.get("lr", 0.0) == 0.0:
+        say("reference gradients in one process ...", flush=True)
         torch.set_num_threads(1)
         # the reference runs where the run ran (same kernels: on GPUs, TF32 convolutions and all)
         abs_err, max_err = grad_error(res.grads, reference_gradients(wl, steps, device=res.meta["device"]))
     cmp = compare(plan, chain, platform, res.trace)
     cal = calibration_report(plan, chain, platform, res.trace, replan=replan)
     summary: dict[str, Any] = {
-        "model": model, "model_config": cfg, "batch_size": batch_size, "steps": steps, "dtype": wl.dtype,
+        "model": wl.name, "module": wl.source, "model_config": cfg, "batch_size": wl.batch_size or batch_size,
+        "steps": steps, "dtype": wl.dtype,
         "devices": plan.devices, "assignment": list(plan.assignment), "allocation": plan.allocation,
         "weights": platform.weights, "backend": res.meta["backend"], "device": res.meta["device"],
+        "engine": res.meta["engine"], "optimizer": res.meta["optimizer"],
         "predicted_period": plan.period, "measured_period": cmp.attrs["measured_period"],
         "period_error": cmp.attrs["period_error"],
         "memory_predicted": [float(m) for m in plan.memory],
         "memory_measured": [float(m) for m in cmp["measured_memory"]],
         "memory_error": [float(e) for e in cmp["memory_error"]],
+        "memory_breakdown": res.meta.get("memory_breakdown"),
         "busy_predicted": [float(b) for b in cmp["predicted_busy"]],
         "busy_measured": [float(b) for b in cmp["measured_busy"]],
         "busy_error": [float(e) for e in cmp["busy_error"]],
         "cpu_busy_measured": [float(b) for b in cmp["measured_cpu_busy"]] if "measured_cpu_busy" in cmp else None,
         "core_share": [float(b) for b in cmp["core_share"]] if "core_share" in cmp else None,
         "max_grad_error": max_err, "max_grad_error_abs": abs_err, "grad_tolerance": grad_tolerance(wl.dtype),
+        "dropout": random_layers,
         "calibration": cal,
         "max_memory_allocated": res.meta.get("max_memory_allocated"),
         "wall_seconds": res.meta.get("wall_seconds"),
         "profile_device": chain.meta.get("device", ""),
+        "tied": json.loads(chain.meta["tied"]) if chain.meta.get("tied") else [],
         "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
-        "cpu_count": os.cpu_count(),
+        "cpu_count": os.cpu_count(), "cores": cores, "ranks_over_cores": plan.devices > cores,
     }
     if out is not None:
         out = Path(out)
@@ -150,13 +241,13 @@ def format_comparison(summary: dict[str, Any]) -> str:
     lines = [
         f"{summary['model']}: {summary['steps']} mini-batches of {summary['batch_size']} on {summary['devices']} "
         f"processes ({summary['backend']}, {summary['device']}, {summary.get('dtype', 'float32')}), "
-        f"weights {summary['weights']}",
+        f"weights {summary['weights']}, {summary.get('engine', '?')} engine, optimizer {summary.get('optimizer', '?')}",
         f"  period     predicted {summary['predicted_period'] * 1e3:9.3f} ms   measured "
         f"{summary['measured_period'] * 1e3:9.3f} ms   error {summary['period_error']:+.1%}",
     ]
     for d in range(summary["devices"]):
         lines.append(
-            f"  device {d}: memory {format_bytes(summary['memory_predicted'][d]):>10} -> "
+            f"  device {d}: memory (rule 7 -> allocator peak) {format_bytes(summary['memory_predicted'][d]):>10} -> "
             f"{format_bytes(summary['memory_measured'][d]):>10} ({summary['memory_error'][d]:+.2%}); busy "
             f"{summary['busy_predicted'][d] * 1e3:8.3f} -> {summary['busy_measured'][d] * 1e3:8.3f} ms "
             f"({summary['busy_error'][d]:+.1%})"
@@ -167,7 +258,10 @@ def format_comparison(summary: dict[str, Any]) -> str:
         lines.append(f"  calibrated prediction (same allocation): {cal['calibrated_period'] * 1e3:.3f} ms, "
                      f"error {cal['error_before']:+.1%} -> {cal['error_after']:+.1%}")
     lines.append(f"  max gradient error (lr 0, vs one process): {summary['max_grad_error']:.3g} (relative; rounding "
-                 f"bound {summary.get('grad_tolerance', math.nan):.3g})")
+                 f"bound {summary.get('grad_tolerance', math.nan):.3g})"
+                 + ("; not a check: the model has dropout" if summary.get("dropout") else ""))
+    if summary.get("ranks_over_cores"):
+        lines.append(f"  note: {summary['devices']} ranks shared {summary['cores']} cores: the times above mean little")
     return "\n".join(lines)
 
 
@@ -246,19 +340,19 @@ def measure_series(model: str, devices=(2, 4), attempts: int = 3, batch_size: in
     return df
 
 
-def _replay(plan, chain, platform, model: str, batch_size: int, steps: int, cfg: dict[str, Any], out: Path) -> int:
+def _replay(plan, chain, platform, wl, steps: int, out: Path, optimizer: str) -> int:
     """``run --replay``: every device alone (:mod:`~workbench.runtime.replay`); prints and writes ``replay.csv``."""
     import pandas as pd
 
     from ..plan import chain_for_plan
     from ..units import format_bytes
-    from .engine import Workload
     from .replay import replay_to
 
-    wl = Workload.zoo(model, batch_size, dtype=profile_dtype(chain), **cfg)
     chain = chain_for_plan(plan, chain)
-    res, rep = replay_to(out, plan, chain, wl, steps, weights=platform.weights, platform=platform)
-    print(f"{model}: each of {plan.devices} devices replayed alone ({res.meta['device']}, {wl.dtype}), "
+    print(f"replaying each of {plan.devices} devices alone ...", flush=True)
+    res, rep = replay_to(out, plan, chain, wl, steps, weights=platform.weights, platform=platform,
+                         optimizer=optimizer)
+    print(f"{wl.name}: each of {plan.devices} devices replayed alone ({res.meta['device']}, {wl.dtype}), "
           f"{steps} mini-batches")
     for r in rep.itertuples():
         peak = "" if pd.isna(r.allocator_peak) else (f"; allocator peak {format_bytes(r.allocator_peak)} "
@@ -270,6 +364,23 @@ def _replay(plan, chain, platform, model: str, batch_size: int, steps: int, cfg:
     return 0
 
 
+def _workload(args: argparse.Namespace, chain, plan, batch_size: int):
+    """The workload of ``--module``, ``--model`` or the profile's metadata (``module`` / ``model``)."""
+    from .engine import Workload
+
+    module = getattr(args, "module", None) or (chain.meta.get("module") if chain is not None and
+                                                not getattr(args, "model", None) else None)
+    if module:
+        return Workload.module(module)
+    model = getattr(args, "model", None) or (chain.meta.get("model") if chain is not None else None)
+    if not model:
+        raise ValueError("say which model to run: --model NAME (zoo), --module FILE.py:FUNC, or a --profile "
+                         "that records one")
+    cfg = _model_config(chain, plan)
+    dtype = profile_dtype(chain) if chain is not None else (getattr(args, "dtype", None) or "float32")
+    return Workload.zoo(model, batch_size, dtype=dtype, **cfg)
+
+
 def run_command(args: argparse.Namespace) -> int:
     """Handler of ``python -m workbench run`` (see the module docstring)."""
     from ..chain import Platform
@@ -279,6 +390,7 @@ def run_command(args: argparse.Namespace) -> int:
     if not plan.feasible:
         raise ValueError(f"{args.plan_file}: the plan is infeasible; nothing to run")
     batch_size = args.batch_size
+    chain = None
     profile = getattr(args, "profile", None)
     if profile:
         from ..profiles import load_profile
@@ -288,30 +400,34 @@ def run_command(args: argparse.Namespace) -> int:
         if getattr(args, "dtype", None) and profile_dtype(chain) != dtype_name(args.dtype):
             raise ValueError(f"--dtype {args.dtype} but the profile {profile} was measured in {profile_dtype(chain)}: "
                              "a run is in its profile's precision")
-        if chain.meta.get("batch_size") and int(chain.meta["batch_size"]) != batch_size:
+        if chain.meta.get("batch_size") and int(chain.meta["batch_size"]) != batch_size and \
+                not getattr(args, "module", None) and not chain.meta.get("module"):
             print(f"note: using the profile's batch size {chain.meta['batch_size']} (not {batch_size})")
             batch_size = int(chain.meta["batch_size"])
-    else:
-        from ..profiles.profiler import profile_zoo
+    wl = _workload(args, chain, plan, batch_size)
+    print(f"checking the plan against {wl.name} ...", flush=True)
+    names = wl.layers().names
+    check_plan_against(plan, names, chain, what=f"{wl.name}")
+    print(f"  {len(names)} layers, as the plan{' and the profile' if chain is not None else ''} says", flush=True)
+    if chain is None:
+        from ..profiles.profiler import profile_workload
 
-        cfg = _model_config(None, plan)
-        dtype = getattr(args, "dtype", None) or "float32"
-        print(f"profiling {args.model} (batch {batch_size}, {dtype}) on this machine ...")
-        chain = profile_zoo(args.model, batch_size, dtype=dtype, **cfg)
-    cfg = _model_config(chain, plan)
+        print(f"profiling {wl.name} on this machine (no --profile) ...", flush=True)
+        chain = profile_workload(wl, progress=True)
     setup = plan.setup or {}
     paper = setup.get("memory_model") == "paper"
+    optimizer = getattr(args, "optimizer", None) or setup.get("optimizer") or "adam"
     platform = Platform(plan.devices, memory=plan.memory_limit,
                         bandwidth=getattr(args, "bandwidth", None) or math.inf,
                         latency=getattr(args, "latency", 0.0) or 0.0,
                         weights=getattr(args, "weights", None) or "stash",
                         memory_model="paper" if paper else "full",
-                        **({"weight_factor": setup.get("weight_factor", 1.0)} if paper else
-                           {"optimizer": setup.get("optimizer", "adam")}))
+                        **({"weight_factor": setup.get("weight_factor", 1.0)} if paper else {"optimizer": optimizer}))
     if getattr(args, "replay", False):
-        return _replay(plan, chain, platform, args.model, batch_size, args.steps, cfg, Path(args.out))
-    summary = run_and_compare(plan, chain, platform, args.model, batch_size, args.steps, model_config=cfg,
-                              backend=args.backend, out=args.out)
+        return _replay(plan, chain, platform, wl, args.steps, Path(args.out), optimizer)
+    summary = run_and_compare(plan, chain, platform, wl, batch_size, args.steps, model_config=_model_config(chain, plan),
+                              backend=args.backend, out=args.out, progress=True, optimizer=optimizer,
+                              engine=getattr(args, "engine", None) or "auto")
     print(format_comparison(summary))
     print(f"wrote {Path(args.out) / 'summary.json'} and the traces beside it")
     return 0

@@ -113,13 +113,15 @@ def compare(plan: Plan, chain: Chain, platform: Platform, trace: Trace, warmup: 
     runtime's per-op CPU times, ``RunResult.meta["cpu"]``, default
     ``trace.meta["cpu"]``): ``measured_cpu_busy`` and ``core_share`` =
     CPU / wall time of the F/B ops (below 1 when ranks share cores).
+    ``measured_memory`` is the runtime's peak (``trace.meta["memory_peak"]``, allocator level:
+    docs/model.md "Runtime"), else the peak of the trace's memory rows.
 
     ``df.attrs`` holds ``predicted_period``, ``measured_period`` and ``period_error``.
     """
     allops = _steady(trace.ops, warmup)
     ops = allops[allops["kind"].isin(["F", "B"])]
     nb = ops["batch"].nunique() if len(ops) else 0
-    peak = trace.peak_memory()
+    peak = trace.meta.get("memory_peak") or trace.peak_memory()   # the runtime's allocator-level peak per rank
     mp = period_of(trace, warmup)
     rows = []
     for d in range(plan.devices):

@@ -1,108 +1,59 @@
 """Run a plan on torch.distributed: one process per device, a measured :class:`~workbench.trace.Trace`.
 
 :func:`run_plan` starts ``plan.devices`` processes with
-``torch.multiprocessing`` (gloo on CPU, NCCL on GPUs), each executing its
-device's program (:mod:`~workbench.runtime.program`, :mod:`~workbench.runtime.worker`),
-and gathers the operations, the memory and the accumulated gradients into a
-:class:`RunResult`. :func:`reference_gradients` computes the same gradients
-in a single process, so that with a learning rate of zero (every mini-batch
-sees the same weights) ``max_grad_error(result.grads, reference)`` is
-floating-point noise, below :func:`grad_tolerance` of the run's dtype.
+``torch.multiprocessing`` (gloo on CPU, NCCL on GPUs). Each builds the model
+from the :class:`~workbench.runtime.workload.Workload`, keeps its stages and
+runs its program on one of two engines (:func:`choose_engine`):
 
-A workload has a precision (``Workload.zoo(..., dtype="bfloat16")``: the
-model's parameters and floating inputs in bf16, as the profiler's ``dtype``);
-every rank, the replay and the reference run in it, so what is measured is
-what a profile of that dtype predicts.
+* ``"torch"``: ``torch.distributed.pipelining``'s ``PipelineStage`` and schedule
+  runtime, the plan lowered to its actions (:mod:`~workbench.runtime.torch_engine`):
+  flushed plans (GPipe, 1F1B) and periodic plans with one weight version (``single``);
+* ``"pipedream"``: the fallback for what torch cannot express, periodic plans
+  with weight stashing and an optimizer step after every backward
+  (:mod:`~workbench.runtime.worker`).
+
+Both record every operation and the allocator-level memory, and return the
+gradients accumulated over the ``steps`` mini-batches. With a learning rate of
+zero (the default; the ``optimizer`` still runs its step) every mini-batch
+sees the same weights, so :func:`grad_error` against :func:`reference_gradients`
+(the whole model in one process) is rounding, below :func:`grad_tolerance`.
 
 Under ``torchrun`` (several nodes work the same way) use the module entry::
 
-    torchrun --nproc-per-node 4 -m workbench.runtime.engine PLAN.json --model resnet50 --steps 20 --out build/run
+    torchrun --nproc-per-node 2 -m workbench.runtime.engine PLAN.json --module my_model.py:build --steps 8 --out build/run
+    torchrun --nnodes 2 --node-rank 0 --master-addr HOST --master-port 29500 --nproc-per-node 4 \\
+        -m workbench.runtime.engine PLAN.json --model resnet50 --steps 20 --out build/run
 
->>> wl = Workload.zoo("mlp", batch_size=4)
->>> tuple(wl.batch(0)[0].shape)
-(4, 32)
+>>> choose_engine(Plan(1.0, (0,), (), 1), "stash"), choose_engine(Plan(1.0, (0,), (), 1), "single")
+('pipedream', 'torch')
 """
 
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import socket
 import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import pandas as pd
 import torch
-from torch import nn
 
 from ..plan import Plan
 from ..trace import MEMORY_COLUMNS, OP_COLUMNS, Trace
 from .program import Op, programs_for
 from .worker import RunConfig
+from .workload import Workload, model_loss
 
 __all__ = ["Workload", "RunResult", "run_plan", "reference_gradients", "grad_error", "grad_tolerance",
-           "free_port", "default_backend", "join_or_kill", "programs_for", "merge_results"]
+           "free_port", "default_backend", "join_or_kill", "programs_for", "merge_results", "choose_engine",
+           "ENGINES"]
 
-
-# ---------------------------------------------------------------------------------------------
-# workloads
-# ---------------------------------------------------------------------------------------------
-def _zoo_build(name: str, seed: int, config: dict, dtype: str = "float32") -> nn.Sequential:
-    from ..profiles.zoo import build_model
-
-    return build_model(name, seed=seed, dtype=dtype, **config)
-
-
-def _zoo_batch(name: str, batch_size: int, seed: int, config: dict, i: int, dtype: str = "float32"
-               ) -> tuple[torch.Tensor, torch.Tensor]:
-    from ..profiles.zoo import sample_batch
-
-    return sample_batch(name, batch_size, seed=seed * 100003 + i + 1, dtype=dtype, **config)
-
-
-def _zoo_loss(name: str, out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    from ..profiles.zoo import loss_fn
-
-    return loss_fn(name)(out, target)
-
-
-@dataclass
-class Workload:
-    """What to train: ``build() -> nn.Sequential`` (children = chain layers), ``batch(i) -> (input, target)``
-    for mini-batch ``i``, ``loss(output, target) -> scalar``. All three must be picklable (module-level
-    functions or ``functools.partial`` of them) since they cross process boundaries. ``dtype`` names the
-    precision ``build`` and ``batch`` produce (a record: it is theirs to honour)."""
-
-    build: Callable[[], nn.Sequential]
-    batch: Callable[[int], tuple[torch.Tensor, torch.Tensor]]
-    loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
-    name: str = "model"
-    batch_size: int | None = None
-    config: dict[str, Any] = field(default_factory=dict)
-    dtype: str = "float32"
-
-    @classmethod
-    def zoo(cls, name: str, batch_size: int, seed: int = 0, dtype: str | torch.dtype | None = None,
-            **config: Any) -> "Workload":
-        """A zoo model (:mod:`workbench.profiles.zoo`) with its sample batches and loss, in ``dtype``
-        (default float32; ``"bfloat16"``: parameters, buffers and floating inputs in bf16).
-
-        >>> wl = Workload.zoo("mlp", 4, dtype="bf16")
-        >>> wl.dtype, wl.batch(0)[0].dtype, next(wl.build().parameters()).dtype
-        ('bfloat16', torch.bfloat16, torch.bfloat16)
-        """
-        from ..profiles.zoo import dtype_name
-
-        dt = dtype_name(dtype)
-        return cls(partial(_zoo_build, name, seed, config, dt), partial(_zoo_batch, name, batch_size, seed, config,
-                                                                         dtype=dt),
-                   partial(_zoo_loss, name), name=name, batch_size=batch_size, config=dict(config), dtype=dt)
+ENGINES = ("auto", "torch", "pipedream")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -125,13 +76,14 @@ class RunResult:
 
 
 def reference_gradients(workload: Workload, steps: int, device: str = "cpu") -> dict[str, torch.Tensor]:
-    """Single-process gradients summed over mini-batches 0..steps-1 (the weights never change), computed on
-    ``device`` and returned on the CPU."""
+    """Single-process gradients of the whole model (shared parameters tied, as built) summed over
+    mini-batches 0..steps-1 (the weights never change), computed on ``device``, returned on the CPU."""
     model = workload.build().to(device)
     model.train()
     for i in range(steps):
-        x, y = workload.batch(i)
-        workload.loss(model(x.to(device)), y.to(device)).backward()
+        inputs, y = workload.batch(i)
+        inputs = torch.utils._pytree.tree_map_only(torch.Tensor, lambda t: t.to(device), inputs)
+        model_loss(workload, model, inputs, y.to(device) if isinstance(y, torch.Tensor) else y).backward()
     return {n: (p.grad.detach().cpu().clone() if p.grad is not None else torch.zeros_like(p, device="cpu"))
             for n, p in model.named_parameters()}
 
@@ -179,6 +131,8 @@ def grad_tolerance(dtype: str | torch.dtype | None = None) -> float:
 
 
 def merge_results(parts: Sequence[dict[str, Any]], plan: Plan, **meta: Any) -> RunResult:
+    """The ranks' results as one :class:`RunResult`: the trace, the gradients by parameter name, and in
+    ``meta``: ``memory_peak`` and ``memory_breakdown`` (per rank, allocator level), ``cpu``, ``engine``."""
     ops = pd.DataFrame([r for p in parts for r in p["ops"]], columns=OP_COLUMNS)
     ops = ops.sort_values(["start", "device"]).reset_index(drop=True)
     mem = pd.DataFrame([r for p in parts for r in p["memory"]], columns=MEMORY_COLUMNS)
@@ -188,14 +142,27 @@ def merge_results(parts: Sequence[dict[str, Any]], plan: Plan, **meta: Any) -> R
         grads.update(p["grads"])
     cpu = pd.DataFrame([r for p in parts for r in p.get("cpu", [])],
                        columns=["device", "stage", "kind", "batch", "cpu"])
+    ordered = sorted(parts, key=lambda q: q["rank"])
     info = {
         "cpu": cpu,
-        "max_memory_allocated": [p["max_memory_allocated"] for p in sorted(parts, key=lambda q: q["rank"])],
-        "saved_per_stage": {int(s): v for p in parts for s, v in p["saved_per_stage"].items()},
+        "max_memory_allocated": [p["max_memory_allocated"] for p in ordered],
+        "memory_peak": [p["memory_peak"] for p in ordered],
+        "memory_breakdown": [p["memory_breakdown"] for p in ordered],
+        "engine": ordered[0]["engine"] if ordered else None,
         **meta,
     }
     trace = Trace(ops, mem, plan.devices, period=plan.period, source="measured", meta=info)
     return RunResult(trace, grads, info)
+
+
+def choose_engine(plan: Plan, weights: str, engine: str = "auto") -> str:
+    """``"torch"`` where torch's engine expresses the plan (flushed schedules; periodic plans with one
+    weight version), ``"pipedream"`` for periodic plans with weight stashing; ``engine`` forces one."""
+    if engine not in ENGINES:
+        raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
+    if engine != "auto":
+        return engine
+    return "pipedream" if plan.schedule == "periodic" and weights == "stash" else "torch"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -251,6 +218,8 @@ def run_plan(
     chain=None,
     platform=None,
     start_method: str | None = None,
+    engine: str = "auto",
+    optimizer: str = "adam",
 ) -> RunResult:
     """Execute ``plan`` for ``steps`` mini-batches in ``plan.devices`` processes and measure it.
 
@@ -261,7 +230,13 @@ def run_plan(
     hung run raises ``TimeoutError`` instead of hanging. ``start_method``
     "fork" starts faster (no re-import of torch) and is the default on CPU
     under Linux; "spawn" (the default otherwise) is the safe choice with CUDA.
+    ``engine`` is ``"auto"`` (:func:`choose_engine`), ``"torch"`` or ``"pipedream"``;
+    ``optimizer`` one of :data:`~workbench.runtime.rank.OPTIMIZERS`, stepping with ``lr``.
     """
+    from .rank import OPTIMIZERS
+
+    if optimizer not in OPTIMIZERS:
+        raise ValueError(f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {optimizer!r}")
     if not plan.feasible or not plan.stages:
         raise ValueError("cannot run an infeasible plan")
     if weights not in ("stash", "single"):
@@ -269,7 +244,14 @@ def run_plan(
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     backend = backend or default_backend(device, plan.devices)
     progs = programs if programs is not None else programs_for(plan, steps, chain, platform)
-    cfg = RunConfig(plan, progs, workload, steps, lr, weights, backend, device, threads, timeout, lookahead)
+    chosen = choose_engine(plan, weights, engine)
+    if chosen == "torch" and device == "cuda" and backend != "nccl":
+        if engine == "torch":
+            raise ValueError("torch's pipeline engine sends CUDA tensors and needs NCCL (a GPU per rank); "
+                             f"with {backend} on GPUs use the PipeDream engine, which stages messages through the host")
+        chosen = "pipedream"      # gloo cannot move CUDA tensors: the fallback stages them through the host
+    cfg = RunConfig(plan, progs, workload, steps, lr, weights, backend, device, threads, timeout, lookahead,
+                    engine=chosen, optimizer=optimizer)
     world = plan.devices
     if start_method is None:
         start_method = "fork" if (device == "cpu" and sys.platform.startswith("linux")) else "spawn"
@@ -293,29 +275,41 @@ def run_plan(
         join_or_kill(ctx, timeout + 60, "the run")
         parts = [torch.load(Path(outdir) / f"rank{r}.pt", weights_only=False) for r in range(world)]
     return merge_results(parts, plan, steps=steps, lr=lr, weights=weights, backend=backend, device=device,
-                         world=world, threads=threads, wall_seconds=time.monotonic() - t_start)
+                         world=world, threads=threads, optimizer=optimizer,
+                         wall_seconds=time.monotonic() - t_start)
 
 
 # ---------------------------------------------------------------------------------------------
 # torchrun entry
 # ---------------------------------------------------------------------------------------------
 def main(argv: list[str] | None = None) -> int:
-    """``torchrun --nproc-per-node P -m workbench.runtime.engine PLAN.json --model NAME ...``.
+    """``torchrun --nproc-per-node P -m workbench.runtime.engine PLAN.json (--model NAME | --module F.py:FUNC)``.
 
-    Every rank writes ``rank{r}.pt`` to ``--out``; rank 0 merges them into
-    ``measured.csv`` (+ ``measured.memory.csv``) after a barrier.
+    Every rank runs its share; the results are gathered over the process group (no shared file
+    system needed across nodes) and rank 0 writes ``measured.csv`` (+ ``measured.memory.csv``) and
+    ``grads.pt`` to ``--out`` and prints the period and the memory.
     """
-    from .worker import run_rank
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    from ..io import write_text_atomic
+    from .worker import _execute, _setup
 
     ap = argparse.ArgumentParser(prog="workbench.runtime.engine")
     ap.add_argument("plan_file")
-    ap.add_argument("--model", required=True)
+    src = ap.add_mutually_exclusive_group(required=True)
+    src.add_argument("--model", help="zoo model name")
+    src.add_argument("--module", help="FILE.py:FUNC returning (model, example_inputs, example_targets, loss_fn)")
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--batch-size", type=int, default=8)
-    ap.add_argument("--weights", default="stash")
+    ap.add_argument("--weights", default="stash", choices=["stash", "single"])
     ap.add_argument("--lr", type=float, default=0.0)
+    ap.add_argument("--optimizer", default="adam")
+    ap.add_argument("--engine", default="auto", choices=list(ENGINES))
     ap.add_argument("--backend", default=None)
-    ap.add_argument("--dtype", default="float32", help="float32 or bfloat16 (the profile's)")
+    ap.add_argument("--dtype", default="float32", help="zoo models: float32 or bfloat16 (the profile's)")
+    ap.add_argument("--timeout", type=float, default=300.0)
     ap.add_argument("--out", default="build/run")
     args = ap.parse_args(argv)
     plan = Plan.from_json(Path(args.plan_file))
@@ -323,18 +317,29 @@ def main(argv: list[str] | None = None) -> int:
     if world != plan.devices:
         raise SystemExit(f"the plan has {plan.devices} devices, torchrun started {world} ranks")
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    backend = args.backend or default_backend(device, world)
-    wl = Workload.zoo(args.model, args.batch_size, dtype=args.dtype, **dict(plan.extra.get("model_config", {})))
-    cfg = RunConfig(plan, programs_for(plan, args.steps), wl, args.steps, args.lr, args.weights, backend, device)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    run_rank(rank, world, cfg, str(out))
+    backend = args.backend or default_backend(device, int(os.environ.get("LOCAL_WORLD_SIZE", world)))
+    wl = (Workload.module(args.module) if args.module else
+          Workload.zoo(args.model, args.batch_size, dtype=args.dtype, **dict(plan.extra.get("model_config", {}))))
+    cfg = RunConfig(plan, programs_for(plan, args.steps), wl, args.steps, args.lr, args.weights, backend, device,
+                    timeout=args.timeout, engine=choose_engine(plan, args.weights, args.engine),
+                    optimizer=args.optimizer)
+    _setup(rank, cfg)
+    dist.init_process_group(backend, rank=rank, world_size=world, timeout=timedelta(seconds=args.timeout))
+    try:
+        part = _execute(rank, world, cfg)
+        parts: list[Any] | None = [None] * world if rank == 0 else None
+        dist.gather_object(part, parts, dst=0)
+    finally:
+        dist.destroy_process_group()
     if rank == 0:
-        parts = [torch.load(out / f"rank{r}.pt", weights_only=False) for r in range(world)]
-        res = merge_results(parts, plan, steps=args.steps)
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        res = merge_results(parts, plan, steps=args.steps, engine=cfg.engine)  # type: ignore[arg-type]
         res.trace.save(out / "measured.csv")
-        print(f"measured period {res.measured_period:.6g} s (plan {plan.period:.6g} s); peak memory "
-              + ", ".join(f"{m:.4g}" for m in res.peak_memory()))
+        torch.save(res.grads, out / "grads.pt")
+        write_text_atomic(out / "engine.txt", cfg.engine + "\n")
+        print(f"{cfg.engine} engine: measured period {res.measured_period:.6g} s (plan {plan.period:.6g} s); "
+              "peak memory " + ", ".join(f"{m:.4g}" for m in res.meta["memory_peak"]))
     return 0
 
 

@@ -23,6 +23,10 @@ parser and lowering passes (``_Action.from_str``, ``_validate_schedule``,
 dry-runs the result with its ``_simulate_comms_compute``, so a round trip
 proves the export is something that engine accepts and can run without
 deadlock. (Those helpers are private torch API; they exist in torch 2.13.)
+``run`` executes the same actions on that engine
+(:mod:`~workbench.runtime.torch_engine`, via :func:`programs_to_actions`) for
+every plan it can express; the rest run on the PipeDream fallback
+(:mod:`~workbench.runtime.worker`).
 
 What that engine cannot express, and the export therefore drops or changes:
 
@@ -62,7 +66,7 @@ from typing import Any
 from ..plan import Plan
 from .program import programs_for
 
-__all__ = ["plan_to_actions", "actions_to_csv", "write_schedule_csv", "load_with_torch", "format_grid",
+__all__ = ["plan_to_actions", "programs_to_actions", "actions_to_csv", "write_schedule_csv", "load_with_torch", "format_grid",
            "LIMITATIONS"]
 
 LIMITATIONS = (
@@ -83,7 +87,11 @@ def plan_to_actions(plan: Plan, micro_batches: int, *, comms: bool = False, chai
     Flushed plans (``"gpipe"``/``"1f1b"``) take their order from the simulator
     (pass ``chain`` and ``platform``).
     """
-    progs = programs_for(plan, micro_batches, chain, platform)
+    return programs_to_actions(programs_for(plan, micro_batches, chain, platform), plan, comms=comms)
+
+
+def programs_to_actions(progs: list, plan: Plan, *, comms: bool = False) -> dict[int, list[str]]:
+    """Per-device programs (:mod:`~workbench.runtime.program`) as torch action strings, in their order."""
     dev = [st.device for st in plan.stages]
     S = len(dev)
     out: dict[int, list[str]] = {}

@@ -7,10 +7,12 @@ group: a message the device would receive is a fresh random tensor of the
 right shape, ready at once, and a message it would send is dropped. What
 is measured is then the device by itself: the time of its forwards and
 backwards when nothing else shares the processor (on one GPU, the only way
-to time a plan's devices one by one), its memory as the runtime counts it
-(rule 7), and, on a GPU, the allocator's peak (``torch.cuda.max_memory_allocated``),
-which also holds what rule 7 leaves out: receive buffers, gradient
-accumulators, the outputs kept for the backward, temporaries.
+to time a plan's devices one by one) and its memory at allocator level
+(:class:`~workbench.runtime.rank.MemoryProbe`: ``MemTracker`` on CPU,
+``torch.cuda.max_memory_allocated`` on a GPU), which holds what rule 7 leaves
+out too: receive buffers, gradient buffers, optimizer state, the outputs kept
+for the backward, temporaries. The replay runs the PipeDream engine
+(:mod:`~workbench.runtime.worker`) whatever engine a shared run would use.
 
 :func:`replay_report` puts the three beside the plan's prediction, one row
 per device.
@@ -46,7 +48,7 @@ __all__ = ["replay_devices", "replay_report", "replay_to", "load_replays", "run_
 def replay_devices(plan: Plan, workload: Workload, steps: int = 8, *, weights: str = "stash",
                    device: str | None = None, threads: int = 1, timeout: float = 300.0,
                    programs: list[list[Op]] | None = None, chain=None, platform=None,
-                   devices: list[int] | None = None) -> RunResult:
+                   devices: list[int] | None = None, optimizer: str = "adam") -> RunResult:
     """Run each device's program alone (one process per device, in turn); a measured :class:`RunResult`.
 
     ``devices`` restricts the replay to some devices. Every device's clock
@@ -66,7 +68,8 @@ def replay_devices(plan: Plan, workload: Workload, steps: int = 8, *, weights: s
     if bad:
         raise ValueError(f"devices {bad} are not devices of the plan (0..{plan.devices - 1})")
     progs = programs if programs is not None else programs_for(plan, steps, chain, platform)
-    cfg = RunConfig(plan, progs, workload, steps, 0.0, weights, "none", device, threads, timeout, isolated=True)
+    cfg = RunConfig(plan, progs, workload, steps, 0.0, weights, "none", device, threads, timeout, isolated=True,
+                    optimizer=optimizer)
     start_method = "spawn" if device == "cuda" else "fork"
     import torch.multiprocessing as mp
 
@@ -84,9 +87,9 @@ def replay_devices(plan: Plan, workload: Workload, steps: int = 8, *, weights: s
                         world=plan.devices, threads=threads, isolated=True, replayed=which,
                         wall_seconds=time.monotonic() - t_start)
     # merge_results lists the allocator peaks of the replayed devices only: index them by device
-    peaks = {p["rank"]: p["max_memory_allocated"] for p in parts}
-    res.meta["max_memory_allocated"] = [peaks.get(d) for d in range(plan.devices)]
-    res.trace.meta["max_memory_allocated"] = res.meta["max_memory_allocated"]
+    for key in ("max_memory_allocated", "memory_peak", "memory_breakdown"):
+        by_device = {p["rank"]: p[key] for p in parts}
+        res.meta[key] = res.trace.meta[key] = [by_device.get(d) for d in range(plan.devices)]
     return res
 
 
@@ -97,7 +100,7 @@ def replay_report(plan: Plan, chain, result: RunResult, warmup: int | None = Non
     profile's F + B over the device's stages), ``measured_busy`` (mean over
     the steady mini-batches, the first quarter left out), ``busy_error``,
     ``predicted_memory`` (the plan's rule-7 memory), ``measured_memory``
-    (the runtime's count of the same), ``memory_error``, ``allocator_peak``
+    (the runtime's allocator-level peak), ``memory_error``, ``allocator_peak``
     (bytes, nan on CPU) and ``allocator_over_predicted`` (peak / predicted); and the forwards alone:
     ``predicted_forward``, ``measured_forward`` (wall) and ``forward_cpu`` (CPU time of the
     calling thread, ``time.thread_time``, per mini-batch). A forward runs on that thread entirely,
@@ -113,7 +116,7 @@ def replay_report(plan: Plan, chain, result: RunResult, warmup: int | None = Non
     if cpu is None or not len(cpu):
         cpu = pd.DataFrame(columns=["device", "stage", "kind", "batch", "cpu"])
     cpu = cpu[(cpu["kind"] == "F") & cpu["batch"].isin(set(ops["batch"]))]
-    peak = result.trace.peak_memory()
+    peak = [m if m is not None else math.nan for m in result.meta.get("memory_peak") or result.trace.peak_memory()]
     alloc = result.meta.get("max_memory_allocated") or [None] * plan.devices
     rows = []
     for d in result.meta.get("replayed", range(plan.devices)):

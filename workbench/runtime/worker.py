@@ -1,45 +1,45 @@
-"""The per-rank worker: one process per device executes that device's program.
+"""The PipeDream fallback engine: what torch's pipeline engine cannot express, one method per action.
 
-What one rank does (see :func:`execute`):
+torch's engine (:mod:`~workbench.runtime.torch_engine`) runs every plan whose
+weights are one version per flush. A *periodic* plan with ``weights="stash"``
+is PipeDream's: an optimizer step after **every** mini-batch's backward, no
+flush, and every in-flight mini-batch keeping the weight version its forward
+used (weight stashing); torch's schedules have no counterpart
+(:data:`~workbench.runtime.export.LIMITATIONS`). :class:`PipeDreamRank` runs
+those, and :func:`~workbench.runtime.replay.replay_devices` uses it for a
+device alone (``isolated``: receives are random tensors, sends dropped).
 
-1. build the whole model from the workload (same seed on every rank, so the
-   slices agree), run a dry forward (on the meta device when the layers allow)
-   to learn the shape and dtype of every layer's output (the receive buffers), then
-   keep only its own layers;
-2. run its program (:mod:`workbench.runtime.program`) in order. A forward
-   takes its input from the data (first stage), from a stage on the same
-   device (a local hand-off, no copy) or from a posted ``irecv``; it runs
-   the stage layer by layer with ``torch.func.functional_call`` on the
-   *current* weight version (the last stage also computes the loss, counted
-   with the last layer) and keeps (input, output, version) until the
-   backward. A backward computes ``torch.autograd.grad`` w.r.t. that
-   version and the stage input, adds the weight gradients to per-layer
-   accumulators, hands the input gradient to the previous stage and updates
-   the weights (PipeDream's asynchronous update after every backward);
-3. weight policy ``"stash"``: an update makes a *new* version (out of
-   place), so every in-flight mini-batch keeps the version its forward used
-   and its backward uses the same one (weight stashing); old versions are
-   freed when their last mini-batch finishes. ``"single"``: one version,
-   updated in place (backwards of in-flight mini-batches see new weights);
-4. record every operation's start and end (``time.monotonic`` relative to a
-   common origin broadcast by rank 0 after a barrier; CUDA events on GPUs)
-   (plus the CPU time of the calling thread, ``time.thread_time``, per F/B:
-   with fewer cores than busy processes, wall time / CPU time is the share
-   of a core the rank got) and, after every operation, the memory it holds: the bytes of tensors
-   autograd saved for its in-flight mini-batches (``saved_tensors_hooks``,
-   counted per layer with storages deduplicated within the layer and
-   parameters and buffers excluded, as :mod:`workbench.profiles.profiler` counts them) plus the bytes of the
-   distinct weight versions it holds. On GPUs it also reports
-   ``torch.cuda.max_memory_allocated``.
+A rank executes its program (:mod:`~workbench.runtime.program`) in order:
 
-Sends are ``isend`` (never block), so the programs of a valid plan cannot
-deadlock (checked beforehand by :func:`~workbench.runtime.program.check_programs`).
-Receives are posted ahead, in the order the sender sends them (so NCCL,
-which ignores tags, matches them too), ``lookahead`` messages beyond the
-one needed now; the time a device waits for a message is a ``recv`` row of
-the trace. Receive buffers, outputs kept for the backward that autograd did
-not save, and gradients in flight are not counted as memory (the model of
-DESIGN.md rule 7 does not count them either).
+* :meth:`PipeDreamRank.forward`: the input from the data (stage 0), from a
+  stage of this rank (a hand-off) or from a posted receive; the stage's
+  layers run on the version :meth:`PipeDreamRank.weights_for` gives, the last
+  stage adds the loss;
+  (input, output, version) are kept until the backward;
+* :meth:`PipeDreamRank.backward`: gradients of that version and of the input,
+  written into the parameters' gradient buffers (kept allocated), the input
+  gradient handed to the previous stage, then :meth:`PipeDreamRank.update`;
+* :meth:`PipeDreamRank.weights_for`: with ``stash``, a forward whose stage steps
+  before its backward runs on a copy of the live weights (one copy serves every
+  forward between two steps), so its backward sees the version its forward
+  used; other forwards use the live weights;
+* :meth:`PipeDreamRank.update`: the stage's optimizer steps the live weights in
+  place. With ``single``, no copies: backwards of in-flight mini-batches see the
+  new weights. With ``single``, no copy: backwards of in-flight
+  mini-batches see the new weights.
+* :meth:`PipeDreamRank.receive` / :meth:`PipeDreamRank.send`: ``irecv``
+  posted ahead in the sender's order (so NCCL, which ignores tags, matches
+  them too), ``isend`` that never blocks; the wait is a ``recv`` row.
+
+Memory per rank (docs/model.md, "Runtime"): the live weights and their
+gradient buffers, the optimizer state of the stages' own parameters, with
+``stash`` one weight copy per distinct version in flight (in a steady state
+of ``k > 1`` mini-batches in flight: ``k`` copies besides the live weights),
+and per in-flight mini-batch the stage's input, output and saved tensors; measured by
+:class:`~workbench.runtime.rank.MemoryProbe`. A tied parameter used by stages
+``a < b`` is stepped by its owner ``a`` only: after ``b``'s backward of
+mini-batch ``i`` its gradient goes to ``a``, which adds it before its own
+step for ``i`` (with a learning rate above 0 the copies would drift: refused).
 """
 
 from __future__ import annotations
@@ -49,16 +49,16 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch import nn
 
 from ..plan import Plan
 from .program import Op
+from .rank import MemoryProbe, RankModel, Recorder, chain_input, make_optimizer
 
-__all__ = ["RunConfig", "execute", "spawn_entry", "isolated_entry", "storage_bytes"]
+__all__ = ["RunConfig", "PipeDreamRank", "run_rank", "spawn_entry", "isolated_entry", "alias"]
 
 
 @dataclass
@@ -78,385 +78,378 @@ class RunConfig:
     lookahead: int = 2
     warmup: bool = True
     isolated: bool = False           # replay this device alone: receives are random tensors, sends dropped
+    engine: str = "pipedream"        # "torch" or "pipedream"
+    optimizer: str = "adam"
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def storage_bytes(t: torch.Tensor) -> tuple[int, int]:
-    """(key, bytes) of the storage behind ``t``: what a saved tensor really holds."""
-    st = t.untyped_storage()
-    return st.data_ptr(), st.nbytes()
+def alias(p: torch.Tensor) -> torch.Tensor:
+    """A leaf tensor on ``p``'s storage with a version counter of its own (the optimizer's in-place
+    step of ``p`` is not an autograd error for a graph that saved the alias).
+
+    >>> p = torch.ones(2)
+    >>> a = alias(p); _ = p.add_(1); a.tolist()
+    [2.0, 2.0]
+    """
+    t = torch.empty(0, dtype=p.dtype, device=p.device)
+    with torch.no_grad():
+        t.set_(p.untyped_storage(), p.storage_offset(), p.size(), p.stride())
+    return t.requires_grad_(p.requires_grad)
 
 
-class _SavedCounter:
-    """A pack hook that adds up the storages autograd saves (each storage once, parameters excluded)."""
-
-    def __init__(self, exclude: set[int]) -> None:
-        self.exclude = exclude
-        self.seen: set[int] = set()
-        self.bytes = 0
-
-    def pack(self, t: torch.Tensor) -> torch.Tensor:
-        try:
-            key, n = storage_bytes(t)
-        except (RuntimeError, NotImplementedError):  # tensors without storage (e.g. some subclasses)
-            return t
-        if key not in self.exclude and key not in self.seen:
-            self.seen.add(key)
-            self.bytes += n
-        return t
-
-
-def _unpack(t: torch.Tensor) -> torch.Tensor:
-    return t
-
-
-class _Done:
-    """A request that is already complete: the stand-in for a receive in an isolated replay."""
+class _Ready:
+    """A receive that is complete at once: the stand-in for a message in an isolated replay."""
 
     def wait(self) -> bool:
         return True
 
-    def is_completed(self) -> bool:
-        return True
 
+def _steps_while_in_flight(program: list[Op]) -> dict[tuple[int, int], bool]:
+    """Per (stage, mini-batch) of a program: does the stage step (another backward) between its forward
+    and its backward? Only then does weight stashing need a copy.
 
-class _Clock:
-    """Monotonic wall clock on CPU, CUDA events on GPU; all times relative to a common origin."""
-
-    def __init__(self, cuda: bool, origin: float) -> None:
-        self.cuda = cuda
-        self.origin = origin
-        self.events: list[tuple[int, Any, Any]] = []
-        if cuda:
-            self.base = torch.cuda.Event(enable_timing=True)
-            self.base.record()
-
-    def start(self) -> Any:
-        if self.cuda:
-            e = torch.cuda.Event(enable_timing=True)
-            e.record()
-            return e
-        return time.monotonic()
-
-    stop = start
-
-    def seconds(self, mark: Any) -> float:
-        if self.cuda:
-            return self.base.elapsed_time(mark) / 1e3
-        return mark - self.origin
-
-
-def layer_output_shapes(children: list[tuple[str, nn.Module]], x0: torch.Tensor
-                        ) -> list[tuple[tuple[int, ...], torch.dtype]]:
-    """(shape, dtype) of every layer's output: a dry forward on the meta device (no arithmetic, no
-    memory), or on the CPU in eval mode without autograd where a layer cannot run on meta tensors.
-
-    >>> layer_output_shapes([("a", nn.Linear(3, 5)), ("b", nn.ReLU())], torch.zeros(2, 3))
-    [((2, 5), torch.float32), ((2, 5), torch.float32)]
+    >>> from workbench.runtime.program import Op
+    >>> prog = [Op(0, 0, "F", 0), Op(1, 0, "F", 1), Op(2, 0, "B", 0), Op(3, 0, "B", 1)]
+    >>> _steps_while_in_flight(prog)
+    {(0, 0): False, (0, 1): True}
     """
-    import copy
-
-    for where in ("meta", "cpu"):
-        shapes: list[tuple[tuple[int, ...], torch.dtype]] = []
-        try:
-            with torch.no_grad():
-                h = x0.to(where)
-                for _, m in children:
-                    mm = copy.deepcopy(m).to(where) if where == "meta" else m
-                    was_training = mm.training
-                    mm.eval()
-                    h = mm(h)
-                    mm.train(was_training)
-                    shapes.append((tuple(h.shape), h.dtype))
-            return shapes
-        except (NotImplementedError, RuntimeError):
-            if where == "cpu":
-                raise
-    raise AssertionError("unreachable")
-
-
-def execute(rank: int, world: int, cfg: RunConfig) -> dict[str, Any]:
-    """Run this rank's program; return its operation rows, memory rows, gradients and notes."""
-    plan = cfg.plan
-    S = len(plan.stages)
-    stage_dev = [st.device for st in plan.stages]
-    cuda = cfg.device == "cuda"
-    dev = torch.device(f"cuda:{torch.cuda.current_device()}") if cuda else torch.device("cpu")
-    # gloo moves CPU tensors only: on GPUs it sends host copies (a device-to-host copy before the
-    # send, host-to-device after the receive; both inside the send / recv rows of the trace)
-    staged = cuda and cfg.backend == "gloo" and not cfg.isolated
-    wire = torch.device("cpu") if staged else dev
-    iso = cfg.isolated
-    prog = cfg.programs[rank]
-    wl = cfg.workload
-
-    # ---- model, shapes, slicing -------------------------------------------------
-    model: nn.Sequential = wl.build()
-    children = list(model.named_children())
-    if len(children) != len(plan.assignment):
-        raise ValueError(f"the model has {len(children)} layers, the plan {len(plan.assignment)}")
-    x0, y0 = wl.batch(0)
-    shapes = layer_output_shapes(children, x0)
-    mine = [s for s in range(S) if stage_dev[s] == rank]
-    layer_ids = [l for s in mine for l in range(plan.stages[s].first, plan.stages[s].last + 1)]
-    mods = {l: children[l][1].to(dev) for l in layer_ids}
-    lname = {l: children[l][0] for l in layer_ids}
-    bufs = {l: {storage_bytes(b)[0] for b in mods[l].buffers()} for l in layer_ids}
-    del model, children
-    # current weight version: per layer, name -> leaf tensor
-    cur: dict[int, dict[str, torch.Tensor]] = {l: dict(mods[l].named_parameters()) for l in layer_ids}
-    acc = {l: {n: torch.zeros_like(p) for n, p in cur[l].items()} for l in layer_ids}
-
-    # ---- messages ------------------------------------------------------------------
-    index_of: list[dict[tuple[int, str, int], int]] = [
-        {(o.stage, o.kind, o.batch): j for j, o in enumerate(p)} for p in cfg.programs]
-
-    def tag(kind: str, s: int, i: int) -> int:
-        return (i * S + s) * 2 + (0 if kind == "F" else 1)
-
-    # incoming: (kind, consumer stage, batch) -> (src, shape, dtype); queues per source in sender order
-    incoming: dict[tuple[str, int, int], tuple[int, tuple[int, ...], torch.dtype]] = {}
-    queues: dict[int, list[tuple[int, tuple[str, int, int]]]] = {}
-    for op in prog:
-        s, i = op.stage, op.batch
-        if op.kind == "F" and s > 0 and stage_dev[s - 1] != rank:
-            src = stage_dev[s - 1]
-            shp, dt = shapes[plan.stages[s - 1].last]
-            incoming[("F", s, i)] = (src, shp, dt)
-            queues.setdefault(src, []).append((index_of[src][(s - 1, "F", i)], ("F", s, i)))
-        if op.kind == "B" and s < S - 1 and stage_dev[s + 1] != rank:
-            src = stage_dev[s + 1]
-            shp, dt = shapes[plan.stages[s].last]
-            incoming[("B", s, i)] = (src, shp, dt)
-            queues.setdefault(src, []).append((index_of[src][(s + 1, "B", i)], ("B", s, i)))
-    pending_q = {src: deque(k for _, k in sorted(q)) for src, q in queues.items()}
-    posted: dict[tuple[str, int, int], tuple[Any, torch.Tensor]] = {}
-    issued: set[tuple[str, int, int]] = set()
-
-    def post_until(key: tuple[str, int, int]) -> None:
-        """Post irecvs from key's source in the sender's order, up to and including key."""
-        src = incoming[key][0]
-        q = pending_q[src]
-        while key not in issued:
-            k = q.popleft()
-            _, shp, dt = incoming[k]
-            if iso:  # no peer: a fresh random message of the right shape, ready at once
-                buf = torch.randn(shp, device=dev).to(dt) if dt.is_floating_point else torch.zeros(shp, dtype=dt,
-                                                                                                    device=dev)
-                posted[k] = (_Done(), buf)
-            else:
-                buf = torch.empty(shp, dtype=dt, device=wire)
-                posted[k] = (dist.irecv(buf, src=src, tag=tag(*k)), buf)
-            issued.add(k)
-
-    recv_at = [(j, (o.kind, o.stage, o.batch)) for j, o in enumerate(prog) if (o.kind, o.stage, o.batch) in incoming]
-    sends: list[tuple[Any, torch.Tensor]] = []
-
-    # ---- state -----------------------------------------------------------------------
-    local: dict[tuple[str, int, int], torch.Tensor] = {}       # hand-offs between stages of this device
-    inflight: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor, dict, int]] = {}
-    batches: dict[int, list] = {}
-    first_dev, last_dev = stage_dev[0], stage_dev[-1]
-    ops_rows: list[tuple] = []
-    marks: list[tuple] = []  # (kind, stage, batch, start mark, end mark)
-    mem_rows: list[tuple] = []
-    cpu_rows: list[tuple] = []  # (device, stage, kind, batch, CPU seconds of the calling thread)
-    saved_per_stage: dict[int, list[int]] = {s: [] for s in mine}
-
-    uses = 1 if S == 1 else (first_dev == rank) + (last_dev == rank)
-
-    def batch(i: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """The data of mini-batch i, dropped once the forwards that need it have run."""
-        if i not in batches:
-            x, y = wl.batch(i)
-            batches[i] = [x.to(dev), y.to(dev), uses]
-        b = batches[i]
-        b[2] -= 1
-        if b[2] <= 0:
-            del batches[i]
-        return b[0], b[1]
-
-    def weight_bytes() -> int:
-        seen: dict[int, int] = {}
-        for vers in [cur] + [v for (_, _, v, _) in inflight.values()]:
-            for l, d in vers.items():
-                for t in d.values():
-                    k, n = storage_bytes(t)
-                    seen[k] = n
-        return sum(seen.values())
-
-    def act_bytes() -> int:
-        return sum(v[3] for v in inflight.values())
-
-    def forward(s: int, i: int) -> None:
-        st = plan.stages[s]
-        if s == 0:
-            x, y = batch(i)
-        elif stage_dev[s - 1] == rank:
-            x = local.pop(("F", s, i))
+    out: dict[tuple[int, int], bool] = {}
+    open_: set[tuple[int, int]] = set()
+    for op in program:
+        key = (op.stage, op.batch)
+        if op.kind == "F":
+            out[key] = False
+            open_.add(key)
         else:
-            t0 = clock.start()
-            work, x = posted.pop(("F", s, i))
-            work.wait()
-            x = x.to(dev)
-            if not iso:
-                marks.append(("recv", s, i, t0, clock.stop()))
-        if x.is_floating_point() and s > 0:
-            x.requires_grad_(True)
-        if s == S - 1 and S > 1:
-            y = batch(i)[1]
-        version = {l: cur[l] for l in range(st.first, st.last + 1)}
-        c0 = time.thread_time()
-        t0 = clock.start()
-        saved = 0
-        h = out = x
-        for l in range(st.first, st.last + 1):
-            counter = _SavedCounter({storage_bytes(p)[0] for p in version[l].values()} | bufs[l])
-            with torch.autograd.graph.saved_tensors_hooks(counter.pack, _unpack):
-                h = out = torch.func.functional_call(mods[l], version[l], (h,))
-                if s == S - 1 and l == st.last:  # the loss belongs to the last layer, as the profiler counts it
-                    out = wl.loss(h, y)
-            saved += counter.bytes
-        t1 = clock.stop()
-        cpu_rows.append((rank, s, "F", i, time.thread_time() - c0))
-        marks.append(("F", s, i, t0, t1))
-        inflight[(s, i)] = (x, out, version, saved)
-        saved_per_stage[s].append(saved)
-        if s < S - 1:
-            if stage_dev[s + 1] == rank:
-                local[("F", s + 1, i)] = h.detach()
-            elif not iso:
-                t0 = clock.start()
-                msg = h.detach().to(wire).contiguous()
-                sends.append((dist.isend(msg, dst=stage_dev[s + 1], tag=tag("F", s + 1, i)), msg))
-                marks.append(("send", s, i, t0, clock.stop()))
-        return t1
-
-    def backward(s: int, i: int) -> None:
-        st = plan.stages[s]
-        if s == S - 1:
-            g_out = None
-        elif stage_dev[s + 1] == rank:
-            g_out = local.pop(("B", s, i))
-        else:
-            t0 = clock.start()
-            work, g_out = posted.pop(("B", s, i))
-            work.wait()
-            g_out = g_out.to(dev)
-            if not iso:
-                marks.append(("recv", s, i, t0, clock.stop()))
-        c0 = time.thread_time()
-        t0 = clock.start()
-        x, out, version, _ = inflight[(s, i)]
-        params = [(l, n, t) for l in range(st.first, st.last + 1) for n, t in version[l].items()]
-        inputs = [t for (_, _, t) in params]
-        want_x = x.requires_grad
-        if want_x:
-            inputs.append(x)
-        grads = torch.autograd.grad(out, inputs, grad_outputs=g_out, allow_unused=True)
-        with torch.no_grad():
-            for (l, n, _), g in zip(params, grads):
-                if g is not None:
-                    acc[l][n].add_(g)
-            # update the current weights with this mini-batch's gradient
-            for (l, n, _), g in zip(params, grads):
-                if g is None:
-                    continue
-                if cfg.weights == "stash":
-                    cur[l] = dict(cur[l])
-                    cur[l][n] = torch.add(cur[l][n], g, alpha=-cfg.lr).requires_grad_(True)
-                elif cfg.lr != 0.0:
-                    cur[l][n].data.add_(g, alpha=-cfg.lr)
-        t1 = clock.stop()
-        cpu_rows.append((rank, s, "B", i, time.thread_time() - c0))
-        marks.append(("B", s, i, t0, t1))
-        del inflight[(s, i)]
-        if s > 0:
-            gx = grads[-1] if want_x else None
-            if gx is None:
-                gx = torch.zeros(shapes[plan.stages[s - 1].last][0], dtype=shapes[plan.stages[s - 1].last][1],
-                                 device=dev)
-            if stage_dev[s - 1] == rank:
-                local[("B", s - 1, i)] = gx
-            elif not iso:
-                t0 = clock.start()
-                msg = gx.to(wire).contiguous()
-                sends.append((dist.isend(msg, dst=stage_dev[s - 1], tag=tag("B", s - 1, i)), msg))
-                marks.append(("send", s, i, t0, clock.stop()))
-        return t1
-
-    # ---- warm-up (untimed): one forward and backward of every own stage on dummy data, so that
-    # one-time costs (allocator, autograd engine start, kernel selection) stay out of the trace
-    if cfg.warmup:
-        h = inputs = None                 # a device with no stage has nothing to warm up
-        for _ in range(2):
-            for s in mine:
-                st = plan.stages[s]
-                if s == 0:
-                    h = x0.to(dev)
-                else:
-                    shp, dt = shapes[st.first - 1]
-                    h = torch.zeros(shp, dtype=dt, device=dev, requires_grad=dt.is_floating_point)
-                inputs = [h] if h.requires_grad else []
-                for l in range(st.first, st.last + 1):
-                    ps = {n: p.detach().requires_grad_(True) for n, p in cur[l].items()}
-                    inputs += list(ps.values())
-                    h = torch.func.functional_call(mods[l], ps, (h,))
-                if s == S - 1:
-                    h = wl.loss(h, y0.to(dev))
-                if h.is_floating_point() and h.requires_grad:
-                    # a dense gradient, like the real ones (an expanded one takes other kernels)
-                    torch.autograd.grad(h, inputs, grad_outputs=torch.ones_like(h), allow_unused=True)
-        del h, inputs
-
-    # ---- run ---------------------------------------------------------------------------
-    origin = torch.tensor([time.monotonic()], dtype=torch.float64)
-    if not iso:
-        dist.barrier()
-        if cfg.backend == "nccl":
-            origin = origin.to(dev)
-        dist.broadcast(origin, src=0)
-    clock = _Clock(cuda, float(origin.item()))
-    if cuda:
-        torch.cuda.reset_peak_memory_stats(dev)
-    mem_marks: list[tuple[Any, int, int]] = [(clock.start(), 0, weight_bytes())]
-    r = 0
-    for j, op in enumerate(prog):
-        # post the receives this op and the next `lookahead` ones need
-        while r < len(recv_at) and recv_at[r][0] < j:
-            r += 1
-        for _, k in recv_at[r:r + 1 + cfg.lookahead]:
-            post_until(k)
-        end = forward(op.stage, op.batch) if op.kind == "F" else backward(op.stage, op.batch)
-        mem_marks.append((end, act_bytes(), weight_bytes()))
-        sends[:] = [(w, t) for (w, t) in sends if not w.is_completed()]
-    for w, _ in sends:
-        w.wait()
-    if cuda:
-        torch.cuda.synchronize(dev)
-
-    # ---- results -----------------------------------------------------------------------
-    for kind, s, i, a, b in marks:
-        st = plan.stages[s]
-        ops_rows.append((rank, s, st.first, st.last, kind, i, clock.seconds(a), clock.seconds(b)))
-    for m, a, w in mem_marks:
-        mem_rows.append((rank, clock.seconds(m), float(a), float(w), float(a + w)))
-    grads = {f"{lname[l]}.{n}": acc[l][n].detach().cpu() for l in layer_ids for n in acc[l]}
-    out: dict[str, Any] = {
-        "rank": rank, "ops": ops_rows, "cpu": cpu_rows, "memory": mem_rows, "grads": grads,
-        "saved_per_stage": {s: v for s, v in saved_per_stage.items()},
-        "max_memory_allocated": torch.cuda.max_memory_allocated(dev) if cuda else None,
-    }
+            open_.discard(key)
+            for other in open_:
+                if other[0] == op.stage:
+                    out[other] = True
     return out
 
 
-def spawn_entry(rank: int, world: int, cfg: RunConfig, outdir: str, addr: str, port: int) -> None:
-    """Target of ``torch.multiprocessing.start_processes``: init, execute, save ``rank{r}.pt``."""
-    os.environ["MASTER_ADDR"] = addr
-    os.environ["MASTER_PORT"] = str(port)
-    run_rank(rank, world, cfg, outdir, init_method=f"tcp://{addr}:{port}")
+class PipeDreamRank:
+    """One rank's program with an optimizer step after every backward (see the module docstring)."""
+
+    def __init__(self, rank: int, cfg: RunConfig) -> None:
+        self.rank, self.cfg, self.plan = rank, cfg, cfg.plan
+        self.S = len(cfg.plan.stages)
+        self.stage_dev = [st.device for st in cfg.plan.stages]
+        cuda = cfg.device == "cuda"
+        self.dev = torch.device(f"cuda:{torch.cuda.current_device()}") if cuda else torch.device("cpu")
+        # gloo moves CPU tensors only: on GPUs messages are staged through the host
+        self.wire = torch.device("cpu") if cuda and cfg.backend == "gloo" and not cfg.isolated else self.dev
+        self.model = RankModel.build(cfg.plan, cfg.workload, rank, self.dev)
+        self.mine = sorted(self.model.stages)
+        self.live = {s: self.model.parameters(s) for s in self.mine}
+        self.ties = self._ties()
+        owned = {s: [p for n, p in self.live[s].items() if (s, n) not in self.ties["shared"]] for s in self.mine}
+        self.optimizers = {s: make_optimizer(cfg.optimizer, owned[s], cfg.lr) for s in self.mine}
+        self.version = {s: {n: alias(p) for n, p in self.live[s].items()} for s in self.mine}
+        self.copy: dict[int, dict[str, torch.Tensor] | None] = {s: None for s in self.mine}
+        self.steps_while_in_flight = _steps_while_in_flight(cfg.programs[rank])
+        for s in self.mine:   # gradient buffers, allocated once and kept (the owner's, for a tied parameter)
+            for n, p in self.live[s].items():
+                if (s, n) not in self.ties["shared"] and p.requires_grad:
+                    p.grad = torch.zeros_like(p)
+        self.acc: dict[int, dict[str, torch.Tensor]] | None = None
+        self.recorder = Recorder(rank, cuda)
+        self.probe: MemoryProbe | None = None
+        self.samples: list[tuple[float, float, float]] = []
+        self._reset_state()
+
+    # ---- set-up ---------------------------------------------------------------------------
+    def _ties(self) -> dict[str, Any]:
+        """Which (stage, parameter) pairs share a tied parameter with an earlier (owner) stage."""
+        stage_of = {self.model.layer_names[l]: s for s, st in enumerate(self.plan.stages)
+                    for l in range(st.first, st.last + 1)}
+        shared: dict[tuple[int, str], tuple[int, int]] = {}    # (sharer stage, name) -> (owner stage, tie)
+        owners: dict[int, list[tuple[int, int, str]]] = {}     # owner stage -> [(sharer stage, tie, name)]
+        for k, t in enumerate(self.model.tied):
+            stages = sorted({stage_of[n] for n in t.layers})
+            for s in stages[1:]:
+                if self.cfg.lr != 0.0:
+                    raise ValueError(f"the tied parameter {t.parameter} is used by stages {stages}: the PipeDream "
+                                     "engine keeps such ties with a learning rate of 0 only")
+                if s in self.model.stages:
+                    for n in self.live_names(s):
+                        if self.model.names[s][n] == t.parameter:
+                            shared[(s, n)] = (stages[0], k)
+                if stages[0] in self.model.stages:
+                    name = next(n for n in self.live_names(stages[0]) if self.model.names[stages[0]][n] == t.parameter)
+                    owners.setdefault(stages[0], []).append((s, k, name))
+        return {"shared": shared, "owners": owners}
+
+    def live_names(self, s: int) -> list[str]:
+        return [n for n, _ in self.model.stages[s].named_parameters()]
+
+    def _plan_receives(self) -> None:
+        """Every message this rank receives, queued per sender in the order the sender sends them."""
+        prog = self.cfg.programs[self.rank]
+        index = [{(o.stage, o.kind, o.batch): j for j, o in enumerate(p)} for p in self.cfg.programs]
+        self.incoming: dict[tuple, tuple[int, tuple[int, ...], torch.dtype]] = {}
+        queues: dict[int, list[tuple[tuple[int, int], tuple]]] = {}
+        shapes = self.model.shapes
+        for op in prog:
+            s, i = op.stage, op.batch
+            if op.kind == "F" and s > 0 and self.stage_dev[s - 1] != self.rank:
+                src = self.stage_dev[s - 1]
+                self.incoming[("F", s, i)] = (src, *shapes[self.plan.stages[s - 1].last])
+                queues.setdefault(src, []).append(((index[src][(s - 1, "F", i)], 0), ("F", s, i)))
+            if op.kind == "B" and s < self.S - 1 and self.stage_dev[s + 1] != self.rank:
+                src = self.stage_dev[s + 1]
+                self.incoming[("B", s, i)] = (src, *shapes[self.plan.stages[s].last])
+                # a backward sends its tied gradients (below) before its input gradient: NCCL matches in order
+                queues.setdefault(src, []).append(((index[src][(s + 1, "B", i)], len(self.model.tied)), ("B", s, i)))
+            if op.kind == "B":
+                for sharer, k, name in self.ties["owners"].get(s, []):
+                    src = self.stage_dev[sharer]
+                    if src != self.rank:
+                        p = self.live[s][name]
+                        self.incoming[("T", s, i, k)] = (src, tuple(p.shape), p.dtype)
+                        queues.setdefault(src, []).append(((index[src][(sharer, "B", i)], k), ("T", s, i, k)))
+        self.queues = {src: deque(key for _, key in sorted(q)) for src, q in queues.items()}
+        self.recv_at = []      # (program index, message key) in the order the program needs them
+        for j, o in enumerate(prog):
+            self.recv_at += [(j, key) for key in ((o.kind, o.stage, o.batch),) if key in self.incoming]
+            if o.kind == "B":
+                self.recv_at += [(j, ("T", o.stage, o.batch, k)) for _, k, _ in self.ties["owners"].get(o.stage, [])
+                                 if ("T", o.stage, o.batch, k) in self.incoming]
+
+    def _reset_state(self) -> None:
+        """Empty hand-offs, in-flight mini-batches and messages; the receive queues planned afresh."""
+        self.local: dict[tuple, torch.Tensor] = {}
+        self.inflight: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor, dict]] = {}
+        self.posted: dict[tuple, tuple[Any, torch.Tensor]] = {}
+        self.issued: set[tuple] = set()
+        self.sends: list[tuple[Any, torch.Tensor]] = []
+        self.data: dict[int, list] = {}
+        self._plan_receives()
+
+    # ---- messages -------------------------------------------------------------------------
+    def post(self, key: tuple) -> None:
+        """Post the receives from ``key``'s sender, in its order, up to and including ``key``."""
+        src = self.incoming[key][0]
+        while key not in self.issued:
+            k = self.queues[src].popleft()
+            _, shape, dtype = self.incoming[k]
+            if self.cfg.isolated:
+                buf = (torch.randn(shape, device=self.dev).to(dtype) if dtype.is_floating_point
+                       else torch.zeros(shape, dtype=dtype, device=self.dev))
+                self.posted[k] = (_Ready(), buf)
+            else:
+                buf = torch.empty(shape, dtype=dtype, device=self.wire)
+                self.posted[k] = (dist.irecv(buf, src=src, tag=self.tag(k)), buf)
+            self.issued.add(k)
+
+    def tag(self, key: tuple) -> int:
+        """F and B messages: below 2 * steps * S; tied gradients above."""
+        kind, s, i = key[0], key[1], key[2]
+        if kind == "T":
+            return 2 * self.cfg.steps * self.S + (i * len(self.model.tied) + key[3]) * self.S + s
+        return (i * self.S + s) * 2 + (0 if kind == "F" else 1)
+
+    def receive(self, key: tuple) -> torch.Tensor:
+        self.post(key)
+        t0 = self.recorder.now()
+        work, buf = self.posted.pop(key)
+        work.wait()
+        if not self.cfg.isolated and key[0] != "T":
+            self.recorder.add("recv", key[1], key[2], t0, self.recorder.now())
+        return buf.to(self.dev)
+
+    def send(self, key: tuple, dst: int, t: torch.Tensor, stage: int) -> None:
+        if self.cfg.isolated:
+            return
+        t0 = self.recorder.now()
+        msg = t.detach().to(self.wire).contiguous()
+        self.sends.append((dist.isend(msg, dst=dst, tag=self.tag(key)), msg))
+        if key[0] != "T":
+            self.recorder.add("send", stage, key[2], t0, self.recorder.now())
+
+    # ---- actions --------------------------------------------------------------------------
+    def batch(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Mini-batch ``i`` (input, target), kept until the stages that need it have run."""
+        if i not in self.data:
+            x, y = self.cfg.workload.batch(i)
+            uses = 1 if self.S == 1 else (self.stage_dev[0] == self.rank) + (self.stage_dev[-1] == self.rank)
+            self.data[i] = [chain_input(x).to(self.dev), y.to(self.dev), uses]
+        entry = self.data[i]
+        entry[2] -= 1
+        if entry[2] <= 0:
+            del self.data[i]
+        return entry[0], entry[1]
+
+    def forward(self, s: int, i: int) -> None:
+        if s == 0:
+            x, y = self.batch(i)
+        elif self.stage_dev[s - 1] == self.rank:
+            x = self.local.pop(("F", s, i))
+        else:
+            x = self.receive(("F", s, i))
+        if x.is_floating_point() and s > 0:
+            x.requires_grad_(True)
+        if s == self.S - 1 and self.S > 1:
+            y = self.batch(i)[1]
+        version = self.weights_for(s, i)
+        with self.recorder.op("F", s, i):
+            h = out = torch.func.functional_call(self.model.stages[s], version, (x,))
+            if s == self.S - 1:                       # the loss belongs to the last layer, as profiled
+                out = self.model.loss(h, y)
+        self.inflight[(s, i)] = (x, out, version)
+        if s < self.S - 1:
+            if self.stage_dev[s + 1] == self.rank:
+                self.local[("F", s + 1, i)] = h.detach()
+            else:
+                self.send(("F", s + 1, i), self.stage_dev[s + 1], h, s)
+
+    def backward(self, s: int, i: int) -> None:
+        if s == self.S - 1:
+            g_out = None
+        elif self.stage_dev[s + 1] == self.rank:
+            g_out = self.local.pop(("B", s, i))
+        else:
+            g_out = self.receive(("B", s, i))
+        x, out, version = self.inflight.pop((s, i))
+        names = list(version)
+        want_x = x.requires_grad
+        for n in names:   # accumulate into the resident gradient buffers, as torch's engine does
+            if (s, n) not in self.ties["shared"] and self.live[s][n].grad is not None:
+                version[n].grad = self.live[s][n].grad.zero_()
+        wrt = [version[n] for n in names] + ([x] if want_x else [])
+        with self.recorder.op("B", s, i):
+            # backward(inputs=...) accumulates into the preset gradient buffers
+            torch.autograd.backward(out, grad_tensors=g_out, inputs=wrt)
+            by_name = {n: version[n].grad for n in names if version[n].grad is not None}
+            gx = x.grad if want_x else None
+            for t in wrt:
+                t.grad = None
+            self.share_tied(s, i, by_name)
+            self.update(s, by_name)
+        if s > 0:
+            if gx is None:
+                shp, dt = self.model.shapes[self.plan.stages[s - 1].last]
+                gx = torch.zeros(shp, dtype=dt, device=self.dev)
+            if self.stage_dev[s - 1] == self.rank:
+                self.local[("B", s - 1, i)] = gx
+            else:
+                self.send(("B", s - 1, i), self.stage_dev[s - 1], gx, s)
+
+    def weights_for(self, s: int, i: int) -> dict[str, torch.Tensor]:
+        """The weight version mini-batch ``i``'s forward on stage ``s`` uses: with ``stash``, a copy of the
+        live weights when the stage steps before this mini-batch's backward (one copy serves every forward
+        between two steps), else the live weights themselves (an alias of their storage)."""
+        if self.cfg.weights != "stash" or not self.steps_while_in_flight[(s, i)]:
+            return self.version[s]
+        if self.copy[s] is None:
+            self.copy[s] = {n: p.detach().clone().requires_grad_(p.requires_grad) for n, p in self.live[s].items()}
+        return self.copy[s]
+
+    def share_tied(self, s: int, i: int, grads: dict[str, torch.Tensor]) -> None:
+        """A sharer ships its gradient of a tied parameter to the owner; an owner adds what it gets."""
+        for (sharer, name), (owner, k) in self.ties["shared"].items():
+            if sharer != s or name not in grads:
+                continue
+            g = grads.pop(name)
+            if self.stage_dev[owner] == self.rank:
+                self.local[("T", owner, i, k)] = g
+            else:
+                self.send(("T", owner, i, k), self.stage_dev[owner], g, s)
+        for sharer, k, name in self.ties["owners"].get(s, []):
+            key = ("T", s, i, k)
+            g = self.local.pop(key) if self.stage_dev[sharer] == self.rank else self.receive(key)
+            grads[name] = grads[name].add_(g) if name in grads else g
+
+    def update(self, s: int, grads: dict[str, torch.Tensor]) -> None:
+        """The gradients in the buffers (and the check's sums), a stash where needed, the optimizer's step."""
+        live = self.live[s]
+        with torch.no_grad():
+            for n, g in grads.items():
+                if live[n].grad is not g:     # a tied parameter's sum
+                    live[n].grad.copy_(g)
+                if self.acc is not None:
+                    self.acc[s].setdefault(n, torch.zeros_like(g)).add_(g)
+            self.copy[s] = None        # the live weights are about to change: the next forward copies anew
+        if self.optimizers[s] is not None:
+            self.optimizers[s].step()
+
+    # ---- the program ------------------------------------------------------------------------
+    def run(self) -> None:
+        r = 0
+        for j, op in enumerate(self.cfg.programs[self.rank]):
+            while r < len(self.recv_at) and self.recv_at[r][0] < j:
+                r += 1
+            for _, key in self.recv_at[r:r + 1 + self.cfg.lookahead]:
+                self.post(key)
+            (self.forward if op.kind == "F" else self.backward)(op.stage, op.batch)
+            if self.probe is not None:
+                self.samples.append(self.probe.sample())
+            self.sends[:] = [(w, t) for (w, t) in self.sends if not w.is_completed()]
+        for w, _ in self.sends:
+            w.wait()
+        self.sends.clear()
+
+    def warm_up(self) -> None:
+        """One forward and backward per own stage on zeros (untimed, no step): allocator, kernels."""
+        for s in self.mine:
+            st = self.plan.stages[s]
+            if s == 0:
+                h = chain_input(self.cfg.workload.batch(0)[0]).to(self.dev)
+            else:
+                shp, dt = self.model.shapes[st.first - 1]
+                h = torch.zeros(shp, dtype=dt, device=self.dev, requires_grad=dt.is_floating_point)
+            out = self.model.stages[s](h)
+            if s == self.S - 1:
+                out = self.model.loss(out, self.cfg.workload.batch(0)[1].to(self.dev))
+            if out.requires_grad:
+                torch.autograd.grad(out, [p for p in self.live[s].values()] + ([h] if h.requires_grad else []),
+                                    grad_outputs=torch.ones_like(out), allow_unused=True)
+
+    def execute(self) -> dict[str, Any]:
+        """Warm-up, the timed pass (trace, gradients), the memory pass (probe); the rank's results."""
+        if self.cfg.warmup:
+            self.warm_up()
+        origin = torch.tensor([time.perf_counter()], dtype=torch.float64)
+        if not self.cfg.isolated:
+            dist.barrier()
+            if self.cfg.backend == "nccl":
+                origin = origin.to(self.dev)
+            dist.broadcast(origin, src=0)
+        self.recorder = Recorder(self.rank, self.dev.type == "cuda", float(origin.item()))
+        self.acc = {s: {} for s in self.mine}
+        self.run()
+        if self.dev.type == "cuda":
+            torch.cuda.synchronize(self.dev)
+        timed = list(self.recorder.marks)
+        cpu = list(self.recorder.cpu)
+        grads = {self.model.names[s][n]: g.detach().cpu().clone() for s in self.mine for n, g in self.acc[s].items()
+                 if (s, n) not in self.ties["shared"]}
+        for s in self.mine:   # parameters a stage never got a gradient for (unused): zeros, as one process
+            for n, p in self.live[s].items():
+                if (s, n) not in self.ties["shared"]:
+                    grads.setdefault(self.model.names[s][n], torch.zeros_like(p, device="cpu"))
+        self.acc = None
+        self._reset_state()
+        self.probe = MemoryProbe(self.dev)
+        if not self.cfg.isolated:
+            dist.barrier()
+        state = [self.model.stages[s] for s in self.mine] + [o for o in self.optimizers.values() if o is not None]
+        with self.probe.tracking(*state):
+            self.run()
+        self.recorder.marks[:] = timed
+        ends = sorted(self.recorder.seconds(m[4]) for m in timed if m[0] in ("F", "B"))
+        memory = [(self.rank, t, a, w, tot) for t, (a, w, tot) in zip(ends, self.samples)]
+        if not memory:   # a device with no stage
+            memory = [(self.rank, 0.0, 0.0, 0.0, 0.0)]
+        return {"rank": self.rank, "ops": self.recorder.rows(self.plan), "cpu": cpu, "memory": memory,
+                "grads": grads, "memory_peak": self.probe.peak(), "memory_breakdown": self.probe.breakdown(),
+                "max_memory_allocated": (torch.cuda.max_memory_allocated(self.dev) if self.dev.type == "cuda"
+                                         else None), "engine": "pipedream"}
 
 
+# ---------------------------------------------------------------------------------------------
+# process entries
+# ---------------------------------------------------------------------------------------------
 def _save(res: dict[str, Any], rank: int, outdir: str) -> None:
     tmp = os.path.join(outdir, f".rank{rank}.pt.tmp")
     torch.save(res, tmp)
@@ -470,18 +463,34 @@ def _setup(rank: int, cfg: RunConfig) -> None:
         torch.cuda.set_device(local)
 
 
+def _execute(rank: int, world: int, cfg: RunConfig) -> dict[str, Any]:
+    if cfg.engine == "torch" and not cfg.isolated:
+        from .torch_engine import run_torch_rank
+
+        return run_torch_rank(rank, world, cfg)
+    return PipeDreamRank(rank, cfg).execute()
+
+
+def spawn_entry(rank: int, world: int, cfg: RunConfig, outdir: str, addr: str, port: int) -> None:
+    """Target of ``torch.multiprocessing.start_processes``: init, execute, save ``rank{r}.pt``."""
+    os.environ["MASTER_ADDR"] = addr
+    os.environ["MASTER_PORT"] = str(port)
+    run_rank(rank, world, cfg, outdir, init_method=f"tcp://{addr}:{port}")
+
+
 def isolated_entry(_index: int, rank: int, cfg: RunConfig, outdir: str) -> None:
     """Target of ``start_processes`` for an isolated replay: device ``rank`` alone, no process group."""
     _setup(rank, cfg)
-    _save(execute(rank, cfg.plan.devices, cfg), rank, outdir)
+    _save(PipeDreamRank(rank, cfg).execute(), rank, outdir)
 
 
 def run_rank(rank: int, world: int, cfg: RunConfig, outdir: str, init_method: str = "env://") -> None:
+    """Join the process group, run this rank's share with the plan's engine, save ``rank{r}.pt``."""
     _setup(rank, cfg)
     dist.init_process_group(cfg.backend, init_method=init_method, rank=rank, world_size=world,
                             timeout=timedelta(seconds=cfg.timeout))
     try:
-        _save(execute(rank, world, cfg), rank, outdir)
+        _save(_execute(rank, world, cfg), rank, outdir)
         dist.barrier()
     finally:
         dist.destroy_process_group()

@@ -1,0 +1,475 @@
+"""Find the layers of any ``torch.nn.Module``: a chain of one-tensor-in, one-tensor-out modules.
+
+The profiler and the runtime work on a *chain*: layers that each take one
+tensor and return one tensor (docs/model.md, "Instance"). :func:`discover_layers`
+turns a model and an example batch into such a chain, the user writing no
+splitting code. It tries, in order:
+
+1. ``nn.Sequential`` (or a list of modules): the children, as they are;
+2. **repeated blocks**: the largest ``nn.ModuleList`` of modules of one class
+   that the forward calls one after the other (Hugging Face GPT-2's
+   ``transformer.h``, Llama's ``model.layers``, BERT's ``encoder.layer``).
+   One forward with hooks records what each block receives. The layers are
+   then: the *prologue* (the model's own forward, run until the first block:
+   embeddings, position ids, masks), one layer per block, and one per module
+   the forward calls after the last block (final norm, head), each of which
+   must take the previous one's output. A block's arguments other than the
+   hidden state (attention masks, position ids, rotary position embeddings)
+   are recorded once and carried by the block's wrapper as constant buffers;
+   they are refused if they change with the input's values, carry a gradient
+   or hold state (a key/value cache: pass ``use_cache=False``);
+3. otherwise a **traced graph** (``torch.fx``) split at the boundaries of the
+   model's top-level modules; where more than one tensor would cross a boundary
+   (a skip connection), the two sides are merged.
+
+Whatever the route, the chain is checked against the model: run one after the
+other on the example batch it must give the model's loss (or output) to
+rounding, else discovery fails and says where.
+
+Shared (tied) parameters, such as GPT-2's token embedding and LM head, are
+found by identity: :attr:`Layers.tied` lists, per shared parameter, the
+layer that owns it (the first to use it), every layer that uses it and its
+bytes (the profile's ``tied`` metadata, docs/model.md "Tied parameters").
+
+>>> import torch
+>>> from torch import nn
+>>> class Net(nn.Module):
+...     def __init__(self):
+...         super().__init__()
+...         self.a, self.b = nn.Linear(4, 8), nn.Linear(8, 2)
+...     def forward(self, x):
+...         return self.b(torch.relu(self.a(x)))
+>>> found = discover_layers(Net(), torch.zeros(3, 4))
+>>> found.how, found.names
+('traced graph', ('a', 'b'))
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Sequence
+
+import torch
+import torch.utils._pytree as pytree
+from torch import nn
+
+from .wrappers import (DiscoveryError, Prologue, RebuiltLoss, RecordedCall, Slot, Stop, describe, prune,
+                       tensor_leaves)
+
+__all__ = ["Tie", "Layers", "DiscoveryError", "discover_layers", "find_ties"]
+
+
+@dataclass(frozen=True)
+class Tie:
+    """A parameter used by several layers: ``owner`` (the first of ``layers``) counts its ``bytes``."""
+
+    owner: str
+    layers: tuple[str, ...]
+    bytes: int
+    parameter: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"owner": self.owner, "layers": list(self.layers), "bytes": self.bytes, "parameter": self.parameter}
+
+
+@dataclass(frozen=True)
+class Layers:
+    """A model as a chain: ``modules[i]`` (named ``names[i]``) maps one tensor to one tensor.
+
+    ``input`` is the first layer's input (from the example batch), ``loss(output, target)`` the
+    loss of the last layer's output (None without one), ``parameter_names[i]`` maps each of
+    layer ``i``'s own parameter names to the model's name for it (``model.named_parameters()``),
+    ``tied`` the shared parameters, ``how`` the route that found the layers.
+    """
+
+    modules: tuple[nn.Module, ...]
+    names: tuple[str, ...]
+    input: torch.Tensor
+    how: str
+    parameter_names: tuple[dict[str, str], ...]
+    tied: tuple[Tie, ...] = ()
+    loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None
+
+    def __len__(self) -> int:
+        return len(self.modules)
+
+
+# ---------------------------------------------------------------------------------------------
+# helpers
+# ---------------------------------------------------------------------------------------------
+def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a is b or (a.shape == b.shape and a.dtype == b.dtype and bool(torch.equal(a.detach(), b.detach())))
+
+
+def _split_inputs(example_inputs: Any) -> tuple[tuple, dict]:
+    if isinstance(example_inputs, torch.Tensor):
+        return (example_inputs,), {}
+    if isinstance(example_inputs, Mapping):
+        return (), dict(example_inputs)
+    if isinstance(example_inputs, (tuple, list)):
+        return tuple(example_inputs), {}
+    raise DiscoveryError(f"example inputs must be a tensor, a tuple or a dict of them, got {describe(example_inputs)}")
+
+
+def _with_slot(args: tuple, kwargs: dict, x: torch.Tensor) -> tuple[tuple, dict]:
+    """(args, kwargs) with the leaf that *is* ``x`` replaced by a slot."""
+    slot = Slot()
+    leaves, spec = pytree.tree_flatten((args, kwargs))
+    hits = [i for i, l in enumerate(leaves) if l is x]
+    if len(hits) != 1:
+        raise DiscoveryError(f"the chain's input appears {len(hits)} times in a recorded call (expected once)")
+    leaves[hits[0]] = slot
+    return pytree.tree_unflatten(leaves, spec)
+
+
+def _chain_input(args: tuple, kwargs: dict) -> torch.Tensor:
+    leaves = tensor_leaves((args, kwargs))
+    if not leaves:
+        raise DiscoveryError("the example inputs hold no tensor")
+    return leaves[0]
+
+
+def find_ties(modules: Sequence[nn.Module], names: Sequence[str], model: nn.Module | None = None) -> tuple[Tie, ...]:
+    """Parameters used by more than one layer (by identity), in order of their owner.
+
+    >>> lin = nn.Linear(2, 2, bias=False)
+    >>> [t.to_dict() for t in find_ties([lin, nn.Sequential(lin)], ["a", "b"])]
+    [{'owner': 'a', 'layers': ['a', 'b'], 'bytes': 16, 'parameter': 'a.weight'}]
+    """
+    canonical = {id(p): n for n, p in model.named_parameters()} if model is not None else {}
+    users: dict[int, list[int]] = {}
+    first: dict[int, tuple[str, torch.Tensor]] = {}
+    for i, m in enumerate(modules):
+        for n, p in m.named_parameters():
+            users.setdefault(id(p), [])
+            if i not in users[id(p)]:
+                users[id(p)].append(i)
+            first.setdefault(id(p), (canonical.get(id(p), f"{names[i]}.{n}"), p))
+    ties: list[Tie] = []
+    for key, idx in users.items():
+        if len(idx) < 2:
+            continue
+        name, p = first[key]
+        ties.append(Tie(names[idx[0]], tuple(names[i] for i in idx), p.numel() * p.element_size(), name))
+    return tuple(ties)
+
+
+def _parameter_names(modules: Sequence[nn.Module], names: Sequence[str], model: nn.Module | None) -> tuple[dict, ...]:
+    canonical = {id(p): n for n, p in model.named_parameters()} if model is not None else {}
+    return tuple({n: canonical.get(id(p), f"{names[i]}.{n}") for n, p in m.named_parameters()}
+                 for i, m in enumerate(modules))
+
+
+def _finish(model: nn.Module | None, modules: list[nn.Module], names: list[str], x: torch.Tensor, how: str,
+            loss: Callable | None) -> Layers:
+    if len(set(names)) != len(names):
+        raise DiscoveryError(f"layer names are not unique: {names}")
+    return Layers(tuple(modules), tuple(names), x, how, _parameter_names(modules, names, model),
+                  find_ties(modules, names, model), loss)
+
+
+# ---------------------------------------------------------------------------------------------
+# route 2: repeated blocks
+# ---------------------------------------------------------------------------------------------
+def _block_list(model: nn.Module) -> tuple[str, nn.ModuleList] | None:
+    """The ``nn.ModuleList`` of >= 2 modules of one class with the most parameters (None if none)."""
+    best: tuple[int, str, nn.ModuleList] | None = None
+    for path, m in model.named_modules():
+        if not path or not isinstance(m, nn.ModuleList) or len(m) < 2:
+            continue
+        if len({type(c) for c in m}) != 1:
+            continue
+        size = sum(p.numel() for p in m.parameters())
+        if best is None or size > best[0]:
+            best = (size, path, m)
+    return None if best is None else (best[1], best[2])
+
+
+@dataclass
+class _CallRec:
+    """One module call seen by the hooks: its path, arguments, output and when it started and ended."""
+
+    path: str
+    args: tuple
+    kwargs: dict
+    output: Any
+    start: int
+    end: int
+
+
+@dataclass
+class _Recorded:
+    """One forward of the model with hooks: every module call (in the order they ended), the output."""
+
+    calls: list[_CallRec]
+    output: Any
+
+    def block_calls(self, block_path: str, n: int) -> list[_CallRec]:
+        names = {f"{block_path}.{i}" for i in range(n)}
+        return [c for c in self.calls if c.path in names]
+
+    def outermost(self, calls: list[_CallRec]) -> list[_CallRec]:
+        """The calls not nested in another of ``calls``, in the order they started."""
+        return sorted((c for c in calls if not any(o.start < c.start and c.end < o.end for o in calls)),
+                      key=lambda c: c.start)
+
+
+def _record(model: nn.Module, args: tuple, kwargs: dict) -> _Recorded:
+    paths = {m: p for p, m in model.named_modules(remove_duplicate=False) if p}
+    calls: list[_CallRec] = []
+    clock = [0]
+    started: list[int] = []
+    handles = []
+
+    def pre(m: nn.Module, a: tuple, k: dict) -> None:
+        clock[0] += 1
+        started.append(clock[0])
+
+    def post(m: nn.Module, a: tuple, k: dict, out: Any) -> None:
+        clock[0] += 1
+        calls.append(_CallRec(paths[m], a, k, out, started.pop(), clock[0]))
+
+    for m in paths:
+        handles.append(m.register_forward_pre_hook(pre, with_kwargs=True))
+        handles.append(m.register_forward_hook(post, with_kwargs=True))
+    try:
+        out = model(*args, **kwargs)
+    finally:
+        for h in handles:
+            h.remove()
+    return _Recorded(calls, out)
+
+
+def _check_block_args(path: str, a: tuple, k: dict, pos: int | str, other: tuple[tuple, dict]) -> None:
+    """A block's arguments other than the hidden state must be constants: tensors without gradient
+    that do not change with the input, or plain values."""
+    named = [(f"argument {i}", v) for i, v in enumerate(a) if i != pos] + [(repr(n), v) for n, v in k.items() if n != pos]
+    named_other = [v for i, v in enumerate(other[0]) if i != pos] + [v for n, v in other[1].items() if n != pos]
+    for (what, v), w in zip(named, named_other):
+        for leaf, leaf2 in zip(pytree.tree_leaves(v), pytree.tree_leaves(w)):
+            if isinstance(leaf, torch.Tensor):
+                if leaf.requires_grad:
+                    raise DiscoveryError(f"block {path!r}: {what} carries a gradient (it is computed from "
+                                         "parameters); such an argument cannot be carried as a constant")
+                if not _same(leaf, leaf2):
+                    raise DiscoveryError(f"block {path!r}: {what} changes with the input's values; only the "
+                                         "hidden state may depend on the batch")
+            elif not (leaf is None or isinstance(leaf, (bool, int, float, str, torch.dtype, torch.device))):
+                raise DiscoveryError(f"block {path!r}: {what} is {describe(leaf)}, state the blocks share "
+                                     "(a key/value cache? build the model with use_cache=False)")
+
+
+def _blocks_route(model: nn.Module, args: tuple, kwargs: dict, loss: Callable | None, target: Any) -> Layers:
+    found = _block_list(model)
+    if found is None:
+        raise DiscoveryError("no nn.ModuleList of repeated blocks")
+    block_path, blocks = found
+    x = _chain_input(args, kwargs)
+    rec = _seeded(_record, model, args, kwargs)
+    calls = rec.block_calls(block_path, len(blocks))
+    if len(calls) != len(blocks) or [c.path for c in calls] != [f"{block_path}.{i}" for i in range(len(blocks))]:
+        raise DiscoveryError(f"{block_path!r} holds {len(blocks)} blocks but the forward called "
+                             f"{[c.path for c in calls]} (each must run once, in order)")
+    pos = _hidden_position(calls[0])
+    # the same forward on a batch with other values: the blocks' other arguments must not change
+    x2 = x + torch.randn_like(x) if x.is_floating_point() else (x + 1) % (int(x.max()) + 1)  # ids stay in range
+    leaves, spec = pytree.tree_flatten((args, kwargs))
+    args2, kwargs2 = pytree.tree_unflatten([x2 if l is x else l for l in leaves], spec)
+    calls2 = _seeded(_record, model, args2, kwargs2).block_calls(block_path, len(blocks))
+    modules: list[nn.Module] = []
+    names: list[str] = []
+    prev = None
+    for c, c2 in zip(calls, calls2):
+        _check_block_args(c.path, c.args, c.kwargs, pos, (c2.args, c2.kwargs))
+        h = c.kwargs[pos] if isinstance(pos, str) else c.args[pos]
+        if prev is not None and not _same(h, prev):
+            raise DiscoveryError(f"block {c.path!r} does not receive the previous block's output as its argument "
+                                 f"{pos!r}: the model does more between blocks than pass it on")
+        outs = tensor_leaves(c.output)
+        if not outs:
+            raise DiscoveryError(f"block {c.path!r} returned {describe(c.output)}, no tensor")
+        modules.append(RecordedCall(blocks[int(c.path.rsplit('.', 1)[1])], *_with_slot(c.args, c.kwargs, h), pick=0))
+        names.append(c.path)
+        prev = outs[0]
+    # the prologue: the modules that ran before block 0, in a pruned copy of the model
+    before = rec.outermost([c for c in rec.calls if c.end < calls[0].start])
+    keep = {c.path for c in before}
+    skeleton = prune(model, keep, block_path, Stop(pos))
+    prologue = Prologue(skeleton, *_with_slot(args, kwargs, x))
+    # the epilogue: the outermost modules that ran after the last block, each fed the previous output
+    tail_names: list[str] = []
+    by_path = dict(model.named_modules())
+    for c in rec.outermost([c for c in rec.calls if c.start > calls[-1].end]):
+        inputs = tensor_leaves((c.args, c.kwargs))
+        if len(inputs) != 1 or not _same(inputs[0], prev):
+            raise DiscoveryError(f"module {c.path!r} after the last block is not fed the previous module's output "
+                                 f"alone (it received {', '.join(describe(v) for v in inputs) or 'no tensor'}): "
+                                 "the model computes between its final modules")
+        outs = tensor_leaves(c.output)
+        if len(outs) != 1:
+            raise DiscoveryError(f"module {c.path!r} returned {describe(c.output)}; a layer must return one tensor")
+        modules.append(RecordedCall(by_path[c.path], *_with_slot(c.args, c.kwargs, inputs[0]), pick=0))
+        tail_names.append(c.path)
+        prev = outs[0]
+    pro_name = _short("+".join(c.path for c in before) or "prologue")
+    all_names = [pro_name] + names + tail_names
+    return _finish(model, [prologue] + modules, all_names, x, f"blocks at {block_path}",
+                   _output_loss(rec.output, prev, loss, all_names[-1]))
+
+
+def _seeded(fn: Callable, *args: Any) -> Any:
+    """``fn(*args)`` with the random generators seeded (dropout draws the same masks) and then restored."""
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        return fn(*args)
+
+
+def _hidden_position(call: _CallRec) -> int | str:
+    """Where block 0 takes its hidden state: the first tensor argument shaped like its output."""
+    outs = tensor_leaves(call.output)
+    if not outs:
+        raise DiscoveryError(f"block {call.path!r} returned {describe(call.output)}, no tensor")
+    cands: list[int | str] = [i for i, v in enumerate(call.args)
+                              if isinstance(v, torch.Tensor) and v.shape == outs[0].shape]
+    cands += [n for n, v in call.kwargs.items() if isinstance(v, torch.Tensor) and v.shape == outs[0].shape]
+    if not cands:
+        raise DiscoveryError(f"block {call.path!r} received no tensor shaped like its output {tuple(outs[0].shape)}")
+    return cands[0]
+
+
+def _short(name: str, limit: int = 60) -> str:
+    return name if len(name) <= limit else name[: limit - 3] + "..."
+
+
+def _output_loss(output: Any, last: torch.Tensor, loss: Callable | None, last_name: str) -> Callable | None:
+    """The loss of the last layer's tensor: ``loss`` of the model's output rebuilt around it."""
+    if loss is None:
+        return None
+    if isinstance(output, torch.Tensor):
+        if not _same(output, last):
+            raise DiscoveryError(f"the model returns {describe(output)}, not the output of its last module "
+                                 f"{last_name!r}")
+        return loss
+    leaves, spec = pytree.tree_flatten(output)
+    hits = [i for i, l in enumerate(leaves) if isinstance(l, torch.Tensor) and _same(l, last)]
+    if not hits:
+        raise DiscoveryError(f"none of the model's outputs ({describe(output)}) is the output of its last "
+                             f"module {last_name!r}")
+    return RebuiltLoss(loss, spec, len(leaves), hits[0])
+
+
+# ---------------------------------------------------------------------------------------------
+# route 3: a traced graph cut at top-level modules
+# ---------------------------------------------------------------------------------------------
+def _traced_route(model: nn.Module, args: tuple, kwargs: dict, loss: Callable | None) -> Layers:
+    import torch.fx as fx
+    from torch.fx.passes.split_module import split_module
+
+    if len(args) != 1 or kwargs or not isinstance(args[0], torch.Tensor):
+        raise DiscoveryError("a model without nn.Sequential or repeated blocks must take one tensor to be traced")
+    try:
+        gm = fx.symbolic_trace(model)
+    except Exception as e:  # noqa: BLE001 - tracing fails in many ways; say which
+        raise DiscoveryError(f"torch.fx could not trace {type(model).__name__}: {type(e).__name__}: "
+                             f"{str(e).splitlines()[0] if str(e) else ''}") from None
+    nodes = list(gm.graph.nodes)
+    part: dict[fx.Node, int] = {}
+    tops: list[list[str]] = [[]]
+    current = None
+    for n in nodes:
+        if n.op == "call_module":
+            top = str(n.target).split(".")[0]
+            if current is not None and top != current:
+                tops.append([])
+            current = top
+            if top not in tops[-1]:
+                tops[-1].append(top)
+        if n.op not in ("placeholder", "output", "get_attr"):
+            part[n] = len(tops) - 1
+    for n in nodes:  # a get_attr belongs where it is first used
+        if n.op == "get_attr":
+            users = [part[u] for u in n.users if u in part]
+            part[n] = min(users) if users else 0
+    # merge parts across which more than one value is live
+    k = 0
+    while k < max(part.values(), default=0):
+        crossing = {n for n in nodes if (n.op == "placeholder" or part.get(n, -1) <= k) and n.op != "output"
+                    and any(u.op == "output" or part.get(u, -1) > k for u in n.users)}
+        if len(crossing) > 1:
+            for n in part:
+                if part[n] > k:
+                    part[n] -= 1
+            tops[k] += tops.pop(k + 1)
+        else:
+            k += 1
+    split = split_module(gm, model, lambda n: part[n])
+    subs = [(n, m) for n, m in split.named_children()]
+    names = ["+".join(t) if t else f"part{i}" for i, t in enumerate(tops)]
+    names = [_short(n) for n in names[: len(subs)]]
+    return _finish(model, [m for _, m in subs], names, args[0], "traced graph", loss)
+
+
+# ---------------------------------------------------------------------------------------------
+# entry point
+# ---------------------------------------------------------------------------------------------
+def discover_layers(model: nn.Module | Sequence[nn.Module], example_inputs: Any, loss: Callable | None = None,
+                    target: Any = None, *, verify: bool = True) -> Layers:
+    """The chain of ``model`` on ``example_inputs`` (see the module docstring for the routes).
+
+    ``loss(model_output, target)`` is the training loss; :attr:`Layers.loss` is the same loss of
+    the last layer's tensor. With ``verify`` the chain is run on the example batch and must give
+    the model's loss (or output) to rounding.
+    """
+    if isinstance(model, (list, tuple)):
+        mods = list(model)
+        for i, m in enumerate(mods):
+            if not isinstance(m, nn.Module):
+                raise TypeError(f"layer {i} is a {type(m).__name__}, not a torch.nn.Module")
+        x = example_inputs
+        return _finish(None, mods, [f"layer{i}" for i in range(len(mods))], x, "list", loss)
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    if isinstance(model, nn.Sequential):
+        named = list(model.named_children())
+        return _finish(model, [m for _, m in named], [n for n, _ in named], example_inputs, "sequential", loss)
+    args, kwargs = _split_inputs(example_inputs)
+    buffers = {n: b.detach().clone() for n, b in model.named_buffers()}  # discovery must not move BatchNorm stats
+    try:
+        errors = []
+        found = None
+        for route in ("blocks", "traced"):
+            try:
+                found = (_blocks_route(model, args, kwargs, loss, target) if route == "blocks"
+                         else _traced_route(model, args, kwargs, loss))
+                break
+            except DiscoveryError as e:
+                errors.append(f"{'repeated blocks' if route == 'blocks' else 'traced graph'}: {e}")
+        if found is None:
+            raise DiscoveryError(f"cannot split {type(model).__name__} into layers; " + "; ".join(errors))
+        if verify:
+            _verify(model, found, args, kwargs, loss, target)
+        return found
+    finally:
+        with torch.no_grad():
+            for n, b in model.named_buffers():
+                if n in buffers:
+                    b.copy_(buffers[n])
+
+
+def _verify(model: nn.Module, found: Layers, args: tuple, kwargs: dict, loss: Callable | None, target: Any) -> None:
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        out = model(*args, **kwargs)
+        want = loss(out, target) if loss is not None else tensor_leaves(out)[0]
+        torch.manual_seed(0)
+        h = found.input
+        for name, m in zip(found.names, found.modules):
+            h = m(h)
+            if not isinstance(h, torch.Tensor):
+                raise DiscoveryError(f"layer {name!r} returned {describe(h)}, not one tensor")
+        got = found.loss(h, target) if found.loss is not None else h
+    if want.shape != got.shape or not torch.allclose(got.detach().float(), want.detach().float(), rtol=1e-4,
+                                                     atol=1e-5):
+        raise DiscoveryError(f"the {len(found)} layers found ({found.how}) run one after the other do not give the "
+                             f"model's {'loss' if loss is not None else 'output'}: the model's forward does "
+                             "something the layers leave out")

@@ -1,0 +1,167 @@
+"""Wrappers that make any module's pieces one-tensor-in, one-tensor-out layers (used by :mod:`.discover`).
+
+* :class:`RecordedCall`: a module called as it was during one recorded forward, its other
+  arguments constants (buffers, so they move and cast with the layer), the layer's tensor in the
+  one slot where the recorded call had the hidden state; it returns one tensor of the output;
+* :class:`Prologue`: the model's own forward on a pruned copy of the model (:func:`prune`),
+  stopped at the first block (:class:`Stop`): what runs before the blocks, as one layer;
+* :class:`RebuiltLoss`: the user's ``loss(model_output, target)`` of the last layer's tensor, the
+  model's output structure rebuilt around it.
+
+>>> import torch
+>>> lin = torch.nn.Linear(3, 2)
+>>> call = RecordedCall(lin, (Slot(),), {})
+>>> call(torch.zeros(4, 3)).shape
+torch.Size([4, 2])
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, Callable
+
+import torch
+import torch.utils._pytree as pytree
+from torch import nn
+
+__all__ = ["DiscoveryError", "Slot", "RecordedCall", "Stop", "Absent", "Prologue", "RebuiltLoss", "prune",
+           "tensor_leaves", "describe"]
+
+
+class DiscoveryError(ValueError):
+    """The model cannot be cut into a chain; the message says which module and what it did."""
+
+
+def tensor_leaves(x: Any) -> list[torch.Tensor]:
+    """The tensors in a nested structure, in order.
+
+    >>> len(tensor_leaves((torch.zeros(1), {"a": torch.ones(2)}, 3)))
+    2
+    """
+    return [l for l in pytree.tree_leaves(x) if isinstance(l, torch.Tensor)]
+
+
+def describe(x: Any) -> str:
+    """A value as a message names it.
+
+    >>> describe(torch.zeros(2, 3, dtype=torch.int64))
+    'a int64 tensor of shape (2, 3)'
+    """
+    if isinstance(x, torch.Tensor):
+        return f"a {str(x.dtype).replace('torch.', '')} tensor of shape {tuple(x.shape)}"
+    return f"a {type(x).__name__}"
+
+
+class Slot:
+    """Where the wrapper's tensor goes in a recorded call (a pytree leaf)."""
+
+    def __repr__(self) -> str:
+        return "<input>"
+
+
+_CONST = object()  # marks a recorded tensor, kept as a buffer
+
+
+class RecordedCall(nn.Module):
+    """Calls ``target`` with a recorded (args, kwargs) whose one ``Slot`` leaf is the input; the other
+    tensors are constant buffers (moved and cast with the module). Returns the output's leaf ``pick``."""
+
+    def __init__(self, target: nn.Module, args: tuple, kwargs: dict, pick: int | None = 0) -> None:
+        super().__init__()
+        self.target = target
+        leaves, self._spec = pytree.tree_flatten((args, kwargs))
+        self._kinds: list[Any] = []
+        for i, leaf in enumerate(leaves):
+            if isinstance(leaf, torch.Tensor):
+                self.register_buffer(f"_const{i}", leaf.detach(), persistent=False)
+                self._kinds.append(_CONST)
+            else:
+                self._kinds.append(leaf)
+        self._pick = pick
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        leaves = [x if isinstance(k, Slot) else (getattr(self, f"_const{i}") if k is _CONST else k)
+                  for i, k in enumerate(self._kinds)]
+        args, kwargs = pytree.tree_unflatten(leaves, self._spec)
+        out = self.target(*args, **kwargs)
+        return out if self._pick is None else tensor_leaves(out)[self._pick]
+
+
+class _Reached(Exception):
+    """Raised by :class:`Stop` to end the prologue's forward at the first block."""
+
+    def __init__(self, hidden: torch.Tensor) -> None:
+        super().__init__("first block reached")
+        self.hidden = hidden
+
+
+class Stop(nn.Module):
+    """Stands for the blocks in the prologue's copy of the model: ends its forward with the hidden state."""
+
+    def __init__(self, where: int | str) -> None:
+        super().__init__()
+        self.where = where
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        raise _Reached(kwargs[self.where] if isinstance(self.where, str) else args[self.where])
+
+
+class Absent(nn.Module):
+    """A module the prologue does not run (it lives in later layers); calling it is an error."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__()
+        self.path = path
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        raise DiscoveryError(f"the prologue (the model's forward before its first block) called {self.path!r}, "
+                             "which it did not call while the layers were discovered")
+
+
+class Prologue(nn.Module):
+    """The model's own forward on a pruned copy of it, ended at the first block (see :class:`Stop`)."""
+
+    def __init__(self, skeleton: nn.Module, args: tuple, kwargs: dict) -> None:
+        super().__init__()
+        self.call = RecordedCall(skeleton, args, kwargs, pick=None)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        try:
+            self.call(x)
+        except _Reached as r:
+            return r.hidden
+        raise DiscoveryError("the prologue's forward returned without reaching the first block")
+
+
+def prune(model: nn.Module, keep: set[str], block_path: str, stop: nn.Module) -> nn.Module:
+    """A copy of ``model`` sharing the modules in ``keep`` (and their parameters), the block list
+    replaced by ``stop`` modules and every other module by :class:`Absent`."""
+    ancestors = {block_path.rsplit(".", i)[0] for i in range(1, block_path.count(".") + 1)} | {""}
+
+    def rebuild(m: nn.Module, path: str) -> nn.Module:
+        if path == block_path:
+            return nn.ModuleList([stop] * len(m))
+        if path in keep and path not in ancestors:
+            return m
+        if path not in ancestors:
+            return Absent(path)
+        new = copy.copy(m)
+        new.__dict__ = {k: (v.copy() if isinstance(v, dict) else v) for k, v in m.__dict__.items()}
+        new._modules = {n: (rebuild(c, f"{path}.{n}" if path else n) if c is not None else None)
+                        for n, c in m._modules.items()}
+        return new
+
+    return rebuild(model, "")
+
+
+class RebuiltLoss:
+    """``loss(output, target)`` where ``output`` is the model's output structure with the last layer's
+    tensor in its place and ``None`` for every other leaf."""
+
+    def __init__(self, loss: Callable, spec: Any, n: int, at: int) -> None:
+        self.loss, self.spec, self.n, self.at = loss, spec, n, at
+
+    def __call__(self, t: torch.Tensor, target: Any) -> torch.Tensor:
+        leaves: list[Any] = [None] * self.n
+        leaves[self.at] = t
+        return self.loss(pytree.tree_unflatten(leaves, self.spec), target)

@@ -1,0 +1,277 @@
+"""What every rank does whichever engine runs its program: its layers, optimizer, clock and memory probe.
+
+A rank (one process per device of the plan) builds the whole model from the
+workload (same seed everywhere, so the copies agree), finds its layers
+(:meth:`~workbench.runtime.engine.Workload.layers`), keeps those of its own
+stages (:class:`RankModel`), learns every layer's output shape with a dry
+forward, and then lets an engine run the program: torch's pipeline engine
+(:mod:`~workbench.runtime.torch_engine`) or the PipeDream fallback
+(:mod:`~workbench.runtime.worker`). Both use the pieces here:
+
+* :func:`make_optimizer`: ``none``, ``sgd``, ``momentum`` (0.9), ``adam`` or
+  ``adamw``, a real ``torch.optim`` optimizer, by default with a learning rate
+  of 0 (gradients stay comparable with one process; the optimizer still
+  allocates its state and runs its step). Gradient buffers stay allocated
+  between steps (``zero_grad(set_to_none=False)``);
+* :class:`Recorder`: the start and end of every operation (``time.perf_counter``
+  from a common origin, CUDA events on a GPU) and the CPU time of each F/B;
+* :class:`MemoryProbe`: the allocator-level memory of the rank, not the
+  profiler's saved-tensor count: on CPU ``torch.distributed._tools.mem_tracker.MemTracker``
+  (parameters, buffers, gradients, activations, temporaries, optimizer state,
+  other), on a GPU ``torch.cuda.memory_allocated`` / ``max_memory_allocated``.
+
+>>> make_optimizer("momentum", [torch.nn.Parameter(torch.zeros(2))]).defaults["momentum"]
+0.9
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Iterator, Sequence
+
+import torch
+from torch import nn
+
+__all__ = ["OPTIMIZERS", "make_optimizer", "RankModel", "Recorder", "MemoryProbe", "layer_output_shapes",
+           "chain_input"]
+
+OPTIMIZERS = ("none", "sgd", "momentum", "adam", "adamw")
+
+
+def make_optimizer(name: str, params: Sequence[torch.Tensor], lr: float = 0.0) -> torch.optim.Optimizer | None:
+    """The run's optimizer over ``params`` (None for ``"none"`` or no parameters)."""
+    if name not in OPTIMIZERS:
+        raise ValueError(f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {name!r}")
+    params = list(params)
+    if name == "none" or not params:
+        return None
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=lr)
+    if name == "momentum":
+        return torch.optim.SGD(params, lr=lr, momentum=0.9)
+    if name == "adam":
+        return torch.optim.Adam(params, lr=lr)
+    return torch.optim.AdamW(params, lr=lr)
+
+
+def chain_input(inputs: Any) -> torch.Tensor:
+    """The tensor that enters a chain: the inputs themselves, or their first tensor.
+
+    >>> chain_input({"ids": torch.zeros(2), "mask": torch.ones(2)}).tolist()
+    [0.0, 0.0]
+    """
+    if isinstance(inputs, torch.Tensor):
+        return inputs
+    import torch.utils._pytree as pytree
+
+    leaves = [l for l in pytree.tree_leaves(inputs) if isinstance(l, torch.Tensor)]
+    if not leaves:
+        raise ValueError("the inputs hold no tensor")
+    return leaves[0]
+
+
+def layer_output_shapes(modules: Sequence[nn.Module], x0: torch.Tensor) -> list[tuple[tuple[int, ...], torch.dtype]]:
+    """(shape, dtype) of every layer's output: a dry forward on the meta device (no arithmetic, no
+    memory), or on the CPU in eval mode without autograd where a layer cannot run on meta tensors.
+
+    >>> layer_output_shapes([nn.Linear(3, 5), nn.ReLU()], torch.zeros(2, 3))
+    [((2, 5), torch.float32), ((2, 5), torch.float32)]
+    """
+    import copy
+    import warnings
+
+    for where in ("meta", "cpu"):
+        shapes: list[tuple[tuple[int, ...], torch.dtype]] = []
+        try:
+            with torch.no_grad():
+                h = x0.to(where)
+                for m in modules:
+                    with warnings.catch_warnings():   # torch's pytree warns when a recorded call is copied
+                        warnings.simplefilter("ignore", FutureWarning)
+                        mm = copy.deepcopy(m).to(where) if where == "meta" else m
+                    was_training = mm.training
+                    mm.eval()
+                    h = mm(h)
+                    mm.train(was_training)
+                    shapes.append((tuple(h.shape), h.dtype))
+            return shapes
+        except (NotImplementedError, RuntimeError, TypeError, ValueError):
+            if where == "cpu":
+                raise
+    raise AssertionError("unreachable")
+
+
+@dataclass
+class RankModel:
+    """A rank's share of the model: per own stage an ``nn.Sequential`` of its layers, on ``device``.
+
+    ``names[s]`` maps the stage module's parameter names to the model's (for gradients), ``shapes``
+    the output (shape, dtype) of every layer of the whole chain, ``loss`` the last layer's loss.
+    """
+
+    stages: dict[int, nn.Sequential]
+    names: dict[int, dict[str, str]]
+    shapes: list[tuple[tuple[int, ...], torch.dtype]]
+    loss: Any
+    tied: tuple
+    layer_names: tuple[str, ...]
+
+    @classmethod
+    def build(cls, plan, workload, rank: int, device: torch.device) -> "RankModel":
+        layers = workload.layers()
+        if len(layers) != len(plan.assignment):
+            raise ValueError(f"the model has {len(layers)} layers, the plan {len(plan.assignment)}")
+        x0 = chain_input(workload.batch(0)[0])
+        shapes = layer_output_shapes(layers.modules, x0)
+        stages: dict[int, nn.Sequential] = {}
+        names: dict[int, dict[str, str]] = {}
+        for s, st in enumerate(plan.stages):
+            if st.device != rank:
+                continue
+            mods = [layers.modules[l].to(device) for l in range(st.first, st.last + 1)]
+            seq = nn.Sequential(*mods).train()
+            stages[s] = seq
+            canon: dict[str, str] = {}
+            for j, l in enumerate(range(st.first, st.last + 1)):
+                for n, full in layers.parameter_names[l].items():
+                    canon[f"{j}.{n}"] = full
+            names[s] = {n: canon[n] for n, _ in seq.named_parameters()}
+        return cls(stages, names, shapes, layers.loss, layers.tied, layers.names)
+
+    def parameters(self, s: int) -> dict[str, nn.Parameter]:
+        return dict(self.stages[s].named_parameters())
+
+
+class Recorder:
+    """Operation marks on a common clock: ``perf_counter`` on CPU, CUDA events on a GPU.
+
+    ``origin`` is the same instant on every rank (rank 0's ``perf_counter``, broadcast), so the
+    times of the ranks of one machine share one axis; ``rows()`` gives them in the trace's format.
+    """
+
+    def __init__(self, rank: int, cuda: bool, origin: float | None = None) -> None:
+        self.rank, self.cuda = rank, cuda
+        self.marks: list[tuple[str, int, int, Any, Any]] = []
+        self.cpu: list[tuple[int, int, str, int, float]] = []
+        if cuda:
+            self.base = torch.cuda.Event(enable_timing=True)
+            self.base.record()
+        self._base_perf = time.perf_counter()   # CLOCK_MONOTONIC: one axis for the processes of a machine
+        self.origin = self._base_perf if origin is None else origin
+
+    def now(self) -> Any:
+        if self.cuda:
+            e = torch.cuda.Event(enable_timing=True)
+            e.record()
+            return e
+        return time.perf_counter()
+
+    def seconds(self, mark: Any) -> float:
+        if self.cuda:
+            return self.base.elapsed_time(mark) / 1e3 + (self._base_perf - self.origin)
+        return mark - self.origin
+
+    @contextmanager
+    def op(self, kind: str, stage: int, batch: int) -> Iterator[None]:
+        c0 = time.thread_time()
+        t0 = self.now()
+        yield
+        t1 = self.now()
+        self.marks.append((kind, stage, batch, t0, t1))
+        if kind in ("F", "B"):
+            self.cpu.append((self.rank, stage, kind, batch, time.thread_time() - c0))
+
+    def add(self, kind: str, stage: int, batch: int, t0: Any, t1: Any) -> None:
+        self.marks.append((kind, stage, batch, t0, t1))
+
+    def rows(self, plan) -> list[tuple]:
+        out = []
+        for kind, s, i, a, b in self.marks:
+            st = plan.stages[s]
+            out.append((self.rank, s, st.first, st.last, kind, i, self.seconds(a), self.seconds(b)))
+        return out
+
+
+_RESIDENT = ("Parameter", "Buffer", "Gradient", "Optstate")
+
+
+class _NoModules:
+    """Stands for MemTracker's module tracker: no module hooks, never in a backward."""
+
+    is_bw = False
+    parents = {"Global"}
+
+    def register_user_hooks(self, *hooks: Any) -> None:
+        pass
+
+    def clear_user_hooks(self) -> None:
+        pass
+
+    def __enter__(self) -> "_NoModules":
+        return self
+
+    def __exit__(self, *args: Any) -> None:
+        pass
+
+
+class MemoryProbe:
+    """The rank's allocator-level memory (see the module docstring); ``None`` outside :meth:`tracking`.
+
+    On CPU, ``tracking(*state)`` runs ``MemTracker`` with ``track_external(*state)`` (the stage
+    modules with their gradients, the optimizer, receive buffers); :meth:`sample` returns
+    (activations, resident state, total) now, :meth:`peak` the peak total and :meth:`breakdown`
+    its parts (``Parameter``, ``Buffer``, ``Gradient``, ``Activation`` (everything made by the
+    forwards and backwards, temporaries included), ``Optstate``, ``Other`` (the receive buffers)).
+    """
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.cuda = device.type == "cuda"
+        self.tracker: Any = None
+
+    @contextmanager
+    def tracking(self, *state: Any) -> Iterator["MemoryProbe"]:
+        if self.cuda:
+            torch.cuda.synchronize(self.device)
+            torch.cuda.reset_peak_memory_stats(self.device)
+            yield self
+            torch.cuda.synchronize(self.device)
+            return
+        from torch.distributed._tools.mem_tracker import MemTracker
+
+        self.tracker = MemTracker()
+        # storages only: MemTracker's module tracker would attribute memory to modules, which the ranks
+        # do not need, and it misfiles weights swapped in by torch.func.functional_call as parameters
+        # and refuses torch.autograd.grad; without it, temporaries of a backward count as activations
+        self.tracker._mod_tracker = _NoModules()
+        self.tracker.track_external(*[s for s in state if s is not None])
+        with self.tracker:
+            yield self
+
+    def _snap(self, kind: str) -> dict[str, int]:
+        snap = self.tracker.get_tracker_snapshot(kind).get(self.device, {})
+        return {str(getattr(k, "value", k)): int(v) for k, v in snap.items()}
+
+    def sample(self) -> tuple[float, float, float]:
+        if self.cuda:
+            total = float(torch.cuda.memory_allocated(self.device))
+            return total, 0.0, total
+        snap = self._snap("current")
+        resident = float(sum(snap.get(k, 0) for k in _RESIDENT))
+        total = float(snap.get("Total", 0))
+        return total - resident, resident, total
+
+    def peak(self) -> float:
+        if self.cuda:
+            return float(torch.cuda.max_memory_allocated(self.device))
+        return float(self._snap("peak").get("Total", 0)) if self.tracker is not None else 0.0
+
+    def breakdown(self) -> dict[str, int]:
+        """The parts of the peak (CPU: MemTracker's categories; GPU: only ``Total``)."""
+        if self.cuda:
+            return {"Total": int(self.peak())}
+        if self.tracker is None:
+            return {}
+        return {k: v for k, v in self._snap("peak").items() if k != "Temp"}   # no module tracker: no Temp

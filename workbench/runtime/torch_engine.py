@@ -1,0 +1,257 @@
+"""Run a rank's program on ``torch.distributed.pipelining``: torch's stages, torch's schedule runtime.
+
+The plan is lowered to torch's schedule actions by the export
+(:func:`~workbench.runtime.export.programs_to_actions`: each device's
+operations in the plan's order, ``{stage}F{mb}`` / ``{stage}B{mb}``) and run
+by torch's ``_PipelineScheduleRuntime``, which adds the sends and receives
+itself, on one ``PipelineStage`` per stage of the rank (its layers as an
+``nn.Sequential``). A ``step()`` runs the plan's ``steps`` mini-batches as
+torch's micro-batches (mini-batch ``i`` of the plan is micro-batch ``i``),
+all with the same weights, then drains (a flush); the optimizer steps after it.
+
+Timing keeps the trace's format (:mod:`workbench.trace`): :class:`TimedStage`
+marks every forward (with the loss on the last stage, as the profiler counts
+it) and backward, and the time a send takes to post; :class:`TimedSchedule`
+marks the time a forward or backward waits for its message (``recv``).
+
+One run is three steps: a warm-up (untimed), the timed step (the trace and the
+gradients, checked against one process) and the memory step, the same actions
+under :class:`~workbench.runtime.rank.MemoryProbe`, whose samples after each
+F/B are placed at the times of the timed step's F/B.
+
+What a rank holds per stage in this engine (docs/model.md, "Runtime"): the
+stage's parameters and their gradient buffers, the optimizer's state, one
+receive buffer per micro-batch for the stage's input and one for the gradient
+of its output (torch preallocates them: ``_prepare_forward_infra``,
+``_setup_backward_recv_info``), and, from a micro-batch's forward until its
+backward, the stage's input and output and what autograd saved. Stage 0 holds
+the whole step's input (``steps`` mini-batches), the last stage the targets.
+
+Tied parameters (one ``nn.Parameter`` used by layers on several ranks, e.g. an
+embedding and an LM head): every rank holding it adds its gradient with the
+others' (``all_reduce`` in a group of those ranks) after the flush and before
+the optimizer step, so every copy takes the same step and stays tied
+(Megatron's treatment of shared embeddings). Stages of one rank share the
+parameter object itself.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.distributed.pipelining import PipelineStage
+from torch.distributed.pipelining import schedules as ts
+
+from .rank import MemoryProbe, RankModel, Recorder, chain_input, make_optimizer
+
+__all__ = ["TimedStage", "TimedSchedule", "run_torch_rank", "tie_groups"]
+
+
+class TimedStage(PipelineStage):
+    """torch's ``PipelineStage`` whose forwards, backwards and posted sends are timed (and memory sampled)."""
+
+    recorder: Recorder
+    probe: MemoryProbe | None = None
+    samples: list[tuple[float, float, float]]
+
+    def forward_one_chunk(self, fwd_chunk_id: int, args: Any, kwargs: Any = None, save_forward_output: bool = True):
+        t0 = self.recorder.now()
+        out = super().forward_one_chunk(fwd_chunk_id, args, kwargs, save_forward_output)
+        self.recorder.add("F", self.stage_index, fwd_chunk_id, t0, self.recorder.now())
+        if not self.is_last:
+            self._sample()
+        return out
+
+    def backward_one_chunk(self, bwd_chunk_id: int, loss=None, full_backward: bool = True,
+                           last_backward: bool = False):
+        with self.recorder.op("B", self.stage_index, bwd_chunk_id):
+            out = super().backward_one_chunk(bwd_chunk_id, loss=loss, full_backward=full_backward,
+                                             last_backward=last_backward)
+        self._sample()
+        return out
+
+    def get_fwd_send_ops(self, fwd_chunk_id: int):
+        with self.recorder.op("send", self.stage_index, fwd_chunk_id):
+            return super().get_fwd_send_ops(fwd_chunk_id)
+
+    def get_bwd_send_ops(self, bwd_chunk_id: int):
+        with self.recorder.op("send", self.stage_index, bwd_chunk_id):
+            return super().get_bwd_send_ops(bwd_chunk_id)
+
+    def _sample(self) -> None:
+        if self.probe is not None:
+            self.samples.append(self.probe.sample())
+
+
+class _TimedWait:
+    """The receives a forward or backward waits for, timed as one ``recv`` row."""
+
+    def __init__(self, works: list, recorder: Recorder, stage: int, batch: int) -> None:
+        self.works, self.recorder, self.stage, self.batch = works, recorder, stage, batch
+
+    def wait(self) -> None:
+        with self.recorder.op("recv", self.stage, self.batch):
+            for w in self.works:
+                w.wait()
+
+
+class _TimedRecvs(dict):
+    """``fwd_recv_ops`` / ``bwd_recv_ops`` of the schedule: what is popped is waited for with a mark."""
+
+    def __init__(self, recorder: Recorder) -> None:
+        super().__init__()
+        self.recorder = recorder
+
+    def pop(self, key, *default):
+        works = super().pop(key, *default)
+        return [_TimedWait(works, self.recorder, key[0], key[1])]
+
+
+class TimedSchedule(ts._PipelineScheduleRuntime):
+    """torch's schedule runtime with timed receives; the last stage's loss is part of its forward."""
+
+    def __init__(self, *args: Any, recorder: Recorder, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.recorder = recorder
+        self.fwd_recv_ops = _TimedRecvs(recorder)
+        self.bwd_recv_ops = _TimedRecvs(recorder)
+
+    def _maybe_compute_loss(self, stage, output, target_mbs, mb_index, loss_kwargs=None):
+        super()._maybe_compute_loss(stage, output, target_mbs, mb_index, loss_kwargs)
+        if stage.is_last and self.recorder.marks and self.recorder.marks[-1][0] == "F":
+            kind, s, i, t0, _ = self.recorder.marks.pop()
+            self.recorder.add(kind, s, i, t0, self.recorder.now())
+            stage._sample()
+
+
+def tie_groups(model: RankModel, plan, world: int) -> list[tuple[Any, list[torch.Tensor]]]:
+    """Per tie whose layers sit on several ranks: a process group of those ranks and this rank's copies.
+
+    Every rank creates every group (``dist.new_group`` is collective), in the order of the ties.
+    """
+    device_of = {}
+    for st in plan.stages:
+        for l in range(st.first, st.last + 1):
+            device_of[model.layer_names[l]] = st.device
+    groups = []
+    for t in model.tied:
+        ranks = sorted({device_of[n] for n in t.layers})
+        if len(ranks) < 2:
+            continue
+        group = dist.new_group(ranks)
+        mine = [p for s in model.stages for n, p in model.parameters(s).items() if model.names[s][n] == t.parameter]
+        groups.append((group, list({id(p): p for p in mine}.values())))
+    return groups
+
+
+def run_torch_rank(rank: int, world: int, cfg) -> dict[str, Any]:
+    """This rank's share of the run on torch's engine; the result dict of :func:`~workbench.runtime.worker.run_rank`."""
+    from .export import programs_to_actions
+
+    plan, steps = cfg.plan, cfg.steps
+    S = len(plan.stages)
+    cuda = cfg.device == "cuda"
+    dev = torch.device(f"cuda:{torch.cuda.current_device()}") if cuda else torch.device("cpu")
+    model = RankModel.build(plan, cfg.workload, rank, dev)
+    origin = torch.tensor([__import__("time").perf_counter()], dtype=torch.float64)
+    rec = Recorder(rank, cuda)
+    # torch's schedules want every rank of their group to hold a stage: devices without one stay out
+    active = sorted({st.device for st in plan.stages})
+    group = dist.new_group(active) if len(active) < world else None
+    stages = []
+    samples: list[tuple[float, float, float]] = []     # memory after each F/B, in the rank's order
+    for s, seq in model.stages.items():
+        st = plan.stages[s]
+        # example input and output (meta tensors: shapes only); requires_grad says a gradient flows back
+        x_in = (_meta(*model.shapes[st.first - 1]) if st.first > 0 else
+                chain_input(cfg.workload.batch(0)[0]).to("meta"))
+        stage = TimedStage(seq, s, S, dev, input_args=(x_in,), output_args=(_meta(*model.shapes[st.last]),),
+                           group=group)
+        stage.recorder, stage.samples = rec, samples
+        stages.append(stage)
+    params = [p for s in model.stages for p in model.stages[s].parameters()]
+    optimizer = make_optimizer(cfg.optimizer, list({id(p): p for p in params}.values()), cfg.lr)
+    ties = tie_groups(model, plan, world)
+    actions = {active.index(d): [ts._Action.from_str(a) for a in acts]           # keyed by rank in the group
+               for d, acts in programs_to_actions(cfg.programs, plan).items() if d in active}
+    schedule = None
+    if stages:
+        schedule = TimedSchedule(stages, steps, loss_fn=model.loss, scale_grads=False, recorder=rec)
+        schedule._prepare_schedule_with_comms(actions)
+    first, last = 0 in model.stages, (S - 1) in model.stages
+    batches = [cfg.workload.batch(i) for i in range(steps)] if (first or last) else []
+    x_all = torch.cat([chain_input(b[0]) for b in batches]).to(dev) if first else None
+    y_all = torch.cat([b[1] for b in batches]).to(dev) if last else None
+
+    def one_step() -> None:
+        if schedule is not None:
+            args = (x_all,) if first else ()
+            schedule.step(*args, target=y_all, losses=[] if last else None, return_outputs=False)
+        for group, copies in ties:
+            for p in copies:
+                if p.grad is None:
+                    p.grad = torch.zeros_like(p)
+                dist.all_reduce(p.grad, group=group)
+        if optimizer is not None:
+            optimizer.step()
+
+    def zero() -> None:
+        if optimizer is not None:
+            optimizer.zero_grad(set_to_none=False)
+        else:
+            for p in params:
+                if p.grad is not None:
+                    p.grad.zero_()
+
+    one_step()                                        # warm-up: allocations, kernel choice, optimizer state
+    zero()
+    if cfg.backend == "nccl":
+        origin = origin.to(dev)
+    dist.barrier()
+    dist.broadcast(origin, src=0)
+    rec.origin = float(origin.item())
+    rec.marks.clear()
+    rec.cpu.clear()
+    one_step()
+    if cuda:
+        torch.cuda.synchronize(dev)
+    grads = {model.names[s][n]: p.grad.detach().cpu().clone() if p.grad is not None else torch.zeros_like(p, device="cpu")
+             for s in model.stages for n, p in model.parameters(s).items()}
+    timed = list(rec.marks)
+    cpu_rows = list(rec.cpu)
+    zero()
+    probe = MemoryProbe(dev)
+    buffers = [t for stg in stages for t in _stage_buffers(stg)]
+    for stg in stages:
+        stg.probe = probe
+    dist.barrier()
+    with probe.tracking(*[model.stages[s] for s in model.stages], optimizer, *buffers):
+        one_step()
+    rec.marks[:] = timed
+    ends = sorted(rec.seconds(m[4]) for m in timed if m[0] in ("F", "B"))
+    memory = [(rank, t, a, w, tot) for t, (a, w, tot) in zip(ends, samples)]
+    return {"rank": rank, "ops": rec.rows(plan), "cpu": cpu_rows, "memory": memory, "grads": grads,
+            "memory_peak": probe.peak(), "memory_breakdown": probe.breakdown(),
+            "max_memory_allocated": torch.cuda.max_memory_allocated(dev) if cuda else None, "engine": "torch"}
+
+
+def _meta(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    return torch.empty(shape, dtype=dtype, device="meta").requires_grad_(dtype.is_floating_point)
+
+
+def _stage_buffers(stage: TimedStage) -> list[torch.Tensor]:
+    """The receive buffers torch preallocated for a stage (input activations and output gradients)."""
+    out = []
+    for infos in list(getattr(stage, "args_recv_info", {}).values()):
+        for info in infos:
+            b = getattr(info, "buffer", None)
+            if isinstance(b, torch.Tensor):
+                out.append(b)
+    for infos in list((getattr(stage, "grad_recv_info", None) or {}).values()):
+        for info in infos:
+            b = getattr(info, "buffer", None)
+            if isinstance(b, torch.Tensor):
+                out.append(b)
+    return out
