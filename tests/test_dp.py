@@ -244,13 +244,13 @@ def test_cli_dp_with_memory(tmp_path):
 
     _peer("vgg16")
     out = tmp_path / "p.json"
-    rc = main(["plan", "--profile", "pipedream/vgg16", "--devices", "4", "--memory", "8GiB", "--method", "dp",
+    rc = main(["plan", "--profile", "pipedream/vgg16", "--devices", "4", "--memory", "8GiB", "--method", "dp", "--memory-model", "paper",
                "--json", str(out)])
     import json
 
     d = json.loads(out.read_text())
     assert rc == 0 and d["status"] == "optimal" and max(d["memory"]) <= 8 * 2**30
-    rc = main(["plan", "--profile", "pipedream/vgg16", "--devices", "4", "--memory", "1GiB", "--method", "dp",
+    rc = main(["plan", "--profile", "pipedream/vgg16", "--devices", "4", "--memory", "1GiB", "--method", "dp", "--memory-model", "paper",
                "--json", str(out)])
     d = json.loads(out.read_text())
     assert rc != 0 and d["status"] == "infeasible"

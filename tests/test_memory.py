@@ -66,11 +66,12 @@ def test_a_stage_by_hand():
     assert stage_activation(t, 0, 1) == 12 + 2 + 6
     # stage 1..2 starts at l1: all it saves counts (its input is a copy received, not l0's storage)
     assert stage_activation(t, 1, 2) == 6 + 6
-    # static: parameters + gradients + 2 Adam states; stash: one parameter version per extra mini-batch
-    assert stage_memory(t, 0, 1, 3) == 3 * 20 + (30 + 30 + 2 * 30) + 2 * 30
+    # static: parameters + gradients + 2 Adam states; a receive buffer for the gradient of its output (6 B);
+    # stash: one parameter version per extra mini-batch
+    assert stage_memory(t, 0, 1, 3) == 3 * 20 + (30 + 30 + 2 * 30) + 6 + 2 * 30
     # excess: l0's backward (30) less l1's activations (2); l1's: max(9 + 4 - 4 - 2, 11); the step: 2 x 20 - 14 - 6
     assert stage_excess(t, 0, 1) == max(30 - 2, 11, 2 * 20 - 14 - 6)
-    assert device_memory(t, [(0, 1, 3)]) == 3 * 20 + 120 + 60 + 28
+    assert device_memory(t, [(0, 1, 3)]) == 3 * 20 + 120 + 6 + 60 + 28
 
 
 def test_two_implementations_agree_on_random_plans():

@@ -41,10 +41,10 @@ def mlp_bf16():
     return chain, wl, reference_gradients(wl, STEPS)
 
 
-def _plan(chain, devices, assignment, weights="stash"):
+def _plan(chain, devices, assignment, weights="stash", optimizer="adam"):
     from workbench.schedule import best_schedule
 
-    plan = best_schedule(chain, Platform(devices, weights=weights, memory_model="paper"), assignment)
+    plan = best_schedule(chain, Platform(devices, weights=weights, optimizer=optimizer), assignment)
     assert plan.feasible
     return plan
 
@@ -91,18 +91,27 @@ def _weight_bytes(wl, first, last):
 _STATE = {"none": 0, "sgd": 0, "momentum": 1, "adam": 2, "adamw": 2}   # optimizer state per parameter byte
 
 
-def _check_memory(res, plan, wl, optimizer="adam"):
-    """Allocator-level memory (MemTracker on CPU): per device its parameters and their gradient buffers
-    to the byte (counted from the model here), the optimizer's state, and a peak no smaller than
-    rule 7, which counts a part of what the allocator holds."""
+def _check_memory(res, plan, wl, chain, optimizer="adam", steps=STEPS):
+    """Allocator-level memory (MemTracker on CPU): per device its gradient buffers to the byte (counted
+    from the model here), its parameters (fewer where weight stashing moved the live weights to new
+    storage, which MemTracker files elsewhere), the optimizer's state, and a peak within 5 % (+ 8 KiB) of
+    the memory model's prediction (the plan's memory, plus what torch's engine preallocates)."""
+    from workbench.memory import torch_engine_extra
+
+    extra = (torch_engine_extra(chain, plan.stages, plan.devices, steps)
+             if res.meta["engine"] == "torch" else [0.0] * plan.devices)
     for d in range(plan.devices):
         w = sum(_weight_bytes(wl, st.first, st.last) for st in plan.stages if st.device == d)
         b = res.meta["memory_breakdown"][d]
-        assert b["Parameter"] == w and b["Gradient"] == w, (d, b, w)
+        assert b["Parameter"] <= w and b["Gradient"] == w, (d, b, w)
         assert b["Optstate"] >= _STATE[optimizer] * w
         if _STATE[optimizer] == 0:
             assert b["Optstate"] == 0
-        assert b["Total"] == res.meta["memory_peak"][d] >= plan.memory[d]
+        assert b["Total"] == res.meta["memory_peak"][d]
+        predicted = plan.memory[d] + extra[d]
+        # within 5 % of the prediction, give or take 8 KiB that only these tiny models notice (a receive
+        # posted one message ahead, index and loss tensors); benchmarks/memory.py checks real sizes
+        assert abs(b["Total"] - predicted) <= 0.05 * predicted + 8192, (d, predicted, b["Total"])
         mem = res.trace.memory[res.trace.memory["device"] == d]
         assert (mem["total"] <= b["Total"]).all() and (mem["total"] > 0).all()
 
@@ -142,13 +151,13 @@ def test_contiguous_two_processes(workload, tol, request):
     assert rel_err < tol, (abs_err, rel_err)
     _check_trace(res, plan, STEPS)
     assert res.meta["engine"] == "pipedream"         # periodic with weight stashing: the fallback engine
-    _check_memory(res, plan, wl)
-    # stash: the stage with k > 1 mini-batches in flight holds k weight copies besides the live weights
+    _check_memory(res, plan, wl, chain)
+    # stash: the stage with k > 1 mini-batches in flight holds k weight versions (k - 1 besides the live ones)
     st0 = plan.stages[0]
     w0 = _weight_bytes(wl, st0.first, st0.last)
     single = run_plan(plan, wl, STEPS, timeout=TIMEOUT, weights="single", engine="pipedream")
     extra = res.meta["memory_peak"][0] - single.meta["memory_peak"][0]
-    assert st0.in_flight * w0 <= extra <= st0.in_flight * w0 + res.meta["memory_breakdown"][0]["Activation"]
+    assert (st0.in_flight - 1) * w0 <= extra <= (st0.in_flight - 1) * w0 * 1.02
 
 
 def test_noncontiguous_device_with_two_stages(mlp):
@@ -158,18 +167,18 @@ def test_noncontiguous_device_with_two_stages(mlp):
     res = run_plan(plan, wl, STEPS, timeout=TIMEOUT)
     assert grad_error(res.grads, ref)[1] < 1e-6
     _check_trace(res, plan, STEPS)
-    _check_memory(res, plan, wl)
+    _check_memory(res, plan, wl, chain)
 
 
 def test_single_weight_version(mlp):
     chain, wl, ref = mlp
-    plan = _plan(chain, 2, [0, 0, 0, 1, 1], weights="single")
+    plan = _plan(chain, 2, [0, 0, 0, 1, 1], weights="single", optimizer="momentum")
     for engine in ("torch", "pipedream"):
         res = run_plan(plan, wl, STEPS, weights="single", timeout=TIMEOUT, engine=engine, optimizer="momentum")
         assert res.meta["engine"] == engine
         assert grad_error(res.grads, ref)[1] < 1e-6
         _check_trace(res, plan, STEPS)
-        _check_memory(res, plan, wl, "momentum")
+        _check_memory(res, plan, wl, chain, "momentum")
 
 
 def test_four_processes_tiny_gpt():
@@ -184,7 +193,7 @@ def test_four_processes_tiny_gpt():
     res = run_plan(plan, wl, steps, timeout=TIMEOUT)
     assert grad_error(res.grads, reference_gradients(wl, steps))[1] < 1e-6
     _check_trace(res, plan, steps)
-    _check_memory(res, plan, wl)
+    _check_memory(res, plan, wl, chain, steps=steps)
 
 
 def test_stashed_versions_with_learning_rate(mlp):
@@ -340,7 +349,7 @@ def test_bf16_four_processes_tiny_gpt():
     res = run_plan(plan, wl, steps, timeout=TIMEOUT)
     assert grad_error(res.grads, reference_gradients(wl, steps))[1] <= grad_tolerance("bfloat16")
     _check_trace(res, plan, steps)
-    _check_memory(res, plan, wl)
+    _check_memory(res, plan, wl, chain, steps=steps)
 
 
 def test_run_command_runs_in_the_profiles_dtype(tmp_path, mlp_bf16):

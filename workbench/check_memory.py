@@ -90,7 +90,9 @@ def _full_device(chain: Chain, platform: Platform, stages: Sequence[tuple[int, i
             if precision == "bf16-mixed":
                 static += widen * c["weights"] + widen * c["grad"]
         stash = sum(c["weights"] for c in cols) if platform.weights == "stash" else 0.0
-        resident += k * A + static + (k - 1) * stash
+        # a receive buffer for the activation arriving at the stage and one for the gradient coming back
+        buffers = (cols[0]["in"] if first > 0 else 0.0) + (chain.cut(last) if last < last_layer else 0.0)
+        resident += k * A + static + buffers + (k - 1) * stash
         # the excess of this stage's operations over its resident state
         for i, c in enumerate(cols):
             peak = max(c["forward_peak"] + c["in"] - c["saved_input"] - acts[i], c["backward_peak"])
@@ -99,7 +101,8 @@ def _full_device(chain: Chain, platform: Platform, stages: Sequence[tuple[int, i
             step = _FOREACH_TEMPS[opt] * widen * sum(c["weights"] for c in cols)
         else:
             step = _LOOP_TEMPS[opt] * widen * max(c["max_param"] for c in cols)
-        worst = max(worst, step - sum(acts) - tail)
+        grad_in = cols[0]["in"] if first > 0 else 0.0          # the input gradient waits to be sent
+        worst = max(worst, step - sum(acts) - tail + grad_in)
     return resident + worst + float(chain.meta.get("runtime_bytes", 0.0) or 0.0)
 
 

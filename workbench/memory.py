@@ -22,6 +22,9 @@ input for l = 0, else the cut before it) and ``out_l`` the cut after it:
   optimizer state (+ an fp32 master copy of the parameters and of their
   gradients under ``bf16-mixed``); ``stash[l]``: one more parameter version
   per extra in-flight mini-batch under weight stashing.
+* ``buf_in[l] = in_l`` (l > 0) and ``buf_out[l] = out_l``: a receive buffer for
+  the activation arriving when l starts a stage and one for the gradient
+  arriving when l ends one (a stage's neighbours are on other devices).
 * ``peak[l] = max(forward_peak_l + in_l - saved_input_l - act_l,
   backward_peak_l)``: how far the layer's forward or backward climbs above
   the state that counts its mini-batch's activations in full.
@@ -31,12 +34,13 @@ input for l = 0, else the cut before it) and ``out_l`` the cut after it:
   is ``foreach``, as on GPUs).
 
 **A stage** ``i..j`` with k mini-batches in flight holds
-``k A + static + (k - 1) stash`` with ``A = sum act + head_i + tail_j``,
+``k A + static + buf_in_i + buf_out_j + (k - 1) stash`` with ``A = sum act + head_i + tail_j``,
 and climbs above that by its *excess*
-``E = max(0, max_l (peak_l - sum_{m=l+1..j} act_m), step - sum act - tail_j)``:
+``E = max(0, max_l (peak_l - sum_{m=l+1..j} act_m), step - sum act - tail_j + in_i)``:
 while layer l runs, the stage's layers after l hold nothing of this
 mini-batch yet (forward) or any more (backward), and the step runs after the
-mini-batch's activations are freed. **A device** holds the sum over its
+mini-batch's activations are freed, while its input gradient (in_i, for
+i > 0) waits to be sent. **A device** holds the sum over its
 stages, plus the largest excess of its stages (one operation runs at a
 time), plus a runtime constant (0 on CPU; the profile's ``runtime_bytes``).
 The excess and the constant do not depend on the in-flight counts, so for a
@@ -75,7 +79,7 @@ __all__ = [
     "OPTIMIZER_STATES", "PRECISIONS", "MEMORY_MODELS", "ESTIMATES", "LayerTerms", "layer_terms",
     "stage_activation", "stage_memory", "stage_excess", "stage_op_excess", "stage_step", "device_memory", "device_extra", "device_budget",
     "plan_memory", "memory_breakdown", "BandTerms", "band_terms", "estimate_note", "validate_setup",
-    "merged_memory_columns", "suffix_terms", "square_terms", "linear_terms", "LinearTerms",
+    "merged_memory_columns", "suffix_terms", "square_terms", "linear_terms", "LinearTerms", "torch_engine_extra",
 ]
 
 #: optimizer -> state tensors per parameter (none: no optimizer state; sgd: plain SGD)
@@ -138,6 +142,8 @@ class LayerTerms:
     act: np.ndarray
     head: np.ndarray
     tail: np.ndarray
+    buf_in: np.ndarray
+    buf_out: np.ndarray
     static: np.ndarray
     stash: np.ndarray
     peak: np.ndarray
@@ -155,7 +161,8 @@ class LayerTerms:
         object.__setattr__(self, "p_stash", z(self.stash))
         object.__setattr__(self, "p_step", z(self.step))
         object.__setattr__(self, "_lists", (self.p_act.tolist(), self.p_static.tolist(), self.p_stash.tolist(),
-                                            self.head.tolist(), self.tail.tolist()))
+                                            self.head.tolist(), self.tail.tolist(), self.buf_in.tolist(),
+                                            self.buf_out.tolist()))
 
     def __len__(self) -> int:
         return len(self.act)
@@ -200,8 +207,8 @@ def _paper_terms(chain: Chain, platform: Platform) -> LayerTerms:
     W = chain.weights
     phiW = platform.weight_factor * W
     parts = {"weights": phiW}
-    return LayerTerms(chain.saved_array.astype(float), zero, zero, phiW, W * (1.0 if platform.stash else 0.0),
-                      zero, zero, False, 0.0, (), "paper", parts)
+    return LayerTerms(chain.saved_array.astype(float), zero, zero, zero, zero, phiW,
+                      W * (1.0 if platform.stash else 0.0), zero, zero, False, 0.0, (), "paper", parts)
 
 
 def _full_terms(chain: Chain, platform: Platform) -> LayerTerms:
@@ -231,8 +238,12 @@ def _full_terms(chain: Chain, platform: Platform) -> LayerTerms:
         step = _STEP_TEMPS[platform.optimizer] * wide * cols["max_param_bytes"]
     const = float(chain.meta.get("runtime_bytes", 0.0) or 0.0)
     parts = {"parameters": W, "gradients": G, "master": master, "optimizer": optimizer, "precision": precision}
-    return LayerTerms(act, head, tail, static, W * (1.0 if platform.stash else 0.0), np.maximum(peak, 0.0),
-                      step, foreach, const, missing, "full", parts)
+    # one receive buffer for the activation coming in and one for the gradient coming back, at every
+    # stage boundary (the neighbouring stage is on another device, by definition of a stage)
+    buf_in = np.concatenate([[0.0], chain.cuts[:-1]])
+    buf_out = chain.cuts.copy()
+    return LayerTerms(act, head, tail, buf_in, buf_out, static, W * (1.0 if platform.stash else 0.0),
+                      np.maximum(peak, 0.0), step, foreach, const, missing, "full", parts)
 
 
 def layer_terms(chain: Chain, platform: Platform) -> LayerTerms:
@@ -255,16 +266,17 @@ def layer_terms(chain: Chain, platform: Platform) -> LayerTerms:
 # ----------------------------------------------------------------------------
 def stage_activation(t: LayerTerms, first: int, last: int) -> float:
     """A = activation bytes one in-flight mini-batch holds on stage ``first..last``."""
-    pa, _, _, head, tail = t._lists
+    pa, _, _, head, tail, _, _ = t._lists
     return pa[last + 1] - pa[first] + head[first] + tail[last]
 
 
 def stage_memory(t: LayerTerms, first: int, last: int, k: int) -> float:
-    """Resident bytes of stage ``first..last`` with k mini-batches in flight: ``k A + static + (k-1) stash``."""
-    pa, ps, pw, head, tail = t._lists
+    """Resident bytes of stage ``first..last`` with k mini-batches in flight:
+    ``k A + static + buffers + (k-1) stash`` (buffers: its two receive buffers)."""
+    pa, ps, pw, head, tail, bi, bo = t._lists
     k = max(int(k), 1)
     return (k * (pa[last + 1] - pa[first] + head[first] + tail[last]) + ps[last + 1] - ps[first]
-            + (k - 1) * (pw[last + 1] - pw[first]))
+            + bi[first] + bo[last] + (k - 1) * (pw[last + 1] - pw[first]))
 
 
 def stage_op_excess(t: LayerTerms, first: int, last: int) -> float:
@@ -292,7 +304,8 @@ def stage_excess(t: LayerTerms, first: int, last: int) -> float:
     activations are freed)."""
     if t.model == "paper":
         return 0.0
-    freed = float(t.p_act[last + 1] - t.p_act[first]) + float(t.tail[last])
+    # the step runs once this mini-batch's activations are freed, while its input gradient waits to be sent
+    freed = float(t.p_act[last + 1] - t.p_act[first]) + float(t.tail[last]) - float(t.buf_in[first])
     return max(stage_op_excess(t, first, last), stage_step(t, first, last) - freed)
 
 
@@ -331,12 +344,12 @@ def memory_breakdown(chain: Chain, platform: Platform, stages: Sequence) -> list
     """Per device, the bytes of each term (they add up to :func:`plan_memory`'s figure).
 
     Keys: ``parameters``, ``gradients``, ``optimizer``, ``master`` (fp32 copies), ``stashed``,
-    ``activations``, ``transient`` (the largest excess), ``runtime``; the paper model has
+    ``activations``, ``buffers`` (receive buffers), ``transient`` (the largest excess), ``runtime``; the paper model has
     ``weights`` (phi W), ``stashed`` and ``activations``.
     """
     t = layer_terms(chain, platform)
     names = (["weights"] if t.model == "paper" else ["parameters", "gradients", "optimizer", "master"])
-    out = [dict.fromkeys(names + ["stashed", "activations", "transient", "runtime"], 0.0)
+    out = [dict.fromkeys(names + ["stashed", "activations", "buffers", "transient", "runtime"], 0.0)
            for _ in range(platform.devices)]
     excess = [0.0] * platform.devices
     for s in stages:
@@ -345,6 +358,7 @@ def memory_breakdown(chain: Chain, platform: Platform, stages: Sequence) -> list
             row[n] += float(np.sum(t.parts[n][s.first:s.last + 1]))
         row["stashed"] += (s.in_flight - 1) * float(t.p_stash[s.last + 1] - t.p_stash[s.first])
         row["activations"] += s.in_flight * stage_activation(t, s.first, s.last)
+        row["buffers"] += float(t.buf_in[s.first] + t.buf_out[s.last])
         excess[s.device] = max(excess[s.device], stage_excess(t, s.first, s.last))
         row["runtime"] = t.const
     for d, row in enumerate(out):
@@ -396,7 +410,7 @@ def band_terms(t: LayerTerms, I: np.ndarray, J: np.ndarray) -> BandTerms:
     """
     pa, ps, pw = t.p_act, t.p_static, t.p_stash
     A = pa[J + 1] - pa[I] + t.head[I] + t.tail[J]
-    static = ps[J + 1] - ps[I]
+    static = ps[J + 1] - ps[I] + t.buf_in[I] + t.buf_out[J]
     stash = pw[J + 1] - pw[I]
     if t.model == "paper":
         return BandTerms(A, static, stash, np.zeros_like(A))
@@ -406,7 +420,7 @@ def band_terms(t: LayerTerms, I: np.ndarray, J: np.ndarray) -> BandTerms:
         step = t.p_step[J + 1] - t.p_step[I]
     else:
         step = np.maximum.accumulate(t.step[J], axis=1)
-    excess = np.maximum(np.maximum(excess, step - (pa[J + 1] - pa[I]) - t.tail[J]), 0.0)
+    excess = np.maximum(np.maximum(excess, step - (pa[J + 1] - pa[I]) - t.tail[J] + t.buf_in[I]), 0.0)
     return BandTerms(A, static, stash, excess + t.const)
 
 
@@ -473,14 +487,14 @@ def suffix_terms(t: LayerTerms) -> BandTerms:
     I = np.arange(L)
     pa, ps, pw = t.p_act, t.p_static, t.p_stash
     A = pa[L] - pa[I] + t.head + t.tail[L - 1]
-    static = ps[L] - ps[I]
+    static = ps[L] - ps[I] + t.buf_in
     stash = pw[L] - pw[I]
     if t.model == "paper":
         return BandTerms(A, static, stash, np.zeros(L))
     h = t.peak + pa[1:]
     excess = np.maximum.accumulate(h[::-1])[::-1] - pa[L]
     step = (t.p_step[L] - t.p_step[I]) if t.step_sum else np.maximum.accumulate(t.step[::-1])[::-1]
-    excess = np.maximum(np.maximum(excess, step - (pa[L] - pa[I]) - t.tail[L - 1]), 0.0)
+    excess = np.maximum(np.maximum(excess, step - (pa[L] - pa[I]) - t.tail[L - 1] + t.buf_in), 0.0)
     return BandTerms(A, static, stash, excess + t.const)
 
 
@@ -509,8 +523,8 @@ def square_terms(t: LayerTerms) -> BandTerms:
 class LinearTerms:
     """Per-layer coefficients for models that sum over layers (the MILP, the cover search's sets).
 
-    A device holds ``sum_l (k_l a_l + w0_l) + sum_{l starts a stage} k_l head_l +
-    sum_{l ends a stage} k_l tail_l + extra``, where ``extra`` (the largest stage excess plus
+    A device holds ``sum_l (k_l a_l + w0_l) + sum_{l starts a stage} (k_l head_l + buf_head_l) +
+    sum_{l ends a stage} (k_l tail_l + buf_tail_l) + extra``, where ``extra`` (the largest stage excess plus
     ``const``) is at most ``max(max_l excess_ub_l, sum_l step_sum_l) + const`` over its layers:
     ``excess_ub`` bounds a layer's share of the excess (the stage's later layers only lower it)
     and ``step_sum`` is the foreach step's per-layer temporaries (zero when the step loops).
@@ -521,6 +535,8 @@ class LinearTerms:
     w0: np.ndarray
     head: np.ndarray
     tail: np.ndarray
+    buf_head: np.ndarray
+    buf_tail: np.ndarray
     excess_ub: np.ndarray
     step_sum: np.ndarray
     const: float
@@ -539,4 +555,40 @@ def linear_terms(t: LayerTerms) -> LinearTerms:
         ub, step = t.peak, t.step
     else:
         ub, step = np.maximum(t.peak, t.step), zero
-    return LinearTerms(t.act + t.stash, t.static - t.stash, t.head, t.tail, ub, step, t.const)
+    return LinearTerms(t.act + t.stash, t.static - t.stash, t.head, t.tail, t.buf_in, t.buf_out, ub, step, t.const)
+
+
+def torch_engine_extra(chain: Chain, stages: Sequence, devices: int, micro_batches: int) -> list[float]:
+    """Per device, what torch's pipeline engine holds beyond the plan's memory when it runs
+    ``micro_batches`` (N) micro-batches in one step (docs/model.md, "Runtime").
+
+    torch's ``PipelineStage`` preallocates a receive buffer per micro-batch for the stage's input and
+    one for the gradient of its output, and ``_PipelineScheduleRuntime`` keeps every send (outputs
+    forward, input gradients back) until the end of the step; the last stage caches its output
+    (before the loss) until the backward; stage 0 takes the step's whole input. Against the model
+    (which counts, per stage with k mini-batches in flight, k inputs and outputs, one receive buffer
+    each way, and the input gradient only while the backward runs), a stage ``i..j`` holds about
+    ``(2N - k - 1) in_i`` more (i > 0), ``(2N - k - 1) out_j`` more (j before the last layer),
+    ``(N - k)`` more inputs of the chain (stage 0) and ``k`` outputs of its last layer (the last
+    stage). An upper bound near the end of a step, when every send is still held.
+
+    >>> from workbench.chain import Chain, Layer
+    >>> from workbench.plan import Stage
+    >>> ch = Chain((Layer("a", 1, 1, 0, 10), Layer("b", 1, 1, 0, 3)), input_bytes=4)
+    >>> torch_engine_extra(ch, [Stage(0, 0, 0, 0, 0, 2), Stage(1, 1, 1, 0, 0, 1)], 2, 8)
+    [154.0, 143.0]
+    """
+    out = [0.0] * devices
+    n = max(int(micro_batches), 1)
+    last = len(stages) - 1
+    for i, s in enumerate(stages):
+        k = int(s.in_flight)
+        if i > 0:
+            out[s.device] += (2 * n - k - 1) * chain.cut(s.first - 1)
+        if i < last:
+            out[s.device] += (2 * n - k - 1) * chain.cut(s.last)
+        if i == 0:
+            out[s.device] += max(n - k, 0) * float(chain.input_bytes)
+        if i == last:
+            out[s.device] += k * float(chain.layers[s.last].activation_bytes)
+    return out

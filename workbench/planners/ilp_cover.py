@@ -96,6 +96,8 @@ class DeviceSets:
     w0: np.ndarray
     head: np.ndarray   # added per in-flight mini-batch where a run (a stage) starts
     tail: np.ndarray   # ... and where it ends
+    buf_head: np.ndarray   # a receive buffer where a run starts (once, not per mini-batch)
+    buf_tail: np.ndarray   # ... and where it ends
     const: float       # runtime constant of a used device
     groups: list[list[tuple[float, int, float]]] = field(repr=False)
     keys: list[list[float]] = field(repr=False)
@@ -124,6 +126,7 @@ class DeviceSets:
             L = self.L
             own = (mask ^ (mask >> 1)) & ((1 << (L - 1)) - 1) if L > 1 else 0
             out = []
+            buffers = 0.0
             l = 0
             while l < L:
                 if mask >> l & 1:
@@ -131,8 +134,9 @@ class DeviceSets:
                     while l + 1 < L and mask >> (l + 1) & 1:
                         l += 1
                     out.append((float(self.down[i]), l, float(self.a[i:l + 1].sum() + self.head[i] + self.tail[l])))
+                    buffers += float(self.buf_head[i] + self.buf_tail[l])
                 l += 1
-            w0 = float(sum(self.w0[l] for l in range(L) if mask >> l & 1)) + self.const
+            w0 = float(sum(self.w0[l] for l in range(L) if mask >> l & 1)) + self.const + buffers
             r = (own, tuple(out), w0)
             self._runs[mask] = r
         return r
@@ -202,8 +206,8 @@ def _masks_under_load(comp: np.ndarray, t_max: float, limit: int) -> tuple[np.nd
 def _thresholds(masks: np.ndarray, loads: np.ndarray, down, c, a, w0, memory: float,
                 chunk: int = 50_000, deadline: float | None = None, device_const: float = 0.0) -> np.ndarray:
     """The threshold of every mask (``loads``: theirs); inf where even one mini-batch per stage
-    does not fit. ``a`` is (per-layer a, head, tail): a run of the set is a stage, so its first
-    layer's head and its last layer's tail count too; the device's transient is left out (a
+    does not fit. ``a`` is (per-layer a, head, tail, buf_head, buf_tail): a run of the set is a
+    stage, so its first layer's head and receive buffer and its last layer's count too; the device's transient is left out (a
     relaxation, which keeps thresholds lower bounds)."""
     L = len(down)
     out_t = np.empty(len(masks))
@@ -231,9 +235,11 @@ def _thresholds(masks: np.ndarray, loads: np.ndarray, down, c, a, w0, memory: fl
         for l in range(L):
             cur = np.where(start[:, l], down[l] + suffix[:, l], cur)
             win[:, l] = np.where(B[:, l], cur, 0.0)
-        a_l, head, tail = a
-        A = np.where(B, a_l, 0.0) + np.where(start, head, 0.0) + np.where(B & ~nxt, tail, 0.0)
-        const = B.astype(float) @ w0 + device_const
+        a_l, head, tail, buf_head, buf_tail = a
+        end = B & ~nxt
+        A = np.where(B, a_l, 0.0) + np.where(start, head, 0.0) + np.where(end, tail, 0.0)
+        const = (B.astype(float) @ w0 + start.astype(float) @ buf_head + end.astype(float) @ buf_tail
+                 + device_const)
 
         def need(T: np.ndarray) -> np.ndarray:
             k = np.maximum(1.0, np.ceil(win / T[:, None] * (1 - 1e-12)))
@@ -272,8 +278,8 @@ def device_sets(chain: Chain, platform: Platform, t_max: float, *, limit: int = 
     lin = linear_terms(layer_terms(chain, platform))
     L = len(chain)
     masks, load = _masks_under_load(comp, t_max, limit)
-    t = _thresholds(masks, load, down, c, (a, lin.head, lin.tail), w0, platform.memory, deadline=deadline,
-                    device_const=lin.const)
+    t = _thresholds(masks, load, down, c, (a, lin.head, lin.tail, lin.buf_head, lin.buf_tail), w0, platform.memory,
+                    deadline=deadline, device_const=lin.const)
     keep = t <= t_max * (1 + _TOL)
     masks, t, load = masks[keep], t[keep], load[keep]
     low = np.zeros(len(masks), dtype=np.int64)
@@ -287,8 +293,8 @@ def device_sets(chain: Chain, platform: Platform, t_max: float, *, limit: int = 
         g = [(float(t[i]), int(masks[i]), float(load[i])) for i in order]
         groups.append(g)
         keys.append([x[0] for x in g])
-    return DeviceSets(L, platform.devices, t_max, masks, t, load, comp, down, a, w0, lin.head, lin.tail, lin.const,
-                      groups, keys, c, platform.memory)
+    return DeviceSets(L, platform.devices, t_max, masks, t, load, comp, down, a, w0, lin.head, lin.tail,
+                      lin.buf_head, lin.buf_tail, lin.const, groups, keys, c, platform.memory)
 
 
 def _least_memory(ds: DeviceSets, T: float) -> np.ndarray:

@@ -178,7 +178,8 @@ def memory_period_bound(chain: Chain, platform: Platform) -> float:
 def _add_memory_extras(m: pyo.ConcreteModel, lin, scale: float, kmax: np.ndarray) -> None:
     """The memory a device holds beyond ``sum_l k a + w0`` (docs/model.md, "Memory"), scaled by M:
     ``k head_l`` when layer l starts a stage and ``k tail_l`` when it ends one (exact:
-    ``zs = k x [cut before l]``, ``ze = k x [cut after l]`` from below), and ``tau_p`` >= every
+    ``zs = k x [cut before l]``, ``ze = k x [cut after l]`` from below), the receive buffers
+    ``buf_head_l`` / ``buf_tail_l`` there (``us``, ``ue`` = x [cut], from below), and ``tau_p`` >= every
     layer's excess bound and the foreach step's sum (an upper bound on the device's largest
     excess), plus the runtime constant. ``m.extras[p]`` is their sum; zero in the paper model.
     """
@@ -198,6 +199,15 @@ def _add_memory_extras(m: pyo.ConcreteModel, lin, scale: float, kmax: np.ndarray
                              m.zs[l, p] >= m.z[l, p] - kmax[l] * (1 - cut_before(l)))
     m.ze = pyo.Var(m.END, m.Pset, bounds=lambda _m, l, p: (0, kmax[l]))
     m.ze_lo = pyo.Constraint(m.END, m.Pset, rule=lambda _m, l, p: m.ze[l, p] >= m.z[l, p] - kmax[l] * (1 - m.cut[l]))
+    bh, bt = lin.buf_head / scale, lin.buf_tail / scale
+    bstarts = [l for l in range(L) if bh[l] > 0]
+    bends = [l for l in range(L - 1) if bt[l] > 0]
+    m.BSTART = pyo.Set(initialize=bstarts)
+    m.BEND = pyo.Set(initialize=bends)
+    m.us = pyo.Var(m.BSTART, m.Pset, bounds=(0, 1))       # = x [cut before l], from below
+    m.us_lo = pyo.Constraint(m.BSTART, m.Pset, rule=lambda _m, l, p: m.us[l, p] >= m.x[l, p] + cut_before(l) - 1)
+    m.ue = pyo.Var(m.BEND, m.Pset, bounds=(0, 1))         # = x [cut after l], from below
+    m.ue_lo = pyo.Constraint(m.BEND, m.Pset, rule=lambda _m, l, p: m.ue[l, p] >= m.x[l, p] + m.cut[l] - 1)
     has_excess = bool(np.any(ub > 0) or np.any(fe > 0))
     if has_excess:
         m.tau = pyo.Var(m.Pset, bounds=(0, None))
@@ -208,6 +218,7 @@ def _add_memory_extras(m: pyo.ConcreteModel, lin, scale: float, kmax: np.ndarray
     const = lin.const / scale
     m.extras = pyo.Expression(m.Pset, rule=lambda _m, p: sum(head[l] * m.zs[l, p] for l in starts)
                               + sum(tail[l] * m.ze[l, p] for l in ends)
+                              + sum(bh[l] * m.us[l, p] for l in bstarts) + sum(bt[l] * m.ue[l, p] for l in bends)
                               + (m.tau[p] if has_excess else 0) + const)
     m._ilp_excess_bounded = has_excess
 

@@ -82,7 +82,8 @@ def _stage_memory(chain: Chain, platform: Platform):
                     continue
                 C = nxt[0] + c2[j]
                 k = np.maximum(1.0, np.ceil((down[i] + C) / T * (1 - 1e-12)))
-                smem = k * (apre[j + 1] - apre[i] + head[i] + tail[j]) + (wpre[j + 1] - wpre[i])
+                smem = (k * (apre[j + 1] - apre[i] + head[i] + tail[j]) + (wpre[j + 1] - wpre[i])
+                        + lin.buf_head[i] + lin.buf_tail[j])
                 ok = smem <= M * tol
                 if ok.any():
                     Cs.append(C[ok])

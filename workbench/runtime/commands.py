@@ -27,7 +27,9 @@ it expresses the plan, the PipeDream fallback otherwise
 Writes to ``--out``: ``measured.csv`` (+ ``measured.memory.csv``, the
 trace in the simulator's format), ``predicted.csv`` (the simulated trace),
 ``comparison.csv`` (per device) and ``summary.json`` (atomically) with keys
-``predicted_period``, ``measured_period``, ``memory_predicted``,
+``predicted_period``, ``measured_period``, ``memory_predicted`` (the plan's
+memory, ``memory_plan``, plus on torch's engine what it preallocates,
+``memory_engine_extra``: :func:`workbench.memory.torch_engine_extra`),
 ``memory_measured`` (the allocator-level peak per device), ``memory_breakdown``,
 ``max_grad_error``, ``engine``, ``optimizer`` and more (errors, per-device busy
 times, calibration, cores).
@@ -143,6 +145,7 @@ def run_and_compare(plan, chain, platform, model, batch_size: int, steps: int = 
     import torch
 
     from ..io import write_text_atomic
+    from ..memory import torch_engine_extra
     from ..plan import chain_for_plan
     from .compare import calibration_report, compare, stage_times
     from .engine import Workload, choose_engine, grad_error, grad_tolerance, reference_gradients, run_plan
@@ -174,6 +177,11 @@ def run_and_compare(plan, chain, platform, model, batch_size: int, steps: int = 
         # the reference runs where the run ran (same kernels: on GPUs, TF32 convolutions and all)
         abs_err, max_err = grad_error(res.grads, reference_gradients(wl, steps, device=res.meta["device"]))
     cmp = compare(plan, chain, platform, res.trace)
+    # torch's engine preallocates a receive buffer per micro-batch and takes the step's whole input
+    engine_extra = (torch_engine_extra(chain, plan.stages, plan.devices, steps) if res.meta["engine"] == "torch"
+                    else [0.0] * plan.devices)
+    predicted = [float(m) + e for m, e in zip(plan.memory, engine_extra)]
+    measured = [float(m) for m in cmp["measured_memory"]]
     cal = calibration_report(plan, chain, platform, res.trace, replan=replan)
     summary: dict[str, Any] = {
         "model": wl.name, "module": wl.source, "model_config": cfg, "batch_size": wl.batch_size or batch_size,
@@ -183,9 +191,11 @@ def run_and_compare(plan, chain, platform, model, batch_size: int, steps: int = 
         "engine": res.meta["engine"], "optimizer": res.meta["optimizer"],
         "predicted_period": plan.period, "measured_period": cmp.attrs["measured_period"],
         "period_error": cmp.attrs["period_error"],
-        "memory_predicted": [float(m) for m in plan.memory],
-        "memory_measured": [float(m) for m in cmp["measured_memory"]],
-        "memory_error": [float(e) for e in cmp["memory_error"]],
+        "memory_plan": [float(m) for m in plan.memory],
+        "memory_engine_extra": engine_extra,
+        "memory_predicted": predicted,
+        "memory_measured": measured,
+        "memory_error": [m / p - 1 if p > 0 else math.nan for m, p in zip(measured, predicted)],
         "memory_breakdown": res.meta.get("memory_breakdown"),
         "busy_predicted": [float(b) for b in cmp["predicted_busy"]],
         "busy_measured": [float(b) for b in cmp["measured_busy"]],
@@ -247,7 +257,7 @@ def format_comparison(summary: dict[str, Any]) -> str:
     ]
     for d in range(summary["devices"]):
         lines.append(
-            f"  device {d}: memory (rule 7 -> allocator peak) {format_bytes(summary['memory_predicted'][d]):>10} -> "
+            f"  device {d}: memory (model -> allocator peak) {format_bytes(summary['memory_predicted'][d]):>10} -> "
             f"{format_bytes(summary['memory_measured'][d]):>10} ({summary['memory_error'][d]:+.2%}); busy "
             f"{summary['busy_predicted'][d] * 1e3:8.3f} -> {summary['busy_measured'][d] * 1e3:8.3f} ms "
             f"({summary['busy_error'][d]:+.1%})"

@@ -213,7 +213,7 @@ def run_plan(
     device: str | None = None,
     threads: int = 1,
     timeout: float = 120.0,
-    lookahead: int = 2,
+    lookahead: int = 1,
     programs: list[list[Op]] | None = None,
     chain=None,
     platform=None,

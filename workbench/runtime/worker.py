@@ -19,22 +19,24 @@ A rank executes its program (:mod:`~workbench.runtime.program`) in order:
 * :meth:`PipeDreamRank.backward`: gradients of that version and of the input,
   written into the parameters' gradient buffers (kept allocated), the input
   gradient handed to the previous stage, then :meth:`PipeDreamRank.update`;
-* :meth:`PipeDreamRank.weights_for`: with ``stash``, a forward whose stage steps
-  before its backward runs on a copy of the live weights (one copy serves every
-  forward between two steps), so its backward sees the version its forward
-  used; other forwards use the live weights;
+* :meth:`PipeDreamRank.weights_for`: every forward runs on the live weights;
 * :meth:`PipeDreamRank.update`: the stage's optimizer steps the live weights in
-  place. With ``single``, no copies: backwards of in-flight mini-batches see the
-  new weights. With ``single``, no copy: backwards of in-flight
-  mini-batches see the new weights.
+  place. With ``stash``, when a mini-batch still in flight ran its forward on
+  the live storage, the live parameters first move to a copy
+  (:meth:`PipeDreamRank.stash_live`): the old storage stays with that
+  mini-batch, so its backward sees the version its forward used (weight
+  stashing), and a stage holds one version per distinct version in flight.
+  With ``single``, no copy: backwards of in-flight mini-batches see the new
+  weights.
 * :meth:`PipeDreamRank.receive` / :meth:`PipeDreamRank.send`: ``irecv``
   posted ahead in the sender's order (so NCCL, which ignores tags, matches
   them too), ``isend`` that never blocks; the wait is a ``recv`` row.
 
 Memory per rank (docs/model.md, "Runtime"): the live weights and their
 gradient buffers, the optimizer state of the stages' own parameters, with
-``stash`` one weight copy per distinct version in flight (in a steady state
-of ``k > 1`` mini-batches in flight: ``k`` copies besides the live weights),
+``stash`` one weight version per distinct version in flight (in a steady state
+of ``k`` mini-batches in flight: ``k`` versions, the live one included, as the
+memory model counts),
 and per in-flight mini-batch the stage's input, output and saved tensors; measured by
 :class:`~workbench.runtime.rank.MemoryProbe`. A tied parameter used by stages
 ``a < b`` is stepped by its owner ``a`` only: after ``b``'s backward of
@@ -75,7 +77,7 @@ class RunConfig:
     device: str = "cpu"              # "cpu" or "cuda"
     threads: int = 1
     timeout: float = 120.0
-    lookahead: int = 2
+    lookahead: int = 1              # receives posted beyond the one needed now (the model counts one per link)
     warmup: bool = True
     isolated: bool = False           # replay this device alone: receives are random tensors, sends dropped
     engine: str = "pipedream"        # "torch" or "pipedream"
@@ -97,35 +99,53 @@ def alias(p: torch.Tensor) -> torch.Tensor:
     return t.requires_grad_(p.requires_grad)
 
 
+class _SendWaiter:
+    """Sends in flight, each message kept until its send has completed, then released.
+
+    gloo's send work says it is completed only once ``wait()`` was called on it
+    (``is_completed()`` stays False even after the receiver has the data), so a
+    list pruned with ``is_completed`` keeps every message of the run. A daemon
+    thread waits on the sends in order instead: a message lives until its
+    receiver has posted the matching receive, and the rank never blocks on it.
+    """
+
+    def __init__(self) -> None:
+        import queue
+        import threading
+
+        self._queue: "queue.Queue[tuple[Any, torch.Tensor] | None]" = queue.Queue()
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._wait_all, daemon=True)
+        self._thread.start()
+
+    def _wait_all(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            work, msg = item
+            try:
+                work.wait()
+            except BaseException as e:  # noqa: BLE001 - reported by drain()
+                self._error = e
+            del item, work, msg
+            self._queue.task_done()
+
+    def add(self, work: Any, msg: torch.Tensor) -> None:
+        self._queue.put((work, msg))
+
+    def drain(self) -> None:
+        """Block until every send so far has completed (the end of a pass)."""
+        self._queue.join()
+        if self._error is not None:
+            raise self._error
+
+
 class _Ready:
     """A receive that is complete at once: the stand-in for a message in an isolated replay."""
 
     def wait(self) -> bool:
         return True
-
-
-def _steps_while_in_flight(program: list[Op]) -> dict[tuple[int, int], bool]:
-    """Per (stage, mini-batch) of a program: does the stage step (another backward) between its forward
-    and its backward? Only then does weight stashing need a copy.
-
-    >>> from workbench.runtime.program import Op
-    >>> prog = [Op(0, 0, "F", 0), Op(1, 0, "F", 1), Op(2, 0, "B", 0), Op(3, 0, "B", 1)]
-    >>> _steps_while_in_flight(prog)
-    {(0, 0): False, (0, 1): True}
-    """
-    out: dict[tuple[int, int], bool] = {}
-    open_: set[tuple[int, int]] = set()
-    for op in program:
-        key = (op.stage, op.batch)
-        if op.kind == "F":
-            out[key] = False
-            open_.add(key)
-        else:
-            open_.discard(key)
-            for other in open_:
-                if other[0] == op.stage:
-                    out[other] = True
-    return out
 
 
 class PipeDreamRank:
@@ -146,8 +166,6 @@ class PipeDreamRank:
         owned = {s: [p for n, p in self.live[s].items() if (s, n) not in self.ties["shared"]] for s in self.mine}
         self.optimizers = {s: make_optimizer(cfg.optimizer, owned[s], cfg.lr) for s in self.mine}
         self.version = {s: {n: alias(p) for n, p in self.live[s].items()} for s in self.mine}
-        self.copy: dict[int, dict[str, torch.Tensor] | None] = {s: None for s in self.mine}
-        self.steps_while_in_flight = _steps_while_in_flight(cfg.programs[rank])
         for s in self.mine:   # gradient buffers, allocated once and kept (the owner's, for a tied parameter)
             for n, p in self.live[s].items():
                 if (s, n) not in self.ties["shared"] and p.requires_grad:
@@ -222,7 +240,9 @@ class PipeDreamRank:
         self.inflight: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor, dict]] = {}
         self.posted: dict[tuple, tuple[Any, torch.Tensor]] = {}
         self.issued: set[tuple] = set()
-        self.sends: list[tuple[Any, torch.Tensor]] = []
+        if getattr(self, "sends", None) is None:
+            self.sends = _SendWaiter()
+        self.sends.drain()
         self.data: dict[int, list] = {}
         self._plan_receives()
 
@@ -263,7 +283,7 @@ class PipeDreamRank:
             return
         t0 = self.recorder.now()
         msg = t.detach().to(self.wire).contiguous()
-        self.sends.append((dist.isend(msg, dst=dst, tag=self.tag(key)), msg))
+        self.sends.add(dist.isend(msg, dst=dst, tag=self.tag(key)), msg)
         if key[0] != "T":
             self.recorder.add("send", stage, key[2], t0, self.recorder.now())
 
@@ -312,6 +332,7 @@ class PipeDreamRank:
             g_out = self.receive(("B", s, i))
         x, out, version = self.inflight.pop((s, i))
         names = list(version)
+        # this mini-batch's version (and graph) must be gone before the update below copies live weights
         want_x = x.requires_grad
         for n in names:   # accumulate into the resident gradient buffers, as torch's engine does
             if (s, n) not in self.ties["shared"] and self.live[s][n].grad is not None:
@@ -324,6 +345,7 @@ class PipeDreamRank:
             gx = x.grad if want_x else None
             for t in wrt:
                 t.grad = None
+            del wrt, version, out, x
             self.share_tied(s, i, by_name)
             self.update(s, by_name)
         if s > 0:
@@ -336,14 +358,23 @@ class PipeDreamRank:
                 self.send(("B", s - 1, i), self.stage_dev[s - 1], gx, s)
 
     def weights_for(self, s: int, i: int) -> dict[str, torch.Tensor]:
-        """The weight version mini-batch ``i``'s forward on stage ``s`` uses: with ``stash``, a copy of the
-        live weights when the stage steps before this mini-batch's backward (one copy serves every forward
-        between two steps), else the live weights themselves (an alias of their storage)."""
-        if self.cfg.weights != "stash" or not self.steps_while_in_flight[(s, i)]:
-            return self.version[s]
-        if self.copy[s] is None:
-            self.copy[s] = {n: p.detach().clone().requires_grad_(p.requires_grad) for n, p in self.live[s].items()}
-        return self.copy[s]
+        """The weight version mini-batch ``i``'s forward on stage ``s`` uses: the live weights themselves
+        (an alias of their storage). With ``stash`` a step that would change a version an in-flight
+        mini-batch still needs moves the live weights to new storage first (:meth:`stash_live`)."""
+        return self.version[s]
+
+    def stash_live(self, s: int) -> None:
+        """Before a step: if a mini-batch in flight on stage ``s`` ran its forward on the live storage,
+        the live parameters move to a copy and the optimizer steps that; the old storage stays with the
+        mini-batches (and what autograd saved of it) until their backwards. So a stage holds one version
+        per distinct version in flight: ``k`` in a steady state of ``k`` mini-batches in flight."""
+        live_version = self.version[s]
+        if not any(s == t and v is live_version for (t, _), (_, _, v) in self.inflight.items()):
+            return
+        with torch.no_grad():
+            for p in self.live[s].values():
+                p.data = p.data.clone()
+        self.version[s] = {n: alias(p) for n, p in self.live[s].items()}
 
     def share_tied(self, s: int, i: int, grads: dict[str, torch.Tensor]) -> None:
         """A sharer ships its gradient of a tied parameter to the owner; an owner adds what it gets."""
@@ -369,7 +400,8 @@ class PipeDreamRank:
                     live[n].grad.copy_(g)
                 if self.acc is not None:
                     self.acc[s].setdefault(n, torch.zeros_like(g)).add_(g)
-            self.copy[s] = None        # the live weights are about to change: the next forward copies anew
+        if self.cfg.weights == "stash":
+            self.stash_live(s)
         if self.optimizers[s] is not None:
             self.optimizers[s].step()
 
@@ -384,10 +416,7 @@ class PipeDreamRank:
             (self.forward if op.kind == "F" else self.backward)(op.stage, op.batch)
             if self.probe is not None:
                 self.samples.append(self.probe.sample())
-            self.sends[:] = [(w, t) for (w, t) in self.sends if not w.is_completed()]
-        for w, _ in self.sends:
-            w.wait()
-        self.sends.clear()
+        self.sends.drain()
 
     def warm_up(self) -> None:
         """One forward and backward per own stage on zeros (untimed, no step): allocator, kernels."""
