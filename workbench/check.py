@@ -10,7 +10,8 @@ order, a stage on another device than its layers, a bad period).
 Rules: 0 structure, 1 allocation, 2 forward order, 3 turn-around,
 4 backward order, 5 overlap on a device, 6 link load, 7 memory.
 Flushed schedules (``plan.schedule != "periodic"``) are simulated, not
-checked: only rules 0 and 1 apply to them.
+checked: only rules 0 and 1 apply to them. :func:`structural_violations` is
+rules 0 and 1 alone: what the simulator requires before it runs a plan.
 
 >>> from workbench.chain import Chain, Layer, Platform
 >>> from workbench.plan import make_plan
@@ -34,7 +35,8 @@ from .chain import Chain, Platform
 from .plan import REL_TOL, Plan, chain_for_plan, in_flight, stages_of
 from .units import format_bytes, format_seconds
 
-__all__ = ["Violation", "RULES", "check", "is_valid", "format_violations"]
+__all__ = ["Violation", "RULES", "PlanStructureError", "check", "is_valid", "format_violations",
+           "structural_violations", "require_structure"]
 
 RULES: dict[int, str] = {
     0: "structure",
@@ -73,8 +75,24 @@ class Violation:
         return f"rule {self.rule} ({self.name}): {self.message}"
 
 
+class PlanStructureError(ValueError):
+    """A plan that does not describe the chain on the platform (rules 0 and 1); ``violations`` lists why."""
+
+    def __init__(self, message: str, violations: Sequence[Violation]) -> None:
+        super().__init__(message)
+        self.violations = list(violations)
+
+
 def _fmt_t(t: float) -> str:
     return format_seconds(t)
+
+
+def _whole(x: object) -> bool:
+    """A device index or count that is a whole number (an int, or a float equal to one)."""
+    try:
+        return float(x).is_integer()  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return False
 
 
 def _structure(plan: Plan, chain: Chain, platform: Platform) -> tuple[list[Violation], bool]:
@@ -93,11 +111,12 @@ def _structure(plan: Plan, chain: Chain, platform: Platform) -> tuple[list[Viola
     if len(a) != L:
         out.append(Violation(0, f"the assignment has {len(a)} entries for a chain of {L} layers"))
         return out, False
-    bad = [(l, d) for l, d in enumerate(a) if not (0 <= d < P)]
+    bad = [(l, d) for l, d in enumerate(a) if not (_whole(d) and 0 <= d < P)]
     for l, d in bad[:5]:
-        out.append(Violation(1, f"layer {l} ({chain[l].name}) is on device {d}, not in 0..{P - 1}", device=d))
+        out.append(Violation(1, f"layer {l} ({chain[l].name}) is on device {d}, not one of 0..{P - 1}",
+                             device=d if _whole(d) else None))
     if len(bad) > 5:
-        out.append(Violation(1, f"... and {len(bad) - 5} more layers on devices outside 0..{P - 1}"))
+        out.append(Violation(1, f"... and {len(bad) - 5} more layers on devices not in 0..{P - 1}"))
     if bad:
         usable = False
     # stages cover the chain in order
@@ -113,6 +132,9 @@ def _structure(plan: Plan, chain: Chain, platform: Platform) -> tuple[list[Viola
         out.append(Violation(0, f"the stages cover layers 0..{expect - 1} of 0..{L - 1}"))
         return out, False
     for i, s in enumerate(plan.stages):
+        if not _whole(s.in_flight) or s.in_flight < 1:
+            out.append(Violation(0, f"stage {i} records {s.in_flight} mini-batches in flight, not a whole number "
+                                    f"of at least 1", stage=i))
         devs = set(a[s.first:s.last + 1])
         if devs != {s.device}:
             out.append(Violation(0, f"stage {i} (layers {s.first}..{s.last}) says device {s.device} but its layers "
@@ -133,6 +155,9 @@ def _structure(plan: Plan, chain: Chain, platform: Platform) -> tuple[list[Viola
                                         f"and {i}", stage=i, device=s.device))
             else:
                 seen[s.device] = i
+    if plan.schedule != "periodic" and not (_whole(plan.micro_batches) and plan.micro_batches >= 1):
+        out.append(Violation(0, f"a {plan.schedule} plan needs micro_batches, a whole number of at least 1, "
+                                f"got {plan.micro_batches}"))
     if plan.schedule == "periodic" and not (plan.period > 0 and math.isfinite(plan.period)):
         out.append(Violation(0, f"the period must be positive and finite, got {plan.period}"))
         usable = False
@@ -142,6 +167,29 @@ def _structure(plan: Plan, chain: Chain, platform: Platform) -> tuple[list[Viola
                                     f"backward {s.bwd_start})", stage=i, device=s.device))
             usable = False
     return out, usable
+
+
+def structural_violations(plan: Plan, chain: Chain, platform: Platform) -> list[Violation]:
+    """Rules 0 and 1 alone: does the plan describe ``chain`` on ``platform`` (layers, stages, devices,
+    a positive finite period, finite start times)? The simulator needs nothing more to run a plan.
+
+    >>> from workbench.chain import Chain, Layer, Platform
+    >>> from workbench.plan import make_plan
+    >>> chain = Chain(tuple(Layer(f"l{i}", 0.001, 0.002, 10, 4) for i in range(4)))
+    >>> plan = make_plan(chain, Platform(2), 0.006, [0, 0, 1, 1], [0.0, 0.002], [0.008, 0.004])
+    >>> structural_violations(plan.with_(period=-1.0), chain, Platform(2))[0].message
+    'the period must be positive and finite, got -1.0'
+    """
+    return _structure(plan, chain_for_plan(plan, chain), platform)[0]
+
+
+def require_structure(plan: Plan, chain: Chain, platform: Platform, what: str = "use") -> None:
+    """Raise :class:`PlanStructureError` listing :func:`structural_violations`, if there are any."""
+    bad = structural_violations(plan, chain, platform)
+    if bad:
+        lines = "\n".join(f"  {v}" for v in bad)
+        raise PlanStructureError(f"cannot {what} this plan: it does not describe the chain of {len(chain)} layers "
+                                 f"on {platform.devices} devices:\n{lines}", bad)
 
 
 def check(plan: Plan, chain: Chain, platform: Platform) -> list[Violation]:
