@@ -306,9 +306,11 @@ def is_valid(plan: Plan, chain: Chain, platform: Platform) -> bool:
 
 
 def format_violations(violations: Sequence[Violation], devices: int) -> str:
-    """A devices x rules grid marking where the violations are, then the messages.
+    """A devices x rules grid marking where the violations are (with its legend), then the messages.
 
     >>> print(format_violations([Violation(5, "overlap", device=1)], 2))
+    rules: 0 structure, 1 allocation, 2 forward order, 3 turn-around, 4 backward order, 5 overlap, 6 link load, 7 memory
+    X: the rule is broken on that device; row '-': broken for the plan as a whole (or on a device it does not have)
     device | 0 1 2 3 4 5 6 7
     -      | . . . . . . . .
     0      | . . . . . . . .
@@ -318,7 +320,10 @@ def format_violations(violations: Sequence[Violation], devices: int) -> str:
     """
     if not violations:
         return "valid: no rule is violated"
-    rows: list[str] = ["device | " + " ".join(str(r) for r in RULES)]
+    rows: list[str] = [
+        "rules: " + ", ".join(f"{r} {name}" for r, name in RULES.items()),
+        "X: the rule is broken on that device; row '-': broken for the plan as a whole (or on a device it does not have)",
+        "device | " + " ".join(str(r) for r in RULES)]
     for d in [None] + list(range(devices)):
         marks = []
         for r in RULES:

@@ -273,11 +273,15 @@ class Plan:
             return f"{self.method} ({self.allocation}): infeasible: {why}"
         mem = ", ".join(f"GPU{p}: {format_bytes(m)}" for p, m in enumerate(self.memory))
         lim = format_bytes(self.memory_limit)
-        gap = f", gap {self.gap:.1%}" if self.gap else ""
+        # two different bounds: the gap is against the best bound the method proved, the ratio against
+        # the simple bound max(compute / P, largest layer) that every plan records
+        gap = (f"; gap {self.gap:.1%} to the bound the method proved, "
+               f"{format_seconds(self.period * (1 - self.gap))}") if self.gap else ""
         return (
             f"{self.method} ({self.allocation}, {self.schedule}): status {self.status}{gap}\n"
             f"  period {format_seconds(self.period)}  throughput {self.throughput:.3f} mini-batches/s  "
-            f"ratio to lower bound {self.ratio_to_bound():.3f} (bound {format_seconds(self.lower_bound)})\n"
+            f"ratio {self.ratio_to_bound():.3f} to the simple bound max(compute / P, largest layer) "
+            f"= {format_seconds(self.lower_bound)}\n"
             f"  {len(self.stages)} stages on {self.devices} devices; memory per device (limit {lim}): {mem}\n"
             f"  solved in {self.solve_seconds:.2f} s"
         )
