@@ -74,11 +74,16 @@ def test_bad_plan_requests_are_refused_before_planning(files, capsys, monkeypatc
     assert err.startswith("error: ") and pattern in err and "Traceback" not in err
 
 
-def test_general_allocation_with_the_ilp_runs(files, capsys):
+def test_general_allocation_with_the_ilp_runs_with_progress_on_stderr(files, capsys):
     prof, _, tmp = files
-    assert main(["plan", "--profile", str(prof), "--devices", "3", "--method", "ilp", "--allocation", "general",
-                 "--time-limit", "5", "--json", str(tmp / "g.json")]) == 0
+    argv = ["plan", "--profile", str(prof), "--devices", "3", "--method", "ilp", "--allocation", "general",
+            "--time-limit", "5", "--json", str(tmp / "g.json")]
+    assert main(argv) == 0
     assert json.loads((tmp / "g.json").read_text())["allocation"] == "general"
+    cap = capsys.readouterr()
+    assert "s] ilp: incumbent dp" in cap.err and "ilp:" not in cap.out
+    assert main(argv + ["--quiet"]) == 0
+    assert capsys.readouterr().err == ""
 
 
 @pytest.mark.parametrize("spoil,pattern", [
