@@ -1,4 +1,4 @@
-"""The checker: re-derive a plan from the chain and list every rule it breaks (DESIGN.md section 3).
+"""The checker: re-derive a plan from the chain and list every rule it breaks (docs/model.md, "Plan").
 
 Nothing recorded in the plan is trusted: stage costs, boundary costs,
 in-flight counts and memory are recomputed from the chain and the platform.
@@ -193,7 +193,7 @@ def require_structure(plan: Plan, chain: Chain, platform: Platform, what: str = 
 
 
 def check(plan: Plan, chain: Chain, platform: Platform) -> list[Violation]:
-    """Every violated rule of DESIGN.md section 3, recomputed from ``chain`` and ``platform``.
+    """Every violated rule of docs/model.md, "Plan", recomputed from ``chain`` and ``platform``.
 
     An empty list means the plan is valid. Comparisons use the relative
     tolerance ``REL_TOL`` (1e-6) of the period (times) or of the limit (memory).

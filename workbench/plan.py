@@ -1,9 +1,9 @@
-"""Plans: the period, the device of every layer, and start times per stage (DESIGN.md section 3).
+"""Plans: the period, the device of every layer, and start times per stage (docs/model.md, "Plan").
 
 A :class:`Plan` is a plain value. Derived quantities (in-flight counts,
 memory per device) are computed by :func:`make_plan` from the chain and
 the platform and stored, so a plan round-trips through JSON in the format
-of DESIGN.md section 4 without the chain. :mod:`workbench.check`
+of docs/model.md, "JSON" without the chain. :mod:`workbench.check`
 re-derives everything independently.
 
 >>> from workbench.chain import Chain, Layer, Platform
@@ -86,8 +86,8 @@ class Stage:
 class Plan:
     """A periodic (or flushed) pipeline plan. Times in seconds, memory in bytes.
 
-    ``schedule`` is ``"periodic"`` for plans under the rules of DESIGN.md
-    section 3, or ``"gpipe"``/``"1f1b"`` for flushed schedules (then
+    ``schedule`` is ``"periodic"`` for plans under the rules of docs/model.md
+    ("Plan"), or ``"gpipe"``/``"1f1b"`` for flushed schedules (then
     ``period`` is makespan / micro_batches and ``memory`` the simulated peak).
     """
 
@@ -128,7 +128,7 @@ class Plan:
     def ratio_to_bound(self) -> float:
         return self.period / self.lower_bound if self.lower_bound > 0 and self.feasible else math.inf
 
-    # ----- JSON (DESIGN.md section 4) -------------------------------------
+    # ----- JSON (docs/model.md, "JSON") -------------------------------------
     def to_dict(self) -> dict[str, Any]:
         fin = lambda x: x if (x is not None and math.isfinite(x)) else None  # noqa: E731
         d: dict[str, Any] = {

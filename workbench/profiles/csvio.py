@@ -1,4 +1,4 @@
-"""The project's profile format: CSV with ``# key: value`` metadata lines (DESIGN.md section 2).
+"""The project's profile format: CSV with ``# key: value`` metadata lines (docs/model.md, "Instance").
 
 Columns ``name,forward_ms,backward_ms,weight_bytes,activation_bytes[,saved_bytes]``
 (``cut_bytes`` is also accepted, for chains linearised from a DAG; other

@@ -3,7 +3,7 @@
 :func:`memory_timeline` draws the step functions of a trace's ``memory``
 frame (bytes held from ``time`` until the device's next row), one line per
 device, with the per-device limit as a dashed red line. :func:`memory_bars`
-draws, per device, the memory rule 7 of DESIGN.md charges a plan with,
+draws, per device, the memory rule 7 of docs/model.md charges a plan with,
 stacked as activations (``k*A``), live weights (``phi*W``) and stashed
 weight versions (``(k-1)*W`` with weight stashing), with the limit.
 
