@@ -331,4 +331,4 @@ def test_run_command_runs_in_the_profiles_dtype(tmp_path, mlp_bf16):
     assert s["dtype"] == "bfloat16" and s["grad_tolerance"] == 2.0**-5
     assert s["max_grad_error"] <= s["grad_tolerance"]
     assert s["memory_measured"] == pytest.approx(list(plan.memory), rel=1e-9)
-    assert main(args + ["--dtype", "float32"]) == 1           # a run is in its profile's precision
+    assert main(args + ["--dtype", "float32"]) == 2           # a run is in its profile's precision

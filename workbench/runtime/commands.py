@@ -87,7 +87,10 @@ def run_and_compare(plan, chain, platform, model: str, batch_size: int, steps: i
         torch.set_num_threads(1)
         # the reference runs where the run ran (same kernels: on GPUs, TF32 convolutions and all)
         abs_err, max_err = grad_error(res.grads, reference_gradients(wl, steps, device=res.meta["device"]))
-    cmp = compare(plan, chain, platform, res.trace)
+    on_cpu = str(res.meta.get("device", "cpu")).startswith("cpu")
+    cores = (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()) if on_cpu else None
+    load = os.getloadavg()[0] if (on_cpu and hasattr(os, "getloadavg")) else None
+    cmp = compare(plan, chain, platform, res.trace, cores=cores, load=load)
     cal = calibration_report(plan, chain, platform, res.trace, replan=replan)
     summary: dict[str, Any] = {
         "model": model, "model_config": cfg, "batch_size": batch_size, "steps": steps, "dtype": wl.dtype,
@@ -105,6 +108,8 @@ def run_and_compare(plan, chain, platform, model: str, batch_size: int, steps: i
         "core_share": [float(b) for b in cmp["core_share"]] if "core_share" in cmp else None,
         "max_grad_error": max_err, "max_grad_error_abs": abs_err, "grad_tolerance": grad_tolerance(wl.dtype),
         "calibration": cal,
+        "warnings": list(cmp.attrs.get("warnings", [])),
+        "meaningful": not cmp.attrs.get("warnings"),
         "max_memory_allocated": res.meta.get("max_memory_allocated"),
         "wall_seconds": res.meta.get("wall_seconds"),
         "profile_device": chain.meta.get("device", ""),
@@ -166,6 +171,10 @@ def format_comparison(summary: dict[str, Any]) -> str:
     if cal:
         lines.append(f"  calibrated prediction (same allocation): {cal['calibrated_period'] * 1e3:.3f} ms, "
                      f"error {cal['error_before']:+.1%} -> {cal['error_after']:+.1%}")
+        if cal.get("note"):
+            lines.append(f"  calibration: {cal['note']}")
+    for w in summary.get("warnings") or []:
+        lines.append(f"  NOT MEANINGFUL as a test of the times: {w}")
     lines.append(f"  max gradient error (lr 0, vs one process): {summary['max_grad_error']:.3g} (relative; rounding "
                  f"bound {summary.get('grad_tolerance', math.nan):.3g})")
     return "\n".join(lines)
