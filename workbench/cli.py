@@ -348,6 +348,11 @@ def main(argv: list[str] | None = None) -> int:
             check_outputs(args)
             handler = _load_handler(args.handler)
             return int(handler(args) or 0)
+        except BrokenPipeError:   # the reader went away (| head): nothing to say, and no traceback at exit
+            import os
+
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 1
         except (ValueError, OSError) as e:  # ProfileError, PlanStructureError, bad JSON, unreadable files
             print(f"error: {e}", file=sys.stderr)
             return 2
