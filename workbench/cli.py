@@ -72,24 +72,16 @@ def _non_negative(text: str) -> float:
     return _real(text, positive=False)
 
 
-def _size(text: str) -> str:
-    from .units import parse_size
+def _checked_by(parse: Callable[..., float]) -> Callable[[str], str]:
+    """An argparse type that keeps the text (Platform parses it) once ``parse`` accepts it."""
+    def check(text: str) -> str:
+        try:
+            parse(text, what="value")
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e).removeprefix("value: ")) from None
+        return text
 
-    try:
-        parse_size(text, what="--memory")
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e).removeprefix("--memory: ")) from None
-    return text
-
-
-def _bandwidth(text: str) -> str:
-    from .units import parse_bandwidth
-
-    try:
-        parse_bandwidth(text, what="--bandwidth")
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e).removeprefix("--bandwidth: ")) from None
-    return text
+    return check
 
 
 def _add_platform_args(p: argparse.ArgumentParser, *, required: bool = True) -> None:
@@ -98,9 +90,11 @@ def _add_platform_args(p: argparse.ArgumentParser, *, required: bool = True) -> 
     p.add_argument("--profile", required=required, help="profile: a CSV file, a PipeDream graph.txt, or a known name")
     p.add_argument("--devices", "-P", type=int_in(1, MAX_DEVICES), required=required,
                    help="number of devices (GPUs)" + ("" if required else "; default: the plan's"))
-    p.add_argument("--memory", type=_size, default="inf",
+    from .units import parse_bandwidth, parse_size
+
+    p.add_argument("--memory", type=_checked_by(parse_size), default="inf",
                    help="memory per device: bytes or 16GiB, 12GB, ... (default: unlimited)")
-    p.add_argument("--bandwidth", type=_bandwidth, default="12GB/s",
+    p.add_argument("--bandwidth", type=_checked_by(parse_bandwidth), default="12GB/s",
                    help="link bandwidth, e.g. 12GB/s (default), 16GiB/s, or bytes/s")
     p.add_argument("--latency", type=_non_negative, default=0.0, help="link latency in seconds (default 0)")
     p.add_argument("--weight-factor", type=_non_negative, default=1.0,
