@@ -273,4 +273,5 @@ def test_cli_simulate_writes_a_trace(tmp_path, capsys):
     mem = pd.read_csv(tmp_path / "trace.memory.csv")
     assert set(ops["kind"]) >= {"F", "B", "send"} and ops["batch"].nunique() == 10
     assert mem.groupby("device")["total"].max().tolist() == [660, 440, 220]
-    assert "steady period 0.008" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "steady period 8.00 ms" in out and "GPU0: 660 B, GPU1: 440 B, GPU2: 220 B" in out

@@ -232,7 +232,7 @@ def test_a_plan_for_another_model_is_refused_before_any_rank(profiles, capsys):
     root, paths = profiles
     plan = _plan(root, paths["gpt2"], "gpt2", 2, "dp")
     t0 = time.perf_counter()
-    assert main(["run", str(plan), "--module", _spec("bert"), "--steps", "4", "--out", str(root / "no")]) == 1
+    assert main(["run", str(plan), "--module", _spec("bert"), "--steps", "4", "--out", str(root / "no")]) == 2
     said = capsys.readouterr()
     err = said.err
     assert "the plan has 5 layers but" in err and "bert" in err and "another model" in err
@@ -240,20 +240,20 @@ def test_a_plan_for_another_model_is_refused_before_any_rank(profiles, capsys):
     assert time.perf_counter() - t0 < 30 and not (root / "no" / "summary.json").exists()
     # same layer count, other names: llama's plan against gpt2
     plan = _plan(root, paths["llama"], "llama", 2, "dp")
-    assert main(["run", str(plan), "--module", _spec("gpt2"), "--steps", "4", "--out", str(root / "no")]) == 1
+    assert main(["run", str(plan), "--module", _spec("gpt2"), "--steps", "4", "--out", str(root / "no")]) == 2
     assert "model.embed_tokens" in capsys.readouterr().err
 
 
 def test_models_that_cannot_be_split_say_why(tmp_path, capsys):
-    assert main(["profile", "--module", _spec("gpt2_with_cache"), "--out", str(tmp_path / "x.csv")]) == 1
+    assert main(["profile", "--module", _spec("gpt2_with_cache"), "--out", str(tmp_path / "x.csv")]) == 2
     err = capsys.readouterr().err
     assert "transformer.h.0" in err and "use_cache=False" in err
-    assert main(["profile", "--module", _spec("branchy"), "--out", str(tmp_path / "x.csv")]) == 1
+    assert main(["profile", "--module", _spec("branchy"), "--out", str(tmp_path / "x.csv")]) == 2
     err = capsys.readouterr().err
     assert "cannot split Branchy" in err and "torch.fx could not trace" in err
-    assert main(["profile", "--module", f"{HERE}:nothing", "--out", str(tmp_path / "x.csv")]) == 1
+    assert main(["profile", "--module", f"{HERE}:nothing", "--out", str(tmp_path / "x.csv")]) == 2
     assert "has no function 'nothing'" in capsys.readouterr().err
-    assert main(["profile", "--module", "no_such_file.py:f", "--out", str(tmp_path / "x.csv")]) == 1
+    assert main(["profile", "--module", "no_such_file.py:f", "--out", str(tmp_path / "x.csv")]) == 2
     assert "no such file" in capsys.readouterr().err
 
 

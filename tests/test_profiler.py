@@ -169,9 +169,9 @@ def test_profile_command(tmp_path, capsys):
 
 
 def test_profile_command_refuses_bad_options(tmp_path, capsys):
-    assert main(["profile", "--model", "mlp", "--set", "image_size=3", "--out", str(tmp_path / "x.csv")]) == 1
+    assert main(["profile", "--model", "mlp", "--set", "image_size=3", "--out", str(tmp_path / "x.csv")]) == 2
     assert "does not take" in capsys.readouterr().err
-    assert main(["profile", "--model", "nope", "--out", str(tmp_path / "x.csv")]) == 1
+    assert main(["profile", "--model", "nope", "--out", str(tmp_path / "x.csv")]) == 2
 
 
 # ---------------------------------------------------------------------------------------------
@@ -218,4 +218,4 @@ def test_profile_command_dtype(tmp_path, capsys):
     chain = read_profile(out)
     assert chain.meta["dtype"] == "bfloat16" and chain.layers[0].weight_bytes == (8 * 16 + 16) * BF16
     assert "bfloat16" in capsys.readouterr().out
-    assert main(["profile", "--model", "mlp", "--dtype", "bf17", "--out", str(tmp_path / "x.csv")]) == 1
+    assert main(["profile", "--model", "mlp", "--dtype", "bf17", "--out", str(tmp_path / "x.csv")]) == 2

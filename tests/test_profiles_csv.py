@@ -46,6 +46,15 @@ def test_metadata_and_optional_saved(tmp_path):
     ("# only: metadata\n", r"empty profile"),
     (HEADER + "x,1,2,3\n", r"row 1 .*4 fields, expected 5"),
     (HEADER + "x,1,2,3,\n", r"row 1 .*column 'activation_bytes': empty"),
+    # values no measurement gives, and a header that says two things
+    ("name,forward_ms,backward_ms,weight_bytes,activation_bytes,forward_ms\nx,1,2,3,4,5\n",
+     r"line 1: column 'forward_ms' appears twice \(columns 2 and 6\)"),
+    (HEADER + "x,1e300,2,3,4\ny,1,2,3,4\n", r"layer 1 \('x'\): forward_ms 1e\+300 is above 1e\+07 ms"),
+    (HEADER + "x,1,2,3,4\ny,1,2e8,3,4\n", r"layer 2 \('y'\): backward_ms 2e\+08 is above"),
+    (HEADER + "x,1,2,1e300,4\n", r"layer 1 \('x'\): weight_bytes 1e\+300 is above"),
+    ("name,forward_ms,backward_ms,weight_bytes,activation_bytes,saved_bytes\nx,1,2,3,4,1e18\n",
+     r"saved_bytes 1e\+18 is above"),
+    (HEADER + "x,0,0,3,4\ny,0,0,3,4\n", r"every layer has zero forward and backward time"),
 ])
 def test_bad_input_names_file_row_column(tmp_path, body, pattern):
     p = write(tmp_path, body, "bad.csv")
@@ -57,3 +66,22 @@ def test_bad_input_names_file_row_column(tmp_path, body, pattern):
 def test_unknown_profile_name():
     with pytest.raises(ProfileError, match="no such profile"):
         load_profile("definitely-not-a-profile")
+
+
+def test_a_profile_with_no_memory_warns(tmp_path):
+    from workbench.profiles import ProfileWarning
+
+    with pytest.warns(ProfileWarning, match="every weight and activation size is 0"):
+        read_profile(write(tmp_path, HEADER + "x,1,2,0,0\ny,1,2,0,0\n"))
+
+
+def test_byte_order_mark_and_extra_numeric_columns_pass(tmp_path):
+    p = tmp_path / "bom.csv"
+    p.write_bytes(b"\xef\xbb\xbf" + (HEADER.strip() + ",grad_bytes\nx,1,2,3,4,7\n").encode())
+    c = read_profile(p)
+    assert c.layers[0].name == "x" and c.layers[0].forward == 0.001 and c.layers[0].weight_bytes == 3
+
+
+def test_a_folder_is_not_a_profile(tmp_path):
+    with pytest.raises(ProfileError, match="is a folder"):
+        read_profile(tmp_path)

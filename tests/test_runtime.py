@@ -362,5 +362,5 @@ def test_run_command_runs_in_the_profiles_dtype(tmp_path, mlp_bf16):
     s = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert s["dtype"] == "bfloat16" and s["grad_tolerance"] == 2.0**-5
     assert s["max_grad_error"] <= s["grad_tolerance"]
-    assert all(m >= p for m, p in zip(s["memory_measured"], plan.memory))
-    assert main(args + ["--dtype", "float32"]) == 1           # a run is in its profile's precision
+    assert all(abs(m - p) <= 0.05 * p + 8192 for m, p in zip(s["memory_measured"], s["memory_predicted"]))
+    assert main(args + ["--dtype", "float32"]) == 2           # a run is in its profile's precision

@@ -185,3 +185,41 @@ def test_simulate_dispatches_flushed_plans():
     assert t.meta["flushes"] == 2 and t.meta["schedule"] == "1f1b"
     with pytest.raises(ValueError, match="micro_batches"):
         simulate(plan.with_(micro_batches=None), chain, plat)
+
+
+def _good_plan():
+    chain = _uniform_chain(4, 1.0, 2.0, 3.0)
+    plat = Platform(4, memory_model="paper")
+    return chain, plat, build_schedule(chain, plat, [0, 1, 2, 3], 3.0)
+
+
+def _with_stage(plan, i, **kw):
+    from dataclasses import replace
+
+    st = list(plan.stages)
+    st[i] = replace(st[i], **kw)
+    return plan.with_(stages=tuple(st))
+
+
+def _with_device(plan, i, d):
+    a = list(plan.assignment)
+    a[plan.stages[i].first:plan.stages[i].last + 1] = [d] * (plan.stages[i].last - plan.stages[i].first + 1)
+    return _with_stage(plan, i, device=d).with_(assignment=tuple(a))
+
+
+@pytest.mark.parametrize("spoil,pattern", [
+    (lambda p: p.with_(period=-1.0), r"period must be positive and finite, got -1\.0"),
+    (lambda p: _with_device(p, 0, -1), r"layer 0 .* is on device -1, not one of 0\.\.3"),
+    (lambda p: _with_device(p, 3, 7), r"layer 3 .* is on device 7, not one of 0\.\.3"),
+    (lambda p: _with_device(p, 1, 1.5), r"is on device 1\.5, not one of 0\.\.3"),
+    (lambda p: _with_stage(p, 2, fwd_start=math.nan), r"stage 2 has a non-finite start time"),
+    (lambda p: p.with_(assignment=p.assignment[:-1]), r"the assignment has 3 entries for a chain of 4 layers"),
+])
+def test_simulate_refuses_a_plan_that_breaks_the_structural_rules(spoil, pattern):
+    from workbench.check import PlanStructureError
+
+    chain, plat, plan = _good_plan()
+    simulate(plan, chain, plat, batches=4)
+    with pytest.raises(PlanStructureError, match=pattern) as e:
+        simulate(spoil(plan), chain, plat, batches=4)
+    assert str(e.value).startswith("cannot simulate this plan") and e.value.violations

@@ -1,4 +1,4 @@
-"""The instance: a chain of layers and the platform it runs on (DESIGN.md section 2).
+"""The instance: a chain of layers and the platform it runs on (docs/model.md, "Instance").
 
 Inside the package times are seconds and sizes bytes; profile files keep
 milliseconds. Everything is a frozen dataclass so it can be cached and shared.

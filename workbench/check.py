@@ -1,4 +1,4 @@
-"""The checker: re-derive a plan from the chain and list every rule it breaks (DESIGN.md section 3).
+"""The checker: re-derive a plan from the chain and list every rule it breaks (docs/model.md, "Plan").
 
 Nothing recorded in the plan is trusted: stage costs, boundary costs,
 in-flight counts and memory are recomputed from the chain and the platform.
@@ -10,7 +10,8 @@ order, a stage on another device than its layers, a bad period).
 Rules: 0 structure, 1 allocation, 2 forward order, 3 turn-around,
 4 backward order, 5 overlap on a device, 6 link load, 7 memory.
 Flushed schedules (``plan.schedule != "periodic"``) are simulated, not
-checked: only rules 0 and 1 apply to them.
+checked: only rules 0 and 1 apply to them. :func:`structural_violations` is
+rules 0 and 1 alone: what the simulator requires before it runs a plan.
 
 >>> from workbench.chain import Chain, Layer, Platform
 >>> from workbench.plan import make_plan
@@ -35,7 +36,8 @@ from .check_memory import memory_by_device
 from .plan import REL_TOL, Plan, chain_for_plan, in_flight, stages_of
 from .units import format_bytes, format_seconds
 
-__all__ = ["Violation", "RULES", "check", "is_valid", "format_violations"]
+__all__ = ["Violation", "RULES", "PlanStructureError", "check", "is_valid", "format_violations",
+           "structural_violations", "require_structure"]
 
 RULES: dict[int, str] = {
     0: "structure",
@@ -74,8 +76,24 @@ class Violation:
         return f"rule {self.rule} ({self.name}): {self.message}"
 
 
+class PlanStructureError(ValueError):
+    """A plan that does not describe the chain on the platform (rules 0 and 1); ``violations`` lists why."""
+
+    def __init__(self, message: str, violations: Sequence[Violation]) -> None:
+        super().__init__(message)
+        self.violations = list(violations)
+
+
 def _fmt_t(t: float) -> str:
     return format_seconds(t)
+
+
+def _whole(x: object) -> bool:
+    """A device index or count that is a whole number (an int, or a float equal to one)."""
+    try:
+        return float(x).is_integer()  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return False
 
 
 def _structure(plan: Plan, chain: Chain, platform: Platform) -> tuple[list[Violation], bool]:
@@ -94,11 +112,12 @@ def _structure(plan: Plan, chain: Chain, platform: Platform) -> tuple[list[Viola
     if len(a) != L:
         out.append(Violation(0, f"the assignment has {len(a)} entries for a chain of {L} layers"))
         return out, False
-    bad = [(l, d) for l, d in enumerate(a) if not (0 <= d < P)]
+    bad = [(l, d) for l, d in enumerate(a) if not (_whole(d) and 0 <= d < P)]
     for l, d in bad[:5]:
-        out.append(Violation(1, f"layer {l} ({chain[l].name}) is on device {d}, not in 0..{P - 1}", device=d))
+        out.append(Violation(1, f"layer {l} ({chain[l].name}) is on device {d}, not one of 0..{P - 1}",
+                             device=d if _whole(d) else None))
     if len(bad) > 5:
-        out.append(Violation(1, f"... and {len(bad) - 5} more layers on devices outside 0..{P - 1}"))
+        out.append(Violation(1, f"... and {len(bad) - 5} more layers on devices not in 0..{P - 1}"))
     if bad:
         usable = False
     # stages cover the chain in order
@@ -114,6 +133,9 @@ def _structure(plan: Plan, chain: Chain, platform: Platform) -> tuple[list[Viola
         out.append(Violation(0, f"the stages cover layers 0..{expect - 1} of 0..{L - 1}"))
         return out, False
     for i, s in enumerate(plan.stages):
+        if not _whole(s.in_flight) or s.in_flight < 1:
+            out.append(Violation(0, f"stage {i} records {s.in_flight} mini-batches in flight, not a whole number "
+                                    f"of at least 1", stage=i))
         devs = set(a[s.first:s.last + 1])
         if devs != {s.device}:
             out.append(Violation(0, f"stage {i} (layers {s.first}..{s.last}) says device {s.device} but its layers "
@@ -134,6 +156,9 @@ def _structure(plan: Plan, chain: Chain, platform: Platform) -> tuple[list[Viola
                                         f"and {i}", stage=i, device=s.device))
             else:
                 seen[s.device] = i
+    if plan.schedule != "periodic" and not (_whole(plan.micro_batches) and plan.micro_batches >= 1):
+        out.append(Violation(0, f"a {plan.schedule} plan needs micro_batches, a whole number of at least 1, "
+                                f"got {plan.micro_batches}"))
     if plan.schedule == "periodic" and not (plan.period > 0 and math.isfinite(plan.period)):
         out.append(Violation(0, f"the period must be positive and finite, got {plan.period}"))
         usable = False
@@ -145,8 +170,31 @@ def _structure(plan: Plan, chain: Chain, platform: Platform) -> tuple[list[Viola
     return out, usable
 
 
+def structural_violations(plan: Plan, chain: Chain, platform: Platform) -> list[Violation]:
+    """Rules 0 and 1 alone: does the plan describe ``chain`` on ``platform`` (layers, stages, devices,
+    a positive finite period, finite start times)? The simulator needs nothing more to run a plan.
+
+    >>> from workbench.chain import Chain, Layer, Platform
+    >>> from workbench.plan import make_plan
+    >>> chain = Chain(tuple(Layer(f"l{i}", 0.001, 0.002, 10, 4) for i in range(4)))
+    >>> plan = make_plan(chain, Platform(2), 0.006, [0, 0, 1, 1], [0.0, 0.002], [0.008, 0.004])
+    >>> structural_violations(plan.with_(period=-1.0), chain, Platform(2))[0].message
+    'the period must be positive and finite, got -1.0'
+    """
+    return _structure(plan, chain_for_plan(plan, chain), platform)[0]
+
+
+def require_structure(plan: Plan, chain: Chain, platform: Platform, what: str = "use") -> None:
+    """Raise :class:`PlanStructureError` listing :func:`structural_violations`, if there are any."""
+    bad = structural_violations(plan, chain, platform)
+    if bad:
+        lines = "\n".join(f"  {v}" for v in bad)
+        raise PlanStructureError(f"cannot {what} this plan: it does not describe the chain of {len(chain)} layers "
+                                 f"on {platform.devices} devices:\n{lines}", bad)
+
+
 def check(plan: Plan, chain: Chain, platform: Platform) -> list[Violation]:
-    """Every violated rule of DESIGN.md section 3, recomputed from ``chain`` and ``platform``.
+    """Every violated rule of docs/model.md, "Plan", recomputed from ``chain`` and ``platform``.
 
     An empty list means the plan is valid. Comparisons use the relative
     tolerance ``REL_TOL`` (1e-6) of the period (times) or of the limit (memory).
@@ -260,9 +308,11 @@ def is_valid(plan: Plan, chain: Chain, platform: Platform) -> bool:
 
 
 def format_violations(violations: Sequence[Violation], devices: int) -> str:
-    """A devices x rules grid marking where the violations are, then the messages.
+    """A devices x rules grid marking where the violations are (with its legend), then the messages.
 
     >>> print(format_violations([Violation(5, "overlap", device=1)], 2))
+    rules: 0 structure, 1 allocation, 2 forward order, 3 turn-around, 4 backward order, 5 overlap, 6 link load, 7 memory
+    X: the rule is broken on that device; row '-': broken for the plan as a whole (or on a device it does not have)
     device | 0 1 2 3 4 5 6 7
     -      | . . . . . . . .
     0      | . . . . . . . .
@@ -272,7 +322,10 @@ def format_violations(violations: Sequence[Violation], devices: int) -> str:
     """
     if not violations:
         return "valid: no rule is violated"
-    rows: list[str] = ["device | " + " ".join(str(r) for r in RULES)]
+    rows: list[str] = [
+        "rules: " + ", ".join(f"{r} {name}" for r, name in RULES.items()),
+        "X: the rule is broken on that device; row '-': broken for the plan as a whole (or on a device it does not have)",
+        "device | " + " ".join(str(r) for r in RULES)]
     for d in [None] + list(range(devices)):
         marks = []
         for r in RULES:

@@ -1,8 +1,12 @@
-"""``python -m workbench``: the command line (DESIGN.md section 4).
+"""``python -m workbench``: the command line; the model, the validity rules and the plan JSON are in docs/model.md.
 
 Sub-commands: ``profile-info``, ``profile``, ``plan``, ``check``,
 ``simulate``, ``run``, ``reproduce``, ``demo``. Each handler imports what it
-needs lazily so ``--help`` stays fast.
+needs lazily so ``--help`` stays fast. Bad input (an option out of range, a
+file that is not a profile or a plan, an output path that is a folder or in a
+missing folder) gets one line ``error: ...`` on stderr and exit status 2, before
+any planning runs; ``check`` exits 1 for a plan that breaks a rule. Long
+planning prints a line per phase on stderr (``--quiet``: none).
 
 >>> build_parser().parse_args(["plan", "--profile", "x.csv", "--devices", "4", "--memory", "16GiB"]).devices
 4
@@ -16,15 +20,83 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-__all__ = ["main", "build_parser", "platform_from_args"]
+__all__ = ["main", "build_parser", "platform_from_args", "int_in", "positive_seconds"]
+
+
+def int_in(lo: int, hi: int | None = None) -> Callable[[str], int]:
+    """An argparse type: a whole number in ``lo..hi``.
+
+    >>> int_in(1, 8)("4")
+    4
+    >>> int_in(1, 8)("0")
+    Traceback (most recent call last):
+    argparse.ArgumentTypeError: 0 is not in 1..8
+    """
+    def parse(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if v < lo or (hi is not None and v > hi):
+            raise argparse.ArgumentTypeError(f"{v} is not in {lo}..{hi if hi is not None else ''}")
+        return v
+
+    return parse
+
+
+def _real(text: str, *, positive: bool) -> float:
+    import math
+
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(v) or v < 0 or (positive and v == 0):
+        raise argparse.ArgumentTypeError(f"{text} is not a {'positive' if positive else 'non-negative'} finite number")
+    return v
+
+
+def positive_seconds(text: str) -> float:
+    """An argparse type: a positive finite number (``--time-limit``).
+
+    >>> positive_seconds("2.5")
+    2.5
+    >>> positive_seconds("inf")
+    Traceback (most recent call last):
+    argparse.ArgumentTypeError: inf is not a positive finite number
+    """
+    return _real(text, positive=True)
+
+
+def _non_negative(text: str) -> float:
+    return _real(text, positive=False)
+
+
+def _checked_by(parse: Callable[..., float]) -> Callable[[str], str]:
+    """An argparse type that keeps the text (Platform parses it) once ``parse`` accepts it."""
+    def check(text: str) -> str:
+        try:
+            parse(text, what="value")
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e).removeprefix("value: ")) from None
+        return text
+
+    return check
 
 
 def _add_platform_args(p: argparse.ArgumentParser, *, required: bool = True) -> None:
+    from .plan import MAX_DEVICES
+
     p.add_argument("--profile", required=required, help="profile: a CSV file, a PipeDream graph.txt, or a known name")
-    p.add_argument("--devices", "-P", type=int, required=required, help="number of devices (GPUs)")
-    p.add_argument("--memory", default="inf", help="memory per device: bytes or 16GiB, 12GB, ... (default: unlimited)")
-    p.add_argument("--bandwidth", default="12GB/s", help="link bandwidth, e.g. 12GB/s (default), 16GiB/s, or bytes/s")
-    p.add_argument("--latency", type=float, default=0.0, help="link latency in seconds (default 0)")
+    p.add_argument("--devices", "-P", type=int_in(1, MAX_DEVICES), required=required,
+                   help="number of devices (GPUs)" + ("" if required else "; default: the plan's"))
+    from .units import parse_bandwidth, parse_size
+
+    p.add_argument("--memory", type=_checked_by(parse_size), default="inf",
+                   help="memory per device: bytes or 16GiB, 12GB, ... (default: unlimited)")
+    p.add_argument("--bandwidth", type=_checked_by(parse_bandwidth), default="12GB/s",
+                   help="link bandwidth, e.g. 12GB/s (default), 16GiB/s, or bytes/s")
+    p.add_argument("--latency", type=_non_negative, default=0.0, help="link latency in seconds (default 0)")
     p.add_argument("--weights", choices=["stash", "single"], default="stash", help="weight versions: stash (PipeDream) or single")
     p.add_argument("--memory-model", choices=["full", "paper"], default=None,
                    help="what a device holds (docs/model.md, 'Memory'): full (default: parameters, gradients, optimizer "
@@ -35,7 +107,7 @@ def _add_platform_args(p: argparse.ArgumentParser, *, required: bool = True) -> 
     p.add_argument("--precision", default=None,
                    help="full model: fp32, bf16-mixed (bf16 compute, fp32 master copies and optimizer state) or bf16; "
                         "default: the profile's dtype")
-    p.add_argument("--weight-factor", type=float, default=None,
+    p.add_argument("--weight-factor", type=_non_negative, default=None,
                    help="paper model only: memory bytes per weight byte of the live version (default 1)")
     p.add_argument("--no-zero-input", action="store_true", help="PipeDream graphs: keep the Input nodes' data-loading time")
 
@@ -75,12 +147,17 @@ def chain_from_args(args: argparse.Namespace):
     return load_profile(args.profile, **opts)
 
 
+MAX_BATCHES = 100_000  # simulate --batches: the trace holds 2 S rows per mini-batch
+
+
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m workbench", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m workbench", description=__doc__.split("\n\n")[0].strip("`"),
+                                 epilog="The model and the validity rules: docs/model.md. "
+                                        "Exit status: 0 done, 1 a plan breaks a rule, 2 bad input or no plan.")
     sub = ap.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("profile-info", help="summarise a profile (and how a graph was linearised)")
-    p.add_argument("file")
+    p.add_argument("file", help="a CSV profile, a PipeDream graph.txt (or its folder), or a known profile name")
     p.add_argument("--no-zero-input", action="store_true", help="keep the Input nodes' data-loading time")
     p.set_defaults(handler="workbench.profiles.commands:profile_info_command")
 
@@ -88,14 +165,14 @@ def build_parser() -> argparse.ArgumentParser:
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--model", help="zoo model name (resnet50, resnet101, vgg16, gpt, ...)")
     _add_module_arg(src)
-    p.add_argument("--batch-size", type=int, default=8)
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--repeats", type=int, default=5)
-    p.add_argument("--warmup", type=int, default=2)
-    p.add_argument("--out", required=True, help="output CSV")
+    p.add_argument("--batch-size", type=int_in(1), default=8, help="mini-batch size (default 8)")
+    p.add_argument("--device", default="cpu", help="torch device to profile on: cpu (default), cuda, cuda:1, ...")
+    p.add_argument("--repeats", type=int_in(1), default=5, help="timed runs per layer; the median is kept (default 5)")
+    p.add_argument("--warmup", type=int_in(0), default=2, help="untimed runs before (default 2)")
+    p.add_argument("--out", required=True, help="output CSV file")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="zoo model option, e.g. image_size=96 or layers=12 (repeatable)")
-    p.add_argument("--threads", type=int, default=1, help="CPU threads while profiling (default 1)")
+    p.add_argument("--threads", type=int_in(1), default=1, help="CPU threads while profiling (default 1)")
     p.add_argument("--dtype", default="float32",
                    help="precision of the model and its floating inputs: float32 (default) or bfloat16 (pure bf16)")
     p.set_defaults(handler="workbench.profiles.profiler:profile_command")
@@ -103,34 +180,39 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("plan", help="plan a pipeline under a memory limit")
     _add_platform_args(p)
     p.add_argument("--method", default="dp", help="planner: dp, ilp, pipedream, uniform, parameters, torchgpipe, gpipe, 1f1b, brute")
-    p.add_argument("--allocation", choices=["contiguous", "general"], default="contiguous")
-    p.add_argument("--time-limit", type=float, default=None, help="solver time limit in seconds (ILP)")
-    p.add_argument("--micro-batches", type=int, default=None, help="flushed schedules: micro-batches per flush")
-    p.add_argument("--json", dest="json_out", default=None, help="write the plan as JSON here")
+    p.add_argument("--allocation", choices=["contiguous", "general"], default="contiguous",
+                   help="contiguous: one stage per device (default); general: a device may hold several stages "
+                        "(ilp and brute only)")
+    p.add_argument("--time-limit", type=positive_seconds, default=None,
+                   help="seconds for the whole call (ilp, brute): it returns its best plan and gap by then "
+                        "(about 10%% + 2 s later at most)")
+    p.add_argument("--micro-batches", type=int_in(1), default=None, help="flushed schedules: micro-batches per flush")
+    p.add_argument("--json", dest="json_out", default=None, help="write the plan as JSON to this file")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress lines on stderr")
     p.set_defaults(handler="workbench.cli:plan_command")
 
     p = sub.add_parser("check", help="re-check a plan against the validity rules")
-    p.add_argument("plan_file")
+    p.add_argument("plan_file", help="a plan JSON file (plan --json)")
     _add_platform_args(p, required=False)
     p.set_defaults(handler="workbench.cli:check_command")
 
     p = sub.add_parser("simulate", help="simulate a plan for N mini-batches and write the trace")
-    p.add_argument("plan_file")
+    p.add_argument("plan_file", help="a plan JSON file (plan --json)")
     _add_platform_args(p, required=False)
-    p.add_argument("--batches", type=int, default=20, help="mini-batches to run (default 20)")
+    p.add_argument("--batches", type=int_in(1, MAX_BATCHES), default=20, help="mini-batches to run (default 20)")
     p.add_argument("--out", required=True, help="trace file (.csv or .parquet); memory goes beside it")
     p.set_defaults(handler="workbench.cli:simulate_command")
 
     p = sub.add_parser("run", help="run a plan with torch.distributed and compare with the prediction")
-    p.add_argument("plan_file")
+    p.add_argument("plan_file", help="a plan JSON file (plan --json)")
     src = p.add_mutually_exclusive_group()
     src.add_argument("--model", help="zoo model name (default: the model --profile records)")
     _add_module_arg(src)
     p.add_argument("--engine", choices=["auto", "torch", "pipedream"], default="auto",
                    help="torch.distributed.pipelining, or the PipeDream fallback (auto: torch where it "
                         "expresses the plan; weight stashing needs pipedream)")
-    p.add_argument("--steps", type=int, default=20)
-    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--steps", type=int_in(1), default=20, help="mini-batches to run (default 20)")
+    p.add_argument("--batch-size", type=int_in(1), default=8, help="mini-batch size without --profile (default 8)")
     p.add_argument("--backend", default=None, help="gloo (CPU) or nccl (GPU); default by device")
     _add_platform_args(p, required=False)  # --profile: the chain the plan was made on; platform options
     p.add_argument("--out", default="build/run", help="folder for the measured trace and summary")
@@ -142,13 +224,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(handler="workbench.runtime.commands:run_command")
 
     p = sub.add_parser("reproduce", help="recompute every figure of the experiments")
-    p.add_argument("--quick", action="store_true")
-    p.add_argument("--only", default=None)
-    p.add_argument("--out", default=None)
+    p.add_argument("--quick", action="store_true", help="small settings: a few minutes")
+    p.add_argument("--only", default=None, help="comma-separated figure names to recompute (default: all)")
+    p.add_argument("--out", default=None, help="results folder (default data/results, or a quick one)")
     p.set_defaults(handler="workbench.experiments:reproduce_command")
 
     p = sub.add_parser("demo", help="headless demo: summarise profiles, plan, report and Gantt HTML")
-    p.add_argument("--out", default="build/demo")
+    p.add_argument("--out", default="build/demo", help="output folder (default build/demo)")
     p.set_defaults(handler="workbench.demo:demo_command")
     return ap
 
@@ -158,24 +240,78 @@ def _load_handler(spec: str) -> Callable[[argparse.Namespace], int]:
     return getattr(importlib.import_module(module), func)
 
 
+# sub-command -> (attribute, option, "file" or "folder") of the paths it writes
+OUTPUTS: dict[str, list[tuple[str, str, str]]] = {
+    "plan": [("json_out", "--json", "file")],
+    "simulate": [("out", "--out", "file")],
+    "profile": [("out", "--out", "file")],
+    "run": [("out", "--out", "folder")],
+    "reproduce": [("out", "--out", "folder")],
+    "demo": [("out", "--out", "folder")],
+}
+
+
+def check_outputs(args: argparse.Namespace) -> None:
+    """Refuse (ValueError) an output file that is a folder or lies in a missing folder, and an
+    output folder that is a file: before any work is done.
+
+    >>> import tempfile
+    >>> check_outputs(argparse.Namespace(command="plan", json_out=tempfile.gettempdir()))  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ValueError: --json ...: is a folder; give a file name
+    """
+    for attr, option, kind in OUTPUTS.get(args.command, []):
+        value = getattr(args, attr, None)
+        if value is None:
+            continue
+        path = Path(value)
+        if kind == "file":
+            if path.is_dir():
+                raise ValueError(f"{option} {value}: is a folder; give a file name")
+            if not path.parent.is_dir():
+                raise ValueError(f"{option} {value}: the folder {path.parent} does not exist")
+        elif path.exists() and not path.is_dir():
+            raise ValueError(f"{option} {value}: is a file; give a folder")
+
+
+def _progress(quiet: bool) -> Callable[[str], None] | None:
+    """A progress sink for planners: each line on stderr, with the seconds since the call started."""
+    if quiet:
+        return None
+    import time
+
+    t0 = time.perf_counter()
+
+    def emit(line: str) -> None:
+        print(f"[{time.perf_counter() - t0:6.1f} s] {line}", file=sys.stderr, flush=True)
+
+    return emit
+
+
 def _resolve_plan_context(args: argparse.Namespace, plan):
     """For check/simulate: the profile and devices default to nothing; devices can come from the plan."""
     if args.profile is None:
-        raise SystemExit("error: --profile is required to check or simulate a plan")
+        raise ValueError("--profile is required to check or simulate a plan (the chain the plan was made for)")
     if args.devices is None:
         args.devices = plan.devices
     return chain_from_args(args), platform_from_args(args, plan)
 
 
 def plan_command(args: argparse.Namespace) -> int:
+    from .planners import GENERAL_METHODS, get_planner
     from .planners import plan as run_planner
 
+    get_planner(args.method)  # an unknown method is refused before the profile is read
+    if args.allocation == "general" and args.method not in GENERAL_METHODS:
+        raise ValueError(f"--allocation general: method {args.method!r} plans contiguous allocations only; "
+                         f"use one of {', '.join(sorted(GENERAL_METHODS))}")
     chain = chain_from_args(args)
     platform = platform_from_args(args)
     opts = {}
     if args.micro_batches is not None:
         opts["micro_batches"] = args.micro_batches
-    result = run_planner(chain, platform, args.method, allocation=args.allocation, time_limit=args.time_limit, **opts)
+    result = run_planner(chain, platform, args.method, allocation=args.allocation, time_limit=args.time_limit,
+                         progress=_progress(getattr(args, "quiet", False)), **opts)
     import json
 
     # `run` checks a plan against the model by these names before it starts anything
@@ -191,6 +327,9 @@ def plan_command(args: argparse.Namespace) -> int:
         from .units import format_bytes
 
         print(f"  does NOT fit: peak memory exceeds the limit by {format_bytes(over)}")
+    if result.extra.get("violations"):
+        print(f"  INVALID: the checker rejects this plan ({len(result.extra['violations'])} violation(s)); "
+              f"first: {result.extra['violations'][0]}")
     if args.json_out:
         result.to_json(args.json_out)
         print(f"wrote {args.json_out}")
@@ -217,23 +356,40 @@ def check_command(args: argparse.Namespace) -> int:
 def simulate_command(args: argparse.Namespace) -> int:
     from .plan import Plan
     from .simulate import simulate
+    from .units import format_bytes, format_seconds
 
     plan = Plan.from_json(Path(args.plan_file))
     chain, platform = _resolve_plan_context(args, plan)
     trace = simulate(plan, chain, platform, batches=args.batches)
     trace.save(args.out)
-    print(f"simulated {args.batches} mini-batches: makespan {trace.makespan:.6g} s, "
-          f"steady period {trace.steady_period():.6g} s (plan: {plan.period:.6g} s)")
-    print("peak memory per device: " + ", ".join(f"{m:.4g}" for m in trace.peak_memory()))
+    print(f"simulated {args.batches} mini-batches: makespan {format_seconds(trace.makespan)}, "
+          f"steady period {format_seconds(trace.steady_period())} (plan: {format_seconds(plan.period)})")
+    print("peak memory per device: " + ", ".join(f"GPU{d}: {format_bytes(m)}"
+                                                 for d, m in enumerate(trace.peak_memory())))
     print(f"wrote {args.out}")
     return 0
 
 
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:  # noqa: ANN001
+    print(f"warning: {message}", file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Run one sub-command; bad input prints ``error: ...`` on stderr and returns 2."""
+    import warnings
+
     args = build_parser().parse_args(argv)
-    handler = _load_handler(args.handler)
-    try:
-        return int(handler(args) or 0)
-    except (ValueError, FileNotFoundError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
+    with warnings.catch_warnings():
+        warnings.showwarning = _show_warning  # one line per warning, no source location
+        try:
+            check_outputs(args)
+            handler = _load_handler(args.handler)
+            return int(handler(args) or 0)
+        except BrokenPipeError:   # the reader went away (| head): nothing to say, and no traceback at exit
+            import os
+
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 1
+        except (ValueError, OSError) as e:  # ProfileError, PlanStructureError, bad JSON, unreadable files
+            print(f"error: {e}", file=sys.stderr)
+            return 2

@@ -1,6 +1,6 @@
 """Complexity experiments: instance generators, the 3-PARTITION reduction, scaling and gain studies.
 
-What makes planning hard (DESIGN.md sections 1 and 3):
+What makes planning hard (docs/model.md):
 
 * without a memory limit the *contiguous* problem is chains-on-chains
   partitioning (polynomial, the DP) and the *general* one is P||Cmax with
@@ -213,7 +213,7 @@ def three_partition_instance(numbers: Sequence[int], bound: int) -> tuple[Chain,
     One layer per number x (forward x/2, backward x/2, nothing sent, no
     weights), m = len(numbers)/3 devices, unlimited memory and bandwidth. A
     device's load is the sum of its numbers and, without memory, any
-    allocation reaches period = max device load (DESIGN.md section 3), so
+    allocation reaches period = max device load (docs/model.md, "Plan"), so
     the optimal general period is the P||Cmax optimum: it equals B iff the
     numbers split into m groups of sum B (each then a triple, since every
     number lies strictly between B/4 and B/2): a yes instance.
@@ -330,7 +330,7 @@ def _planner_call(chain: Chain, platform: Platform, method: str, allocation: str
         raise _Unavailable(f"NotImplementedError: {e}") from e
     if not p.solve_seconds:
         p = p.with_(solve_seconds=time.perf_counter() - t0)
-    return p
+    return planners.recheck(p, chain, platform)  # never optimal if the checker rejects it
 
 
 def plan_row(plan: Plan, chain: Chain, platform: Platform) -> dict[str, Any]:

@@ -370,7 +370,7 @@ def _sweep_frame(st: dict[str, Any]) -> pd.DataFrame:
     rows = []
     for i, M in enumerate(st["memory_levels"]):
         r = run_method(chain, base.with_(memory=float(M)), st["method"], allocation=st["allocation"],
-                       time_limit=st["time_limit"])
+                       time_limit=st["time_limit"], deterministic=True)  # work budgets: same plans every run
         rows.append({"network": st["network"], "devices": st["devices"], "method_key": st["method_key"],
                      "level": i, "memory_limit": float(M), "least_memory": float(st["memory_levels"][0]),
                      "memory_relative": float(M) / float(st["memory_levels"][0]), "n_layers": len(chain),

@@ -1,9 +1,9 @@
-"""Plans: the period, the device of every layer, and start times per stage (DESIGN.md section 3).
+"""Plans: the period, the device of every layer, and start times per stage (docs/model.md, "Plan").
 
 A :class:`Plan` is a plain value. Derived quantities (in-flight counts,
 memory per device) are computed by :func:`make_plan` from the chain and
 the platform and stored, so a plan round-trips through JSON in the format
-of DESIGN.md section 4 without the chain. :mod:`workbench.check`
+of docs/model.md, "JSON" without the chain. :mod:`workbench.check`
 re-derives everything independently.
 
 >>> from workbench.chain import Chain, Layer, Platform
@@ -31,12 +31,14 @@ from .chain import Chain, Platform
 from .memory import estimate_note, layer_terms, plan_memory
 
 __all__ = [
-    "Stage", "Plan", "Status", "REL_TOL", "stages_of", "in_flight", "make_plan", "infeasible_plan",
+    "Stage", "Plan", "Status", "REL_TOL", "MAX_DEVICES", "stages_of", "in_flight", "make_plan", "infeasible_plan",
     "lower_bound", "device_memory", "stage_in_flight", "chain_for_plan", "memory_setup", "with_memory_setup",
 ]
 
 Status = Literal["optimal", "feasible", "infeasible", "timeout"]
 REL_TOL = 1e-6
+#: the most devices a plan file may name (a bigger count is a typo, and would make ``check`` allocate per device)
+MAX_DEVICES = 65536
 
 
 def _ceil_tol(x: float) -> int:
@@ -85,8 +87,8 @@ class Stage:
 class Plan:
     """A periodic (or flushed) pipeline plan. Times in seconds, memory in bytes.
 
-    ``schedule`` is ``"periodic"`` for plans under the rules of DESIGN.md
-    section 3, or ``"gpipe"``/``"1f1b"`` for flushed schedules (then
+    ``schedule`` is ``"periodic"`` for plans under the rules of docs/model.md
+    ("Plan"), or ``"gpipe"``/``"1f1b"`` for flushed schedules (then
     ``period`` is makespan / micro_batches and ``memory`` the simulated peak).
     """
 
@@ -129,7 +131,7 @@ class Plan:
     def ratio_to_bound(self) -> float:
         return self.period / self.lower_bound if self.lower_bound > 0 and self.feasible else math.inf
 
-    # ----- JSON (DESIGN.md section 4) -------------------------------------
+    # ----- JSON (docs/model.md, "JSON") -------------------------------------
     def to_dict(self) -> dict[str, Any]:
         fin = lambda x: x if (x is not None and math.isfinite(x)) else None  # noqa: E731
         d: dict[str, Any] = {
@@ -173,49 +175,102 @@ class Plan:
         return text
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Plan":
-        try:
-            stages = tuple(
-                Stage(int(s["layers"][0]), int(s["layers"][1]), int(s["device"]), float(s["fwd_start"]),
-                      float(s["bwd_start"]), int(s.get("in_flight", 1)))
-                for s in d.get("stages", [])
-            )
-            period = d.get("period")
-            ml = d.get("memory_limit")
-            return cls(
-                period=float(period) if period is not None else math.inf,
-                assignment=tuple(int(a) for a in d.get("assignment", [])),
-                stages=stages,
-                devices=int(d["devices"]),
-                memory=tuple(float(m) for m in d.get("memory", [])),
-                memory_limit=float(ml) if ml is not None else math.inf,
-                lower_bound=float(d.get("lower_bound", 0.0)),
-                method=str(d.get("method", "")),
-                allocation=str(d.get("allocation", "contiguous")),
-                status=d.get("status", "feasible"),
-                gap=d.get("gap"),
-                solve_seconds=float(d.get("solve_seconds", 0.0)),
-                schedule=str(d.get("schedule", "periodic")),
-                micro_batches=d.get("micro_batches"),
-                chain_order=tuple(d["chain_order"]) if d.get("chain_order") else None,
-                notes=tuple(d.get("notes", ())),
-                extra=d.get("extra", {}),
-                # a plan written before the memory model records no set-up: it used the paper's rule 7
-                setup=dict(d.get("memory_setup", {"memory_model": "paper", "weight_factor": 1.0})),
-            )
-        except (KeyError, TypeError, ValueError, IndexError) as e:
-            raise ValueError(f"not a plan in the workbench JSON format: {e!r}") from e
+    def from_dict(cls, d: Any) -> "Plan":
+        """A plan from its JSON object; a :class:`ValueError` naming the field for anything else.
+
+        Every number must be finite (``period`` and ``memory_limit`` may be null: infinite),
+        devices, layers and in-flight counts whole numbers, ``devices`` at most ``MAX_DEVICES``.
+
+        >>> Plan.from_dict({"devices": 2, "period": float("nan")})
+        Traceback (most recent call last):
+        ValueError: period: nan is not a finite number
+        >>> Plan.from_dict([1, 2])
+        Traceback (most recent call last):
+        ValueError: a plan is a JSON object, got a list
+        """
+        if not isinstance(d, dict):
+            raise ValueError(f"a plan is a JSON object, got {_json_kind(d)}")
+        if "devices" not in d:
+            raise ValueError("devices: missing (the number of devices the plan is for)")
+        devices = _whole(d["devices"], "devices", 1, MAX_DEVICES)
+        stages_in = _list(d.get("stages", []), "stages")
+        stages = []
+        for i, s in enumerate(stages_in):
+            w = f"stages[{i}]"
+            if not isinstance(s, dict):
+                raise ValueError(f"{w}: a stage is a JSON object, got {_json_kind(s)}")
+            layers = _list(s.get("layers"), f"{w}.layers")
+            if len(layers) != 2:
+                raise ValueError(f"{w}.layers: expected [first, last], got {len(layers)} entries")
+            stages.append(Stage(_whole(layers[0], f"{w}.layers[0]"), _whole(layers[1], f"{w}.layers[1]"),
+                                _whole(s.get("device"), f"{w}.device"), _real(s.get("fwd_start"), f"{w}.fwd_start"),
+                                _real(s.get("bwd_start"), f"{w}.bwd_start"),
+                                _whole(s.get("in_flight", 1), f"{w}.in_flight", 1)))
+        status = d.get("status", "feasible")
+        if status not in ("optimal", "feasible", "infeasible", "timeout"):
+            raise ValueError(f"status: {status!r} is not one of optimal, feasible, infeasible, timeout")
+        gap = d.get("gap")
+        mb = d.get("micro_batches")
+        order = d.get("chain_order")
+        extra = d.get("extra", {})
+        if not isinstance(extra, dict):
+            raise ValueError(f"extra: expected a JSON object, got {_json_kind(extra)}")
+        # a plan written before the memory model records no set-up: it used the paper's rule 7
+        setup = d.get("memory_setup", {"memory_model": "paper", "weight_factor": 1.0})
+        if not isinstance(setup, dict):
+            raise ValueError(f"memory_setup: expected a JSON object, got {_json_kind(setup)}")
+        return cls(
+            period=_real(d.get("period"), "period", null=math.inf),
+            assignment=tuple(_whole(a, f"assignment[{i}]") for i, a in enumerate(_list(d.get("assignment", []),
+                                                                                       "assignment"))),
+            stages=tuple(stages),
+            devices=devices,
+            memory=tuple(_real(m, f"memory[{i}]") for i, m in enumerate(_list(d.get("memory", []), "memory"))),
+            memory_limit=_real(d.get("memory_limit"), "memory_limit", null=math.inf),
+            lower_bound=_real(d.get("lower_bound", 0.0), "lower_bound"),
+            method=str(d.get("method", "")),
+            allocation=str(d.get("allocation", "contiguous")),
+            status=status,
+            gap=None if gap is None else _real(gap, "gap"),
+            solve_seconds=_real(d.get("solve_seconds", 0.0), "solve_seconds"),
+            schedule=str(d.get("schedule", "periodic")),
+            micro_batches=None if mb is None else _whole(mb, "micro_batches", 1),
+            chain_order=tuple(str(n) for n in _list(order, "chain_order")) if order else None,
+            notes=tuple(str(n) for n in _list(d.get("notes", []), "notes")),
+            extra=extra,
+            setup=dict(setup),
+        )
 
     @classmethod
     def from_json(cls, path_or_text: str | Path) -> "Plan":
+        """A plan from a JSON file (a :class:`Path`, or a string naming an existing file) or JSON text.
+
+        Errors name the file and the field; ``NaN`` and ``Infinity`` are refused.
+        """
         p = Path(path_or_text)
         text = str(path_or_text)
-        if isinstance(path_or_text, Path) or (not text.lstrip().startswith("{") and p.exists()):
+        where = "plan JSON"
+        is_file = not text.lstrip().startswith("{") and (p.exists() or text.endswith(".json"))
+        if isinstance(path_or_text, Path) or is_file:
+            where = str(p)
+            if p.is_dir():
+                raise ValueError(f"{p}: is a folder, not a plan file")
+            if not p.exists():
+                raise FileNotFoundError(f"{p}: no such plan file")
             try:
-                return cls.from_dict(json.loads(p.read_text()))
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{p}: not valid JSON ({e})") from e
-        return cls.from_dict(json.loads(str(path_or_text)))
+                text = p.read_text()
+            except UnicodeDecodeError as e:
+                raise ValueError(f"{p}: not a text file ({e})") from None
+        try:
+            data = json.loads(text, parse_constant=_refuse_constant)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{where}: not valid JSON ({e})") from None
+        except ValueError as e:
+            raise ValueError(f"{where}: {e}") from None
+        try:
+            return cls.from_dict(data)
+        except ValueError as e:
+            raise ValueError(f"{where}: {e}") from None
 
     def with_(self, **kw: Any) -> "Plan":
         return replace(self, **kw)
@@ -228,14 +283,56 @@ class Plan:
             return f"{self.method} ({self.allocation}): infeasible: {why}"
         mem = ", ".join(f"GPU{p}: {format_bytes(m)}" for p, m in enumerate(self.memory))
         lim = format_bytes(self.memory_limit)
-        gap = f", gap {self.gap:.1%}" if self.gap else ""
+        # two different bounds: the gap is against the best bound the method proved, the ratio against
+        # the simple bound max(compute / P, largest layer) that every plan records
+        gap = (f"; gap {self.gap:.1%} to the bound the method proved, "
+               f"{format_seconds(self.period * (1 - self.gap))}") if self.gap else ""
         return (
             f"{self.method} ({self.allocation}, {self.schedule}): status {self.status}{gap}\n"
             f"  period {format_seconds(self.period)}  throughput {self.throughput:.3f} mini-batches/s  "
-            f"ratio to lower bound {self.ratio_to_bound():.3f} (bound {format_seconds(self.lower_bound)})\n"
+            f"ratio {self.ratio_to_bound():.3f} to the simple bound max(compute / P, largest layer) "
+            f"= {format_seconds(self.lower_bound)}\n"
             f"  {len(self.stages)} stages on {self.devices} devices; memory per device (limit {lim}): {mem}\n"
             f"  solved in {self.solve_seconds:.2f} s"
         )
+
+
+def _json_kind(x: Any) -> str:
+    """'a list', 'a string', ... for messages about JSON values."""
+    names = {list: "a list", dict: "an object", str: "a string", bool: "a boolean", type(None): "null"}
+    return names.get(type(x), "a number" if isinstance(x, (int, float)) else type(x).__name__)
+
+
+def _refuse_constant(name: str) -> float:
+    raise ValueError(f"non-finite number {name} in the plan (JSON has no NaN or Infinity; write null for "
+                     f"an infinite period or memory limit)")
+
+
+def _list(x: Any, where: str) -> list:
+    if not isinstance(x, list):
+        raise ValueError(f"{where}: expected a list, got {_json_kind(x)}")
+    return x
+
+
+def _real(x: Any, where: str, *, null: float | None = None) -> float:
+    """A finite JSON number (``null`` maps to ``null`` when given)."""
+    if x is None and null is not None:
+        return null
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        raise ValueError(f"{where}: expected a number, got {_json_kind(x)} {x!r}")
+    if not math.isfinite(x):
+        raise ValueError(f"{where}: {x} is not a finite number")
+    return float(x)
+
+
+def _whole(x: Any, where: str, lo: int | None = None, hi: int | None = None) -> int:
+    """A whole JSON number (1.0 is fine, 1.5 is not) in ``lo..hi``."""
+    v = _real(x, where)
+    if not v.is_integer():
+        raise ValueError(f"{where}: {x!r} is not a whole number")
+    if (lo is not None and v < lo) or (hi is not None and v > hi):
+        raise ValueError(f"{where}: {int(v)} is out of range {lo if lo is not None else ''}..{hi if hi is not None else ''}")
+    return int(v)
 
 
 def lower_bound(chain: Chain, platform: Platform) -> float:

@@ -1,4 +1,4 @@
-"""The periodic schedule builder: start times for an allocation and a period (DESIGN.md section 3).
+"""The periodic schedule builder: start times for an allocation and a period (docs/model.md, "Plan").
 
 Given the device of every layer (an *allocation*) and a period T,
 :func:`build_schedule` places the forward and backward of every stage as

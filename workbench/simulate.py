@@ -174,9 +174,12 @@ def simulate(plan: Plan, chain: Chain, platform: Platform, batches: int = 20) ->
     :func:`simulate_flushed` with enough flushes of ``plan.micro_batches`` to
     cover ``batches``.
     """
+    from .check import require_structure
+
     chain = chain_for_plan(plan, chain)
     if batches < 1:
         raise ValueError(f"batches must be at least 1, got {batches}")
+    require_structure(plan, chain, platform, "simulate")  # rules 0 and 1; rules 2-7 show as delays
     if plan.schedule != "periodic":
         m = plan.micro_batches
         if not m:

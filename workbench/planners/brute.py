@@ -2,7 +2,7 @@
 
 The ground truth the other planners (the DP, the ILP) are tested against. It
 enumerates *every* allocation and, for each, finds the exact smallest period
-of a valid periodic schedule (DESIGN.md section 3, rules 1-7) by a method
+of a valid periodic schedule (docs/model.md, "Plan", rules 1-7) by a method
 that shares nothing with the ILP. Nothing here is a heuristic; every pruning
 step below is a proven bound.
 

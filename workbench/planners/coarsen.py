@@ -48,14 +48,16 @@ import numpy as np
 from ..chain import Chain, Platform
 from ..memory import layer_terms, linear_terms
 from ..plan import Plan, infeasible_plan, lower_bound, make_plan, stages_of
+from .budget import Budget
 
 __all__ = ["block_groups", "expand_assignment", "expand_plan", "plan_coarse"]
 
 # general allocations on 16 blocks or more: the block ILP runs until BLOCK_SHARE of the time limit,
-# the half-block solve until HALF_SHARE, the search on the fine chain until REFINE_END (the rest is
+# (BLOCK_ALONE on fewer blocks), the half-block solve until HALF_SHARE, the search on the fine chain
+# until REFINE_END (the rest is
 # for the fine lower bound); without a time limit the search stops after STALE_KICKS kicks in a row
 # find nothing better
-BLOCK_SHARE, HALF_SHARE, REFINE_END, STALE_KICKS = 0.2, 0.45, 0.98, 25
+BLOCK_SHARE, BLOCK_ALONE, HALF_SHARE, REFINE_END, STALE_KICKS = 0.2, 0.8, 0.45, 0.98, 25
 
 
 def block_groups(chain: Chain, blocks: int, platform: Platform | None = None, *,
@@ -145,43 +147,45 @@ def expand_plan(plan: Plan, chain: Chain, platform: Platform, groups: Sequence[t
 
 def plan_coarse(chain: Chain, platform: Platform, *, blocks: int = 32, allocation: str = "contiguous",
                 time_limit: float | None = None, groups: Sequence[tuple[int, int]] | None = None,
-                **ilp_options: Any) -> Plan:
-    """Solve the ILP on ``blocks`` blocks, expand, re-check, compare with the fine DP (see module doc)."""
+                progress: Any = None, deterministic: bool = False, budget: Budget | None = None,
+                fine_dp: Plan | None = None, **ilp_options: Any) -> Plan:
+    """Solve the ILP on ``blocks`` blocks, expand, re-check, compare with the fine DP (see module doc).
+
+    ``time_limit`` covers every phase, the fine lower bound included; ``progress``,
+    ``deterministic`` and ``budget`` as for :func:`workbench.planners.ilp.plan_ilp`.
+    ``fine_dp``: the exact contiguous DP's plan of ``chain`` if already known."""
     from ..check import check
     from .dp import plan_dp
-    from .ilp import plan_ilp
 
-    t0 = time.perf_counter()
-    fine_dp = plan_dp(chain, platform, graph=False)
+    budget = budget or Budget(time_limit, deterministic=deterministic, progress=progress)
+    if fine_dp is None:
+        budget.say(f"ilp: {len(chain)} layers: the exact contiguous DP on them")
+        fine_dp = plan_dp(chain, platform, graph=False)
     if not fine_dp.feasible or check(fine_dp, chain, platform):
         fine_dp = None
     req = [b for _, b in stages_of(fine_dp.assignment)][:-1] if fine_dp is not None else []
+    budget = budget.child(prefix="")  # the phases' shares are of what the fine DP left
     if groups is None:
         groups = block_groups(chain, blocks, platform, required=req)
     groups = list(groups)
-    coarse = chain.coarsen(groups)
     # general: the block ILP, the cover search on half as many blocks (often exact: the full block
     # count has too many device sets), then a search on the fine chain from the best plan (shares
     # at the top of the module)
     refine = allocation == "general" and platform.devices > 1
     halve = refine and len(groups) >= 16
-
-    def share(frac: float, default: float | None) -> float | None:
-        if time_limit is None:
-            return default
-        return max(frac * time_limit - (time.perf_counter() - t0), 1.0)
-
     phases: dict[str, float] = {}
 
     def lap(name: str) -> None:
         """Record the seconds since the previous phase ended as phase ``name``."""
-        phases[name] = time.perf_counter() - t0 - sum(phases.values())
+        phases[name] = budget.elapsed() - sum(phases.values())
 
-    cplan = plan_ilp(coarse, platform, allocation=allocation, time_limit=share(BLOCK_SHARE if halve else 1.0, None),
-                     coarsen=False, **ilp_options)
+    lap("fine_dp")
+    block_end = (BLOCK_SHARE if halve else BLOCK_ALONE) if refine else REFINE_END
+    cplan = _block_ilp(chain, platform, groups, budget.child(until=block_end, prefix=f"{len(groups)} blocks: "),
+                       allocation, ilp_options)
     lap("block_ilp")
+    coarse = chain.coarsen(groups)
     comp = coarse.forward + coarse.backward
-    lb = lower_bound(chain, platform)
     extra: dict[str, Any] = {
         "blocks": len(groups), "groups": [list(g) for g in groups],
         "coarse_period": cplan.period if cplan.feasible else None, "coarse_status": cplan.status,
@@ -199,8 +203,8 @@ def plan_coarse(chain: Chain, platform: Platform, *, blocks: int = 32, allocatio
         cand.append((fine_dp, "fine DP (exact contiguous)"))
     if halve:
         hg = block_groups(chain, len(groups) // 2, platform, required=req)
-        hplan = plan_ilp(chain.coarsen(hg), platform, allocation=allocation, time_limit=share(HALF_SHARE, 30.0),
-                         coarsen=False, **ilp_options)
+        hplan = _block_ilp(chain, platform, hg, budget.child(until=HALF_SHARE, default=30.0, prefix=f"{len(hg)} blocks: "),
+                           allocation, ilp_options)
         extra["half_blocks"] = {"blocks": len(hg), "status": hplan.status,
                                 "period": hplan.period if hplan.feasible else None}
         if hplan.feasible:
@@ -212,22 +216,53 @@ def plan_coarse(chain: Chain, platform: Platform, *, blocks: int = 32, allocatio
         from .ilp_search import guided_search
 
         start, how = min(cand, key=lambda c: c[0].period)
-        better = guided_search(chain, platform, start, seconds=share(REFINE_END, 20.0),
+        secs = budget.phase_seconds(until=REFINE_END, default=20.0)
+        budget.say(f"ilp: guided search on the {len(chain)} layers from {start.period:.6g} s, {budget.describe(secs)}")
+        better = guided_search(chain, platform, start, deadline=budget.deadline(search="guided_search",
+                                                                               until=REFINE_END, default=20.0),
                                max_stages=2 * platform.devices,
-                               kicks=None if time_limit is not None else STALE_KICKS)
+                               kicks=None if budget.limited else STALE_KICKS)
         if better is not start and better.period < start.period and not check(better, chain, platform):
             cand.append((better, f"{how}, then a local search on the {len(chain)} layers"))
-    from .ilp_model import memory_period_bound
-    from .stage_bound import stage_path_bound
-
-    best_known = min((p.period for p, _ in cand), default=None)
     lap("refine")
-    fine_bound = max(lb, memory_period_bound(chain, platform), stage_path_bound(chain, platform, best_known))
+    best_known = min((p.period for p, _ in cand), default=None)
+    fine_bound = _fine_bound(chain, platform, best_known, budget)
     lap("bound")
     if allocation == "contiguous" and fine_dp is not None:
         fine_bound = fine_dp.period
     extra["fine_lower_bound"] = fine_bound
-    seconds = time.perf_counter() - t0
+    return _coarse_result(chain, platform, cand, cplan, groups, fine_dp, fine_bound, allocation, extra, budget)
+
+
+def _block_ilp(chain: Chain, platform: Platform, groups: list[tuple[int, int]], budget: Budget, allocation: str,
+               ilp_options: dict[str, Any]) -> Plan:
+    """The ILP on the chain coarsened to ``groups``."""
+    from .ilp import plan_ilp
+
+    budget.say(f"ilp: the ILP on {len(groups)} blocks, {budget.describe(budget.seconds)}")
+    opts = {k: v for k, v in ilp_options.items() if k not in ("coarsen", "time_limit", "budget")}
+    return plan_ilp(chain.coarsen(groups), platform, allocation=allocation, coarsen=False, budget=budget, **opts)
+
+
+def _fine_bound(chain: Chain, platform: Platform, best_known: float | None, budget: Budget) -> float:
+    """A lower bound for the fine chain: the best of the chain's, the per-layer memory one and the
+    stage-path one (cut short, and weaker, when the time is up)."""
+    from .ilp_model import memory_period_bound
+    from .stage_bound import stage_path_bound
+
+    budget.say(f"ilp: lower bound on the {len(chain)} layers, {budget.describe(budget.phase_seconds())}")
+    deadline = budget.deadline(search="bound")
+    return max(lower_bound(chain, platform), memory_period_bound(chain, platform),
+               stage_path_bound(chain, platform, best_known, deadline=deadline))
+
+
+def _coarse_result(chain: Chain, platform: Platform, cand: list[tuple[Plan, str]], cplan: Plan,
+                   groups: list[tuple[int, int]], fine_dp: Plan | None, fine_bound: float, allocation: str,
+                   extra: dict[str, Any], budget: Budget) -> Plan:
+    """The best candidate as the ILP's plan, its gap against the fine bound."""
+    seconds = budget.elapsed()
+    if budget.deterministic:
+        extra["deterministic"] = not budget.cut_short
     if not cand:
         why = cplan.notes[0] if cplan.notes else "no plan found"
         p = infeasible_plan(chain, platform, "ilp", f"on {len(groups)} blocks: {why}", allocation=allocation,
@@ -243,5 +278,8 @@ def plan_coarse(chain: Chain, platform: Platform, *, blocks: int = 32, allocatio
         status = "timeout" if cplan.status == "timeout" else "feasible"
     notes = (f"coarsened to {len(groups)} blocks; plan from the {src}; gap against the fine lower bound "
              f"{fine_bound:.6g} s (coarse ILP: {cplan.status}, period {cplan.period:.6g} s)",)
+    if budget.deterministic and budget.cut_short:
+        notes += ("deterministic budgets: the wall-clock safety net stopped a phase; this result may vary",)
+    budget.say(f"ilp: {status}, period {best.period:.6g} s, gap {gap:.1%} to the fine bound ({seconds:.1f} s)")
     return best.with_(method="ilp", allocation=allocation, status=status, gap=gap, solve_seconds=seconds,
                       notes=tuple(best.notes) + notes, extra={**best.extra, **extra})

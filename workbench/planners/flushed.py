@@ -5,7 +5,7 @@ then waits for the pipeline to drain and updates the weights: one weight
 version, no stashing. It is finite, so it is *simulated*
 (:func:`workbench.simulate.simulate_flushed`), not checked against the
 periodic rules: the plan's period is makespan / m and its memory the
-simulated peak per device (DESIGN.md section 3).
+simulated peak per device (docs/model.md, "Plan").
 
 * GPipe: all m forwards, then all m backwards; stage s holds m copies of
   its activations at the turn.

@@ -477,6 +477,8 @@ def cover_search(chain: Chain, platform: Platform, T_inc: float, *, deadline: fl
         counter[1] = theta
         try:
             for _, parts in _covers(ds, theta, theta_lo, least, platform.memory, deadline, counter):
+                if deadline is not None and time.perf_counter() > deadline:
+                    raise _Deadline   # polled per partition: each costs a feasibility test
                 if not ds.allocation_fits(parts, best_T):
                     continue   # cannot reach a period below the incumbent (memory or a link)
                 a = normalise(_assignment(parts, L))

@@ -1,4 +1,4 @@
-"""The throughput-under-memory ILP as a Pyomo model (DESIGN.md section 3).
+"""The throughput-under-memory ILP as a Pyomo model (docs/model.md, "Plan").
 
 The model is written in *scaled time*: with a reference time ``T_ref`` (the
 lower bound of :func:`workbench.plan.lower_bound`) the decision variable is

@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 import time
 from itertools import islice
-from typing import Iterator, Sequence
+from typing import Any, Iterator, Sequence
 
 from ..chain import Chain, Platform
 from ..plan import Plan, make_plan, stages_of
@@ -44,7 +44,11 @@ def normalise(assignment: Sequence[int]) -> tuple[int, ...]:
 
 def allocation_best(chain: Chain, platform: Platform, assignment: Sequence[int], upper: float = math.inf,
                     deadline: float | None = None) -> tuple[float, list[float], list[float]] | None:
-    """Least period of ``assignment`` if below ``upper``: (T, fwd starts, bwd starts) per stage, else None."""
+    """Least period of ``assignment`` if below ``upper``: (T, fwd starts, bwd starts) per stage, else None.
+    A :class:`~workbench.planners.budget.WorkDeadline` is charged for the evaluation."""
+    from .budget import charge
+
+    charge(deadline)
     try:
         from .brute import _alloc, _general_period
 
@@ -95,7 +99,7 @@ def _neighbours(a0: tuple[int, ...], P: int, max_shift: int, swaps: bool) -> Ite
 
 def local_search(chain: Chain, platform: Platform, start: Plan, *, seconds: float = 10.0,
                  swaps: bool = True, max_stages: int | None = None, max_shift: int = 8,
-                 kicks: int = 0, kick_slack: float = 0.1, seed: int = 0) -> Plan:
+                 kicks: int = 0, kick_slack: float = 0.1, seed: int = 0, deadline: Any = None) -> Plan:
     """Improve ``start`` by moves (first improvement), within ``seconds``: a whole stage to another
     device, a stage boundary shifted by 2 to ``max_shift`` layers, one layer to another device,
     and pairwise swaps.
@@ -107,11 +111,14 @@ def local_search(chain: Chain, platform: Platform, start: Plan, *, seconds: floa
 
     Allocations with more than ``max_stages`` stages (default P + 4) are skipped: the exact
     evaluator's effort grows quickly with the number of stages and it does not always
-    stop at the deadline."""
+    stop at the deadline.
+
+    ``deadline`` (a ``perf_counter`` time or a :class:`~workbench.planners.budget.WorkDeadline`)
+    replaces ``seconds`` when given."""
     import random
 
     cap = max_stages if max_stages is not None else platform.devices + 4
-    t_end = time.perf_counter() + seconds
+    t_end = deadline if deadline is not None else time.perf_counter() + seconds
     P = platform.devices
 
     def descend(cur_a: tuple[int, ...], cur_T: float, cur_fb):
@@ -120,11 +127,11 @@ def local_search(chain: Chain, platform: Platform, start: Plan, *, seconds: floa
         while improved and time.perf_counter() < t_end:
             improved = False
             for a in _neighbours(cur_a, P, max_shift, swaps):
+                if time.perf_counter() > t_end:   # polled per move, skipped ones too (each costs O(L))
+                    break
                 if a in seen or max(a) >= P or len(stages_of(a)) > cap:
                     continue
                 seen.add(a)
-                if time.perf_counter() > t_end:
-                    break
                 try:
                     r = allocation_best(chain, platform, a, cur_T * (1 - 1e-9), deadline=t_end)
                 except TimeoutError:
@@ -199,7 +206,7 @@ def path_period(chain: Chain, platform: Platform, assignment: Sequence[int], upp
 
 def guided_search(chain: Chain, platform: Platform, start: Plan, *, seconds: float = 10.0,
                   max_stages: int | None = None, max_shift: int = 8, kicks: int | None = None,
-                  seed: int = 0, check_seconds: float = 5.0) -> Plan:
+                  seed: int = 0, check_seconds: float = 5.0, deadline: Any = None) -> Plan:
     """Improve ``start`` by a descent on :func:`path_period` (cheap) that checks its steps exactly.
 
     From the current allocation, take the first move (as in :func:`local_search`, without swaps)
@@ -216,6 +223,9 @@ def guided_search(chain: Chain, platform: Platform, start: Plan, *, seconds: flo
     :func:`local_search` with kicks had reached, it found 0.0594-0.0601 s in 100 s (three seeds),
     where :func:`local_search` with kicks found nothing better in 60 s (and 0.0593 s in 500 s).
 
+    ``deadline`` (a ``perf_counter`` time or a :class:`~workbench.planners.budget.WorkDeadline`)
+    replaces ``seconds`` when given.
+
     >>> from workbench.chain import Chain, Layer, Platform
     >>> from workbench.planners.dp import plan_dp
     >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 10, 1) for i in range(3)), input_bytes=1)
@@ -225,8 +235,10 @@ def guided_search(chain: Chain, platform: Platform, start: Plan, *, seconds: flo
     """
     import random
 
+    from .budget import within
+
     cap = max_stages if max_stages is not None else 2 * platform.devices
-    t_end = time.perf_counter() + seconds
+    t_end = deadline if deadline is not None else time.perf_counter() + seconds
     P = platform.devices
     rng = random.Random(seed)
     best_a, best_T, best_fb = normalise(start.assignment), start.period, None
@@ -241,15 +253,20 @@ def guided_search(chain: Chain, platform: Platform, start: Plan, *, seconds: flo
         checked.add(a)
         try:
             got = allocation_best(chain, platform, a, best_T * (1 - 1e-9),
-                                  deadline=min(t_end, time.perf_counter() + check_seconds))
+                                  deadline=within(t_end, check_seconds, "guided_search"))
         except TimeoutError:
             return
         if got is not None and got[0] < best_T * (1 - 1e-9):
             best_a, best_T, best_fb, stale = a, got[0], (got[1], got[2]), 0
 
     def moves(a: tuple[int, ...]):
-        return (m for m in _neighbours(a, P, max_shift, swaps=False)
-                if max(m) < P and len(stages_of(m)) <= cap)
+        """The moves from ``a`` within the stage cap; the deadline is polled per move looked at
+        (most are over the cap near it, and each costs O(L) to build)."""
+        for m in _neighbours(a, P, max_shift, swaps=False):
+            if time.perf_counter() > t_end:
+                return
+            if max(m) < P and len(stages_of(m)) <= cap:
+                yield m
 
     cur = best_a
     while time.perf_counter() < t_end and (kicks is None or stale <= kicks):

@@ -19,7 +19,7 @@ parameter bytes (PipeDream's own model: no weight factor). Partitions
 whose charge exceeds M are rejected inside the DP.
 
 The periodic schedule is then put on top (``best_schedule``): our rules
-(section 3 of DESIGN.md) decide the real period and memory. If PipeDream's
+(docs/model.md, "Plan") decide the real period and memory. If PipeDream's
 partition does not fit under our rules, the memory-blind schedule is
 returned with a "does not fit" note (as for the baselines); if PipeDream's
 DP itself finds nothing under M, the plan is infeasible and says how much

@@ -31,6 +31,7 @@ fronts, which keeps the bound valid.
 from __future__ import annotations
 
 import math
+import time
 
 import numpy as np
 
@@ -49,8 +50,9 @@ def least_stage_memory(chain: Chain, platform: Platform, T: float) -> float:
     return _stage_memory(chain, platform)(T)
 
 
-def _stage_memory(chain: Chain, platform: Platform):
-    """``least_stage_memory`` as a function of T, the chain's arrays computed once."""
+def _stage_memory(chain: Chain, platform: Platform, deadline=None):
+    """``least_stage_memory`` as a function of T, the chain's arrays computed once; it raises
+    ``TimeoutError`` once ``time.perf_counter() > deadline`` (polled once per layer)."""
     from .ilp_model import chain_arrays
 
     L = len(chain)
@@ -71,6 +73,8 @@ def _stage_memory(chain: Chain, platform: Platform):
         fronts: list[tuple[np.ndarray, np.ndarray] | None] = [None] * (L + 1)
         fronts[L] = (np.zeros(1), np.zeros(1))
         for i in range(L - 1, -1, -1):
+            if deadline is not None and time.perf_counter() > deadline:
+                raise TimeoutError("stage path bound: time limit")
             Cs, mems = [], []
             for j in range(i, L):
                 if pre[j + 1] - pre[i] > T * tol:
@@ -101,15 +105,27 @@ def _stage_memory(chain: Chain, platform: Platform):
     return least
 
 
-def stage_path_bound(chain: Chain, platform: Platform, hi: float | None = None, *, rel: float = 1e-3) -> float:
+def stage_path_bound(chain: Chain, platform: Platform, hi: float | None = None, *, rel: float = 1e-3,
+                     deadline=None) -> float:
     """The least period (to relative precision ``rel``, rounded down) at which some stage
     partition fits the pooled memory of the devices; at least :func:`workbench.plan.lower_bound`.
-    ``hi``: a period known to be feasible (e.g. a plan's), which caps the search."""
+    ``hi``: a period known to be feasible (e.g. a plan's), which caps the search. Past
+    ``deadline`` (a ``perf_counter`` time, polled once per layer and step) it returns the
+    largest period known not to fit so far: still a lower bound, less tight."""
     lb = lower_bound(chain, platform)
     if not math.isfinite(platform.memory):
         return lb
+    state = {"lo": lb}
+    try:
+        return _bisect(chain, platform, lb, hi, rel, deadline, state)
+    except TimeoutError:
+        return state["lo"]
+
+
+def _bisect(chain: Chain, platform: Platform, lb: float, hi: float | None, rel: float, deadline, state: dict) -> float:
+    """stage_path_bound's search; ``state["lo"]`` always holds a period known not to fit (or ``lb``)."""
     cap = platform.devices * platform.memory * (1 + 1e-9)
-    least = _stage_memory(chain, platform)
+    least = _stage_memory(chain, platform, deadline)
 
     def fits(T: float) -> bool:
         return least(T) <= cap
@@ -121,6 +137,7 @@ def stage_path_bound(chain: Chain, platform: Platform, hi: float | None = None, 
         hi = max(lo, 1e-12) * 2
         while not fits(hi):
             lo, hi = hi, hi * 2
+            state["lo"] = lo
             if hi > 1e6 * max(lb, 1e-12):
                 return math.inf
     elif not fits(hi):
@@ -130,5 +147,5 @@ def stage_path_bound(chain: Chain, platform: Platform, hi: float | None = None, 
         if fits(mid):
             hi = mid
         else:
-            lo = mid
+            lo = state["lo"] = mid
     return lo

@@ -18,9 +18,9 @@ from pathlib import Path
 
 from ..chain import Chain
 from ..paths import PROFILES_DIR, peer_profiles_dir
-from .csvio import ProfileError, parse_profile_text, read_profile, write_profile
+from .csvio import ProfileError, ProfileWarning, check_values, parse_profile_text, read_profile, write_profile
 
-__all__ = ["ProfileError", "read_profile", "write_profile", "parse_profile_text", "load_profile",
+__all__ = ["ProfileError", "ProfileWarning", "read_profile", "write_profile", "parse_profile_text", "load_profile",
            "available_profiles", "resolve_profile"]
 
 
@@ -64,4 +64,4 @@ def load_profile(spec: str | Path, **options) -> Chain:
         return read_profile(path)
     from .pipedream import load_pipedream_chain
 
-    return load_pipedream_chain(path, **options)
+    return check_values(load_pipedream_chain(path, **options), str(path))

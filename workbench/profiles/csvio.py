@@ -1,12 +1,17 @@
-"""The project's profile format: CSV with ``# key: value`` metadata lines (DESIGN.md section 2).
+"""The project's profile format: CSV with ``# key: value`` metadata lines (docs/model.md, "Instance").
 
 Columns ``name,forward_ms,backward_ms,weight_bytes,activation_bytes[,saved_bytes]``
 (``cut_bytes`` is also accepted, for chains linearised from a DAG), then the
 profiler's memory columns, each optional (``grad_bytes``, ``max_param_bytes``,
 ``saved_input_bytes``, ``saved_output_bytes``, ``forward_peak_bytes``,
 ``backward_peak_bytes``: docs/model.md, "Memory"; a profile without them still
-loads and the memory model estimates them). Bad input is refused with a
-:class:`ProfileError` naming the file, row and column.
+loads and the memory model estimates them); other columns are read past. Bad
+input is refused with a :class:`ProfileError` naming the file, row and column:
+a column named twice, a value that is not a finite non-negative number, and
+values no measurement gives (a layer time over ``MAX_LAYER_MS``, a size over
+``MAX_BYTES``, every layer taking no time: :func:`check_values`, which every
+loader runs). A profile with no memory at all (every weight and activation 0)
+loads with a :class:`ProfileWarning`. A UTF-8 byte-order mark is skipped.
 
 >>> import tempfile, pathlib
 >>> from workbench.chain import Chain, Layer
@@ -27,14 +32,61 @@ from pathlib import Path
 from ..chain import MEMORY_COLUMNS, Chain, Layer
 from ..io import write_text_atomic
 
-__all__ = ["ProfileError", "read_profile", "write_profile", "parse_profile_text", "REQUIRED_COLUMNS"]
+__all__ = ["ProfileError", "ProfileWarning", "read_profile", "write_profile", "parse_profile_text", "check_values",
+           "REQUIRED_COLUMNS", "MAX_LAYER_MS", "MAX_BYTES"]
 
 REQUIRED_COLUMNS = ["name", "forward_ms", "backward_ms", "weight_bytes", "activation_bytes"]
 OPTIONAL_COLUMNS = ["saved_bytes", "cut_bytes", *MEMORY_COLUMNS]
 
 
+#: a layer's forward or backward time above this (ms; about 2.8 hours per mini-batch) is not a measurement
+MAX_LAYER_MS = 1e7
+#: a layer's size above this (bytes; 1 PiB) is not a measurement
+MAX_BYTES = float(2**50)
+
+
 class ProfileError(ValueError):
     """A profile file that cannot be read; the message names file, row and column."""
+
+
+class ProfileWarning(UserWarning):
+    """A profile that loads but is probably not what was meant (e.g. it holds no memory at all)."""
+
+
+def check_values(chain: Chain, source: str) -> Chain:
+    """``chain`` if its values can come from a measurement; else a :class:`ProfileError` naming
+    ``source`` and the layer. Warns (:class:`ProfileWarning`) when no layer holds any memory.
+
+    >>> from workbench.chain import Chain, Layer
+    >>> check_values(Chain((Layer("a", 1e297, 0.0),)), "p.csv")
+    Traceback (most recent call last):
+    workbench.profiles.csvio.ProfileError: p.csv, layer 1 ('a'): forward_ms 1e+300 is above 1e+07 ms; not a measurement
+    """
+    limits = (("forward", "forward_ms", 1e3, MAX_LAYER_MS), ("backward", "backward_ms", 1e3, MAX_LAYER_MS),
+              ("weight_bytes", "weight_bytes", 1.0, MAX_BYTES), ("activation_bytes", "activation_bytes", 1.0, MAX_BYTES),
+              ("saved_bytes", "saved_bytes", 1.0, MAX_BYTES))
+    for i, layer in enumerate(chain.layers):
+        for attr, column, scale, top in limits:
+            v = getattr(layer, attr)
+            if v is not None and v * scale > top:
+                unit = "ms" if scale != 1.0 else "bytes"
+                raise ProfileError(f"{source}, layer {i + 1} ({layer.name!r}): {column} {v * scale:.6g} is above "
+                                   f"{top:.6g} {unit}; not a measurement")
+    cuts = chain.cut_bytes or ()
+    for i, c in enumerate(cuts):
+        if c > MAX_BYTES:
+            raise ProfileError(f"{source}, layer {i + 1} ({chain[i].name!r}): cut_bytes {c:.6g} is above "
+                               f"{MAX_BYTES:.6g} bytes; not a measurement")
+    if chain.input_bytes > MAX_BYTES:
+        raise ProfileError(f"{source}, metadata: input_bytes {chain.input_bytes:.6g} is above {MAX_BYTES:.6g} bytes")
+    if not any(l.forward > 0 or l.backward > 0 for l in chain.layers):
+        raise ProfileError(f"{source}: every layer has zero forward and backward time; there is nothing to plan")
+    if not any(l.weight_bytes > 0 or l.activation_bytes > 0 or (l.saved_bytes or 0) > 0 for l in chain.layers):
+        import warnings
+
+        warnings.warn(f"{source}: every weight and activation size is 0; plans will hold no memory",
+                      ProfileWarning, stacklevel=2)
+    return chain
 
 
 def _number(text: str, where: str, column: str, *, optional: bool = False) -> float | None:
@@ -60,6 +112,7 @@ def parse_profile_text(text: str, source: str = "<string>") -> Chain:
     """Parse the CSV profile format from a string; ``source`` names it in errors."""
     meta: dict[str, str] = {}
     body: list[tuple[int, str]] = []
+    text = text.removeprefix("\ufeff")  # a byte-order mark (spreadsheets write one)
     for lineno, line in enumerate(text.splitlines(), start=1):
         stripped = line.strip()
         if stripped.startswith("#"):
@@ -74,6 +127,10 @@ def parse_profile_text(text: str, source: str = "<string>") -> Chain:
         raise ProfileError(f"{source}: empty profile (no header and no layers)")
     header_line, header = body[0]
     columns = [c.strip() for c in next(csv.reader([header]))]
+    for j, c in enumerate(columns):
+        if c in columns[:j]:
+            raise ProfileError(f"{source}, line {header_line}: column {c!r} appears twice (columns "
+                               f"{columns.index(c) + 1} and {j + 1}); which one holds the values is ambiguous")
     missing = [c for c in REQUIRED_COLUMNS if c not in columns]
     if missing:
         raise ProfileError(
@@ -111,7 +168,7 @@ def parse_profile_text(text: str, source: str = "<string>") -> Chain:
     if any(c is not None for c in cuts[:-1]):
         cut_bytes = tuple(c if c is not None else layers[i].activation_bytes for i, c in enumerate(cuts[:-1]))
     meta.setdefault("source_file", source)
-    return Chain(tuple(layers), input_bytes=input_bytes, cut_bytes=cut_bytes, meta=meta)
+    return check_values(Chain(tuple(layers), input_bytes=input_bytes, cut_bytes=cut_bytes, meta=meta), source)
 
 
 def read_profile(path: str | Path) -> Chain:
@@ -120,7 +177,9 @@ def read_profile(path: str | Path) -> Chain:
     if not path.exists():
         raise ProfileError(f"{path}: no such profile file")
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
+    except IsADirectoryError:
+        raise ProfileError(f"{path}: is a folder, not a profile file") from None
     except UnicodeDecodeError as e:
         raise ProfileError(f"{path}: not a text file ({e})") from None
     return parse_profile_text(text, str(path))

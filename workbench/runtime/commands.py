@@ -176,7 +176,9 @@ def run_and_compare(plan, chain, platform, model, batch_size: int, steps: int = 
         torch.set_num_threads(1)
         # the reference runs where the run ran (same kernels: on GPUs, TF32 convolutions and all)
         abs_err, max_err = grad_error(res.grads, reference_gradients(wl, steps, device=res.meta["device"]))
-    cmp = compare(plan, chain, platform, res.trace)
+    on_cpu = str(res.meta.get("device", "cpu")).startswith("cpu")
+    load = os.getloadavg()[0] if (on_cpu and hasattr(os, "getloadavg")) else None
+    cmp = compare(plan, chain, platform, res.trace, cores=cores if on_cpu else None, load=load)
     # torch's engine preallocates a receive buffer per micro-batch and takes the step's whole input
     engine_extra = (torch_engine_extra(chain, plan.stages, plan.devices, steps) if res.meta["engine"] == "torch"
                     else [0.0] * plan.devices)
@@ -205,6 +207,8 @@ def run_and_compare(plan, chain, platform, model, batch_size: int, steps: int = 
         "max_grad_error": max_err, "max_grad_error_abs": abs_err, "grad_tolerance": grad_tolerance(wl.dtype),
         "dropout": random_layers,
         "calibration": cal,
+        "warnings": list(cmp.attrs.get("warnings", [])),
+        "meaningful": not cmp.attrs.get("warnings"),
         "max_memory_allocated": res.meta.get("max_memory_allocated"),
         "wall_seconds": res.meta.get("wall_seconds"),
         "profile_device": chain.meta.get("device", ""),
@@ -267,6 +271,10 @@ def format_comparison(summary: dict[str, Any]) -> str:
     if cal:
         lines.append(f"  calibrated prediction (same allocation): {cal['calibrated_period'] * 1e3:.3f} ms, "
                      f"error {cal['error_before']:+.1%} -> {cal['error_after']:+.1%}")
+        if cal.get("note"):
+            lines.append(f"  calibration: {cal['note']}")
+    for w in summary.get("warnings") or []:
+        lines.append(f"  NOT MEANINGFUL as a test of the times: {w}")
     lines.append(f"  max gradient error (lr 0, vs one process): {summary['max_grad_error']:.3g} (relative; rounding "
                  f"bound {summary.get('grad_tolerance', math.nan):.3g})"
                  + ("; not a check: the model has dropout" if summary.get("dropout") else ""))

@@ -7,13 +7,32 @@ spacing of the first stage's forwards, the mean busy time per mini-batch
 and the peak memory. Warm-up mini-batches (the first quarter unless told)
 are left out of the time averages.
 
+The steady window starts after the warm-up: the first quarter of the
+mini-batches, and at least the ``k_0`` forwards the first stage runs back to
+back before its next one waits for a backward (k_0: the most mini-batches in
+flight on a stage); counting those in made short runs look faster than they
+were.
+
 **Calibration** (re-profile, then re-plan): :func:`calibrate` scales every
 layer's forward (backward) time by the ratio measured/predicted of its
 stage's forward (backward), which keeps the profile's shape inside a stage
 and corrects what running in a pipeline changes (other processes on the
 same cores, cache effects, the loss on the last stage, dispatch overhead).
-Re-scheduling the same allocation on the calibrated chain gives a new
-predicted period; :func:`calibration_report` says how much closer it is.
+The measured time of a stage is its *mean* duration over the steady window:
+the period is set by the total time a device spends, and the median (used
+before) left out exactly the operations that time-sharing had stretched, so
+the calibrated prediction stayed below the measured busy times (resnet50 on
+4 ranks and 2 cores: calibrated 1.296 s, the busiest device measured
+1.435 s per mini-batch). Re-scheduling the same allocation on the calibrated
+chain gives a new predicted period; :func:`calibration_report` says how much
+closer it is, and says so when it is not closer.
+
+**When a measurement is not meaningful** (:func:`measurement_warnings`): more
+ranks than cores or a load above the core count (ranks take turns, and the
+waits that follow are in no model of one device per rank), a rank that got
+less than ``MIN_CORE_SHARE`` of a core, a device busy longer than the
+measured period (the window is not steady), too few steady mini-batches, or a
+plan the checker rejects on this chain (it was made on another profile).
 
 >>> import pandas as pd
 >>> rel_error(1.1, 1.0)
@@ -32,7 +51,11 @@ from ..chain import Chain, Platform
 from ..plan import Plan
 from ..trace import Trace
 
-__all__ = ["rel_error", "occupancy", "stage_times", "compare", "calibrate", "calibration_report", "period_of"]
+__all__ = ["rel_error", "occupancy", "stage_times", "compare", "calibrate", "calibration_report", "period_of",
+           "steady_warmup", "measurement_warnings", "MIN_CORE_SHARE"]
+
+#: a rank that got less of a core than this (CPU time / wall time of its operations) was time-shared
+MIN_CORE_SHARE = 0.8
 
 
 def rel_error(measured: float, predicted: float) -> float:
@@ -40,6 +63,26 @@ def rel_error(measured: float, predicted: float) -> float:
     if predicted == 0:
         return math.nan
     return round((measured - predicted) / predicted, 12)
+
+
+def steady_warmup(plan: Plan, trace: Trace, warmup: int | None = None) -> int:
+    """Mini-batches to leave out as warm-up: ``warmup`` if given, else the first quarter and at
+    least ``k_0`` (the forwards the first stage runs before one waits for a backward), leaving two.
+
+    >>> from workbench.chain import Chain, Layer, Platform
+    >>> from workbench.plan import make_plan
+    >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 0, 0) for i in range(2)))
+    >>> plan = make_plan(ch, Platform(2), 3.0, [0, 1], [0.0, 1.0], [8.0, 2.0])   # k = 4, 1
+    >>> from workbench.simulate import simulate
+    >>> steady_warmup(plan, simulate(plan, ch, Platform(2), batches=12))   # 12 // 4 = 3 < k_0
+    4
+    """
+    ops = trace.ops
+    n = int(ops["batch"].max()) + 1 if len(ops) else 0
+    if warmup is not None:
+        return int(warmup)
+    k0 = max((st.in_flight for st in plan.stages), default=1)
+    return max(0, min(max(n // 4, k0), n - 2))
 
 
 def _steady(ops: pd.DataFrame, warmup: int | None) -> pd.DataFrame:
@@ -83,8 +126,9 @@ def occupancy(trace: Trace) -> pd.DataFrame:
 
 
 def stage_times(plan: Plan, chain: Chain, trace: Trace, warmup: int | None = None) -> pd.DataFrame:
-    """Per stage: predicted forward/backward (s), the median measured ones and the mean occupied ones."""
-    ops = _steady(occupancy(trace), warmup)
+    """Per stage: predicted forward/backward (s), the median and mean measured ones and the mean
+    occupied ones, over the steady window (:func:`steady_warmup`)."""
+    ops = _steady(occupancy(trace), steady_warmup(plan, trace, warmup))
     rows = []
     for s, st in enumerate(plan.stages):
         c = chain.stage_costs(st.first, st.last)
@@ -96,6 +140,8 @@ def stage_times(plan: Plan, chain: Chain, trace: Trace, warmup: int | None = Non
         rows.append({"stage": s, "device": st.device, "first": st.first, "last": st.last,
                      "predicted_forward": c.forward, "measured_forward": mf,
                      "predicted_backward": c.backward, "measured_backward": mb,
+                     "mean_forward": float(dur[isf].mean()) if isf.any() else math.nan,
+                     "mean_backward": float(dur[isb].mean()) if isb.any() else math.nan,
                      "forward_error": rel_error(mf, c.forward), "backward_error": rel_error(mb, c.backward),
                      "occupied_forward": float(mine["occupied"][isf].mean()) if isf.any() else math.nan,
                      "occupied_backward": float(mine["occupied"][isb].mean()) if isb.any() else math.nan})
@@ -103,7 +149,7 @@ def stage_times(plan: Plan, chain: Chain, trace: Trace, warmup: int | None = Non
 
 
 def compare(plan: Plan, chain: Chain, platform: Platform, trace: Trace, warmup: int | None = None,
-            cpu: pd.DataFrame | None = None) -> pd.DataFrame:
+            cpu: pd.DataFrame | None = None, *, cores: int | None = None, load: float | None = None) -> pd.DataFrame:
     """Per device: predicted/measured busy time per mini-batch, memory, and their relative errors.
 
     Measured time per mini-batch is split into ``measured_busy`` (F and B),
@@ -116,8 +162,11 @@ def compare(plan: Plan, chain: Chain, platform: Platform, trace: Trace, warmup: 
     ``measured_memory`` is the runtime's peak (``trace.meta["memory_peak"]``, allocator level:
     docs/model.md "Runtime"), else the peak of the trace's memory rows.
 
-    ``df.attrs`` holds ``predicted_period``, ``measured_period`` and ``period_error``.
+    ``df.attrs`` holds ``predicted_period``, ``measured_period``, ``period_error`` and
+    ``warnings`` (:func:`measurement_warnings`; ``cores`` and ``load`` describe the machine of a
+    CPU run, when known).
     """
+    warmup = steady_warmup(plan, trace, warmup)
     allops = _steady(trace.ops, warmup)
     ops = allops[allops["kind"].isin(["F", "B"])]
     nb = ops["batch"].nunique() if len(ops) else 0
@@ -149,23 +198,64 @@ def compare(plan: Plan, chain: Chain, platform: Platform, trace: Trace, warmup: 
         df["cpu_busy_error"] = [rel_error(m, p) for m, p in zip(df["measured_cpu_busy"], df["predicted_busy"])]
         df["core_share"] = df["measured_cpu_busy"] / df["measured_busy"]
     df.attrs.update(predicted_period=plan.period, measured_period=mp, period_error=rel_error(mp, plan.period))
+    df.attrs["warnings"] = measurement_warnings(plan, chain, platform, trace, df, warmup=warmup, cores=cores,
+                                                load=load)
     return df
+
+
+def measurement_warnings(plan: Plan, chain: Chain, platform: Platform, trace: Trace, per_device: pd.DataFrame,
+                         *, warmup: int, cores: int | None = None, load: float | None = None) -> list[str]:
+    """Why the measured times cannot test the prediction (empty: nothing found); see the module doc.
+    ``per_device``: :func:`compare`'s rows."""
+    out: list[str] = []
+    ranks = plan.devices
+    if cores is not None and ranks > cores:
+        out.append(f"{ranks} ranks share {cores} cores: they take turns, and the waits that follow are in no "
+                   f"model of one device per rank")
+    if cores is not None and load is not None and load > cores:
+        out.append(f"load average {load:.1f} on {cores} cores: other work competed with the ranks")
+    if "core_share" in per_device:
+        low = [(int(d), float(x)) for d, x in zip(per_device["device"], per_device["core_share"])
+               if np.isfinite(x) and x < MIN_CORE_SHARE]
+        if low:
+            out.append("time-shared ranks (CPU time / wall time of their operations): "
+                       + ", ".join(f"device {d} {x:.0%}" for d, x in low))
+    mp = per_device.attrs.get("measured_period", math.nan) if hasattr(per_device, "attrs") else math.nan
+    over = [(int(d), float(b)) for d, b in zip(per_device["device"], per_device["measured_busy"])
+            if np.isfinite(b) and np.isfinite(mp) and b > mp * 1.02]
+    if over:
+        out.append(f"busier than the measured period ({mp * 1e3:.3f} ms): "
+                   + ", ".join(f"device {d} {b * 1e3:.3f} ms" for d, b in over)
+                   + "; the window is not steady (run more mini-batches)")
+    n = int(trace.ops["batch"].max()) + 1 if len(trace.ops) else 0
+    k0 = max((st.in_flight for st in plan.stages), default=1)
+    if n - warmup < max(4, 2 * k0):
+        out.append(f"only {n - warmup} steady mini-batches after {warmup} of warm-up (k_0 = {k0}); "
+                   f"run at least {warmup + max(4, 2 * k0)}")
+    from ..check import check
+
+    bad = check(plan, chain, platform)
+    if bad:
+        out.append(f"the plan is not valid on this profile ({bad[0]}): it was made on another one, so its "
+                   f"period is not this chain's prediction")
+    return out
 
 
 def calibrate(chain: Chain, plan: Plan, trace: Trace, warmup: int | None = None, basis: str = "compute") -> Chain:
     """The chain with each layer's times scaled by measured/predicted of its stage (forward and backward apart).
 
-    ``basis="compute"``: the median measured F/B durations (re-profiling in
-    place); ``basis="occupied"``: the mean time each op keeps its device
-    busy, sends and bookkeeping included (see :func:`occupancy`).
+    ``basis="compute"``: the mean measured F/B durations over the steady window (re-profiling
+    in place; the mean, since the period is set by a device's total time); ``basis="occupied"``:
+    the mean time each op keeps its device busy, sends and bookkeeping included (see
+    :func:`occupancy`).
     """
     if basis not in ("compute", "occupied"):
         raise ValueError(f"basis must be 'compute' or 'occupied', got {basis!r}")
     st = stage_times(plan, chain, trace, warmup)
     layers = list(chain.layers)
     for r in st.itertuples():
-        mf, mb = (r.measured_forward, r.measured_backward) if basis == "compute" else (r.occupied_forward,
-                                                                                         r.occupied_backward)
+        mf, mb = (r.mean_forward, r.mean_backward) if basis == "compute" else (r.occupied_forward,
+                                                                                 r.occupied_backward)
         kf = mf / r.predicted_forward if r.predicted_forward > 0 and np.isfinite(mf) else 1.0
         kb = mb / r.predicted_backward if r.predicted_backward > 0 and np.isfinite(mb) else 1.0
         for l in range(r.first, r.last + 1):
@@ -182,9 +272,13 @@ def calibration_report(plan: Plan, chain: Chain, platform: Platform, trace: Trac
     with the plan's method (``replanned_period``, ``replanned_assignment``;
     the ILP within ``replan_time_limit`` seconds): that plan is a
     prediction to be run and measured again (the loop of the notebook).
+    ``calibration_helps`` is False when the calibrated prediction is further from the measurement
+    than the plan's own (then compute times are not what set the measured period: links, waits,
+    time-sharing), and ``note`` says so.
     """
     from ..schedule import best_schedule
 
+    warmup = steady_warmup(plan, trace, warmup)
     measured = period_of(trace, warmup)
     cal = calibrate(chain, plan, trace, warmup)
     cal_plan = best_schedule(cal, platform, plan.assignment)
@@ -198,6 +292,11 @@ def calibration_report(plan: Plan, chain: Chain, platform: Platform, trace: Trac
         "calibrated_occupied_period": occ_plan.period,
         "error_after_occupied": rel_error(measured, occ_plan.period),
     }
+    helps = abs(out["error_after"]) <= abs(out["error_before"]) or not np.isfinite(out["error_before"])
+    out["calibration_helps"] = bool(helps)  # type: ignore[assignment]
+    if not helps:
+        out["note"] = ("the calibrated prediction is further from the measurement than the plan's: compute "  # type: ignore[assignment]
+                       "times are not what set the measured period (links, waits or time-sharing do)")
     if not replan:
         return out
     try:

@@ -11,7 +11,7 @@ The runtime executes programs as fast as the data arrives (it does not wait
 for the planned clock), so the order, and with it the number of mini-batches
 in flight and hence the memory, is the plan's; the time is measured.
 
-Because a valid plan respects the data dependencies (DESIGN.md rules 2-4),
+Because a valid plan respects the data dependencies (docs/model.md, rules 2-4),
 sorting every device's operations by planned time never makes a device wait
 for an operation that comes later in the global order: with non-blocking
 sends the unrolled programs cannot deadlock. :func:`check_programs` replays

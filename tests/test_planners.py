@@ -1,0 +1,47 @@
+"""The method dispatcher (workbench.planners.plan): every plan is re-checked before it is returned."""
+
+from __future__ import annotations
+
+import pytest
+
+from workbench.chain import Chain, Layer, Platform
+from workbench.check import check
+from workbench.plan import make_plan
+from workbench.planners import GENERAL_METHODS, METHODS, plan
+
+
+
+def _chain(first_ms: float = 1.0) -> Chain:
+    return Chain((Layer("a", first_ms / 1e3, 1e-3, 10, 4),) +
+                 tuple(Layer(f"l{i}", 1e-3, 2e-3, 10, 4) for i in range(3)), input_bytes=4)
+
+
+def test_a_plan_the_checker_rejects_is_never_optimal(monkeypatch):
+    import workbench.planners as planners
+
+    ch, plat = _chain(), Platform(2, memory_model="paper")
+
+    def liar(chain, platform, **_):  # period below the load of device 0: rule 5
+        return make_plan(chain, platform, 1e-3, [0, 0, 1, 1], [0.0, 0.004], [0.01, 0.006], status="optimal", gap=0.0)
+
+    monkeypatch.setattr(planners, "get_planner", lambda method: liar)
+    p = plan(ch, plat, "dp")
+    assert p.status == "feasible" and p.gap is None
+    assert p.extra["violations"] and p.extra["violations"][0].startswith("rule 5")
+    assert "the checker rejects this plan" in p.notes[-1]
+
+
+@pytest.mark.parametrize("method", sorted(METHODS))
+def test_every_method_returns_a_plan_its_checker_accepts_or_says_so(method):
+    """A layer of 1e297 s (past what a profile may hold) breaks the planners' float arithmetic;
+    whatever they return, nothing the checker rejects is reported optimal."""
+    ch, plat = _chain(1e300), Platform(2, bandwidth=12e9, memory_model="paper")
+    p = plan(ch, plat, method, allocation="general" if method in GENERAL_METHODS else "contiguous")
+    if p.feasible and check(p, ch, plat):
+        assert p.status != "optimal" and p.extra["violations"]
+
+
+def test_valid_optimal_plans_pass_unchanged():
+    ch, plat = _chain(), Platform(2, memory=1000, memory_model="paper")
+    p = plan(ch, plat, "dp")
+    assert p.status == "optimal" and "violations" not in p.extra and not check(p, ch, plat)
