@@ -10,8 +10,14 @@ training steps of the same model (:func:`workbench.witness.plain_step_peak`:
 no pipeline, no profiler, no workbench runtime). The target (issue 15): within
 5 % of the witness, and never more than 2 % below it.
 
-    .venv/bin/python benchmarks/memory.py            # every case (a few minutes on 2 cores)
+Then, with ``--ranks``, plans on 2 and 4 devices run on ``torch.distributed``
+(gloo, one process per device) on both engines, and every rank's
+allocator-level peak (MemTracker in the rank) is compared with the plan's
+memory (plus, on torch's engine, what it preallocates). Target: within 5 %.
+
+    .venv/bin/python benchmarks/memory.py            # every one-device case (a few minutes on 2 cores)
     .venv/bin/python benchmarks/memory.py --quick    # the small cases only
+    .venv/bin/python benchmarks/memory.py --ranks    # and the 2- and 4-rank runs
 """
 
 from __future__ import annotations
@@ -66,9 +72,38 @@ def run_case(label: str, model_name: str, config: dict, batch: int, optimizer: s
             "seconds": time.perf_counter() - t0}
 
 
+#: (label, zoo model, config, batch, optimizer, {devices: assignment})
+RANK_CASES = [
+    ("gpt 4x128, vocab 4k", "gpt", {"layers": 4, "d_model": 128, "heads": 4, "seq_len": 128, "vocab": 4096}, 4, "adam",
+     {2: [0, 0, 0, 1, 1, 1], 4: [0, 0, 1, 2, 3, 3]}),
+    ("resnet50 64px", "resnet50", {"image_size": 64}, 4, "momentum",
+     {2: [0] * 8 + [1] * 10, 4: [0] * 4 + [1] * 4 + [2] * 5 + [3] * 5}),
+]
+
+
+def run_ranks(label: str, model_name: str, config: dict, batch: int, optimizer: str, plans: dict) -> list[dict]:
+    from workbench.runtime.commands import run_and_compare
+    from workbench.schedule import best_schedule
+
+    chain = profile_zoo(model_name, batch, repeats=1, warmup=0, **config)
+    rows = []
+    for P, assignment in plans.items():
+        for weights in ("stash", "single"):
+            platform = Platform(P, bandwidth="12GB/s", weights=weights, optimizer=optimizer)
+            plan = best_schedule(chain, platform, assignment, method="benchmark")
+            s = run_and_compare(plan, chain, platform, model_name, batch, steps=8, model_config=config, replan=False)
+            for d, (pred, meas) in enumerate(zip(s["memory_predicted"], s["memory_measured"])):
+                rows.append({"case": label, "ranks": P, "engine": s["engine"], "device": d,
+                             "in_flight": ",".join(str(st.in_flight) for st in plan.stages if st.device == d),
+                             "predicted": pred, "measured": meas, "error": pred / meas - 1,
+                             "grad_error": s["max_grad_error"]})
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="only the small cases")
+    ap.add_argument("--ranks", action="store_true", help="also run plans on 2 and 4 processes")
     args = ap.parse_args(argv)
     torch.manual_seed(0)
     rows = []
@@ -85,6 +120,22 @@ def main(argv: list[str] | None = None) -> int:
     ok = worst_over <= 0.05 and worst_under >= -0.02
     print(f"\n{len(rows)} cases: error from {worst_under:+.2%} to {worst_over:+.2%} "
           f"(target: within +5 %, never below -2 %): {'PASS' if ok else 'FAIL'}")
+    if args.ranks:
+        print(f"\n{'case':22s} {'ranks':>5s} {'engine':>9s} {'device':>6s} {'k':>5s} {'predicted':>11s} "
+              f"{'measured':>11s} {'error':>7s} {'grad err':>8s}")
+        ranked = []
+        for case in RANK_CASES:
+            for r in run_ranks(*case):
+                ranked.append(r)
+                print(f"{r['case']:22s} {r['ranks']:5d} {r['engine']:>9s} {r['device']:6d} {r['in_flight']:>5s} "
+                      f"{format_bytes(r['predicted']):>11s} {format_bytes(r['measured']):>11s} {r['error']:+7.2%} "
+                      f"{r['grad_error']:8.1e}", flush=True)
+        used = [r for r in ranked if r["measured"] > 0]
+        worst = max(abs(r["error"]) for r in used)
+        ok_ranks = worst <= 0.05
+        print(f"\n{len(used)} ranks: prediction within {worst:.2%} of the measured peak (target 5 %): "
+              f"{'PASS' if ok_ranks else 'FAIL'}")
+        ok = ok and ok_ranks
     return 0 if ok else 1
 
 

@@ -156,6 +156,8 @@ def run_and_compare(plan, chain, platform, model, batch_size: int, steps: int = 
     wl = model if isinstance(model, Workload) else Workload.zoo(model, batch_size, dtype=dtype or profile_dtype(chain),
                                                                  **cfg)
     engine = choose_engine(plan, platform.weights, run_kw.get("engine", "auto"))
+    if platform.memory_model == "full":     # the optimizer the plan's memory counts is the one stepped
+        run_kw.setdefault("optimizer", platform.optimizer)
     cores = cores_available()
     if plan.devices > cores:
         say(f"warning: {plan.devices} ranks on {cores} cores: the ranks take turns on the cores, so the measured "
