@@ -172,3 +172,16 @@ def test_the_solver_log_belongs_to_the_plan_on_screen():
     assert "".join(ex.log_text) == ilp_log and ex.log_out.outputs[0]["text"] == ilp_log
     ex.memory_slider.value = ex.memory_slider.max  # a new ILP solve: only the new log
     assert "".join(ex.log_text).count("HiGHS log for") == 1 and "".join(ex.log_text) != ilp_log
+
+
+def test_the_memory_setup_replans_and_is_cached_apart():
+    ex = Explorer(chain=chain(), devices=3, display_figures=False)
+    assert ex.plan.setup["optimizer"] == "adam"
+    adam_range = (ex.memory_slider.min, ex.memory_slider.max)
+    ex.memory_dropdown.value = "sgd"           # no optimizer state: the memory range moves down
+    assert ex.plan.setup["optimizer"] == "sgd" and ex.memory_slider.max < adam_range[1]
+    ex.memory_dropdown.value = "paper"
+    assert ex.plan.setup["memory_model"] == "paper" and ex.plan.fits
+    ex.memory_dropdown.value = "adam"
+    assert ex.plan.setup["optimizer"] == "adam" and ex.plan.fits
+    assert (ex.memory_slider.min, ex.memory_slider.max) == adam_range

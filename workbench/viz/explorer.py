@@ -11,7 +11,8 @@ brute force) show a busy progress bar and stream the solver's log into the
 "solver log" area.
 
 Every control is an attribute (``.profile_dropdown``, ``.devices_slider``,
-``.memory_slider``, ``.bandwidth_slider``, ``.weights_toggle``,
+``.memory_slider``, ``.bandwidth_slider``, ``.weights_toggle``, ``.memory_dropdown`` (what a
+device holds: the full memory model with an optimizer, or the paper's rule 7),
 ``.allocation_toggle``, ``.method_dropdown``) and so are the results
 (``.plan``, ``.trace``, ``.gantt_figure``, ``.memory_figure``,
 ``.summary_text``), so tests and notebooks can drive it.
@@ -149,6 +150,7 @@ class Explorer(W.VBox):
     def __init__(self, profile: str | None = None, *, chain: Chain | None = None, devices: int = 4,
                  memory: float | str | None = None, bandwidth: float | str = "12GB/s", weights: str = "stash",
                  weight_factor: float = 1.0, method: str = "dp", allocation: str = "contiguous",
+                 optimizer: str = "adam",
                  time_limit: float | None = None, batches: int | None = None, color_by: str = "kind",
                  display_figures: bool = True, planner: Callable[..., Plan] | None = None,
                  max_layers: int | None = 200):
@@ -200,6 +202,11 @@ class Explorer(W.VBox):
                                            style=style, layout=lay, readout_format=".2f", continuous_update=False)
         self.weights_toggle = W.ToggleButtons(options=["stash", "single"], value=weights, description="weights",
                                               style={**style, "button_width": "80px"})
+        # what a device holds (workbench.memory): the full model with an optimizer, or the paper's rule 7
+        self.memory_dropdown = W.Dropdown(options=[("Adam", "adam"), ("AdamW", "adamw"), ("SGD + momentum", "momentum"),
+                                                   ("SGD", "sgd"), ("no optimizer", "none"),
+                                                   ("paper's rule 7", "paper")],
+                                          value=optimizer, description="memory of", style=style, layout=lay)
         self.allocation_toggle = W.ToggleButtons(options=["contiguous", "general"], value=allocation,
                                                  description="allocation", style={**style, "button_width": "105px"})
         methods = available_methods()
@@ -217,7 +224,7 @@ class Explorer(W.VBox):
         self.log_accordion.selected_index = None
 
         controls = W.VBox([self.profile_dropdown, self.devices_slider, self.memory_slider, self.bandwidth_slider,
-                           self.weights_toggle, self.allocation_toggle, self.method_dropdown,
+                           self.weights_toggle, self.memory_dropdown, self.allocation_toggle, self.method_dropdown,
                            W.HBox([self.progress, self.status_label])],
                           layout=W.Layout(width="450px"))
         top = W.HBox([controls, W.VBox([self.summary], layout=W.Layout(flex="1", padding="0 0 0 1em"))])
@@ -225,7 +232,8 @@ class Explorer(W.VBox):
         self.add_class("wb-explorer")
 
         self._reset_memory_range(memory)
-        for w in (self.profile_dropdown, self.devices_slider, self.bandwidth_slider, self.weights_toggle):
+        for w in (self.profile_dropdown, self.devices_slider, self.bandwidth_slider, self.weights_toggle,
+                  self.memory_dropdown):
             w.observe(self._on_platform_change, names="value")
         for w in (self.memory_slider, self.allocation_toggle, self.method_dropdown):
             w.observe(self._on_change, names="value")
@@ -251,7 +259,7 @@ class Explorer(W.VBox):
         if not self.max_layers or len(chain) <= self.max_layers:
             return None
         key = (self.profile_dropdown.value, self.devices_slider.value, round(self.bandwidth_slider.value, 6),
-               self.weights_toggle.value, self.weight_factor)
+               self.weights_toggle.value, self.weight_factor, self.memory_dropdown.value)
         if key not in self._groups:
             try:
                 from ..planners.coarsen import block_groups
@@ -267,8 +275,11 @@ class Explorer(W.VBox):
 
     def platform(self, memory: float | None = None) -> Platform:
         mem = self.memory_slider.value * GiB if memory is None else memory
+        setup = self.memory_dropdown.value
+        model = ({"memory_model": "paper", "weight_factor": self.weight_factor} if setup == "paper"
+                 else {"optimizer": setup})
         return Platform(self.devices_slider.value, memory=mem, bandwidth=self.bandwidth_slider.value * 1e9,
-                        weight_factor=self.weight_factor, weights=self.weights_toggle.value)
+                        weights=self.weights_toggle.value, **model)
 
     def _reset_memory_range(self, memory: float | str | None = None) -> None:
         lo, hi = memory_range(self.planning_chain(), self.platform(memory=math.inf))
@@ -296,6 +307,7 @@ class Explorer(W.VBox):
     def key(self) -> tuple:
         return (self.profile_dropdown.value, self.devices_slider.value, round(self.memory_slider.value, 6),
                 round(self.bandwidth_slider.value, 6), self.weights_toggle.value, self.weight_factor,
+                self.memory_dropdown.value,
                 self.method_dropdown.value, self.allocation_toggle.value, self.max_layers)
 
     # ----- events --------------------------------------------------------
