@@ -52,7 +52,9 @@ LEGEND = """How to read the tables:
 - **ratio to bound**: period / lower bound, where the lower bound max(sum of compute / P, largest layer's
   compute) holds for every plan of either family; 1.000 means no plan can be faster, and an optimal plan can be
   above 1 when memory or transfers make the bound unreachable.
-- **peak memory**: the most any one device holds (periodic: rule 7 of docs/model.md; flushed: the simulated peak).
+- **peak memory**: the most any one device holds, by the memory model of docs/model.md ("Memory": parameters,
+  gradients, Adam's state, stashed versions, activations, the largest transient; periodic: its peak over the
+  period; flushed: the simulated peak).
 """
 
 
@@ -140,7 +142,7 @@ def run_demo(out: Path, devices: int = 4, profiles: list[str] | None = None, met
     names = profiles or [n for n in available_profiles() if "/" not in n]  # the CPU-made bundled ones
     if not names:
         raise ValueError("no bundled profiles in data/profiles")
-    lines = ["# Workbench demo", "", f"{devices} devices, 12 GB/s links, PipeDream weight stashing.", "", LEGEND]
+    lines = ["# Workbench demo", "", f"{devices} devices, 12 GB/s links, PipeDream weight stashing, Adam in fp32 (memory: docs/model.md).", "", LEGEND]
     t0 = time.perf_counter()
     for name in names:
         lines += _profile_section(name, load_profile(name), devices, methods, out)
