@@ -75,7 +75,7 @@ __all__ = [
     "OPTIMIZER_STATES", "PRECISIONS", "MEMORY_MODELS", "ESTIMATES", "LayerTerms", "layer_terms",
     "stage_activation", "stage_memory", "stage_excess", "stage_op_excess", "stage_step", "device_memory", "device_extra", "device_budget",
     "plan_memory", "memory_breakdown", "BandTerms", "band_terms", "estimate_note", "validate_setup",
-    "merged_memory_columns", "suffix_terms", "square_terms", "linear_terms", "LinearTerms",
+    "merged_memory_columns", "suffix_terms", "square_terms", "linear_terms", "LinearTerms", "measured_columns",
 ]
 
 #: optimizer -> state tensors per parameter (none: no optimizer state; sgd: plain SGD)
@@ -174,8 +174,17 @@ def _column(chain: Chain, name: str, estimate: np.ndarray, missing: list[str]) -
     return np.array([estimate[i] if v is None else float(v) for i, v in enumerate(values)], dtype=float)
 
 
-def _measured(chain: Chain) -> tuple[dict[str, np.ndarray], tuple[str, ...]]:
-    """The memory columns of the profile, each estimated (:data:`ESTIMATES`) where missing."""
+def measured_columns(chain: Chain) -> tuple[dict[str, np.ndarray], tuple[str, ...]]:
+    """The memory columns of the profile as arrays over the layers, each estimated
+    (:data:`ESTIMATES`) where missing, with ``in``, ``out`` and ``saved``; and the names of
+    the estimated columns (a chain made by :func:`workbench.activations.apply_policies` keeps
+    those of the profile it came from).
+
+    >>> from workbench.chain import Chain, Layer
+    >>> cols, missing = measured_columns(Chain((Layer("a", 1, 1, 10, 4),), input_bytes=2))
+    >>> float(cols["saved_input_bytes"][0]), missing[:1]
+    (2.0, ('grad_bytes',))
+    """
     L = len(chain)
     W = chain.weights
     saved = chain.saved_array
@@ -191,7 +200,8 @@ def _measured(chain: Chain) -> tuple[dict[str, np.ndarray], tuple[str, ...]]:
     cols["forward_peak_bytes"] = _column(chain, "forward_peak_bytes", np.maximum(saved - si, 0.0) + out, missing)
     cols["backward_peak_bytes"] = _column(chain, "backward_peak_bytes", out + inp + cols["grad_bytes"], missing)
     cols["in"], cols["out"], cols["saved"] = inp, out, saved
-    return cols, tuple(missing)
+    inherited = [m for m in str(chain.meta.get("estimated_columns", "")).split(",") if m and m not in missing]
+    return cols, tuple(missing + inherited)
 
 
 def _paper_terms(chain: Chain, platform: Platform) -> LayerTerms:
@@ -199,14 +209,20 @@ def _paper_terms(chain: Chain, platform: Platform) -> LayerTerms:
     zero = np.zeros(L)
     W = chain.weights
     phiW = platform.weight_factor * W
-    parts = {"weights": phiW}
-    return LayerTerms(chain.saved_array.astype(float), zero, zero, phiW, W * (1.0 if platform.stash else 0.0),
+    off = _offloaded(chain)
+    parts = {"weights": phiW, "offloaded": off}
+    return LayerTerms(chain.saved_array.astype(float), zero, zero, phiW + off, W * (1.0 if platform.stash else 0.0),
                       zero, zero, False, 0.0, (), "paper", parts)
+
+
+def _offloaded(chain: Chain) -> np.ndarray:
+    """Per layer, the one copy of offloaded activations a device holds (docs/model.md, "Activation policies")."""
+    return np.array([float(l.offload_bytes) for l in chain.layers])
 
 
 def _full_terms(chain: Chain, platform: Platform) -> LayerTerms:
     precision = validate_setup(platform, chain)
-    cols, missing = _measured(chain)
+    cols, missing = measured_columns(chain)
     L = len(chain)
     W = chain.weights
     G = cols["grad_bytes"]
@@ -215,7 +231,8 @@ def _full_terms(chain: Chain, platform: Platform) -> LayerTerms:
     wide = 4.0 / _PROFILE_DTYPE_BYTES.get(str(chain.meta.get("dtype", "bfloat16")), 2) if precision == "bf16-mixed" else 1.0
     master = (wide * W + wide * G) if precision == "bf16-mixed" else np.zeros(L)
     optimizer = n_states * wide * W
-    static = W + G + master + optimizer
+    off = _offloaded(chain)
+    static = W + G + master + optimizer + off
     si, so = cols["saved_input_bytes"], cols["saved_output_bytes"]
     prev_so = np.concatenate([[0.0], so[:-1]])
     shared = np.where(prev_so > 0, si, 0.0)
@@ -230,7 +247,8 @@ def _full_terms(chain: Chain, platform: Platform) -> LayerTerms:
     else:
         step = _STEP_TEMPS[platform.optimizer] * wide * cols["max_param_bytes"]
     const = float(chain.meta.get("runtime_bytes", 0.0) or 0.0)
-    parts = {"parameters": W, "gradients": G, "master": master, "optimizer": optimizer, "precision": precision}
+    parts = {"parameters": W, "gradients": G, "master": master, "optimizer": optimizer, "offloaded": off,
+             "precision": precision}
     return LayerTerms(act, head, tail, static, W * (1.0 if platform.stash else 0.0), np.maximum(peak, 0.0),
                       step, foreach, const, missing, "full", parts)
 
@@ -332,10 +350,13 @@ def memory_breakdown(chain: Chain, platform: Platform, stages: Sequence) -> list
 
     Keys: ``parameters``, ``gradients``, ``optimizer``, ``master`` (fp32 copies), ``stashed``,
     ``activations``, ``transient`` (the largest excess), ``runtime``; the paper model has
-    ``weights`` (phi W), ``stashed`` and ``activations``.
+    ``weights`` (phi W), ``stashed`` and ``activations``; ``offloaded`` (the one copy of
+    offloaded activations a device holds) when a layer offloads.
     """
     t = layer_terms(chain, platform)
     names = (["weights"] if t.model == "paper" else ["parameters", "gradients", "optimizer", "master"])
+    if np.any(t.parts["offloaded"] > 0):
+        names.append("offloaded")
     out = [dict.fromkeys(names + ["stashed", "activations", "transient", "runtime"], 0.0)
            for _ in range(platform.devices)]
     excess = [0.0] * platform.devices

@@ -109,6 +109,9 @@ class Plan:
     extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
     #: the memory set-up the plan's memory was computed with (:func:`memory_setup`)
     setup: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+    #: one activation policy per layer, in layer order (docs/model.md, "Activation policies");
+    #: empty means every layer keeps its activations
+    activations: tuple[str, ...] = ()
 
     @property
     def feasible(self) -> bool:
@@ -162,6 +165,8 @@ class Plan:
             d["extra"] = self.extra
         if self.setup:
             d["memory_setup"] = dict(self.setup)
+        if self.assignment:
+            d["activations"] = list(self.activations) if self.activations else ["keep"] * len(self.assignment)
         return d
 
     def to_json(self, path: str | Path | None = None, indent: int = 2) -> str:
@@ -202,6 +207,7 @@ class Plan:
                 extra=d.get("extra", {}),
                 # a plan written before the memory model records no set-up: it used the paper's rule 7
                 setup=dict(d.get("memory_setup", {"memory_model": "paper", "weight_factor": 1.0})),
+                activations=_activations(d.get("activations"), len(d.get("assignment", []))),
             )
         except (KeyError, TypeError, ValueError, IndexError) as e:
             raise ValueError(f"not a plan in the workbench JSON format: {e!r}") from e
@@ -229,13 +235,28 @@ class Plan:
         mem = ", ".join(f"GPU{p}: {format_bytes(m)}" for p, m in enumerate(self.memory))
         lim = format_bytes(self.memory_limit)
         gap = f", gap {self.gap:.1%}" if self.gap else ""
+        acts = ""
+        if self.activations:
+            from .activations import describe
+
+            acts = f"\n  activations: {describe(self.activations)}"
         return (
             f"{self.method} ({self.allocation}, {self.schedule}): status {self.status}{gap}\n"
             f"  period {format_seconds(self.period)}  throughput {self.throughput:.3f} mini-batches/s  "
             f"ratio to lower bound {self.ratio_to_bound():.3f} (bound {format_seconds(self.lower_bound)})\n"
             f"  {len(self.stages)} stages on {self.devices} devices; memory per device (limit {lim}): {mem}\n"
-            f"  solved in {self.solve_seconds:.2f} s"
+            f"  solved in {self.solve_seconds:.2f} s{acts}"
         )
+
+
+def _activations(value: Any, n_layers: int) -> tuple[str, ...]:
+    """A plan file's ``activations``: one known policy per layer, or () when absent or all ``keep``."""
+    if value is None:
+        return ()
+    from .activations import is_keep, policy_vector
+
+    pol = policy_vector(list(value), n_layers)
+    return () if is_keep(pol) else pol
 
 
 def lower_bound(chain: Chain, platform: Platform) -> float:
