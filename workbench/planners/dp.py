@@ -62,7 +62,7 @@ from __future__ import annotations
 import math
 import time
 from functools import cached_property
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -74,7 +74,7 @@ from ..units import format_bytes
 
 __all__ = [
     "plan_dp", "bottleneck_partition", "memory_dp", "min_period",
-    "least_memory", "unconstrained_period", "schedule_partition", "bounds_to_assignment",
+    "least_memory", "unconstrained_period", "schedule_partition", "bounds_to_assignment", "least_feasible_period",
 ]
 
 _EPS = 1e-12      # relative slack on ceil and comparisons inside the DP
@@ -127,6 +127,9 @@ class _Tables:
         self.FB = self.F + self.B
         self.pfb = p["f"] + p["b"]
         self.c = _comm(chain, platform)
+        # rule 8: a stage's host round trip, 2 x its offloaded bytes over the host bandwidth
+        self.x = np.array([platform.host_time(l.offload_bytes) for l in chain.layers])
+        self.px = np.concatenate([[0.0], np.cumsum(2 * self.x)])
         self.terms = layer_terms(chain, platform)
         self.M = platform.memory
 
@@ -239,11 +242,13 @@ def memory_dp(chain: Chain, platform: Platform, period: float, tables: _Tables |
     Jc = np.minimum(J, L - 1)
     I = idx[:, None]
     FB = t.pfb[Jc + 1] - t.pfb[I]
+    host = t.px[Jc + 1] - t.px[I]                      # rule 8: the stage's host round trip (0: no offload)
+    inband = inband & (FB + host <= tolT)
     band = band_terms(t.terms, I, Jc)
     cj = t.c[Jc]
     base_inner = inband & (cj <= tolT) & (J < L - 1)   # a non-last stage cannot end at the last layer
     # q = 1: the last stage i..L-1, one mini-batch in flight
-    fb_last = t.pfb[L] - t.pfb[:L]
+    fb_last = t.pfb[L] - t.pfb[:L] + (t.px[L] - t.px[:L])
     last = suffix_terms(t.terms)
     last_ok = (fb_last <= tolT) & (last.memory(np.ones(L)) <= M)
     D = [np.where(last_ok, fb_last, np.inf)]
@@ -257,7 +262,7 @@ def memory_dp(chain: Chain, platform: Platform, period: float, tables: _Tables |
             break
         raw = FB + 2 * cj + np.where(fin, down, 0.0)
         k = _ceil(raw / T)
-        window = np.where(raw - (k - 1) * T < FB, (k - 1) * T + FB, raw)
+        window = np.where(raw - (k - 1) * T < FB + host, (k - 1) * T + FB + host, raw)
         mem = band.memory(k)
         window = np.where(ok0 & (mem <= M), window, np.inf)
         arg = np.argmin(window, axis=1)
@@ -279,15 +284,34 @@ def memory_dp(chain: Chain, platform: Platform, period: float, tables: _Tables |
 def _search_period(chain: Chain, platform: Platform, tables: _Tables, t0: float
                    ) -> tuple[float, list[tuple[int, int]]] | None:
     """Least T (>= t0) at which the memory DP finds a partition; with the partition."""
-    first = memory_dp(chain, platform, t0, tables)
+    hi = (t0 + float(np.sum(tables.FB[0, -1])) + 2 * float(tables.c.sum()) + 2 * float(tables.x.sum())) * 1.01
+
+    def probe(T: float):
+        res = memory_dp(chain, platform, T, tables)
+        return None if res is None else res[1]
+
+    return least_feasible_period(t0, hi, probe, lambda bounds: min_period(chain, platform, bounds))
+
+
+def least_feasible_period(t0: float, hi: float, probe: Callable[[float], Any], exact: Callable[[Any], float]
+                          ) -> tuple[float, Any] | None:
+    """The least period at which ``probe`` finds a plan, searched from ``t0`` (a lower bound) with ``hi``
+    (a period every feasible instance meets), and what the probe found there.
+
+    ``probe(T)`` is a structure valid at T or None, monotone in T; ``exact(structure)`` is that
+    structure's own least period (<= the probe's T). Steps alternate a probe just below the
+    incumbent (infeasible there: it is optimal up to 1e-9; else a better structure) and bisection.
+
+    >>> least_feasible_period(1.0, 100.0, lambda T: "x" if T >= 3.0 else None, lambda s: 3.0)
+    (3.0, 'x')
+    """
+    first = probe(t0)
     if first is not None:
-        return t0, first[1]
-    hi = (t0 + float(np.sum(tables.FB[0, -1])) + 2 * float(tables.c.sum())) * 1.01
-    res = memory_dp(chain, platform, hi, tables)
-    if res is None:
+        return t0, first
+    best = probe(hi)
+    if best is None:
         return None
-    best_bounds = res[1]
-    hi = min(hi, min_period(chain, platform, best_bounds))
+    hi = min(hi, exact(best))
     lo = t0
     # Invariant: infeasible at lo, feasible (exactly, via min_period) at hi. Steps alternate:
     # a *descent* probe just below hi (infeasible there: hi is the optimum up to 1e-9; else the
@@ -299,16 +323,16 @@ def _search_period(chain: Chain, platform: Platform, tables: _Tables, t0: float
         else:
             mid = math.sqrt(lo * hi) if lo > 0 and hi / lo > 4 else 0.5 * (lo + hi)
         descent = not descent
-        res = memory_dp(chain, platform, mid, tables)
+        res = probe(mid)
         if res is None:
             lo = mid
         else:
-            # the partition found at mid is valid at its own exact least period <= mid
-            exact = min_period(chain, platform, res[1])
-            if exact >= hi:        # cannot happen beyond rounding; keep the search finite
+            # the structure found at mid is valid at its own exact least period <= mid
+            period = exact(res)
+            if period >= hi:        # cannot happen beyond rounding; keep the search finite
                 break
-            hi, best_bounds = exact, res[1]
-    return hi, best_bounds
+            hi, best = period, res
+    return hi, best
 
 
 # ----------------------------------------------------------------------------
