@@ -133,7 +133,8 @@ def apply_policies(chain: Chain, policies: Sequence[str] | str | None) -> Chain:
     meta = {**chain.meta, "activations": "".join(_SHORT[p] for p in pol)}
     if missing:
         meta["estimated_columns"] = ",".join(missing)
-    out = Chain(tuple(layers), chain.input_bytes, chain.cut_bytes, meta, chain.graph)
+    # no graph: a planner that re-orders a DAG would lose the policies (graph=None keeps the order)
+    out = Chain(tuple(layers), chain.input_bytes, chain.cut_bytes, meta)
     cache[pol] = out
     return out
 

@@ -702,19 +702,59 @@ def clear_cache() -> None:
     _CACHE.clear()
 
 
+def _plan_auto(chain: Chain, platform: Platform, allocation: str, time_limit: float | None, max_layers: int
+               ) -> Plan:
+    """Every policy vector (3^L of them), each planned exhaustively; the best (fewest non-keep
+    layers among equal periods, then the first in keep < recompute < offload order)."""
+    from ..activations import POLICIES, apply_policies, is_keep
+    from ..plan import lower_bound
+
+    t0 = time.perf_counter()
+    best: Plan | None = None
+    best_key = None
+    for vec in itertools.product(POLICIES, repeat=len(chain)):
+        left = None if time_limit is None else time_limit - (time.perf_counter() - t0)
+        if left is not None and left <= 0:
+            break
+        p = plan_brute(apply_policies(chain, vec), platform, allocation=allocation, time_limit=left,
+                       max_layers=max_layers, cache=False)
+        if not p.feasible:
+            continue
+        key = (p.period, sum(v != "keep" for v in vec))
+        if best is None or key[0] < best_key[0] * (1 - 1e-12) or (key[0] <= best_key[0] * (1 + 1e-12)
+                                                                   and key[1] < best_key[1]):
+            best, best_key = p.with_(activations=() if is_keep(vec) else vec), key
+    elapsed = time.perf_counter() - t0
+    if best is None:
+        return infeasible_plan(chain, platform, "brute", "no allocation and activation policies fit in memory",
+                               allocation=allocation, solve_seconds=elapsed)
+    return best.with_(lower_bound=lower_bound(chain, platform), solve_seconds=elapsed)
+
+
 def plan_brute(chain: Chain, platform: Platform, *, allocation: str = "contiguous",
                time_limit: float | None = None, max_layers: int = 10, cache: bool = True,
-               **options: Any) -> Plan:
+               activations: str | None = None, **options: Any) -> Plan:
     """Exact optimal periodic plan by exhaustive search (tiny instances only).
 
     ``allocation``: ``"contiguous"`` or ``"general"``. Refuses chains longer
     than ``max_layers``. ``time_limit`` (seconds): when exceeded, the best
     plan found so far is returned with status ``"timeout"``. ``cache``:
     re-use the answer for an identical (chain, platform, allocation).
+    ``activations="auto"``: also every activation policy vector (3^L times the work);
+    one policy for all layers: :func:`workbench.planners.plan`.
     """
     if allocation not in ("contiguous", "general"):
         raise ValueError(f"allocation must be 'contiguous' or 'general', got {allocation!r}")
     L = len(chain)
+    if activations == "auto":
+        if L > max_layers:
+            raise ValueError(f"brute force refuses a chain of {L} layers (max_layers={max_layers})")
+        return _plan_auto(chain, platform, allocation, time_limit, max_layers)
+    if activations not in (None, "keep"):
+        from . import plan as run_planner
+
+        return run_planner(chain, platform, "brute", allocation=allocation, time_limit=time_limit,
+                           activations=activations, max_layers=max_layers, cache=cache)
     if L > max_layers:
         raise ValueError(
             f"brute force is exhaustive and refuses a chain of {L} layers (max_layers={max_layers}); "

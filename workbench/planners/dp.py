@@ -364,8 +364,20 @@ def _dp_on_chain(chain: Chain, platform: Platform) -> tuple[float, list[tuple[in
     return found[0], found[1], ""
 
 
+def _on_chain(chain: Chain, platform: Platform, auto: bool
+              ) -> tuple[float, list[tuple[int, int]] | None, tuple[str, ...] | None, str]:
+    """(period, bounds, policies or None, why-not) for one linear order."""
+    if auto:
+        from .dp_auto import auto_on_chain
+
+        return auto_on_chain(chain, platform)
+    T, bounds, why = _dp_on_chain(chain, platform)
+    return T, bounds, None, why
+
+
 def plan_dp(chain: Chain, platform: Platform, *, allocation: str = "contiguous",
-            time_limit: float | None = None, graph: bool = True, **options: Any) -> Plan:
+            time_limit: float | None = None, graph: bool = True, activations: str | None = None,
+            **options: Any) -> Plan:
     """Exact contiguous plan: least period under the memory limit (see the module docstring).
 
     ``allocation="general"`` still returns the contiguous optimum (noted).
@@ -373,6 +385,8 @@ def plan_dp(chain: Chain, platform: Platform, *, allocation: str = "contiguous",
     the DP also runs on the order from
     :func:`workbench.planners.graph_dp.best_order` and keeps the better,
     recording the order in ``plan.chain_order``. ``time_limit`` is ignored.
+    ``activations="auto"`` also chooses every layer's activation policy, exactly
+    (:mod:`workbench.planners.dp_auto`); other policies: :func:`workbench.planners.plan`.
 
     >>> from workbench.chain import Chain, Layer, Platform
     >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 100, 10) for i in range(4)))
@@ -385,9 +399,15 @@ def plan_dp(chain: Chain, platform: Platform, *, allocation: str = "contiguous",
     notes: list[str] = []
     if allocation == "general":
         notes.append("dp is contiguous: this is the best contiguous plan (general allocations: use ilp)")
-    candidates: list[tuple[float, Chain, list[tuple[int, int]] | None, str, tuple[str, ...] | None]] = []
-    T, bounds, why = _dp_on_chain(chain, platform)
-    candidates.append((T, chain, bounds, why, None))
+    if activations not in (None, "keep", "auto"):
+        from . import plan as run_planner
+
+        return run_planner(chain, platform, "dp", allocation=allocation, graph=graph, activations=activations)
+    auto = activations == "auto"
+    candidates: list[tuple[float, Chain, list[tuple[int, int]] | None, tuple[str, ...] | None, str,
+                           tuple[str, ...] | None]] = []
+    T, bounds, pol, why = _on_chain(chain, platform, auto)
+    candidates.append((T, chain, bounds, pol, why, None))
     if graph and getattr(chain, "graph", None) is not None:
         try:
             from .graph_dp import best_order
@@ -396,16 +416,29 @@ def plan_dp(chain: Chain, platform: Platform, *, allocation: str = "contiguous",
             order = [str(n) for n in res.order]
             if order != [l.name for l in chain.layers]:
                 other = chain.graph.linearise(order)
-                T2, b2, why2 = _dp_on_chain(other, platform)
-                candidates.append((T2, other, b2, why2, tuple(order)))
+                T2, b2, pol2, why2 = _on_chain(other, platform, auto)
+                candidates.append((T2, other, b2, pol2, why2, tuple(order)))
         except ImportError:
             notes.append("graph mode unavailable (workbench.planners.graph_dp missing): default order used")
-    T, used, bounds, why, order = min(candidates, key=lambda c: c[0])
+    T, used, bounds, pol, why, order = min(candidates, key=lambda c: c[0])
     if order is not None:
         notes.append(f"graph order from best_order: {T:.6g} s against {candidates[0][0]:.6g} s in the default order")
     if bounds is None:
         return infeasible_plan(chain, platform, "dp", why, allocation=allocation,
                                solve_seconds=time.perf_counter() - t_start)
-    plan = schedule_partition(used, platform, bounds, method="dp", period=T, status="optimal",
-                              notes=notes, chain_order=order)
+    if pol is None or all(p == "keep" for p in pol):
+        if why:
+            notes.append(why)
+        plan = schedule_partition(used, platform, bounds, method="dp", period=T,
+                                  status="feasible" if why else "optimal", notes=notes, chain_order=order)
+    else:
+        from ..activations import apply_policies, describe
+        from ..plan import lower_bound
+
+        notes.append(f"activations chosen per layer: {describe(pol)}")
+        if why:     # versions were thinned: a plan, not a proven optimum
+            notes.append(why)
+        plan = schedule_partition(apply_policies(used, pol), platform, bounds, method="dp", period=T,
+                                  status="feasible" if why else "optimal", notes=notes, chain_order=order)
+        plan = plan.with_(activations=pol, lower_bound=lower_bound(used, platform))
     return plan.with_(solve_seconds=time.perf_counter() - t_start)
