@@ -36,6 +36,8 @@ def _add_platform_args(p: argparse.ArgumentParser, *, required: bool = True) -> 
     p.add_argument("--weight-factor", type=float, default=None,
                    help="paper model only: memory bytes per weight byte of the live version (default 1)")
     p.add_argument("--no-zero-input", action="store_true", help="PipeDream graphs: keep the Input nodes' data-loading time")
+    p.add_argument("--host-bandwidth", default="31.5GB/s",
+                   help="each device's link to host memory, for offloaded activations (default 31.5GB/s: PCIe 4.0 x16)")
 
 
 def platform_from_args(args: argparse.Namespace, plan=None):
@@ -55,7 +57,8 @@ def platform_from_args(args: argparse.Namespace, plan=None):
              {"optimizer": args.optimizer or setup.get("optimizer", "adam"),
               "precision": args.precision or (setup.get("precision") if setup.get("memory_model") == "full" else None)})
     return Platform(args.devices, memory=args.memory, bandwidth=args.bandwidth, latency=args.latency,
-                    weights=args.weights, memory_model=model, **extra)
+                    weights=args.weights, memory_model=model, host_bandwidth=getattr(args, "host_bandwidth", "31.5GB/s"),
+                    **extra)
 
 
 def chain_from_args(args: argparse.Namespace):
@@ -92,7 +95,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("plan", help="plan a pipeline under a memory limit")
     _add_platform_args(p)
-    p.add_argument("--method", default="dp", help="planner: dp, ilp, pipedream, uniform, parameters, torchgpipe, gpipe, 1f1b, brute")
+    p.add_argument("--method", default="dp",
+                   help="planner: dp, ilp, pipedream, mcap, uniform, parameters, torchgpipe, gpipe, 1f1b, brute")
+    p.add_argument("--activations", default="keep", choices=["keep", "recompute", "offload", "auto"],
+                   help="activation policy of every layer (docs/model.md, 'Activation policies'); auto: chosen per "
+                        "layer (dp, ilp, brute; other periodic methods: for their own partition)")
     p.add_argument("--allocation", choices=["contiguous", "general"], default="contiguous")
     p.add_argument("--time-limit", type=float, default=None, help="solver time limit in seconds (ILP)")
     p.add_argument("--micro-batches", type=int, default=None, help="flushed schedules: micro-batches per flush")
@@ -160,7 +167,8 @@ def plan_command(args: argparse.Namespace) -> int:
     opts = {}
     if args.micro_batches is not None:
         opts["micro_batches"] = args.micro_batches
-    result = run_planner(chain, platform, args.method, allocation=args.allocation, time_limit=args.time_limit, **opts)
+    result = run_planner(chain, platform, args.method, allocation=args.allocation, time_limit=args.time_limit,
+                         activations=args.activations, **opts)
     print(f"{chain.name}: {len(chain)} layers on {platform.devices} devices")
     print(result.summary())
     if result.feasible and not result.fits:

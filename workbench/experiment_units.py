@@ -53,12 +53,13 @@ METHOD_KEYS: dict[str, tuple[str, str]] = {
     "ilp-contiguous": ("ilp", "contiguous"),
     "dp": ("dp", "contiguous"),
     "pipedream": ("pipedream", "contiguous"),
+    "mcap": ("mcap", "contiguous"),
     "gpipe": ("gpipe", "contiguous"),
     "1f1b": ("1f1b", "contiguous"),
 }
 METHOD_LABELS = {
     "ilp-general": "general ILP", "ilp-contiguous": "contiguous ILP", "dp": "memory-aware DP",
-    "pipedream": "PipeDream", "gpipe": "GPipe", "1f1b": "1F1B-flush",
+    "pipedream": "PipeDream", "mcap": "mCAP (memory-balanced)", "gpipe": "GPipe", "1f1b": "1F1B-flush",
 }
 SWEEP_FIGURES = ("throughput", "memory", "min_memory", "solve_times")
 COMPLEXITY_FIGURES = ("three_partition", "family", "scaling", "gains")

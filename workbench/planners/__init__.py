@@ -23,6 +23,7 @@ __all__ = ["METHODS", "AUTO_METHODS", "plan", "get_planner"]
 METHODS: dict[str, str] = {
     "dp": "workbench.planners.dp:plan_dp",
     "pipedream": "workbench.planners.pipedream:plan_pipedream",
+    "mcap": "workbench.planners.mcap:plan_mcap",
     "uniform": "workbench.planners.baselines:plan_uniform",
     "parameters": "workbench.planners.baselines:plan_parameters",
     "torchgpipe": "workbench.planners.baselines:plan_torchgpipe",

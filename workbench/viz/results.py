@@ -45,6 +45,7 @@ METHOD_STYLES: dict[str, tuple[str, str, float, str, int]] = {
     "gpipe": ("#59A14F", "dot", 2.0, "x", 9),
     "1f1b": ("#B07AA1", "dot", 2.0, "cross", 9),
     "pipedream": ("#F5B87A", "solid", 7.0, "triangle-up", 15),
+    "mcap": ("#8C564B", "solid", 2.5, "triangle-down", 10),
     "dp": ("#3366CC", "solid", 3.5, "diamond", 11),
     "ilp-contiguous": ("#17BECF", "dash", 2.0, "square-open", 12),
     "ilp-general": ("#D62728", "solid", 1.8, "circle", 6),
