@@ -37,10 +37,9 @@ probe's answer re-timed exactly on its effective chain.
 
 >>> from workbench.chain import Chain, Layer, Platform
 >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 0, 10, 100) for i in range(4)), input_bytes=10)
->>> plat = Platform(2, memory=500, memory_model="paper", host_bandwidth=1000)
->>> T, bounds, pol, _ = auto_on_chain(ch, plat)
->>> T, bounds, pol
-(6.0, [(0, 1), (2, 3)], ('offload', 'keep', 'keep', 'keep'))
+>>> T, bounds, pol, _ = auto_on_chain(ch, Platform(2, memory=300, memory_model="paper", host_bandwidth=100))
+>>> T, bounds, pol              # keep alone needs a period of 9 s under 300 bytes
+(7.0, [(0, 1), (2, 3)], ('keep', 'recompute', 'keep', 'keep'))
 """
 
 from __future__ import annotations

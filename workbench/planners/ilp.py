@@ -195,6 +195,11 @@ def plan_ilp(chain: Chain, platform: Platform, *, allocation: str = "contiguous"
     """
     if allocation not in ("contiguous", "general"):
         raise ValueError(f"allocation must be 'contiguous' or 'general', got {allocation!r}")
+    if options.get("activations") == "auto":   # per-layer activation policies: workbench.planners.ilp_auto
+        from .ilp_auto import plan_ilp_auto
+
+        return plan_ilp_auto(chain, platform, allocation=allocation, time_limit=time_limit, rel_gap=rel_gap,
+                             threads=threads, log=log, solver_options=solver_options)
     t_start = time.perf_counter()
     if chain.graph is not None and options.pop("graph", True):
         # A chain linearised from a DAG: plan in the layer order dp's graph mode chose (its cut
