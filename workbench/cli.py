@@ -1,7 +1,7 @@
 """``python -m workbench``: the command line (DESIGN.md section 4).
 
 Sub-commands: ``profile-info``, ``profile``, ``plan``, ``check``,
-``simulate``, ``run``, ``reproduce``, ``demo``. Each handler imports what it
+``simulate``, ``run``, ``reproduce``, ``largest``, ``demo``. Each handler imports what it
 needs lazily so ``--help`` stays fast.
 
 >>> build_parser().parse_args(["plan", "--profile", "x.csv", "--devices", "4", "--memory", "16GiB"]).devices
@@ -138,6 +138,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--only", default=None)
     p.add_argument("--out", default=None)
     p.set_defaults(handler="workbench.experiments:reproduce_command")
+
+    p = sub.add_parser("largest", help="the largest GPT (grown by depth and by width) each method fits")
+    p.add_argument("--family", action="append", choices=["depth", "width"], help="family (repeatable; default both)")
+    p.add_argument("--devices", type=int, action="append", help="device count (repeatable; default 2, 4, 8)")
+    p.add_argument("--memory", default="2GiB", help="memory per device (default 2GiB)")
+    p.add_argument("--time-limit", type=float, default=10.0, help="per general-ILP solve, seconds (default 10)")
+    p.add_argument("--quick", action="store_true", help="P = 2 and 4, no ILP")
+    p.add_argument("--out", default=None, help="write the table here (CSV)")
+    p.set_defaults(handler="workbench.largest:largest_command")
 
     p = sub.add_parser("demo", help="headless demo: summarise profiles, plan, report and Gantt HTML")
     p.add_argument("--out", default="build/demo")

@@ -154,7 +154,7 @@ def _figures(units: list[Unit], frames: dict[str, pd.DataFrame], figs: tuple[str
                   "solve_times": R.solve_times_figure}
         report.figures += [makers[n](sw) for n in SWEEP_FIGURES if n in figs]
     comp = {"three_partition": R.three_partition_figure, "family": R.family_figure, "gains": R.gains_figure,
-            "scaling": R.scaling_figure}
+            "scaling": R.scaling_figure, "largest": R.largest_figure}
     for name in COMPLEXITY_FIGURES:
         if name in figs:
             parts = [frames[u.name] for u in units if u.kind == name and u.name in frames]
