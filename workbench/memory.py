@@ -20,7 +20,10 @@ input for l = 0, else the cut before it) and ``out_l`` the cut after it:
   stage's output until the backward.
 * ``static[l]``: parameters + gradients (a resident accumulation buffer) +
   optimizer state (+ an fp32 master copy of the parameters and of their
-  gradients under ``bf16-mixed``); ``stash[l]``: one more parameter version
+  gradients under ``bf16-mixed``) (+ the one resident copy of an offloaded
+  layer's activations, ``Layer.offload_bytes``: docs/model.md, "Activation
+  policies"; policies act through :func:`workbench.activations.apply_policies`);
+  ``stash[l]``: one more parameter version
   per extra in-flight mini-batch under weight stashing.
 * ``peak[l] = max(forward_peak_l + in_l - saved_input_l - act_l,
   backward_peak_l)``: how far the layer's forward or backward climbs above

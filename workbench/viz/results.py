@@ -340,13 +340,8 @@ def gains_figure(df: pd.DataFrame) -> FigureInfo:
 _LARGEST_COLOURS = {"PipeDream": "pipedream", "mCAP": "mcap", "dp": "dp", "general ILP": "ilp-general"}
 
 
-def largest_figure(df: pd.DataFrame) -> FigureInfo:
-    """The largest model that fits (workbench.largest): parameters per family, device count and method
-    (keep solid, ``+ auto`` hatched), the ratio to PipeDream's partition on each bar, and below the
-    throughput each pays there (period over the lower bound)."""
-    info = FigureInfo("largest", "The largest GPT that fits: PipeDream's partition, mCAP, dp and the general ILP, "
-                                 "with and without recompute/offload chosen per layer")
-    info.tables["largest.csv"] = df
+def _largest_panels(df: pd.DataFrame, title: str) -> go.Figure:
+    """Parameters of the largest model per family (top) and the period over the bound there (bottom)."""
     fams = [f for f in ("depth", "width") if f in set(df.family)]
     fig = make_subplots(rows=2, cols=len(fams), shared_xaxes=True, vertical_spacing=0.1, horizontal_spacing=0.08,
                         subplot_titles=[f"by {f}: parameters of the largest that fits" for f in fams]
@@ -354,11 +349,10 @@ def largest_figure(df: pd.DataFrame) -> FigureInfo:
     for c, fam in enumerate(fams, start=1):
         g = df[df.family == fam]
         for label in dict.fromkeys(g.method):
-            base = label.replace(" + auto", "")
-            colour = METHOD_STYLES[_LARGEST_COLOURS.get(base, "dp")][0]
+            colour = METHOD_STYLES[_LARGEST_COLOURS.get(label.replace(" + auto", ""), "dp")][0]
             h = g[g.method == label].sort_values("devices")
             x = [f"P = {int(p)}" for p in h.devices]
-            pattern = dict(shape="/" if label.endswith("auto") else "", fgcolor="white", solidity=0.35)
+            pattern = dict(shape="/" if label.endswith("auto") else "", fgcolor="white", solidity=0.35, fillmode="overlay")
             text = [f"{v:.2f}x" if np.isfinite(v) else "" for v in h.vs_pipedream]
             fig.add_trace(go.Bar(x=x, y=h.parameters / 1e6, name=label, legendgroup=label, showlegend=c == 1,
                                  marker=dict(color=colour, pattern=pattern), text=text, textposition="outside",
@@ -370,17 +364,31 @@ def largest_figure(df: pd.DataFrame) -> FigureInfo:
                           row=2, col=c)
         fig.update_yaxes(title_text="million parameters" if c == 1 else None, row=1, col=c)
         fig.update_yaxes(title_text="period / lower bound (1 = ideal)" if c == 1 else None, row=2, col=c)
-    mem = df.attrs.get("memory")
-    fig.update_layout(template=TEMPLATE, barmode="group", height=760, bargap=0.18, bargroupgap=0.05,
-                      title="Largest GPT that fits per device count"
-                            + (f" ({mem})" if mem else "") + ": bars labelled with the ratio to PipeDream's partition",
+    fig.update_layout(template=TEMPLATE, barmode="group", height=760, bargap=0.18, bargroupgap=0.05, title=title,
                       legend=dict(orientation="h", yanchor="top", y=-0.06, xanchor="left", x=0),
                       margin=dict(l=70, r=20, t=80, b=110))
-    info.add("largest", fig)
-    for (fam, P), g in df.groupby(["family", "devices"]):
+    return fig
+
+
+def largest_figure(df: pd.DataFrame) -> FigureInfo:
+    """The largest model that fits (workbench.largest), one figure per criterion (any period; within 10 % of
+    the method's full speed): parameters per family, device count and method (keep solid, ``+ auto``
+    hatched), the ratio to PipeDream's partition on each bar, and below the throughput each pays there."""
+    info = FigureInfo("largest", "The largest GPT that fits: PipeDream's partition, mCAP, dp and the general ILP, "
+                                 "with and without recompute/offload chosen per layer")
+    info.tables["largest.csv"] = df
+    crits = list(dict.fromkeys(df.criterion)) if "criterion" in df else ["any period"]
+    for crit in crits:
+        g = df[df.criterion == crit] if "criterion" in df else df
+        stem = "largest" if crit == crits[0] else "largest_" + "".join(ch if ch.isalnum() else "_" for ch in crit)
+        info.add(stem, _largest_panels(g, f"Largest GPT that fits per device count ({crit}): bars labelled with "
+                                          "the ratio to PipeDream's partition"))
+    keys = ["family", "devices"] + (["criterion"] if "criterion" in df else [])
+    for key, g in df.groupby(keys):
         r = g.set_index("method")
         parts = [f"{m} {r.vs_pipedream[m]:.2f}x (period/bound {r.period_over_bound[m]:.2f})"
                  for m in r.index if m != "PipeDream" and np.isfinite(r.vs_pipedream[m])]
-        info.headlines.append(f"{fam}, P={P}: PipeDream fits {r.parameters.get('PipeDream', 0) / 1e6:.0f} M parameters "
+        where = ", ".join([str(key[0]), f"P={key[1]}"] + [str(k) for k in key[2:]])
+        info.headlines.append(f"{where}: PipeDream fits {r.parameters.get('PipeDream', 0) / 1e6:.0f} M parameters "
                               f"(period/bound {r.period_over_bound.get('PipeDream', math.nan):.2f}); " + "; ".join(parts))
     return info
