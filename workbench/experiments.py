@@ -20,13 +20,14 @@
 
 Figures (names for ``--only``, comma-separated): ``throughput``, ``memory``,
 ``min_memory``, ``solve_times`` (from the sweeps), ``three_partition``,
-``family``, ``scaling``, ``gains`` (the complexity study).
+``family``, ``scaling``, ``gains`` (the complexity study), ``largest`` (the
+largest GPT each method fits, :mod:`workbench.largest`).
 
 Environment: ``WORKBENCH_JOBS`` (worker processes for the units, default 1),
 ``WORKBENCH_QUICK=1`` (notebooks: the quick settings), ``WORKBENCH_NO_PNG=1``.
 
->>> sorted(FIGURES)[:3]
-['family', 'gains', 'memory']
+>>> sorted(FIGURES)[:4]
+['family', 'gains', 'largest', 'memory']
 >>> settings_for(quick=True).devices
 (2, 4)
 """

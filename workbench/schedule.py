@@ -270,33 +270,27 @@ class Scheduler:
                 return t if g >= self.a[s] - eps or g > T - eps else t + self.a[s] - g
             return move
 
-        def fail(what: str, s: int) -> NoSchedule:
-            return NoSchedule(f"no free slot on device {dev[s]} (or its host link) for the {what} of stage {s} "
-                              f"in the period {format_seconds(T)}")
+        def place(s: int, r: float, length: float, offset: float, what: str, moves) -> float:
+            """The earliest start >= r every move accepts; books the operation and its transfer (at t + offset)."""
+            t = self._settle(T, r, moves)
+            if t is None:
+                raise NoSchedule(f"no free slot on device {dev[s]} (or its host link) for the {what} of stage {s} "
+                                 f"in the period {format_seconds(T)}")
+            if length > 0:
+                arcs[dev[s]].append((t % T, length))
+            if x[s] > 0:
+                link[dev[s]].append(((t + offset) % T, x[s]))
+            return t
 
         r = 0.0
         for s in range(S):
-            t = self._settle(T, r, [compute(dev[s], F[s]), host(dev[s], F[s], x[s])])
-            if t is None:
-                raise fail("forward", s)
-            f[s] = t
-            if F[s] > 0:
-                arcs[dev[s]].append((t % T, F[s]))
-            if x[s] > 0:
-                link[dev[s]].append(((t + F[s]) % T, x[s]))
-            r = t + F[s] + c[s]
+            f[s] = place(s, r, F[s], F[s], "forward", [compute(dev[s], F[s]), host(dev[s], F[s], x[s])])
+            r = f[s] + F[s] + c[s]
         r = f[S - 1] + F[S - 1]
         for s in range(S - 1, -1, -1):
-            t = self._settle(T, r, [compute(dev[s], B[s]), gap(s), host(dev[s], -x[s], x[s])])
-            if t is None:
-                raise fail("backward", s)
-            b[s] = t
-            if B[s] > 0:
-                arcs[dev[s]].append((t % T, B[s]))
-            if x[s] > 0:
-                link[dev[s]].append(((t - x[s]) % T, x[s]))
+            b[s] = place(s, r, B[s], -x[s], "backward", [compute(dev[s], B[s]), gap(s), host(dev[s], -x[s], x[s])])
             if s > 0:
-                r = t + B[s] + c[s - 1]
+                r = b[s] + B[s] + c[s - 1]
         return f, b
 
     def _general(self, T: float, mode: str) -> tuple[list[float], list[float]]:

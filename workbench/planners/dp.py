@@ -75,6 +75,7 @@ from ..units import format_bytes
 __all__ = [
     "plan_dp", "bottleneck_partition", "memory_dp", "min_period",
     "least_memory", "unconstrained_period", "schedule_partition", "bounds_to_assignment", "least_feasible_period",
+    "suffix_bounds",
 ]
 
 _EPS = 1e-12      # relative slack on ceil and comparisons inside the DP
@@ -143,6 +144,22 @@ class _Tables:
 # ----------------------------------------------------------------------------
 # bottleneck (chains-on-chains) DP
 # ----------------------------------------------------------------------------
+def suffix_bounds(args: Sequence[np.ndarray], q: int) -> list[tuple[int, int]]:
+    """The stages of a suffix DP's answer: ``args[qq-1][i]`` is the last layer of the stage that starts a
+    qq-stage suffix at layer i; walk from layer 0 with q stages.
+
+    >>> suffix_bounds([np.array([2, 2, 2]), np.array([0, 1, 1])], 2)
+    [(0, 0), (1, 2)]
+    """
+    bounds: list[tuple[int, int]] = []
+    i = 0
+    for qq in range(q, 0, -1):
+        j = int(args[qq - 1][i])
+        bounds.append((i, j))
+        i = j + 1
+    return bounds
+
+
 def bottleneck_partition(cost: np.ndarray, P: int) -> tuple[float, list[tuple[int, int]]]:
     """Minimise the largest ``cost[i, j]`` over partitions into at most P runs.
 
@@ -272,13 +289,7 @@ def memory_dp(chain: Chain, platform: Platform, period: float, tables: _Tables |
     q = int(np.argmin(finals)) + 1
     if not math.isfinite(finals[q - 1]):
         return None
-    bounds: list[tuple[int, int]] = []
-    i = 0
-    for qq in range(q, 0, -1):
-        j = int(args[qq - 1][i])
-        bounds.append((i, j))
-        i = j + 1
-    return float(finals[q - 1]), bounds
+    return float(finals[q - 1]), suffix_bounds(args, q)
 
 
 def _search_period(chain: Chain, platform: Platform, tables: _Tables, t0: float

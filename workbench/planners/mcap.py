@@ -36,7 +36,7 @@ from ..memory import layer_terms, square_terms
 from ..plan import Plan
 from ..units import format_bytes
 from .baselines import schedule_on_top
-from .dp import _comm
+from .dp import _comm, suffix_bounds
 
 __all__ = ["plan_mcap", "mcap_partition"]
 
@@ -53,14 +53,7 @@ def _suffix_bottleneck(cost: list[np.ndarray], L: int, P: int) -> tuple[float, l
         arg = np.argmin(m, axis=1)
         G.append(m[np.arange(L), arg])
         args.append(arg)
-    q = len(G)
-    finals = [g[0] for g in G]
-    bounds, i = [], 0
-    for qq in range(q, 0, -1):
-        j = int(args[qq - 1][i])
-        bounds.append((i, j))
-        i = j + 1
-    return float(finals[q - 1]), bounds
+    return float(G[-1][0]), suffix_bounds(args, len(G))
 
 
 def mcap_partition(chain: Chain, platform: Platform) -> tuple[float, list[tuple[int, int]]]:
