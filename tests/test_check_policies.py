@@ -76,3 +76,19 @@ def test_recompute_lengthens_the_backward_the_checker_sees():
     assert check(plan, chain, plat) == []
     v = check(plan.with_(activations=("recompute", "keep")), chain, plat)
     assert v and {x.rule for x in v} <= {5, 7}        # a 3 s backward no longer fits beside the forward in 4 s
+
+
+def test_command_line_checks_with_the_plans_host_link(tmp_path, capsys):
+    """plan --activations auto records its host bandwidth; check uses it unless told otherwise."""
+    import json
+
+    from workbench.cli import main
+
+    out = tmp_path / "p.json"
+    args = ["--profile", "gpt-small", "--devices", "4", "--memory", "680MiB", "--optimizer", "sgd"]
+    assert main(["plan", *args, "--activations", "auto", "--host-bandwidth", "2GB/s", "--json", str(out)]) == 0
+    d = json.loads(out.read_text())
+    assert "offload" in d["activations"] and d["memory_setup"]["host_bandwidth"] == 2e9
+    assert main(["check", str(out), *args]) == 0
+    assert main(["check", str(out), *args, "--host-bandwidth", "0.05GB/s"]) == 1
+    assert "rule 8 (host link)" in capsys.readouterr().out

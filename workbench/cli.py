@@ -36,8 +36,9 @@ def _add_platform_args(p: argparse.ArgumentParser, *, required: bool = True) -> 
     p.add_argument("--weight-factor", type=float, default=None,
                    help="paper model only: memory bytes per weight byte of the live version (default 1)")
     p.add_argument("--no-zero-input", action="store_true", help="PipeDream graphs: keep the Input nodes' data-loading time")
-    p.add_argument("--host-bandwidth", default="31.5GB/s",
-                   help="each device's link to host memory, for offloaded activations (default 31.5GB/s: PCIe 4.0 x16)")
+    p.add_argument("--host-bandwidth", default=None,
+                   help="each device's link to host memory, for offloaded activations (default: the plan's, else "
+                        "31.5GB/s: PCIe 4.0 x16)")
 
 
 def platform_from_args(args: argparse.Namespace, plan=None):
@@ -57,7 +58,8 @@ def platform_from_args(args: argparse.Namespace, plan=None):
              {"optimizer": args.optimizer or setup.get("optimizer", "adam"),
               "precision": args.precision or (setup.get("precision") if setup.get("memory_model") == "full" else None)})
     return Platform(args.devices, memory=args.memory, bandwidth=args.bandwidth, latency=args.latency,
-                    weights=args.weights, memory_model=model, host_bandwidth=getattr(args, "host_bandwidth", "31.5GB/s"),
+                    weights=args.weights, memory_model=model,
+                    host_bandwidth=getattr(args, "host_bandwidth", None) or setup.get("host_bandwidth", "31.5GB/s"),
                     **extra)
 
 

@@ -70,6 +70,8 @@ def plan(chain: Chain, platform: Platform, method: str = "dp", *, allocation: st
         result = _plan_fixed(chain, platform, method, fn, allocation, time_limit, activations, options)
     if not result.solve_seconds:
         result = result.with_(solve_seconds=time.perf_counter() - t0)
+    if "offload" in result.activations:   # check and simulate read the host link the plan was made for
+        result = result.with_(setup={**result.setup, "host_bandwidth": platform.host_bandwidth})
     return result
 
 

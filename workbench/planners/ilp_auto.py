@@ -90,6 +90,15 @@ def plan_ilp_auto(chain: Chain, platform: Platform, *, allocation: str = "contig
         return finish(inc, "feasible", max(0.0, (inc.period - lb) / inc.period),
                       [f"chain over {COARSEN_ABOVE} layers: no MILP with policies (coarsening would merge layers "
                        "that need different policies); the contiguous DP's plan"])
+    if inc is None:
+        from ..activations import policy_terms
+        from .ilp_model import memory_period_bound
+        from .ilp_policies import minimal_terms
+
+        if not math.isfinite(memory_period_bound(chain, platform, minimal_terms(policy_terms(chain, platform)))):
+            return infeasible_plan(chain, platform, "ilp", "no plan fits in memory even with the least memory any "
+                                   "activation policy gives each layer (every layer counted once, one mini-batch "
+                                   "in flight)", allocation=allocation, solve_seconds=time.perf_counter() - t0)
     hi = inc.period * (1 + 1e-7) if inc is not None else None
     model = build_model(chain, platform, allocation=allocation, period_bounds=(lb, hi) if hi else None, policies=True)
     left = None if time_limit is None else max(time_limit - (time.perf_counter() - t0), 0.5)
