@@ -50,3 +50,11 @@ def test_long_chains_fall_back_to_the_dp_plan():
     plat = Platform(4, memory=3000, memory_model="paper")
     p = run_planner(ch, plat, "ilp", allocation="general", activations="auto")
     assert p.feasible and p.method == "ilp" and any("no MILP with policies" in n for n in p.notes)
+
+
+def test_without_a_limit_auto_is_keep():
+    ch = Chain(tuple(Layer(f"l{i}", 1.0 + 0.3 * i, 2.0, 0, 10, 100) for i in range(5)), input_bytes=10)
+    plat = Platform(2, memory_model="paper")
+    keep = run_planner(ch, plat, "ilp", allocation="general")
+    auto = run_planner(ch, plat, "ilp", allocation="general", activations="auto")
+    assert auto.period == pytest.approx(keep.period) and auto.activations == ()

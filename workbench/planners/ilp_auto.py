@@ -69,6 +69,12 @@ def plan_ilp_auto(chain: Chain, platform: Platform, *, allocation: str = "contig
     from .ilp import COARSEN_ABOVE, polish, solve_model
 
     t0 = time.perf_counter()
+    if not math.isfinite(platform.memory):    # without a limit keeping everything is best: recompute and
+        from .ilp import plan_ilp             # offload only add time or constraints
+
+        p = plan_ilp(chain, platform, allocation=allocation, time_limit=time_limit, rel_gap=rel_gap, threads=threads,
+                     log=log, solver_options=solver_options)
+        return p.with_(notes=p.notes + ("no memory limit: every layer keeps its activations (the best policy)",))
     notes: list[str] = []
     inc = plan_dp(chain, platform, activations="auto", graph=False)
     inc = inc if inc.feasible and not _check(inc, chain, platform) else None
