@@ -227,72 +227,6 @@ class Scheduler:
                 best = t
         return best
 
-    def _settle(self, T: float, r: float, moves) -> float | None:
-        """The least t >= r that every move leaves in place (each maps t to the earliest t' >= t that
-        satisfies one constraint, or None); None when they do not settle within a few periods."""
-        t = r
-        for _ in range(64):
-            t0 = t
-            for move in moves:
-                t = move(t)
-                if t is None or t > r + 4 * T * len(moves):
-                    return None
-            if t <= t0 + _EPS * T:
-                return t0
-        return None
-
-    def _general_offload(self, T: float) -> tuple[list[float], list[float]]:
-        """``asap`` with offloaded activations: each forward also needs its transfer out free on the host
-        link right after it, each backward its transfer back right before it and a gap of at least the
-        round trip after its own forward (rule 8)."""
-        F, B, c, dev, x = self.F, self.B, self.c, self.dev, self.x
-        S = self.stage_count
-        eps = _EPS * T
-        arcs: dict[int, list[tuple[float, float]]] = {p: [] for p in set(dev)}
-        link: dict[int, list[tuple[float, float]]] = {p: [] for p in set(dev)}
-        f = [0.0] * S
-        b = [0.0] * S
-
-        def compute(p: int, d: float):
-            return lambda t: self._earliest(arcs[p], t, d, T)
-
-        def host(p: int, offset: float, d: float):
-            def move(t: float) -> float | None:
-                if d <= 0:
-                    return t
-                u = self._earliest(link[p], t + offset, d, T)
-                return None if u is None else u - offset
-            return move
-
-        def gap(s: int):
-            def move(t: float) -> float:
-                g = (t - f[s] - F[s]) % T
-                return t if g >= self.a[s] - eps or g > T - eps else t + self.a[s] - g
-            return move
-
-        def place(s: int, r: float, length: float, offset: float, what: str, moves) -> float:
-            """The earliest start >= r every move accepts; books the operation and its transfer (at t + offset)."""
-            t = self._settle(T, r, moves)
-            if t is None:
-                raise NoSchedule(f"no free slot on device {dev[s]} (or its host link) for the {what} of stage {s} "
-                                 f"in the period {format_seconds(T)}")
-            if length > 0:
-                arcs[dev[s]].append((t % T, length))
-            if x[s] > 0:
-                link[dev[s]].append(((t + offset) % T, x[s]))
-            return t
-
-        r = 0.0
-        for s in range(S):
-            f[s] = place(s, r, F[s], F[s], "forward", [compute(dev[s], F[s]), host(dev[s], F[s], x[s])])
-            r = f[s] + F[s] + c[s]
-        r = f[S - 1] + F[S - 1]
-        for s in range(S - 1, -1, -1):
-            b[s] = place(s, r, B[s], -x[s], "backward", [compute(dev[s], B[s]), gap(s), host(dev[s], -x[s], x[s])])
-            if s > 0:
-                r = b[s] + B[s] + c[s - 1]
-        return f, b
-
     def _general(self, T: float, mode: str) -> tuple[list[float], list[float]]:
         F, B, c, dev = self.F, self.B, self.c, self.dev
         S = self.stage_count
@@ -300,7 +234,9 @@ class Scheduler:
         b = [0.0] * S
         if self._offload:
             if mode == "asap":
-                return self._general_offload(T)
+                from .schedule_host import general_offload
+
+                return general_offload(self, T)
             raise NoSchedule("the packed builder does not place host-link transfers (offloaded activations)")
         if mode == "asap":
             arcs: dict[int, list[tuple[float, float]]] = {}
