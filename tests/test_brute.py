@@ -345,3 +345,22 @@ def test_registry_and_cache():
     p1 = run_plan(chain, plat, "brute", allocation="general")
     p2 = run_plan(chain, plat, "brute", allocation="general")
     assert p1 is p2 and p1.period == pytest.approx(4.0)
+
+
+def test_offload_dp_equals_brute_and_general_plans_pass_the_checker():
+    """One policy for all layers: dp on the effective chain equals brute force, offload included (rule 8)."""
+    from policy_instances import instance
+
+    from workbench.activations import apply_policies
+    from workbench.planners.dp import plan_dp
+
+    for seed in range(40):
+        chain, plat = instance(500 + seed, max_layers=5)
+        pol = ("keep", "recompute", "offload")[seed % 3]
+        eff = apply_policies(chain, pol)
+        a, b = plan_dp(eff, plat), plan_brute(eff, plat)
+        assert a.feasible == b.feasible and (not a.feasible or a.period == pytest.approx(b.period, rel=1e-6)), seed
+        if seed % 4 == 0:
+            g = plan_brute(eff, plat, allocation="general")
+            if g.feasible:
+                assert check(g.with_(activations=(pol,) * len(chain)), chain, plat) == [], seed

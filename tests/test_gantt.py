@@ -174,3 +174,15 @@ def test_periods_shown_zooms_on_the_steady_state():
     lo, hi = gantt(tr, periods_shown=3).layout.xaxis.range
     assert lo == pytest.approx((t0 - 0.1 * T) * 1e3) and hi - lo == pytest.approx(3.2 * T * 1e3)
     assert gantt(tr).layout.xaxis.range is None
+
+
+def test_policy_operations_get_their_lanes():
+    """Recompute is drawn on the device's lane (over its backward), host transfers on a host-link lane."""
+    ops = pd.DataFrame({"device": [0, 0, 0, 0, 0], "stage": [0] * 5, "first": [0] * 5, "last": [1] * 5,
+                        "kind": ["F", "offload", "prefetch", "B", "R"], "batch": [0] * 5,
+                        "start": [0.0, 0.002, 0.004, 0.005, 0.005], "end": [0.002, 0.003, 0.005, 0.009, 0.006]})
+    fig = gantt(Trace(ops, pd.DataFrame(columns=MEMORY_COLUMNS), devices=1, period=0.01))
+    assert lanes(fig) == ["GPU 0", "GPU 0 host link"]
+    names = {t.name for t in fig.data if isinstance(t, go.Bar)}
+    assert {"recompute (in the backward)", "to host", "from host"} <= names
+    assert KIND_COLORS["R"] != KIND_COLORS["B"]

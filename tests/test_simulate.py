@@ -223,3 +223,30 @@ def test_simulate_refuses_a_plan_that_breaks_the_structural_rules(spoil, pattern
     with pytest.raises(PlanStructureError, match=pattern) as e:
         simulate(spoil(plan), chain, plat, batches=4)
     assert str(e.value).startswith("cannot simulate this plan") and e.value.violations
+def test_policies_run_as_planned_with_recompute_inside_the_backward():
+    """A plan with recompute and offload: the trace keeps the plan's period and memory; each R operation lies
+    inside its stage's backward and lasts that layer's forward; host transfers fit the gap (rule 8)."""
+    from workbench.activations import apply_policies
+    from workbench.planners import plan as run_planner
+
+    chain = Chain(tuple(Layer(f"l{i}", 0.5 + 0.1 * i, 1.0, 10, 40, 200) for i in range(6)), input_bytes=40)
+    plat = Platform(3, optimizer="sgd", host_bandwidth=400)
+    pol = ("recompute", "offload", "keep", "recompute", "offload", "keep")
+    p = run_planner(chain, plat, "dp", activations=pol)
+    tr = simulate(p, chain, plat, batches=8)
+    assert tr.meta["max_delay"] == 0 and tr.steady_period() == pytest.approx(p.period)
+    assert tr.peak_memory().tolist() == pytest.approx(list(p.memory))
+    ops = tr.ops
+    eff = apply_policies(chain, pol)
+    for _, r in ops[ops.kind == "R"].iterrows():
+        b = ops[(ops.kind == "B") & (ops.stage == r.stage) & (ops.batch == r.batch)].iloc[0]
+        assert b.start - 1e-12 <= r.start and r.end <= b.end + 1e-12
+    rec = ops[ops.kind == "R"].assign(d=lambda o: o.end - o.start).groupby(["stage", "batch"]).d.sum()
+    for (stage, _), total in rec.items():
+        s = p.stages[int(stage)]
+        assert total == pytest.approx(sum(chain[l].forward for l in range(s.first, s.last + 1) if pol[l] == "recompute"))
+    n_rc = sum(1 for s in p.stages for l in range(s.first, s.last + 1) if pol[l] == "recompute")
+    assert len(ops[ops.kind == "R"]) == n_rc * 8
+    host = ops[ops.kind.isin(["offload", "prefetch"])]
+    assert len(host) and (host.end - host.start).min() > 0
+    assert eff[3].backward == pytest.approx(chain[3].backward + chain[3].forward)

@@ -24,10 +24,14 @@ import numpy as np
 import pandas as pd
 
 from .memory import MEMORY_MODELS, OPTIMIZER_STATES, PRECISIONS, merged_memory_columns
+
+#: PCIe 4.0 x16, one direction: 16 GT/s x 16 lanes x 128b/130b encoding = 31.5 GB/s
+#: (PCI Express Base Specification 4.0); pinned copies reach about 25 GB/s in practice
+DEFAULT_HOST_BANDWIDTH = 31.5e9
 from .units import format_bytes, parse_bandwidth, parse_size
 
 __all__ = ["Layer", "Chain", "Platform", "StageCosts", "WeightPolicy", "MEMORY_COLUMNS", "OPTIONAL_COLUMNS",
-           "OPTIMIZERS", "PRECISIONS", "MEMORY_MODELS"]
+           "OPTIMIZERS", "PRECISIONS", "MEMORY_MODELS", "DEFAULT_HOST_BANDWIDTH"]
 
 WeightPolicy = Literal["stash", "single"]
 #: the profiler's memory columns beyond saved_bytes (docs/model.md, "Memory")
@@ -62,9 +66,13 @@ class Layer:
     saved_output_bytes: float | None = None
     forward_peak_bytes: float | None = None
     backward_peak_bytes: float | None = None
+    #: bytes this layer's activation policy moves to host memory and back per mini-batch (``offload``;
+    #: docs/model.md, "Activation policies"): 0 for profiled layers, set by
+    #: :func:`workbench.activations.apply_policies`
+    offload_bytes: float = 0.0
 
     def __post_init__(self) -> None:
-        for f in ("forward", "backward", "weight_bytes", "activation_bytes") + OPTIONAL_COLUMNS:
+        for f in ("forward", "backward", "weight_bytes", "activation_bytes", "offload_bytes") + OPTIONAL_COLUMNS:
             v = getattr(self, f)
             if v is None and f in OPTIONAL_COLUMNS:
                 continue
@@ -238,7 +246,8 @@ class Chain:
             s = self.stage_costs(a, b)
             name = self.layers[a].name if a == b else f"{self.layers[a].name}..{self.layers[b].name}"
             layers.append(Layer(name, s.forward, s.backward, s.weights, self.layers[b].activation_bytes,
-                                **merged_memory_columns(self, a, b)))
+                                **merged_memory_columns(self, a, b),
+                                offload_bytes=sum(float(l.offload_bytes) for l in self.layers[a:b + 1])))
         cuts = tuple(self.cut(b) for _, b in groups[:-1])
         meta = {**self.meta, "coarsened_from": str(len(self))}
         return Chain(tuple(layers), self.input_bytes, cuts, meta)
@@ -304,6 +313,9 @@ class Platform:
     memory_model: str = "full"
     optimizer: str = "adam"
     precision: str | None = None
+    #: bytes/s of each device's link to host memory (activation offload; docs/model.md,
+    #: "Activation policies"): PCIe 4.0 x16, one direction, by default
+    host_bandwidth: float = DEFAULT_HOST_BANDWIDTH
 
     def __post_init__(self) -> None:
         if not isinstance(self.devices, (int, np.integer)) or self.devices < 1:
@@ -311,6 +323,7 @@ class Platform:
         object.__setattr__(self, "devices", int(self.devices))
         object.__setattr__(self, "memory", parse_size(self.memory, what="memory"))
         object.__setattr__(self, "bandwidth", parse_bandwidth(self.bandwidth))
+        object.__setattr__(self, "host_bandwidth", parse_bandwidth(self.host_bandwidth, what="host bandwidth"))
         lat = float(self.latency)
         if lat < 0 or math.isnan(lat):
             raise ValueError(f"latency must be >= 0 seconds, got {self.latency!r}")
@@ -340,6 +353,10 @@ class Platform:
     def comm_time(self, nbytes: float, src: int | None = None, dst: int | None = None) -> float:
         """Seconds to send ``nbytes`` between two devices: latency + bytes / bandwidth."""
         return self.latency + (nbytes / self.bandwidth if math.isfinite(self.bandwidth) else 0.0)
+
+    def host_time(self, nbytes: float, device: int | None = None) -> float:
+        """Seconds to move ``nbytes`` one way between a device and host memory."""
+        return nbytes / self.host_bandwidth if math.isfinite(self.host_bandwidth) else 0.0
 
     def with_(self, **kw) -> "Platform":
         return replace(self, **kw)

@@ -8,7 +8,9 @@ does not describe the chain: wrong length, stages that do not cover it in
 order, a stage on another device than its layers, a bad period).
 
 Rules: 0 structure, 1 allocation, 2 forward order, 3 turn-around,
-4 backward order, 5 overlap on a device, 6 link load, 7 memory.
+4 backward order, 5 overlap on a device, 6 link load, 7 memory, 8 host link.
+A plan's activation policies (``plan.activations``) are applied to the chain
+first, by the checker's own reading of docs/model.md (:mod:`workbench.check_policies`).
 Flushed schedules (``plan.schedule != "periodic"``) are simulated, not
 checked: only rules 0 and 1 apply to them. :func:`structural_violations` is
 rules 0 and 1 alone: what the simulator requires before it runs a plan.
@@ -33,6 +35,7 @@ from typing import Sequence
 
 from .chain import Chain, Platform
 from .check_memory import memory_by_device
+from .check_policies import effective_chain, host_link_problems
 from .plan import REL_TOL, Plan, chain_for_plan, in_flight, stages_of
 from .units import format_bytes, format_seconds
 
@@ -48,6 +51,7 @@ RULES: dict[int, str] = {
     5: "overlap",
     6: "link load",
     7: "memory",
+    8: "host link",
 }
 
 
@@ -203,6 +207,11 @@ def check(plan: Plan, chain: Chain, platform: Platform) -> list[Violation]:
     out, usable = _structure(plan, chain, platform)
     if not usable or plan.schedule != "periodic":
         return out
+    if plan.activations and any(p != "keep" for p in plan.activations):
+        try:
+            chain = effective_chain(chain, plan.activations)
+        except ValueError as e:
+            return out + [Violation(0, str(e))]
     T = float(plan.period)
     st = plan.stages
     S = len(st)
@@ -290,6 +299,8 @@ def check(plan: Plan, chain: Chain, platform: Platform) -> list[Violation]:
         if mem[d] > M * (1 + REL_TOL):
             out.append(Violation(7, f"device {d} holds {format_bytes(mem[d])}, limit {format_bytes(M)}, "
                                     f"over by {format_bytes(mem[d] - M)}", device=d, amount=mem[d] - M))
+    # rule 8: the host link (offloaded activations)
+    out.extend(Violation(**v) for v in host_link_problems(chain, platform, T, st, tol))
     if plan.memory:
         if len(plan.memory) != platform.devices:
             out.append(Violation(7, f"the plan records memory for {len(plan.memory)} devices, the platform has "
@@ -322,13 +333,14 @@ def format_violations(violations: Sequence[Violation], devices: int) -> str:
     """
     if not violations:
         return "valid: no rule is violated"
+    shown = [r for r in RULES if r < 8 or any(v.rule == r for v in violations)]   # rule 8 only when broken
     rows: list[str] = [
-        "rules: " + ", ".join(f"{r} {name}" for r, name in RULES.items()),
+        "rules: " + ", ".join(f"{r} {RULES[r]}" for r in shown),
         "X: the rule is broken on that device; row '-': broken for the plan as a whole (or on a device it does not have)",
-        "device | " + " ".join(str(r) for r in RULES)]
+        "device | " + " ".join(str(r) for r in shown)]
     for d in [None] + list(range(devices)):
         marks = []
-        for r in RULES:
+        for r in shown:
             hit = any(v.rule == r and (v.device == d or (d is None and v.device is not None
                                                          and not (0 <= v.device < devices)))
                       for v in violations)

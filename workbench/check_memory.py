@@ -54,7 +54,8 @@ def _paper_device(chain: Chain, platform: Platform, stages: Sequence[tuple[int, 
     for first, last, k in stages:
         saved = sum(chain.saved(l) for l in range(first, last + 1))
         weights = sum(chain.layers[l].weight_bytes for l in range(first, last + 1))
-        total += k * saved + platform.weight_factor * weights
+        offloaded = sum(chain.layers[l].offload_bytes for l in range(first, last + 1))
+        total += k * saved + platform.weight_factor * weights + offloaded
         if platform.weights == "stash":
             total += (k - 1) * weights
     return total
@@ -84,7 +85,7 @@ def _full_device(chain: Chain, platform: Platform, stages: Sequence[tuple[int, i
             head += cols[0]["saved_input"]
         tail = 0.0 if last == last_layer else max(chain.cut(last) - cols[-1]["saved_output"], 0.0)
         A = sum(acts) + max(head, 0.0) + tail
-        static = 0.0
+        static = sum(chain.layers[l].offload_bytes for l in range(first, last + 1))   # one offloaded copy
         for c in cols:
             static += c["weights"] + c["grad"] + _STATES[opt] * widen * c["weights"]
             if precision == "bf16-mixed":

@@ -1,7 +1,7 @@
 """``python -m workbench``: the command line; the model, the validity rules and the plan JSON are in docs/model.md.
 
 Sub-commands: ``profile-info``, ``profile``, ``plan``, ``check``,
-``simulate``, ``run``, ``reproduce``, ``demo``. Each handler imports what it
+``simulate``, ``run``, ``reproduce``, ``largest``, ``demo``. Each handler imports what it
 needs lazily so ``--help`` stays fast. Bad input (an option out of range, a
 file that is not a profile or a plan, an output path that is a folder or in a
 missing folder) gets one line ``error: ...`` on stderr and exit status 2, before
@@ -110,6 +110,9 @@ def _add_platform_args(p: argparse.ArgumentParser, *, required: bool = True) -> 
     p.add_argument("--weight-factor", type=_non_negative, default=None,
                    help="paper model only: memory bytes per weight byte of the live version (default 1)")
     p.add_argument("--no-zero-input", action="store_true", help="PipeDream graphs: keep the Input nodes' data-loading time")
+    p.add_argument("--host-bandwidth", default=None,
+                   help="each device's link to host memory, for offloaded activations (default: the plan's, else "
+                        "31.5GB/s: PCIe 4.0 x16)")
 
 
 def _add_module_arg(group) -> None:
@@ -135,7 +138,9 @@ def platform_from_args(args: argparse.Namespace, plan=None):
              {"optimizer": args.optimizer or setup.get("optimizer", "adam"),
               "precision": args.precision or (setup.get("precision") if setup.get("memory_model") == "full" else None)})
     return Platform(args.devices, memory=args.memory, bandwidth=args.bandwidth, latency=args.latency,
-                    weights=args.weights, memory_model=model, **extra)
+                    weights=args.weights, memory_model=model,
+                    host_bandwidth=getattr(args, "host_bandwidth", None) or setup.get("host_bandwidth", "31.5GB/s"),
+                    **extra)
 
 
 def chain_from_args(args: argparse.Namespace):
@@ -179,7 +184,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("plan", help="plan a pipeline under a memory limit")
     _add_platform_args(p)
-    p.add_argument("--method", default="dp", help="planner: dp, ilp, pipedream, uniform, parameters, torchgpipe, gpipe, 1f1b, brute")
+    p.add_argument("--method", default="dp",
+                   help="planner: dp, ilp, pipedream, mcap, uniform, parameters, torchgpipe, gpipe, 1f1b, brute")
+    p.add_argument("--activations", default="keep", choices=["keep", "recompute", "offload", "auto"],
+                   help="activation policy of every layer (docs/model.md, 'Activation policies'); auto: chosen per "
+                        "layer (dp, ilp, brute; other periodic methods: for their own partition)")
     p.add_argument("--allocation", choices=["contiguous", "general"], default="contiguous",
                    help="contiguous: one stage per device (default); general: a device may hold several stages "
                         "(ilp and brute only)")
@@ -228,6 +237,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--only", default=None, help="comma-separated figure names to recompute (default: all)")
     p.add_argument("--out", default=None, help="results folder (default data/results, or a quick one)")
     p.set_defaults(handler="workbench.experiments:reproduce_command")
+
+    p = sub.add_parser("largest", help="the largest GPT (grown by depth and by width) each method fits")
+    p.add_argument("--family", action="append", choices=["depth", "width"], help="family (repeatable; default both)")
+    p.add_argument("--devices", type=int, action="append", help="device count (repeatable; default 2, 4, 8)")
+    p.add_argument("--memory", default="2GiB", help="memory per device (default 2GiB)")
+    p.add_argument("--time-limit", type=float, default=10.0, help="per general-ILP solve, seconds (default 10)")
+    p.add_argument("--quick", action="store_true", help="P = 2 and 4, no ILP")
+    p.add_argument("--out", default=None, help="write the table here (CSV)")
+    p.set_defaults(handler="workbench.largest:largest_command")
 
     p = sub.add_parser("demo", help="headless demo: summarise profiles, plan, report and Gantt HTML")
     p.add_argument("--out", default="build/demo", help="output folder (default build/demo)")
@@ -311,7 +329,7 @@ def plan_command(args: argparse.Namespace) -> int:
     if args.micro_batches is not None:
         opts["micro_batches"] = args.micro_batches
     result = run_planner(chain, platform, args.method, allocation=args.allocation, time_limit=args.time_limit,
-                         progress=_progress(getattr(args, "quiet", False)), **opts)
+                         progress=_progress(getattr(args, "quiet", False)), activations=args.activations, **opts)
     import json
 
     # `run` checks a plan against the model by these names before it starts anything

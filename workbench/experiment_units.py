@@ -53,15 +53,16 @@ METHOD_KEYS: dict[str, tuple[str, str]] = {
     "ilp-contiguous": ("ilp", "contiguous"),
     "dp": ("dp", "contiguous"),
     "pipedream": ("pipedream", "contiguous"),
+    "mcap": ("mcap", "contiguous"),
     "gpipe": ("gpipe", "contiguous"),
     "1f1b": ("1f1b", "contiguous"),
 }
 METHOD_LABELS = {
     "ilp-general": "general ILP", "ilp-contiguous": "contiguous ILP", "dp": "memory-aware DP",
-    "pipedream": "PipeDream", "gpipe": "GPipe", "1f1b": "1F1B-flush",
+    "pipedream": "PipeDream", "mcap": "mCAP (memory-balanced)", "gpipe": "GPipe", "1f1b": "1F1B-flush",
 }
 SWEEP_FIGURES = ("throughput", "memory", "min_memory", "solve_times")
-COMPLEXITY_FIGURES = ("three_partition", "family", "scaling", "gains")
+COMPLEXITY_FIGURES = ("three_partition", "family", "scaling", "gains", "largest")
 FIGURES = SWEEP_FIGURES + COMPLEXITY_FIGURES
 TOL = 1e-6
 
@@ -92,6 +93,12 @@ class Settings:
     three_partition_m: tuple[int, ...] = (2, 3)
     three_partition_count: int = 3
     family_k: tuple[int, ...] = (2, 3, 4, 6, 8)
+    # the largest model that fits (workbench.largest; the full memory model, Adam, fp32)
+    largest_families: tuple[str, ...] = ("depth", "width")
+    largest_devices: tuple[int, ...] = (2, 4, 8)
+    largest_memory: float = 2 * 2**30
+    largest_time_limit: float = 10.0
+    largest_ilp: bool = True
     quick: bool = False
 
     def with_(self, **kw: Any) -> "Settings":
@@ -115,7 +122,7 @@ def settings_for(quick: bool = False, **overrides: Any) -> Settings:
         s = Settings(networks=(), devices=(2, 4), n_levels=3, time_limit=5.0, general_time_limit=5.0, scaling_layers=(4, 8),
                      scaling_devices=(2, 4), scaling_time_limit=5.0, gain_instances=12, gain_layers=6,
                      gain_devices=2, gain_positions=(0.0, 0.3), three_partition_m=(2,), three_partition_count=2,
-                     family_k=(2, 3), quick=True)
+                     family_k=(2, 3), largest_devices=(2,), largest_ilp=False, quick=True)
     else:
         s = Settings(networks=())
     if "networks" not in overrides:
@@ -226,6 +233,15 @@ def _complexity_units(s: Settings, figures: set[str]) -> list[Unit]:
              "positions": s.gain_positions, "heterogeneity": 1.0,
              "general_method": "brute" if s.gain_layers <= 8 and s.gain_devices <= 3 else "ilp",
              "time_limit": s.scaling_time_limit, **v})))
+    if "largest" in figures:
+        from .largest import family_files
+
+        files = {name: profile_key(str(path))["sha256"] for name, path in family_files().items()}
+        for fam in s.largest_families:
+            for P in s.largest_devices:
+                units.append(Unit(f"largest__{fam}__P{P}", "largest", _canon(
+                    {"kind": "largest", "family": fam, "devices": P, "memory": s.largest_memory,
+                     "time_limit": s.largest_time_limit, "ilp": s.largest_ilp, "profiles": files, **v})))
     if "scaling" in figures:
         for L in s.scaling_layers:
             units.append(Unit(f"complexity__scaling__L{L}", "scaling", _canon(
@@ -248,7 +264,7 @@ def plan_units(s: Settings, figures: Iterable[str] = FIGURES) -> list[Unit]:
     def cost(u: Unit) -> int:
         if u.kind == "sweep":
             return 2 if u.settings["method"] != "ilp" else (4 if u.settings["allocation"] == "contiguous" else 6)
-        return {"three_partition": 3, "family": 3, "gains": 3, "scaling": 5}.get(u.kind, 5)
+        return {"three_partition": 3, "family": 3, "gains": 3, "largest": 4, "scaling": 5}.get(u.kind, 5)
 
     return sorted(units, key=cost)
 
@@ -323,6 +339,11 @@ def compute_unit(unit: Unit) -> pd.DataFrame:
         return gain_distribution(st["instances"], n_layers=st["layers"], devices=st["devices"],
                                  heterogeneity=st["heterogeneity"], memory_positions=tuple(st["positions"]),
                                  general_method=st["general_method"], time_limit=st["time_limit"])
+    if kind == "largest":
+        from .largest import METHODS as LARGEST_METHODS, largest_table
+
+        methods = tuple(m for m in LARGEST_METHODS if st["ilp"] or m[1] != "ilp")
+        return largest_table((st["family"],), (st["devices"],), st["memory"], methods, time_limit=st["time_limit"])
     if kind == "scaling":
         return scaling_study((st["layers"],), tuple(st["devices"]), time_limit=st["time_limit"],
                              seeds=tuple(st["seeds"]), heterogeneity=st["heterogeneity"],

@@ -20,13 +20,14 @@
 
 Figures (names for ``--only``, comma-separated): ``throughput``, ``memory``,
 ``min_memory``, ``solve_times`` (from the sweeps), ``three_partition``,
-``family``, ``scaling``, ``gains`` (the complexity study).
+``family``, ``scaling``, ``gains`` (the complexity study), ``largest`` (the
+largest GPT each method fits, :mod:`workbench.largest`).
 
 Environment: ``WORKBENCH_JOBS`` (worker processes for the units, default 1),
 ``WORKBENCH_QUICK=1`` (notebooks: the quick settings), ``WORKBENCH_NO_PNG=1``.
 
->>> sorted(FIGURES)[:3]
-['family', 'gains', 'memory']
+>>> sorted(FIGURES)[:4]
+['family', 'gains', 'largest', 'memory']
 >>> settings_for(quick=True).devices
 (2, 4)
 """
@@ -154,7 +155,7 @@ def _figures(units: list[Unit], frames: dict[str, pd.DataFrame], figs: tuple[str
                   "solve_times": R.solve_times_figure}
         report.figures += [makers[n](sw) for n in SWEEP_FIGURES if n in figs]
     comp = {"three_partition": R.three_partition_figure, "family": R.family_figure, "gains": R.gains_figure,
-            "scaling": R.scaling_figure}
+            "scaling": R.scaling_figure, "largest": R.largest_figure}
     for name in COMPLEXITY_FIGURES:
         if name in figs:
             parts = [frames[u.name] for u in units if u.kind == name and u.name in frames]

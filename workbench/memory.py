@@ -20,7 +20,10 @@ input for l = 0, else the cut before it) and ``out_l`` the cut after it:
   stage's output until the backward.
 * ``static[l]``: parameters + gradients (a resident accumulation buffer) +
   optimizer state (+ an fp32 master copy of the parameters and of their
-  gradients under ``bf16-mixed``); ``stash[l]``: one more parameter version
+  gradients under ``bf16-mixed``) (+ the one resident copy of an offloaded
+  layer's activations, ``Layer.offload_bytes``: docs/model.md, "Activation
+  policies"; policies act through :func:`workbench.activations.apply_policies`);
+  ``stash[l]``: one more parameter version
   per extra in-flight mini-batch under weight stashing.
 * ``buf_in[l] = in_l`` (l > 0) and ``buf_out[l] = out_l``: a receive buffer for
   the activation arriving when l starts a stage and one for the gradient
@@ -80,6 +83,7 @@ __all__ = [
     "stage_activation", "stage_memory", "stage_excess", "stage_op_excess", "stage_step", "device_memory", "device_extra", "device_budget",
     "plan_memory", "memory_breakdown", "BandTerms", "band_terms", "estimate_note", "validate_setup",
     "merged_memory_columns", "suffix_terms", "square_terms", "linear_terms", "LinearTerms", "torch_engine_extra",
+    "measured_columns",
 ]
 
 #: optimizer -> state tensors per parameter (none: no optimizer state; sgd: plain SGD)
@@ -181,8 +185,17 @@ def _column(chain: Chain, name: str, estimate: np.ndarray, missing: list[str]) -
     return np.array([estimate[i] if v is None else float(v) for i, v in enumerate(values)], dtype=float)
 
 
-def _measured(chain: Chain) -> tuple[dict[str, np.ndarray], tuple[str, ...]]:
-    """The memory columns of the profile, each estimated (:data:`ESTIMATES`) where missing."""
+def measured_columns(chain: Chain) -> tuple[dict[str, np.ndarray], tuple[str, ...]]:
+    """The memory columns of the profile as arrays over the layers, each estimated
+    (:data:`ESTIMATES`) where missing, with ``in``, ``out`` and ``saved``; and the names of
+    the estimated columns (a chain made by :func:`workbench.activations.apply_policies` keeps
+    those of the profile it came from).
+
+    >>> from workbench.chain import Chain, Layer
+    >>> cols, missing = measured_columns(Chain((Layer("a", 1, 1, 10, 4),), input_bytes=2))
+    >>> float(cols["saved_input_bytes"][0]), missing[:1]
+    (2.0, ('grad_bytes',))
+    """
     L = len(chain)
     W = chain.weights
     saved = chain.saved_array
@@ -198,7 +211,8 @@ def _measured(chain: Chain) -> tuple[dict[str, np.ndarray], tuple[str, ...]]:
     cols["forward_peak_bytes"] = _column(chain, "forward_peak_bytes", np.maximum(saved - si, 0.0) + out, missing)
     cols["backward_peak_bytes"] = _column(chain, "backward_peak_bytes", out + inp + cols["grad_bytes"], missing)
     cols["in"], cols["out"], cols["saved"] = inp, out, saved
-    return cols, tuple(missing)
+    inherited = [m for m in str(chain.meta.get("estimated_columns", "")).split(",") if m and m not in missing]
+    return cols, tuple(missing + inherited)
 
 
 def _paper_terms(chain: Chain, platform: Platform) -> LayerTerms:
@@ -206,14 +220,20 @@ def _paper_terms(chain: Chain, platform: Platform) -> LayerTerms:
     zero = np.zeros(L)
     W = chain.weights
     phiW = platform.weight_factor * W
-    parts = {"weights": phiW}
-    return LayerTerms(chain.saved_array.astype(float), zero, zero, zero, zero, phiW,
+    off = _offloaded(chain)
+    parts = {"weights": phiW, "offloaded": off}
+    return LayerTerms(chain.saved_array.astype(float), zero, zero, zero, zero, phiW + off,
                       W * (1.0 if platform.stash else 0.0), zero, zero, False, 0.0, (), "paper", parts)
+
+
+def _offloaded(chain: Chain) -> np.ndarray:
+    """Per layer, the one copy of offloaded activations a device holds (docs/model.md, "Activation policies")."""
+    return np.array([float(l.offload_bytes) for l in chain.layers])
 
 
 def _full_terms(chain: Chain, platform: Platform) -> LayerTerms:
     precision = validate_setup(platform, chain)
-    cols, missing = _measured(chain)
+    cols, missing = measured_columns(chain)
     L = len(chain)
     W = chain.weights
     G = cols["grad_bytes"]
@@ -222,7 +242,8 @@ def _full_terms(chain: Chain, platform: Platform) -> LayerTerms:
     wide = 4.0 / _PROFILE_DTYPE_BYTES.get(str(chain.meta.get("dtype", "bfloat16")), 2) if precision == "bf16-mixed" else 1.0
     master = (wide * W + wide * G) if precision == "bf16-mixed" else np.zeros(L)
     optimizer = n_states * wide * W
-    static = W + G + master + optimizer
+    off = _offloaded(chain)
+    static = W + G + master + optimizer + off
     si, so = cols["saved_input_bytes"], cols["saved_output_bytes"]
     prev_so = np.concatenate([[0.0], so[:-1]])
     shared = np.where(prev_so > 0, si, 0.0)
@@ -237,7 +258,8 @@ def _full_terms(chain: Chain, platform: Platform) -> LayerTerms:
     else:
         step = _STEP_TEMPS[platform.optimizer] * wide * cols["max_param_bytes"]
     const = float(chain.meta.get("runtime_bytes", 0.0) or 0.0)
-    parts = {"parameters": W, "gradients": G, "master": master, "optimizer": optimizer, "precision": precision}
+    parts = {"parameters": W, "gradients": G, "master": master, "optimizer": optimizer, "offloaded": off,
+             "precision": precision}
     # one receive buffer for the activation coming in and one for the gradient coming back, at every
     # stage boundary (the neighbouring stage is on another device, by definition of a stage)
     buf_in = np.concatenate([[0.0], chain.cuts[:-1]])
@@ -344,11 +366,14 @@ def memory_breakdown(chain: Chain, platform: Platform, stages: Sequence) -> list
     """Per device, the bytes of each term (they add up to :func:`plan_memory`'s figure).
 
     Keys: ``parameters``, ``gradients``, ``optimizer``, ``master`` (fp32 copies), ``stashed``,
-    ``activations``, ``buffers`` (receive buffers), ``transient`` (the largest excess), ``runtime``; the paper model has
-    ``weights`` (phi W), ``stashed`` and ``activations``.
+    ``activations``, ``buffers`` (receive buffers), ``transient`` (the largest excess), ``runtime``; the paper
+    model has ``weights`` (phi W), ``stashed`` and ``activations``; ``offloaded`` (the one copy of offloaded
+    activations a device holds) when a layer offloads.
     """
     t = layer_terms(chain, platform)
     names = (["weights"] if t.model == "paper" else ["parameters", "gradients", "optimizer", "master"])
+    if np.any(t.parts["offloaded"] > 0):
+        names.append("offloaded")
     out = [dict.fromkeys(names + ["stashed", "activations", "buffers", "transient", "runtime"], 0.0)
            for _ in range(platform.devices)]
     excess = [0.0] * platform.devices

@@ -111,6 +111,9 @@ class Plan:
     extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
     #: the memory set-up the plan's memory was computed with (:func:`memory_setup`)
     setup: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+    #: one activation policy per layer, in layer order (docs/model.md, "Activation policies");
+    #: empty means every layer keeps its activations
+    activations: tuple[str, ...] = ()
 
     @property
     def feasible(self) -> bool:
@@ -164,6 +167,8 @@ class Plan:
             d["extra"] = self.extra
         if self.setup:
             d["memory_setup"] = dict(self.setup)
+        if self.assignment:
+            d["activations"] = list(self.activations) if self.activations else ["keep"] * len(self.assignment)
         return d
 
     def to_json(self, path: str | Path | None = None, indent: int = 2) -> str:
@@ -239,6 +244,7 @@ class Plan:
             notes=tuple(str(n) for n in _list(d.get("notes", []), "notes")),
             extra=extra,
             setup=dict(setup),
+            activations=_activations(d.get("activations"), len(d.get("assignment", []))),
         )
 
     @classmethod
@@ -287,13 +293,18 @@ class Plan:
         # the simple bound max(compute / P, largest layer) that every plan records
         gap = (f"; gap {self.gap:.1%} to the bound the method proved, "
                f"{format_seconds(self.period * (1 - self.gap))}") if self.gap else ""
+        acts = ""
+        if self.activations:
+            from .activations import describe
+
+            acts = f"\n  activations: {describe(self.activations)}"
         return (
             f"{self.method} ({self.allocation}, {self.schedule}): status {self.status}{gap}\n"
             f"  period {format_seconds(self.period)}  throughput {self.throughput:.3f} mini-batches/s  "
             f"ratio {self.ratio_to_bound():.3f} to the simple bound max(compute / P, largest layer) "
             f"= {format_seconds(self.lower_bound)}\n"
             f"  {len(self.stages)} stages on {self.devices} devices; memory per device (limit {lim}): {mem}\n"
-            f"  solved in {self.solve_seconds:.2f} s"
+            f"  solved in {self.solve_seconds:.2f} s{acts}"
         )
 
 
@@ -333,6 +344,16 @@ def _whole(x: Any, where: str, lo: int | None = None, hi: int | None = None) -> 
     if (lo is not None and v < lo) or (hi is not None and v > hi):
         raise ValueError(f"{where}: {int(v)} is out of range {lo if lo is not None else ''}..{hi if hi is not None else ''}")
     return int(v)
+
+
+def _activations(value: Any, n_layers: int) -> tuple[str, ...]:
+    """A plan file's ``activations``: one known policy per layer, or () when absent or all ``keep``."""
+    if value is None:
+        return ()
+    from .activations import is_keep, policy_vector
+
+    pol = policy_vector(list(value), n_layers)
+    return () if is_keep(pol) else pol
 
 
 def lower_bound(chain: Chain, platform: Platform) -> float:

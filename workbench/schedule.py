@@ -59,6 +59,7 @@ import time
 from typing import Literal, Sequence
 
 from .chain import Chain, Platform
+from .activations import stage_host_time
 from .memory import device_extra, layer_terms, stage_activation, stage_memory
 from .plan import REL_TOL, Plan, Stage, infeasible_plan, in_flight, lower_bound, stages_of, with_memory_setup
 from .units import format_bytes, format_seconds
@@ -131,16 +132,27 @@ class Scheduler:
             p, q = self.dev[s], self.dev[s + 1]
             links[(p, q)] = links.get((p, q), 0.0) + self.c[s]
             links[(q, p)] = links.get((q, p), 0.0) + self.c[s]
+        # offloaded activations (docs/model.md, rule 8): x_s each way on the device's host link; the
+        # gap between the stage's forward end and backward start must hold both (a_s = 2 x_s modulo T)
+        self.x = [stage_host_time(chain, platform, a, b) for a, b in runs]
+        self.a = [2.0 * x for x in self.x]
+        host = [0.0] * P
+        for s in range(S):
+            host[self.dev[s]] += self.a[s]
+        self.host_load = host
+        self._offload = any(x > 0 for x in self.x)
         self.device_load = load
         self.link_load = links
         self._max_load = max(load)
         self._max_link = max(links.values()) if links else 0.0
         t0 = max(self._max_load, self._max_link)
+        if self._offload:
+            t0 = max([t0] + host + [self.F[s] + self.B[s] + self.a[s] for s in range(S) if self.a[s] > 0])
         self._lower_bound: float | None = None
         #: the least period of any schedule: max(device load, link load)
         self.min_period = t0
         #: the longest window: one mini-batch from the first forward to the last backward
-        self.max_window = sum(self.F) + sum(self.B) + 2 * sum(self.c)
+        self.max_window = sum(self.F) + sum(self.B) + 2 * sum(self.c) + sum(self.a)
         per_device: list[list[tuple[int, int]]] = [[] for _ in range(P)]
         for s in range(S):
             per_device[self.dev[s]].append(runs[s])
@@ -158,7 +170,7 @@ class Scheduler:
         if not (T > 0 and math.isfinite(T)):
             raise NoSchedule(f"the period must be positive and finite, got {T!r}")
         tol = REL_TOL * T
-        if self._max_load <= T + tol and self._max_link <= T + tol:
+        if self._max_load <= T + tol and self._max_link <= T + tol and not self._offload:
             return
         for p, load in enumerate(self.device_load):
             if load > T + tol:
@@ -166,6 +178,15 @@ class Scheduler:
         for (p, q), load in self.link_load.items():
             if load > T + tol:
                 raise NoSchedule(f"link {p}->{q} load {format_seconds(load)} exceeds the period {format_seconds(T)}")
+        for s in range(self.stage_count):
+            need = self.F[s] + self.B[s] + self.a[s]
+            if self.a[s] > 0 and need > T + tol:
+                raise NoSchedule(f"stage {s}: forward, backward and the host round trip of its offloaded activations "
+                                 f"take {format_seconds(need)}, more than the period {format_seconds(T)}")
+        for p, load in enumerate(self.host_load):
+            if load > T + tol:
+                raise NoSchedule(f"device {p}'s host link load {format_seconds(load)} exceeds the period "
+                                 f"{format_seconds(T)}")
 
     # ----- the builders ---------------------------------------------------
     def _contiguous(self, T: float) -> tuple[list[float], list[float]]:
@@ -174,12 +195,14 @@ class Scheduler:
         f = [0.0] * S
         for s in range(1, S):
             f[s] = f[s - 1] + F[s - 1] + c[s - 1]
+        a = self.a
         b = [0.0] * S
-        b[S - 1] = f[S - 1] + F[S - 1]
+        b[S - 1] = f[S - 1] + F[S - 1] + a[S - 1]
         for s in range(S - 2, -1, -1):
             bs = b[s + 1] + B[s + 1] + c[s]
             k = _ceil((bs + B[s] - f[s]) / T)
-            least = f[s] + F[s] + (k - 1) * T  # the gap forward-end -> backward-start must be >= (k-1)T
+            # the gap forward-end -> backward-start must be >= (k-1)T (+ the host round trip, rule 8)
+            least = f[s] + F[s] + (k - 1) * T + a[s]
             b[s] = bs if bs >= least else least
         return f, b
 
@@ -209,6 +232,12 @@ class Scheduler:
         S = self.stage_count
         f = [0.0] * S
         b = [0.0] * S
+        if self._offload:
+            if mode == "asap":
+                from .schedule_host import general_offload
+
+                return general_offload(self, T)
+            raise NoSchedule("the packed builder does not place host-link transfers (offloaded activations)")
         if mode == "asap":
             arcs: dict[int, list[tuple[float, float]]] = {}
 
@@ -348,7 +377,8 @@ class Scheduler:
         F, B, c = self.F, self.B, self.c
         S = self.stage_count
         f, b = self._contiguous(T)
-        a, n = F[S - 1] + B[S - 1], 0
+        x2 = self.a
+        a, n = F[S - 1] + B[S - 1] + x2[S - 1], 0
         low = self.min_period
         for s in range(S - 2, -1, -1):
             ra, rn = F[s] + 2 * c[s] + B[s] + a, n
@@ -356,8 +386,8 @@ class Scheduler:
             if k > rn and ra > 0:
                 low = max(low, ra / (k - rn))
             bs = b[s + 1] + B[s + 1] + c[s]
-            if b[s] > bs:  # delayed: w = F + B + (k-1) T
-                a, n = F[s] + B[s], k - 1
+            if b[s] > bs:  # delayed: w = F + B + host round trip + (k-1) T
+                a, n = F[s] + B[s] + x2[s], k - 1
             else:
                 a, n = ra, rn
         return low

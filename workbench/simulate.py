@@ -8,7 +8,12 @@ transfer, the next stage's backward plus the transfer, the turn-around at
 the last stage) and the moment its device is free (lateness below 1e-7 T,
 float noise the checker forgives, is ignored). A valid plan runs
 exactly as planned (``trace.meta["max_delay"] == 0``); an invalid one
-shows where it slips. Transfers are ``send`` operations on the sending
+shows where it slips. With activation policies (``plan.activations``) the
+chain is the effective one: a recomputed layer's forward runs again inside
+its stage's backward (an ``R`` operation overlapping the ``B`` bar, at the
+start of that layer's own backward) and a stage that offloads moves its
+activations to host (``offload``, after its forward) and back (``prefetch``,
+ending as its backward starts) on the device's host link. Transfers are ``send`` operations on the sending
 device's lane, of length c_s, starting when the producing operation ends;
 they use the link, not the device, and the link is not modelled as a queue
 (rule 6 only bounds its load), so they never delay anything beyond c_s.
@@ -50,6 +55,7 @@ from typing import Literal, Sequence
 import numpy as np
 import pandas as pd
 
+from .activations import apply_policies, stage_host_time
 from .chain import Chain, Platform
 from .memory import layer_terms, stage_activation, stage_excess, stage_memory, stage_op_excess, stage_step
 from .plan import Plan, chain_for_plan, stages_of
@@ -177,6 +183,8 @@ def simulate(plan: Plan, chain: Chain, platform: Platform, batches: int = 20) ->
     from .check import require_structure
 
     chain = chain_for_plan(plan, chain)
+    if plan.activations:     # the effective chain: recomputation in the backward, offloaded copies resident
+        chain = apply_policies(chain, plan.activations)
     if batches < 1:
         raise ValueError(f"batches must be at least 1, got {batches}")
     require_structure(plan, chain, platform, "simulate")  # rules 0 and 1; rules 2-7 show as delays
@@ -256,6 +264,8 @@ def simulate(plan: Plan, chain: Chain, platform: Platform, batches: int = 20) ->
             add(dev[s], s, "send", batch, end2[:, jf], end2[:, jf] + c[s])
         if s > 0 and c[s - 1] > 0 and dev[s] != dev[s - 1]:
             add(dev[s], s, "send", batch, end2[:, jb], end2[:, jb] + c[s - 1])
+        for kind, s0, e0 in _policy_ops(chain, platform, st[s], start2[:, jf] + F[s], start2[:, jb]):
+            add(dev[s], s, kind, batch, s0, e0)
     ops = _ops_frame({k: list(np.concatenate(v)) if k != "kind" else list(np.concatenate(v)) for k, v in cols.items()})
     hold_start = np.stack([start2[:, s] for s in range(S)])
     hold_end = np.stack([end2[:, 2 * S - 1 - s] for s in range(S)])
@@ -266,6 +276,26 @@ def simulate(plan: Plan, chain: Chain, platform: Platform, batches: int = 20) ->
     return Trace(ops, mem, platform.devices, period=T, source="simulated",
                  meta={"schedule": "periodic", "batches": N, "method": plan.method, "max_delay": max_delay,
                        "planned_period": T})
+
+
+def _policy_ops(chain: Chain, platform: Platform, stage, fwd_end: np.ndarray, bwd_start: np.ndarray
+                ) -> list[tuple[str, np.ndarray, np.ndarray]]:
+    """A stage's activation-policy operations (docs/model.md, "Activation policies"): each recomputed
+    layer's forward (``R``) at the start of its own backward, inside the stage's backward (the
+    layers' backwards run last to first), and the host-link transfers: ``offload`` right after the
+    forward, ``prefetch`` ending as the backward starts (rule 8 keeps them apart on the link)."""
+    out: list[tuple[str, np.ndarray, np.ndarray]] = []
+    later = 0.0
+    for l in range(stage.last, stage.first - 1, -1):
+        layer = chain.layers[l]
+        if chain.meta.get("activations", "")[l:l + 1] == "r":
+            out.append(("R", bwd_start + later, bwd_start + later + layer.forward))
+        later += layer.backward
+    x = stage_host_time(chain, platform, stage.first, stage.last)
+    if x > 0:
+        out.append(("offload", fwd_end, fwd_end + x))
+        out.append(("prefetch", bwd_start - x, bwd_start))
+    return out
 
 
 def _flush_order(kind: str, S: int, s: int, m: int) -> list[tuple[str, int]]:

@@ -5,7 +5,9 @@ charts. ``ops`` has one row per operation with columns
 
     device, stage, first, last, kind, batch, start, end
 
-(``kind`` is ``"F"``, ``"B"``, ``"send"`` or ``"recv"``; ``first``/``last`` the
+(``kind`` is ``"F"``, ``"B"``, ``"send"`` or ``"recv"``, and with activation
+policies ``"R"`` (a recomputation inside a backward), ``"offload"`` or
+``"prefetch"`` (host-link transfers); ``first``/``last`` the
 inclusive layer range; times in seconds). ``memory`` has one row per change
 of memory on a device, columns
 

@@ -92,6 +92,7 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 
 from ..chain import Chain, Platform
+from ..activations import stage_host_time
 from ..memory import device_extra, layer_terms, stage_memory
 from ..plan import Plan, infeasible_plan, make_plan, stages_of
 
@@ -158,6 +159,7 @@ class _Alloc:
     total_path: float       # path[0]
     devices: list[list[int]]  # stages of each used device
     extra: list[float]        # per used device: largest excess + runtime constant (no k in it)
+    x: list[float]            # rule 8: seconds each way on the host link (offloaded activations)
 
     @property
     def S(self) -> int:
@@ -182,23 +184,29 @@ def _alloc(chain: Chain, platform: Platform, assignment: Sequence[int]) -> _Allo
     kc = [m - x for m, x in zip(one, ka)]
     c = [platform.comm_time(cut[b]) if s < S - 1 else 0.0 for s, (_, b) in enumerate(runs)]
     dev = [assignment[a] for a, _ in runs]
+    x = [stage_host_time(chain, platform, a, b) for a, b in runs]
     path = [0.0] * S
     acc = 0.0
     for s in range(S - 1, -1, -1):
-        acc += F[s] + B[s] + (2 * c[s] if s < S - 1 else 0.0)
+        if x[s] > 0:   # the least window also holds the stage's own host round trip (rule 8)
+            acc = F[s] + B[s] + max(2 * x[s], 2 * c[s] + acc if s < S - 1 else 0.0)
+        else:
+            acc += F[s] + B[s] + (2 * c[s] if s < S - 1 else 0.0)
         path[s] = acc
     n_dev = max(dev) + 1
     load = [0.0] * n_dev
+    host = [0.0] * n_dev
     for s in range(S):
         load[dev[s]] += F[s] + B[s]
+        host[dev[s]] += 2 * x[s]
     link: dict[tuple[int, int], float] = {}
     for s in range(S - 1):
         key = (min(dev[s], dev[s + 1]), max(dev[s], dev[s + 1]))
         link[key] = link.get(key, 0.0) + c[s]   # p->q and q->p carry the same total
-    static = max(load + list(link.values()) + F + B + [0.0])
+    static = max(load + list(link.values()) + F + B + host + [F[s] + B[s] + 2 * x[s] for s in range(S)] + [0.0])
     devices = [[s for s in range(S) if dev[s] == p] for p in range(n_dev)]
     extra = [device_extra(terms, [runs[s] for s in st]) for st in devices]
-    return _Alloc(assignment, runs, dev, F, B, ka, kc, c, path, static, path[0], devices, extra)
+    return _Alloc(assignment, runs, dev, F, B, ka, kc, c, path, static, path[0], devices, extra, x)
 
 
 def _k_cap(al: _Alloc, T: float) -> int:
@@ -279,7 +287,7 @@ def _contiguous_period(al: _Alloc, platform: Platform) -> tuple[float, tuple[int
     for s in range(S):
         acc = 0.0
         for j in range(s, S):
-            P[s, j] = acc + al.F[j] + al.B[j]
+            P[s, j] = acc + al.F[j] + al.B[j] + 2 * al.x[j]   # stage j's gap holds its host round trip
             acc += al.F[j] + al.B[j] + 2 * al.c[j]
     iu = [(s, j) for s in range(S) for j in range(s + 1, S)]
     vecs = np.array([v for v in itertools.combinations_with_replacement(range(max(kmax), 0, -1), S)
@@ -303,7 +311,7 @@ def _contiguous_schedule(al: _Alloc, T: float, ks: Sequence[int]) -> tuple[list[
     b = [0.0] * S
     for s in range(S - 1, -1, -1):
         ready = f[s] + al.F[s] if s == S - 1 else b[s + 1] + al.B[s + 1] + al.c[s]
-        b[s] = max(ready, f[s] + al.F[s] + (ks[s] - 1) * T)
+        b[s] = max(ready, f[s] + al.F[s] + (ks[s] - 1) * T + 2 * al.x[s])
     return f, b
 
 
@@ -324,6 +332,32 @@ def _base_constraints(al: _Alloc, ks: Sequence[int]) -> list[tuple[int, int, flo
     for s in range(S):
         cons.append((2 * s + 1, 2 * s, al.B[s], -int(ks[s])))                  # window <= k T
     return cons
+
+
+def _device_pairs(al: _Alloc) -> list[tuple[int, int, float, float]]:
+    """Every pair of intervals that must not overlap modulo T, as ``(o, p, d_o, d_p)``: for some integer
+    q, ``x_p - x_o`` lies in ``[q T + d_o, (q+1) T - d_p]``. Rule 5: the operations of one device
+    (op o's length d_o). Rule 8, with offloaded activations (x_s > 0 seconds each way): a stage's
+    forward-backward pair needs the gap to hold the round trip (d_o = F_s + 2 x_s); the transfers
+    out, ``[x_f + F_s, + x_s)``, and back, ``[x_b - x_s, + x_s)``, of different stages of one device
+    must not overlap on its host link (offsets folded into d_o, d_p)."""
+    S = al.S
+    length = [0.0] * (2 * S)
+    for s in range(S):
+        length[2 * s], length[2 * s + 1] = al.F[s], al.B[s]
+    pairs: list[tuple[int, int, float, float]] = []
+    for stages in al.devices:
+        ops = [o for s in stages for o in (2 * s, 2 * s + 1) if length[o] > 0 or al.x[o // 2] > 0]
+        for o, p in itertools.combinations(ops, 2):
+            own = p == o + 1 and o % 2 == 0
+            pairs.append((o, p, length[o] + (2 * al.x[o // 2] if own else 0.0), length[p]))
+    for stages in al.devices:
+        blocks = [(2 * s, al.F[s], s) for s in stages if al.x[s] > 0]
+        blocks += [(2 * s + 1, -al.x[s], s) for s in stages if al.x[s] > 0]
+        for (o, off_o, s), (p, off_p, t) in itertools.combinations(sorted(blocks), 2):
+            if s != t:   # (x_p + off_p) - (x_o + off_o) in [qT + x_s, (q+1)T - x_t]
+                pairs.append((o, p, al.x[s] + off_o - off_p, al.x[t] - off_o + off_p))
+    return pairs
 
 
 def _pair_constraints(o: int, p: int, d_o: float, d_p: float, q: int) -> list[tuple[int, int, float, int]]:
@@ -495,21 +529,16 @@ def _order_search(al: _Alloc, ks: Sequence[int], T: float, deadline: float | Non
     S = al.S
     n = 2 * S
     tol = _TOL * max(T, 1e-300) * 10
-    length = [0.0] * n
-    for s in range(S):
-        length[2 * s], length[2 * s + 1] = al.F[s], al.B[s]
-    pairs = []
-    for stages in al.devices:
-        ops = [o for s in stages for o in (2 * s, 2 * s + 1) if length[o] > 0]
-        pairs += list(itertools.combinations(ops, 2))
+    pairs = _device_pairs(al)
+    index = {pr: i for i, pr in enumerate(pairs)}
 
-    def candidates(D, o, p):
+    def candidates(D, o, p, lo_c, hi_c):
         lo, hi = -D[p, o], D[o, p]
-        qlo = int(math.floor((lo + length[p] - T) / T)) - 1
-        qhi = int(math.floor((hi - length[o]) / T)) + 1
+        qlo = int(math.floor((lo + hi_c - T) / T)) - 1
+        qhi = int(math.floor((hi - lo_c) / T)) + 1
         out = []
         for q in range(qlo, qhi + 1):
-            a, b = q * T + length[o], (q + 1) * T - length[p]
+            a, b = q * T + lo_c, (q + 1) * T - hi_c
             if a <= hi + tol and b >= lo - tol and a <= b + tol:
                 out.append(q)
         return out
@@ -530,20 +559,21 @@ def _order_search(al: _Alloc, ks: Sequence[int], T: float, deadline: float | Non
                 best = (pr, cand)
                 if len(cand) == 1:
                     break
-        (o, p), cand = best
-        rest = [x for x in todo if x != (o, p)]
+        pr, cand = best
+        o, p, lo_c, hi_c = pr
+        rest = [x for x in todo if x != pr]
         for q in cand:
-            D2 = _add(D, p, o, -(q * T + length[o]), tol)        # x_o - x_p <= -(qT + d_o)
+            D2 = _add(D, p, o, -(q * T + lo_c), tol)        # x_o - x_p <= -(qT + d_o)
             if D2 is None:
                 continue
-            D2 = _add(D2, o, p, (q + 1) * T - length[p], tol)    # x_p - x_o <= (q+1)T - d_p
+            D2 = _add(D2, o, p, (q + 1) * T - hi_c, tol)    # x_p - x_o <= (q+1)T - d_p
             if D2 is None:
                 continue
-            chosen[(o, p)] = q
+            chosen[index[pr]] = q
             res = dfs(D2, rest, chosen)
             if res is not None:
                 return res
-            del chosen[(o, p)]
+            del chosen[index[pr]]
         return None
 
     D = _closure(n, _base_constraints(al, ks), T)
@@ -561,12 +591,11 @@ def _min_period(al: _Alloc, ks: Sequence[int], qs: dict, T0: float):
     """
     S = al.S
     n = 2 * S
-    length = [0.0] * n
-    for s in range(S):
-        length[2 * s], length[2 * s + 1] = al.F[s], al.B[s]
+    pairs = _device_pairs(al)
     cons = _base_constraints(al, ks)
-    for (o, p), q in qs.items():
-        cons += _pair_constraints(o, p, length[o], length[p], q)
+    for i, q in qs.items():
+        o, p, lo_c, hi_c = pairs[i]
+        cons += _pair_constraints(o, p, lo_c, hi_c, q)
     T = T0
     for _ in range(10 * len(cons) + 100):
         tol = _TOL * max(T, 1e-300)
@@ -673,19 +702,59 @@ def clear_cache() -> None:
     _CACHE.clear()
 
 
+def _plan_auto(chain: Chain, platform: Platform, allocation: str, time_limit: float | None, max_layers: int
+               ) -> Plan:
+    """Every policy vector (3^L of them), each planned exhaustively; the best (fewest non-keep
+    layers among equal periods, then the first in keep < recompute < offload order)."""
+    from ..activations import POLICIES, apply_policies, is_keep
+    from ..plan import lower_bound
+
+    t0 = time.perf_counter()
+    best: Plan | None = None
+    best_key = None
+    for vec in itertools.product(POLICIES, repeat=len(chain)):
+        left = None if time_limit is None else time_limit - (time.perf_counter() - t0)
+        if left is not None and left <= 0:
+            break
+        p = plan_brute(apply_policies(chain, vec), platform, allocation=allocation, time_limit=left,
+                       max_layers=max_layers, cache=False)
+        if not p.feasible:
+            continue
+        key = (p.period, sum(v != "keep" for v in vec))
+        if best is None or key[0] < best_key[0] * (1 - 1e-12) or (key[0] <= best_key[0] * (1 + 1e-12)
+                                                                   and key[1] < best_key[1]):
+            best, best_key = p.with_(activations=() if is_keep(vec) else vec), key
+    elapsed = time.perf_counter() - t0
+    if best is None:
+        return infeasible_plan(chain, platform, "brute", "no allocation and activation policies fit in memory",
+                               allocation=allocation, solve_seconds=elapsed)
+    return best.with_(lower_bound=lower_bound(chain, platform), solve_seconds=elapsed)
+
+
 def plan_brute(chain: Chain, platform: Platform, *, allocation: str = "contiguous",
                time_limit: float | None = None, max_layers: int = 10, cache: bool = True,
-               **options: Any) -> Plan:
+               activations: str | None = None, **options: Any) -> Plan:
     """Exact optimal periodic plan by exhaustive search (tiny instances only).
 
     ``allocation``: ``"contiguous"`` or ``"general"``. Refuses chains longer
     than ``max_layers``. ``time_limit`` (seconds): when exceeded, the best
     plan found so far is returned with status ``"timeout"``. ``cache``:
     re-use the answer for an identical (chain, platform, allocation).
+    ``activations="auto"``: also every activation policy vector (3^L times the work);
+    one policy for all layers: :func:`workbench.planners.plan`.
     """
     if allocation not in ("contiguous", "general"):
         raise ValueError(f"allocation must be 'contiguous' or 'general', got {allocation!r}")
     L = len(chain)
+    if activations == "auto":
+        if L > max_layers:
+            raise ValueError(f"brute force refuses a chain of {L} layers (max_layers={max_layers})")
+        return _plan_auto(chain, platform, allocation, time_limit, max_layers)
+    if activations not in (None, "keep"):
+        from . import plan as run_planner
+
+        return run_planner(chain, platform, "brute", allocation=allocation, time_limit=time_limit,
+                           activations=activations, max_layers=max_layers, cache=cache)
     if L > max_layers:
         raise ValueError(
             f"brute force is exhaustive and refuses a chain of {L} layers (max_layers={max_layers}); "

@@ -62,7 +62,7 @@ from __future__ import annotations
 import math
 import time
 from functools import cached_property
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -74,7 +74,8 @@ from ..units import format_bytes
 
 __all__ = [
     "plan_dp", "bottleneck_partition", "memory_dp", "min_period",
-    "least_memory", "unconstrained_period", "schedule_partition", "bounds_to_assignment",
+    "least_memory", "unconstrained_period", "schedule_partition", "bounds_to_assignment", "least_feasible_period",
+    "suffix_bounds",
 ]
 
 _EPS = 1e-12      # relative slack on ceil and comparisons inside the DP
@@ -127,6 +128,9 @@ class _Tables:
         self.FB = self.F + self.B
         self.pfb = p["f"] + p["b"]
         self.c = _comm(chain, platform)
+        # rule 8: a stage's host round trip, 2 x its offloaded bytes over the host bandwidth
+        self.x = np.array([platform.host_time(l.offload_bytes) for l in chain.layers])
+        self.px = np.concatenate([[0.0], np.cumsum(2 * self.x)])
         self.terms = layer_terms(chain, platform)
         self.M = platform.memory
 
@@ -140,6 +144,22 @@ class _Tables:
 # ----------------------------------------------------------------------------
 # bottleneck (chains-on-chains) DP
 # ----------------------------------------------------------------------------
+def suffix_bounds(args: Sequence[np.ndarray], q: int) -> list[tuple[int, int]]:
+    """The stages of a suffix DP's answer: ``args[qq-1][i]`` is the last layer of the stage that starts a
+    qq-stage suffix at layer i; walk from layer 0 with q stages.
+
+    >>> suffix_bounds([np.array([2, 2, 2]), np.array([0, 1, 1])], 2)
+    [(0, 0), (1, 2)]
+    """
+    bounds: list[tuple[int, int]] = []
+    i = 0
+    for qq in range(q, 0, -1):
+        j = int(args[qq - 1][i])
+        bounds.append((i, j))
+        i = j + 1
+    return bounds
+
+
 def bottleneck_partition(cost: np.ndarray, P: int) -> tuple[float, list[tuple[int, int]]]:
     """Minimise the largest ``cost[i, j]`` over partitions into at most P runs.
 
@@ -239,11 +259,13 @@ def memory_dp(chain: Chain, platform: Platform, period: float, tables: _Tables |
     Jc = np.minimum(J, L - 1)
     I = idx[:, None]
     FB = t.pfb[Jc + 1] - t.pfb[I]
+    host = t.px[Jc + 1] - t.px[I]                      # rule 8: the stage's host round trip (0: no offload)
+    inband = inband & (FB + host <= tolT)
     band = band_terms(t.terms, I, Jc)
     cj = t.c[Jc]
     base_inner = inband & (cj <= tolT) & (J < L - 1)   # a non-last stage cannot end at the last layer
     # q = 1: the last stage i..L-1, one mini-batch in flight
-    fb_last = t.pfb[L] - t.pfb[:L]
+    fb_last = t.pfb[L] - t.pfb[:L] + (t.px[L] - t.px[:L])
     last = suffix_terms(t.terms)
     last_ok = (fb_last <= tolT) & (last.memory(np.ones(L)) <= M)
     D = [np.where(last_ok, fb_last, np.inf)]
@@ -257,7 +279,7 @@ def memory_dp(chain: Chain, platform: Platform, period: float, tables: _Tables |
             break
         raw = FB + 2 * cj + np.where(fin, down, 0.0)
         k = _ceil(raw / T)
-        window = np.where(raw - (k - 1) * T < FB, (k - 1) * T + FB, raw)
+        window = np.where(raw - (k - 1) * T < FB + host, (k - 1) * T + FB + host, raw)
         mem = band.memory(k)
         window = np.where(ok0 & (mem <= M), window, np.inf)
         arg = np.argmin(window, axis=1)
@@ -267,27 +289,40 @@ def memory_dp(chain: Chain, platform: Platform, period: float, tables: _Tables |
     q = int(np.argmin(finals)) + 1
     if not math.isfinite(finals[q - 1]):
         return None
-    bounds: list[tuple[int, int]] = []
-    i = 0
-    for qq in range(q, 0, -1):
-        j = int(args[qq - 1][i])
-        bounds.append((i, j))
-        i = j + 1
-    return float(finals[q - 1]), bounds
+    return float(finals[q - 1]), suffix_bounds(args, q)
 
 
 def _search_period(chain: Chain, platform: Platform, tables: _Tables, t0: float
                    ) -> tuple[float, list[tuple[int, int]]] | None:
     """Least T (>= t0) at which the memory DP finds a partition; with the partition."""
-    first = memory_dp(chain, platform, t0, tables)
+    hi = (t0 + float(np.sum(tables.FB[0, -1])) + 2 * float(tables.c.sum()) + 2 * float(tables.x.sum())) * 1.01
+
+    def probe(T: float):
+        res = memory_dp(chain, platform, T, tables)
+        return None if res is None else res[1]
+
+    return least_feasible_period(t0, hi, probe, lambda bounds: min_period(chain, platform, bounds))
+
+
+def least_feasible_period(t0: float, hi: float, probe: Callable[[float], Any], exact: Callable[[Any], float]
+                          ) -> tuple[float, Any] | None:
+    """The least period at which ``probe`` finds a plan, searched from ``t0`` (a lower bound) with ``hi``
+    (a period every feasible instance meets), and what the probe found there.
+
+    ``probe(T)`` is a structure valid at T or None, monotone in T; ``exact(structure)`` is that
+    structure's own least period (<= the probe's T). Steps alternate a probe just below the
+    incumbent (infeasible there: it is optimal up to 1e-9; else a better structure) and bisection.
+
+    >>> least_feasible_period(1.0, 100.0, lambda T: "x" if T >= 3.0 else None, lambda s: 3.0)
+    (3.0, 'x')
+    """
+    first = probe(t0)
     if first is not None:
-        return t0, first[1]
-    hi = (t0 + float(np.sum(tables.FB[0, -1])) + 2 * float(tables.c.sum())) * 1.01
-    res = memory_dp(chain, platform, hi, tables)
-    if res is None:
+        return t0, first
+    best = probe(hi)
+    if best is None:
         return None
-    best_bounds = res[1]
-    hi = min(hi, min_period(chain, platform, best_bounds))
+    hi = min(hi, exact(best))
     lo = t0
     # Invariant: infeasible at lo, feasible (exactly, via min_period) at hi. Steps alternate:
     # a *descent* probe just below hi (infeasible there: hi is the optimum up to 1e-9; else the
@@ -299,16 +334,16 @@ def _search_period(chain: Chain, platform: Platform, tables: _Tables, t0: float
         else:
             mid = math.sqrt(lo * hi) if lo > 0 and hi / lo > 4 else 0.5 * (lo + hi)
         descent = not descent
-        res = memory_dp(chain, platform, mid, tables)
+        res = probe(mid)
         if res is None:
             lo = mid
         else:
-            # the partition found at mid is valid at its own exact least period <= mid
-            exact = min_period(chain, platform, res[1])
-            if exact >= hi:        # cannot happen beyond rounding; keep the search finite
+            # the structure found at mid is valid at its own exact least period <= mid
+            period = exact(res)
+            if period >= hi:        # cannot happen beyond rounding; keep the search finite
                 break
-            hi, best_bounds = exact, res[1]
-    return hi, best_bounds
+            hi, best = period, res
+    return hi, best
 
 
 # ----------------------------------------------------------------------------
@@ -340,8 +375,20 @@ def _dp_on_chain(chain: Chain, platform: Platform) -> tuple[float, list[tuple[in
     return found[0], found[1], ""
 
 
+def _on_chain(chain: Chain, platform: Platform, auto: bool
+              ) -> tuple[float, list[tuple[int, int]] | None, tuple[str, ...] | None, str]:
+    """(period, bounds, policies or None, why-not) for one linear order."""
+    if auto:
+        from .dp_auto import auto_on_chain
+
+        return auto_on_chain(chain, platform)
+    T, bounds, why = _dp_on_chain(chain, platform)
+    return T, bounds, None, why
+
+
 def plan_dp(chain: Chain, platform: Platform, *, allocation: str = "contiguous",
-            time_limit: float | None = None, graph: bool = True, **options: Any) -> Plan:
+            time_limit: float | None = None, graph: bool = True, activations: str | None = None,
+            **options: Any) -> Plan:
     """Exact contiguous plan: least period under the memory limit (see the module docstring).
 
     ``allocation="general"`` still returns the contiguous optimum (noted).
@@ -349,6 +396,8 @@ def plan_dp(chain: Chain, platform: Platform, *, allocation: str = "contiguous",
     the DP also runs on the order from
     :func:`workbench.planners.graph_dp.best_order` and keeps the better,
     recording the order in ``plan.chain_order``. ``time_limit`` is ignored.
+    ``activations="auto"`` also chooses every layer's activation policy, exactly
+    (:mod:`workbench.planners.dp_auto`); other policies: :func:`workbench.planners.plan`.
 
     >>> from workbench.chain import Chain, Layer, Platform
     >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 100, 10) for i in range(4)))
@@ -361,9 +410,15 @@ def plan_dp(chain: Chain, platform: Platform, *, allocation: str = "contiguous",
     notes: list[str] = []
     if allocation == "general":
         notes.append("dp is contiguous: this is the best contiguous plan (general allocations: use ilp)")
-    candidates: list[tuple[float, Chain, list[tuple[int, int]] | None, str, tuple[str, ...] | None]] = []
-    T, bounds, why = _dp_on_chain(chain, platform)
-    candidates.append((T, chain, bounds, why, None))
+    if activations not in (None, "keep", "auto"):
+        from . import plan as run_planner
+
+        return run_planner(chain, platform, "dp", allocation=allocation, graph=graph, activations=activations)
+    auto = activations == "auto"
+    candidates: list[tuple[float, Chain, list[tuple[int, int]] | None, tuple[str, ...] | None, str,
+                           tuple[str, ...] | None]] = []
+    T, bounds, pol, why = _on_chain(chain, platform, auto)
+    candidates.append((T, chain, bounds, pol, why, None))
     if graph and getattr(chain, "graph", None) is not None:
         try:
             from .graph_dp import best_order
@@ -372,16 +427,29 @@ def plan_dp(chain: Chain, platform: Platform, *, allocation: str = "contiguous",
             order = [str(n) for n in res.order]
             if order != [l.name for l in chain.layers]:
                 other = chain.graph.linearise(order)
-                T2, b2, why2 = _dp_on_chain(other, platform)
-                candidates.append((T2, other, b2, why2, tuple(order)))
+                T2, b2, pol2, why2 = _on_chain(other, platform, auto)
+                candidates.append((T2, other, b2, pol2, why2, tuple(order)))
         except ImportError:
             notes.append("graph mode unavailable (workbench.planners.graph_dp missing): default order used")
-    T, used, bounds, why, order = min(candidates, key=lambda c: c[0])
+    T, used, bounds, pol, why, order = min(candidates, key=lambda c: c[0])
     if order is not None:
         notes.append(f"graph order from best_order: {T:.6g} s against {candidates[0][0]:.6g} s in the default order")
     if bounds is None:
         return infeasible_plan(chain, platform, "dp", why, allocation=allocation,
                                solve_seconds=time.perf_counter() - t_start)
-    plan = schedule_partition(used, platform, bounds, method="dp", period=T, status="optimal",
-                              notes=notes, chain_order=order)
+    if pol is None or all(p == "keep" for p in pol):
+        if why:
+            notes.append(why)
+        plan = schedule_partition(used, platform, bounds, method="dp", period=T,
+                                  status="feasible" if why else "optimal", notes=notes, chain_order=order)
+    else:
+        from ..activations import apply_policies, describe
+        from ..plan import lower_bound
+
+        notes.append(f"activations chosen per layer: {describe(pol)}")
+        if why:     # versions were thinned: a plan, not a proven optimum
+            notes.append(why)
+        plan = schedule_partition(apply_policies(used, pol), platform, bounds, method="dp", period=T,
+                                  status="feasible" if why else "optimal", notes=notes, chain_order=order)
+        plan = plan.with_(activations=pol, lower_bound=lower_bound(used, platform))
     return plan.with_(solve_seconds=time.perf_counter() - t_start)

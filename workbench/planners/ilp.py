@@ -208,6 +208,11 @@ def plan_ilp(chain: Chain, platform: Platform, *, allocation: str = "contiguous"
     """
     if allocation not in ("contiguous", "general"):
         raise ValueError(f"allocation must be 'contiguous' or 'general', got {allocation!r}")
+    if options.get("activations") == "auto":   # per-layer activation policies: workbench.planners.ilp_auto
+        from .ilp_auto import plan_ilp_auto
+
+        return plan_ilp_auto(chain, platform, allocation=allocation, time_limit=time_limit, rel_gap=rel_gap,
+                             threads=threads, log=log, solver_options=solver_options)
     budget = budget or Budget(time_limit, deterministic=deterministic, progress=progress)
     t_start = time.perf_counter()
     common = dict(allocation=allocation, rel_gap=rel_gap, threads=threads, warm_start=warm_start, log=log,

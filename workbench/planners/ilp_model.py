@@ -110,12 +110,14 @@ def chain_arrays(chain: Chain, platform: Platform) -> tuple[np.ndarray, ...]:
     return comp, down, c, a, w0
 
 
-def k_bounds(chain: Chain, platform: Platform, t_ub: float | None = None) -> np.ndarray:
+def k_bounds(chain: Chain, platform: Platform, t_ub: float | None = None,
+             terms: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
     """Upper bounds on every layer's in-flight count.
 
     From the waits being shorter than a period: a window spans at most
     ``ceil(total time / T_lb) + 2 (#cuts) + 1`` periods; and from memory: one
-    layer's share of its stage's memory already fits in M.
+    layer's share of its stage's memory already fits in M (``terms``: per-layer ``(a, w0)``, by
+    default :func:`memory_terms`; with activation policies, the least any policy gives).
     """
     L = len(chain)
     lb = lower_bound(chain, platform)
@@ -125,14 +127,14 @@ def k_bounds(chain: Chain, platform: Platform, t_ub: float | None = None) -> np.
     km = np.full(L, float(struct))
     M = platform.memory
     if math.isfinite(M):
-        a, w0 = memory_terms(chain, platform)
+        a, w0 = terms if terms is not None else memory_terms(chain, platform)
         for l in range(L):
             if a[l] > 0:
                 km[l] = min(km[l], math.floor((M - w0[l]) / a[l] * (1 + 1e-9)))
     return np.maximum(km, 1.0)
 
 
-def memory_period_bound(chain: Chain, platform: Platform) -> float:
+def memory_period_bound(chain: Chain, platform: Platform, terms: tuple[np.ndarray, np.ndarray] | None = None) -> float:
     """The least T with ``sum_l (ceil(D_l / T) (A_l + [stash] W_l) + (phi - [stash]) W_l) <= P M``.
 
     ``D_l`` is the compute from layer l to the end of the chain and back: layer l's stage
@@ -144,7 +146,7 @@ def memory_period_bound(chain: Chain, platform: Platform) -> float:
     M = platform.memory
     if not math.isfinite(M):
         return 0.0
-    a, w0 = memory_terms(chain, platform)
+    a, w0 = terms if terms is not None else memory_terms(chain, platform)
     down = np.cumsum((chain.forward + chain.backward)[::-1])[::-1]
     cap = platform.devices * M
 
@@ -225,13 +227,14 @@ def _add_memory_extras(m: pyo.ConcreteModel, lin, scale: float, kmax: np.ndarray
 
 def build_model(chain: Chain, platform: Platform, *, allocation: str = "contiguous",
                 period: float | None = None, period_bounds: tuple[float, float] | None = None,
-                pairwise: bool = True, tighten: bool = True) -> pyo.ConcreteModel:
+                pairwise: bool = True, tighten: bool = True, policies: bool = False) -> pyo.ConcreteModel:
     """The plan ILP for ``chain`` on ``platform`` as a Pyomo ``ConcreteModel``.
 
     ``period`` fixes T (a feasibility model); ``period_bounds=(lo, hi)`` bounds it
     (tighter big-M values; ``hi`` from an incumbent). ``model.u`` is ``T_ref / T``
     with ``T_ref = model._ilp.t_ref``. ``pairwise=False`` drops the no-overlap
     constraints between different stages of one device (a relaxation; general only).
+    ``policies=True`` also chooses every layer's activation policy (:mod:`workbench.planners.ilp_policies`).
 
     >>> from workbench.chain import Chain, Layer, Platform
     >>> ch = Chain(tuple(Layer(f"l{i}", 0.001, 0.002, 10, 4) for i in range(4)))
@@ -253,12 +256,20 @@ def build_model(chain: Chain, platform: Platform, *, allocation: str = "contiguo
     scale = M if mem else 1.0
     lin = linear_terms(layer_terms(chain, platform))
     a, w0 = lin.a / scale, lin.w0 / scale
+    least_terms = None
+    if policies:
+        from ..activations import policy_terms
+        from .ilp_policies import minimal_terms
+
+        pt = policy_terms(chain, platform)
+        least_terms = minimal_terms(pt)
+        a, w0 = least_terms[0] / scale, least_terms[1] / scale     # bounds only: memory is by policy below
     lo_T, hi_T = period_bounds if period_bounds else (t_ref, None)
-    lo_T = max(lo_T, t_ref, min(memory_period_bound(chain, platform), hi_T or math.inf))
+    lo_T = max(lo_T, t_ref, min(memory_period_bound(chain, platform, least_terms), hi_T or math.inf))
     if hi_T is None or not math.isfinite(hi_T):
         # any contiguous plan with <= P stages, e.g. everything on one device
         hi_T = chain.total_compute + 2 * sum(platform.comm_time(chain.cut(l)) for l in range(L - 1)) + t_ref
-    kmax = k_bounds(chain, platform)
+    kmax = k_bounds(chain, platform, terms=least_terms)
     # windows span at most hi/lo in periods... the structural bound already holds; tighten with hi_T
     if period is not None:
         lo_T = hi_T = float(period)
@@ -283,6 +294,12 @@ def build_model(chain: Chain, platform: Platform, *, allocation: str = "contiguo
     kmin = np.maximum(1.0, np.ceil(down / hi_T - 1e-9))
     kmin = np.minimum(kmin, kmax)
     m.k = pyo.Var(m.Lset, domain=pyo.Integers, bounds=lambda _m, l: (kmin[l], kmax[l]))
+    if policies:
+        from .ilp_policies import add_policy_time
+
+        add_policy_time(m, f, b, u_lo, u_hi)          # m.bu[l]: backward in periods, with recomputation
+    else:
+        m.bu = pyo.Expression(m.Lset, rule=lambda _m, l: b[l] * m.u)
 
     # ---- allocation ----------------------------------------------------
     if allocation == "contiguous":
@@ -330,12 +347,18 @@ def build_model(chain: Chain, platform: Platform, *, allocation: str = "contiguo
     m.fwd_hi = pyo.Constraint(m.Cset, rule=lambda _m, l: m.tf[l + 1] - m.tf[l] - f[l] * m.u <= c[l] * m.w[l] + m.cut[l])
     m.turn_lo = pyo.Constraint(expr=m.tb[L - 1] - m.tf[L - 1] - f[L - 1] * m.u >= 0)
     m.turn_hi = pyo.Constraint(expr=m.tb[L - 1] - m.tf[L - 1] - f[L - 1] * m.u <= 1)
-    m.bwd_lo = pyo.Constraint(m.Cset, rule=lambda _m, l: m.tb[l] - m.tb[l + 1] - b[l + 1] * m.u >= c[l] * m.w[l])
-    m.bwd_hi = pyo.Constraint(m.Cset, rule=lambda _m, l: m.tb[l] - m.tb[l + 1] - b[l + 1] * m.u <= c[l] * m.w[l] + m.cut[l])
+    m.bwd_lo = pyo.Constraint(m.Cset, rule=lambda _m, l: m.tb[l] - m.tb[l + 1] - m.bu[l + 1] >= c[l] * m.w[l])
+    m.bwd_hi = pyo.Constraint(m.Cset, rule=lambda _m, l: m.tb[l] - m.tb[l + 1] - m.bu[l + 1] <= c[l] * m.w[l] + m.cut[l])
 
     # ---- in flight -----------------------------------------------------
-    m.k_window = pyo.Constraint(m.Lset, rule=lambda _m, l: m.k[l] >= m.tb[l] + b[l] * m.u - m.tf[l])
-    m.k_gap = pyo.Constraint(m.Lset, rule=lambda _m, l: m.k[l] - 1 <= m.tb[l] - m.tf[l] - f[l] * m.u)
+    m.k_window = pyo.Constraint(m.Lset, rule=lambda _m, l: m.k[l] >= m.tb[l] + m.bu[l] - m.tf[l])
+    host = (pt.offloaded[2] / platform.host_bandwidth / t_ref) * 2 if policies else np.zeros(L)
+    if np.any(host > 0):
+        from .ilp_policies import add_host_link
+
+        add_host_link(m, host, f, u_hi, allocation == "general")   # k_gap with the host round trip
+    else:
+        m.k_gap = pyo.Constraint(m.Lset, rule=lambda _m, l: m.k[l] - 1 <= m.tb[l] - m.tf[l] - f[l] * m.u)
     m.k_eq_1 = pyo.Constraint(m.Cset, rule=lambda _m, l: m.k[l] - m.k[l + 1] <= K * m.cut[l])
     m.k_eq_2 = pyo.Constraint(m.Cset, rule=lambda _m, l: m.k[l + 1] - m.k[l] <= K * m.cut[l])
 
@@ -344,9 +367,15 @@ def build_model(chain: Chain, platform: Platform, *, allocation: str = "contiguo
         m.z = pyo.Var(m.Lset, m.Pset, bounds=lambda _m, l, p: (0, kmax[l]))
         m.z_lo = pyo.Constraint(m.Lset, m.Pset,
                                 rule=lambda _m, l, p: m.z[l, p] >= m.k[l] - kmax[l] * (1 - m.x[l, p]))
-        _add_memory_extras(m, lin, scale, kmax)
-        m.memory = pyo.Constraint(m.Pset, rule=lambda _m, p: sum(a[l] * m.z[l, p] + w0[l] * m.x[l, p] for l in m.Lset)
-                                  + m.extras[p] <= 1)
+        if policies:
+            from .ilp_policies import add_policy_memory
+
+            held = add_policy_memory(m, pt, scale, kmax)
+            m.memory = pyo.Constraint(m.Pset, rule=lambda _m, p: held[p] <= 1)
+        else:
+            _add_memory_extras(m, lin, scale, kmax)
+            m.memory = pyo.Constraint(m.Pset, rule=lambda _m, p: sum(a[l] * m.z[l, p] + w0[l] * m.x[l, p]
+                                                                      for l in m.Lset) + m.extras[p] <= 1)
         if tighten:
             # z = k x exactly in integer solutions: these only tighten the relaxation
             m.z_hi = pyo.Constraint(m.Lset, m.Pset, rule=lambda _m, l, p: m.z[l, p] <= kmax[l] * m.x[l, p])
@@ -371,7 +400,12 @@ def build_model(chain: Chain, platform: Platform, *, allocation: str = "contiguo
         if tighten:
             m.v_hi = pyo.Constraint(m.Lset, m.Pset, rule=lambda _m, l, p: m.v[l, p] <= u_hi * m.x[l, p])
             m.v_sum = pyo.Constraint(m.Lset, rule=lambda _m, l: sum(m.v[l, p] for p in m.Pset) == m.u)
-        m.device_load = pyo.Constraint(m.Pset, rule=lambda _m, p: sum((f[l] + b[l]) * m.v[l, p] for l in m.Lset) <= 1)
+        if policies:     # recomputation adds f v r to the load: vr >= v - u_hi (1 - r)
+            m.vr = pyo.Var(m.Lset, m.Pset, bounds=(0, u_hi))
+            m.vr_lo = pyo.Constraint(m.Lset, m.Pset, rule=lambda _m, l, p: m.vr[l, p] >= m.v[l, p] - u_hi * (1 - m.r[l, 1]))
+        m.device_load = pyo.Constraint(m.Pset, rule=lambda _m, p: sum((f[l] + b[l]) * m.v[l, p]
+                                                                      + (f[l] * m.vr[l, p] if policies else 0)
+                                                                      for l in m.Lset) <= 1)
         if P > 1 and any(c[l] > 0 for l in range(L - 1)):
             pairs = [(p, q) for p in range(P) for q in range(p + 1, P)]
             cl = [l for l in range(L - 1) if c[l] > 0]
@@ -395,17 +429,20 @@ def build_model(chain: Chain, platform: Platform, *, allocation: str = "contiguo
                 return m.tf[l] if o == 0 else m.tb[l]
 
             def dur(l, o):
-                return f[l] if o == 0 else b[l]
+                return f[l] if o == 0 else b[l] + (f[l] if policies else 0.0)   # recompute may lengthen it
+
+            def span(l, o):     # the operation's length in periods
+                return f[l] * m.u if o == 0 else m.bu[l]
 
             def ov1(_m, l, q, o1, o2):
                 if dur(l, o1) <= 0 or dur(q, o2) <= 0:  # rule 5 ignores empty operations
                     return pyo.Constraint.Skip
-                return start(q, o2) - start(l, o1) >= m.n[l, q, o1, o2] + dur(l, o1) * m.u - (1 - m.same[l, q])
+                return start(q, o2) - start(l, o1) >= m.n[l, q, o1, o2] + span(l, o1) - (1 - m.same[l, q])
 
             def ov2(_m, l, q, o1, o2):
                 if dur(l, o1) <= 0 or dur(q, o2) <= 0:  # rule 5 ignores empty operations
                     return pyo.Constraint.Skip
-                return start(q, o2) - start(l, o1) <= m.n[l, q, o1, o2] + 1 - dur(q, o2) * m.u + (1 - m.same[l, q])
+                return start(q, o2) - start(l, o1) <= m.n[l, q, o1, o2] + 1 - span(q, o2) + (1 - m.same[l, q])
 
             m.overlap_1 = pyo.Constraint(m.LM, m.OPS, rule=ov1)
             m.overlap_2 = pyo.Constraint(m.LM, m.OPS, rule=ov2)

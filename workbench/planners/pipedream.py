@@ -43,7 +43,7 @@ from ..chain import Chain, Platform
 from ..plan import Plan, infeasible_plan
 from ..units import format_bytes
 from .baselines import schedule_on_top
-from .dp import _Tables
+from .dp import _Tables, suffix_bounds
 
 __all__ = ["plan_pipedream", "pipedream_partition", "pipedream_memory_need"]
 
@@ -84,12 +84,7 @@ def pipedream_partition(chain: Chain, platform: Platform, *, memory: float | Non
     q = int(np.argmin(finals)) + 1
     if not math.isfinite(finals[q - 1]):
         return None
-    bounds, i = [], 0
-    for qq in range(q, 0, -1):
-        j = int(args[qq - 1][i])
-        bounds.append((i, j))
-        i = j + 1
-    return float(finals[q - 1]), bounds
+    return float(finals[q - 1]), suffix_bounds(args, q)
 
 
 def pipedream_memory_need(chain: Chain, platform: Platform) -> float:

@@ -41,9 +41,16 @@ __all__ = [
 ]
 
 #: colours by kind: forward and backward far apart (blue / orange, colour-blind safe)
-KIND_COLORS = {"F": "#3366CC", "B": "#F28E2B", "send": "#59A14F", "recv": "#8C8C8C"}
-KIND_NAMES = {"F": "forward", "B": "backward", "send": "send", "recv": "receive"}
+KIND_COLORS = {"F": "#3366CC", "B": "#F28E2B", "R": "#B6471B", "send": "#59A14F", "recv": "#8C8C8C",
+               "offload": "#76B7B2", "prefetch": "#4E9A96"}
+KIND_NAMES = {"F": "forward", "B": "backward", "R": "recompute (in the backward)", "send": "send", "recv": "receive",
+              "offload": "to host", "prefetch": "from host"}
 COMPUTE_KINDS = ("F", "B")
+#: activation-policy operations (docs/model.md, "Activation policies"): always drawn; recompute on the device's
+#: lane over its backward, host transfers on a host-link lane per device
+POLICY_KINDS = ("R", "offload", "prefetch")
+_KINDS = ["F", "B", "R", "send", "recv", "offload", "prefetch"]
+_PATTERNS = {"F": "", "B": "/", "R": "x", "send": ".", "recv": ".", "offload": ".", "prefetch": "."}
 BATCH_COLORS = [
     "#4E79A7", "#F28E2B", "#E15759", "#76B7B2", "#59A14F", "#EDC948", "#B07AA1", "#FF9DA7",
     "#9C755F", "#BAB0AC", "#1F77B4", "#D62728",
@@ -60,9 +67,11 @@ TEMPLATE = go.layout.Template(layout=dict(
 
 
 def _lane_of(row: pd.Series, links: bool, has_dst: str | None) -> str:
-    if row["kind"] in COMPUTE_KINDS:
+    if row["kind"] in COMPUTE_KINDS or row["kind"] == "R":
         return f"GPU {int(row['device'])}"
     d = int(row["device"])
+    if row["kind"] in POLICY_KINDS:
+        return f"GPU {d} host link"
     if has_dst is not None and pd.notna(row[has_dst]):
         q = int(row[has_dst])
         return f"link {d}→{q}" if row["kind"] == "send" else f"link {q}→{d}"
@@ -116,7 +125,7 @@ def _prepare(trace: Trace, show_links: bool, offset: float) -> pd.DataFrame:
         ops["lane"] = []
         return ops
     if not show_links:
-        ops = ops[ops["kind"].isin(COMPUTE_KINDS)].copy()
+        ops = ops[ops["kind"].isin(COMPUTE_KINDS + POLICY_KINDS)].copy()
     dst = _dst_column(ops)
     comp = ops["kind"].isin(COMPUTE_KINDS)
     lane = "GPU " + ops["device"].astype(int).astype(str)
@@ -156,7 +165,7 @@ def _add_trace_bars(fig: go.Figure, ops: pd.DataFrame, color_by: str, row: int |
                     legend_seen: set[str]) -> None:
     kw = dict(row=row, col=1) if row is not None else {}
     if color_by == "kind":
-        for kind in ["F", "B", "send", "recv"]:
+        for kind in _KINDS:
             sub = ops[ops["kind"] == kind]
             if not len(sub):
                 continue
@@ -166,12 +175,12 @@ def _add_trace_bars(fig: go.Figure, ops: pd.DataFrame, color_by: str, row: int |
             legend_seen.add(name)
     elif color_by == "batch":
         for b in sorted(ops["batch"].unique()):
-            for kind in ["F", "B", "send", "recv"]:
+            for kind in _KINDS:
                 sub = ops[(ops["batch"] == b) & (ops["kind"] == kind)]
                 if not len(sub):
                     continue
                 name = f"mini-batch {int(b)}"
-                pattern = {"F": "", "B": "/", "send": ".", "recv": "."}[kind]
+                pattern = _PATTERNS[kind]
                 fig.add_trace(_bar(sub, name, BATCH_COLORS[int(b) % len(BATCH_COLORS)], pattern=pattern,
                                    legendgroup=name, showlegend=name not in legend_seen), **kw)
                 legend_seen.add(name)
@@ -250,7 +259,9 @@ def gantt(trace: Trace, *, color_by: str = "kind", show_links: bool = False, tit
     ``show_links`` adds a lane per link (``link p→q`` when the trace names the
     peer in a ``peer``/``dst`` column, else ``GPU p out`` / ``GPU p in``) for
     the ``send``/``recv`` operations, which are hidden otherwise (transfers
-    overlap computation). ``align`` shifts time so the first operation starts
+    overlap computation). Activation policies are always drawn: recomputation
+    (``R``) over the backward it belongs to, and a ``GPU p host link`` lane with
+    the offload and prefetch transfers. ``align`` shifts time so the first operation starts
     at 0 (useful for measured traces). ``periods_shown`` opens the chart
     zoomed on that many periods from the start of the steady state (a dense
     schedule, e.g. a general allocation with many stages per device, becomes

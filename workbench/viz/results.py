@@ -35,7 +35,7 @@ from ..sweeps import GiB, headline_gains, min_memory_table
 from .gantt import TEMPLATE
 
 __all__ = ["FigureInfo", "throughput_figure", "memory_figure", "min_memory_figure", "solve_times_figure",
-           "three_partition_figure", "family_figure", "scaling_figure", "gains_figure", "METHOD_STYLES",
+           "three_partition_figure", "family_figure", "scaling_figure", "gains_figure", "largest_figure", "METHOD_STYLES",
            "log_axis_ticks"]
 
 #: method key -> (colour, line dash, line width, marker, marker size), bottom to top: where methods coincide the
@@ -45,6 +45,7 @@ METHOD_STYLES: dict[str, tuple[str, str, float, str, int]] = {
     "gpipe": ("#59A14F", "dot", 2.0, "x", 9),
     "1f1b": ("#B07AA1", "dot", 2.0, "cross", 9),
     "pipedream": ("#F5B87A", "solid", 7.0, "triangle-up", 15),
+    "mcap": ("#8C564B", "solid", 2.5, "triangle-down", 10),
     "dp": ("#3366CC", "solid", 3.5, "diamond", 11),
     "ilp-contiguous": ("#17BECF", "dash", 2.0, "square-open", 12),
     "ilp-general": ("#D62728", "solid", 1.8, "circle", 6),
@@ -332,4 +333,62 @@ def gains_figure(df: pd.DataFrame) -> FigureInfo:
             f"memory position {pos:g}: general/contiguous median {gg.median():.3g}x, best {gg.max():.3g}x, >1 in "
             f"{int((gg > 1 + 1e-6).sum())}/{len(gg)}; DP/PipeDream median {gd.median():.3g}x, best {gd.max():.3g}x, "
             f"PipeDream infeasible in {nofit}/{len(g)}")
+    return info
+
+
+#: largest-model methods -> the sweep style whose colour they take (``+ auto``: the same colour, hatched)
+_LARGEST_COLOURS = {"PipeDream": "pipedream", "mCAP": "mcap", "dp": "dp", "general ILP": "ilp-general"}
+
+
+def _largest_panels(df: pd.DataFrame, title: str) -> go.Figure:
+    """Parameters of the largest model per family (top) and the period over the bound there (bottom)."""
+    fams = [f for f in ("depth", "width") if f in set(df.family)]
+    fig = make_subplots(rows=2, cols=len(fams), shared_xaxes=True, vertical_spacing=0.1, horizontal_spacing=0.08,
+                        subplot_titles=[f"by {f}: parameters of the largest that fits" for f in fams]
+                        + [f"by {f}: period / lower bound there" for f in fams])
+    for c, fam in enumerate(fams, start=1):
+        g = df[df.family == fam]
+        for label in dict.fromkeys(g.method):
+            colour = METHOD_STYLES[_LARGEST_COLOURS.get(label.replace(" + auto", ""), "dp")][0]
+            h = g[g.method == label].sort_values("devices")
+            x = [f"P = {int(p)}" for p in h.devices]
+            pattern = dict(shape="/" if label.endswith("auto") else "", fgcolor="white", solidity=0.35, fillmode="overlay")
+            text = [f"{v:.2f}x" if np.isfinite(v) else "" for v in h.vs_pipedream]
+            fig.add_trace(go.Bar(x=x, y=h.parameters / 1e6, name=label, legendgroup=label, showlegend=c == 1,
+                                 marker=dict(color=colour, pattern=pattern), text=text, textposition="outside",
+                                 textfont=dict(size=9), hovertemplate=f"{label}<br>%{{x}}: %{{y:.0f}} M parameters"
+                                 "<br>%{text} PipeDream's<extra></extra>"), row=1, col=c)
+            fig.add_trace(go.Bar(x=x, y=h.period_over_bound, name=label, legendgroup=label, showlegend=False,
+                                 marker=dict(color=colour, pattern=pattern),
+                                 hovertemplate=f"{label}<br>%{{x}}: period / bound %{{y:.2f}}<extra></extra>"),
+                          row=2, col=c)
+        fig.update_yaxes(title_text="million parameters" if c == 1 else None, row=1, col=c)
+        fig.update_yaxes(title_text="period / lower bound (1 = ideal)" if c == 1 else None, row=2, col=c)
+    fig.update_layout(template=TEMPLATE, barmode="group", height=760, bargap=0.18, bargroupgap=0.05, title=title,
+                      legend=dict(orientation="h", yanchor="top", y=-0.06, xanchor="left", x=0),
+                      margin=dict(l=70, r=20, t=80, b=110))
+    return fig
+
+
+def largest_figure(df: pd.DataFrame) -> FigureInfo:
+    """The largest model that fits (workbench.largest), one figure per criterion (any period; within 10 % of
+    the method's full speed): parameters per family, device count and method (keep solid, ``+ auto``
+    hatched), the ratio to PipeDream's partition on each bar, and below the throughput each pays there."""
+    info = FigureInfo("largest", "The largest GPT that fits: PipeDream's partition, mCAP, dp and the general ILP, "
+                                 "with and without recompute/offload chosen per layer")
+    info.tables["largest.csv"] = df
+    crits = list(dict.fromkeys(df.criterion)) if "criterion" in df else ["any period"]
+    for crit in crits:
+        g = df[df.criterion == crit] if "criterion" in df else df
+        stem = "largest" if crit == crits[0] else "largest_" + "".join(ch if ch.isalnum() else "_" for ch in crit)
+        info.add(stem, _largest_panels(g, f"Largest GPT that fits per device count ({crit}): bars labelled with "
+                                          "the ratio to PipeDream's partition"))
+    keys = ["family", "devices"] + (["criterion"] if "criterion" in df else [])
+    for key, g in df.groupby(keys):
+        r = g.set_index("method")
+        parts = [f"{m} {r.vs_pipedream[m]:.2f}x (period/bound {r.period_over_bound[m]:.2f})"
+                 for m in r.index if m != "PipeDream" and np.isfinite(r.vs_pipedream[m])]
+        where = ", ".join([str(key[0]), f"P={key[1]}"] + [str(k) for k in key[2:]])
+        info.headlines.append(f"{where}: PipeDream fits {r.parameters.get('PipeDream', 0) / 1e6:.0f} M parameters "
+                              f"(period/bound {r.period_over_bound.get('PipeDream', math.nan):.2f}); " + "; ".join(parts))
     return info

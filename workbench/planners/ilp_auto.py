@@ -1,0 +1,139 @@
+"""``ilp`` with ``activations="auto"``: the plan ILP that also chooses every layer's activation policy.
+
+The model is :func:`workbench.planners.ilp_model.build_model` with ``policies=True`` (its
+policy part: :mod:`workbench.planners.ilp_policies`). The solve follows
+:func:`workbench.planners.ilp.plan_ilp` in a shorter form:
+
+1. the incumbent is the exact contiguous DP with policies
+   (:mod:`workbench.planners.dp_auto`); it bounds the period (``T <= T_dp``) and is returned when
+   the solver finds nothing better (or, on chains longer than ``ilp.COARSEN_ABOVE`` layers,
+   instead of a MILP: coarsening would merge layers that need different policies);
+2. the lower bound is the chain's own (``plan.lower_bound``: policies only add time); the
+   local search, the cover search and the stage-path bound of the keep-only solver are left
+   out (they know no policies);
+3. the MILP with a time limit; its solution is polished (integers fixed, the LP re-solved),
+   rebuilt on its effective chain and re-checked by :func:`workbench.check.check`.
+
+A proof of optimality holds for the MILP's bound on each device's transient memory (as
+without policies) and, for general allocations, for the host link modelled by its load only;
+the plan says so.
+
+>>> from workbench.chain import Chain, Layer, Platform
+>>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 0, 10, 100) for i in range(4)), input_bytes=10)
+>>> p = plan_ilp_auto(ch, Platform(2, memory=300, memory_model="paper", host_bandwidth=100))
+>>> p.period, p.activations        # keep alone needs a period of 9 s under 300 bytes
+(7.0, ('keep', 'recompute', 'keep', 'keep'))
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+import pyomo.environ as pyo
+
+from ..activations import apply_policies, describe, is_keep
+from ..chain import Chain, Platform
+from ..plan import Plan, infeasible_plan, lower_bound, make_plan, stages_of
+from .ilp_model import build_model
+
+__all__ = ["plan_ilp_auto"]
+
+
+def _check(plan: Plan, chain: Chain, platform: Platform) -> list:
+    from ..check import check
+
+    return check(plan, chain, platform)
+
+
+def _from_model(model: pyo.ConcreteModel, chain: Chain, platform: Platform, allocation: str) -> Plan:
+    from .ilp_policies import read_policies
+
+    d = model._ilp
+    T = d.t_ref / pyo.value(model.u)
+    pol = read_policies(model)
+    assignment = [max(range(d.P), key=lambda p: pyo.value(model.x[l, p])) for l in range(d.L)]
+    runs = stages_of(assignment)
+    fwd = [pyo.value(model.tf[a]) * T for a, _ in runs]
+    bwd = [pyo.value(model.tb[b]) * T for _, b in runs]
+    plan = make_plan(apply_policies(chain, pol), platform, T, assignment, fwd, bwd, method="ilp", allocation=allocation)
+    return plan.with_(activations=() if is_keep(pol) else pol, lower_bound=lower_bound(chain, platform))
+
+
+def plan_ilp_auto(chain: Chain, platform: Platform, *, allocation: str = "contiguous",
+                  time_limit: float | None = None, rel_gap: float = 1e-6, threads: int | None = 1,
+                  log: Any = None, solver_options: dict | None = None, **options: Any) -> Plan:
+    """Best periodic plan with per-layer activation policies by the ILP (see the module docstring)."""
+    from .dp import plan_dp
+    from .ilp import COARSEN_ABOVE, polish, solve_model
+
+    t0 = time.perf_counter()
+    if not math.isfinite(platform.memory):    # without a limit keeping everything is best: recompute and
+        from .ilp import plan_ilp             # offload only add time or constraints
+
+        p = plan_ilp(chain, platform, allocation=allocation, time_limit=time_limit, rel_gap=rel_gap, threads=threads,
+                     log=log, solver_options=solver_options)
+        return p.with_(notes=p.notes + ("no memory limit: every layer keeps its activations (the best policy)",))
+    notes: list[str] = []
+    inc = plan_dp(chain, platform, activations="auto", graph=False)
+    inc = inc if inc.feasible and not _check(inc, chain, platform) else None
+    lb = lower_bound(chain, platform)
+
+    def finish(plan: Plan, status: str, gap: float, more: list[str]) -> Plan:
+        return plan.with_(method="ilp", allocation=allocation, status=status, gap=gap, memory_limit=platform.memory,
+                          solve_seconds=time.perf_counter() - t0, notes=tuple(plan.notes) + tuple(notes + more))
+
+    if inc is not None:
+        notes.append(f"incumbent dp with activations chosen per layer, period {inc.period:.6g} s")
+        if inc.period <= lb * (1 + rel_gap):
+            return finish(inc, "optimal", 0.0, ["incumbent meets the lower bound"])
+    if len(chain) > COARSEN_ABOVE:
+        if inc is None:
+            return infeasible_plan(chain, platform, "ilp", "no contiguous plan fits with policies chosen per layer, and "
+                                   f"the ILP with policies does not coarsen chains over {COARSEN_ABOVE} layers",
+                                   allocation=allocation, solve_seconds=time.perf_counter() - t0)
+        return finish(inc, "feasible", max(0.0, (inc.period - lb) / inc.period),
+                      [f"chain over {COARSEN_ABOVE} layers: no MILP with policies (coarsening would merge layers "
+                       "that need different policies); the contiguous DP's plan"])
+    if inc is None:
+        from ..activations import policy_terms
+        from .ilp_model import memory_period_bound
+        from .ilp_policies import minimal_terms
+
+        if not math.isfinite(memory_period_bound(chain, platform, minimal_terms(policy_terms(chain, platform)))):
+            return infeasible_plan(chain, platform, "ilp", "no plan fits in memory even with the least memory any "
+                                   "activation policy gives each layer (every layer counted once, one mini-batch "
+                                   "in flight)", allocation=allocation, solve_seconds=time.perf_counter() - t0)
+    hi = inc.period * (1 + 1e-7) if inc is not None else None
+    model = build_model(chain, platform, allocation=allocation, period_bounds=(lb, hi) if hi else None, policies=True)
+    left = None if time_limit is None else max(time_limit - (time.perf_counter() - t0), 0.5)
+    res = solve_model(model, time_limit=left, rel_gap=rel_gap, threads=threads, log=log, solver_options=solver_options)
+    tc = str(res.termination_condition).split(".")[-1]
+    bound_T = lb
+    if res.objective_bound is not None and math.isfinite(res.objective_bound) and res.objective_bound > 0:
+        bound_T = max(lb, model._ilp.t_ref / res.objective_bound)
+    best = inc
+    if res.incumbent_objective is not None:
+        polish(model, threads=threads)
+        cand = _from_model(model, chain, platform, allocation)
+        bad = _check(cand, chain, platform)
+        if bad:
+            notes.append(f"ILP solution rejected by the checker: {bad[0]}")
+        elif best is None or cand.period < best.period * (1 - 1e-9):
+            best = cand
+    proven = tc in ("convergenceCriteriaSatisfied", "provenInfeasible", "infeasibleOrUnbounded")
+    if best is None:
+        why = ("the ILP proves no plan fits in memory with policies chosen per layer" if proven
+               else f"no plan found within the time limit ({tc})")
+        p = infeasible_plan(chain, platform, "ilp", why, allocation=allocation,
+                            solve_seconds=time.perf_counter() - t0, extra={"termination": tc})
+        return p if proven else p.with_(status="timeout")
+    gap = max(0.0, (best.period - bound_T) / best.period) if tc == "convergenceCriteriaSatisfied" or not proven else 0.0
+    status = "optimal" if proven or gap <= rel_gap else "timeout"
+    more = [f"activations: {describe(best.activations or ('keep',))}", f"HiGHS: {tc}; period bound {bound_T:.6g} s"]
+    if status == "optimal" and best.period > lb * (1 + rel_gap):
+        status = "feasible"
+        more.append("optimal for the MILP's bound on each device's transient memory"
+                    + (" and its host-link load" if allocation == "general" else "") + ", not proven for the exact model")
+    return finish(best, status, gap, more)
