@@ -96,7 +96,9 @@ def _full_device(chain: Chain, platform: Platform, stages: Sequence[tuple[int, i
         resident += k * A + static + buffers + (k - 1) * stash
         # the excess of this stage's operations over its resident state
         for i, c in enumerate(cols):
-            peak = max(c["forward_peak"] + c["in"] - c["saved_input"] - acts[i], c["backward_peak"])
+            # the forward holds its input (unless the previous layer's activations already count it) and
+            # climbs by its own peak; its saved bytes are counted among the stage's activations
+            peak = max(c["forward_peak"] + c["in"] - c["saved"], c["backward_peak"])
             worst = max(worst, peak - sum(acts[i + 1:]))
         if foreach:
             step = _FOREACH_TEMPS[opt] * widen * sum(c["weights"] for c in cols)

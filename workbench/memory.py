@@ -28,7 +28,7 @@ input for l = 0, else the cut before it) and ``out_l`` the cut after it:
 * ``buf_in[l] = in_l`` (l > 0) and ``buf_out[l] = out_l``: a receive buffer for
   the activation arriving when l starts a stage and one for the gradient
   arriving when l ends one (a stage's neighbours are on other devices).
-* ``peak[l] = max(forward_peak_l + in_l - saved_input_l - act_l,
+* ``peak[l] = max(forward_peak_l + in_l - saved_l,
   backward_peak_l)``: how far the layer's forward or backward climbs above
   the state that counts its mini-batch's activations in full.
 * ``step[l]``: the optimizer step's temporaries (Adam's ``sqrt`` and
@@ -251,7 +251,9 @@ def _full_terms(chain: Chain, platform: Platform) -> LayerTerms:
     head = np.maximum(cols["in"] - si + shared, 0.0)
     tail = np.maximum(chain.cuts - so, 0.0)
     tail[-1] = 0.0
-    peak = np.maximum(cols["forward_peak_bytes"] + cols["in"] - si - act, cols["backward_peak_bytes"])
+    # while layer l's forward runs: its input (unless l-1's activations already hold it, when it is shared)
+    # and what the forward allocates, against act_l counted in full: forward_peak + in - shared - act_l
+    peak = np.maximum(cols["forward_peak_bytes"] + cols["in"] - cols["saved"], cols["backward_peak_bytes"])
     foreach = str(chain.meta.get("device", "")).startswith("cuda")
     if foreach:
         step = _FOREACH_TEMPS[platform.optimizer] * wide * W
@@ -490,7 +492,7 @@ def merged_memory_columns(chain: Chain, first: int, last: int) -> dict[str, floa
             first_act = max(saved[0] - (si[0] if first > 0 and (chain.layers[first - 1].saved_output_bytes or 0) > 0
                                         else 0.0), 0.0)
             acts = [first_act] + act[1:]
-            peaks = [max(fp[i] + inp[i] - si[i] - acts[i], bp[i]) for i in range(len(layers))]
+            peaks = [max(fp[i] + inp[i] - saved[i], bp[i]) for i in range(len(layers))]
             excess = max(peaks[i] - sum(acts[i + 1:]) for i in range(len(layers)))
             out["forward_peak_bytes"], out["backward_peak_bytes"] = 0.0, float(max(excess, 0.0))
     for name in ("grad_bytes",):
