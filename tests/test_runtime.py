@@ -364,3 +364,27 @@ def test_run_command_runs_in_the_profiles_dtype(tmp_path, mlp_bf16):
     assert s["max_grad_error"] <= s["grad_tolerance"]
     assert all(abs(m - p) <= 0.05 * p + 8192 for m, p in zip(s["memory_measured"], s["memory_predicted"]))
     assert main(args + ["--dtype", "float32"]) == 2           # a run is in its profile's precision
+
+
+@pytest.mark.parametrize("engine", ["pipedream", "torch"])
+def test_activation_policies_run_with_torchs_tools(engine):
+    """recompute (torch.utils.checkpoint) and offload (saved tensors moved off the device) per layer, as the
+    plan says: the gradients equal one process's; with recompute the peak is the model's, with offload
+    the model is an upper bound (it holds a stage's offloaded bytes until the stage's forward ends)."""
+    from workbench.activations import apply_policies
+    from workbench.profiles.profiler import profile_zoo
+    from workbench.schedule import best_schedule
+
+    chain = profile_zoo("tiny-gpt", 2, repeats=1, warmup=1)
+    wl = Workload.zoo("tiny-gpt", 2)
+    weights = "stash" if engine == "pipedream" else "single"
+    for pol in (("keep", "recompute", "recompute", "keep"), ("keep", "offload", "offload", "keep")):
+        plat = Platform(2, weights=weights)
+        plan = best_schedule(apply_policies(chain, pol), plat, [0, 0, 1, 1]).with_(activations=pol)
+        res = run_plan(plan, wl, STEPS, timeout=TIMEOUT, weights=weights, engine=engine)
+        assert res.meta["engine"] == engine
+        assert grad_error(res.grads, reference_gradients(wl, STEPS))[1] < 1e-6, pol
+        if "offload" in pol:
+            assert all(res.meta["memory_peak"][d] <= plan.memory[d] * 1.05 + 8192 for d in range(2))
+        else:
+            _check_memory(res, plan, wl, chain)

@@ -41,7 +41,16 @@ class Recomputed(nn.Module):
         self.layer = layer
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return checkpoint(self.layer, x, use_reentrant=False)
+        # the parameters go in as inputs of the checkpointed function, so that the recomputation in the
+        # backward uses the very tensors the forward used (under torch.func.functional_call, as the
+        # PipeDream engine calls its stages with a weight version, they are not the module's own)
+        names, tensors = zip(*self.layer.named_parameters()) if any(True for _ in self.layer.parameters()) \
+            else ((), ())
+
+        def run(inp: torch.Tensor, *params: torch.Tensor) -> torch.Tensor:
+            return torch.func.functional_call(self.layer, dict(zip(names, params)), (inp,))
+
+        return checkpoint(run, x, *tensors, use_reentrant=False)
 
 
 class Offloaded(nn.Module):

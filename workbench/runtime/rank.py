@@ -34,6 +34,8 @@ from typing import Any, Iterator, Sequence
 import torch
 from torch import nn
 
+from ..policy_layers import Offloaded, Recomputed
+
 __all__ = ["OPTIMIZERS", "make_optimizer", "RankModel", "Recorder", "MemoryProbe", "layer_output_shapes",
            "chain_input"]
 
@@ -103,6 +105,11 @@ def layer_output_shapes(modules: Sequence[nn.Module], x0: torch.Tensor) -> list[
     raise AssertionError("unreachable")
 
 
+def _with_policy(module: nn.Module, policy: str) -> nn.Module:
+    """``module`` as its activation policy runs it (:mod:`workbench.policy_layers`)."""
+    return {"keep": lambda m: m, "recompute": Recomputed, "offload": Offloaded}[policy](module)
+
+
 @dataclass
 class RankModel:
     """A rank's share of the model: per own stage an ``nn.Sequential`` of its layers, on ``device``.
@@ -127,16 +134,20 @@ class RankModel:
         shapes = layer_output_shapes(layers.modules, x0)
         stages: dict[int, nn.Sequential] = {}
         names: dict[int, dict[str, str]] = {}
+        policies = tuple(getattr(plan, "activations", ()) or ()) or ("keep",) * len(plan.assignment)
         for s, st in enumerate(plan.stages):
             if st.device != rank:
                 continue
-            mods = [layers.modules[l].to(device) for l in range(st.first, st.last + 1)]
+            # each layer with its activation policy (docs/model.md, "Activation policies"): recompute and
+            # offload wrap it (its parameters then sit under "layer.")
+            mods = [_with_policy(layers.modules[l].to(device), policies[l]) for l in range(st.first, st.last + 1)]
             seq = nn.Sequential(*mods).train()
             stages[s] = seq
             canon: dict[str, str] = {}
             for j, l in enumerate(range(st.first, st.last + 1)):
+                inner = "" if policies[l] == "keep" else "layer."
                 for n, full in layers.parameter_names[l].items():
-                    canon[f"{j}.{n}"] = full
+                    canon[f"{j}.{inner}{n}"] = full
             names[s] = {n: canon[n] for n, _ in seq.named_parameters()}
         return cls(stages, names, shapes, layers.loss, layers.tied, layers.names)
 
