@@ -368,9 +368,9 @@ def test_run_command_runs_in_the_profiles_dtype(tmp_path, mlp_bf16):
 
 @pytest.mark.parametrize("engine", ["pipedream", "torch"])
 def test_activation_policies_run_with_torchs_tools(engine):
-    """recompute (torch.utils.checkpoint) and offload (saved tensors moved off the device) per layer, as the
-    plan says: the gradients equal one process's; with recompute the peak is the model's, with offload
-    the model is an upper bound (it holds a stage's offloaded bytes until the stage's forward ends)."""
+    """recompute (torch.utils.checkpoint) and offload (saved tensors moved off the device as a block when the
+    stage's forward ends, back when its backward starts) per layer, as the plan says: the gradients equal
+    one process's and the peak is the model's."""
     from workbench.activations import apply_policies
     from workbench.profiles.profiler import profile_zoo
     from workbench.schedule import best_schedule
@@ -384,7 +384,4 @@ def test_activation_policies_run_with_torchs_tools(engine):
         res = run_plan(plan, wl, STEPS, timeout=TIMEOUT, weights=weights, engine=engine)
         assert res.meta["engine"] == engine
         assert grad_error(res.grads, reference_gradients(wl, STEPS))[1] < 1e-6, pol
-        if "offload" in pol:
-            assert all(res.meta["memory_peak"][d] <= plan.memory[d] * 1.05 + 8192 for d in range(2))
-        else:
-            _check_memory(res, plan, wl, chain)
+        _check_memory(res, plan, wl, chain)

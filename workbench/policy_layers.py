@@ -23,14 +23,15 @@ torch.Size([2, 4])
 
 from __future__ import annotations
 
-from typing import Sequence
+from contextlib import contextmanager
+from typing import Iterator, Sequence
 
 import numpy as np
 import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-__all__ = ["Recomputed", "Offloaded", "with_policies"]
+__all__ = ["Recomputed", "Offloaded", "OffloadStore", "offloading", "with_policies"]
 
 
 class Recomputed(nn.Module):
@@ -53,9 +54,72 @@ class Recomputed(nn.Module):
         return checkpoint(run, x, *tensors, use_reentrant=False)
 
 
+def _to_host(t: torch.Tensor):
+    """A host copy of ``t`` (on CPU, NumPy bytes: outside every torch allocator and tracker)."""
+    if t.device.type == "cuda":
+        return ("host", t.device, t.to("cpu", non_blocking=False))
+    raw = t.detach().contiguous().reshape(-1).view(torch.uint8).numpy().copy()   # any dtype, as bytes
+    return ("host", t.device, raw, t.dtype, tuple(t.shape))
+
+
+def _from_host(packed) -> torch.Tensor:
+    if packed[1].type == "cuda":
+        return packed[2].to(packed[1])
+    _, _, raw, dtype, shape = packed
+    return torch.from_numpy(raw).clone().view(dtype).reshape(shape)
+
+
+class OffloadStore:
+    """The offloaded saved tensors of one stage and one mini-batch, moved as a block: on the device
+    while the stage's forward runs, on the host from the end of the forward (:meth:`move_out`) to
+    the start of the backward (:meth:`move_in`), as docs/model.md ("Activation policies") schedules
+    them. A runtime makes one per stage and mini-batch and runs the forward under
+    :func:`offloading`.
+
+    >>> store = OffloadStore()
+    >>> h = store.pack(torch.ones(3)); store.move_out(); store.move_in()
+    >>> store.unpack(h).tolist()
+    [1.0, 1.0, 1.0]
+    """
+
+    def __init__(self) -> None:
+        self.items: list = []
+        self.out = False
+
+    def pack(self, t: torch.Tensor) -> int:
+        self.items.append(t)
+        return len(self.items) - 1
+
+    def unpack(self, handle: int) -> torch.Tensor:
+        item = self.items[handle]
+        return _from_host(item) if isinstance(item, tuple) else item
+
+    def move_out(self) -> None:
+        self.items = [_to_host(t) if isinstance(t, torch.Tensor) else t for t in self.items]
+        self.out = True
+
+    def move_in(self) -> None:
+        self.items = [_from_host(t) if isinstance(t, tuple) else t for t in self.items]
+        self.out = False
+
+
+_STORE: list[OffloadStore] = []
+
+
+@contextmanager
+def offloading(store: OffloadStore) -> Iterator[OffloadStore]:
+    """While the block runs, :class:`Offloaded` layers put their saved tensors into ``store``."""
+    _STORE.append(store)
+    try:
+        yield store
+    finally:
+        _STORE.pop()
+
+
 class Offloaded(nn.Module):
-    """``layer`` whose saved tensors (parameters excepted) leave the device after they are saved
-    and come back when the backward needs them."""
+    """``layer`` whose saved tensors (parameters excepted) leave the device and come back when the
+    backward needs them: into the stage's :class:`OffloadStore` when a runtime runs it under
+    :func:`offloading` (a block, moved when the stage's forward ends), else each one as it is saved."""
 
     def __init__(self, layer: nn.Module) -> None:
         super().__init__()
@@ -63,22 +127,19 @@ class Offloaded(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         params = {p.untyped_storage().data_ptr() for p in self.layer.parameters()}
+        store = _STORE[-1] if _STORE else None
 
         def pack(t: torch.Tensor):
             if t.untyped_storage().data_ptr() in params:     # a parameter (or a view of one) stays
                 return t
-            if t.device.type == "cuda":
-                return ("host", t.device, t.to("cpu", non_blocking=False))
-            raw = t.detach().contiguous().reshape(-1).view(torch.uint8).numpy().copy()   # any dtype, as bytes
-            return ("host", t.device, raw, t.dtype, tuple(t.shape))
+            return ("store", store.pack(t)) if store is not None else _to_host(t)
 
         def unpack(packed):
             if isinstance(packed, torch.Tensor):
                 return packed
-            if packed[1].type == "cuda":
-                return packed[2].to(packed[1])
-            _, _, raw, dtype, shape = packed
-            return torch.from_numpy(raw).clone().view(dtype).reshape(shape)
+            if packed[0] == "store":
+                return store.unpack(packed[1])
+            return _from_host(packed)
 
         with torch.autograd.graph.saved_tensors_hooks(pack, unpack):
             return self.layer(x)

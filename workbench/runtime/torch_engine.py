@@ -37,6 +37,7 @@ parameter object itself.
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from typing import Any
 
 import torch
@@ -44,6 +45,7 @@ import torch.distributed as dist
 from torch.distributed.pipelining import PipelineStage
 from torch.distributed.pipelining import schedules as ts
 
+from ..policy_layers import OffloadStore, offloading
 from .rank import MemoryProbe, RankModel, Recorder, chain_input, make_optimizer
 
 __all__ = ["TimedStage", "TimedSchedule", "run_torch_rank", "tie_groups"]
@@ -56,9 +58,17 @@ class TimedStage(PipelineStage):
     probe: MemoryProbe | None = None
     samples: list[tuple[float, float, float]]
 
+    #: the stage holds layers whose activations are offloaded (a store per micro-batch, moved as a block)
+    offloads: bool = False
+
     def forward_one_chunk(self, fwd_chunk_id: int, args: Any, kwargs: Any = None, save_forward_output: bool = True):
         t0 = self.recorder.now()
-        out = super().forward_one_chunk(fwd_chunk_id, args, kwargs, save_forward_output)
+        store = OffloadStore() if self.offloads else None
+        with offloading(store) if store is not None else nullcontext():
+            out = super().forward_one_chunk(fwd_chunk_id, args, kwargs, save_forward_output)
+        if store is not None:       # the offloaded layers' saved tensors leave as a block when the forward ends
+            store.move_out()
+            self.stores[fwd_chunk_id] = store
         self.recorder.add("F", self.stage_index, fwd_chunk_id, t0, self.recorder.now())
         if not self.is_last:
             self._sample()
@@ -66,9 +76,13 @@ class TimedStage(PipelineStage):
 
     def backward_one_chunk(self, bwd_chunk_id: int, loss=None, full_backward: bool = True,
                            last_backward: bool = False):
+        store = self.stores.pop(bwd_chunk_id, None) if self.offloads else None
         with self.recorder.op("B", self.stage_index, bwd_chunk_id):
+            if store is not None:   # ... and come back as a block before the backward
+                store.move_in()
             out = super().backward_one_chunk(bwd_chunk_id, loss=loss, full_backward=full_backward,
                                              last_backward=last_backward)
+        del store
         self._sample()
         return out
 
@@ -170,6 +184,7 @@ def run_torch_rank(rank: int, world: int, cfg) -> dict[str, Any]:
         stage = TimedStage(seq, s, S, dev, input_args=(x_in,), output_args=(_meta(*model.shapes[st.last]),),
                            group=group)
         stage.recorder, stage.samples = rec, samples
+        stage.offloads, stage.stores = "offload" in (plan.activations or ())[st.first:st.last + 1], {}
         stages.append(stage)
     params = [p for s in model.stages for p in model.stages[s].parameters()]
     optimizer = make_optimizer(cfg.optimizer, list({id(p): p for p in params}.values()), cfg.lr)

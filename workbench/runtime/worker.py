@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import os
 import time
+from contextlib import nullcontext
 from collections import deque
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -57,6 +58,7 @@ import torch
 import torch.distributed as dist
 
 from ..plan import Plan
+from ..policy_layers import OffloadStore, offloading
 from .program import Op
 from .rank import MemoryProbe, RankModel, Recorder, chain_input, make_optimizer
 
@@ -161,6 +163,10 @@ class PipeDreamRank:
         self.wire = torch.device("cpu") if cuda and cfg.backend == "gloo" and not cfg.isolated else self.dev
         self.model = RankModel.build(cfg.plan, cfg.workload, rank, self.dev)
         self.mine = sorted(self.model.stages)
+        acts = cfg.plan.activations or ()
+        self.offload_stages = {s for s in self.mine if "offload" in acts[cfg.plan.stages[s].first:
+                                                                           cfg.plan.stages[s].last + 1]}
+        self.offloaded: dict[tuple[int, int], OffloadStore] = {}
         self.live = {s: self.model.parameters(s) for s in self.mine}
         self.ties = self._ties()
         owned = {s: [p for n, p in self.live[s].items() if (s, n) not in self.ties["shared"]] for s in self.mine}
@@ -312,10 +318,14 @@ class PipeDreamRank:
         if s == self.S - 1 and self.S > 1:
             y = self.batch(i)[1]
         version = self.weights_for(s, i)
-        with self.recorder.op("F", s, i):
+        store = OffloadStore() if s in self.offload_stages else None
+        with self.recorder.op("F", s, i), (offloading(store) if store is not None else nullcontext()):
             h = out = torch.func.functional_call(self.model.stages[s], version, (x,))
             if s == self.S - 1:                       # the loss belongs to the last layer, as profiled
                 out = self.model.loss(h, y)
+        if store is not None:       # offloaded layers' saved tensors leave as a block when the forward ends
+            store.move_out()
+            self.offloaded[(s, i)] = store
         self.inflight[(s, i)] = (x, out, version)
         if s < self.S - 1:
             if self.stage_dev[s + 1] == self.rank:
@@ -340,7 +350,11 @@ class PipeDreamRank:
         wrt = [version[n] for n in names] + ([x] if want_x else [])
         with self.recorder.op("B", s, i):
             # backward(inputs=...) accumulates into the preset gradient buffers
+            store = self.offloaded.pop((s, i), None)
+            if store is not None:   # ... and come back as a block before the backward
+                store.move_in()
             torch.autograd.backward(out, grad_tensors=g_out, inputs=wrt)
+            del store
             by_name = {n: version[n].grad for n in names if version[n].grad is not None}
             gx = x.grad if want_x else None
             for t in wrt:
