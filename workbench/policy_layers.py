@@ -26,7 +26,6 @@ from __future__ import annotations
 from contextlib import contextmanager
 from typing import Iterator, Sequence
 
-import numpy as np
 import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
