@@ -72,16 +72,20 @@ def run_case(label: str, model_name: str, config: dict, batch: int, optimizer: s
             "seconds": time.perf_counter() - t0}
 
 
-#: (label, zoo model, config, batch, optimizer, {devices: assignment})
+GPT4 = {"layers": 4, "d_model": 128, "heads": 4, "seq_len": 128, "vocab": 4096}
+#: (label, zoo model, config, batch, optimizer, {devices: assignment}, activation policies or None)
 RANK_CASES = [
-    ("gpt 4x128, vocab 4k", "gpt", {"layers": 4, "d_model": 128, "heads": 4, "seq_len": 128, "vocab": 4096}, 4, "adam",
-     {2: [0, 0, 0, 1, 1, 1], 4: [0, 0, 1, 2, 3, 3]}),
+    ("gpt 4x128, vocab 4k", "gpt", GPT4, 4, "adam", {2: [0, 0, 0, 1, 1, 1], 4: [0, 0, 1, 2, 3, 3]}, None),
     ("resnet50 64px", "resnet50", {"image_size": 64}, 4, "momentum",
-     {2: [0] * 8 + [1] * 10, 4: [0] * 4 + [1] * 4 + [2] * 5 + [3] * 5}),
+     {2: [0] * 8 + [1] * 10, 4: [0] * 4 + [1] * 4 + [2] * 5 + [3] * 5}, None),
+    ("gpt, blocks recomputed", "gpt", GPT4, 4, "adam", {2: [0, 0, 0, 1, 1, 1]}, ("keep",) + ("recompute",) * 4 + ("keep",)),
+    ("gpt, blocks offloaded", "gpt", GPT4, 4, "adam", {2: [0, 0, 0, 1, 1, 1]}, ("keep",) + ("offload",) * 4 + ("keep",)),
 ]
 
 
-def run_ranks(label: str, model_name: str, config: dict, batch: int, optimizer: str, plans: dict) -> list[dict]:
+def run_ranks(label: str, model_name: str, config: dict, batch: int, optimizer: str, plans: dict,
+              policies: tuple[str, ...] | None) -> list[dict]:
+    from workbench.activations import apply_policies
     from workbench.runtime.commands import run_and_compare
     from workbench.schedule import best_schedule
 
@@ -90,7 +94,8 @@ def run_ranks(label: str, model_name: str, config: dict, batch: int, optimizer: 
     for P, assignment in plans.items():
         for weights in ("stash", "single"):
             platform = Platform(P, bandwidth="12GB/s", weights=weights, optimizer=optimizer)
-            plan = best_schedule(chain, platform, assignment, method="benchmark")
+            plan = best_schedule(apply_policies(chain, policies), platform, assignment, method="benchmark")
+            plan = plan.with_(activations=tuple(policies or ()))
             s = run_and_compare(plan, chain, platform, model_name, batch, steps=8, model_config=config, replan=False)
             for d, (pred, meas) in enumerate(zip(s["memory_predicted"], s["memory_measured"])):
                 rows.append({"case": label, "ranks": P, "engine": s["engine"], "device": d,
@@ -121,13 +126,13 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n{len(rows)} cases: error from {worst_under:+.2%} to {worst_over:+.2%} "
           f"(target: within +5 %, never below -2 %): {'PASS' if ok else 'FAIL'}")
     if args.ranks:
-        print(f"\n{'case':22s} {'ranks':>5s} {'engine':>9s} {'device':>6s} {'k':>5s} {'predicted':>11s} "
+        print(f"\n{'case':24s} {'ranks':>5s} {'engine':>9s} {'device':>6s} {'k':>5s} {'predicted':>11s} "
               f"{'measured':>11s} {'error':>7s} {'grad err':>8s}")
         ranked = []
         for case in RANK_CASES:
             for r in run_ranks(*case):
                 ranked.append(r)
-                print(f"{r['case']:22s} {r['ranks']:5d} {r['engine']:>9s} {r['device']:6d} {r['in_flight']:>5s} "
+                print(f"{r['case']:24s} {r['ranks']:5d} {r['engine']:>9s} {r['device']:6d} {r['in_flight']:>5s} "
                       f"{format_bytes(r['predicted']):>11s} {format_bytes(r['measured']):>11s} {r['error']:+7.2%} "
                       f"{r['grad_error']:8.1e}", flush=True)
         used = [r for r in ranked if r["measured"] > 0]
