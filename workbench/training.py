@@ -33,19 +33,21 @@ from typing import Iterable
 import torch
 from torch import nn
 
-__all__ = ["OPTIMIZERS", "make_optimizer", "MasterWeights", "zero_grad"]
+from .chain import OPTIMIZERS
 
-OPTIMIZERS = ("none", "sgd", "momentum", "adam", "adamw")
+__all__ = ["OPTIMIZERS", "make_optimizer", "MasterWeights", "zero_grad"]
 
 
 def make_optimizer(name: str, params: Iterable[torch.nn.Parameter], lr: float = 0.0) -> torch.optim.Optimizer | None:
-    """torch's optimizer called ``name`` over ``params`` (None for ``"none"``).
+    """torch's optimizer called ``name`` over ``params`` (None for ``"none"`` or no parameters).
 
     >>> make_optimizer("momentum", torch.nn.Linear(2, 2).parameters()).defaults["momentum"]
     0.9
     """
+    if name not in OPTIMIZERS:
+        raise ValueError(f"unknown optimizer {name!r}; known: {', '.join(OPTIMIZERS)}")
     params = list(params)
-    if name == "none":
+    if name == "none" or not params:
         return None
     if name == "sgd":
         return torch.optim.SGD(params, lr=lr)
@@ -53,9 +55,7 @@ def make_optimizer(name: str, params: Iterable[torch.nn.Parameter], lr: float = 
         return torch.optim.SGD(params, lr=lr, momentum=0.9)
     if name == "adam":
         return torch.optim.Adam(params, lr=lr)
-    if name == "adamw":
-        return torch.optim.AdamW(params, lr=lr)
-    raise ValueError(f"unknown optimizer {name!r}; known: {', '.join(OPTIMIZERS)}")
+    return torch.optim.AdamW(params, lr=lr)
 
 
 def zero_grad(params: Iterable[torch.nn.Parameter]) -> None:

@@ -35,28 +35,10 @@ import torch
 from torch import nn
 
 from ..policy_layers import Offloaded, Recomputed
+from ..training import OPTIMIZERS, make_optimizer
 
 __all__ = ["OPTIMIZERS", "make_optimizer", "RankModel", "Recorder", "MemoryProbe", "layer_output_shapes",
            "chain_input"]
-
-OPTIMIZERS = ("none", "sgd", "momentum", "adam", "adamw")
-
-
-def make_optimizer(name: str, params: Sequence[torch.Tensor], lr: float = 0.0) -> torch.optim.Optimizer | None:
-    """The run's optimizer over ``params`` (None for ``"none"`` or no parameters)."""
-    if name not in OPTIMIZERS:
-        raise ValueError(f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {name!r}")
-    params = list(params)
-    if name == "none" or not params:
-        return None
-    if name == "sgd":
-        return torch.optim.SGD(params, lr=lr)
-    if name == "momentum":
-        return torch.optim.SGD(params, lr=lr, momentum=0.9)
-    if name == "adam":
-        return torch.optim.Adam(params, lr=lr)
-    return torch.optim.AdamW(params, lr=lr)
-
 
 def chain_input(inputs: Any) -> torch.Tensor:
     """The tensor that enters a chain: the inputs themselves, or their first tensor.
