@@ -37,7 +37,8 @@ _PACKAGE = Path(__file__).resolve().parent
 NOT_MODEL = (
     "__init__.py", "__main__.py", "cli.py", "demo.py", "experiments.py", "io.py", "paths.py", "provenance.py",
     "sweeps.py", "viz/", "runtime/", "profiles/profiler.py", "profiles/zoo.py", "profiles/commands.py",
-    "profiles/compare.py",
+    "profiles/compare.py", "profiles/memtrace.py", "profiles/discover.py", "profiles/wrappers.py",
+    "profiles/usermodel.py", "training.py", "witness.py", "policy_layers.py",
 )
 
 
