@@ -29,10 +29,12 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from workbench.chain import Chain, Layer, Platform  # noqa: E402
+from workbench.methods import METHODS as REGISTRY  # noqa: E402
 from workbench.planners import plan as run_planner  # noqa: E402
 from workbench.planners.dp import least_memory, plan_dp  # noqa: E402
 
-METHODS = ["dp", "pipedream", "uniform", "parameters", "torchgpipe", "gpipe", "1f1b"]
+#: the checked periodic baselines and the flushed schedules (workbench.methods)
+METHODS = [m.name for m in REGISTRY if m.baseline or m.family == "flushed"]
 
 
 def fmt_mem(b: float) -> str:

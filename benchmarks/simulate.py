@@ -14,6 +14,7 @@ import statistics
 import time
 
 from workbench.chain import Chain, Layer, Platform
+from workbench.methods import names
 from workbench.schedule import Scheduler, best_schedule, build_schedule
 from workbench.simulate import simulate, simulate_flushed
 
@@ -56,7 +57,7 @@ def main(argv: list[str] | None = None) -> None:
         plan = build_schedule(chain, plat, assign, Scheduler(chain, plat, assign).min_period)
         t = _time(lambda: simulate(plan, chain, plat, batches=N), r)
         rows.append(("simulate periodic", f"{P} devices x {N} mini-batches", t, "< 2 s" if (P, N) == (8, 1000) else ""))
-    for kind in ("gpipe", "1f1b"):
+    for kind in names(family="flushed"):
         chain = _chain(32)
         plat = Platform(8, bandwidth="12GB/s", memory_model="paper")
         t = _time(lambda: simulate_flushed(chain, plat, _contiguous(32, 8), 32, kind=kind, flushes=4), r)

@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 from workbench import experiments as ex
+from workbench.experiments import report as report_module
 from workbench.chain import Platform
 from workbench.plan import lower_bound
 from workbench.profiles import load_profile
@@ -269,7 +270,7 @@ def test_a_unit_lost_before_the_figures_is_named_with_the_reason(tmp_path, monke
             return None, "CSV does not match its checksum (changed, cut short, or written by another run)"
         return real(unit, out)
 
-    monkeypatch.setattr(ex, "read_unit", second_read_fails)
+    monkeypatch.setattr(report_module, "read_unit", second_read_fails)
     _, rep = small_run(tmp_path)
     assert rep.left_out == {"complexity__family": "CSV does not match its checksum (changed, cut short, or written "
                                                   "by another run)"}
@@ -295,7 +296,7 @@ def test_a_failed_check_is_at_the_top_of_the_report_and_fails_the_command(tmp_pa
     assert rep.computed == [] and any("disagree on lower_bound" in v for v in rep.violations)
     report = rep.report_path.read_text()
     assert report.index("## CHECKS FAILED") < report.index("Settings:") and "All checks pass" not in report
-    monkeypatch.setattr(ex, "reproduce", lambda **kw: rep)
+    monkeypatch.setattr(report_module, "reproduce", lambda **kw: rep)
     assert ex.reproduce_command(argparse.Namespace(quick=True, only=None, out=str(tmp_path))) == 1
     assert "CHECKS FAILED" in capsys.readouterr().err
 

@@ -9,7 +9,7 @@ import pytest
 
 from workbench.chain import Platform
 from workbench.check import check
-from workbench.experiment_units import METHOD_KEYS, METHOD_LABELS
+from workbench.experiments import METHOD_KEYS, METHOD_LABELS
 from workbench.memory import device_memory, layer_terms
 from workbench.planners import METHODS, plan as run_planner
 from workbench.planners.mcap import mcap_partition

@@ -31,7 +31,7 @@ def test_names_resolve_to_the_shipped_copy_without_shared(monkeypatch, tmp_path)
         assert resolve_profile(f"pipedream/{net}") == paths.PIPEDREAM_PROFILES_DIR / net / "graph.txt"
     chain = load_profile("pipedream/vgg16")
     assert len(chain) > 10 and chain.forward.sum() > 0
-    from workbench.experiment_units import settings_for
+    from workbench.experiments import settings_for
 
     assert {f"pipedream/{n}" for n in NETS} <= set(settings_for().networks)  # reproduce's full run has them all
 

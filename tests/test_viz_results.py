@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from workbench.experiment_units import METHOD_LABELS
+from workbench.experiments import METHOD_LABELS
 from workbench.viz import results as R
 
 GiB = 2**30

@@ -20,6 +20,8 @@ import sys
 from pathlib import Path
 from typing import Callable
 
+from .methods import METHODS, method, names
+
 __all__ = ["main", "build_parser", "platform_from_args", "int_in", "positive_seconds"]
 
 
@@ -184,14 +186,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("plan", help="plan a pipeline under a memory limit")
     _add_platform_args(p)
-    p.add_argument("--method", default="dp",
-                   help="planner: dp, ilp, pipedream, mcap, uniform, parameters, torchgpipe, gpipe, 1f1b, brute")
+    p.add_argument("--method", default="dp", help="planner: " + ", ".join(m.name for m in METHODS))
     p.add_argument("--activations", default="keep", choices=["keep", "recompute", "offload", "auto"],
                    help="activation policy of every layer (docs/model.md, 'Activation policies'); auto: chosen per "
-                        "layer (dp, ilp, brute; other periodic methods: for their own partition)")
+                        f"layer ({', '.join(names(auto_activations=True))}; other periodic methods: for their own "
+                        "partition)")
     p.add_argument("--allocation", choices=["contiguous", "general"], default="contiguous",
                    help="contiguous: one stage per device (default); general: a device may hold several stages "
-                        "(ilp and brute only)")
+                        f"({' and '.join(m.name for m in METHODS if 'general' in m.allocations)} only)")
     p.add_argument("--time-limit", type=positive_seconds, default=None,
                    help="seconds for the whole call (ilp, brute): it returns its best plan and gap by then "
                         "(about 10%% + 2 s later at most)")
@@ -236,7 +238,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quick", action="store_true", help="small settings: a few minutes")
     p.add_argument("--only", default=None, help="comma-separated figure names to recompute (default: all)")
     p.add_argument("--out", default=None, help="results folder (default data/results, or a quick one)")
-    p.set_defaults(handler="workbench.experiments:reproduce_command")
+    p.set_defaults(handler="workbench.experiments.report:reproduce_command")
 
     p = sub.add_parser("largest", help="the largest GPT (grown by depth and by width) each method fits")
     p.add_argument("--family", action="append", choices=["depth", "width"], help="family (repeatable; default both)")
@@ -316,12 +318,12 @@ def _resolve_plan_context(args: argparse.Namespace, plan):
 
 
 def plan_command(args: argparse.Namespace) -> int:
-    from .planners import GENERAL_METHODS, get_planner
+    from .planners import GENERAL_METHODS
     from .planners import plan as run_planner
 
-    get_planner(args.method)  # an unknown method is refused before the profile is read
-    if args.allocation == "general" and args.method not in GENERAL_METHODS:
-        raise ValueError(f"--allocation general: method {args.method!r} plans contiguous allocations only; "
+    chosen = method(args.method)  # an unknown method is refused before the profile is read
+    if args.allocation not in chosen.allocations:
+        raise ValueError(f"--allocation {args.allocation}: method {args.method!r} plans contiguous allocations only; "
                          f"use one of {', '.join(sorted(GENERAL_METHODS))}")
     chain = chain_from_args(args)
     platform = platform_from_args(args)

@@ -30,12 +30,14 @@ from pathlib import Path
 
 from .chain import Chain, Platform
 from .io import remove_orphans, write_text_atomic
+from .methods import lineup
 from .plan import Plan
 from .units import format_bytes, format_seconds
 
 __all__ = ["run_demo", "demo_command", "demo_memory_limit", "plan_result", "DEMO_METHODS", "LEGEND"]
 
-DEMO_METHODS = ("dp", "pipedream", "uniform", "1f1b", "gpipe")
+#: the methods the demo runs (the registry's line-up, :data:`workbench.methods.LINEUPS`)
+DEMO_METHODS = tuple(name for name, _ in lineup("demo"))
 
 LEGEND = """How to read the tables:
 

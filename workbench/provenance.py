@@ -35,9 +35,9 @@ _PACKAGE = Path(__file__).resolve().parent
 
 #: paths (relative to the package) of what does not change a result: presentation, storage, running plans
 NOT_MODEL = (
-    "__init__.py", "__main__.py", "cli.py", "demo.py", "experiments.py", "io.py", "paths.py", "provenance.py",
-    "sweeps.py", "viz/", "runtime/", "profiles/profiler.py", "profiles/zoo.py", "profiles/commands.py",
-    "profiles/compare.py",
+    "__init__.py", "__main__.py", "cli.py", "demo.py", "experiments/__init__.py", "experiments/report.py",
+    "experiments/analyses.py", "io.py", "paths.py", "provenance.py", "viz/", "runtime/", "profiles/profiler.py",
+    "profiles/zoo.py", "profiles/commands.py", "profiles/compare.py",
 )
 
 

@@ -23,6 +23,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from ..chain import Chain
+from ..methods import METHODS
 from ..plan import Plan
 from .gantt import TEMPLATE
 from .memory import DEVICE_COLORS, byte_unit
@@ -30,10 +31,8 @@ from .memory import DEVICE_COLORS, byte_unit
 __all__ = ["throughput_vs_memory", "period_vs_bound", "allocation_map", "replay_chart", "prediction_errors",
            "calibration_chart", "METHOD_COLORS"]
 
-METHOD_COLORS = {
-    "dp": "#3366CC", "madpipe": "#3366CC", "ilp": "#D62728", "pipedream": "#F28E2B", "gpipe": "#59A14F",
-    "1f1b": "#B07AA1", "uniform": "#9C755F", "parameters": "#76B7B2", "torchgpipe": "#EDC948", "brute": "#000000",
-}
+#: method name (or alias) -> colour, from the registry (:mod:`workbench.methods`)
+METHOD_COLORS = {n: m.colour for m in METHODS for n in (m.name, *m.aliases)}
 _SYMBOLS = ["circle", "square", "diamond", "triangle-up", "x", "cross", "star", "triangle-down"]
 
 

@@ -42,7 +42,8 @@ import plotly.graph_objects as go
 
 from ..chain import Chain, Platform
 from ..plan import Plan
-from ..planners import METHODS, plan as run_planner
+from ..methods import METHODS, flushed, names
+from ..planners import plan as run_planner
 from ..planners.dp import least_memory
 from ..simulate import simulate
 from ..trace import Trace
@@ -53,9 +54,11 @@ from .memory import memory_bars
 __all__ = ["Explorer", "explore", "available_methods", "memory_range", "trace_of", "quick"]
 
 GiB = 2**30
-SLOW_METHODS = {"ilp", "brute"}
-#: methods planned on blocks of a long chain (the ILP coarsens by itself; flushed schedules simulate)
-COARSE_METHODS = {"dp", "pipedream", "uniform", "parameters", "torchgpipe", "brute"}
+#: methods that show a progress bar and stream their log (the registry's ``slow``)
+SLOW_METHODS = set(names(slow=True))
+#: methods planned on blocks of a long chain (the registry's ``blocks``: the ILP coarsens by itself; flushed
+#: schedules simulate)
+COARSE_METHODS = set(names(blocks=True))
 _PREFERRED_PROFILES = ("vgg16", "resnet50", "gpt-small", "pipedream/vgg16", "pipedream/resnet50")
 
 
@@ -67,11 +70,10 @@ def quick() -> bool:
 def available_methods() -> list[str]:
     """Planner names whose module is present, the DP first."""
     out = []
-    for name, target in METHODS.items():
-        mod = target.split(":")[0]
+    for m in METHODS:
         try:
-            if importlib.util.find_spec(mod) is not None:
-                out.append(name)
+            if importlib.util.find_spec(m.module) is not None:
+                out.append(m.name)
         except ModuleNotFoundError:
             pass
     return sorted(out, key=lambda m: (m != "dp", m))
@@ -94,9 +96,8 @@ def trace_of(plan: Plan, chain: Chain, platform: Platform, batches: int | None =
     Periodic plans default to enough mini-batches to show the steady state;
     flushed schedules (GPipe, 1F1B) run their ``micro_batches``.
     """
-    flushed = plan.schedule in ("gpipe", "1f1b")
     if batches is None:
-        batches = int(plan.micro_batches or 8) if flushed else max(8, 2 * len(plan.stages) + 4)
+        batches = int(plan.micro_batches or 8) if flushed(plan.schedule) else max(8, 2 * len(plan.stages) + 4)
     return simulate(plan, chain, platform, batches=batches)
 
 

@@ -28,12 +28,12 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from .gantt import TEMPLATE
-
 from ..chain import Chain, Platform
 from ..memory import memory_breakdown
+from ..methods import flushed
 from ..plan import Plan, chain_for_plan
 from ..trace import Trace
+from .gantt import TEMPLATE
 
 __all__ = ["memory_timeline", "memory_bars", "memory_split", "byte_unit", "SPLIT_COLORS", "SPLIT_TERMS", "DEVICE_COLORS"]
 
@@ -74,7 +74,7 @@ def memory_split(plan: Plan, chain: Chain, platform: Platform) -> pd.DataFrame:
     """
     chain = chain_for_plan(plan, chain)
     P = plan.devices
-    if plan.schedule in ("gpipe", "1f1b"):
+    if flushed(plan.schedule):
         rows = _flushed_split(plan, chain, platform)
     else:
         rows = memory_breakdown(chain, platform, plan.stages)

@@ -25,6 +25,7 @@ import plotly.graph_objects as go
 import plotly.io as pio
 
 from ..chain import Chain, Layer, Platform
+from ..methods import METHODS
 from ..trace import Trace
 from ..units import format_bytes
 from .explorer import quick
@@ -74,10 +75,8 @@ def three_schedules(chain: Chain, platform: Platform, assignment: Sequence[int] 
     from ..simulate import simulate, simulate_flushed
 
     a = list(assignment) if assignment is not None else contiguous_assignment(chain, platform.devices)
-    out = {
-        "GPipe": simulate_flushed(chain, platform, a, micro_batches, kind="gpipe"),
-        "1F1B": simulate_flushed(chain, platform, a, micro_batches, kind="1f1b"),
-    }
+    out = {m.short: simulate_flushed(chain, platform, a, micro_batches, kind=m.name)
+           for m in METHODS if m.family == "flushed"}
     periodic = best_schedule(chain, platform.with_(memory=math.inf), a, method="periodic")
     out["periodic (PipeDream)"] = simulate(periodic, chain, platform, batches=batches or micro_batches)
     return out

@@ -30,30 +30,27 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from ..complexity import family_factor
-from ..experiment_units import METHOD_LABELS, slug
-from ..sweeps import GiB, headline_gains, min_memory_table
+from ..experiments.analyses import GiB, headline_gains, min_memory_table
+from ..experiments.settings import METHOD_LABELS
+from ..experiments.units import slug
+from ..methods import VARIANTS, lineup, method
 from .gantt import TEMPLATE
 
 __all__ = ["FigureInfo", "throughput_figure", "memory_figure", "min_memory_figure", "solve_times_figure",
            "three_partition_figure", "family_figure", "scaling_figure", "gains_figure", "largest_figure", "METHOD_STYLES",
            "log_axis_ticks"]
 
-#: method key -> (colour, line dash, line width, marker, marker size), bottom to top: where methods coincide the
-#: one drawn first shows as a wider line and a larger marker around the next (PipeDream around the DP, the DP
-#: around the contiguous ILP, drawn dashed with open squares, and that around the general ILP)
+#: method key -> (colour, line dash, line width, marker, marker size), bottom to top (the registry's variants,
+#: :data:`workbench.methods.VARIANTS`): where methods coincide the one drawn first shows as a wider line and a
+#: larger marker around the next (PipeDream around the DP, the DP around the contiguous ILP, drawn dashed with
+#: open squares, and that around the general ILP)
 METHOD_STYLES: dict[str, tuple[str, str, float, str, int]] = {
-    "gpipe": ("#59A14F", "dot", 2.0, "x", 9),
-    "1f1b": ("#B07AA1", "dot", 2.0, "cross", 9),
-    "pipedream": ("#F5B87A", "solid", 7.0, "triangle-up", 15),
-    "mcap": ("#8C564B", "solid", 2.5, "triangle-down", 10),
-    "dp": ("#3366CC", "solid", 3.5, "diamond", 11),
-    "ilp-contiguous": ("#17BECF", "dash", 2.0, "square-open", 12),
-    "ilp-general": ("#D62728", "solid", 1.8, "circle", 6),
-}
-_LEGEND_NOTES = {"ilp-contiguous": " (dashed: equals the DP where both are optimal)"}
+    v.key: (v.colour, v.style.dash, v.style.width, v.style.marker, v.style.size)
+    for v in sorted(VARIANTS, key=lambda v: v.layer)}
+_LEGEND_NOTES = {v.key: v.legend_note for v in VARIANTS if v.legend_note}
 _LEGEND_ORDER = list(METHOD_LABELS)
 #: method label -> colour, for the bar charts
-LABEL_COLORS = {METHOD_LABELS[k]: METHOD_STYLES[k][0] for k in METHOD_LABELS}
+LABEL_COLORS = {v.label: v.colour for v in VARIANTS}
 
 
 @dataclass
@@ -131,6 +128,11 @@ def _throughput_panels(net: str, g: pd.DataFrame) -> go.Figure:
     return fig
 
 
+#: the optimal periodic ILPs a flushed schedule may beat (another family: the headlines count those cases)
+_ILP_KEYS = [v.key for v in VARIANTS if v.method == "ilp"]
+_FLUSHED_KEYS = [v.key for v in VARIANTS if method(v.method).family == "flushed"]
+
+
 def _throughput_headlines(sw: pd.DataFrame, info: FigureInfo) -> None:
     hg = headline_gains(sw)
     for _, r in hg[hg.cases > 0].iterrows() if len(hg) else []:
@@ -140,8 +142,8 @@ def _throughput_headlines(sw: pd.DataFrame, info: FigureInfo) -> None:
             f"PipeDream's partitioner finds nothing that fits in {r.over_does_not_fit} of them")
     flushed_wins = []
     for (net, P, lvl), g in sw[sw.fits.astype(bool)].groupby(["network", "devices", "level"]):
-        ilp = g[g.method_key.isin(["ilp-general", "ilp-contiguous"]) & (g.status == "optimal")]
-        fl = g[g.method_key.isin(["gpipe", "1f1b"])]
+        ilp = g[g.method_key.isin(_ILP_KEYS) & (g.status == "optimal")]
+        fl = g[g.method_key.isin(_FLUSHED_KEYS)]
         if len(ilp) and len(fl) and fl.period.min() < ilp.period.min() * (1 - 1e-5):
             flushed_wins.append(f"{net} P={P} level {lvl} ({fl.period.min() / ilp.period.min():.3g}x the period)")
     if flushed_wins:
@@ -271,7 +273,7 @@ def family_figure(df: pd.DataFrame) -> FigureInfo:
     for k, g in df.groupby("k"):
         by = {(r.method, r.allocation): r for _, r in g.iterrows()}
         cont = by.get(("dp", "contiguous"))
-        for key in (("ilp", "general"), ("brute", "general")):
+        for key in (k for k in lineup("family") if k[1] == "general"):
             gen = by.get(key)
             if cont is not None and gen is not None and gen.status == "optimal":
                 rows.append({"k": k, "general_method": key[0], "measured_factor": cont.period / gen.period,
@@ -336,8 +338,9 @@ def gains_figure(df: pd.DataFrame) -> FigureInfo:
     return info
 
 
-#: largest-model methods -> the sweep style whose colour they take (``+ auto``: the same colour, hatched)
-_LARGEST_COLOURS = {"PipeDream": "pipedream", "mCAP": "mcap", "dp": "dp", "general ILP": "ilp-general"}
+#: largest-model methods (short labels) -> the sweep variant whose colour they take (``+ auto``: the same colour,
+#: hatched)
+_LARGEST_COLOURS = {v.short: v.key for v in VARIANTS}
 
 
 def _largest_panels(df: pd.DataFrame, title: str) -> go.Figure:
