@@ -65,7 +65,8 @@ def profiles_table(names: list[str] | None, devices: list[int], methods: list[st
 
     avail = {k: v for k, v in available_profiles().items() if k.startswith("pipedream/")}
     if not avail:
-        print("no peer profiles found (../shared/peer-profiles): skipping the profile table")
+        print("no PipeDream profiles found (data/profiles/pipedream or $WORKBENCH_PEER_PROFILES): skipping the "
+              "profile table")
         return pd.DataFrame()
     rows = []
     for name in sorted(avail):

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import random
-import statistics
 import time
 
 from workbench.chain import Chain, Layer, Platform
@@ -70,8 +69,9 @@ def main(argv: list[str] | None = None) -> None:
         assign = _contiguous(L, P)
         sch = Scheduler(chain, plat, assign)
         T = sch.min_period * 1.1
-        rows.append(("Scheduler(...)", f"{L} layers, {P} stages", _time_many(lambda: Scheduler(chain, plat, assign), r, 200), ""))
-        rows.append(("Scheduler.times (contiguous)", f"{L} layers, {P} stages", _time_many(lambda: sch.times(T), r, 2000),
+        size = f"{L} layers, {P} stages"
+        rows.append(("Scheduler(...)", size, _time_many(lambda: Scheduler(chain, plat, assign), r, 200), ""))
+        rows.append(("Scheduler.times (contiguous)", size, _time_many(lambda: sch.times(T), r, 2000),
                      "< 1 ms" if P == 16 else ""))
         rows.append(("build_schedule (contiguous)", f"{L} layers, {P} stages",
                      _time_many(lambda: build_schedule(chain, plat, assign, T), r, 200), ""))

@@ -12,11 +12,19 @@ import math
 import numpy as np
 import pytest
 
-from workbench.chain import Chain, Layer, Platform
+from workbench.chain import Platform
 from workbench.complexity import (
-    family_factor, gain_distribution, general_beats_contiguous_family, is_three_partition_yes,
-    least_contiguous_memory, memory_levels, random_chain, scaling_study, three_partition_instance,
-    three_partition_no_instance, three_partition_yes_instance,
+    family_factor,
+    gain_distribution,
+    general_beats_contiguous_family,
+    is_three_partition_yes,
+    least_contiguous_memory,
+    memory_levels,
+    random_chain,
+    scaling_study,
+    three_partition_instance,
+    three_partition_no_instance,
+    three_partition_yes_instance,
 )
 from workbench.planners import plan
 from workbench.planners.sweep import UNAVAILABLE, run_method

@@ -10,8 +10,8 @@ import pytest
 
 from workbench import experiments as ex
 from workbench.experiments import units as units_module
-from workbench.provenance import code_version, file_digest
 from workbench.profiles import load_profile, write_profile
+from workbench.provenance import code_version, file_digest
 
 
 def tiny(network: str, **kw):
@@ -84,7 +84,8 @@ def test_a_csv_and_a_sidecar_from_different_runs_do_not_make_a_unit(profile, tmp
     df = pd.read_csv(path)
     df.loc[0, "period"] *= 2  # the other run's CSV, same length
     path.write_text(df.to_csv(index=False))
-    assert ex.read_unit(u, out) == (None, "CSV does not match its checksum (changed, cut short, or written by another run)")
+    assert ex.read_unit(u, out) == (None,
+                                    "CSV does not match its checksum (changed, cut short, or written by another run)")
     meta = json.loads(path.with_suffix(".json").read_text())
     assert meta["versions"]["code_version"] == code_version()
 

@@ -20,7 +20,8 @@ def test_the_hashed_sources_are_the_model_not_the_presentation():
     rel = {p.relative_to(pv._PACKAGE).as_posix() for p in pv.model_sources()}
     for must in ("chain.py", "plan.py", "schedule.py", "check.py", "simulate.py", "complexity.py",
                  "experiments/units.py", "experiments/sweeps.py", "experiments/cache.py", "methods.py",
-                 "planners/sweep.py", "planners/dp.py", "planners/ilp.py", "profiles/pipedream.py", "profiles/csvio.py"):
+                 "planners/sweep.py", "planners/dp.py", "planners/ilp.py", "profiles/pipedream.py",
+                 "profiles/csvio.py"):
         assert must in rel, must
     for never in ("cli.py", "experiments/report.py", "experiments/analyses.py", "io.py", "viz/gantt.py",
                   "runtime/engine.py"):

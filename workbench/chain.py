@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from .memory import MEMORY_MODELS, OPTIMIZER_STATES, PRECISIONS, merged_memory_columns
+from .units import format_bytes, parse_bandwidth, parse_size
 
 if TYPE_CHECKING:  # workbench.graph builds chains (Graph.linearise): the annotation only names the type
     from .graph import Graph
@@ -31,7 +32,6 @@ if TYPE_CHECKING:  # workbench.graph builds chains (Graph.linearise): the annota
 #: PCIe 4.0 x16, one direction: 16 GT/s x 16 lanes x 128b/130b encoding = 31.5 GB/s
 #: (PCI Express Base Specification 4.0); pinned copies reach about 25 GB/s in practice
 DEFAULT_HOST_BANDWIDTH = 31.5e9
-from .units import format_bytes, parse_bandwidth, parse_size
 
 __all__ = ["Layer", "Chain", "Platform", "StageCosts", "WeightPolicy", "MEMORY_COLUMNS", "OPTIONAL_COLUMNS",
            "OPTIMIZERS", "PRECISIONS", "MEMORY_MODELS", "DEFAULT_HOST_BANDWIDTH"]

@@ -99,10 +99,12 @@ def _add_platform_args(p: argparse.ArgumentParser, *, required: bool = True) -> 
     p.add_argument("--bandwidth", type=_checked_by(parse_bandwidth), default="12GB/s",
                    help="link bandwidth, e.g. 12GB/s (default), 16GiB/s, or bytes/s")
     p.add_argument("--latency", type=_non_negative, default=0.0, help="link latency in seconds (default 0)")
-    p.add_argument("--weights", choices=["stash", "single"], default="stash", help="weight versions: stash (PipeDream) or single")
+    p.add_argument("--weights", choices=["stash", "single"], default="stash",
+                   help="weight versions: stash (PipeDream) or single")
     p.add_argument("--memory-model", choices=["full", "paper"], default=None,
-                   help="what a device holds (docs/model.md, 'Memory'): full (default: parameters, gradients, optimizer "
-                        "state, activations, transients) or paper (rule 7 of the paper: k A + phi W + stashed versions)")
+                   help="what a device holds (docs/model.md, 'Memory'): full (default: parameters, gradients, "
+                        "optimizer state, activations, transients) or paper (rule 7 of the paper: k A + phi W + "
+                        "stashed versions)")
     p.add_argument("--optimizer", default=None,
                    help="full model: none, sgd, momentum, adam (default) or adamw; run steps it with learning rate 0 "
                         "(default: the plan's)")
@@ -111,7 +113,8 @@ def _add_platform_args(p: argparse.ArgumentParser, *, required: bool = True) -> 
                         "default: the profile's dtype")
     p.add_argument("--weight-factor", type=_non_negative, default=None,
                    help="paper model only: memory bytes per weight byte of the live version (default 1)")
-    p.add_argument("--no-zero-input", action="store_true", help="PipeDream graphs: keep the Input nodes' data-loading time")
+    p.add_argument("--no-zero-input", action="store_true",
+                   help="PipeDream graphs: keep the Input nodes' data-loading time")
     p.add_argument("--host-bandwidth", default=None,
                    help="each device's link to host memory, for offloaded activations (default: the plan's, else "
                         "31.5GB/s: PCIe 4.0 x16)")
@@ -135,7 +138,8 @@ def platform_from_args(args: argparse.Namespace, plan=None):
                          "model counts gradients and optimizer state from --optimizer and --precision)")
     if model == "paper" and (args.optimizer or args.precision):
         raise ValueError("--optimizer and --precision belong to the full memory model, not --memory-model paper")
-    extra = ({"weight_factor": args.weight_factor if args.weight_factor is not None else setup.get("weight_factor", 1.0)}
+    factor = args.weight_factor if args.weight_factor is not None else setup.get("weight_factor", 1.0)
+    extra = ({"weight_factor": factor}
              if model == "paper" else
              {"optimizer": args.optimizer or setup.get("optimizer", "adam"),
               "precision": args.precision or (setup.get("precision") if setup.get("memory_model") == "full" else None)})

@@ -397,7 +397,7 @@ def gain_distribution(n_instances: int = 50, *, n_layers: int = 8, devices: int 
                 "general_method": general_method, "general_period": gen["period"], "general_status": gen["status"],
                 "pipedream_period": pd_["period"], "pipedream_status": pd_["status"], "pipedream_fits": pd_ok,
                 "gain_general": (dp["period"] / gen["period"]) if (dp_ok and gen_ok) else math.nan,
-                "gain_dp_over_pipedream": ((pd_["period"] / dp["period"]) if pd_ok else math.inf) if dp_ok else math.nan,
+                "gain_dp_over_pipedream": (pd_["period"] / dp["period"] if pd_ok else math.inf) if dp_ok else math.nan,
             })
             if progress is not None:
                 progress(1)

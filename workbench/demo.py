@@ -144,7 +144,9 @@ def run_demo(out: Path, devices: int = 4, profiles: list[str] | None = None, met
     names = profiles or [n for n in available_profiles() if "/" not in n]  # the CPU-made bundled ones
     if not names:
         raise ValueError("no bundled profiles in data/profiles")
-    lines = ["# Workbench demo", "", f"{devices} devices, 12 GB/s links, PipeDream weight stashing, Adam in fp32 (memory: docs/model.md).", "", LEGEND]
+    lines = ["# Workbench demo", "",
+             f"{devices} devices, 12 GB/s links, PipeDream weight stashing, Adam in fp32 (memory: docs/model.md).", "",
+             LEGEND]
     t0 = time.perf_counter()
     for name in names:
         lines += _profile_section(name, load_profile(name), devices, methods, out)

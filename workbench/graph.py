@@ -218,7 +218,8 @@ class Graph:
             layers.append(Layer(v, n.forward, n.backward, n.weight_bytes, n.output_bytes, float(saved)))
         input_bytes = float(sum(n.output_bytes for n in self.nodes if n.is_input))
         chain = Chain(tuple(layers), input_bytes, tuple(self.cut_bytes_of(order)), dict(self.meta), self)
-        return chain.with_meta(linearisation=linearisation_summary(self, chain, default=order == self.topological_order()))
+        return chain.with_meta(linearisation=linearisation_summary(self, chain,
+                                                                   default=order == self.topological_order()))
 
 
 def linearisation_summary(graph: Graph, chain: Chain, *, default: bool | None = None) -> str:
@@ -246,12 +247,13 @@ def linearisation_summary(graph: Graph, chain: Chain, *, default: bool | None = 
     multi = sum(1 for x in live if x > 1)
     rule = ("default order: Kahn's algorithm, smallest node number first (the forward pass's execution order)"
             if default else "order given by the caller (e.g. a graph planner)")
-    lines = [f"{graph.name}: {len(graph)} nodes, {len(graph.edges)} edges -> chain of {len(chain)} layers (one per node)",
+    lines = [f"{graph.name}: {len(graph)} nodes, {len(graph.edges)} edges -> chain of {len(chain)} layers "
+             "(one per node)",
              f"  {rule}"]
     if live:
         big = max(range(len(live)), key=lambda i: chain.cut(i))
-        lines.append(f"  {multi} of {len(live)} cuts carry more than one producer's output (skip connections, branches); "
-                     f"at most {max(live)} producers cross one cut")
+        lines.append(f"  {multi} of {len(live)} cuts carry more than one producer's output (skip connections, "
+                     f"branches); at most {max(live)} producers cross one cut")
         lines.append(f"  largest cut: {chain.cut(big) / 2**20:.1f} MiB after position {big} ({order[big]})")
     zeroed = graph.meta.get("input_time_zeroed_ms")
     if graph.meta.get("zero_input") == "False":

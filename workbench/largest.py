@@ -38,7 +38,7 @@ import time
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -47,7 +47,8 @@ from .chain import Chain, Layer, Platform
 from .methods import lineup, method, variant
 from .paths import PROFILES_DIR
 
-__all__ = ["FAMILY_DIR", "FIT", "CHECK", "FAMILIES", "METHODS", "CRITERIA", "family_config", "family_chain", "fit_check",
+__all__ = ["FAMILY_DIR", "FIT", "CHECK", "FAMILIES", "METHODS", "CRITERIA", "family_config", "family_chain",
+           "fit_check",
            "family_files", "full_speed",
            "parameters", "largest_size", "largest_table", "Result", "largest_command"]
 

@@ -158,7 +158,8 @@ def method(name: str) -> Method:
     >>> method("nosuch")
     Traceback (most recent call last):
     ...
-    ValueError: unknown method 'nosuch'; choose one of 1f1b, brute, dp, gpipe, ilp, mcap, parameters, pipedream, torchgpipe, uniform
+    ValueError: unknown method 'nosuch'; choose one of 1f1b, brute, dp, gpipe, ilp, mcap, parameters, pipedream,
+    torchgpipe, uniform
     """
     if name not in _BY_NAME:
         raise ValueError(f"unknown method {name!r}; choose one of {', '.join(sorted(_BY_NAME))}")

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 from typing import Sequence
 
-import numpy as np
 import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint

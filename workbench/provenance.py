@@ -15,7 +15,8 @@ not plain settings:
 
 >>> len(code_version()), code_version() == code_version()
 (16, True)
->>> _normalised_source('def f(x):\\n    "doc"\\n    return x  # note\\n') == _normalised_source('def f(x):\\n    return x\\n')
+>>> with_doc = 'def f(x):\\n    "doc"\\n    return x  # note\\n'
+>>> _normalised_source(with_doc) == _normalised_source('def f(x):\\n    return x\\n')
 True
 """
 
@@ -57,7 +58,8 @@ def _normalised_source(text: str) -> str:
     for node in ast.walk(tree):
         if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
             first = node.body[0]
-            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+            doc = isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)
+            if doc and isinstance(first.value.value, str):
                 node.body = node.body[1:] or [ast.Pass()]
     return ast.dump(tree, annotate_fields=False, include_attributes=False)
 
@@ -78,7 +80,8 @@ def file_digest(path: str | Path) -> str:
 
 
 def versions() -> dict[str, str]:
-    """Versions of what made the results (workbench, its code version, python, numpy, pandas, pyomo, highspy), host, date."""
+    """Versions of what made the results (workbench, its code version, python, numpy, pandas, pyomo, highspy), host,
+    date."""
     out = {"python": sys.version.split()[0], "host": _pyplatform.node(), "code_version": code_version(),
            "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
     for mod in ("workbench", "numpy", "pandas", "pyomo", "highspy", "plotly"):

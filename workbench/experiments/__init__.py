@@ -45,12 +45,23 @@ from __future__ import annotations
 from ..io import FolderBusy
 from ..provenance import versions
 from .analyses import (
-    bound_violations, consistency_violations, headline_gains, min_memory_table, sweep_frame, sweep_table,
+    bound_violations,
+    consistency_violations,
+    headline_gains,
+    min_memory_table,
+    sweep_frame,
+    sweep_table,
 )
 from .cache import load_unit, read_unit, run_unit, unit_is_current
 from .report import Report, notebook_report, render_report, reproduce, reproduce_command
 from .settings import (
-    COMPLEXITY_FIGURES, FIGURES, METHOD_KEYS, METHOD_LABELS, SWEEP_FIGURES, Settings, settings_for,
+    COMPLEXITY_FIGURES,
+    FIGURES,
+    METHOD_KEYS,
+    METHOD_LABELS,
+    SWEEP_FIGURES,
+    Settings,
+    settings_for,
 )
 from .sweeps import compute_unit
 from .units import Unit, plan_units, profile_key, slug

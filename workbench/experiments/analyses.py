@@ -31,7 +31,8 @@ from .cache import read_unit
 from .settings import METHOD_LABELS, TOL
 from .units import Unit
 
-__all__ = ["sweep_frame", "sweep_table", "consistency_violations", "bound_violations", "min_memory_table", "headline_gains",
+__all__ = ["sweep_frame", "sweep_table", "consistency_violations", "bound_violations", "min_memory_table",
+           "headline_gains",
            "tight_levels", "GiB", "KEY_COLUMNS"]
 
 GiB = float(2**30)
@@ -185,7 +186,8 @@ def bound_violations(sweeps: pd.DataFrame) -> list[str]:
     fits = sweeps[sweeps["fits"].astype(bool)]
     below = fits[fits["period"] < fits["lower_bound"] * (1 - TOL)]
     for _, r in below.iterrows():
-        bad.append(f"{r.network} P={r.devices} level {r.level} {r.method_key}: period {r.period} < bound {r.lower_bound}")
+        bad.append(f"{r.network} P={r.devices} level {r.level} {r.method_key}: period {r.period} "
+                   f"< bound {r.lower_bound}")
     for (net, P, lvl), g in fits.groupby(["network", "devices", "level"]):
         if (net, P) not in mixed:  # comparing methods run on different inputs means nothing
             bad += _cross_method(g, net, P, lvl)

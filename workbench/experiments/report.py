@@ -270,9 +270,10 @@ def render_report(report: Report) -> str:
     ]
     lines += _checks_section(report)
     lines += [
-        f"Settings: networks {', '.join(s.networks)}; P in {list(s.devices)}; {s.n_levels} memory levels from the least "
-        f"feasible (contiguous) to unlimited; ILP time limit {s.time_limit:g} s per contiguous and {s.general_time_limit:g} s "
-        f"per general solve (networks over 32 layers are solved on 32 blocks, see workbench.planners.coarsen); bandwidth "
+        f"Settings: networks {', '.join(s.networks)}; P in {list(s.devices)}; {s.n_levels} memory levels from the "
+        f"least feasible (contiguous) to unlimited; ILP time limit {s.time_limit:g} s per contiguous and "
+        f"{s.general_time_limit:g} s per general solve (networks over 32 layers are solved on 32 blocks, see "
+        f"workbench.planners.coarsen); bandwidth "
         f"{s.bandwidth}, weight factor {s.weight_factor:g}, weights {s.weights}. Complexity: scaling L in "
         f"{list(s.scaling_layers)}, P in {list(s.scaling_devices)}, time limit {s.scaling_time_limit:g} s; "
         f"{s.gain_instances} random instances of {s.gain_layers} layers on {s.gain_devices} devices for the gains.", "",

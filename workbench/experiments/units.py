@@ -90,7 +90,8 @@ def _level_methods(s: Settings) -> tuple[str, ...]:
 
 
 def _levels(s: Settings, network: str, devices: int, digest: str) -> list[float]:
-    key = (network, digest, code_version(), devices, s.n_levels, s.bandwidth, s.weight_factor, s.weights, s.memory_model, s.methods)
+    key = (network, digest, code_version(), devices, s.n_levels, s.bandwidth, s.weight_factor, s.weights,
+           s.memory_model, s.methods)
     if key not in _LEVEL_CACHE:
         from ..profiles import load_profile
 

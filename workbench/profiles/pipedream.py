@@ -27,7 +27,7 @@ really costs when a stage boundary falls inside its block.
 (8.0, 4.0, 8.0)
 >>> chain[0].forward   # the Input node's data-loading time is zeroed
 0.0
-"""
+"""  # noqa: E501 (graph.txt lines cannot be wrapped)
 
 from __future__ import annotations
 

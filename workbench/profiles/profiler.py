@@ -77,8 +77,8 @@ import torch
 from torch import nn
 
 from ..chain import Chain, Layer
-from .memtrace import layer_memory
 from .discover import Layers, discover_layers
+from .memtrace import layer_memory
 from .zoo import as_dtype
 
 __all__ = [
@@ -297,8 +297,8 @@ def profile_model(
     ``example_inputs`` (a tensor, a tuple or a dict; the first tensor enters the chain, the
     others are constants); ``loss(model_output, target)`` is then the model's loss. Shared
     parameters count once, at their first layer (:func:`count_ties_once`). The layers run in
-    training mode and are moved to ``device``; each takes one tensor and returns one tensor. ``threads`` sets the CPU thread
-    count while profiling (``None``: leave it). ``meta`` is merged over the
+    training mode and are moved to ``device``; each takes one tensor and returns one tensor.
+    ``threads`` sets the CPU thread count while profiling (``None``: leave it). ``meta`` is merged over the
     metadata the profiler records (device, dtype, batch size, input shape,
     torch version, threads, repeats, spreads, date, source). With
     ``return_stats`` the raw timings come back too. ``loss(output, target)``
@@ -361,7 +361,7 @@ def profile_model(
                 if r >= warmup:
                     fwd.append(tf)
                     bwd.append(tb)
-                del y, inp
+                y = inp = None  # free them before the next repeat
             stats.append(LayerTiming(names[i], tuple(fwd), tuple(bwd)))
             columns = layer_memory(mod, x, input_requires_grad=needs_input_grad, then=then, grad_seed=grad_seed)
             out_layers.append(Layer(names[i], statistics.median(fwd), statistics.median(bwd),
@@ -369,7 +369,7 @@ def profile_model(
             for p in mod.parameters():
                 p.grad = None
             x = out.detach()
-            del out, grad
+            out = grad = None  # free them before the next layer
         nthreads = torch.get_num_threads()
     elapsed = time.perf_counter() - started
     info: dict[str, Any] = {
@@ -508,8 +508,8 @@ def profile_command(args: Any) -> int:
               f"counted once, at {t['owner']}")
     print(f"saved for backward {sum(chain.saved_array) / 2**20:.1f} MiB in all; {m['dtype']}; input "
           f"{m['input_shape']} ({m['input_dtype']}), device {m['device']}, {m['threads']} thread(s)")
-    print(f"spread of {args.repeats} repeats, (max-min)/median per layer: forward median {float(m['spread_forward']):.1%} "
-          f"(max {float(m['spread_forward_max']):.1%}), backward median {float(m['spread_backward']):.1%} "
-          f"(max {float(m['spread_backward_max']):.1%})")
+    print(f"spread of {args.repeats} repeats, (max-min)/median per layer: forward median "
+          f"{float(m['spread_forward']):.1%} (max {float(m['spread_forward_max']):.1%}), backward median "
+          f"{float(m['spread_backward']):.1%} (max {float(m['spread_backward_max']):.1%})")
     print(f"profiled in {m['profile_seconds']} s; wrote {args.out}")
     return 0

@@ -41,8 +41,8 @@ import ipywidgets as W
 import plotly.graph_objects as go
 
 from ..chain import Chain, Platform
-from ..plan import Plan
 from ..methods import METHODS, flushed, names
+from ..plan import Plan
 from ..planners import plan as run_planner
 from ..planners.dp import least_memory
 from ..simulate import simulate

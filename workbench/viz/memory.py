@@ -35,7 +35,8 @@ from ..plan import Plan, chain_for_plan
 from ..trace import Trace
 from .gantt import TEMPLATE
 
-__all__ = ["memory_timeline", "memory_bars", "memory_split", "byte_unit", "SPLIT_COLORS", "SPLIT_TERMS", "DEVICE_COLORS"]
+__all__ = ["memory_timeline", "memory_bars", "memory_split", "byte_unit", "SPLIT_COLORS", "SPLIT_TERMS",
+           "DEVICE_COLORS"]
 
 #: the terms a device's memory splits into (workbench.memory.memory_breakdown), bottom to top, with legend labels
 SPLIT_TERMS = {"weights": "live weights (φ·W)", "parameters": "parameters", "gradients": "gradients",
@@ -122,7 +123,8 @@ def memory_bars(plan: Plan, chain: Chain, platform: Platform, *, title: str | No
     """
     df = memory_split(plan, chain, platform)
     limit = plan.memory_limit if math.isfinite(plan.memory_limit) else platform.memory
-    top = max(float(df["total"].max()) if len(df) else 0.0, float(np.nanmax(df["reported"])) if df["reported"].notna().any() else 0.0,
+    top = max(float(df["total"].max()) if len(df) else 0.0,
+              float(np.nanmax(df["reported"])) if df["reported"].notna().any() else 0.0,
               limit if math.isfinite(limit) else 0.0)
     unit, scale = byte_unit(top)
     x = [f"GPU {p}" for p in df["device"]]
