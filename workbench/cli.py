@@ -162,11 +162,22 @@ MAX_BATCHES = 100_000  # simulate --batches: the trace holds 2 S rows per mini-b
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The parser of every sub-command; each handler is named by "module:function" and imported when it runs."""
     ap = argparse.ArgumentParser(prog="python -m workbench", description=__doc__.split("\n\n")[0].strip("`"),
                                  epilog="The model and the validity rules: docs/model.md. "
                                         "Exit status: 0 done, 1 a plan breaks a rule, 2 bad input or no plan.")
     sub = ap.add_subparsers(dest="command", required=True)
 
+    _profile_parsers(sub)
+    _plan_parser(sub)
+    _check_and_simulate_parsers(sub)
+    _run_parser(sub)
+    _study_parsers(sub)
+    return ap
+
+
+def _profile_parsers(sub: argparse._SubParsersAction) -> None:
+    """``profile-info`` and ``profile``."""
     p = sub.add_parser("profile-info", help="summarise a profile (and how a graph was linearised)")
     p.add_argument("file", help="a CSV profile, a PipeDream graph.txt (or its folder), or a known profile name")
     p.add_argument("--no-zero-input", action="store_true", help="keep the Input nodes' data-loading time")
@@ -186,8 +197,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int_in(1), default=1, help="CPU threads while profiling (default 1)")
     p.add_argument("--dtype", default="float32",
                    help="precision of the model and its floating inputs: float32 (default) or bfloat16 (pure bf16)")
-    p.set_defaults(handler="workbench.profiles.profiler:profile_command")
+    p.set_defaults(handler="workbench.profiles.commands:profile_command")
 
+
+def _plan_parser(sub: argparse._SubParsersAction) -> None:
+    """``plan``: the methods and what they accept come from the registry (:mod:`workbench.methods`)."""
     p = sub.add_parser("plan", help="plan a pipeline under a memory limit")
     _add_platform_args(p)
     p.add_argument("--method", default="dp", help="planner: " + ", ".join(m.name for m in METHODS))
@@ -206,6 +220,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", "-q", action="store_true", help="no progress lines on stderr")
     p.set_defaults(handler="workbench.cli:plan_command")
 
+
+def _check_and_simulate_parsers(sub: argparse._SubParsersAction) -> None:
+    """``check`` and ``simulate``: a plan file against a profile."""
     p = sub.add_parser("check", help="re-check a plan against the validity rules")
     p.add_argument("plan_file", help="a plan JSON file (plan --json)")
     _add_platform_args(p, required=False)
@@ -218,6 +235,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="trace file (.csv or .parquet); memory goes beside it")
     p.set_defaults(handler="workbench.cli:simulate_command")
 
+
+def _run_parser(sub: argparse._SubParsersAction) -> None:
+    """``run``: a plan on torch.distributed."""
     p = sub.add_parser("run", help="run a plan with torch.distributed and compare with the prediction")
     p.add_argument("plan_file", help="a plan JSON file (plan --json)")
     src = p.add_mutually_exclusive_group()
@@ -238,6 +258,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "on a GPU, the allocator's peak against the prediction; writes replay.csv")
     p.set_defaults(handler="workbench.runtime.commands:run_command")
 
+
+def _study_parsers(sub: argparse._SubParsersAction) -> None:
+    """``reproduce``, ``largest`` and ``demo``."""
     p = sub.add_parser("reproduce", help="recompute every figure of the experiments")
     p.add_argument("--quick", action="store_true", help="small settings: a few minutes")
     p.add_argument("--only", default=None, help="comma-separated figure names to recompute (default: all)")
@@ -256,8 +279,6 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("demo", help="headless demo: summarise profiles, plan, report and Gantt HTML")
     p.add_argument("--out", default="build/demo", help="output folder (default build/demo)")
     p.set_defaults(handler="workbench.demo:demo_command")
-    return ap
-
 
 def _load_handler(spec: str) -> Callable[[argparse.Namespace], int]:
     module, func = spec.split(":")

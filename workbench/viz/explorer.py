@@ -176,7 +176,21 @@ class Explorer(W.VBox):
         self.log_text: list[str] = []  # the solver log of the plan shown (empty when its method has none)
         self._logs: dict[tuple, str] = {}  # solver log per cached plan
 
-        names = list(available_profiles())
+        names, profile = self._profile_choices(profile, chain, list(available_profiles()))
+        top = self._make_controls(names, profile, devices, bandwidth, weights, optimizer, allocation, method)
+        super().__init__([top, self.gantt_out, self.memory_out, self.log_accordion])
+        self.add_class("wb-explorer")
+
+        self._reset_memory_range(memory)
+        for w in (self.profile_dropdown, self.devices_slider, self.bandwidth_slider, self.weights_toggle,
+                  self.memory_dropdown):
+            w.observe(self._on_platform_change, names="value")
+        for w in (self.memory_slider, self.allocation_toggle, self.method_dropdown):
+            w.observe(self._on_change, names="value")
+        self.replan()
+
+    def _profile_choices(self, profile: str | None, chain: Chain | None, names: list[str]) -> tuple[list[str], str]:
+        """The profile dropdown's names and the one shown first (a given chain, the given name, a preferred one)."""
         if chain is not None:
             label = profile or chain.name or "custom chain"
             self._chains[label] = chain
@@ -188,7 +202,11 @@ class Explorer(W.VBox):
             raise ValueError("no profiles found: pass chain= or add CSV profiles to data/profiles")
         if profile not in names:
             names = [profile] + names
+        return names, profile
 
+    def _make_controls(self, names: list[str], profile: str, devices: int, bandwidth: float | str, weights: str,
+                       optimizer: str, allocation: str, method: str) -> W.HBox:
+        """Every control and output area (attributes of the explorer); returns the top row: controls, summary."""
         style = {"description_width": "110px"}
         lay = W.Layout(width="420px")
         self.profile_dropdown = W.Dropdown(options=names, value=profile, description="profile", style=style, layout=lay)
@@ -228,17 +246,7 @@ class Explorer(W.VBox):
                            self.weights_toggle, self.memory_dropdown, self.allocation_toggle, self.method_dropdown,
                            W.HBox([self.progress, self.status_label])],
                           layout=W.Layout(width="450px"))
-        top = W.HBox([controls, W.VBox([self.summary], layout=W.Layout(flex="1", padding="0 0 0 1em"))])
-        super().__init__([top, self.gantt_out, self.memory_out, self.log_accordion])
-        self.add_class("wb-explorer")
-
-        self._reset_memory_range(memory)
-        for w in (self.profile_dropdown, self.devices_slider, self.bandwidth_slider, self.weights_toggle,
-                  self.memory_dropdown):
-            w.observe(self._on_platform_change, names="value")
-        for w in (self.memory_slider, self.allocation_toggle, self.method_dropdown):
-            w.observe(self._on_change, names="value")
-        self.replan()
+        return W.HBox([controls, W.VBox([self.summary], layout=W.Layout(flex="1", padding="0 0 0 1em"))])
 
     # ----- inputs --------------------------------------------------------
     @property
