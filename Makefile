@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup lab demo test test-fast notebooks benchmarks clean chromium
+.PHONY: setup lab demo test test-fast lint notebooks benchmarks clean chromium
 
 $(STAMP): requirements.txt pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found; install Python 3.11 or run make PYTHON=python3"; exit 1; }
@@ -25,9 +25,14 @@ lab: $(STAMP)
 demo: $(STAMP)
 	$(PY) -m workbench demo --out build/demo
 
-# Unit tests, doctests and every notebook (quick settings), in one pytest run.
+# The linter (ruff: pyflakes, pycodestyle, import order; pyproject.toml), then unit tests, doctests and every
+# notebook (quick settings), in one pytest run.
 test: $(STAMP)
+	$(VENV)/bin/ruff check .
 	WORKBENCH_QUICK=1 $(PY) -m pytest -q --nbmake tests workbench notebooks
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not slow and not browser"

@@ -31,7 +31,7 @@ PIPEDREAM = {  # ms, P = 2 / 4 / 8
 def main(nets: list[str]) -> int:
     peer = peer_profiles_dir()
     if peer is None:
-        print("peer profiles not found (../shared/peer-profiles/pipedream); nothing to do")
+        print("PipeDream profiles not found (data/profiles/pipedream or $WORKBENCH_PEER_PROFILES); nothing to do")
         return 0
     print(f"{'network':14s} {'P':>2s} {'default ms':>10s} {'best ms':>9s} {'gain':>6s} {'PipeDream':>9s} "
           f"{'states':>7s} {'blocks':>6s} {'bound ms':>9s} {'seconds':>8s}")

@@ -47,7 +47,8 @@ def run(name: str, ch: Chain, plat: Platform, allocation: str, time_limit: float
     dp = plan_dp(ch, plat, graph=False)
     ok = (not p.feasible) or not check(p, ch, plat)
     return {"instance": name, "L": len(ch), "P": plat.devices, "allocation": allocation, "status": p.status,
-            "period": p.period, "dp_period": dp.period, "gain_vs_dp": (dp.period / p.period - 1) if p.feasible else None,
+            "period": p.period, "dp_period": dp.period,
+            "gain_vs_dp": (dp.period / p.period - 1) if p.feasible else None,
             "gap": p.gap, "seconds": round(sec, 2), "valid": ok,
             "coarse": p.extra.get("blocks") if isinstance(p.extra, dict) else None}
 

@@ -48,12 +48,13 @@ from workbench.chain import Platform  # noqa: E402
 from workbench.check import check  # noqa: E402
 from workbench.complexity import memory_levels  # noqa: E402
 from workbench.io import write_frame_atomic  # noqa: E402
+from workbench.methods import names  # noqa: E402
 from workbench.planners import plan as run_planner  # noqa: E402
 from workbench.planners.ilp import plan_ilp  # noqa: E402
 from workbench.profiles import available_profiles, load_profile  # noqa: E402
 
-PERIODIC = ("dp", "pipedream", "uniform", "parameters", "torchgpipe")
-FLUSHED = ("gpipe", "1f1b")
+PERIODIC = names(baseline=True)  # the checked periodic baselines (workbench.methods)
+FLUSHED = names(family="flushed")
 TOL = 1e-6
 
 

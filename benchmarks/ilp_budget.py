@@ -124,10 +124,12 @@ def main(argv=None) -> int:
     pd.set_option("display.width", 200)
     if args.rates:
         table = pd.DataFrame([{"instance": n, **rates(c, p, 3.0)} for n, (c, p) in cases.items()])
-        print("polls (ticks) per second of each search; HiGHS nodes per second\n" + table.round(1).to_string(index=False))
+        print("polls (ticks) per second of each search; HiGHS nodes per second")
+        print(table.round(1).to_string(index=False))
     limits = [float(x) for x in (args.limits or ("2" if args.quick else "2,10")).split(",")]
     table = pd.DataFrame([limit_row(n, c, p, T) for n, (c, p) in cases.items() for T in limits])
-    print("\nwall time of the general ILP against its time limit (target: 1.1 x limit + 2 s)\n" + table.to_string(index=False))
+    print("\nwall time of the general ILP against its time limit (target: 1.1 x limit + 2 s)")
+    print(table.to_string(index=False))
     if args.repeat:
         table = pd.DataFrame([repeat_row(n, c, p, limits[-1]) for n, (c, p) in cases.items()])
         print("\ntwo deterministic runs\n" + table.to_string(index=False))

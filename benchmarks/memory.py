@@ -78,8 +78,10 @@ RANK_CASES = [
     ("gpt 4x128, vocab 4k", "gpt", GPT4, 4, "adam", {2: [0, 0, 0, 1, 1, 1], 4: [0, 0, 1, 2, 3, 3]}, None),
     ("resnet50 64px", "resnet50", {"image_size": 64}, 4, "momentum",
      {2: [0] * 8 + [1] * 10, 4: [0] * 4 + [1] * 4 + [2] * 5 + [3] * 5}, None),
-    ("gpt, blocks recomputed", "gpt", GPT4, 4, "adam", {2: [0, 0, 0, 1, 1, 1]}, ("keep",) + ("recompute",) * 4 + ("keep",)),
-    ("gpt, blocks offloaded", "gpt", GPT4, 4, "adam", {2: [0, 0, 0, 1, 1, 1]}, ("keep",) + ("offload",) * 4 + ("keep",)),
+    ("gpt, blocks recomputed", "gpt", GPT4, 4, "adam", {2: [0, 0, 0, 1, 1, 1]},
+     ("keep",) + ("recompute",) * 4 + ("keep",)),
+    ("gpt, blocks offloaded", "gpt", GPT4, 4, "adam", {2: [0, 0, 0, 1, 1, 1]},
+     ("keep",) + ("offload",) * 4 + ("keep",)),
 ]
 
 

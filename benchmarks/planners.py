@@ -29,10 +29,12 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from workbench.chain import Chain, Layer, Platform  # noqa: E402
+from workbench.methods import METHODS as REGISTRY  # noqa: E402
 from workbench.planners import plan as run_planner  # noqa: E402
 from workbench.planners.dp import least_memory, plan_dp  # noqa: E402
 
-METHODS = ["dp", "pipedream", "uniform", "parameters", "torchgpipe", "gpipe", "1f1b"]
+#: the checked periodic baselines and the flushed schedules (workbench.methods)
+METHODS = [m.name for m in REGISTRY if m.baseline or m.family == "flushed"]
 
 
 def fmt_mem(b: float) -> str:
@@ -63,7 +65,8 @@ def profiles_table(names: list[str] | None, devices: list[int], methods: list[st
 
     avail = {k: v for k, v in available_profiles().items() if k.startswith("pipedream/")}
     if not avail:
-        print("no peer profiles found (../shared/peer-profiles): skipping the profile table")
+        print("no PipeDream profiles found (data/profiles/pipedream or $WORKBENCH_PEER_PROFILES): skipping the "
+              "profile table")
         return pd.DataFrame()
     rows = []
     for name in sorted(avail):

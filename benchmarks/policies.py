@@ -48,6 +48,7 @@ from workbench.profiles.profiler import profile_zoo, saved_tensor_bytes  # noqa:
 from workbench.units import format_bytes  # noqa: E402
 from workbench.witness import plain_step_peak  # noqa: E402
 
+
 #: (label, layer, input) of part 1
 def layer_cases() -> list[tuple[str, nn.Module, torch.Tensor]]:
     torch.manual_seed(0)
@@ -96,7 +97,8 @@ def measure_layer(label: str, module: nn.Module, x: torch.Tensor) -> list[dict]:
         rows.append({"layer": label, "policy": policy, "what": "forward peak",
                      "model": float(eff.forward_peak_bytes) + eff.offload_bytes, "measured": got["forward_peak_bytes"]})
         rows.append({"layer": label, "policy": policy, "what": "backward peak",
-                     "model": float(eff.backward_peak_bytes) + eff.offload_bytes, "measured": got["backward_peak_bytes"]})
+                     "model": float(eff.backward_peak_bytes) + eff.offload_bytes,
+                     "measured": got["backward_peak_bytes"]})
     return rows
 
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import argparse
 import random
-import statistics
 import time
 
 from workbench.chain import Chain, Layer, Platform
+from workbench.methods import names
 from workbench.schedule import Scheduler, best_schedule, build_schedule
 from workbench.simulate import simulate, simulate_flushed
 
@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> None:
         plan = build_schedule(chain, plat, assign, Scheduler(chain, plat, assign).min_period)
         t = _time(lambda: simulate(plan, chain, plat, batches=N), r)
         rows.append(("simulate periodic", f"{P} devices x {N} mini-batches", t, "< 2 s" if (P, N) == (8, 1000) else ""))
-    for kind in ("gpipe", "1f1b"):
+    for kind in names(family="flushed"):
         chain = _chain(32)
         plat = Platform(8, bandwidth="12GB/s", memory_model="paper")
         t = _time(lambda: simulate_flushed(chain, plat, _contiguous(32, 8), 32, kind=kind, flushes=4), r)
@@ -69,8 +69,9 @@ def main(argv: list[str] | None = None) -> None:
         assign = _contiguous(L, P)
         sch = Scheduler(chain, plat, assign)
         T = sch.min_period * 1.1
-        rows.append(("Scheduler(...)", f"{L} layers, {P} stages", _time_many(lambda: Scheduler(chain, plat, assign), r, 200), ""))
-        rows.append(("Scheduler.times (contiguous)", f"{L} layers, {P} stages", _time_many(lambda: sch.times(T), r, 2000),
+        size = f"{L} layers, {P} stages"
+        rows.append(("Scheduler(...)", size, _time_many(lambda: Scheduler(chain, plat, assign), r, 200), ""))
+        rows.append(("Scheduler.times (contiguous)", size, _time_many(lambda: sch.times(T), r, 2000),
                      "< 1 ms" if P == 16 else ""))
         rows.append(("build_schedule (contiguous)", f"{L} layers, {P} stages",
                      _time_many(lambda: build_schedule(chain, plat, assign, T), r, 200), ""))

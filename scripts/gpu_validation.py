@@ -130,7 +130,7 @@ def make_plan(chain, devices: int, how):
     from workbench.schedule import best_schedule
 
     platform = Platform(devices, bandwidth="12GB/s", memory_model="paper")  # the runtime counts rule 7 (paper)
-    if how in ("dp", "ilp-general"):
+    if isinstance(how, str):  # "dp" or "ilp-general"
         if devices > 1:
             platform = platform.with_(memory=demo_memory_limit(chain, platform))
         if how == "dp":

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+from policy_instances import random_chain
 from workbench.activations import apply_policies, describe, policy_terms, policy_vector, stage_host_time
 from workbench.chain import Chain, Layer, Platform
 from workbench.memory import layer_terms, stage_activation, stage_excess, stage_memory
@@ -15,8 +16,6 @@ from workbench.plan import Plan
 from workbench.planners import plan as run_planner
 from workbench.profiles.memtrace import layer_memory
 from workbench.profiles.zoo import TransformerBlock
-
-from policy_instances import random_chain
 
 
 def test_policy_vector_rejects_bad_input():

@@ -8,11 +8,17 @@ import json
 import numpy as np
 import pytest
 
-from workbench.chain import Chain, Layer, Platform
+from instances import baseline_chain
+from workbench.chain import Platform
 from workbench.check import check
 from workbench.planners import plan as run_planner
 from workbench.planners.baselines import (
-    block_partition, parameters_partition, plan_parameters, plan_torchgpipe, plan_uniform, uniform_partition,
+    block_partition,
+    parameters_partition,
+    plan_parameters,
+    plan_torchgpipe,
+    plan_uniform,
+    uniform_partition,
 )
 
 
@@ -26,12 +32,6 @@ def compositions(L, P):
 def covers(bounds, n):
     return bounds[0][0] == 0 and bounds[-1][1] == n - 1 and all(
         b[0] == a[1] + 1 for a, b in zip(bounds, bounds[1:])) and all(a <= b for a, b in bounds)
-
-
-def random_chain(rng, L):
-    return Chain(tuple(Layer(f"l{i}", float(rng.uniform(0.1, 2)), float(rng.uniform(0.2, 4)),
-                             float(rng.integers(0, 1000)), float(rng.integers(1, 100))) for i in range(L)),
-                 input_bytes=10.0)
 
 
 def test_uniform_partition_sizes():
@@ -79,7 +79,7 @@ def test_block_partition_balances_an_obvious_case():
 @pytest.mark.parametrize("fn", [plan_uniform, plan_parameters, plan_torchgpipe])
 def test_plans_are_valid_and_report_overflow(fn):
     rng = np.random.default_rng(5)
-    chain = random_chain(rng, 12)
+    chain = baseline_chain(rng, 12)
     plat = Platform(3, bandwidth=200.0, memory_model="paper")
     free = fn(chain, plat)
     assert free.fits and check(free, chain, plat) == []
@@ -105,7 +105,7 @@ def test_registry_and_cli(tmp_path, capsys):
     from workbench.profiles import write_profile
 
     rng = np.random.default_rng(6)
-    chain = random_chain(rng, 10).with_meta(network="toy")
+    chain = baseline_chain(rng, 10).with_meta(network="toy")
     f = tmp_path / "toy.csv"
     write_profile(chain, f)
     for method in ("uniform", "parameters", "torchgpipe"):

@@ -65,7 +65,8 @@ def lab(tmp_path):
     proc = subprocess.Popen(
         [str(LAB), "--no-browser", "--ip=127.0.0.1", f"--port={port}", "--port-retries=0",
          f"--IdentityProvider.token={TOKEN}", f"--ServerApp.root_dir={work}",
-         "--LabApp.expose_app_in_browser=True", "--LabApp.news_url=", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+         "--LabApp.expose_app_in_browser=True", "--LabApp.news_url=",
+         "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
          "--LabApp.extension_manager=readonly"] + (["--allow-root"] if os.geteuid() == 0 else []),
         cwd=work, env=env, stdout=log, stderr=subprocess.STDOUT,
     )
@@ -119,7 +120,8 @@ def test_explorer_in_jupyterlab(lab):
             page.wait_for_function(
                 "() => document.querySelectorAll('.wb-explorer .js-plotly-plot').length >= 2", timeout=120_000)
             page.wait_for_function(  # the second cell ran and printed the summary
-                "() => [...document.querySelectorAll('.jp-OutputArea-output pre')].some(e => e.innerText.includes('period'))",
+                "() => [...document.querySelectorAll('.jp-OutputArea-output pre')]"
+                ".some(e => e.innerText.includes('period'))",
                 timeout=120_000)
             explorer = page.locator(".wb-explorer").first
             gantt = explorer.locator(".js-plotly-plot").first

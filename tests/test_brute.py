@@ -10,8 +10,7 @@ from oracles import paper_stage_memory
 from workbench.chain import Chain, Layer, Platform
 from workbench.plan import stages_of
 from workbench.planners import brute
-from workbench.planners.brute import (allocation_period, contiguous_allocations, general_allocations,
-                                      plan_brute)
+from workbench.planners.brute import allocation_period, contiguous_allocations, general_allocations, plan_brute
 
 try:
     from workbench.check import check
@@ -35,7 +34,8 @@ def rand_instance(rng, L, P, memory=True, comm=True):
         tot = sum(chain.saved(i) + l.weight_bytes for i, l in enumerate(layers))
         M = tot * rng.uniform(0.4, 1.5)
     weights = rng.choice(["stash", "single"])
-    return chain, Platform(P, memory=M, bandwidth=bw, weights=weights, weight_factor=rng.choice([1, 2]), memory_model="paper")
+    return chain, Platform(P, memory=M, bandwidth=bw, weights=weights, weight_factor=rng.choice([1, 2]),
+                           memory_model="paper")
 
 
 # ----------------------------------------------------------------------------- independent helpers
@@ -212,7 +212,8 @@ def lp_oracle(chain, platform, assignment, kcap):
     static = max([sum(cs[s].forward + cs[s].backward for s in range(S) if dev[s] == p) for p in devices]
                  + [unconstrained_period(chain, platform, assignment)])
     kvecs = [ks for ks in itertools.product(*[range(1, kc + 1) for kc in kcap])
-             if all(sum(paper_stage_memory(platform, cs[s].saved, cs[s].weights, ks[s]) for s in range(S) if dev[s] == p)
+             if all(sum(paper_stage_memory(platform, cs[s].saved, cs[s].weights,
+                                           ks[s]) for s in range(S) if dev[s] == p)
                     <= platform.memory for p in devices)]
     for ks in kvecs:
         per_dev = []
@@ -350,7 +351,6 @@ def test_registry_and_cache():
 def test_offload_dp_equals_brute_and_general_plans_pass_the_checker():
     """One policy for all layers: dp on the effective chain equals brute force, offload included (rule 8)."""
     from policy_instances import instance
-
     from workbench.activations import apply_policies
     from workbench.planners.dp import plan_dp
 

@@ -184,7 +184,8 @@ def test_memory_is_recomputed_without_stash_and_with_weight_factor():
     # k*20 + 4*200
     assert list(plan.memory) == [860, 840, 820]
     assert check(plan, _chain(), plat) == []
-    vs = check(plan, _chain(), Platform(3, memory=850, bandwidth=20000, weights="single", weight_factor=4, memory_model="paper"))
+    vs = check(plan, _chain(), Platform(3, memory=850, bandwidth=20000, weights="single", weight_factor=4,
+                                        memory_model="paper"))
     assert [v.device for v in vs] == [0]
 
 

@@ -7,13 +7,12 @@ import random
 
 import pytest
 
+from policy_instances import random_chain
 from workbench.activations import apply_policies
 from workbench.chain import Chain, Layer, Platform
 from workbench.check import check, format_violations
 from workbench.check_policies import effective_chain
-from workbench.plan import Stage, make_plan
-
-from policy_instances import random_chain
+from workbench.plan import make_plan
 
 _FIELDS = ("forward", "backward", "saved_bytes", "saved_input_bytes", "saved_output_bytes", "forward_peak_bytes",
            "backward_peak_bytes", "offload_bytes", "grad_bytes", "max_param_bytes")

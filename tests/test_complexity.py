@@ -12,13 +12,22 @@ import math
 import numpy as np
 import pytest
 
-from workbench.chain import Chain, Layer, Platform
+from workbench.chain import Platform
 from workbench.complexity import (
-    UNAVAILABLE, family_factor, gain_distribution, general_beats_contiguous_family, is_three_partition_yes,
-    least_contiguous_memory, memory_levels, random_chain, run_method, scaling_study, three_partition_instance,
-    three_partition_no_instance, three_partition_yes_instance,
+    family_factor,
+    gain_distribution,
+    general_beats_contiguous_family,
+    is_three_partition_yes,
+    least_contiguous_memory,
+    memory_levels,
+    random_chain,
+    scaling_study,
+    three_partition_instance,
+    three_partition_no_instance,
+    three_partition_yes_instance,
 )
-from workbench.planners import METHODS, plan
+from workbench.planners import plan
+from workbench.planners.sweep import UNAVAILABLE, run_method
 
 TOL = 1e-6
 
@@ -208,15 +217,6 @@ def test_reduction_with_general_ilp():
 
 
 # ---------------------------------------------------------------- robust runs and studies
-def test_run_method_unavailable_and_error(monkeypatch):
-    ch = random_chain(3, seed=0)
-    monkeypatch.setitem(METHODS, "nosuch", "workbench.no_such_module:fn")
-    row = run_method(ch, Platform(2, memory_model="paper"), "nosuch")
-    assert row["status"] == UNAVAILABLE and not row["fits"] and math.isnan(row["period"])
-    row = run_method(ch, Platform(2, memory_model="paper"), "brute", max_layers=1)  # brute refuses: recorded as an error
-    assert row["status"] == "error" and "max_layers" in row["note"]
-
-
 def test_scaling_study_small():
     df = scaling_study(layers=(4, 6), devices=(2, 8), time_limit=20)
     assert set(df["n_layers"]) == {4, 6} and set(df["devices"]) == {2}  # P=8 > L skipped

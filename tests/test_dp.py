@@ -106,7 +106,8 @@ def test_unconstrained_matches_brute_force_on_300_chains():
         L = int(rng.integers(1, 11))
         P = int(rng.integers(1, 5))
         chain = random_chain(rng, L)
-        plat = Platform(P, bandwidth=float(rng.choice([10.0, 30.0, math.inf])), latency=float(rng.choice([0, 0.2])), memory_model="paper")
+        plat = Platform(P, bandwidth=float(rng.choice([10.0, 30.0, math.inf])), latency=float(rng.choice([0, 0.2])),
+                        memory_model="paper")
         p = plan_dp(chain, plat)
         want = brute_unconstrained(chain, plat)
         assert p.period == pytest.approx(want, rel=1e-9), (trial, L, P)
@@ -123,7 +124,8 @@ def test_memory_limited_matches_brute_force_on_150_chains():
         P = int(rng.integers(2, 5))
         chain = random_chain(rng, L, mem=True)
         base = Platform(P, bandwidth=float(rng.choice([20.0, 80.0])),
-                        weights=str(rng.choice(["stash", "single"])), weight_factor=float(rng.choice([1, 2])), memory_model="paper")
+                        weights=str(rng.choice(["stash", "single"])), weight_factor=float(rng.choice([1, 2])),
+                        memory_model="paper")
         # memory between the k=1 minimum and a loose limit, so that both regimes occur
         kmin, _ = least_memory(chain, base)
         plat = base.with_(memory=float(kmin * rng.uniform(0.6, 3.0)))
@@ -244,13 +246,15 @@ def test_cli_dp_with_memory(tmp_path):
 
     _peer("vgg16")
     out = tmp_path / "p.json"
-    rc = main(["plan", "--profile", "pipedream/vgg16", "--devices", "4", "--memory", "8GiB", "--method", "dp", "--memory-model", "paper",
+    rc = main(["plan", "--profile", "pipedream/vgg16", "--devices", "4", "--memory", "8GiB", "--method", "dp",
+               "--memory-model", "paper",
                "--json", str(out)])
     import json
 
     d = json.loads(out.read_text())
     assert rc == 0 and d["status"] == "optimal" and max(d["memory"]) <= 8 * 2**30
-    rc = main(["plan", "--profile", "pipedream/vgg16", "--devices", "4", "--memory", "1GiB", "--method", "dp", "--memory-model", "paper",
+    rc = main(["plan", "--profile", "pipedream/vgg16", "--devices", "4", "--memory", "1GiB", "--method", "dp",
+               "--memory-model", "paper",
                "--json", str(out)])
     d = json.loads(out.read_text())
     assert rc != 0 and d["status"] == "infeasible"

@@ -9,6 +9,7 @@ import random
 import pytest
 
 import workbench.planners.dp_auto as dp_auto
+from policy_instances import instance, random_chain
 from workbench.activations import POLICIES, apply_policies
 from workbench.chain import Chain, Layer, Platform
 from workbench.check import check
@@ -16,8 +17,6 @@ from workbench.planners import plan as run_planner
 from workbench.planners.dp import bounds_to_assignment
 from workbench.profiles import load_profile
 from workbench.schedule import Scheduler
-
-from policy_instances import instance, random_chain
 
 
 def test_auto_equals_brute_force_on_120_instances():

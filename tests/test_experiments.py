@@ -6,12 +6,12 @@ import argparse
 import json
 import math
 
-import numpy as np
 import pandas as pd
 import pytest
 
 from workbench import experiments as ex
 from workbench.chain import Platform
+from workbench.experiments import report as report_module
 from workbench.plan import lower_bound
 from workbench.profiles import load_profile
 
@@ -133,8 +133,9 @@ def test_resume_skips_and_recomputes(tiny, tmp_path):
     # other settings: only the units they change are recomputed (the contiguous ILP's time limit)
     s2 = tiny_settings(time_limit=2.0)
     rep4 = ex.reproduce(quick=True, out=out, settings=s2, progress=False, png=False, only="throughput")
-    assert sorted(rep4.computed) == sorted(u.name for u in ex.plan_units(s2, ["throughput"])
-                                           if u.settings["method"] == "ilp" and u.settings["allocation"] == "contiguous")
+    contiguous_ilp = [u.name for u in ex.plan_units(s2, ["throughput"])
+                      if u.settings["method"] == "ilp" and u.settings["allocation"] == "contiguous"]
+    assert sorted(rep4.computed) == sorted(contiguous_ilp)
     # the general ILP has its own limit
     s3 = s2.with_(general_time_limit=s2.general_time_limit + 1)
     rep5 = ex.reproduce(quick=True, out=out, settings=s3, progress=False, png=False, only="throughput")
@@ -186,7 +187,8 @@ def hand_sweeps():
             ok = fits if fits is not None else p is not None
             rows.append({"network": "n", "devices": 2, "method_key": mk, "level": lvl, "memory_limit": M,
                          "least_memory": 1.0, "period": p if p else math.nan, "fits": ok,
-                         "throughput": 1 / p if p else 0.0, "lower_bound": 1.0, "status": "optimal" if mk != "pipedream" else "feasible"})
+                         "throughput": 1 / p if p else 0.0, "lower_bound": 1.0,
+                         "status": "optimal" if mk != "pipedream" else "feasible"})
     return pd.DataFrame(rows)
 
 
@@ -269,7 +271,7 @@ def test_a_unit_lost_before_the_figures_is_named_with_the_reason(tmp_path, monke
             return None, "CSV does not match its checksum (changed, cut short, or written by another run)"
         return real(unit, out)
 
-    monkeypatch.setattr(ex, "read_unit", second_read_fails)
+    monkeypatch.setattr(report_module, "read_unit", second_read_fails)
     _, rep = small_run(tmp_path)
     assert rep.left_out == {"complexity__family": "CSV does not match its checksum (changed, cut short, or written "
                                                   "by another run)"}
@@ -295,7 +297,7 @@ def test_a_failed_check_is_at_the_top_of_the_report_and_fails_the_command(tmp_pa
     assert rep.computed == [] and any("disagree on lower_bound" in v for v in rep.violations)
     report = rep.report_path.read_text()
     assert report.index("## CHECKS FAILED") < report.index("Settings:") and "All checks pass" not in report
-    monkeypatch.setattr(ex, "reproduce", lambda **kw: rep)
+    monkeypatch.setattr(report_module, "reproduce", lambda **kw: rep)
     assert ex.reproduce_command(argparse.Namespace(quick=True, only=None, out=str(tmp_path))) == 1
     assert "CHECKS FAILED" in capsys.readouterr().err
 

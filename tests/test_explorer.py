@@ -102,7 +102,8 @@ def test_slow_method_streams_log_and_shows_progress():
         return real_plan(ch, plat, "dp")
 
     ex = Explorer(chain=chain(), devices=3, display_figures=False, planner=fake)
-    ex.method_dropdown.options = list(ex.method_dropdown.options) + ["ilp"] if "ilp" not in ex.method_dropdown.options else ex.method_dropdown.options
+    if "ilp" not in ex.method_dropdown.options:
+        ex.method_dropdown.options = list(ex.method_dropdown.options) + ["ilp"]
     ex.method_dropdown.value = "ilp"
     assert "log" in seen and seen["time_limit"] == ex.time_limit
     assert "Running HiGHS" in "".join(ex.log_text)

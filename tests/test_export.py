@@ -1,6 +1,5 @@
 """Export: offline HTML always; PNG/SVG via kaleido when Chromium is there, a clear error when not."""
 
-from pathlib import Path
 
 import plotly.graph_objects as go
 import pytest

@@ -8,15 +8,10 @@ import math
 import numpy as np
 import pytest
 
+from instances import baseline_chain
 from workbench.chain import Chain, Layer, Platform
 from workbench.planners.dp import plan_dp
 from workbench.planners.flushed import plan_1f1b, plan_gpipe
-
-
-def random_chain(rng, L):
-    return Chain(tuple(Layer(f"l{i}", float(rng.uniform(0.1, 2)), float(rng.uniform(0.2, 4)),
-                             float(rng.integers(0, 1000)), float(rng.integers(1, 100))) for i in range(L)),
-                 input_bytes=10.0)
 
 
 def stage_AW(chain, st):
@@ -28,7 +23,7 @@ def stage_AW(chain, st):
 @pytest.mark.parametrize("seed", range(6))
 def test_textbook_memory(seed):
     rng = np.random.default_rng(seed)
-    chain = random_chain(rng, int(rng.integers(4, 14)))
+    chain = baseline_chain(rng, int(rng.integers(4, 14)))
     P, m = int(rng.integers(2, 5)), int(rng.integers(1, 9))
     plat = Platform(P, bandwidth=500.0, weight_factor=float(rng.choice([1.0, 4.0])), memory_model="paper")
     g = plan_gpipe(chain, plat, micro_batches=m)
@@ -62,7 +57,7 @@ def test_single_stage_makespan_is_exact():
 
 def test_default_micro_batches_and_overflow_note():
     rng = np.random.default_rng(3)
-    chain = random_chain(rng, 8)
+    chain = baseline_chain(rng, 8)
     plat = Platform(2, memory=50.0, memory_model="paper")
     p = plan_1f1b(chain, plat)
     assert p.micro_batches == 8 and p.schedule == "1f1b"
@@ -76,7 +71,7 @@ def test_cli(tmp_path):
 
     rng = np.random.default_rng(4)
     f = tmp_path / "toy.csv"
-    write_profile(random_chain(rng, 9).with_meta(network="toy"), f)
+    write_profile(baseline_chain(rng, 9).with_meta(network="toy"), f)
     for method in ("gpipe", "1f1b"):
         out = tmp_path / f"{method}.json"
         rc = main(["plan", "--profile", str(f), "--devices", "3", "--method", method, "--micro-batches", "6",

@@ -115,7 +115,8 @@ def test_period_lines_and_steady_state():
 def test_flushed_schedule_has_no_period_lines():
     # GPipe-like: all forwards then all backwards on one device
     rows = [dict(device=0, stage=0, first=0, last=0, kind="F", batch=i, start=i * 1.0, end=i + 1.0) for i in range(3)]
-    rows += [dict(device=0, stage=0, first=0, last=0, kind="B", batch=i, start=3 + i * 2.0, end=5 + i * 2.0) for i in range(3)]
+    rows += [dict(device=0, stage=0, first=0, last=0, kind="B", batch=i, start=3 + i * 2.0,
+                  end=5 + i * 2.0) for i in range(3)]
     tr = Trace(pd.DataFrame(rows), pd.DataFrame(columns=MEMORY_COLUMNS), 1, period=3.0, meta={"schedule": "gpipe"})
     fig = gantt(tr)
     assert steady_window(tr) is None

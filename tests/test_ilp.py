@@ -9,11 +9,12 @@ import math
 import numpy as np
 import pytest
 
+from instances import ilp_chain
 from workbench.chain import Chain, Layer, Platform
 from workbench.check import check
 from workbench.planners.brute import plan_brute
 from workbench.planners.dp import plan_dp
-from workbench.planners.ilp import build_model, plan_ilp, least_memory_bound
+from workbench.planners.ilp import build_model, least_memory_bound, plan_ilp
 
 REL = 1e-5
 
@@ -21,11 +22,7 @@ REL = 1e-5
 def rand_instance(rng: np.random.Generator, L: int, P: int, memory: str):
     """A random chain; memory "none" (unlimited) or "tight" (between the least any plan needs and a
     level where the DP-optimal plan starts to be constrained)."""
-    layers = tuple(
-        Layer(f"l{i}", float(rng.uniform(0.5, 10)), float(rng.uniform(0.5, 20)),
-              float(rng.integers(1, 60)), float(rng.integers(1, 40)))
-        for i in range(L))
-    ch = Chain(layers, input_bytes=float(rng.integers(1, 40)))
+    ch = ilp_chain(rng, L)
     bw = float(rng.choice([np.inf, rng.uniform(1, 10)]))
     plat = Platform(P, bandwidth=bw, weights=str(rng.choice(["stash", "single"])),
                     weight_factor=float(rng.choice([1.0, 2.0])), memory_model="paper")

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from policy_instances import instance
 from workbench.chain import Chain, Layer, Platform
 from workbench.check import check
 from workbench.planners import plan as run_planner
-
-from policy_instances import instance
 
 
 def _feasible_instances(n: int):

@@ -5,6 +5,7 @@ import math
 import numpy as np
 import pytest
 
+from instances import footprint_limit, ilp_chain
 from workbench.chain import Chain, Layer, Platform
 from workbench.check import check
 from workbench.plan import make_plan
@@ -13,11 +14,8 @@ from workbench.planners.ilp_cover import TooManySets, cover_bound, cover_search,
 
 
 def _instance(rng, L, P, tight=True):
-    layers = tuple(Layer(f"l{i}", float(rng.uniform(0.5, 10)), float(rng.uniform(0.5, 20)),
-                         float(rng.integers(1, 60)), float(rng.integers(1, 40))) for i in range(L))
-    ch = Chain(layers, input_bytes=float(rng.integers(1, 40)))
-    foot = ch.saved_array + ch.weights
-    M = max(float(foot.max()), float(foot.sum()) / P) * float(rng.uniform(1.2, 2.5)) if tight else math.inf
+    ch = ilp_chain(rng, L)
+    M = footprint_limit(ch, P, rng, 1.2, 2.5) if tight else math.inf
     return ch, Platform(P, memory=M, bandwidth=float(rng.uniform(2, 10)), memory_model="paper")
 
 

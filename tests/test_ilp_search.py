@@ -2,7 +2,8 @@
 
 import numpy as np
 
-from workbench.chain import Chain, Layer, Platform
+from instances import ilp_chain
+from workbench.chain import Platform
 from workbench.check import check
 from workbench.planners.brute import plan_brute
 from workbench.planners.dp import plan_dp
@@ -18,9 +19,7 @@ def _instances(seed: int, n: int, layers: tuple[int, int], devices: tuple[int, i
     rng = np.random.default_rng(seed)
     for _ in range(n):
         L, P = int(rng.integers(*layers)), int(rng.integers(*devices))
-        ls = tuple(Layer(f"l{i}", float(rng.uniform(0.5, 10)), float(rng.uniform(0.5, 20)),
-                         float(rng.integers(1, 60)), float(rng.integers(1, 40))) for i in range(L))
-        ch = Chain(ls, input_bytes=float(rng.integers(1, 40)))
+        ch = ilp_chain(rng, L)
         plat = Platform(P, bandwidth=float(rng.uniform(2, 10)), memory_model="paper")
         plat = plat.with_(memory=plan_dp(ch, plat, graph=False).peak_memory * float(rng.uniform(0.6, 1.0)))
         start = plan_dp(ch, plat, graph=False)

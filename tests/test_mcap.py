@@ -7,15 +7,15 @@ import random
 
 import pytest
 
+from policy_instances import random_chain
 from workbench.chain import Platform
 from workbench.check import check
-from workbench.experiment_units import METHOD_KEYS, METHOD_LABELS
+from workbench.experiments import METHOD_KEYS, METHOD_LABELS
 from workbench.memory import device_memory, layer_terms
-from workbench.planners import METHODS, plan as run_planner
+from workbench.planners import METHODS
+from workbench.planners import plan as run_planner
 from workbench.planners.mcap import mcap_partition
 from workbench.profiles import load_profile
-
-from policy_instances import random_chain
 
 
 def _partitions(L: int, q: int):

@@ -21,9 +21,18 @@ from test_dp import brute_min_period, compositions
 from workbench.chain import Chain, Layer, Platform
 from workbench.check import check
 from workbench.check_memory import memory_by_device
-from workbench.memory import (device_memory, estimate_note, layer_terms, merged_memory_columns, plan_memory,
-                              stage_activation, stage_excess, stage_memory, validate_setup)
-from workbench.plan import Stage, make_plan
+from workbench.memory import (
+    device_memory,
+    estimate_note,
+    layer_terms,
+    merged_memory_columns,
+    plan_memory,
+    stage_activation,
+    stage_excess,
+    stage_memory,
+    validate_setup,
+)
+from workbench.plan import Stage
 from workbench.planners import plan as run_planner
 from workbench.planners.brute import plan_brute
 from workbench.planners.dp import plan_dp
@@ -46,7 +55,8 @@ def measured_chain(rng: np.random.Generator, L: int, *, dtype: str = "float32", 
         bp = out + prev_out + float(rng.integers(0, 60))
         f = float(rng.uniform(0.1, 3.0))
         layers.append(Layer(f"l{i}", f, f * float(rng.uniform(1, 3)), W, out, saved,
-                            grad_bytes=W if rng.random() < 0.9 else 0.0, max_param_bytes=float(rng.integers(0, 1 + int(W))),
+                            grad_bytes=W if rng.random() < 0.9 else 0.0,
+                            max_param_bytes=float(rng.integers(0, 1 + int(W))),
                             saved_input_bytes=si, saved_output_bytes=so, forward_peak_bytes=fp, backward_peak_bytes=bp))
         prev_out = out
     return Chain(tuple(layers), input_bytes=input_bytes, meta={"dtype": dtype, "device": device})

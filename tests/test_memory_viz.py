@@ -15,7 +15,8 @@ GiB = 2**30
 
 
 def small(weights="stash", phi=1.0, memory=8 * GiB):
-    chain = Chain(tuple(Layer(f"l{i}", 0.001, 0.002, 0.25 * GiB, 0.125 * GiB) for i in range(4)), input_bytes=0.125 * GiB)
+    chain = Chain(tuple(Layer(f"l{i}", 0.001, 0.002, 0.25 * GiB, 0.125 * GiB) for i in range(4)),
+                  input_bytes=0.125 * GiB)
     plat = Platform(2, memory=memory, weights=weights, weight_factor=phi, memory_model="paper")
     plan = make_plan(chain, plat, period=0.006, assignment=[0, 0, 1, 1], fwd_start=[0.0, 0.002],
                      bwd_start=[0.008, 0.004], method="hand")

@@ -8,17 +8,20 @@ from pathlib import Path
 import pytest
 
 from workbench.cli import main
+from workbench.graph import linearisation_summary
 from workbench.paths import peer_profiles_dir
 from workbench.profiles import load_profile
 from workbench.profiles.pipedream import (
-    Graph, Node, PipeDreamFormatError, linearisation_summary, load_pipedream_chain, parse_pipedream_text,
+    PipeDreamFormatError,
+    load_pipedream_chain,
+    parse_pipedream_text,
     read_pipedream_graph,
 )
 
 NETS = ["alexnet", "vgg16", "gnmt", "resnet18", "resnet50", "inception_v3", "resnet101", "densenet121",
         "nasnetamobile"]
 PEER = peer_profiles_dir()
-needs_peer = pytest.mark.skipif(PEER is None, reason="peer profiles (../shared/peer-profiles/pipedream) not found")
+needs_peer = pytest.mark.skipif(PEER is None, reason="PipeDream profiles (data/profiles/pipedream) not found")
 
 
 def raw_sums(path: Path) -> dict[str, float]:
@@ -117,11 +120,16 @@ def test_resnet_cut_inside_residual_block_counts_both_edges():
 
 def toy() -> str:
     return "\n".join([
-        "node1 -- Input -- forward_compute_time=7.0, backward_compute_time=0.0, activation_size=10.0, parameter_size=0.0",
-        "node2 -- Conv -- forward_compute_time=1.0, backward_compute_time=2.0, activation_size=4.0, parameter_size=16.0",
-        "node3 -- ReLU -- forward_compute_time=0.5, backward_compute_time=0.5, activation_size=5.0, parameter_size=0.0",
-        "node4 -- Conv -- forward_compute_time=1.5, backward_compute_time=0.5, activation_size=6.0, parameter_size=8.0",
-        "node5 -- Add -- forward_compute_time=0.0, backward_compute_time=0.0, activation_size=7.0, parameter_size=0.0",
+        "node1 -- Input -- forward_compute_time=7.0, backward_compute_time=0.0, "
+        "activation_size=10.0, parameter_size=0.0",
+        "node2 -- Conv -- forward_compute_time=1.0, backward_compute_time=2.0, "
+        "activation_size=4.0, parameter_size=16.0",
+        "node3 -- ReLU -- forward_compute_time=0.5, backward_compute_time=0.5, "
+        "activation_size=5.0, parameter_size=0.0",
+        "node4 -- Conv -- forward_compute_time=1.5, backward_compute_time=0.5, "
+        "activation_size=6.0, parameter_size=8.0",
+        "node5 -- Add -- forward_compute_time=0.0, backward_compute_time=0.0, "
+        "activation_size=7.0, parameter_size=0.0",
         "\tnode1 -- node2", "\tnode2 -- node3", "\tnode2 -- node4", "\tnode3 -- node5", "\tnode4 -- node5",
     ])
 
@@ -192,13 +200,6 @@ def test_large_graph_no_recursion_limit():
     assert len(c) == n and c.cut_bytes[-1] == 1.0
 
 
-def test_graph_dataclass_maps():
-    g = Graph((Node("a", "A", 0, 0, 1, 0), Node("b", "B", 0, 0, 1, 0), Node("c", "C", 0, 0, 1, 0)),
-              (("a", "b"), ("a", "c"), ("b", "c")), "g")
-    assert g.successors["a"] == ("b", "c") and g.predecessors["c"] == ("a", "b")
-
-
-@needs_peer
 def test_profile_info_cli(capsys):
     assert main(["profile-info", "pipedream/resnet50"]) == 0
     out = capsys.readouterr().out

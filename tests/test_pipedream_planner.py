@@ -8,7 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from workbench.chain import Chain, Layer, Platform
+from instances import small_chain
+from workbench.chain import Platform
 from workbench.check import check
 from workbench.planners.pipedream import pipedream_memory_need, pipedream_partition, plan_pipedream
 
@@ -18,12 +19,6 @@ def compositions(L, P):
         for cuts in itertools.combinations(range(1, L), q - 1):
             e = (0,) + cuts + (L,)
             yield [(e[s], e[s + 1] - 1) for s in range(q)]
-
-
-def random_chain(rng, L):
-    return Chain(tuple(Layer(f"l{i}", float(rng.uniform(0.1, 2)), float(rng.uniform(0.2, 4)),
-                             float(rng.integers(0, 100)), float(rng.integers(1, 60))) for i in range(L)),
-                 input_bytes=float(rng.integers(1, 50)))
 
 
 def pd_model(chain, plat, parts):
@@ -45,7 +40,7 @@ def test_matches_brute_force_of_its_model():
     seen_none = 0
     for trial in range(200):
         L, P = int(rng.integers(1, 10)), int(rng.integers(1, 5))
-        chain = random_chain(rng, L)
+        chain = small_chain(rng, L)
         M = float(rng.choice([math.inf, rng.uniform(50, 800)]))
         plat = Platform(P, bandwidth=float(rng.choice([20.0, 100.0, math.inf])), memory=M, memory_model="paper")
         options = [pd_model(chain, plat, parts) for parts in compositions(L, P)]
@@ -64,7 +59,7 @@ def test_matches_brute_force_of_its_model():
 def test_memory_need_is_the_threshold():
     rng = np.random.default_rng(9)
     for _ in range(40):
-        chain = random_chain(rng, int(rng.integers(2, 9)))
+        chain = small_chain(rng, int(rng.integers(2, 9)))
         plat = Platform(int(rng.integers(2, 5)), memory_model="paper")
         need = pipedream_memory_need(chain, plat)
         want = min(pd_model(chain, plat, parts)[1] for parts in compositions(len(chain), plat.devices))
@@ -75,7 +70,7 @@ def test_memory_need_is_the_threshold():
 
 def test_plan_is_valid_or_says_why():
     rng = np.random.default_rng(10)
-    chain = random_chain(rng, 14)
+    chain = small_chain(rng, 14)
     plat = Platform(4, bandwidth=100.0, memory_model="paper")
     p = plan_pipedream(chain, plat)
     assert p.method == "pipedream" and p.fits and check(p, chain, plat) == []

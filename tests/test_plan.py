@@ -13,7 +13,8 @@ from workbench.plan import MAX_DEVICES, Plan, make_plan
 
 def _plan() -> Plan:
     chain = Chain(tuple(Layer(f"l{i}", 0.001, 0.002, 10, 4) for i in range(4)))
-    return make_plan(chain, Platform(2, memory_model="paper"), 0.006, [0, 0, 1, 1], [0.0, 0.002], [0.008, 0.004], method="hand")
+    return make_plan(chain, Platform(2, memory_model="paper"), 0.006, [0, 0, 1, 1], [0.0, 0.002], [0.008, 0.004],
+                     method="hand")
 
 
 def _dict() -> dict:

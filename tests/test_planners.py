@@ -10,7 +10,6 @@ from workbench.plan import make_plan
 from workbench.planners import GENERAL_METHODS, METHODS, plan
 
 
-
 def _chain(first_ms: float = 1.0) -> Chain:
     return Chain((Layer("a", first_ms / 1e3, 1e-3, 10, 4),) +
                  tuple(Layer(f"l{i}", 1e-3, 2e-3, 10, 4) for i in range(3)), input_bytes=4)

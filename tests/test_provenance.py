@@ -19,9 +19,12 @@ def test_docstrings_comments_and_layout_do_not_count_but_code_does():
 def test_the_hashed_sources_are_the_model_not_the_presentation():
     rel = {p.relative_to(pv._PACKAGE).as_posix() for p in pv.model_sources()}
     for must in ("chain.py", "plan.py", "schedule.py", "check.py", "simulate.py", "complexity.py",
-                 "experiment_units.py", "planners/dp.py", "planners/ilp.py", "profiles/pipedream.py", "profiles/csvio.py"):
+                 "experiments/units.py", "experiments/sweeps.py", "experiments/cache.py", "methods.py",
+                 "planners/sweep.py", "planners/dp.py", "planners/ilp.py", "profiles/pipedream.py",
+                 "profiles/csvio.py"):
         assert must in rel, must
-    for never in ("cli.py", "experiments.py", "io.py", "sweeps.py", "viz/gantt.py", "runtime/engine.py"):
+    for never in ("cli.py", "experiments/report.py", "experiments/analyses.py", "io.py", "viz/gantt.py",
+                  "runtime/engine.py"):
         assert never not in rel, never
 
 

@@ -8,8 +8,14 @@ import pandas as pd
 import pytest
 
 from workbench.chain import Chain, Layer, Platform
-from workbench.runtime.compare import (calibrate, calibration_report, compare, measurement_warnings, stage_times,
-                                       steady_warmup)
+from workbench.runtime.compare import (
+    calibrate,
+    calibration_report,
+    compare,
+    measurement_warnings,
+    stage_times,
+    steady_warmup,
+)
 from workbench.runtime.program import predicted_ops
 from workbench.schedule import best_schedule, build_schedule
 from workbench.trace import Trace
@@ -45,7 +51,8 @@ def test_calibration_uses_the_mean_so_stretched_operations_count():
     chain, plat, plan, ops = _setup(24)
     stretched = ops.copy()
     hit = (stretched["stage"] == 2) & (stretched["kind"] == "B") & (stretched["batch"] % 8 < 3)
-    stretched.loc[hit, "end"] = stretched.loc[hit, "start"] + 4 * (stretched.loc[hit, "end"] - stretched.loc[hit, "start"])
+    took = stretched.loc[hit, "end"] - stretched.loc[hit, "start"]
+    stretched.loc[hit, "end"] = stretched.loc[hit, "start"] + 4 * took
     tr = _trace(stretched)
     st = stage_times(plan, chain, tr)
     assert st.loc[2, "mean_backward"] > st.loc[2, "measured_backward"]     # mean above the median
@@ -97,7 +104,8 @@ def test_a_contradictory_measurement_is_flagged_and_calibration_says_it_does_not
 def test_other_reasons_a_measurement_is_not_meaningful():
     chain, plat, plan, ops = _setup(5)
     tr = _trace(ops)
-    df = compare(plan, chain, plat, tr, cpu=pd.DataFrame({"device": [0, 1, 2] * 5, "batch": sum([[i] * 3 for i in range(5)], []),
+    df = compare(plan, chain, plat, tr, cpu=pd.DataFrame({"device": [0, 1, 2] * 5,
+                                                          "batch": sum([[i] * 3 for i in range(5)], []),
                                                         "cpu": [0.4 * 3 * MS] * 15}))
     w = " | ".join(df.attrs["warnings"])
     assert "time-shared ranks" in w and "only 2 steady mini-batches after 3 of warm-up" in w

@@ -10,34 +10,12 @@ import numpy as np
 import pytest
 from scipy.optimize import linprog
 
+from instances import py_chain, py_contiguous, py_general
 from oracles import paper_stage_memory
 from workbench.chain import Chain, Layer, Platform
 from workbench.check import check
-from workbench.plan import REL_TOL, stages_of
+from workbench.plan import stages_of
 from workbench.schedule import NoSchedule, Scheduler, best_schedule, build_schedule, least_memory, min_period
-
-
-def _random_chain(rng: random.Random, L: int) -> Chain:
-    layers = [Layer(f"l{i}", rng.uniform(0.5, 3.0), rng.uniform(0.5, 5.0), rng.randint(1, 50),
-                    rng.randint(1, 20), rng.choice([None, rng.randint(1, 30)])) for i in range(L)]
-    return Chain(tuple(layers), input_bytes=rng.randint(1, 20))
-
-
-def _random_contiguous(rng: random.Random, L: int, P: int) -> list[int]:
-    S = rng.randint(1, min(L, P))
-    cuts = sorted(rng.sample(range(1, L), S - 1))
-    devs = rng.sample(range(P), S)
-    out, s = [], 0
-    for l in range(L):
-        if s < len(cuts) and l == cuts[s]:
-            s += 1
-        out.append(devs[s])
-    return out
-
-
-def _random_general(rng: random.Random, L: int, P: int) -> list[int]:
-    return [rng.randrange(P) for _ in range(L)]
-
 
 # ----- an independent brute force: enumerate in-flight vectors, LP for the period -----------------
 
@@ -95,10 +73,11 @@ def _lp_best_period(sch: Scheduler) -> float:
 def test_best_period_matches_lp_brute_force_on_contiguous(seed):
     rng = random.Random(seed)
     L, P = rng.randint(2, 6), rng.randint(2, 4)
-    chain = _random_chain(rng, L)
-    assign = _random_contiguous(rng, L, P)
+    chain = py_chain(rng, L)
+    assign = py_contiguous(rng, L, P)
     bw = rng.choice([math.inf, 5.0, 10.0])
-    plat0 = Platform(P, bandwidth=bw, weights=rng.choice(["stash", "single"]), weight_factor=rng.choice([1, 2]), memory_model="paper")
+    plat0 = Platform(P, bandwidth=bw, weights=rng.choice(["stash", "single"]), weight_factor=rng.choice([1, 2]),
+                     memory_model="paper")
     least = max(least_memory(chain, plat0, assign))
     # the memory of the schedule at the smallest period, then a limit in between
     at_t0 = max(build_schedule(chain, plat0, assign, min_period(chain, plat0, assign)).memory)
@@ -119,9 +98,10 @@ def test_best_period_matches_lp_brute_force_on_contiguous(seed):
 def test_contiguous_builder_gives_valid_plans_and_least_windows(seed):
     rng = random.Random(100 + seed)
     L, P = rng.randint(1, 8), rng.randint(1, 5)
-    chain = _random_chain(rng, L)
-    assign = _random_contiguous(rng, L, P)
-    plat = Platform(P, bandwidth=rng.choice([math.inf, 3.0, 20.0]), latency=rng.choice([0.0, 0.1]), memory_model="paper")
+    chain = py_chain(rng, L)
+    assign = py_contiguous(rng, L, P)
+    plat = Platform(P, bandwidth=rng.choice([math.inf, 3.0, 20.0]), latency=rng.choice([0.0, 0.1]),
+                    memory_model="paper")
     sch = Scheduler(chain, plat, assign)
     T = sch.min_period * rng.uniform(1.0, 3.0)
     plan = build_schedule(chain, plat, assign, T)
@@ -144,8 +124,8 @@ def test_contiguous_builder_gives_valid_plans_and_least_windows(seed):
 def test_general_builder_gives_valid_plans(seed):
     rng = random.Random(200 + seed)
     L, P = rng.randint(2, 9), rng.randint(1, 4)
-    chain = _random_chain(rng, L)
-    assign = _random_general(rng, L, P)
+    chain = py_chain(rng, L)
+    assign = py_general(rng, L, P)
     plat = Platform(P, bandwidth=rng.choice([math.inf, 4.0, 30.0]), memory_model="paper")
     T0 = min_period(chain, plat, assign)
     for T in (T0, T0 * rng.uniform(1.0, 2.5)):
@@ -159,15 +139,16 @@ def test_general_builder_gives_valid_plans(seed):
                 assert mode == "asap" and "fragmented" in str(e)
                 continue
             assert check(plan, chain, plat) == [], (mode, check(plan, chain, plat))
-    assert build_schedule(chain, plat, assign, T0).allocation == ("contiguous" if len(stages_of(assign)) == len(set(assign)) else "general")
+    assert build_schedule(chain, plat, assign,
+                          T0).allocation == ("contiguous" if len(stages_of(assign)) == len(set(assign)) else "general")
 
 
 @pytest.mark.parametrize("seed", range(15))
 def test_best_schedule_on_general_allocations_fits_and_is_valid(seed):
     rng = random.Random(300 + seed)
     L, P = rng.randint(3, 8), rng.randint(2, 3)
-    chain = _random_chain(rng, L)
-    assign = _random_general(rng, L, P)
+    chain = py_chain(rng, L)
+    assign = py_general(rng, L, P)
     plat0 = Platform(P, bandwidth=10.0, memory_model="paper")
     least = max(least_memory(chain, plat0, assign))
     plat = plat0.with_(memory=least * rng.uniform(1.0, 1.5))
@@ -202,7 +183,7 @@ def test_best_schedule_infeasible_says_why():
 
 def test_best_schedule_unlimited_memory_reaches_the_load_bound():
     rng = random.Random(7)
-    chain = _random_chain(rng, 8)
+    chain = py_chain(rng, 8)
     plat = Platform(3, bandwidth=50.0, memory_model="paper")
     for assign in ([0, 0, 0, 1, 1, 2, 2, 2], [0, 1, 2, 0, 1, 2, 0, 1]):
         plan = best_schedule(chain, plat, assign)
@@ -212,7 +193,7 @@ def test_best_schedule_unlimited_memory_reaches_the_load_bound():
 
 def test_memory_decreases_with_the_period_on_contiguous():
     rng = random.Random(11)
-    chain = _random_chain(rng, 8)
+    chain = py_chain(rng, 8)
     plat = Platform(4, bandwidth=5.0, memory_model="paper")
     assign = [0, 0, 1, 1, 2, 2, 3, 3]
     sch = Scheduler(chain, plat, assign)

@@ -37,6 +37,12 @@ def test_ci_calls_make_test():
     assert "make test" in (ROOT / ".ci" / "run").read_text()
 
 
+def test_make_test_runs_the_linter_before_the_tests():
+    target = (ROOT / "Makefile").read_text().split("\ntest: ", 1)[1].split("\n\n", 1)[0]
+    assert target.index("ruff check .") < target.index("pytest")
+    assert "ruff" in pins((ROOT / "requirements.txt").read_text().splitlines())
+
+
 def _make_lab_dry_run(tmp_path, uid):
     """``make -n lab`` with ``id -u`` answering ``uid`` (a stand-in ``id`` first on PATH): the command it would run."""
     import os

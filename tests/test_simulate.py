@@ -8,29 +8,13 @@ import random
 import numpy as np
 import pytest
 
+from instances import py_chain, py_contiguous
 from workbench.chain import Chain, Layer, Platform
 from workbench.check import check
 from workbench.plan import make_plan, stages_of
 from workbench.schedule import Scheduler, best_schedule, build_schedule, least_memory
 from workbench.simulate import simulate, simulate_flushed
 from workbench.trace import MEMORY_COLUMNS, OP_COLUMNS
-
-
-def _chain(rng: random.Random, L: int) -> Chain:
-    return Chain(tuple(Layer(f"l{i}", rng.uniform(0.5, 3.0), rng.uniform(0.5, 5.0), rng.randint(1, 50),
-                             rng.randint(1, 20), rng.choice([None, rng.randint(1, 30)])) for i in range(L)),
-                 input_bytes=rng.randint(1, 20))
-
-
-def _contiguous(rng: random.Random, L: int, P: int) -> list[int]:
-    S = rng.randint(1, min(L, P))
-    cuts = set(rng.sample(range(1, L), S - 1))
-    devs = rng.sample(range(P), S)
-    out, s = [], 0
-    for l in range(L):
-        s += l in cuts
-        out.append(devs[s])
-    return out
 
 
 def _rule7_per_device(plan, chain, plat) -> np.ndarray:
@@ -41,9 +25,9 @@ def _plans(seed: int):
     """A random valid plan (contiguous or general, at a random period or the best one) and its instance."""
     rng = random.Random(seed)
     L, P = rng.randint(2, 8), rng.randint(2, 4)
-    chain = _chain(rng, L)
+    chain = py_chain(rng, L)
     general = seed % 2 == 1
-    assign = [rng.randrange(P) for _ in range(L)] if general else _contiguous(rng, L, P)
+    assign = [rng.randrange(P) for _ in range(L)] if general else py_contiguous(rng, L, P)
     plat = Platform(P, bandwidth=rng.choice([math.inf, 4.0, 20.0]), weights=rng.choice(["stash", "single"]),
                     weight_factor=rng.choice([1.0, 4.0]), memory_model="paper")
     sch = Scheduler(chain, plat, assign)
@@ -153,8 +137,8 @@ def test_flushed_textbook_activations_and_makespan(m, S):
 def test_flushed_random_stages_hold_the_textbook_counts(seed):
     rng = random.Random(seed)
     L, P = rng.randint(2, 8), rng.randint(2, 4)
-    chain = _chain(rng, L)
-    assign = _contiguous(rng, L, P)
+    chain = py_chain(rng, L)
+    assign = py_contiguous(rng, L, P)
     plat = Platform(P, bandwidth=rng.choice([math.inf, 5.0]), weight_factor=2.0, memory_model="paper")
     runs = stages_of(assign)
     S = len(runs)
@@ -244,7 +228,8 @@ def test_policies_run_as_planned_with_recompute_inside_the_backward():
     rec = ops[ops.kind == "R"].assign(d=lambda o: o.end - o.start).groupby(["stage", "batch"]).d.sum()
     for (stage, _), total in rec.items():
         s = p.stages[int(stage)]
-        assert total == pytest.approx(sum(chain[l].forward for l in range(s.first, s.last + 1) if pol[l] == "recompute"))
+        assert total == pytest.approx(sum(chain[l].forward for l in range(s.first,
+                                                                          s.last + 1) if pol[l] == "recompute"))
     n_rc = sum(1 for s in p.stages for l in range(s.first, s.last + 1) if pol[l] == "recompute")
     assert len(ops[ops.kind == "R"]) == n_rc * 8
     host = ops[ops.kind.isin(["offload", "prefetch"])]

@@ -4,6 +4,7 @@ import math
 
 import numpy as np
 
+from instances import footprint_limit, ilp_chain
 from workbench.chain import Chain, Layer, Platform
 from workbench.planners.brute import plan_brute
 from workbench.planners.ilp_model import memory_period_bound
@@ -11,11 +12,8 @@ from workbench.planners.stage_bound import least_stage_memory, stage_path_bound
 
 
 def _instance(rng, L, P):
-    layers = tuple(Layer(f"l{i}", float(rng.uniform(0.5, 10)), float(rng.uniform(0.5, 20)),
-                         float(rng.integers(1, 60)), float(rng.integers(1, 40))) for i in range(L))
-    ch = Chain(layers, input_bytes=float(rng.integers(1, 40)))
-    foot = ch.saved_array + ch.weights
-    M = max(float(foot.max()), float(foot.sum()) / P) * float(rng.uniform(1.1, 2.5))
+    ch = ilp_chain(rng, L)
+    M = footprint_limit(ch, P, rng, 1.1, 2.5)
     return ch, Platform(P, memory=M, bandwidth=float(rng.uniform(0.5, 10)),
                         weights=str(rng.choice(["stash", "single"])), memory_model="paper")
 

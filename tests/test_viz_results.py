@@ -1,11 +1,12 @@
-"""The experiments' figures say what they plot: titles agree with axes, log ticks are explicit, nothing vanishes unsaid."""
+"""The experiments' figures say what they plot: titles agree with axes, log ticks are explicit, nothing vanishes
+unsaid."""
 
 from __future__ import annotations
 
 import pandas as pd
 import pytest
 
-from workbench.experiment_units import METHOD_LABELS
+from workbench.experiments import METHOD_LABELS
 from workbench.viz import results as R
 
 GiB = 2**30
@@ -16,8 +17,9 @@ def sweeps(devices=(8, 2, 4)):
     rows = []
     for P in devices:
         for lvl, M in enumerate((0.5, 1.25, 3.0)):
-            for mk, per in (("dp", 2.0 - lvl * 0.4), ("ilp-contiguous", 2.0 - lvl * 0.4), ("ilp-general", 1.5 - lvl * 0.2),
-                            ("pipedream", None if lvl == 0 else 1.5), ("gpipe", 1.1), ("1f1b", 1.05)):
+            for mk, per in (("dp", 2.0 - lvl * 0.4), ("ilp-contiguous", 2.0 - lvl * 0.4),
+                            ("ilp-general", 1.5 - lvl * 0.2), ("pipedream", None if lvl == 0 else 1.5),
+                            ("gpipe", 1.1), ("1f1b", 1.05)):
                 fits = per is not None and (mk not in ("gpipe",) or lvl == 2)
                 rows.append({"network": "net", "devices": P, "level": lvl, "method_key": mk, "label": METHOD_LABELS[mk],
                              "memory_limit": M * GiB, "least_memory": 0.5 * GiB, "period": per if per else float("nan"),
@@ -79,6 +81,7 @@ def test_min_memory_has_one_y_title_not_one_per_row():
     assert "missing bar" in fig.layout.title.subtitle.text
 
 
-@pytest.mark.parametrize("values,text", [([1e-3, 0.01], ["0.001", "0.01"]), ([2.04, 4.35, 0.958], ["0.958", "2.04", "4.35"])])
+@pytest.mark.parametrize("values,text", [([1e-3, 0.01], ["0.001", "0.01"]),
+                                         ([2.04, 4.35, 0.958], ["0.958", "2.04", "4.35"])])
 def test_log_axis_ticks(values, text):
     assert R.log_axis_ticks(values)["ticktext"] == text

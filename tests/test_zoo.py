@@ -46,7 +46,7 @@ def test_slices_compose_to_the_whole_model(name):
 
 
 def test_initialisation_and_batches_are_deterministic():
-    a, b, c = zoo.build_model("tiny-gpt", seed=1), zoo.build_model("tiny-gpt", seed=1), zoo.build_model("tiny-gpt", seed=2)
+    a, b, c = (zoo.build_model("tiny-gpt", seed=s) for s in (1, 1, 2))
     for pa, pb in zip(a.parameters(), b.parameters()):
         assert torch.equal(pa, pb)
     assert any(not torch.equal(pa, pc) for pa, pc in zip(a.parameters(), c.parameters()))

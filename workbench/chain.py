@@ -18,17 +18,20 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import Any, Iterable, Literal, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Literal, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
 from .memory import MEMORY_MODELS, OPTIMIZER_STATES, PRECISIONS, merged_memory_columns
+from .units import format_bytes, parse_bandwidth, parse_size
+
+if TYPE_CHECKING:  # workbench.graph builds chains (Graph.linearise): the annotation only names the type
+    from .graph import Graph
 
 #: PCIe 4.0 x16, one direction: 16 GT/s x 16 lanes x 128b/130b encoding = 31.5 GB/s
 #: (PCI Express Base Specification 4.0); pinned copies reach about 25 GB/s in practice
 DEFAULT_HOST_BANDWIDTH = 31.5e9
-from .units import format_bytes, parse_bandwidth, parse_size
 
 __all__ = ["Layer", "Chain", "Platform", "StageCosts", "WeightPolicy", "MEMORY_COLUMNS", "OPTIONAL_COLUMNS",
            "OPTIMIZERS", "PRECISIONS", "MEMORY_MODELS", "DEFAULT_HOST_BANDWIDTH"]
@@ -110,7 +113,7 @@ class Chain:
     layer ``i`` (length L-1). For a pure chain it is layer i's output; a DAG
     linearised into a chain counts every edge crossing the cut. ``meta`` holds
     profile metadata (network, device, batch size...). ``graph`` is the DAG the
-    chain was linearised from (a :class:`workbench.profiles.pipedream.Graph`),
+    chain was linearised from (a :class:`workbench.graph.Graph`),
     or ``None`` for a true chain; graph-aware planners may re-order with it.
     """
 
@@ -118,7 +121,7 @@ class Chain:
     input_bytes: float = 0.0
     cut_bytes: tuple[float, ...] | None = None
     meta: Mapping[str, str] = field(default_factory=dict, compare=False, hash=False)
-    graph: Any = field(default=None, compare=False, hash=False, repr=False)
+    graph: Graph | None = field(default=None, compare=False, hash=False, repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "layers", tuple(self.layers))

@@ -24,7 +24,8 @@ rules 0 and 1 alone: what the simulator requires before it runs a plan.
 []
 >>> bad = make_plan(chain, plat, 0.006, [0, 0, 1, 1], [0.0, 0.001], [0.008, 0.004])
 >>> print(check(bad, chain, plat)[0])
-rule 2 (forward order): stage 1 (device 1) starts its forward at 1.00 ms, before stage 0's forward ends and its output arrives at 2.00 ms (early by 1.00 ms)
+rule 2 (forward order): stage 1 (device 1) starts its forward at 1.00 ms, before stage 0's forward ends and its
+output arrives at 2.00 ms (early by 1.00 ms)
 """
 
 from __future__ import annotations
@@ -336,7 +337,8 @@ def format_violations(violations: Sequence[Violation], devices: int) -> str:
     shown = [r for r in RULES if r < 8 or any(v.rule == r for v in violations)]   # rule 8 only when broken
     rows: list[str] = [
         "rules: " + ", ".join(f"{r} {RULES[r]}" for r in shown),
-        "X: the rule is broken on that device; row '-': broken for the plan as a whole (or on a device it does not have)",
+        "X: the rule is broken on that device; row '-': broken for the plan as a whole "
+        "(or on a device it does not have)",
         "device | " + " ".join(str(r) for r in shown)]
     for d in [None] + list(range(devices)):
         marks = []

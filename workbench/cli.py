@@ -20,6 +20,8 @@ import sys
 from pathlib import Path
 from typing import Callable
 
+from .methods import METHODS, method, names
+
 __all__ = ["main", "build_parser", "platform_from_args", "int_in", "positive_seconds"]
 
 
@@ -97,10 +99,12 @@ def _add_platform_args(p: argparse.ArgumentParser, *, required: bool = True) -> 
     p.add_argument("--bandwidth", type=_checked_by(parse_bandwidth), default="12GB/s",
                    help="link bandwidth, e.g. 12GB/s (default), 16GiB/s, or bytes/s")
     p.add_argument("--latency", type=_non_negative, default=0.0, help="link latency in seconds (default 0)")
-    p.add_argument("--weights", choices=["stash", "single"], default="stash", help="weight versions: stash (PipeDream) or single")
+    p.add_argument("--weights", choices=["stash", "single"], default="stash",
+                   help="weight versions: stash (PipeDream) or single")
     p.add_argument("--memory-model", choices=["full", "paper"], default=None,
-                   help="what a device holds (docs/model.md, 'Memory'): full (default: parameters, gradients, optimizer "
-                        "state, activations, transients) or paper (rule 7 of the paper: k A + phi W + stashed versions)")
+                   help="what a device holds (docs/model.md, 'Memory'): full (default: parameters, gradients, "
+                        "optimizer state, activations, transients) or paper (rule 7 of the paper: k A + phi W + "
+                        "stashed versions)")
     p.add_argument("--optimizer", default=None,
                    help="full model: none, sgd, momentum, adam (default) or adamw; run steps it with learning rate 0 "
                         "(default: the plan's)")
@@ -109,7 +113,8 @@ def _add_platform_args(p: argparse.ArgumentParser, *, required: bool = True) -> 
                         "default: the profile's dtype")
     p.add_argument("--weight-factor", type=_non_negative, default=None,
                    help="paper model only: memory bytes per weight byte of the live version (default 1)")
-    p.add_argument("--no-zero-input", action="store_true", help="PipeDream graphs: keep the Input nodes' data-loading time")
+    p.add_argument("--no-zero-input", action="store_true",
+                   help="PipeDream graphs: keep the Input nodes' data-loading time")
     p.add_argument("--host-bandwidth", default=None,
                    help="each device's link to host memory, for offloaded activations (default: the plan's, else "
                         "31.5GB/s: PCIe 4.0 x16)")
@@ -133,7 +138,8 @@ def platform_from_args(args: argparse.Namespace, plan=None):
                          "model counts gradients and optimizer state from --optimizer and --precision)")
     if model == "paper" and (args.optimizer or args.precision):
         raise ValueError("--optimizer and --precision belong to the full memory model, not --memory-model paper")
-    extra = ({"weight_factor": args.weight_factor if args.weight_factor is not None else setup.get("weight_factor", 1.0)}
+    factor = args.weight_factor if args.weight_factor is not None else setup.get("weight_factor", 1.0)
+    extra = ({"weight_factor": factor}
              if model == "paper" else
              {"optimizer": args.optimizer or setup.get("optimizer", "adam"),
               "precision": args.precision or (setup.get("precision") if setup.get("memory_model") == "full" else None)})
@@ -156,11 +162,22 @@ MAX_BATCHES = 100_000  # simulate --batches: the trace holds 2 S rows per mini-b
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The parser of every sub-command; each handler is named by "module:function" and imported when it runs."""
     ap = argparse.ArgumentParser(prog="python -m workbench", description=__doc__.split("\n\n")[0].strip("`"),
                                  epilog="The model and the validity rules: docs/model.md. "
                                         "Exit status: 0 done, 1 a plan breaks a rule, 2 bad input or no plan.")
     sub = ap.add_subparsers(dest="command", required=True)
 
+    _profile_parsers(sub)
+    _plan_parser(sub)
+    _check_and_simulate_parsers(sub)
+    _run_parser(sub)
+    _study_parsers(sub)
+    return ap
+
+
+def _profile_parsers(sub: argparse._SubParsersAction) -> None:
+    """``profile-info`` and ``profile``."""
     p = sub.add_parser("profile-info", help="summarise a profile (and how a graph was linearised)")
     p.add_argument("file", help="a CSV profile, a PipeDream graph.txt (or its folder), or a known profile name")
     p.add_argument("--no-zero-input", action="store_true", help="keep the Input nodes' data-loading time")
@@ -180,18 +197,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int_in(1), default=1, help="CPU threads while profiling (default 1)")
     p.add_argument("--dtype", default="float32",
                    help="precision of the model and its floating inputs: float32 (default) or bfloat16 (pure bf16)")
-    p.set_defaults(handler="workbench.profiles.profiler:profile_command")
+    p.set_defaults(handler="workbench.profiles.commands:profile_command")
 
+
+def _plan_parser(sub: argparse._SubParsersAction) -> None:
+    """``plan``: the methods and what they accept come from the registry (:mod:`workbench.methods`)."""
     p = sub.add_parser("plan", help="plan a pipeline under a memory limit")
     _add_platform_args(p)
-    p.add_argument("--method", default="dp",
-                   help="planner: dp, ilp, pipedream, mcap, uniform, parameters, torchgpipe, gpipe, 1f1b, brute")
+    p.add_argument("--method", default="dp", help="planner: " + ", ".join(m.name for m in METHODS))
     p.add_argument("--activations", default="keep", choices=["keep", "recompute", "offload", "auto"],
                    help="activation policy of every layer (docs/model.md, 'Activation policies'); auto: chosen per "
-                        "layer (dp, ilp, brute; other periodic methods: for their own partition)")
+                        f"layer ({', '.join(names(auto_activations=True))}; other periodic methods: for their own "
+                        "partition)")
     p.add_argument("--allocation", choices=["contiguous", "general"], default="contiguous",
                    help="contiguous: one stage per device (default); general: a device may hold several stages "
-                        "(ilp and brute only)")
+                        f"({' and '.join(m.name for m in METHODS if 'general' in m.allocations)} only)")
     p.add_argument("--time-limit", type=positive_seconds, default=None,
                    help="seconds for the whole call (ilp, brute): it returns its best plan and gap by then "
                         "(about 10%% + 2 s later at most)")
@@ -200,6 +220,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", "-q", action="store_true", help="no progress lines on stderr")
     p.set_defaults(handler="workbench.cli:plan_command")
 
+
+def _check_and_simulate_parsers(sub: argparse._SubParsersAction) -> None:
+    """``check`` and ``simulate``: a plan file against a profile."""
     p = sub.add_parser("check", help="re-check a plan against the validity rules")
     p.add_argument("plan_file", help="a plan JSON file (plan --json)")
     _add_platform_args(p, required=False)
@@ -212,6 +235,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="trace file (.csv or .parquet); memory goes beside it")
     p.set_defaults(handler="workbench.cli:simulate_command")
 
+
+def _run_parser(sub: argparse._SubParsersAction) -> None:
+    """``run``: a plan on torch.distributed."""
     p = sub.add_parser("run", help="run a plan with torch.distributed and compare with the prediction")
     p.add_argument("plan_file", help="a plan JSON file (plan --json)")
     src = p.add_mutually_exclusive_group()
@@ -232,11 +258,14 @@ def build_parser() -> argparse.ArgumentParser:
                         "on a GPU, the allocator's peak against the prediction; writes replay.csv")
     p.set_defaults(handler="workbench.runtime.commands:run_command")
 
+
+def _study_parsers(sub: argparse._SubParsersAction) -> None:
+    """``reproduce``, ``largest`` and ``demo``."""
     p = sub.add_parser("reproduce", help="recompute every figure of the experiments")
     p.add_argument("--quick", action="store_true", help="small settings: a few minutes")
     p.add_argument("--only", default=None, help="comma-separated figure names to recompute (default: all)")
     p.add_argument("--out", default=None, help="results folder (default data/results, or a quick one)")
-    p.set_defaults(handler="workbench.experiments:reproduce_command")
+    p.set_defaults(handler="workbench.experiments.report:reproduce_command")
 
     p = sub.add_parser("largest", help="the largest GPT (grown by depth and by width) each method fits")
     p.add_argument("--family", action="append", choices=["depth", "width"], help="family (repeatable; default both)")
@@ -250,8 +279,6 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("demo", help="headless demo: summarise profiles, plan, report and Gantt HTML")
     p.add_argument("--out", default="build/demo", help="output folder (default build/demo)")
     p.set_defaults(handler="workbench.demo:demo_command")
-    return ap
-
 
 def _load_handler(spec: str) -> Callable[[argparse.Namespace], int]:
     module, func = spec.split(":")
@@ -316,12 +343,12 @@ def _resolve_plan_context(args: argparse.Namespace, plan):
 
 
 def plan_command(args: argparse.Namespace) -> int:
-    from .planners import GENERAL_METHODS, get_planner
+    from .planners import GENERAL_METHODS
     from .planners import plan as run_planner
 
-    get_planner(args.method)  # an unknown method is refused before the profile is read
-    if args.allocation == "general" and args.method not in GENERAL_METHODS:
-        raise ValueError(f"--allocation general: method {args.method!r} plans contiguous allocations only; "
+    chosen = method(args.method)  # an unknown method is refused before the profile is read
+    if args.allocation not in chosen.allocations:
+        raise ValueError(f"--allocation {args.allocation}: method {args.method!r} plans contiguous allocations only; "
                          f"use one of {', '.join(sorted(GENERAL_METHODS))}")
     chain = chain_from_args(args)
     platform = platform_from_args(args)

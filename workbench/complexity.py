@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import time
 from fractions import Fraction
 from typing import Any, Iterable, Sequence
 
@@ -34,16 +33,15 @@ import numpy as np
 import pandas as pd
 
 from .chain import Chain, Layer, Platform
-from .plan import Plan, lower_bound
+from .methods import lineup
+from .planners.sweep import Unavailable, run_method, solve
 
 __all__ = [
     "random_chain", "memory_levels", "least_contiguous_memory", "general_beats_contiguous_family",
     "family_factor", "three_partition_instance", "is_three_partition_yes", "three_partition_yes_instance",
-    "three_partition_no_instance", "run_method", "plan_row", "scaling_study", "gain_distribution",
-    "UNAVAILABLE",
+    "three_partition_no_instance", "scaling_study", "gain_distribution", "SCALING_METHODS",
 ]
 
-UNAVAILABLE = "unavailable"
 MiB = float(2**20)
 
 
@@ -137,8 +135,8 @@ def memory_levels(chain: Chain, platform: Platform, n: int, *, methods: Sequence
     hi = lo
     for m in methods:
         try:
-            p = _planner_call(chain, free, m, "contiguous", None)
-        except _Unavailable:
+            p = solve(chain, free, m)
+        except Unavailable:
             continue
         if p.feasible and p.memory:
             hi = max(hi, p.peak_memory * (1 + margin))
@@ -309,90 +307,10 @@ def three_partition_no_instance(m: int, bound: int = 20, *, seed: int | None = N
 
 
 # --------------------------------------------------------------------------------------------
-# Running planners robustly
-# --------------------------------------------------------------------------------------------
-class _Unavailable(Exception):
-    pass
-
-
-def _planner_call(chain: Chain, platform: Platform, method: str, allocation: str,
-                  time_limit: float | None, **options: Any) -> Plan:
-    from . import planners
-
-    try:
-        fn = planners.get_planner(method)
-    except (ImportError, AttributeError, ValueError) as e:
-        raise _Unavailable(f"{type(e).__name__}: {e}") from e
-    t0 = time.perf_counter()
-    try:
-        p = fn(chain, platform, allocation=allocation, time_limit=time_limit, **options)
-    except NotImplementedError as e:
-        raise _Unavailable(f"NotImplementedError: {e}") from e
-    if not p.solve_seconds:
-        p = p.with_(solve_seconds=time.perf_counter() - t0)
-    return planners.recheck(p, chain, platform)  # never optimal if the checker rejects it
-
-
-def plan_row(plan: Plan, chain: Chain, platform: Platform) -> dict[str, Any]:
-    """The tidy columns of one plan (period, throughput, ratio to the bound, memory, status)."""
-    lb = lower_bound(chain, platform)
-    feas = plan.feasible
-    fits = plan.fits
-    return {
-        "status": plan.status,
-        "feasible": feas,
-        "fits": fits,
-        "period": plan.period if feas else math.nan,
-        "throughput": plan.throughput if feas else 0.0,
-        "lower_bound": lb,
-        "ratio": plan.period / lb if feas and lb > 0 else math.nan,
-        "normalised_throughput": (lb / plan.period) if feas and plan.period > 0 else 0.0,
-        "peak_memory": plan.peak_memory if feas else math.nan,
-        "memory_per_device": ";".join(f"{m:.6g}" for m in plan.memory) if feas else "",
-        "gap": plan.gap if plan.gap is not None else math.nan,
-        "seconds": float(plan.solve_seconds),
-        "n_stages": len(plan.stages),
-        "plan_allocation": plan.allocation,
-        "note": " | ".join(plan.notes)[:300],
-    }
-
-
-def run_method(chain: Chain, platform: Platform, method: str, *, allocation: str = "contiguous",
-               time_limit: float | None = None, **options: Any) -> dict[str, Any]:
-    """Plan with ``method`` and return :func:`plan_row`'s columns plus ``method``/``allocation``.
-
-    A method that is not available (ImportError, AttributeError,
-    NotImplementedError) gives ``status="unavailable"``; any other error
-    gives ``status="error"`` with the message in ``note``: a sweep never
-    stops on one bad solve. ``timed_out`` is True when the planner reports
-    ``"timeout"``.
-    """
-    base = {"method": method, "allocation": allocation}
-    t0 = time.perf_counter()
-    try:
-        p = _planner_call(chain, platform, method, allocation, time_limit, **options)
-    except _Unavailable as e:
-        return {**base, **_empty_row(chain, platform, UNAVAILABLE, str(e), time.perf_counter() - t0)}
-    except Exception as e:  # noqa: BLE001 - recorded, not hidden
-        return {**base, **_empty_row(chain, platform, "error", f"{type(e).__name__}: {e}", time.perf_counter() - t0)}
-    row = {**base, **plan_row(p, chain, platform)}
-    row["timed_out"] = p.status == "timeout"
-    return row
-
-
-def _empty_row(chain: Chain, platform: Platform, status: str, note: str, seconds: float) -> dict[str, Any]:
-    return {
-        "status": status, "feasible": False, "fits": False, "period": math.nan, "throughput": 0.0,
-        "lower_bound": lower_bound(chain, platform), "ratio": math.nan, "normalised_throughput": 0.0,
-        "peak_memory": math.nan, "memory_per_device": "", "gap": math.nan, "seconds": seconds,
-        "n_stages": 0, "plan_allocation": "", "note": note[:300], "timed_out": False,
-    }
-
-
-# --------------------------------------------------------------------------------------------
 # Studies
 # --------------------------------------------------------------------------------------------
-SCALING_METHODS: tuple[tuple[str, str], ...] = (("dp", "contiguous"), ("ilp", "contiguous"), ("ilp", "general"))
+#: (method, allocation) pairs the scaling study solves (the registry's line-up)
+SCALING_METHODS: tuple[tuple[str, str], ...] = lineup("scaling")
 
 
 def _mid_memory(chain: Chain, platform: Platform, where: float) -> float:
@@ -479,7 +397,7 @@ def gain_distribution(n_instances: int = 50, *, n_layers: int = 8, devices: int 
                 "general_method": general_method, "general_period": gen["period"], "general_status": gen["status"],
                 "pipedream_period": pd_["period"], "pipedream_status": pd_["status"], "pipedream_fits": pd_ok,
                 "gain_general": (dp["period"] / gen["period"]) if (dp_ok and gen_ok) else math.nan,
-                "gain_dp_over_pipedream": ((pd_["period"] / dp["period"]) if pd_ok else math.inf) if dp_ok else math.nan,
+                "gain_dp_over_pipedream": (pd_["period"] / dp["period"] if pd_ok else math.inf) if dp_ok else math.nan,
             })
             if progress is not None:
                 progress(1)

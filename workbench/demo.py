@@ -30,12 +30,14 @@ from pathlib import Path
 
 from .chain import Chain, Platform
 from .io import remove_orphans, write_text_atomic
+from .methods import lineup
 from .plan import Plan
 from .units import format_bytes, format_seconds
 
 __all__ = ["run_demo", "demo_command", "demo_memory_limit", "plan_result", "DEMO_METHODS", "LEGEND"]
 
-DEMO_METHODS = ("dp", "pipedream", "uniform", "1f1b", "gpipe")
+#: the methods the demo runs (the registry's line-up, :data:`workbench.methods.LINEUPS`)
+DEMO_METHODS = tuple(name for name, _ in lineup("demo"))
 
 LEGEND = """How to read the tables:
 
@@ -142,7 +144,9 @@ def run_demo(out: Path, devices: int = 4, profiles: list[str] | None = None, met
     names = profiles or [n for n in available_profiles() if "/" not in n]  # the CPU-made bundled ones
     if not names:
         raise ValueError("no bundled profiles in data/profiles")
-    lines = ["# Workbench demo", "", f"{devices} devices, 12 GB/s links, PipeDream weight stashing, Adam in fp32 (memory: docs/model.md).", "", LEGEND]
+    lines = ["# Workbench demo", "",
+             f"{devices} devices, 12 GB/s links, PipeDream weight stashing, Adam in fp32 (memory: docs/model.md).", "",
+             LEGEND]
     t0 = time.perf_counter()
     for name in names:
         lines += _profile_section(name, load_profile(name), devices, methods, out)

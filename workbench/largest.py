@@ -38,15 +38,17 @@ import time
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import pandas as pd
 
 from .chain import Chain, Layer, Platform
+from .methods import lineup, method, variant
 from .paths import PROFILES_DIR
 
-__all__ = ["FAMILY_DIR", "FIT", "CHECK", "FAMILIES", "METHODS", "CRITERIA", "family_config", "family_chain", "fit_check",
+__all__ = ["FAMILY_DIR", "FIT", "CHECK", "FAMILIES", "METHODS", "CRITERIA", "family_config", "family_chain",
+           "fit_check",
            "family_files", "full_speed",
            "parameters", "largest_size", "largest_table", "Result", "largest_command"]
 
@@ -57,12 +59,10 @@ DEPTH_WIDTH = 768
 WIDTH_BLOCKS = 12
 FAMILIES = ("depth", "width")
 #: (label, planner, allocation, activations)
-METHODS: tuple[tuple[str, str, str, str], ...] = (
-    ("PipeDream", "pipedream", "contiguous", "keep"), ("PipeDream + auto", "pipedream", "contiguous", "auto"),
-    ("mCAP", "mcap", "contiguous", "keep"), ("mCAP + auto", "mcap", "contiguous", "auto"),
-    ("dp", "dp", "contiguous", "keep"), ("dp + auto", "dp", "contiguous", "auto"),
-    ("general ILP", "ilp", "general", "keep"), ("general ILP + auto", "ilp", "general", "auto"),
-)
+#: (the registry's line-up "largest", each with every layer kept and with policies chosen per layer)
+METHODS: tuple[tuple[str, str, str, str], ...] = tuple(
+    (variant(name, alloc).short + suffix, name, alloc, policy)
+    for name, alloc in lineup("largest") for policy, suffix in (("keep", ""), ("auto", " + auto")))
 _COLUMNS = ("forward", "backward", "weight_bytes", "activation_bytes", "saved_bytes", "grad_bytes", "max_param_bytes",
             "saved_input_bytes", "saved_output_bytes", "forward_peak_bytes", "backward_peak_bytes")
 
@@ -185,7 +185,7 @@ def full_speed(chain: Chain, devices: int, planner: str) -> float:
     from .planners import plan as run_planner
     from .planners.dp import unconstrained_period
 
-    if planner in ("dp", "ilp"):
+    if method(planner).exact:
         return unconstrained_period(chain, Platform(devices))[0]
     return run_planner(chain, Platform(devices), planner).period
 

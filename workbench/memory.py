@@ -80,7 +80,8 @@ if TYPE_CHECKING:  # memory is below chain: chain.py imports from here
 
 __all__ = [
     "OPTIMIZER_STATES", "PRECISIONS", "MEMORY_MODELS", "ESTIMATES", "LayerTerms", "layer_terms",
-    "stage_activation", "stage_memory", "stage_excess", "stage_op_excess", "stage_step", "device_memory", "device_extra", "device_budget",
+    "stage_activation", "stage_memory", "stage_excess", "stage_op_excess", "stage_step", "device_memory",
+    "device_extra", "device_budget",
     "plan_memory", "memory_breakdown", "BandTerms", "band_terms", "estimate_note", "validate_setup",
     "merged_memory_columns", "suffix_terms", "square_terms", "linear_terms", "LinearTerms", "torch_engine_extra",
     "measured_columns",
@@ -120,7 +121,8 @@ def validate_setup(platform: Platform, chain: Chain | None = None) -> str:
     >>> validate_setup(Platform(1, precision="bf16"), Chain((Layer("a", 1, 1),), meta={"dtype": "float32"}))
     Traceback (most recent call last):
     ...
-    ValueError: precision 'bf16' needs a bfloat16 profile; this profile (chain) was measured in float32 (profile it with --dtype bfloat16, or plan with --precision fp32)
+    ValueError: precision 'bf16' needs a bfloat16 profile; this profile (chain) was measured in float32 (profile it
+    with --dtype bfloat16, or plan with --precision fp32)
     """
     dtype = str((chain.meta if chain is not None else {}).get("dtype", "") or "")
     precision = platform.precision
@@ -129,8 +131,8 @@ def validate_setup(platform: Platform, chain: Chain | None = None) -> str:
     wants = "float32" if precision == "fp32" else "bfloat16"
     if platform.memory_model == "full" and chain is not None and dtype and dtype != wants:
         other = "fp32" if dtype == "float32" else "bf16"
-        raise ValueError(f"precision {precision!r} needs a {wants} profile; this profile ({chain.name}) was measured in "
-                         f"{dtype} (profile it with --dtype {wants}, or plan with --precision {other})")
+        raise ValueError(f"precision {precision!r} needs a {wants} profile; this profile ({chain.name}) was measured "
+                         f"in {dtype} (profile it with --dtype {wants}, or plan with --precision {other})")
     return precision
 
 
@@ -239,7 +241,8 @@ def _full_terms(chain: Chain, platform: Platform) -> LayerTerms:
     G = cols["grad_bytes"]
     n_states = OPTIMIZER_STATES[platform.optimizer]
     # fp32 copies under bf16-mixed: parameters and gradients (masters) and the optimizer state
-    wide = 4.0 / _PROFILE_DTYPE_BYTES.get(str(chain.meta.get("dtype", "bfloat16")), 2) if precision == "bf16-mixed" else 1.0
+    wide = 4.0 / _PROFILE_DTYPE_BYTES.get(str(chain.meta.get("dtype", "bfloat16")),
+                                          2) if precision == "bf16-mixed" else 1.0
     master = (wide * W + wide * G) if precision == "bf16-mixed" else np.zeros(L)
     optimizer = n_states * wide * W
     off = _offloaded(chain)
@@ -430,7 +433,8 @@ def band_terms(t: LayerTerms, I: np.ndarray, J: np.ndarray) -> BandTerms:
     consecutive along axis 1): the excess's maximum over the stage is a running maximum.
 
     >>> from workbench.chain import Chain, Layer, Platform
-    >>> t = layer_terms(Chain(tuple(Layer(f"l{i}", 1, 1, 4, 2, 2) for i in range(3))), Platform(1, memory_model="paper"))
+    >>> t = layer_terms(Chain(tuple(Layer(f"l{i}", 1, 1, 4, 2, 2) for i in range(3))),
+    ...                 Platform(1, memory_model="paper"))
     >>> b = band_terms(t, np.arange(3)[:, None], np.minimum(np.arange(3)[:, None] + np.arange(2), 2))
     >>> b.A.tolist()
     [[2.0, 4.0], [2.0, 4.0], [2.0, 2.0]]
@@ -506,7 +510,8 @@ def suffix_terms(t: LayerTerms) -> BandTerms:
     """:class:`BandTerms` of the stages ``i..L-1`` for every i (arrays of length L).
 
     >>> from workbench.chain import Chain, Layer, Platform
-    >>> t = layer_terms(Chain(tuple(Layer(f"l{i}", 1, 1, 4, 2, 2) for i in range(3))), Platform(1, memory_model="paper"))
+    >>> t = layer_terms(Chain(tuple(Layer(f"l{i}", 1, 1, 4, 2, 2) for i in range(3))),
+    ...                 Platform(1, memory_model="paper"))
     >>> suffix_terms(t).A.tolist()
     [6.0, 4.0, 2.0]
     """
@@ -529,7 +534,8 @@ def square_terms(t: LayerTerms) -> BandTerms:
     """:class:`BandTerms` of every stage ``i..j`` as L x L matrices (``A`` is inf where j < i).
 
     >>> from workbench.chain import Chain, Layer, Platform
-    >>> t = layer_terms(Chain(tuple(Layer(f"l{i}", 1, 1, 4, 2, 2) for i in range(3))), Platform(1, memory_model="paper"))
+    >>> t = layer_terms(Chain(tuple(Layer(f"l{i}", 1, 1, 4, 2, 2) for i in range(3))),
+    ...                 Platform(1, memory_model="paper"))
     >>> square_terms(t).A[0].tolist()
     [2.0, 4.0, 6.0]
     """
@@ -573,7 +579,8 @@ def linear_terms(t: LayerTerms) -> LinearTerms:
     """:class:`LinearTerms` of ``t``.
 
     >>> from workbench.chain import Chain, Layer, Platform
-    >>> t = layer_terms(Chain((Layer("l", 1.0, 1.0, weight_bytes=10, saved_bytes=4),)), Platform(1, memory_model="paper"))
+    >>> t = layer_terms(Chain((Layer("l", 1.0, 1.0, weight_bytes=10, saved_bytes=4),)),
+    ...                 Platform(1, memory_model="paper"))
     >>> [float(x[0]) for x in (linear_terms(t).a, linear_terms(t).w0)]   # a = 4 + 10 stashed, w0 = 0
     [14.0, 0.0]
     """

@@ -9,8 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-__all__ = ["REPO_ROOT", "DATA_DIR", "PROFILES_DIR", "PIPEDREAM_PROFILES_DIR", "RESULTS_DIR", "peer_profiles_dir",
-           "shared_peer_profiles_dir"]
+__all__ = ["REPO_ROOT", "DATA_DIR", "PROFILES_DIR", "PIPEDREAM_PROFILES_DIR", "RESULTS_DIR", "peer_profiles_dir"]
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DATA_DIR = REPO_ROOT / "data"
@@ -21,7 +20,8 @@ PIPEDREAM_PROFILES_DIR = PROFILES_DIR / "pipedream"
 
 
 def peer_profiles_dir() -> Path | None:
-    """PipeDream's published profiles: ``$WORKBENCH_PEER_PROFILES`` if set, else the copy in ``data/profiles/pipedream``.
+    """PipeDream's published profiles: ``$WORKBENCH_PEER_PROFILES`` if set, else the copy in
+    ``data/profiles/pipedream``.
 
     >>> peer_profiles_dir() == PIPEDREAM_PROFILES_DIR or "WORKBENCH_PEER_PROFILES" in os.environ
     True
@@ -31,9 +31,3 @@ def peer_profiles_dir() -> Path | None:
         if c.is_dir():
             return c
     return None
-
-
-def shared_peer_profiles_dir() -> Path | None:
-    """The reference copy beside the checkout, ``../shared/peer-profiles/pipedream`` (tests only), or None."""
-    c = REPO_ROOT.parent / "shared" / "peer-profiles" / "pipedream"
-    return c if c.is_dir() else None

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from itertools import groupby
 from pathlib import Path
 from typing import Any, Literal, Sequence
@@ -342,7 +342,8 @@ def _whole(x: Any, where: str, lo: int | None = None, hi: int | None = None) -> 
     if not v.is_integer():
         raise ValueError(f"{where}: {x!r} is not a whole number")
     if (lo is not None and v < lo) or (hi is not None and v > hi):
-        raise ValueError(f"{where}: {int(v)} is out of range {lo if lo is not None else ''}..{hi if hi is not None else ''}")
+        shown = f"{lo if lo is not None else ''}..{hi if hi is not None else ''}"
+        raise ValueError(f"{where}: {int(v)} is out of range {shown}")
     return int(v)
 
 

@@ -15,7 +15,8 @@ not plain settings:
 
 >>> len(code_version()), code_version() == code_version()
 (16, True)
->>> _normalised_source('def f(x):\\n    "doc"\\n    return x  # note\\n') == _normalised_source('def f(x):\\n    return x\\n')
+>>> with_doc = 'def f(x):\\n    "doc"\\n    return x  # note\\n'
+>>> _normalised_source(with_doc) == _normalised_source('def f(x):\\n    return x\\n')
 True
 """
 
@@ -35,10 +36,11 @@ _PACKAGE = Path(__file__).resolve().parent
 
 #: paths (relative to the package) of what does not change a result: presentation, storage, running plans
 NOT_MODEL = (
-    "__init__.py", "__main__.py", "cli.py", "demo.py", "experiments.py", "io.py", "paths.py", "provenance.py",
-    "sweeps.py", "viz/", "runtime/", "profiles/profiler.py", "profiles/zoo.py", "profiles/commands.py",
-    "profiles/compare.py", "profiles/memtrace.py", "profiles/discover.py", "profiles/wrappers.py",
-    "profiles/usermodel.py", "training.py", "witness.py", "policy_layers.py",
+    "__init__.py", "__main__.py", "cli.py", "demo.py", "experiments/__init__.py", "experiments/report.py",
+    "experiments/analyses.py", "io.py", "paths.py", "provenance.py", "viz/", "runtime/", "profiles/profiler.py",
+    "profiles/zoo.py", "profiles/commands.py", "profiles/compare.py", "profiles/memtrace.py",
+    "profiles/discover.py", "profiles/wrappers.py", "profiles/usermodel.py", "training.py", "witness.py",
+    "policy_layers.py",
 )
 
 
@@ -58,7 +60,8 @@ def _normalised_source(text: str) -> str:
     for node in ast.walk(tree):
         if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
             first = node.body[0]
-            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+            doc = isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)
+            if doc and isinstance(first.value.value, str):
                 node.body = node.body[1:] or [ast.Pass()]
     return ast.dump(tree, annotate_fields=False, include_attributes=False)
 
@@ -79,7 +82,8 @@ def file_digest(path: str | Path) -> str:
 
 
 def versions() -> dict[str, str]:
-    """Versions of what made the results (workbench, its code version, python, numpy, pandas, pyomo, highspy), host, date."""
+    """Versions of what made the results (workbench, its code version, python, numpy, pandas, pyomo, highspy), host,
+    date."""
     out = {"python": sys.version.split()[0], "host": _pyplatform.node(), "code_version": code_version(),
            "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
     for mod in ("workbench", "numpy", "pandas", "pyomo", "highspy", "plotly"):

@@ -159,7 +159,8 @@ def _memory_frame(devices: int, stage_dev: Sequence[int], sm: _StageMemory, hold
                     if tl[e] <= out_t[-1] + tol:  # same instant as the last row: it holds the final state
                         out_a[-1], out_w[-1], out_x[-1] = act, base_w + extra, trans
                     else:
-                        out_t.append(tl[e]); out_a.append(act); out_w.append(base_w + extra); out_x.append(trans)
+                        for column, value in ((out_t, tl[e]), (out_a, act), (out_w, base_w + extra), (out_x, trans)):
+                            column.append(value)
         frames.append((np.full(len(out_t), p), out_t, out_a, out_w, out_x))
     a = np.concatenate([np.asarray(f[2]) for f in frames])
     w = np.concatenate([np.asarray(f[3]) for f in frames])
@@ -250,10 +251,11 @@ def simulate(plan: Plan, chain: Chain, platform: Platform, batches: int = 20) ->
 
     def add(device, stage, kind, batch, s0, e0):
         n = len(batch)
-        cols["device"].append(np.full(n, device)); cols["stage"].append(np.full(n, stage))
-        cols["first"].append(np.full(n, st[stage].first)); cols["last"].append(np.full(n, st[stage].last))
-        cols["kind"].append(np.full(n, kind, dtype=object)); cols["batch"].append(batch)
-        cols["start"].append(s0); cols["end"].append(e0)
+        row = {"device": np.full(n, device), "stage": np.full(n, stage), "first": np.full(n, st[stage].first),
+               "last": np.full(n, st[stage].last), "kind": np.full(n, kind, dtype=object), "batch": batch,
+               "start": s0, "end": e0}
+        for name, values in row.items():
+            cols[name].append(values)
 
     batch = np.arange(N)
     for s in range(S):
@@ -407,9 +409,10 @@ def simulate_flushed(chain: Chain, platform: Platform, assignment: Sequence[int]
         t_flush = float(max(r[5] for r in rows))  # the flush: everything done (weights update)
     cols: dict[str, list] = {k: [] for k in OP_COLUMNS}
     for d, s, k, i, t, e in rows:
-        cols["device"].append(d); cols["stage"].append(s); cols["first"].append(runs[s][0])
-        cols["last"].append(runs[s][1]); cols["kind"].append(k); cols["batch"].append(i)
-        cols["start"].append(t); cols["end"].append(e)
+        row = {"device": d, "stage": s, "first": runs[s][0], "last": runs[s][1], "kind": k, "batch": i, "start": t,
+               "end": e}
+        for name, value in row.items():
+            cols[name].append(value)
     ops = _ops_frame(cols)
     makespan = t_flush
     sm = _StageMemory.of(chain, platform, runs, stash=False, step_in_ops=False)

@@ -18,38 +18,27 @@ ones where a method has any, see :mod:`workbench.planners.budget`).
 
 from __future__ import annotations
 
-import importlib
 import time
 from typing import Any, Callable, Sequence
 
 from ..chain import Chain, Platform
+from ..methods import METHODS as _REGISTRY
+from ..methods import method as _method
+from ..methods import names as _names
 from ..plan import Plan
 
 __all__ = ["METHODS", "GENERAL_METHODS", "AUTO_METHODS", "plan", "get_planner", "recheck"]
 
-# method name -> "module:function"
-METHODS: dict[str, str] = {
-    "dp": "workbench.planners.dp:plan_dp",
-    "pipedream": "workbench.planners.pipedream:plan_pipedream",
-    "mcap": "workbench.planners.mcap:plan_mcap",
-    "uniform": "workbench.planners.baselines:plan_uniform",
-    "parameters": "workbench.planners.baselines:plan_parameters",
-    "torchgpipe": "workbench.planners.baselines:plan_torchgpipe",
-    "gpipe": "workbench.planners.flushed:plan_gpipe",
-    "1f1b": "workbench.planners.flushed:plan_1f1b",
-    "brute": "workbench.planners.brute:plan_brute",
-    "ilp": "workbench.planners.ilp:plan_ilp",
-}
+#: method name -> "module:function" (from the registry, :mod:`workbench.methods`)
+METHODS: dict[str, str] = {m.name: m.target for m in _REGISTRY}
 
 #: the methods that search general (non-contiguous) allocations; the others plan contiguous ones only
-GENERAL_METHODS: frozenset[str] = frozenset({"ilp", "brute"})
+GENERAL_METHODS: frozenset[str] = frozenset(m.name for m in _REGISTRY if "general" in m.allocations)
 
 
 def get_planner(method: str) -> Callable[..., Plan]:
-    if method not in METHODS:
-        raise ValueError(f"unknown method {method!r}; choose one of {', '.join(sorted(METHODS))}")
-    module, func = METHODS[method].split(":")
-    return getattr(importlib.import_module(module), func)
+    """The planner function of ``method`` (:meth:`workbench.methods.Method.planner`)."""
+    return _method(method).planner()
 
 
 def recheck(result: Plan, chain: Chain, platform: Platform) -> Plan:
@@ -81,9 +70,9 @@ def recheck(result: Plan, chain: Chain, platform: Platform) -> Plan:
 
 
 #: methods that choose every layer's activation policy themselves (``activations="auto"``)
-AUTO_METHODS = ("dp", "brute", "ilp")
+AUTO_METHODS = _names(auto_activations=True)
 #: flushed schedules simulate their memory; they take keep or recompute for every layer
-_FLUSHED = ("gpipe", "1f1b")
+_FLUSHED = _names(family="flushed")
 
 
 def plan(chain: Chain, platform: Platform, method: str = "dp", *, allocation: str = "contiguous",

@@ -43,7 +43,7 @@ from ..chain import Chain, Platform
 from ..memory import device_memory, layer_terms
 from ..plan import Plan, infeasible_plan
 from ..units import format_bytes
-from .dp import bottleneck_partition, bounds_to_assignment, least_memory, schedule_partition
+from .dp import bottleneck_partition, bounds_to_assignment, schedule_partition
 
 __all__ = [
     "plan_uniform", "plan_parameters", "plan_torchgpipe", "schedule_on_top",

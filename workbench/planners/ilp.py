@@ -512,24 +512,15 @@ def sweep_memory(chain: Chain, platform: Platform, memories: Sequence[float | st
     """
     import pandas as pd
 
-    from . import plan as run_planner
+    from .sweep import sweep
 
-    levels = sorted(Platform(1, memory=m).memory for m in memories)
+    # the ILP's options go to the ILP; each method starts from its last feasible plan where it takes one
+    runs = [sweep(chain, platform, memories, method, allocation=allocation, time_limit=time_limit, warm_start=True,
+                  **(options if method == "ilp" else {})) for method in methods]
     rows = []
-    prev: dict[str, Plan | None] = {m: None for m in methods}
-    for M in levels:
-        plat = platform.with_(memory=M)
-        for method in methods:
-            t0 = time.perf_counter()
-            if method == "ilp":
-                ws = prev[method] if prev[method] is not None else True
-                p = plan_ilp(chain, plat, allocation=allocation, time_limit=time_limit, warm_start=ws, **options)
-            else:
-                p = run_planner(chain, plat, method, allocation=allocation, time_limit=time_limit)
-            sec = p.solve_seconds or (time.perf_counter() - t0)
-            if p.feasible:
-                prev[method] = p
+    for level in zip(*runs):
+        for method, (M, p) in zip(methods, level):
             rows.append({"memory": M, "method": method, "allocation": allocation, "status": p.status,
                          "period": p.period, "throughput": p.throughput, "gap": p.gap,
-                         "solve_seconds": sec, "peak_memory": p.peak_memory if p.feasible else float("nan")})
+                         "solve_seconds": p.solve_seconds, "peak_memory": p.peak_memory if p.feasible else float("nan")})
     return pd.DataFrame(rows)

@@ -59,7 +59,7 @@ def pipedream_partition(chain: Chain, platform: Platform, *, memory: float | Non
     >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 1.0, 10, 10) for i in range(4)))
     >>> pipedream_partition(ch, Platform(2, memory_model="paper"))
     (4.0, [(0, 1), (2, 3)])
-    >>> pipedream_partition(ch, Platform(2, memory_model="paper"), memory=50) is None  
+    >>> pipedream_partition(ch, Platform(2, memory_model="paper"), memory=50) is None
     True
     """
     t = _Tables(chain, platform)

@@ -63,7 +63,8 @@ def check_values(chain: Chain, source: str) -> Chain:
     workbench.profiles.csvio.ProfileError: p.csv, layer 1 ('a'): forward_ms 1e+300 is above 1e+07 ms; not a measurement
     """
     limits = (("forward", "forward_ms", 1e3, MAX_LAYER_MS), ("backward", "backward_ms", 1e3, MAX_LAYER_MS),
-              ("weight_bytes", "weight_bytes", 1.0, MAX_BYTES), ("activation_bytes", "activation_bytes", 1.0, MAX_BYTES),
+              ("weight_bytes", "weight_bytes", 1.0, MAX_BYTES),
+              ("activation_bytes", "activation_bytes", 1.0, MAX_BYTES),
               ("saved_bytes", "saved_bytes", 1.0, MAX_BYTES))
     for i, layer in enumerate(chain.layers):
         for attr, column, scale, top in limits:

@@ -53,8 +53,7 @@ import torch
 import torch.utils._pytree as pytree
 from torch import nn
 
-from .wrappers import (DiscoveryError, Prologue, RebuiltLoss, RecordedCall, Slot, Stop, describe, prune,
-                       tensor_leaves)
+from .wrappers import DiscoveryError, Prologue, RebuiltLoss, RecordedCall, Slot, Stop, describe, prune, tensor_leaves
 
 __all__ = ["Tie", "Layers", "DiscoveryError", "discover_layers", "find_ties"]
 
@@ -243,7 +242,8 @@ def _record(model: nn.Module, args: tuple, kwargs: dict) -> _Recorded:
 def _check_block_args(path: str, a: tuple, k: dict, pos: int | str, other: tuple[tuple, dict]) -> None:
     """A block's arguments other than the hidden state must be constants: tensors without gradient
     that do not change with the input, or plain values."""
-    named = [(f"argument {i}", v) for i, v in enumerate(a) if i != pos] + [(repr(n), v) for n, v in k.items() if n != pos]
+    named = [(f"argument {i}", v) for i, v in enumerate(a) if i != pos] + [(repr(n), v) for n,
+                                                                           v in k.items() if n != pos]
     named_other = [v for i, v in enumerate(other[0]) if i != pos] + [v for n, v in other[1].items() if n != pos]
     for (what, v), w in zip(named, named_other):
         for leaf, leaf2 in zip(pytree.tree_leaves(v), pytree.tree_leaves(w)):

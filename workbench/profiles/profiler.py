@@ -77,15 +77,14 @@ import torch
 from torch import nn
 
 from ..chain import Chain, Layer
-from .memtrace import layer_memory
 from .discover import Layers, discover_layers
+from .memtrace import layer_memory
 from .zoo import as_dtype
 
 __all__ = [
     "LayerTiming",
     "profile_model",
     "profile_zoo",
-    "profile_command",
     "saved_tensor_bytes",
     "tensor_bytes",
     "parameter_bytes",
@@ -297,8 +296,8 @@ def profile_model(
     ``example_inputs`` (a tensor, a tuple or a dict; the first tensor enters the chain, the
     others are constants); ``loss(model_output, target)`` is then the model's loss. Shared
     parameters count once, at their first layer (:func:`count_ties_once`). The layers run in
-    training mode and are moved to ``device``; each takes one tensor and returns one tensor. ``threads`` sets the CPU thread
-    count while profiling (``None``: leave it). ``meta`` is merged over the
+    training mode and are moved to ``device``; each takes one tensor and returns one tensor.
+    ``threads`` sets the CPU thread count while profiling (``None``: leave it). ``meta`` is merged over the
     metadata the profiler records (device, dtype, batch size, input shape,
     torch version, threads, repeats, spreads, date, source). With
     ``return_stats`` the raw timings come back too. ``loss(output, target)``
@@ -310,12 +309,7 @@ def profile_model(
     >>> len(stats[0].forward), c.layers[0].name
     (3, 'layer0')
     """
-    if repeats < 1:
-        raise ValueError(f"repeats must be >= 1, got {repeats}")
-    if warmup < 0:
-        raise ValueError(f"warmup must be >= 0, got {warmup}")
-    if (loss is None) != (target is None):
-        raise ValueError("loss and target go together: pass both or neither")
+    _check_counts(repeats, warmup, loss, target)
     found = _find_layers(model, example_inputs, loss, target, names)
     mods, names, sample_input, loss = list(found.modules), list(found.names), found.input, found.loss
     cast = None if dtype is None else as_dtype(dtype)
@@ -330,12 +324,7 @@ def profile_model(
     started = time.perf_counter()
     out_layers: list[Layer] = []
     stats: list[LayerTiming] = []
-    x = sample_input.to(dev)
-    iterator: Any = range(len(mods))
-    if progress:
-        from tqdm import tqdm
-
-        iterator = tqdm(iterator, desc=str((meta or {}).get("network", "profile")), unit="layer")
+    x, iterator = sample_input.to(dev), _layers_progress(len(mods), (meta or {}).get("network", "profile"), progress)
     with _threads(dev, threads):
         for i in iterator:
             mod = (mods[i].to(dev) if cast is None else mods[i].to(device=dev, dtype=cast)).train()
@@ -345,23 +334,8 @@ def profile_model(
             saved, out = saved_tensor_bytes(mod, x, input_requires_grad=needs_input_grad, then=then)
             if not out.is_floating_point():
                 raise TypeError(f"layer {names[i]!r} returns a {out.dtype} tensor; its backward cannot be timed")
-            grad = torch.randn(out.shape, generator=gen, dtype=out.dtype).to(dev)
-            fwd: list[float] = []
-            bwd: list[float] = []
-            for r in range(warmup + repeats):
-                for p in mod.parameters():
-                    p.grad = None
-                inp = _leaf(x, needs_input_grad)
-                timer.sync()
-                y, tf = timer.run((lambda: then(mod(inp))) if with_loss else (lambda: mod(inp)))
-                if y.requires_grad:
-                    _, tb = timer.run(lambda: torch.autograd.backward(y, None if with_loss else grad))
-                else:  # nothing to differentiate (no parameters, input is data)
-                    tb = 0.0
-                if r >= warmup:
-                    fwd.append(tf)
-                    bwd.append(tb)
-                del y, inp
+            grad = None if with_loss else torch.randn(out.shape, generator=gen, dtype=out.dtype).to(dev)
+            fwd, bwd = _time_layer(mod, x, timer, needs_input_grad, then, grad, warmup, repeats)
             stats.append(LayerTiming(names[i], tuple(fwd), tuple(bwd)))
             columns = layer_memory(mod, x, input_requires_grad=needs_input_grad, then=then, grad_seed=grad_seed)
             out_layers.append(Layer(names[i], statistics.median(fwd), statistics.median(bwd),
@@ -369,10 +343,64 @@ def profile_model(
             for p in mod.parameters():
                 p.grad = None
             x = out.detach()
-            del out, grad
+            out = grad = None  # free them before the next layer
         nthreads = torch.get_num_threads()
-    elapsed = time.perf_counter() - started
-    info: dict[str, Any] = {
+    info = _profile_meta(dev, sample_input, mods, nthreads, warmup, repeats, loss is not None, stats,
+                         time.perf_counter() - started)
+    info.update(meta or {})
+    chain = Chain(tuple(out_layers), input_bytes=float(tensor_bytes(sample_input)),
+                  meta={k: str(v) for k, v in info.items()})
+    chain = count_ties_once(dataclasses.replace(chain, meta={"layers_found": found.how, **chain.meta}), found)
+    return (chain, stats) if return_stats else chain
+
+
+def _check_counts(repeats: int, warmup: int, loss: Callable | None, target: Any) -> None:
+    if repeats < 1:
+        raise ValueError(f"repeats must be >= 1, got {repeats}")
+    if warmup < 0:
+        raise ValueError(f"warmup must be >= 0, got {warmup}")
+    if (loss is None) != (target is None):
+        raise ValueError("loss and target go together: pass both or neither")
+
+
+def _layers_progress(n: int, name: Any, show: bool) -> Any:
+    """``range(n)``, with a progress bar named ``name`` when ``show``."""
+    if not show:
+        return range(n)
+    from tqdm import tqdm
+
+    return tqdm(range(n), desc=str(name), unit="layer")
+
+
+def _time_layer(mod: nn.Module, x: torch.Tensor, timer: _Timer, needs_input_grad: bool,
+                then: Callable[[torch.Tensor], torch.Tensor] | None, grad: torch.Tensor | None, warmup: int,
+                repeats: int) -> tuple[list[float], list[float]]:
+    """Forward and backward seconds of ``repeats`` runs of one layer after ``warmup`` untimed ones; ``then``
+    (the loss) ends the forward of the last layer, whose backward starts from it, the others' from ``grad``."""
+    fwd: list[float] = []
+    bwd: list[float] = []
+    for r in range(warmup + repeats):
+        for p in mod.parameters():
+            p.grad = None
+        inp = _leaf(x, needs_input_grad)
+        timer.sync()
+        y, tf = timer.run((lambda: then(mod(inp))) if then is not None else (lambda: mod(inp)))
+        if y.requires_grad:
+            _, tb = timer.run(lambda: torch.autograd.backward(y, grad))
+        else:  # nothing to differentiate (no parameters, input is data)
+            tb = 0.0
+        if r >= warmup:
+            fwd.append(tf)
+            bwd.append(tb)
+        y = inp = None  # free them before the next repeat
+    return fwd, bwd
+
+
+def _profile_meta(dev: torch.device, sample_input: torch.Tensor, mods: Sequence[nn.Module], nthreads: int,
+                  warmup: int, repeats: int, with_loss: bool, stats: list[LayerTiming],
+                  elapsed: float) -> dict[str, Any]:
+    """The metadata a profile records: where and how it was measured."""
+    return {
         "network": "model",
         "device": _device_name(dev),
         "batch_size": int(sample_input.shape[0]) if sample_input.dim() else 1,
@@ -388,17 +416,12 @@ def profile_model(
         "saved_bytes": "autograd saved tensors per layer alone, storages deduplicated, parameters/buffers excluded",
         "memory_columns": ("allocator-level: " + ("torch.cuda memory statistics" if dev.type == "cuda" else
                            "workbench.profiles.memtrace.AllocationTracker (new storages, dispatch level)")),
-        "loss": "in the last layer (time and saved bytes)" if loss is not None else "not included",
+        "loss": "in the last layer (time and saved bytes)" if with_loss else "not included",
         **{k: f"{v:.4f}" for k, v in spread_summary(stats).items()},
         "profile_seconds": f"{elapsed:.1f}",
         "source": "workbench profiler",
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
     }
-    info.update(meta or {})
-    chain = Chain(tuple(out_layers), input_bytes=float(tensor_bytes(sample_input)),
-                  meta={k: str(v) for k, v in info.items()})
-    chain = count_ties_once(dataclasses.replace(chain, meta={"layers_found": found.how, **chain.meta}), found)
-    return (chain, stats) if return_stats else chain
 
 
 def _device_name(dev: torch.device) -> str:
@@ -465,51 +488,3 @@ def profile_workload(workload: Any, device: str = "cpu", *, warmup: int = 2, rep
     inputs, target = workload.batch(0)
     info = {"network": workload.name, "module": workload.source}
     return profile_model(workload.build(), inputs, device, meta=info, loss=workload.loss, target=target, **kw)
-
-
-def _parse_value(text: str) -> Any:
-    import ast
-
-    try:
-        return ast.literal_eval(text)
-    except (ValueError, SyntaxError):
-        return text
-
-
-def profile_command(args: Any) -> int:
-    """``python -m workbench profile (--model NAME [--set key=value ...] | --module FILE.py:FUNC) --out FILE``."""
-    from .csvio import write_profile
-
-    kwargs: dict[str, Any] = {}
-    for item in getattr(args, "set", None) or []:
-        if "=" not in item:
-            raise ValueError(f"--set expects key=value, got {item!r}")
-        k, v = item.split("=", 1)
-        kwargs[k.strip()] = _parse_value(v.strip())
-    threads = getattr(args, "threads", 1)
-    if getattr(args, "module", None):
-        from ..runtime.workload import Workload
-
-        wl = Workload.module(args.module)
-        print(f"finding the layers of {wl.name} ...", flush=True)
-        chain, stats = profile_workload(wl, args.device, warmup=args.warmup, repeats=args.repeats, progress=True,
-                                        threads=threads, return_stats=True)
-    else:
-        chain, stats = profile_zoo(args.model, args.batch_size, args.device, warmup=args.warmup, repeats=args.repeats,
-                                   progress=True, threads=threads, return_stats=True,
-                                   dtype=getattr(args, "dtype", None), **kwargs)
-    write_profile(chain, args.out)
-    m = chain.meta
-    print(chain.summary())
-    if m.get("layers_found"):
-        print(f"layers found: {m['layers_found']}")
-    for t in json.loads(m.get("tied") or "[]"):
-        print(f"tied: {t['parameter']} ({t['bytes'] / 2**20:.2f} MiB) shared by {', '.join(t['layers'])}; "
-              f"counted once, at {t['owner']}")
-    print(f"saved for backward {sum(chain.saved_array) / 2**20:.1f} MiB in all; {m['dtype']}; input "
-          f"{m['input_shape']} ({m['input_dtype']}), device {m['device']}, {m['threads']} thread(s)")
-    print(f"spread of {args.repeats} repeats, (max-min)/median per layer: forward median {float(m['spread_forward']):.1%} "
-          f"(max {float(m['spread_forward_max']):.1%}), backward median {float(m['spread_backward']):.1%} "
-          f"(max {float(m['spread_backward_max']):.1%})")
-    print(f"profiled in {m['profile_seconds']} s; wrote {args.out}")
-    return 0

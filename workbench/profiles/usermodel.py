@@ -93,8 +93,9 @@ def load_user_model(spec: str, seed: int = 0) -> UserModel:
     torch.manual_seed(seed)
     got = fn()
     if not isinstance(got, (tuple, list)) or len(got) != 4:
+        size = f" of {len(got)}" if isinstance(got, (tuple, list)) else ""
         raise ValueError(f"--module {spec!r}: {func}() must return (model, example_inputs, example_targets, "
-                         f"loss_fn), got {type(got).__name__}{'' if not isinstance(got, (tuple, list)) else ' of ' + str(len(got))}")
+                         f"loss_fn), got {type(got).__name__}{size}")
     model, inputs, targets, loss = got
     if not isinstance(model, nn.Module):
         raise ValueError(f"--module {spec!r}: the model {func}() returned is a {type(model).__name__}, "

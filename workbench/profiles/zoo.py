@@ -82,7 +82,8 @@ class Bottleneck(nn.Module):
         self.bn3 = nn.BatchNorm2d(out_ch)
         self.downsample: nn.Module | None = None
         if stride != 1 or in_ch != out_ch:
-            self.downsample = nn.Sequential(nn.Conv2d(in_ch, out_ch, 1, stride=stride, bias=False), nn.BatchNorm2d(out_ch))
+            self.downsample = nn.Sequential(nn.Conv2d(in_ch, out_ch, 1, stride=stride, bias=False),
+                                            nn.BatchNorm2d(out_ch))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = F.relu(self.bn1(self.conv1(x)))
@@ -279,17 +280,22 @@ _GPT_DEFAULTS = {"layers": 12, "d_model": 768, "heads": 12, "seq_len": 1024, "vo
 
 MODELS: dict[str, ModelSpec] = {
     "resnet50": ModelSpec(
-        "resnet50", "ResNet-50 (v1.5): stem, 16 bottleneck blocks, pool+fc head; 18 layers, 25.6M parameters at 1000 classes",
+        "resnet50",
+        "ResNet-50 (v1.5): stem, 16 bottleneck blocks, pool+fc head; 18 layers, 25.6M parameters at 1000 classes",
         _resnet, _image_batch, _image_shape, {**_RESNET_DEFAULTS, "blocks": (3, 4, 6, 3)}),
     "resnet101": ModelSpec(
-        "resnet101", "ResNet-101 (v1.5): stem, 33 bottleneck blocks, pool+fc head; 35 layers, 44.5M parameters at 1000 classes",
+        "resnet101",
+        "ResNet-101 (v1.5): stem, 33 bottleneck blocks, pool+fc head; 35 layers, 44.5M parameters at 1000 classes",
         _resnet, _image_batch, _image_shape, {**_RESNET_DEFAULTS, "blocks": (3, 4, 23, 3)}),
     "vgg16": ModelSpec(
-        "vgg16", "VGG-16: 13 conv+relu[+maxpool] layers, fc6 (adaptive pool to 7x7), fc7, fc8; 138.4M parameters at 1000 classes",
+        "vgg16",
+        "VGG-16: 13 conv+relu[+maxpool] layers, fc6 (adaptive pool to 7x7), fc7, fc8; "
+        "138.4M parameters at 1000 classes",
         _vgg, _image_batch, _image_shape,
         {"image_size": 224, "num_classes": 1000, "channels": _VGG16, "hidden": 4096, "pool": 7, "dropout": 0.0}),
     "gpt": ModelSpec(
-        "gpt", "GPT-style decoder (pre-LN, causal attention, 4x GELU MLP, untied head): embed, `layers` blocks, norm+head; "
+        "gpt",
+        "GPT-style decoder (pre-LN, causal attention, 4x GELU MLP, untied head): embed, `layers` blocks, norm+head; "
         "defaults are GPT-2 small's shapes",
         _gpt, _token_batch, lambda c: (int(c["seq_len"]),), dict(_GPT_DEFAULTS)),
     "mlp": ModelSpec(

@@ -445,7 +445,8 @@ def run_command(args: argparse.Namespace) -> int:
                         **({"weight_factor": setup.get("weight_factor", 1.0)} if paper else {"optimizer": optimizer}))
     if getattr(args, "replay", False):
         return _replay(plan, chain, platform, wl, args.steps, Path(args.out), optimizer)
-    summary = run_and_compare(plan, chain, platform, wl, batch_size, args.steps, model_config=_model_config(chain, plan),
+    summary = run_and_compare(plan, chain, platform, wl, batch_size, args.steps,
+                              model_config=_model_config(chain, plan),
                               backend=args.backend, out=args.out, progress=True, optimizer=optimizer,
                               engine=getattr(args, "engine", None) or "auto")
     print(format_comparison(summary))

@@ -19,11 +19,9 @@ stage's forward (backward), which keeps the profile's shape inside a stage
 and corrects what running in a pipeline changes (other processes on the
 same cores, cache effects, the loss on the last stage, dispatch overhead).
 The measured time of a stage is its *mean* duration over the steady window:
-the period is set by the total time a device spends, and the median (used
-before) left out exactly the operations that time-sharing had stretched, so
-the calibrated prediction stayed below the measured busy times (resnet50 on
-4 ranks and 2 cores: calibrated 1.296 s, the busiest device measured
-1.435 s per mini-batch). Re-scheduling the same allocation on the calibrated
+the period is set by the total time a device spends, and a median would
+leave out exactly the operations that time-sharing stretched, so the
+calibrated prediction would stay below the measured busy times. Re-scheduling the same allocation on the calibrated
 chain gives a new predicted period; :func:`calibration_report` says how much
 closer it is, and says so when it is not closer.
 

@@ -20,7 +20,8 @@ sees the same weights, so :func:`grad_error` against :func:`reference_gradients`
 
 Under ``torchrun`` (several nodes work the same way) use the module entry::
 
-    torchrun --nproc-per-node 2 -m workbench.runtime.engine PLAN.json --module my_model.py:build --steps 8 --out build/run
+    torchrun --nproc-per-node 2 -m workbench.runtime.engine PLAN.json --module my_model.py:build \\
+        --steps 8 --out build/run
     torchrun --nnodes 2 --node-rank 0 --master-addr HOST --master-port 29500 --nproc-per-node 4 \\
         -m workbench.runtime.engine PLAN.json --model resnet50 --steps 20 --out build/run
 
@@ -226,8 +227,8 @@ def run_plan(
     ``device`` is "cpu" (default when no GPU) or "cuda" (one GPU per rank, or
     ranks sharing GPUs round-robin); ``backend`` defaults to gloo on CPU and
     NCCL on GPUs, or gloo with host-staged messages when there are fewer GPUs
-    than ranks (NCCL refuses two ranks on one GPU; see :func:`default_backend`). ``timeout`` bounds every collective and the whole run: a
-    hung run raises ``TimeoutError`` instead of hanging. ``start_method``
+    than ranks (NCCL refuses two ranks on one GPU; see :func:`default_backend`). ``timeout`` bounds every
+    collective and the whole run: a hung run raises ``TimeoutError`` instead of hanging. ``start_method``
     "fork" starts faster (no re-import of torch) and is the default on CPU
     under Linux; "spawn" (the default otherwise) is the safe choice with CUDA.
     ``engine`` is ``"auto"`` (:func:`choose_engine`), ``"torch"`` or ``"pipedream"``;

@@ -66,7 +66,8 @@ from typing import Any
 from ..plan import Plan
 from .program import programs_for
 
-__all__ = ["plan_to_actions", "programs_to_actions", "actions_to_csv", "write_schedule_csv", "load_with_torch", "format_grid",
+__all__ = ["plan_to_actions", "programs_to_actions", "actions_to_csv", "write_schedule_csv", "load_with_torch",
+           "format_grid",
            "LIMITATIONS"]
 
 LIMITATIONS = (

@@ -232,7 +232,8 @@ def run_torch_rank(rank: int, world: int, cfg) -> dict[str, Any]:
     one_step()
     if cuda:
         torch.cuda.synchronize(dev)
-    grads = {model.names[s][n]: p.grad.detach().cpu().clone() if p.grad is not None else torch.zeros_like(p, device="cpu")
+    grads = {model.names[s][n]: p.grad.detach().cpu().clone() if p.grad is not None
+             else torch.zeros_like(p, device="cpu")
              for s in model.stages for n, p in model.parameters(s).items()}
     timed = list(rec.marks)
     cpu_rows = list(rec.cpu)

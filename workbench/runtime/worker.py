@@ -48,8 +48,8 @@ from __future__ import annotations
 
 import os
 import time
-from contextlib import nullcontext
 from collections import deque
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any

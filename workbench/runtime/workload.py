@@ -129,8 +129,8 @@ class Workload:
     @classmethod
     def module(cls, spec: str, seed: int = 0) -> "Workload":
         """``FILE.py:FUNC`` (see :mod:`~workbench.profiles.usermodel`); every mini-batch is ``FUNC``'s batch."""
-        from ..profiles.wrappers import tensor_leaves
         from ..profiles.usermodel import load_user_model
+        from ..profiles.wrappers import tensor_leaves
         from ..profiles.zoo import dtype_name
 
         um = load_user_model(spec, seed)

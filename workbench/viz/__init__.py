@@ -5,10 +5,10 @@ Everything here takes plain values (a :class:`~workbench.trace.Trace`, a
 figure, so each chart can be used on its own from a notebook.
 """
 
-from .gantt import bar_durations, gantt, gantt_compare, lanes, steady_window
 from .compare import allocation_map, period_vs_bound, throughput_vs_memory
 from .explorer import Explorer, explore
 from .export import ChromiumNotFound, save_html, save_image
+from .gantt import bar_durations, gantt, gantt_compare, lanes, steady_window
 from .memory import memory_bars, memory_split, memory_timeline
 
 __all__ = [

@@ -23,6 +23,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from ..chain import Chain
+from ..methods import METHODS
 from ..plan import Plan
 from .gantt import TEMPLATE
 from .memory import DEVICE_COLORS, byte_unit
@@ -30,10 +31,8 @@ from .memory import DEVICE_COLORS, byte_unit
 __all__ = ["throughput_vs_memory", "period_vs_bound", "allocation_map", "replay_chart", "prediction_errors",
            "calibration_chart", "METHOD_COLORS"]
 
-METHOD_COLORS = {
-    "dp": "#3366CC", "madpipe": "#3366CC", "ilp": "#D62728", "pipedream": "#F28E2B", "gpipe": "#59A14F",
-    "1f1b": "#B07AA1", "uniform": "#9C755F", "parameters": "#76B7B2", "torchgpipe": "#EDC948", "brute": "#000000",
-}
+#: method name (or alias) -> colour, from the registry (:mod:`workbench.methods`)
+METHOD_COLORS = {n: m.colour for m in METHODS for n in (m.name, *m.aliases)}
 _SYMBOLS = ["circle", "square", "diamond", "triangle-up", "x", "cross", "star", "triangle-down"]
 
 
@@ -118,7 +117,8 @@ def allocation_map(plans: Plan | Sequence[Plan] | Mapping[str, Plan], chain: Cha
     if isinstance(plans, Plan):
         plans = {plans.method or "plan": plans}
     elif not isinstance(plans, Mapping):
-        plans = {f"{p.method or 'plan'} #{i}" if [q.method for q in plans].count(p.method) > 1 else (p.method or "plan"): p
+        methods = [p.method for p in plans]
+        plans = {f"{p.method or 'plan'} #{i}" if methods.count(p.method) > 1 else (p.method or "plan"): p
                  for i, p in enumerate(plans)}
     names = list(plans)
     P = max((p.devices for p in plans.values()), default=1)
@@ -132,7 +132,8 @@ def allocation_map(plans: Plan | Sequence[Plan] | Mapping[str, Plan], chain: Cha
     for p in range(P):
         c = DEVICE_COLORS[p % len(DEVICE_COLORS)]
         scale += [[p / P, c], [(p + 1) / P, c]]
-    layer_names = [l.name for l in chain.layers] if chain is not None and len(chain) == L else [str(i) for i in range(L)]
+    known = chain is not None and len(chain) == L
+    layer_names = [l.name for l in chain.layers] if known else [str(i) for i in range(L)]
     text = [[f"layer {j} ({layer_names[j]})<br>GPU {int(v)}" if not math.isnan(v) else "" for j, v in enumerate(row)]
             for row in z]
     fig = go.Figure(go.Heatmap(
@@ -195,7 +196,8 @@ def prediction_errors(cmp: pd.DataFrame, *, title: str | None = None) -> go.Figu
     instead of an empty slot.
     """
     fig = go.Figure()
-    for col, name in (("busy_error", "wall busy time"), ("cpu_busy_error", "CPU busy time"), ("memory_error", "peak memory")):
+    for col, name in (("busy_error", "wall busy time"), ("cpu_busy_error", "CPU busy time"),
+                      ("memory_error", "peak memory")):
         if col not in cmp.columns:
             continue
         vals = cmp[col].astype(float)

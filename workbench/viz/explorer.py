@@ -41,8 +41,9 @@ import ipywidgets as W
 import plotly.graph_objects as go
 
 from ..chain import Chain, Platform
+from ..methods import METHODS, flushed, names
 from ..plan import Plan
-from ..planners import METHODS, plan as run_planner
+from ..planners import plan as run_planner
 from ..planners.dp import least_memory
 from ..simulate import simulate
 from ..trace import Trace
@@ -53,9 +54,11 @@ from .memory import memory_bars
 __all__ = ["Explorer", "explore", "available_methods", "memory_range", "trace_of", "quick"]
 
 GiB = 2**30
-SLOW_METHODS = {"ilp", "brute"}
-#: methods planned on blocks of a long chain (the ILP coarsens by itself; flushed schedules simulate)
-COARSE_METHODS = {"dp", "pipedream", "uniform", "parameters", "torchgpipe", "brute"}
+#: methods that show a progress bar and stream their log (the registry's ``slow``)
+SLOW_METHODS = set(names(slow=True))
+#: methods planned on blocks of a long chain (the registry's ``blocks``: the ILP coarsens by itself; flushed
+#: schedules simulate)
+COARSE_METHODS = set(names(blocks=True))
 _PREFERRED_PROFILES = ("vgg16", "resnet50", "gpt-small", "pipedream/vgg16", "pipedream/resnet50")
 
 
@@ -67,11 +70,10 @@ def quick() -> bool:
 def available_methods() -> list[str]:
     """Planner names whose module is present, the DP first."""
     out = []
-    for name, target in METHODS.items():
-        mod = target.split(":")[0]
+    for m in METHODS:
         try:
-            if importlib.util.find_spec(mod) is not None:
-                out.append(name)
+            if importlib.util.find_spec(m.module) is not None:
+                out.append(m.name)
         except ModuleNotFoundError:
             pass
     return sorted(out, key=lambda m: (m != "dp", m))
@@ -94,9 +96,8 @@ def trace_of(plan: Plan, chain: Chain, platform: Platform, batches: int | None =
     Periodic plans default to enough mini-batches to show the steady state;
     flushed schedules (GPipe, 1F1B) run their ``micro_batches``.
     """
-    flushed = plan.schedule in ("gpipe", "1f1b")
     if batches is None:
-        batches = int(plan.micro_batches or 8) if flushed else max(8, 2 * len(plan.stages) + 4)
+        batches = int(plan.micro_batches or 8) if flushed(plan.schedule) else max(8, 2 * len(plan.stages) + 4)
     return simulate(plan, chain, platform, batches=batches)
 
 
@@ -175,7 +176,21 @@ class Explorer(W.VBox):
         self.log_text: list[str] = []  # the solver log of the plan shown (empty when its method has none)
         self._logs: dict[tuple, str] = {}  # solver log per cached plan
 
-        names = list(available_profiles())
+        names, profile = self._profile_choices(profile, chain, list(available_profiles()))
+        top = self._make_controls(names, profile, devices, bandwidth, weights, optimizer, allocation, method)
+        super().__init__([top, self.gantt_out, self.memory_out, self.log_accordion])
+        self.add_class("wb-explorer")
+
+        self._reset_memory_range(memory)
+        for w in (self.profile_dropdown, self.devices_slider, self.bandwidth_slider, self.weights_toggle,
+                  self.memory_dropdown):
+            w.observe(self._on_platform_change, names="value")
+        for w in (self.memory_slider, self.allocation_toggle, self.method_dropdown):
+            w.observe(self._on_change, names="value")
+        self.replan()
+
+    def _profile_choices(self, profile: str | None, chain: Chain | None, names: list[str]) -> tuple[list[str], str]:
+        """The profile dropdown's names and the one shown first (a given chain, the given name, a preferred one)."""
         if chain is not None:
             label = profile or chain.name or "custom chain"
             self._chains[label] = chain
@@ -187,7 +202,11 @@ class Explorer(W.VBox):
             raise ValueError("no profiles found: pass chain= or add CSV profiles to data/profiles")
         if profile not in names:
             names = [profile] + names
+        return names, profile
 
+    def _make_controls(self, names: list[str], profile: str, devices: int, bandwidth: float | str, weights: str,
+                       optimizer: str, allocation: str, method: str) -> W.HBox:
+        """Every control and output area (attributes of the explorer); returns the top row: controls, summary."""
         style = {"description_width": "110px"}
         lay = W.Layout(width="420px")
         self.profile_dropdown = W.Dropdown(options=names, value=profile, description="profile", style=style, layout=lay)
@@ -227,17 +246,7 @@ class Explorer(W.VBox):
                            self.weights_toggle, self.memory_dropdown, self.allocation_toggle, self.method_dropdown,
                            W.HBox([self.progress, self.status_label])],
                           layout=W.Layout(width="450px"))
-        top = W.HBox([controls, W.VBox([self.summary], layout=W.Layout(flex="1", padding="0 0 0 1em"))])
-        super().__init__([top, self.gantt_out, self.memory_out, self.log_accordion])
-        self.add_class("wb-explorer")
-
-        self._reset_memory_range(memory)
-        for w in (self.profile_dropdown, self.devices_slider, self.bandwidth_slider, self.weights_toggle,
-                  self.memory_dropdown):
-            w.observe(self._on_platform_change, names="value")
-        for w in (self.memory_slider, self.allocation_toggle, self.method_dropdown):
-            w.observe(self._on_change, names="value")
-        self.replan()
+        return W.HBox([controls, W.VBox([self.summary], layout=W.Layout(flex="1", padding="0 0 0 1em"))])
 
     # ----- inputs --------------------------------------------------------
     @property

@@ -28,14 +28,15 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from .gantt import TEMPLATE
-
 from ..chain import Chain, Platform
 from ..memory import memory_breakdown
+from ..methods import flushed
 from ..plan import Plan, chain_for_plan
 from ..trace import Trace
+from .gantt import TEMPLATE
 
-__all__ = ["memory_timeline", "memory_bars", "memory_split", "byte_unit", "SPLIT_COLORS", "SPLIT_TERMS", "DEVICE_COLORS"]
+__all__ = ["memory_timeline", "memory_bars", "memory_split", "byte_unit", "SPLIT_COLORS", "SPLIT_TERMS",
+           "DEVICE_COLORS"]
 
 #: the terms a device's memory splits into (workbench.memory.memory_breakdown), bottom to top, with legend labels
 SPLIT_TERMS = {"weights": "live weights (φ·W)", "parameters": "parameters", "gradients": "gradients",
@@ -74,7 +75,7 @@ def memory_split(plan: Plan, chain: Chain, platform: Platform) -> pd.DataFrame:
     """
     chain = chain_for_plan(plan, chain)
     P = plan.devices
-    if plan.schedule in ("gpipe", "1f1b"):
+    if flushed(plan.schedule):
         rows = _flushed_split(plan, chain, platform)
     else:
         rows = memory_breakdown(chain, platform, plan.stages)
@@ -122,7 +123,8 @@ def memory_bars(plan: Plan, chain: Chain, platform: Platform, *, title: str | No
     """
     df = memory_split(plan, chain, platform)
     limit = plan.memory_limit if math.isfinite(plan.memory_limit) else platform.memory
-    top = max(float(df["total"].max()) if len(df) else 0.0, float(np.nanmax(df["reported"])) if df["reported"].notna().any() else 0.0,
+    top = max(float(df["total"].max()) if len(df) else 0.0,
+              float(np.nanmax(df["reported"])) if df["reported"].notna().any() else 0.0,
               limit if math.isfinite(limit) else 0.0)
     unit, scale = byte_unit(top)
     x = [f"GPU {p}" for p in df["device"]]

@@ -25,6 +25,7 @@ import plotly.graph_objects as go
 import plotly.io as pio
 
 from ..chain import Chain, Layer, Platform
+from ..methods import METHODS
 from ..trace import Trace
 from ..units import format_bytes
 from .explorer import quick
@@ -74,10 +75,8 @@ def three_schedules(chain: Chain, platform: Platform, assignment: Sequence[int] 
     from ..simulate import simulate, simulate_flushed
 
     a = list(assignment) if assignment is not None else contiguous_assignment(chain, platform.devices)
-    out = {
-        "GPipe": simulate_flushed(chain, platform, a, micro_batches, kind="gpipe"),
-        "1F1B": simulate_flushed(chain, platform, a, micro_batches, kind="1f1b"),
-    }
+    out = {m.short: simulate_flushed(chain, platform, a, micro_batches, kind=m.name)
+           for m in METHODS if m.family == "flushed"}
     periodic = best_schedule(chain, platform.with_(memory=math.inf), a, method="periodic")
     out["periodic (PipeDream)"] = simulate(periodic, chain, platform, batches=batches or micro_batches)
     return out
@@ -90,7 +89,8 @@ def schedule_table(traces: Mapping[str, Trace]) -> pd.DataFrame:
         peak = t.peak_memory()
         rows.append({"schedule": name, "period (ms)": round(t.period * 1e3, 3),
                      "throughput (/s)": round(1 / t.period, 1) if t.period > 0 else 0.0,
-                     "peak memory GPU 0": format_bytes(peak[0]), f"peak memory GPU {t.devices - 1}": format_bytes(peak[-1]),
+                     "peak memory GPU 0": format_bytes(peak[0]),
+                     f"peak memory GPU {t.devices - 1}": format_bytes(peak[-1]),
                      "max peak": format_bytes(peak.max())})
     return pd.DataFrame(rows).set_index("schedule")
 
@@ -130,9 +130,8 @@ def gantt_animation(trace: Trace, *, periods: int = 4, steps_per_period: int = 4
     frames = [go.Frame(data=bars(t), name=f"{(t - t0) * 1e3:.1f}", layout=dict(shapes=now_line(t)))
               for t in times]
     fig = go.Figure(data=bars(times[0]), frames=frames)
-    steps = [dict(method="animate", label=f.name, args=[[f.name], dict(mode="immediate", frame=dict(duration=0, redraw=True),
-                                                                           transition=dict(duration=0))])
-             for f in frames]
+    still = dict(mode="immediate", frame=dict(duration=0, redraw=True), transition=dict(duration=0))
+    steps = [dict(method="animate", label=f.name, args=[[f.name], still]) for f in frames]
     fig.update_layout(
         template=TEMPLATE, barmode="overlay", height=140 + 45 * trace.devices,
         title=title or f"The first {periods} periods, step by step (T = {T * 1e3:.2f} ms)",
@@ -140,7 +139,8 @@ def gantt_animation(trace: Trace, *, periods: int = 4, steps_per_period: int = 4
         yaxis=dict(categoryorder="array", categoryarray=lanes[::-1]), shapes=now_line(times[0]),
         margin=dict(l=70, r=20, t=60, b=40), uniformtext=dict(minsize=8, mode="hide"),
         transition=dict(duration=0),
-        sliders=[dict(active=0, steps=steps, transition=dict(duration=0), currentvalue=dict(prefix="now: ", suffix=" ms"), pad=dict(t=45))],
+        sliders=[dict(active=0, steps=steps, transition=dict(duration=0),
+                      currentvalue=dict(prefix="now: ", suffix=" ms"), pad=dict(t=45))],
         legend=dict(orientation="h", yanchor="bottom", y=1.02, xanchor="left", x=0),
         updatemenus=[dict(type="buttons", direction="left", showactive=False, x=1, y=1.02, xanchor="right",
                           yanchor="bottom",

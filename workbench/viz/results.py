@@ -30,30 +30,28 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from ..complexity import family_factor
-from ..experiment_units import METHOD_LABELS, slug
-from ..sweeps import GiB, headline_gains, min_memory_table
+from ..experiments.analyses import GiB, headline_gains, min_memory_table
+from ..experiments.settings import METHOD_LABELS
+from ..experiments.units import slug
+from ..methods import VARIANTS, lineup, method
 from .gantt import TEMPLATE
 
 __all__ = ["FigureInfo", "throughput_figure", "memory_figure", "min_memory_figure", "solve_times_figure",
-           "three_partition_figure", "family_figure", "scaling_figure", "gains_figure", "largest_figure", "METHOD_STYLES",
+           "three_partition_figure", "family_figure", "scaling_figure", "gains_figure", "largest_figure",
+           "METHOD_STYLES",
            "log_axis_ticks"]
 
-#: method key -> (colour, line dash, line width, marker, marker size), bottom to top: where methods coincide the
-#: one drawn first shows as a wider line and a larger marker around the next (PipeDream around the DP, the DP
-#: around the contiguous ILP, drawn dashed with open squares, and that around the general ILP)
+#: method key -> (colour, line dash, line width, marker, marker size), bottom to top (the registry's variants,
+#: :data:`workbench.methods.VARIANTS`): where methods coincide the one drawn first shows as a wider line and a
+#: larger marker around the next (PipeDream around the DP, the DP around the contiguous ILP, drawn dashed with
+#: open squares, and that around the general ILP)
 METHOD_STYLES: dict[str, tuple[str, str, float, str, int]] = {
-    "gpipe": ("#59A14F", "dot", 2.0, "x", 9),
-    "1f1b": ("#B07AA1", "dot", 2.0, "cross", 9),
-    "pipedream": ("#F5B87A", "solid", 7.0, "triangle-up", 15),
-    "mcap": ("#8C564B", "solid", 2.5, "triangle-down", 10),
-    "dp": ("#3366CC", "solid", 3.5, "diamond", 11),
-    "ilp-contiguous": ("#17BECF", "dash", 2.0, "square-open", 12),
-    "ilp-general": ("#D62728", "solid", 1.8, "circle", 6),
-}
-_LEGEND_NOTES = {"ilp-contiguous": " (dashed: equals the DP where both are optimal)"}
+    v.key: (v.colour, v.style.dash, v.style.width, v.style.marker, v.style.size)
+    for v in sorted(VARIANTS, key=lambda v: v.layer)}
+_LEGEND_NOTES = {v.key: v.legend_note for v in VARIANTS if v.legend_note}
 _LEGEND_ORDER = list(METHOD_LABELS)
 #: method label -> colour, for the bar charts
-LABEL_COLORS = {METHOD_LABELS[k]: METHOD_STYLES[k][0] for k in METHOD_LABELS}
+LABEL_COLORS = {v.label: v.colour for v in VARIANTS}
 
 
 @dataclass
@@ -124,11 +122,17 @@ def _throughput_panels(net: str, g: pd.DataFrame) -> go.Figure:
         fig.update_xaxes(**log_axis_ticks(gp["memory_gib"]), title_text="memory limit (GiB, log)", row=1, col=c)
     fig.update_yaxes(range=[0, 1.05], title_text="lower bound / period", row=1, col=1)
     fig.update_layout(template=TEMPLATE, height=460, margin=dict(l=60, r=20, t=90, b=120),
-                      title=dict(text=f"{net}: normalised throughput (lower bound / period; 1 = the bound) against memory",
+                      title=dict(text=f"{net}: normalised throughput (lower bound / period; 1 = the bound) "
+                                      "against memory",
                                  subtitle=dict(text="x: the memory levels tried, per device. A missing point: the "
                                                     "method finds no plan that fits.")),
                       legend=dict(orientation="h", yanchor="top", y=-0.22, xanchor="left", x=0))
     return fig
+
+
+#: the optimal periodic ILPs a flushed schedule may beat (another family: the headlines count those cases)
+_ILP_KEYS = [v.key for v in VARIANTS if v.method == "ilp"]
+_FLUSHED_KEYS = [v.key for v in VARIANTS if method(v.method).family == "flushed"]
 
 
 def _throughput_headlines(sw: pd.DataFrame, info: FigureInfo) -> None:
@@ -140,8 +144,8 @@ def _throughput_headlines(sw: pd.DataFrame, info: FigureInfo) -> None:
             f"PipeDream's partitioner finds nothing that fits in {r.over_does_not_fit} of them")
     flushed_wins = []
     for (net, P, lvl), g in sw[sw.fits.astype(bool)].groupby(["network", "devices", "level"]):
-        ilp = g[g.method_key.isin(["ilp-general", "ilp-contiguous"]) & (g.status == "optimal")]
-        fl = g[g.method_key.isin(["gpipe", "1f1b"])]
+        ilp = g[g.method_key.isin(_ILP_KEYS) & (g.status == "optimal")]
+        fl = g[g.method_key.isin(_FLUSHED_KEYS)]
         if len(ilp) and len(fl) and fl.period.min() < ilp.period.min() * (1 - 1e-5):
             flushed_wins.append(f"{net} P={P} level {lvl} ({fl.period.min() / ilp.period.min():.3g}x the period)")
     if flushed_wins:
@@ -152,8 +156,9 @@ def _throughput_headlines(sw: pd.DataFrame, info: FigureInfo) -> None:
               "version per in-flight mini-batch), while GPipe/1F1B-flush keep a single weight version")
     hd = headline_gains(sw, over="pipedream", of="dp")
     for _, r in hd[hd.cases > 0].iterrows() if len(hd) else []:
-        info.headlines.append(f"{r.network}: memory-aware DP over PipeDream at tight memory: median {_x(r.median_gain)}, "
-                              f"best {_x(r.best_gain)}; PipeDream does not fit in {r.over_does_not_fit}/{r.cases}")
+        info.headlines.append(f"{r.network}: memory-aware DP over PipeDream at tight memory: median "
+                              f"{_x(r.median_gain)}, best {_x(r.best_gain)}; PipeDream does not fit in "
+                              f"{r.over_does_not_fit}/{r.cases}")
 
 
 def _memory_rows(sw: pd.DataFrame) -> pd.DataFrame:
@@ -196,9 +201,11 @@ def memory_figure(sw: pd.DataFrame) -> FigureInfo:
         fig.add_hline(y=limit / GiB, line_dash="dash")
         info.add(f"memory_{slug(net)}", fig)
         over = gg[~gg.fits]["label"].unique()
+        peaks = gg.groupby("label")["memory_gib"].max().items()
         info.headlines.append(f"{net}, P={P}, limit {limit / GiB:.3g} GiB: peak per method "
-                              + ", ".join(f"{l} {m:.3g} GiB" for l, m in gg.groupby("label")["memory_gib"].max().items())
-                              + (f"; over the limit (flushed schedules ignore it): {', '.join(over)}" if len(over) else "")
+                              + ", ".join(f"{l} {m:.3g} GiB" for l, m in peaks)
+                              + (f"; over the limit (flushed schedules ignore it): {', '.join(over)}"
+                                 if len(over) else "")
                               + (f"; no plan: {', '.join(none)}" if none else ""))
     return info
 
@@ -217,8 +224,10 @@ def min_memory_figure(sw: pd.DataFrame) -> FigureInfo:
     fig.for_each_yaxis(lambda a: a.update(title_text=""))  # one y title for all rows, not one per row on top of another
     fig.add_annotation(text="memory / least feasible memory", textangle=-90, x=-0.07, y=0.5, xref="paper", yref="paper",
                        showarrow=False, font=dict(size=14))
-    fig.update_layout(title=dict(text="Least memory reaching 95% of the best throughput (relative to the least feasible)",
-                                 subtitle=dict(text="A missing bar: the method never reaches 95% at the levels tried.")),
+    fig.update_layout(title=dict(text="Least memory reaching 95% of the best throughput (relative to the least "
+                                      "feasible)",
+                                 subtitle=dict(text="A missing bar: the method never reaches 95% at the levels "
+                                                    "tried.")),
                       margin=dict(t=90, l=90), height=200 + 160 * t.devices.nunique())
     info.add("min_memory", fig)
     for (net, P), g in t.groupby(["network", "devices"], sort=False):
@@ -260,7 +269,8 @@ def three_partition_figure(df: pd.DataFrame) -> FigureInfo:
     for meth, g in d.groupby("method"):
         dec = g[g.status == "optimal"]
         agree = int((dec["planner_says_yes"].astype(bool) == dec["exhaustive_yes"].astype(bool)).sum())
-        info.headlines.append(f"{meth}: decides {len(dec)}/{len(g)} instances, agrees with exhaustive search on {agree}/{len(dec)}")
+        info.headlines.append(f"{meth}: decides {len(dec)}/{len(g)} instances, agrees with exhaustive search on "
+                              f"{agree}/{len(dec)}")
     return info
 
 
@@ -271,7 +281,7 @@ def family_figure(df: pd.DataFrame) -> FigureInfo:
     for k, g in df.groupby("k"):
         by = {(r.method, r.allocation): r for _, r in g.iterrows()}
         cont = by.get(("dp", "contiguous"))
-        for key in (("ilp", "general"), ("brute", "general")):
+        for key in (k for k in lineup("family") if k[1] == "general"):
             gen = by.get(key)
             if cont is not None and gen is not None and gen.status == "optimal":
                 rows.append({"k": k, "general_method": key[0], "measured_factor": cont.period / gen.period,
@@ -286,7 +296,8 @@ def family_figure(df: pd.DataFrame) -> FigureInfo:
         fig.add_scatter(x=f["k"], y=f["predicted_factor"], mode="lines", line_dash="dash", name="predicted")
         info.add("family", fig)
         for _, r in f.iterrows():
-            info.headlines.append(f"k={r.k}: measured factor {r.measured_factor:.4g} ({r.general_method}), predicted {r.predicted_factor:g}")
+            info.headlines.append(f"k={r.k}: measured factor {r.measured_factor:.4g} ({r.general_method}), "
+                                  f"predicted {r.predicted_factor:g}")
     if unproven:
         info.headlines.append("left out of the figure (no proven optimum): " + ", ".join(unproven))
     return info
@@ -318,7 +329,8 @@ def gains_figure(df: pd.DataFrame) -> FigureInfo:
     long = pd.concat([
         pd.DataFrame({"memory_position": df.memory_position, "gain": df.gain_general, "what": "general / contiguous"}),
         pd.DataFrame({"memory_position": df.memory_position,
-                      "gain": df.gain_dp_over_pipedream.replace(np.inf, np.nan), "what": "memory-aware DP / PipeDream"}),
+                      "gain": df.gain_dp_over_pipedream.replace(np.inf, np.nan),
+                      "what": "memory-aware DP / PipeDream"}),
     ])
     fig = px.box(long, x="memory_position", y="gain", color="what", points="all",
                  labels={"memory_position": "memory limit (0 = least feasible, 1 = unlimited, log scale)",
@@ -336,8 +348,9 @@ def gains_figure(df: pd.DataFrame) -> FigureInfo:
     return info
 
 
-#: largest-model methods -> the sweep style whose colour they take (``+ auto``: the same colour, hatched)
-_LARGEST_COLOURS = {"PipeDream": "pipedream", "mCAP": "mcap", "dp": "dp", "general ILP": "ilp-general"}
+#: largest-model methods (short labels) -> the sweep variant whose colour they take (``+ auto``: the same colour,
+#: hatched)
+_LARGEST_COLOURS = {v.short: v.key for v in VARIANTS}
 
 
 def _largest_panels(df: pd.DataFrame, title: str) -> go.Figure:
@@ -352,7 +365,8 @@ def _largest_panels(df: pd.DataFrame, title: str) -> go.Figure:
             colour = METHOD_STYLES[_LARGEST_COLOURS.get(label.replace(" + auto", ""), "dp")][0]
             h = g[g.method == label].sort_values("devices")
             x = [f"P = {int(p)}" for p in h.devices]
-            pattern = dict(shape="/" if label.endswith("auto") else "", fgcolor="white", solidity=0.35, fillmode="overlay")
+            pattern = dict(shape="/" if label.endswith("auto") else "", fgcolor="white", solidity=0.35,
+                           fillmode="overlay")
             text = [f"{v:.2f}x" if np.isfinite(v) else "" for v in h.vs_pipedream]
             fig.add_trace(go.Bar(x=x, y=h.parameters / 1e6, name=label, legendgroup=label, showlegend=c == 1,
                                  marker=dict(color=colour, pattern=pattern), text=text, textposition="outside",
@@ -390,5 +404,6 @@ def largest_figure(df: pd.DataFrame) -> FigureInfo:
                  for m in r.index if m != "PipeDream" and np.isfinite(r.vs_pipedream[m])]
         where = ", ".join([str(key[0]), f"P={key[1]}"] + [str(k) for k in key[2:]])
         info.headlines.append(f"{where}: PipeDream fits {r.parameters.get('PipeDream', 0) / 1e6:.0f} M parameters "
-                              f"(period/bound {r.period_over_bound.get('PipeDream', math.nan):.2f}); " + "; ".join(parts))
+                              f"(period/bound {r.period_over_bound.get('PipeDream', math.nan):.2f}); "
+                              + "; ".join(parts))
     return info

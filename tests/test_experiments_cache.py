@@ -8,15 +8,16 @@ import json
 import pandas as pd
 import pytest
 
-from workbench import experiment_units as eu
 from workbench import experiments as ex
+from workbench.experiments import units as units_module
 from workbench.profiles import load_profile, write_profile
+from workbench.provenance import code_version, file_digest
 
 
 def tiny(network: str, **kw):
     base = dict(networks=(network,), devices=(2,), n_levels=2, methods=("dp", "pipedream"))
     base.update(kw)
-    return eu.settings_for(quick=True, **base)
+    return ex.settings_for(quick=True, **base)
 
 
 @pytest.fixture()
@@ -35,24 +36,24 @@ def slower(path, factor=1.5):
 
 
 def test_a_sweep_key_names_the_profile_digest_and_code_version(profile):
-    u = eu.plan_units(tiny(str(profile)), ["throughput"])[0]
-    assert u.settings["profile"]["sha256"] == eu.file_digest(profile)
-    assert u.settings["code_version"] == eu.code_version()
-    comp = eu.plan_units(tiny(str(profile)), ["family", "gains"])
-    assert all(c.settings["code_version"] == eu.code_version() for c in comp)
+    u = ex.plan_units(tiny(str(profile)), ["throughput"])[0]
+    assert u.settings["profile"]["sha256"] == file_digest(profile)
+    assert u.settings["code_version"] == code_version()
+    comp = ex.plan_units(tiny(str(profile)), ["family", "gains"])
+    assert all(c.settings["code_version"] == code_version() for c in comp)
 
 
 def test_a_reprofiled_network_makes_its_units_stale_even_with_the_same_memory_levels(profile, tmp_path):
     out = tmp_path / "out"
     s = tiny(str(profile))
     first = ex.reproduce(out=out, settings=s, only="throughput", progress=False, png=False)
-    assert sorted(first.computed) == sorted(u.name for u in eu.plan_units(s, ["throughput"]))
-    before = eu.plan_units(s, ["throughput"])
+    assert sorted(first.computed) == sorted(u.name for u in ex.plan_units(s, ["throughput"]))
+    before = ex.plan_units(s, ["throughput"])
     slower(profile)
-    after = eu.plan_units(s, ["throughput"])
+    after = ex.plan_units(s, ["throughput"])
     assert [u.settings["memory_levels"] for u in after] == [u.settings["memory_levels"] for u in before]
     for u in after:
-        df, why = eu.read_unit(u, out)
+        df, why = ex.read_unit(u, out)
         assert df is None and "profile" in why
     again = ex.reproduce(out=out, settings=s, only="throughput", progress=False, png=False)
     assert sorted(again.computed) == sorted(u.name for u in after) and again.skipped == []
@@ -68,9 +69,9 @@ def test_other_model_code_makes_units_stale(profile, tmp_path, monkeypatch):
     out = tmp_path / "out"
     s = tiny(str(profile), methods=("dp",))
     ex.reproduce(out=out, settings=s, only="throughput", progress=False, png=False)
-    monkeypatch.setattr(eu, "code_version", lambda: "0123456789abcdef")
-    u = eu.plan_units(s, ["throughput"])[0]
-    df, why = eu.read_unit(u, out)
+    monkeypatch.setattr(units_module, "code_version", lambda: "0123456789abcdef")
+    u = ex.plan_units(s, ["throughput"])[0]
+    df, why = ex.read_unit(u, out)
     assert df is None and why == "made with another key (differs in: code_version)"
 
 
@@ -78,20 +79,21 @@ def test_a_csv_and_a_sidecar_from_different_runs_do_not_make_a_unit(profile, tmp
     out = tmp_path / "out"
     s = tiny(str(profile), methods=("dp",))
     ex.reproduce(out=out, settings=s, only="throughput", progress=False, png=False)
-    u = eu.plan_units(s, ["throughput"])[0]
+    u = ex.plan_units(s, ["throughput"])[0]
     path = u.path(out)
     df = pd.read_csv(path)
     df.loc[0, "period"] *= 2  # the other run's CSV, same length
     path.write_text(df.to_csv(index=False))
-    assert eu.read_unit(u, out) == (None, "CSV does not match its checksum (changed, cut short, or written by another run)")
+    assert ex.read_unit(u, out) == (None,
+                                    "CSV does not match its checksum (changed, cut short, or written by another run)")
     meta = json.loads(path.with_suffix(".json").read_text())
-    assert meta["versions"]["code_version"] == eu.code_version()
+    assert meta["versions"]["code_version"] == code_version()
 
 
 def test_reasons_for_missing_and_unreadable_units(tmp_path):
-    u = eu.Unit("sweep__x", "sweep", {"kind": "sweep"})
-    assert eu.read_unit(u, tmp_path) == (None, "not computed yet")
+    u = ex.Unit("sweep__x", "sweep", {"kind": "sweep"})
+    assert ex.read_unit(u, tmp_path) == (None, "not computed yet")
     u.path(tmp_path).parent.mkdir(parents=True)
     u.path(tmp_path).write_text("a\n1\n")
     u.path(tmp_path).with_suffix(".json").write_text("[1, 2]")
-    assert eu.read_unit(u, tmp_path) == (None, "unreadable sidecar")
+    assert ex.read_unit(u, tmp_path) == (None, "unreadable sidecar")

@@ -1,4 +1,4 @@
-"""The sweeps' results as one table, the checks they must pass, and the tables derived from them.
+"""The analyses of the sweeps' results: one table, the checks they must pass, and the tables derived from them.
 
 :func:`sweep_frame` gathers the sweep units (one row per network, device
 count, method and memory level) with the key columns of each unit's sidecar
@@ -26,12 +26,18 @@ from typing import Iterable, Sequence
 import numpy as np
 import pandas as pd
 
-from .experiment_units import METHOD_LABELS, TOL, Unit, read_unit
+from ..methods import VARIANTS, method
+from .cache import read_unit
+from .settings import METHOD_LABELS, TOL
+from .units import Unit
 
-__all__ = ["sweep_frame", "sweep_table", "consistency_violations", "bound_violations", "min_memory_table", "headline_gains",
+__all__ = ["sweep_frame", "sweep_table", "consistency_violations", "bound_violations", "min_memory_table",
+           "headline_gains",
            "tight_levels", "GiB", "KEY_COLUMNS"]
 
 GiB = float(2**30)
+#: the sweep variants whose method is exact: more memory must never make them slower
+_EXACT = frozenset(v.key for v in VARIANTS if method(v.method).exact)
 #: per (network, P) group, columns that must take one value (relative tolerance TOL for numbers)
 KEY_COLUMNS = ("profile_sha256", "code_version", "n_layers", "lower_bound")
 
@@ -125,21 +131,37 @@ def consistency_violations(sweeps: pd.DataFrame) -> list[str]:
     return [m for msgs in _inconsistent_groups(sweeps).values() for m in msgs]
 
 
+def _rivals(key: str) -> tuple[str, ...]:
+    """The variants an optimal plan of the exact, non-baseline variant ``key`` (the ILPs) must match or beat:
+    the checked baselines it can express and, for a general allocation, the same method's contiguous variant."""
+    v = next(x for x in VARIANTS if x.key == key)
+    same = tuple(x.key for x in VARIANTS if x.method == v.method and x.allocation != v.allocation
+                 and v.allocation == "general")
+    return same + tuple(x.key for x in VARIANTS if method(x.method).baseline and x.allocation == "contiguous")
+
+
+#: exact variants that are not baselines themselves (the ILPs), in the order the checks run them
+_CHECKED = tuple(v.key for v in reversed(VARIANTS) if method(v.method).exact and not method(v.method).baseline)
+
+
 def _cross_method(g: pd.DataFrame, net: str, P: int, lvl: int) -> list[str]:
     bad = []
     by = {r.method_key: r for _, r in g.iterrows()}
-    gen, con = by.get("ilp-general"), by.get("ilp-contiguous")
-    if gen is not None and con is not None and gen.status == "optimal" and con.status == "optimal":
-        if gen.period > con.period * (1 + 1e-5):
-            bad.append(f"{net} P={P} level {lvl}: general ILP {gen.period} worse than contiguous ILP {con.period}")
-    for ilp_key, rivals in (("ilp-contiguous", ("dp", "pipedream")), ("ilp-general", ("ilp-contiguous", "dp", "pipedream"))):
-        ilp = by.get(ilp_key)
-        if ilp is None or ilp.status != "optimal":
+    for general in (v for v in VARIANTS if v.allocation == "general"):
+        for contiguous in (v for v in VARIANTS if v.method == general.method and v.allocation == "contiguous"):
+            gen, con = by.get(general.key), by.get(contiguous.key)
+            if gen is not None and con is not None and gen.status == "optimal" and con.status == "optimal":
+                if gen.period > con.period * (1 + 1e-5):
+                    bad.append(f"{net} P={P} level {lvl}: {general.label} {gen.period} worse than "
+                               f"{contiguous.label} {con.period}")
+    for key in _CHECKED:
+        exact = by.get(key)
+        if exact is None or exact.status != "optimal":
             continue
-        for rk in rivals:
+        for rk in _rivals(key):
             r = by.get(rk)
-            if r is not None and ilp.period > r.period * (1 + 1e-5):
-                bad.append(f"{net} P={P} level {lvl}: optimal {ilp_key} period {ilp.period} worse than {rk} {r.period}")
+            if r is not None and exact.period > r.period * (1 + 1e-5):
+                bad.append(f"{net} P={P} level {lvl}: optimal {key} period {exact.period} worse than {rk} {r.period}")
     return bad
 
 
@@ -164,13 +186,14 @@ def bound_violations(sweeps: pd.DataFrame) -> list[str]:
     fits = sweeps[sweeps["fits"].astype(bool)]
     below = fits[fits["period"] < fits["lower_bound"] * (1 - TOL)]
     for _, r in below.iterrows():
-        bad.append(f"{r.network} P={r.devices} level {r.level} {r.method_key}: period {r.period} < bound {r.lower_bound}")
+        bad.append(f"{r.network} P={r.devices} level {r.level} {r.method_key}: period {r.period} "
+                   f"< bound {r.lower_bound}")
     for (net, P, lvl), g in fits.groupby(["network", "devices", "level"]):
         if (net, P) not in mixed:  # comparing methods run on different inputs means nothing
             bad += _cross_method(g, net, P, lvl)
     for (net, P, mk), g in sweeps.groupby(["network", "devices", "method_key"]):
         g = g.sort_values("level")
-        exact = g[(g["status"] == "optimal") & g["fits"].astype(bool)] if mk in ("dp", "ilp-general", "ilp-contiguous") else g.iloc[0:0]
+        exact = g[(g["status"] == "optimal") & g["fits"].astype(bool)] if mk in _EXACT else g.iloc[0:0]
         per = exact["period"].to_numpy()
         if len(per) > 1 and np.any(np.diff(per) > per[1:] * 1e-5):
             bad.append(f"{net} P={P} {mk}: exact periods grow with memory: {list(per)}")

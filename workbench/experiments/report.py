@@ -1,35 +1,8 @@
-"""Paper-style experiments: resumable sweeps, cached results, figures, checks and a report (one command).
+"""``python -m workbench reproduce``: run the units, check them, have :mod:`workbench.viz.results` draw the
+figures, write everything and ``report.md`` (the steps are in :mod:`workbench.experiments`).
 
-``python -m workbench reproduce [--quick] [--only NAME] [--out DIR]`` runs
-:func:`reproduce`:
-
-1. it locks ``OUT`` (a second run into the same folder is refused, naming
-   the first one's pid) and removes temporary files a killed run left;
-2. it plans the units of work (:mod:`workbench.experiment_units`) and
-   recomputes every unit that is missing or stale: its key (settings, the
-   profile's SHA-256, the model code's version) differs from the one on
-   disk, or its CSV does not match its checksum. The report says which units
-   were recomputed and why;
-3. it builds the figures (:mod:`workbench.viz.results`) from the units,
-   listing every unit it leaves out and why, and runs the checks
-   (:func:`workbench.sweeps.bound_violations`): one profile, one code version
-   and one lower bound per (network, P) group, and the bounds. A failed
-   check is at the top of ``OUT/report.md`` and makes the command exit 1;
-4. it writes tidy CSV tables, HTML (plotly, offline) and PNG (kaleido;
-   skipped with a warning when no browser is available), every file atomically.
-
-Figures (names for ``--only``, comma-separated): ``throughput``, ``memory``,
-``min_memory``, ``solve_times`` (from the sweeps), ``three_partition``,
-``family``, ``scaling``, ``gains`` (the complexity study), ``largest`` (the
-largest GPT each method fits, :mod:`workbench.largest`).
-
-Environment: ``WORKBENCH_JOBS`` (worker processes for the units, default 1),
-``WORKBENCH_QUICK=1`` (notebooks: the quick settings), ``WORKBENCH_NO_PNG=1``.
-
->>> sorted(FIGURES)[:4]
-['family', 'gains', 'largest', 'memory']
->>> settings_for(quick=True).devices
-(2, 4)
+>>> render_report(Report(out=Path("out"), settings=settings_for(quick=True, networks=()))).splitlines()[0]
+'# Experiments: pipelined model parallelism under memory limits'
 """
 
 from __future__ import annotations
@@ -41,26 +14,22 @@ import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from .experiment_units import (
-    COMPLEXITY_FIGURES, FIGURES, METHOD_KEYS, METHOD_LABELS, SWEEP_FIGURES, Settings, Unit, load_unit, plan_units,
-    read_unit, run_unit, run_unit_job, settings_for, unit_is_current,
-)
-from .io import FolderBusy, folder_lock, remove_orphans, write_frame_atomic, write_text_atomic
-from .paths import RESULTS_DIR
-from .provenance import code_version, versions
-from .sweeps import bound_violations, headline_gains, min_memory_table, sweep_frame, sweep_table
-from .viz.results import FigureInfo
+from ..io import FolderBusy, folder_lock, remove_orphans, write_frame_atomic, write_text_atomic
+from ..paths import RESULTS_DIR
+from ..provenance import code_version, versions
+from .analyses import bound_violations, sweep_table
+from .cache import read_unit, run_unit, run_unit_job
+from .settings import COMPLEXITY_FIGURES, FIGURES, SWEEP_FIGURES, Settings, settings_for
+from .units import Unit, plan_units
 
-__all__ = [
-    "Settings", "Report", "FigureInfo", "Unit", "METHOD_KEYS", "METHOD_LABELS", "FIGURES", "SWEEP_FIGURES",
-    "COMPLEXITY_FIGURES", "settings_for", "plan_units", "run_unit", "load_unit", "read_unit", "unit_is_current",
-    "reproduce", "reproduce_command", "sweep_frame", "min_memory_table", "bound_violations", "headline_gains",
-    "versions", "notebook_report", "render_report", "FolderBusy",
-]
+if TYPE_CHECKING:  # the figures are drawn by workbench.viz, which reads this package's analyses
+    from ..viz.results import FigureInfo
+
+__all__ = ["Report", "reproduce", "reproduce_command", "notebook_report", "render_report"]
 
 
 @dataclass
@@ -143,7 +112,7 @@ def _load_all(units: list[Unit], out: Path, report: Report) -> dict[str, pd.Data
 
 
 def _figures(units: list[Unit], frames: dict[str, pd.DataFrame], figs: tuple[str, ...], report: Report) -> None:
-    from .viz import results as R
+    from ..viz import results as R
 
     sweep_units = [u for u in units if u.kind == "sweep" and u.name in frames]
     if sweep_units:
@@ -164,7 +133,7 @@ def _figures(units: list[Unit], frames: dict[str, pd.DataFrame], figs: tuple[str
 
 
 def _write_outputs(report: Report, png: bool) -> None:
-    from .viz.export import save_html, save_images
+    from ..viz.export import save_html, save_images
 
     out = Path(report.out)
     pngs = []
@@ -301,9 +270,10 @@ def render_report(report: Report) -> str:
     ]
     lines += _checks_section(report)
     lines += [
-        f"Settings: networks {', '.join(s.networks)}; P in {list(s.devices)}; {s.n_levels} memory levels from the least "
-        f"feasible (contiguous) to unlimited; ILP time limit {s.time_limit:g} s per contiguous and {s.general_time_limit:g} s "
-        f"per general solve (networks over 32 layers are solved on 32 blocks, see workbench.planners.coarsen); bandwidth "
+        f"Settings: networks {', '.join(s.networks)}; P in {list(s.devices)}; {s.n_levels} memory levels from the "
+        f"least feasible (contiguous) to unlimited; ILP time limit {s.time_limit:g} s per contiguous and "
+        f"{s.general_time_limit:g} s per general solve (networks over 32 layers are solved on 32 blocks, see "
+        f"workbench.planners.coarsen); bandwidth "
         f"{s.bandwidth}, weight factor {s.weight_factor:g}, weights {s.weights}. Complexity: scaling L in "
         f"{list(s.scaling_layers)}, P in {list(s.scaling_devices)}, time limit {s.scaling_time_limit:g} s; "
         f"{s.gain_instances} random instances of {s.gain_layers} layers on {s.gain_devices} devices for the gains.", "",

@@ -1,10 +1,11 @@
-"""The sweeps' checks compare like with like and fail on results made from different inputs."""
+"""The analyses' checks compare like with like and fail on results made from different inputs."""
 
 from __future__ import annotations
 
 import pandas as pd
 
-from workbench.sweeps import bound_violations, consistency_violations, sweep_table
+from workbench.experiments.analyses import bound_violations, consistency_violations, sweep_table
+from workbench.experiments.units import Unit
 
 
 def group(net="gpt-medium", P=4, levels=(1.0, 2.0), general_bound=4.16, general_sha="aaaa"):
@@ -66,8 +67,6 @@ def test_other_groups_are_checked_separately_and_legacy_units_without_keys_by_th
 
 
 def test_sweep_table_adds_the_key_columns():
-    from workbench.experiment_units import Unit
-
     u = Unit("sweep__n__P2__dp", "sweep", {"profile": {"file": "f.csv", "sha256": "abc"}, "code_version": "v1"})
     t = sweep_table([(u, pd.DataFrame({"method_key": ["dp"], "period": [1.0]}))])
     assert t.loc[0, ["profile_sha256", "code_version", "label"]].tolist() == ["abc", "v1", "memory-aware DP"]

@@ -1,0 +1,75 @@
+"""Paper-style experiments: resumable sweeps, cached results, figures, checks and a report (one command).
+
+The package, one module per step: :mod:`~workbench.experiments.settings`
+(what the user chooses), :mod:`~workbench.experiments.units` (the units of
+work and their keys), :mod:`~workbench.experiments.cache` (finished units on
+disk), :mod:`~workbench.experiments.sweeps` (what a unit computes),
+:mod:`~workbench.experiments.analyses` (tables and checks over the results)
+and :mod:`~workbench.experiments.report` (the command and ``report.md``).
+
+``python -m workbench reproduce [--quick] [--only NAME] [--out DIR]`` runs
+:func:`reproduce`:
+
+1. it locks ``OUT`` (a second run into the same folder is refused, naming
+   the first one's pid) and removes temporary files a killed run left;
+2. it plans the units of work (:mod:`~workbench.experiments.units`) and
+   recomputes (:mod:`~workbench.experiments.sweeps`) every unit that is missing
+   or stale in the cache (:mod:`~workbench.experiments.cache`): its key
+   (settings, the profile's SHA-256, the model code's version) differs from
+   the one on disk, or its CSV does not match its checksum. The report says
+   which units were recomputed and why;
+3. it has :mod:`workbench.viz.results` draw the figures from the units,
+   listing every unit it leaves out and why, and runs the checks
+   (:func:`~workbench.experiments.analyses.bound_violations`): one profile, one code version
+   and one lower bound per (network, P) group, and the bounds. A failed
+   check is at the top of ``OUT/report.md`` and makes the command exit 1;
+4. it writes tidy CSV tables, HTML (plotly, offline) and PNG (kaleido;
+   skipped with a warning when no browser is available), every file atomically.
+
+Figures (names for ``--only``, comma-separated): ``throughput``, ``memory``,
+``min_memory``, ``solve_times`` (from the sweeps), ``three_partition``,
+``family``, ``scaling``, ``gains`` (the complexity study), ``largest`` (the
+largest GPT each method fits, :mod:`workbench.largest`).
+
+Environment: ``WORKBENCH_JOBS`` (worker processes for the units, default 1),
+``WORKBENCH_QUICK=1`` (notebooks: the quick settings), ``WORKBENCH_NO_PNG=1``.
+
+>>> sorted(FIGURES)[:4]
+['family', 'gains', 'largest', 'memory']
+>>> settings_for(quick=True).devices
+(2, 4)
+"""
+
+from __future__ import annotations
+
+from ..io import FolderBusy
+from ..provenance import versions
+from .analyses import (
+    bound_violations,
+    consistency_violations,
+    headline_gains,
+    min_memory_table,
+    sweep_frame,
+    sweep_table,
+)
+from .cache import load_unit, read_unit, run_unit, unit_is_current
+from .report import Report, notebook_report, render_report, reproduce, reproduce_command
+from .settings import (
+    COMPLEXITY_FIGURES,
+    FIGURES,
+    METHOD_KEYS,
+    METHOD_LABELS,
+    SWEEP_FIGURES,
+    Settings,
+    settings_for,
+)
+from .sweeps import compute_unit
+from .units import Unit, plan_units, profile_key, slug
+
+__all__ = [
+    "Settings", "Report", "Unit", "METHOD_KEYS", "METHOD_LABELS", "FIGURES", "SWEEP_FIGURES", "COMPLEXITY_FIGURES",
+    "settings_for", "plan_units", "profile_key", "slug", "compute_unit", "run_unit", "load_unit", "read_unit",
+    "unit_is_current", "reproduce", "reproduce_command", "sweep_frame", "sweep_table", "min_memory_table",
+    "bound_violations", "consistency_violations", "headline_gains", "versions", "notebook_report", "render_report",
+    "FolderBusy",
+]

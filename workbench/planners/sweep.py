@@ -1,0 +1,144 @@
+"""Plan a chain at several memory limits, robustly: the one sweep the ILP notebook, the studies and the
+experiments share.
+
+* :func:`solve` plans once through :func:`workbench.planners.plan` (re-checked,
+  ``solve_seconds`` filled); a method that is not there (not in the registry,
+  its module missing, ``NotImplementedError``) raises :class:`Unavailable`.
+* :func:`attempt` never raises: it returns the plan, or a :class:`Failure`
+  (``unavailable``, or ``error`` with the message), so a sweep never stops on
+  one bad solve.
+* :func:`sweep` plans at each memory limit, smallest first; with
+  ``warm_start`` a method that takes one (the registry's ``warm_start``)
+  starts each level from the last plan that was feasible (a plan that fits a
+  smaller limit fits a larger one).
+* :func:`plan_row` and :func:`run_method` turn one result into the tidy columns
+  of the studies' tables.
+
+>>> from workbench.chain import Chain, Layer, Platform
+>>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 100, 10) for i in range(4)), input_bytes=10)
+>>> [(M, p.status) for M, p in sweep(ch, Platform(2, memory_model="paper"), [1000, 200], "dp")]
+[(200.0, 'infeasible'), (1000.0, 'optimal')]
+>>> run_method(ch, Platform(2, memory_model="paper"), "nosuch")["status"]
+'unavailable'
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from ..chain import Chain, Platform
+from ..methods import method as registered
+from ..plan import Plan, lower_bound
+from . import plan as run_planner
+
+__all__ = ["Unavailable", "Failure", "solve", "attempt", "sweep", "plan_row", "run_method", "UNAVAILABLE"]
+
+#: the status of a row whose method is not there
+UNAVAILABLE = "unavailable"
+
+
+class Unavailable(Exception):
+    """The method is not there: not in the registry, its module cannot be imported, or not implemented."""
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A solve that gave no plan: ``status`` ``unavailable`` or ``error``, ``note`` the reason."""
+
+    status: str
+    note: str
+    seconds: float
+
+
+def solve(chain: Chain, platform: Platform, method: str, *, allocation: str = "contiguous",
+          time_limit: float | None = None, **options: Any) -> Plan:
+    """:func:`workbench.planners.plan`, raising :class:`Unavailable` for a method that is not there."""
+    try:
+        registered(method).planner()
+    except (ImportError, AttributeError, ValueError) as e:
+        raise Unavailable(f"{type(e).__name__}: {e}") from e
+    try:
+        return run_planner(chain, platform, method, allocation=allocation, time_limit=time_limit, **options)
+    except NotImplementedError as e:
+        raise Unavailable(f"NotImplementedError: {e}") from e
+
+
+def attempt(chain: Chain, platform: Platform, method: str, *, allocation: str = "contiguous",
+            time_limit: float | None = None, **options: Any) -> Plan | Failure:
+    """:func:`solve`, with whatever goes wrong recorded as a :class:`Failure` instead of raised."""
+    t0 = time.perf_counter()
+    try:
+        return solve(chain, platform, method, allocation=allocation, time_limit=time_limit, **options)
+    except Unavailable as e:
+        return Failure(UNAVAILABLE, str(e), time.perf_counter() - t0)
+    except Exception as e:  # noqa: BLE001 - recorded, not hidden
+        return Failure("error", f"{type(e).__name__}: {e}", time.perf_counter() - t0)
+
+
+def sweep(chain: Chain, platform: Platform, memories: Sequence[float | str], method: str, *,
+          allocation: str = "contiguous", time_limit: float | None = None, warm_start: bool = False,
+          robust: bool = False, **options: Any) -> list[tuple[float, Plan | Failure]]:
+    """``(limit, result)`` for each memory limit (bytes or ``"16GiB"``), smallest first.
+
+    ``robust``: each result comes from :func:`attempt` (a :class:`Failure` where
+    a solve fails) instead of :func:`solve` (which raises).
+    ``warm_start``: a method that takes one gets the last feasible plan (``True``
+    on the first level: its own warm start).
+    """
+    takes_warm_start = warm_start and registered(method).warm_start
+    prev: Plan | None = None
+    out: list[tuple[float, Plan | Failure]] = []
+    for M in sorted(Platform(1, memory=m).memory for m in memories):
+        opts = dict(options)
+        if takes_warm_start:
+            opts["warm_start"] = prev if prev is not None else True
+        run = attempt if robust else solve
+        result = run(chain, platform.with_(memory=M), method, allocation=allocation, time_limit=time_limit, **opts)
+        if isinstance(result, Plan) and result.feasible:
+            prev = result
+        out.append((M, result))
+    return out
+
+
+def plan_row(plan: Plan | Failure, chain: Chain, platform: Platform) -> dict[str, Any]:
+    """The tidy columns of one result (period, throughput, ratio to the bound, memory, status, time-out)."""
+    lb = lower_bound(chain, platform)
+    if isinstance(plan, Failure):
+        return {"status": plan.status, "feasible": False, "fits": False, "period": math.nan, "throughput": 0.0,
+                "lower_bound": lb, "ratio": math.nan, "normalised_throughput": 0.0, "peak_memory": math.nan,
+                "memory_per_device": "", "gap": math.nan, "seconds": plan.seconds, "n_stages": 0,
+                "plan_allocation": "", "note": plan.note[:300], "timed_out": False}
+    feas = plan.feasible
+    return {
+        "status": plan.status,
+        "feasible": feas,
+        "fits": plan.fits,
+        "period": plan.period if feas else math.nan,
+        "throughput": plan.throughput if feas else 0.0,
+        "lower_bound": lb,
+        "ratio": plan.period / lb if feas and lb > 0 else math.nan,
+        "normalised_throughput": (lb / plan.period) if feas and plan.period > 0 else 0.0,
+        "peak_memory": plan.peak_memory if feas else math.nan,
+        "memory_per_device": ";".join(f"{m:.6g}" for m in plan.memory) if feas else "",
+        "gap": plan.gap if plan.gap is not None else math.nan,
+        "seconds": float(plan.solve_seconds),
+        "n_stages": len(plan.stages),
+        "plan_allocation": plan.allocation,
+        "note": " | ".join(plan.notes)[:300],
+        "timed_out": plan.status == "timeout",
+    }
+
+
+def run_method(chain: Chain, platform: Platform, method: str, *, allocation: str = "contiguous",
+               time_limit: float | None = None, **options: Any) -> dict[str, Any]:
+    """Plan with ``method`` (:func:`attempt`) and return :func:`plan_row`'s columns plus ``method``/``allocation``.
+
+    A method that is not there gives ``status="unavailable"``; any other error
+    ``status="error"`` with the message in ``note``. ``timed_out`` is True when
+    the planner reports ``"timeout"``.
+    """
+    result = attempt(chain, platform, method, allocation=allocation, time_limit=time_limit, **options)
+    return {"method": method, "allocation": allocation, **plan_row(result, chain, platform)}
