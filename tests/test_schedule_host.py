@@ -42,6 +42,6 @@ def test_the_builder_books_transfers_apart():
     chain, plat = instance(711, max_layers=5)
     eff = apply_policies(chain, "offload")
     sched = Scheduler(eff, plat.with_(devices=max(plat.devices, 2), memory=float("inf")), [0, 1] + [0] * (len(chain) - 2))
-    T = sched.min_period * 3
+    T = sched.load_period * 3
     f, b = general_offload(sched, T)
     assert len(f) == len(b) == sched.stage_count and all(bb >= ff for ff, bb in zip(f, b))

@@ -17,7 +17,7 @@ misses the limit.
 * ``parameters``: balance parameter bytes, as DeepSpeed's
   ``partition_method="parameters"``: the least possible heaviest part
   (DeepSpeed finds it by bisection; here exactly, by
-  :func:`~workbench.planners.dp.bottleneck_partition`), then parts packed
+  :func:`~workbench.planners.partition.bottleneck_partition`), then parts packed
   greedily from the left up to that bound.
 * ``torchgpipe``: torchgpipe's balance by time, the block-partition
   heuristic of Bárány and Grinberg ("Block partitions of sequences",
@@ -41,9 +41,10 @@ import numpy as np
 
 from ..chain import Chain, Platform
 from ..memory import device_memory, layer_terms
-from ..plan import Plan, infeasible_plan
+from ..plan import Plan
+from ..schedule import best_schedule
 from ..units import format_bytes
-from .dp import bottleneck_partition, bounds_to_assignment, least_memory, schedule_partition
+from .partition import bottleneck_partition, bounds_to_assignment
 
 __all__ = [
     "plan_uniform", "plan_parameters", "plan_torchgpipe", "schedule_on_top",
@@ -55,18 +56,8 @@ __all__ = [
 # the schedule on top, and the "does not fit" report
 # ----------------------------------------------------------------------------
 def _best_schedule(chain: Chain, platform: Platform, bounds: Sequence[tuple[int, int]], method: str) -> Plan:
-    """best_schedule from workbench.schedule when present, else the same recurrence from dp."""
-    assignment = bounds_to_assignment(bounds)
-    try:
-        from ..schedule import best_schedule
-    except ImportError:
-        best_schedule = None
-    if best_schedule is not None:
-        return best_schedule(chain, platform, assignment, method=method)
-    try:
-        return schedule_partition(chain, platform, bounds, method=method)
-    except ValueError as e:
-        return infeasible_plan(chain, platform, method, str(e))
+    """The least-period schedule of the partition ``bounds`` that fits in memory (or why none does)."""
+    return best_schedule(chain, platform, bounds_to_assignment(bounds), method=method)
 
 
 def schedule_on_top(chain: Chain, platform: Platform, bounds: Sequence[tuple[int, int]], method: str, *,

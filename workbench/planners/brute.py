@@ -91,10 +91,11 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
+from ..activations import POLICIES, apply_policies, is_keep, stage_host_time
 from ..chain import Chain, Platform
-from ..activations import stage_host_time
 from ..memory import device_extra, layer_terms, stage_memory
-from ..plan import Plan, infeasible_plan, make_plan, stages_of
+from ..plan import Plan, infeasible_plan, lower_bound, make_plan, stages_of
+from .fixed_policies import plan_with_policies
 
 __all__ = [
     "plan_brute", "contiguous_allocations", "general_allocations", "allocation_period",
@@ -706,9 +707,6 @@ def _plan_auto(chain: Chain, platform: Platform, allocation: str, time_limit: fl
                ) -> Plan:
     """Every policy vector (3^L of them), each planned exhaustively; the best (fewest non-keep
     layers among equal periods, then the first in keep < recompute < offload order)."""
-    from ..activations import POLICIES, apply_policies, is_keep
-    from ..plan import lower_bound
-
     t0 = time.perf_counter()
     best: Plan | None = None
     best_key = None
@@ -751,10 +749,8 @@ def plan_brute(chain: Chain, platform: Platform, *, allocation: str = "contiguou
             raise ValueError(f"brute force refuses a chain of {L} layers (max_layers={max_layers})")
         return _plan_auto(chain, platform, allocation, time_limit, max_layers)
     if activations not in (None, "keep"):
-        from . import plan as run_planner
-
-        return run_planner(chain, platform, "brute", allocation=allocation, time_limit=time_limit,
-                           activations=activations, max_layers=max_layers, cache=cache)
+        return plan_with_policies(chain, platform, plan_brute, "brute", activations, allocation=allocation,
+                                  time_limit=time_limit, max_layers=max_layers, cache=cache)
     if L > max_layers:
         raise ValueError(
             f"brute force is exhaustive and refuses a chain of {L} layers (max_layers={max_layers}); "

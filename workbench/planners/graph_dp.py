@@ -59,7 +59,7 @@ import numpy as np
 
 from ..chain import Platform
 from ..profiles.pipedream import priority_topological_order
-from .dp import bottleneck_partition
+from .partition import bottleneck_partition
 
 __all__ = ["GraphDPResult", "best_order", "chain_bottleneck", "stage_values"]
 
@@ -103,7 +103,7 @@ def chain_bottleneck(weights: Sequence[float], devices: int,
     ``cut_costs[i]`` (optional) is the cost of a boundary after item i, then a
     part costs max(its weight, its boundary). Returns the value and the last
     index of every part (among optimal partitions, one with fewest parts).
-    The DP is :func:`workbench.planners.dp.bottleneck_partition`.
+    The DP is :func:`workbench.planners.partition.bottleneck_partition`.
 
     >>> chain_bottleneck([3, 1, 1, 3], 2)
     (4.0, [1, 3])

@@ -43,7 +43,7 @@ import plotly.graph_objects as go
 from ..chain import Chain, Platform
 from ..plan import Plan
 from ..planners import METHODS, plan as run_planner
-from ..planners.dp import least_memory
+from ..planners.dp import least_contiguous_memory
 from ..simulate import simulate
 from ..trace import Trace
 from ..units import format_bytes
@@ -82,7 +82,7 @@ def memory_range(chain: Chain, platform: Platform) -> tuple[float, float]:
 
     Below ``lo`` no contiguous plan fits; above ``hi`` more memory does not help the DP.
     """
-    lo = float(least_memory(chain, platform)[0])
+    lo = float(least_contiguous_memory(chain, platform)[0])
     free = run_planner(chain, platform.with_(memory=math.inf), "dp")
     hi = float(free.peak_memory) if free.feasible else 0.0
     return lo, max(hi * 1.05, lo * 1.5)

@@ -1,0 +1,54 @@
+"""Every tolerance the workbench compares numbers with, named by what it compares.
+
+Plans are valid up to :data:`REL_TOL` (docs/model.md, "Plan": "numbers are
+compared with a relative tolerance of 1e-6"); everything else here is float
+slack *inside* one computation, far below it, so that what a planner accepts
+the checker accepts too. Each name says what it is relative to.
+
+>>> REL_TOL > PERIOD_SEARCH > CEIL_SLACK
+True
+>>> ceil_count(2.0000000000001), ceil_count(0.2)
+(2, 1)
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+__all__ = [
+    "REL_TOL", "PERIOD_SEARCH", "CEIL_SLACK", "MEMORY_SLACK", "SLOT_FIT", "COUNT_NOISE", "ceil_count",
+    "ceil_counts",
+]
+
+#: a plan's numbers (start times, period, memory against the limit), relative: the checker's tolerance
+REL_TOL = 1e-6
+#: the least-period searches stop when their bracket is this narrow, relative to the period
+PERIOD_SEARCH = 1e-9
+#: in-flight counts: ceil(x) with x shrunk by this relative slack, so that 2.0000000000001 counts as 2
+CEIL_SLACK = 1e-12
+#: a planner's memory test against the limit M: bytes <= M * (1 + MEMORY_SLACK) (float sums of bytes)
+MEMORY_SLACK = 1e-9
+#: the schedule builders: an operation fits a free gap of the period if it overhangs by at most this x T
+SLOT_FIT = 1e-9
+#: the schedule builder's in-flight count: ceil(x) forgives x - floor(x) up to this x max(x, 1) (float noise)
+COUNT_NOISE = 1e-12
+
+
+def ceil_count(x: float) -> int:
+    """``ceil(x)`` with :data:`CEIL_SLACK`, at least 1: the in-flight count of a window of x periods.
+
+    >>> ceil_count(3.0), ceil_count(3.01)
+    (3, 4)
+    """
+    return max(1, math.ceil(x * (1.0 - CEIL_SLACK)))
+
+
+def ceil_counts(x: np.ndarray | float) -> np.ndarray:
+    """:func:`ceil_count` element-wise, as floats (numpy arrays of windows in periods).
+
+    >>> ceil_counts(np.array([0.5, 2.0000000000001, 2.5])).tolist()
+    [1.0, 2.0, 3.0]
+    """
+    return np.maximum(1.0, np.ceil(np.asarray(x) * (1.0 - CEIL_SLACK)))
