@@ -6,7 +6,7 @@ import pytest
 
 from workbench.activations import apply_policies
 from workbench.check import check
-from workbench.planners.brute import allocation_period
+from workbench.planners.evaluate import allocation_period
 from workbench.schedule import Scheduler, best_schedule
 from workbench.schedule_host import general_offload, settle
 

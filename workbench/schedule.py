@@ -61,9 +61,9 @@ from typing import Literal, Sequence
 from .chain import Chain, Platform
 from .activations import stage_host_time
 from .memory import device_extra, layer_terms, stage_activation, stage_memory
-from .plan import REL_TOL, Plan, Stage, infeasible_plan, in_flight, lower_bound, stages_of, with_memory_setup
+from .plan import Plan, Stage, infeasible_plan, in_flight, lower_bound, stages_of, with_memory_setup
 from .schedule_host import NoSchedule, general_offload
-from .tolerances import COUNT_NOISE, SLOT_FIT
+from .tolerances import COUNT_NOISE, REL_TOL, SLOT_FIT
 from .units import format_bytes, format_seconds
 
 __all__ = ["NoSchedule", "Scheduler", "build_schedule", "best_schedule", "load_period", "one_in_flight_memory"]

@@ -18,8 +18,9 @@ import math
 import numpy as np
 
 __all__ = [
-    "REL_TOL", "PERIOD_SEARCH", "CEIL_SLACK", "MEMORY_SLACK", "SLOT_FIT", "COUNT_NOISE", "ceil_count",
-    "ceil_counts",
+    "REL_TOL", "PERIOD_SEARCH", "CEIL_SLACK", "MEMORY_SLACK", "SLOT_FIT", "COUNT_NOISE", "ORDER_SLACK", "TIE", "BOUND_SEARCH",
+    "MILP_GAP", "SOLVER_FEASIBILITY", "BETTER", "INCUMBENT_CAP",
+    "ceil_count", "ceil_counts",
 ]
 
 #: a plan's numbers (start times, period, memory against the limit), relative: the checker's tolerance
@@ -32,6 +33,20 @@ CEIL_SLACK = 1e-12
 MEMORY_SLACK = 1e-9
 #: the schedule builders: an operation fits a free gap of the period if it overhangs by at most this x T
 SLOT_FIT = 1e-9
+#: the order search of a general allocation: a difference system is consistent up to this x T (float sums)
+ORDER_SLACK = 1e-10
+#: the ILP's default relative gap: a plan within it of its proven bound is reported optimal
+MILP_GAP = 1e-6
+#: HiGHS's integrality / feasibility tolerance on every solve (tight: the checker re-checks the plan)
+SOLVER_FEASIBILITY = 1e-9
+#: a search keeps a new period only below the incumbent's x (1 - BETTER) (no churn on float ties)
+BETTER = 1e-9
+#: the MILP's period cap is the incumbent's x (1 + INCUMBENT_CAP), so that the incumbent stays feasible
+INCUMBENT_CAP = 1e-7
+#: the per-layer memory bound's bisection (ilp_bounds.memory_period_bound): precision and memory slack
+BOUND_SEARCH = 1e-12
+#: two periods within this relative distance are a tie (then a secondary key decides)
+TIE = 1e-12
 #: the schedule builder's in-flight count: ceil(x) forgives x - floor(x) up to this x max(x, 1) (float noise)
 COUNT_NOISE = 1e-12
 

@@ -35,6 +35,7 @@ from typing import Any, Literal
 
 from ..chain import Chain, Platform
 from ..plan import Plan, Stage, chain_for_plan, lower_bound, with_memory_setup
+from ..simulate import simulate_flushed
 from ..units import format_bytes
 from .dp import plan_dp
 
@@ -61,8 +62,6 @@ def plan_flushed(chain: Chain, platform: Platform, kind: Literal["gpipe", "1f1b"
                  allocation: str = "contiguous", time_limit: float | None = None,
                  micro_batches: int | None = None, flushes: int = 1, **options: Any) -> Plan:
     """A flushed ``kind`` schedule on dp's unconstrained partition, simulated (see the module docstring)."""
-    from ..simulate import simulate_flushed
-
     t0 = time.perf_counter()
     P = platform.devices
     m = int(micro_batches) if micro_batches is not None else 4 * P

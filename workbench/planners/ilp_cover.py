@@ -26,7 +26,7 @@ The cover bound
 
 The exact search (:func:`cover_search`)
     Partitions are enumerated in bands of their bottleneck value; each is
-    evaluated *exactly* (:func:`workbench.planners.ilp_search.allocation_best`,
+    evaluated *exactly* (:func:`workbench.planners.evaluate.allocation_best`,
     brute force's certified per-allocation period, with the incumbent as a
     cut-off so most are rejected by bounds alone). After a band up to theta is
     exhausted, every allocation with period below theta has been seen, so
@@ -65,6 +65,9 @@ import numpy as np
 
 from ..chain import Chain, Platform
 from ..memory import layer_terms, linear_terms
+from ..plan import lower_bound
+from .evaluate import allocation_best, normalise
+from .ilp_bounds import chain_arrays
 
 __all__ = ["DeviceSets", "device_sets", "cover_bound", "cover_search", "CoverResult", "TooManySets"]
 
@@ -272,8 +275,6 @@ def device_sets(chain: Chain, platform: Platform, t_max: float, *, limit: int = 
     >>> device_sets(ch, Platform(2, memory_model="paper"), 6.0).count   # sets of at most 2 layers
     6
     """
-    from .ilp_model import chain_arrays
-
     comp, down, c, a, w0 = chain_arrays(chain, platform)
     lin = linear_terms(layer_terms(chain, platform))
     L = len(chain)
@@ -435,15 +436,11 @@ def cover_search(chain: Chain, platform: Platform, T_inc: float, *, deadline: fl
 
     ``progress(bound, period)`` is called when the bound or the incumbent improves.
     Raises :class:`TooManySets` when the device sets are too many to enumerate."""
-    from .ilp_search import allocation_best, normalise
-
     t0 = time.perf_counter()
     L = len(chain)
     try:
         ds = device_sets(chain, platform, T_inc, deadline=deadline)
     except TimeoutError:
-        from ..plan import lower_bound
-
         return CoverResult("timeout", T_inc, min(T_inc, lower_bound(chain, platform)),
                            seconds=time.perf_counter() - t0)
     best_T = T_inc
@@ -459,8 +456,6 @@ def cover_search(chain: Chain, platform: Platform, T_inc: float, *, deadline: fl
     try:
         lb = cover_bound(chain, platform, T_inc, deadline=deadline, sets=ds)
     except TimeoutError:
-        from ..plan import lower_bound
-
         return result("timeout", lower_bound(chain, platform))
     if progress:
         progress(lb, best_T)

@@ -50,11 +50,14 @@ from dataclasses import dataclass
 import numpy as np
 import pyomo.environ as pyo
 
+from ..activations import policy_terms
 from ..chain import Chain, Platform
 from ..memory import layer_terms, linear_terms
 from ..plan import lower_bound
+from .ilp_bounds import k_bounds, memory_period_bound
+from .ilp_policies import add_host_link, add_policy_memory, add_policy_time, minimal_terms
 
-__all__ = ["build_model", "ModelData", "chain_arrays", "k_bounds", "memory_period_bound", "memory_terms"]
+__all__ = ["build_model", "ModelData"]
 
 
 @dataclass
@@ -74,107 +77,6 @@ class ModelData:
     u_hi: float
     allocation: str
     memory_bound: bool
-
-
-def memory_terms(chain: Chain, platform: Platform) -> tuple[np.ndarray, np.ndarray]:
-    """Per layer ``(a, w0)``: a stage holding k mini-batches needs ``sum_l k a_l + w0_l`` bytes
-    plus its boundary terms and its device's extra (:func:`workbench.memory.linear_terms`;
-    paper model: ``a = saved + [stash] W``, ``w0 = (phi - [stash]) W``).
-
-    >>> from workbench.chain import Chain, Layer, Platform
-    >>> ch = Chain((Layer("l", 1.0, 1.0, weight_bytes=10, saved_bytes=4),))
-    >>> [float(v[0]) for v in memory_terms(ch, Platform(1, weights="stash", memory_model="paper"))]   # a = 4 + 10
-    [14.0, 0.0]
-    >>> [float(v[0]) for v in memory_terms(ch, Platform(1, weights="single", memory_model="paper"))]  # a = 4, w0 = 10
-    [4.0, 10.0]
-    """
-    lin = linear_terms(layer_terms(chain, platform))
-    return np.asarray(lin.a, dtype=float), np.asarray(lin.w0, dtype=float)
-
-
-def chain_arrays(chain: Chain, platform: Platform) -> tuple[np.ndarray, ...]:
-    """Per layer ``(comp, down, c, a, w0)``: its compute F + B, the compute from it to the end
-    of the chain and back, the transfer time of the cut after it (0 after the last), and its
-    rule-7 terms (:func:`memory_terms`).
-
-    >>> from workbench.chain import Chain, Layer, Platform
-    >>> ch = Chain((Layer("x", 1.0, 2.0, 0, 4), Layer("y", 1.0, 1.0, 0, 0)))
-    >>> [v.tolist() for v in chain_arrays(ch, Platform(2, bandwidth=2.0, memory_model="paper"))[:3]]
-    [[3.0, 2.0], [5.0, 2.0], [2.0, 0.0]]
-    """
-    L = len(chain)
-    comp = np.asarray(chain.forward + chain.backward, dtype=float)
-    down = np.cumsum(comp[::-1])[::-1]
-    c = np.array([platform.comm_time(chain.cut(l)) if l < L - 1 else 0.0 for l in range(L)])
-    a, w0 = memory_terms(chain, platform)
-    return comp, down, c, a, w0
-
-
-def k_bounds(chain: Chain, platform: Platform, t_ub: float | None = None,
-             terms: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
-    """Upper bounds on every layer's in-flight count.
-
-    From the waits being shorter than a period: a window spans at most
-    ``ceil(total time / T_lb) + 2 (#cuts) + 1`` periods; and from memory: one
-    layer's share of its stage's memory already fits in M (``terms``: per-layer ``(a, w0)``, by
-    default :func:`memory_terms`; with activation policies, the least any policy gives).
-    """
-    L = len(chain)
-    lb = lower_bound(chain, platform)
-    comm = sum(platform.comm_time(chain.cut(l)) for l in range(L - 1))
-    total = chain.total_compute + 2 * comm
-    struct = math.ceil(total / lb + 1e-9) + 2 * min(L - 1, 2 * platform.devices) + 2
-    km = np.full(L, float(struct))
-    M = platform.memory
-    if math.isfinite(M):
-        a, w0 = terms if terms is not None else memory_terms(chain, platform)
-        for l in range(L):
-            if a[l] > 0:
-                km[l] = min(km[l], math.floor((M - w0[l]) / a[l] * (1 + 1e-9)))
-    return np.maximum(km, 1.0)
-
-
-def memory_period_bound(chain: Chain, platform: Platform, terms: tuple[np.ndarray, np.ndarray] | None = None) -> float:
-    """The least T with ``sum_l (ceil(D_l / T) (A_l + [stash] W_l) + (phi - [stash]) W_l) <= P M``.
-
-    ``D_l`` is the compute from layer l to the end of the chain and back: layer l's stage
-    holds ``k >= D_l / T`` mini-batches whatever the allocation, so every layer costs
-    at least that much memory, and all devices together hold P M. A lower bound on the
-    period of any plan, contiguous or general (0 without a memory limit). Also at least
-    ``max_l D_l / kmax_l``, with ``kmax_l`` the most copies of layer l alone a device holds.
-    """
-    M = platform.memory
-    if not math.isfinite(M):
-        return 0.0
-    a, w0 = terms if terms is not None else memory_terms(chain, platform)
-    down = np.cumsum((chain.forward + chain.backward)[::-1])[::-1]
-    cap = platform.devices * M
-
-    def need(T: float) -> float:
-        return float(np.sum(np.maximum(1.0, np.ceil(down / T - 1e-9)) * a + w0))
-
-    hi = float(down[0]) * (1 + 1e-9)  # every k = 1
-    if need(hi) > cap * (1 + 1e-9):
-        return math.inf
-    # one layer alone: k_l <= (M - w0_l) / a_l on its device, so T >= D_l / k_l
-    single = 0.0
-    for l in range(len(chain)):
-        if a[l] > 0:
-            kmax = math.floor((M - w0[l]) / a[l] * (1 + 1e-12))
-            if kmax < 1:
-                return math.inf
-            single = max(single, float(down[l]) / kmax)
-    lo = 0.0
-    # need() is a step function of T: bisect to relative precision, then snap to the step
-    for _ in range(200):
-        mid = (lo + hi) / 2
-        if need(mid) <= cap * (1 + 1e-12):
-            hi = mid
-        else:
-            lo = mid
-        if hi - lo <= 1e-12 * hi:
-            break
-    return max(lo, single)
 
 
 def _add_memory_extras(m: pyo.ConcreteModel, lin, scale: float, kmax: np.ndarray) -> None:
@@ -258,9 +160,6 @@ def build_model(chain: Chain, platform: Platform, *, allocation: str = "contiguo
     a, w0 = lin.a / scale, lin.w0 / scale
     least_terms = None
     if policies:
-        from ..activations import policy_terms
-        from .ilp_policies import minimal_terms
-
         pt = policy_terms(chain, platform)
         least_terms = minimal_terms(pt)
         a, w0 = least_terms[0] / scale, least_terms[1] / scale     # bounds only: memory is by policy below
@@ -295,8 +194,6 @@ def build_model(chain: Chain, platform: Platform, *, allocation: str = "contiguo
     kmin = np.minimum(kmin, kmax)
     m.k = pyo.Var(m.Lset, domain=pyo.Integers, bounds=lambda _m, l: (kmin[l], kmax[l]))
     if policies:
-        from .ilp_policies import add_policy_time
-
         add_policy_time(m, f, b, u_lo, u_hi)          # m.bu[l]: backward in periods, with recomputation
     else:
         m.bu = pyo.Expression(m.Lset, rule=lambda _m, l: b[l] * m.u)
@@ -354,8 +251,6 @@ def build_model(chain: Chain, platform: Platform, *, allocation: str = "contiguo
     m.k_window = pyo.Constraint(m.Lset, rule=lambda _m, l: m.k[l] >= m.tb[l] + m.bu[l] - m.tf[l])
     host = (pt.offloaded[2] / platform.host_bandwidth / t_ref) * 2 if policies else np.zeros(L)
     if np.any(host > 0):
-        from .ilp_policies import add_host_link
-
         add_host_link(m, host, f, u_hi, allocation == "general")   # k_gap with the host round trip
     else:
         m.k_gap = pyo.Constraint(m.Lset, rule=lambda _m, l: m.k[l] - 1 <= m.tb[l] - m.tf[l] - f[l] * m.u)
@@ -368,8 +263,6 @@ def build_model(chain: Chain, platform: Platform, *, allocation: str = "contiguo
         m.z_lo = pyo.Constraint(m.Lset, m.Pset,
                                 rule=lambda _m, l, p: m.z[l, p] >= m.k[l] - kmax[l] * (1 - m.x[l, p]))
         if policies:
-            from .ilp_policies import add_policy_memory
-
             held = add_policy_memory(m, pt, scale, kmax)
             m.memory = pyo.Constraint(m.Pset, rule=lambda _m, p: held[p] <= 1)
         else:

@@ -5,8 +5,8 @@ incumbent bounds the ILP (``T <= T_inc`` prunes most of the tree). Starting
 from a plan (the contiguous DP's), :func:`local_search` tries moving one layer
 to another device, and swapping the devices of two layers, keeping any move
 that lowers the period. Each allocation is scored by its *exact* least period
-(:func:`workbench.planners.brute.allocation_period`'s search, with the current
-period as a cut-off so that most candidates are rejected by bounds alone).
+(:func:`workbench.planners.evaluate.allocation_best`, with the current period as a
+cut-off so that most candidates are rejected by bounds alone).
 
 >>> from workbench.chain import Chain, Layer, Platform
 >>> from workbench.planners.dp import plan_dp
@@ -20,50 +20,17 @@ True
 from __future__ import annotations
 
 import math
+import random
 import time
 from itertools import islice
 from typing import Any, Iterator, Sequence
 
 from ..chain import Chain, Platform
 from ..plan import Plan, make_plan, stages_of
+from .budget import within
+from .evaluate import allocation_best, normalise, path_period
 
-__all__ = ["allocation_best", "guided_search", "local_search", "normalise", "path_period"]
-
-
-def normalise(assignment: Sequence[int]) -> tuple[int, ...]:
-    """Relabel devices in first-use order (identical devices)."""
-    m: dict[int, int] = {}
-    out = []
-    for a in assignment:
-        d = m.get(a)
-        if d is None:
-            d = m[a] = len(m)
-        out.append(d)
-    return tuple(out)
-
-
-def allocation_best(chain: Chain, platform: Platform, assignment: Sequence[int], upper: float = math.inf,
-                    deadline: float | None = None) -> tuple[float, list[float], list[float]] | None:
-    """Least period of ``assignment`` if below ``upper``: (T, fwd starts, bwd starts) per stage, else None.
-    A :class:`~workbench.planners.budget.WorkDeadline` is charged for the evaluation."""
-    from .budget import charge
-
-    charge(deadline)
-    try:
-        from .brute import _alloc, _general_period
-
-        al = _alloc(chain, platform, assignment)
-        if al.contiguous:
-            from .brute import allocation_period
-
-            r = allocation_period(chain, platform, assignment)
-            return r if (r is not None and r[0] < upper) else None
-        return _general_period(al, platform, upper, deadline)
-    except ImportError:  # pragma: no cover
-        from .brute import allocation_period
-
-        r = allocation_period(chain, platform, assignment)
-        return r if (r is not None and r[0] < upper) else None
+__all__ = ["guided_search", "local_search"]
 
 
 def _neighbours(a0: tuple[int, ...], P: int, max_shift: int, swaps: bool) -> Iterator[tuple[int, ...]]:
@@ -115,8 +82,6 @@ def local_search(chain: Chain, platform: Platform, start: Plan, *, seconds: floa
 
     ``deadline`` (a ``perf_counter`` time or a :class:`~workbench.planners.budget.WorkDeadline`)
     replaces ``seconds`` when given."""
-    import random
-
     cap = max_stages if max_stages is not None else platform.devices + 4
     t_end = deadline if deadline is not None else time.perf_counter() + seconds
     P = platform.devices
@@ -170,40 +135,6 @@ def local_search(chain: Chain, platform: Platform, start: Plan, *, seconds: floa
     return plan
 
 
-def path_period(chain: Chain, platform: Platform, assignment: Sequence[int], upper: float = math.inf) -> float:
-    """The least period of ``assignment`` if no stage ever waited: every device load, link load and
-    operation fits T, and every device fits its stages with ``k_s = ceil(path_s / T)`` in flight
-    (``path_s``: the stage's compute to the end of the chain and back, plus both transfers of
-    every cut from it on). A lower bound on the exact period (:func:`allocation_best`), equal to it
-    when the stages' operations interleave on their devices without waits; ``inf`` when it is not
-    below ``upper`` (nothing fits at ``upper``) or nothing fits at all. It costs one pass over the stages per bisection step (about
-    0.1 ms on resnet50's 177 layers against 1-100 ms for the exact period).
-
-    >>> from workbench.chain import Chain, Layer, Platform
-    >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 1.0, 0, 0, saved_bytes=10) for i in range(4)), input_bytes=0)
-    >>> path_period(ch, Platform(2, memory=50, memory_model="paper"), (0, 0, 1, 1))   # loads 4 and 4; device 0 holds k = 2
-    4.0
-    """
-    from .brute import _alloc, _paths_fit
-
-    al = _alloc(chain, platform, assignment)
-    lo = al.static_lb
-    if not lo < upper:
-        return math.inf
-    if _paths_fit(al, platform, lo):
-        return lo
-    hi = min(upper, max(lo, al.total_path))   # at T >= every path each k is 1
-    if not _paths_fit(al, platform, hi):
-        return math.inf
-    while hi - lo > 1e-9 * hi:
-        mid = (lo + hi) / 2
-        if _paths_fit(al, platform, mid):
-            hi = mid
-        else:
-            lo = mid
-    return hi
-
-
 def guided_search(chain: Chain, platform: Platform, start: Plan, *, seconds: float = 10.0,
                   max_stages: int | None = None, max_shift: int = 8, kicks: int | None = None,
                   seed: int = 0, check_seconds: float = 5.0, deadline: Any = None) -> Plan:
@@ -233,10 +164,6 @@ def guided_search(chain: Chain, platform: Platform, start: Plan, *, seconds: flo
     >>> guided_search(ch, plat, plan_dp(ch, plat), seconds=5, kicks=5).period <= plan_dp(ch, plat).period
     True
     """
-    import random
-
-    from .budget import within
-
     cap = max_stages if max_stages is not None else 2 * platform.devices
     t_end = deadline if deadline is not None else time.perf_counter() + seconds
     P = platform.devices

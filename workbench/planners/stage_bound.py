@@ -16,7 +16,7 @@ and back, plus both transfers of every cut from j on (brute force's
 end (a Pareto front of (transfers downstream, memory) per stage start), the
 least total memory over all stage partitions, and bisects on T for the least
 period at which it fits. Unlike the per-layer bound
-(:func:`workbench.planners.ilp_model.memory_period_bound`), it sees that cuts
+(:func:`workbench.planners.ilp_bounds.memory_period_bound`), it sees that cuts
 are not free: a cut lengthens every window upstream of it, and on networks
 whose activations are large next to the link (resnet50 at 12 GB/s) that is
 what bounds the period. Transfers are rounded *down* to a grid of T / 256 in the
@@ -38,6 +38,7 @@ import numpy as np
 from ..chain import Chain, Platform
 from ..memory import layer_terms, linear_terms
 from ..plan import lower_bound
+from .ilp_bounds import chain_arrays
 
 __all__ = ["stage_path_bound", "least_stage_memory"]
 
@@ -53,8 +54,6 @@ def least_stage_memory(chain: Chain, platform: Platform, T: float) -> float:
 def _stage_memory(chain: Chain, platform: Platform, deadline=None):
     """``least_stage_memory`` as a function of T, the chain's arrays computed once; it raises
     ``TimeoutError`` once ``time.perf_counter() > deadline`` (polled once per layer)."""
-    from .ilp_model import chain_arrays
-
     L = len(chain)
     comp, down, c, a, w0 = chain_arrays(chain, platform)
     lin = linear_terms(layer_terms(chain, platform))
