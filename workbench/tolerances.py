@@ -19,7 +19,7 @@ import numpy as np
 
 __all__ = [
     "REL_TOL", "PERIOD_SEARCH", "CEIL_SLACK", "MEMORY_SLACK", "SLOT_FIT", "COUNT_NOISE", "ORDER_SLACK", "TIE", "BOUND_SEARCH",
-    "MILP_GAP", "SOLVER_FEASIBILITY", "BETTER", "INCUMBENT_CAP",
+    "MILP_GAP", "SOLVER_FEASIBILITY", "BETTER", "INCUMBENT_CAP", "COUNT_SLACK", "LOAD_SLACK",
     "ceil_count", "ceil_counts",
 ]
 
@@ -35,6 +35,10 @@ MEMORY_SLACK = 1e-9
 SLOT_FIT = 1e-9
 #: the order search of a general allocation: a difference system is consistent up to this x T (float sums)
 ORDER_SLACK = 1e-10
+#: in-flight counts from a window of x periods: ceil(x - COUNT_SLACK) (an absolute slack on the count)
+COUNT_SLACK = 1e-9
+#: a load or an operation's length against a period: <= T * (1 + LOAD_SLACK)
+LOAD_SLACK = 1e-9
 #: the ILP's default relative gap: a plan within it of its proven bound is reported optimal
 MILP_GAP = 1e-6
 #: HiGHS's integrality / feasibility tolerance on every solve (tight: the checker re-checks the plan)
