@@ -63,7 +63,7 @@ from .activations import stage_host_time
 from .memory import device_extra, layer_terms, stage_activation, stage_memory
 from .plan import Plan, Stage, infeasible_plan, in_flight, lower_bound, stages_of, with_memory_setup
 from .schedule_host import NoSchedule, general_offload
-from .tolerances import COUNT_NOISE, REL_TOL, SLOT_FIT
+from .tolerances import CEIL_SLACK, COUNT_NOISE, PERIOD_SEARCH, REL_TOL, SLOT_FIT, START_PERIOD
 from .units import format_bytes, format_seconds
 
 __all__ = ["NoSchedule", "Scheduler", "build_schedule", "best_schedule", "load_period", "one_in_flight_memory"]
@@ -384,7 +384,7 @@ class Scheduler:
                 a, n = ra, rn
         return low
 
-    def best(self, *, method: str = "", tol: float = 1e-9, allocation: str | None = None,
+    def best(self, *, method: str = "", tol: float = PERIOD_SEARCH, allocation: str | None = None,
              mode: Mode = "auto") -> Plan:
         """The smallest period whose schedule fits the memory limit, or an infeasible plan saying why.
 
@@ -403,11 +403,11 @@ class Scheduler:
                     f"device {p} needs at least {format_bytes(self.one_in_flight_memory[p])} ({nst} stage(s) with one "
                     f"mini-batch in flight each), more than its limit {format_bytes(self.limits[p])}",
                     allocation=alloc, solve_seconds=time.perf_counter() - t_start)
-        lo = self.load_period if self.load_period > 0 else 1e-12
+        lo = self.load_period if self.load_period > 0 else START_PERIOD
         if self.fits(lo, mode):
             hi = lo
         else:
-            hi = max(self.max_window, lo) * (1 + 1e-12)
+            hi = max(self.max_window, lo) * (1 + CEIL_SLACK)   # every k is 1
             if not self.fits(hi, mode):  # cannot happen: every k is 1 at this period
                 return infeasible_plan(self.chain, self.platform, method,
                                        "no schedule found that fits the memory limit", allocation=alloc,
@@ -446,7 +446,7 @@ def build_schedule(chain: Chain, platform: Platform, assignment: Sequence[int], 
 
 
 def best_schedule(chain: Chain, platform: Platform, assignment: Sequence[int], *, method: str = "",
-                  tol: float = 1e-9, allocation: str | None = None, mode: Mode = "auto") -> Plan:
+                  tol: float = PERIOD_SEARCH, allocation: str | None = None, mode: Mode = "auto") -> Plan:
     """The smallest period for ``assignment`` whose schedule fits ``platform.memory_of(p)`` on every device.
 
     Starts from max(device load, link load); exact up to ``tol`` (relative)

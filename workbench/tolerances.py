@@ -19,7 +19,9 @@ import numpy as np
 
 __all__ = [
     "REL_TOL", "PERIOD_SEARCH", "CEIL_SLACK", "MEMORY_SLACK", "SLOT_FIT", "COUNT_NOISE", "ORDER_SLACK", "TIE", "BOUND_SEARCH",
-    "MILP_GAP", "SOLVER_FEASIBILITY", "BETTER", "INCUMBENT_CAP", "COUNT_SLACK", "LOAD_SLACK",
+    "MILP_GAP", "SOLVER_FEASIBILITY", "BETTER", "INCUMBENT_CAP", "COUNT_SLACK", "LOAD_SLACK", "FLOOR_MARGIN",
+    "PRUNE_SLACK", "LAST_BITS", "COVER_SLACK", "SET_THRESHOLD_SEARCH", "STAGE_BOUND_PRECISION", "TINY",
+    "START_PERIOD",
     "ceil_count", "ceil_counts",
 ]
 
@@ -39,6 +41,23 @@ ORDER_SLACK = 1e-10
 COUNT_SLACK = 1e-9
 #: a load or an operation's length against a period: <= T * (1 + LOAD_SLACK)
 LOAD_SLACK = 1e-9
+#: dp's memory floor excludes a stage only above M x (1 + MEMORY_SLACK) x (1 + FLOOR_MARGIN): far beyond what
+#: two float sums of the same bytes can differ by (and its in-flight floor is ceil(x (1 - FLOOR_MARGIN)))
+FLOOR_MARGIN = 1e-9
+#: brute force's order search prunes a branch above the memory limit x (1 + PRUNE_SLACK) (its leaves test exactly)
+PRUNE_SLACK = 1e-12
+#: sums of the same floats in another order differ in their last bits: a step up of at least this, a tie within it
+LAST_BITS = 1e-15
+#: the cover search: loads, thresholds and memory against a period or the limit, x (1 +- COVER_SLACK)
+COVER_SLACK = 1e-9
+#: the cover search's bisection on each device set's memory threshold stops within this, relative
+SET_THRESHOLD_SEARCH = 1e-13
+#: the stage-path lower bound's bisection stops within this (relative; it rounds down, so it stays a bound)
+STAGE_BOUND_PRECISION = 1e-3
+#: the least positive number a period or time scale is given where 0 would divide
+TINY = 1e-300
+#: a search for a least period whose lower end is 0 starts from this many seconds
+START_PERIOD = 1e-12
 #: the ILP's default relative gap: a plan within it of its proven bound is reported optimal
 MILP_GAP = 1e-6
 #: HiGHS's integrality / feasibility tolerance on every solve (tight: the checker re-checks the plan)

@@ -67,7 +67,7 @@ from ..activations import stage_host_time
 from ..chain import Chain, Platform
 from ..memory import device_extra, layer_terms, stage_memory
 from ..plan import stages_of
-from ..tolerances import MEMORY_SLACK, PERIOD_SEARCH
+from ..tolerances import COUNT_SLACK, MEMORY_SLACK, PERIOD_SEARCH
 
 __all__ = ["Allocation", "allocation_of", "k_cap", "kmax_memory", "resident_budget", "memory_ok", "least_counts",
            "paths_fit", "memory_floor", "contiguous_period", "contiguous_schedule"]
@@ -185,7 +185,7 @@ def memory_ok(al: Allocation, platform: Platform, ks: Sequence[int], stages: Seq
 def least_counts(al: Allocation, T: float) -> list[int]:
     """Per stage, the least in-flight count at period T: ceil(path_s / T) (no window is shorter than
     its path)."""
-    return [max(1, int(math.ceil(al.path[s] / T - PERIOD_SEARCH))) for s in range(al.S)]
+    return [max(1, int(math.ceil(al.path[s] / T - COUNT_SLACK))) for s in range(al.S)]
 
 
 def paths_fit(al: Allocation, platform: Platform, T: float) -> bool:

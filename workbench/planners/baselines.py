@@ -44,6 +44,7 @@ from ..memory import device_memory, layer_terms
 from ..plan import Plan
 from ..schedule import best_schedule
 from ..units import format_bytes
+from ..tolerances import LAST_BITS, TIE
 from .partition import bottleneck_partition, bounds_to_assignment
 
 __all__ = [
@@ -131,7 +132,7 @@ def parameters_partition(weights: Sequence[float], parts: int) -> list[tuple[int
     pre = np.concatenate([[0.0], np.cumsum(w)])
     cost = pre[1:][None, :] - pre[:-1][:, None]
     bound, _ = bottleneck_partition(cost, parts)
-    tol = bound * 1e-12
+    tol = bound * TIE
     out: list[tuple[int, int]] = []
     start = 0
     while start < n:
@@ -181,10 +182,10 @@ def block_partition(costs: Sequence[float], parts: int, *, max_moves: int | None
         while moves < limit:
             sizes = [size(b) for b in range(k)]
             small = min(sizes)
-            if big <= small + 1 + 1e-12:
+            if big <= small + 1 + TIE:
                 return _blocks(ends)
             # the lightest block closest to p
-            q = min((b for b in range(k) if sizes[b] <= small + 1e-15), key=lambda b: (abs(b - p), b))
+            q = min((b for b in range(k) if sizes[b] <= small + LAST_BITS), key=lambda b: (abs(b - p), b))
             if p < q:
                 h = q - 1
                 ends[h] -= 1          # last item of B_{q-1} moves into B_q

@@ -88,7 +88,7 @@ from ..chain import Chain, Platform
 from ..memory import band_terms, layer_terms, suffix_terms
 from ..plan import Plan, infeasible_plan, lower_bound
 from ..schedule import Scheduler
-from ..tolerances import CEIL_SLACK, MEMORY_SLACK, ceil_counts
+from ..tolerances import CEIL_SLACK, FLOOR_MARGIN, MEMORY_SLACK, TINY, ceil_counts
 from ..units import format_bytes
 from .budget import Budget
 from .dp_auto import auto_on_chain
@@ -103,9 +103,6 @@ __all__ = [
 
 #: a probe works on the band in row blocks of about this many (i, j) entries (bounds its memory)
 BAND_ELEMENTS = 4_000_000
-#: a stage's memory floor is compared with M * (1 + MEMORY_SLACK) * (1 + _FLOOR_MARGIN): a pair it
-#: excludes fails the exact test by far more than the floats of the two sums can differ
-_FLOOR_MARGIN = 1e-9
 #: above this many entries for a probe with every k = 1, the period search climbs from the bound (_growth)
 WIDE_PROBE = 20_000_000
 #: progress lines on long searches, at most one per this many seconds
@@ -156,7 +153,7 @@ class _Tables:
     def least_counts(self, T: float) -> np.ndarray:
         """Per start i, a floor of its stage's in-flight count at period T: its window is at least the
         compute from layer i to the end and back (slack 1e-9 below any float the DP computes)."""
-        return np.maximum(1.0, np.ceil((self.pfb[self.L] - self.pfb[:self.L]) / T * (1 - _FLOOR_MARGIN)))
+        return np.maximum(1.0, np.ceil((self.pfb[self.L] - self.pfb[:self.L]) / T * (1 - FLOOR_MARGIN)))
 
 
 @dataclass
@@ -244,7 +241,7 @@ def memory_dp(chain: Chain, platform: Platform, period: float, tables: _Tables |
     ends = np.minimum(np.searchsorted(t.pfb, t.pfb[:L] + tolT, side="right") - 2, L - 1)
     if np.any(ends < idx):                    # a single layer longer than T
         return None
-    ends = np.minimum(ends, t.memory_ends(M * (1 + _FLOOR_MARGIN), t.least_counts(T)))
+    ends = np.minimum(ends, t.memory_ends(M * (1 + FLOOR_MARGIN), t.least_counts(T)))
     P = min(platform.devices, L)
     # q = 1: the last stage i..L-1, one mini-batch in flight
     D = [np.where((t.fb_last <= tolT) & (t.mem_last <= M), t.fb_last, np.inf)]
@@ -372,7 +369,7 @@ def least_contiguous_memory(chain: Chain, platform: Platform, tables: _Tables | 
 
     best = start
     hi = max(stage_memory(i, j) for i, j in best)
-    blocks = _one_in_flight(t, t.memory_ends(hi * (1 + _FLOOR_MARGIN), np.ones(L)))
+    blocks = _one_in_flight(t, t.memory_ends(hi * (1 + FLOOR_MARGIN), np.ones(L)))
     lo, descent = 0.0, True
     while True:
         V = float(np.nextafter(hi, -math.inf)) if descent else 0.5 * (lo + hi)
@@ -455,7 +452,7 @@ def _stopper(budget: Budget, L: int, P: int) -> Callable[[float, float], bool]:
 
 def _probe_work(t: _Tables, platform: Platform) -> int:
     """About how many (q, i, j) entries a probe at a period long enough for every k to be 1 visits."""
-    ends = t.memory_ends(t.M * (1 + MEMORY_SLACK) * (1 + _FLOOR_MARGIN), np.ones(t.L))
+    ends = t.memory_ends(t.M * (1 + MEMORY_SLACK) * (1 + FLOOR_MARGIN), np.ones(t.L))
     return int(np.sum(np.maximum(ends - np.arange(t.L) + 1, 0))) * min(platform.devices, t.L)
 
 
@@ -475,7 +472,7 @@ def _dp_on_chain(chain: Chain, platform: Platform, budget: Budget) -> _Answer:
     """dp's answer for one linear order, keeping every layer's activations."""
     tables = _Tables(chain, platform)
     t0, _ = unconstrained_period(chain, platform, tables.c)
-    t0 = max(t0, 1e-300)
+    t0 = max(t0, TINY)
     hi = (t0 + tables.total_fb + 2 * float(tables.c.sum()) + 2 * float(tables.x.sum())) * 1.01
     deadline = budget.t0 + budget.seconds if budget.limited else None
     if len(chain) >= 1000:

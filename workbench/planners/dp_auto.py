@@ -56,7 +56,7 @@ from ..chain import Chain, Platform
 from ..memory import stage_step
 from ..schedule import Scheduler
 from ..units import format_bytes
-from ..tolerances import CEIL_SLACK, MEMORY_SLACK, ceil_counts
+from ..tolerances import CEIL_SLACK, MEMORY_SLACK, TINY, ceil_counts
 from .partition import bottleneck_partition, boundary_costs, bounds_to_assignment, unconstrained_period
 
 __all__ = ["auto_on_chain", "stage_versions", "Versions", "VERSION_CAP", "INEXACT"]
@@ -316,7 +316,7 @@ def auto_on_chain(chain: Chain, platform: Platform, allowed: Sequence[tuple[int,
     :data:`INEXACT` when versions were thinned; "" for a proven optimum."""
     v = stage_versions(chain, platform, allowed)
     c = boundary_costs(chain, platform)
-    t0 = max(unconstrained_period(chain, platform)[0], 1e-300)
+    t0 = max(unconstrained_period(chain, platform)[0], TINY)
     host_all = 2 * sum(platform.host_time(float(np.sum(l))) for l in policy_terms(chain, platform).offloaded[_OFF:])
     hi = (t0 + 2 * float(np.sum(chain.forward)) + float(np.sum(chain.backward)) + 2 * float(c.sum()) + host_all) * 1.01
 

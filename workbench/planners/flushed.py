@@ -37,6 +37,7 @@ from ..chain import Chain, Platform
 from ..plan import Plan, Stage, chain_for_plan, lower_bound, with_memory_setup
 from ..simulate import simulate_flushed
 from ..units import format_bytes
+from ..tolerances import REL_TOL
 from .dp import plan_dp
 
 __all__ = ["plan_gpipe", "plan_1f1b", "plan_flushed", "held_copies"]
@@ -84,7 +85,7 @@ def plan_flushed(chain: Chain, platform: Platform, kind: Literal["gpipe", "1f1b"
         b0 = float(mine.loc[mine["kind"] == "B", "start"].min())
         stages.append(Stage(st.first, st.last, st.device, f0, b0, held_copies(ops, s)))
     over = max(peak) - platform.memory if peak else 0.0
-    if over > platform.memory * 1e-6:
+    if over > platform.memory * REL_TOL:
         notes.append(f"does not fit: needs {format_bytes(max(peak))}, limit {format_bytes(platform.memory)} "
                      f"(over by {format_bytes(over)})")
     notes.append(f"{kind} with a flush every {m} micro-batches; period = makespan / {m}")

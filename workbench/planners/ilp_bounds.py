@@ -22,7 +22,7 @@ from ..bisection import bisect
 from ..chain import Chain, Platform
 from ..memory import layer_terms, linear_terms
 from ..plan import lower_bound
-from ..tolerances import BOUND_SEARCH
+from ..tolerances import BOUND_SEARCH, COUNT_SLACK, MEMORY_SLACK
 
 __all__ = ["memory_terms", "chain_arrays", "k_bounds", "memory_period_bound", "least_memory_bound"]
 
@@ -74,14 +74,14 @@ def k_bounds(chain: Chain, platform: Platform, t_ub: float | None = None,
     lb = lower_bound(chain, platform)
     comm = sum(platform.comm_time(chain.cut(l)) for l in range(L - 1))
     total = chain.total_compute + 2 * comm
-    struct = math.ceil(total / lb + 1e-9) + 2 * min(L - 1, 2 * platform.devices) + 2
+    struct = math.ceil(total / lb + COUNT_SLACK) + 2 * min(L - 1, 2 * platform.devices) + 2
     km = np.full(L, float(struct))
     M = platform.memory
     if math.isfinite(M):
         a, w0 = terms if terms is not None else memory_terms(chain, platform)
         for l in range(L):
             if a[l] > 0:
-                km[l] = min(km[l], math.floor((M - w0[l]) / a[l] * (1 + 1e-9)))
+                km[l] = min(km[l], math.floor((M - w0[l]) / a[l] * (1 + MEMORY_SLACK)))
     return np.maximum(km, 1.0)
 
 
@@ -102,16 +102,16 @@ def memory_period_bound(chain: Chain, platform: Platform, terms: tuple[np.ndarra
     cap = platform.devices * M
 
     def need(T: float) -> float:
-        return float(np.sum(np.maximum(1.0, np.ceil(down / T - 1e-9)) * a + w0))
+        return float(np.sum(np.maximum(1.0, np.ceil(down / T - COUNT_SLACK)) * a + w0))
 
-    hi = float(down[0]) * (1 + 1e-9)  # every k = 1
-    if need(hi) > cap * (1 + 1e-9):
+    hi = float(down[0]) * (1 + COUNT_SLACK)  # every k = 1
+    if need(hi) > cap * (1 + MEMORY_SLACK):
         return math.inf
     # one layer alone: k_l <= (M - w0_l) / a_l on its device, so T >= D_l / k_l
     single = 0.0
     for l in range(len(chain)):
         if a[l] > 0:
-            kmax = math.floor((M - w0[l]) / a[l] * (1 + 1e-12))
+            kmax = math.floor((M - w0[l]) / a[l] * (1 + BOUND_SEARCH))
             if kmax < 1:
                 return math.inf
             single = max(single, float(down[l]) / kmax)

@@ -27,6 +27,7 @@ from typing import Any, Iterator, Sequence
 
 from ..chain import Chain, Platform
 from ..plan import Plan, make_plan, stages_of
+from ..tolerances import BETTER
 from .budget import within
 from .evaluate import allocation_best, normalise, path_period
 
@@ -98,10 +99,10 @@ def local_search(chain: Chain, platform: Platform, start: Plan, *, seconds: floa
                     continue
                 seen.add(a)
                 try:
-                    r = allocation_best(chain, platform, a, cur_T * (1 - 1e-9), deadline=t_end)
+                    r = allocation_best(chain, platform, a, cur_T * (1 - BETTER), deadline=t_end)
                 except TimeoutError:
                     break
-                if r is not None and r[0] < cur_T * (1 - 1e-9):
+                if r is not None and r[0] < cur_T * (1 - BETTER):
                     cur_a, cur_T, cur_fb = a, r[0], (r[1], r[2])
                     improved = True
                     break
@@ -127,7 +128,7 @@ def local_search(chain: Chain, platform: Platform, start: Plan, *, seconds: floa
         if r is None:
             continue
         a, T, fb = descend(a, r[0], (r[1], r[2]))
-        if T < best_T * (1 - 1e-9):
+        if T < best_T * (1 - BETTER):
             best_a, best_T, best_fb, stale = a, T, fb, 0
     if best_fb is None:
         return start
@@ -175,15 +176,15 @@ def guided_search(chain: Chain, platform: Platform, start: Plan, *, seconds: flo
     def score(a: tuple[int, ...], r: float) -> None:
         """The exact period of ``a`` if its path period says it may beat the best."""
         nonlocal best_a, best_T, best_fb, stale
-        if a in checked or not r < best_T * (1 - 1e-9):
+        if a in checked or not r < best_T * (1 - BETTER):
             return
         checked.add(a)
         try:
-            got = allocation_best(chain, platform, a, best_T * (1 - 1e-9),
+            got = allocation_best(chain, platform, a, best_T * (1 - BETTER),
                                   deadline=within(t_end, check_seconds, "guided_search"))
         except TimeoutError:
             return
-        if got is not None and got[0] < best_T * (1 - 1e-9):
+        if got is not None and got[0] < best_T * (1 - BETTER):
             best_a, best_T, best_fb, stale = a, got[0], (got[1], got[2]), 0
 
     def moves(a: tuple[int, ...]):
@@ -202,8 +203,8 @@ def guided_search(chain: Chain, platform: Platform, start: Plan, *, seconds: flo
         while improved and time.perf_counter() < t_end:
             improved = False
             for m in moves(cur):
-                r = path_period(chain, platform, m, cur_r * (1 - 1e-9))
-                if r < cur_r * (1 - 1e-9):
+                r = path_period(chain, platform, m, cur_r * (1 - BETTER))
+                if r < cur_r * (1 - BETTER):
                     score(m, r)
                     cur, cur_r, improved = m, r, True
                     break

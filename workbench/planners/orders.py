@@ -35,7 +35,7 @@ from typing import Sequence
 import numpy as np
 
 from ..chain import Platform
-from ..tolerances import MEMORY_SLACK, ORDER_SLACK, PERIOD_SEARCH
+from ..tolerances import COUNT_SLACK, LAST_BITS, MEMORY_SLACK, ORDER_SLACK, PERIOD_SEARCH, PRUNE_SLACK, TINY
 from .allocation import Allocation, k_cap, kmax_memory, least_counts, memory_floor, memory_ok, paths_fit, resident_budget
 
 __all__ = ["general_period"]
@@ -125,7 +125,7 @@ def _maximal_vectors(al: Allocation, platform: Platform, stages: list[int], kmin
         return []
     if not math.isfinite(platform.memory):
         return [tuple(hi)]                      # everything fits: only the top corner is maximal
-    limit = (platform.memory * (1 + MEMORY_SLACK) * (1 + 1e-12)   # pruning only; leaves use memory_ok
+    limit = (platform.memory * (1 + MEMORY_SLACK) * (1 + PRUNE_SLACK)   # pruning only; leaves use memory_ok
              - al.extra[al.dev[stages[0]]])
 
     def cost(i: int, k: int) -> float:
@@ -206,10 +206,10 @@ def _feasible_at(al: Allocation, platform: Platform, T: float, deadline: float |
     # one search over the orders with every stage at its largest k; each node's least windows
     # (from the closed system) give least k's that must fit in memory; at a leaf, the
     # combinations of maximal vectors above those k's are tried by adding their window limits
-    tol = ORDER_SLACK * max(T, 1e-300) * 10
+    tol = ORDER_SLACK * max(T, TINY) * 10
 
     def least_k(D) -> list[int]:
-        return [max(kmin[s], int(math.ceil((al.B[s] - D[2 * s + 1, 2 * s]) / T - 1e-9))) for s in range(S)]
+        return [max(kmin[s], int(math.ceil((al.B[s] - D[2 * s + 1, 2 * s]) / T - COUNT_SLACK))) for s in range(S)]
 
     # rule 7 per stage: k * ka + kc bytes, per device its extra on top
     ka, kc = al.ka, al.kc
@@ -248,7 +248,7 @@ def _order_search(al: Allocation, ks: Sequence[int], T: float, deadline: float |
     order returns instead (None: go on searching)."""
     S = al.S
     n = 2 * S
-    tol = ORDER_SLACK * max(T, 1e-300) * 10
+    tol = ORDER_SLACK * max(T, TINY) * 10
     pairs = _device_pairs(al)
     index = {pr: i for i, pr in enumerate(pairs)}
 
@@ -318,7 +318,7 @@ def _structure_period(al: Allocation, ks: Sequence[int], qs: dict, T0: float):
         cons += _pair_constraints(o, p, lo_c, hi_c, q)
     T = T0
     for _ in range(10 * len(cons) + 100):
-        tol = ORDER_SLACK * max(T, 1e-300)
+        tol = ORDER_SLACK * max(T, TINY)
         x = [0.0] * n
         pred = [-1] * n
         last = -1
@@ -349,7 +349,7 @@ def _structure_period(al: Allocation, ks: Sequence[int], qs: dict, T0: float):
         b_sum = sum(cons[e][3] for e in cyc)
         if b_sum >= 0:
             return None
-        T = max(T * (1 + 1e-15), a_sum / -b_sum)
+        T = max(T * (1 + LAST_BITS), a_sum / -b_sum)
     raise RuntimeError("parametric longest path did not converge")
 
 

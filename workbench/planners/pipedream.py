@@ -42,6 +42,7 @@ import numpy as np
 from ..chain import Chain, Platform
 from ..plan import Plan, infeasible_plan
 from ..units import format_bytes
+from ..tolerances import MEMORY_SLACK
 from .baselines import schedule_on_top
 from .partition import StageSums, suffix_bounds
 
@@ -65,7 +66,7 @@ def pipedream_partition(chain: Chain, platform: Platform, *, memory: float | Non
     t = StageSums(chain, platform)
     L = t.L
     M = platform.memory if memory is None else float(memory)
-    M = M * (1 + 1e-9)
+    M = M * (1 + MEMORY_SLACK)
     cost = np.maximum(t.FB, 2 * t.c[None, :])
     cost = np.where(t.upper, cost, np.inf)
     charge = t.A + t.W                                       # one copy of activations and weights
