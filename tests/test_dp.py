@@ -294,7 +294,7 @@ def test_long_chain_with_a_binding_limit_is_valid_and_not_below_the_bounds():
     p = plan_dp(chain, plat)
     assert p.status == "optimal" and p.period > free.period and check(p, chain, plat) == []
     # optimal up to the search's precision: the partition found just below the period does not fit
-    from workbench.planners.dp import memory_dp
+    from workbench.planners.dp_memory import memory_dp
 
     assert memory_dp(chain, plat, p.period * (1 - 2e-9)) is None
 

@@ -14,7 +14,6 @@ from oracles import paper_stage_memory
 from workbench.chain import Chain, Layer, Platform
 from workbench.check import check
 from workbench.plan import stages_of
-from workbench.tolerances import REL_TOL
 from workbench.schedule import NoSchedule, Scheduler, best_schedule, build_schedule, load_period, one_in_flight_memory
 
 

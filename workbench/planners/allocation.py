@@ -67,7 +67,7 @@ from ..activations import stage_host_time
 from ..chain import Chain, Platform
 from ..memory import device_extra, layer_terms, stage_memory
 from ..plan import stages_of
-from ..tolerances import COUNT_SLACK, MEMORY_SLACK, PERIOD_SEARCH
+from ..tolerances import COUNT_SLACK, MEMORY_SLACK
 
 __all__ = ["Allocation", "allocation_of", "k_cap", "kmax_memory", "resident_budget", "memory_ok", "least_counts",
            "paths_fit", "memory_floor", "contiguous_period", "contiguous_schedule"]

@@ -19,14 +19,13 @@ The ILP on blocks, and what it costs, is :mod:`workbench.planners.ilp_coarse`.
 from __future__ import annotations
 
 import math
-import time
-from typing import Any, Sequence
+from typing import Sequence
 
 import numpy as np
 
 from ..chain import Chain, Platform
 from ..memory import layer_terms, linear_terms
-from ..plan import Plan, infeasible_plan, lower_bound, make_plan, stages_of
+from ..plan import Plan, make_plan, stages_of
 
 __all__ = ["block_groups", "expand_assignment", "expand_plan"]
 

@@ -38,7 +38,6 @@ phase whose plan it is (``found_by``) and the one that proved its bound
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass, field
 from typing import Any
 

@@ -19,11 +19,10 @@ True
 
 from __future__ import annotations
 
-import math
 import random
 import time
 from itertools import islice
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator
 
 from ..chain import Chain, Platform
 from ..plan import Plan, make_plan, stages_of
