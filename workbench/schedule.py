@@ -390,7 +390,9 @@ class Scheduler:
 
         Exact for contiguous allocations (bisection on a monotone predicate,
         then the breakpoint); for general ones a heuristic (the builder is).
-        ``tol`` is the relative precision of the bisection.
+        ``tol`` is the relative precision of the bisection. (Not
+        :func:`workbench.bisection.least_feasible`: each step here first jumps to the breakpoint of the
+        structure at the upper end, :meth:`_polish`, which needs no probe of its own.)
         """
         t_start = time.perf_counter()
         alloc = allocation or ("contiguous" if self.contiguous else "general")
