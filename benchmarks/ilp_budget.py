@@ -68,10 +68,10 @@ def rates(chain: Chain, platform: Platform, seconds: float) -> dict[str, float]:
     """Polls per second of each search, and HiGHS nodes per second, on ``chain`` coarsened to 32 and 16 blocks."""
     from workbench.planners.coarsen import block_groups
     from workbench.planners.dp import plan_dp
-    from workbench.planners.ilp import solve_model
     from workbench.planners.ilp_cover import TooManySets, cover_search
     from workbench.planners.ilp_model import build_model
     from workbench.planners.ilp_search import guided_search, local_search
+    from workbench.planners.ilp_solve import solve_model
     from workbench.planners.stage_bound import stage_path_bound
 
     fine = plan_dp(chain, platform, graph=False)

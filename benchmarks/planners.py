@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from workbench.chain import Chain, Layer, Platform  # noqa: E402
 from workbench.methods import METHODS as REGISTRY  # noqa: E402
 from workbench.planners import plan as run_planner  # noqa: E402
-from workbench.planners.dp import least_memory, plan_dp  # noqa: E402
+from workbench.planners.dp import least_contiguous_memory, plan_dp  # noqa: E402
 
 #: the checked periodic baselines and the flushed schedules (workbench.methods)
 METHODS = [m.name for m in REGISTRY if m.baseline or m.family == "flushed"]
@@ -75,7 +75,7 @@ def profiles_table(names: list[str] | None, devices: list[int], methods: list[st
         chain = load_profile(name)
         for P in devices:
             base = Platform(P, bandwidth="12GB/s", memory_model="paper")
-            need, _ = least_memory(chain, base)
+            need, _ = least_contiguous_memory(chain, base)
             for label, plat in (("unlimited", base), (f"{tight:g}x least={need * tight / 2**30:.2f}GiB",
                                                       base.with_(memory=need * tight))):
                 for m in methods:
@@ -92,7 +92,7 @@ def dp_timing(L: int = 400, P: int = 16, seed: int = 0) -> pd.DataFrame:
                               float(rng.integers(0, 50_000_000)), float(rng.integers(100_000, 50_000_000)))
                         for i in range(L)))
     base = Platform(P, bandwidth="12GB/s", memory_model="paper")
-    need, _ = least_memory(chain, base)
+    need, _ = least_contiguous_memory(chain, base)
     rows = []
     for label, plat in (("unlimited", base), ("1.05x least", base.with_(memory=need * 1.05)),
                         ("1.5x least", base.with_(memory=need * 1.5)), ("3x least", base.with_(memory=need * 3))):

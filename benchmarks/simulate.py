@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> None:
         chain = _chain(4 * P)
         plat = Platform(P, bandwidth="12GB/s", memory_model="paper")
         assign = _contiguous(len(chain), P)
-        plan = build_schedule(chain, plat, assign, Scheduler(chain, plat, assign).min_period)
+        plan = build_schedule(chain, plat, assign, Scheduler(chain, plat, assign).load_period)
         t = _time(lambda: simulate(plan, chain, plat, batches=N), r)
         rows.append(("simulate periodic", f"{P} devices x {N} mini-batches", t, "< 2 s" if (P, N) == (8, 1000) else ""))
     for kind in names(family="flushed"):
@@ -68,15 +68,15 @@ def main(argv: list[str] | None = None) -> None:
         plat = Platform(P, bandwidth="12GB/s", memory_model="paper")
         assign = _contiguous(L, P)
         sch = Scheduler(chain, plat, assign)
-        T = sch.min_period * 1.1
+        T = sch.load_period * 1.1
         size = f"{L} layers, {P} stages"
         rows.append(("Scheduler(...)", size, _time_many(lambda: Scheduler(chain, plat, assign), r, 200), ""))
         rows.append(("Scheduler.times (contiguous)", size, _time_many(lambda: sch.times(T), r, 2000),
                      "< 1 ms" if P == 16 else ""))
         rows.append(("build_schedule (contiguous)", f"{L} layers, {P} stages",
                      _time_many(lambda: build_schedule(chain, plat, assign, T), r, 200), ""))
-        least = max(sch.least_memory)
-        at_t0 = max(sch.memory(sch.min_period))
+        least = max(sch.one_in_flight_memory)
+        at_t0 = max(sch.memory(sch.load_period))
         lim = plat.with_(memory=least + 0.3 * (at_t0 - least))
         rows.append(("best_schedule (contiguous, memory binding)", f"{L} layers, {P} stages",
                      _time_many(lambda: best_schedule(chain, lim, assign), r, 20), ""))
@@ -86,10 +86,10 @@ def main(argv: list[str] | None = None) -> None:
         rng = random.Random(1)
         assign = [rng.randrange(P) for _ in range(L)]
         sch = Scheduler(chain, plat, assign)
-        T = sch.min_period * 1.1
+        T = sch.load_period * 1.1
         rows.append(("Scheduler.times (general, auto)", f"{L} layers, {len(sch.runs)} stages on {P}",
                      _time_many(lambda: sch.times(T), r, 200), ""))
-        least = max(sch.least_memory)
+        least = max(sch.one_in_flight_memory)
         lim = plat.with_(memory=least * 1.5)
         rows.append(("best_schedule (general)", f"{L} layers, {len(sch.runs)} stages on {P}",
                      _time_many(lambda: best_schedule(chain, lim, assign), r, 5), ""))

@@ -10,7 +10,10 @@ from oracles import paper_stage_memory
 from workbench.chain import Chain, Layer, Platform
 from workbench.plan import stages_of
 from workbench.planners import brute
-from workbench.planners.brute import allocation_period, contiguous_allocations, general_allocations, plan_brute
+from workbench.planners.allocation import allocation_of
+from workbench.planners.brute import contiguous_allocations, general_allocations, plan_brute
+from workbench.planners.evaluate import allocation_period
+from workbench.planners.orders import general_period
 
 try:
     from workbench.check import check
@@ -281,11 +284,11 @@ def test_loose_order_search_agrees_with_full_enumeration():
         L, P = rng.randint(4, 8), rng.randint(2, 3)
         chain, plat = rand_instance(rng, L, P)
         a = [rng.randrange(P) for _ in range(L)]
-        al = brute._alloc(chain, plat, a)
+        al = allocation_of(chain, plat, a)
         if al.contiguous:
             continue
-        full = brute._general_period(al, plat, math.inf, loose=False)
-        fast = brute._general_period(al, plat, math.inf, loose=True)
+        full = general_period(al, plat, math.inf, loose=False)
+        fast = general_period(al, plat, math.inf, loose=True)
         assert (full is None) == (fast is None), a
         if full is not None:
             assert fast[0] == pytest.approx(full[0], rel=1e-7), (a, fast[0], full[0])

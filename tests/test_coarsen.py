@@ -10,10 +10,11 @@ import pytest
 from workbench.chain import Chain, Layer, Platform
 from workbench.check import check
 from workbench.plan import lower_bound
-from workbench.planners.coarsen import block_groups, expand_assignment, expand_plan, plan_coarse
+from workbench.planners.coarsen import block_groups, expand_assignment, expand_plan
 from workbench.planners.dp import plan_dp
 from workbench.planners.ilp import plan_ilp
-from workbench.planners.ilp_model import memory_period_bound
+from workbench.planners.ilp_bounds import memory_period_bound
+from workbench.planners.ilp_coarse import plan_coarse
 
 
 def chain_of(rng, L):

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import itertools
 import math
+import time
 
 import numpy as np
 import pytest
 
 from workbench.chain import Chain, Layer, Platform
 from workbench.planners import plan as run_planner
-from workbench.planners.dp import bottleneck_partition, least_memory, plan_dp, schedule_partition
+from workbench.planners.dp import least_contiguous_memory, plan_dp, schedule_partition
+from workbench.planners.partition import bottleneck_partition
 
 try:
     from workbench.check import check
@@ -127,7 +129,7 @@ def test_memory_limited_matches_brute_force_on_150_chains():
                         weights=str(rng.choice(["stash", "single"])), weight_factor=float(rng.choice([1, 2])),
                         memory_model="paper")
         # memory between the k=1 minimum and a loose limit, so that both regimes occur
-        kmin, _ = least_memory(chain, base)
+        kmin, _ = least_contiguous_memory(chain, base)
         plat = base.with_(memory=float(kmin * rng.uniform(0.6, 3.0)))
         periods = {tuple(pa): brute_min_period(chain, plat, pa) for pa in compositions(L, P)}
         want = min(periods.values())
@@ -150,7 +152,7 @@ def test_least_memory_is_k1_bottleneck():
     for _ in range(50):
         chain = random_chain(rng, int(rng.integers(1, 8)), mem=True)
         plat = Platform(int(rng.integers(1, 4)), weight_factor=2.0, memory_model="paper")
-        got, _ = least_memory(chain, plat)
+        got, _ = least_contiguous_memory(chain, plat)
         want = min(max(stage_sums(chain, a, b)[2] + 2.0 * stage_sums(chain, a, b)[3] for a, b in parts)
                    for parts in compositions(len(chain), plat.devices))
         assert got == pytest.approx(want)
@@ -190,7 +192,7 @@ def test_memory_limit_raises_period_monotonically():
     rng = np.random.default_rng(11)
     chain = random_chain(rng, 30, mem=True)
     base = Platform(4, bandwidth=50.0, memory_model="paper")
-    kmin, _ = least_memory(chain, base)
+    kmin, _ = least_contiguous_memory(chain, base)
     periods = [plan_dp(chain, base.with_(memory=kmin * f)).period for f in (1.0, 1.3, 2.0, 4.0, 100.0)]
     assert all(a >= b * (1 - 1e-9) for a, b in zip(periods, periods[1:]))
     assert math.isfinite(periods[0])
@@ -204,7 +206,7 @@ def test_agrees_with_schedule_best_schedule():
     for _ in range(40):
         chain = random_chain(rng, int(rng.integers(2, 12)), mem=True)
         base = Platform(int(rng.integers(2, 5)), bandwidth=40.0, memory_model="paper")
-        kmin, _ = least_memory(chain, base)
+        kmin, _ = least_contiguous_memory(chain, base)
         plat = base.with_(memory=kmin * float(rng.uniform(1.0, 2.5)))
         p = plan_dp(chain, plat)
         q = schedule.best_schedule(chain, plat, p.assignment)
@@ -258,3 +260,76 @@ def test_cli_dp_with_memory(tmp_path):
                "--json", str(out)])
     d = json.loads(out.read_text())
     assert rc != 0 and d["status"] == "infeasible"
+
+
+# ----------------------------------------------------------------------------
+# long chains: the banded probes, the search from the bound, time limits
+# ----------------------------------------------------------------------------
+def _full_model_chain(rng: np.random.Generator, L: int) -> Chain:
+    return Chain(tuple(Layer(f"l{i}", float(rng.uniform(1e-4, 3e-3)), float(rng.uniform(2e-4, 6e-3)),
+                             float(rng.uniform(0, 2e7)), float(rng.uniform(1e6, 2e7)), float(rng.uniform(1e6, 4e7)))
+                       for i in range(L)), input_bytes=1e6)
+
+
+def test_search_from_the_bound_finds_the_same_period(monkeypatch):
+    """Long chains climb from the unconstrained period (dp.WIDE_PROBE); the period is the one the
+    descent from above finds, bit for bit, and the plan is valid."""
+    from workbench.planners import dp
+
+    rng = np.random.default_rng(17)
+    for trial in range(12):
+        chain = _full_model_chain(rng, int(rng.integers(20, 200)))
+        free = plan_dp(chain, Platform(int(rng.integers(2, 24))))
+        plat = Platform(free.devices, memory=free.peak_memory * float(rng.uniform(0.2, 0.9)))
+        monkeypatch.setattr(dp, "WIDE_PROBE", math.inf)
+        down = plan_dp(chain, plat)
+        monkeypatch.setattr(dp, "WIDE_PROBE", 0)
+        up = plan_dp(chain, plat)
+        assert up.period == down.period and up.status == down.status, trial
+        if up.feasible:
+            assert check(up, chain, plat) == []
+
+
+def test_long_chain_with_a_binding_limit_is_valid_and_not_below_the_bounds():
+    rng = np.random.default_rng(23)
+    chain = _full_model_chain(rng, 1500)
+    free = plan_dp(chain, Platform(32))
+    plat = Platform(32, memory=free.peak_memory * 0.4)
+    p = plan_dp(chain, plat)
+    assert p.status == "optimal" and p.period > free.period and check(p, chain, plat) == []
+    # optimal up to the search's precision: the partition found just below the period does not fit
+    from workbench.planners.dp_memory import memory_dp
+
+    assert memory_dp(chain, plat, p.period * (1 - 2e-9)) is None
+
+
+def test_time_limit_stops_the_search_with_a_gap_and_progress():
+    rng = np.random.default_rng(29)
+    chain = _full_model_chain(rng, 3000)
+    free = plan_dp(chain, Platform(64))
+    lines: list[str] = []
+    t = time.perf_counter()
+    p = plan_dp(chain, Platform(64, memory=free.peak_memory * 0.3), time_limit=0.3, progress=lines.append)
+    assert time.perf_counter() - t < 0.3 + 1.0
+    assert p.status == "timeout" and lines and lines[0].startswith("dp: 3000 layers x 64 devices")
+    if p.feasible:
+        assert p.gap is not None and p.gap > 0 and p.period >= free.period
+
+
+def test_least_contiguous_memory_against_the_checkers_memory():
+    """The k = 1 bottleneck, against the checker's own memory of every stage (workbench.check_memory)."""
+    from workbench.check_memory import memory_by_device
+
+    rng = np.random.default_rng(31)
+    for _ in range(30):
+        L, P = int(rng.integers(1, 9)), int(rng.integers(1, 4))
+        chain = Chain(tuple(Layer(f"l{i}", 1.0, 1.0, float(rng.uniform(0, 50)), float(rng.uniform(1, 40)),
+                                  float(rng.uniform(0, 60)), forward_peak_bytes=float(rng.uniform(0, 90)))
+                            for i in range(L)), input_bytes=3.0)
+        plat = Platform(P, optimizer=str(rng.choice(["sgd", "adam"])))
+        want = min(max(memory_by_device(chain, Platform(1, optimizer=plat.optimizer), [(a, b, 0, 1)])[0]
+                       for a, b in parts) for parts in compositions(L, P))
+        got, parts = least_contiguous_memory(chain, plat)
+        assert got == pytest.approx(want, rel=1e-9)
+        assert max(memory_by_device(chain, Platform(1, optimizer=plat.optimizer), [(a, b, 0, 1)])[0]
+                   for a, b in parts) == pytest.approx(got, rel=1e-9)

@@ -14,7 +14,7 @@ from workbench.activations import POLICIES, apply_policies
 from workbench.chain import Chain, Layer, Platform
 from workbench.check import check
 from workbench.planners import plan as run_planner
-from workbench.planners.dp import bounds_to_assignment
+from workbench.planners.partition import bounds_to_assignment
 from workbench.profiles import load_profile
 from workbench.schedule import Scheduler
 

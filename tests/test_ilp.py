@@ -14,7 +14,9 @@ from workbench.chain import Chain, Layer, Platform
 from workbench.check import check
 from workbench.planners.brute import plan_brute
 from workbench.planners.dp import plan_dp
-from workbench.planners.ilp import build_model, least_memory_bound, plan_ilp
+from workbench.planners.ilp import plan_ilp
+from workbench.planners.ilp_bounds import least_memory_bound
+from workbench.planners.ilp_model import build_model
 
 REL = 1e-5
 
@@ -109,7 +111,7 @@ def test_fixed_period_model_is_a_feasibility_model(allocation):
     rng = np.random.default_rng(5)
     ch, plat = rand_instance(rng, 5, 2, "tight")
     best = plan_brute(ch, plat, allocation=allocation)
-    from workbench.planners.ilp import solve_model
+    from workbench.planners.ilp_solve import solve_model
 
     res = solve_model(build_model(ch, plat, allocation=allocation, period=best.period * 1.001))
     assert res.incumbent_objective is not None

@@ -7,9 +7,9 @@ import pyomo.environ as pyo
 
 from workbench.activations import policy_terms
 from workbench.chain import Chain, Layer, Platform
-from workbench.planners.ilp import solve_model
 from workbench.planners.ilp_model import build_model
 from workbench.planners.ilp_policies import minimal_terms, options, read_policies
+from workbench.planners.ilp_solve import solve_model
 
 
 def test_pair_options_only_where_storage_is_shared():

@@ -7,7 +7,8 @@ from workbench.chain import Platform
 from workbench.check import check
 from workbench.planners.brute import plan_brute
 from workbench.planners.dp import plan_dp
-from workbench.planners.ilp_search import allocation_best, guided_search, local_search, normalise, path_period
+from workbench.planners.evaluate import allocation_best, normalise, path_period
+from workbench.planners.ilp_search import guided_search, local_search
 
 
 def test_normalise_relabels_in_first_use_order():

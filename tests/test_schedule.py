@@ -15,7 +15,7 @@ from oracles import paper_stage_memory
 from workbench.chain import Chain, Layer, Platform
 from workbench.check import check
 from workbench.plan import stages_of
-from workbench.schedule import NoSchedule, Scheduler, best_schedule, build_schedule, least_memory, min_period
+from workbench.schedule import NoSchedule, Scheduler, best_schedule, build_schedule, load_period, one_in_flight_memory
 
 # ----- an independent brute force: enumerate in-flight vectors, LP for the period -----------------
 
@@ -31,7 +31,7 @@ def _lp_best_period(sch: Scheduler) -> float:
     costs = [sch.chain.stage_costs(a, b) for a, b in sch.runs]
     A, W = [x.saved for x in costs], [x.weights for x in costs]
     plat = sch.platform
-    t0 = sch.min_period
+    t0 = sch.load_period
     total = sch.max_window
     kmax = [math.ceil(total / t0) + (S - s) for s in range(S)]
     best = math.inf
@@ -78,9 +78,9 @@ def test_best_period_matches_lp_brute_force_on_contiguous(seed):
     bw = rng.choice([math.inf, 5.0, 10.0])
     plat0 = Platform(P, bandwidth=bw, weights=rng.choice(["stash", "single"]), weight_factor=rng.choice([1, 2]),
                      memory_model="paper")
-    least = max(least_memory(chain, plat0, assign))
+    least = max(one_in_flight_memory(chain, plat0, assign))
     # the memory of the schedule at the smallest period, then a limit in between
-    at_t0 = max(build_schedule(chain, plat0, assign, min_period(chain, plat0, assign)).memory)
+    at_t0 = max(build_schedule(chain, plat0, assign, load_period(chain, plat0, assign)).memory)
     limit = least + rng.uniform(0.0, 1.0) * (at_t0 - least)
     plat = plat0.with_(memory=limit)
     plan = best_schedule(chain, plat, assign, method="test")
@@ -89,7 +89,7 @@ def test_best_period_matches_lp_brute_force_on_contiguous(seed):
     expect = _lp_best_period(Scheduler(chain, plat, assign))
     assert plan.period == pytest.approx(expect, rel=1e-6)
     # just below the best period nothing built fits
-    if plan.period > min_period(chain, plat, assign) * (1 + 1e-4):
+    if plan.period > load_period(chain, plat, assign) * (1 + 1e-4):
         below = build_schedule(chain, plat, assign, plan.period * (1 - 1e-4))
         assert not below.fits
 
@@ -103,7 +103,7 @@ def test_contiguous_builder_gives_valid_plans_and_least_windows(seed):
     plat = Platform(P, bandwidth=rng.choice([math.inf, 3.0, 20.0]), latency=rng.choice([0.0, 0.1]),
                     memory_model="paper")
     sch = Scheduler(chain, plat, assign)
-    T = sch.min_period * rng.uniform(1.0, 3.0)
+    T = sch.load_period * rng.uniform(1.0, 3.0)
     plan = build_schedule(chain, plat, assign, T)
     assert check(plan, chain, plat) == [], check(plan, chain, plat)
     assert plan.allocation == "contiguous"
@@ -127,7 +127,7 @@ def test_general_builder_gives_valid_plans(seed):
     chain = py_chain(rng, L)
     assign = py_general(rng, L, P)
     plat = Platform(P, bandwidth=rng.choice([math.inf, 4.0, 30.0]), memory_model="paper")
-    T0 = min_period(chain, plat, assign)
+    T0 = load_period(chain, plat, assign)
     for T in (T0, T0 * rng.uniform(1.0, 2.5)):
         # packed never fails while loads fit
         plan = build_schedule(chain, plat, assign, T, mode="packed")
@@ -150,12 +150,12 @@ def test_best_schedule_on_general_allocations_fits_and_is_valid(seed):
     chain = py_chain(rng, L)
     assign = py_general(rng, L, P)
     plat0 = Platform(P, bandwidth=10.0, memory_model="paper")
-    least = max(least_memory(chain, plat0, assign))
+    least = max(one_in_flight_memory(chain, plat0, assign))
     plat = plat0.with_(memory=least * rng.uniform(1.0, 1.5))
     plan = best_schedule(chain, plat, assign)
     assert plan.feasible and plan.fits
     assert check(plan, chain, plat) == []
-    assert plan.period >= min_period(chain, plat, assign) * (1 - 1e-9)
+    assert plan.period >= load_period(chain, plat, assign) * (1 - 1e-9)
 
 
 def test_no_schedule_when_a_device_or_link_is_overloaded():
@@ -170,7 +170,7 @@ def test_no_schedule_when_a_device_or_link_is_overloaded():
     with pytest.raises(NoSchedule, match="positive"):
         build_schedule(chain, plat, [0, 0, 1, 1], 0.0)
     # a general allocation loads the link with every boundary: 0->1 three times
-    assert min_period(chain, plat, [0, 1, 0, 1]) == pytest.approx(15.0)
+    assert load_period(chain, plat, [0, 1, 0, 1]) == pytest.approx(15.0)
 
 
 def test_best_schedule_infeasible_says_why():
@@ -187,7 +187,7 @@ def test_best_schedule_unlimited_memory_reaches_the_load_bound():
     plat = Platform(3, bandwidth=50.0, memory_model="paper")
     for assign in ([0, 0, 0, 1, 1, 2, 2, 2], [0, 1, 2, 0, 1, 2, 0, 1]):
         plan = best_schedule(chain, plat, assign)
-        assert plan.period == pytest.approx(min_period(chain, plat, assign))
+        assert plan.period == pytest.approx(load_period(chain, plat, assign))
         assert check(plan, chain, plat) == []
 
 
@@ -198,9 +198,9 @@ def test_memory_decreases_with_the_period_on_contiguous():
     assign = [0, 0, 1, 1, 2, 2, 3, 3]
     sch = Scheduler(chain, plat, assign)
     prev = None
-    for T in np.linspace(sch.min_period, sch.max_window * 1.01, 200):
+    for T in np.linspace(sch.load_period, sch.max_window * 1.01, 200):
         mem = sch.memory(T)
         if prev is not None:
             assert all(m <= p + 1e-9 for m, p in zip(mem, prev))
         prev = mem
-    assert prev == pytest.approx(sch.least_memory)
+    assert prev == pytest.approx(sch.one_in_flight_memory)

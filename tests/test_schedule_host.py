@@ -7,7 +7,7 @@ import pytest
 from policy_instances import instance
 from workbench.activations import apply_policies
 from workbench.check import check
-from workbench.planners.brute import allocation_period
+from workbench.planners.evaluate import allocation_period
 from workbench.schedule import Scheduler, best_schedule
 from workbench.schedule_host import general_offload, settle
 
@@ -40,8 +40,8 @@ def test_general_schedules_with_offload_are_valid_and_not_below_brute():
 def test_the_builder_books_transfers_apart():
     chain, plat = instance(711, max_layers=5)
     eff = apply_policies(chain, "offload")
-    sched = Scheduler(eff, plat.with_(devices=max(plat.devices, 2), memory=float("inf")), [0,
-                                                                                           1] + [0] * (len(chain) - 2))
-    T = sched.min_period * 3
+    sched = Scheduler(eff, plat.with_(devices=max(plat.devices, 2), memory=float("inf")),
+                      [0, 1] + [0] * (len(chain) - 2))
+    T = sched.load_period * 3
     f, b = general_offload(sched, T)
     assert len(f) == len(b) == sched.stage_count and all(bb >= ff for ff, bb in zip(f, b))

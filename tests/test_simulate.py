@@ -12,7 +12,7 @@ from instances import py_chain, py_contiguous
 from workbench.chain import Chain, Layer, Platform
 from workbench.check import check
 from workbench.plan import make_plan, stages_of
-from workbench.schedule import Scheduler, best_schedule, build_schedule, least_memory
+from workbench.schedule import Scheduler, best_schedule, build_schedule, one_in_flight_memory
 from workbench.simulate import simulate, simulate_flushed
 from workbench.trace import MEMORY_COLUMNS, OP_COLUMNS
 
@@ -32,9 +32,9 @@ def _plans(seed: int):
                     weight_factor=rng.choice([1.0, 4.0]), memory_model="paper")
     sch = Scheduler(chain, plat, assign)
     if rng.random() < 0.5:
-        plan = build_schedule(chain, plat, assign, sch.min_period * rng.uniform(1.0, 2.0))
+        plan = build_schedule(chain, plat, assign, sch.load_period * rng.uniform(1.0, 2.0))
     else:
-        lim = max(least_memory(chain, plat, assign)) * rng.uniform(1.0, 1.6)
+        lim = max(one_in_flight_memory(chain, plat, assign)) * rng.uniform(1.0, 1.6)
         plat = plat.with_(memory=lim)
         plan = best_schedule(chain, plat, assign)
     assert check(plan, chain, plat) == []

@@ -7,7 +7,7 @@ import numpy as np
 from instances import footprint_limit, ilp_chain
 from workbench.chain import Chain, Layer, Platform
 from workbench.planners.brute import plan_brute
-from workbench.planners.ilp_model import memory_period_bound
+from workbench.planners.ilp_bounds import memory_period_bound
 from workbench.planners.stage_bound import least_stage_memory, stage_path_bound
 
 

@@ -37,7 +37,8 @@ from typing import Sequence
 from .chain import Chain, Platform
 from .check_memory import memory_by_device
 from .check_policies import effective_chain, host_link_problems
-from .plan import REL_TOL, Plan, chain_for_plan, in_flight, stages_of
+from .plan import Plan, chain_for_plan, in_flight, stages_of
+from .tolerances import REL_TOL
 from .units import format_bytes, format_seconds
 
 __all__ = ["Violation", "RULES", "PlanStructureError", "check", "is_valid", "format_violations",

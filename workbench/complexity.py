@@ -101,15 +101,15 @@ def least_contiguous_memory(chain: Chain, platform: Platform) -> float:
     least the footprint (saved + phi * weights) of its layers; with every
     k = 1 (a long enough period) exactly that. So the answer is the min-max
     partition of the footprints into at most P intervals: the DP planner's
-    :func:`~workbench.planners.dp.least_memory`.
+    :func:`~workbench.planners.dp.least_contiguous_memory`.
 
     >>> ch = Chain(tuple(Layer(f"l{i}", 1, 1, 10 * (i + 1), 0) for i in range(4)))
     >>> least_contiguous_memory(ch, Platform(2, memory_model="paper"))
     60.0
     """
-    from .planners.dp import least_memory
+    from .planners.dp import least_contiguous_memory
 
-    return least_memory(chain, platform)[0]
+    return least_contiguous_memory(chain, platform)[0]
 
 
 def memory_levels(chain: Chain, platform: Platform, n: int, *, methods: Sequence[str] = ("dp",),

@@ -63,10 +63,10 @@ LEGEND = """How to read the tables:
 def demo_memory_limit(chain: Chain, platform: Platform) -> float:
     """A limit that binds: halfway between the least memory any contiguous plan needs and what dp uses unconstrained."""
     from .planners import plan as run_planner
-    from .planners.dp import least_memory
+    from .planners.dp import least_contiguous_memory
 
     peak = run_planner(chain, platform.with_(memory=math.inf), "dp").peak_memory
-    return (least_memory(chain, platform)[0] + peak) / 2
+    return (least_contiguous_memory(chain, platform)[0] + peak) / 2
 
 
 def plan_result(plan: Plan, chain: Chain | None, platform: Platform | None) -> tuple[str, str]:

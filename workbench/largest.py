@@ -183,7 +183,7 @@ def full_speed(chain: Chain, devices: int, planner: str) -> float:
     """The period the method reaches without a memory limit, with every layer kept: PipeDream's and
     mcap's own; dp's contiguous optimum for dp and the ILP (a general plan may be faster still)."""
     from .planners import plan as run_planner
-    from .planners.dp import unconstrained_period
+    from .planners.partition import unconstrained_period
 
     if method(planner).exact:
         return unconstrained_period(chain, Platform(devices))[0]

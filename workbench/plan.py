@@ -27,16 +27,20 @@ from itertools import groupby
 from pathlib import Path
 from typing import Any, Literal, Sequence
 
+from .activations import describe, is_keep, policy_vector
 from .chain import Chain, Platform
+from .io import write_text_atomic
 from .memory import estimate_note, layer_terms, plan_memory
+from .plan_extra import PlanExtra
+from .tolerances import REL_TOL
+from .units import format_bytes, format_seconds
 
 __all__ = [
-    "Stage", "Plan", "Status", "REL_TOL", "MAX_DEVICES", "stages_of", "in_flight", "make_plan", "infeasible_plan",
+    "Stage", "Plan", "Status", "MAX_DEVICES", "stages_of", "in_flight", "make_plan", "infeasible_plan",
     "lower_bound", "device_memory", "stage_in_flight", "chain_for_plan", "memory_setup", "with_memory_setup",
 ]
 
 Status = Literal["optimal", "feasible", "infeasible", "timeout"]
-REL_TOL = 1e-6
 #: the most devices a plan file may name (a bigger count is a typo, and would make ``check`` allocate per device)
 MAX_DEVICES = 65536
 
@@ -108,7 +112,8 @@ class Plan:
     micro_batches: int | None = None
     chain_order: tuple[str, ...] | None = None
     notes: tuple[str, ...] = ()
-    extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+    #: what the planner records beyond the fields above: keys and types in :class:`workbench.plan_extra.PlanExtra`
+    extra: PlanExtra = field(default_factory=dict, compare=False, hash=False)  # type: ignore[assignment]
     #: the memory set-up the plan's memory was computed with (:func:`memory_setup`)
     setup: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
     #: one activation policy per layer, in layer order (docs/model.md, "Activation policies");
@@ -174,8 +179,6 @@ class Plan:
     def to_json(self, path: str | Path | None = None, indent: int = 2) -> str:
         text = json.dumps(self.to_dict(), indent=indent)
         if path is not None:
-            from .io import write_text_atomic
-
             write_text_atomic(path, text + "\n")
         return text
 
@@ -282,8 +285,6 @@ class Plan:
         return replace(self, **kw)
 
     def summary(self) -> str:
-        from .units import format_bytes, format_seconds
-
         if not self.feasible:
             why = "; ".join(self.notes) if self.notes else "no plan"
             return f"{self.method} ({self.allocation}): infeasible: {why}"
@@ -295,8 +296,6 @@ class Plan:
                f"{format_seconds(self.period * (1 - self.gap))}") if self.gap else ""
         acts = ""
         if self.activations:
-            from .activations import describe
-
             acts = f"\n  activations: {describe(self.activations)}"
         return (
             f"{self.method} ({self.allocation}, {self.schedule}): status {self.status}{gap}\n"
@@ -351,8 +350,6 @@ def _activations(value: Any, n_layers: int) -> tuple[str, ...]:
     """A plan file's ``activations``: one known policy per layer, or () when absent or all ``keep``."""
     if value is None:
         return ()
-    from .activations import is_keep, policy_vector
-
     pol = policy_vector(list(value), n_layers)
     return () if is_keep(pol) else pol
 

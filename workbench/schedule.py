@@ -58,29 +58,23 @@ import math
 import time
 from typing import Literal, Sequence
 
-from .chain import Chain, Platform
 from .activations import stage_host_time
+from .chain import Chain, Platform
 from .memory import device_extra, layer_terms, stage_activation, stage_memory
-from .plan import REL_TOL, Plan, Stage, infeasible_plan, in_flight, lower_bound, stages_of, with_memory_setup
+from .plan import Plan, Stage, in_flight, infeasible_plan, lower_bound, stages_of, with_memory_setup
+from .schedule_host import NoSchedule, general_offload
+from .tolerances import CEIL_SLACK, COUNT_NOISE, PERIOD_SEARCH, REL_TOL, SLOT_FIT, START_PERIOD
 from .units import format_bytes, format_seconds
 
-__all__ = ["NoSchedule", "Scheduler", "build_schedule", "best_schedule", "min_period", "least_memory"]
+__all__ = ["NoSchedule", "Scheduler", "build_schedule", "best_schedule", "load_period", "one_in_flight_memory"]
 
 Mode = Literal["auto", "asap", "packed"]
-_EPS = 1e-9  # relative slack (of T) when fitting an operation into a gap
-
-
-class NoSchedule(ValueError):
-    """No schedule was found for this allocation and period; the message says why."""
-
-
-_STRICT = 1e-12  # the builder's own rounding: only float noise, so the search finds the exact breakpoint
 
 
 def _ceil(x: float) -> int:
     """ceil(x) for x >= 0, forgiving float noise only (the checker forgives REL_TOL; plans record its count)."""
     k = int(x)
-    if x - k > _STRICT * (x if x > 1.0 else 1.0):
+    if x - k > COUNT_NOISE * (x if x > 1.0 else 1.0):
         k += 1
     return k
 
@@ -91,7 +85,7 @@ class Scheduler:
     >>> from workbench.chain import Chain, Layer, Platform
     >>> chain = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 100, 10) for i in range(4)))
     >>> s = Scheduler(chain, Platform(2, memory_model="paper"), [0, 0, 1, 1])
-    >>> s.min_period, s.stage_count, s.contiguous
+    >>> s.load_period, s.stage_count, s.contiguous
     (6.0, 2, True)
     >>> s.times(6.0)
     ([0.0, 2.0], [8.0, 4.0])
@@ -150,7 +144,7 @@ class Scheduler:
             t0 = max([t0] + host + [self.F[s] + self.B[s] + self.a[s] for s in range(S) if self.a[s] > 0])
         self._lower_bound: float | None = None
         #: the least period of any schedule: max(device load, link load)
-        self.min_period = t0
+        self.load_period = t0
         #: the longest window: one mini-batch from the first forward to the last backward
         self.max_window = sum(self.F) + sum(self.B) + 2 * sum(self.c) + sum(self.a)
         per_device: list[list[tuple[int, int]]] = [[] for _ in range(P)]
@@ -162,7 +156,7 @@ class Scheduler:
         for s in range(S):
             base[self.dev[s]] += self._static[s] + self._per_k[s]
         #: memory per device with one mini-batch in flight on every stage (the least possible)
-        self.least_memory = base
+        self.one_in_flight_memory = base
         self.limits = [platform.memory_of(p) for p in range(P)]
 
     # ----- feasibility of the period ---------------------------------------
@@ -211,7 +205,7 @@ class Scheduler:
         """Earliest t >= r with [t, t+d) disjoint modulo T from the arcs (start mod T, length)."""
         if d <= 0 or not arcs:
             return r
-        eps = _EPS * T
+        eps = SLOT_FIT * T
         arcs = sorted(arcs)
         best: float | None = None
         n = len(arcs)
@@ -234,8 +228,6 @@ class Scheduler:
         b = [0.0] * S
         if self._offload:
             if mode == "asap":
-                from .schedule_host import general_offload
-
                 return general_offload(self, T)
             raise NoSchedule("the packed builder does not place host-link transfers (offloaded activations)")
         if mode == "asap":
@@ -379,7 +371,7 @@ class Scheduler:
         f, b = self._contiguous(T)
         x2 = self.a
         a, n = F[S - 1] + B[S - 1] + x2[S - 1], 0
-        low = self.min_period
+        low = self.load_period
         for s in range(S - 2, -1, -1):
             ra, rn = F[s] + 2 * c[s] + B[s] + a, n
             k = max(1, _ceil((b[s] + B[s] - f[s]) / T))
@@ -392,30 +384,32 @@ class Scheduler:
                 a, n = ra, rn
         return low
 
-    def best(self, *, method: str = "", tol: float = 1e-9, allocation: str | None = None,
+    def best(self, *, method: str = "", tol: float = PERIOD_SEARCH, allocation: str | None = None,
              mode: Mode = "auto") -> Plan:
         """The smallest period whose schedule fits the memory limit, or an infeasible plan saying why.
 
         Exact for contiguous allocations (bisection on a monotone predicate,
         then the breakpoint); for general ones a heuristic (the builder is).
-        ``tol`` is the relative precision of the bisection.
+        ``tol`` is the relative precision of the bisection. (Not
+        :func:`workbench.bisection.least_feasible`: each step here first jumps to the breakpoint of the
+        structure at the upper end, :meth:`_polish`, which needs no probe of its own.)
         """
         t_start = time.perf_counter()
         alloc = allocation or ("contiguous" if self.contiguous else "general")
         P = self.platform.devices
         for p in range(P):
-            if self.least_memory[p] > self.limits[p] * (1 + REL_TOL):
+            if self.one_in_flight_memory[p] > self.limits[p] * (1 + REL_TOL):
                 nst = sum(1 for d in self.dev if d == p)
                 return infeasible_plan(
                     self.chain, self.platform, method,
-                    f"device {p} needs at least {format_bytes(self.least_memory[p])} ({nst} stage(s) with one "
+                    f"device {p} needs at least {format_bytes(self.one_in_flight_memory[p])} ({nst} stage(s) with one "
                     f"mini-batch in flight each), more than its limit {format_bytes(self.limits[p])}",
                     allocation=alloc, solve_seconds=time.perf_counter() - t_start)
-        lo = self.min_period if self.min_period > 0 else 1e-12
+        lo = self.load_period if self.load_period > 0 else START_PERIOD
         if self.fits(lo, mode):
             hi = lo
         else:
-            hi = max(self.max_window, lo) * (1 + 1e-12)
+            hi = max(self.max_window, lo) * (1 + CEIL_SLACK)   # every k is 1
             if not self.fits(hi, mode):  # cannot happen: every k is 1 at this period
                 return infeasible_plan(self.chain, self.platform, method,
                                        "no schedule found that fits the memory limit", allocation=alloc,
@@ -454,7 +448,7 @@ def build_schedule(chain: Chain, platform: Platform, assignment: Sequence[int], 
 
 
 def best_schedule(chain: Chain, platform: Platform, assignment: Sequence[int], *, method: str = "",
-                  tol: float = 1e-9, allocation: str | None = None, mode: Mode = "auto") -> Plan:
+                  tol: float = PERIOD_SEARCH, allocation: str | None = None, mode: Mode = "auto") -> Plan:
     """The smallest period for ``assignment`` whose schedule fits ``platform.memory_of(p)`` on every device.
 
     Starts from max(device load, link load); exact up to ``tol`` (relative)
@@ -464,11 +458,11 @@ def best_schedule(chain: Chain, platform: Platform, assignment: Sequence[int], *
     return Scheduler(chain, platform, assignment).best(method=method, tol=tol, allocation=allocation, mode=mode)
 
 
-def min_period(chain: Chain, platform: Platform, assignment: Sequence[int]) -> float:
+def load_period(chain: Chain, platform: Platform, assignment: Sequence[int]) -> float:
     """max(device load, link load on an ordered pair): the least period any schedule of ``assignment`` has."""
-    return Scheduler(chain, platform, assignment).min_period
+    return Scheduler(chain, platform, assignment).load_period
 
 
-def least_memory(chain: Chain, platform: Platform, assignment: Sequence[int]) -> list[float]:
+def one_in_flight_memory(chain: Chain, platform: Platform, assignment: Sequence[int]) -> list[float]:
     """Memory per device with one mini-batch in flight on every stage: no period needs less."""
-    return list(Scheduler(chain, platform, assignment).least_memory)
+    return list(Scheduler(chain, platform, assignment).one_in_flight_memory)

@@ -16,14 +16,18 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from .tolerances import SLOT_FIT
 from .units import format_seconds
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:   # a type only: schedule.py imports this module
     from .schedule import Scheduler
 
-__all__ = ["settle", "general_offload"]
+__all__ = ["NoSchedule", "settle", "general_offload"]
 
-_EPS = 1e-9
+
+class NoSchedule(ValueError):
+    """No schedule was found for this allocation and period; the message says why (raised by the
+    builders of :mod:`workbench.schedule`, which exports it)."""
 
 
 def settle(T: float, r: float, moves) -> float | None:
@@ -36,7 +40,7 @@ def settle(T: float, r: float, moves) -> float | None:
             t = move(t)
             if t is None or t > r + 4 * T * len(moves):
                 return None
-        if t <= t0 + _EPS * T:
+        if t <= t0 + SLOT_FIT * T:
             return t0
     return None
 
@@ -47,7 +51,7 @@ def general_offload(sched: "Scheduler", T: float) -> tuple[list[float], list[flo
     round trip after its own forward (rule 8)."""
     F, B, c, dev, x = sched.F, sched.B, sched.c, sched.dev, sched.x
     S = sched.stage_count
-    eps = _EPS * T
+    eps = SLOT_FIT * T
     arcs: dict[int, list[tuple[float, float]]] = {p: [] for p in set(dev)}
     link: dict[int, list[tuple[float, float]]] = {p: [] for p in set(dev)}
     f = [0.0] * S
@@ -74,8 +78,6 @@ def general_offload(sched: "Scheduler", T: float) -> tuple[list[float], list[flo
         """The earliest start >= r every move accepts; books the operation and its transfer (at t + offset)."""
         t = settle(T, r, moves)
         if t is None:
-            from .schedule import NoSchedule
-
             raise NoSchedule(f"no free slot on device {dev[s]} (or its host link) for the {what} of stage {s} "
                              f"in the period {format_seconds(T)}")
         if length > 0:

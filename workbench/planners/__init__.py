@@ -21,11 +21,17 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Sequence
 
+from ..activations import apply_policies, describe, is_keep
 from ..chain import Chain, Platform
+from ..check import check
 from ..methods import METHODS as _REGISTRY
 from ..methods import method as _method
 from ..methods import names as _names
-from ..plan import Plan
+from ..plan import Plan, infeasible_plan, lower_bound
+from ..schedule import Scheduler
+from .dp_auto import auto_on_chain
+from .fixed_policies import FLUSHED, plan_with_policies
+from .partition import bounds_to_assignment
 
 __all__ = ["METHODS", "GENERAL_METHODS", "AUTO_METHODS", "plan", "get_planner", "recheck"]
 
@@ -56,8 +62,6 @@ def recheck(result: Plan, chain: Chain, platform: Platform) -> Plan:
     """
     if not result.feasible:
         return result
-    from ..check import check
-
     bad = check(result, chain, platform)
     if not bad:
         return result
@@ -71,8 +75,6 @@ def recheck(result: Plan, chain: Chain, platform: Platform) -> Plan:
 
 #: methods that choose every layer's activation policy themselves (``activations="auto"``)
 AUTO_METHODS = _names(auto_activations=True)
-#: flushed schedules simulate their memory; they take keep or recompute for every layer
-_FLUSHED = _names(family="flushed")
 
 
 def plan(chain: Chain, platform: Platform, method: str = "dp", *, allocation: str = "contiguous",
@@ -96,7 +98,8 @@ def plan(chain: Chain, platform: Platform, method: str = "dp", *, allocation: st
     elif activations == "auto":
         result = _plan_auto(chain, platform, method, fn, allocation, time_limit, options)
     else:
-        result = _plan_fixed(chain, platform, method, fn, allocation, time_limit, activations, options)
+        result = plan_with_policies(chain, platform, fn, method, activations, allocation=allocation,
+                                    time_limit=time_limit, **options)
     if not result.solve_seconds:
         result = result.with_(solve_seconds=time.perf_counter() - t0)
     if "offload" in result.activations:   # check and simulate read the host link the plan was made for
@@ -104,36 +107,14 @@ def plan(chain: Chain, platform: Platform, method: str = "dp", *, allocation: st
     return recheck(result, chain, platform)
 
 
-def _plan_fixed(chain: Chain, platform: Platform, method: str, fn: Callable[..., Plan], allocation: str,
-                time_limit: float | None, activations: str | Sequence[str], options: dict) -> Plan:
-    """One given policy per layer: plan the effective chain, record the policies and the chain's own bound."""
-    from ..activations import apply_policies, is_keep, policy_vector
-    from ..plan import lower_bound
-
-    pol = policy_vector(activations, len(chain))
-    if is_keep(pol):
-        return fn(chain, platform, allocation=allocation, time_limit=time_limit, **options)
-    if method in _FLUSHED and "offload" in pol:
-        raise ValueError(f"method {method!r} (a flushed schedule) takes keep or recompute; offload needs a periodic "
-                         "plan (the host link is scheduled there, rule 8)")
-    result = fn(apply_policies(chain, pol), platform, allocation=allocation, time_limit=time_limit, **options)
-    return result.with_(activations=pol, lower_bound=lower_bound(chain, platform))
-
-
 def _plan_auto(chain: Chain, platform: Platform, method: str, fn: Callable[..., Plan], allocation: str,
                time_limit: float | None, options: dict) -> Plan:
     """``activations="auto"``: natively, or the method's partition with the best policies for it."""
     if method in AUTO_METHODS:
         return fn(chain, platform, allocation=allocation, time_limit=time_limit, activations="auto", **options)
-    if method in _FLUSHED:
+    if method in FLUSHED:
         raise ValueError(f"method {method!r} (a flushed schedule) does not choose activation policies; "
                          f"activations 'auto' works with {', '.join(AUTO_METHODS)} and the periodic baselines")
-    from ..activations import apply_policies, describe, is_keep
-    from ..plan import infeasible_plan, lower_bound
-    from ..schedule import Scheduler
-    from .dp import bounds_to_assignment
-    from .dp_auto import auto_on_chain
-
     t0 = time.perf_counter()
     base = fn(chain, platform.with_(memory=float("inf")), allocation=allocation, time_limit=time_limit, **options)
     if not base.feasible:

@@ -17,7 +17,7 @@ misses the limit.
 * ``parameters``: balance parameter bytes, as DeepSpeed's
   ``partition_method="parameters"``: the least possible heaviest part
   (DeepSpeed finds it by bisection; here exactly, by
-  :func:`~workbench.planners.dp.bottleneck_partition`), then parts packed
+  :func:`~workbench.planners.partition.bottleneck_partition`), then parts packed
   greedily from the left up to that bound.
 * ``torchgpipe``: torchgpipe's balance by time, the block-partition
   heuristic of Bárány and Grinberg ("Block partitions of sequences",
@@ -41,9 +41,11 @@ import numpy as np
 
 from ..chain import Chain, Platform
 from ..memory import device_memory, layer_terms
-from ..plan import Plan, infeasible_plan
+from ..plan import Plan
+from ..schedule import best_schedule
+from ..tolerances import LAST_BITS, TIE
 from ..units import format_bytes
-from .dp import bottleneck_partition, bounds_to_assignment, schedule_partition
+from .partition import bottleneck_partition, bounds_to_assignment
 
 __all__ = [
     "plan_uniform", "plan_parameters", "plan_torchgpipe", "schedule_on_top",
@@ -55,18 +57,8 @@ __all__ = [
 # the schedule on top, and the "does not fit" report
 # ----------------------------------------------------------------------------
 def _best_schedule(chain: Chain, platform: Platform, bounds: Sequence[tuple[int, int]], method: str) -> Plan:
-    """best_schedule from workbench.schedule when present, else the same recurrence from dp."""
-    assignment = bounds_to_assignment(bounds)
-    try:
-        from ..schedule import best_schedule
-    except ImportError:
-        best_schedule = None
-    if best_schedule is not None:
-        return best_schedule(chain, platform, assignment, method=method)
-    try:
-        return schedule_partition(chain, platform, bounds, method=method)
-    except ValueError as e:
-        return infeasible_plan(chain, platform, method, str(e))
+    """The least-period schedule of the partition ``bounds`` that fits in memory (or why none does)."""
+    return best_schedule(chain, platform, bounds_to_assignment(bounds), method=method)
 
 
 def schedule_on_top(chain: Chain, platform: Platform, bounds: Sequence[tuple[int, int]], method: str, *,
@@ -140,7 +132,7 @@ def parameters_partition(weights: Sequence[float], parts: int) -> list[tuple[int
     pre = np.concatenate([[0.0], np.cumsum(w)])
     cost = pre[1:][None, :] - pre[:-1][:, None]
     bound, _ = bottleneck_partition(cost, parts)
-    tol = bound * 1e-12
+    tol = bound * TIE
     out: list[tuple[int, int]] = []
     start = 0
     while start < n:
@@ -190,10 +182,10 @@ def block_partition(costs: Sequence[float], parts: int, *, max_moves: int | None
         while moves < limit:
             sizes = [size(b) for b in range(k)]
             small = min(sizes)
-            if big <= small + 1 + 1e-12:
+            if big <= small + 1 + TIE:
                 return _blocks(ends)
             # the lightest block closest to p
-            q = min((b for b in range(k) if sizes[b] <= small + 1e-15), key=lambda b: (abs(b - p), b))
+            q = min((b for b in range(k) if sizes[b] <= small + LAST_BITS), key=lambda b: (abs(b - p), b))
             if p < q:
                 h = q - 1
                 ends[h] -= 1          # last item of B_{q-1} moves into B_q

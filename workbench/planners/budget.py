@@ -40,9 +40,11 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import dataclass
 from typing import Callable
 
-__all__ = ["Budget", "WorkDeadline", "within", "charge", "milp_root_seconds", "TICKS_PER_SECOND", "CANDIDATE_TICKS", "MILP_NODES_PER_SECOND", "DETERMINISTIC_SLACK"]
+__all__ = ["Budget", "WorkDeadline", "within", "charge", "milp_root_seconds", "TICKS_PER_SECOND", "CANDIDATE_TICKS",
+           "MILP_NODES_PER_SECOND", "DETERMINISTIC_SLACK", "PhaseShares", "POLISH_SECONDS", "MIN_CHILD_SECONDS"]
 
 #: polls of the deadline per second of each search on the reference machine (benchmarks/ilp_budget.py)
 TICKS_PER_SECOND: dict[str, float] = {
@@ -57,6 +59,48 @@ CANDIDATE_TICKS = 500
 MILP_NODES_PER_SECOND = 5.0
 #: deterministic budgets: the wall clock stops a call only after this many times its limit (plus 2 s)
 DETERMINISTIC_SLACK = 3.0
+#: seconds for the polishing LP of a MILP solution when there is no time limit
+POLISH_SECONDS = 30.0
+#: the least time limit a sub-call gets (a budget needs a positive number of seconds)
+MIN_CHILD_SECONDS = 1e-3
+
+
+@dataclass(frozen=True)
+class PhaseShares:
+    """How the ILP shares a time limit among its phases (docs/model.md, "Planners"; the phases are in
+    :mod:`workbench.planners.ilp_phases` and :mod:`workbench.planners.ilp_coarse`). A *share* is a
+    fraction of what is left when the phase starts; an *until* is the fraction of the whole limit
+    spent when the phase must end; seconds are wall-clock (or, deterministic, nominal) seconds.
+
+    >>> PhaseShares().local_search, PhaseShares().refine_until
+    (0.25, 0.98)
+    """
+
+    #: the local search from the incumbent (general): this share of what is left, at most ``search_seconds``
+    local_search: float = 0.25
+    #: seconds of a time limit kept from the MILP for the polishing LP ...
+    polish_reserve: float = 1.0
+    #: ... at most this fraction of the limit
+    polish_reserve_share: float = 0.1
+    #: with less left (wall-clock budgets), the MILP is skipped: the incumbent and its gap
+    milp_min_seconds: float = 0.2
+    #: the least time limit HiGHS and the polishing LP get; the polishing LP's without a time limit
+    solver_floor: float = 0.05
+    polish_seconds: float = POLISH_SECONDS
+    #: graph mode needs about this many times the default order's DP (best_order and a DP)
+    graph_after_dp: float = 3.0
+    #: coarsened general plans on 16 blocks or more: the block ILP runs until this fraction of the limit, ...
+    block_until: float = 0.2
+    #: ... (on fewer blocks, or contiguous, until this one) ...
+    block_alone_until: float = 0.8
+    #: ... the half-block solve until this one (without a limit: this many seconds), ...
+    half_blocks_until: float = 0.45
+    half_blocks_seconds: float = 30.0
+    #: ... the guided search on the fine chain until this one (without a limit: this many seconds, and
+    #: it stops after ``stale_kicks`` kicks in a row find nothing better); the rest is for the fine bound
+    refine_until: float = 0.98
+    refine_seconds: float = 20.0
+    stale_kicks: int = 25
 
 
 class WorkDeadline:
@@ -220,7 +264,7 @@ class Budget:
         """A budget for a sub-call (e.g. the ILP on blocks): ``share`` of what is left (see
         :meth:`phase_seconds`); its work counts against this one."""
         secs = self.phase_seconds(share, reserve, default, until)
-        secs = None if secs is None else max(secs, 1e-3)
+        secs = None if secs is None else max(secs, MIN_CHILD_SECONDS)
         wall = None
         if secs is not None:   # never past this budget's own end (deterministic: its safety net)
             own = time.perf_counter() + secs

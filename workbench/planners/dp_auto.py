@@ -32,7 +32,7 @@ At a period T a version of a non-last stage with downstream window ``w`` has
 ``(k-1) T + F + B + R + 2X/h`` when the gap must grow (modulo T it must hold the round trip
 and leave the forward and backward apart); the last stage has window ``F + B + R + 2X/h``.
 Versions with ``F + B + R + 2X/h > T`` or memory above M at their k are out. The least
-period is searched as in ``dp`` (:func:`workbench.planners.dp.least_feasible_period`), each
+period is searched as in ``dp`` (:func:`workbench.bisection.least_feasible`), each
 probe's answer re-timed exactly on its effective chain.
 
 >>> from workbench.chain import Chain, Layer, Platform
@@ -51,10 +51,13 @@ from typing import Sequence
 import numpy as np
 
 from ..activations import POLICIES, PolicyTerms, apply_policies, policy_terms
+from ..bisection import least_feasible
 from ..chain import Chain, Platform
 from ..memory import stage_step
+from ..schedule import Scheduler
+from ..tolerances import CEIL_SLACK, MEMORY_SLACK, TINY, ceil_counts
 from ..units import format_bytes
-from .dp import _EPS, _MEM_EPS, _ceil, _comm, bounds_to_assignment, least_feasible_period, unconstrained_period
+from .partition import bottleneck_partition, boundary_costs, bounds_to_assignment, unconstrained_period
 
 __all__ = ["auto_on_chain", "stage_versions", "Versions", "VERSION_CAP", "INEXACT"]
 
@@ -162,7 +165,7 @@ def stage_versions(chain: Chain, platform: Platform, allowed: Sequence[tuple[int
     rows: dict[str, list] = {k: [] for k in ("i", "j", "cls", "end", "FB", "host", "A", "static", "stash", "extra")}
     pols: list = []
     exact = True
-    limit = platform.memory * (1 + _MEM_EPS)
+    limit = platform.memory * (1 + MEMORY_SLACK)
     for i in range(L):
         if allowed is not None and i not in ends:
             continue
@@ -252,8 +255,8 @@ def _extend(groups: dict, pt: PolicyTerms, F: np.ndarray, j: int) -> tuple[dict,
 def _probe(v: Versions, chain: Chain, platform: Platform, T: float, c: np.ndarray):
     """The memory DP at period T over the versions: (bounds, policies) of the least first window, or None."""
     L = len(chain)
-    tolT = T * (1 + _EPS)
-    M = platform.memory * (1 + _MEM_EPS)
+    tolT = T * (1 + CEIL_SLACK)
+    M = platform.memory * (1 + MEMORY_SLACK)
     fits_T = v.FB + v.host <= tolT
     grp = v.i * _N + v.cls
     D_prev = None
@@ -267,7 +270,7 @@ def _probe(v: Versions, chain: Chain, platform: Platform, T: float, c: np.ndarra
             down = np.where(v.j < L - 1, D_prev[np.minimum(v.j + 1, L - 1), v.end], np.inf)
             ok = fits_T & np.isfinite(down) & (c[v.j] <= tolT)
             raw = v.FB + 2 * c[v.j] + np.where(ok, down, 0.0)
-            k = _ceil(raw / T)
+            k = ceil_counts(raw / T)
             window = np.where(raw - (k - 1) * T < v.FB + v.host, (k - 1) * T + v.FB + v.host, raw)
             ok &= v.memory(k) <= M
         if not ok.any():
@@ -297,8 +300,6 @@ def _probe(v: Versions, chain: Chain, platform: Platform, T: float, c: np.ndarra
 
 def _least_memory(v: Versions, L: int, P: int) -> float:
     """A lower bound on the memory any contiguous plan needs with policies chosen (every k = 1)."""
-    from .dp import bottleneck_partition
-
     least = np.full((L, L), np.inf)
     np.minimum.at(least, (v.i, v.j), v.memory(np.ones_like(v.A)))
     return bottleneck_partition(least, P)[0]
@@ -313,11 +314,9 @@ def auto_on_chain(chain: Chain, platform: Platform, allowed: Sequence[tuple[int,
     """(period, bounds, policies, note): the best contiguous plan with per-layer policies (only the
     stages in ``allowed`` when given, e.g. one partition's). The note says why there is none, or
     :data:`INEXACT` when versions were thinned; "" for a proven optimum."""
-    from ..schedule import Scheduler
-
     v = stage_versions(chain, platform, allowed)
-    c = _comm(chain, platform)
-    t0 = max(unconstrained_period(chain, platform)[0], 1e-300)
+    c = boundary_costs(chain, platform)
+    t0 = max(unconstrained_period(chain, platform)[0], TINY)
     host_all = 2 * sum(platform.host_time(float(np.sum(l))) for l in policy_terms(chain, platform).offloaded[_OFF:])
     hi = (t0 + 2 * float(np.sum(chain.forward)) + float(np.sum(chain.backward)) + 2 * float(c.sum()) + host_all) * 1.01
 
@@ -326,12 +325,12 @@ def auto_on_chain(chain: Chain, platform: Platform, allowed: Sequence[tuple[int,
         best = Scheduler(apply_policies(chain, pol), platform, bounds_to_assignment(bounds)).best()
         return best.period if best.feasible else math.inf
 
-    res = least_feasible_period(t0, hi, lambda T: _probe(v, chain, platform, T, c), exact)
-    if res is None:
+    found = least_feasible(t0, hi, lambda T: _probe(v, chain, platform, T, c), exact)
+    if found is None:
         need = _least_memory(v, len(chain), platform.devices) if len(v.A) else math.inf
         return math.inf, None, None, (
             f"no contiguous plan fits in {format_bytes(platform.memory)} per device even with recompute and "
             f"offload chosen per layer: the least memory one needs on {platform.devices} devices is "
             f"{format_bytes(need)} (one mini-batch in flight per stage)")
-    T, (bounds, pol) = res
-    return T, bounds, pol, "" if v.exact else INEXACT
+    bounds, pol = found.structure
+    return found.period, bounds, pol, "" if v.exact else INEXACT

@@ -35,6 +35,8 @@ from typing import Any, Literal
 
 from ..chain import Chain, Platform
 from ..plan import Plan, Stage, chain_for_plan, lower_bound, with_memory_setup
+from ..simulate import simulate_flushed
+from ..tolerances import REL_TOL
 from ..units import format_bytes
 from .dp import plan_dp
 
@@ -61,8 +63,6 @@ def plan_flushed(chain: Chain, platform: Platform, kind: Literal["gpipe", "1f1b"
                  allocation: str = "contiguous", time_limit: float | None = None,
                  micro_batches: int | None = None, flushes: int = 1, **options: Any) -> Plan:
     """A flushed ``kind`` schedule on dp's unconstrained partition, simulated (see the module docstring)."""
-    from ..simulate import simulate_flushed
-
     t0 = time.perf_counter()
     P = platform.devices
     m = int(micro_batches) if micro_batches is not None else 4 * P
@@ -85,7 +85,7 @@ def plan_flushed(chain: Chain, platform: Platform, kind: Literal["gpipe", "1f1b"
         b0 = float(mine.loc[mine["kind"] == "B", "start"].min())
         stages.append(Stage(st.first, st.last, st.device, f0, b0, held_copies(ops, s)))
     over = max(peak) - platform.memory if peak else 0.0
-    if over > platform.memory * 1e-6:
+    if over > platform.memory * REL_TOL:
         notes.append(f"does not fit: needs {format_bytes(max(peak))}, limit {format_bytes(platform.memory)} "
                      f"(over by {format_bytes(over)})")
     notes.append(f"{kind} with a flush every {m} micro-batches; period = makespan / {m}")

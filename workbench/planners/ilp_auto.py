@@ -2,11 +2,11 @@
 
 The model is :func:`workbench.planners.ilp_model.build_model` with ``policies=True`` (its
 policy part: :mod:`workbench.planners.ilp_policies`). The solve follows
-:func:`workbench.planners.ilp.plan_ilp` in a shorter form:
+:func:`workbench.planners.ilp_phases.solve_chain` in a shorter form:
 
 1. the incumbent is the exact contiguous DP with policies
    (:mod:`workbench.planners.dp_auto`); it bounds the period (``T <= T_dp``) and is returned when
-   the solver finds nothing better (or, on chains longer than ``ilp.COARSEN_ABOVE`` layers,
+   the solver finds nothing better (or, on chains longer than ``ilp_options.COARSEN_ABOVE`` layers,
    instead of a MILP: coarsening would merge layers that need different policies);
 2. the lower bound is the chain's own (``plan.lower_bound``: policies only add time); the
    local search, the cover search and the stage-path bound of the keep-only solver are left
@@ -33,23 +33,22 @@ from typing import Any
 
 import pyomo.environ as pyo
 
-from ..activations import apply_policies, describe, is_keep
+from ..activations import apply_policies, describe, is_keep, policy_terms
 from ..chain import Chain, Platform
+from ..check import check
 from ..plan import Plan, infeasible_plan, lower_bound, make_plan, stages_of
+from ..tolerances import BETTER, INCUMBENT_CAP, MILP_GAP
+from .dp import plan_dp
+from .ilp_bounds import memory_period_bound
 from .ilp_model import build_model
+from .ilp_options import COARSEN_ABOVE
+from .ilp_policies import minimal_terms, read_policies
+from .ilp_solve import polish, solve_model
 
 __all__ = ["plan_ilp_auto"]
 
 
-def _check(plan: Plan, chain: Chain, platform: Platform) -> list:
-    from ..check import check
-
-    return check(plan, chain, platform)
-
-
 def _from_model(model: pyo.ConcreteModel, chain: Chain, platform: Platform, allocation: str) -> Plan:
-    from .ilp_policies import read_policies
-
     d = model._ilp
     T = d.t_ref / pyo.value(model.u)
     pol = read_policies(model)
@@ -62,22 +61,17 @@ def _from_model(model: pyo.ConcreteModel, chain: Chain, platform: Platform, allo
 
 
 def plan_ilp_auto(chain: Chain, platform: Platform, *, allocation: str = "contiguous",
-                  time_limit: float | None = None, rel_gap: float = 1e-6, threads: int | None = 1,
-                  log: Any = None, solver_options: dict | None = None, **options: Any) -> Plan:
-    """Best periodic plan with per-layer activation policies by the ILP (see the module docstring)."""
-    from .dp import plan_dp
-    from .ilp import COARSEN_ABOVE, polish, solve_model
-
+                  time_limit: float | None = None, rel_gap: float = MILP_GAP, threads: int | None = 1,
+                  log: Any = None, solver_options: dict | None = None) -> Plan:
+    """Best periodic plan with per-layer activation policies by the ILP (see the module docstring), under a
+    memory limit (without one, :func:`workbench.planners.ilp.plan_ilp` plans the keep ILP: recompute and
+    offload only add time or constraints)."""
+    if not math.isfinite(platform.memory):
+        raise ValueError("plan_ilp_auto needs a memory limit (without one every layer keeps its activations)")
     t0 = time.perf_counter()
-    if not math.isfinite(platform.memory):    # without a limit keeping everything is best: recompute and
-        from .ilp import plan_ilp             # offload only add time or constraints
-
-        p = plan_ilp(chain, platform, allocation=allocation, time_limit=time_limit, rel_gap=rel_gap, threads=threads,
-                     log=log, solver_options=solver_options)
-        return p.with_(notes=p.notes + ("no memory limit: every layer keeps its activations (the best policy)",))
     notes: list[str] = []
     inc = plan_dp(chain, platform, activations="auto", graph=False)
-    inc = inc if inc.feasible and not _check(inc, chain, platform) else None
+    inc = inc if inc.feasible and not check(inc, chain, platform) else None
     lb = lower_bound(chain, platform)
 
     def finish(plan: Plan, status: str, gap: float, more: list[str]) -> Plan:
@@ -90,22 +84,19 @@ def plan_ilp_auto(chain: Chain, platform: Platform, *, allocation: str = "contig
             return finish(inc, "optimal", 0.0, ["incumbent meets the lower bound"])
     if len(chain) > COARSEN_ABOVE:
         if inc is None:
-            return infeasible_plan(chain, platform, "ilp", "no contiguous plan fits with policies chosen per layer, and "
+            return infeasible_plan(chain, platform, "ilp",
+                                   "no contiguous plan fits with policies chosen per layer, and "
                                    f"the ILP with policies does not coarsen chains over {COARSEN_ABOVE} layers",
                                    allocation=allocation, solve_seconds=time.perf_counter() - t0)
         return finish(inc, "feasible", max(0.0, (inc.period - lb) / inc.period),
                       [f"chain over {COARSEN_ABOVE} layers: no MILP with policies (coarsening would merge layers "
                        "that need different policies); the contiguous DP's plan"])
     if inc is None:
-        from ..activations import policy_terms
-        from .ilp_model import memory_period_bound
-        from .ilp_policies import minimal_terms
-
         if not math.isfinite(memory_period_bound(chain, platform, minimal_terms(policy_terms(chain, platform)))):
             return infeasible_plan(chain, platform, "ilp", "no plan fits in memory even with the least memory any "
                                    "activation policy gives each layer (every layer counted once, one mini-batch "
                                    "in flight)", allocation=allocation, solve_seconds=time.perf_counter() - t0)
-    hi = inc.period * (1 + 1e-7) if inc is not None else None
+    hi = inc.period * (1 + INCUMBENT_CAP) if inc is not None else None
     model = build_model(chain, platform, allocation=allocation, period_bounds=(lb, hi) if hi else None, policies=True)
     left = None if time_limit is None else max(time_limit - (time.perf_counter() - t0), 0.5)
     res = solve_model(model, time_limit=left, rel_gap=rel_gap, threads=threads, log=log, solver_options=solver_options)
@@ -117,10 +108,10 @@ def plan_ilp_auto(chain: Chain, platform: Platform, *, allocation: str = "contig
     if res.incumbent_objective is not None:
         polish(model, threads=threads)
         cand = _from_model(model, chain, platform, allocation)
-        bad = _check(cand, chain, platform)
+        bad = check(cand, chain, platform)
         if bad:
             notes.append(f"ILP solution rejected by the checker: {bad[0]}")
-        elif best is None or cand.period < best.period * (1 - 1e-9):
+        elif best is None or cand.period < best.period * (1 - BETTER):
             best = cand
     proven = tc in ("convergenceCriteriaSatisfied", "provenInfeasible", "infeasibleOrUnbounded")
     if best is None:
@@ -134,6 +125,7 @@ def plan_ilp_auto(chain: Chain, platform: Platform, *, allocation: str = "contig
     more = [f"activations: {describe(best.activations or ('keep',))}", f"HiGHS: {tc}; period bound {bound_T:.6g} s"]
     if status == "optimal" and best.period > lb * (1 + rel_gap):
         status = "feasible"
-        more.append("optimal for the MILP's bound on each device's transient memory"
-                    + (" and its host-link load" if allocation == "general" else "") + ", not proven for the exact model")
+        link = " and its host-link load" if allocation == "general" else ""
+        more.append(f"optimal for the MILP's bound on each device's transient memory{link}, "
+                    "not proven for the exact model")
     return finish(best, status, gap, more)

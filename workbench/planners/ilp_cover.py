@@ -26,7 +26,7 @@ The cover bound
 
 The exact search (:func:`cover_search`)
     Partitions are enumerated in bands of their bottleneck value; each is
-    evaluated *exactly* (:func:`workbench.planners.ilp_search.allocation_best`,
+    evaluated *exactly* (:func:`workbench.planners.evaluate.allocation_best`,
     brute force's certified per-allocation period, with the incumbent as a
     cut-off so most are rejected by bounds alone). After a band up to theta is
     exhausted, every allocation with period below theta has been seen, so
@@ -63,13 +63,17 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .. import bisection
 from ..chain import Chain, Platform
 from ..memory import layer_terms, linear_terms
+from ..plan import lower_bound
+from ..tolerances import BETTER, CEIL_SLACK, COVER_SLACK, SET_THRESHOLD_SEARCH, TINY
+from .evaluate import allocation_best, normalise
+from .ilp_bounds import chain_arrays
 
 __all__ = ["DeviceSets", "device_sets", "cover_bound", "cover_search", "CoverResult", "TooManySets"]
 
 MAX_SETS = 200_000
-_TOL = 1e-9
 
 
 class TooManySets(RuntimeError):
@@ -158,8 +162,8 @@ class DeviceSets:
         _, runs, w0 = self.runs(mask)
         need = w0
         for d, j, asum in runs:
-            need += max(1.0, math.ceil((d + cs[j]) / T * (1 - 1e-12))) * asum
-        return need <= self.memory * (1 + _TOL)
+            need += max(1.0, math.ceil((d + cs[j]) / T * (1 - CEIL_SLACK))) * asum
+        return need <= self.memory * (1 + COVER_SLACK)
 
     def allocation_fits(self, parts: list[int], T: float) -> bool:
         """Necessary conditions for a whole partition at period T, every cut known: each device's
@@ -178,7 +182,7 @@ class DeviceSets:
         if cuts:
             dev = _assignment(parts, L)
             link: dict[tuple[int, int], float] = {}
-            lim = T * (1 + _TOL)
+            lim = T * (1 + COVER_SLACK)
             for m in range(L - 1):
                 if cuts >> m & 1:
                     key = (min(dev[m], dev[m + 1]), max(dev[m], dev[m + 1]))
@@ -193,7 +197,7 @@ def _masks_under_load(comp: np.ndarray, t_max: float, limit: int) -> tuple[np.nd
     """All non-empty bitmasks with load <= t_max (grown one layer at a time), and their loads."""
     masks = np.zeros(1, dtype=np.int64)
     loads = np.zeros(1)
-    lim = t_max * (1 + _TOL)
+    lim = t_max * (1 + COVER_SLACK)
     for l in range(len(comp)):
         ok = loads + comp[l] <= lim
         masks = np.concatenate([masks, masks[ok] | np.int64(1 << l)])
@@ -207,8 +211,8 @@ def _thresholds(masks: np.ndarray, loads: np.ndarray, down, c, a, w0, memory: fl
                 chunk: int = 50_000, deadline: float | None = None, device_const: float = 0.0) -> np.ndarray:
     """The threshold of every mask (``loads``: theirs); inf where even one mini-batch per stage
     does not fit. ``a`` is (per-layer a, head, tail, buf_head, buf_tail): a run of the set is a
-    stage, so its first layer's head and receive buffer and its last layer's count too; the device's transient is left out (a
-    relaxation, which keeps thresholds lower bounds)."""
+    stage, so its first layer's head and receive buffer and its last layer's count too; the device's transient is
+    left out (a relaxation, which keeps thresholds lower bounds)."""
     L = len(down)
     out_t = np.empty(len(masks))
     bits = np.arange(L, dtype=np.int64)
@@ -242,21 +246,14 @@ def _thresholds(masks: np.ndarray, loads: np.ndarray, down, c, a, w0, memory: fl
                  + device_const)
 
         def need(T: np.ndarray) -> np.ndarray:
-            k = np.maximum(1.0, np.ceil(win / T[:, None] * (1 - 1e-12)))
+            k = np.maximum(1.0, np.ceil(win / T[:, None] * (1 - CEIL_SLACK)))
             return (np.where(B, k, 0.0) * A).sum(axis=1) + const
 
-        cap = memory * (1 + _TOL)
-        hi = np.maximum(win.max(axis=1), 1e-300)        # every k = 1
+        cap = memory * (1 + COVER_SLACK)
+        hi = np.maximum(win.max(axis=1), TINY)        # every k = 1
         fits = need(hi) <= cap
-        lo_T = np.zeros(len(m))
-        hi_T = hi.copy()
-        for _ in range(64):
-            mid = (lo_T + hi_T) / 2
-            ok = need(mid) <= cap
-            hi_T = np.where(ok, mid, hi_T)
-            lo_T = np.where(ok, lo_T, mid)
-            if np.all(hi_T - lo_T <= 1e-13 * hi_T):
-                break
+        lo_T, _ = bisection.bisect(np.zeros(len(m)), hi.copy(), lambda T: need(T) <= cap, rel=SET_THRESHOLD_SEARCH,
+                         max_steps=64)
         t = np.maximum(load, lo_T)  # lo_T: the memory threshold from below (a valid bound)
         out_t[lo:lo + chunk] = np.where(fits, t, np.inf)
     return out_t
@@ -272,15 +269,13 @@ def device_sets(chain: Chain, platform: Platform, t_max: float, *, limit: int = 
     >>> device_sets(ch, Platform(2, memory_model="paper"), 6.0).count   # sets of at most 2 layers
     6
     """
-    from .ilp_model import chain_arrays
-
     comp, down, c, a, w0 = chain_arrays(chain, platform)
     lin = linear_terms(layer_terms(chain, platform))
     L = len(chain)
     masks, load = _masks_under_load(comp, t_max, limit)
     t = _thresholds(masks, load, down, c, (a, lin.head, lin.tail, lin.buf_head, lin.buf_tail), w0, platform.memory,
                     deadline=deadline, device_const=lin.const)
-    keep = t <= t_max * (1 + _TOL)
+    keep = t <= t_max * (1 + COVER_SLACK)
     masks, t, load = masks[keep], t[keep], load[keep]
     low = np.zeros(len(masks), dtype=np.int64)
     if len(masks):
@@ -299,7 +294,7 @@ def device_sets(chain: Chain, platform: Platform, t_max: float, *, limit: int = 
 
 def _least_memory(ds: DeviceSets, T: float) -> np.ndarray:
     """Per layer, memory it needs whatever its stage (k >= ceil(D_l / T))."""
-    return np.maximum(1.0, np.ceil(ds.down / T * (1 - 1e-12))) * ds.a + ds.w0
+    return np.maximum(1.0, np.ceil(ds.down / T * (1 - CEIL_SLACK))) * ds.a + ds.w0
 
 
 class _Deadline(Exception):
@@ -310,7 +305,7 @@ def _covers(ds: DeviceSets, theta_hi: float, theta_lo: float, least: np.ndarray,
             deadline: float | None, counter: list[int]):
     """Yield (bottleneck, parts) of every partition into <= P sets with bottleneck (the largest
     threshold) in ``[theta_lo, theta_hi)`` (``theta_hi`` is ``counter[1]``, which the caller may
-    lower while the search runs). Tests are made against ``theta * (1 - _TOL)`` at both ends, so
+    lower while the search runs). Tests are made against ``theta * (1 - COVER_SLACK)`` at both ends, so
     successive bands see every partition once.
 
     A depth-first search that always covers the lowest uncovered layer next; the last set is
@@ -324,7 +319,7 @@ def _covers(ds: DeviceSets, theta_hi: float, theta_lo: float, least: np.ndarray,
     tot_mem = float(least.sum())
     mem_ok = math.isfinite(memory)
     index = ds.index
-    lo_lim = theta_lo * (1 - _TOL)
+    lo_lim = theta_lo * (1 - COVER_SLACK)
 
     def dfs(covered: int, depth: int, rem_load: float, rem_mem: float, bott: float):
         counter[0] += 1
@@ -332,9 +327,9 @@ def _covers(ds: DeviceSets, theta_hi: float, theta_lo: float, least: np.ndarray,
             raise _Deadline
         left = P - depth
         th = counter[1]
-        lim = th * (1 - _TOL)
+        lim = th * (1 - COVER_SLACK)
         free = ~covered & full
-        if rem_load > left * th * (1 + _TOL) or (mem_ok and rem_mem > left * memory * (1 + _TOL)):
+        if rem_load > left * th * (1 + COVER_SLACK) or (mem_ok and rem_mem > left * memory * (1 + COVER_SLACK)):
             return
         if left == 1:  # the rest must be one set
             t = index.get(free, math.inf)
@@ -348,7 +343,7 @@ def _covers(ds: DeviceSets, theta_hi: float, theta_lo: float, least: np.ndarray,
         end = bisect.bisect_left(ds.keys[u], lim)
         for i in range(end):
             t, s, ld = g[i]
-            if t >= counter[1] * (1 - _TOL):
+            if t >= counter[1] * (1 - COVER_SLACK):
                 break
             if s & covered:
                 continue
@@ -360,7 +355,7 @@ def _covers(ds: DeviceSets, theta_hi: float, theta_lo: float, least: np.ndarray,
             elif left == 2:  # the rest must be one set
                 rest = free & ~s
                 t2 = index.get(rest, math.inf)
-                if t2 < counter[1] * (1 - _TOL) and max(b, t2) >= lo_lim:
+                if t2 < counter[1] * (1 - COVER_SLACK) and max(b, t2) >= lo_lim:
                     parts.append(rest)
                     yield max(b, t2), list(parts)
                     parts.pop()
@@ -435,15 +430,11 @@ def cover_search(chain: Chain, platform: Platform, T_inc: float, *, deadline: fl
 
     ``progress(bound, period)`` is called when the bound or the incumbent improves.
     Raises :class:`TooManySets` when the device sets are too many to enumerate."""
-    from .ilp_search import allocation_best, normalise
-
     t0 = time.perf_counter()
     L = len(chain)
     try:
         ds = device_sets(chain, platform, T_inc, deadline=deadline)
     except TimeoutError:
-        from ..plan import lower_bound
-
         return CoverResult("timeout", T_inc, min(T_inc, lower_bound(chain, platform)),
                            seconds=time.perf_counter() - t0)
     best_T = T_inc
@@ -459,12 +450,10 @@ def cover_search(chain: Chain, platform: Platform, T_inc: float, *, deadline: fl
     try:
         lb = cover_bound(chain, platform, T_inc, deadline=deadline, sets=ds)
     except TimeoutError:
-        from ..plan import lower_bound
-
         return result("timeout", lower_bound(chain, platform))
     if progress:
         progress(lb, best_T)
-    if lb >= best_T * (1 - _TOL):
+    if lb >= best_T * (1 - COVER_SLACK):
         return result("optimal", best_T)
     bound = lb
     theta_lo = 0.0
@@ -484,10 +473,10 @@ def cover_search(chain: Chain, platform: Platform, T_inc: float, *, deadline: fl
                 a = normalise(_assignment(parts, L))
                 evaluated += 1
                 try:
-                    r = allocation_best(chain, platform, a, best_T * (1 - 1e-9), deadline=deadline)
+                    r = allocation_best(chain, platform, a, best_T * (1 - BETTER), deadline=deadline)
                 except TimeoutError:
                     raise _Deadline from None
-                if r is not None and r[0] < best_T * (1 - 1e-9):
+                if r is not None and r[0] < best_T * (1 - BETTER):
                     best_T, hit = r[0], (a, list(r[1]), list(r[2]))
                     counter[1] = min(counter[1], best_T)
                     if progress:
@@ -498,6 +487,6 @@ def cover_search(chain: Chain, platform: Platform, T_inc: float, *, deadline: fl
         theta_lo = theta
         if progress:
             progress(bound, best_T)
-        if bound >= best_T * (1 - _TOL):
+        if bound >= best_T * (1 - COVER_SLACK):
             return result("optimal", best_T)
     return result("optimal", best_T)

@@ -5,8 +5,8 @@ incumbent bounds the ILP (``T <= T_inc`` prunes most of the tree). Starting
 from a plan (the contiguous DP's), :func:`local_search` tries moving one layer
 to another device, and swapping the devices of two layers, keeping any move
 that lowers the period. Each allocation is scored by its *exact* least period
-(:func:`workbench.planners.brute.allocation_period`'s search, with the current
-period as a cut-off so that most candidates are rejected by bounds alone).
+(:func:`workbench.planners.evaluate.allocation_best`, with the current period as a
+cut-off so that most candidates are rejected by bounds alone).
 
 >>> from workbench.chain import Chain, Layer, Platform
 >>> from workbench.planners.dp import plan_dp
@@ -19,51 +19,18 @@ True
 
 from __future__ import annotations
 
-import math
+import random
 import time
 from itertools import islice
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator
 
 from ..chain import Chain, Platform
 from ..plan import Plan, make_plan, stages_of
+from ..tolerances import BETTER
+from .budget import within
+from .evaluate import allocation_best, normalise, path_period
 
-__all__ = ["allocation_best", "guided_search", "local_search", "normalise", "path_period"]
-
-
-def normalise(assignment: Sequence[int]) -> tuple[int, ...]:
-    """Relabel devices in first-use order (identical devices)."""
-    m: dict[int, int] = {}
-    out = []
-    for a in assignment:
-        d = m.get(a)
-        if d is None:
-            d = m[a] = len(m)
-        out.append(d)
-    return tuple(out)
-
-
-def allocation_best(chain: Chain, platform: Platform, assignment: Sequence[int], upper: float = math.inf,
-                    deadline: float | None = None) -> tuple[float, list[float], list[float]] | None:
-    """Least period of ``assignment`` if below ``upper``: (T, fwd starts, bwd starts) per stage, else None.
-    A :class:`~workbench.planners.budget.WorkDeadline` is charged for the evaluation."""
-    from .budget import charge
-
-    charge(deadline)
-    try:
-        from .brute import _alloc, _general_period
-
-        al = _alloc(chain, platform, assignment)
-        if al.contiguous:
-            from .brute import allocation_period
-
-            r = allocation_period(chain, platform, assignment)
-            return r if (r is not None and r[0] < upper) else None
-        return _general_period(al, platform, upper, deadline)
-    except ImportError:  # pragma: no cover
-        from .brute import allocation_period
-
-        r = allocation_period(chain, platform, assignment)
-        return r if (r is not None and r[0] < upper) else None
+__all__ = ["guided_search", "local_search"]
 
 
 def _neighbours(a0: tuple[int, ...], P: int, max_shift: int, swaps: bool) -> Iterator[tuple[int, ...]]:
@@ -115,8 +82,6 @@ def local_search(chain: Chain, platform: Platform, start: Plan, *, seconds: floa
 
     ``deadline`` (a ``perf_counter`` time or a :class:`~workbench.planners.budget.WorkDeadline`)
     replaces ``seconds`` when given."""
-    import random
-
     cap = max_stages if max_stages is not None else platform.devices + 4
     t_end = deadline if deadline is not None else time.perf_counter() + seconds
     P = platform.devices
@@ -133,10 +98,10 @@ def local_search(chain: Chain, platform: Platform, start: Plan, *, seconds: floa
                     continue
                 seen.add(a)
                 try:
-                    r = allocation_best(chain, platform, a, cur_T * (1 - 1e-9), deadline=t_end)
+                    r = allocation_best(chain, platform, a, cur_T * (1 - BETTER), deadline=t_end)
                 except TimeoutError:
                     break
-                if r is not None and r[0] < cur_T * (1 - 1e-9):
+                if r is not None and r[0] < cur_T * (1 - BETTER):
                     cur_a, cur_T, cur_fb = a, r[0], (r[1], r[2])
                     improved = True
                     break
@@ -162,46 +127,12 @@ def local_search(chain: Chain, platform: Platform, start: Plan, *, seconds: floa
         if r is None:
             continue
         a, T, fb = descend(a, r[0], (r[1], r[2]))
-        if T < best_T * (1 - 1e-9):
+        if T < best_T * (1 - BETTER):
             best_a, best_T, best_fb, stale = a, T, fb, 0
     if best_fb is None:
         return start
     plan = make_plan(chain, platform, best_T, best_a, best_fb[0], best_fb[1], method="local_search")
     return plan
-
-
-def path_period(chain: Chain, platform: Platform, assignment: Sequence[int], upper: float = math.inf) -> float:
-    """The least period of ``assignment`` if no stage ever waited: every device load, link load and
-    operation fits T, and every device fits its stages with ``k_s = ceil(path_s / T)`` in flight
-    (``path_s``: the stage's compute to the end of the chain and back, plus both transfers of
-    every cut from it on). A lower bound on the exact period (:func:`allocation_best`), equal to it
-    when the stages' operations interleave on their devices without waits; ``inf`` when it is not
-    below ``upper`` (nothing fits at ``upper``) or nothing fits at all. It costs one pass over the stages per bisection step (about
-    0.1 ms on resnet50's 177 layers against 1-100 ms for the exact period).
-
-    >>> from workbench.chain import Chain, Layer, Platform
-    >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 1.0, 0, 0, saved_bytes=10) for i in range(4)), input_bytes=0)
-    >>> path_period(ch, Platform(2, memory=50, memory_model="paper"), (0, 0, 1, 1))   # loads 4 and 4; device 0 holds k = 2
-    4.0
-    """
-    from .brute import _alloc, _paths_fit
-
-    al = _alloc(chain, platform, assignment)
-    lo = al.static_lb
-    if not lo < upper:
-        return math.inf
-    if _paths_fit(al, platform, lo):
-        return lo
-    hi = min(upper, max(lo, al.total_path))   # at T >= every path each k is 1
-    if not _paths_fit(al, platform, hi):
-        return math.inf
-    while hi - lo > 1e-9 * hi:
-        mid = (lo + hi) / 2
-        if _paths_fit(al, platform, mid):
-            hi = mid
-        else:
-            lo = mid
-    return hi
 
 
 def guided_search(chain: Chain, platform: Platform, start: Plan, *, seconds: float = 10.0,
@@ -233,10 +164,6 @@ def guided_search(chain: Chain, platform: Platform, start: Plan, *, seconds: flo
     >>> guided_search(ch, plat, plan_dp(ch, plat), seconds=5, kicks=5).period <= plan_dp(ch, plat).period
     True
     """
-    import random
-
-    from .budget import within
-
     cap = max_stages if max_stages is not None else 2 * platform.devices
     t_end = deadline if deadline is not None else time.perf_counter() + seconds
     P = platform.devices
@@ -248,15 +175,15 @@ def guided_search(chain: Chain, platform: Platform, start: Plan, *, seconds: flo
     def score(a: tuple[int, ...], r: float) -> None:
         """The exact period of ``a`` if its path period says it may beat the best."""
         nonlocal best_a, best_T, best_fb, stale
-        if a in checked or not r < best_T * (1 - 1e-9):
+        if a in checked or not r < best_T * (1 - BETTER):
             return
         checked.add(a)
         try:
-            got = allocation_best(chain, platform, a, best_T * (1 - 1e-9),
+            got = allocation_best(chain, platform, a, best_T * (1 - BETTER),
                                   deadline=within(t_end, check_seconds, "guided_search"))
         except TimeoutError:
             return
-        if got is not None and got[0] < best_T * (1 - 1e-9):
+        if got is not None and got[0] < best_T * (1 - BETTER):
             best_a, best_T, best_fb, stale = a, got[0], (got[1], got[2]), 0
 
     def moves(a: tuple[int, ...]):
@@ -275,8 +202,8 @@ def guided_search(chain: Chain, platform: Platform, start: Plan, *, seconds: flo
         while improved and time.perf_counter() < t_end:
             improved = False
             for m in moves(cur):
-                r = path_period(chain, platform, m, cur_r * (1 - 1e-9))
-                if r < cur_r * (1 - 1e-9):
+                r = path_period(chain, platform, m, cur_r * (1 - BETTER))
+                if r < cur_r * (1 - BETTER):
                     score(m, r)
                     cur, cur_r, improved = m, r, True
                     break

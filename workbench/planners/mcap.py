@@ -34,9 +34,10 @@ import numpy as np
 from ..chain import Chain, Platform
 from ..memory import layer_terms, square_terms
 from ..plan import Plan
+from ..tolerances import MEMORY_SLACK
 from ..units import format_bytes
 from .baselines import schedule_on_top
-from .dp import _comm, suffix_bounds
+from .partition import boundary_costs, suffix_bounds
 
 __all__ = ["plan_mcap", "mcap_partition"]
 
@@ -66,8 +67,8 @@ def mcap_partition(chain: Chain, platform: Platform) -> tuple[float, list[tuple[
     peak, _ = _suffix_bottleneck(mem, L, P)
     pf = np.concatenate([[0.0], np.cumsum(chain.forward + chain.backward)])
     fb = pf[1:][None, :] - pf[:-1][:, None]
-    time_cost = np.maximum(fb, _comm(chain, platform)[None, :])
-    tol = peak * (1 + 1e-9) if math.isfinite(peak) else peak
+    time_cost = np.maximum(fb, boundary_costs(chain, platform)[None, :])
+    tol = peak * (1 + MEMORY_SLACK) if math.isfinite(peak) else peak
     cost = [np.where(upper & (m <= tol), time_cost, np.inf) for m in mem]
     _, bounds = _suffix_bottleneck(cost, L, P)
     return peak, bounds

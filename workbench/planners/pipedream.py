@@ -41,9 +41,10 @@ import numpy as np
 
 from ..chain import Chain, Platform
 from ..plan import Plan, infeasible_plan
+from ..tolerances import MEMORY_SLACK
 from ..units import format_bytes
 from .baselines import schedule_on_top
-from .dp import _Tables, suffix_bounds
+from .partition import StageSums, suffix_bounds
 
 __all__ = ["plan_pipedream", "pipedream_partition", "pipedream_memory_need"]
 
@@ -62,10 +63,10 @@ def pipedream_partition(chain: Chain, platform: Platform, *, memory: float | Non
     >>> pipedream_partition(ch, Platform(2, memory_model="paper"), memory=50) is None
     True
     """
-    t = _Tables(chain, platform)
+    t = StageSums(chain, platform)
     L = t.L
     M = platform.memory if memory is None else float(memory)
-    M = M * (1 + 1e-9)
+    M = M * (1 + MEMORY_SLACK)
     cost = np.maximum(t.FB, 2 * t.c[None, :])
     cost = np.where(t.upper, cost, np.inf)
     charge = t.A + t.W                                       # one copy of activations and weights
@@ -94,7 +95,7 @@ def pipedream_memory_need(chain: Chain, platform: Platform) -> float:
     answer is the smallest candidate the DP accepts (bisection: acceptance is
     monotone in M).
     """
-    t = _Tables(chain, platform)
+    t = StageSums(chain, platform)
     L = t.L
     charge = (t.A + t.W)[t.upper]
     qs = np.arange(1, min(platform.devices, L) + 1)

@@ -16,7 +16,7 @@ and back, plus both transfers of every cut from j on (brute force's
 end (a Pareto front of (transfers downstream, memory) per stage start), the
 least total memory over all stage partitions, and bisects on T for the least
 period at which it fits. Unlike the per-layer bound
-(:func:`workbench.planners.ilp_model.memory_period_bound`), it sees that cuts
+(:func:`workbench.planners.ilp_bounds.memory_period_bound`), it sees that cuts
 are not free: a cut lengthens every window upstream of it, and on networks
 whose activations are large next to the link (resnet50 at 12 GB/s) that is
 what bounds the period. Transfers are rounded *down* to a grid of T / 256 in the
@@ -35,9 +35,12 @@ import time
 
 import numpy as np
 
+from ..bisection import bisect
 from ..chain import Chain, Platform
 from ..memory import layer_terms, linear_terms
 from ..plan import lower_bound
+from ..tolerances import CEIL_SLACK, LOAD_SLACK, MEMORY_SLACK, STAGE_BOUND_PRECISION, START_PERIOD
+from .ilp_bounds import chain_arrays
 
 __all__ = ["stage_path_bound", "least_stage_memory"]
 
@@ -53,8 +56,6 @@ def least_stage_memory(chain: Chain, platform: Platform, T: float) -> float:
 def _stage_memory(chain: Chain, platform: Platform, deadline=None):
     """``least_stage_memory`` as a function of T, the chain's arrays computed once; it raises
     ``TimeoutError`` once ``time.perf_counter() > deadline`` (polled once per layer)."""
-    from .ilp_model import chain_arrays
-
     L = len(chain)
     comp, down, c, a, w0 = chain_arrays(chain, platform)
     lin = linear_terms(layer_terms(chain, platform))
@@ -64,7 +65,7 @@ def _stage_memory(chain: Chain, platform: Platform, deadline=None):
     apre = np.concatenate([[0.0], np.cumsum(a)])
     wpre = np.concatenate([[0.0], np.cumsum(w0)])
     M = platform.memory
-    tol = 1 + 1e-9
+    tol = 1 + LOAD_SLACK   # times against T, and bytes against M (MEMORY_SLACK: the same)
 
     def least(T: float) -> float:
         step = T / GRID
@@ -85,7 +86,7 @@ def _stage_memory(chain: Chain, platform: Platform, deadline=None):
                 if nxt is None:
                     continue
                 C = nxt[0] + c2[j]
-                k = np.maximum(1.0, np.ceil((down[i] + C) / T * (1 - 1e-12)))
+                k = np.maximum(1.0, np.ceil((down[i] + C) / T * (1 - CEIL_SLACK)))
                 smem = (k * (apre[j + 1] - apre[i] + head[i] + tail[j]) + (wpre[j + 1] - wpre[i])
                         + lin.buf_head[i] + lin.buf_tail[j])
                 ok = smem <= M * tol
@@ -105,7 +106,7 @@ def _stage_memory(chain: Chain, platform: Platform, deadline=None):
     return least
 
 
-def stage_path_bound(chain: Chain, platform: Platform, hi: float | None = None, *, rel: float = 1e-3,
+def stage_path_bound(chain: Chain, platform: Platform, hi: float | None = None, *, rel: float = STAGE_BOUND_PRECISION,
                      deadline=None) -> float:
     """The least period (to relative precision ``rel``, rounded down) at which some stage
     partition fits the pooled memory of the devices; at least :func:`workbench.plan.lower_bound`.
@@ -124,7 +125,7 @@ def stage_path_bound(chain: Chain, platform: Platform, hi: float | None = None, 
 
 def _bisect(chain: Chain, platform: Platform, lb: float, hi: float | None, rel: float, deadline, state: dict) -> float:
     """stage_path_bound's search; ``state["lo"]`` always holds a period known not to fit (or ``lb``)."""
-    cap = platform.devices * platform.memory * (1 + 1e-9)
+    cap = platform.devices * platform.memory * (1 + MEMORY_SLACK)
     least = _stage_memory(chain, platform, deadline)
 
     def fits(T: float) -> bool:
@@ -134,18 +135,18 @@ def _bisect(chain: Chain, platform: Platform, lb: float, hi: float | None, rel: 
     if fits(lo):
         return lb
     if hi is None or not math.isfinite(hi):
-        hi = max(lo, 1e-12) * 2
+        hi = max(lo, START_PERIOD) * 2
         while not fits(hi):
             lo, hi = hi, hi * 2
             state["lo"] = lo
-            if hi > 1e6 * max(lb, 1e-12):
+            if hi > 1e6 * max(lb, START_PERIOD):
                 return math.inf
     elif not fits(hi):
         return lo  # hi is a plan's period, where the relaxation must fit: never here
-    while hi - lo > rel * hi:
-        mid = (lo + hi) / 2
-        if fits(mid):
-            hi = mid
-        else:
-            lo = state["lo"] = mid
-    return lo
+    def fits_noted(T: float) -> bool:       # a period that does not fit is the bound so far
+        ok = fits(T)
+        if not ok:
+            state["lo"] = T
+        return ok
+
+    return bisect(lo, hi, fits_noted, rel=rel)[0]

@@ -41,7 +41,8 @@ UNAVAILABLE = "unavailable"
 
 
 class Unavailable(Exception):
-    """The method is not there: not in the registry, its module cannot be imported, or not implemented."""
+    """The method is not there: not in the registry, or not implemented for this input. (A registered
+    method whose module fails to import is a broken install, and that error is raised as it is.)"""
 
 
 @dataclass(frozen=True)
@@ -57,8 +58,8 @@ def solve(chain: Chain, platform: Platform, method: str, *, allocation: str = "c
           time_limit: float | None = None, **options: Any) -> Plan:
     """:func:`workbench.planners.plan`, raising :class:`Unavailable` for a method that is not there."""
     try:
-        registered(method).planner()
-    except (ImportError, AttributeError, ValueError) as e:
+        registered(method)
+    except ValueError as e:
         raise Unavailable(f"{type(e).__name__}: {e}") from e
     try:
         return run_planner(chain, platform, method, allocation=allocation, time_limit=time_limit, **options)

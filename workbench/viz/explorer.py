@@ -44,7 +44,7 @@ from ..chain import Chain, Platform
 from ..methods import METHODS, flushed, names
 from ..plan import Plan
 from ..planners import plan as run_planner
-from ..planners.dp import least_memory
+from ..planners.dp import least_contiguous_memory
 from ..simulate import simulate
 from ..trace import Trace
 from ..units import format_bytes
@@ -84,7 +84,7 @@ def memory_range(chain: Chain, platform: Platform) -> tuple[float, float]:
 
     Below ``lo`` no contiguous plan fits; above ``hi`` more memory does not help the DP.
     """
-    lo = float(least_memory(chain, platform)[0])
+    lo = float(least_contiguous_memory(chain, platform)[0])
     free = run_planner(chain, platform.with_(memory=math.inf), "dp")
     hi = float(free.peak_memory) if free.feasible else 0.0
     return lo, max(hi * 1.05, lo * 1.5)

@@ -1,0 +1,21 @@
+"""Tests for workbench.planners.ilp_coarse: the ILP on blocks, expanded, with its phases recorded."""
+
+from __future__ import annotations
+
+from workbench.chain import Chain, Layer, Platform
+from workbench.check import check
+from workbench.planners.dp import plan_dp
+from workbench.planners.ilp_coarse import plan_coarse
+
+
+def test_blocks_expand_to_a_valid_plan_no_worse_than_the_fine_dp():
+    chain = Chain(tuple(Layer(f"l{i}", 1.0 + (i * 7 % 5) / 4, 2.0, 30, 6) for i in range(24)))
+    plat = Platform(3, memory_model="paper")
+    plat = plat.with_(memory=plan_dp(chain, plat).peak_memory * 0.7)
+    for allocation in ("contiguous", "general"):
+        p = plan_coarse(chain, plat, blocks=8, allocation=allocation, time_limit=6)
+        assert check(p, chain, plat) == [] and p.period <= plan_dp(chain, plat).period * (1 + 1e-9)
+        phases = [r["phase"] for r in p.extra["solve"]["phases"]]
+        assert phases[:2] == ["incumbent", "block_ilp"] and phases[-1] == "fine_bound"
+        assert ("guided_search" in phases) == (allocation == "general")
+        assert p.extra["fine_lower_bound"] <= p.period and p.extra["blocks"] == 8

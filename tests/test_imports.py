@@ -1,0 +1,90 @@
+"""The import graph of workbench/ has no cycle, and the package imports none of its own modules lazily
+behind ``except ImportError``."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1] / "workbench"
+
+
+def _module(path: Path) -> str:
+    parts = list(path.relative_to(ROOT.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _type_checking_only(tree: ast.Module) -> set[int]:
+    """ids of the import nodes under ``if TYPE_CHECKING:`` (never run)."""
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            out |= {id(n) for b in node.body for n in ast.walk(b)}
+    return out
+
+
+def import_graph() -> dict[str, set[str]]:
+    """module -> the workbench modules it imports, anywhere in it (functions included)."""
+    files = {_module(p): p for p in ROOT.rglob("*.py")}
+    graph: dict[str, set[str]] = {m: set() for m in files}
+    for mod, path in files.items():
+        tree = ast.parse(path.read_text())
+        skip = _type_checking_only(tree)
+        package = mod.split(".") if path.name == "__init__.py" else mod.split(".")[:-1]
+        for node in ast.walk(tree):
+            if id(node) in skip or not isinstance(node, (ast.Import, ast.ImportFrom)):
+                continue
+            if isinstance(node, ast.ImportFrom):
+                base = ".".join(package[:len(package) - node.level + 1] + ([node.module] if node.module else [])) \
+                    if node.level else (node.module or "")
+                names = [f"{base}.{a.name}" for a in node.names] + [base]
+            else:
+                names = [a.name for a in node.names]
+            for name in names:
+                while name and name not in files:
+                    name = name.rpartition(".")[0]
+                if name and name != mod:
+                    graph[mod].add(name)
+                    break
+    return graph
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(m: str) -> list[str] | None:
+        state[m] = 1
+        stack.append(m)
+        for n in sorted(graph[m]):
+            if state.get(n) == 1:
+                return stack[stack.index(n):] + [n]
+            if n not in state and (found := visit(n)):
+                return found
+        state[m] = 2
+        stack.pop()
+        return None
+
+    for m in sorted(graph):
+        if m not in state and (found := visit(m)):
+            return found
+    return None
+
+
+def test_the_import_graph_of_workbench_is_acyclic():
+    graph = import_graph()
+    assert len(graph) > 50 and "workbench.planners.dp" in graph["workbench.planners.ilp_phases"]
+    assert _cycle(graph) is None, " -> ".join(_cycle(graph))
+
+
+def test_the_check_finds_a_cycle():
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+
+
+def test_no_import_error_guards_around_the_package_itself():
+    for path in (ROOT / "planners").rglob("*.py"):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            caught = [ast.unparse(h.type or ast.Name("")) for h in getattr(node, "handlers", ())]
+            if isinstance(node, ast.Try) and any("ImportError" in c for c in caught):
+                assert False, f"{path.name}:{node.lineno}: an except ImportError guard"
