@@ -1,12 +1,12 @@
 """The memory model (workbench.memory) against independent computations.
 
 * a hand-computed stage (every term of docs/model.md);
-* the checker's own re-derivation (workbench.check_memory, which shares no code with it) on random
-  plans of random chains with random measured columns;
-* the contiguous DP against a brute force over partitions that uses the checker's re-derivation;
-* merged layers (Chain.coarsen) against the layers they stand for;
+* the contiguous DP against a brute force over partitions that uses the checker's re-derivation
+  (workbench.check_memory, which shares no code with it);
 * the simulator's memory timeline against the plan's figure;
 * torch's MemTracker around plain training steps of models the benchmark does not use.
+
+The views over a whole plan (workbench.memory_views) have their tests in test_memory_views.py.
 """
 
 from __future__ import annotations
@@ -23,16 +23,12 @@ from workbench.check import check
 from workbench.check_memory import memory_by_device
 from workbench.memory import (
     device_memory,
-    estimate_note,
     layer_terms,
-    merged_memory_columns,
-    plan_memory,
     stage_activation,
     stage_excess,
     stage_memory,
     validate_setup,
 )
-from workbench.plan import Stage
 from workbench.planners import plan as run_planner
 from workbench.planners.brute import plan_brute
 from workbench.planners.dp import plan_dp
@@ -84,26 +80,6 @@ def test_a_stage_by_hand():
     assert device_memory(t, [(0, 1, 3)]) == 3 * 20 + 120 + 6 + 60 + 28
 
 
-def test_two_implementations_agree_on_random_plans():
-    rng = np.random.default_rng(5)
-    for trial in range(200):
-        L, P = int(rng.integers(1, 9)), int(rng.integers(1, 4))
-        chain = measured_chain(rng, L, dtype=str(rng.choice(["float32", "bfloat16"])),
-                               device=str(rng.choice(["cpu", "cuda (H100)"])))
-        precision = "fp32" if chain.meta["dtype"] == "float32" else str(rng.choice(["bf16", "bf16-mixed"]))
-        plat = Platform(P, optimizer=str(rng.choice(["none", "sgd", "momentum", "adam", "adamw"])),
-                        precision=precision, weights=str(rng.choice(["stash", "single"])))
-        assign = [int(rng.integers(0, P)) for _ in range(L)]
-        runs, first = [], 0
-        for l in range(1, L + 1):
-            if l == L or assign[l] != assign[first]:
-                runs.append(Stage(first, l - 1, assign[first], 0.0, 0.0, int(rng.integers(1, 5))))
-                first = l
-        mine = plan_memory(chain, plat, runs)
-        theirs = memory_by_device(chain, plat, [(s.first, s.last, s.device, s.in_flight) for s in runs])
-        assert mine == pytest.approx(theirs, rel=1e-12), trial
-
-
 def full_memory(chain, plat, a, b, k):
     """A stage alone on its device, by the checker's re-derivation (not workbench.memory)."""
     return memory_by_device(chain, plat.with_(devices=1), [(a, b, 0, k)])[0]
@@ -149,26 +125,6 @@ def test_exact_general_plans_pass_the_checker():
     assert done >= 10
 
 
-def test_merged_layers_hold_what_their_layers_hold():
-    rng = np.random.default_rng(3)
-    for trial in range(60):
-        L = int(rng.integers(2, 10))
-        chain = measured_chain(rng, L)
-        cuts = sorted(set(int(c) for c in rng.integers(1, L, size=int(rng.integers(0, L)))))
-        edges = [0] + cuts + [L]
-        groups = [(edges[i], edges[i + 1] - 1) for i in range(len(edges) - 1)]
-        coarse = chain.coarsen(groups)
-        plat = Platform(1, optimizer=str(rng.choice(["sgd", "adam"])))
-        fine_t, coarse_t = layer_terms(chain, plat), layer_terms(coarse, plat)
-        for i in range(len(groups)):
-            for j in range(i, len(groups)):
-                a, b = groups[i][0], groups[j][1]
-                for k in (1, 3):
-                    assert stage_memory(coarse_t, i, j, k) == pytest.approx(stage_memory(fine_t, a, b, k)), trial
-                assert stage_excess(coarse_t, i, j) == pytest.approx(stage_excess(fine_t, a, b)), trial
-        assert merged_memory_columns(chain, 0, L - 1)["saved_input_bytes"] == chain.layers[0].saved_input_bytes
-
-
 def test_simulated_peak_is_the_plans_memory_with_one_stage_per_device():
     rng = np.random.default_rng(9)
     for trial in range(20):
@@ -177,19 +133,6 @@ def test_simulated_peak_is_the_plans_memory_with_one_stage_per_device():
         plan = plan_dp(chain, plat)
         trace = simulate(plan, chain, plat, batches=12)
         assert trace.peak_memory() == pytest.approx(np.array(plan.memory), rel=1e-9), trial
-
-
-def test_flushed_plans_split_and_fit():
-    rng = np.random.default_rng(4)
-    chain = measured_chain(rng, 6)
-    plat = Platform(2, optimizer="adam")
-    for kind in ("gpipe", "1f1b"):
-        p = run_planner(chain, plat, kind, micro_batches=4)
-        from workbench.viz.memory import memory_split
-
-        split = memory_split(p, chain, plat)
-        assert split["stashed"].sum() == 0                     # one weight version: nothing stashed
-        assert split["total"].to_numpy() == pytest.approx(np.array(p.memory), rel=1e-9)
 
 
 @pytest.mark.parametrize("name,config,optimizer", [
@@ -223,7 +166,6 @@ def test_estimates_are_named_and_setups_checked():
         validate_setup(Platform(1, precision="bf16-mixed"), chain)
     with pytest.raises(ValueError, match="paper's memory model"):
         Platform(1, weight_factor=4)
-    assert estimate_note(measured_chain(np.random.default_rng(0), 3), Platform(1)) is None
 
 
 def test_cli_one_device_plan_writes_the_peak(tmp_path, capsys):

@@ -96,7 +96,7 @@ def _check_memory(res, plan, wl, chain, optimizer="adam", steps=STEPS):
     from the model here), its parameters (fewer where weight stashing moved the live weights to new
     storage, which MemTracker files elsewhere), the optimizer's state, and a peak within 5 % (+ 8 KiB) of
     the memory model's prediction (the plan's memory, plus what torch's engine preallocates)."""
-    from workbench.memory import torch_engine_extra
+    from workbench.memory_views import torch_engine_extra
 
     extra = (torch_engine_extra(chain, plan.stages, plan.devices, steps)
              if res.meta["engine"] == "torch" else [0.0] * plan.devices)

@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING, Any, Iterable, Literal, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from .memory import MEMORY_MODELS, OPTIMIZER_STATES, PRECISIONS, merged_memory_columns
+from .memory import MEMORY_MODELS, OPTIMIZER_STATES, PRECISIONS
+from .memory_views import merged_memory_columns
 from .units import format_bytes, parse_bandwidth, parse_size
 
 if TYPE_CHECKING:  # workbench.graph builds chains (Graph.linearise): the annotation only names the type
@@ -231,7 +232,7 @@ class Chain:
         the cut after it are those of its last layer; its memory columns are
         such that the memory model gives every stage of merged layers what it
         gives the same stage of the original ones
-        (:func:`workbench.memory.merged_memory_columns`).
+        (:func:`workbench.memory_views.merged_memory_columns`).
 
         >>> c = Chain(tuple(Layer(f"l{i}", 1, 1, 1, 1) for i in range(4)))
         >>> len(c.coarsen([(0, 1), (2, 3)]))

@@ -2,7 +2,9 @@
 
 Every planner, the schedule builder, the simulator and the memory views get
 device memory from this module; only :mod:`workbench.check` re-derives it, on
-its own, from docs/model.md.
+its own, from docs/model.md. The views over a whole plan (every device's
+memory, its split by term, the estimate note, torch's engine extra, merged
+layers' columns) are in :mod:`workbench.memory_views`.
 
 **Per layer l** (arrays over the chain, :func:`layer_terms`), from the
 profile's columns (estimated where a profile lacks them, see
@@ -71,7 +73,7 @@ with ``A`` the plain sum of saved bytes and nothing else.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable, Sequence
+from typing import TYPE_CHECKING, Iterable
 
 import numpy as np
 
@@ -81,10 +83,8 @@ if TYPE_CHECKING:  # memory is below chain: chain.py imports from here
 __all__ = [
     "OPTIMIZER_STATES", "PRECISIONS", "MEMORY_MODELS", "ESTIMATES", "LayerTerms", "layer_terms",
     "stage_activation", "stage_memory", "stage_excess", "stage_op_excess", "stage_step", "device_memory",
-    "device_extra", "device_budget",
-    "plan_memory", "memory_breakdown", "BandTerms", "band_terms", "estimate_note", "validate_setup",
-    "merged_memory_columns", "suffix_terms", "square_terms", "linear_terms", "LinearTerms", "torch_engine_extra",
-    "measured_columns",
+    "device_extra", "device_budget", "BandTerms", "band_terms", "validate_setup",
+    "suffix_terms", "square_terms", "linear_terms", "LinearTerms", "measured_columns",
 ]
 
 #: optimizer -> state tensors per parameter (none: no optimizer state; sgd: plain SGD)
@@ -95,8 +95,6 @@ _STEP_TEMPS = {"none": 0, "sgd": 0, "momentum": 0, "adam": 2, "adamw": 2}
 _FOREACH_TEMPS = {"none": 0, "sgd": 0, "momentum": 0, "adam": 1, "adamw": 1}
 PRECISIONS = ("fp32", "bf16-mixed", "bf16")
 MEMORY_MODELS = ("full", "paper")
-_MEASURED = ("grad_bytes", "max_param_bytes", "saved_input_bytes", "saved_output_bytes",
-             "forward_peak_bytes", "backward_peak_bytes")
 #: how a missing profile column is estimated (a plan built on an estimate says so)
 ESTIMATES = {
     "grad_bytes": "the parameters' bytes",
@@ -358,58 +356,6 @@ def device_memory(t: LayerTerms, stages: Iterable[tuple[int, int, int]]) -> floa
     return sum(stage_memory(t, a, b, k) for a, b, k in items) + device_extra(t, [(a, b) for a, b, _ in items])
 
 
-def plan_memory(chain: Chain, platform: Platform, stages: Sequence) -> list[float]:
-    """Memory of every device for stages with ``first``, ``last``, ``device`` and ``in_flight``."""
-    t = layer_terms(chain, platform)
-    per: list[list[tuple[int, int, int]]] = [[] for _ in range(platform.devices)]
-    for s in stages:
-        per[s.device].append((s.first, s.last, s.in_flight))
-    return [device_memory(t, items) for items in per]
-
-
-def memory_breakdown(chain: Chain, platform: Platform, stages: Sequence) -> list[dict[str, float]]:
-    """Per device, the bytes of each term (they add up to :func:`plan_memory`'s figure).
-
-    Keys: ``parameters``, ``gradients``, ``optimizer``, ``master`` (fp32 copies), ``stashed``,
-    ``activations``, ``buffers`` (receive buffers), ``transient`` (the largest excess), ``runtime``; the paper
-    model has ``weights`` (phi W), ``stashed`` and ``activations``; ``offloaded`` (the one copy of offloaded
-    activations a device holds) when a layer offloads.
-    """
-    t = layer_terms(chain, platform)
-    names = (["weights"] if t.model == "paper" else ["parameters", "gradients", "optimizer", "master"])
-    if np.any(t.parts["offloaded"] > 0):
-        names.append("offloaded")
-    out = [dict.fromkeys(names + ["stashed", "activations", "buffers", "transient", "runtime"], 0.0)
-           for _ in range(platform.devices)]
-    excess = [0.0] * platform.devices
-    for s in stages:
-        row = out[s.device]
-        for n in names:
-            row[n] += float(np.sum(t.parts[n][s.first:s.last + 1]))
-        row["stashed"] += (s.in_flight - 1) * float(t.p_stash[s.last + 1] - t.p_stash[s.first])
-        row["activations"] += s.in_flight * stage_activation(t, s.first, s.last)
-        row["buffers"] += float(t.buf_in[s.first] + t.buf_out[s.last])
-        excess[s.device] = max(excess[s.device], stage_excess(t, s.first, s.last))
-        row["runtime"] = t.const
-    for d, row in enumerate(out):
-        row["transient"] = excess[d]
-    return out
-
-
-def estimate_note(chain: Chain, platform: Platform) -> str | None:
-    """A sentence naming the estimated profile columns, or None when every term was measured.
-
-    >>> from workbench.chain import Chain, Layer, Platform
-    >>> estimate_note(Chain((Layer("a", 1, 1),)), Platform(1))[:48]
-    'memory estimated: the profile has no grad_bytes,'
-    """
-    t = layer_terms(chain, platform)
-    if not t.estimated:
-        return None
-    return (f"memory estimated: the profile has no {', '.join(t.estimated)} (re-profile with the workbench's "
-            f"profiler to measure them; estimates in docs/model.md)")
-
-
 # ----------------------------------------------------------------------------
 # every stage i..j at once, for the dynamic programmes
 # ----------------------------------------------------------------------------
@@ -453,57 +399,6 @@ def band_terms(t: LayerTerms, I: np.ndarray, J: np.ndarray) -> BandTerms:
         step = np.maximum.accumulate(t.step[J], axis=1)
     excess = np.maximum(np.maximum(excess, step - (pa[J + 1] - pa[I]) - t.tail[J] + t.buf_in[I]), 0.0)
     return BandTerms(A, static, stash, excess + t.const)
-
-
-def merged_memory_columns(chain: Chain, first: int, last: int) -> dict[str, float | None]:
-    """``saved_bytes`` and the memory columns of one layer standing for layers ``first..last``.
-
-    Chosen so that every stage of merged layers gets, from :func:`layer_terms`,
-    the activations, head, tail, static, step and excess of the same stage of
-    the original layers: saved bytes add up less the storage shared inside the
-    group; the group's input (output) columns are its first (last) layer's; its
-    excess over the group (:func:`stage_excess`'s running term) becomes its
-    ``backward_peak_bytes``, with a ``forward_peak_bytes`` of 0. Columns a layer
-    of the group lacks stay unmeasured (None).
-
-    >>> from workbench.chain import Chain, Layer
-    >>> ls = [Layer(f"l{i}", 1, 1, 2, 4, 4, 2, 2, 4, 4, 8, 12) for i in range(3)]
-    >>> merged_memory_columns(Chain(tuple(ls), input_bytes=4), 0, 2)["saved_bytes"]   # 3 x 4 - 2 x 4 shared
-    4.0
-    """
-    layers = chain.layers[first:last + 1]
-    saved = [chain.saved(l) for l in range(first, last + 1)]
-    out: dict[str, float | None] = {}
-    for name in _MEASURED:
-        vals = [getattr(l, name) for l in layers]
-        out[name] = None if any(v is None for v in vals) else vals
-    si, so = out["saved_input_bytes"], out["saved_output_bytes"]
-    if si is None or so is None:
-        out["saved_bytes"] = float(sum(saved))
-        for name in ("saved_input_bytes", "saved_output_bytes", "forward_peak_bytes", "backward_peak_bytes"):
-            out[name] = None
-    else:
-        shared = [si[i] if i > 0 and so[i - 1] > 0 else 0.0 for i in range(len(layers))]
-        act = [max(s - h, 0.0) for s, h in zip(saved, shared)]
-        out["saved_bytes"] = float(saved[0] + sum(act[1:]))
-        out["saved_input_bytes"], out["saved_output_bytes"] = float(si[0]), float(so[-1])
-        fp, bp = out["forward_peak_bytes"], out["backward_peak_bytes"]
-        if fp is None or bp is None:
-            out["forward_peak_bytes"] = out["backward_peak_bytes"] = None
-        else:
-            inp = [float(chain.input_bytes) if first == 0 else chain.cut(first - 1)]
-            inp += [chain.cut(l) for l in range(first, last)]
-            first_act = max(saved[0] - (si[0] if first > 0 and (chain.layers[first - 1].saved_output_bytes or 0) > 0
-                                        else 0.0), 0.0)
-            acts = [first_act] + act[1:]
-            peaks = [max(fp[i] + inp[i] - saved[i], bp[i]) for i in range(len(layers))]
-            excess = max(peaks[i] - sum(acts[i + 1:]) for i in range(len(layers)))
-            out["forward_peak_bytes"], out["backward_peak_bytes"] = 0.0, float(max(excess, 0.0))
-    for name in ("grad_bytes",):
-        out[name] = None if out[name] is None else float(sum(out[name]))
-    if out["max_param_bytes"] is not None:
-        out["max_param_bytes"] = float(max(out["max_param_bytes"]))
-    return out
 
 
 def suffix_terms(t: LayerTerms) -> BandTerms:
@@ -590,39 +485,3 @@ def linear_terms(t: LayerTerms) -> LinearTerms:
     else:
         ub, step = np.maximum(t.peak, t.step), zero
     return LinearTerms(t.act + t.stash, t.static - t.stash, t.head, t.tail, t.buf_in, t.buf_out, ub, step, t.const)
-
-
-def torch_engine_extra(chain: Chain, stages: Sequence, devices: int, micro_batches: int) -> list[float]:
-    """Per device, what torch's pipeline engine holds beyond the plan's memory when it runs
-    ``micro_batches`` (N) micro-batches in one step (docs/model.md, "Runtime").
-
-    torch's ``PipelineStage`` preallocates a receive buffer per micro-batch for the stage's input and
-    one for the gradient of its output, and ``_PipelineScheduleRuntime`` keeps every send (outputs
-    forward, input gradients back) until the end of the step; the last stage caches its output
-    (before the loss) until the backward; stage 0 takes the step's whole input. Against the model
-    (which counts, per stage with k mini-batches in flight, k inputs and outputs, one receive buffer
-    each way, and the input gradient only while the backward runs), a stage ``i..j`` holds about
-    ``(2N - k - 1) in_i`` more (i > 0), ``(2N - k - 1) out_j`` more (j before the last layer),
-    ``(N - k)`` more inputs of the chain (stage 0) and ``k`` outputs of its last layer (the last
-    stage). An upper bound near the end of a step, when every send is still held.
-
-    >>> from workbench.chain import Chain, Layer
-    >>> from workbench.plan import Stage
-    >>> ch = Chain((Layer("a", 1, 1, 0, 10), Layer("b", 1, 1, 0, 3)), input_bytes=4)
-    >>> torch_engine_extra(ch, [Stage(0, 0, 0, 0, 0, 2), Stage(1, 1, 1, 0, 0, 1)], 2, 8)
-    [154.0, 143.0]
-    """
-    out = [0.0] * devices
-    n = max(int(micro_batches), 1)
-    last = len(stages) - 1
-    for i, s in enumerate(stages):
-        k = int(s.in_flight)
-        if i > 0:
-            out[s.device] += (2 * n - k - 1) * chain.cut(s.first - 1)
-        if i < last:
-            out[s.device] += (2 * n - k - 1) * chain.cut(s.last)
-        if i == 0:
-            out[s.device] += max(n - k, 0) * float(chain.input_bytes)
-        if i == last:
-            out[s.device] += k * float(chain.layers[s.last].activation_bytes)
-    return out

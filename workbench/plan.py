@@ -30,7 +30,8 @@ from typing import Any, Literal, Sequence
 from .activations import describe, is_keep, policy_vector
 from .chain import Chain, Platform
 from .io import write_text_atomic
-from .memory import estimate_note, layer_terms, plan_memory
+from .memory import layer_terms
+from .memory_views import estimate_note, plan_memory
 from .plan_extra import PlanExtra
 from .tolerances import REL_TOL
 from .units import format_bytes, format_seconds
@@ -368,7 +369,7 @@ def stage_in_flight(chain: Chain, platform: Platform, period: float, first: int,
 
 def device_memory(chain: Chain, platform: Platform, stages: Sequence[Stage]) -> list[float]:
     """Rule 7: memory of every device given stages with their in-flight counts
-    (:func:`workbench.memory.plan_memory`)."""
+    (:func:`workbench.memory_views.plan_memory`)."""
     return plan_memory(chain, platform, stages)
 
 

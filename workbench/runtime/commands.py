@@ -29,7 +29,7 @@ trace in the simulator's format), ``predicted.csv`` (the simulated trace),
 ``comparison.csv`` (per device) and ``summary.json`` (atomically) with keys
 ``predicted_period``, ``measured_period``, ``memory_predicted`` (the plan's
 memory, ``memory_plan``, plus on torch's engine what it preallocates,
-``memory_engine_extra``: :func:`workbench.memory.torch_engine_extra`),
+``memory_engine_extra``: :func:`workbench.memory_views.torch_engine_extra`),
 ``memory_measured`` (the allocator-level peak per device), ``memory_breakdown``,
 ``max_grad_error``, ``engine``, ``optimizer`` and more (errors, per-device busy
 times, calibration, cores).
@@ -145,7 +145,7 @@ def run_and_compare(plan, chain, platform, model, batch_size: int, steps: int = 
     import torch
 
     from ..io import write_text_atomic
-    from ..memory import torch_engine_extra
+    from ..memory_views import torch_engine_extra
     from ..plan import chain_for_plan
     from .compare import calibration_report, compare, stage_times
     from .engine import Workload, choose_engine, grad_error, grad_tolerance, reference_gradients, run_plan

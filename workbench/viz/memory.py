@@ -29,7 +29,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from ..chain import Chain, Platform
-from ..memory import memory_breakdown
+from ..memory_views import memory_breakdown
 from ..methods import flushed
 from ..plan import Plan, chain_for_plan
 from ..trace import Trace
@@ -38,7 +38,7 @@ from .gantt import TEMPLATE
 __all__ = ["memory_timeline", "memory_bars", "memory_split", "byte_unit", "SPLIT_COLORS", "SPLIT_TERMS",
            "DEVICE_COLORS"]
 
-#: the terms a device's memory splits into (workbench.memory.memory_breakdown), bottom to top, with legend labels
+#: the terms a device's memory splits into (workbench.memory_views.memory_breakdown), bottom to top, with legend labels
 SPLIT_TERMS = {"weights": "live weights (φ·W)", "parameters": "parameters", "gradients": "gradients",
                "optimizer": "optimizer state", "master": "fp32 master copies", "stashed": "stashed versions ((k-1)·W)",
                "activations": "activations (k·A)", "transient": "largest transient (one operation)",
@@ -68,7 +68,7 @@ def memory_split(plan: Plan, chain: Chain, platform: Platform) -> pd.DataFrame:
     """Per device, the bytes of each term of :mod:`workbench.memory` (:data:`SPLIT_TERMS`' keys that
     the model has), ``total`` and ``reported`` (the plan's own figure).
 
-    Periodic plans split their rule-7 figure (:func:`workbench.memory.memory_breakdown`). Flushed
+    Periodic plans split their rule-7 figure (:func:`workbench.memory_views.memory_breakdown`). Flushed
     schedules (GPipe, 1F1B) hold one weight version and no stash: their split is the simulated
     peak's (:func:`workbench.simulate.simulate_flushed`), its weight part split like a periodic
     plan's.
