@@ -102,42 +102,47 @@ def _whole(x: object) -> bool:
         return False
 
 
-def _structure(plan: Plan, chain: Chain, platform: Platform) -> tuple[list[Violation], bool]:
-    """Rules 0 and 1. Returns the violations and whether the stages are usable for rules 2-7."""
-    out: list[Violation] = []
-    usable = True
-    L, P = len(chain), platform.devices
-    if not plan.feasible:
-        why = "; ".join(plan.notes) if plan.notes else "no reason given"
-        out.append(Violation(0, f"the plan is infeasible (status {plan.status}, period {plan.period}): "
-                                f"nothing to check ({why})"))
-        return out, False
-    if plan.devices != P:
-        out.append(Violation(0, f"the plan is for {plan.devices} devices, the platform has {P}"))
-    a = tuple(plan.assignment)
-    if len(a) != L:
-        out.append(Violation(0, f"the assignment has {len(a)} entries for a chain of {L} layers"))
-        return out, False
+def _infeasible(plan: Plan) -> Violation:
+    """Rule 0: an infeasible plan has nothing to check."""
+    why = "; ".join(plan.notes) if plan.notes else "no reason given"
+    return Violation(0, f"the plan is infeasible (status {plan.status}, period {plan.period}): "
+                        f"nothing to check ({why})")
+
+
+def _device_count(plan: Plan, P: int) -> list[Violation]:
+    """Rule 0: the plan is for the platform's number of devices."""
+    return [] if plan.devices == P else [Violation(0, f"the plan is for {plan.devices} devices, the platform has {P}")]
+
+
+def _layer_devices(a: tuple, chain: Chain, P: int) -> list[Violation]:
+    """Rule 1: every layer on one of the platform's devices (the first five named, then a count)."""
     bad = [(l, d) for l, d in enumerate(a) if not (_whole(d) and 0 <= d < P)]
-    for l, d in bad[:5]:
-        out.append(Violation(1, f"layer {l} ({chain[l].name}) is on device {d}, not one of 0..{P - 1}",
-                             device=d if _whole(d) else None))
+    out = [Violation(1, f"layer {l} ({chain[l].name}) is on device {d}, not one of 0..{P - 1}",
+                     device=d if _whole(d) else None) for l, d in bad[:5]]
     if len(bad) > 5:
         out.append(Violation(1, f"... and {len(bad) - 5} more layers on devices not in 0..{P - 1}"))
-    if bad:
-        usable = False
-    # stages cover the chain in order
+    return out
+
+
+def _coverage(plan: Plan, L: int) -> list[Violation]:
+    """Rule 0: the stages cover the chain's L layers in order (the first stage that does not, or the gap)."""
     expect = 0
     for i, s in enumerate(plan.stages):
         if s.first != expect or s.last < s.first or s.last >= L:
-            out.append(Violation(0, f"stage {i} covers layers [{s.first}, {s.last}]; expected it to start at "
-                                    f"layer {expect} and end before layer {L} (stages must cover the chain in order)",
-                                 stage=i))
-            return out, False
+            return [Violation(0, f"stage {i} covers layers [{s.first}, {s.last}]; expected it to start at "
+                                 f"layer {expect} and end before layer {L} (stages must cover the chain in order)",
+                              stage=i)]
         expect = s.last + 1
     if expect != L or not plan.stages:
-        out.append(Violation(0, f"the stages cover layers 0..{expect - 1} of 0..{L - 1}"))
-        return out, False
+        return [Violation(0, f"the stages cover layers 0..{expect - 1} of 0..{L - 1}")]
+    return []
+
+
+def _stage_records(plan: Plan, a: tuple) -> tuple[list[Violation], bool]:
+    """Rule 0, per stage: a whole in-flight count of at least 1, and the device its layers are on.
+    Returns the violations and whether every stage's device agrees with the assignment."""
+    out: list[Violation] = []
+    usable = True
     for i, s in enumerate(plan.stages):
         if not _whole(s.in_flight) or s.in_flight < 1:
             out.append(Violation(0, f"stage {i} records {s.in_flight} mini-batches in flight, not a whole number "
@@ -147,33 +152,77 @@ def _structure(plan: Plan, chain: Chain, platform: Platform) -> tuple[list[Viola
             out.append(Violation(0, f"stage {i} (layers {s.first}..{s.last}) says device {s.device} but its layers "
                                     f"are assigned to device(s) {sorted(devs)}", stage=i, device=s.device))
             usable = False
-    runs = stages_of(a)
-    if usable and runs != [(s.first, s.last) for s in plan.stages]:
-        for i in range(len(plan.stages) - 1):
-            if plan.stages[i].device == plan.stages[i + 1].device:
-                out.append(Violation(0, f"stages {i} and {i + 1} are both on device {plan.stages[i].device}: "
-                                        f"a stage must be a maximal run of layers on one device",
-                                     stage=i + 1, device=plan.stages[i].device))
-    if plan.allocation == "contiguous" and usable:
-        seen: dict[int, int] = {}
-        for i, s in enumerate(plan.stages):
-            if s.device in seen:
-                out.append(Violation(1, f"contiguous plan but device {s.device} holds stages {seen[s.device]} "
-                                        f"and {i}", stage=i, device=s.device))
-            else:
-                seen[s.device] = i
-    if plan.schedule != "periodic" and not (_whole(plan.micro_batches) and plan.micro_batches >= 1):
-        out.append(Violation(0, f"a {plan.schedule} plan needs micro_batches, a whole number of at least 1, "
-                                f"got {plan.micro_batches}"))
-    if plan.schedule == "periodic" and not (plan.period > 0 and math.isfinite(plan.period)):
-        out.append(Violation(0, f"the period must be positive and finite, got {plan.period}"))
-        usable = False
+    return out, usable
+
+
+def _maximal_runs(plan: Plan, a: tuple) -> list[Violation]:
+    """Rule 0: a stage is a maximal run of layers on one device (no two neighbours on one device)."""
+    if stages_of(a) == [(s.first, s.last) for s in plan.stages]:
+        return []
+    st = plan.stages
+    return [Violation(0, f"stages {i} and {i + 1} are both on device {st[i].device}: "
+                         f"a stage must be a maximal run of layers on one device", stage=i + 1, device=st[i].device)
+            for i in range(len(st) - 1) if st[i].device == st[i + 1].device]
+
+
+def _contiguous(plan: Plan) -> list[Violation]:
+    """Rule 1: a contiguous plan puts at most one stage on each device."""
+    if plan.allocation != "contiguous":
+        return []
+    out: list[Violation] = []
+    seen: dict[int, int] = {}
     for i, s in enumerate(plan.stages):
-        if plan.schedule == "periodic" and not (math.isfinite(s.fwd_start) and math.isfinite(s.bwd_start)):
+        if s.device in seen:
+            out.append(Violation(1, f"contiguous plan but device {s.device} holds stages {seen[s.device]} "
+                                    f"and {i}", stage=i, device=s.device))
+        else:
+            seen[s.device] = i
+    return out
+
+
+def _micro_batches(plan: Plan) -> list[Violation]:
+    """Rule 0: a flushed plan says how many micro-batches a flush holds."""
+    if plan.schedule == "periodic" or (_whole(plan.micro_batches) and plan.micro_batches >= 1):
+        return []
+    return [Violation(0, f"a {plan.schedule} plan needs micro_batches, a whole number of at least 1, "
+                         f"got {plan.micro_batches}")]
+
+
+def _timing(plan: Plan) -> list[Violation]:
+    """Rule 0 for periodic plans: a positive finite period and finite start times."""
+    if plan.schedule != "periodic":
+        return []
+    out: list[Violation] = []
+    if not (plan.period > 0 and math.isfinite(plan.period)):
+        out.append(Violation(0, f"the period must be positive and finite, got {plan.period}"))
+    for i, s in enumerate(plan.stages):
+        if not (math.isfinite(s.fwd_start) and math.isfinite(s.bwd_start)):
             out.append(Violation(0, f"stage {i} has a non-finite start time (forward {s.fwd_start}, "
                                     f"backward {s.bwd_start})", stage=i, device=s.device))
-            usable = False
-    return out, usable
+    return out
+
+
+def _structure(plan: Plan, chain: Chain, platform: Platform) -> tuple[list[Violation], bool]:
+    """Rules 0 and 1. Returns the violations and whether the stages are usable for rules 2-7."""
+    if not plan.feasible:
+        return [_infeasible(plan)], False
+    L, P = len(chain), platform.devices
+    out = _device_count(plan, P)
+    a = tuple(plan.assignment)
+    if len(a) != L:
+        return out + [Violation(0, f"the assignment has {len(a)} entries for a chain of {L} layers")], False
+    off_platform = _layer_devices(a, chain, P)
+    out += off_platform
+    cover = _coverage(plan, L)
+    if cover:
+        return out + cover, False
+    records, devices_agree = _stage_records(plan, a)
+    out += records
+    usable = devices_agree and not off_platform
+    if usable:
+        out += _maximal_runs(plan, a) + _contiguous(plan)
+    timing = _timing(plan)
+    return out + _micro_batches(plan) + timing, usable and not timing
 
 
 def structural_violations(plan: Plan, chain: Chain, platform: Platform) -> list[Violation]:
@@ -199,6 +248,162 @@ def require_structure(plan: Plan, chain: Chain, platform: Platform, what: str = 
                                  f"on {platform.devices} devices:\n{lines}", bad)
 
 
+@dataclass(frozen=True)
+class _Timing:
+    """A periodic plan's times recomputed from the chain: period ``T``, per stage its costs, the
+    boundary cost after it (``comm``, 0 after the last), its start times ``f`` and ``b``; ``tol`` the
+    absolute tolerance (``REL_TOL`` of the largest time)."""
+
+    T: float
+    stages: Sequence
+    costs: list
+    comm: list[float]
+    f: list[float]
+    b: list[float]
+    tol: float
+
+    @classmethod
+    def of(cls, plan: Plan, chain: Chain, platform: Platform) -> "_Timing":
+        T = float(plan.period)
+        st = plan.stages
+        S = len(st)
+        costs = [chain.stage_costs(s.first, s.last) for s in st]
+        # boundary cost after each stage, asked of the platform for its pair of devices
+        comm = [platform.comm_time(chain.cut(st[i].last), st[i].device, st[i + 1].device) if i + 1 < S else 0.0
+                for i in range(S)]
+        f = [s.fwd_start for s in st]
+        b = [s.bwd_start for s in st]
+        scale = max([T] + [abs(x) for x in f] + [abs(x) for x in b])
+        return cls(T, st, costs, comm, f, b, REL_TOL * scale)
+
+
+def _forward_order(t: _Timing) -> list[Violation]:
+    """Rule 2: a stage's forward starts once the previous stage's forward ends and its output arrives."""
+    out: list[Violation] = []
+    st, f = t.stages, t.f
+    for i in range(len(st) - 1):
+        need = f[i] + t.costs[i].forward + t.comm[i]
+        if f[i + 1] < need - t.tol:
+            out.append(Violation(2, f"stage {i + 1} (device {st[i + 1].device}) starts its forward at "
+                                    f"{_fmt_t(f[i + 1])}, before stage {i}'s forward ends and its output arrives "
+                                    f"at {_fmt_t(need)} (early by {_fmt_t(need - f[i + 1])})",
+                                 stage=i + 1, device=st[i + 1].device, amount=need - f[i + 1]))
+    return out
+
+
+def _turn_around(t: _Timing) -> list[Violation]:
+    """Rule 3: the last stage's backward starts once its forward ends."""
+    last = len(t.stages) - 1
+    need = t.f[last] + t.costs[last].forward
+    if t.b[last] >= need - t.tol:
+        return []
+    device = t.stages[last].device
+    return [Violation(3, f"the last stage {last} (device {device}) starts its backward at "
+                         f"{_fmt_t(t.b[last])}, before its forward ends at {_fmt_t(need)} "
+                         f"(early by {_fmt_t(need - t.b[last])})", stage=last, device=device, amount=need - t.b[last])]
+
+
+def _backward_order(t: _Timing) -> list[Violation]:
+    """Rule 4: a stage's backward starts once the next stage's backward ends and the gradient arrives."""
+    out: list[Violation] = []
+    st, b = t.stages, t.b
+    for i in range(len(st) - 1):
+        need = b[i + 1] + t.costs[i + 1].backward + t.comm[i]
+        if b[i] < need - t.tol:
+            out.append(Violation(4, f"stage {i} (device {st[i].device}) starts its backward at {_fmt_t(b[i])}, "
+                                    f"before stage {i + 1}'s backward ends and the gradient arrives at "
+                                    f"{_fmt_t(need)} (early by {_fmt_t(need - b[i])})",
+                                 stage=i, device=st[i].device, amount=need - b[i]))
+    return out
+
+
+def _device_overlaps(t: _Timing, d: int, ops: list[tuple[str, int, float, float]]) -> list[Violation]:
+    """Rule 5 on device d: every pair of its operations ``(kind, stage, start, length)`` apart modulo T."""
+    out: list[Violation] = []
+    T, tol = t.T, t.tol
+    for x in range(len(ops)):
+        for y in range(x + 1, len(ops)):
+            kx, sx, x0, dx = ops[x]
+            ky, sy, y0, dy = ops[y]
+            r1 = (y0 - x0) % T  # how long after x starts y starts (mod T)
+            r2 = (x0 - y0) % T
+            if r1 < dx - tol or r2 < dy - tol:
+                over = max(dx - r1, dy - r2)
+                out.append(Violation(5, f"device {d}: the {kx} of stage {sx} ({_fmt_t(x0)} + {_fmt_t(dx)}) and "
+                                        f"the {ky} of stage {sy} ({_fmt_t(y0)} + {_fmt_t(dy)}) overlap modulo "
+                                        f"the period {_fmt_t(T)} (by {_fmt_t(over)})",
+                                     stage=sy, device=d, amount=over))
+    return out
+
+
+def _overlap(t: _Timing) -> list[Violation]:
+    """Rule 5: per device, its load within the period, then no two operations overlapping modulo T."""
+    ops_by_dev: dict[int, list[tuple[str, int, float, float]]] = {}
+    for i, s in enumerate(t.stages):
+        ops_by_dev.setdefault(s.device, []).append(("forward", i, t.f[i], t.costs[i].forward))
+        ops_by_dev.setdefault(s.device, []).append(("backward", i, t.b[i], t.costs[i].backward))
+    out: list[Violation] = []
+    for d in sorted(ops_by_dev):
+        ops = [o for o in ops_by_dev[d] if o[3] > 0]
+        load = sum(o[3] for o in ops)
+        if load > t.T + t.tol:
+            out.append(Violation(5, f"device {d} load {_fmt_t(load)} exceeds the period {_fmt_t(t.T)} "
+                                    f"(by {_fmt_t(load - t.T)})", device=d, amount=load - t.T))
+        else:
+            out += _device_overlaps(t, d, ops)
+    return out
+
+
+def _link_load(t: _Timing) -> list[Violation]:
+    """Rule 6: per ordered pair of devices, the transfers of one period (both ways) fit in it."""
+    links: dict[tuple[int, int], float] = {}
+    st = t.stages
+    for i in range(len(st) - 1):
+        p, q = st[i].device, st[i + 1].device
+        c = t.comm[i]
+        if p == q or c <= 0:
+            continue
+        links[(p, q)] = links.get((p, q), 0.0) + c
+        links[(q, p)] = links.get((q, p), 0.0) + c
+    return [Violation(6, f"link {p}->{q} carries {_fmt_t(load)} of transfers per period, more than the "
+                         f"period {_fmt_t(t.T)} (by {_fmt_t(load - t.T)})", device=p, amount=load - t.T)
+            for (p, q), load in sorted(links.items()) if load > t.T + t.tol]
+
+
+def _memory(t: _Timing, chain: Chain, platform: Platform) -> tuple[list[Violation], list[float]]:
+    """Rule 7: recorded in-flight counts against the windows, then each device's memory against its
+    limit. Returns the violations and each device's recomputed memory."""
+    out: list[Violation] = []
+    counted = []
+    for i, s in enumerate(t.stages):
+        window_end = t.b[i] + t.costs[i].backward
+        k = in_flight(t.f[i], window_end, t.T)
+        if s.in_flight != k:
+            out.append(Violation(7, f"stage {i} (device {s.device}) records {s.in_flight} mini-batches in flight; "
+                                    f"its window {_fmt_t(window_end - t.f[i])} over the period "
+                                    f"{_fmt_t(t.T)} gives {k}",
+                                 stage=i, device=s.device, amount=float(k - s.in_flight)))
+        counted.append((s.first, s.last, s.device, k))
+    mem = memory_by_device(chain, platform, counted)
+    for d in range(platform.devices):
+        M = platform.memory_of(d)
+        if mem[d] > M * (1 + REL_TOL):
+            out.append(Violation(7, f"device {d} holds {format_bytes(mem[d])}, limit {format_bytes(M)}, "
+                                    f"over by {format_bytes(mem[d] - M)}", device=d, amount=mem[d] - M))
+    return out, mem
+
+
+def _recorded_memory(plan: Plan, mem: list[float], devices: int) -> list[Violation]:
+    """Rule 7: the memory the plan records (if any) agrees with the recomputation."""
+    if not plan.memory:
+        return []
+    if len(plan.memory) != devices:
+        return [Violation(7, f"the plan records memory for {len(plan.memory)} devices, the platform has {devices}")]
+    return [Violation(7, f"device {d}: the plan records {format_bytes(rec)} of memory, the "
+                         f"recomputation gives {format_bytes(m)}", device=d, amount=abs(rec - m))
+            for d, (rec, m) in enumerate(zip(plan.memory, mem)) if abs(rec - m) > REL_TOL * max(abs(m), abs(rec), 1.0)]
+
+
 def check(plan: Plan, chain: Chain, platform: Platform) -> list[Violation]:
     """Every violated rule of docs/model.md, "Plan", recomputed from ``chain`` and ``platform``.
 
@@ -214,105 +419,13 @@ def check(plan: Plan, chain: Chain, platform: Platform) -> list[Violation]:
             chain = effective_chain(chain, plan.activations)
         except ValueError as e:
             return out + [Violation(0, str(e))]
-    T = float(plan.period)
-    st = plan.stages
-    S = len(st)
-    costs = [chain.stage_costs(s.first, s.last) for s in st]
-    # boundary cost after each stage, asked of the platform for its pair of devices
-    comm = [platform.comm_time(chain.cut(st[i].last), st[i].device, st[i + 1].device) if i + 1 < S else 0.0
-            for i in range(S)]
-    f = [s.fwd_start for s in st]
-    b = [s.bwd_start for s in st]
-    scale = max([T] + [abs(x) for x in f] + [abs(x) for x in b])
-    tol = REL_TOL * scale
-
-    # rule 2: forward order
-    for i in range(S - 1):
-        need = f[i] + costs[i].forward + comm[i]
-        if f[i + 1] < need - tol:
-            out.append(Violation(2, f"stage {i + 1} (device {st[i + 1].device}) starts its forward at "
-                                    f"{_fmt_t(f[i + 1])}, before stage {i}'s forward ends and its output arrives "
-                                    f"at {_fmt_t(need)} (early by {_fmt_t(need - f[i + 1])})",
-                                 stage=i + 1, device=st[i + 1].device, amount=need - f[i + 1]))
-    # rule 3: turn-around at the last stage
-    need = f[S - 1] + costs[S - 1].forward
-    if b[S - 1] < need - tol:
-        out.append(Violation(3, f"the last stage {S - 1} (device {st[S - 1].device}) starts its backward at "
-                                f"{_fmt_t(b[S - 1])}, before its forward ends at {_fmt_t(need)} "
-                                f"(early by {_fmt_t(need - b[S - 1])})",
-                             stage=S - 1, device=st[S - 1].device, amount=need - b[S - 1]))
-    # rule 4: backward order
-    for i in range(S - 1):
-        need = b[i + 1] + costs[i + 1].backward + comm[i]
-        if b[i] < need - tol:
-            out.append(Violation(4, f"stage {i} (device {st[i].device}) starts its backward at {_fmt_t(b[i])}, "
-                                    f"before stage {i + 1}'s backward ends and the gradient arrives at "
-                                    f"{_fmt_t(need)} (early by {_fmt_t(need - b[i])})",
-                             stage=i, device=st[i].device, amount=need - b[i]))
-    # rule 5: no overlap modulo T on a device
-    ops_by_dev: dict[int, list[tuple[str, int, float, float]]] = {}
-    for i, s in enumerate(st):
-        ops_by_dev.setdefault(s.device, []).append(("forward", i, f[i], costs[i].forward))
-        ops_by_dev.setdefault(s.device, []).append(("backward", i, b[i], costs[i].backward))
-    for d in sorted(ops_by_dev):
-        ops = [o for o in ops_by_dev[d] if o[3] > 0]
-        load = sum(o[3] for o in ops)
-        if load > T + tol:
-            out.append(Violation(5, f"device {d} load {_fmt_t(load)} exceeds the period {_fmt_t(T)} "
-                                    f"(by {_fmt_t(load - T)})", device=d, amount=load - T))
-            continue
-        for x in range(len(ops)):
-            for y in range(x + 1, len(ops)):
-                kx, sx, x0, dx = ops[x]
-                ky, sy, y0, dy = ops[y]
-                r1 = (y0 - x0) % T  # how long after x starts y starts (mod T)
-                r2 = (x0 - y0) % T
-                if r1 < dx - tol or r2 < dy - tol:
-                    over = max(dx - r1, dy - r2)
-                    out.append(Violation(5, f"device {d}: the {kx} of stage {sx} ({_fmt_t(x0)} + {_fmt_t(dx)}) and "
-                                            f"the {ky} of stage {sy} ({_fmt_t(y0)} + {_fmt_t(dy)}) overlap modulo "
-                                            f"the period {_fmt_t(T)} (by {_fmt_t(over)})",
-                                         stage=sy, device=d, amount=over))
-    # rule 6: link load per ordered pair
-    links: dict[tuple[int, int], float] = {}
-    for i in range(S - 1):
-        p, q = st[i].device, st[i + 1].device
-        c = comm[i]
-        if p == q or c <= 0:
-            continue
-        links[(p, q)] = links.get((p, q), 0.0) + c
-        links[(q, p)] = links.get((q, p), 0.0) + c
-    for (p, q), load in sorted(links.items()):
-        if load > T + tol:
-            out.append(Violation(6, f"link {p}->{q} carries {_fmt_t(load)} of transfers per period, more than the "
-                                    f"period {_fmt_t(T)} (by {_fmt_t(load - T)})", device=p, amount=load - T))
-    # rule 7: memory
-    counted = []
-    for i, s in enumerate(st):
-        k = in_flight(f[i], b[i] + costs[i].backward, T)
-        if s.in_flight != k:
-            out.append(Violation(7, f"stage {i} (device {s.device}) records {s.in_flight} mini-batches in flight; "
-                                    f"its window {_fmt_t(b[i] + costs[i].backward - f[i])} over the period "
-                                    f"{_fmt_t(T)} gives {k}", stage=i, device=s.device, amount=float(k - s.in_flight)))
-        counted.append((s.first, s.last, s.device, k))
-    mem = memory_by_device(chain, platform, counted)
-    for d in range(platform.devices):
-        M = platform.memory_of(d)
-        if mem[d] > M * (1 + REL_TOL):
-            out.append(Violation(7, f"device {d} holds {format_bytes(mem[d])}, limit {format_bytes(M)}, "
-                                    f"over by {format_bytes(mem[d] - M)}", device=d, amount=mem[d] - M))
+    t = _Timing.of(plan, chain, platform)
+    out += _forward_order(t) + _turn_around(t) + _backward_order(t) + _overlap(t) + _link_load(t)
+    memory, mem = _memory(t, chain, platform)
+    out += memory
     # rule 8: the host link (offloaded activations)
-    out.extend(Violation(**v) for v in host_link_problems(chain, platform, T, st, tol))
-    if plan.memory:
-        if len(plan.memory) != platform.devices:
-            out.append(Violation(7, f"the plan records memory for {len(plan.memory)} devices, the platform has "
-                                    f"{platform.devices}"))
-        else:
-            for d, (rec, m) in enumerate(zip(plan.memory, mem)):
-                if abs(rec - m) > REL_TOL * max(abs(m), abs(rec), 1.0):
-                    out.append(Violation(7, f"device {d}: the plan records {format_bytes(rec)} of memory, the "
-                                            f"recomputation gives {format_bytes(m)}", device=d, amount=abs(rec - m)))
-    return out
+    out.extend(Violation(**v) for v in host_link_problems(chain, platform, t.T, t.stages, t.tol))
+    return out + _recorded_memory(plan, mem, platform.devices)
 
 
 def is_valid(plan: Plan, chain: Chain, platform: Platform) -> bool:
