@@ -99,6 +99,60 @@ class _StageMemory:
         return cls(A, static, st, excess, t.const)
 
 
+def _device_events(p: int, stage_dev: Sequence[int], sm: _StageMemory, hold_start: np.ndarray, hold_end: np.ndarray,
+                   ops: Sequence[tuple[int, np.ndarray, np.ndarray]]) -> tuple[np.ndarray, ...]:
+    """Device p's memory events as arrays (time, sign, stage, kind): kind 0 holds a mini-batch (from
+    ``hold_start`` to ``hold_end``), 1 runs an operation of a stage with an excess."""
+    ev_t, ev_sign, ev_stage, ev_kind = [], [], [], []
+    n = hold_start.shape[1]
+    for s in (s for s in range(len(stage_dev)) if stage_dev[s] == p):
+        ev_t += [hold_start[s], hold_end[s]]
+        ev_sign += [np.ones(n), -np.ones(n)]
+        ev_stage += [np.full(2 * n, s)]
+        ev_kind += [np.zeros(2 * n)]
+    for s, starts, ends in ops:
+        if stage_dev[s] != p or sm.excess[s] <= 0:
+            continue
+        ev_t += [starts, ends]
+        ev_sign += [np.ones(len(starts)), -np.ones(len(ends))]
+        ev_stage += [np.full(len(starts) + len(ends), s)]
+        ev_kind += [np.ones(len(starts) + len(ends))]
+    return (np.concatenate(ev_t), np.concatenate(ev_sign), np.concatenate(ev_stage).astype(int),
+            np.concatenate(ev_kind))
+
+
+def _sweep(events: tuple[np.ndarray, ...], sm: _StageMemory, mine: list[int], base_w: float, tol: float,
+           rows: tuple[list, list, list, list]) -> None:
+    """Walk device events in time order (releases within ``tol`` of an acquisition first), appending to
+    ``rows`` (time, activations, weights, transient) one row per distinct instant: the state after it."""
+    times, sign, stg, kind = events
+    out_t, out_a, out_w, out_x = rows
+    key = times - np.where(sign < 0, tol, 0.0)
+    order = np.lexsort((sign, key))
+    counts = {s: 0 for s in mine}
+    act = extra = trans = 0.0
+    tl, sl, gl, kl = times[order].tolist(), sign[order].tolist(), stg[order].tolist(), kind[order].tolist()
+    m = len(tl)
+    for e in range(m):
+        s = gl[e]
+        if kl[e]:
+            trans += sl[e] * sm.excess[s]
+        elif sl[e] > 0:
+            counts[s] += 1
+            act += sm.A[s]
+            extra += sm.stash[s] if counts[s] > 1 else 0.0
+        else:
+            extra -= sm.stash[s] if counts[s] > 1 else 0.0
+            counts[s] -= 1
+            act -= sm.A[s]
+        if e + 1 == m or tl[e + 1] > tl[e] + tol:
+            if tl[e] <= out_t[-1] + tol:  # same instant as the last row: it holds the final state
+                out_a[-1], out_w[-1], out_x[-1] = act, base_w + extra, trans
+            else:
+                for column, value in ((out_t, tl[e]), (out_a, act), (out_w, base_w + extra), (out_x, trans)):
+                    column.append(value)
+
+
 def _memory_frame(devices: int, stage_dev: Sequence[int], sm: _StageMemory, hold_start: np.ndarray,
                   hold_end: np.ndarray, ops: Sequence[tuple[int, np.ndarray, np.ndarray]],
                   t0: float, scale: float) -> pd.DataFrame:
@@ -111,57 +165,20 @@ def _memory_frame(devices: int, stage_dev: Sequence[int], sm: _StageMemory, hold
     come first.
     """
     tol = 1e-9 * scale
-    S = len(stage_dev)
     frames = []
     for p in range(devices):
-        mine = [s for s in range(S) if stage_dev[s] == p]
+        mine = [s for s in range(len(stage_dev)) if stage_dev[s] == p]
         base_w = sum(sm.static[s] for s in mine) + (sm.const if mine else 0.0)
-        # events: (time, sign, stage, kind): kind 0 holds a mini-batch, 1 runs an operation
-        ev_t, ev_sign, ev_stage, ev_kind = [], [], [], []
-        for s in mine:
-            n = hold_start.shape[1]
-            ev_t += [hold_start[s], hold_end[s]]
-            ev_sign += [np.ones(n), -np.ones(n)]
-            ev_stage += [np.full(2 * n, s)]
-            ev_kind += [np.zeros(2 * n)]
-        for s, starts, ends in ops:
-            if stage_dev[s] != p or sm.excess[s] <= 0:
-                continue
-            ev_t += [starts, ends]
-            ev_sign += [np.ones(len(starts)), -np.ones(len(ends))]
-            ev_stage += [np.full(len(starts) + len(ends), s)]
-            ev_kind += [np.ones(len(starts) + len(ends))]
-        out_t, out_a, out_w, out_x = [t0], [0.0], [base_w], [0.0]
+        rows: tuple[list, list, list, list] = ([t0], [0.0], [base_w], [0.0])
         if mine:
-            times = np.concatenate(ev_t)
-            sign = np.concatenate(ev_sign)
-            stg = np.concatenate(ev_stage).astype(int)
-            kind = np.concatenate(ev_kind)
-            key = times - np.where(sign < 0, tol, 0.0)
-            order = np.lexsort((sign, key))
-            counts = {s: 0 for s in mine}
-            act = extra = trans = 0.0
-            tl, sl, gl, kl = times[order].tolist(), sign[order].tolist(), stg[order].tolist(), kind[order].tolist()
-            m = len(tl)
-            for e in range(m):
-                s = gl[e]
-                if kl[e]:
-                    trans += sl[e] * sm.excess[s]
-                elif sl[e] > 0:
-                    counts[s] += 1
-                    act += sm.A[s]
-                    extra += sm.stash[s] if counts[s] > 1 else 0.0
-                else:
-                    extra -= sm.stash[s] if counts[s] > 1 else 0.0
-                    counts[s] -= 1
-                    act -= sm.A[s]
-                if e + 1 == m or tl[e + 1] > tl[e] + tol:
-                    if tl[e] <= out_t[-1] + tol:  # same instant as the last row: it holds the final state
-                        out_a[-1], out_w[-1], out_x[-1] = act, base_w + extra, trans
-                    else:
-                        for column, value in ((out_t, tl[e]), (out_a, act), (out_w, base_w + extra), (out_x, trans)):
-                            column.append(value)
-        frames.append((np.full(len(out_t), p), out_t, out_a, out_w, out_x))
+            _sweep(_device_events(p, stage_dev, sm, hold_start, hold_end, ops), sm, mine, base_w, tol, rows)
+        frames.append((np.full(len(rows[0]), p),) + rows)
+    return _rows_frame(frames)
+
+
+def _rows_frame(frames: list[tuple]) -> pd.DataFrame:
+    """The memory frame of per-device rows ``(device, time, activations, weights, transient)``; float
+    noise (below 1e-9 of the largest activations or transient) is rounded to 0."""
     a = np.concatenate([np.asarray(f[2]) for f in frames])
     w = np.concatenate([np.asarray(f[3]) for f in frames])
     x = np.concatenate([np.asarray(f[4]) for f in frames])
@@ -172,6 +189,25 @@ def _memory_frame(devices: int, stage_dev: Sequence[int], sm: _StageMemory, hold
                        "time": np.concatenate([np.asarray(f[1], dtype=float) for f in frames]),
                        "activations": a, "weights": w, "transient": x, "total": a + w + x})
     return df[MEMORY_COLUMNS + ["transient"]]
+
+
+@dataclass(frozen=True)
+class _Pipeline:
+    """Per stage (runs of layers ``first..last``): forward and backward times ``F``, ``B``, its device
+    and the transfer time ``c`` to the next stage (0 after the last)."""
+
+    runs: list[tuple[int, int]]
+    F: list[float]
+    B: list[float]
+    dev: list[int]
+    c: list[float]
+
+    @classmethod
+    def of(cls, chain: Chain, platform: Platform, runs: Sequence[tuple[int, int]], dev: Sequence[int]) -> "_Pipeline":
+        S = len(runs)
+        costs = [chain.stage_costs(a, b, platform) for a, b in runs]
+        c = [platform.comm_time(chain.cut(runs[s][1]), dev[s], dev[s + 1]) if s + 1 < S else 0.0 for s in range(S)]
+        return cls(list(runs), [x.forward for x in costs], [x.backward for x in costs], list(dev), c)
 
 
 def simulate(plan: Plan, chain: Chain, platform: Platform, batches: int = 20) -> Trace:
@@ -197,43 +233,58 @@ def simulate(plan: Plan, chain: Chain, platform: Platform, batches: int = 20) ->
                                 flushes=max(1, math.ceil(batches / int(m))))
     if not plan.feasible or not plan.stages:
         raise ValueError(f"cannot simulate an infeasible plan ({'; '.join(plan.notes) or plan.status})")
+    if len(plan.assignment) != len(chain) or plan.stages[-1].last != len(chain) - 1:
+        raise ValueError(f"the plan covers {len(plan.assignment)} layers, the chain has {len(chain)}")
+    return _simulate_periodic(plan, chain, platform, int(batches))
+
+
+def _simulate_periodic(plan: Plan, chain: Chain, platform: Platform, N: int) -> Trace:
+    """:func:`simulate` of a periodic plan, checked, for N mini-batches."""
     T = float(plan.period)
     st = plan.stages
     S = len(st)
-    if len(plan.assignment) != len(chain) or st[-1].last != len(chain) - 1:
-        raise ValueError(f"the plan covers {len(plan.assignment)} layers, the chain has {len(chain)}")
-    costs = [chain.stage_costs(s.first, s.last, platform) for s in st]
-    F = [c.forward for c in costs]
-    B = [c.backward for c in costs]
-    dev = [s.device for s in st]
-    c = [platform.comm_time(chain.cut(st[s].last), dev[s], dev[s + 1]) if s + 1 < S else 0.0 for s in range(S)]
-    N = int(batches)
+    pipe = _Pipeline.of(chain, platform, [(s.first, s.last) for s in st], [s.device for s in st])
+    start2, end2, max_delay = _run_periodic(pipe, st, T, N, platform.devices)
+    ops = _periodic_ops(chain, platform, pipe, st, start2, end2)
+    hold_start = np.stack([start2[:, s] for s in range(S)])
+    hold_end = np.stack([end2[:, 2 * S - 1 - s] for s in range(S)])
+    sm = _StageMemory.of(chain, platform, pipe.runs, stash=platform.stash, step_in_ops=True)
+    op_rows = [(s, start2[:, j], end2[:, j]) for s in range(S) for j in (s, 2 * S - 1 - s)]
+    mem = _memory_frame(platform.devices, pipe.dev, sm, hold_start, hold_end, op_rows,
+                        float(min(0.0, start2.min())), max(T, float(end2.max()) / max(N, 1)))
+    return Trace(ops, mem, platform.devices, period=T, source="simulated",
+                 meta={"schedule": "periodic", "batches": N, "method": plan.method, "max_delay": max_delay,
+                       "planned_period": T})
+
+
+def _run_periodic(pipe: _Pipeline, st: Sequence, T: float, N: int, devices: int
+                  ) -> tuple[np.ndarray, np.ndarray, float]:
+    """Start and end times (N x 2S: op j of a mini-batch is F_j for j < S, else B_{2S-1-j}) of the
+    event-driven run, taking operations in the order of their planned start; and the largest delay."""
+    S = len(st)
     # op j of a mini-batch: j < S is F_j, j >= S is B_{2S-1-j}; the chain of dependencies is j-1 -> j
     stage_of = [j if j < S else 2 * S - 1 - j for j in range(2 * S)]
-    length = [F[j] if j < S else B[stage_of[j]] for j in range(2 * S)]
+    length = [pipe.F[j] if j < S else pipe.B[stage_of[j]] for j in range(2 * S)]
     offset = [st[j].fwd_start if j < S else st[stage_of[j]].bwd_start for j in range(2 * S)]
     # wait after op j-1 before op j: the transfer between stages (none at the turn-around)
-    wait = [0.0] + [c[j - 1] if j < S else (0.0 if j == S else c[stage_of[j]]) for j in range(1, 2 * S)]
+    wait = [0.0] + [pipe.c[j - 1] if j < S else (0.0 if j == S else pipe.c[stage_of[j]]) for j in range(1, 2 * S)]
     planned = np.asarray(offset)[None, :] + T * np.arange(N)[:, None]
     jj = np.broadcast_to(np.arange(2 * S), (N, 2 * S))
     ii = np.broadcast_to(np.arange(N)[:, None], (N, 2 * S))
     order = np.lexsort((jj.ravel(), ii.ravel(), planned.ravel()))
-    start = np.empty(N * 2 * S)
-    end = np.empty(N * 2 * S)
-    free = [-math.inf] * platform.devices
+    free = [-math.inf] * devices
     pl = planned.ravel().tolist()
     end_l = [0.0] * (N * 2 * S)
     start_l = [0.0] * (N * 2 * S)
-    twoS = 2 * S
     slack = 1e-7 * T  # float noise within the checker's tolerance is not a delay
     for idx in order.tolist():
-        j = idx % twoS
+        j = idx % (2 * S)
         t = pl[idx]
         if j > 0:
             dep = end_l[idx - 1] + wait[j]
             if dep > t + slack:
                 t = dep
-        d = dev[stage_of[j]]
+        d = pipe.dev[stage_of[j]]
         ln = length[j]
         if ln > 0:
             if free[d] > t + slack:
@@ -241,13 +292,18 @@ def simulate(plan: Plan, chain: Chain, platform: Platform, batches: int = 20) ->
             free[d] = t + ln
         start_l[idx] = t
         end_l[idx] = t + ln
-    start[:] = start_l
-    end[:] = end_l
+    start, end = np.array(start_l, dtype=float), np.array(end_l, dtype=float)
     max_delay = float(np.max(start - planned.ravel())) if len(start) else 0.0
-    start2 = start.reshape(N, 2 * S)
-    end2 = end.reshape(N, 2 * S)
+    return start.reshape(N, 2 * S), end.reshape(N, 2 * S), max_delay
 
+
+def _periodic_ops(chain: Chain, platform: Platform, pipe: _Pipeline, st: Sequence, start2: np.ndarray,
+                  end2: np.ndarray) -> pd.DataFrame:
+    """The operations frame of a periodic run: per stage its forwards and backwards, the sends of its
+    output and input gradient, and its activation-policy operations (:func:`_policy_ops`)."""
     cols: dict[str, list] = {k: [] for k in OP_COLUMNS}
+    N, S = start2.shape[0], len(st)
+    dev, c = pipe.dev, pipe.c
 
     def add(device, stage, kind, batch, s0, e0):
         n = len(batch)
@@ -266,18 +322,9 @@ def simulate(plan: Plan, chain: Chain, platform: Platform, batches: int = 20) ->
             add(dev[s], s, "send", batch, end2[:, jf], end2[:, jf] + c[s])
         if s > 0 and c[s - 1] > 0 and dev[s] != dev[s - 1]:
             add(dev[s], s, "send", batch, end2[:, jb], end2[:, jb] + c[s - 1])
-        for kind, s0, e0 in _policy_ops(chain, platform, st[s], start2[:, jf] + F[s], start2[:, jb]):
+        for kind, s0, e0 in _policy_ops(chain, platform, st[s], start2[:, jf] + pipe.F[s], start2[:, jb]):
             add(dev[s], s, kind, batch, s0, e0)
-    ops = _ops_frame({k: list(np.concatenate(v)) if k != "kind" else list(np.concatenate(v)) for k, v in cols.items()})
-    hold_start = np.stack([start2[:, s] for s in range(S)])
-    hold_end = np.stack([end2[:, 2 * S - 1 - s] for s in range(S)])
-    sm = _StageMemory.of(chain, platform, [(x.first, x.last) for x in st], stash=platform.stash, step_in_ops=True)
-    op_rows = [(s, start2[:, j], end2[:, j]) for s in range(S) for j in (s, 2 * S - 1 - s)]
-    mem = _memory_frame(platform.devices, dev, sm, hold_start, hold_end, op_rows,
-                        float(min(0.0, start.min())), max(T, float(end.max()) / max(N, 1)))
-    return Trace(ops, mem, platform.devices, period=T, source="simulated",
-                 meta={"schedule": "periodic", "batches": N, "method": plan.method, "max_delay": max_delay,
-                       "planned_period": T})
+    return _ops_frame({k: list(np.concatenate(v)) for k, v in cols.items()})
 
 
 def _policy_ops(chain: Chain, platform: Platform, stage, fwd_end: np.ndarray, bwd_start: np.ndarray
@@ -314,6 +361,22 @@ def _flush_order(kind: str, S: int, s: int, m: int) -> list[tuple[str, int]]:
     raise ValueError(f"flushed schedule kind must be 'gpipe' or '1f1b', got {kind!r}")
 
 
+def _flushed_assignment(chain: Chain, platform: Platform, assignment: Sequence[int], micro_batches: int,
+                        flushes: int) -> tuple[int, ...]:
+    """The assignment as whole device numbers, after checking the flushed run's arguments."""
+    if int(micro_batches) < 1:
+        raise ValueError(f"micro_batches must be at least 1, got {micro_batches}")
+    if flushes < 1:
+        raise ValueError(f"flushes must be at least 1, got {flushes}")
+    assignment = tuple(int(a) for a in assignment)
+    if len(assignment) != len(chain):
+        raise ValueError(f"the assignment has {len(assignment)} entries for a chain of {len(chain)} layers")
+    for l, d in enumerate(assignment):
+        if not 0 <= d < platform.devices:
+            raise ValueError(f"layer {l} is on device {d}, not in 0..{platform.devices - 1}")
+    return assignment
+
+
 def simulate_flushed(chain: Chain, platform: Platform, assignment: Sequence[int], micro_batches: int,
                      kind: FlushKind = "gpipe", flushes: int = 1) -> Trace:
     """Event-driven run of a flushed schedule (GPipe or 1F1B) over ``flushes`` groups of m micro-batches.
@@ -329,98 +392,106 @@ def simulate_flushed(chain: Chain, platform: Platform, assignment: Sequence[int]
     >>> t.makespan, t.period  # (m + S - 1) * (F + B) with one layer per stage
     (18.0, 4.5)
     """
+    assignment = _flushed_assignment(chain, platform, assignment, micro_batches, flushes)
     m = int(micro_batches)
-    if m < 1:
-        raise ValueError(f"micro_batches must be at least 1, got {micro_batches}")
-    if flushes < 1:
-        raise ValueError(f"flushes must be at least 1, got {flushes}")
-    assignment = tuple(int(a) for a in assignment)
-    if len(assignment) != len(chain):
-        raise ValueError(f"the assignment has {len(assignment)} entries for a chain of {len(chain)} layers")
-    for l, d in enumerate(assignment):
-        if not 0 <= d < platform.devices:
-            raise ValueError(f"layer {l} is on device {d}, not in 0..{platform.devices - 1}")
     runs = stages_of(assignment)
     S = len(runs)
-    costs = [chain.stage_costs(a, b, platform) for a, b in runs]
-    F = [x.forward for x in costs]
-    B = [x.backward for x in costs]
-    dev = [assignment[a] for a, _ in runs]
-    c = [platform.comm_time(chain.cut(runs[s][1]), dev[s], dev[s + 1]) if s + 1 < S else 0.0 for s in range(S)]
-    orders = [_flush_order(kind, S, s, m) for s in range(S)]
-    total = m * flushes
-    fs = np.full((S, total), np.nan)
-    fe = np.full((S, total), np.nan)
-    bs = np.full((S, total), np.nan)
-    be = np.full((S, total), np.nan)
-    rows: list[tuple[int, int, str, int, float, float]] = []
-    t_flush = 0.0
+    pipe = _Pipeline.of(chain, platform, runs, [assignment[a] for a, _ in runs])
+    run = _FlushedRun(pipe, [_flush_order(kind, S, s, m) for s in range(S)], m * flushes, platform.devices)
     for fl in range(flushes):
+        run.flush(fl * m, kind)
+    ops = _ops_frame(_flushed_columns(run.rows, runs))
+    makespan = run.t_flush
+    sm = _StageMemory.of(chain, platform, runs, stash=False, step_in_ops=False)
+    op_rows = [(s, a0[s], a1[s]) for s in range(S) for a0, a1 in ((run.fs, run.fe), (run.bs, run.be))]
+    mem = _memory_frame(platform.devices, pipe.dev, sm, run.fs, run.be, op_rows, 0.0, max(makespan, 1e-300))
+    mem = _with_step_rows(mem, chain, platform, runs, pipe.dev, makespan)
+    total = m * flushes
+    return Trace(ops, mem, platform.devices, period=makespan / total if total else math.nan, source="simulated",
+                 meta={"schedule": kind, "micro_batches": m, "flushes": flushes, "makespan": makespan})
+
+
+class _FlushedRun:
+    """The state of a flushed run: per stage and micro-batch the start and end of its forward (``fs``,
+    ``fe``) and backward (``bs``, ``be``), NaN until run; the rows ``(device, stage, kind, batch, start,
+    end)`` so far, sends included; and when the last flush ended (``t_flush``)."""
+
+    def __init__(self, pipe: _Pipeline, orders: list[list[tuple[str, int]]], total: int, devices: int) -> None:
+        S = len(orders)
+        self.pipe, self.orders, self.devices = pipe, orders, devices
+        self.fs, self.fe = np.full((S, total), np.nan), np.full((S, total), np.nan)
+        self.bs, self.be = np.full((S, total), np.nan), np.full((S, total), np.nan)
+        self.rows: list[tuple[int, int, str, int, float, float]] = []
+        self.t_flush = 0.0
+
+    def _ready(self, s: int, k: str, i: int) -> float | None:
+        """When operation k of stage s on micro-batch i may start, or None while what it needs has not run."""
+        S, c = len(self.orders), self.pipe.c
+        if k == "F":
+            if s == 0:
+                return self.t_flush
+            return None if math.isnan(self.fe[s - 1, i]) else self.fe[s - 1, i] + c[s - 1]
+        if s < S - 1:
+            return None if math.isnan(self.be[s + 1, i]) else self.be[s + 1, i] + c[s]
+        return None if math.isnan(self.fe[s, i]) else self.fe[s, i]
+
+    def flush(self, base: int, kind: str) -> None:
+        """Run one flush of micro-batches ``base..base+m-1``: always the operation that can start first
+        (the earliest stage on a tie); the flush ends when everything is done (the weights update)."""
+        S, pipe = len(self.orders), self.pipe
         ptr = [0] * S
-        stage_free = [t_flush] * S
-        dev_free = [t_flush] * platform.devices
-        remaining = sum(len(o) for o in orders)
-        base = fl * m
+        stage_free = [self.t_flush] * S
+        dev_free = [self.t_flush] * self.devices
+        remaining = sum(len(o) for o in self.orders)
         while remaining:
             best = None
             for s in range(S):
-                if ptr[s] >= len(orders[s]):
+                if ptr[s] >= len(self.orders[s]):
                     continue
-                k, j = orders[s][ptr[s]]
-                i = base + j
-                if k == "F":
-                    if s > 0:
-                        if math.isnan(fe[s - 1, i]):
-                            continue
-                        ready = fe[s - 1, i] + c[s - 1]
-                    else:
-                        ready = t_flush
-                else:
-                    if s < S - 1:
-                        if math.isnan(be[s + 1, i]):
-                            continue
-                        ready = be[s + 1, i] + c[s]
-                    else:
-                        if math.isnan(fe[s, i]):
-                            continue
-                        ready = fe[s, i]
-                ln = F[s] if k == "F" else B[s]
-                t = max(ready, stage_free[s], dev_free[dev[s]] if ln > 0 else ready)
+                k, j = self.orders[s][ptr[s]]
+                ready = self._ready(s, k, base + j)
+                if ready is None:
+                    continue
+                ln = pipe.F[s] if k == "F" else pipe.B[s]
+                t = max(ready, stage_free[s], dev_free[pipe.dev[s]] if ln > 0 else ready)
                 if best is None or t < best[0]:
-                    best = (t, s, k, i, ln)
+                    best = (t, s, k, base + j, ln)
             if best is None:
                 raise RuntimeError(f"{kind} schedule deadlocked with {remaining} operations left")
             t, s, k, i, ln = best
-            e = t + ln
-            if k == "F":
-                fs[s, i], fe[s, i] = t, e
-            else:
-                bs[s, i], be[s, i] = t, e
-            stage_free[s] = e
+            stage_free[s] = t + ln
             if ln > 0:
-                dev_free[dev[s]] = e
-            rows.append((dev[s], s, k, i, t, e))
-            if k == "F" and s < S - 1 and c[s] > 0 and dev[s] != dev[s + 1]:
-                rows.append((dev[s], s, "send", i, e, e + c[s]))
-            if k == "B" and s > 0 and c[s - 1] > 0 and dev[s] != dev[s - 1]:
-                rows.append((dev[s], s, "send", i, e, e + c[s - 1]))
+                dev_free[pipe.dev[s]] = t + ln
+            self._record(t, s, k, i, ln)
             ptr[s] += 1
             remaining -= 1
-        t_flush = float(max(r[5] for r in rows))  # the flush: everything done (weights update)
+        self.t_flush = float(max(r[5] for r in self.rows))  # the flush: everything done (weights update)
+
+    def _record(self, t: float, s: int, k: str, i: int, ln: float) -> None:
+        """Record operation k of stage s on micro-batch i from t to t + ln, and the send it starts."""
+        e = t + ln
+        dev, c, S = self.pipe.dev, self.pipe.c, len(self.orders)
+        if k == "F":
+            self.fs[s, i], self.fe[s, i] = t, e
+        else:
+            self.bs[s, i], self.be[s, i] = t, e
+        self.rows.append((dev[s], s, k, i, t, e))
+        if k == "F" and s < S - 1 and c[s] > 0 and dev[s] != dev[s + 1]:
+            self.rows.append((dev[s], s, "send", i, e, e + c[s]))
+        if k == "B" and s > 0 and c[s - 1] > 0 and dev[s] != dev[s - 1]:
+            self.rows.append((dev[s], s, "send", i, e, e + c[s - 1]))
+
+
+def _flushed_columns(rows: list[tuple[int, int, str, int, float, float]], runs: Sequence[tuple[int, int]]
+                     ) -> dict[str, list]:
+    """The operations' columns (:data:`~workbench.trace.OP_COLUMNS`) of a flushed run's rows."""
     cols: dict[str, list] = {k: [] for k in OP_COLUMNS}
     for d, s, k, i, t, e in rows:
         row = {"device": d, "stage": s, "first": runs[s][0], "last": runs[s][1], "kind": k, "batch": i, "start": t,
                "end": e}
         for name, value in row.items():
             cols[name].append(value)
-    ops = _ops_frame(cols)
-    makespan = t_flush
-    sm = _StageMemory.of(chain, platform, runs, stash=False, step_in_ops=False)
-    op_rows = [(s, a0[s], a1[s]) for s in range(S) for a0, a1 in ((fs, fe), (bs, be))]
-    mem = _memory_frame(platform.devices, dev, sm, fs, be, op_rows, 0.0, max(makespan, 1e-300))
-    mem = _with_step_rows(mem, chain, platform, runs, dev, makespan)
-    return Trace(ops, mem, platform.devices, period=makespan / total if total else math.nan, source="simulated",
-                 meta={"schedule": kind, "micro_batches": m, "flushes": flushes, "makespan": makespan})
+    return cols
 
 
 def _with_step_rows(mem: pd.DataFrame, chain: Chain, platform: Platform, runs: Sequence[tuple[int, int]],
