@@ -323,18 +323,15 @@ class _CoverWalk:
         self.ds, self.memory, self.deadline, self.counter, self.lo_lim = ds, memory, deadline, counter, lo_lim
         self.full = (1 << ds.L) - 1
         self.least_l = least.tolist()
-        self.mem_ok = math.isfinite(memory)
-        self.index = ds.index
+        self.mem_ok, self.index = math.isfinite(memory), ds.index
         self.parts: list[int] = []
 
-    def _last(self, rest: int, bott: float, lim: float):
-        """The partition completed by ``rest`` as its last set, if ``rest`` is a set below ``lim``
-        and the bottleneck reaches the band's lower end."""
+    def _last(self, rest: int, bott: float, lim: float) -> tuple[float, list[int]] | None:
+        """The partition completed by the set ``rest``, if below ``lim`` and reaching the band's lower end."""
         t = self.index.get(rest, math.inf)
         if t < lim and max(bott, t) >= self.lo_lim:
-            self.parts.append(rest)
-            yield max(bott, t), list(self.parts)
-            self.parts.pop()
+            return max(bott, t), self.parts + [rest]
+        return None
 
     def _least_memory_of(self, s: int) -> float:
         """The least memory of set ``s`` (0.0 without a memory limit)."""
@@ -359,7 +356,9 @@ class _CoverWalk:
                 self.mem_ok and rem_mem > left * self.memory * (1 + COVER_SLACK)):
             return
         if left == 1:  # the rest must be one set
-            yield from self._last(free, bott, lim)
+            last = self._last(free, bott, lim)
+            if last is not None:
+                yield last
             return
         u = (free & -free).bit_length() - 1
         g = ds.groups[u]
@@ -375,7 +374,9 @@ class _CoverWalk:
                 if b >= self.lo_lim:
                     yield b, list(parts)
             elif left == 2:  # the rest must be one set
-                yield from self._last(free & ~s, b, counter[1] * (1 - COVER_SLACK))
+                last = self._last(free & ~s, b, counter[1] * (1 - COVER_SLACK))
+                if last is not None:
+                    yield last
             else:
                 yield from self.dfs(covered | s, depth + 1, rem_load - ld, rem_mem - self._least_memory_of(s), b)
             parts.pop()
