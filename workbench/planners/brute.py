@@ -119,6 +119,9 @@ def _plan_auto(chain: Chain, platform: Platform, allocation: str, time_limit: fl
     return best.with_(lower_bound=lower_bound(chain, platform), solve_seconds=elapsed)
 
 
+_Best = tuple[float, tuple[int, ...], list[float], list[float]]   # (period, assignment, forward, backward starts)
+
+
 def plan_brute(chain: Chain, platform: Platform, *, allocation: str = "contiguous",
                time_limit: float | None = None, max_layers: int = 10, cache: bool = True,
                activations: str | None = None, **options: Any) -> Plan:
@@ -145,55 +148,75 @@ def plan_brute(chain: Chain, platform: Platform, *, allocation: str = "contiguou
         raise ValueError(
             f"brute force is exhaustive and refuses a chain of {L} layers (max_layers={max_layers}); "
             f"coarsen the chain (Chain.coarsen) or use the dp / ilp methods")
-    key = (chain, platform, allocation) if cache else None
-    if key is not None:
-        try:
-            if key in _CACHE:
-                return _CACHE[key]
-        except TypeError:  # unhashable field somewhere: no cache
-            key = None
+    key = _cache_key(chain, platform, allocation) if cache else None
+    if key is not None and key in _CACHE:
+        return _CACHE[key]
     t0 = time.perf_counter()
     deadline = t0 + time_limit if time_limit else None
-    P = platform.devices
-    best: tuple[float, tuple[int, ...], list[float], list[float]] | None = None
+    best = _best_contiguous(chain, platform)
     timed_out = False
-    # contiguous allocations: closed form
-    for asg in contiguous_allocations(L, P):
+    if allocation == "general":
+        best, timed_out = _best_general(chain, platform, best, deadline)
+    result = _brute_plan(chain, platform, allocation, best, timed_out, time.perf_counter() - t0)
+    if key is not None and not timed_out:
+        _CACHE[key] = result
+    return result
+
+
+def _cache_key(chain: Chain, platform: Platform, allocation: str) -> Any:
+    """The cache key of an instance, or None when some field is unhashable (then no cache)."""
+    key = (chain, platform, allocation)
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
+def _best_contiguous(chain: Chain, platform: Platform) -> _Best | None:
+    """The best contiguous allocation, each scored by its closed form (None: none fits in memory)."""
+    best: _Best | None = None
+    for asg in contiguous_allocations(len(chain), platform.devices):
         al = allocation_of(chain, platform, asg)
         r = contiguous_period(al, platform)
         if r is not None and (best is None or r[0] < best[0]):
             f, b = contiguous_schedule(al, r[0], r[1])
             best = (r[0], asg, f, b)
-    if allocation == "general":
-        allocs = [a for a in (allocation_of(chain, platform, g) for g in general_allocations(L, P)) if not a.contiguous]
-        bounds = [max(a.static_lb, memory_floor(a, platform)) for a in allocs]
-        for i in sorted(range(len(allocs)), key=lambda i: bounds[i]):
-            upper = best[0] if best is not None else math.inf
-            if not bounds[i] < upper / (1 + PERIOD_SEARCH):
-                if best is not None:
-                    break
-                continue
-            try:
-                r = general_period(allocs[i], platform, upper, deadline)
-            except TimeoutError:
-                timed_out = True
+    return best
+
+
+def _best_general(chain: Chain, platform: Platform, best: _Best | None, deadline: float | None
+                  ) -> tuple[_Best | None, bool]:
+    """Improve ``best`` over the non-contiguous allocations, visited in order of their lower bound and
+    stopped once the bound reaches the incumbent; returns the best and whether the deadline passed."""
+    allocs = [a for a in (allocation_of(chain, platform, g) for g in general_allocations(len(chain), platform.devices))
+              if not a.contiguous]
+    bounds = [max(a.static_lb, memory_floor(a, platform)) for a in allocs]
+    for i in sorted(range(len(allocs)), key=lambda i: bounds[i]):
+        upper = best[0] if best is not None else math.inf
+        if not bounds[i] < upper / (1 + PERIOD_SEARCH):
+            if best is not None:
                 break
-            if r is not None and (best is None or r[0] < best[0]):
-                best = (r[0], allocs[i].assignment, r[1], r[2])
-            if deadline is not None and time.perf_counter() > deadline:
-                timed_out = True
-                break
-    elapsed = time.perf_counter() - t0
+            continue
+        try:
+            r = general_period(allocs[i], platform, upper, deadline)
+        except TimeoutError:
+            return best, True
+        if r is not None and (best is None or r[0] < best[0]):
+            best = (r[0], allocs[i].assignment, r[1], r[2])
+        if deadline is not None and time.perf_counter() > deadline:
+            return best, True
+    return best, False
+
+
+def _brute_plan(chain: Chain, platform: Platform, allocation: str, best: _Best | None, timed_out: bool,
+                elapsed: float) -> Plan:
+    """The plan of the best allocation found (``timeout`` when the search was cut short), or why none."""
     if best is None:
         why = ("no allocation fits in memory" if not timed_out else "time limit reached before any plan was found")
         result = infeasible_plan(chain, platform, "brute", why, allocation=allocation, solve_seconds=elapsed)
-        if timed_out:
-            result = result.with_(status="timeout")
-    else:
-        T, asg, f, b = best
-        result = make_plan(chain, platform, T, asg, f, b, method="brute", allocation=allocation,
-                           status="timeout" if timed_out else "optimal", gap=None if timed_out else 0.0,
-                           solve_seconds=elapsed)
-    if key is not None and not timed_out:
-        _CACHE[key] = result
-    return result
+        return result.with_(status="timeout") if timed_out else result
+    T, asg, f, b = best
+    return make_plan(chain, platform, T, asg, f, b, method="brute", allocation=allocation,
+                     status="timeout" if timed_out else "optimal", gap=None if timed_out else 0.0,
+                     solve_seconds=elapsed)

@@ -162,56 +162,75 @@ def best_order(graph, devices: int, *, platform: Platform | None = None, max_sta
     outb = np.array([graph.node[v].output_bytes for v in order0], dtype=float)
     succ_pos = [[pos0[s] for s in graph.successors[v]] for v in order0]
     comm = platform is not None and (math.isfinite(platform.bandwidth) or platform.latency > 0)
+    link = platform if comm else None
 
     # default order, for comparison (and the guarantee never to do worse)
-    default_cuts = None
-    if comm:
-        default_cuts = [platform.comm_time(c) for c in graph.cut_bytes_of(order0)]
+    default_cuts = [platform.comm_time(c) for c in graph.cut_bytes_of(order0)] if link is not None else None
     default_value, _ = chain_bottleneck(w, devices, default_cuts)
 
     # 1. units, lossless zero-weight merges (compute only)
-    U = Units({i: [i] for i in range(n)}, {i: float(w[i]) for i in range(n)},
-               {i: {pos0[p] for p in graph.predecessors[v]} for i, v in enumerate(order0)},
-               {i: {pos0[s] for s in graph.successors[v]} for i, v in enumerate(order0)})
-    zero_merged = 0 if comm else zero_merges(U)
-
+    units = _units(graph, order0, pos0, w)
+    zero_merged = 0 if comm else zero_merges(units)
     # 2.-4. blocks and their down-set families
+    fam = _families(units, max_states, block_states)
+    states = sum(len(m) for _, m in fam.blocks) + 1
+
+    # the DP
+    stages_pos, dp_value = _search(fam.blocks, w, outb, succ_pos, devices, link)
+    stage_ids = [[order0[i] for i in sorted(st)] for st in stages_pos if st]
+    order = [v for st in stage_ids for v in st]
+    graph.check_order(order)
+    vals = stage_values(graph, stage_ids, link)
+    value = max(vals) if vals else 0.0
+    lb = float(max(w.sum() / devices, w.max() if n else 0.0))
+
+    note = _compression_note(n, len(fam.blocks), states, zero_merged, comm, fam.kinds, fam.max_theta, fam.bound)
+    return GraphDPResult(order=order, value=float(value), stages=stage_ids, states=states, compression=note,
+                         bound=float(fam.bound), seconds=time.perf_counter() - t0,
+                         default_value=float(default_value), lower_bound=lb, blocks=len(fam.blocks),
+                         details={"block_states": fam.cap, "dp_value": dp_value, "notes": []})
+
+
+def _units(graph, order0: list[str], pos0: dict[str, int], w: np.ndarray) -> Units:
+    """One unit per node (by its position in the default order ``order0``), with its compute and edges."""
+    n = len(order0)
+    return Units({i: [i] for i in range(n)}, {i: float(w[i]) for i in range(n)},
+                 {i: {pos0[p] for p in graph.predecessors[v]} for i, v in enumerate(order0)},
+                 {i: {pos0[s] for s in graph.successors[v]} for i, v in enumerate(order0)})
+
+
+@dataclass(frozen=True)
+class _Families:
+    """The blocks' down-set families: ``blocks`` (node positions sorted, masks over them), the largest
+    loss ``bound``, how many blocks of each kind, the largest series theta, and the per-block cap used."""
+
+    blocks: list[tuple[list[int], list[int]]]
+    bound: float
+    kinds: dict[str, int]
+    max_theta: float
+    cap: int
+
+
+def _families(units: Units, max_states: int, block_states: int) -> _Families:
+    """Every block's down-set family (steps 2-4 of the module text), the per-block cap halved (up to 8
+    tries) until the families hold at most ``max_states`` down-sets in all."""
     cap = max(16, int(block_states))
-    notes: list[str] = []
-    for attempt in range(8):
-        blocks: list[tuple[list[int], list[int]]] = []  # (node positions sorted, masks over them)
+    for _attempt in range(8):
+        blocks: list[tuple[list[int], list[int]]] = []
         bound = 0.0
         kinds: dict[str, int] = {}
         max_theta = 0.0
-        for bu in forced_splits(U):
-            sub = U.restrict(bu)
-            fams = block_family(sub, cap)
-            for nodes, masks, blk_bound, theta, kind in fams:
+        for bu in forced_splits(units):
+            for nodes, masks, blk_bound, theta, kind in block_family(units.restrict(bu), cap):
                 blocks.append((nodes, masks))
                 bound = max(bound, blk_bound)
                 if kind == "series":
                     max_theta = max(max_theta, theta)
                 kinds[kind] = kinds.get(kind, 0) + 1
-        total = sum(len(m) for _, m in blocks)
-        if total <= max_states:
+        if sum(len(m) for _, m in blocks) <= max_states:
             break
         cap = max(16, cap // 2)
-    states = sum(len(m) for _, m in blocks) + 1
-
-    # the DP
-    stages_pos, dp_value = _search(blocks, w, outb, succ_pos, devices, platform if comm else None)
-    stage_ids = [[order0[i] for i in sorted(st)] for st in stages_pos if st]
-    order = [v for st in stage_ids for v in st]
-    graph.check_order(order)
-    vals = stage_values(graph, stage_ids, platform if comm else None)
-    value = max(vals) if vals else 0.0
-    lb = float(max(w.sum() / devices, w.max() if n else 0.0))
-
-    note = _compression_note(n, len(blocks), states, zero_merged, comm, kinds, max_theta, bound)
-    return GraphDPResult(order=order, value=float(value), stages=stage_ids, states=states, compression=note,
-                         bound=float(bound), seconds=time.perf_counter() - t0, default_value=float(default_value),
-                         lower_bound=lb, blocks=len(blocks),
-                         details={"block_states": cap, "dp_value": dp_value, "notes": notes})
+    return _Families(blocks, bound, kinds, max_theta, cap)
 
 
 def _compression_note(n: int, blocks: int, states: int, zero_merged: int, comm: bool, kinds: dict[str, int],

@@ -308,40 +308,61 @@ def _covers(ds: DeviceSets, theta_hi: float, theta_lo: float, least: np.ndarray,
     lower while the search runs). Tests are made against ``theta * (1 - COVER_SLACK)`` at both ends, so
     successive bands see every partition once.
 
-    A depth-first search that always covers the lowest uncovered layer next; the last set is
-    found by a lookup (the remaining layers must form a set), not by a scan."""
-    L, P = ds.L, ds.P
-    full = (1 << L) - 1
-    comp = ds.comp
-    parts: list[int] = []
-    least_l = least.tolist()
-    tot_load = float(comp.sum())
-    tot_mem = float(least.sum())
-    mem_ok = math.isfinite(memory)
-    index = ds.index
-    lo_lim = theta_lo * (1 - COVER_SLACK)
+    A depth-first search that always covers the lowest uncovered layer next (:class:`_CoverWalk`); the
+    last set is found by a lookup (the remaining layers must form a set), not by a scan."""
+    walk = _CoverWalk(ds, least, memory, deadline, counter, theta_lo * (1 - COVER_SLACK))
+    counter[1] = theta_hi
+    yield from walk.dfs(0, 0, float(ds.comp.sum()), float(least.sum()), 0.0)
 
-    def dfs(covered: int, depth: int, rem_load: float, rem_mem: float, bott: float):
+
+class _CoverWalk:
+    """The depth-first search of :func:`_covers`; ``counter``: nodes visited, the band's upper end."""
+
+    def __init__(self, ds: DeviceSets, least: np.ndarray, memory: float, deadline: float | None,
+                 counter: list, lo_lim: float) -> None:
+        self.ds, self.memory, self.deadline, self.counter, self.lo_lim = ds, memory, deadline, counter, lo_lim
+        self.full = (1 << ds.L) - 1
+        self.least_l = least.tolist()
+        self.mem_ok, self.index = math.isfinite(memory), ds.index
+        self.parts: list[int] = []
+
+    def _last(self, rest: int, bott: float, lim: float) -> tuple[float, list[int]] | None:
+        """The partition completed by the set ``rest``, if below ``lim`` and reaching the band's lower end."""
+        t = self.index.get(rest, math.inf)
+        if t < lim and max(bott, t) >= self.lo_lim:
+            return max(bott, t), self.parts + [rest]
+        return None
+
+    def _least_memory_of(self, s: int) -> float:
+        """The least memory of set ``s`` (0.0 without a memory limit)."""
+        ml = 0.0
+        if self.mem_ok:
+            while s:
+                bit = s & -s
+                ml += self.least_l[bit.bit_length() - 1]
+                s ^= bit
+        return ml
+
+    def dfs(self, covered: int, depth: int, rem_load: float, rem_mem: float, bott: float):
+        """Every completion of the sets chosen so far (``covered`` their layers) within the band."""
+        ds, counter, parts = self.ds, self.counter, self.parts
         counter[0] += 1
-        if counter[0] & 1023 == 0 and deadline is not None and time.perf_counter() > deadline:
+        if counter[0] & 1023 == 0 and self.deadline is not None and time.perf_counter() > self.deadline:
             raise _Deadline
-        left = P - depth
+        left = ds.P - depth
         th = counter[1]
-        lim = th * (1 - COVER_SLACK)
-        free = ~covered & full
-        if rem_load > left * th * (1 + COVER_SLACK) or (mem_ok and rem_mem > left * memory * (1 + COVER_SLACK)):
+        lim, free = th * (1 - COVER_SLACK), ~covered & self.full
+        if rem_load > left * th * (1 + COVER_SLACK) or (
+                self.mem_ok and rem_mem > left * self.memory * (1 + COVER_SLACK)):
             return
         if left == 1:  # the rest must be one set
-            t = index.get(free, math.inf)
-            if t < lim and max(bott, t) >= lo_lim:
-                parts.append(free)
-                yield max(bott, t), list(parts)
-                parts.pop()
+            last = self._last(free, bott, lim)
+            if last is not None:
+                yield last
             return
         u = (free & -free).bit_length() - 1
         g = ds.groups[u]
-        end = bisect.bisect_left(ds.keys[u], lim)
-        for i in range(end):
+        for i in range(bisect.bisect_left(ds.keys[u], lim)):
             t, s, ld = g[i]
             if t >= counter[1] * (1 - COVER_SLACK):
                 break
@@ -350,28 +371,15 @@ def _covers(ds: DeviceSets, theta_hi: float, theta_lo: float, least: np.ndarray,
             b = max(bott, t)
             parts.append(s)
             if s == free:
-                if b >= lo_lim:
+                if b >= self.lo_lim:
                     yield b, list(parts)
             elif left == 2:  # the rest must be one set
-                rest = free & ~s
-                t2 = index.get(rest, math.inf)
-                if t2 < counter[1] * (1 - COVER_SLACK) and max(b, t2) >= lo_lim:
-                    parts.append(rest)
-                    yield max(b, t2), list(parts)
-                    parts.pop()
+                last = self._last(free & ~s, b, counter[1] * (1 - COVER_SLACK))
+                if last is not None:
+                    yield last
             else:
-                ml = 0.0
-                if mem_ok:
-                    x = s
-                    while x:
-                        bit = x & -x
-                        ml += least_l[bit.bit_length() - 1]
-                        x ^= bit
-                yield from dfs(covered | s, depth + 1, rem_load - ld, rem_mem - ml, b)
+                yield from self.dfs(covered | s, depth + 1, rem_load - ld, rem_mem - self._least_memory_of(s), b)
             parts.pop()
-
-    counter[1] = theta_hi
-    yield from dfs(0, 0, tot_load, tot_mem, 0.0)
 
 
 def cover_bound(chain: Chain, platform: Platform, upper: float, *, deadline: float | None = None,

@@ -166,56 +166,79 @@ def guided_search(chain: Chain, platform: Platform, start: Plan, *, seconds: flo
     """
     cap = max_stages if max_stages is not None else 2 * platform.devices
     t_end = deadline if deadline is not None else time.perf_counter() + seconds
-    P = platform.devices
+    guide = _Guide(chain, platform, normalise(start.assignment), start.period, cap, max_shift, t_end, check_seconds)
     rng = random.Random(seed)
-    best_a, best_T, best_fb = normalise(start.assignment), start.period, None
-    checked: set[tuple[int, ...]] = set()
-    stale = 0
+    cur = guide.best_a
+    while time.perf_counter() < t_end and (kicks is None or guide.stale <= kicks):
+        cur, cur_r = guide.descend(cur)
+        guide.score(cur, cur_r)
+        guide.stale += 1
+        cur = guide.kick(rng)
+    if guide.best_fb is None:
+        return start
+    return make_plan(chain, platform, guide.best_T, guide.best_a, guide.best_fb[0], guide.best_fb[1],
+                     method="guided_search")
 
-    def score(a: tuple[int, ...], r: float) -> None:
-        """The exact period of ``a`` if its path period says it may beat the best."""
-        nonlocal best_a, best_T, best_fb, stale
-        if a in checked or not r < best_T * (1 - BETTER):
+
+class _Guide:
+    """The state of :func:`guided_search`: the best exactly scored allocation (``best_a``, its period
+    ``best_T`` and start times ``best_fb``, None until one beats the start), the allocations scored
+    exactly, and ``stale``, the kicks since the best last improved."""
+
+    def __init__(self, chain: Chain, platform: Platform, start_a: tuple[int, ...], start_T: float, cap: int,
+                 max_shift: int, t_end: Any, check_seconds: float) -> None:
+        self.chain, self.platform, self.cap, self.max_shift = chain, platform, cap, max_shift
+        self.t_end, self.check_seconds = t_end, check_seconds
+        self.best_a, self.best_T = start_a, start_T
+        self.best_fb: tuple[list[float], list[float]] | None = None
+        self.checked: set[tuple[int, ...]] = set()
+        self.stale = 0
+
+    def score(self, a: tuple[int, ...], r: float) -> None:
+        """The exact period of ``a`` if its path period ``r`` says it may beat the best."""
+        if a in self.checked or not r < self.best_T * (1 - BETTER):
             return
-        checked.add(a)
+        self.checked.add(a)
         try:
-            got = allocation_best(chain, platform, a, best_T * (1 - BETTER),
-                                  deadline=within(t_end, check_seconds, "guided_search"))
+            got = allocation_best(self.chain, self.platform, a, self.best_T * (1 - BETTER),
+                                  deadline=within(self.t_end, self.check_seconds, "guided_search"))
         except TimeoutError:
             return
-        if got is not None and got[0] < best_T * (1 - BETTER):
-            best_a, best_T, best_fb, stale = a, got[0], (got[1], got[2]), 0
+        if got is not None and got[0] < self.best_T * (1 - BETTER):
+            self.best_a, self.best_T, self.best_fb, self.stale = a, got[0], (got[1], got[2]), 0
 
-    def moves(a: tuple[int, ...]):
+    def moves(self, a: tuple[int, ...]) -> Iterator[tuple[int, ...]]:
         """The moves from ``a`` within the stage cap; the deadline is polled per move looked at
         (most are over the cap near it, and each costs O(L) to build)."""
-        for m in _neighbours(a, P, max_shift, swaps=False):
-            if time.perf_counter() > t_end:
+        P = self.platform.devices
+        for m in _neighbours(a, P, self.max_shift, swaps=False):
+            if time.perf_counter() > self.t_end:
                 return
-            if max(m) < P and len(stages_of(m)) <= cap:
+            if max(m) < P and len(stages_of(m)) <= self.cap:
                 yield m
 
-    cur = best_a
-    while time.perf_counter() < t_end and (kicks is None or stale <= kicks):
-        cur_r = path_period(chain, platform, cur)
+    def descend(self, cur: tuple[int, ...]) -> tuple[tuple[int, ...], float]:
+        """First-improvement descent on the path period from ``cur``, scoring each step exactly
+        (:meth:`score`); the local minimum reached and its path period."""
+        cur_r = path_period(self.chain, self.platform, cur)
         improved = True
-        while improved and time.perf_counter() < t_end:
+        while improved and time.perf_counter() < self.t_end:
             improved = False
-            for m in moves(cur):
-                r = path_period(chain, platform, m, cur_r * (1 - BETTER))
+            for m in self.moves(cur):
+                r = path_period(self.chain, self.platform, m, cur_r * (1 - BETTER))
                 if r < cur_r * (1 - BETTER):
-                    score(m, r)
+                    self.score(m, r)
                     cur, cur_r, improved = m, r, True
                     break
-                if time.perf_counter() > t_end:
+                if time.perf_counter() > self.t_end:
                     break
-        score(cur, cur_r)
-        stale += 1
-        cur = best_a   # a kick: two random moves from the best allocation
+        return cur, cur_r
+
+    def kick(self, rng: random.Random) -> tuple[int, ...]:
+        """Two random moves from the best allocation."""
+        cur = self.best_a
         for _ in range(2):
-            options = list(islice(moves(cur), 4 * P * len(stages_of(cur))))
+            options = list(islice(self.moves(cur), 4 * self.platform.devices * len(stages_of(cur))))
             if options:
                 cur = rng.choice(options)
-    if best_fb is None:
-        return start
-    return make_plan(chain, platform, best_T, best_a, best_fb[0], best_fb[1], method="guided_search")
+        return cur

@@ -185,10 +185,23 @@ def _feasible_at(al: Allocation, platform: Platform, T: float, deadline: float |
     two)."""
     if T < al.static_lb * (1 - ORDER_SLACK):
         return None
-    S = al.S
+    box = _count_box(al, platform, T)
+    if box is None:
+        return None
+    kmin, kmax, devs = box
+    if not loose or all(len(st) == 1 for st in devs):
+        return _feasible_per_vectors(al, platform, T, kmin, kmax, devs, deadline)
+    return _feasible_loose(al, platform, T, kmin, kmax, devs, deadline)
+
+
+def _count_box(al: Allocation, platform: Platform, T: float
+               ) -> tuple[list[int], list[int], list[list[int]]] | None:
+    """At period T: per stage its least in-flight count and the largest its device's memory allows
+    (the device's other stages at their least), and the stages of every used device; None when
+    some device cannot hold even the least counts."""
     cap = k_cap(al, T)
     kmin = least_counts(al, T)
-    kmax = [cap] * S
+    kmax = [cap] * al.S
     devs = []
     for p, stages in enumerate(al.devices):
         if not stages:
@@ -201,29 +214,39 @@ def _feasible_at(al: Allocation, platform: Platform, T: float, deadline: float |
             rest = base - (kmin[s] * al.ka[s] + al.kc[s])
             kmax[s] = kmax_memory(al, s, budget - rest, cap)
         devs.append(stages)
-    if not loose or all(len(st) == 1 for st in devs):
-        per_dev = [(st, _maximal_vectors(al, platform, st, kmin, kmax, deadline)) for st in devs]
-        for combo in itertools.product(*[vs for _, vs in per_dev]):
-            ks = [0] * S
-            for (stages, _), v in zip(per_dev, combo):
-                for s, k in zip(stages, v):
-                    ks[s] = k
-            hit = _order_search(al, ks, T, deadline)
-            if hit is not None:
-                return tuple(ks), hit[0]
-        return None
-    # one search over the orders with every stage at its largest k; each node's least windows
-    # (from the closed system) give least k's that must fit in memory; at a leaf, the
-    # combinations of maximal vectors above those k's are tried by adding their window limits
+    return kmin, kmax, devs
+
+
+def _feasible_per_vectors(al: Allocation, platform: Platform, T: float, kmin: list[int], kmax: list[int],
+                          devs: list[list[int]], deadline: float | None):
+    """``loose=False`` (or one stage per device): one order search per combination of the devices'
+    maximal in-flight vectors; the first valid (ks, qs), or None."""
+    per_dev = [(st, _maximal_vectors(al, platform, st, kmin, kmax, deadline)) for st in devs]
+    for combo in itertools.product(*[vs for _, vs in per_dev]):
+        ks = [0] * al.S
+        for (stages, _), v in zip(per_dev, combo):
+            for s, k in zip(stages, v):
+                ks[s] = k
+        hit = _order_search(al, ks, T, deadline)
+        if hit is not None:
+            return tuple(ks), hit[0]
+    return None
+
+
+def _feasible_loose(al: Allocation, platform: Platform, T: float, kmin: list[int], kmax: list[int],
+                    devs: list[list[int]], deadline: float | None):
+    """One search over the orders with every stage at its largest k; each node's least windows (from
+    the closed system) give least k's that must fit in memory (rule 7: k * ka + kc bytes per stage,
+    each device's extra on top); at a leaf, the combinations of maximal vectors above those k's are
+    tried by adding their window limits. The first valid (ks, qs), or None."""
+    S = al.S
     tol = ORDER_SLACK * max(T, TINY) * 10
-
-    def least_k(D) -> list[int]:
-        return [max(kmin[s], int(math.ceil((al.B[s] - D[2 * s + 1, 2 * s]) / T - COUNT_SLACK))) for s in range(S)]
-
-    # rule 7 per stage: k * ka + kc bytes, per device its extra on top
     ka, kc = al.ka, al.kc
     lim = platform.memory * (1 + MEMORY_SLACK)
     per_dev: list = []
+
+    def least_k(D) -> list[int]:
+        return [max(kmin[s], int(math.ceil((al.B[s] - D[2 * s + 1, 2 * s]) / T - COUNT_SLACK))) for s in range(S)]
 
     def node_ok(D) -> bool:
         kl = least_k(D)
