@@ -10,7 +10,7 @@ runs its program on one of two engines (:func:`choose_engine`):
   flushed plans (GPipe, 1F1B) and periodic plans with one weight version (``single``);
 * ``"pipedream"``: the fallback for what torch cannot express, periodic plans
   with weight stashing and an optimizer step after every backward
-  (:mod:`~workbench.runtime.worker`).
+  (:mod:`~workbench.runtime.pipedream`).
 
 Both record every operation and the allocator-level memory, and return the
 gradients accumulated over the ``steps`` mini-batches. With a learning rate of
@@ -46,8 +46,8 @@ import torch
 
 from ..plan import Plan
 from ..trace import MEMORY_COLUMNS, OP_COLUMNS, Trace
+from .config import RunConfig
 from .program import Op, programs_for
-from .worker import RunConfig
 from .workload import Workload, model_loss
 
 __all__ = ["Workload", "RunResult", "run_plan", "reference_gradients", "grad_error", "grad_tolerance",
