@@ -140,59 +140,99 @@ def run_and_compare(plan, chain, platform, model, batch_size: int, steps: int = 
     JSON-able part goes to ``summary.json``. ``replan=False`` skips re-planning on the
     calibrated chain (see :func:`~workbench.runtime.compare.calibration_report`).
     """
-    import time
-
-    import torch
-
-    from ..io import write_text_atomic
-    from ..memory import torch_engine_extra
     from ..plan import chain_for_plan
     from .compare import calibration_report, compare, stage_times
-    from .engine import Workload, choose_engine, grad_error, grad_tolerance, reference_gradients, run_plan
+    from .engine import Workload, grad_tolerance
 
     say = print if progress else (lambda *a, **k: None)
     chain = chain_for_plan(plan, chain)
     cfg = dict(model_config or {})
     wl = model if isinstance(model, Workload) else Workload.zoo(model, batch_size, dtype=dtype or profile_dtype(chain),
                                                                  **cfg)
+    cores = cores_available()
+    res = _run_ranks(plan, chain, platform, wl, steps, cores, say, backend=backend, timeout=timeout, **run_kw)
+    random_layers = dropout_modules(wl.build())
+    abs_err, max_err = _gradient_errors(res, wl, steps, random_layers, check_grads and run_kw.get("lr", 0.0) == 0.0,
+                                        say)
+    on_cpu = str(res.meta.get("device", "cpu")).startswith("cpu")
+    load = os.getloadavg()[0] if (on_cpu and hasattr(os, "getloadavg")) else None
+    cmp = compare(plan, chain, platform, res.trace, cores=cores if on_cpu else None, load=load)
+    cal = calibration_report(plan, chain, platform, res.trace, replan=replan)
+    summary: dict[str, Any] = {
+        **_run_fields(plan, platform, wl, res, cfg, batch_size, steps),
+        **_period_and_memory_fields(plan, chain, res, cmp, steps),
+        **_busy_fields(cmp),
+        "max_grad_error": max_err, "max_grad_error_abs": abs_err, "grad_tolerance": grad_tolerance(wl.dtype),
+        "dropout": random_layers,
+        **_notes_fields(chain, res, cmp, cal),
+        **_machine_fields(plan, cores),
+    }
+    if out is not None:
+        _write_run(Path(out), plan, chain, platform, steps, res, cmp, summary)
+    summary["result"] = res
+    summary["comparison"] = cmp
+    summary["stages"] = stage_times(plan, chain, res.trace)
+    return summary
+
+
+def _run_ranks(plan, chain, platform, wl, steps: int, cores: int, say, **run_kw: Any):
+    """Say what runs where (and warn of more ranks than cores), run the plan, say how long it took."""
+    import time
+
+    from .engine import choose_engine, run_plan
+
     engine = choose_engine(plan, platform.weights, run_kw.get("engine", "auto"))
     if platform.memory_model == "full":     # the optimizer the plan's memory counts is the one stepped
         run_kw.setdefault("optimizer", platform.optimizer)
-    cores = cores_available()
     if plan.devices > cores:
         say(f"warning: {plan.devices} ranks on {cores} cores: the ranks take turns on the cores, so the measured "
             "times mean little (memory and gradients are still exact)", file=sys.stderr)
     say(f"running {plan.devices} ranks on {engine} engine: {steps} mini-batches of {wl.name} ...", flush=True)
     t0 = time.perf_counter()
-    res = run_plan(plan, wl, steps, backend=backend, timeout=timeout, weights=platform.weights,
-                   chain=chain, platform=platform, **run_kw)
+    res = run_plan(plan, wl, steps, weights=platform.weights, chain=chain, platform=platform, **run_kw)
     say(f"  ranks done in {time.perf_counter() - t0:.1f} s", flush=True)
-    max_err = abs_err = math.nan
-    random_layers = dropout_modules(wl.build())
+    return res
+
+
+def _gradient_errors(res, wl, steps: int, random_layers: list[str], check: bool, say) -> tuple[float, float]:
+    """(absolute, relative) error of the run's gradients against one process; NaN when not checked."""
+    import torch
+
+    from .engine import grad_error, reference_gradients
+
     if random_layers:
         say(f"note: dropout in {', '.join(random_layers[:3])}{' ...' if len(random_layers) > 3 else ''}: the "
             "ranks and one process draw other masks, so the gradients differ by more than rounding; build the "
             "model with dropout 0 to check them", file=sys.stderr)
-    if check_grads and run_kw.get("lr", 0.0) == 0.0:
-        say("reference gradients in one process ...", flush=True)
-        torch.set_num_threads(1)
-        # the reference runs where the run ran (same kernels: on GPUs, TF32 convolutions and all)
-        abs_err, max_err = grad_error(res.grads, reference_gradients(wl, steps, device=res.meta["device"]))
-    on_cpu = str(res.meta.get("device", "cpu")).startswith("cpu")
-    load = os.getloadavg()[0] if (on_cpu and hasattr(os, "getloadavg")) else None
-    cmp = compare(plan, chain, platform, res.trace, cores=cores if on_cpu else None, load=load)
-    # torch's engine preallocates a receive buffer per micro-batch and takes the step's whole input
-    engine_extra = (torch_engine_extra(chain, plan.stages, plan.devices, steps) if res.meta["engine"] == "torch"
-                    else [0.0] * plan.devices)
-    predicted = [float(m) + e for m, e in zip(plan.memory, engine_extra)]
-    measured = [float(m) for m in cmp["measured_memory"]]
-    cal = calibration_report(plan, chain, platform, res.trace, replan=replan)
-    summary: dict[str, Any] = {
+    if not check:
+        return math.nan, math.nan
+    say("reference gradients in one process ...", flush=True)
+    torch.set_num_threads(1)
+    # the reference runs where the run ran (same kernels: on GPUs, TF32 convolutions and all)
+    return grad_error(res.grads, reference_gradients(wl, steps, device=res.meta["device"]))
+
+
+def _run_fields(plan, platform, wl, res, cfg: dict[str, Any], batch_size: int, steps: int) -> dict[str, Any]:
+    """The summary's keys saying what ran: model, sizes, plan, weights, backend, engine, optimizer."""
+    return {
         "model": wl.name, "module": wl.source, "model_config": cfg, "batch_size": wl.batch_size or batch_size,
         "steps": steps, "dtype": wl.dtype,
         "devices": plan.devices, "assignment": list(plan.assignment), "allocation": plan.allocation,
         "weights": platform.weights, "backend": res.meta["backend"], "device": res.meta["device"],
         "engine": res.meta["engine"], "optimizer": res.meta["optimizer"],
+    }
+
+
+def _period_and_memory_fields(plan, chain, res, cmp, steps: int) -> dict[str, Any]:
+    """The period and the per-device memory, predicted (plan, plus what torch's engine preallocates:
+    a receive buffer per micro-batch and the step's whole input) against measured."""
+    from ..memory import torch_engine_extra
+
+    engine_extra = (torch_engine_extra(chain, plan.stages, plan.devices, steps) if res.meta["engine"] == "torch"
+                    else [0.0] * plan.devices)
+    predicted = [float(m) + e for m, e in zip(plan.memory, engine_extra)]
+    measured = [float(m) for m in cmp["measured_memory"]]
+    return {
         "predicted_period": plan.period, "measured_period": cmp.attrs["measured_period"],
         "period_error": cmp.attrs["period_error"],
         "memory_plan": [float(m) for m in plan.memory],
@@ -201,13 +241,23 @@ def run_and_compare(plan, chain, platform, model, batch_size: int, steps: int = 
         "memory_measured": measured,
         "memory_error": [m / p - 1 if p > 0 else math.nan for m, p in zip(measured, predicted)],
         "memory_breakdown": res.meta.get("memory_breakdown"),
+    }
+
+
+def _busy_fields(cmp) -> dict[str, Any]:
+    """Per-device busy time, predicted against measured (and the CPU time and core share on CPUs)."""
+    return {
         "busy_predicted": [float(b) for b in cmp["predicted_busy"]],
         "busy_measured": [float(b) for b in cmp["measured_busy"]],
         "busy_error": [float(e) for e in cmp["busy_error"]],
         "cpu_busy_measured": [float(b) for b in cmp["measured_cpu_busy"]] if "measured_cpu_busy" in cmp else None,
         "core_share": [float(b) for b in cmp["core_share"]] if "core_share" in cmp else None,
-        "max_grad_error": max_err, "max_grad_error_abs": abs_err, "grad_tolerance": grad_tolerance(wl.dtype),
-        "dropout": random_layers,
+    }
+
+
+def _notes_fields(chain, res, cmp, cal: dict[str, Any]) -> dict[str, Any]:
+    """Calibration, warnings, the allocator's own peak, wall time, the profile's device, tied parameters."""
+    return {
         "calibration": cal,
         "warnings": list(cmp.attrs.get("warnings", [])),
         "meaningful": not cmp.attrs.get("warnings"),
@@ -215,27 +265,34 @@ def run_and_compare(plan, chain, platform, model, batch_size: int, steps: int = 
         "wall_seconds": res.meta.get("wall_seconds"),
         "profile_device": chain.meta.get("device", ""),
         "tied": json.loads(chain.meta["tied"]) if chain.meta.get("tied") else [],
+    }
+
+
+def _machine_fields(plan, cores: int) -> dict[str, Any]:
+    """The load, CPU count and cores the run had, and whether its ranks outnumbered the cores."""
+    return {
         "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
         "cpu_count": os.cpu_count(), "cores": cores, "ranks_over_cores": plan.devices > cores,
     }
-    if out is not None:
-        out = Path(out)
-        out.mkdir(parents=True, exist_ok=True)
-        res.trace.save(out / "measured.csv")
-        try:
-            from ..simulate import simulate
 
-            simulate(plan, chain, platform, steps).save(out / "predicted.csv")
-        except Exception as e:  # pragma: no cover - the simulator is another module's business
-            summary["simulate_error"] = repr(e)
-        write_text_atomic(out / "comparison.csv", cmp.to_csv(index=False))
-        write_text_atomic(out / "measured.cpu.csv", res.meta["cpu"].to_csv(index=False))
-        write_text_atomic(out / "plan.json", plan.to_json() + "\n")
-        write_text_atomic(out / "summary.json", json.dumps(_jsonable(summary), indent=2) + "\n")
-    summary["result"] = res
-    summary["comparison"] = cmp
-    summary["stages"] = stage_times(plan, chain, res.trace)
-    return summary
+
+def _write_run(out: Path, plan, chain, platform, steps: int, res, cmp, summary: dict[str, Any]) -> None:
+    """``measured.csv``, ``predicted.csv``, ``comparison.csv``, ``measured.cpu.csv``, ``plan.json`` and
+    ``summary.json`` (the JSON-able part) to ``out``, each written atomically."""
+    from ..io import write_text_atomic
+
+    out.mkdir(parents=True, exist_ok=True)
+    res.trace.save(out / "measured.csv")
+    try:
+        from ..simulate import simulate
+
+        simulate(plan, chain, platform, steps).save(out / "predicted.csv")
+    except Exception as e:  # pragma: no cover - the simulator is another module's business
+        summary["simulate_error"] = repr(e)
+    write_text_atomic(out / "comparison.csv", cmp.to_csv(index=False))
+    write_text_atomic(out / "measured.cpu.csv", res.meta["cpu"].to_csv(index=False))
+    write_text_atomic(out / "plan.json", plan.to_json() + "\n")
+    write_text_atomic(out / "summary.json", json.dumps(_jsonable(summary), indent=2) + "\n")
 
 
 def _jsonable(x: Any) -> Any:
