@@ -12,6 +12,7 @@
 - :mod:`~workbench.runtime.replay`: each device of a plan alone;
 - :mod:`~workbench.runtime.compare`: predicted against measured, calibration;
 - :mod:`~workbench.runtime.export`: plans as ``torch.distributed.pipelining`` action lists;
+- :mod:`~workbench.runtime.summary`: a run's summary against its prediction (``summary.json``, the table);
 - :mod:`~workbench.runtime.commands`: ``python -m workbench run``.
 
 Importing this package does not import torch; the submodules do.
