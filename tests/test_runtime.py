@@ -157,7 +157,9 @@ def test_contiguous_two_processes(workload, tol, request):
     w0 = _weight_bytes(wl, st0.first, st0.last)
     single = run_plan(plan, wl, STEPS, timeout=TIMEOUT, weights="single", engine="pipedream")
     extra = res.meta["memory_peak"][0] - single.meta["memory_peak"][0]
-    assert (st0.in_flight - 1) * w0 <= extra <= (st0.in_flight - 1) * w0 * 1.02
+    # either run's peak may catch one message more in flight (timing; seen 1 time in 8): one stage output of slack
+    message = chain.layers[st0.last].activation_bytes
+    assert (st0.in_flight - 1) * w0 - message <= extra <= (st0.in_flight - 1) * w0 * 1.02 + message
 
 
 def test_noncontiguous_device_with_two_stages(mlp):

@@ -69,9 +69,8 @@ import datetime as _dt
 import json
 import statistics
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import torch
 from torch import nn
@@ -79,6 +78,7 @@ from torch import nn
 from ..chain import Chain, Layer
 from .discover import Layers, discover_layers
 from .memtrace import layer_memory
+from .timing import Timer, cpu_threads, leaf, time_layer
 from .zoo import as_dtype
 
 __all__ = [
@@ -165,7 +165,7 @@ def saved_tensor_bytes(module: nn.Module, x: torch.Tensor, *, input_requires_gra
             storages[key] = st.nbytes()
         return t
 
-    inp = _leaf(x, input_requires_grad)
+    inp = leaf(x, input_requires_grad)
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         out = module(inp)
         if not isinstance(out, torch.Tensor):
@@ -173,48 +173,6 @@ def saved_tensor_bytes(module: nn.Module, x: torch.Tensor, *, input_requires_gra
         if then is not None:
             then(out)
     return sum(storages.values()), out
-
-
-def _leaf(x: torch.Tensor, requires_grad: bool) -> torch.Tensor:
-    inp = x.detach()
-    if requires_grad and inp.is_floating_point():
-        inp.requires_grad_(True)
-    return inp
-
-
-@contextmanager
-def _threads(device: torch.device, n: int | None) -> Iterator[None]:
-    old = torch.get_num_threads()
-    if n is not None and device.type == "cpu":
-        torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(old)
-
-
-class _Timer:
-    """perf_counter on CPU, CUDA events on a GPU; ``lap()`` returns seconds since the last mark."""
-
-    def __init__(self, device: torch.device) -> None:
-        self.cuda = device.type == "cuda"
-        self.device = device
-
-    def sync(self) -> None:
-        if self.cuda:
-            torch.cuda.synchronize(self.device)
-
-    def run(self, fn) -> tuple[Any, float]:
-        if self.cuda:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            result = fn()
-            end.record()
-            torch.cuda.synchronize(self.device)
-            return result, start.elapsed_time(end) / 1e3
-        t0 = time.perf_counter()
-        result = fn()
-        return result, time.perf_counter() - t0
 
 
 def spread_summary(stats: Sequence[LayerTiming]) -> dict[str, float]:
@@ -311,7 +269,35 @@ def profile_model(
     """
     _check_counts(repeats, warmup, loss, target)
     found = _find_layers(model, example_inputs, loss, target, names)
-    mods, names, sample_input, loss = list(found.modules), list(found.names), found.input, found.loss
+    mods, names, loss = list(found.modules), list(found.names), found.loss
+    how, sample_input, tgt = _set_up(found.input, device, dtype, target, grad_seed, warmup, repeats)
+    started = time.perf_counter()
+    out_layers: list[Layer] = []
+    stats: list[LayerTiming] = []
+    x, iterator = sample_input.to(how.dev), _layers_progress(len(mods), (meta or {}).get("network", "profile"),
+                                                             progress)
+    with cpu_threads(how.dev, threads):
+        for i in iterator:
+            with_loss = loss is not None and i == len(mods) - 1
+            then = (lambda o: loss(o, tgt)) if with_loss else None  # type: ignore[misc]
+            layer, timing, x = _profile_layer(how, mods[i], names[i], x, i > 0, then)
+            out_layers.append(layer)
+            stats.append(timing)
+        nthreads = torch.get_num_threads()
+    info = _profile_meta(how.dev, sample_input, mods, nthreads, warmup, repeats, loss is not None, stats,
+                         time.perf_counter() - started)
+    info.update(meta or {})
+    chain = Chain(tuple(out_layers), input_bytes=float(tensor_bytes(sample_input)),
+                  meta={k: str(v) for k, v in info.items()})
+    chain = count_ties_once(dataclasses.replace(chain, meta={"layers_found": found.how, **chain.meta}), found)
+    return (chain, stats) if return_stats else chain
+
+
+def _set_up(sample_input: torch.Tensor, device: str | torch.device, dtype: str | torch.dtype | None,
+            target: torch.Tensor | None, grad_seed: int, warmup: int,
+            repeats: int) -> tuple[_LayerProfiling, torch.Tensor, torch.Tensor | None]:
+    """How every layer is profiled, the sample input cast to ``dtype`` (when floating) and the target on the
+    device; a CUDA device without CUDA is refused."""
     cast = None if dtype is None else as_dtype(dtype)
     if cast is not None and sample_input.is_floating_point():
         sample_input = sample_input.to(cast)
@@ -319,39 +305,42 @@ def profile_model(
     tgt = target.to(dev) if target is not None else None
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device {device!r} requested but CUDA is not available")
-    timer = _Timer(dev)
-    gen = torch.Generator(device="cpu").manual_seed(grad_seed)
-    started = time.perf_counter()
-    out_layers: list[Layer] = []
-    stats: list[LayerTiming] = []
-    x, iterator = sample_input.to(dev), _layers_progress(len(mods), (meta or {}).get("network", "profile"), progress)
-    with _threads(dev, threads):
-        for i in iterator:
-            mod = (mods[i].to(dev) if cast is None else mods[i].to(device=dev, dtype=cast)).train()
-            needs_input_grad = i > 0
-            with_loss = loss is not None and i == len(mods) - 1
-            then = (lambda o: loss(o, tgt)) if with_loss else None  # type: ignore[misc]
-            saved, out = saved_tensor_bytes(mod, x, input_requires_grad=needs_input_grad, then=then)
-            if not out.is_floating_point():
-                raise TypeError(f"layer {names[i]!r} returns a {out.dtype} tensor; its backward cannot be timed")
-            grad = None if with_loss else torch.randn(out.shape, generator=gen, dtype=out.dtype).to(dev)
-            fwd, bwd = _time_layer(mod, x, timer, needs_input_grad, then, grad, warmup, repeats)
-            stats.append(LayerTiming(names[i], tuple(fwd), tuple(bwd)))
-            columns = layer_memory(mod, x, input_requires_grad=needs_input_grad, then=then, grad_seed=grad_seed)
-            out_layers.append(Layer(names[i], statistics.median(fwd), statistics.median(bwd),
-                                    float(parameter_bytes(mod)), float(tensor_bytes(out)), float(saved), **columns))
-            for p in mod.parameters():
-                p.grad = None
-            x = out.detach()
-            out = grad = None  # free them before the next layer
-        nthreads = torch.get_num_threads()
-    info = _profile_meta(dev, sample_input, mods, nthreads, warmup, repeats, loss is not None, stats,
-                         time.perf_counter() - started)
-    info.update(meta or {})
-    chain = Chain(tuple(out_layers), input_bytes=float(tensor_bytes(sample_input)),
-                  meta={k: str(v) for k, v in info.items()})
-    chain = count_ties_once(dataclasses.replace(chain, meta={"layers_found": found.how, **chain.meta}), found)
-    return (chain, stats) if return_stats else chain
+    how = _LayerProfiling(dev, cast, Timer(dev), torch.Generator(device="cpu").manual_seed(grad_seed), warmup,
+                          repeats, grad_seed)
+    return how, sample_input, tgt
+
+
+@dataclass(frozen=True)
+class _LayerProfiling:
+    """How :func:`profile_model` profiles every layer: the device, the dtype to cast to (or None), the
+    timer, the generator of the output gradients, the warm-up and timed repeats, the memory probe's seed."""
+
+    dev: torch.device
+    cast: torch.dtype | None
+    timer: Timer
+    gen: torch.Generator
+    warmup: int
+    repeats: int
+    grad_seed: int
+
+
+def _profile_layer(how: _LayerProfiling, mod: nn.Module, name: str, x: torch.Tensor, needs_input_grad: bool,
+                   then: Callable[[torch.Tensor], torch.Tensor] | None) -> tuple[Layer, LayerTiming, torch.Tensor]:
+    """One layer on input ``x``: its :class:`~workbench.chain.Layer` row, its raw timings and its output
+    (detached: the next layer's input). ``then`` (the loss) ends the last layer's forward; the others'
+    backwards start from a random gradient drawn from ``how.gen``."""
+    mod = (mod.to(how.dev) if how.cast is None else mod.to(device=how.dev, dtype=how.cast)).train()
+    saved, out = saved_tensor_bytes(mod, x, input_requires_grad=needs_input_grad, then=then)
+    if not out.is_floating_point():
+        raise TypeError(f"layer {name!r} returns a {out.dtype} tensor; its backward cannot be timed")
+    grad = None if then is not None else torch.randn(out.shape, generator=how.gen, dtype=out.dtype).to(how.dev)
+    fwd, bwd = time_layer(mod, x, how.timer, needs_input_grad, then, grad, how.warmup, how.repeats)
+    columns = layer_memory(mod, x, input_requires_grad=needs_input_grad, then=then, grad_seed=how.grad_seed)
+    layer = Layer(name, statistics.median(fwd), statistics.median(bwd), float(parameter_bytes(mod)),
+                  float(tensor_bytes(out)), float(saved), **columns)
+    for p in mod.parameters():
+        p.grad = None
+    return layer, LayerTiming(name, tuple(fwd), tuple(bwd)), out.detach()
 
 
 def _check_counts(repeats: int, warmup: int, loss: Callable | None, target: Any) -> None:
@@ -370,30 +359,6 @@ def _layers_progress(n: int, name: Any, show: bool) -> Any:
     from tqdm import tqdm
 
     return tqdm(range(n), desc=str(name), unit="layer")
-
-
-def _time_layer(mod: nn.Module, x: torch.Tensor, timer: _Timer, needs_input_grad: bool,
-                then: Callable[[torch.Tensor], torch.Tensor] | None, grad: torch.Tensor | None, warmup: int,
-                repeats: int) -> tuple[list[float], list[float]]:
-    """Forward and backward seconds of ``repeats`` runs of one layer after ``warmup`` untimed ones; ``then``
-    (the loss) ends the forward of the last layer, whose backward starts from it, the others' from ``grad``."""
-    fwd: list[float] = []
-    bwd: list[float] = []
-    for r in range(warmup + repeats):
-        for p in mod.parameters():
-            p.grad = None
-        inp = _leaf(x, needs_input_grad)
-        timer.sync()
-        y, tf = timer.run((lambda: then(mod(inp))) if then is not None else (lambda: mod(inp)))
-        if y.requires_grad:
-            _, tb = timer.run(lambda: torch.autograd.backward(y, grad))
-        else:  # nothing to differentiate (no parameters, input is data)
-            tb = 0.0
-        if r >= warmup:
-            fwd.append(tf)
-            bwd.append(tb)
-        y = inp = None  # free them before the next repeat
-    return fwd, bwd
 
 
 def _profile_meta(dev: torch.device, sample_input: torch.Tensor, mods: Sequence[nn.Module], nthreads: int,

@@ -4,11 +4,15 @@
 - :mod:`~workbench.runtime.program`: per-device programs unrolled from a plan;
 - :mod:`~workbench.runtime.rank`: a rank's layers, optimizer, clock and allocator-level memory probe;
 - :mod:`~workbench.runtime.torch_engine`: the plan on ``torch.distributed.pipelining``'s own engine;
-- :mod:`~workbench.runtime.worker`: the PipeDream fallback (weight stashing, a step after every backward);
+- :mod:`~workbench.runtime.pipedream`: the PipeDream fallback (weight stashing, a step after every backward);
+- :mod:`~workbench.runtime.messages`: the fallback's receive order, tags and sends in flight;
+- :mod:`~workbench.runtime.config`: :class:`~workbench.runtime.config.RunConfig`, what a rank needs;
+- :mod:`~workbench.runtime.worker`: a rank's process (process group, engine, saved result);
 - :mod:`~workbench.runtime.engine`: :func:`run_plan`, engine choice, reference gradients, ``torchrun`` entry;
 - :mod:`~workbench.runtime.replay`: each device of a plan alone;
 - :mod:`~workbench.runtime.compare`: predicted against measured, calibration;
 - :mod:`~workbench.runtime.export`: plans as ``torch.distributed.pipelining`` action lists;
+- :mod:`~workbench.runtime.summary`: a run's summary against its prediction (``summary.json``, the table);
 - :mod:`~workbench.runtime.commands`: ``python -m workbench run``.
 
 Importing this package does not import torch; the submodules do.

@@ -45,6 +45,8 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
+from .summary import format_comparison, jsonable, summarise
+
 __all__ = ["run_command", "run_and_compare", "format_comparison", "validate_zoo", "measure_series", "profile_dtype",
            "check_plan_against", "cores_available", "dropout_modules"]
 
@@ -140,149 +142,88 @@ def run_and_compare(plan, chain, platform, model, batch_size: int, steps: int = 
     JSON-able part goes to ``summary.json``. ``replan=False`` skips re-planning on the
     calibrated chain (see :func:`~workbench.runtime.compare.calibration_report`).
     """
-    import time
-
-    import torch
-
-    from ..io import write_text_atomic
-    from ..memory_views import torch_engine_extra
     from ..plan import chain_for_plan
     from .compare import calibration_report, compare, stage_times
-    from .engine import Workload, choose_engine, grad_error, grad_tolerance, reference_gradients, run_plan
+    from .engine import Workload
 
     say = print if progress else (lambda *a, **k: None)
     chain = chain_for_plan(plan, chain)
     cfg = dict(model_config or {})
     wl = model if isinstance(model, Workload) else Workload.zoo(model, batch_size, dtype=dtype or profile_dtype(chain),
                                                                  **cfg)
-    engine = choose_engine(plan, platform.weights, run_kw.get("engine", "auto"))
-    if platform.memory_model == "full":     # the optimizer the plan's memory counts is the one stepped
-        run_kw.setdefault("optimizer", platform.optimizer)
     cores = cores_available()
-    if plan.devices > cores:
-        say(f"warning: {plan.devices} ranks on {cores} cores: the ranks take turns on the cores, so the measured "
-            "times mean little (memory and gradients are still exact)", file=sys.stderr)
-    say(f"running {plan.devices} ranks on {engine} engine: {steps} mini-batches of {wl.name} ...", flush=True)
-    t0 = time.perf_counter()
-    res = run_plan(plan, wl, steps, backend=backend, timeout=timeout, weights=platform.weights,
-                   chain=chain, platform=platform, **run_kw)
-    say(f"  ranks done in {time.perf_counter() - t0:.1f} s", flush=True)
-    max_err = abs_err = math.nan
+    res = _run_ranks(plan, chain, platform, wl, steps, cores, say, backend=backend, timeout=timeout, **run_kw)
     random_layers = dropout_modules(wl.build())
-    if random_layers:
-        say(f"note: dropout in {', '.join(random_layers[:3])}{' ...' if len(random_layers) > 3 else ''}: the "
-            "ranks and one process draw other masks, so the gradients differ by more than rounding; build the "
-            "model with dropout 0 to check them", file=sys.stderr)
-    if check_grads and run_kw.get("lr", 0.0) == 0.0:
-        say("reference gradients in one process ...", flush=True)
-        torch.set_num_threads(1)
-        # the reference runs where the run ran (same kernels: on GPUs, TF32 convolutions and all)
-        abs_err, max_err = grad_error(res.grads, reference_gradients(wl, steps, device=res.meta["device"]))
+    abs_err, max_err = _gradient_errors(res, wl, steps, random_layers, check_grads and run_kw.get("lr", 0.0) == 0.0,
+                                        say)
     on_cpu = str(res.meta.get("device", "cpu")).startswith("cpu")
     load = os.getloadavg()[0] if (on_cpu and hasattr(os, "getloadavg")) else None
     cmp = compare(plan, chain, platform, res.trace, cores=cores if on_cpu else None, load=load)
-    # torch's engine preallocates a receive buffer per micro-batch and takes the step's whole input
-    engine_extra = (torch_engine_extra(chain, plan.stages, plan.devices, steps) if res.meta["engine"] == "torch"
-                    else [0.0] * plan.devices)
-    predicted = [float(m) + e for m, e in zip(plan.memory, engine_extra)]
-    measured = [float(m) for m in cmp["measured_memory"]]
     cal = calibration_report(plan, chain, platform, res.trace, replan=replan)
-    summary: dict[str, Any] = {
-        "model": wl.name, "module": wl.source, "model_config": cfg, "batch_size": wl.batch_size or batch_size,
-        "steps": steps, "dtype": wl.dtype,
-        "devices": plan.devices, "assignment": list(plan.assignment), "allocation": plan.allocation,
-        "weights": platform.weights, "backend": res.meta["backend"], "device": res.meta["device"],
-        "engine": res.meta["engine"], "optimizer": res.meta["optimizer"],
-        "predicted_period": plan.period, "measured_period": cmp.attrs["measured_period"],
-        "period_error": cmp.attrs["period_error"],
-        "memory_plan": [float(m) for m in plan.memory],
-        "memory_engine_extra": engine_extra,
-        "memory_predicted": predicted,
-        "memory_measured": measured,
-        "memory_error": [m / p - 1 if p > 0 else math.nan for m, p in zip(measured, predicted)],
-        "memory_breakdown": res.meta.get("memory_breakdown"),
-        "busy_predicted": [float(b) for b in cmp["predicted_busy"]],
-        "busy_measured": [float(b) for b in cmp["measured_busy"]],
-        "busy_error": [float(e) for e in cmp["busy_error"]],
-        "cpu_busy_measured": [float(b) for b in cmp["measured_cpu_busy"]] if "measured_cpu_busy" in cmp else None,
-        "core_share": [float(b) for b in cmp["core_share"]] if "core_share" in cmp else None,
-        "max_grad_error": max_err, "max_grad_error_abs": abs_err, "grad_tolerance": grad_tolerance(wl.dtype),
-        "dropout": random_layers,
-        "calibration": cal,
-        "warnings": list(cmp.attrs.get("warnings", [])),
-        "meaningful": not cmp.attrs.get("warnings"),
-        "max_memory_allocated": res.meta.get("max_memory_allocated"),
-        "wall_seconds": res.meta.get("wall_seconds"),
-        "profile_device": chain.meta.get("device", ""),
-        "tied": json.loads(chain.meta["tied"]) if chain.meta.get("tied") else [],
-        "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
-        "cpu_count": os.cpu_count(), "cores": cores, "ranks_over_cores": plan.devices > cores,
-    }
+    summary = summarise(plan, chain, platform, wl, res, cmp, cal, model_config=cfg, batch_size=batch_size,
+                        steps=steps, grad_errors=(abs_err, max_err), dropout=random_layers, cores=cores)
     if out is not None:
-        out = Path(out)
-        out.mkdir(parents=True, exist_ok=True)
-        res.trace.save(out / "measured.csv")
-        try:
-            from ..simulate import simulate
-
-            simulate(plan, chain, platform, steps).save(out / "predicted.csv")
-        except Exception as e:  # pragma: no cover - the simulator is another module's business
-            summary["simulate_error"] = repr(e)
-        write_text_atomic(out / "comparison.csv", cmp.to_csv(index=False))
-        write_text_atomic(out / "measured.cpu.csv", res.meta["cpu"].to_csv(index=False))
-        write_text_atomic(out / "plan.json", plan.to_json() + "\n")
-        write_text_atomic(out / "summary.json", json.dumps(_jsonable(summary), indent=2) + "\n")
+        _write_run(Path(out), plan, chain, platform, steps, res, cmp, summary)
     summary["result"] = res
     summary["comparison"] = cmp
     summary["stages"] = stage_times(plan, chain, res.trace)
     return summary
 
 
-def _jsonable(x: Any) -> Any:
-    if isinstance(x, dict):
-        return {str(k): _jsonable(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_jsonable(v) for v in x]
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    if hasattr(x, "item"):
-        return x.item()
-    return x
+def _run_ranks(plan, chain, platform, wl, steps: int, cores: int, say, **run_kw: Any):
+    """Say what runs where (and warn of more ranks than cores), run the plan, say how long it took."""
+    import time
+
+    from .engine import choose_engine, run_plan
+
+    engine = choose_engine(plan, platform.weights, run_kw.get("engine", "auto"))
+    if platform.memory_model == "full":     # the optimizer the plan's memory counts is the one stepped
+        run_kw.setdefault("optimizer", platform.optimizer)
+    if plan.devices > cores:
+        say(f"warning: {plan.devices} ranks on {cores} cores: the ranks take turns on the cores, so the measured "
+            "times mean little (memory and gradients are still exact)", file=sys.stderr)
+    say(f"running {plan.devices} ranks on {engine} engine: {steps} mini-batches of {wl.name} ...", flush=True)
+    t0 = time.perf_counter()
+    res = run_plan(plan, wl, steps, weights=platform.weights, chain=chain, platform=platform, **run_kw)
+    say(f"  ranks done in {time.perf_counter() - t0:.1f} s", flush=True)
+    return res
 
 
-def format_comparison(summary: dict[str, Any]) -> str:
-    """A human table: period and per-device memory and busy time, predicted against measured."""
-    from ..units import format_bytes
+def _gradient_errors(res, wl, steps: int, random_layers: list[str], check: bool, say) -> tuple[float, float]:
+    """(absolute, relative) error of the run's gradients against one process; NaN when not checked."""
+    import torch
 
-    lines = [
-        f"{summary['model']}: {summary['steps']} mini-batches of {summary['batch_size']} on {summary['devices']} "
-        f"processes ({summary['backend']}, {summary['device']}, {summary.get('dtype', 'float32')}), "
-        f"weights {summary['weights']}, {summary.get('engine', '?')} engine, optimizer {summary.get('optimizer', '?')}",
-        f"  period     predicted {summary['predicted_period'] * 1e3:9.3f} ms   measured "
-        f"{summary['measured_period'] * 1e3:9.3f} ms   error {summary['period_error']:+.1%}",
-    ]
-    for d in range(summary["devices"]):
-        lines.append(
-            f"  device {d}: memory (model -> allocator peak) {format_bytes(summary['memory_predicted'][d]):>10} -> "
-            f"{format_bytes(summary['memory_measured'][d]):>10} ({summary['memory_error'][d]:+.2%}); busy "
-            f"{summary['busy_predicted'][d] * 1e3:8.3f} -> {summary['busy_measured'][d] * 1e3:8.3f} ms "
-            f"({summary['busy_error'][d]:+.1%})"
-            + (f"; CPU {summary['cpu_busy_measured'][d] * 1e3:8.3f} ms, core share {summary['core_share'][d]:.0%}"
-               if summary.get("core_share") else ""))
-    cal = summary.get("calibration", {})
-    if cal:
-        lines.append(f"  calibrated prediction (same allocation): {cal['calibrated_period'] * 1e3:.3f} ms, "
-                     f"error {cal['error_before']:+.1%} -> {cal['error_after']:+.1%}")
-        if cal.get("note"):
-            lines.append(f"  calibration: {cal['note']}")
-    for w in summary.get("warnings") or []:
-        lines.append(f"  NOT MEANINGFUL as a test of the times: {w}")
-    lines.append(f"  max gradient error (lr 0, vs one process): {summary['max_grad_error']:.3g} (relative; rounding "
-                 f"bound {summary.get('grad_tolerance', math.nan):.3g})"
-                 + ("; not a check: the model has dropout" if summary.get("dropout") else ""))
-    if summary.get("ranks_over_cores"):
-        lines.append(f"  note: {summary['devices']} ranks shared {summary['cores']} cores: the times above mean little")
-    return "\n".join(lines)
+    from .engine import grad_error, reference_gradients
+
+    if random_layers:
+        say(f"note: dropout in {', '.join(random_layers[:3])}{' ...' if len(random_layers) > 3 else ''}: the "
+            "ranks and one process draw other masks, so the gradients differ by more than rounding; build the "
+            "model with dropout 0 to check them", file=sys.stderr)
+    if not check:
+        return math.nan, math.nan
+    say("reference gradients in one process ...", flush=True)
+    torch.set_num_threads(1)
+    # the reference runs where the run ran (same kernels: on GPUs, TF32 convolutions and all)
+    return grad_error(res.grads, reference_gradients(wl, steps, device=res.meta["device"]))
+
+
+def _write_run(out: Path, plan, chain, platform, steps: int, res, cmp, summary: dict[str, Any]) -> None:
+    """``measured.csv``, ``predicted.csv``, ``comparison.csv``, ``measured.cpu.csv``, ``plan.json`` and
+    ``summary.json`` (the JSON-able part) to ``out``, each written atomically."""
+    from ..io import write_text_atomic
+
+    out.mkdir(parents=True, exist_ok=True)
+    res.trace.save(out / "measured.csv")
+    try:
+        from ..simulate import simulate
+
+        simulate(plan, chain, platform, steps).save(out / "predicted.csv")
+    except Exception as e:  # pragma: no cover - the simulator is another module's business
+        summary["simulate_error"] = repr(e)
+    write_text_atomic(out / "comparison.csv", cmp.to_csv(index=False))
+    write_text_atomic(out / "measured.cpu.csv", res.meta["cpu"].to_csv(index=False))
+    write_text_atomic(out / "plan.json", plan.to_json() + "\n")
+    write_text_atomic(out / "summary.json", json.dumps(jsonable(summary), indent=2) + "\n")
 
 
 def validate_zoo(model: str, devices: int, batch_size: int, steps: int = 20, *, out: str | Path | None = None,

@@ -10,7 +10,7 @@ runs its program on one of two engines (:func:`choose_engine`):
   flushed plans (GPipe, 1F1B) and periodic plans with one weight version (``single``);
 * ``"pipedream"``: the fallback for what torch cannot express, periodic plans
   with weight stashing and an optimizer step after every backward
-  (:mod:`~workbench.runtime.worker`).
+  (:mod:`~workbench.runtime.pipedream`).
 
 Both record every operation and the allocator-level memory, and return the
 gradients accumulated over the ``steps`` mini-batches. With a learning rate of
@@ -46,8 +46,8 @@ import torch
 
 from ..plan import Plan
 from ..trace import MEMORY_COLUMNS, OP_COLUMNS, Trace
+from .config import RunConfig
 from .program import Op, programs_for
-from .worker import RunConfig
 from .workload import Workload, model_loss
 
 __all__ = ["Workload", "RunResult", "run_plan", "reference_gradients", "grad_error", "grad_tolerance",
@@ -234,6 +234,29 @@ def run_plan(
     ``engine`` is ``"auto"`` (:func:`choose_engine`), ``"torch"`` or ``"pipedream"``;
     ``optimizer`` one of :data:`~workbench.runtime.rank.OPTIMIZERS`, stepping with ``lr``.
     """
+    _check_run_arguments(plan, weights, optimizer)
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    backend = backend or default_backend(device, plan.devices)
+    progs = programs if programs is not None else programs_for(plan, steps, chain, platform)
+    cfg = RunConfig(plan, progs, workload, steps, lr, weights, backend, device, threads, timeout, lookahead,
+                    engine=_engine_for(plan, weights, engine, device, backend), optimizer=optimizer)
+    if start_method is None:
+        start_method = "fork" if (device == "cpu" and sys.platform.startswith("linux")) else "spawn"
+    t_start = time.monotonic()
+    parts = _start_ranks(cfg, start_method)
+    return merge_results(parts, plan, steps=steps, lr=lr, weights=weights, backend=backend, device=device,
+                         world=plan.devices, threads=threads, optimizer=optimizer,
+                         wall_seconds=time.monotonic() - t_start)
+
+
+def _check_run_arguments(plan: Plan, weights: str, optimizer: str) -> None:
+    """Refuse an unknown optimizer, an infeasible plan or unknown weights, naming what is wrong.
+
+    >>> _check_run_arguments(Plan(1.0, (0,), (), 1), "stash", "adam")   # no stages
+    Traceback (most recent call last):
+    ...
+    ValueError: cannot run an infeasible plan
+    """
     from .rank import OPTIMIZERS
 
     if optimizer not in OPTIMIZERS:
@@ -242,29 +265,36 @@ def run_plan(
         raise ValueError("cannot run an infeasible plan")
     if weights not in ("stash", "single"):
         raise ValueError(f"weights must be 'stash' or 'single', got {weights!r}")
-    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    backend = backend or default_backend(device, plan.devices)
-    progs = programs if programs is not None else programs_for(plan, steps, chain, platform)
+
+
+def _engine_for(plan: Plan, weights: str, engine: str, device: str, backend: str) -> str:
+    """:func:`choose_engine`, except that torch's engine on GPUs needs NCCL: without it the fallback
+    (which stages messages through the host) runs, or, when ``engine="torch"`` was asked for, an error.
+
+    >>> _engine_for(Plan(1.0, (0,), (), 1), "single", "auto", "cuda", "gloo")
+    'pipedream'
+    """
     chosen = choose_engine(plan, weights, engine)
     if chosen == "torch" and device == "cuda" and backend != "nccl":
         if engine == "torch":
             raise ValueError("torch's pipeline engine sends CUDA tensors and needs NCCL (a GPU per rank); "
                              f"with {backend} on GPUs use the PipeDream engine, which stages messages through the host")
         chosen = "pipedream"      # gloo cannot move CUDA tensors: the fallback stages them through the host
-    cfg = RunConfig(plan, progs, workload, steps, lr, weights, backend, device, threads, timeout, lookahead,
-                    engine=chosen, optimizer=optimizer)
-    world = plan.devices
-    if start_method is None:
-        start_method = "fork" if (device == "cpu" and sys.platform.startswith("linux")) else "spawn"
+    return chosen
+
+
+def _start_ranks(cfg: RunConfig, start_method: str) -> list[dict[str, Any]]:
+    """One process per device (``OMP_NUM_THREADS`` set to ``cfg.threads`` while they start), joined
+    within ``cfg.timeout + 60`` seconds; each rank's saved result, in rank order."""
     import torch.multiprocessing as mp
 
     from .worker import spawn_entry
 
+    world = cfg.plan.devices
     with tempfile.TemporaryDirectory(prefix="wb-run-") as outdir:
         port = free_port()
         env_threads = os.environ.get("OMP_NUM_THREADS")
-        os.environ["OMP_NUM_THREADS"] = str(threads)
-        t_start = time.monotonic()
+        os.environ["OMP_NUM_THREADS"] = str(cfg.threads)
         try:
             ctx = mp.start_processes(spawn_entry, args=(world, cfg, outdir, "127.0.0.1", port), nprocs=world,
                                      join=False, start_method=start_method)
@@ -273,11 +303,8 @@ def run_plan(
                 os.environ.pop("OMP_NUM_THREADS", None)
             else:
                 os.environ["OMP_NUM_THREADS"] = env_threads
-        join_or_kill(ctx, timeout + 60, "the run")
-        parts = [torch.load(Path(outdir) / f"rank{r}.pt", weights_only=False) for r in range(world)]
-    return merge_results(parts, plan, steps=steps, lr=lr, weights=weights, backend=backend, device=device,
-                         world=world, threads=threads, optimizer=optimizer,
-                         wall_seconds=time.monotonic() - t_start)
+        join_or_kill(ctx, cfg.timeout + 60, "the run")
+        return [torch.load(Path(outdir) / f"rank{r}.pt", weights_only=False) for r in range(world)]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -297,22 +324,7 @@ def main(argv: list[str] | None = None) -> int:
     from ..io import write_text_atomic
     from .worker import _execute, _setup
 
-    ap = argparse.ArgumentParser(prog="workbench.runtime.engine")
-    ap.add_argument("plan_file")
-    src = ap.add_mutually_exclusive_group(required=True)
-    src.add_argument("--model", help="zoo model name")
-    src.add_argument("--module", help="FILE.py:FUNC returning (model, example_inputs, example_targets, loss_fn)")
-    ap.add_argument("--steps", type=int, default=20)
-    ap.add_argument("--batch-size", type=int, default=8)
-    ap.add_argument("--weights", default="stash", choices=["stash", "single"])
-    ap.add_argument("--lr", type=float, default=0.0)
-    ap.add_argument("--optimizer", default="adam")
-    ap.add_argument("--engine", default="auto", choices=list(ENGINES))
-    ap.add_argument("--backend", default=None)
-    ap.add_argument("--dtype", default="float32", help="zoo models: float32 or bfloat16 (the profile's)")
-    ap.add_argument("--timeout", type=float, default=300.0)
-    ap.add_argument("--out", default="build/run")
-    args = ap.parse_args(argv)
+    args = _parser().parse_args(argv)
     plan = Plan.from_json(Path(args.plan_file))
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     if world != plan.devices:
@@ -342,6 +354,26 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{cfg.engine} engine: measured period {res.measured_period:.6g} s (plan {plan.period:.6g} s); "
               "peak memory " + ", ".join(f"{m:.4g}" for m in res.meta["memory_peak"]))
     return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    """The command line of :func:`main`."""
+    ap = argparse.ArgumentParser(prog="workbench.runtime.engine")
+    ap.add_argument("plan_file")
+    src = ap.add_mutually_exclusive_group(required=True)
+    src.add_argument("--model", help="zoo model name")
+    src.add_argument("--module", help="FILE.py:FUNC returning (model, example_inputs, example_targets, loss_fn)")
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--batch-size", type=int, default=8)
+    ap.add_argument("--weights", default="stash", choices=["stash", "single"])
+    ap.add_argument("--lr", type=float, default=0.0)
+    ap.add_argument("--optimizer", default="adam")
+    ap.add_argument("--engine", default="auto", choices=list(ENGINES))
+    ap.add_argument("--backend", default=None)
+    ap.add_argument("--dtype", default="float32", help="zoo models: float32 or bfloat16 (the profile's)")
+    ap.add_argument("--timeout", type=float, default=300.0)
+    ap.add_argument("--out", default="build/run")
+    return ap
 
 
 if __name__ == "__main__":  # pragma: no cover

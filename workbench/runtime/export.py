@@ -26,7 +26,7 @@ deadlock. (Those helpers are private torch API; they exist in torch 2.13.)
 ``run`` executes the same actions on that engine
 (:mod:`~workbench.runtime.torch_engine`, via :func:`programs_to_actions`) for
 every plan it can express; the rest run on the PipeDream fallback
-(:mod:`~workbench.runtime.worker`).
+(:mod:`~workbench.runtime.pipedream`).
 
 What that engine cannot express, and the export therefore drops or changes:
 

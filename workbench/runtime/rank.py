@@ -6,7 +6,7 @@ workload (same seed everywhere, so the copies agree), finds its layers
 stages (:class:`RankModel`), learns every layer's output shape with a dry
 forward, and then lets an engine run the program: torch's pipeline engine
 (:mod:`~workbench.runtime.torch_engine`) or the PipeDream fallback
-(:mod:`~workbench.runtime.worker`). Both use the pieces here:
+(:mod:`~workbench.runtime.pipedream`). Both use the pieces here:
 
 * :func:`make_optimizer`: ``none``, ``sgd``, ``momentum`` (0.9), ``adam`` or
   ``adamw``, a real ``torch.optim`` optimizer, by default with a learning rate

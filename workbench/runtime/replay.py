@@ -12,7 +12,7 @@ to time a plan's devices one by one) and its memory at allocator level
 ``torch.cuda.max_memory_allocated`` on a GPU), which holds what rule 7 leaves
 out too: receive buffers, gradient buffers, optimizer state, the outputs kept
 for the backward, temporaries. The replay runs the PipeDream engine
-(:mod:`~workbench.runtime.worker`) whatever engine a shared run would use.
+(:mod:`~workbench.runtime.pipedream`) whatever engine a shared run would use.
 
 :func:`replay_report` puts the three beside the plan's prediction, one row
 per device.
@@ -38,9 +38,9 @@ import pandas as pd
 import torch
 
 from ..plan import Plan
+from .config import RunConfig
 from .engine import RunResult, Workload, join_or_kill, merge_results
 from .program import Op, programs_for
-from .worker import RunConfig
 
 __all__ = ["replay_devices", "replay_report", "replay_to", "load_replays", "run_summary"]
 

@@ -37,6 +37,7 @@ parameter object itself.
 
 from __future__ import annotations
 
+import time
 from contextlib import nullcontext
 from typing import Any
 
@@ -161,75 +162,27 @@ def tie_groups(model: RankModel, plan, world: int) -> list[tuple[Any, list[torch
 
 
 def run_torch_rank(rank: int, world: int, cfg) -> dict[str, Any]:
-    """This rank's share of the run on torch's engine; the result dict of :func:`~workbench.runtime.worker.run_rank`."""
-    from .export import programs_to_actions
+    """This rank's share of the run on torch's engine; the result dict of :func:`~workbench.runtime.worker.run_rank`.
 
-    plan, steps = cfg.plan, cfg.steps
-    S = len(plan.stages)
+    A warm-up step (allocations, kernel choice, optimizer state), the timed step (trace, gradients)
+    and the memory step (probe), as on the PipeDream engine.
+    """
+    plan = cfg.plan
     cuda = cfg.device == "cuda"
     dev = torch.device(f"cuda:{torch.cuda.current_device()}") if cuda else torch.device("cpu")
     model = RankModel.build(plan, cfg.workload, rank, dev)
-    origin = torch.tensor([__import__("time").perf_counter()], dtype=torch.float64)
+    origin = torch.tensor([time.perf_counter()], dtype=torch.float64)
     rec = Recorder(rank, cuda)
+    samples: list[tuple[float, float, float]] = []     # memory after each F/B, in the rank's order
     # torch's schedules want every rank of their group to hold a stage: devices without one stay out
     active = sorted({st.device for st in plan.stages})
     group = dist.new_group(active) if len(active) < world else None
-    stages = []
-    samples: list[tuple[float, float, float]] = []     # memory after each F/B, in the rank's order
-    for s, seq in model.stages.items():
-        st = plan.stages[s]
-        # example input and output (meta tensors: shapes only); requires_grad says a gradient flows back
-        x_in = (_meta(*model.shapes[st.first - 1]) if st.first > 0 else
-                chain_input(cfg.workload.batch(0)[0]).to("meta"))
-        stage = TimedStage(seq, s, S, dev, input_args=(x_in,), output_args=(_meta(*model.shapes[st.last]),),
-                           group=group)
-        stage.recorder, stage.samples = rec, samples
-        stage.offloads, stage.stores = "offload" in (plan.activations or ())[st.first:st.last + 1], {}
-        stages.append(stage)
-    params = [p for s in model.stages for p in model.stages[s].parameters()]
-    optimizer = make_optimizer(cfg.optimizer, list({id(p): p for p in params}.values()), cfg.lr)
-    ties = tie_groups(model, plan, world)
-    actions = {active.index(d): [ts._Action.from_str(a) for a in acts]           # keyed by rank in the group
-               for d, acts in programs_to_actions(cfg.programs, plan).items() if d in active}
-    schedule = None
-    if stages:
-        schedule = TimedSchedule(stages, steps, loss_fn=model.loss, scale_grads=False, recorder=rec)
-        schedule._prepare_schedule_with_comms(actions)
-    first, last = 0 in model.stages, (S - 1) in model.stages
-    batches = [cfg.workload.batch(i) for i in range(steps)] if (first or last) else []
-    x_all = torch.cat([chain_input(b[0]) for b in batches]).to(dev) if first else None
-    y_all = torch.cat([b[1] for b in batches]).to(dev) if last else None
-
-    def one_step() -> None:
-        if schedule is not None:
-            args = (x_all,) if first else ()
-            schedule.step(*args, target=y_all, losses=[] if last else None, return_outputs=False)
-        for group, copies in ties:
-            for p in copies:
-                if p.grad is None:
-                    p.grad = torch.zeros_like(p)
-                dist.all_reduce(p.grad, group=group)
-        if optimizer is not None:
-            optimizer.step()
-
-    def zero() -> None:
-        if optimizer is not None:
-            optimizer.zero_grad(set_to_none=False)
-        else:
-            for p in params:
-                if p.grad is not None:
-                    p.grad.zero_()
-
-    one_step()                                        # warm-up: allocations, kernel choice, optimizer state
-    zero()
-    if cfg.backend == "nccl":
-        origin = origin.to(dev)
-    dist.barrier()
-    dist.broadcast(origin, src=0)
-    rec.origin = float(origin.item())
-    rec.marks.clear()
-    rec.cpu.clear()
-    one_step()
+    stages = _build_stages(model, cfg, dev, group, rec, samples)
+    step = _TorchStep(model, cfg, stages, active, world, rec, dev)
+    step.run()                                        # warm-up: allocations, kernel choice, optimizer state
+    step.zero()
+    _share_clock(rec, origin, cfg.backend, dev)
+    step.run()
     if cuda:
         torch.cuda.synchronize(dev)
     grads = {model.names[s][n]: p.grad.detach().cpu().clone() if p.grad is not None
@@ -237,20 +190,99 @@ def run_torch_rank(rank: int, world: int, cfg) -> dict[str, Any]:
              for s in model.stages for n, p in model.parameters(s).items()}
     timed = list(rec.marks)
     cpu_rows = list(rec.cpu)
-    zero()
-    probe = MemoryProbe(dev)
-    buffers = [t for stg in stages for t in _stage_buffers(stg)]
-    for stg in stages:
-        stg.probe = probe
-    dist.barrier()
-    with probe.tracking(*[model.stages[s] for s in model.stages], optimizer, *buffers):
-        one_step()
+    step.zero()
+    probe = _memory_step(step, stages, model, dev)
     rec.marks[:] = timed
     ends = sorted(rec.seconds(m[4]) for m in timed if m[0] in ("F", "B"))
     memory = [(rank, t, a, w, tot) for t, (a, w, tot) in zip(ends, samples)]
     return {"rank": rank, "ops": rec.rows(plan), "cpu": cpu_rows, "memory": memory, "grads": grads,
             "memory_peak": probe.peak(), "memory_breakdown": probe.breakdown(),
             "max_memory_allocated": torch.cuda.max_memory_allocated(dev) if cuda else None, "engine": "torch"}
+
+
+def _build_stages(model: RankModel, cfg, dev: torch.device, group, rec: Recorder,
+                  samples: list[tuple[float, float, float]]) -> list[TimedStage]:
+    """A :class:`TimedStage` per stage of this rank, recording into ``rec`` and ``samples``."""
+    plan = cfg.plan
+    stages = []
+    for s, seq in model.stages.items():
+        st = plan.stages[s]
+        # example input and output (meta tensors: shapes only); requires_grad says a gradient flows back
+        x_in = (_meta(*model.shapes[st.first - 1]) if st.first > 0 else
+                chain_input(cfg.workload.batch(0)[0]).to("meta"))
+        stage = TimedStage(seq, s, len(plan.stages), dev, input_args=(x_in,),
+                           output_args=(_meta(*model.shapes[st.last]),), group=group)
+        stage.recorder, stage.samples = rec, samples
+        stage.offloads, stage.stores = "offload" in (plan.activations or ())[st.first:st.last + 1], {}
+        stages.append(stage)
+    return stages
+
+
+class _TorchStep:
+    """One step of the plan on torch's schedule runtime: the schedule over all mini-batches, the
+    all-reduce of tied gradients across ranks, the optimizer's step; :meth:`zero` clears the gradients."""
+
+    def __init__(self, model: RankModel, cfg, stages: list[TimedStage], active: list[int], world: int,
+                 rec: Recorder, dev: torch.device) -> None:
+        from .export import programs_to_actions
+
+        plan, steps = cfg.plan, cfg.steps
+        self.params = [p for s in model.stages for p in model.stages[s].parameters()]
+        self.optimizer = make_optimizer(cfg.optimizer, list({id(p): p for p in self.params}.values()), cfg.lr)
+        self.ties = tie_groups(model, plan, world)
+        actions = {active.index(d): [ts._Action.from_str(a) for a in acts]           # keyed by rank in the group
+                   for d, acts in programs_to_actions(cfg.programs, plan).items() if d in active}
+        self.schedule = None
+        if stages:
+            self.schedule = TimedSchedule(stages, steps, loss_fn=model.loss, scale_grads=False, recorder=rec)
+            self.schedule._prepare_schedule_with_comms(actions)
+        self.first, self.last = 0 in model.stages, (len(plan.stages) - 1) in model.stages
+        batches = [cfg.workload.batch(i) for i in range(steps)] if (self.first or self.last) else []
+        self.x_all = torch.cat([chain_input(b[0]) for b in batches]).to(dev) if self.first else None
+        self.y_all = torch.cat([b[1] for b in batches]).to(dev) if self.last else None
+
+    def run(self) -> None:
+        if self.schedule is not None:
+            args = (self.x_all,) if self.first else ()
+            self.schedule.step(*args, target=self.y_all, losses=[] if self.last else None, return_outputs=False)
+        for group, copies in self.ties:
+            for p in copies:
+                if p.grad is None:
+                    p.grad = torch.zeros_like(p)
+                dist.all_reduce(p.grad, group=group)
+        if self.optimizer is not None:
+            self.optimizer.step()
+
+    def zero(self) -> None:
+        if self.optimizer is not None:
+            self.optimizer.zero_grad(set_to_none=False)
+        else:
+            for p in self.params:
+                if p.grad is not None:
+                    p.grad.zero_()
+
+
+def _share_clock(rec: Recorder, origin: torch.Tensor, backend: str, dev: torch.device) -> None:
+    """Every rank takes rank 0's clock origin (after a barrier) and forgets the warm-up's marks."""
+    if backend == "nccl":
+        origin = origin.to(dev)
+    dist.barrier()
+    dist.broadcast(origin, src=0)
+    rec.origin = float(origin.item())
+    rec.marks.clear()
+    rec.cpu.clear()
+
+
+def _memory_step(step: _TorchStep, stages: list[TimedStage], model: RankModel, dev: torch.device) -> MemoryProbe:
+    """One more step under the allocator-level probe (stages, optimizer and torch's receive buffers)."""
+    probe = MemoryProbe(dev)
+    buffers = [t for stg in stages for t in _stage_buffers(stg)]
+    for stg in stages:
+        stg.probe = probe
+    dist.barrier()
+    with probe.tracking(*[model.stages[s] for s in model.stages], step.optimizer, *buffers):
+        step.run()
+    return probe
 
 
 def _meta(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:

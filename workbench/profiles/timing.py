@@ -1,0 +1,107 @@
+"""How the profiler times one layer: a clock per device, the CPU thread count, the repeats.
+
+:func:`time_layer` runs a layer's forward and backward ``warmup`` times
+untimed, then ``repeats`` times timed with a :class:`Timer`
+(``time.perf_counter`` on a CPU, CUDA events and synchronisation on a GPU).
+Each repeat starts from :func:`leaf` (a detached copy of the input, with
+``requires_grad`` except for data) and parameter gradients reset to
+``None``, so every backward allocates them afresh (docs/model.md, the
+profile's columns). :func:`cpu_threads` holds the CPU thread count while
+profiling.
+
+>>> lin = torch.nn.Linear(3, 2)
+>>> fwd, bwd = time_layer(lin, torch.zeros(4, 3), Timer(torch.device("cpu")), True, None, torch.ones(4, 2), 1, 3)
+>>> len(fwd), len(bwd), all(t > 0 for t in fwd + bwd), lin.weight.grad.shape
+(3, 3, True, torch.Size([2, 3]))
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
+
+import torch
+from torch import nn
+
+__all__ = ["leaf", "cpu_threads", "Timer", "time_layer"]
+
+
+def leaf(x: torch.Tensor, requires_grad: bool) -> torch.Tensor:
+    """A detached copy of ``x`` that requires a gradient when asked and floating.
+
+    >>> leaf(torch.zeros(1), True).requires_grad, leaf(torch.zeros(1, dtype=torch.long), True).requires_grad
+    (True, False)
+    """
+    inp = x.detach()
+    if requires_grad and inp.is_floating_point():
+        inp.requires_grad_(True)
+    return inp
+
+
+@contextmanager
+def cpu_threads(device: torch.device, n: int | None) -> Iterator[None]:
+    """``n`` CPU threads inside (on a CPU device, unless ``n`` is None), the previous count after.
+
+    >>> before = torch.get_num_threads()
+    >>> with cpu_threads(torch.device("cpu"), 1):
+    ...     torch.get_num_threads()
+    1
+    >>> torch.get_num_threads() == before
+    True
+    """
+    old = torch.get_num_threads()
+    if n is not None and device.type == "cpu":
+        torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
+
+
+class Timer:
+    """perf_counter on CPU, CUDA events on a GPU; ``run(fn)`` returns ``fn()``'s result and its seconds."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.cuda = device.type == "cuda"
+        self.device = device
+
+    def sync(self) -> None:
+        if self.cuda:
+            torch.cuda.synchronize(self.device)
+
+    def run(self, fn) -> tuple[Any, float]:
+        if self.cuda:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            result = fn()
+            end.record()
+            torch.cuda.synchronize(self.device)
+            return result, start.elapsed_time(end) / 1e3
+        t0 = time.perf_counter()
+        result = fn()
+        return result, time.perf_counter() - t0
+
+
+def time_layer(mod: nn.Module, x: torch.Tensor, timer: Timer, needs_input_grad: bool,
+               then: Callable[[torch.Tensor], torch.Tensor] | None, grad: torch.Tensor | None, warmup: int,
+               repeats: int) -> tuple[list[float], list[float]]:
+    """Forward and backward seconds of ``repeats`` runs of one layer after ``warmup`` untimed ones; ``then``
+    (the loss) ends the forward of the last layer, whose backward starts from it, the others' from ``grad``."""
+    fwd: list[float] = []
+    bwd: list[float] = []
+    for r in range(warmup + repeats):
+        for p in mod.parameters():
+            p.grad = None
+        inp = leaf(x, needs_input_grad)
+        timer.sync()
+        y, tf = timer.run((lambda: then(mod(inp))) if then is not None else (lambda: mod(inp)))
+        if y.requires_grad:
+            _, tb = timer.run(lambda: torch.autograd.backward(y, grad))
+        else:  # nothing to differentiate (no parameters, input is data)
+            tb = 0.0
+        if r >= warmup:
+            fwd.append(tf)
+            bwd.append(tb)
+        y = inp = None  # free them before the next repeat
+    return fwd, bwd
