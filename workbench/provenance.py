@@ -39,7 +39,8 @@ NOT_MODEL = (
     "__init__.py", "__main__.py", "cli.py", "demo.py", "experiments/__init__.py", "experiments/report.py",
     "experiments/analyses.py", "io.py", "paths.py", "provenance.py", "viz/", "runtime/", "profiles/profiler.py",
     "profiles/zoo.py", "profiles/commands.py", "profiles/compare.py", "profiles/memtrace.py",
-    "profiles/discover.py", "profiles/wrappers.py", "profiles/usermodel.py", "training.py", "witness.py",
+    "profiles/discover.py", "profiles/wrappers.py", "profiles/usermodel.py", "profiles/timing.py", "training.py",
+    "witness.py",
     "policy_layers.py",
 )
 

@@ -237,6 +237,31 @@ def _checks_section(report: Report) -> list[str]:
             "periodic baseline that fits; exact methods never lose from more memory.", ""]
 
 
+#: what a plan's note says when the wall-clock safety net stopped one of its deterministic phases
+MAY_VARY = "this result may vary"
+
+
+def _reproducibility_section(report: Report) -> list[str]:
+    """What a rerun may change: plans cut short by the wall clock, and everything timed by it.
+
+    >>> r = Report(Path("."), Settings(networks=("n",)), sweeps=pd.DataFrame({"note": ["ok", MAY_VARY],
+    ...            "network": ["n", "n"], "devices": [2, 2], "method_key": ["ilp-general"] * 2, "level": [0, 1]}))
+    >>> text = _reproducibility_section(r)[0]
+    >>> "1 of the 2 sweep plans" in text, text.split(": ")[-1].split(".")[0]
+    (True, 'n P=2 ilp-general level 1')
+    """
+    sw = report.sweeps
+    varied = sw[sw["note"].astype(str).str.contains(MAY_VARY, regex=False)] if "note" in sw else sw.iloc[0:0]
+    cases = "; ".join(f"{r.network} P={r.devices} {r.method_key} level {r.level}" for r in varied.itertuples())
+    where = (f"{len(varied)} of the {len(sw)} sweep plans had a phase stopped by the wall-clock safety net "
+             f"(3x its share plus 2 s; their notes say \"{MAY_VARY}\"), so a rerun may plan those differently: {cases}."
+             if len(varied) else f"None of the {len(sw)} sweep plans was stopped by the wall-clock safety net.")
+    return [f"Reproducibility: the sweeps plan with work budgets (`deterministic=True`), so a rerun gives the same "
+            f"plans. {where} Solve seconds are wall-clock and differ between runs; the complexity studies "
+            "(3-PARTITION, family, gains, scaling) and `largest` give each solve a wall-clock limit, so a solve that "
+            "times out there may end on another plan (time-outs are marked).", ""]
+
+
 def _inputs_section(report: Report) -> list[str]:
     lines = [f"Model code version `{code_version()}` (a hash of the code that computes results, "
              "`workbench.provenance.code_version`); profiles:", ""]
@@ -278,6 +303,7 @@ def render_report(report: Report) -> str:
         f"{list(s.scaling_layers)}, P in {list(s.scaling_devices)}, time limit {s.scaling_time_limit:g} s; "
         f"{s.gain_instances} random instances of {s.gain_layers} layers on {s.gain_devices} devices for the gains.", "",
     ]
+    lines += _reproducibility_section(report) if report.checked_groups else []
     lines += _inputs_section(report)
     lines += ["Per-unit results (one CSV per unit with a JSON sidecar: its key, versions, checksum) are in `units/`; a "
               "unit is reused only while its key (settings, profile SHA-256, code version) is unchanged.", ""]
