@@ -237,29 +237,35 @@ def _checks_section(report: Report) -> list[str]:
             "periodic baseline that fits; exact methods never lose from more memory.", ""]
 
 
-#: what a plan's note says when the wall-clock safety net stopped one of its deterministic phases
-MAY_VARY = "this result may vary"
+#: what a plan's note says when the wall-clock safety net stopped one of its deterministic phases (the note
+#: column keeps 300 characters, so the phrase may be cut: its start, or the start of the sentence, is matched)
+MAY_VARY = "deterministic budgets: the wall-clock safety net stopped a phase; this result may vary"
+NOTE_CHARS = 300
 
 
 def _reproducibility_section(report: Report) -> list[str]:
     """What a rerun may change: plans cut short by the wall clock, and everything timed by it.
 
-    >>> r = Report(Path("."), Settings(networks=("n",)), sweeps=pd.DataFrame({"note": ["ok", MAY_VARY],
+    >>> r = Report(Path("."), Settings(networks=("n",)), sweeps=pd.DataFrame({"note": ["ok", MAY_VARY[:30]],
     ...            "network": ["n", "n"], "devices": [2, 2], "method_key": ["ilp-general"] * 2, "level": [0, 1]}))
     >>> text = _reproducibility_section(r)[0]
     >>> "1 of the 2 sweep plans" in text, text.split(": ")[-1].split(".")[0]
     (True, 'n P=2 ilp-general level 1')
     """
     sw = report.sweeps
-    varied = sw[sw["note"].astype(str).str.contains(MAY_VARY, regex=False)] if "note" in sw else sw.iloc[0:0]
+    notes = sw["note"].astype(str) if "note" in sw else pd.Series([""] * len(sw), index=sw.index)
+    shown = notes.str.contains(MAY_VARY[:21], regex=False) | notes.str.contains("wall-clock safety net", regex=False)
+    varied, cut = sw[shown], int(((notes.str.len() >= NOTE_CHARS) & ~shown).sum())
     cases = "; ".join(f"{r.network} P={r.devices} {r.method_key} level {r.level}" for r in varied.itertuples())
-    where = (f"{len(varied)} of the {len(sw)} sweep plans had a phase stopped by the wall-clock safety net "
-             f"(3x its share plus 2 s; their notes say \"{MAY_VARY}\"), so a rerun may plan those differently: {cases}."
-             if len(varied) else f"None of the {len(sw)} sweep plans was stopped by the wall-clock safety net.")
+    bound = (f" (a lower bound: {cut} notes are cut at {NOTE_CHARS} characters and may hide it)" if cut else "")
+    where = (f"At least {len(varied)} of the {len(sw)} sweep plans had a phase stopped by the wall-clock safety net "
+             f"(3x its share plus 2 s: the machine was slower than the work budgets assume){bound}, so a rerun may "
+             f"plan those differently: {cases}." if len(varied)
+             else f"None of the {len(sw)} sweep plans shows a phase stopped by the wall-clock safety net{bound}.")
     return [f"Reproducibility: the sweeps plan with work budgets (`deterministic=True`), so a rerun gives the same "
-            f"plans. {where} Solve seconds are wall-clock and differ between runs; the complexity studies "
-            "(3-PARTITION, family, gains, scaling) and `largest` give each solve a wall-clock limit, so a solve that "
-            "times out there may end on another plan (time-outs are marked).", ""]
+            f"plans where no phase was stopped by the clock. {where} Solve seconds are wall-clock and differ between "
+            "runs; the complexity studies (3-PARTITION, family, gains, scaling) and `largest` give each solve a "
+            "wall-clock limit, so a solve that times out there may end on another plan (time-outs are marked).", ""]
 
 
 def _inputs_section(report: Report) -> list[str]:
