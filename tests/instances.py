@@ -28,10 +28,11 @@ import random
 
 import numpy as np
 
-from workbench.chain import Chain, Layer
+from workbench.chain import Chain, Layer, Platform
+from workbench.schedule import best_schedule
 
 __all__ = ["uniform_chain", "baseline_chain", "small_chain", "ilp_chain", "footprint_limit", "py_chain",
-           "py_contiguous", "py_general"]
+           "py_contiguous", "py_general", "runtime_chain", "runtime_plans"]
 
 
 def uniform_chain(rng: np.random.Generator, L: int, *, forward: tuple[float, float], backward: tuple[float, float],
@@ -91,3 +92,17 @@ def py_contiguous(rng: random.Random, L: int, P: int) -> list[int]:
 def py_general(rng: random.Random, L: int, P: int) -> list[int]:
     """A random general allocation: each layer on any device."""
     return [rng.randrange(P) for _ in range(L)]
+
+
+def runtime_chain(n: int = 6) -> Chain:
+    """A small chain for the runtime's program, message and export tests (times alternate, sizes fixed)."""
+    return Chain(tuple(Layer(f"l{i}", 0.001 * (1 + i % 3), 0.002 * (1 + i % 2), 100, 50) for i in range(n)))
+
+
+def runtime_plans():
+    """Three plans of :func:`runtime_chain`: 2 and 3 contiguous stages, and 4 stages on 2 ranks (rank 0 holds
+    stages 0 and 2, rank 1 stages 1 and 3)."""
+    chain = runtime_chain()
+    yield best_schedule(chain, Platform(2), [0, 0, 0, 1, 1, 1])
+    yield best_schedule(chain, Platform(3), [0, 0, 1, 1, 2, 2])
+    yield best_schedule(chain, Platform(2), [0, 0, 1, 1, 0, 1])

@@ -4,31 +4,18 @@ from __future__ import annotations
 
 import pytest
 
-from workbench.chain import Chain, Layer, Platform
+from instances import runtime_plans
 from workbench.plan import Plan, Stage
 from workbench.runtime.export import actions_to_csv, format_grid, load_with_torch, plan_to_actions, write_schedule_csv
 
 pytest.importorskip("torch.distributed.pipelining")
 
 
-def _chain(n=6):
-    return Chain(tuple(Layer(f"l{i}", 0.001 * (1 + i % 3), 0.002 * (1 + i % 2), 100, 50) for i in range(n)))
-
-
-def _plans():
-    from workbench.schedule import best_schedule
-
-    chain = _chain()
-    yield best_schedule(chain, Platform(2), [0, 0, 0, 1, 1, 1])
-    yield best_schedule(chain, Platform(3), [0, 0, 1, 1, 2, 2])
-    yield best_schedule(chain, Platform(2), [0, 0, 1, 1, 0, 1])       # rank 0 holds stages 0 and 2, rank 1 1 and 3
-
-
 @pytest.mark.parametrize("comms", [False, True])
 def test_round_trip_through_torch_loader(tmp_path, comms):
     from torch.distributed.pipelining import schedules as ts
 
-    for k, plan in enumerate(_plans()):
+    for k, plan in enumerate(runtime_plans()):
         m = 5
         path = write_schedule_csv(plan, tmp_path / f"plan{k}.csv", m, comms=comms)
         ours = plan_to_actions(plan, m, comms=comms)

@@ -5,22 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from workbench.chain import Chain, Layer, Platform
+from instances import runtime_plans
 from workbench.runtime.messages import SendWaiter, message_tag, plan_receives
 from workbench.runtime.program import Op, programs_for
-
-
-def _chain(n=6):
-    return Chain(tuple(Layer(f"l{i}", 0.001 * (1 + i % 3), 0.002 * (1 + i % 2), 100, 50) for i in range(n)))
-
-
-def _plans():
-    from workbench.schedule import best_schedule
-
-    chain = _chain()
-    yield best_schedule(chain, Platform(2), [0, 0, 0, 1, 1, 1])
-    yield best_schedule(chain, Platform(3), [0, 0, 1, 1, 2, 2])
-    yield best_schedule(chain, Platform(2), [0, 0, 1, 1, 0, 1])       # rank 0 holds stages 0 and 2, rank 1 1 and 3
 
 
 def _sent_to(programs, stage_dev, dst):
@@ -37,7 +24,7 @@ def _sent_to(programs, stage_dev, dst):
 
 @pytest.mark.parametrize("k", range(3))
 def test_receives_follow_each_senders_order(k):
-    plan = list(_plans())[k]
+    plan = list(runtime_plans())[k]
     steps = 5
     programs = programs_for(plan, steps)
     stage_dev = [st.device for st in plan.stages]
