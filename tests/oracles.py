@@ -53,7 +53,8 @@ from typing import Iterator, Sequence
 import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, milp
 
-from workbench.chain import Chain, Layer, Platform
+from policy_instances import random_chain
+from workbench.chain import Chain, Platform
 from workbench.check import check
 from workbench.check_memory import memory_by_device
 from workbench.plan import Plan, Stage
@@ -305,14 +306,6 @@ def optimal_plan(chain: Chain, platform: Platform, allocation: str = "contiguous
 # ----------------------------------------------------------------------------
 # instances
 # ----------------------------------------------------------------------------
-def random_chain(rng: random.Random, L: int) -> Chain:
-    """Layers with memory columns measured or estimated at random (docs/model.md, "Memory")."""
-    return Chain(tuple(Layer(f"l{i}", rng.uniform(0.2, 2.0), rng.uniform(0.5, 3.0), rng.uniform(0, 8),
-                             rng.uniform(1, 40), rng.uniform(0, 80), None, None, None,
-                             rng.choice([0.0, None]), rng.choice([None, rng.uniform(0, 120)]),
-                             rng.choice([None, rng.uniform(0, 200)])) for i in range(L)), input_bytes=5)
-
-
 def random_instance(seed: int, max_layers: int = 5, max_devices: int = 3) -> tuple[Chain, Platform]:
     """A chain of 2..max_layers layers on 2..max_devices devices, either memory model, its memory limit
     between 0.2 and 0.8 of what the whole chain needs on one device with two mini-batches in flight

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from oracles import random_chain
+from policy_instances import random_chain
 from workbench.chain import Chain, Layer, Platform
 from workbench.plan import Plan
 from workbench.plan_extra import extra_problems, phase_record

@@ -30,7 +30,7 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-__all__ = ["Recomputed", "Offloaded", "OffloadStore", "offloading", "with_policies"]
+__all__ = ["Recomputed", "Offloaded", "OffloadStore", "offloading", "with_policies", "with_policy"]
 
 
 class Recomputed(nn.Module):
@@ -149,5 +149,13 @@ def with_policies(model: nn.Sequential, policies: Sequence[str]) -> nn.Sequentia
     layers = list(model.children())
     if len(layers) != len(policies):
         raise ValueError(f"{len(policies)} policies for a model of {len(layers)} layers")
-    wrap = {"keep": lambda m: m, "recompute": Recomputed, "offload": Offloaded}
-    return nn.Sequential(*[wrap[p](m) for m, p in zip(layers, policies)])
+    return nn.Sequential(*[with_policy(m, p) for m, p in zip(layers, policies)])
+
+
+def with_policy(module: nn.Module, policy: str) -> nn.Module:
+    """``module`` as its activation policy runs it: itself (keep), :class:`Recomputed` or :class:`Offloaded`.
+
+    >>> type(with_policy(nn.Linear(2, 2), "recompute")).__name__, type(with_policy(nn.Linear(2, 2), "keep")).__name__
+    ('Recomputed', 'Linear')
+    """
+    return {"keep": lambda m: m, "recompute": Recomputed, "offload": Offloaded}[policy](module)

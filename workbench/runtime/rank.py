@@ -34,7 +34,7 @@ from typing import Any, Iterator, Sequence
 import torch
 from torch import nn
 
-from ..policy_layers import Offloaded, Recomputed
+from ..policy_layers import with_policy
 from ..training import OPTIMIZERS, make_optimizer
 
 __all__ = ["OPTIMIZERS", "make_optimizer", "RankModel", "Recorder", "MemoryProbe", "layer_output_shapes",
@@ -87,11 +87,6 @@ def layer_output_shapes(modules: Sequence[nn.Module], x0: torch.Tensor) -> list[
     raise AssertionError("unreachable")
 
 
-def _with_policy(module: nn.Module, policy: str) -> nn.Module:
-    """``module`` as its activation policy runs it (:mod:`workbench.policy_layers`)."""
-    return {"keep": lambda m: m, "recompute": Recomputed, "offload": Offloaded}[policy](module)
-
-
 @dataclass
 class RankModel:
     """A rank's share of the model: per own stage an ``nn.Sequential`` of its layers, on ``device``.
@@ -122,7 +117,7 @@ class RankModel:
                 continue
             # each layer with its activation policy (docs/model.md, "Activation policies"): recompute and
             # offload wrap it (its parameters then sit under "layer.")
-            mods = [_with_policy(layers.modules[l].to(device), policies[l]) for l in range(st.first, st.last + 1)]
+            mods = [with_policy(layers.modules[l].to(device), policies[l]) for l in range(st.first, st.last + 1)]
             seq = nn.Sequential(*mods).train()
             stages[s] = seq
             canon: dict[str, str] = {}
