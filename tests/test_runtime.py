@@ -41,6 +41,16 @@ def mlp_bf16():
     return chain, wl, reference_gradients(wl, STEPS)
 
 
+@pytest.fixture(scope="module")
+def tiny_gpt():
+    """The 4-layer zoo GPT: its profile, workload and one process's gradients over STEPS steps."""
+    from workbench.profiles.profiler import profile_zoo
+
+    chain = profile_zoo("tiny-gpt", 2, repeats=1, warmup=1)
+    wl = Workload.zoo("tiny-gpt", 2)
+    return chain, wl, reference_gradients(wl, STEPS)
+
+
 def _plan(chain, devices, assignment, weights="stash", optimizer="adam"):
     from workbench.schedule import best_schedule
 
@@ -183,12 +193,9 @@ def test_single_weight_version(mlp):
         _check_memory(res, plan, wl, chain, "momentum")
 
 
-def test_four_processes_tiny_gpt():
-    from workbench.profiles.profiler import profile_zoo
-
-    chain = profile_zoo("tiny-gpt", 2, repeats=1, warmup=1)
+def test_four_processes_tiny_gpt(tiny_gpt):
+    chain, wl, _ = tiny_gpt
     assert len(chain) == 4
-    wl = Workload.zoo("tiny-gpt", 2)
     plan = _plan(chain, 4, [0, 1, 2, 3])
     # rule 7 is the steady state: with stashing, k distinct versions need 2k mini-batches
     steps = 2 * max(s.in_flight for s in plan.stages)
@@ -369,21 +376,19 @@ def test_run_command_runs_in_the_profiles_dtype(tmp_path, mlp_bf16):
 
 
 @pytest.mark.parametrize("engine", ["pipedream", "torch"])
-def test_activation_policies_run_with_torchs_tools(engine):
+def test_activation_policies_run_with_torchs_tools(engine, tiny_gpt):
     """recompute (torch.utils.checkpoint) and offload (saved tensors moved off the device as a block when the
     stage's forward ends, back when its backward starts) per layer, as the plan says: the gradients equal
     one process's and the peak is the model's."""
     from workbench.activations import apply_policies
-    from workbench.profiles.profiler import profile_zoo
     from workbench.schedule import best_schedule
 
-    chain = profile_zoo("tiny-gpt", 2, repeats=1, warmup=1)
-    wl = Workload.zoo("tiny-gpt", 2)
+    chain, wl, ref = tiny_gpt
     weights = "stash" if engine == "pipedream" else "single"
     for pol in (("keep", "recompute", "recompute", "keep"), ("keep", "offload", "offload", "keep")):
         plat = Platform(2, weights=weights)
         plan = best_schedule(apply_policies(chain, pol), plat, [0, 0, 1, 1]).with_(activations=pol)
         res = run_plan(plan, wl, STEPS, timeout=TIMEOUT, weights=weights, engine=engine)
         assert res.meta["engine"] == engine
-        assert grad_error(res.grads, reference_gradients(wl, STEPS))[1] < 1e-6, pol
+        assert grad_error(res.grads, ref)[1] < 1e-6, pol
         _check_memory(res, plan, wl, chain)
