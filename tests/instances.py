@@ -24,6 +24,7 @@ True
 
 from __future__ import annotations
 
+import itertools
 import random
 
 import numpy as np
@@ -32,7 +33,7 @@ from workbench.chain import Chain, Layer, Platform
 from workbench.schedule import best_schedule
 
 __all__ = ["uniform_chain", "baseline_chain", "small_chain", "ilp_chain", "footprint_limit", "py_chain",
-           "py_contiguous", "py_general", "runtime_chain", "runtime_plans"]
+           "py_contiguous", "py_general", "compositions", "runtime_chain", "runtime_plans"]
 
 
 def uniform_chain(rng: np.random.Generator, L: int, *, forward: tuple[float, float], backward: tuple[float, float],
@@ -92,6 +93,18 @@ def py_contiguous(rng: random.Random, L: int, P: int) -> list[int]:
 def py_general(rng: random.Random, L: int, P: int) -> list[int]:
     """A random general allocation: each layer on any device."""
     return [rng.randrange(P) for _ in range(L)]
+
+
+def compositions(L: int, P: int):
+    """Every partition of 0..L-1 into at most P contiguous runs, as (first, last) lists.
+
+    >>> list(compositions(3, 2))
+    [[(0, 2)], [(0, 0), (1, 2)], [(0, 1), (2, 2)]]
+    """
+    for q in range(1, min(L, P) + 1):
+        for cuts in itertools.combinations(range(1, L), q - 1):
+            edges = (0,) + cuts + (L,)
+            yield [(edges[s], edges[s + 1] - 1) for s in range(q)]
 
 
 def runtime_chain(n: int = 6) -> Chain:

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import itertools
 import json
 
 import numpy as np
 import pytest
 
-from instances import baseline_chain
+from instances import baseline_chain, compositions
 from workbench.chain import Platform
 from workbench.check import check
 from workbench.planners import plan as run_planner
@@ -20,13 +19,6 @@ from workbench.planners.baselines import (
     plan_uniform,
     uniform_partition,
 )
-
-
-def compositions(L, P):
-    for q in range(1, min(L, P) + 1):
-        for cuts in itertools.combinations(range(1, L), q - 1):
-            e = (0,) + cuts + (L,)
-            yield [(e[s], e[s + 1] - 1) for s in range(q)]
 
 
 def covers(bounds, n):

@@ -12,6 +12,7 @@ import math
 import numpy as np
 import pytest
 
+from instances import compositions
 from workbench.chain import Platform
 from workbench.complexity import (
     family_factor,
@@ -33,14 +34,6 @@ TOL = 1e-6
 
 
 # ---------------------------------------------------------------- independent oracles
-def compositions(L: int, P: int):
-    """Every split of 0..L-1 into at most P consecutive non-empty intervals, as lists of (a, b)."""
-    for parts in range(1, min(P, L) + 1):
-        for cuts in itertools.combinations(range(1, L), parts - 1):
-            bounds = (0, *cuts, L)
-            yield [(bounds[i], bounds[i + 1] - 1) for i in range(parts)]
-
-
 def contiguous_load_optimum(compute, weights, P, M):
     """min over compositions with every interval's weight <= M of the max interval load."""
     best = math.inf

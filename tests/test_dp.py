@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import itertools
 import math
 import time
 
 import numpy as np
 import pytest
 
+from instances import compositions
 from workbench.chain import Chain, Layer, Platform
 from workbench.planners import plan as run_planner
 from workbench.planners.dp import least_contiguous_memory, plan_dp, schedule_partition
@@ -23,14 +23,6 @@ except ImportError:  # pragma: no cover - the checker lands separately
 # ----------------------------------------------------------------------------
 # independent brute force
 # ----------------------------------------------------------------------------
-def compositions(L: int, P: int):
-    """Every partition of 0..L-1 into at most P contiguous runs, as (first, last) lists."""
-    for q in range(1, min(L, P) + 1):
-        for cuts in itertools.combinations(range(1, L), q - 1):
-            edges = (0,) + cuts + (L,)
-            yield [(edges[s], edges[s + 1] - 1) for s in range(q)]
-
-
 def stage_sums(chain: Chain, a: int, b: int):
     ls = chain.layers[a:b + 1]
     F = sum(l.forward for l in ls)

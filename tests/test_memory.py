@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 import torch
 
-from test_dp import brute_min_period, compositions
+from instances import compositions
+from test_dp import brute_min_period
 from workbench.chain import Chain, Layer, Platform
 from workbench.check import check
 from workbench.check_memory import memory_by_device

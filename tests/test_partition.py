@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import itertools
 import math
 
 import numpy as np
 import pytest
 
+from instances import compositions
 from workbench.chain import Chain, Layer, Platform
 from workbench.planners.partition import (
     StageSums,
@@ -30,12 +30,10 @@ def _enumerated(chain: Chain, platform: Platform) -> float:
     L = len(chain)
     c = [platform.comm_time(chain.cut(j)) if j < L - 1 else 0.0 for j in range(L)]
     best = math.inf
-    for q in range(1, min(L, platform.devices) + 1):
-        for cuts in itertools.combinations(range(1, L), q - 1):
-            edges = (0,) + cuts + (L,)
-            worst = max(max(sum(chain.layers[l].forward + chain.layers[l].backward for l in range(a, b)), c[b - 1])
-                        for a, b in zip(edges, edges[1:]))
-            best = min(best, worst)
+    for parts in compositions(L, platform.devices):
+        worst = max(max(sum(chain.layers[l].forward + chain.layers[l].backward for l in range(a, b + 1)), c[b])
+                    for a, b in parts)
+        best = min(best, worst)
     return best
 
 

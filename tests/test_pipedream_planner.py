@@ -2,23 +2,15 @@
 
 from __future__ import annotations
 
-import itertools
 import math
 
 import numpy as np
 import pytest
 
-from instances import small_chain
+from instances import compositions, small_chain
 from workbench.chain import Platform
 from workbench.check import check
 from workbench.planners.pipedream import pipedream_memory_need, pipedream_partition, plan_pipedream
-
-
-def compositions(L, P):
-    for q in range(1, min(L, P) + 1):
-        for cuts in itertools.combinations(range(1, L), q - 1):
-            e = (0,) + cuts + (L,)
-            yield [(e[s], e[s + 1] - 1) for s in range(q)]
 
 
 def pd_model(chain, plat, parts):
