@@ -8,7 +8,7 @@ workbench included, about 100 MB of it before planning).
 
 Two chains: ``random`` (seeded layers: forward 0.1-3 ms, backward 0.2-6 ms,
 outputs 1-20 MB, saved 1-40 MB, weights 0-20 MB) and ``gpt`` (the zoo GPT of
-:mod:`workbench.largest` grown by depth: the measured d768 block repeated,
+:mod:`workbench.experiments.largest` grown by depth: the measured d768 block repeated,
 with its embedding and head). The memory limit is ``none`` or ``x F``: F the
 peak memory of the unconstrained optimum (its first stages hold many
 mini-batches), so x < 1 binds; the table says how much slower the optimum
@@ -33,7 +33,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from workbench.chain import Chain, Layer, Platform  # noqa: E402
+from workbench.model.chain import Chain, Layer, Platform  # noqa: E402
 
 TARGETS = {2000: (5.0, None), 10000: (30.0, 2000.0)}   # layers -> (seconds, MB)
 
@@ -51,14 +51,14 @@ def random_chain(L: int, seed: int = 0) -> Chain:
 def make_chain(kind: str, L: int) -> Chain:
     if kind == "random":
         return random_chain(L)
-    from workbench.largest import family_chain
+    from workbench.experiments.largest import family_chain
 
     return family_chain("depth", L - 2)   # embedding + L - 2 blocks + head
 
 
 def one_case(kind: str, L: int, P: int, fraction: float) -> dict:
     """Plan one case in this process; the figures as a dict (run by the parent in a child process)."""
-    from workbench.planners.dp import plan_dp
+    from workbench.planners.dp.contiguous import plan_dp
 
     chain = make_chain(kind, L)
     t = time.perf_counter()

@@ -14,7 +14,7 @@ from __future__ import annotations
 import sys
 
 from workbench.paths import peer_profiles_dir
-from workbench.planners.graph_dp import best_order
+from workbench.planners.dp.graph import best_order
 from workbench.profiles.pipedream import read_pipedream_graph
 
 NETS = ["alexnet", "vgg16", "gnmt", "resnet18", "resnet50", "inception_v3", "resnet101", "densenet121",

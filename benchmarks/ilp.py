@@ -23,11 +23,11 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from workbench.chain import Chain, Layer, Platform  # noqa: E402
-from workbench.check import check  # noqa: E402
-from workbench.planners.dp import plan_dp  # noqa: E402
-from workbench.planners.ilp import plan_ilp  # noqa: E402
-from workbench.planners.ilp_bounds import least_memory_bound  # noqa: E402
+from workbench.model.chain import Chain, Layer, Platform  # noqa: E402
+from workbench.planners.dp.contiguous import plan_dp  # noqa: E402
+from workbench.planners.ilp.bounds import least_memory_bound  # noqa: E402
+from workbench.planners.ilp.planner import plan_ilp  # noqa: E402
+from workbench.verify.check import check  # noqa: E402
 
 
 def random_instance(seed: int, L: int, P: int, frac: float = 0.5) -> tuple[Chain, Platform]:

@@ -11,7 +11,7 @@ peak of the unconstrained DP plan) plus "unlimited", it runs
 
 * the ILP, contiguous and general (``--time-limit`` each; chains longer than
   32 layers are coarsened by the ILP itself), and checks every plan it returns
-  with :func:`workbench.check.check` (a failure is a bug and is reported);
+  with :func:`workbench.verify.check.check` (a failure is a bug and is reported);
 * the periodic baselines ``dp``, ``pipedream``, ``uniform``, ``parameters``,
   ``torchgpipe`` (PipeDream-style weight stashing, the same memory model as
   the ILP);
@@ -44,14 +44,14 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from workbench.chain import Platform  # noqa: E402
-from workbench.check import check  # noqa: E402
-from workbench.complexity import memory_levels  # noqa: E402
+from workbench.experiments.complexity import memory_levels  # noqa: E402
 from workbench.io import write_frame_atomic  # noqa: E402
 from workbench.methods import names  # noqa: E402
+from workbench.model.chain import Platform  # noqa: E402
 from workbench.planners import plan as run_planner  # noqa: E402
-from workbench.planners.ilp import plan_ilp  # noqa: E402
+from workbench.planners.ilp.planner import plan_ilp  # noqa: E402
 from workbench.profiles import available_profiles, load_profile  # noqa: E402
+from workbench.verify.check import check  # noqa: E402
 
 PERIODIC = names(baseline=True)  # the checked periodic baselines (workbench.methods)
 FLUSHED = names(family="flushed")

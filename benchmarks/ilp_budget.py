@@ -30,7 +30,7 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from workbench.chain import Chain, Layer, Platform  # noqa: E402
+from workbench.model.chain import Chain, Layer, Platform  # noqa: E402
 from workbench.planners import plan  # noqa: E402
 from workbench.planners.budget import WorkDeadline  # noqa: E402
 
@@ -67,13 +67,13 @@ def _polls(run, seconds: float) -> float:
 
 def rates(chain: Chain, platform: Platform, seconds: float) -> dict[str, float]:
     """Polls per second of each search, and HiGHS nodes per second, on ``chain`` coarsened to 32 and 16 blocks."""
-    from workbench.planners.coarsen import block_groups
-    from workbench.planners.dp import plan_dp
-    from workbench.planners.ilp_cover import TooManySets, cover_search
-    from workbench.planners.ilp_model import build_model
-    from workbench.planners.ilp_search import guided_search, local_search
-    from workbench.planners.ilp_solve import solve_model
-    from workbench.planners.stage_bound import stage_path_bound
+    from workbench.planners.dp.contiguous import plan_dp
+    from workbench.planners.ilp.coarsen import block_groups
+    from workbench.planners.ilp.cover import TooManySets, cover_search
+    from workbench.planners.ilp.model import build_model
+    from workbench.planners.ilp.search import guided_search, local_search
+    from workbench.planners.ilp.solve import solve_model
+    from workbench.planners.ilp.stage_bound import stage_path_bound
 
     fine = plan_dp(chain, platform, graph=False)
     b32 = chain.coarsen(block_groups(chain, 32, platform))

@@ -6,7 +6,7 @@ with the workbench's profiler, plan it on one device (``dp``, weights
 ``plan --devices 1 --weights single --optimizer NAME --json F`` writes as
 ``memory[0]``), and compare that prediction with the peak that
 ``torch.distributed._tools.mem_tracker.MemTracker`` records around plain
-training steps of the same model (:func:`workbench.witness.plain_step_peak`:
+training steps of the same model (:func:`workbench.runtime.witness.plain_step_peak`:
 no pipeline, no profiler, no workbench runtime). The target (issue 15): within
 5 % of the witness, and never more than 2 % below it.
 
@@ -31,12 +31,12 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from workbench.chain import Platform  # noqa: E402
+from workbench.model.chain import Platform  # noqa: E402
+from workbench.model.units import format_bytes  # noqa: E402
 from workbench.planners import plan as run_planner  # noqa: E402
 from workbench.profiles import zoo  # noqa: E402
 from workbench.profiles.profiler import profile_zoo  # noqa: E402
-from workbench.units import format_bytes  # noqa: E402
-from workbench.witness import plain_step_peak  # noqa: E402
+from workbench.runtime.witness import plain_step_peak  # noqa: E402
 
 GPT16K = {"layers": 4, "d_model": 256, "heads": 4, "seq_len": 256, "vocab": 16384}
 #: (label, zoo model, config, batch, optimizer, precision)
@@ -87,9 +87,9 @@ RANK_CASES = [
 
 def run_ranks(label: str, model_name: str, config: dict, batch: int, optimizer: str, plans: dict,
               policies: tuple[str, ...] | None) -> list[dict]:
-    from workbench.activations import apply_policies
-    from workbench.runtime.commands import run_and_compare
-    from workbench.schedule import best_schedule
+    from workbench.front.running import run_and_compare
+    from workbench.model.activations import apply_policies
+    from workbench.verify.schedule import best_schedule
 
     chain = profile_zoo(model_name, batch, repeats=1, warmup=0, **config)
     rows = []

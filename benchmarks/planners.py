@@ -28,10 +28,10 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from workbench.chain import Chain, Layer, Platform  # noqa: E402
 from workbench.methods import METHODS as REGISTRY  # noqa: E402
+from workbench.model.chain import Chain, Layer, Platform  # noqa: E402
 from workbench.planners import plan as run_planner  # noqa: E402
-from workbench.planners.dp import least_contiguous_memory, plan_dp  # noqa: E402
+from workbench.planners.dp.contiguous import least_contiguous_memory, plan_dp  # noqa: E402
 
 #: the checked periodic baselines and the flushed schedules (workbench.methods)
 METHODS = [m.name for m in REGISTRY if m.baseline or m.family == "flushed"]

@@ -5,15 +5,15 @@ Two checks of docs/model.md, "Activation policies" (CPU, float32):
 1. **Per layer** (the profiler's allocation tracker,
    :class:`workbench.profiles.memtrace.AllocationTracker`): each layer runs its forward
    and backward as in :func:`workbench.profiles.memtrace.layer_memory`, plain
-   (its profile columns), under ``torch.utils.checkpoint`` (:class:`~workbench.policy_layers.Recomputed`)
-   and with its saved tensors moved off the device (:class:`~workbench.policy_layers.Offloaded`).
-   The model's columns for the policy (:func:`workbench.activations.apply_policies`, from the
+   (its profile columns), under ``torch.utils.checkpoint`` (:class:`~workbench.runtime.policy_layers.Recomputed`)
+   and with its saved tensors moved off the device (:class:`~workbench.runtime.policy_layers.Offloaded`).
+   The model's columns for the policy (:func:`workbench.model.activations.apply_policies`, from the
    plain columns only) are compared with the measured ones: the bytes the forward leaves on the
    device for the backward (resident: the model's activations, plus the one offloaded copy),
    and the forward's and backward's peaks above the state before them. The model must never be
    below a measurement (it is an upper bound) and should be close.
 2. **Whole models on one device** (``torch.distributed._tools.mem_tracker.MemTracker`` around
-   plain training steps, :func:`workbench.witness.plain_step_peak`): a zoo model with every
+   plain training steps, :func:`workbench.runtime.witness.plain_step_peak`): a zoo model with every
    layer recomputed, every other layer recomputed, or every layer offloaded, against the
    one-device plan's memory for the same policies (the issue's target: within 5 %, never more
    than 2 % below). Offload is held to the bound only: the model moves a stage's offloaded
@@ -38,15 +38,15 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from workbench.activations import apply_policies  # noqa: E402
-from workbench.chain import Chain, Layer, Platform  # noqa: E402
+from workbench.model.activations import apply_policies  # noqa: E402
+from workbench.model.chain import Chain, Layer, Platform  # noqa: E402
+from workbench.model.units import format_bytes  # noqa: E402
 from workbench.planners import plan as run_planner  # noqa: E402
-from workbench.policy_layers import Offloaded, Recomputed, with_policies  # noqa: E402
 from workbench.profiles import zoo  # noqa: E402
 from workbench.profiles.memtrace import AllocationTracker, layer_memory  # noqa: E402
 from workbench.profiles.profiler import profile_zoo, saved_tensor_bytes  # noqa: E402
-from workbench.units import format_bytes  # noqa: E402
-from workbench.witness import plain_step_peak  # noqa: E402
+from workbench.runtime.policy_layers import Offloaded, Recomputed, with_policies  # noqa: E402
+from workbench.runtime.witness import plain_step_peak  # noqa: E402
 
 
 #: (label, layer, input) of part 1

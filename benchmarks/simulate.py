@@ -12,10 +12,10 @@ import argparse
 import random
 import time
 
-from workbench.chain import Chain, Layer, Platform
 from workbench.methods import names
-from workbench.schedule import Scheduler, best_schedule, build_schedule
-from workbench.simulate import simulate, simulate_flushed
+from workbench.model.chain import Chain, Layer, Platform
+from workbench.verify.schedule import Scheduler, best_schedule, build_schedule
+from workbench.verify.simulate import simulate, simulate_flushed
 
 
 def _chain(L: int, seed: int = 0) -> Chain:

@@ -25,7 +25,7 @@ What it does, each finished unit written atomically, so an interrupted run keeps
      (:func:`workbench.runtime.replay.replay_devices`): measured compute per
      mini-batch and the allocator's peak beside the prediction;
    - ``shared/``: all devices as processes sharing the one GPU
-     (:func:`workbench.runtime.commands.run_and_compare`; gloo, messages
+     (:func:`workbench.front.running.run_and_compare`; gloo, messages
      staged through the host; learning rate 0, so the gradients are checked
      against one process on the same GPU, within ``grad_tolerance`` of the
      dtype). Memory per device and gradients are meaningful here; times are
@@ -50,8 +50,8 @@ sys.path.insert(0, str(REPO))
 
 import torch  # noqa: E402
 
-from workbench.chain import Platform  # noqa: E402
 from workbench.io import write_frame_atomic, write_text_atomic  # noqa: E402
+from workbench.model.chain import Platform  # noqa: E402
 from workbench.profiles import read_profile, write_profile  # noqa: E402
 from workbench.profiles.profiler import profile_zoo  # noqa: E402
 
@@ -125,9 +125,9 @@ def balanced_stages(chain, n: int) -> list[tuple[int, int]]:
 
 def make_plan(chain, devices: int, how):
     """The plan a validation runs, and its platform."""
-    from workbench.demo import demo_memory_limit
+    from workbench.front.demo import demo_memory_limit
     from workbench.planners import plan as run_planner
-    from workbench.schedule import best_schedule
+    from workbench.verify.schedule import best_schedule
 
     platform = Platform(devices, bandwidth="12GB/s", memory_model="paper")  # the runtime counts rule 7 (paper)
     if isinstance(how, str):  # "dp" or "ilp-general"
@@ -177,7 +177,7 @@ def validation_table(out: Path):
 
 
 def validate(out: Path, name: str, steps: int, device: str = "cuda", dtype: str = "float32") -> dict:
-    from workbench.runtime.commands import _model_config, run_and_compare
+    from workbench.front.running import _model_config, run_and_compare
     from workbench.runtime.engine import Workload, grad_tolerance
     from workbench.runtime.replay import replay_to
 

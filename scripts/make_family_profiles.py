@@ -4,7 +4,7 @@ Usage: ``.venv/bin/python scripts/make_family_profiles.py [--only D ...] [--list
 
 One embedding, one block and the LM head (with the loss) of the zoo GPT at several widths
 d_model (heads = d_model / 64; batch 8, 256 tokens, GPT-2's vocabulary), profiled on one
-CPU thread with the workbench's profiler, one file per width. ``workbench.largest`` fits
+CPU thread with the workbench's profiler, one file per width. ``workbench.experiments.largest`` fits
 every column of the embedding, the block and the head as a quadratic in d_model on the
 widths in ``FIT`` and checks the fit on ``CHECK`` (not used in the fit); the depth family
 repeats the measured block of ``CHECK``.
@@ -20,7 +20,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from workbench.largest import CHECK, FAMILY_DIR, FIT, family_config  # noqa: E402
+from workbench.experiments.largest import CHECK, FAMILY_DIR, FIT, family_config  # noqa: E402
 from workbench.profiles.csvio import write_profile  # noqa: E402
 from workbench.profiles.profiler import profile_zoo  # noqa: E402
 

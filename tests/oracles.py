@@ -1,8 +1,8 @@
 """What the tests compute on their own, from docs/model.md: memory formulas, and the optimal plan.
 
 Nothing here comes from the package but its model types (``Chain``, ``Layer``,
-``Platform``, ``Plan``, ``Stage``) and its checker (``workbench.check`` and the
-checker's own memory, ``workbench.check_memory``): the planners are tested
+``Platform``, ``Plan``, ``Stage``) and its checker (``workbench.verify.check`` and the
+checker's own memory, ``workbench.verify.check_memory``): the planners are tested
 against code that shares none of theirs.
 
 **The exhaustive oracle** (:func:`optimal_plan`) enumerates every allocation
@@ -35,7 +35,7 @@ period of the integers the MILP chose, found by bisection to 1e-13: the MILP its
 tolerances, so the oracle's periods are exact to about 1e-6) and certified by the checker. Rule 8 (offloaded
 activations) is not modelled: the oracle refuses such chains.
 
->>> from workbench.chain import Chain, Layer, Platform
+>>> from workbench.model.chain import Chain, Layer, Platform
 >>> paper_stage_memory(Platform(1, weight_factor=2, memory_model="paper"), 10, 100, 3)   # 3 x 10 + 2 x 100 + 2 x 100
 430.0
 >>> chain = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 0, 0) for i in range(3)))
@@ -54,10 +54,10 @@ import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, milp
 
 from policy_instances import random_chain
-from workbench.chain import Chain, Platform
-from workbench.check import check
-from workbench.check_memory import memory_by_device
-from workbench.plan import Plan, Stage
+from workbench.model.chain import Chain, Platform
+from workbench.model.plan import Plan, Stage
+from workbench.verify.check import check
+from workbench.verify.check_memory import memory_by_device
 
 
 def paper_stage_memory(platform, saved: float, weights: float, k: int) -> float:

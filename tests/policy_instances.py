@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import random
 
-from workbench.chain import Chain, Layer, Platform
+from workbench.model.chain import Chain, Layer, Platform
 
 
 def random_chain(rng: random.Random, L: int) -> Chain:

@@ -1,4 +1,4 @@
-"""workbench.activations: the policies' effect on a layer, the policy terms, plans that carry policies."""
+"""workbench.model.activations: the policies' effect on a layer, the policy terms, plans that carry policies."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import pytest
 import torch
 
 from policy_instances import random_chain
-from workbench.activations import apply_policies, describe, policy_terms, policy_vector, stage_host_time
-from workbench.chain import Chain, Layer, Platform
-from workbench.memory import layer_terms, stage_activation, stage_excess, stage_memory
-from workbench.plan import Plan
+from workbench.model.activations import apply_policies, describe, policy_terms, policy_vector, stage_host_time
+from workbench.model.chain import Chain, Layer, Platform
+from workbench.model.memory import layer_terms, stage_activation, stage_excess, stage_memory
+from workbench.model.plan import Plan
 from workbench.planners import plan as run_planner
 from workbench.profiles.memtrace import layer_memory
 from workbench.profiles.zoo import TransformerBlock
@@ -122,7 +122,7 @@ def test_recompute_bounds_a_checkpointed_layer(make):
     """The recompute rule against torch.utils.checkpoint under the profiler's tracker (benchmarks/policies.py
     prints the full table): never below, and the backward peak within 30 % (conv+ReLU is the loosest:
     the checkpoint frees each recomputed tensor once used)."""
-    from workbench.policy_layers import Recomputed
+    from workbench.runtime.policy_layers import Recomputed
 
     torch.manual_seed(0)
     module, x = make()

@@ -1,4 +1,5 @@
-"""Tests for workbench.planners.allocation: stage data and bounds of one allocation, the contiguous closed form."""
+"""Tests for workbench.planners.evaluate.allocation: stage data and bounds of one allocation, the contiguous
+closed form."""
 
 from __future__ import annotations
 
@@ -7,8 +8,8 @@ import math
 import pytest
 
 from oracles import allocation_optimum, allocations, random_instance
-from workbench.chain import Chain, Layer, Platform
-from workbench.planners.allocation import allocation_of, contiguous_period, memory_floor, paths_fit
+from workbench.model.chain import Chain, Layer, Platform
+from workbench.planners.evaluate.allocation import allocation_of, contiguous_period, memory_floor, paths_fit
 
 
 def test_stage_data_from_the_layers():

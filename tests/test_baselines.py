@@ -8,8 +8,7 @@ import numpy as np
 import pytest
 
 from instances import baseline_chain, compositions
-from workbench.chain import Platform
-from workbench.check import check
+from workbench.model.chain import Platform
 from workbench.planners import plan as run_planner
 from workbench.planners.baselines import (
     block_partition,
@@ -19,6 +18,7 @@ from workbench.planners.baselines import (
     plan_uniform,
     uniform_partition,
 )
+from workbench.verify.check import check
 
 
 def covers(bounds, n):
@@ -93,7 +93,7 @@ def test_plans_are_valid_and_report_overflow(fn):
 
 
 def test_registry_and_cli(tmp_path, capsys):
-    from workbench.cli import main
+    from workbench.front.cli import main
     from workbench.profiles import write_profile
 
     rng = np.random.default_rng(6)

@@ -7,16 +7,16 @@ import random
 import pytest
 
 from oracles import paper_stage_memory
-from workbench.chain import Chain, Layer, Platform
-from workbench.plan import stages_of
+from workbench.model.chain import Chain, Layer, Platform
+from workbench.model.plan import stages_of
 from workbench.planners import brute
-from workbench.planners.allocation import allocation_of
 from workbench.planners.brute import contiguous_allocations, general_allocations, plan_brute
-from workbench.planners.evaluate import allocation_period
-from workbench.planners.orders import general_period
+from workbench.planners.evaluate.allocation import allocation_of
+from workbench.planners.evaluate.orders import general_period
+from workbench.planners.evaluate.period import allocation_period
 
 try:
-    from workbench.check import check
+    from workbench.verify.check import check
 except ImportError:  # pragma: no cover - the checker lands separately
     check = None
 
@@ -318,7 +318,7 @@ def test_general_beats_contiguous_by_hand():
     assert g.assignment == (0, 1, 0)
     assert_valid(g, chain, plat)
     # the hand schedule itself is valid
-    from workbench.plan import make_plan
+    from workbench.model.plan import make_plan
     hand = make_plan(chain, plat, 4.0, (0, 1, 0), [0, 1, 5], [10, 7, 5.5])
     assert [s.in_flight for s in hand.stages] == [3, 2, 1]
     assert_valid(hand, chain, plat)
@@ -354,8 +354,8 @@ def test_registry_and_cache():
 def test_offload_dp_equals_brute_and_general_plans_pass_the_checker():
     """One policy for all layers: dp on the effective chain equals brute force, offload included (rule 8)."""
     from policy_instances import instance
-    from workbench.activations import apply_policies
-    from workbench.planners.dp import plan_dp
+    from workbench.model.activations import apply_policies
+    from workbench.planners.dp.contiguous import plan_dp
 
     for seed in range(40):
         chain, plat = instance(500 + seed, max_layers=5)

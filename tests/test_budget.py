@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from workbench.chain import Chain, Layer, Platform
+from workbench.model.chain import Chain, Layer, Platform
 from workbench.planners import plan
 from workbench.planners.budget import Budget, WorkDeadline, charge, within
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from oracles import paper_stage_memory
-from workbench.chain import Chain, Layer, Platform
+from workbench.model.chain import Chain, Layer, Platform
 
 
 def toy(n=4):

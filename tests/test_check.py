@@ -7,9 +7,9 @@ from dataclasses import replace
 
 import pytest
 
-from workbench.chain import Chain, Layer, Platform
-from workbench.check import Violation, check, format_violations, is_valid
-from workbench.plan import Plan, Stage, make_plan
+from workbench.model.chain import Chain, Layer, Platform
+from workbench.model.plan import Plan, Stage, make_plan
+from workbench.verify.check import Violation, check, format_violations, is_valid
 
 MS = 1e-3
 
@@ -201,7 +201,7 @@ def test_flushed_plans_only_get_structure_checks():
 
 
 def test_infeasible_plan_is_reported():
-    from workbench.plan import infeasible_plan
+    from workbench.model.plan import infeasible_plan
 
     vs = check(infeasible_plan(_chain(), _plat(), "x", "too big"), _chain(), _plat())
     assert [v.rule for v in vs] == [0] and "too big" in vs[0].message
@@ -231,7 +231,7 @@ def test_json_round_trip_keeps_validity(tmp_path):
 
 def _cli_setup(tmp_path):
     from workbench.profiles import write_profile
-    from workbench.schedule import build_schedule
+    from workbench.verify.schedule import build_schedule
 
     chain = _chain().with_meta(network="toy")
     prof = tmp_path / "toy.csv"
@@ -247,7 +247,7 @@ def _cli_setup(tmp_path):
 
 
 def test_cli_check_valid_and_broken_plans(tmp_path, capsys):
-    from workbench.cli import main
+    from workbench.front.cli import main
 
     prof, good, bad = _cli_setup(tmp_path)
     args = ["--profile", str(prof), "--devices", "3", "--memory", "1000", "--bandwidth", "20000B/s"]
@@ -264,7 +264,7 @@ def test_cli_check_valid_and_broken_plans(tmp_path, capsys):
 def test_cli_simulate_writes_a_trace(tmp_path, capsys):
     import pandas as pd
 
-    from workbench.cli import main
+    from workbench.front.cli import main
 
     prof, good, _ = _cli_setup(tmp_path)
     out = tmp_path / "trace.csv"

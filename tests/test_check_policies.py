@@ -1,4 +1,4 @@
-"""workbench.check_policies: the checker's own policy reading agrees with the planners', and rule 8 catches
+"""workbench.verify.check_policies: the checker's own policy reading agrees with the planners', and rule 8 catches
 host-link faults a planner's side cannot see."""
 
 from __future__ import annotations
@@ -8,11 +8,11 @@ import random
 import pytest
 
 from policy_instances import random_chain
-from workbench.activations import apply_policies
-from workbench.chain import Chain, Layer, Platform
-from workbench.check import check, format_violations
-from workbench.check_policies import effective_chain
-from workbench.plan import make_plan
+from workbench.model.activations import apply_policies
+from workbench.model.chain import Chain, Layer, Platform
+from workbench.model.plan import make_plan
+from workbench.verify.check import check, format_violations
+from workbench.verify.check_policies import effective_chain
 
 _FIELDS = ("forward", "backward", "saved_bytes", "saved_input_bytes", "saved_output_bytes", "forward_peak_bytes",
            "backward_peak_bytes", "offload_bytes", "grad_bytes", "max_param_bytes")
@@ -81,7 +81,7 @@ def test_command_line_checks_with_the_plans_host_link(tmp_path, capsys):
     """plan --activations auto records its host bandwidth; check uses it unless told otherwise."""
     import json
 
-    from workbench.cli import main
+    from workbench.front.cli import main
 
     out = tmp_path / "p.json"
     args = ["--profile", "gpt-small", "--devices", "4", "--memory", "680MiB", "--optimizer", "sgd"]

@@ -1,4 +1,4 @@
-"""The command line (workbench.cli): bad input is refused with one line and exit 2, before any work."""
+"""The command line (workbench.front.cli): bad input is refused with one line and exit 2, before any work."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from workbench.chain import Chain, Layer, Platform
-from workbench.cli import build_parser, main
+from workbench.front.cli import build_parser, main
+from workbench.model.chain import Chain, Layer, Platform
 from workbench.profiles import write_profile
-from workbench.schedule import build_schedule
+from workbench.verify.schedule import build_schedule
 
 MS = 1e-3
 

@@ -7,14 +7,14 @@ import math
 import numpy as np
 import pytest
 
-from workbench.chain import Chain, Layer, Platform
-from workbench.check import check
-from workbench.plan import lower_bound
-from workbench.planners.coarsen import block_groups, expand_assignment, expand_plan
-from workbench.planners.dp import plan_dp
-from workbench.planners.ilp import plan_ilp
-from workbench.planners.ilp_bounds import memory_period_bound
-from workbench.planners.ilp_coarse import plan_coarse
+from workbench.model.chain import Chain, Layer, Platform
+from workbench.model.plan import lower_bound
+from workbench.planners.dp.contiguous import plan_dp
+from workbench.planners.ilp.bounds import memory_period_bound
+from workbench.planners.ilp.coarse import plan_coarse
+from workbench.planners.ilp.coarsen import block_groups, expand_assignment, expand_plan
+from workbench.planners.ilp.planner import plan_ilp
+from workbench.verify.check import check
 
 
 def chain_of(rng, L):

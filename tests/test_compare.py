@@ -6,8 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from workbench.chain import Chain, Layer, Platform
-from workbench.plan import make_plan
+from workbench.model.chain import Chain, Layer, Platform
+from workbench.model.plan import make_plan
 from workbench.viz.compare import allocation_map, period_vs_bound, throughput_vs_memory
 
 

@@ -1,4 +1,4 @@
-"""Tests of workbench.complexity: generators, the 3-PARTITION reduction, the factor family, studies.
+"""Tests of workbench.experiments.complexity: generators, the 3-PARTITION reduction, the factor family, studies.
 
 Optima are recomputed here by independent enumeration (compositions for
 contiguous allocations, every layer -> device map for general ones).
@@ -13,8 +13,7 @@ import numpy as np
 import pytest
 
 from instances import compositions
-from workbench.chain import Platform
-from workbench.complexity import (
+from workbench.experiments.complexity import (
     family_factor,
     gain_distribution,
     general_beats_contiguous_family,
@@ -27,6 +26,7 @@ from workbench.complexity import (
     three_partition_no_instance,
     three_partition_yes_instance,
 )
+from workbench.model.chain import Platform
 from workbench.planners import plan
 from workbench.planners.sweep import UNAVAILABLE, run_method
 

@@ -1,11 +1,11 @@
 import json
 
-from workbench.chain import Platform
-from workbench.check import check
-from workbench.demo import demo_memory_limit, run_demo
-from workbench.plan import Plan
+from workbench.front.demo import demo_memory_limit, run_demo
+from workbench.model.chain import Platform
+from workbench.model.plan import Plan
 from workbench.planners import plan as run_planner
 from workbench.profiles import available_profiles, load_profile
+from workbench.verify.check import check
 
 
 def bundled():
@@ -84,7 +84,7 @@ def test_a_faster_flushed_schedule_is_pointed_out(tmp_path):
 def test_plan_result_of_a_plan_that_breaks_a_rule():
     import dataclasses
 
-    from workbench.demo import plan_result
+    from workbench.front.demo import plan_result
 
     chain = load_profile(bundled()[0])
     platform = Platform(2, memory="1000GiB")

@@ -1,4 +1,4 @@
-"""Tests for workbench.planners.dp against brute force written here, independently."""
+"""Tests for workbench.planners.dp.contiguous against brute force written here, independently."""
 
 from __future__ import annotations
 
@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 
 from instances import compositions
-from workbench.chain import Chain, Layer, Platform
+from workbench.model.chain import Chain, Layer, Platform
 from workbench.planners import plan as run_planner
-from workbench.planners.dp import least_contiguous_memory, plan_dp, schedule_partition
+from workbench.planners.dp.contiguous import least_contiguous_memory, plan_dp, schedule_partition
 from workbench.planners.partition import bottleneck_partition
 
 try:
-    from workbench.check import check
+    from workbench.verify.check import check
 except ImportError:  # pragma: no cover - the checker lands separately
     check = None
 
@@ -193,7 +193,7 @@ def test_memory_limit_raises_period_monotonically():
 
 def test_agrees_with_schedule_best_schedule():
     """schedule.best_schedule (written separately) finds the same least period on dp's partition."""
-    schedule = pytest.importorskip("workbench.schedule")
+    schedule = pytest.importorskip("workbench.verify.schedule")
     rng = np.random.default_rng(21)
     for _ in range(40):
         chain = random_chain(rng, int(rng.integers(2, 12)), mem=True)
@@ -220,7 +220,7 @@ def test_reproduces_pipedream_optimum_vgg16(P, want_ms):
 
 
 def test_graph_mode_on_resnet50():
-    from workbench.plan import chain_for_plan
+    from workbench.model.plan import chain_for_plan
 
     chain = _peer("resnet50")
     plat = Platform(8, memory_model="paper")
@@ -236,7 +236,7 @@ def test_graph_mode_on_resnet50():
 
 
 def test_cli_dp_with_memory(tmp_path):
-    from workbench.cli import main
+    from workbench.front.cli import main
 
     _peer("vgg16")
     out = tmp_path / "p.json"
@@ -266,7 +266,7 @@ def _full_model_chain(rng: np.random.Generator, L: int) -> Chain:
 def test_search_from_the_bound_finds_the_same_period(monkeypatch):
     """Long chains climb from the unconstrained period (dp.WIDE_PROBE); the period is the one the
     descent from above finds, bit for bit, and the plan is valid."""
-    from workbench.planners import dp
+    from workbench.planners.dp import contiguous as dp
 
     rng = np.random.default_rng(17)
     for trial in range(12):
@@ -290,7 +290,7 @@ def test_long_chain_with_a_binding_limit_is_valid_and_not_below_the_bounds():
     p = plan_dp(chain, plat)
     assert p.status == "optimal" and p.period > free.period and check(p, chain, plat) == []
     # optimal up to the search's precision: the partition found just below the period does not fit
-    from workbench.planners.dp_memory import memory_dp
+    from workbench.planners.dp.memory_dp import memory_dp
 
     assert memory_dp(chain, plat, p.period * (1 - 2e-9)) is None
 
@@ -309,8 +309,8 @@ def test_time_limit_stops_the_search_with_a_gap_and_progress():
 
 
 def test_least_contiguous_memory_against_the_checkers_memory():
-    """The k = 1 bottleneck, against the checker's own memory of every stage (workbench.check_memory)."""
-    from workbench.check_memory import memory_by_device
+    """The k = 1 bottleneck, against the checker's own memory of every stage (workbench.verify.check_memory)."""
+    from workbench.verify.check_memory import memory_by_device
 
     rng = np.random.default_rng(31)
     for _ in range(30):

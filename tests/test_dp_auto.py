@@ -1,4 +1,4 @@
-"""workbench.planners.dp_auto: dp with activation policies chosen per layer, against brute force."""
+"""workbench.planners.dp.auto: dp with activation policies chosen per layer, against brute force."""
 
 from __future__ import annotations
 
@@ -8,15 +8,15 @@ import random
 
 import pytest
 
-import workbench.planners.dp_auto as dp_auto
+import workbench.planners.dp.auto as dp_auto
 from policy_instances import instance, random_chain
-from workbench.activations import POLICIES, apply_policies
-from workbench.chain import Chain, Layer, Platform
-from workbench.check import check
+from workbench.model.activations import POLICIES, apply_policies
+from workbench.model.chain import Chain, Layer, Platform
 from workbench.planners import plan as run_planner
 from workbench.planners.partition import bounds_to_assignment
 from workbench.profiles import load_profile
-from workbench.schedule import Scheduler
+from workbench.verify.check import check
+from workbench.verify.schedule import Scheduler
 
 
 def test_auto_equals_brute_force_on_120_instances():

@@ -1,4 +1,4 @@
-"""Tests for workbench.planners.evaluate: the evaluator's public API."""
+"""Tests for workbench.planners.evaluate.period: the evaluator's public API."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 
 from oracles import allocation_optimum, allocations, random_instance
 from workbench.planners.budget import WorkDeadline
-from workbench.planners.evaluate import allocation_best, allocation_period, normalise, path_period
+from workbench.planners.evaluate.period import allocation_best, allocation_period, normalise, path_period
 
 
 def test_normalise_relabels_in_first_use_order():

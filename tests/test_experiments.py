@@ -10,9 +10,10 @@ import pandas as pd
 import pytest
 
 from workbench import experiments as ex
-from workbench.chain import Platform
 from workbench.experiments import report as report_module
-from workbench.plan import lower_bound
+from workbench.front.studies import reproduce_command
+from workbench.model.chain import Platform
+from workbench.model.plan import lower_bound
 from workbench.profiles import load_profile
 
 TOL = 1e-6
@@ -174,7 +175,7 @@ def test_only_and_command_errors(tmp_path, capsys):
     with pytest.raises(ValueError, match="unknown figure"):
         ex.reproduce(quick=True, out=tmp_path, only="nope", progress=False)
     args = argparse.Namespace(quick=True, only="nope", out=str(tmp_path))
-    assert ex.reproduce_command(args) == 2
+    assert reproduce_command(args) == 2
     assert "unknown figure" in capsys.readouterr().err
 
 
@@ -251,7 +252,7 @@ def test_a_second_run_into_the_same_folder_is_refused_naming_the_first(tmp_path,
         with pytest.raises(ex.FolderBusy, match=f"in use by reproduce \\(pid {holder.pid} on "):
             small_run(tmp_path, wait=0.3)
         args = argparse.Namespace(quick=True, only="family", out=str(tmp_path))
-        assert ex.reproduce_command(args) == 2
+        assert reproduce_command(args) == 2
         assert f"pid {holder.pid}" in capsys.readouterr().err
         assert not (tmp_path / "units").exists() and not (tmp_path / "report.md").exists()
     finally:
@@ -297,8 +298,8 @@ def test_a_failed_check_is_at_the_top_of_the_report_and_fails_the_command(tmp_pa
     assert rep.computed == [] and any("disagree on lower_bound" in v for v in rep.violations)
     report = rep.report_path.read_text()
     assert report.index("## CHECKS FAILED") < report.index("Settings:") and "All checks pass" not in report
-    monkeypatch.setattr(report_module, "reproduce", lambda **kw: rep)
-    assert ex.reproduce_command(argparse.Namespace(quick=True, only=None, out=str(tmp_path))) == 1
+    monkeypatch.setattr("workbench.front.studies.reproduce", lambda **kw: rep)
+    assert reproduce_command(argparse.Namespace(quick=True, only=None, out=str(tmp_path))) == 1
     assert "CHECKS FAILED" in capsys.readouterr().err
 
 

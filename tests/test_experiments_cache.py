@@ -10,8 +10,8 @@ import pytest
 
 from workbench import experiments as ex
 from workbench.experiments import units as units_module
+from workbench.experiments.provenance import code_version, file_digest
 from workbench.profiles import load_profile, write_profile
-from workbench.provenance import code_version, file_digest
 
 
 def tiny(network: str, **kw):

@@ -5,7 +5,7 @@ import math
 import ipywidgets as W
 import pytest
 
-from workbench.chain import Chain, Layer
+from workbench.model.chain import Chain, Layer
 from workbench.planners import plan as real_plan
 from workbench.viz.explorer import Explorer, available_methods, explore, memory_range
 from workbench.viz.gantt import bar_durations, lanes

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from workbench.activations import apply_policies
-from workbench.chain import Chain, Layer, Platform
-from workbench.planners.dp import plan_dp
+from workbench.model.activations import apply_policies
+from workbench.model.chain import Chain, Layer, Platform
+from workbench.planners.dp.contiguous import plan_dp
 from workbench.planners.fixed_policies import plan_with_policies
 from workbench.planners.flushed import plan_gpipe
 

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from instances import baseline_chain
-from workbench.chain import Chain, Layer, Platform
-from workbench.planners.dp import plan_dp
+from workbench.model.chain import Chain, Layer, Platform
+from workbench.planners.dp.contiguous import plan_dp
 from workbench.planners.flushed import plan_1f1b, plan_gpipe
 
 
@@ -66,7 +66,7 @@ def test_default_micro_batches_and_overflow_note():
 
 
 def test_cli(tmp_path):
-    from workbench.cli import main
+    from workbench.front.cli import main
     from workbench.profiles import write_profile
 
     rng = np.random.default_rng(4)

@@ -7,7 +7,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import pytest
 
-from workbench.trace import MEMORY_COLUMNS, Trace
+from workbench.model.trace import MEMORY_COLUMNS, Trace
 from workbench.viz.gantt import KIND_COLORS, bar_durations, gantt, gantt_compare, lanes, steady_window
 
 T = 0.006  # period (s)

@@ -1,4 +1,4 @@
-"""The DAG type (workbench.graph): structure, checks, topological orders and the cuts of a linearisation."""
+"""The DAG type (workbench.model.graph): structure, checks, topological orders and the cuts of a linearisation."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import random
 
 import pytest
 
-from workbench.chain import Chain
-from workbench.graph import Graph, Node
+from workbench.model.chain import Chain
+from workbench.model.graph import Graph, Node
 
 
 def node(i: str, out: float = 1.0) -> Node:

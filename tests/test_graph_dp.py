@@ -8,9 +8,9 @@ import random
 
 import pytest
 
-from workbench.chain import Platform
+from workbench.model.chain import Platform
 from workbench.paths import peer_profiles_dir
-from workbench.planners.graph_dp import best_order, chain_bottleneck, stage_values
+from workbench.planners.dp.graph import best_order, chain_bottleneck, stage_values
 from workbench.profiles.pipedream import Graph, Node, read_pipedream_graph
 
 PEER = peer_profiles_dir()

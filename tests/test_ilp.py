@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 
 from instances import ilp_chain
-from workbench.chain import Chain, Layer, Platform
-from workbench.check import check
+from workbench.model.chain import Chain, Layer, Platform
 from workbench.planners.brute import plan_brute
-from workbench.planners.dp import plan_dp
-from workbench.planners.ilp import plan_ilp
-from workbench.planners.ilp_bounds import least_memory_bound
-from workbench.planners.ilp_model import build_model
+from workbench.planners.dp.contiguous import plan_dp
+from workbench.planners.ilp.bounds import least_memory_bound
+from workbench.planners.ilp.model import build_model
+from workbench.planners.ilp.planner import plan_ilp
+from workbench.verify.check import check
 
 REL = 1e-5
 
@@ -111,7 +111,7 @@ def test_fixed_period_model_is_a_feasibility_model(allocation):
     rng = np.random.default_rng(5)
     ch, plat = rand_instance(rng, 5, 2, "tight")
     best = plan_brute(ch, plat, allocation=allocation)
-    from workbench.planners.ilp_solve import solve_model
+    from workbench.planners.ilp.solve import solve_model
 
     res = solve_model(build_model(ch, plat, allocation=allocation, period=best.period * 1.001))
     assert res.incumbent_objective is not None
@@ -185,7 +185,7 @@ def test_log_and_timeout_keep_incumbent():
 
 
 def test_simulator_agrees():
-    sim = pytest.importorskip("workbench.simulate")
+    sim = pytest.importorskip("workbench.verify.simulate")
     rng = np.random.default_rng(9)
     ch, plat = rand_instance(rng, 6, 3, "tight")
     p = plan_ilp(ch, plat, allocation="general")
@@ -202,7 +202,7 @@ def test_simulator_agrees():
 
 @pytest.mark.parametrize("allocation", ["contiguous", "general"])
 def test_sweep_memory_monotone_and_exact(allocation):
-    from workbench.planners.ilp import sweep_memory
+    from workbench.planners.sweep import sweep_memory
 
     rng = np.random.default_rng(21)
     ch, plat = rand_instance(rng, 6, 3, "none")

@@ -1,13 +1,13 @@
-"""workbench.planners.ilp_auto: the ILP with per-layer policies against brute force (every plan checked)."""
+"""workbench.planners.ilp.auto: the ILP with per-layer policies against brute force (every plan checked)."""
 
 from __future__ import annotations
 
 import pytest
 
 from policy_instances import instance
-from workbench.chain import Chain, Layer, Platform
-from workbench.check import check
+from workbench.model.chain import Chain, Layer, Platform
 from workbench.planners import plan as run_planner
+from workbench.verify.check import check
 
 
 def _feasible_instances(n: int):

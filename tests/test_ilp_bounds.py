@@ -1,9 +1,9 @@
-"""Tests for workbench.planners.ilp_bounds: every bound holds for the oracle's optimal plans."""
+"""Tests for workbench.planners.ilp.bounds: every bound holds for the oracle's optimal plans."""
 
 from __future__ import annotations
 
 from oracles import optimal_plan, random_instance
-from workbench.planners.ilp_bounds import k_bounds, least_memory_bound, memory_period_bound
+from workbench.planners.ilp.bounds import k_bounds, least_memory_bound, memory_period_bound
 
 
 def test_bounds_hold_for_optimal_plans():

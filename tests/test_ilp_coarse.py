@@ -1,11 +1,11 @@
-"""Tests for workbench.planners.ilp_coarse: the ILP on blocks, expanded, with its phases recorded."""
+"""Tests for workbench.planners.ilp.coarse: the ILP on blocks, expanded, with its phases recorded."""
 
 from __future__ import annotations
 
-from workbench.chain import Chain, Layer, Platform
-from workbench.check import check
-from workbench.planners.dp import plan_dp
-from workbench.planners.ilp_coarse import plan_coarse
+from workbench.model.chain import Chain, Layer, Platform
+from workbench.planners.dp.contiguous import plan_dp
+from workbench.planners.ilp.coarse import plan_coarse
+from workbench.verify.check import check
 
 
 def test_blocks_expand_to_a_valid_plan_no_worse_than_the_fine_dp():

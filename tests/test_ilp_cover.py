@@ -1,4 +1,4 @@
-"""The exact cover search (workbench.planners.ilp_cover) against brute force."""
+"""The exact cover search (workbench.planners.ilp.cover) against brute force."""
 
 import math
 
@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 
 from instances import footprint_limit, ilp_chain
-from workbench.chain import Chain, Layer, Platform
-from workbench.check import check
-from workbench.plan import make_plan
+from workbench.model.chain import Chain, Layer, Platform
+from workbench.model.plan import make_plan
 from workbench.planners.brute import plan_brute
-from workbench.planners.ilp_cover import TooManySets, cover_bound, cover_search, device_sets
+from workbench.planners.ilp.cover import TooManySets, cover_bound, cover_search, device_sets
+from workbench.verify.check import check
 
 
 def _instance(rng, L, P, tight=True):
@@ -69,7 +69,7 @@ def test_bound_valid_and_search_exact():
 def test_deadline_gives_a_valid_partial_bound():
     rng = np.random.default_rng(7)
     ch, plat = _instance(rng, 12, 3)
-    from workbench.planners.dp import plan_dp
+    from workbench.planners.dp.contiguous import plan_dp
 
     inc = plan_dp(ch, plat, graph=False).period
     r = cover_search(ch, plat, inc, deadline=0.0)  # already past: nothing searched

@@ -1,14 +1,14 @@
-"""Tests for workbench.planners.ilp_options: a misspelt option is an error naming it."""
+"""Tests for workbench.planners.ilp.options: a misspelt option is an error naming it."""
 
 from __future__ import annotations
 
 import pytest
 
-from workbench.chain import Chain, Layer, Platform
+from workbench.model.chain import Chain, Layer, Platform
 from workbench.planners import plan as run_planner
 from workbench.planners.budget import PhaseShares
-from workbench.planners.ilp import plan_ilp
-from workbench.planners.ilp_options import COARSEN_ABOVE, IlpOptions
+from workbench.planners.ilp.options import COARSEN_ABOVE, IlpOptions
+from workbench.planners.ilp.planner import plan_ilp
 
 CHAIN = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 100, 10) for i in range(4)))
 PLAT = Platform(2, memory=10_000, memory_model="paper")

@@ -1,14 +1,14 @@
-"""Tests for workbench.planners.ilp_phases: the phases run in order and the plan says which found it."""
+"""Tests for workbench.planners.ilp.phases: the phases run in order and the plan says which found it."""
 
 from __future__ import annotations
 
 import math
 
 from oracles import optimal_plan, random_instance
-from workbench.chain import Chain, Layer, Platform
+from workbench.model.chain import Chain, Layer, Platform
 from workbench.planners.budget import Budget
-from workbench.planners.ilp_options import IlpOptions
-from workbench.planners.ilp_phases import solve_chain
+from workbench.planners.ilp.options import IlpOptions
+from workbench.planners.ilp.phases import solve_chain
 
 ORDER = ["feasibility", "incumbent", "stage_bound", "local_search", "cover", "milp"]
 

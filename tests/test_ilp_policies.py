@@ -1,15 +1,15 @@
-"""workbench.planners.ilp_policies: the model's policy part (options, bounds, the policy read back)."""
+"""workbench.planners.ilp.policies: the model's policy part (options, bounds, the policy read back)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pyomo.environ as pyo
 
-from workbench.activations import policy_terms
-from workbench.chain import Chain, Layer, Platform
-from workbench.planners.ilp_model import build_model
-from workbench.planners.ilp_policies import minimal_terms, options, read_policies
-from workbench.planners.ilp_solve import solve_model
+from workbench.model.activations import policy_terms
+from workbench.model.chain import Chain, Layer, Platform
+from workbench.planners.ilp.model import build_model
+from workbench.planners.ilp.policies import minimal_terms, options, read_policies
+from workbench.planners.ilp.solve import solve_model
 
 
 def test_pair_options_only_where_storage_is_shared():

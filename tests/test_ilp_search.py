@@ -1,14 +1,14 @@
-"""Local search over general allocations (workbench.planners.ilp_search) against brute force."""
+"""Local search over general allocations (workbench.planners.ilp.search) against brute force."""
 
 import numpy as np
 
 from instances import ilp_chain
-from workbench.chain import Platform
-from workbench.check import check
+from workbench.model.chain import Platform
 from workbench.planners.brute import plan_brute
-from workbench.planners.dp import plan_dp
-from workbench.planners.evaluate import allocation_best, normalise, path_period
-from workbench.planners.ilp_search import guided_search, local_search
+from workbench.planners.dp.contiguous import plan_dp
+from workbench.planners.evaluate.period import allocation_best, normalise, path_period
+from workbench.planners.ilp.search import guided_search, local_search
+from workbench.verify.check import check
 
 
 def test_normalise_relabels_in_first_use_order():

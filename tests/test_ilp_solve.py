@@ -1,16 +1,16 @@
-"""Tests for workbench.planners.ilp_solve: solve, polish and read back a plan model."""
+"""Tests for workbench.planners.ilp.solve: solve, polish and read back a plan model."""
 
 from __future__ import annotations
 
 import pyomo.environ as pyo
 import pytest
 
-from workbench.chain import Chain, Layer, Platform
-from workbench.check import check
+from workbench.model.chain import Chain, Layer, Platform
 from workbench.planners.budget import Budget
-from workbench.planners.dp import plan_dp
-from workbench.planners.ilp_model import build_model
-from workbench.planners.ilp_solve import MilpProgress, plan_from_model, polish, solve_model
+from workbench.planners.dp.contiguous import plan_dp
+from workbench.planners.ilp.model import build_model
+from workbench.planners.ilp.solve import MilpProgress, plan_from_model, polish, solve_model
+from workbench.verify.check import check
 
 
 def test_solve_polish_and_read_back_the_dp_optimum():

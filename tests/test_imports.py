@@ -73,7 +73,7 @@ def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 def test_the_import_graph_of_workbench_is_acyclic():
     graph = import_graph()
-    assert len(graph) > 50 and "workbench.planners.dp" in graph["workbench.planners.ilp_phases"]
+    assert len(graph) > 50 and "workbench.planners.dp.contiguous" in graph["workbench.planners.ilp.phases"]
     assert _cycle(graph) is None, " -> ".join(_cycle(graph))
 
 
@@ -88,3 +88,24 @@ def test_no_import_error_guards_around_the_package_itself():
             caught = [ast.unparse(h.type or ast.Name("")) for h in getattr(node, "handlers", ())]
             if isinstance(node, ast.Try) and any("ImportError" in c for c in caught):
                 assert False, f"{path.name}:{node.lineno}: an except ImportError guard"
+
+
+def test_the_tree_is_the_architecture():
+    """The package root keeps at most a dozen modules; the layers are folders (README, "Layout")."""
+    root_modules = sorted(p.name for p in ROOT.glob("*.py"))
+    assert len(root_modules) <= 12, root_modules
+    for folder in ("model", "verify", "planners", "planners/dp", "planners/ilp", "planners/evaluate", "profiles",
+                   "runtime", "viz", "experiments", "front"):
+        assert (ROOT / folder / "__init__.py").is_file(), folder
+    graph = import_graph()
+    model = [m for m in graph if m.startswith("workbench.model.")]
+    # the model imports nothing above it: no planner, checker, runtime, view or front-end
+    above = ("workbench.planners", "workbench.verify", "workbench.runtime", "workbench.viz", "workbench.front",
+             "workbench.experiments", "workbench.profiles")
+    assert not [(m, n) for m in model for n in graph[m] if n.startswith(above)]
+    # the studies draw with viz; viz never reaches back into the studies
+    assert not [(m, n) for m in graph if m.startswith("workbench.viz") for n in graph[m]
+                if n.startswith("workbench.experiments")]
+    # nothing below the front imports it
+    assert not [(m, n) for m in graph if not m.startswith("workbench.front") and m != "workbench.__main__"
+                for n in graph[m] if n.startswith("workbench.front")]

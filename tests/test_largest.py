@@ -1,13 +1,13 @@
-"""workbench.largest: the GPT families, their fit, the search for the largest model that fits."""
+"""workbench.experiments.largest: the GPT families, their fit, the search for the largest model that fits."""
 
 from __future__ import annotations
 
 import pandas as pd
 import pytest
 
-from workbench import largest as lg
-from workbench.chain import Platform
-from workbench.cli import main
+from workbench.experiments import largest as lg
+from workbench.front.cli import main
+from workbench.model.chain import Platform
 from workbench.planners import plan as run_planner
 
 

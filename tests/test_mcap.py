@@ -8,14 +8,14 @@ import random
 import pytest
 
 from policy_instances import random_chain
-from workbench.chain import Platform
-from workbench.check import check
 from workbench.experiments import METHOD_KEYS, METHOD_LABELS
-from workbench.memory import device_memory, layer_terms
-from workbench.planners import METHODS
+from workbench.model.chain import Platform
+from workbench.model.memory import device_memory, layer_terms
+from workbench.planners import PLANNERS as METHODS
 from workbench.planners import plan as run_planner
 from workbench.planners.mcap import mcap_partition
 from workbench.profiles import load_profile
+from workbench.verify.check import check
 
 
 def _partitions(L: int, q: int):

@@ -1,12 +1,12 @@
-"""The memory model (workbench.memory) against independent computations.
+"""The memory model (workbench.model.memory) against independent computations.
 
 * a hand-computed stage (every term of docs/model.md);
 * the contiguous DP against a brute force over partitions that uses the checker's re-derivation
-  (workbench.check_memory, which shares no code with it);
+  (workbench.verify.check_memory, which shares no code with it);
 * the simulator's memory timeline against the plan's figure;
 * torch's MemTracker around plain training steps of models the benchmark does not use.
 
-The views over a whole plan (workbench.memory_views) have their tests in test_memory_views.py.
+The views over a whole plan (workbench.model.memory_views) have their tests in test_memory_views.py.
 """
 
 from __future__ import annotations
@@ -19,10 +19,8 @@ import torch
 
 from instances import compositions
 from test_dp import brute_min_period
-from workbench.chain import Chain, Layer, Platform
-from workbench.check import check
-from workbench.check_memory import memory_by_device
-from workbench.memory import (
+from workbench.model.chain import Chain, Layer, Platform
+from workbench.model.memory import (
     device_memory,
     layer_terms,
     stage_activation,
@@ -32,8 +30,10 @@ from workbench.memory import (
 )
 from workbench.planners import plan as run_planner
 from workbench.planners.brute import plan_brute
-from workbench.planners.dp import plan_dp
-from workbench.simulate import simulate
+from workbench.planners.dp.contiguous import plan_dp
+from workbench.verify.check import check
+from workbench.verify.check_memory import memory_by_device
+from workbench.verify.simulate import simulate
 
 
 def measured_chain(rng: np.random.Generator, L: int, *, dtype: str = "float32", device: str = "cpu") -> Chain:
@@ -82,7 +82,7 @@ def test_a_stage_by_hand():
 
 
 def full_memory(chain, plat, a, b, k):
-    """A stage alone on its device, by the checker's re-derivation (not workbench.memory)."""
+    """A stage alone on its device, by the checker's re-derivation (not workbench.model.memory)."""
     return memory_by_device(chain, plat.with_(devices=1), [(a, b, 0, k)])[0]
 
 
@@ -144,7 +144,7 @@ def test_one_device_prediction_against_memtracker(name, config, optimizer):
     """Models and set-ups that benchmarks/memory.py does not use: within 5 % and never 2 % below."""
     from workbench.profiles import zoo
     from workbench.profiles.profiler import profile_zoo
-    from workbench.witness import plain_step_peak
+    from workbench.runtime.witness import plain_step_peak
 
     torch.manual_seed(0)
     chain = profile_zoo(name, 4, repeats=1, warmup=0, **config)
@@ -170,8 +170,8 @@ def test_estimates_are_named_and_setups_checked():
 
 
 def test_cli_one_device_plan_writes_the_peak(tmp_path, capsys):
-    from workbench.cli import main
-    from workbench.plan import Plan
+    from workbench.front.cli import main
+    from workbench.model.plan import Plan
     from workbench.profiles import write_profile
 
     chain = measured_chain(np.random.default_rng(1), 4).with_meta(network="toy")

@@ -1,7 +1,7 @@
-"""The plan-level views of the memory model (workbench.memory_views) against independent computations.
+"""The plan-level views of the memory model (workbench.model.memory_views) against independent computations.
 
 * every device's memory (plan_memory) and its split by term (memory_breakdown) against the checker's own
-  re-derivation (workbench.check_memory, which shares no code with them) on random plans of random chains
+  re-derivation (workbench.verify.check_memory, which shares no code with them) on random plans of random chains
   with random measured columns;
 * merged layers (merged_memory_columns, through Chain.coarsen) against the layers they stand for;
 * flushed plans' split against their simulated memory; the estimate note; torch's engine extra by hand.
@@ -13,18 +13,18 @@ import numpy as np
 import pytest
 
 from test_memory import measured_chain
-from workbench.chain import Chain, Layer, Platform
-from workbench.check_memory import memory_by_device
-from workbench.memory import layer_terms, stage_excess, stage_memory
-from workbench.memory_views import (
+from workbench.model.chain import Chain, Layer, Platform
+from workbench.model.memory import layer_terms, stage_excess, stage_memory
+from workbench.model.memory_views import (
     estimate_note,
     memory_breakdown,
     merged_memory_columns,
     plan_memory,
     torch_engine_extra,
 )
-from workbench.plan import Stage
+from workbench.model.plan import Stage
 from workbench.planners import plan as run_planner
+from workbench.verify.check_memory import memory_by_device
 
 
 def random_stages(rng: np.random.Generator, L: int, P: int) -> list[Stage]:

@@ -6,9 +6,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from workbench.chain import Chain, Layer, Platform
-from workbench.plan import make_plan
-from workbench.trace import Trace
+from workbench.model.chain import Chain, Layer, Platform
+from workbench.model.plan import make_plan
+from workbench.model.trace import Trace
 from workbench.viz.memory import byte_unit, memory_bars, memory_split, memory_timeline
 
 GiB = 2**30

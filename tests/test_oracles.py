@@ -2,7 +2,7 @@
 
 The oracle enumerates every allocation and solves each one's least period with its own MILP
 (scipy), certifies its plan with the checker, and computes memory with the checker's own
-re-derivation (workbench.check_memory). dp, brute force, the per-allocation evaluator, the ILP
+re-derivation (workbench.verify.check_memory). dp, brute force, the per-allocation evaluator, the ILP
 and the cover search must agree with it.
 """
 
@@ -14,13 +14,13 @@ import time
 import pytest
 
 from oracles import allocation_optimum, allocations, optimal_plan, random_instance
-from workbench.chain import Chain, Layer, Platform
-from workbench.check import check
+from workbench.model.chain import Chain, Layer, Platform
 from workbench.planners.brute import plan_brute
-from workbench.planners.dp import plan_dp
-from workbench.planners.evaluate import allocation_period
-from workbench.planners.ilp import plan_ilp
-from workbench.planners.ilp_cover import cover_bound, cover_search
+from workbench.planners.dp.contiguous import plan_dp
+from workbench.planners.evaluate.period import allocation_period
+from workbench.planners.ilp.cover import cover_bound, cover_search
+from workbench.planners.ilp.planner import plan_ilp
+from workbench.verify.check import check
 
 REL = 1e-5   # the oracle is exact to about 1e-6 (its MILP's tolerances), the planners to 1e-9
 

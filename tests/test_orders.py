@@ -1,4 +1,4 @@
-"""Tests for workbench.planners.orders: the certified period of general allocations."""
+"""Tests for workbench.planners.evaluate.orders: the certified period of general allocations."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import math
 import pytest
 
 from oracles import allocation_optimum, allocations, random_instance
-from workbench.planners.allocation import allocation_of
-from workbench.planners.orders import general_period
+from workbench.planners.evaluate.allocation import allocation_of
+from workbench.planners.evaluate.orders import general_period
 
 
 def test_general_period_against_the_oracle_and_both_order_searches():

@@ -24,7 +24,7 @@ import torch  # noqa: E402
 from torch import nn  # noqa: E402
 from torch.nn import functional as F  # noqa: E402
 
-from workbench.cli import main  # noqa: E402
+from workbench.front.cli import main  # noqa: E402
 
 HERE = Path(__file__).resolve()
 SEQ, BATCH, VOCAB = 16, 4, 97
@@ -207,10 +207,10 @@ def test_the_plan_shows_the_tie_and_replay_takes_a_module(profiles, capsys):
 def test_tied_gradient_needs_both_uses():
     """The check has teeth for ties: GPT-2's shared weight gets its gradient from the embedding and the LM
     head; a run that left out the head's share would differ from one process by far more than rounding."""
-    from workbench.chain import Platform
+    from workbench.model.chain import Platform
     from workbench.profiles.profiler import profile_workload
     from workbench.runtime.engine import Workload, grad_error, reference_gradients, run_plan
-    from workbench.schedule import best_schedule
+    from workbench.verify.schedule import best_schedule
 
     wl = Workload.module(_spec("gpt2"))
     chain = profile_workload(wl, repeats=1, warmup=0)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from instances import compositions
-from workbench.chain import Chain, Layer, Platform
+from workbench.model.chain import Chain, Layer, Platform
 from workbench.planners.partition import (
     StageSums,
     bottleneck_partition,

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from workbench.cli import main
-from workbench.graph import linearisation_summary
+from workbench.front.cli import main
+from workbench.model.graph import linearisation_summary
 from workbench.paths import peer_profiles_dir
 from workbench.profiles import load_profile
 from workbench.profiles.pipedream import (

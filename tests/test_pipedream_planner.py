@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from instances import compositions, small_chain
-from workbench.chain import Platform
-from workbench.check import check
+from workbench.model.chain import Platform
 from workbench.planners.pipedream import pipedream_memory_need, pipedream_partition, plan_pipedream
+from workbench.verify.check import check
 
 
 def pd_model(chain, plat, parts):

@@ -1,4 +1,4 @@
-"""Plan files: JSON round trip and validation of everything read (workbench.plan.Plan.from_dict/from_json)."""
+"""Plan files: JSON round trip and validation of everything read (workbench.model.plan.Plan.from_dict/from_json)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import math
 
 import pytest
 
-from workbench.chain import Chain, Layer, Platform
-from workbench.plan import MAX_DEVICES, Plan, make_plan
+from workbench.model.chain import Chain, Layer, Platform
+from workbench.model.plan import MAX_DEVICES, Plan, make_plan
 
 
 def _plan() -> Plan:

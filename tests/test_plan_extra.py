@@ -1,4 +1,4 @@
-"""Tests for workbench.plan_extra: every planner writes Plan.extra by its schema."""
+"""Tests for workbench.model.plan_extra: every planner writes Plan.extra by its schema."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import random
 import pytest
 
 from policy_instances import random_chain
-from workbench.chain import Chain, Layer, Platform
-from workbench.plan import Plan
-from workbench.plan_extra import extra_problems, phase_record
-from workbench.planners import METHODS
+from workbench.model.chain import Chain, Layer, Platform
+from workbench.model.plan import Plan
+from workbench.model.plan_extra import extra_problems, phase_record
+from workbench.planners import PLANNERS as METHODS
 from workbench.planners import plan as run_planner
 
 

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from workbench.chain import Chain, Layer, Platform
-from workbench.check import check
-from workbench.plan import make_plan
-from workbench.planners import GENERAL_METHODS, METHODS, plan
+from workbench.model.chain import Chain, Layer, Platform
+from workbench.model.plan import make_plan
+from workbench.planners import GENERAL_METHODS, plan
+from workbench.planners import PLANNERS as METHODS
+from workbench.verify.check import check
 
 
 def _chain(first_ms: float = 1.0) -> Chain:

@@ -1,12 +1,12 @@
-"""workbench.policy_layers: the policies as torch modules change memory, not gradients."""
+"""workbench.runtime.policy_layers: the policies as torch modules change memory, not gradients."""
 
 from __future__ import annotations
 
 import torch
 
-from workbench.policy_layers import Offloaded, Recomputed, with_policies
 from workbench.profiles import zoo
 from workbench.profiles.memtrace import layer_memory
+from workbench.runtime.policy_layers import Offloaded, Recomputed, with_policies
 
 
 def _grads(model, x, y):

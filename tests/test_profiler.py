@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from workbench.cli import main
+from workbench.front.cli import main
 from workbench.profiles import zoo
 from workbench.profiles.csvio import read_profile, write_profile
 from workbench.profiles.profiler import (

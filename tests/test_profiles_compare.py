@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from workbench.chain import Chain, Layer
+from workbench.model.chain import Chain, Layer
 from workbench.profiles.compare import layer_ratios, profile_ratios, ratio_table
 
 

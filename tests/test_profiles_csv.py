@@ -2,7 +2,7 @@ from pathlib import Path
 
 import pytest
 
-from workbench.chain import Chain, Layer
+from workbench.model.chain import Chain, Layer
 from workbench.profiles import ProfileError, load_profile, read_profile, write_profile
 
 HEADER = "name,forward_ms,backward_ms,weight_bytes,activation_bytes\n"

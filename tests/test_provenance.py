@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 
-from workbench import provenance as pv
+from workbench.experiments import provenance as pv
 
 
 def test_docstrings_comments_and_layout_do_not_count_but_code_does():
@@ -18,12 +18,13 @@ def test_docstrings_comments_and_layout_do_not_count_but_code_does():
 
 def test_the_hashed_sources_are_the_model_not_the_presentation():
     rel = {p.relative_to(pv._PACKAGE).as_posix() for p in pv.model_sources()}
-    for must in ("chain.py", "plan.py", "schedule.py", "check.py", "simulate.py", "complexity.py",
+    for must in ("model/chain.py", "model/plan.py", "verify/schedule.py", "verify/check.py", "verify/simulate.py",
+                 "experiments/complexity.py",
                  "experiments/units.py", "experiments/sweeps.py", "experiments/cache.py", "methods.py",
-                 "planners/sweep.py", "planners/dp.py", "planners/ilp.py", "profiles/pipedream.py",
+                 "planners/sweep.py", "planners/dp/contiguous.py", "planners/ilp/planner.py", "profiles/pipedream.py",
                  "profiles/csvio.py"):
         assert must in rel, must
-    for never in ("cli.py", "experiments/report.py", "experiments/analyses.py", "io.py", "viz/gantt.py",
+    for never in ("front/cli.py", "experiments/report.py", "experiments/analyses.py", "io.py", "viz/gantt.py",
                   "runtime/engine.py"):
         assert never not in rel, never
 
@@ -31,11 +32,12 @@ def test_the_hashed_sources_are_the_model_not_the_presentation():
 def test_code_version_follows_the_sources(tmp_path, monkeypatch):
     pkg = tmp_path / "pkg"
     (pkg / "planners").mkdir(parents=True)
+    (pkg / "front").mkdir()
     (pkg / "planners" / "dp.py").write_text("X = 1\n")
-    (pkg / "cli.py").write_text("Y = 1\n")
+    (pkg / "front" / "cli.py").write_text("Y = 1\n")
     monkeypatch.setattr(pv, "_PACKAGE", pkg)
     versions = []
-    for change in (None, ("cli.py", "Y = 2\n"), ("planners/dp.py", '"""Doc."""\nX = 1  # same\n'),
+    for change in (None, ("front/cli.py", "Y = 2\n"), ("planners/dp.py", '"""Doc."""\nX = 1  # same\n'),
                    ("planners/dp.py", "X = 2\n")):
         if change:
             (pkg / change[0]).write_text(change[1])

@@ -49,7 +49,7 @@ def test_recorder_rows_share_the_origin():
     rec = Recorder(1, cuda=False, origin=0.0)
     with rec.op("F", 0, 3):
         pass
-    from workbench.plan import Plan, Stage
+    from workbench.model.plan import Plan, Stage
 
     plan = Plan(1.0, (0, 1), (Stage(0, 0, 0, 0.0, 1.0, 1), Stage(1, 1, 1, 0.0, 1.0, 1)), 2)
     (row,) = rec.rows(plan)

@@ -12,7 +12,7 @@ import math
 
 import pytest
 
-from workbench.chain import Platform
+from workbench.model.chain import Platform
 from workbench.runtime.engine import Workload
 from workbench.runtime.program import unroll
 from workbench.runtime.replay import load_replays, replay_devices, replay_report
@@ -42,7 +42,7 @@ def _check_resident(res, plan, wl, devices):
 
 
 def _plan(chain, devices, assignment):
-    from workbench.schedule import best_schedule
+    from workbench.verify.schedule import best_schedule
 
     plan = best_schedule(chain, Platform(devices), assignment)
     assert plan.feasible
@@ -130,11 +130,11 @@ def test_replay_rejects_bad_devices(mlp):
 def test_committed_gpu_runs_agree_with_their_profiles_and_the_checker(folder, dtype):
     import pandas as pd
 
-    from workbench.check import check
+    from workbench.model.plan import Plan
     from workbench.paths import DATA_DIR
-    from workbench.plan import Plan
     from workbench.profiles import load_profile
     from workbench.runtime.engine import grad_tolerance
+    from workbench.verify.check import check
 
     root = DATA_DIR / "runs" / folder
     reps = load_replays(root)
@@ -215,7 +215,7 @@ def test_load_replays_needs_runs(tmp_path):
 def test_run_command_replay(tmp_path, mlp, capsys):
     import pandas as pd
 
-    from workbench.cli import main
+    from workbench.front.cli import main
     from workbench.profiles import write_profile
 
     chain, _ = mlp

@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 import torch
 
-from workbench.chain import Platform
-from workbench.plan import Plan, Stage
+from workbench.model.chain import Platform
+from workbench.model.plan import Plan, Stage
+from workbench.model.trace import MEMORY_COLUMNS, OP_COLUMNS
 from workbench.runtime.engine import Workload, grad_error, reference_gradients, run_plan
 from workbench.runtime.program import Op, check_programs, unroll
-from workbench.trace import MEMORY_COLUMNS, OP_COLUMNS
 
 STEPS = 6
 TIMEOUT = 60
@@ -52,7 +52,7 @@ def tiny_gpt():
 
 
 def _plan(chain, devices, assignment, weights="stash", optimizer="adam"):
-    from workbench.schedule import best_schedule
+    from workbench.verify.schedule import best_schedule
 
     plan = best_schedule(chain, Platform(devices, weights=weights, optimizer=optimizer), assignment)
     assert plan.feasible
@@ -106,7 +106,7 @@ def _check_memory(res, plan, wl, chain, optimizer="adam", steps=STEPS):
     from the model here), its parameters (fewer where weight stashing moved the live weights to new
     storage, which MemTracker files elsewhere), the optimizer's state, and a peak within 5 % (+ 8 KiB) of
     the memory model's prediction (the plan's memory, plus what torch's engine preallocates)."""
-    from workbench.memory_views import torch_engine_extra
+    from workbench.model.memory_views import torch_engine_extra
 
     extra = (torch_engine_extra(chain, plan.stages, plan.devices, steps)
              if res.meta["engine"] == "torch" else [0.0] * plan.devices)
@@ -262,9 +262,9 @@ def test_stashed_versions_with_learning_rate(mlp):
 # comparison, calibration, command
 # ---------------------------------------------------------------------------------------------
 def test_compare_and_calibrate_on_the_plans_own_times(mlp):
+    from workbench.model.trace import Trace
     from workbench.runtime.compare import calibrate, compare, stage_times
     from workbench.runtime.program import predicted_ops
-    from workbench.trace import Trace
 
     chain = mlp[0]
     plan = _plan(chain, 2, [0, 0, 0, 1, 1])
@@ -299,8 +299,8 @@ def _run_command_args(tmp_path, chain):
 def test_run_command_writes_summary(tmp_path, mlp, capsys, monkeypatch):
     import json
 
-    from workbench.cli import main
-    from workbench.runtime import commands
+    from workbench.front import running as commands
+    from workbench.front.cli import main
 
     args, plan = _run_command_args(tmp_path, mlp[0])
     out = tmp_path / "run"
@@ -317,7 +317,7 @@ def test_run_command_writes_summary(tmp_path, mlp, capsys, monkeypatch):
     assert s["engine"] == "pipedream" and s["optimizer"] == "adam"
     assert all(m >= p for m, p in zip(s["memory_measured"], plan.memory))     # allocator level >= rule 7
     assert [b["Total"] for b in s["memory_breakdown"]] == s["memory_measured"]
-    from workbench.trace import Trace
+    from workbench.model.trace import Trace
 
     t = Trace.load(out / "measured.csv")
     assert len(t.ops[t.ops["kind"] == "F"]) == 2 * 6
@@ -364,7 +364,7 @@ def test_bf16_four_processes_tiny_gpt():
 def test_run_command_runs_in_the_profiles_dtype(tmp_path, mlp_bf16):
     import json
 
-    from workbench.cli import main
+    from workbench.front.cli import main
 
     args, plan = _run_command_args(tmp_path, mlp_bf16[0])
     assert main(args) == 0
@@ -380,8 +380,8 @@ def test_activation_policies_run_with_torchs_tools(engine, tiny_gpt):
     """recompute (torch.utils.checkpoint) and offload (saved tensors moved off the device as a block when the
     stage's forward ends, back when its backward starts) per layer, as the plan says: the gradients equal
     one process's and the peak is the model's."""
-    from workbench.activations import apply_policies
-    from workbench.schedule import best_schedule
+    from workbench.model.activations import apply_policies
+    from workbench.verify.schedule import best_schedule
 
     chain, wl, ref = tiny_gpt
     weights = "stash" if engine == "pipedream" else "single"

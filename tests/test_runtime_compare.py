@@ -7,7 +7,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from workbench.chain import Chain, Layer, Platform
+from workbench.model.chain import Chain, Layer, Platform
+from workbench.model.trace import Trace
 from workbench.runtime.compare import (
     calibrate,
     calibration_report,
@@ -17,8 +18,7 @@ from workbench.runtime.compare import (
     steady_warmup,
 )
 from workbench.runtime.program import predicted_ops
-from workbench.schedule import best_schedule, build_schedule
-from workbench.trace import Trace
+from workbench.verify.schedule import best_schedule, build_schedule
 
 MS = 1e-3
 

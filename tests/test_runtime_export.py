@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from instances import runtime_plans
-from workbench.plan import Plan, Stage
+from workbench.model.plan import Plan, Stage
 from workbench.runtime.export import actions_to_csv, format_grid, load_with_torch, plan_to_actions, write_schedule_csv
 
 pytest.importorskip("torch.distributed.pipelining")

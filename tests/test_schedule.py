@@ -12,10 +12,17 @@ from scipy.optimize import linprog
 
 from instances import py_chain, py_contiguous, py_general
 from oracles import paper_stage_memory
-from workbench.chain import Chain, Layer, Platform
-from workbench.check import check
-from workbench.plan import stages_of
-from workbench.schedule import NoSchedule, Scheduler, best_schedule, build_schedule, load_period, one_in_flight_memory
+from workbench.model.chain import Chain, Layer, Platform
+from workbench.model.plan import stages_of
+from workbench.verify.check import check
+from workbench.verify.schedule import (
+    NoSchedule,
+    Scheduler,
+    best_schedule,
+    build_schedule,
+    load_period,
+    one_in_flight_memory,
+)
 
 # ----- an independent brute force: enumerate in-flight vectors, LP for the period -----------------
 

@@ -1,15 +1,15 @@
-"""workbench.schedule_host: the general builder with host-link transfers (rule 8)."""
+"""workbench.verify.schedule_host: the general builder with host-link transfers (rule 8)."""
 
 from __future__ import annotations
 
 import pytest
 
 from policy_instances import instance
-from workbench.activations import apply_policies
-from workbench.check import check
-from workbench.planners.evaluate import allocation_period
-from workbench.schedule import Scheduler, best_schedule
-from workbench.schedule_host import general_offload, settle
+from workbench.model.activations import apply_policies
+from workbench.planners.evaluate.period import allocation_period
+from workbench.verify.check import check
+from workbench.verify.schedule import Scheduler, best_schedule
+from workbench.verify.schedule_host import general_offload, settle
 
 
 def test_settle_needs_every_move_to_agree():

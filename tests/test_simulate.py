@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 
 from instances import py_chain, py_contiguous
-from workbench.chain import Chain, Layer, Platform
-from workbench.check import check
-from workbench.plan import make_plan, stages_of
-from workbench.schedule import Scheduler, best_schedule, build_schedule, one_in_flight_memory
-from workbench.simulate import simulate, simulate_flushed
-from workbench.trace import MEMORY_COLUMNS, OP_COLUMNS
+from workbench.model.chain import Chain, Layer, Platform
+from workbench.model.plan import make_plan, stages_of
+from workbench.model.trace import MEMORY_COLUMNS, OP_COLUMNS
+from workbench.verify.check import check
+from workbench.verify.schedule import Scheduler, best_schedule, build_schedule, one_in_flight_memory
+from workbench.verify.simulate import simulate, simulate_flushed
 
 
 def _rule7_per_device(plan, chain, plat) -> np.ndarray:
@@ -200,7 +200,7 @@ def _with_device(plan, i, d):
     (lambda p: p.with_(assignment=p.assignment[:-1]), r"the assignment has 3 entries for a chain of 4 layers"),
 ])
 def test_simulate_refuses_a_plan_that_breaks_the_structural_rules(spoil, pattern):
-    from workbench.check import PlanStructureError
+    from workbench.verify.check import PlanStructureError
 
     chain, plat, plan = _good_plan()
     simulate(plan, chain, plat, batches=4)
@@ -210,7 +210,7 @@ def test_simulate_refuses_a_plan_that_breaks_the_structural_rules(spoil, pattern
 def test_policies_run_as_planned_with_recompute_inside_the_backward():
     """A plan with recompute and offload: the trace keeps the plan's period and memory; each R operation lies
     inside its stage's backward and lasts that layer's forward; host transfers fit the gap (rule 8)."""
-    from workbench.activations import apply_policies
+    from workbench.model.activations import apply_policies
     from workbench.planners import plan as run_planner
 
     chain = Chain(tuple(Layer(f"l{i}", 0.5 + 0.1 * i, 1.0, 10, 40, 200) for i in range(6)), input_bytes=40)

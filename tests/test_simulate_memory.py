@@ -1,4 +1,4 @@
-"""The memory timeline of a run (workbench.simulate_memory) against a brute-force count.
+"""The memory timeline of a run (workbench.verify.simulate_memory) against a brute-force count.
 
 * memory_frame on random hold intervals and operations: at every row's instant, the bytes held are
   recounted from the half-open intervals [start, end) that contain it (releases before acquisitions);
@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 
 from test_memory import measured_chain
-from workbench.chain import Platform
-from workbench.memory import layer_terms, stage_activation, stage_memory, stage_step
-from workbench.simulate import simulate_flushed
-from workbench.simulate_memory import StageMemory, memory_frame, with_step_rows
+from workbench.model.chain import Platform
+from workbench.model.memory import layer_terms, stage_activation, stage_memory, stage_step
+from workbench.verify.simulate import simulate_flushed
+from workbench.verify.simulate_memory import StageMemory, memory_frame, with_step_rows
 
 
 def held_at(t: float, p: int, dev, sm: StageMemory, hs, he, ops) -> tuple[float, float, float]:

@@ -1,14 +1,14 @@
-"""The stage-path bound (workbench.planners.stage_bound) against brute force and the per-layer bound."""
+"""The stage-path bound (workbench.planners.ilp.stage_bound) against brute force and the per-layer bound."""
 
 import math
 
 import numpy as np
 
 from instances import footprint_limit, ilp_chain
-from workbench.chain import Chain, Layer, Platform
+from workbench.model.chain import Chain, Layer, Platform
 from workbench.planners.brute import plan_brute
-from workbench.planners.ilp_bounds import memory_period_bound
-from workbench.planners.stage_bound import least_stage_memory, stage_path_bound
+from workbench.planners.ilp.bounds import memory_period_bound
+from workbench.planners.ilp.stage_bound import least_stage_memory, stage_path_bound
 
 
 def _instance(rng, L, P):

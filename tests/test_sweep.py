@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import dataclasses
 import math
 
 import numpy as np
 import pytest
 
-from workbench import methods as registry
-from workbench.chain import Chain, Layer, Platform
-from workbench.planners import plan
-from workbench.planners.dp import plan_dp
+from workbench.model.chain import Chain, Layer, Platform
+from workbench.planners import PLANNERS, plan
+from workbench.planners.dp.contiguous import plan_dp
 from workbench.planners.sweep import UNAVAILABLE, Failure, attempt, plan_row, run_method, solve, sweep
 
 
@@ -24,9 +22,11 @@ def test_unknown_missing_and_failing_methods_are_recorded_not_raised(monkeypatch
     row = run_method(ch, plat, "nosuch")
     assert row["status"] == UNAVAILABLE and not row["fits"] and math.isnan(row["period"])
     assert "unknown method 'nosuch'" in row["note"]
-    missing = dataclasses.replace(registry.method("dp"), name="gone", target="workbench.no_such_module:fn")
-    monkeypatch.setitem(registry._BY_NAME, "gone", missing)
-    row = run_method(ch, plat, "gone")
+    def broken(*args, **kwargs):
+        raise ModuleNotFoundError("No module named 'highspy'")
+
+    monkeypatch.setitem(PLANNERS, "ilp", broken)
+    row = run_method(ch, plat, "ilp")
     assert row["status"] == "error" and "ModuleNotFoundError" in row["note"]   # a broken install: an error
     row = run_method(ch, plat, "brute", max_layers=1)  # brute refuses: recorded as an error
     assert row["status"] == "error" and "max_layers" in row["note"]
@@ -52,8 +52,8 @@ def test_warm_start_goes_only_to_methods_that_take_one(monkeypatch):
         seen.append(warm_start)
         return plan_dp(chain, platform)
 
-    real = registry.Method.planner
-    monkeypatch.setattr(registry.Method, "planner", lambda self: fake if self.name in ("ilp", "dp") else real(self))
+    monkeypatch.setitem(PLANNERS, "ilp", fake)
+    monkeypatch.setitem(PLANNERS, "dp", fake)
     ch, plat = chain4(), Platform(2, memory_model="paper")
     out = sweep(ch, plat, [200, 1000, 2000], "ilp", warm_start=True)
     assert seen[0] is True and seen[1] is True  # level 200 is infeasible: still no plan to start from

@@ -1,11 +1,11 @@
-"""Tests for workbench.tolerances."""
+"""Tests for workbench.model.tolerances."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from workbench import tolerances
-from workbench.tolerances import CEIL_SLACK, ceil_count, ceil_counts
+from workbench.model import tolerances
+from workbench.model.tolerances import CEIL_SLACK, ceil_count, ceil_counts
 
 
 def test_ceil_forgives_only_float_noise():

@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from workbench.units import format_bytes, format_seconds, parse_bandwidth, parse_size
+from workbench.model.units import format_bytes, format_seconds, parse_bandwidth, parse_size
 
 
 @pytest.mark.parametrize("text,expected", [

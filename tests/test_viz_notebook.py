@@ -4,7 +4,7 @@ import pandas as pd
 import plotly.io as pio
 import pytest
 
-from workbench.chain import Platform
+from workbench.model.chain import Platform
 from workbench.viz.notebook import gantt_animation, schedule_table, setup, teaching_chain, three_schedules
 
 

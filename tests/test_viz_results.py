@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from workbench.experiments import METHOD_LABELS
-from workbench.viz import results as R
+from workbench.experiments import figures as R
 
 GiB = 2**30
 

@@ -7,11 +7,11 @@ profile -> chain -> planner -> plan -> simulation -> trace -> figures.
 2
 """
 
-from .chain import Chain, Layer, Platform, StageCosts
-from .plan import Plan, Stage, lower_bound, make_plan
-from .profiles import load_profile, read_profile, write_profile
-from .trace import Trace
-from .units import format_bytes, format_seconds, parse_bandwidth, parse_size
+from workbench.model.chain import Chain, Layer, Platform, StageCosts
+from workbench.model.plan import Plan, Stage, lower_bound, make_plan
+from workbench.model.trace import Trace
+from workbench.model.units import format_bytes, format_seconds, parse_bandwidth, parse_size
+from workbench.profiles import load_profile, read_profile, write_profile
 
 __version__ = "0.1.0"
 __all__ = [

@@ -1,3 +1,3 @@
-from .cli import main
+from workbench.front.cli import main
 
 raise SystemExit(main())

@@ -25,7 +25,7 @@ from typing import Any, Callable, Sequence, TypeVar
 
 import numpy as np
 
-from .tolerances import PERIOD_SEARCH
+from workbench.model.tolerances import PERIOD_SEARCH
 
 __all__ = ["bisect", "least_feasible", "Found"]
 

@@ -7,9 +7,9 @@ method keys, labels, line styles and checks) and the figures. No other module
 names a set of methods. It imports nothing from the package, so any module may
 read it.
 
-A :class:`Method` is a planner: ``fn(chain, platform, *, allocation,
-time_limit, **options) -> Plan`` (docs/model.md, "Plan"), found by
-:meth:`Method.planner`. Its *family* is ``periodic`` (one forward and one
+A :class:`Method` names a planner: ``fn(chain, platform, *, allocation,
+time_limit, **options) -> Plan`` (docs/model.md, "Plan"), imported by name in
+:data:`workbench.planners.PLANNERS`. Its *family* is ``periodic`` (one forward and one
 backward of different mini-batches per device per period, weight stashing) or
 ``flushed`` (GPipe, 1F1B: micro-batches, then a flush; its name is also the
 plan's ``schedule``). A :class:`Variant` is a method run with one allocation,
@@ -29,9 +29,8 @@ names the methods each study runs.
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
-from typing import Any, Callable, Literal
+from typing import Any, Literal
 
 __all__ = ["Method", "Variant", "LineStyle", "METHODS", "VARIANTS", "LINEUPS", "method", "variant", "names",
            "flushed", "lineup", "colour_of"]
@@ -64,7 +63,6 @@ class Method:
     short: str
     colour: str
     family: Family
-    target: str  # "module:function"
     allocations: tuple[str, ...] = ("contiguous",)
     memory_aware: bool = False
     exact: bool = False
@@ -74,20 +72,6 @@ class Method:
     blocks: bool = False
     warm_start: bool = False
     aliases: tuple[str, ...] = ()
-
-    @property
-    def module(self) -> str:
-        """The module that holds the planner."""
-        return self.target.split(":")[0]
-
-    def planner(self) -> Callable[..., Any]:
-        """The planner function (imported on first use).
-
-        >>> method("dp").planner().__name__
-        'plan_dp'
-        """
-        module, func = self.target.split(":")
-        return getattr(importlib.import_module(module), func)
 
 
 @dataclass(frozen=True)
@@ -129,23 +113,20 @@ class Variant:
 
 #: every method, in the order the CLI and the tables list them
 METHODS: tuple[Method, ...] = (
-    Method("dp", "memory-aware DP", "dp", "#3366CC", "periodic", "workbench.planners.dp:plan_dp",
+    Method("dp", "memory-aware DP", "dp", "#3366CC", "periodic",
            memory_aware=True, exact=True, auto_activations=True, baseline=True, blocks=True, aliases=("madpipe",)),
-    Method("pipedream", "PipeDream", "PipeDream", "#F28E2B", "periodic", "workbench.planners.pipedream:plan_pipedream",
+    Method("pipedream", "PipeDream", "PipeDream", "#F28E2B", "periodic",
            memory_aware=True, baseline=True, blocks=True),
-    Method("mcap", "mCAP (memory-balanced)", "mCAP", "#8C564B", "periodic", "workbench.planners.mcap:plan_mcap"),
-    Method("uniform", "uniform (DeepSpeed)", "uniform", "#9C755F", "periodic",
-           "workbench.planners.baselines:plan_uniform", baseline=True, blocks=True),
-    Method("parameters", "parameters (DeepSpeed)", "parameters", "#76B7B2", "periodic",
-           "workbench.planners.baselines:plan_parameters", baseline=True, blocks=True),
-    Method("torchgpipe", "torchgpipe balance", "torchgpipe", "#EDC948", "periodic",
-           "workbench.planners.baselines:plan_torchgpipe", baseline=True, blocks=True),
-    Method("gpipe", "GPipe", "GPipe", "#59A14F", "flushed", "workbench.planners.flushed:plan_gpipe"),
-    Method("1f1b", "1F1B-flush", "1F1B", "#B07AA1", "flushed", "workbench.planners.flushed:plan_1f1b"),
-    Method("brute", "brute force", "brute", "#000000", "periodic", "workbench.planners.brute:plan_brute",
+    Method("mcap", "mCAP (memory-balanced)", "mCAP", "#8C564B", "periodic"),
+    Method("uniform", "uniform (DeepSpeed)", "uniform", "#9C755F", "periodic", baseline=True, blocks=True),
+    Method("parameters", "parameters (DeepSpeed)", "parameters", "#76B7B2", "periodic", baseline=True, blocks=True),
+    Method("torchgpipe", "torchgpipe balance", "torchgpipe", "#EDC948", "periodic", baseline=True, blocks=True),
+    Method("gpipe", "GPipe", "GPipe", "#59A14F", "flushed"),
+    Method("1f1b", "1F1B-flush", "1F1B", "#B07AA1", "flushed"),
+    Method("brute", "brute force", "brute", "#000000", "periodic",
            allocations=("contiguous", "general"), memory_aware=True, exact=True, auto_activations=True, slow=True,
            blocks=True),
-    Method("ilp", "ILP", "ILP", "#D62728", "periodic", "workbench.planners.ilp:plan_ilp",
+    Method("ilp", "ILP", "ILP", "#D62728", "periodic",
            allocations=("contiguous", "general"), memory_aware=True, exact=True, auto_activations=True, slow=True,
            warm_start=True),
 )

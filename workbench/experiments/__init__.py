@@ -5,7 +5,10 @@ The package, one module per step: :mod:`~workbench.experiments.settings`
 work and their keys), :mod:`~workbench.experiments.cache` (finished units on
 disk), :mod:`~workbench.experiments.sweeps` (what a unit computes),
 :mod:`~workbench.experiments.analyses` (tables and checks over the results)
-and :mod:`~workbench.experiments.report` (the command and ``report.md``).
+and :mod:`~workbench.experiments.report` (the run and ``report.md``; its command-line handler is
+:mod:`workbench.front.studies`). The studies beside them: :mod:`~workbench.experiments.complexity`,
+:mod:`~workbench.experiments.largest`, the figures (:mod:`~workbench.experiments.figures`) and what made a
+result (:mod:`~workbench.experiments.provenance`).
 
 ``python -m workbench reproduce [--quick] [--only NAME] [--out DIR]`` runs
 :func:`reproduce`:
@@ -18,7 +21,7 @@ and :mod:`~workbench.experiments.report` (the command and ``report.md``).
    (settings, the profile's SHA-256, the model code's version) differs from
    the one on disk, or its CSV does not match its checksum. The report says
    which units were recomputed and why;
-3. it has :mod:`workbench.viz.results` draw the figures from the units,
+3. it has :mod:`workbench.experiments.figures` draw the figures from the units,
    listing every unit it leaves out and why, and runs the checks
    (:func:`~workbench.experiments.analyses.bound_violations`): one profile, one code version
    and one lower bound per (network, P) group, and the bounds. A failed
@@ -29,7 +32,7 @@ and :mod:`~workbench.experiments.report` (the command and ``report.md``).
 Figures (names for ``--only``, comma-separated): ``throughput``, ``memory``,
 ``min_memory``, ``solve_times`` (from the sweeps), ``three_partition``,
 ``family``, ``scaling``, ``gains`` (the complexity study), ``largest`` (the
-largest GPT each method fits, :mod:`workbench.largest`).
+largest GPT each method fits, :mod:`workbench.experiments.largest`).
 
 Environment: ``WORKBENCH_JOBS`` (worker processes for the units, default 1),
 ``WORKBENCH_QUICK=1`` (notebooks: the quick settings), ``WORKBENCH_NO_PNG=1``.
@@ -42,9 +45,7 @@ Environment: ``WORKBENCH_JOBS`` (worker processes for the units, default 1),
 
 from __future__ import annotations
 
-from ..io import FolderBusy
-from ..provenance import versions
-from .analyses import (
+from workbench.experiments.analyses import (
     bound_violations,
     consistency_violations,
     headline_gains,
@@ -52,9 +53,10 @@ from .analyses import (
     sweep_frame,
     sweep_table,
 )
-from .cache import load_unit, read_unit, run_unit, unit_is_current
-from .report import Report, notebook_report, render_report, reproduce, reproduce_command
-from .settings import (
+from workbench.experiments.cache import load_unit, read_unit, run_unit, unit_is_current
+from workbench.experiments.provenance import versions
+from workbench.experiments.report import Report, notebook_report, render_report, reproduce
+from workbench.experiments.settings import (
     COMPLEXITY_FIGURES,
     FIGURES,
     METHOD_KEYS,
@@ -63,13 +65,14 @@ from .settings import (
     Settings,
     settings_for,
 )
-from .sweeps import compute_unit
-from .units import Unit, plan_units, profile_key, slug
+from workbench.experiments.sweeps import compute_unit
+from workbench.experiments.units import Unit, plan_units, profile_key, slug
+from workbench.io import FolderBusy
 
 __all__ = [
     "Settings", "Report", "Unit", "METHOD_KEYS", "METHOD_LABELS", "FIGURES", "SWEEP_FIGURES", "COMPLEXITY_FIGURES",
     "settings_for", "plan_units", "profile_key", "slug", "compute_unit", "run_unit", "load_unit", "read_unit",
-    "unit_is_current", "reproduce", "reproduce_command", "sweep_frame", "sweep_table", "min_memory_table",
+    "unit_is_current", "reproduce", "sweep_frame", "sweep_table", "min_memory_table",
     "bound_violations", "consistency_violations", "headline_gains", "versions", "notebook_report", "render_report",
     "FolderBusy",
 ]

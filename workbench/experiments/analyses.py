@@ -26,10 +26,10 @@ from typing import Iterable, Sequence
 import numpy as np
 import pandas as pd
 
-from ..methods import VARIANTS, method
-from .cache import read_unit
-from .settings import METHOD_LABELS, TOL
-from .units import Unit
+from workbench.experiments.cache import read_unit
+from workbench.experiments.settings import METHOD_LABELS, TOL
+from workbench.experiments.units import Unit
+from workbench.methods import VARIANTS, method
 
 __all__ = ["sweep_frame", "sweep_table", "consistency_violations", "bound_violations", "min_memory_table",
            "headline_gains",

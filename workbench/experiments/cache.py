@@ -24,10 +24,10 @@ from typing import Any
 
 import pandas as pd
 
-from ..io import write_text_atomic
-from ..provenance import versions
-from .sweeps import compute_unit
-from .units import Unit
+from workbench.experiments.provenance import versions
+from workbench.experiments.sweeps import compute_unit
+from workbench.experiments.units import Unit
+from workbench.io import write_text_atomic
 
 __all__ = ["read_unit", "load_unit", "unit_is_current", "run_unit", "run_unit_job"]
 

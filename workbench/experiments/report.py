@@ -1,4 +1,4 @@
-"""``python -m workbench reproduce``: run the units, check them, have :mod:`workbench.viz.results` draw the
+"""``python -m workbench reproduce``: run the units, check them, have :mod:`workbench.experiments.figures` draw the
 figures, write everything and ``report.md`` (the steps are in :mod:`workbench.experiments`).
 
 >>> render_report(Report(out=Path("out"), settings=settings_for(quick=True, networks=()))).splitlines()[0]
@@ -9,27 +9,26 @@ from __future__ import annotations
 
 import contextlib
 import os
-import sys
 import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from ..io import FolderBusy, folder_lock, remove_orphans, write_frame_atomic, write_text_atomic
-from ..paths import RESULTS_DIR
-from ..provenance import code_version, versions
-from .analyses import bound_violations, sweep_table
-from .cache import read_unit, run_unit, run_unit_job
-from .settings import COMPLEXITY_FIGURES, FIGURES, SWEEP_FIGURES, Settings, settings_for
-from .units import Unit, plan_units
+from workbench.experiments.analyses import bound_violations, sweep_table
+from workbench.experiments.cache import read_unit, run_unit, run_unit_job
+from workbench.experiments.provenance import code_version, versions
+from workbench.experiments.settings import COMPLEXITY_FIGURES, FIGURES, SWEEP_FIGURES, Settings, settings_for
+from workbench.experiments.units import Unit, plan_units
+from workbench.io import folder_lock, remove_orphans, write_frame_atomic, write_text_atomic
+from workbench.paths import RESULTS_DIR
 
 if TYPE_CHECKING:  # the figures are drawn by workbench.viz, which reads this package's analyses
-    from ..viz.results import FigureInfo
+    from workbench.experiments.figures import FigureInfo
 
-__all__ = ["Report", "reproduce", "reproduce_command", "notebook_report", "render_report"]
+__all__ = ["Report", "reproduce", "notebook_report", "render_report"]
 
 
 @dataclass
@@ -112,7 +111,7 @@ def _load_all(units: list[Unit], out: Path, report: Report) -> dict[str, pd.Data
 
 
 def _figures(units: list[Unit], frames: dict[str, pd.DataFrame], figs: tuple[str, ...], report: Report) -> None:
-    from ..viz import results as R
+    from workbench.experiments import figures as R
 
     sweep_units = [u for u in units if u.kind == "sweep" and u.name in frames]
     if sweep_units:
@@ -133,7 +132,7 @@ def _figures(units: list[Unit], frames: dict[str, pd.DataFrame], figs: tuple[str
 
 
 def _write_outputs(report: Report, png: bool) -> None:
-    from ..viz.export import save_html, save_images
+    from workbench.viz.export import save_html, save_images
 
     out = Path(report.out)
     pngs = []
@@ -270,7 +269,7 @@ def _reproducibility_section(report: Report) -> list[str]:
 
 def _inputs_section(report: Report) -> list[str]:
     lines = [f"Model code version `{code_version()}` (a hash of the code that computes results, "
-             "`workbench.provenance.code_version`); profiles:", ""]
+             "`workbench.experiments.provenance.code_version`); profiles:", ""]
     lines += [f"- `{net}`: `{p['file']}`, SHA-256 `{p['sha256'][:16]}`" for net, p in report.profiles.items()]
     return lines + [""]
 
@@ -304,7 +303,7 @@ def render_report(report: Report) -> str:
         f"Settings: networks {', '.join(s.networks)}; P in {list(s.devices)}; {s.n_levels} memory levels from the "
         f"least feasible (contiguous) to unlimited; ILP time limit {s.time_limit:g} s per contiguous and "
         f"{s.general_time_limit:g} s per general solve (networks over 32 layers are solved on 32 blocks, see "
-        f"workbench.planners.coarsen); bandwidth "
+        f"workbench.planners.ilp.coarsen); bandwidth "
         f"{s.bandwidth}, weight factor {s.weight_factor:g}, weights {s.weights}. Complexity: scaling L in "
         f"{list(s.scaling_layers)}, P in {list(s.scaling_devices)}, time limit {s.scaling_time_limit:g} s; "
         f"{s.gain_instances} random instances of {s.gain_layers} layers on {s.gain_devices} devices for the gains.", "",
@@ -319,29 +318,3 @@ def render_report(report: Report) -> str:
         lines += [f"## {f.name}: {f.title}", "", "Files: " + ", ".join(f"`{x}`" for x in f.files), ""]
         lines += [f"- {h}" for h in f.headlines] + [""]
     return "\n".join(lines)
-
-
-def reproduce_command(args: Any) -> int:
-    """CLI handler: ``python -m workbench reproduce [--quick] [--only NAME] [--out DIR]``.
-
-    Exit 0 when every check passes, 1 when a check fails, 2 when the run is
-    refused (bad ``--only``, the folder is in use by another run).
-    """
-    try:
-        rep = reproduce(quick=bool(getattr(args, "quick", False)), only=getattr(args, "only", None),
-                        out=getattr(args, "out", None))
-    except (ValueError, FolderBusy) as e:
-        print(f"reproduce: {e}", file=sys.stderr)
-        return 2
-    print(f"wrote {rep.report_path} ({len(rep.figures)} figures, {len(rep.computed)} units computed, "
-          f"{len(rep.skipped)} from cache, {rep.seconds:.0f} s)")
-    for w in rep.warnings:
-        print(f"warning: {w}", file=sys.stderr)
-    if rep.left_out:
-        print(f"warning: {len(rep.left_out)} unit(s) left out of the figures; see the report", file=sys.stderr)
-    if rep.violations:
-        print(f"reproduce: CHECKS FAILED: {len(rep.violations)} violation(s); see {rep.report_path}", file=sys.stderr)
-        for b in rep.violations[:10]:
-            print(f"  {b}", file=sys.stderr)
-        return 1
-    return 0

@@ -16,8 +16,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from ..chain import Platform
-from ..methods import VARIANTS
+from workbench.methods import VARIANTS
+from workbench.model.chain import Platform
 
 __all__ = ["Settings", "settings_for", "platform_for", "METHOD_KEYS", "METHOD_LABELS", "SWEEP_FIGURES",
            "COMPLEXITY_FIGURES", "FIGURES", "TOL"]
@@ -46,7 +46,7 @@ class Settings:
     bandwidth: str = "12GB/s"
     weight_factor: float = 1.0
     weights: str = "stash"
-    memory_model: str = "paper"   # the paper's figures use its rule 7 (workbench.memory); "full" for the device model
+    memory_model: str = "paper"   # the paper's figures use its rule 7 (model/memory.py); "full" for the device model
     # complexity study
     scaling_layers: tuple[int, ...] = (4, 8, 12, 16, 24, 32)
     scaling_devices: tuple[int, ...] = (2, 4, 8)
@@ -59,7 +59,7 @@ class Settings:
     three_partition_m: tuple[int, ...] = (2, 3)
     three_partition_count: int = 3
     family_k: tuple[int, ...] = (2, 3, 4, 6, 8)
-    # the largest model that fits (workbench.largest; the full memory model, Adam, fp32)
+    # the largest model that fits (workbench.experiments.largest; the full memory model, Adam, fp32)
     largest_families: tuple[str, ...] = ("depth", "width")
     largest_devices: tuple[int, ...] = (2, 4, 8)
     largest_memory: float = 2 * 2**30
@@ -72,7 +72,7 @@ class Settings:
 
 
 def _default_networks(quick: bool) -> tuple[str, ...]:
-    from ..profiles import available_profiles
+    from workbench.profiles import available_profiles
 
     # bundled CPU profiles and PipeDream's; the GPU ones (h100/...) are named explicitly when wanted
     names = [n for n in available_profiles() if "/" not in n or n.startswith("pipedream/")]

@@ -1,5 +1,5 @@
 """What each unit of the experiments computes: a method's sweep over the memory levels, or a piece of the
-complexity study (:mod:`workbench.complexity`, :mod:`workbench.largest`).
+complexity study (:mod:`workbench.experiments.complexity`, :mod:`workbench.experiments.largest`).
 
 Sweeps go through the one sweep helper, :func:`workbench.planners.sweep.sweep`
 (robust: a failed solve is a row with status ``error`` or ``unavailable``,
@@ -13,8 +13,7 @@ from typing import Any, Sequence
 
 import pandas as pd
 
-from ..chain import Platform
-from ..complexity import (
+from workbench.experiments.complexity import (
     family_factor,
     gain_distribution,
     general_beats_contiguous_family,
@@ -24,10 +23,11 @@ from ..complexity import (
     three_partition_no_instance,
     three_partition_yes_instance,
 )
-from ..methods import lineup
-from ..planners.sweep import plan_row, run_method, sweep
-from .settings import TOL
-from .units import Unit, profile_key
+from workbench.experiments.settings import TOL
+from workbench.experiments.units import Unit, profile_key
+from workbench.methods import lineup
+from workbench.model.chain import Platform
+from workbench.planners.sweep import plan_row, run_method, sweep
 
 __all__ = ["compute_unit"]
 
@@ -47,8 +47,8 @@ def compute_unit(unit: Unit) -> pd.DataFrame:
                                  heterogeneity=st["heterogeneity"], memory_positions=tuple(st["positions"]),
                                  general_method=st["general_method"], time_limit=st["time_limit"])
     if kind == "largest":
-        from ..largest import METHODS as LARGEST_METHODS
-        from ..largest import largest_table
+        from workbench.experiments.largest import METHODS as LARGEST_METHODS
+        from workbench.experiments.largest import largest_table
 
         methods = tuple(m for m in LARGEST_METHODS if st["ilp"] or m[1] != "ilp")
         return largest_table((st["family"],), (st["devices"],), st["memory"], methods, time_limit=st["time_limit"])
@@ -62,7 +62,7 @@ def compute_unit(unit: Unit) -> pd.DataFrame:
 
 def _sweep_frame(st: dict[str, Any]) -> pd.DataFrame:
     """One method over the memory levels (:func:`workbench.planners.sweep.sweep`), a row per level."""
-    from ..profiles import load_profile
+    from workbench.profiles import load_profile
 
     digest = profile_key(st["network"])["sha256"]
     if digest != st["profile"]["sha256"]:  # the file changed since the units were planned

@@ -4,7 +4,7 @@ A *unit* is one sweep of one method over the memory levels of one network
 and device count, or one piece of the complexity study. Its *key* (the
 unit's ``settings``) holds everything that determines the result
 (docs/model.md, "Cached results"): the settings, the SHA-256 of the profile
-file a sweep reads, and :func:`~workbench.provenance.code_version` (the model
+file a sweep reads, and :func:`~workbench.experiments.provenance.code_version` (the model
 code). :mod:`workbench.experiments.cache` stores finished units under their
 key; :mod:`workbench.experiments.sweeps` computes them.
 
@@ -26,10 +26,10 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from ..complexity import memory_levels
-from ..methods import method
-from ..provenance import code_version, file_digest
-from .settings import FIGURES, METHOD_KEYS, SWEEP_FIGURES, Settings, platform_for
+from workbench.experiments.complexity import memory_levels
+from workbench.experiments.provenance import code_version, file_digest
+from workbench.experiments.settings import FIGURES, METHOD_KEYS, SWEEP_FIGURES, Settings, platform_for
+from workbench.methods import method
 
 __all__ = ["Unit", "plan_units", "profile_key", "slug"]
 
@@ -68,8 +68,8 @@ def _canon(x: Any) -> Any:
 
 def profile_key(network: str) -> dict[str, str]:
     """The profile a network name reads: its file (relative to the repository when inside it) and SHA-256."""
-    from ..paths import REPO_ROOT
-    from ..profiles import resolve_profile
+    from workbench.paths import REPO_ROOT
+    from workbench.profiles import resolve_profile
 
     path = Path(resolve_profile(network)).resolve()
     try:
@@ -93,7 +93,7 @@ def _levels(s: Settings, network: str, devices: int, digest: str) -> list[float]
     key = (network, digest, code_version(), devices, s.n_levels, s.bandwidth, s.weight_factor, s.weights,
            s.memory_model, s.methods)
     if key not in _LEVEL_CACHE:
-        from ..profiles import load_profile
+        from workbench.profiles import load_profile
 
         chain = load_profile(network)
         _LEVEL_CACHE[key] = memory_levels(chain, platform_for(s, devices), s.n_levels,
@@ -142,7 +142,7 @@ def _complexity_units(s: Settings, figures: set[str]) -> list[Unit]:
              "positions": s.gain_positions, "heterogeneity": 1.0, "general_method": general,
              "time_limit": s.scaling_time_limit, **v})))
     if "largest" in figures:
-        from ..largest import family_files
+        from workbench.experiments.largest import family_files
 
         files = {name: profile_key(str(path))["sha256"] for name, path in family_files().items()}
         for fam in s.largest_families:

@@ -1,16 +1,16 @@
-"""Planners: every method maps (chain, platform) to a :class:`~workbench.plan.Plan`.
+"""Planners: every method maps (chain, platform) to a :class:`~workbench.model.plan.Plan`.
 
 Each planner is a function ``fn(chain, platform, *, allocation="contiguous",
 time_limit=None, **options) -> Plan``; an option a method has no use for is
 ignored. :func:`plan` dispatches by name and re-checks what the planner
-returns with :func:`workbench.check.check`: a plan the checker rejects is
+returns with :func:`workbench.verify.check.check`: a plan the checker rejects is
 never reported ``optimal`` (its status becomes ``feasible``, a note and
 ``extra["violations"]`` say why). Options every method accepts:
 ``progress`` (a callable that receives one line per phase of long work;
 default: quiet) and ``deterministic`` (work budgets instead of wall-clock
 ones where a method has any, see :mod:`workbench.planners.budget`).
 
->>> sorted(METHODS)[:3]
+>>> sorted(PLANNERS)[:3]
 ['1f1b', 'brute', 'dp']
 >>> sorted(GENERAL_METHODS)
 ['brute', 'ilp']
@@ -21,39 +21,49 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Sequence
 
-from ..activations import apply_policies, describe, is_keep
-from ..chain import Chain, Platform
-from ..check import check
-from ..methods import METHODS as _REGISTRY
-from ..methods import method as _method
-from ..methods import names as _names
-from ..plan import Plan, infeasible_plan, lower_bound
-from ..schedule import Scheduler
-from .dp_auto import auto_on_chain
-from .fixed_policies import FLUSHED, plan_with_policies
-from .partition import bounds_to_assignment
+from workbench.methods import METHODS as _REGISTRY
+from workbench.methods import method as _method
+from workbench.methods import names as _names
+from workbench.model.activations import apply_policies, describe, is_keep
+from workbench.model.chain import Chain, Platform
+from workbench.model.plan import Plan, infeasible_plan, lower_bound
+from workbench.planners.baselines import plan_parameters, plan_torchgpipe, plan_uniform
+from workbench.planners.brute import plan_brute
+from workbench.planners.dp import auto_on_chain, plan_dp
+from workbench.planners.fixed_policies import FLUSHED, plan_with_policies
+from workbench.planners.flushed import plan_1f1b, plan_gpipe
+from workbench.planners.ilp import plan_ilp
+from workbench.planners.mcap import plan_mcap
+from workbench.planners.partition import bounds_to_assignment
+from workbench.planners.pipedream import plan_pipedream
+from workbench.verify.check import check
+from workbench.verify.schedule import Scheduler
 
-__all__ = ["METHODS", "GENERAL_METHODS", "AUTO_METHODS", "plan", "get_planner", "recheck"]
+__all__ = ["PLANNERS", "GENERAL_METHODS", "AUTO_METHODS", "plan", "get_planner", "recheck"]
 
-#: method name -> "module:function" (from the registry, :mod:`workbench.methods`)
-METHODS: dict[str, str] = {m.name: m.target for m in _REGISTRY}
+#: method name (the registry, :mod:`workbench.methods`) -> its planner function, ``plan_<name>``
+PLANNERS: dict[str, Callable[..., Plan]] = {
+    fn.__name__.removeprefix("plan_"): fn
+    for fn in (plan_dp, plan_pipedream, plan_mcap, plan_uniform, plan_parameters, plan_torchgpipe, plan_gpipe,
+               plan_1f1b, plan_brute, plan_ilp)}
+assert set(PLANNERS) == {m.name for m in _REGISTRY}, "every registered method has its plan_<name> here"
 
 #: the methods that search general (non-contiguous) allocations; the others plan contiguous ones only
 GENERAL_METHODS: frozenset[str] = frozenset(m.name for m in _REGISTRY if "general" in m.allocations)
 
 
 def get_planner(method: str) -> Callable[..., Plan]:
-    """The planner function of ``method`` (:meth:`workbench.methods.Method.planner`)."""
-    return _method(method).planner()
+    """The planner function of ``method`` (a ``ValueError`` naming the choices for an unknown one)."""
+    return PLANNERS[_method(method).name]
 
 
 def recheck(result: Plan, chain: Chain, platform: Platform) -> Plan:
-    """``result`` as it may be reported: if :func:`workbench.check.check` rejects a feasible plan,
+    """``result`` as it may be reported: if :func:`workbench.verify.check.check` rejects a feasible plan,
     its status ``optimal`` or ``timeout`` becomes ``feasible`` (gap dropped) with a note, and
     ``extra["violations"]`` lists what the checker found.
 
-    >>> from workbench.chain import Chain, Layer, Platform
-    >>> from workbench.plan import make_plan
+    >>> from workbench.model.chain import Chain, Layer, Platform
+    >>> from workbench.model.plan import make_plan
     >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 10, 4) for i in range(2)))
     >>> lying = make_plan(ch, Platform(2), 1.0, [0, 1], [0.0, 1.0], [4.0, 2.0], status="optimal")  # period < load
     >>> p = recheck(lying, ch, Platform(2))
@@ -84,10 +94,10 @@ def plan(chain: Chain, platform: Platform, method: str = "dp", *, allocation: st
 
     ``activations`` (docs/model.md, "Activation policies"): ``keep`` (default), ``recompute``,
     ``offload`` or one policy per layer: the method plans the effective chain
-    (:func:`workbench.activations.apply_policies`) and the plan records the policies; ``auto``:
+    (:func:`workbench.model.activations.apply_policies`) and the plan records the policies; ``auto``:
     :data:`AUTO_METHODS` choose per layer themselves, the other periodic methods keep their
     partition (chosen as without a memory limit) and get the best policies and period for it
-    (:func:`workbench.planners.dp_auto.auto_on_chain` on that partition).
+    (:func:`workbench.planners.dp.auto.auto_on_chain` on that partition).
     """
     if allocation not in ("contiguous", "general"):
         raise ValueError(f"allocation must be 'contiguous' or 'general', got {allocation!r}")

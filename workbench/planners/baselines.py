@@ -2,7 +2,7 @@
 
 Each picks a contiguous partition by its own criterion, then puts the
 periodic schedule on top (:func:`schedule_on_top`: ``best_schedule`` from
-:mod:`workbench.schedule`, the least period whose schedule fits memory).
+:mod:`workbench.verify.schedule`, the least period whose schedule fits memory).
 
 **When the partition does not fit in memory** at any period, the plan is
 still returned: the schedule at the least period with memory ignored,
@@ -23,7 +23,7 @@ misses the limit.
   heuristic of Bárány and Grinberg ("Block partitions of sequences",
   arXiv:1308.2452) on per-layer forward+backward times.
 
->>> from workbench.chain import Chain, Layer, Platform
+>>> from workbench.model.chain import Chain, Layer, Platform
 >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 1.0, 1 + 10 * (i == 0), 1) for i in range(4)))
 >>> plan_uniform(ch, Platform(2, memory_model="paper")).assignment
 (0, 0, 1, 1)
@@ -39,13 +39,13 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..chain import Chain, Platform
-from ..memory import device_memory, layer_terms
-from ..plan import Plan
-from ..schedule import best_schedule
-from ..tolerances import LAST_BITS, TIE
-from ..units import format_bytes
-from .partition import bottleneck_partition, bounds_to_assignment
+from workbench.model.chain import Chain, Platform
+from workbench.model.memory import device_memory, layer_terms
+from workbench.model.plan import Plan
+from workbench.model.tolerances import LAST_BITS, TIE
+from workbench.model.units import format_bytes
+from workbench.planners.partition import bottleneck_partition, bounds_to_assignment
+from workbench.verify.schedule import best_schedule
 
 __all__ = [
     "plan_uniform", "plan_parameters", "plan_torchgpipe", "schedule_on_top",
@@ -68,7 +68,7 @@ def schedule_on_top(chain: Chain, platform: Platform, bounds: Sequence[tuple[int
     The fallback plan keeps ``memory_limit`` = the platform's, so ``plan.fits``
     is False, and says by how much it is over.
 
-    >>> from workbench.chain import Chain, Layer, Platform
+    >>> from workbench.model.chain import Chain, Layer, Platform
     >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 1.0, 100, 1) for i in range(2)))
     >>> p = schedule_on_top(ch, Platform(2, memory=50, memory_model="paper"), [(0, 0), (1, 1)], "x")
     >>> p.fits, p.notes[-1].startswith("does not fit")

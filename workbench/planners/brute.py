@@ -12,10 +12,10 @@ Allocations
     P parts (labelled 0, 1, ... in chain order).
     general: every map layer -> device up to relabelling of the devices, i.e.
     the set partitions of the layers into at most P blocks (restricted growth
-    strings). Stages are the maximal runs (:func:`workbench.plan.stages_of`).
+    strings). Stages are the maximal runs (:func:`workbench.model.plan.stages_of`).
 
 Each allocation is scored by the per-allocation evaluator
-(:mod:`workbench.planners.evaluate`): a closed form for contiguous ones, a
+(:mod:`workbench.planners.evaluate.period`): a closed form for contiguous ones, a
 certified search over orders modulo T for general ones, so every period is
 T* <= T <= T* (1 + 1e-9), T* the allocation's optimum. The contiguous
 optimum is the first incumbent; general allocations are visited in order of
@@ -25,7 +25,7 @@ incumbent.
 Sizes: contiguous up to ~10 layers x 4 devices in well under a second;
 general up to 8 layers x 3 devices in about a second or less on average.
 
->>> from workbench.chain import Chain, Layer, Platform
+>>> from workbench.model.chain import Chain, Layer, Platform
 >>> chain = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 0, 0) for i in range(3)))
 >>> plan_brute(chain, Platform(3, memory_model="paper")).period
 3.0
@@ -40,13 +40,13 @@ import math
 import time
 from typing import Any, Iterator
 
-from ..activations import POLICIES, apply_policies, is_keep
-from ..chain import Chain, Platform
-from ..plan import Plan, infeasible_plan, lower_bound, make_plan
-from ..tolerances import PERIOD_SEARCH, TIE
-from .allocation import allocation_of, contiguous_period, contiguous_schedule, memory_floor
-from .fixed_policies import plan_with_policies
-from .orders import general_period
+from workbench.model.activations import POLICIES, apply_policies, is_keep
+from workbench.model.chain import Chain, Platform
+from workbench.model.plan import Plan, infeasible_plan, lower_bound, make_plan
+from workbench.model.tolerances import PERIOD_SEARCH, TIE
+from workbench.planners.evaluate.allocation import allocation_of, contiguous_period, contiguous_schedule, memory_floor
+from workbench.planners.evaluate.orders import general_period
+from workbench.planners.fixed_policies import plan_with_policies
 
 __all__ = ["plan_brute", "contiguous_allocations", "general_allocations", "clear_cache"]
 

@@ -4,8 +4,8 @@ A planner call with a time limit makes one :class:`Budget` when it starts;
 each phase (an incumbent search, the cover search, the MILP, the final bound)
 asks it for a deadline: a share of what is left, less what later phases
 reserve. The searches poll their deadline as ``time.perf_counter() > deadline``
-(:mod:`workbench.planners.brute`, :mod:`workbench.planners.ilp_cover`,
-:mod:`workbench.planners.ilp_search` all do), so a deadline is either a float
+(:mod:`workbench.planners.brute`, :mod:`workbench.planners.ilp.cover`,
+:mod:`workbench.planners.ilp.search` all do), so a deadline is either a float
 (wall-clock: the default) or a :class:`WorkDeadline`.
 
 **Deterministic budgets** (``deterministic=True``). A wall-clock deadline
@@ -68,7 +68,7 @@ MIN_CHILD_SECONDS = 1e-3
 @dataclass(frozen=True)
 class PhaseShares:
     """How the ILP shares a time limit among its phases (docs/model.md, "Planners"; the phases are in
-    :mod:`workbench.planners.ilp_phases` and :mod:`workbench.planners.ilp_coarse`). A *share* is a
+    :mod:`workbench.planners.ilp.phases` and :mod:`workbench.planners.ilp.coarse`). A *share* is a
     fraction of what is left when the phase starts; an *until* is the fraction of the whole limit
     spent when the phase must end; seconds are wall-clock (or, deterministic, nominal) seconds.
 

@@ -1,13 +1,13 @@
 """One given activation policy per layer, for any planner (docs/model.md, "Activation policies").
 
 A policy changes only its layer's profile columns, so a method plans the
-*effective chain* (:func:`workbench.activations.apply_policies`) unchanged; the
+*effective chain* (:func:`workbench.model.activations.apply_policies`) unchanged; the
 plan records the policies, the chain's own lower bound and, when a layer offloads, the host link's
 bandwidth (in its memory set-up, which check and simulate read). Flushed schedules
 take keep or recompute only (offload needs a periodic plan, rule 8).
 
->>> from workbench.chain import Chain, Layer, Platform
->>> from workbench.planners.dp import plan_dp
+>>> from workbench.model.chain import Chain, Layer, Platform
+>>> from workbench.planners.dp.contiguous import plan_dp
 >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 0, 10, 100) for i in range(2)), input_bytes=10)
 >>> plan_with_policies(ch, Platform(2, memory_model="paper"), plan_dp, "dp", "recompute").activations
 ('recompute', 'recompute')
@@ -17,10 +17,10 @@ from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
-from ..activations import apply_policies, is_keep, policy_vector
-from ..chain import Chain, Platform
-from ..methods import names
-from ..plan import Plan, lower_bound
+from workbench.methods import names
+from workbench.model.activations import apply_policies, is_keep, policy_vector
+from workbench.model.chain import Chain, Platform
+from workbench.model.plan import Plan, lower_bound
 
 __all__ = ["plan_with_policies", "FLUSHED"]
 

@@ -3,7 +3,7 @@
 A flushed schedule runs m micro-batches (each one a profile mini-batch),
 then waits for the pipeline to drain and updates the weights: one weight
 version, no stashing. It is finite, so it is *simulated*
-(:func:`workbench.simulate.simulate_flushed`), not checked against the
+(:func:`workbench.verify.simulate.simulate_flushed`), not checked against the
 periodic rules: the plan's period is makespan / m and its memory the
 simulated peak per device (docs/model.md, "Plan").
 
@@ -20,7 +20,7 @@ m is the option ``micro_batches`` (default ``4 * P``). The plan's status
 is ``"feasible"``; when the simulated peak exceeds the limit the plan says
 by how much (``plan.fits`` is False).
 
->>> from workbench.chain import Chain, Layer, Platform
+>>> from workbench.model.chain import Chain, Layer, Platform
 >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 0, 8) for i in range(4)), input_bytes=8)
 >>> p = plan_gpipe(ch, Platform(2, memory_model="paper"), micro_batches=4)
 >>> p.schedule, p.micro_batches, [s.in_flight for s in p.stages]
@@ -33,12 +33,12 @@ import math
 import time
 from typing import Any, Literal
 
-from ..chain import Chain, Platform
-from ..plan import Plan, Stage, chain_for_plan, lower_bound, with_memory_setup
-from ..simulate import simulate_flushed
-from ..tolerances import REL_TOL
-from ..units import format_bytes
-from .dp import plan_dp
+from workbench.model.chain import Chain, Platform
+from workbench.model.plan import Plan, Stage, chain_for_plan, lower_bound, with_memory_setup
+from workbench.model.tolerances import REL_TOL
+from workbench.model.units import format_bytes
+from workbench.planners.dp.contiguous import plan_dp
+from workbench.verify.simulate import simulate_flushed
 
 __all__ = ["plan_gpipe", "plan_1f1b", "plan_flushed", "held_copies"]
 

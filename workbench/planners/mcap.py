@@ -4,7 +4,7 @@ schedule on top.
 mCAP partitions a pipeline so that the devices' *peak memory* is balanced, for the
 one-forward-one-backward (1F1B) schedule of PipeDream, where the stage that starts a suffix
 of q stages holds q mini-batches in flight. Here, with the workbench's memory model
-(:mod:`workbench.memory`, each stage alone on its device)::
+(:mod:`workbench.model.memory`, each stage alone on its device)::
 
     stage i..j starting a q-stage suffix needs   mem(i, j, q) = q A + static + (q-1) stash + extra
     G[q][i] = min_j max( mem(i, j, q), G[q-1][j+1] )              (suffix from layer i)
@@ -17,7 +17,7 @@ periodic schedule is then put on top as for the other baselines
 (:func:`workbench.planners.baselines.schedule_on_top`: the least period that fits the limit,
 where in-flight counts can fall below 1F1B's). The partition does not depend on the limit.
 
->>> from workbench.chain import Chain, Layer, Platform
+>>> from workbench.model.chain import Chain, Layer, Platform
 >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 1.0, 0, 10, 100) for i in range(4)), input_bytes=10)
 >>> mcap_partition(ch, Platform(2, memory_model="paper"))   # two in flight x 100 on the first stage; 3 x 100 after
 (300.0, [(0, 0), (1, 3)])
@@ -31,13 +31,13 @@ from typing import Any
 
 import numpy as np
 
-from ..chain import Chain, Platform
-from ..memory import layer_terms, square_terms
-from ..plan import Plan
-from ..tolerances import MEMORY_SLACK
-from ..units import format_bytes
-from .baselines import schedule_on_top
-from .partition import boundary_costs, suffix_bounds
+from workbench.model.chain import Chain, Platform
+from workbench.model.memory import layer_terms, square_terms
+from workbench.model.plan import Plan
+from workbench.model.tolerances import MEMORY_SLACK
+from workbench.model.units import format_bytes
+from workbench.planners.baselines import schedule_on_top
+from workbench.planners.partition import boundary_costs, suffix_bounds
 
 __all__ = ["plan_mcap", "mcap_partition"]
 

@@ -31,7 +31,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ..chain import Chain, Platform
+from workbench.model.chain import Chain, Platform
 
 __all__ = ["bounds_to_assignment", "suffix_bounds", "bottleneck_partition", "boundary_costs",
            "unconstrained_period", "StageSums"]
@@ -101,7 +101,7 @@ def bottleneck_partition(cost: np.ndarray, P: int) -> tuple[float, list[tuple[in
 def boundary_costs(chain: Chain, platform: Platform) -> np.ndarray:
     """c_j: the boundary cost after layer j (docs/model.md, "Plan"), 0 after the last layer.
 
-    >>> from workbench.chain import Chain, Layer, Platform
+    >>> from workbench.model.chain import Chain, Layer, Platform
     >>> boundary_costs(Chain((Layer("a", 1, 1, 0, 8), Layer("b", 1, 1, 0, 8))), Platform(2, bandwidth=4.0)).tolist()
     [2.0, 0.0]
     """
@@ -116,7 +116,7 @@ class StageSums:
     planners that take every pair, e.g. PipeDream's): ``F``, ``B``, ``FB``, ``A`` (the profile's saved
     bytes), ``W`` (weights), and ``c`` (:func:`boundary_costs`).
 
-    >>> from workbench.chain import Chain, Layer, Platform
+    >>> from workbench.model.chain import Chain, Layer, Platform
     >>> StageSums(Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 4, 0) for i in range(3))), Platform(2)).FB[0].tolist()
     [3.0, 6.0, 9.0]
     """
@@ -180,7 +180,7 @@ def unconstrained_period(chain: Chain, platform: Platform, c: np.ndarray | None 
     """The optimal contiguous period without a memory limit (the bottleneck of ``max(F + B, c_j)`` over
     partitions into at most P stages), and a partition reaching it. Exact; O(P log L) per probe.
 
-    >>> from workbench.chain import Chain, Layer, Platform
+    >>> from workbench.model.chain import Chain, Layer, Platform
     >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 0, 0) for i in range(4)))
     >>> unconstrained_period(ch, Platform(3))
     (6.0, [(0, 1), (2, 3)])

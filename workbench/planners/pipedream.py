@@ -25,7 +25,7 @@ returned with a "does not fit" note (as for the baselines); if PipeDream's
 DP itself finds nothing under M, the plan is infeasible and says how much
 memory PipeDream's own model needs at least.
 
->>> from workbench.chain import Chain, Layer, Platform
+>>> from workbench.model.chain import Chain, Layer, Platform
 >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 0, 0) for i in range(4)))
 >>> plan_pipedream(ch, Platform(2, memory_model="paper")).assignment
 (0, 0, 1, 1)
@@ -39,12 +39,12 @@ from typing import Any
 
 import numpy as np
 
-from ..chain import Chain, Platform
-from ..plan import Plan, infeasible_plan
-from ..tolerances import MEMORY_SLACK
-from ..units import format_bytes
-from .baselines import schedule_on_top
-from .partition import StageSums, suffix_bounds
+from workbench.model.chain import Chain, Platform
+from workbench.model.plan import Plan, infeasible_plan
+from workbench.model.tolerances import MEMORY_SLACK
+from workbench.model.units import format_bytes
+from workbench.planners.baselines import schedule_on_top
+from workbench.planners.partition import StageSums, suffix_bounds
 
 __all__ = ["plan_pipedream", "pipedream_partition", "pipedream_memory_need"]
 
@@ -56,7 +56,7 @@ def pipedream_partition(chain: Chain, platform: Platform, *, memory: float | Non
     ``memory`` defaults to the platform's limit. At most P stages; among
     equal estimates the one with fewest stages.
 
-    >>> from workbench.chain import Chain, Layer, Platform
+    >>> from workbench.model.chain import Chain, Layer, Platform
     >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 1.0, 10, 10) for i in range(4)))
     >>> pipedream_partition(ch, Platform(2, memory_model="paper"))
     (4.0, [(0, 1), (2, 3)])

@@ -3,7 +3,7 @@ experiments share.
 
 * :func:`solve` plans once through :func:`workbench.planners.plan` (re-checked,
   ``solve_seconds`` filled); a method that is not there (not in the registry,
-  its module missing, ``NotImplementedError``) raises :class:`Unavailable`.
+  ``NotImplementedError``) raises :class:`Unavailable`.
 * :func:`attempt` never raises: it returns the plan, or a :class:`Failure`
   (``unavailable``, or ``error`` with the message), so a sweep never stops on
   one bad solve.
@@ -11,10 +11,12 @@ experiments share.
   ``warm_start`` a method that takes one (the registry's ``warm_start``)
   starts each level from the last plan that was feasible (a plan that fits a
   smaller limit fits a larger one).
+* :func:`sweep_memory`: several methods at several limits, as one table
+  (throughput against memory).
 * :func:`plan_row` and :func:`run_method` turn one result into the tidy columns
   of the studies' tables.
 
->>> from workbench.chain import Chain, Layer, Platform
+>>> from workbench.model.chain import Chain, Layer, Platform
 >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 100, 10) for i in range(4)), input_bytes=10)
 >>> [(M, p.status) for M, p in sweep(ch, Platform(2, memory_model="paper"), [1000, 200], "dp")]
 [(200.0, 'infeasible'), (1000.0, 'optimal')]
@@ -29,12 +31,15 @@ import time
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from ..chain import Chain, Platform
-from ..methods import method as registered
-from ..plan import Plan, lower_bound
-from . import plan as run_planner
+import pandas as pd
 
-__all__ = ["Unavailable", "Failure", "solve", "attempt", "sweep", "plan_row", "run_method", "UNAVAILABLE"]
+from workbench.methods import method as registered
+from workbench.model.chain import Chain, Platform
+from workbench.model.plan import Plan, lower_bound
+from workbench.planners import plan as run_planner
+
+__all__ = ["Unavailable", "Failure", "solve", "attempt", "sweep", "sweep_memory", "plan_row", "run_method",
+           "UNAVAILABLE"]
 
 #: the status of a row whose method is not there
 UNAVAILABLE = "unavailable"
@@ -143,3 +148,31 @@ def run_method(chain: Chain, platform: Platform, method: str, *, allocation: str
     """
     result = attempt(chain, platform, method, allocation=allocation, time_limit=time_limit, **options)
     return {"method": method, "allocation": allocation, **plan_row(result, chain, platform)}
+
+
+def sweep_memory(chain: Chain, platform: Platform, memories: Sequence[float | str], *,
+                 methods: Sequence[str] = ("ilp",), allocation: str = "contiguous",
+                 time_limit: float | None = None, **options: Any):
+    """Throughput against the memory limit: one solve per (memory level, method), as a DataFrame.
+
+    Columns: memory, method, allocation, status, period, throughput, gap, solve_seconds,
+    peak_memory. Levels are solved from the smallest up; the ILP re-uses the plan of the
+    previous level as a warm start (a plan that fits a smaller limit fits a larger one).
+
+    >>> from workbench.model.chain import Chain, Layer, Platform
+    >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 100, 10) for i in range(4)), input_bytes=10)
+    >>> df = sweep_memory(ch, Platform(2, memory_model="paper"), [200, 1000, 10_000])
+    >>> list(df["status"])
+    ['infeasible', 'optimal', 'optimal']
+    """
+    # the ILP's options go to the ILP; each method starts from its last feasible plan where it takes one
+    runs = [sweep(chain, platform, memories, method, allocation=allocation, time_limit=time_limit, warm_start=True,
+                  **(options if method == "ilp" else {})) for method in methods]
+    rows = []
+    for level in zip(*runs):
+        for method, (M, p) in zip(methods, level):
+            rows.append({"memory": M, "method": method, "allocation": allocation, "status": p.status,
+                         "period": p.period, "throughput": p.throughput, "gap": p.gap,
+                         "solve_seconds": p.solve_seconds,
+                         "peak_memory": p.peak_memory if p.feasible else float("nan")})
+    return pd.DataFrame(rows)

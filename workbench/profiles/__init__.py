@@ -16,9 +16,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..chain import Chain
-from ..paths import PROFILES_DIR, peer_profiles_dir
-from .csvio import ProfileError, ProfileWarning, check_values, parse_profile_text, read_profile, write_profile
+from workbench.model.chain import Chain
+from workbench.paths import PROFILES_DIR, peer_profiles_dir
+from workbench.profiles.csvio import (
+    ProfileError,
+    ProfileWarning,
+    check_values,
+    parse_profile_text,
+    read_profile,
+    write_profile,
+)
 
 __all__ = ["ProfileError", "ProfileWarning", "read_profile", "write_profile", "parse_profile_text", "load_profile",
            "available_profiles", "resolve_profile"]
@@ -62,6 +69,6 @@ def load_profile(spec: str | Path, **options) -> Chain:
     path = resolve_profile(spec)
     if path.suffix == ".csv":
         return read_profile(path)
-    from .pipedream import load_pipedream_chain
+    from workbench.profiles.pipedream import load_pipedream_chain
 
     return check_values(load_pipedream_chain(path, **options), str(path))

@@ -9,7 +9,7 @@ columns are counted, so with a change of dtype alone their ratios are the
 ratio of element sizes (0.5 from float32 to bfloat16) except where a layer
 keeps tensors of a fixed dtype (integer token ids, float32 statistics).
 
->>> from workbench.chain import Chain, Layer
+>>> from workbench.model.chain import Chain, Layer
 >>> a = Chain((Layer("x", 2e-3, 4e-3, 8, 16, 32), Layer("y", 1e-3, 1e-3, 0, 16, 16)))
 >>> b = Chain((Layer("x", 1e-3, 2e-3, 4, 8, 16), Layer("y", 1e-3, 1e-3, 0, 8, 8)))
 >>> r = profile_ratios(a, b)
@@ -25,7 +25,7 @@ from typing import Mapping
 import numpy as np
 import pandas as pd
 
-from ..chain import Chain
+from workbench.model.chain import Chain
 
 __all__ = ["layer_ratios", "profile_ratios", "ratio_table"]
 

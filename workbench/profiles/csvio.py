@@ -14,7 +14,7 @@ loader runs). A profile with no memory at all (every weight and activation 0)
 loads with a :class:`ProfileWarning`. A UTF-8 byte-order mark is skipped.
 
 >>> import tempfile, pathlib
->>> from workbench.chain import Chain, Layer
+>>> from workbench.model.chain import Chain, Layer
 >>> c = Chain((Layer("a", 0.001, 0.002, 10, 4),), meta={"network": "toy"})
 >>> p = pathlib.Path(tempfile.mkdtemp()) / "toy.csv"
 >>> write_profile(c, p)
@@ -29,8 +29,8 @@ import io
 import math
 from pathlib import Path
 
-from ..chain import MEMORY_COLUMNS, Chain, Layer
-from ..io import write_text_atomic
+from workbench.io import write_text_atomic
+from workbench.model.chain import MEMORY_COLUMNS, Chain, Layer
 
 __all__ = ["ProfileError", "ProfileWarning", "read_profile", "write_profile", "parse_profile_text", "check_values",
            "REQUIRED_COLUMNS", "MAX_LAYER_MS", "MAX_BYTES"]
@@ -57,7 +57,7 @@ def check_values(chain: Chain, source: str) -> Chain:
     """``chain`` if its values can come from a measurement; else a :class:`ProfileError` naming
     ``source`` and the layer. Warns (:class:`ProfileWarning`) when no layer holds any memory.
 
-    >>> from workbench.chain import Chain, Layer
+    >>> from workbench.model.chain import Chain, Layer
     >>> check_values(Chain((Layer("a", 1e297, 0.0),)), "p.csv")
     Traceback (most recent call last):
     workbench.profiles.csvio.ProfileError: p.csv, layer 1 ('a'): forward_ms 1e+300 is above 1e+07 ms; not a measurement

@@ -53,7 +53,17 @@ import torch
 import torch.utils._pytree as pytree
 from torch import nn
 
-from .wrappers import DiscoveryError, Prologue, RebuiltLoss, RecordedCall, Slot, Stop, describe, prune, tensor_leaves
+from workbench.profiles.wrappers import (
+    DiscoveryError,
+    Prologue,
+    RebuiltLoss,
+    RecordedCall,
+    Slot,
+    Stop,
+    describe,
+    prune,
+    tensor_leaves,
+)
 
 __all__ = ["Tie", "Layers", "DiscoveryError", "discover_layers", "find_ties"]
 

@@ -1,6 +1,6 @@
 """What one layer allocates, measured at the allocator level (the profiler's memory columns).
 
-The memory model (:mod:`workbench.memory`, docs/model.md "Memory") needs, per
+The memory model (:mod:`workbench.model.memory`, docs/model.md "Memory") needs, per
 layer, more than the bytes autograd saves: how high its forward and its
 backward climb above the state they start from, whether it saves its own
 input or output (so that storage shared across a layer boundary is counted

@@ -7,8 +7,8 @@ profiles as a graph: node lines
 
 and tab-started edge lines ``\\tnodeA -- nodeB`` (A's output feeds B). See
 ``data/profiles/pipedream/README.md``. :func:`read_pipedream_graph` keeps the
-DAG (:class:`workbench.graph.Graph`, re-exported here); :meth:`Graph.linearise` turns it into a
-:class:`~workbench.chain.Chain` whose cut after position i counts *every*
+DAG (:class:`workbench.model.graph.Graph`, re-exported here); :meth:`Graph.linearise` turns it into a
+:class:`~workbench.model.chain.Chain` whose cut after position i counts *every*
 edge that crosses it (each producer once), so a skip connection costs what it
 really costs when a stage boundary falls inside its block.
 
@@ -36,8 +36,8 @@ import re
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from ..chain import Chain
-from ..graph import Graph, Node, linearisation_summary, priority_topological_order
+from workbench.model.chain import Chain
+from workbench.model.graph import Graph, Node, linearisation_summary, priority_topological_order
 
 __all__ = [
     "priority_topological_order",

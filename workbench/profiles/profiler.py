@@ -75,11 +75,11 @@ from typing import Any, Callable, Mapping, Sequence
 import torch
 from torch import nn
 
-from ..chain import Chain, Layer
-from .discover import Layers, discover_layers
-from .memtrace import layer_memory
-from .timing import Timer, cpu_threads, leaf, time_layer
-from .zoo import as_dtype
+from workbench.model.chain import Chain, Layer
+from workbench.profiles.discover import Layers, discover_layers
+from workbench.profiles.memtrace import layer_memory
+from workbench.profiles.timing import Timer, cpu_threads, leaf, time_layer
+from workbench.profiles.zoo import as_dtype
 
 __all__ = [
     "LayerTiming",
@@ -326,7 +326,7 @@ class _LayerProfiling:
 
 def _profile_layer(how: _LayerProfiling, mod: nn.Module, name: str, x: torch.Tensor, needs_input_grad: bool,
                    then: Callable[[torch.Tensor], torch.Tensor] | None) -> tuple[Layer, LayerTiming, torch.Tensor]:
-    """One layer on input ``x``: its :class:`~workbench.chain.Layer` row, its raw timings and its output
+    """One layer on input ``x``: its :class:`~workbench.model.chain.Layer` row, its raw timings and its output
     (detached: the next layer's input). ``then`` (the loss) ends the last layer's forward; the others'
     backwards start from a random gradient drawn from ``how.gen``."""
     mod = (mod.to(how.dev) if how.cast is None else mod.to(device=how.dev, dtype=how.cast)).train()
@@ -425,7 +425,7 @@ def profile_zoo(
     >>> profile_zoo("mlp", 4, repeats=1, warmup=0, dtype="bfloat16").meta["dtype"]
     'bfloat16'
     """
-    from . import zoo
+    from workbench.profiles import zoo
 
     cfg = zoo.model_config(name, **model_kwargs)
     model = zoo.build_model(name, seed=seed, dtype=dtype, **model_kwargs)
@@ -439,11 +439,11 @@ def profile_zoo(
 
 def profile_workload(workload: Any, device: str = "cpu", *, warmup: int = 2, repeats: int = 5, progress: bool = False,
                      threads: int | None = 1, return_stats: bool = False) -> Chain | tuple[Chain, list[LayerTiming]]:
-    """Profile a :class:`~workbench.runtime.workload.Workload`: a zoo model through :func:`profile_zoo`,
+    """Profile a :class:`~workbench.profiles.workload.Workload`: a zoo model through :func:`profile_zoo`,
     a ``--module FILE.py:FUNC`` model through :func:`profile_model` on its example batch (the metadata
     records ``module``, so ``run --profile`` finds the model again).
 
-    >>> from workbench.runtime.workload import Workload
+    >>> from workbench.profiles.workload import Workload
     >>> profile_workload(Workload.zoo("mlp", 4), repeats=1, warmup=0).meta["model"]
     'mlp'
     """

@@ -1,6 +1,6 @@
 """Run plans on torch.distributed and compare the measurement with the prediction (issues 6, 16).
 
-- :mod:`~workbench.runtime.workload`: what to train (a zoo model or ``FILE.py:FUNC``), picklable;
+- :mod:`~workbench.profiles.workload`: what to train (a zoo model or ``FILE.py:FUNC``), picklable;
 - :mod:`~workbench.runtime.program`: per-device programs unrolled from a plan;
 - :mod:`~workbench.runtime.rank`: a rank's layers, optimizer, clock and allocator-level memory probe;
 - :mod:`~workbench.runtime.torch_engine`: the plan on ``torch.distributed.pipelining``'s own engine;
@@ -13,7 +13,7 @@
 - :mod:`~workbench.runtime.compare`: predicted against measured, calibration;
 - :mod:`~workbench.runtime.export`: plans as ``torch.distributed.pipelining`` action lists;
 - :mod:`~workbench.runtime.summary`: a run's summary against its prediction (``summary.json``, the table);
-- :mod:`~workbench.runtime.commands`: ``python -m workbench run``.
+- :mod:`~workbench.front.running`: ``python -m workbench run``.
 
 Importing this package does not import torch; the submodules do.
 """
@@ -23,7 +23,7 @@ __all__ = ["run_plan", "Workload", "RunResult", "reference_gradients", "grad_err
 
 def __getattr__(name):  # lazy: keep `import workbench.runtime` cheap
     if name in __all__:
-        from . import engine
+        from workbench.runtime import engine
 
         return getattr(engine, name)
     raise AttributeError(name)

@@ -45,9 +45,9 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 
-from ..chain import Chain, Platform
-from ..plan import Plan
-from ..trace import Trace
+from workbench.model.chain import Chain, Platform
+from workbench.model.plan import Plan
+from workbench.model.trace import Trace
 
 __all__ = ["rel_error", "occupancy", "stage_times", "compare", "calibrate", "calibration_report", "period_of",
            "steady_warmup", "measurement_warnings", "MIN_CORE_SHARE"]
@@ -67,11 +67,11 @@ def steady_warmup(plan: Plan, trace: Trace, warmup: int | None = None) -> int:
     """Mini-batches to leave out as warm-up: ``warmup`` if given, else the first quarter and at
     least ``k_0`` (the forwards the first stage runs before one waits for a backward), leaving two.
 
-    >>> from workbench.chain import Chain, Layer, Platform
-    >>> from workbench.plan import make_plan
+    >>> from workbench.model.chain import Chain, Layer, Platform
+    >>> from workbench.model.plan import make_plan
     >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 0, 0) for i in range(2)))
     >>> plan = make_plan(ch, Platform(2), 3.0, [0, 1], [0.0, 1.0], [8.0, 2.0])   # k = 4, 1
-    >>> from workbench.simulate import simulate
+    >>> from workbench.verify.simulate import simulate
     >>> steady_warmup(plan, simulate(plan, ch, Platform(2), batches=12))   # 12 // 4 = 3 < k_0
     4
     """
@@ -230,7 +230,7 @@ def measurement_warnings(plan: Plan, chain: Chain, platform: Platform, trace: Tr
     if n - warmup < max(4, 2 * k0):
         out.append(f"only {n - warmup} steady mini-batches after {warmup} of warm-up (k_0 = {k0}); "
                    f"run at least {warmup + max(4, 2 * k0)}")
-    from ..check import check
+    from workbench.verify.check import check
 
     bad = check(plan, chain, platform)
     if bad:
@@ -274,7 +274,7 @@ def calibration_report(plan: Plan, chain: Chain, platform: Platform, trace: Trac
     than the plan's own (then compute times are not what set the measured period: links, waits,
     time-sharing), and ``note`` says so.
     """
-    from ..schedule import best_schedule
+    from workbench.verify.schedule import best_schedule
 
     warmup = steady_warmup(plan, trace, warmup)
     measured = period_of(trace, warmup)
@@ -298,7 +298,7 @@ def calibration_report(plan: Plan, chain: Chain, platform: Platform, trace: Trac
     if not replan:
         return out
     try:
-        from ..planners import plan as run_planner
+        from workbench.planners import plan as run_planner
 
         method = plan.method or "dp"
         limit = {"time_limit": replan_time_limit} if method == "ilp" else {}

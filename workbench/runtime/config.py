@@ -3,9 +3,9 @@
 It crosses the process boundary (pickled by ``torch.multiprocessing``), so it
 holds plain values: the plan, the per-device programs
 (:mod:`~workbench.runtime.program`), the workload
-(:mod:`~workbench.runtime.workload`) and the run's settings.
+(:mod:`~workbench.profiles.workload`) and the run's settings.
 
->>> from workbench.plan import Plan
+>>> from workbench.model.plan import Plan
 >>> cfg = RunConfig(Plan(1.0, (0,), (), 1), [[]], None, steps=2)
 >>> cfg.weights, cfg.backend, cfg.engine, cfg.lookahead
 ('stash', 'gloo', 'pipedream', 1)
@@ -16,8 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..plan import Plan
-from .program import Op
+from workbench.model.plan import Plan
+from workbench.runtime.program import Op
 
 __all__ = ["RunConfig"]
 

@@ -1,8 +1,8 @@
-"""Run a plan on torch.distributed: one process per device, a measured :class:`~workbench.trace.Trace`.
+"""Run a plan on torch.distributed: one process per device, a measured :class:`~workbench.model.trace.Trace`.
 
 :func:`run_plan` starts ``plan.devices`` processes with
 ``torch.multiprocessing`` (gloo on CPU, NCCL on GPUs). Each builds the model
-from the :class:`~workbench.runtime.workload.Workload`, keeps its stages and
+from the :class:`~workbench.profiles.workload.Workload`, keeps its stages and
 runs its program on one of two engines (:func:`choose_engine`):
 
 * ``"torch"``: ``torch.distributed.pipelining``'s ``PipelineStage`` and schedule
@@ -44,11 +44,11 @@ from typing import Any, Sequence
 import pandas as pd
 import torch
 
-from ..plan import Plan
-from ..trace import MEMORY_COLUMNS, OP_COLUMNS, Trace
-from .config import RunConfig
-from .program import Op, programs_for
-from .workload import Workload, model_loss
+from workbench.model.plan import Plan
+from workbench.model.trace import MEMORY_COLUMNS, OP_COLUMNS, Trace
+from workbench.profiles.workload import Workload, model_loss
+from workbench.runtime.config import RunConfig
+from workbench.runtime.program import Op, programs_for
 
 __all__ = ["Workload", "RunResult", "run_plan", "reference_gradients", "grad_error", "grad_tolerance",
            "free_port", "default_backend", "join_or_kill", "programs_for", "merge_results", "choose_engine",
@@ -126,7 +126,7 @@ def grad_tolerance(dtype: str | torch.dtype | None = None) -> float:
     >>> grad_tolerance(), grad_tolerance("bfloat16")
     (1e-05, 0.03125)
     """
-    from ..profiles.zoo import as_dtype
+    from workbench.profiles.zoo import as_dtype
 
     return _GRAD_TOLERANCE[as_dtype(dtype)]
 
@@ -257,7 +257,7 @@ def _check_run_arguments(plan: Plan, weights: str, optimizer: str) -> None:
     ...
     ValueError: cannot run an infeasible plan
     """
-    from .rank import OPTIMIZERS
+    from workbench.runtime.rank import OPTIMIZERS
 
     if optimizer not in OPTIMIZERS:
         raise ValueError(f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {optimizer!r}")
@@ -288,7 +288,7 @@ def _start_ranks(cfg: RunConfig, start_method: str) -> list[dict[str, Any]]:
     within ``cfg.timeout + 60`` seconds; each rank's saved result, in rank order."""
     import torch.multiprocessing as mp
 
-    from .worker import spawn_entry
+    from workbench.runtime.worker import spawn_entry
 
     world = cfg.plan.devices
     with tempfile.TemporaryDirectory(prefix="wb-run-") as outdir:
@@ -321,8 +321,8 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch.distributed as dist
 
-    from ..io import write_text_atomic
-    from .worker import _execute, _setup
+    from workbench.io import write_text_atomic
+    from workbench.runtime.worker import _execute, _setup
 
     args = _parser().parse_args(argv)
     plan = Plan.from_json(Path(args.plan_file))

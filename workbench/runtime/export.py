@@ -47,7 +47,7 @@ What that engine cannot express, and the export therefore drops or changes:
   same number of stages on every rank; load the CSV into the runtime class;
 * memory limits: torch does not check them; the plan's memory is a prediction.
 
->>> from workbench.plan import Plan, Stage
+>>> from workbench.model.plan import Plan, Stage
 >>> plan = Plan(period=3.0, assignment=(0, 1), devices=2,
 ...             stages=(Stage(0, 0, 0, 0.0, 4.0, 2), Stage(1, 1, 1, 1.0, 2.0, 1)))
 >>> plan_to_actions(plan, 3)
@@ -63,8 +63,8 @@ import io
 from pathlib import Path
 from typing import Any
 
-from ..plan import Plan
-from .program import programs_for
+from workbench.model.plan import Plan
+from workbench.runtime.program import programs_for
 
 __all__ = ["plan_to_actions", "programs_to_actions", "actions_to_csv", "write_schedule_csv", "load_with_torch",
            "format_grid",
@@ -127,7 +127,7 @@ def actions_to_csv(actions: dict[int, list[str]]) -> str:
 
 def write_schedule_csv(plan: Plan, path: str | Path, micro_batches: int, *, comms: bool = False, **kw: Any) -> Path:
     """Write :func:`plan_to_actions` as CSV (atomically); returns the path."""
-    from ..io import write_text_atomic
+    from workbench.io import write_text_atomic
 
     path = Path(path)
     write_text_atomic(path, actions_to_csv(plan_to_actions(plan, micro_batches, comms=comms, **kw)))

@@ -38,7 +38,7 @@ from typing import Any, Sequence
 
 import torch
 
-from .program import Op
+from workbench.runtime.program import Op
 
 __all__ = ["Receives", "plan_receives", "message_tag", "SendWaiter", "ReadyReceive"]
 

@@ -53,10 +53,10 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from ..policy_layers import OffloadStore, offloading
-from .config import RunConfig
-from .messages import ReadyReceive, SendWaiter, message_tag, plan_receives
-from .rank import MemoryProbe, RankModel, Recorder, chain_input, make_optimizer
+from workbench.runtime.config import RunConfig
+from workbench.runtime.messages import ReadyReceive, SendWaiter, message_tag, plan_receives
+from workbench.runtime.policy_layers import OffloadStore, offloading
+from workbench.runtime.rank import MemoryProbe, RankModel, Recorder, chain_input, make_optimizer
 
 __all__ = ["PipeDreamRank", "alias"]
 

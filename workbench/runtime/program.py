@@ -18,7 +18,7 @@ sends the unrolled programs cannot deadlock. :func:`check_programs` replays
 the programs abstractly and raises (pointing at the stuck operations) when
 an order would deadlock, before any process is started.
 
->>> from workbench.plan import Plan, Stage
+>>> from workbench.model.plan import Plan, Stage
 >>> plan = Plan(period=3.0, assignment=(0, 1), devices=2,
 ...             stages=(Stage(0, 0, 0, 0.0, 4.0, 2), Stage(1, 1, 1, 1.0, 2.0, 1)))
 >>> progs = unroll(plan, 3)
@@ -34,7 +34,7 @@ from typing import Sequence
 
 import pandas as pd
 
-from ..plan import Plan
+from workbench.model.plan import Plan
 
 __all__ = ["Op", "unroll", "programs_from_trace", "programs_for", "check_programs", "stage_devices", "predicted_ops"]
 
@@ -153,7 +153,7 @@ def programs_for(plan: Plan, steps: int, chain=None, platform=None) -> list[list
     else:
         if chain is None or platform is None:
             raise ValueError(f"a {plan.schedule!r} plan needs the chain and platform to simulate its order")
-        from ..simulate import simulate
+        from workbench.verify.simulate import simulate
 
         progs = programs_from_trace(simulate(plan, chain, platform, steps).ops, plan.devices)
     check_programs(progs, len(plan.stages))

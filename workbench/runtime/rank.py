@@ -34,8 +34,8 @@ from typing import Any, Iterator, Sequence
 import torch
 from torch import nn
 
-from ..policy_layers import with_policy
-from ..training import OPTIMIZERS, make_optimizer
+from workbench.runtime.policy_layers import with_policy
+from workbench.runtime.training import OPTIMIZERS, make_optimizer
 
 __all__ = ["OPTIMIZERS", "make_optimizer", "RankModel", "Recorder", "MemoryProbe", "layer_output_shapes",
            "chain_input"]

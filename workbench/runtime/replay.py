@@ -17,9 +17,9 @@ for the backward, temporaries. The replay runs the PipeDream engine
 :func:`replay_report` puts the three beside the plan's prediction, one row
 per device.
 
->>> from workbench.chain import Platform
+>>> from workbench.model.chain import Platform
 >>> from workbench.profiles.profiler import profile_zoo
->>> from workbench.schedule import best_schedule
+>>> from workbench.verify.schedule import best_schedule
 >>> chain = profile_zoo("mlp", 4, repeats=1, warmup=0)
 >>> plan = best_schedule(chain, Platform(2, memory_model="paper"), [0, 0, 0, 1, 1])
 >>> res = replay_devices(plan, Workload.zoo("mlp", 4), steps=4, device="cpu")
@@ -37,10 +37,10 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from ..plan import Plan
-from .config import RunConfig
-from .engine import RunResult, Workload, join_or_kill, merge_results
-from .program import Op, programs_for
+from workbench.model.plan import Plan
+from workbench.runtime.config import RunConfig
+from workbench.runtime.engine import RunResult, Workload, join_or_kill, merge_results
+from workbench.runtime.program import Op, programs_for
 
 __all__ = ["replay_devices", "replay_report", "replay_to", "load_replays", "run_summary"]
 
@@ -73,7 +73,7 @@ def replay_devices(plan: Plan, workload: Workload, steps: int = 8, *, weights: s
     start_method = "spawn" if device == "cuda" else "fork"
     import torch.multiprocessing as mp
 
-    from .worker import isolated_entry
+    from workbench.runtime.worker import isolated_entry
 
     t_start = time.monotonic()
     parts = []
@@ -108,7 +108,7 @@ def replay_report(plan: Plan, chain, result: RunResult, warmup: int | None = Non
     launch its kernels (the forward is launch-bound); a backward runs in autograd's own threads,
     so its CPU time is not comparable and not reported.
     """
-    from .compare import _steady, rel_error
+    from workbench.runtime.compare import _steady, rel_error
 
     ops = _steady(result.trace.ops, warmup)
     ops = ops[ops["kind"].isin(["F", "B"])]
@@ -143,7 +143,7 @@ def replay_to(out: str | Path, plan: Plan, chain, workload: Workload, steps: int
               **replay_kw) -> tuple[RunResult, pd.DataFrame]:
     """:func:`replay_devices` then :func:`replay_report`, written to ``out/replay.csv`` and
     ``out/replay_trace.csv`` (+ ``.memory.csv``); returns both."""
-    from ..io import write_frame_atomic
+    from workbench.io import write_frame_atomic
 
     res = replay_devices(plan, workload, steps, chain=chain, **replay_kw)
     rep = replay_report(plan, chain, res)
@@ -190,7 +190,7 @@ def run_summary(root: str | Path) -> pd.DataFrame:
     allocator peak within the limit; True without one), ``grad_error`` and ``grad_tolerance``
     (nan for one device: there is no shared run).
     """
-    from .engine import grad_tolerance
+    from workbench.runtime.engine import grad_tolerance
 
     root = Path(root)
     reps = load_replays(root)

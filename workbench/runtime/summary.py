@@ -3,10 +3,10 @@
 :func:`summarise` gathers, per section, what ran (model, sizes, plan,
 engine), the period and the per-device memory predicted against measured
 (the plan's memory plus, on torch's engine, what it preallocates:
-:func:`workbench.memory_views.torch_engine_extra`), the busy times, the gradient
+:func:`workbench.model.memory_views.torch_engine_extra`), the busy times, the gradient
 check, notes (calibration, warnings) and the machine (load, cores);
 :func:`jsonable` makes it JSON; :func:`format_comparison` prints it. The keys
-are listed in :mod:`~workbench.runtime.commands`.
+are listed in :mod:`~workbench.front.running`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import math
 import os
 from typing import Any
 
-from ..memory_views import torch_engine_extra
+from workbench.model.memory_views import torch_engine_extra
 
 __all__ = ["summarise", "jsonable", "format_comparison"]
 
@@ -26,7 +26,7 @@ def summarise(plan, chain, platform, wl, res, cmp, cal: dict[str, Any], *, model
               cores: int) -> dict[str, Any]:
     """The summary's fields, in ``summary.json``'s order: ``grad_errors`` is (absolute, relative) against
     one process (NaN when not checked), ``dropout`` the model's random layers, ``cores`` those the run had."""
-    from .engine import grad_tolerance
+    from workbench.runtime.engine import grad_tolerance
 
     return {
         **_run_fields(plan, platform, wl, res, model_config, batch_size, steps),
@@ -122,7 +122,7 @@ def jsonable(x: Any) -> Any:
 
 def format_comparison(summary: dict[str, Any]) -> str:
     """A human table: period and per-device memory and busy time, predicted against measured."""
-    from ..units import format_bytes
+    from workbench.model.units import format_bytes
 
     lines = [
         f"{summary['model']}: {summary['steps']} mini-batches of {summary['batch_size']} on {summary['devices']} "

@@ -9,7 +9,7 @@ itself, on one ``PipelineStage`` per stage of the rank (its layers as an
 torch's micro-batches (mini-batch ``i`` of the plan is micro-batch ``i``),
 all with the same weights, then drains (a flush); the optimizer steps after it.
 
-Timing keeps the trace's format (:mod:`workbench.trace`): :class:`TimedStage`
+Timing keeps the trace's format (:mod:`workbench.model.trace`): :class:`TimedStage`
 marks every forward (with the loss on the last stage, as the profiler counts
 it) and backward, and the time a send takes to post; :class:`TimedSchedule`
 marks the time a forward or backward waits for its message (``recv``).
@@ -46,8 +46,8 @@ import torch.distributed as dist
 from torch.distributed.pipelining import PipelineStage
 from torch.distributed.pipelining import schedules as ts
 
-from ..policy_layers import OffloadStore, offloading
-from .rank import MemoryProbe, RankModel, Recorder, chain_input, make_optimizer
+from workbench.runtime.policy_layers import OffloadStore, offloading
+from workbench.runtime.rank import MemoryProbe, RankModel, Recorder, chain_input, make_optimizer
 
 __all__ = ["TimedStage", "TimedSchedule", "run_torch_rank", "tie_groups"]
 
@@ -224,7 +224,7 @@ class _TorchStep:
 
     def __init__(self, model: RankModel, cfg, stages: list[TimedStage], active: list[int], world: int,
                  rec: Recorder, dev: torch.device) -> None:
-        from .export import programs_to_actions
+        from workbench.runtime.export import programs_to_actions
 
         plan, steps = cfg.plan, cfg.steps
         self.params = [p for s in model.stages for p in model.stages[s].parameters()]

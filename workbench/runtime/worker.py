@@ -25,8 +25,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from .config import RunConfig
-from .pipedream import PipeDreamRank
+from workbench.runtime.config import RunConfig
+from workbench.runtime.pipedream import PipeDreamRank
 
 __all__ = ["run_rank", "spawn_entry", "isolated_entry"]
 
@@ -46,7 +46,7 @@ def _setup(rank: int, cfg: RunConfig) -> None:
 
 def _execute(rank: int, world: int, cfg: RunConfig) -> dict[str, Any]:
     if cfg.engine == "torch" and not cfg.isolated:
-        from .torch_engine import run_torch_rank
+        from workbench.runtime.torch_engine import run_torch_rank
 
         return run_torch_rank(rank, world, cfg)
     return PipeDreamRank(rank, cfg).execute()

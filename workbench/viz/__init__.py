@@ -1,15 +1,15 @@
 """Figures of plans and traces (plotly) and the ipywidgets explorer.
 
-Everything here takes plain values (a :class:`~workbench.trace.Trace`, a
-:class:`~workbench.plan.Plan`, a results DataFrame) and returns a plotly
+Everything here takes plain values (a :class:`~workbench.model.trace.Trace`, a
+:class:`~workbench.model.plan.Plan`, a results DataFrame) and returns a plotly
 figure, so each chart can be used on its own from a notebook.
 """
 
-from .compare import allocation_map, period_vs_bound, throughput_vs_memory
-from .explorer import Explorer, explore
-from .export import ChromiumNotFound, save_html, save_image
-from .gantt import bar_durations, gantt, gantt_compare, lanes, steady_window
-from .memory import memory_bars, memory_split, memory_timeline
+from workbench.viz.compare import allocation_map, period_vs_bound, throughput_vs_memory
+from workbench.viz.explorer import Explorer, explore
+from workbench.viz.export import ChromiumNotFound, save_html, save_image
+from workbench.viz.gantt import bar_durations, gantt, gantt_compare, lanes, steady_window
+from workbench.viz.memory import memory_bars, memory_split, memory_timeline
 
 __all__ = [
     "gantt", "gantt_compare", "lanes", "bar_durations", "steady_window",

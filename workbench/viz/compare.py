@@ -22,11 +22,11 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from ..chain import Chain
-from ..methods import METHODS
-from ..plan import Plan
-from .gantt import TEMPLATE
-from .memory import DEVICE_COLORS, byte_unit
+from workbench.methods import METHODS
+from workbench.model.chain import Chain
+from workbench.model.plan import Plan
+from workbench.viz.gantt import TEMPLATE
+from workbench.viz.memory import DEVICE_COLORS, byte_unit
 
 __all__ = ["throughput_vs_memory", "period_vs_bound", "allocation_map", "replay_chart", "prediction_errors",
            "calibration_chart", "METHOD_COLORS"]

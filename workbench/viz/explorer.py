@@ -17,7 +17,7 @@ device holds: the full memory model with an optimizer, or the paper's rule 7),
 (``.plan``, ``.trace``, ``.gantt_figure``, ``.memory_figure``,
 ``.summary_text``), so tests and notebooks can drive it.
 
->>> from workbench.chain import Chain, Layer
+>>> from workbench.model.chain import Chain, Layer
 >>> chain = Chain(tuple(Layer(f"l{i}", 0.001 * (1 + i % 3), 0.002, 2**28, 2**26) for i in range(8)),
 ...               input_bytes=2**26)
 >>> ex = Explorer(chain=chain, devices=2, display_figures=False)
@@ -31,7 +31,6 @@ True
 from __future__ import annotations
 
 import html
-import importlib.util
 import math
 import os
 import time
@@ -40,16 +39,16 @@ from typing import Any, Callable
 import ipywidgets as W
 import plotly.graph_objects as go
 
-from ..chain import Chain, Platform
-from ..methods import METHODS, flushed, names
-from ..plan import Plan
-from ..planners import plan as run_planner
-from ..planners.dp import least_contiguous_memory
-from ..simulate import simulate
-from ..trace import Trace
-from ..units import format_bytes
-from .gantt import gantt
-from .memory import memory_bars
+from workbench.methods import METHODS, flushed, names
+from workbench.model.chain import Chain, Platform
+from workbench.model.plan import Plan
+from workbench.model.trace import Trace
+from workbench.model.units import format_bytes
+from workbench.planners import plan as run_planner
+from workbench.planners.dp.contiguous import least_contiguous_memory
+from workbench.verify.simulate import simulate
+from workbench.viz.gantt import gantt
+from workbench.viz.memory import memory_bars
 
 __all__ = ["Explorer", "explore", "available_methods", "memory_range", "trace_of", "quick"]
 
@@ -68,15 +67,8 @@ def quick() -> bool:
 
 
 def available_methods() -> list[str]:
-    """Planner names whose module is present, the DP first."""
-    out = []
-    for m in METHODS:
-        try:
-            if importlib.util.find_spec(m.module) is not None:
-                out.append(m.name)
-        except ModuleNotFoundError:
-            pass
-    return sorted(out, key=lambda m: (m != "dp", m))
+    """Every planner's name, the DP first."""
+    return sorted((m.name for m in METHODS), key=lambda m: (m != "dp", m))
 
 
 def memory_range(chain: Chain, platform: Platform) -> tuple[float, float]:
@@ -91,7 +83,7 @@ def memory_range(chain: Chain, platform: Platform) -> tuple[float, float]:
 
 
 def trace_of(plan: Plan, chain: Chain, platform: Platform, batches: int | None = None) -> Trace:
-    """Simulate ``plan`` for a few mini-batches (:func:`workbench.simulate.simulate`).
+    """Simulate ``plan`` for a few mini-batches (:func:`workbench.verify.simulate.simulate`).
 
     Periodic plans default to enough mini-batches to show the steady state;
     flushed schedules (GPipe, 1F1B) run their ``micro_batches``.
@@ -142,7 +134,7 @@ class Explorer(W.VBox):
     """The explorer panel (an ipywidgets ``VBox``); see the module docstring.
 
     Pass ``profile`` (a name from :func:`~workbench.profiles.available_profiles`)
-    or ``chain`` (a :class:`~workbench.chain.Chain`); ``memory`` in bytes or a
+    or ``chain`` (a :class:`~workbench.model.chain.Chain`); ``memory`` in bytes or a
     size string (default: 60% of the slider range); ``bandwidth`` as bytes/s
     or ``"12GB/s"``. ``display_figures=False`` computes the figures without
     displaying them (tests).
@@ -155,7 +147,7 @@ class Explorer(W.VBox):
                  time_limit: float | None = None, batches: int | None = None, color_by: str = "kind",
                  display_figures: bool = True, planner: Callable[..., Plan] | None = None,
                  max_layers: int | None = 200):
-        from ..profiles import available_profiles, load_profile
+        from workbench.profiles import available_profiles, load_profile
 
         self._load_profile = load_profile
         self._planner = planner or run_planner
@@ -221,7 +213,7 @@ class Explorer(W.VBox):
                                            style=style, layout=lay, readout_format=".2f", continuous_update=False)
         self.weights_toggle = W.ToggleButtons(options=["stash", "single"], value=weights, description="weights",
                                               style={**style, "button_width": "80px"})
-        # what a device holds (workbench.memory): the full model with an optimizer, or the paper's rule 7
+        # what a device holds (workbench.model.memory): the full model with an optimizer, or the paper's rule 7
         self.memory_dropdown = W.Dropdown(options=[("Adam", "adam"), ("AdamW", "adamw"), ("SGD + momentum", "momentum"),
                                                    ("SGD", "sgd"), ("no optimizer", "none"),
                                                    ("paper's rule 7", "paper")],
@@ -260,7 +252,7 @@ class Explorer(W.VBox):
         """Blocks of layers the DP-style methods plan on when the chain is longer than ``max_layers``.
 
         Planning a chain of hundreds of layers exactly takes seconds; on
-        ``max_layers`` balanced blocks (:func:`workbench.planners.coarsen.block_groups`,
+        ``max_layers`` balanced blocks (:func:`workbench.planners.ilp.coarsen.block_groups`,
         cached per profile and platform) it stays interactive and the plan is
         expanded back to the layers. ``max_layers=None`` always plans exactly.
         """
@@ -271,7 +263,7 @@ class Explorer(W.VBox):
                self.weights_toggle.value, self.weight_factor, self.memory_dropdown.value)
         if key not in self._groups:
             try:
-                from ..planners.coarsen import block_groups
+                from workbench.planners.ilp.coarsen import block_groups
             except ImportError:
                 return None
             self._groups[key] = block_groups(chain, self.max_layers, self.platform(memory=math.inf))
@@ -362,7 +354,7 @@ class Explorer(W.VBox):
                     result = self._planner(chain, platform, method, allocation=self.allocation_toggle.value,
                                            time_limit=self.time_limit, **opts)
                 else:
-                    from ..planners.coarsen import expand_plan
+                    from workbench.planners.ilp.coarsen import expand_plan
 
                     coarse = self._planner(chain.coarsen(groups), platform, method,
                                            allocation=self.allocation_toggle.value, time_limit=self.time_limit, **opts)

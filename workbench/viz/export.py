@@ -26,7 +26,7 @@ from typing import Sequence
 import plotly.graph_objects as go
 import plotly.io as pio
 
-from ..io import atomic_path
+from workbench.io import atomic_path
 
 __all__ = ["save_html", "save_image", "save_images", "find_chromium", "ChromiumNotFound", "INSTALL_HINT"]
 
@@ -67,7 +67,7 @@ def save_html(fig: go.Figure, path: str | Path, *, include_plotlyjs: bool | str 
     if include_plotlyjs == "directory" and not (path.parent / "plotly.min.js").exists():
         from plotly.offline import get_plotlyjs
 
-        from ..io import write_text_atomic
+        from workbench.io import write_text_atomic
 
         write_text_atomic(path.parent / "plotly.min.js", get_plotlyjs())
     with atomic_path(path) as tmp:

@@ -1,4 +1,4 @@
-"""Gantt charts of a :class:`~workbench.trace.Trace` (plotly).
+"""Gantt charts of a :class:`~workbench.model.trace.Trace` (plotly).
 
 One lane per device (``GPU 0`` on top), optionally one lane per link, and a
 horizontal bar per operation whose length is the operation's real duration
@@ -12,7 +12,7 @@ The same function draws periodic plans, flushed schedules (GPipe, 1F1B) and
 measured traces; :func:`gantt_compare` puts two traces one above the other.
 
 >>> import pandas as pd
->>> from workbench.trace import Trace, MEMORY_COLUMNS
+>>> from workbench.model.trace import Trace, MEMORY_COLUMNS
 >>> ops = pd.DataFrame({"device": [0, 1, 1, 0], "stage": [0, 1, 1, 0], "first": [0, 2, 2, 0],
 ...     "last": [1, 3, 3, 1], "kind": ["F", "F", "B", "B"], "batch": [0, 0, 0, 0],
 ...     "start": [0.0, 0.002, 0.004, 0.008], "end": [0.002, 0.004, 0.008, 0.012]})
@@ -33,7 +33,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from ..trace import Trace
+from workbench.model.trace import Trace
 
 __all__ = [
     "gantt", "gantt_compare", "lanes", "bar_durations", "steady_window", "KIND_COLORS", "KIND_NAMES",

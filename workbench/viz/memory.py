@@ -3,14 +3,14 @@
 :func:`memory_timeline` draws the step functions of a trace's ``memory``
 frame (bytes held from ``time`` until the device's next row), one line per
 device, with the per-device limit as a dashed red line. :func:`memory_bars`
-draws, per device, the memory a plan holds (:mod:`workbench.memory`),
+draws, per device, the memory a plan holds (:mod:`workbench.model.memory`),
 stacked by term -- parameters, gradients, optimizer state, fp32 masters,
 stashed versions, activations, the largest transient, the runtime context;
 or, in the paper's model, live weights (``phi*W``), stashed versions and
 activations -- with the limit.
 
->>> from workbench.chain import Chain, Layer, Platform
->>> from workbench.plan import make_plan
+>>> from workbench.model.chain import Chain, Layer, Platform
+>>> from workbench.model.plan import make_plan
 >>> chain = Chain(tuple(Layer(f"l{i}", 0.001, 0.002, 10, 4) for i in range(4)))
 >>> plat = Platform(2, memory=100, memory_model="paper")
 >>> plan = make_plan(chain, plat, period=0.006, assignment=[0, 0, 1, 1],
@@ -28,17 +28,17 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from ..chain import Chain, Platform
-from ..memory_views import memory_breakdown
-from ..methods import flushed
-from ..plan import Plan, chain_for_plan
-from ..trace import Trace
-from .gantt import TEMPLATE
+from workbench.methods import flushed
+from workbench.model.chain import Chain, Platform
+from workbench.model.memory_views import memory_breakdown
+from workbench.model.plan import Plan, chain_for_plan
+from workbench.model.trace import Trace
+from workbench.viz.gantt import TEMPLATE
 
 __all__ = ["memory_timeline", "memory_bars", "memory_split", "byte_unit", "SPLIT_COLORS", "SPLIT_TERMS",
            "DEVICE_COLORS"]
 
-#: the terms a device's memory splits into (workbench.memory_views.memory_breakdown), bottom to top, with legend labels
+#: the terms a device's memory splits into (model.memory_views.memory_breakdown), bottom to top, with legend labels
 SPLIT_TERMS = {"weights": "live weights (φ·W)", "parameters": "parameters", "gradients": "gradients",
                "optimizer": "optimizer state", "master": "fp32 master copies", "stashed": "stashed versions ((k-1)·W)",
                "activations": "activations (k·A)", "transient": "largest transient (one operation)",
@@ -65,12 +65,12 @@ def byte_unit(max_bytes: float) -> tuple[str, float]:
 
 
 def memory_split(plan: Plan, chain: Chain, platform: Platform) -> pd.DataFrame:
-    """Per device, the bytes of each term of :mod:`workbench.memory` (:data:`SPLIT_TERMS`' keys that
+    """Per device, the bytes of each term of :mod:`workbench.model.memory` (:data:`SPLIT_TERMS`' keys that
     the model has), ``total`` and ``reported`` (the plan's own figure).
 
-    Periodic plans split their rule-7 figure (:func:`workbench.memory_views.memory_breakdown`). Flushed
+    Periodic plans split their rule-7 figure (:func:`workbench.model.memory_views.memory_breakdown`). Flushed
     schedules (GPipe, 1F1B) hold one weight version and no stash: their split is the simulated
-    peak's (:func:`workbench.simulate.simulate_flushed`), its weight part split like a periodic
+    peak's (:func:`workbench.verify.simulate.simulate_flushed`), its weight part split like a periodic
     plan's.
     """
     chain = chain_for_plan(plan, chain)
@@ -88,7 +88,7 @@ def memory_split(plan: Plan, chain: Chain, platform: Platform) -> pd.DataFrame:
 
 
 def _flushed_split(plan: Plan, chain: Chain, platform: Platform) -> list[dict[str, float]]:
-    from ..simulate import simulate_flushed
+    from workbench.verify.simulate import simulate_flushed
 
     one = [replace(s, in_flight=1) for s in plan.stages]
     rows = memory_breakdown(chain, platform, one)

@@ -24,12 +24,12 @@ import pandas as pd
 import plotly.graph_objects as go
 import plotly.io as pio
 
-from ..chain import Chain, Layer, Platform
-from ..methods import METHODS
-from ..trace import Trace
-from ..units import format_bytes
-from .explorer import quick
-from .gantt import KIND_COLORS, KIND_NAMES, TEMPLATE
+from workbench.methods import METHODS
+from workbench.model.chain import Chain, Layer, Platform
+from workbench.model.trace import Trace
+from workbench.model.units import format_bytes
+from workbench.viz.explorer import quick
+from workbench.viz.gantt import KIND_COLORS, KIND_NAMES, TEMPLATE
 
 __all__ = ["setup", "quick", "teaching_chain", "three_schedules", "schedule_table", "gantt_animation",
            "contiguous_assignment"]
@@ -57,7 +57,7 @@ def teaching_chain() -> Chain:
 def contiguous_assignment(chain: Chain, devices: int) -> list[int]:
     """A balanced contiguous allocation (the unconstrained DP's), or equal blocks without planners."""
     try:
-        from ..planners import plan
+        from workbench.planners import plan
 
         p = plan(chain, Platform(devices), "dp")
         if p.feasible:
@@ -71,8 +71,8 @@ def contiguous_assignment(chain: Chain, devices: int) -> list[int]:
 def three_schedules(chain: Chain, platform: Platform, assignment: Sequence[int] | None = None, *,
                     micro_batches: int = 8, batches: int | None = None) -> dict[str, Trace]:
     """GPipe and 1F1B (one flush of ``micro_batches``) and the periodic schedule, on one allocation."""
-    from ..schedule import best_schedule
-    from ..simulate import simulate, simulate_flushed
+    from workbench.verify.schedule import best_schedule
+    from workbench.verify.simulate import simulate, simulate_flushed
 
     a = list(assignment) if assignment is not None else contiguous_assignment(chain, platform.devices)
     out = {m.short: simulate_flushed(chain, platform, a, micro_batches, kind=m.name)

@@ -5,7 +5,7 @@ recomputed or offloaded, and with the policies chosen per layer (``auto``);
 :func:`policy_sweep_figure` draws normalised throughput (lower bound / period) against the
 limit, one line per policy.
 
->>> from workbench.chain import Chain, Layer, Platform
+>>> from workbench.model.chain import Chain, Layer, Platform
 >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 0, 10, 100) for i in range(4)), input_bytes=10)
 >>> df = policy_sweep(ch, Platform(2, memory_model="paper", host_bandwidth=100), [300, 500])
 >>> df[df.memory == 300][["activations", "throughput"]].values.tolist()
@@ -19,8 +19,8 @@ from typing import Sequence
 import pandas as pd
 import plotly.graph_objects as go
 
-from ..chain import Chain, Platform
-from .gantt import TEMPLATE
+from workbench.model.chain import Chain, Platform
+from workbench.viz.gantt import TEMPLATE
 
 __all__ = ["policy_sweep", "policy_sweep_figure", "POLICY_COLORS"]
 
@@ -31,8 +31,8 @@ def policy_sweep(chain: Chain, platform: Platform, memories: Sequence[float | st
                  policies: Sequence[str] = ("keep", "recompute", "offload", "auto")) -> pd.DataFrame:
     """One row per (memory limit, policy): ``throughput`` (lower bound / period, 0 without a plan), period,
     peak memory and, for ``auto``, the policies chosen."""
-    from ..activations import describe
-    from ..planners import plan as run_planner
+    from workbench.model.activations import describe
+    from workbench.planners import plan as run_planner
 
     rows = []
     for M in memories:

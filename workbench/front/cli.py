@@ -1,0 +1,351 @@
+"""``python -m workbench``: the command line; the model, the validity rules and the plan JSON are in docs/model.md.
+
+Sub-commands: ``profile-info``, ``profile``, ``plan``, ``check``,
+``simulate``, ``run``, ``reproduce``, ``largest``, ``demo``. Each handler lives in a module
+of :mod:`workbench.front` imported when its command runs, so ``--help`` stays fast. Bad input (an option out of range, a
+file that is not a profile or a plan, an output path that is a folder or in a
+missing folder) gets one line ``error: ...`` on stderr and exit status 2, before
+any planning runs; ``check`` exits 1 for a plan that breaks a rule. Long
+planning prints a line per phase on stderr (``--quiet``: none).
+
+>>> build_parser().parse_args(["plan", "--profile", "x.csv", "--devices", "4", "--memory", "16GiB"]).devices
+4
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Callable
+
+from workbench.methods import METHODS, names
+
+__all__ = ["main", "build_parser", "int_in", "positive_seconds", "check_outputs"]
+
+
+def int_in(lo: int, hi: int | None = None) -> Callable[[str], int]:
+    """An argparse type: a whole number in ``lo..hi``.
+
+    >>> int_in(1, 8)("4")
+    4
+    >>> int_in(1, 8)("0")
+    Traceback (most recent call last):
+    argparse.ArgumentTypeError: 0 is not in 1..8
+    """
+    def parse(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if v < lo or (hi is not None and v > hi):
+            raise argparse.ArgumentTypeError(f"{v} is not in {lo}..{hi if hi is not None else ''}")
+        return v
+
+    return parse
+
+
+def _real(text: str, *, positive: bool) -> float:
+    import math
+
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(v) or v < 0 or (positive and v == 0):
+        raise argparse.ArgumentTypeError(f"{text} is not a {'positive' if positive else 'non-negative'} finite number")
+    return v
+
+
+def positive_seconds(text: str) -> float:
+    """An argparse type: a positive finite number (``--time-limit``).
+
+    >>> positive_seconds("2.5")
+    2.5
+    >>> positive_seconds("inf")
+    Traceback (most recent call last):
+    argparse.ArgumentTypeError: inf is not a positive finite number
+    """
+    return _real(text, positive=True)
+
+
+def _non_negative(text: str) -> float:
+    return _real(text, positive=False)
+
+
+def _checked_by(parse: Callable[..., float]) -> Callable[[str], str]:
+    """An argparse type that keeps the text (Platform parses it) once ``parse`` accepts it."""
+    def check(text: str) -> str:
+        try:
+            parse(text, what="value")
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e).removeprefix("value: ")) from None
+        return text
+
+    return check
+
+
+def _add_platform_args(p: argparse.ArgumentParser, *, required: bool = True) -> None:
+    from workbench.model.plan import MAX_DEVICES
+
+    p.add_argument("--profile", required=required, help="profile: a CSV file, a PipeDream graph.txt, or a known name")
+    p.add_argument("--devices", "-P", type=int_in(1, MAX_DEVICES), required=required,
+                   help="number of devices (GPUs)" + ("" if required else "; default: the plan's"))
+    from workbench.model.units import parse_bandwidth, parse_size
+
+    p.add_argument("--memory", type=_checked_by(parse_size), default="inf",
+                   help="memory per device: bytes or 16GiB, 12GB, ... (default: unlimited)")
+    p.add_argument("--bandwidth", type=_checked_by(parse_bandwidth), default="12GB/s",
+                   help="link bandwidth, e.g. 12GB/s (default), 16GiB/s, or bytes/s")
+    p.add_argument("--latency", type=_non_negative, default=0.0, help="link latency in seconds (default 0)")
+    p.add_argument("--weights", choices=["stash", "single"], default="stash",
+                   help="weight versions: stash (PipeDream) or single")
+    p.add_argument("--memory-model", choices=["full", "paper"], default=None,
+                   help="what a device holds (docs/model.md, 'Memory'): full (default: parameters, gradients, "
+                        "optimizer state, activations, transients) or paper (rule 7 of the paper: k A + phi W + "
+                        "stashed versions)")
+    p.add_argument("--optimizer", default=None,
+                   help="full model: none, sgd, momentum, adam (default) or adamw; run steps it with learning rate 0 "
+                        "(default: the plan's)")
+    p.add_argument("--precision", default=None,
+                   help="full model: fp32, bf16-mixed (bf16 compute, fp32 master copies and optimizer state) or bf16; "
+                        "default: the profile's dtype")
+    p.add_argument("--weight-factor", type=_non_negative, default=None,
+                   help="paper model only: memory bytes per weight byte of the live version (default 1)")
+    p.add_argument("--no-zero-input", action="store_true",
+                   help="PipeDream graphs: keep the Input nodes' data-loading time")
+    p.add_argument("--host-bandwidth", default=None,
+                   help="each device's link to host memory, for offloaded activations (default: the plan's, else "
+                        "31.5GB/s: PCIe 4.0 x16)")
+
+
+def _add_module_arg(group) -> None:
+    group.add_argument("--module", metavar="FILE.py:FUNC",
+                       help="your own model: FUNC() returns (model, example_inputs, example_targets, loss_fn); "
+                            "the layers are found for you")
+
+
+MAX_BATCHES = 100_000  # simulate --batches: the trace holds 2 S rows per mini-batch
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The parser of every sub-command; each sets ``handler``, one of the functions below."""
+    ap = argparse.ArgumentParser(prog="python -m workbench", description=__doc__.split("\n\n")[0].strip("`"),
+                                 epilog="The model and the validity rules: docs/model.md. "
+                                        "Exit status: 0 done, 1 a plan breaks a rule, 2 bad input or no plan.")
+    sub = ap.add_subparsers(dest="command", required=True)
+
+    _profile_parsers(sub)
+    _plan_parser(sub)
+    _check_and_simulate_parsers(sub)
+    _run_parser(sub)
+    _study_parsers(sub)
+    return ap
+
+
+def _profile_parsers(sub: argparse._SubParsersAction) -> None:
+    """``profile-info`` and ``profile``."""
+    p = sub.add_parser("profile-info", help="summarise a profile (and how a graph was linearised)")
+    p.add_argument("file", help="a CSV profile, a PipeDream graph.txt (or its folder), or a known profile name")
+    p.add_argument("--no-zero-input", action="store_true", help="keep the Input nodes' data-loading time")
+    p.set_defaults(handler=_profile_info)
+
+    p = sub.add_parser("profile", help="profile a zoo model or your own (--module) with the built-in profiler")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--model", help="zoo model name (resnet50, resnet101, vgg16, gpt, ...)")
+    _add_module_arg(src)
+    p.add_argument("--batch-size", type=int_in(1), default=8, help="mini-batch size (default 8)")
+    p.add_argument("--device", default="cpu", help="torch device to profile on: cpu (default), cuda, cuda:1, ...")
+    p.add_argument("--repeats", type=int_in(1), default=5, help="timed runs per layer; the median is kept (default 5)")
+    p.add_argument("--warmup", type=int_in(0), default=2, help="untimed runs before (default 2)")
+    p.add_argument("--out", required=True, help="output CSV file")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="zoo model option, e.g. image_size=96 or layers=12 (repeatable)")
+    p.add_argument("--threads", type=int_in(1), default=1, help="CPU threads while profiling (default 1)")
+    p.add_argument("--dtype", default="float32",
+                   help="precision of the model and its floating inputs: float32 (default) or bfloat16 (pure bf16)")
+    p.set_defaults(handler=_profile)
+
+
+def _plan_parser(sub: argparse._SubParsersAction) -> None:
+    """``plan``: the methods and what they accept come from the registry (:mod:`workbench.methods`)."""
+    p = sub.add_parser("plan", help="plan a pipeline under a memory limit")
+    _add_platform_args(p)
+    p.add_argument("--method", default="dp", help="planner: " + ", ".join(m.name for m in METHODS))
+    p.add_argument("--activations", default="keep", choices=["keep", "recompute", "offload", "auto"],
+                   help="activation policy of every layer (docs/model.md, 'Activation policies'); auto: chosen per "
+                        f"layer ({', '.join(names(auto_activations=True))}; other periodic methods: for their own "
+                        "partition)")
+    p.add_argument("--allocation", choices=["contiguous", "general"], default="contiguous",
+                   help="contiguous: one stage per device (default); general: a device may hold several stages "
+                        f"({' and '.join(m.name for m in METHODS if 'general' in m.allocations)} only)")
+    p.add_argument("--time-limit", type=positive_seconds, default=None,
+                   help="seconds for the whole call (ilp, brute): it returns its best plan and gap by then "
+                        "(about 10%% + 2 s later at most)")
+    p.add_argument("--micro-batches", type=int_in(1), default=None, help="flushed schedules: micro-batches per flush")
+    p.add_argument("--json", dest="json_out", default=None, help="write the plan as JSON to this file")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress lines on stderr")
+    p.set_defaults(handler=_plan)
+
+
+def _check_and_simulate_parsers(sub: argparse._SubParsersAction) -> None:
+    """``check`` and ``simulate``: a plan file against a profile."""
+    p = sub.add_parser("check", help="re-check a plan against the validity rules")
+    p.add_argument("plan_file", help="a plan JSON file (plan --json)")
+    _add_platform_args(p, required=False)
+    p.set_defaults(handler=_check)
+
+    p = sub.add_parser("simulate", help="simulate a plan for N mini-batches and write the trace")
+    p.add_argument("plan_file", help="a plan JSON file (plan --json)")
+    _add_platform_args(p, required=False)
+    p.add_argument("--batches", type=int_in(1, MAX_BATCHES), default=20, help="mini-batches to run (default 20)")
+    p.add_argument("--out", required=True, help="trace file (.csv or .parquet); memory goes beside it")
+    p.set_defaults(handler=_simulate)
+
+
+def _run_parser(sub: argparse._SubParsersAction) -> None:
+    """``run``: a plan on torch.distributed."""
+    p = sub.add_parser("run", help="run a plan with torch.distributed and compare with the prediction")
+    p.add_argument("plan_file", help="a plan JSON file (plan --json)")
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--model", help="zoo model name (default: the model --profile records)")
+    _add_module_arg(src)
+    p.add_argument("--engine", choices=["auto", "torch", "pipedream"], default="auto",
+                   help="torch.distributed.pipelining, or the PipeDream fallback (auto: torch where it "
+                        "expresses the plan; weight stashing needs pipedream)")
+    p.add_argument("--steps", type=int_in(1), default=20, help="mini-batches to run (default 20)")
+    p.add_argument("--batch-size", type=int_in(1), default=8, help="mini-batch size without --profile (default 8)")
+    p.add_argument("--backend", default=None, help="gloo (CPU) or nccl (GPU); default by device")
+    _add_platform_args(p, required=False)  # --profile: the chain the plan was made on; platform options
+    p.add_argument("--out", default="build/run", help="folder for the measured trace and summary")
+    p.add_argument("--dtype", default=None,
+                   help="precision without --profile (float32 or bfloat16); with one, the profile's (default)")
+    p.add_argument("--replay", action="store_true",
+                   help="replay each device alone instead (one GPU or core at a time): its compute time and, "
+                        "on a GPU, the allocator's peak against the prediction; writes replay.csv")
+    p.set_defaults(handler=_run)
+
+
+def _study_parsers(sub: argparse._SubParsersAction) -> None:
+    """``reproduce``, ``largest`` and ``demo``."""
+    p = sub.add_parser("reproduce", help="recompute every figure of the experiments")
+    p.add_argument("--quick", action="store_true", help="small settings: a few minutes")
+    p.add_argument("--only", default=None, help="comma-separated figure names to recompute (default: all)")
+    p.add_argument("--out", default=None, help="results folder (default data/results, or a quick one)")
+    p.set_defaults(handler=_reproduce)
+
+    p = sub.add_parser("largest", help="the largest GPT (grown by depth and by width) each method fits")
+    p.add_argument("--family", action="append", choices=["depth", "width"], help="family (repeatable; default both)")
+    p.add_argument("--devices", type=int, action="append", help="device count (repeatable; default 2, 4, 8)")
+    p.add_argument("--memory", default="2GiB", help="memory per device (default 2GiB)")
+    p.add_argument("--time-limit", type=float, default=10.0, help="per general-ILP solve, seconds (default 10)")
+    p.add_argument("--quick", action="store_true", help="P = 2 and 4, no ILP")
+    p.add_argument("--out", default=None, help="write the table here (CSV)")
+    p.set_defaults(handler=_largest)
+
+    p = sub.add_parser("demo", help="headless demo: summarise profiles, plan, report and Gantt HTML")
+    p.add_argument("--out", default="build/demo", help="output folder (default build/demo)")
+    p.set_defaults(handler=_demo)
+
+# The handlers: each imports its command's module when the command runs, so that ``--help`` stays quick.
+def _profile_info(args: argparse.Namespace) -> int:
+    from workbench.front.profiling import profile_info_command
+    return profile_info_command(args)
+
+
+def _profile(args: argparse.Namespace) -> int:
+    from workbench.front.profiling import profile_command
+    return profile_command(args)
+
+
+def _plan(args: argparse.Namespace) -> int:
+    from workbench.front.planning import plan_command
+    return plan_command(args)
+
+
+def _check(args: argparse.Namespace) -> int:
+    from workbench.front.planning import check_command
+    return check_command(args)
+
+
+def _simulate(args: argparse.Namespace) -> int:
+    from workbench.front.planning import simulate_command
+    return simulate_command(args)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from workbench.front.running import run_command
+    return run_command(args)
+
+
+def _reproduce(args: argparse.Namespace) -> int:
+    from workbench.front.studies import reproduce_command
+    return reproduce_command(args)
+
+
+def _largest(args: argparse.Namespace) -> int:
+    from workbench.front.studies import largest_command
+    return largest_command(args)
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from workbench.front.demo import demo_command
+    return demo_command(args)
+
+
+# sub-command -> (attribute, option, "file" or "folder") of the paths it writes
+OUTPUTS: dict[str, list[tuple[str, str, str]]] = {
+    "plan": [("json_out", "--json", "file")],
+    "simulate": [("out", "--out", "file")],
+    "profile": [("out", "--out", "file")],
+    "run": [("out", "--out", "folder")],
+    "reproduce": [("out", "--out", "folder")],
+    "demo": [("out", "--out", "folder")],
+}
+
+
+def check_outputs(args: argparse.Namespace) -> None:
+    """Refuse (ValueError) an output file that is a folder or lies in a missing folder, and an
+    output folder that is a file: before any work is done.
+
+    >>> import tempfile
+    >>> check_outputs(argparse.Namespace(command="plan", json_out=tempfile.gettempdir()))  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ValueError: --json ...: is a folder; give a file name
+    """
+    for attr, option, kind in OUTPUTS.get(args.command, []):
+        value = getattr(args, attr, None)
+        if value is None:
+            continue
+        path = Path(value)
+        if kind == "file":
+            if path.is_dir():
+                raise ValueError(f"{option} {value}: is a folder; give a file name")
+            if not path.parent.is_dir():
+                raise ValueError(f"{option} {value}: the folder {path.parent} does not exist")
+        elif path.exists() and not path.is_dir():
+            raise ValueError(f"{option} {value}: is a file; give a folder")
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:  # noqa: ANN001
+    print(f"warning: {message}", file=sys.stderr)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run one sub-command; bad input prints ``error: ...`` on stderr and returns 2."""
+    import warnings
+
+    args = build_parser().parse_args(argv)
+    with warnings.catch_warnings():
+        warnings.showwarning = _show_warning  # one line per warning, no source location
+        try:
+            check_outputs(args)
+            return int(args.handler(args) or 0)
+        except BrokenPipeError:   # the reader went away (| head): nothing to say, and no traceback at exit
+            import os
+
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 1
+        except (ValueError, OSError) as e:  # ProfileError, PlanStructureError, bad JSON, unreadable files
+            print(f"error: {e}", file=sys.stderr)
+            return 2

@@ -1,0 +1,150 @@
+"""``plan``, ``check`` and ``simulate``: a profile and a platform from the command line, a plan made or re-read.
+
+The options are parsed in :mod:`workbench.front.cli`; the model, the validity rules and the plan JSON are in
+docs/model.md.
+
+>>> import argparse
+>>> from workbench.front.cli import build_parser
+>>> args = build_parser().parse_args(["plan", "--profile", "resnet50", "--devices", "2", "--optimizer", "sgd"])
+>>> platform_from_args(args).devices, platform_from_args(args).optimizer
+(2, 'sgd')
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Callable
+
+from workbench.methods import method
+
+__all__ = ["platform_from_args", "chain_from_args", "plan_command", "check_command", "simulate_command"]
+
+
+def platform_from_args(args: argparse.Namespace, plan=None):
+    """The platform of the command line; the memory set-up options default to the plan's (when a plan is
+    given and recorded one), else to the full model with Adam."""
+    from workbench.model.chain import Platform
+
+    setup = dict(getattr(plan, "setup", None) or {})
+    model = args.memory_model or setup.get("memory_model", "full")
+    if args.weight_factor is not None and model != "paper":
+        raise ValueError("--weight-factor belongs to the paper's memory model: add --memory-model paper (the full "
+                         "model counts gradients and optimizer state from --optimizer and --precision)")
+    if model == "paper" and (args.optimizer or args.precision):
+        raise ValueError("--optimizer and --precision belong to the full memory model, not --memory-model paper")
+    factor = args.weight_factor if args.weight_factor is not None else setup.get("weight_factor", 1.0)
+    extra = ({"weight_factor": factor}
+             if model == "paper" else
+             {"optimizer": args.optimizer or setup.get("optimizer", "adam"),
+              "precision": args.precision or (setup.get("precision") if setup.get("memory_model") == "full" else None)})
+    return Platform(args.devices, memory=args.memory, bandwidth=args.bandwidth, latency=args.latency,
+                    weights=args.weights, memory_model=model,
+                    host_bandwidth=getattr(args, "host_bandwidth", None) or setup.get("host_bandwidth", "31.5GB/s"),
+                    **extra)
+
+
+def chain_from_args(args: argparse.Namespace):
+    from workbench.profiles import load_profile
+
+    opts = {}
+    if getattr(args, "no_zero_input", False):
+        opts["zero_input"] = False
+    return load_profile(args.profile, **opts)
+
+
+def _progress(quiet: bool) -> Callable[[str], None] | None:
+    """A progress sink for planners: each line on stderr, with the seconds since the call started."""
+    if quiet:
+        return None
+    import time
+
+    t0 = time.perf_counter()
+
+    def emit(line: str) -> None:
+        print(f"[{time.perf_counter() - t0:6.1f} s] {line}", file=sys.stderr, flush=True)
+
+    return emit
+
+
+def _resolve_plan_context(args: argparse.Namespace, plan):
+    """For check/simulate: the profile and devices default to nothing; devices can come from the plan."""
+    if args.profile is None:
+        raise ValueError("--profile is required to check or simulate a plan (the chain the plan was made for)")
+    if args.devices is None:
+        args.devices = plan.devices
+    return chain_from_args(args), platform_from_args(args, plan)
+
+
+def plan_command(args: argparse.Namespace) -> int:
+    from workbench.planners import GENERAL_METHODS
+    from workbench.planners import plan as run_planner
+
+    chosen = method(args.method)  # an unknown method is refused before the profile is read
+    if args.allocation not in chosen.allocations:
+        raise ValueError(f"--allocation {args.allocation}: method {args.method!r} plans contiguous allocations only; "
+                         f"use one of {', '.join(sorted(GENERAL_METHODS))}")
+    chain = chain_from_args(args)
+    platform = platform_from_args(args)
+    opts = {}
+    if args.micro_batches is not None:
+        opts["micro_batches"] = args.micro_batches
+    result = run_planner(chain, platform, args.method, allocation=args.allocation, time_limit=args.time_limit,
+                         progress=_progress(getattr(args, "quiet", False)), activations=args.activations, **opts)
+    import json
+
+    # `run` checks a plan against the model by these names before it starts anything
+    names = list(result.chain_order) if result.chain_order else [l.name for l in chain.layers]
+    tied = json.loads(chain.meta.get("tied") or "[]")      # shared parameters (docs/model.md, Tied parameters)
+    result = result.with_(extra={**result.extra, "layer_names": names, **({"tied": tied} if tied else {})})
+    print(f"{chain.name}: {len(chain)} layers on {platform.devices} devices")
+    print(result.summary())
+    for t in result.extra.get("tied", []):
+        print(f"  tied: {t['parameter']} shared by {', '.join(t['layers'])}; its bytes count at {t['owner']} only")
+    if result.feasible and not result.fits:
+        over = result.peak_memory - result.memory_limit
+        from workbench.model.units import format_bytes
+
+        print(f"  does NOT fit: peak memory exceeds the limit by {format_bytes(over)}")
+    if result.extra.get("violations"):
+        print(f"  INVALID: the checker rejects this plan ({len(result.extra['violations'])} violation(s)); "
+              f"first: {result.extra['violations'][0]}")
+    if args.json_out:
+        result.to_json(args.json_out)
+        print(f"wrote {args.json_out}")
+    return 0 if result.feasible and result.fits else 2
+
+
+def check_command(args: argparse.Namespace) -> int:
+    from workbench.model.plan import Plan
+    from workbench.verify.check import check
+
+    plan = Plan.from_json(Path(args.plan_file))
+    chain, platform = _resolve_plan_context(args, plan)
+    violations = check(plan, chain, platform)
+    if not violations:
+        print(f"{args.plan_file}: valid ({len(plan.stages)} stages, period {plan.period:.6g} s)")
+        return 0
+    from workbench.verify.check import format_violations
+
+    print(f"{args.plan_file}: INVALID")
+    print(format_violations(violations, platform.devices))
+    return 1
+
+
+def simulate_command(args: argparse.Namespace) -> int:
+    from workbench.model.plan import Plan
+    from workbench.model.units import format_bytes, format_seconds
+    from workbench.verify.simulate import simulate
+
+    plan = Plan.from_json(Path(args.plan_file))
+    chain, platform = _resolve_plan_context(args, plan)
+    trace = simulate(plan, chain, platform, batches=args.batches)
+    trace.save(args.out)
+    print(f"simulated {args.batches} mini-batches: makespan {format_seconds(trace.makespan)}, "
+          f"steady period {format_seconds(trace.steady_period())} (plan: {format_seconds(plan.period)})")
+    print("peak memory per device: " + ", ".join(f"GPU{d}: {format_bytes(m)}"
+                                                 for d, m in enumerate(trace.peak_memory())))
+    print(f"wrote {args.out}")
+    return 0

@@ -1,0 +1,61 @@
+"""``reproduce`` and ``largest``: the studies' command-line handlers.
+
+``reproduce`` recomputes every figure and the report (:mod:`workbench.experiments.report`); ``largest``
+prints the largest GPT each method fits (:mod:`workbench.experiments.largest`).
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from workbench.experiments.largest import FAMILIES, METHODS, largest_table
+from workbench.experiments.report import reproduce
+from workbench.io import FolderBusy
+
+__all__ = ["reproduce_command", "largest_command"]
+
+
+def reproduce_command(args: Any) -> int:
+    """CLI handler: ``python -m workbench reproduce [--quick] [--only NAME] [--out DIR]``.
+
+    Exit 0 when every check passes, 1 when a check fails, 2 when the run is
+    refused (bad ``--only``, the folder is in use by another run).
+    """
+    try:
+        rep = reproduce(quick=bool(getattr(args, "quick", False)), only=getattr(args, "only", None),
+                        out=getattr(args, "out", None))
+    except (ValueError, FolderBusy) as e:
+        print(f"reproduce: {e}", file=sys.stderr)
+        return 2
+    print(f"wrote {rep.report_path} ({len(rep.figures)} figures, {len(rep.computed)} units computed, "
+          f"{len(rep.skipped)} from cache, {rep.seconds:.0f} s)")
+    for w in rep.warnings:
+        print(f"warning: {w}", file=sys.stderr)
+    if rep.left_out:
+        print(f"warning: {len(rep.left_out)} unit(s) left out of the figures; see the report", file=sys.stderr)
+    if rep.violations:
+        print(f"reproduce: CHECKS FAILED: {len(rep.violations)} violation(s); see {rep.report_path}", file=sys.stderr)
+        for b in rep.violations[:10]:
+            print(f"  {b}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def largest_command(args) -> int:
+    """``python -m workbench largest``: print the table (and write it as CSV with ``--out``)."""
+    from workbench.model.units import parse_size
+
+    fams = tuple(args.family) if args.family else FAMILIES
+    devs = tuple(args.devices) if args.devices else ((2, 4) if args.quick else (2, 4, 8))
+    methods = METHODS if not args.quick else tuple(m for m in METHODS if m[1] != "ilp")
+    df = largest_table(fams, devs, parse_size(args.memory, what="memory"), methods, time_limit=args.time_limit,
+                       progress=print)
+    print()
+    print(df.to_string(index=False, float_format=lambda x: f"{x:.3g}"))
+    if args.out:
+        from workbench.io import write_frame_atomic
+
+        write_frame_atomic(args.out, df)
+        print(f"wrote {args.out}")
+    return 0

@@ -1,0 +1,366 @@
+"""The instance: a chain of layers and the platform it runs on (docs/model.md, "Instance").
+
+Inside the package times are seconds and sizes bytes; profile files keep
+milliseconds. Everything is a frozen dataclass so it can be cached and shared.
+
+>>> from workbench.model.chain import Layer, Chain, Platform
+>>> chain = Chain((Layer("a", 0.001, 0.002, 100, 10), Layer("b", 0.003, 0.004, 50, 20)), input_bytes=8)
+>>> chain.saved(1)            # default: the layer's input, i.e. a's output
+10.0
+>>> chain.stage_costs(0, 1).forward
+0.004
+>>> Platform(devices=2, memory="1GiB", memory_model="paper").memory
+1073741824.0
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from functools import cached_property
+from typing import TYPE_CHECKING, Any, Iterable, Literal, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from workbench.model.memory import MEMORY_MODELS, OPTIMIZER_STATES, PRECISIONS
+from workbench.model.memory_views import merged_memory_columns
+from workbench.model.units import format_bytes, parse_bandwidth, parse_size
+
+if TYPE_CHECKING:  # workbench.model.graph builds chains (Graph.linearise): the annotation only names the type
+    from workbench.model.graph import Graph
+
+#: PCIe 4.0 x16, one direction: 16 GT/s x 16 lanes x 128b/130b encoding = 31.5 GB/s
+#: (PCI Express Base Specification 4.0); pinned copies reach about 25 GB/s in practice
+DEFAULT_HOST_BANDWIDTH = 31.5e9
+
+__all__ = ["Layer", "Chain", "Platform", "StageCosts", "WeightPolicy", "MEMORY_COLUMNS", "OPTIONAL_COLUMNS",
+           "OPTIMIZERS", "PRECISIONS", "MEMORY_MODELS", "DEFAULT_HOST_BANDWIDTH"]
+
+WeightPolicy = Literal["stash", "single"]
+#: the profiler's memory columns beyond saved_bytes (docs/model.md, "Memory")
+MEMORY_COLUMNS = ("grad_bytes", "max_param_bytes", "saved_input_bytes", "saved_output_bytes",
+                  "forward_peak_bytes", "backward_peak_bytes")
+OPTIONAL_COLUMNS = ("saved_bytes",) + MEMORY_COLUMNS
+#: the training set-ups the memory model knows (docs/model.md, "Memory")
+OPTIMIZERS = tuple(OPTIMIZER_STATES)
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One layer of the chain. Times in seconds, sizes in bytes.
+
+    ``activation_bytes`` is the layer's output (sent forward, and the size of
+    the gradient sent back). ``saved_bytes`` is what autograd keeps from the
+    forward until the backward; ``None`` means "the layer's input size". The
+    memory columns (``grad_bytes`` ... ``backward_peak_bytes``, see
+    :mod:`workbench.model.memory` and docs/model.md) are measured by the profiler;
+    ``None`` means "not measured" (the memory model then estimates them).
+    """
+
+    name: str
+    forward: float
+    backward: float
+    weight_bytes: float = 0.0
+    activation_bytes: float = 0.0
+    saved_bytes: float | None = None
+    grad_bytes: float | None = None
+    max_param_bytes: float | None = None
+    saved_input_bytes: float | None = None
+    saved_output_bytes: float | None = None
+    forward_peak_bytes: float | None = None
+    backward_peak_bytes: float | None = None
+    #: bytes this layer's activation policy moves to host memory and back per mini-batch (``offload``;
+    #: docs/model.md, "Activation policies"): 0 for profiled layers, set by
+    #: :func:`workbench.model.activations.apply_policies`
+    offload_bytes: float = 0.0
+
+    def __post_init__(self) -> None:
+        for f in ("forward", "backward", "weight_bytes", "activation_bytes", "offload_bytes") + OPTIONAL_COLUMNS:
+            v = getattr(self, f)
+            if v is None and f in OPTIONAL_COLUMNS:
+                continue
+            if not isinstance(v, (int, float, np.floating, np.integer)) or math.isnan(v) or v < 0 or math.isinf(v):
+                raise ValueError(f"layer {self.name!r}: {f} must be a finite non-negative number, got {v!r}")
+
+
+@dataclass(frozen=True)
+class StageCosts:
+    """Sums over a run of layers ``first..last`` (inclusive).
+
+    ``comm`` is the boundary cost after the run (seconds) when a platform was
+    given, else 0; ``cut_bytes`` is the volume crossing that boundary.
+    """
+
+    first: int
+    last: int
+    forward: float
+    backward: float
+    saved: float
+    weights: float
+    cut_bytes: float
+    comm: float = 0.0
+
+    @property
+    def compute(self) -> float:
+        return self.forward + self.backward
+
+
+@dataclass(frozen=True)
+class Chain:
+    """An ordered chain of layers.
+
+    ``cut_bytes[i]`` is the volume that crosses a stage boundary placed after
+    layer ``i`` (length L-1). For a pure chain it is layer i's output; a DAG
+    linearised into a chain counts every edge crossing the cut. ``meta`` holds
+    profile metadata (network, device, batch size...). ``graph`` is the DAG the
+    chain was linearised from (a :class:`workbench.model.graph.Graph`),
+    or ``None`` for a true chain; graph-aware planners may re-order with it.
+    """
+
+    layers: tuple[Layer, ...]
+    input_bytes: float = 0.0
+    cut_bytes: tuple[float, ...] | None = None
+    meta: Mapping[str, str] = field(default_factory=dict, compare=False, hash=False)
+    graph: Graph | None = field(default=None, compare=False, hash=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "layers", tuple(self.layers))
+        if not self.layers:
+            raise ValueError("a chain needs at least one layer")
+        names = [l.name for l in self.layers]
+        if len(set(names)) != len(names):
+            dup = sorted({n for n in names if names.count(n) > 1})
+            raise ValueError(f"duplicate layer names: {dup}")
+        if self.cut_bytes is not None:
+            cb = tuple(float(c) for c in self.cut_bytes)
+            if len(cb) != len(self.layers) - 1:
+                raise ValueError(f"cut_bytes needs {len(self.layers) - 1} entries, got {len(cb)}")
+            if any(c < 0 or math.isnan(c) for c in cb):
+                raise ValueError("cut_bytes must be non-negative")
+            object.__setattr__(self, "cut_bytes", cb)
+        object.__setattr__(self, "meta", dict(self.meta))
+
+    # ----- basic views -------------------------------------------------
+    def __len__(self) -> int:
+        return len(self.layers)
+
+    def __getitem__(self, i: int) -> Layer:
+        return self.layers[i]
+
+    @property
+    def name(self) -> str:
+        return str(self.meta.get("network", "chain"))
+
+    def saved(self, l: int) -> float:
+        """Bytes autograd keeps for layer ``l`` (explicit, or its input size)."""
+        s = self.layers[l].saved_bytes
+        if s is not None:
+            return float(s)
+        return float(self.input_bytes if l == 0 else self.layers[l - 1].activation_bytes)
+
+    def cut(self, l: int) -> float:
+        """Bytes crossing a boundary after layer ``l`` (0 after the last layer)."""
+        if l >= len(self.layers) - 1:
+            return 0.0
+        if self.cut_bytes is not None:
+            return self.cut_bytes[l]
+        return float(self.layers[l].activation_bytes)
+
+    # ----- arrays and prefix sums for fast planners ----------------------
+    @cached_property
+    def forward(self) -> np.ndarray:
+        return np.array([l.forward for l in self.layers], dtype=float)
+
+    @cached_property
+    def backward(self) -> np.ndarray:
+        return np.array([l.backward for l in self.layers], dtype=float)
+
+    @cached_property
+    def weights(self) -> np.ndarray:
+        return np.array([l.weight_bytes for l in self.layers], dtype=float)
+
+    @cached_property
+    def saved_array(self) -> np.ndarray:
+        return np.array([self.saved(i) for i in range(len(self))], dtype=float)
+
+    @cached_property
+    def cuts(self) -> np.ndarray:
+        """Length-L array: bytes crossing a cut after each layer (last entry 0)."""
+        return np.array([self.cut(i) for i in range(len(self))], dtype=float)
+
+    @cached_property
+    def _prefix_lists(self) -> tuple[list[float], list[float], list[float], list[float], list[float]]:
+        """``_prefix``'s f, b, a, w as Python lists, and the cut bytes: for planners that sum many stages."""
+        p = self._prefix
+        return (p["f"].tolist(), p["b"].tolist(), p["a"].tolist(), p["w"].tolist(),
+                [self.cut(i) for i in range(len(self))])
+
+    @cached_property
+    def _prefix(self) -> dict[str, np.ndarray]:
+        z = lambda a: np.concatenate([[0.0], np.cumsum(a)])  # noqa: E731
+        return {"f": z(self.forward), "b": z(self.backward), "a": z(self.saved_array), "w": z(self.weights)}
+
+    def stage_costs(self, first: int, last: int, platform: "Platform | None" = None) -> StageCosts:
+        """Sums over layers ``first..last`` and the boundary cost after ``last``."""
+        if not (0 <= first <= last < len(self)):
+            raise IndexError(f"bad layer range [{first}, {last}] for a chain of {len(self)} layers")
+        p = self._prefix
+        cb = self.cut(last)
+        comm = platform.comm_time(cb) if (platform is not None and last < len(self) - 1) else 0.0
+        return StageCosts(
+            first, last,
+            float(p["f"][last + 1] - p["f"][first]),
+            float(p["b"][last + 1] - p["b"][first]),
+            float(p["a"][last + 1] - p["a"][first]),
+            float(p["w"][last + 1] - p["w"][first]),
+            cb, comm,
+        )
+
+    @property
+    def total_compute(self) -> float:
+        return float(self.forward.sum() + self.backward.sum())
+
+    # ----- transformations ------------------------------------------------
+    def with_meta(self, **kw: str) -> "Chain":
+        return replace(self, meta={**self.meta, **{k: str(v) for k, v in kw.items()}})
+
+    def coarsen(self, groups: Sequence[tuple[int, int]]) -> "Chain":
+        """Merge each ``(first, last)`` group of consecutive layers into one layer.
+
+        Groups must cover the chain in order. The merged layer's output and
+        the cut after it are those of its last layer; its memory columns are
+        such that the memory model gives every stage of merged layers what it
+        gives the same stage of the original ones
+        (:func:`workbench.model.memory_views.merged_memory_columns`).
+
+        >>> c = Chain(tuple(Layer(f"l{i}", 1, 1, 1, 1) for i in range(4)))
+        >>> len(c.coarsen([(0, 1), (2, 3)]))
+        2
+        """
+        expect = 0
+        for a, b in groups:
+            if a != expect or b < a:
+                raise ValueError(f"groups must cover the chain in order; got {list(groups)}")
+            expect = b + 1
+        if expect != len(self):
+            raise ValueError(f"groups cover {expect} of {len(self)} layers")
+        layers = []
+        for a, b in groups:
+            s = self.stage_costs(a, b)
+            name = self.layers[a].name if a == b else f"{self.layers[a].name}..{self.layers[b].name}"
+            layers.append(Layer(name, s.forward, s.backward, s.weights, self.layers[b].activation_bytes,
+                                **merged_memory_columns(self, a, b),
+                                offload_bytes=sum(float(l.offload_bytes) for l in self.layers[a:b + 1])))
+        cuts = tuple(self.cut(b) for _, b in groups[:-1])
+        meta = {**self.meta, "coarsened_from": str(len(self))}
+        return Chain(tuple(layers), self.input_bytes, cuts, meta)
+
+    # ----- tables ---------------------------------------------------------
+    def to_frame(self) -> pd.DataFrame:
+        """One row per layer: name, forward_ms, backward_ms, weight_bytes, activation_bytes, saved_bytes,
+        cut_bytes, and each memory column the profile has (:data:`MEMORY_COLUMNS`)."""
+        cols: dict[str, Any] = {
+            "name": [l.name for l in self.layers],
+            "forward_ms": self.forward * 1e3,
+            "backward_ms": self.backward * 1e3,
+            "weight_bytes": self.weights,
+            "activation_bytes": [float(l.activation_bytes) for l in self.layers],
+            "saved_bytes": self.saved_array,
+            "cut_bytes": self.cuts,
+        }
+        for c in MEMORY_COLUMNS:
+            values = [getattr(l, c) for l in self.layers]
+            if any(v is not None for v in values):
+                cols[c] = [math.nan if v is None else float(v) for v in values]
+        return pd.DataFrame(cols)
+
+    @classmethod
+    def from_layers(cls, layers: Iterable[Layer], **kw) -> "Chain":
+        return cls(tuple(layers), **kw)
+
+    def summary(self) -> str:
+        big = int(np.argmax([l.activation_bytes for l in self.layers]))
+        return (
+            f"{self.name}: {len(self)} layers, forward {self.forward.sum() * 1e3:.2f} ms, "
+            f"backward {self.backward.sum() * 1e3:.2f} ms, parameters {format_bytes(self.weights.sum())}, "
+            f"largest activation {format_bytes(self.layers[big].activation_bytes)} ({self.layers[big].name})"
+        )
+
+
+@dataclass(frozen=True)
+class Platform:
+    """P identical devices with memory M each, linked all-to-all, and the training set-up.
+
+    What a device holds is :mod:`workbench.model.memory`'s model: ``memory_model``
+    ``"full"`` (default: parameters, gradients, the ``optimizer``'s state in
+    the ``precision`` -- None: the profile's dtype --, activations, transients)
+    or ``"paper"`` (rule 7 of the paper: ``weight_factor`` phi bytes per
+    weight byte for the live version, and the saved activations).
+    ``weights`` is ``"stash"`` (one version per in-flight mini-batch,
+    PipeDream) or ``"single"``. Strings are parsed:
+
+    >>> Platform(4, memory="16GiB", bandwidth="12GB/s", memory_model="paper").bandwidth
+    12000000000.0
+
+    For what comes next (heterogeneous devices and links) planners should
+    ask ``memory_of(p)`` and ``comm_time(bytes, p, q)`` rather than read the
+    fields directly.
+    """
+
+    devices: int
+    memory: float = math.inf
+    bandwidth: float = math.inf
+    latency: float = 0.0
+    weight_factor: float = 1.0
+    weights: WeightPolicy = "stash"
+    memory_model: str = "full"
+    optimizer: str = "adam"
+    precision: str | None = None
+    #: bytes/s of each device's link to host memory (activation offload; docs/model.md,
+    #: "Activation policies"): PCIe 4.0 x16, one direction, by default
+    host_bandwidth: float = DEFAULT_HOST_BANDWIDTH
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.devices, (int, np.integer)) or self.devices < 1:
+            raise ValueError(f"devices must be a positive integer, got {self.devices!r}")
+        object.__setattr__(self, "devices", int(self.devices))
+        object.__setattr__(self, "memory", parse_size(self.memory, what="memory"))
+        object.__setattr__(self, "bandwidth", parse_bandwidth(self.bandwidth))
+        object.__setattr__(self, "host_bandwidth", parse_bandwidth(self.host_bandwidth, what="host bandwidth"))
+        lat = float(self.latency)
+        if lat < 0 or math.isnan(lat):
+            raise ValueError(f"latency must be >= 0 seconds, got {self.latency!r}")
+        object.__setattr__(self, "latency", lat)
+        phi = float(self.weight_factor)
+        if phi < 0 or math.isnan(phi):
+            raise ValueError(f"weight factor must be >= 0, got {self.weight_factor!r}")
+        object.__setattr__(self, "weight_factor", phi)
+        if self.weights not in ("stash", "single"):
+            raise ValueError(f"weights must be 'stash' or 'single', got {self.weights!r}")
+        for name, value, known in (("memory model", self.memory_model, MEMORY_MODELS),
+                                   ("optimizer", self.optimizer, OPTIMIZERS),
+                                   ("precision", self.precision, PRECISIONS + (None,))):
+            if value not in known:
+                raise ValueError(f"unknown {name} {value!r}; known: {', '.join(k for k in known if k)}")
+        if self.memory_model == "full" and phi != 1.0:
+            raise ValueError(f"the weight factor ({phi:g}) belongs to the paper's memory model; the full model counts "
+                             "parameters, gradients and optimizer state itself (use memory_model='paper')")
+
+    @property
+    def stash(self) -> bool:
+        return self.weights == "stash"
+
+    def memory_of(self, device: int) -> float:
+        return self.memory
+
+    def comm_time(self, nbytes: float, src: int | None = None, dst: int | None = None) -> float:
+        """Seconds to send ``nbytes`` between two devices: latency + bytes / bandwidth."""
+        return self.latency + (nbytes / self.bandwidth if math.isfinite(self.bandwidth) else 0.0)
+
+    def host_time(self, nbytes: float, device: int | None = None) -> float:
+        """Seconds to move ``nbytes`` one way between a device and host memory."""
+        return nbytes / self.host_bandwidth if math.isfinite(self.host_bandwidth) else 0.0
+
+    def with_(self, **kw) -> "Platform":
+        return replace(self, **kw)
