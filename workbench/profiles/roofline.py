@@ -202,8 +202,8 @@ UNCALIBRATED = Calibration()
 #: fitted by ``benchmarks/roofline.py --fit`` on the ten H100 profiles of data/profiles/h100/ (float32 and
 #: bfloat16: resnet50, resnet101, vgg16 at batch 32, gpt-small and gpt-medium at batch 8 of 512 tokens)
 H100_CALIBRATION = Calibration(
-    compute={"matmul/float32": 0.7, "matmul/bfloat16": 0.6, "conv/tf32": 0.5, "conv/bfloat16": 0.5},
-    memory=0.7, overhead=5e-6,
+    compute={"matmul/float32": 0.844, "matmul/bfloat16": 0.396, "conv/tf32": 0.380, "conv/bfloat16": 0.250},
+    memory=0.331, overhead=38.2e-6,
     source="fitted on the H100 profiles of data/profiles/h100/ (benchmarks/roofline.py)")
 
 
