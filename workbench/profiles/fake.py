@@ -23,6 +23,12 @@ a ``--module`` function should build with ``torch.set_default_dtype`` set, as ``
 A model whose forward needs values (``.item()``, a data-dependent shape such as ``nonzero``) cannot
 run on fake tensors: :class:`FakeProfileError` names the operation and suggests a real profile.
 
+Hugging Face models read the position ids they make (``arange``) to detect sequences packed into
+one row, and, when the ids are fake and cannot be read, build a full attention mask where a real run
+of the same batch builds none (SDPA's ``is_causal`` then does the masking). A fake profile assumes
+one sequence per row, as a real run of the example batch finds (:func:`unpacked_sequences`); an
+attention mask the batch passes is still built, as in a real run of a padded batch.
+
 >>> chain = fake_zoo("tiny-gpt", 2, "h100-sxm")
 >>> chain.meta["times"], chain.meta["device"].startswith("cuda"), len(chain)
 ('estimated', True, 4)
@@ -41,7 +47,7 @@ from workbench.model.accelerators import Accelerator, accelerator
 from workbench.model.chain import Chain
 from workbench.profiles.roofline import H100_CALIBRATION, Calibration, RooflineTimes
 
-__all__ = ["FakeProfileError", "fake_profile", "fake_zoo", "fake_module", "default_dtype"]
+__all__ = ["FakeProfileError", "fake_profile", "fake_zoo", "fake_module", "default_dtype", "unpacked_sequences"]
 
 
 class FakeProfileError(ValueError):
@@ -65,6 +71,34 @@ def default_dtype(dtype: torch.dtype | None) -> Iterator[None]:
         yield
     finally:
         torch.set_default_dtype(old)
+
+
+@contextlib.contextmanager
+def unpacked_sequences() -> Iterator[None]:
+    """Inside, Hugging Face's packed-sequence detection finds no packing in fake position ids (the module
+    docstring); real ones it reads as usual. Nothing changes when transformers is not imported.
+
+    >>> with unpacked_sequences():
+    ...     pass
+    """
+    import sys
+
+    from torch._subclasses.fake_tensor import is_fake
+
+    mu = sys.modules.get("transformers.masking_utils")
+    find = getattr(mu, "find_packed_sequence_indices", None)
+    if find is None:
+        yield
+        return
+
+    def unpacked(position_ids: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+        return None if is_fake(position_ids) else find(position_ids, *args, **kwargs)
+
+    mu.find_packed_sequence_indices = unpacked
+    try:
+        yield
+    finally:
+        mu.find_packed_sequence_indices = find
 
 
 def _needs_values(e: Exception) -> FakeProfileError | None:
@@ -107,8 +141,9 @@ def fake_profile(build: Callable[[], tuple[Any, Any, Any, Callable]], gpu: str |
     try:
         with FakeTensorMode():
             model, inputs, targets, loss = build()
-            chain = profile_model(model, inputs, "cpu", warmup=0, repeats=1, meta=info, progress=progress,
-                                  threads=None, loss=loss, target=targets, times=times)
+            with unpacked_sequences():
+                chain = profile_model(model, inputs, "cpu", warmup=0, repeats=1, meta=info, progress=progress,
+                                      threads=None, loss=loss, target=targets, times=times)
     except Exception as e:  # noqa: BLE001 - only the fake-tensor failures are translated
         err = _needs_values(e)
         if err is None:
