@@ -117,7 +117,7 @@ def witness(spec: str = LLAMA_8B) -> tuple[float, float]:
     t2 = time.perf_counter()
     predicted = plan.memory[0]
     print(f"Llama-3-8B, bf16, AdamW, 1 x 2048 tokens, one device: plan {format_bytes(predicted)}, MemTracker "
-          f"{format_bytes(measured)}: {predicted / measured - 1:+.2%} (target: within 5 %, never below -2 %); "
+          f"{format_bytes(measured)}: {predicted / measured - 1:+.3%} (target: within 5 %, never below -2 %); "
           f"profile + plan {t1 - t0:.0f} s, witness {t2 - t1:.0f} s", flush=True)
     return predicted, measured
 

@@ -106,3 +106,30 @@ def test_the_ilp_refuses_several_nodes_in_one_line():
     chain = Chain(tuple(Layer(f"l{i}", 1.0, 1.0, 0, 10) for i in range(4)))
     with pytest.raises(ValueError, match="ilp does not model a platform of several nodes"):
         run_planner(chain, Platform(4, devices_per_node=2), "ilp")
+
+
+def test_cli_gpu_and_nodes(tmp_path, capsys):
+    from workbench.front.cli import main
+    from workbench.model.plan import Plan
+    from workbench.profiles import write_profile
+
+    chain = Chain(tuple(Layer(f"l{i}", 1e-3, 2e-3, 1e6, 4e6) for i in range(8)), input_bytes=1e6)
+    prof, out = tmp_path / "c.csv", tmp_path / "p.json"
+    write_profile(chain, prof)
+    assert main(["plan", "--profile", str(prof), "--devices", "4", "--gpu", "a100-40gb", "--json", str(out)]) == 0
+    plan = Plan.from_json(out)
+    assert plan.memory_limit == 40e9 and plan.setup["gpu"] == "a100-40gb" and plan.setup["bandwidth"] == 300e9
+    argv = ["plan", "--profile", str(prof), "--devices", "4", "--devices-per-node", "2", "--node-bandwidth",
+            "10GB/s", "--json", str(out)]
+    assert main(argv) == 0
+    plan = Plan.from_json(out)
+    assert plan.setup["devices_per_node"] == 2 and plan.setup["node_bandwidth"] == 10e9
+    capsys.readouterr()
+    assert main(["check", str(out), "--profile", str(prof)]) == 0              # the plan's nodes, by default
+    assert main(["check", str(out), "--profile", str(prof), "--node-bandwidth", "100MB/s"]) == 1
+    capsys.readouterr()
+    for argv, pattern in [(["--gpu", "v100"], "unknown GPU 'v100'; known: a100-40gb"),
+                          (["--devices-per-node", "2", "--method", "ilp"], "ilp does not model a platform of several")]:
+        assert main(["plan", "--profile", str(prof), "--devices", "4"] + argv) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and pattern in err and len(err.strip().splitlines()) == 1

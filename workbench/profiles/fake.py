@@ -47,7 +47,8 @@ from workbench.model.accelerators import Accelerator, accelerator
 from workbench.model.chain import Chain
 from workbench.profiles.roofline import H100_CALIBRATION, Calibration, RooflineTimes
 
-__all__ = ["FakeProfileError", "fake_profile", "fake_zoo", "fake_module", "default_dtype", "unpacked_sequences"]
+__all__ = ["FakeProfileError", "fake_profile", "fake_zoo", "fake_module", "default_dtype", "unpacked_sequences",
+           "for_gpu"]
 
 
 class FakeProfileError(ValueError):
@@ -120,6 +121,33 @@ def _needs_values(e: Exception) -> FakeProfileError | None:
                             "(without --fake) instead")
 
 
+def _gpu_meta(acc: Accelerator, times: RooflineTimes) -> dict[str, str]:
+    return {"device": f"cuda ({acc.label}; fake tensors on this machine)", "gpu": acc.name, "times": "estimated",
+            "timing": times.describe()}
+
+
+def for_gpu(chain: Chain, times: RooflineTimes, gpu: str | Accelerator) -> Chain:
+    """The fake profile ``chain`` (made with ``times``, :func:`fake_profile`'s ``return_work``) with its times
+    estimated for another ``gpu`` from the same work: one fake run serves every GPU (the memory columns do
+    not depend on it).
+
+    >>> chain, times = fake_zoo("tiny-gpt", 2, "h100-sxm", return_work=True)
+    >>> slow = for_gpu(chain, times, "a100-40gb")
+    >>> slow.meta["gpu"], slow.total_compute > chain.total_compute, slow[1].saved_bytes == chain[1].saved_bytes
+    ('a100-40gb', True, True)
+    """
+    import dataclasses
+
+    from workbench.profiles.roofline import estimate
+
+    acc = gpu if isinstance(gpu, Accelerator) else accelerator(gpu)
+    other = RooflineTimes(acc, times.calibration)
+    layers = tuple(dataclasses.replace(l, forward=estimate(w.forward, acc, times.calibration),
+                                       backward=estimate(w.backward, acc, times.calibration))
+                   for l, w in zip(chain.layers, times.works))
+    return dataclasses.replace(chain, layers=layers, meta={**chain.meta, **_gpu_meta(acc, other)})
+
+
 def fake_profile(build: Callable[[], tuple[Any, Any, Any, Callable]], gpu: str | Accelerator, *,
                  calibration: Calibration = H100_CALIBRATION, meta: Mapping[str, Any] | None = None,
                  progress: bool = False, return_work: bool = False) -> Chain | tuple[Chain, RooflineTimes]:
@@ -133,8 +161,7 @@ def fake_profile(build: Callable[[], tuple[Any, Any, Any, Callable]], gpu: str |
 
     acc = gpu if isinstance(gpu, Accelerator) else accelerator(gpu)
     times = RooflineTimes(acc, calibration)
-    info = {"device": f"cuda ({acc.label}; fake tensors on this machine)", "gpu": acc.name, "times": "estimated",
-            "timing": times.describe(), "threads": "n/a", "source": "workbench fake profiler",
+    info = {**_gpu_meta(acc, times), "threads": "n/a", "source": "workbench fake profiler",
             "memory_columns": "allocator-level under FakeTensorMode: workbench.profiles.memtrace.AllocationTracker "
                               "(storages counted, nothing allocated; operations as torch's CPU kernels choose them)",
             **(meta or {})}
