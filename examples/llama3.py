@@ -62,3 +62,8 @@ def llama3_8b():
 
 def llama3_70b():
     return llama3("70b")
+
+
+def llama3_8b_2_layers():
+    """Llama-3-8B's widths and vocabulary with 2 of its 32 blocks: a quick look (notebook 09's quick setting)."""
+    return llama3("8b", layers=2)

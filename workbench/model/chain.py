@@ -396,3 +396,17 @@ class Platform:
 
     def with_(self, **kw) -> "Platform":
         return replace(self, **kw)
+
+    @classmethod
+    def on(cls, gpu: str, devices: int, **kw: Any) -> "Platform":
+        """``devices`` of the named GPU (:mod:`workbench.model.accelerators`): its memory and its link within a
+        node, unless ``kw`` gives them; the other fields from ``kw``.
+
+        >>> p = Platform.on("h100-sxm", 16, devices_per_node=8)
+        >>> p.memory, p.bandwidth, p.gpu, p.multi_node
+        (80000000000.0, 450000000000.0, 'h100-sxm', True)
+        """
+        from workbench.model.accelerators import accelerator
+
+        a = accelerator(gpu)
+        return cls(devices, **{"memory": a.memory, "bandwidth": a.link_bandwidth, **kw, "gpu": a.name})
