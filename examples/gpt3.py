@@ -12,7 +12,6 @@ tensors need), the loss in float32.
     python -m workbench profile --module examples/gpt3.py:gpt3_6_7b --fake --gpu a100-80gb --out gpt3-6.7b.csv
 """
 
-import contextlib
 import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -21,20 +20,12 @@ import torch  # noqa: E402
 from torch.nn import functional as F  # noqa: E402
 from transformers import GPT2Config, GPT2LMHeadModel  # noqa: E402
 
+from workbench.profiles.fake import default_dtype  # noqa: E402
+
 SEQUENCE = 2048
 VOCAB = 50257
 #: name -> (layers, d_model, heads)
 SHAPES = {"1.3b": (24, 2048, 16), "6.7b": (32, 4096, 32), "13b": (40, 5120, 40)}
-
-
-@contextlib.contextmanager
-def default_dtype(dtype):
-    old = torch.get_default_dtype()
-    torch.set_default_dtype(dtype)
-    try:
-        yield
-    finally:
-        torch.set_default_dtype(old)
 
 
 def lm_loss(out, targets):

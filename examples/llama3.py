@@ -12,7 +12,6 @@ allocate nothing). The model is built with torch's default dtype set to bfloat16
 ``model.to(torch.bfloat16)``, which fails under fake tensors.
 """
 
-import contextlib
 import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -21,21 +20,13 @@ import torch  # noqa: E402
 from torch.nn import functional as F  # noqa: E402
 from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 
+from workbench.profiles.fake import default_dtype  # noqa: E402
+
 SEQUENCE = 2048
 BATCH = 1
 VOCAB = 128256
 #: name -> (hidden size, MLP size, layers, attention heads, key/value heads)
 SHAPES = {"8b": (4096, 14336, 32, 32, 8), "70b": (8192, 28672, 80, 64, 8)}
-
-
-@contextlib.contextmanager
-def default_dtype(dtype):
-    old = torch.get_default_dtype()
-    torch.set_default_dtype(dtype)
-    try:
-        yield
-    finally:
-        torch.set_default_dtype(old)
 
 
 def lm_loss(out, targets):

@@ -46,6 +46,8 @@ def profile_info_text(spec: str, *, zero_input: bool = True) -> str:
         f"parameters: {format_bytes(chain.weights.sum())} ({chain.weights.sum():.0f} bytes)",
         f"largest activation: {format_bytes(acts[big])} ({chain.layers[big].name})",
     ]
+    if meta.get("times") == "estimated":
+        lines.append(f"times: a fake profile's, for {meta.get('gpu', 'a GPU')}: {meta.get('timing')}")
     if len(chain) > 1:
         cuts = chain.cuts[:-1]
         c = int(np.argmax(cuts))

@@ -27,7 +27,9 @@ Hugging Face models read the position ids they make (``arange``) to detect seque
 one row, and, when the ids are fake and cannot be read, build a full attention mask where a real run
 of the same batch builds none (SDPA's ``is_causal`` then does the masking). A fake profile assumes
 one sequence per row, as a real run of the example batch finds (:func:`unpacked_sequences`); an
-attention mask the batch passes is still built, as in a real run of a padded batch.
+attention mask the batch passes is still built, as in a real run of a padded batch. Initial values do
+not exist either: torch's ``trunc_normal_`` (ViTs, timm models) resamples until no value is out of
+range, a test of values; while a fake model is built it draws once and clamps (:func:`value_free_init`).
 
 >>> chain = fake_zoo("tiny-gpt", 2, "h100-sxm")
 >>> chain.meta["times"], chain.meta["device"].startswith("cuda"), len(chain)
@@ -48,7 +50,7 @@ from workbench.model.chain import Chain
 from workbench.profiles.roofline import H100_CALIBRATION, Calibration, RooflineTimes
 
 __all__ = ["FakeProfileError", "fake_profile", "fake_zoo", "fake_module", "default_dtype", "unpacked_sequences",
-           "for_gpu"]
+           "value_free_init", "for_gpu"]
 
 
 class FakeProfileError(ValueError):
@@ -100,6 +102,33 @@ def unpacked_sequences() -> Iterator[None]:
         yield
     finally:
         mu.find_packed_sequence_indices = find
+
+
+@contextlib.contextmanager
+def value_free_init() -> Iterator[None]:
+    """Inside, ``torch.nn.init.trunc_normal_`` draws a normal sample and clamps it (no test of the values it
+    drew, which fake tensors cannot answer); outside, torch's own. For building a fake model only.
+
+    >>> from torch._subclasses.fake_tensor import FakeTensorMode
+    >>> with FakeTensorMode(), value_free_init():
+    ...     torch.nn.init.trunc_normal_(torch.empty(3, 4), std=0.02).shape
+    torch.Size([3, 4])
+    """
+    init = torch.nn.init
+    original = getattr(init, "_no_grad_trunc_normal_", None)
+    if original is None:           # another torch: nothing to replace
+        yield
+        return
+
+    def clamped(tensor: torch.Tensor, mean: float, std: float, a: float, b: float, generator: Any = None) -> Any:
+        with torch.no_grad():
+            return tensor.normal_(mean, std, generator=generator).clamp_(min=a, max=b)
+
+    init._no_grad_trunc_normal_ = clamped
+    try:
+        yield
+    finally:
+        init._no_grad_trunc_normal_ = original
 
 
 def _needs_values(e: Exception) -> FakeProfileError | None:
@@ -167,7 +196,8 @@ def fake_profile(build: Callable[[], tuple[Any, Any, Any, Callable]], gpu: str |
             **(meta or {})}
     try:
         with FakeTensorMode():
-            model, inputs, targets, loss = build()
+            with value_free_init():
+                model, inputs, targets, loss = build()
             with unpacked_sequences():
                 chain = profile_model(model, inputs, "cpu", warmup=0, repeats=1, meta=info, progress=progress,
                                       threads=None, loss=loss, target=targets, times=times)
