@@ -35,7 +35,7 @@ import pyomo.environ as pyo
 
 from workbench.model.activations import apply_policies, describe, is_keep, policy_terms
 from workbench.model.chain import Chain, Platform
-from workbench.model.plan import Plan, lower_bound, make_plan, stages_of
+from workbench.model.plan import Plan, lower_bound
 from workbench.model.tolerances import BETTER, INCUMBENT_CAP, MILP_GAP
 from workbench.planners.budget import Budget
 from workbench.planners.dp.contiguous import plan_dp
@@ -44,21 +44,17 @@ from workbench.planners.ilp.model import build_model
 from workbench.planners.ilp.options import COARSEN_ABOVE, IlpOptions
 from workbench.planners.ilp.policies import minimal_terms, read_policies
 from workbench.planners.ilp.runner import PhaseResult, Run, Verdict, run_phases
-from workbench.planners.ilp.solve import polish, solve_model
+from workbench.planners.ilp.solve import plan_from_model, polish, solve_model
 from workbench.verify.check import check
 
 __all__ = ["plan_ilp_auto"]
 
 
 def _from_model(model: pyo.ConcreteModel, chain: Chain, platform: Platform, allocation: str) -> Plan:
-    d = model._ilp
-    T = d.t_ref / pyo.value(model.u)
+    """The loaded solution as a plan of its effective chain (the policies it chose applied), its bound
+    the chain's own."""
     pol = read_policies(model)
-    assignment = [max(range(d.P), key=lambda p: pyo.value(model.x[l, p])) for l in range(d.L)]
-    runs = stages_of(assignment)
-    fwd = [pyo.value(model.tf[a]) * T for a, _ in runs]
-    bwd = [pyo.value(model.tb[b]) * T for _, b in runs]
-    plan = make_plan(apply_policies(chain, pol), platform, T, assignment, fwd, bwd, method="ilp", allocation=allocation)
+    plan = plan_from_model(model, apply_policies(chain, pol), platform, allocation=allocation)
     return plan.with_(activations=() if is_keep(pol) else pol, lower_bound=lower_bound(chain, platform))
 
 

@@ -34,13 +34,11 @@ from typing import Any, Callable, Sequence
 from workbench.model.chain import Chain, Platform
 from workbench.model.plan import Plan, infeasible_plan
 from workbench.model.plan_extra import PhaseRecord, SolveRecord, phase_record
-from workbench.planners.budget import Budget
+from workbench.planners.budget import MAY_VARY, Budget
 from workbench.planners.ilp.options import IlpOptions
 from workbench.verify.check import check
 
 __all__ = ["Verdict", "PhaseResult", "Run", "Phase", "run_phases", "finish"]
-
-MAY_VARY = "deterministic budgets: the wall-clock safety net stopped a phase; this result may vary"
 
 
 @dataclass(frozen=True)
@@ -149,6 +147,7 @@ def finish(run: Run, v: Verdict) -> Plan:
     extra: dict[str, Any] = dict(v.extra)
     if budget.deterministic:
         extra["deterministic"] = not budget.cut_short
+        extra["may_vary"] = budget.cut_short
         if budget.cut_short and run.inc is not None:
             notes.append(MAY_VARY)
     extra["solve"] = run.solve_record()
