@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import math
+import time
 
 from oracles import optimal_plan, random_instance
 from workbench.model.chain import Chain, Layer, Platform
-from workbench.planners.budget import Budget
+from workbench.planners.budget import MAY_VARY, Budget
 from workbench.planners.ilp.options import IlpOptions
 from workbench.planners.ilp.phases import solve_chain
 
@@ -44,3 +45,14 @@ def test_a_layer_that_does_not_fit_stops_at_the_first_phase():
     p = solve_chain(chain, Platform(2, memory=50, memory_model="paper"), "general", IlpOptions(), Budget())
     assert p.status == "infeasible" and _phases(p) == ["feasibility"]
     assert p.extra["least_memory_bound"] > 50 and p.extra["solve"]["found_by"] is None
+
+
+def test_a_phase_the_safety_net_stops_makes_the_plan_say_it_may_vary():
+    """Deterministic budgets whose wall-clock safety net has already passed: the local search is stopped
+    by it, and the plan says so in its notes and as ``extra["may_vary"]``."""
+    chain, plat = random_instance(0, max_layers=6, max_devices=3)
+    budget = Budget(10.0, deterministic=True, wall_end=time.perf_counter() - 1.0)
+    p = solve_chain(chain, plat, "general", IlpOptions(deterministic=True), budget)
+    calm = solve_chain(chain, plat, "general", IlpOptions(deterministic=True), Budget(10.0, deterministic=True))
+    assert p.extra["may_vary"] is True and p.extra["deterministic"] is False and p.notes[-1] == MAY_VARY
+    assert calm.extra["may_vary"] is False and MAY_VARY not in calm.notes

@@ -1,4 +1,4 @@
-"""The two searches for a least period that the planners share.
+"""The three searches for a least value that the planners share.
 
 * :func:`bisect` halves a bracket ``[lo, hi]`` of a monotone predicate (false
   at ``lo``, true at ``hi``) until it is within a relative precision; it works
@@ -10,11 +10,17 @@
   just below the incumbent (infeasible there: the incumbent is optimal up to
   the precision) and bisection; every structure found lowers the incumbent
   to its own exact period, so the result is a period actually reached.
+* :func:`least_bottleneck` is the exact version for a probe ``find(V)`` that
+  returns a structure whose value (a bottleneck over a finite set) is at most
+  V, or None: the least value is one of finitely many floats, so a probe at
+  the float just below the incumbent settles it.
 
 >>> bisect(0.0, 8.0, lambda T: T >= 3.0, rel=1e-3)[1] >= 3.0
 True
 >>> least_feasible(1.0, 100.0, lambda T: "x" if T >= 3.0 else None, lambda s: 3.0)
 Found(period=3.0, structure='x', lower=2.999999997, complete=True)
+>>> least_bottleneck("all", 9.0, lambda V: "x" if V >= 4.0 else None, lambda s: 4.0)
+(4.0, 'x')
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ import numpy as np
 
 from workbench.model.tolerances import PERIOD_SEARCH
 
-__all__ = ["bisect", "least_feasible", "Found"]
+__all__ = ["bisect", "least_feasible", "least_bottleneck", "Found"]
 
 Bound = TypeVar("Bound", float, np.ndarray)
 
@@ -131,3 +137,29 @@ def least_feasible(t0: float, hi: float, probe: Callable[[float], Any], exact: C
                 break
             hi, best = period, res
     return Found(hi, best, lo, True)
+
+
+Structure = TypeVar("Structure")
+
+
+def least_bottleneck(start: Structure, value: float, find: Callable[[float], Structure | None],
+                     value_of: Callable[[Structure], float]) -> tuple[float, Structure]:
+    """The least value of a structure and one reaching it, exactly: from ``start`` (of ``value``),
+    probes alternate the float just below the incumbent's value (nothing there: the incumbent is
+    optimal) and the middle of the bracket (nothing there: it is a lower end). ``find(V)`` is a
+    structure of value at most V or None (monotone in V); ``value_of`` a structure's own value.
+
+    >>> least_bottleneck([9], 9.0, lambda V: [int(V)] if V >= 3 else None, lambda s: float(s[0]))
+    (3.0, [3])
+    """
+    best, hi, lo, descent = start, value, 0.0, True
+    while True:
+        V = float(np.nextafter(hi, -math.inf)) if descent else 0.5 * (lo + hi)
+        found = find(V) if (descent or V > lo) else None
+        if found is None:
+            if descent:
+                return hi, best
+            lo = V
+        else:
+            best, hi = found, value_of(found)
+        descent = not descent

@@ -24,6 +24,7 @@ from workbench.experiments.settings import COMPLEXITY_FIGURES, FIGURES, SWEEP_FI
 from workbench.experiments.units import Unit, plan_units
 from workbench.io import folder_lock, remove_orphans, write_frame_atomic, write_text_atomic
 from workbench.paths import RESULTS_DIR
+from workbench.planners.budget import MAY_VARY
 
 if TYPE_CHECKING:  # the figures are drawn by workbench.viz, which reads this package's analyses
     from workbench.experiments.figures import FigureInfo
@@ -236,9 +237,8 @@ def _checks_section(report: Report) -> list[str]:
             "periodic baseline that fits; exact methods never lose from more memory.", ""]
 
 
-#: what a plan's note says when the wall-clock safety net stopped one of its deterministic phases (the note
-#: column keeps 300 characters, so the phrase may be cut: its first words are matched)
-MAY_VARY = "deterministic budgets: the wall-clock safety net stopped a phase; this result may vary"
+#: the note column keeps 300 characters, so MAY_VARY (what a plan's note says when the wall-clock safety net
+#: stopped one of its deterministic phases, planners.budget) may be cut: its first words are matched
 NOTE_CHARS = 300
 
 

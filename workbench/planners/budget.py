@@ -22,7 +22,8 @@ model's size (:func:`milp_root_seconds`), and the MILP is skipped when its share
 cover it. Nominal seconds flow as wall seconds do: a phase that stops early
 leaves its unused ticks to the next. The wall clock stays as a safety net at
 ``DETERMINISTIC_SLACK`` times the limit (plus 2 s): a phase it stops is
-recorded (:attr:`Budget.cut_short`) and the plan says its result may vary.
+recorded (:attr:`Budget.cut_short`) and the plan says its result may vary (:data:`MAY_VARY`, and
+``extra["may_vary"]``).
 
 **Progress.** ``progress`` (any callable taking a line) receives one line per
 phase; without it a budget is quiet.
@@ -44,7 +45,8 @@ from dataclasses import dataclass
 from typing import Callable
 
 __all__ = ["Budget", "WorkDeadline", "within", "charge", "milp_root_seconds", "TICKS_PER_SECOND", "CANDIDATE_TICKS",
-           "MILP_NODES_PER_SECOND", "DETERMINISTIC_SLACK", "PhaseShares", "POLISH_SECONDS", "MIN_CHILD_SECONDS"]
+           "MILP_NODES_PER_SECOND", "DETERMINISTIC_SLACK", "PhaseShares", "POLISH_SECONDS", "MIN_CHILD_SECONDS",
+           "MAY_VARY"]
 
 #: polls of the deadline per second of each search on the reference machine (benchmarks/ilp_budget.py)
 TICKS_PER_SECOND: dict[str, float] = {
@@ -63,6 +65,9 @@ DETERMINISTIC_SLACK = 3.0
 POLISH_SECONDS = 30.0
 #: the least time limit a sub-call gets (a budget needs a positive number of seconds)
 MIN_CHILD_SECONDS = 1e-3
+#: what a plan's notes say when the wall-clock safety net stopped one of its deterministic phases (the plan
+#: also records it as ``extra["may_vary"]``, workbench.model.plan_extra)
+MAY_VARY = "deterministic budgets: the wall-clock safety net stopped a phase; this result may vary"
 
 
 @dataclass(frozen=True)

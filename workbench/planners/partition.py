@@ -29,11 +29,11 @@ optimum, bit for bit the matrix DP's value) with bisection.
 
 from __future__ import annotations
 
-import math
 from typing import Sequence
 
 import numpy as np
 
+from workbench.bisection import least_bottleneck
 from workbench.model.chain import Chain, Platform
 
 __all__ = ["bounds_to_assignment", "suffix_bounds", "bottleneck_partition", "boundary_costs",
@@ -227,21 +227,5 @@ def unconstrained_period(chain: Chain, platform: Platform, c: np.ndarray | None 
     (6.0, [(0, 1), (2, 3)])
     """
     cost = _StageCost(chain, boundary_costs(chain, platform) if c is None else c)
-    P = platform.devices
-    best = [(0, len(chain) - 1)]
-    hi = cost.bottleneck(best)
-    lo = 0.0
-    descent = True
-    while True:
-        if descent:
-            V = float(np.nextafter(hi, -math.inf))
-        else:
-            V = 0.5 * (lo + hi)
-        found = cost.walk(V, P) if V > lo or descent else None
-        if found is None:
-            if descent:
-                return hi, best
-            lo = V
-        else:
-            best, hi = found, cost.bottleneck(found)
-        descent = not descent
+    start = [(0, len(chain) - 1)]
+    return least_bottleneck(start, cost.bottleneck(start), lambda V: cost.walk(V, platform.devices), cost.bottleneck)

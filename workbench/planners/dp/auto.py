@@ -318,7 +318,7 @@ def auto_on_chain(chain: Chain, platform: Platform, allowed: Sequence[tuple[int,
     v = stage_versions(chain, platform, allowed)
     links = SuffixLinks(chain, platform)
     c = links.most
-    t0 = max(unconstrained_period(chain, platform)[0], TINY)
+    t0 = max(unconstrained_period(chain, platform, links.least)[0], TINY)
     host_all = 2 * sum(platform.host_time(float(np.sum(l))) for l in policy_terms(chain, platform).offloaded[_OFF:])
     hi = (t0 + 2 * float(np.sum(chain.forward)) + float(np.sum(chain.backward)) + 2 * float(c.sum()) + host_all) * 1.01
 

@@ -70,7 +70,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from workbench.bisection import least_feasible
+from workbench.bisection import least_bottleneck, least_feasible
 from workbench.model.activations import apply_policies, describe
 from workbench.model.chain import Chain, Platform
 from workbench.model.memory import band_terms
@@ -167,20 +167,12 @@ def least_contiguous_memory(chain: Chain, platform: Platform, tables: StageTable
         J = np.arange(i, j + 1)[None, :]
         return float(band_terms(t.terms, np.array([[i]]), J).memory(np.ones(J.shape))[0, -1])
 
-    best = start
-    hi = max(stage_memory(i, j) for i, j in best)
+    def peak(bounds: list[tuple[int, int]]) -> float:
+        return max(stage_memory(i, j) for i, j in bounds)
+
+    hi = peak(start)
     blocks = _one_in_flight(t, t.memory_ends(hi * (1 + FLOOR_MARGIN), np.ones(L)))
-    lo, descent = 0.0, True
-    while True:
-        V = float(np.nextafter(hi, -math.inf)) if descent else 0.5 * (lo + hi)
-        found = _fewest_stages(blocks, L, P, V) if (descent or V > lo) else None
-        if found is None:
-            if descent:
-                return hi, best
-            lo = V
-        else:
-            best, hi = found, max(stage_memory(i, j) for i, j in found)
-        descent = not descent
+    return least_bottleneck(start, hi, lambda V: _fewest_stages(blocks, L, P, V), peak)
 
 
 # ----------------------------------------------------------------------------

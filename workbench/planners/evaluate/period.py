@@ -28,7 +28,13 @@ from workbench.bisection import bisect
 from workbench.model.chain import Chain, Platform
 from workbench.model.tolerances import PERIOD_SEARCH
 from workbench.planners.budget import charge
-from workbench.planners.evaluate.allocation import allocation_of, contiguous_period, contiguous_schedule, paths_fit
+from workbench.planners.evaluate.allocation import (
+    Allocation,
+    allocation_of,
+    contiguous_period,
+    contiguous_schedule,
+    paths_fit,
+)
 from workbench.planners.evaluate.orders import general_period
 
 __all__ = ["allocation_period", "allocation_best", "path_period", "normalise"]
@@ -60,13 +66,18 @@ def allocation_period(chain: Chain, platform: Platform, assignment: Sequence[int
     """
     al = allocation_of(chain, platform, assignment)
     if al.contiguous and not exact_general:
-        r = contiguous_period(al, platform)
-        if r is None:
-            return None
-        T, ks = r
-        f, b = contiguous_schedule(al, T, ks)
-        return T, f, b
+        return _contiguous(al, platform)
     return general_period(al, platform, math.inf)
+
+
+def _contiguous(al: Allocation, platform: Platform) -> tuple[float, list[float], list[float]] | None:
+    """The closed form of a contiguous-style allocation: its least period and start times, or None."""
+    r = contiguous_period(al, platform)
+    if r is None:
+        return None
+    T, ks = r
+    f, b = contiguous_schedule(al, T, ks)
+    return T, f, b
 
 
 def allocation_best(chain: Chain, platform: Platform, assignment: Sequence[int], upper: float = math.inf,
@@ -77,7 +88,7 @@ def allocation_best(chain: Chain, platform: Platform, assignment: Sequence[int],
     charge(deadline)
     al = allocation_of(chain, platform, assignment)
     if al.contiguous:
-        r = allocation_period(chain, platform, assignment)
+        r = _contiguous(al, platform)
         return r if (r is not None and r[0] < upper) else None
     return general_period(al, platform, upper, deadline)
 

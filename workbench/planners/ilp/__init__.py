@@ -1,10 +1,11 @@
 """``ilp``: the plan ILP (Pyomo + HiGHS), contiguous or general, and the searches around it.
 
 Reading order (docs/model.md, "Planners"): :func:`plan_ilp` (:mod:`~workbench.planners.ilp.planner`, the
-dispatch) takes :class:`IlpOptions` (:mod:`~workbench.planners.ilp.options`) and runs the phases of
-:mod:`~workbench.planners.ilp.phases` (feasibility, incumbent, stage bound, search, cover, MILP) over the
-model of :mod:`~workbench.planners.ilp.model` (one function per constraint family), solved and read back
-by :mod:`~workbench.planners.ilp.solve`. Around it: the bounds (:mod:`~workbench.planners.ilp.bounds`,
+dispatch) takes :class:`IlpOptions` (:mod:`~workbench.planners.ilp.options`) and runs, with the one phase
+runner of :mod:`~workbench.planners.ilp.runner`, the phases of :mod:`~workbench.planners.ilp.phases`
+(feasibility, incumbent, stage bound, search, cover, MILP) over the model of
+:mod:`~workbench.planners.ilp.model` (one function per constraint family), solved and read back by
+:mod:`~workbench.planners.ilp.solve`. Around it: the bounds (:mod:`~workbench.planners.ilp.bounds`,
 :mod:`~workbench.planners.ilp.stage_bound`), the searches (:mod:`~workbench.planners.ilp.search`,
 :mod:`~workbench.planners.ilp.cover`), long chains on blocks (:mod:`~workbench.planners.ilp.coarsen`,
 :mod:`~workbench.planners.ilp.coarse`) and activation policies (:mod:`~workbench.planners.ilp.policies`,

@@ -3,7 +3,8 @@
 Real networks have 40 to 1,000 layers; :func:`plan_coarse` cuts the chain
 into blocks (:func:`workbench.planners.ilp.coarsen.block_groups`), solves the ILP
 on the blocks (:func:`workbench.planners.ilp.phases.solve_chain`) and expands
-the plan to the layers. Its phases, recorded in ``extra["solve"]``:
+the plan to the layers. Its phases (run by :func:`workbench.planners.ilp.runner.run_phases`; each
+takes the incumbent when its plan is better), recorded in ``extra["solve"]``:
 
 1. ``incumbent``: the exact contiguous DP on the layers (always run; its plan
    is a candidate, and its cuts are kept as block boundaries so it stays
@@ -18,7 +19,9 @@ the plan to the layers. Its phases, recorded in ``extra["solve"]``:
 5. ``fine_bound``: a lower bound on the layers (the chain's, the per-layer
    memory bound :func:`workbench.planners.ilp.bounds.memory_period_bound` and
    the stage-path bound :func:`workbench.planners.ilp.stage_bound.stage_path_bound`;
-   for contiguous allocations the exact DP's period).
+   for contiguous allocations the exact DP's period);
+6. no phase of its own (:func:`coarse_verdict`): the incumbent's status and its gap
+   against the fine bound.
 
 Their shares of a time limit are :class:`workbench.planners.budget.PhaseShares`
 (general on 16 blocks or more: the block ILP until 20 % of the limit, the
@@ -38,12 +41,12 @@ it includes what coarsening may have cost.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any, Sequence
 
 from workbench.model.chain import Chain, Platform
-from workbench.model.plan import Plan, infeasible_plan, lower_bound, stages_of
-from workbench.model.plan_extra import PhaseRecord, SolveRecord, phase_record
+from workbench.model.plan import Plan, lower_bound, stages_of
 from workbench.model.tolerances import MILP_GAP
 from workbench.planners.budget import Budget
 from workbench.planners.dp.contiguous import plan_dp
@@ -51,6 +54,7 @@ from workbench.planners.ilp.bounds import memory_period_bound
 from workbench.planners.ilp.coarsen import block_groups, expand_plan
 from workbench.planners.ilp.options import IlpOptions
 from workbench.planners.ilp.phases import solve_chain
+from workbench.planners.ilp.runner import PhaseResult, Run, Verdict, run_phases
 from workbench.planners.ilp.search import guided_search
 from workbench.planners.ilp.stage_bound import stage_path_bound
 from workbench.verify.check import check
@@ -58,16 +62,23 @@ from workbench.verify.check import check
 __all__ = ["plan_coarse"]
 
 
-class _Phases:
-    """The phases' records: each timed from the end of the previous one."""
+@dataclass
+class _Blocks:
+    """What the phases of a coarsened solve share: the blocks, the fine DP's plan and cuts, the block
+    solves' options, whether general plans are refined (and the blocks halved), and ``extra``, the
+    fields the plan reports (``blocks``, ``groups``, ``coarse_period``, ...)."""
 
-    def __init__(self, budget: Budget) -> None:
-        self.budget, self.records, self._t = budget, [], budget.elapsed()
-
-    def done(self, phase: str, period: float | None, bound: float | None, outcome: str) -> None:
-        now = self.budget.elapsed()
-        self.records.append(phase_record(phase, now - self._t, period, bound, outcome))
-        self._t = now
+    count: int
+    given: list[tuple[int, int]] | None
+    required: list[int]
+    fine_dp: Plan | None
+    opts: IlpOptions
+    refine: bool
+    groups: list[tuple[int, int]] = field(default_factory=list)
+    halve: bool = False
+    cplan: Plan | None = None
+    source: str = ""       #: where the incumbent comes from, in words
+    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def plan_coarse(chain: Chain, platform: Platform, *, blocks: int = 32, allocation: str = "contiguous",
@@ -81,7 +92,6 @@ def plan_coarse(chain: Chain, platform: Platform, *, blocks: int = 32, allocatio
     DP's plan of ``chain`` if already known."""
     opts = replace(options, **ilp_options) if options is not None else IlpOptions.of(**ilp_options)
     budget = budget or Budget(time_limit, deterministic=opts.deterministic, progress=opts.progress)
-    shares = opts.shares
     if fine_dp is None:
         budget.say(f"ilp: {len(chain)} layers: the exact contiguous DP on them")
         fine_dp = plan_dp(chain, platform, graph=False)
@@ -89,53 +99,58 @@ def plan_coarse(chain: Chain, platform: Platform, *, blocks: int = 32, allocatio
         fine_dp = None
     req = [b for _, b in stages_of(fine_dp.assignment)][:-1] if fine_dp is not None else []
     budget = budget.child(prefix="")  # the phases' shares are of what the fine DP left
-    rec = _Phases(budget)
-    rec.done("incumbent", fine_dp.period if fine_dp else None, None,
-             "the exact contiguous DP on the layers" if fine_dp else "no contiguous plan fits")
-    groups = list(groups) if groups is not None else block_groups(chain, blocks, platform, required=req)
     # the block solves: every option as given but the warm start (the DP's, on the blocks) and the
     # search options (their defaults)
     block_opts = IlpOptions(rel_gap=opts.rel_gap, threads=opts.threads, log=opts.log, warm_start=bool(opts.warm_start),
-                            pairwise=opts.pairwise, solver_options=opts.solver_options, shares=shares)
+                            pairwise=opts.pairwise, solver_options=opts.solver_options, shares=opts.shares)
     refine = allocation == "general" and platform.devices > 1
-    halve = refine and len(groups) >= 16
-    block_end = (shares.block_until if halve else shares.block_alone_until) if refine else shares.refine_until
+    run = Run(chain, platform, allocation, opts, budget)
+    state = _Blocks(blocks, list(groups) if groups is not None else None, req, fine_dp, block_opts, refine)
+    return run_phases(run, [partial(phase, blocks=state) for phase in (
+        fine_dp_phase, block_ilp_phase, half_blocks_phase, guided_search_phase, fine_bound_phase, coarse_verdict)])
+
+
+# ----------------------------------------------------------------------------
+# the phases
+# ----------------------------------------------------------------------------
+def fine_dp_phase(run: Run, blocks: _Blocks) -> PhaseResult:
+    """The exact contiguous DP on the layers (computed before the phases' budget): the first incumbent."""
+    dp = blocks.fine_dp
+    blocks.source = "fine DP (exact contiguous)"
+    return run.result("incumbent", dp, None,
+                      "the exact contiguous DP on the layers" if dp else "no contiguous plan fits")
+
+
+def block_ilp_phase(run: Run, blocks: _Blocks) -> PhaseResult:
+    """The ILP on the blocks (the fine DP's cuts kept as block boundaries), expanded to the layers: the
+    incumbent unless the fine DP's plan is better."""
+    chain, platform, budget, shares = run.chain, run.platform, run.budget, run.opts.shares
+    groups = blocks.given if blocks.given is not None else block_groups(chain, blocks.count, platform,
+                                                                         required=blocks.required)
+    blocks.groups = groups
+    blocks.halve = blocks.refine and len(groups) >= 16
+    block_end = (shares.block_until if blocks.halve else shares.block_alone_until) if blocks.refine \
+        else shares.refine_until
     cplan = _block_ilp(chain, platform, groups, budget.child(until=block_end, prefix=f"{len(groups)} blocks: "),
-                       allocation, block_opts)
+                       run.allocation, blocks.opts)
+    blocks.cplan = cplan
     coarse = chain.coarsen(groups)
     comp = coarse.forward + coarse.backward
-    extra: dict[str, Any] = {
+    blocks.extra.update({
         "blocks": len(groups), "groups": [list(g) for g in groups],
         "coarse_period": cplan.period if cplan.feasible else None, "coarse_status": cplan.status,
         "coarse_gap": cplan.gap, "largest_block": float(comp.max()),
-    }
-    cand: list[tuple[Plan, str, str]] = []      # (plan, where it comes from, the phase that found it)
+    })
+    inc = run.inc
     if cplan.feasible:
         fp = expand_plan(cplan, chain, platform, groups)
         bad = check(fp, chain, platform)
         if not bad:
-            cand.append((fp, f"ILP on {len(groups)} blocks, expanded", "block_ilp"))
+            if inc is None or fp.period <= inc.period:     # a tie goes to the block plan
+                inc, blocks.source = fp, f"ILP on {len(groups)} blocks, expanded"
         else:
-            extra["expanded_rejected"] = str(bad[0])
-    rec.done("block_ilp", cplan.period if cplan.feasible else None, None, f"{cplan.status} on {len(groups)} blocks")
-    if fine_dp is not None:
-        cand.append((fine_dp, "fine DP (exact contiguous)", "incumbent"))
-    if halve:
-        _half_blocks(chain, platform, groups, req, budget, allocation, block_opts, cand, extra)
-        rec.done("half_blocks", extra["half_blocks"]["period"], None,
-                 f"{extra['half_blocks']['status']} on {extra['half_blocks']['blocks']} blocks")
-    if refine and cand:
-        improved = _guided(chain, platform, budget, shares, cand)
-        rec.done("guided_search", min(p.period for p, _, _ in cand), None,
-                 "improved the best plan" if improved else "nothing better")
-    best_known = min((p.period for p, _, _ in cand), default=None)
-    fine_bound = _fine_bound(chain, platform, best_known, budget)
-    rec.done("fine_bound", best_known, fine_bound, f"bound {fine_bound:.6g} s on the {len(chain)} layers")
-    if allocation == "contiguous" and fine_dp is not None:
-        fine_bound = fine_dp.period
-    extra["fine_lower_bound"] = fine_bound
-    return _coarse_result(chain, platform, cand, cplan, groups, fine_dp, fine_bound, allocation, extra, budget,
-                          rec.records)
+            blocks.extra["expanded_rejected"] = str(bad[0])
+    return run.result("block_ilp", inc, None, f"{cplan.status} on {len(groups)} blocks")
 
 
 def _block_ilp(chain: Chain, platform: Platform, groups: list[tuple[int, int]], budget: Budget, allocation: str,
@@ -145,25 +160,32 @@ def _block_ilp(chain: Chain, platform: Platform, groups: list[tuple[int, int]], 
     return solve_chain(chain.coarsen(groups), platform, allocation, opts, budget)
 
 
-def _half_blocks(chain: Chain, platform: Platform, groups: list[tuple[int, int]], req: list[int], budget: Budget,
-                 allocation: str, opts: IlpOptions, cand: list, extra: dict) -> None:
-    """The solve on half as many blocks; its expanded plan joins the candidates."""
-    shares = opts.shares
-    hg = block_groups(chain, len(groups) // 2, platform, required=req)
-    hplan = _block_ilp(chain, platform, hg, budget.child(until=shares.half_blocks_until,
-                                                         default=shares.half_blocks_seconds,
-                                                         prefix=f"{len(hg)} blocks: "), allocation, opts)
-    extra["half_blocks"] = {"blocks": len(hg), "status": hplan.status,
-                            "period": hplan.period if hplan.feasible else None}
+def half_blocks_phase(run: Run, blocks: _Blocks) -> PhaseResult | None:
+    """General plans on 16 blocks or more: the same solve on half as many blocks (where the cover
+    search is often exact); its expanded plan becomes the incumbent if better."""
+    if not blocks.halve:
+        return None
+    chain, platform, shares = run.chain, run.platform, run.opts.shares
+    hg = block_groups(chain, len(blocks.groups) // 2, platform, required=blocks.required)
+    hplan = _block_ilp(chain, platform, hg, run.budget.child(until=shares.half_blocks_until,
+                                                             default=shares.half_blocks_seconds,
+                                                             prefix=f"{len(hg)} blocks: "), run.allocation, blocks.opts)
+    blocks.extra["half_blocks"] = {"blocks": len(hg), "status": hplan.status,
+                                   "period": hplan.period if hplan.feasible else None}
+    inc = run.inc
     if hplan.feasible:
         hp = expand_plan(hplan, chain, platform, hg)
-        if not check(hp, chain, platform):
-            cand.append((hp, f"ILP on {len(hg)} blocks ({hplan.status}), expanded", "half_blocks"))
+        if not check(hp, chain, platform) and (inc is None or hp.period < inc.period):
+            inc, blocks.source = hp, f"ILP on {len(hg)} blocks ({hplan.status}), expanded"
+    return run.result("half_blocks", inc, None, f"{hplan.status} on {len(hg)} blocks")
 
 
-def _guided(chain: Chain, platform: Platform, budget: Budget, shares, cand: list) -> bool:
-    """The guided search on the layers from the best candidate; whether it found a better plan."""
-    start, how, _ = min(cand, key=lambda c: c[0].period)
+def guided_search_phase(run: Run, blocks: _Blocks) -> PhaseResult | None:
+    """General plans: the guided search on the layers from the incumbent."""
+    start = run.inc
+    if not blocks.refine or start is None:
+        return None
+    chain, platform, budget, shares = run.chain, run.platform, run.budget, run.opts.shares
     secs = budget.phase_seconds(until=shares.refine_until, default=shares.refine_seconds)
     budget.say(f"ilp: guided search on the {len(chain)} layers from {start.period:.6g} s, {budget.describe(secs)}")
     better = guided_search(chain, platform, start,
@@ -171,47 +193,43 @@ def _guided(chain: Chain, platform: Platform, budget: Budget, shares, cand: list
                                                     default=shares.refine_seconds),
                            max_stages=2 * platform.devices, kicks=None if budget.limited else shares.stale_kicks)
     if better is not start and better.period < start.period and not check(better, chain, platform):
-        cand.append((better, f"{how}, then a local search on the {len(chain)} layers", "guided_search"))
-        return True
-    return False
+        blocks.source = f"{blocks.source}, then a local search on the {len(chain)} layers"
+        return run.result("guided_search", better, None, "improved the best plan")
+    return run.result("guided_search", start, None, "nothing better")
 
 
-def _fine_bound(chain: Chain, platform: Platform, best_known: float | None, budget: Budget) -> float:
+def fine_bound_phase(run: Run, blocks: _Blocks) -> PhaseResult:
     """A lower bound for the fine chain: the best of the chain's, the per-layer memory one and the
-    stage-path one (cut short, and weaker, when the time is up)."""
+    stage-path one (cut short, and weaker, when the time is up); for contiguous allocations the
+    exact DP's period. Without a plan it bounds nothing the run returns."""
+    chain, platform, budget = run.chain, run.platform, run.budget
+    best_known = run.inc.period if run.inc is not None else None
     budget.say(f"ilp: lower bound on the {len(chain)} layers, {budget.describe(budget.phase_seconds())}")
     deadline = budget.deadline(search="bound")
-    return max(lower_bound(chain, platform), memory_period_bound(chain, platform),
-               stage_path_bound(chain, platform, best_known, deadline=deadline))
+    bound = max(lower_bound(chain, platform), memory_period_bound(chain, platform),
+                stage_path_bound(chain, platform, best_known, deadline=deadline))
+    fine = blocks.fine_dp.period if run.allocation == "contiguous" and blocks.fine_dp is not None else bound
+    blocks.extra["fine_lower_bound"] = fine
+    return run.result("fine_bound", run.inc, fine if run.inc is not None else None,
+                      f"bound {bound:.6g} s on the {len(chain)} layers", shown_bound=bound)
 
 
-def _coarse_result(chain: Chain, platform: Platform, cand: list[tuple[Plan, str, str]], cplan: Plan,
-                   groups: list[tuple[int, int]], fine_dp: Plan | None, fine_bound: float, allocation: str,
-                   extra: dict[str, Any], budget: Budget, records: list[PhaseRecord]) -> Plan:
-    """The best candidate as the ILP's plan, its gap against the fine bound."""
-    seconds = budget.elapsed()
-    if budget.deterministic:
-        extra["deterministic"] = not budget.cut_short
-    if not cand:
-        extra["solve"] = SolveRecord(phases=records, found_by=None, bound_by=None)
+def coarse_verdict(run: Run, blocks: _Blocks) -> Verdict:
+    """The incumbent's status and gap against the fine bound (the contiguous DP's plan is optimal)."""
+    cplan, groups, extra = blocks.cplan, blocks.groups, blocks.extra
+    if run.inc is None:
         why = cplan.notes[0] if cplan.notes else "no plan found"
-        p = infeasible_plan(chain, platform, "ilp", f"on {len(groups)} blocks: {why}", allocation=allocation,
-                            solve_seconds=seconds, extra=extra)
-        return p.with_(status=cplan.status if cplan.status == "timeout" else "infeasible")
-    best, src, phase = min(cand, key=lambda c: c[0].period)
+        return Verdict(cplan.status if cplan.status == "timeout" else "infeasible",
+                       notes=(f"on {len(groups)} blocks: {why}",), extra=extra)
+    best, fine_bound = run.inc, extra["fine_lower_bound"]
     gap = max(0.0, (best.period - fine_bound) / best.period)
     bound_by = "fine_bound"
-    if allocation == "contiguous" and best is fine_dp:
+    if run.allocation == "contiguous" and best is blocks.fine_dp:
         status, gap, bound_by = "optimal", 0.0, "incumbent"
     elif gap <= MILP_GAP:
         status = "optimal"
     else:
         status = "timeout" if cplan.status == "timeout" else "feasible"
-    extra["solve"] = SolveRecord(phases=records, found_by=phase, bound_by=bound_by)
-    notes = (f"coarsened to {len(groups)} blocks; plan from the {src}; gap against the fine lower bound "
-             f"{fine_bound:.6g} s (coarse ILP: {cplan.status}, period {cplan.period:.6g} s)",)
-    if budget.deterministic and budget.cut_short:
-        notes += ("deterministic budgets: the wall-clock safety net stopped a phase; this result may vary",)
-    budget.say(f"ilp: {status}, period {best.period:.6g} s, gap {gap:.1%} to the fine bound ({seconds:.1f} s)")
-    return best.with_(method="ilp", allocation=allocation, status=status, gap=gap, solve_seconds=seconds,
-                      notes=tuple(best.notes) + notes, extra={**best.extra, **extra})
+    note = (f"coarsened to {len(groups)} blocks; plan from the {blocks.source}; gap against the fine lower bound "
+            f"{fine_bound:.6g} s (coarse ILP: {cplan.status}, period {cplan.period:.6g} s)")
+    return Verdict(status, gap, (note,), extra, bound_by=bound_by, against=" to the fine bound")

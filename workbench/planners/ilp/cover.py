@@ -67,7 +67,7 @@ from workbench import bisection
 from workbench.model.chain import Chain, Platform
 from workbench.model.memory import layer_terms, linear_terms
 from workbench.model.plan import lower_bound
-from workbench.model.tolerances import BETTER, CEIL_SLACK, COVER_SLACK, SET_THRESHOLD_SEARCH, TINY
+from workbench.model.tolerances import BETTER, COVER_SLACK, SET_THRESHOLD_SEARCH, TINY, ceil_count, ceil_counts
 from workbench.planners.evaluate.period import allocation_best, normalise
 from workbench.planners.ilp.bounds import chain_arrays
 
@@ -162,7 +162,7 @@ class DeviceSets:
         _, runs, w0 = self.runs(mask)
         need = w0
         for d, j, asum in runs:
-            need += max(1.0, math.ceil((d + cs[j]) / T * (1 - CEIL_SLACK))) * asum
+            need += ceil_count((d + cs[j]) / T) * asum
         return need <= self.memory * (1 + COVER_SLACK)
 
     def allocation_fits(self, parts: list[int], T: float) -> bool:
@@ -246,7 +246,7 @@ def _thresholds(masks: np.ndarray, loads: np.ndarray, down, c, a, w0, memory: fl
                  + device_const)
 
         def need(T: np.ndarray) -> np.ndarray:
-            k = np.maximum(1.0, np.ceil(win / T[:, None] * (1 - CEIL_SLACK)))
+            k = ceil_counts(win / T[:, None])
             return (np.where(B, k, 0.0) * A).sum(axis=1) + const
 
         cap = memory * (1 + COVER_SLACK)
@@ -294,7 +294,7 @@ def device_sets(chain: Chain, platform: Platform, t_max: float, *, limit: int = 
 
 def _least_memory(ds: DeviceSets, T: float) -> np.ndarray:
     """Per layer, memory it needs whatever its stage (k >= ceil(D_l / T))."""
-    return np.maximum(1.0, np.ceil(ds.down / T * (1 - CEIL_SLACK))) * ds.a + ds.w0
+    return ceil_counts(ds.down / T) * ds.a + ds.w0
 
 
 class _Deadline(Exception):

@@ -1,4 +1,4 @@
-"""The ILP on one chain, as a sequence of phases: each returns (plan, bound, record).
+"""The ILP on one chain (activations kept), as a list of phases for :mod:`workbench.planners.ilp.runner`.
 
 :func:`solve_chain` runs, in this order (docs/model.md, "Planners"):
 
@@ -12,7 +12,7 @@
    (:func:`workbench.planners.ilp.stage_bound.stage_path_bound`);
 4. general allocations: ``local_search`` from the incumbent
    (:func:`workbench.planners.ilp.search.local_search`); if the incumbent
-   then meets the bound it is optimal;
+   then meets the bound it is optimal (:func:`settled_by_bound`);
 5. general allocations: ``cover``, the exact cover search
    (:func:`workbench.planners.ilp.cover.cover_search`), which raises the bound,
    may improve the incumbent and often proves it optimal;
@@ -20,11 +20,11 @@
    polished (integers fixed, the LP re-solved) and re-checked, or skipped
    when too little time is left.
 
-Each phase returns a :class:`PhaseResult`: the incumbent and the proven
-bound after it, a :class:`~workbench.model.plan_extra.PhaseRecord`, and, when it
-settles the answer, a :class:`Verdict`. The plan records every phase, the
-phase whose plan it is (``found_by``) and the one that proved its bound
-(``bound_by``) in ``extra["solve"]`` (:class:`~workbench.model.plan_extra.SolveRecord`).
+Each phase returns a :class:`~workbench.planners.ilp.runner.PhaseResult`: the incumbent and the
+proven bound after it, a :class:`~workbench.model.plan_extra.PhaseRecord`, and, when it settles
+the answer, a :class:`~workbench.planners.ilp.runner.Verdict`; a phase that does not apply returns
+None. The plan records every phase, the phase whose plan it is (``found_by``) and the one that
+proved its bound (``bound_by``) in ``extra["solve"]`` (:class:`~workbench.model.plan_extra.SolveRecord`).
 
 >>> from workbench.model.chain import Chain, Layer, Platform
 >>> from workbench.planners.budget import Budget
@@ -38,14 +38,12 @@ phase whose plan it is (``found_by``) and the one that proved its bound
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from typing import Any
+from functools import partial
 
 import pyomo.environ as pyo
 
 from workbench.model.chain import Chain, Platform
-from workbench.model.plan import Plan, infeasible_plan, make_plan
-from workbench.model.plan_extra import PhaseRecord, SolveRecord, phase_record
+from workbench.model.plan import Plan, make_plan
 from workbench.model.tolerances import BETTER, INCUMBENT_CAP, REL_TOL
 from workbench.planners.budget import Budget, milp_root_seconds
 from workbench.planners.dp.contiguous import plan_dp
@@ -53,91 +51,19 @@ from workbench.planners.ilp.bounds import least_memory_bound
 from workbench.planners.ilp.cover import TooManySets, cover_search
 from workbench.planners.ilp.model import build_model
 from workbench.planners.ilp.options import IlpOptions
+from workbench.planners.ilp.runner import PhaseResult, Run, Verdict, run_phases
 from workbench.planners.ilp.search import local_search
 from workbench.planners.ilp.solve import MilpProgress, plan_from_model, polish, solve_model
 from workbench.planners.ilp.stage_bound import stage_path_bound
 from workbench.verify.check import check
 
-__all__ = ["solve_chain", "PhaseResult", "Verdict", "finish"]
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """How a phase settles the answer: the status and gap of the incumbent (or, without one, why not),
-    notes to add, extra fields, and the phase that proved the bound (None: the run's)."""
-
-    status: str
-    gap: float = 0.0
-    notes: tuple[str, ...] = ()
-    extra: dict[str, Any] = field(default_factory=dict)
-    bound_by: str | None = None
-
-
-@dataclass(frozen=True)
-class PhaseResult:
-    """What a phase leaves: the incumbent, the proven bound, its record, and a verdict if it settles."""
-
-    plan: Plan | None
-    bound: float
-    record: PhaseRecord
-    verdict: Verdict | None = None
-
-
-class _Run:
-    """One solve: the instance, options and budget, the incumbent, bound, notes and records so far."""
-
-    def __init__(self, chain: Chain, platform: Platform, allocation: str, opts: IlpOptions, budget: Budget) -> None:
-        self.chain, self.platform, self.allocation, self.opts, self.budget = chain, platform, allocation, opts, budget
-        self.general = allocation == "general" and platform.devices > 1
-        self.inc: Plan | None = None
-        self.bound = 0.0
-        self.notes: list[str] = []
-        self.records: list[PhaseRecord] = []
-        self.found_by: str | None = None
-        self.bound_by: str | None = None
-        self.need, self.why = 0.0, ""
-        self._t = budget.elapsed()
-
-    def result(self, phase: str, plan: Plan | None, bound: float, outcome: str,
-               verdict: Verdict | None = None) -> PhaseResult:
-        """A phase's result, its record timed since the previous phase ended."""
-        now = self.budget.elapsed()
-        rec = phase_record(phase, now - self._t, plan.period if plan is not None else None, bound, outcome)
-        self._t = now
-        return PhaseResult(plan, bound, rec, verdict)
-
-    def apply(self, res: PhaseResult) -> Verdict | None:
-        """Take in a phase's result: a different plan becomes the incumbent (found by that phase), a
-        higher bound the bound (proved by it)."""
-        self.records.append(res.record)
-        phase = res.record["phase"]
-        if res.plan is not None and res.plan is not self.inc:
-            self.inc, self.found_by = res.plan, phase
-        if res.bound > self.bound:
-            self.bound, self.bound_by = res.bound, phase
-        if res.verdict is not None and res.verdict.bound_by is not None:
-            self.bound_by = res.verdict.bound_by
-        return res.verdict
-
-    def meets_bound(self) -> bool:
-        return self.inc is not None and self.inc.period <= self.bound * (1 + self.opts.rel_gap)
-
-    def incumbent_note(self) -> str:
-        return f"incumbent {self.inc.method} ({self.inc.allocation}) period {self.inc.period:.6g} s"
-
-    def solve_record(self) -> SolveRecord:
-        return SolveRecord(phases=list(self.records), found_by=self.found_by if self.inc is not None else None,
-                           bound_by=self.bound_by)
-
-
-def _valid(plan: Plan, run: _Run) -> bool:
-    return plan.feasible and not check(plan, run.chain, run.platform)
+__all__ = ["solve_chain"]
 
 
 # ----------------------------------------------------------------------------
 # the phases
 # ----------------------------------------------------------------------------
-def feasibility_phase(run: _Run) -> PhaseResult:
+def feasibility_phase(run: Run) -> PhaseResult:
     """A bound on the memory any plan needs (every k = 1): above the limit, nothing fits."""
     run.need, run.why = need, why = least_memory_bound(run.chain, run.platform)
     if need > run.platform.memory * (1 + REL_TOL):
@@ -147,13 +73,13 @@ def feasibility_phase(run: _Run) -> PhaseResult:
     return run.result("feasibility", None, 0.0, "memory allows a plan")
 
 
-def incumbent_phase(run: _Run, fine_dp: Plan | None) -> PhaseResult:
+def incumbent_phase(run: Run, fine_dp: Plan | None) -> PhaseResult:
     """The exact contiguous DP's plan (``fine_dp``: already computed), or a valid warm start if better."""
     ws = run.opts.warm_start
     dp = None
     if ws:
         p = fine_dp if fine_dp is not None else plan_dp(run.chain, run.platform, graph=False)
-        dp = p if _valid(p, run) else None
+        dp = p if run.valid(p) else None
     inc = dp
     if isinstance(ws, Plan):
         given = ws.with_(memory_limit=run.platform.memory)
@@ -165,7 +91,15 @@ def incumbent_phase(run: _Run, fine_dp: Plan | None) -> PhaseResult:
     return run.result("incumbent", inc, 0.0, f"{what}: period {inc.period:.6g} s")
 
 
-def stage_bound_phase(run: _Run) -> PhaseResult:
+def settled_by_bound(run: Run) -> Verdict | None:
+    """No phase of its own: when the incumbent meets the bound it is optimal."""
+    if not run.meets_bound():
+        return None
+    run.notes.append(run.incumbent_note())
+    return Verdict("optimal", 0.0, ("incumbent meets the lower bound",))
+
+
+def stage_bound_phase(run: Run) -> PhaseResult:
     """The stage-path lower bound (capped by the incumbent's period)."""
     lb = stage_path_bound(run.chain, run.platform, run.inc.period if run.inc is not None else None)
     if run.inc is not None:
@@ -174,8 +108,10 @@ def stage_bound_phase(run: _Run) -> PhaseResult:
     return run.result("stage_bound", run.inc, lb, f"bound {lb:.6g} s")
 
 
-def local_search_phase(run: _Run) -> PhaseResult:
+def local_search_phase(run: Run) -> PhaseResult | None:
     """General mode: improve the incumbent by local search (``shares.local_search`` of what is left at most)."""
+    if not (run.general and run.inc is not None and run.opts.search_seconds):
+        return None
     budget, secs_opt, share = run.budget, run.opts.search_seconds, run.opts.shares.local_search
     inc = run.inc
     secs = min(secs_opt, budget.phase_seconds(share, default=secs_opt) or 0.0)
@@ -189,8 +125,10 @@ def local_search_phase(run: _Run) -> PhaseResult:
     return run.result("local_search", inc, run.bound, "nothing better")
 
 
-def cover_phase(run: _Run) -> PhaseResult:
+def cover_phase(run: Run) -> PhaseResult | None:
     """General mode: the exact cover search; it may prove the incumbent optimal."""
+    if not (run.general and run.opts.cover and run.inc is not None):
+        return None
     budget, inc, lb = run.budget, run.inc, run.bound
     budget.say(f"ilp: cover search, {budget.describe(budget.phase_seconds(run.opts.cover_share))}")
     deadline = budget.deadline(run.opts.cover_share, "cover")
@@ -226,10 +164,12 @@ def cover_phase(run: _Run) -> PhaseResult:
     return run.result("cover", inc, lb, f"{outcome}; bound {lb:.6g} s")
 
 
-def milp_phase(run: _Run) -> PhaseResult:
+def milp_phase(run: Run) -> PhaseResult:
     """Build and solve the MILP (bounded by the incumbent), polish and re-check its solution; with too
     little time left, the incumbent and its gap to the bound."""
     budget, opts, inc, lb = run.budget, run.opts, run.inc, run.bound
+    if inc is not None:
+        run.notes.append(run.incumbent_note())
     shares = opts.shares   # the time shares: workbench.planners.budget.PhaseShares
     if budget.limited and not budget.deterministic and budget.left() < shares.milp_min_seconds:
         return _skip_milp(run, f"MILP skipped: {budget.left():.2f} s of the time limit left")
@@ -271,7 +211,7 @@ def milp_phase(run: _Run) -> PhaseResult:
     return _milp_verdict(run, found, bound_T, tc, build_s, getattr(model, "_ilp_excess_bounded", False))
 
 
-def _milp_verdict(run: _Run, found: Plan | None, bound_T: float, tc: str, build_s: float,
+def _milp_verdict(run: Run, found: Plan | None, bound_T: float, tc: str, build_s: float,
                   excess_bounded: bool) -> PhaseResult:
     """The MILP phase's result: the better of its plan and the incumbent, status and gap. ``excess_bounded``:
     the model bounds each device's transient memory from above (its proofs hold for that bound only)."""
@@ -314,7 +254,7 @@ def _milp_verdict(run: _Run, found: Plan | None, bound_T: float, tc: str, build_
                       Verdict(status, gap, tuple(notes), {"termination": tc}, bound_by=bound_by))
 
 
-def _skip_milp(run: _Run, why: str) -> PhaseResult:
+def _skip_milp(run: Run, why: str) -> PhaseResult:
     """The result without the MILP: the incumbent and its gap to the bound (a time-out without one)."""
     run.budget.say(f"ilp: {why}")
     inc, lb = run.inc, run.bound
@@ -332,42 +272,6 @@ def solve_chain(chain: Chain, platform: Platform, allocation: str, opts: IlpOpti
                 fine_dp: Plan | None = None) -> Plan:
     """The ILP's plan for ``chain`` as it is (no coarsening, no re-ordering): the phases of the module
     docstring, in order, until one settles the answer. ``fine_dp``: the DP's plan if already known."""
-    run = _Run(chain, platform, allocation, opts, budget)
-    if (v := run.apply(feasibility_phase(run))) is not None:
-        return finish(run, v)
-    run.apply(incumbent_phase(run, fine_dp))
-    run.apply(stage_bound_phase(run))
-    if run.general and run.inc is not None and opts.search_seconds:
-        run.apply(local_search_phase(run))
-    if run.meets_bound():
-        run.notes.append(run.incumbent_note())
-        return finish(run, Verdict("optimal", 0.0, ("incumbent meets the lower bound",)))
-    if run.general and opts.cover and run.inc is not None:
-        if (v := run.apply(cover_phase(run))) is not None:
-            return finish(run, v)
-    if run.inc is not None:
-        run.notes.append(run.incumbent_note())
-    return finish(run, run.apply(milp_phase(run)))
-
-
-def finish(run: _Run, v: Verdict) -> Plan:
-    """The plan of a settled run: the incumbent with the verdict's status and gap, its notes, and the
-    solve record; without an incumbent, an infeasible plan (status ``timeout`` if time ran out)."""
-    budget = run.budget
-    notes = list(run.notes) + list(v.notes)
-    extra: dict[str, Any] = dict(v.extra)
-    if budget.deterministic:
-        extra["deterministic"] = not budget.cut_short
-        if budget.cut_short and run.inc is not None:
-            notes.append("deterministic budgets: the wall-clock safety net stopped a phase; this result may vary")
-    extra["solve"] = run.solve_record()
-    if run.inc is None or v.status == "infeasible":
-        p = infeasible_plan(run.chain, run.platform, "ilp", notes[-1] if notes else "no plan",
-                            allocation=run.allocation, solve_seconds=budget.elapsed(), extra=extra)
-        return p if v.status == "infeasible" else p.with_(status="timeout")
-    plan = run.inc
-    budget.say(f"ilp: {v.status}, period {plan.period:.6g} s" + (f", gap {v.gap:.1%}" if v.gap else "")
-               + f" ({budget.elapsed():.1f} s)")
-    return plan.with_(method="ilp", allocation=run.allocation, status=v.status, gap=v.gap,
-                      solve_seconds=budget.elapsed(), memory_limit=run.platform.memory,
-                      notes=tuple(plan.notes) + tuple(notes), extra={**plan.extra, **extra})
+    return run_phases(Run(chain, platform, allocation, opts, budget),
+                      [feasibility_phase, partial(incumbent_phase, fine_dp=fine_dp), stage_bound_phase,
+                       local_search_phase, settled_by_bound, cover_phase, milp_phase])

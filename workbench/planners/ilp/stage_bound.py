@@ -39,7 +39,7 @@ from workbench.bisection import bisect
 from workbench.model.chain import Chain, Platform
 from workbench.model.memory import layer_terms, linear_terms
 from workbench.model.plan import lower_bound
-from workbench.model.tolerances import CEIL_SLACK, LOAD_SLACK, MEMORY_SLACK, STAGE_BOUND_PRECISION, START_PERIOD
+from workbench.model.tolerances import LOAD_SLACK, MEMORY_SLACK, STAGE_BOUND_PRECISION, START_PERIOD, ceil_counts
 from workbench.planners.ilp.bounds import chain_arrays
 
 __all__ = ["stage_path_bound", "least_stage_memory"]
@@ -86,7 +86,7 @@ def _stage_memory(chain: Chain, platform: Platform, deadline=None):
                 if nxt is None:
                     continue
                 C = nxt[0] + c2[j]
-                k = np.maximum(1.0, np.ceil((down[i] + C) / T * (1 - CEIL_SLACK)))
+                k = ceil_counts((down[i] + C) / T)
                 smem = (k * (apre[j + 1] - apre[i] + head[i] + tail[j]) + (wpre[j + 1] - wpre[i])
                         + lin.buf_head[i] + lin.buf_tail[j])
                 ok = smem <= M * tol
