@@ -18,7 +18,9 @@ and float16 on tensor cores. Causal attention counts half its FLOPs (flash kerne
 half). The efficiencies and the overhead are a :class:`Calibration`: :data:`H100_CALIBRATION` is fitted
 on the H100 profiles in ``data/profiles/h100/`` (``benchmarks/roofline.py`` fits it and reports the
 per-layer and total error, calibrated and not); :data:`UNCALIBRATED` is the bare roofline (datasheet
-peaks, no overhead).
+peaks, no overhead). The launch cost is added to every kernel, as those profiles of small networks want
+it; on large models, where launches hide behind long kernels, the estimate is likely high
+(docs/model.md, "Fake profiles").
 
 >>> lin = torch.nn.Linear(1024, 1024, bias=False)
 >>> work = layer_work(lin, torch.zeros(512, 1024), True, None, torch.ones(512, 1024))
