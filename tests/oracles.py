@@ -70,14 +70,16 @@ def paper_stage_memory(platform, saved: float, weights: float, k: int) -> float:
 # ----------------------------------------------------------------------------
 # allocations
 # ----------------------------------------------------------------------------
-def allocations(n_layers: int, devices: int, allocation: str) -> Iterator[tuple[int, ...]]:
-    """Every allocation: contiguous runs on devices 0, 1, ... in chain order, or (general) every map
-    layer -> device whose devices appear in first-use order (one per relabelling)."""
+def allocations(n_layers: int, devices: int, allocation: str, last: bool = False) -> Iterator[tuple[int, ...]]:
+    """Every allocation: contiguous runs on devices 0, 1, ... in chain order (``last``: on the last
+    devices, as dp places stages on several nodes), or (general) every map layer -> device whose devices
+    appear in first-use order (one per relabelling)."""
     if allocation == "contiguous":
         for parts in range(1, min(devices, n_layers) + 1):
+            first = devices - parts if last else 0
             for cuts in itertools.combinations(range(1, n_layers), parts - 1):
                 edges = (0,) + cuts + (n_layers,)
-                yield tuple(p for p in range(parts) for _ in range(edges[p + 1] - edges[p]))
+                yield tuple(first + p for p in range(parts) for _ in range(edges[p + 1] - edges[p]))
         return
     for a in itertools.product(range(devices), repeat=n_layers):
         if all(a[i] <= max(a[:i], default=-1) + 1 for i in range(n_layers)):
@@ -107,7 +109,8 @@ class _Stages:
         self.dev = [assignment[a] for a, _ in self.runs]
         self.F = [sum(chain.layers[l].forward for l in range(a, b + 1)) for a, b in self.runs]
         self.B = [sum(chain.layers[l].backward for l in range(a, b + 1)) for a, b in self.runs]
-        self.c = [platform.comm_time(chain.cut(b)) if s < S - 1 else 0.0 for s, (_, b) in enumerate(self.runs)]
+        self.c = [platform.comm_time(chain.cut(b), self.dev[s], self.dev[s + 1]) if s < S - 1 else 0.0
+                  for s, (_, b) in enumerate(self.runs)]
         # the checker's memory of each device with every k = 1, and what one more mini-batch of stage s adds
         ones = [(a, b, self.dev[s], 1) for s, (a, b) in enumerate(self.runs)]
         self.base = memory_by_device(chain, platform, ones)
@@ -283,16 +286,16 @@ def _load_bound(chain: Chain, platform: Platform, assignment: Sequence[int]) -> 
     links: dict[tuple[int, int], float] = {}
     for s, (_, b) in enumerate(runs[:-1]):
         key = (min(dev[s], dev[s + 1]), max(dev[s], dev[s + 1]))
-        links[key] = links.get(key, 0.0) + platform.comm_time(chain.cut(b))
+        links[key] = links.get(key, 0.0) + platform.comm_time(chain.cut(b), dev[s], dev[s + 1])
     return max(list(load.values()) + list(links.values()))
 
 
-def optimal_plan(chain: Chain, platform: Platform, allocation: str = "contiguous") -> Plan | None:
-    """The least-period valid plan over every ``allocation`` ("contiguous" or "general"), None if none
-    fits. Allocations are visited by their load bound and skipped once it reaches the best period
-    found; each MILP is asked only for periods below it."""
+def optimal_plan(chain: Chain, platform: Platform, allocation: str = "contiguous", last: bool = False) -> Plan | None:
+    """The least-period valid plan over every ``allocation`` ("contiguous" or "general"; ``last``: contiguous
+    stages on the last devices), None if none fits. Allocations are visited by their load bound and skipped
+    once it reaches the best period found; each MILP is asked only for periods below it."""
     best = None
-    order = sorted(allocations(len(chain), platform.devices, allocation),
+    order = sorted(allocations(len(chain), platform.devices, allocation, last),
                    key=lambda a: _load_bound(chain, platform, a))
     for a in order:
         if best is not None and _load_bound(chain, platform, a) >= best.period:

@@ -82,3 +82,19 @@ def test_timeline_steps_per_device():
 
 def test_byte_unit():
     assert byte_unit(5 * 2**20) == ("MiB", 2**20)
+
+
+def test_the_split_of_a_plan_with_activation_policies_is_its_effective_chains():
+    """A plan that recomputes layers: the bars add up to the plan's own memory (not the chain keeping all)."""
+    import numpy as np
+
+    from workbench.model.chain import Chain, Layer, Platform
+    from workbench.planners import plan as make_plan
+    from workbench.viz.memory import memory_split
+
+    ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 100, 10, 400) for i in range(6)), input_bytes=10)
+    plat = Platform(2, memory=1900, optimizer="sgd", weights="single")
+    p = make_plan(ch, plat, "dp", activations="auto")
+    assert p.feasible and "recompute" in p.activations
+    df = memory_split(p, ch, plat)
+    assert np.allclose(df["total"], df["reported"], rtol=1e-9)

@@ -93,10 +93,20 @@ def _add_platform_args(p: argparse.ArgumentParser, *, required: bool = True) -> 
                    help="number of devices (GPUs)" + ("" if required else "; default: the plan's"))
     from workbench.model.units import parse_bandwidth, parse_size
 
-    p.add_argument("--memory", type=_checked_by(parse_size), default="inf",
-                   help="memory per device: bytes or 16GiB, 12GB, ... (default: unlimited)")
-    p.add_argument("--bandwidth", type=_checked_by(parse_bandwidth), default="12GB/s",
-                   help="link bandwidth, e.g. 12GB/s (default), 16GiB/s, or bytes/s")
+    p.add_argument("--gpu", default=None, metavar="NAME",
+                   help="the accelerator (profile --list-gpus): its memory is the default --memory, its link "
+                        "within a node the default --bandwidth")
+    p.add_argument("--memory", type=_checked_by(parse_size), default=None,
+                   help="memory per device: bytes or 16GiB, 12GB, ... (default: the --gpu's, else unlimited)")
+    p.add_argument("--bandwidth", type=_checked_by(parse_bandwidth), default=None,
+                   help="link bandwidth between two devices of a node, one way, e.g. 12GB/s, 16GiB/s, or bytes/s "
+                        "(default: the --gpu's, else 12GB/s)")
+    p.add_argument("--devices-per-node", type=int_in(1), default=None, metavar="N",
+                   help="devices per node: a stage boundary between two nodes pays --node-bandwidth "
+                        "(default: one node)")
+    p.add_argument("--node-bandwidth", type=_checked_by(parse_bandwidth), default=None,
+                   help="bandwidth between two nodes, one way (default 50GB/s: one 400 Gb/s InfiniBand port per "
+                        "GPU)")
     p.add_argument("--latency", type=_non_negative, default=0.0, help="link latency in seconds (default 0)")
     p.add_argument("--weights", choices=["stash", "single"], default="stash",
                    help="weight versions: stash (PipeDream) or single")
@@ -151,14 +161,19 @@ def _profile_parsers(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=_profile_info)
 
     p = sub.add_parser("profile", help="profile a zoo model or your own (--module) with the built-in profiler")
-    src = p.add_mutually_exclusive_group(required=True)
+    src = p.add_mutually_exclusive_group()
     src.add_argument("--model", help="zoo model name (resnet50, resnet101, vgg16, gpt, ...)")
     _add_module_arg(src)
     p.add_argument("--batch-size", type=int_in(1), default=8, help="mini-batch size (default 8)")
     p.add_argument("--device", default="cpu", help="torch device to profile on: cpu (default), cuda, cuda:1, ...")
     p.add_argument("--repeats", type=int_in(1), default=5, help="timed runs per layer; the median is kept (default 5)")
     p.add_argument("--warmup", type=int_in(0), default=2, help="untimed runs before (default 2)")
-    p.add_argument("--out", required=True, help="output CSV file")
+    p.add_argument("--out", help="output CSV file (required to profile)")
+    p.add_argument("--fake", action="store_true",
+                   help="fake tensors: nothing is allocated (any model size profiles here); memory columns measured "
+                        "as in a real profile, times estimated for --gpu")
+    p.add_argument("--gpu", default=None, metavar="NAME", help="with --fake: the GPU whose times are estimated")
+    p.add_argument("--list-gpus", action="store_true", help="list the GPUs --gpu knows, with their numbers, and exit")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="zoo model option, e.g. image_size=96 or layers=12 (repeatable)")
     p.add_argument("--threads", type=int_in(1), default=1, help="CPU threads while profiling (default 1)")

@@ -22,9 +22,25 @@ from workbench.methods import method
 __all__ = ["platform_from_args", "chain_from_args", "plan_command", "check_command", "simulate_command"]
 
 
+def _links(args: argparse.Namespace, setup: dict) -> dict:
+    """The platform's memory and links: each option given, else the ``--gpu``'s (or the plan's GPU), else what
+    the plan recorded, else the defaults (unlimited memory, 12GB/s, one node)."""
+    from workbench.model.accelerators import DEFAULT_NODE_BANDWIDTH, accelerator
+
+    name = getattr(args, "gpu", None) or setup.get("gpu")
+    gpu = accelerator(name) if name else None          # an unknown name: one line listing the known ones
+    per_node = getattr(args, "devices_per_node", None) or setup.get("devices_per_node")
+    return {"memory": args.memory or (gpu.memory if gpu else "inf"),
+            "bandwidth": args.bandwidth or (gpu.link_bandwidth if gpu else setup.get("bandwidth", "12GB/s")),
+            "devices_per_node": per_node, "gpu": gpu.name if gpu else None,
+            "node_bandwidth": getattr(args, "node_bandwidth", None) or setup.get("node_bandwidth",
+                                                                                 DEFAULT_NODE_BANDWIDTH)}
+
+
 def platform_from_args(args: argparse.Namespace, plan=None):
     """The platform of the command line; the memory set-up options default to the plan's (when a plan is
-    given and recorded one), else to the full model with Adam."""
+    given and recorded one), else to the full model with Adam; memory and links to ``--gpu``'s
+    (:func:`_links`)."""
     from workbench.model.chain import Platform
 
     setup = dict(getattr(plan, "setup", None) or {})
@@ -39,8 +55,7 @@ def platform_from_args(args: argparse.Namespace, plan=None):
              if model == "paper" else
              {"optimizer": args.optimizer or setup.get("optimizer", "adam"),
               "precision": args.precision or (setup.get("precision") if setup.get("memory_model") == "full" else None)})
-    return Platform(args.devices, memory=args.memory, bandwidth=args.bandwidth, latency=args.latency,
-                    weights=args.weights, memory_model=model,
+    return Platform(args.devices, latency=args.latency, weights=args.weights, memory_model=model, **_links(args, setup),
                     host_bandwidth=getattr(args, "host_bandwidth", None) or setup.get("host_bandwidth", "31.5GB/s"),
                     **extra)
 

@@ -3,7 +3,8 @@
 ``profile-info FILE`` summarises a profile: a project CSV, a PipeDream
 ``graph.txt`` (then also how the graph was linearised), or a known name
 such as ``pipedream/vgg16``. ``profile (--model NAME | --module FILE.py:FUNC)``
-profiles a model with :mod:`workbench.profiles.profiler` and writes its CSV.
+profiles a model with :mod:`workbench.profiles.profiler` and writes its CSV; with ``--fake --gpu NAME``
+under fake tensors for that GPU (:mod:`workbench.profiles.fake`); ``profile --list-gpus`` lists the GPUs.
 
 >>> import argparse
 >>> profile_info_command(argparse.Namespace(file="pipedream/vgg16", no_zero_input=False))  # doctest: +SKIP
@@ -21,7 +22,7 @@ import numpy as np
 
 from workbench.model.units import format_bytes
 
-__all__ = ["profile_info_command", "profile_info_text", "profile_command"]
+__all__ = ["profile_info_command", "profile_info_text", "profile_command", "gpu_table"]
 
 
 def profile_info_text(spec: str, *, zero_input: bool = True) -> str:
@@ -45,6 +46,8 @@ def profile_info_text(spec: str, *, zero_input: bool = True) -> str:
         f"parameters: {format_bytes(chain.weights.sum())} ({chain.weights.sum():.0f} bytes)",
         f"largest activation: {format_bytes(acts[big])} ({chain.layers[big].name})",
     ]
+    if meta.get("times") == "estimated":
+        lines.append(f"times: a fake profile's, for {meta.get('gpu', 'a GPU')}: {meta.get('timing')}")
     if len(chain) > 1:
         cuts = chain.cuts[:-1]
         c = int(np.argmax(cuts))
@@ -69,11 +72,54 @@ def _parse_value(text: str) -> Any:
         return text
 
 
+def gpu_table() -> str:
+    """What ``profile --list-gpus`` prints: one line per GPU of :mod:`workbench.model.accelerators`.
+
+    >>> gpu_table().splitlines()[1].split()[0]
+    'a100-40gb'
+    """
+    from workbench.model.accelerators import ACCELERATORS
+
+    lines = [f"{'name':<10} {'memory':>7} {'HBM/s':>9} {'fp32':>6} {'tf32':>6} {'bf16':>6} {'fp8':>6} "
+             f"{'link/s':>7}  (TFLOP/s dense; link: one way, within a node)"]
+    for a in ACCELERATORS.values():
+        tf = [f"{a.flops[p] / 1e12:>6.0f}" if a.flops.get(p) else f"{'-':>6}"
+              for p in ("float32", "tf32", "bfloat16", "float8")]
+        lines.append(f"{a.name:<10} {a.memory / 1e9:>5.0f}GB {a.memory_bandwidth / 1e9:>6.0f}GB/s {' '.join(tf)} "
+                     f"{a.link_bandwidth / 1e9:>4.0f}GB/s  {a.label}, {a.link}")
+    return "\n".join(lines)
+
+
+def _check_profile_args(args: Any) -> None:
+    """What ``profile`` needs before it starts: a model, an output, and --gpu exactly with --fake."""
+    if not (getattr(args, "model", None) or getattr(args, "module", None)):
+        raise ValueError("profile: give --model NAME or --module FILE.py:FUNC (or --list-gpus)")
+    if not getattr(args, "out", None):
+        raise ValueError("profile: --out FILE is required (the profile's CSV)")
+    if getattr(args, "fake", False):
+        from workbench.model.accelerators import ACCELERATORS, accelerator
+
+        if not args.gpu:
+            raise ValueError(f"--fake needs --gpu NAME, the GPU whose times it estimates; known: "
+                             f"{', '.join(sorted(ACCELERATORS))}")
+        accelerator(args.gpu)        # an unknown name lists the known ones
+        if args.device != "cpu":
+            raise ValueError(f"--device {args.device} does not go with --fake: a fake profile runs nowhere, "
+                             "its times are estimated for --gpu")
+    elif getattr(args, "gpu", None):
+        raise ValueError("--gpu goes with --fake (a real profile measures the device it runs on: --device)")
+
+
 def profile_command(args: Any) -> int:
-    """``python -m workbench profile (--model NAME [--set key=value ...] | --module FILE.py:FUNC) --out FILE``."""
+    """``python -m workbench profile (--model NAME [--set key=value ...] | --module FILE.py:FUNC) [--fake --gpu NAME]
+    --out FILE``, or ``profile --list-gpus``."""
     from workbench.profiles.csvio import write_profile
     from workbench.profiles.profiler import profile_workload, profile_zoo
 
+    if getattr(args, "list_gpus", False):
+        print(gpu_table())
+        return 0
+    _check_profile_args(args)
     kwargs: dict[str, Any] = {}
     for item in getattr(args, "set", None) or []:
         if "=" not in item:
@@ -81,6 +127,8 @@ def profile_command(args: Any) -> int:
         k, v = item.split("=", 1)
         kwargs[k.strip()] = _parse_value(v.strip())
     threads = getattr(args, "threads", 1)
+    if getattr(args, "fake", False):
+        return _fake_profile(args, kwargs)
     if getattr(args, "module", None):
         from workbench.profiles.workload import Workload
 
@@ -102,8 +150,37 @@ def profile_command(args: Any) -> int:
               f"counted once, at {t['owner']}")
     print(f"saved for backward {sum(chain.saved_array) / 2**20:.1f} MiB in all; {m['dtype']}; input "
           f"{m['input_shape']} ({m['input_dtype']}), device {m['device']}, {m['threads']} thread(s)")
-    print(f"spread of {args.repeats} repeats, (max-min)/median per layer: forward median "
+    _report_spread(chain, args.repeats)
+    print(f"profiled in {m['profile_seconds']} s; wrote {args.out}")
+    return 0
+
+
+def _report_spread(chain: Any, repeats: int) -> None:
+    m = chain.meta
+    print(f"spread of {repeats} repeats, (max-min)/median per layer: forward median "
           f"{float(m['spread_forward']):.1%} (max {float(m['spread_forward_max']):.1%}), backward median "
           f"{float(m['spread_backward']):.1%} (max {float(m['spread_backward_max']):.1%})")
+
+
+def _fake_profile(args: Any, kwargs: dict[str, Any]) -> int:
+    """``profile --fake --gpu NAME``: the model under fake tensors (:mod:`workbench.profiles.fake`)."""
+    from workbench.profiles.csvio import write_profile
+    from workbench.profiles.fake import fake_module, fake_zoo
+
+    if args.module:
+        print(f"building {args.module} under fake tensors (nothing is allocated) ...", flush=True)
+        chain = fake_module(args.module, args.gpu, progress=True)
+    else:
+        chain = fake_zoo(args.model, args.batch_size, args.gpu, dtype=args.dtype, progress=True, **kwargs)
+    write_profile(chain, args.out)
+    m = chain.meta
+    print(chain.summary())
+    print(f"layers found: {m.get('layers_found')}")
+    for t in json.loads(m.get("tied") or "[]"):
+        print(f"tied: {t['parameter']} ({t['bytes'] / 2**20:.2f} MiB) shared by {', '.join(t['layers'])}; "
+              f"counted once, at {t['owner']}")
+    print(f"saved for backward {sum(chain.saved_array) / 2**30:.2f} GiB in all; {m['dtype']}; input "
+          f"{m['input_shape']} ({m['input_dtype']})")
+    print(f"times: {m['timing']}")
     print(f"profiled in {m['profile_seconds']} s; wrote {args.out}")
     return 0

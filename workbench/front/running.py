@@ -365,6 +365,9 @@ def run_command(args: argparse.Namespace) -> int:
                 not getattr(args, "module", None) and not chain.meta.get("module"):
             print(f"note: using the profile's batch size {chain.meta['batch_size']} (not {batch_size})")
             batch_size = int(chain.meta["batch_size"])
+        if chain.meta.get("times") == "estimated":
+            print(f"note: {profile} is a fake profile: its times are estimates for {chain.meta.get('gpu', 'a GPU')}, "
+                  "this run measures this machine (memory and gradients compare; times do not)")
     wl = _workload(args, chain, plan, batch_size)
     print(f"checking the plan against {wl.name} ...", flush=True)
     names = wl.layers().names

@@ -5,7 +5,8 @@ Read in this order:
 * :mod:`~workbench.model.units` (sizes, bandwidths, times) and :mod:`~workbench.model.tolerances`
   (every numerical tolerance, named);
 * :mod:`~workbench.model.chain` (``Layer``, ``Chain``, ``Platform``) and :mod:`~workbench.model.graph`
-  (a DAG profile and the chain linearised from it);
+  (a DAG profile and the chain linearised from it); :mod:`~workbench.model.accelerators` (the GPUs people
+  rent, as data: peak FLOP/s, memory, links);
 * :mod:`~workbench.model.memory` (what a layer, a stage and a device hold) and
   :mod:`~workbench.model.memory_views` (the same over a whole plan: per device, split by term);
 * :mod:`~workbench.model.activations` (keep, recompute or offload per layer: the effective chain);

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Literal, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from workbench.model.accelerators import DEFAULT_NODE_BANDWIDTH
 from workbench.model.memory import MEMORY_MODELS, OPTIMIZER_STATES, PRECISIONS
 from workbench.model.memory_views import merged_memory_columns
 from workbench.model.units import format_bytes, parse_bandwidth, parse_size
@@ -306,6 +307,15 @@ class Platform:
     For what comes next (heterogeneous devices and links) planners should
     ask ``memory_of(p)`` and ``comm_time(bytes, p, q)`` rather than read the
     fields directly.
+
+    **Nodes** (docs/model.md, "Instance"): with ``devices_per_node`` N, devices d and e share a node when
+    d // N == e // N and talk at ``bandwidth``; a pair on two nodes talks at ``node_bandwidth``
+    (default: one 400 Gb/s InfiniBand port per GPU). ``gpu`` names the accelerator the platform was
+    sized from (:mod:`workbench.model.accelerators`; a record, the numbers are the fields).
+
+    >>> two = Platform(16, bandwidth="450GB/s", devices_per_node=8, node_bandwidth="50GB/s")
+    >>> two.comm_time(1e9, 6, 7), two.comm_time(1e9, 7, 8), two.multi_node
+    (0.0022222222222222222, 0.02, True)
     """
 
     devices: int
@@ -320,6 +330,12 @@ class Platform:
     #: bytes/s of each device's link to host memory (activation offload; docs/model.md,
     #: "Activation policies"): PCIe 4.0 x16, one direction, by default
     host_bandwidth: float = DEFAULT_HOST_BANDWIDTH
+    #: devices per node (None: all on one node); a boundary between two nodes pays ``node_bandwidth``
+    devices_per_node: int | None = None
+    #: bytes/s one way between two devices of different nodes
+    node_bandwidth: float = DEFAULT_NODE_BANDWIDTH
+    #: the accelerator the platform was sized from (its name in workbench.model.accelerators), or None
+    gpu: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.devices, (int, np.integer)) or self.devices < 1:
@@ -328,6 +344,10 @@ class Platform:
         object.__setattr__(self, "memory", parse_size(self.memory, what="memory"))
         object.__setattr__(self, "bandwidth", parse_bandwidth(self.bandwidth))
         object.__setattr__(self, "host_bandwidth", parse_bandwidth(self.host_bandwidth, what="host bandwidth"))
+        object.__setattr__(self, "node_bandwidth", parse_bandwidth(self.node_bandwidth, what="node bandwidth"))
+        n = self.devices_per_node
+        if n is not None and (not isinstance(n, (int, np.integer)) or isinstance(n, bool) or n < 1):
+            raise ValueError(f"devices per node must be a positive integer, got {n!r}")
         lat = float(self.latency)
         if lat < 0 or math.isnan(lat):
             raise ValueError(f"latency must be >= 0 seconds, got {self.latency!r}")
@@ -354,9 +374,21 @@ class Platform:
     def memory_of(self, device: int) -> float:
         return self.memory
 
+    @property
+    def multi_node(self) -> bool:
+        """More than one node: some pairs of devices talk over the node link."""
+        return self.devices_per_node is not None and self.devices > self.devices_per_node
+
+    def node_of(self, device: int) -> int:
+        """The node of ``device`` (0 on one node)."""
+        return 0 if self.devices_per_node is None else int(device) // self.devices_per_node
+
     def comm_time(self, nbytes: float, src: int | None = None, dst: int | None = None) -> float:
-        """Seconds to send ``nbytes`` between two devices: latency + bytes / bandwidth."""
-        return self.latency + (nbytes / self.bandwidth if math.isfinite(self.bandwidth) else 0.0)
+        """Seconds to send ``nbytes`` from device ``src`` to ``dst``: latency + bytes / the pair's bandwidth
+        (``node_bandwidth`` between two nodes; ``bandwidth`` within one, and when the pair is not given)."""
+        between = src is not None and dst is not None and self.node_of(src) != self.node_of(dst)
+        bw = min(self.bandwidth, self.node_bandwidth) if between else self.bandwidth
+        return self.latency + (nbytes / bw if math.isfinite(bw) else 0.0)
 
     def host_time(self, nbytes: float, device: int | None = None) -> float:
         """Seconds to move ``nbytes`` one way between a device and host memory."""
@@ -364,3 +396,17 @@ class Platform:
 
     def with_(self, **kw) -> "Platform":
         return replace(self, **kw)
+
+    @classmethod
+    def on(cls, gpu: str, devices: int, **kw: Any) -> "Platform":
+        """``devices`` of the named GPU (:mod:`workbench.model.accelerators`): its memory and its link within a
+        node, unless ``kw`` gives them; the other fields from ``kw``.
+
+        >>> p = Platform.on("h100-sxm", 16, devices_per_node=8)
+        >>> p.memory, p.bandwidth, p.gpu, p.multi_node
+        (80000000000.0, 450000000000.0, 'h100-sxm', True)
+        """
+        from workbench.model.accelerators import accelerator
+
+        a = accelerator(gpu)
+        return cls(devices, **{"memory": a.memory, "bandwidth": a.link_bandwidth, **kw, "gpu": a.name})

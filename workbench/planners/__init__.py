@@ -34,12 +34,12 @@ from workbench.planners.fixed_policies import FLUSHED, plan_with_policies
 from workbench.planners.flushed import plan_1f1b, plan_gpipe
 from workbench.planners.ilp import plan_ilp
 from workbench.planners.mcap import plan_mcap
-from workbench.planners.partition import bounds_to_assignment
+from workbench.planners.partition import place
 from workbench.planners.pipedream import plan_pipedream
 from workbench.verify.check import check
 from workbench.verify.schedule import Scheduler
 
-__all__ = ["PLANNERS", "GENERAL_METHODS", "AUTO_METHODS", "plan", "get_planner", "recheck"]
+__all__ = ["PLANNERS", "GENERAL_METHODS", "AUTO_METHODS", "plan", "get_planner", "recheck", "platform_links"]
 
 #: method name (the registry, :mod:`workbench.methods`) -> its planner function, ``plan_<name>``
 PLANNERS: dict[str, Callable[..., Plan]] = {
@@ -114,7 +114,23 @@ def plan(chain: Chain, platform: Platform, method: str = "dp", *, allocation: st
         result = result.with_(solve_seconds=time.perf_counter() - t0)
     if "offload" in result.activations:   # check and simulate read the host link the plan was made for
         result = result.with_(setup={**result.setup, "host_bandwidth": platform.host_bandwidth})
+    if platform.gpu or platform.multi_node:   # and the GPU and nodes it was made for
+        result = result.with_(setup={**result.setup, **platform_links(platform)})
     return recheck(result, chain, platform)
+
+
+def platform_links(platform: Platform) -> dict[str, Any]:
+    """What a plan records of its platform's GPU and nodes (``memory_setup``; check and simulate default to it).
+
+    >>> platform_links(Platform(16, devices_per_node=8, gpu="h100-sxm"))["devices_per_node"]
+    8
+    """
+    out: dict[str, Any] = {"bandwidth": platform.bandwidth}
+    if platform.gpu:
+        out["gpu"] = platform.gpu
+    if platform.multi_node:
+        out.update(devices_per_node=platform.devices_per_node, node_bandwidth=platform.node_bandwidth)
+    return out
 
 
 def _plan_auto(chain: Chain, platform: Platform, method: str, fn: Callable[..., Plan], allocation: str,
@@ -137,7 +153,7 @@ def _plan_auto(chain: Chain, platform: Platform, method: str, fn: Callable[..., 
     if found is None:
         return infeasible_plan(chain, platform, method, why, notes=(note,), solve_seconds=time.perf_counter() - t0)
     eff = apply_policies(chain, pol)
-    plan_ = Scheduler(eff, platform, bounds_to_assignment(found)).plan(
+    plan_ = Scheduler(eff, platform, place(found, platform)).plan(
         T, method=method, allocation="contiguous", notes=base.notes + (note, f"activations: {describe(pol)}"))
     return plan_.with_(activations=() if is_keep(pol) else pol, lower_bound=lower_bound(chain, platform),
                        solve_seconds=time.perf_counter() - t0, extra={**base.extra, **plan_.extra})

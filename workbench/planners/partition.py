@@ -2,7 +2,10 @@
 
 A contiguous partition is a list of stages ``(first, last)`` (0-based,
 inclusive) covering the chain in order; stage s goes on device s
-(:func:`bounds_to_assignment`). The *bottleneck* of a partition under a stage
+(:func:`bounds_to_assignment`). On a platform of several nodes, ``dp`` places
+the S stages on the *last* S devices (:func:`place`), so that the stage that
+starts a q-stage suffix is on device P - q whatever S is: its boundary's link
+(:class:`SuffixLinks`) is then known to a DP over suffixes. The *bottleneck* of a partition under a stage
 cost is its largest stage cost; :func:`bottleneck_partition` minimises it over
 partitions into at most P stages for any cost matrix (O(L^2 P)), and
 :func:`unconstrained_period` does so for the cost of docs/model.md's
@@ -34,19 +37,29 @@ from workbench.bisection import least_bottleneck
 from workbench.model.chain import Chain, Platform
 
 __all__ = ["bounds_to_assignment", "suffix_bounds", "bottleneck_partition", "boundary_costs",
-           "unconstrained_period", "StageSums"]
+           "unconstrained_period", "StageSums", "place", "SuffixLinks"]
 
 
-def bounds_to_assignment(bounds: Sequence[tuple[int, int]]) -> tuple[int, ...]:
-    """Stage s of ``bounds`` goes on device s.
+def bounds_to_assignment(bounds: Sequence[tuple[int, int]], first: int = 0) -> tuple[int, ...]:
+    """Stage s of ``bounds`` goes on device ``first + s``.
 
     >>> bounds_to_assignment([(0, 1), (2, 2)])
     (0, 0, 1)
     """
     out: list[int] = []
     for s, (a, b) in enumerate(bounds):
-        out.extend([s] * (b - a + 1))
+        out.extend([first + s] * (b - a + 1))
     return tuple(out)
+
+
+def place(bounds: Sequence[tuple[int, int]], platform: Platform) -> tuple[int, ...]:
+    """The devices ``dp`` gives a contiguous partition: stage s on device s on one node; on several nodes
+    the last ``len(bounds)`` devices, in order (module docstring).
+
+    >>> place([(0, 1), (2, 2)], Platform(4)), place([(0, 1), (2, 2)], Platform(4, devices_per_node=2))
+    ((0, 0, 1), (2, 2, 3))
+    """
+    return bounds_to_assignment(bounds, platform.devices - len(bounds) if platform.multi_node else 0)
 
 
 def suffix_bounds(args: Sequence[np.ndarray], q: int) -> list[tuple[int, int]]:
@@ -98,17 +111,45 @@ def bottleneck_partition(cost: np.ndarray, P: int) -> tuple[float, list[tuple[in
     return value, bounds[::-1]
 
 
-def boundary_costs(chain: Chain, platform: Platform) -> np.ndarray:
-    """c_j: the boundary cost after layer j (docs/model.md, "Plan"), 0 after the last layer.
+def boundary_costs(chain: Chain, platform: Platform, src: int | None = None, dst: int | None = None) -> np.ndarray:
+    """c_j: the boundary cost after layer j (docs/model.md, "Plan"), 0 after the last layer; on the link
+    from device ``src`` to ``dst`` (not given: the link within a node).
 
     >>> from workbench.model.chain import Chain, Layer, Platform
     >>> boundary_costs(Chain((Layer("a", 1, 1, 0, 8), Layer("b", 1, 1, 0, 8))), Platform(2, bandwidth=4.0)).tolist()
     [2.0, 0.0]
     """
     L = len(chain)
-    c = np.array([platform.comm_time(chain.cut(j)) for j in range(L)], dtype=float)
+    c = np.array([platform.comm_time(chain.cut(j), src, dst) for j in range(L)], dtype=float)
     c[L - 1] = 0.0
     return c
+
+
+class SuffixLinks:
+    """The boundary costs a DP over suffixes needs (module docstring): :meth:`after` ``(q)`` is c_j for
+    the stage that starts a q-stage suffix (on device P - q, its boundary to device P - q + 1);
+    ``least`` and ``most`` bound every link's costs (the same array on one node).
+
+    >>> from workbench.model.chain import Chain, Layer, Platform
+    >>> ch = Chain((Layer("a", 1, 1, 0, 8), Layer("b", 1, 1, 0, 8)))
+    >>> links = SuffixLinks(ch, Platform(4, bandwidth=8.0, devices_per_node=2, node_bandwidth=2.0))
+    >>> links.after(3).tolist(), links.after(2).tolist()     # device 1 -> 2 crosses nodes, 2 -> 3 does not
+    ([4.0, 0.0], [1.0, 0.0])
+    """
+
+    def __init__(self, chain: Chain, platform: Platform) -> None:
+        self.platform = platform
+        self.least = boundary_costs(chain, platform)
+        if platform.multi_node:
+            n = platform.devices_per_node or platform.devices
+            self._between = boundary_costs(chain, platform, 0, n)
+            self.most = np.maximum(self.least, self._between)
+        else:
+            self._between = self.most = self.least
+
+    def after(self, q: int) -> np.ndarray:
+        d = self.platform.devices - q
+        return self._between if self.platform.node_of(d) != self.platform.node_of(d + 1) else self.least
 
 
 class StageSums:

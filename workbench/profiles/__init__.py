@@ -3,7 +3,9 @@
 ``load_profile`` takes a path (a project CSV, a PipeDream ``graph.txt`` or a
 folder holding one) or a name: a bundled profile in ``data/profiles`` (e.g.
 ``"resnet50"``, measured on this project's CPU machine), one measured on a
-GPU, in a sub-folder named after it (``"h100/resnet50"``), or one of
+GPU, in a sub-folder named after it (``"h100/resnet50"``), a fake profile made for a
+named GPU (``"fake/llama3-70b-h100-sxm"``, :mod:`workbench.profiles.fake`: memory measured under
+fake tensors, times estimated by :mod:`workbench.profiles.roofline`), or one of
 PipeDream's published profiles as ``"pipedream/vgg16"`` (shipped in
 ``data/profiles/pipedream/``; ``$WORKBENCH_PEER_PROFILES`` points the names at
 another copy).

@@ -24,7 +24,10 @@ splitting code. It tries, in order:
 
 Whatever the route, the chain is checked against the model: run one after the
 other on the example batch it must give the model's loss (or output) to
-rounding, else discovery fails and says where.
+rounding, else discovery fails and says where. Under ``FakeTensorMode`` (a fake
+profile) tensors have shapes but no values: the checks then compare shapes and
+dtypes, and the check that a block's other arguments do not change with the
+input's values is skipped.
 
 Shared (tied) parameters, such as GPT-2's token embedding and LM head, are
 found by identity: :attr:`Layers.tied` lists, per shared parameter, the
@@ -106,8 +109,20 @@ class Layers:
 # ---------------------------------------------------------------------------------------------
 # helpers
 # ---------------------------------------------------------------------------------------------
+def _fake(t: Any) -> bool:
+    """A tensor of ``FakeTensorMode`` (a fake profile, :mod:`workbench.profiles.fake`): a shape, no values."""
+    from torch._subclasses.fake_tensor import is_fake
+
+    return isinstance(t, torch.Tensor) and is_fake(t)
+
+
 def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
-    return a is b or (a.shape == b.shape and a.dtype == b.dtype and bool(torch.equal(a.detach(), b.detach())))
+    """The same tensor, or equal ones; fake tensors have no values: equal shape and dtype stand for equal."""
+    if a is b:
+        return True
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    return _fake(a) or _fake(b) or bool(torch.equal(a.detach(), b.detach()))
 
 
 def _split_inputs(example_inputs: Any) -> tuple[tuple, dict]:
@@ -281,11 +296,7 @@ def _blocks_route(model: nn.Module, args: tuple, kwargs: dict, loss: Callable | 
         raise DiscoveryError(f"{block_path!r} holds {len(blocks)} blocks but the forward called "
                              f"{[c.path for c in calls]} (each must run once, in order)")
     pos = _hidden_position(calls[0])
-    # the same forward on a batch with other values: the blocks' other arguments must not change
-    x2 = x + torch.randn_like(x) if x.is_floating_point() else (x + 1) % (int(x.max()) + 1)  # ids stay in range
-    leaves, spec = pytree.tree_flatten((args, kwargs))
-    args2, kwargs2 = pytree.tree_unflatten([x2 if l is x else l for l in leaves], spec)
-    calls2 = _seeded(_record, model, args2, kwargs2).block_calls(block_path, len(blocks))
+    calls2 = calls if _fake(x) else _other_values(model, args, kwargs, x, block_path, len(blocks))
     modules: list[nn.Module] = []
     names: list[str] = []
     prev = None
@@ -325,6 +336,16 @@ def _blocks_route(model: nn.Module, args: tuple, kwargs: dict, loss: Callable | 
     all_names = [pro_name] + names + tail_names
     return _finish(model, [prologue] + modules, all_names, x, f"blocks at {block_path}",
                    _output_loss(rec.output, prev, loss, all_names[-1]))
+
+
+def _other_values(model: nn.Module, args: tuple, kwargs: dict, x: torch.Tensor, block_path: str,
+                  n: int) -> list[_CallRec]:
+    """The block calls of the same forward on a batch with other values (the blocks' other arguments must not
+    change with them; fake tensors have no values to change, so a fake profile skips this check)."""
+    x2 = x + torch.randn_like(x) if x.is_floating_point() else (x + 1) % (int(x.max()) + 1)  # ids stay in range
+    leaves, spec = pytree.tree_flatten((args, kwargs))
+    args2, kwargs2 = pytree.tree_unflatten([x2 if l is x else l for l in leaves], spec)
+    return _seeded(_record, model, args2, kwargs2).block_calls(block_path, n)
 
 
 def _seeded(fn: Callable, *args: Any) -> Any:
@@ -478,8 +499,8 @@ def _verify(model: nn.Module, found: Layers, args: tuple, kwargs: dict, loss: Ca
             if not isinstance(h, torch.Tensor):
                 raise DiscoveryError(f"layer {name!r} returned {describe(h)}, not one tensor")
         got = found.loss(h, target) if found.loss is not None else h
-    if want.shape != got.shape or not torch.allclose(got.detach().float(), want.detach().float(), rtol=1e-4,
-                                                     atol=1e-5):
+    close = _fake(got) or torch.allclose(got.detach().float(), want.detach().float(), rtol=1e-4, atol=1e-5)
+    if want.shape != got.shape or not close:
         raise DiscoveryError(f"the {len(found)} layers found ({found.how}) run one after the other do not give the "
                              f"model's {'loss' if loss is not None else 'output'}: the model's forward does "
                              "something the layers leave out")

@@ -29,7 +29,8 @@ and measures, for each layer ``l``:
 * ``saved_bytes``: bytes autograd keeps from the forward until the backward,
   counted with ``torch.autograd.graph.saved_tensors_hooks``: every saved
   tensor's *storage* counted once (deduplicated by device and
-  ``untyped_storage().data_ptr()``, each storage's full ``nbytes()``).
+  the storage's identity, ``untyped_storage()._cdata``: fake tensors have
+  storages but no data pointers; each storage's full ``nbytes()``).
   Storages that belong to the layer's parameters or buffers are excluded:
   they are model state, already in ``weight_bytes`` (e.g. ``Linear`` saves
   its weight for the input gradient). The layer's input counts when the
@@ -137,7 +138,8 @@ def parameter_bytes(module: nn.Module) -> int:
 
 
 def _storage_key(t: torch.Tensor) -> tuple[str, int]:
-    return (str(t.device), t.untyped_storage().data_ptr())
+    """A storage's identity (the same for every tensor viewing it; a fake tensor's storage has one too)."""
+    return (str(t.device), t.untyped_storage()._cdata)
 
 
 def saved_tensor_bytes(module: nn.Module, x: torch.Tensor, *, input_requires_grad: bool = True,
@@ -160,7 +162,7 @@ def saved_tensor_bytes(module: nn.Module, x: torch.Tensor, *, input_requires_gra
             st = t.untyped_storage()
         except (RuntimeError, NotImplementedError):  # e.g. tensors without a storage
             return t
-        key = (str(t.device), st.data_ptr())
+        key = (str(t.device), st._cdata)
         if key not in excluded:
             storages[key] = st.nbytes()
         return t
@@ -246,6 +248,7 @@ def profile_model(
     loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
     target: torch.Tensor | None = None,
     dtype: str | torch.dtype | None = None,
+    times: Callable[..., tuple[list[float], list[float]]] = time_layer,
 ) -> Chain | tuple[Chain, list[LayerTiming]]:
     """Profile any model (see the module docstring for what is measured).
 
@@ -261,7 +264,9 @@ def profile_model(
     ``return_stats`` the raw timings come back too. ``loss(output, target)``
     makes the loss part of the last layer (its time and what it saves).
     ``dtype`` casts the layers and a floating ``sample_input`` first (None:
-    leave them as they are).
+    leave them as they are). ``times`` gives each layer's forward and backward seconds, with
+    :func:`~workbench.profiles.timing.time_layer`'s arguments: measured by default, estimated in a fake
+    profile (:class:`workbench.profiles.roofline.RooflineTimes`, :mod:`workbench.profiles.fake`).
 
     >>> c, stats = profile_model([torch.nn.Linear(4, 4)], torch.zeros(1, 4), repeats=3, warmup=0, return_stats=True)
     >>> len(stats[0].forward), c.layers[0].name
@@ -270,7 +275,7 @@ def profile_model(
     _check_counts(repeats, warmup, loss, target)
     found = _find_layers(model, example_inputs, loss, target, names)
     mods, names, loss = list(found.modules), list(found.names), found.loss
-    how, sample_input, tgt = _set_up(found.input, device, dtype, target, grad_seed, warmup, repeats)
+    how, sample_input, tgt = _set_up(found.input, device, dtype, target, grad_seed, warmup, repeats, times)
     started = time.perf_counter()
     out_layers: list[Layer] = []
     stats: list[LayerTiming] = []
@@ -294,8 +299,9 @@ def profile_model(
 
 
 def _set_up(sample_input: torch.Tensor, device: str | torch.device, dtype: str | torch.dtype | None,
-            target: torch.Tensor | None, grad_seed: int, warmup: int,
-            repeats: int) -> tuple[_LayerProfiling, torch.Tensor, torch.Tensor | None]:
+            target: torch.Tensor | None, grad_seed: int, warmup: int, repeats: int,
+            times: Callable[..., tuple[list[float], list[float]]] = time_layer
+            ) -> tuple[_LayerProfiling, torch.Tensor, torch.Tensor | None]:
     """How every layer is profiled, the sample input cast to ``dtype`` (when floating) and the target on the
     device; a CUDA device without CUDA is refused."""
     cast = None if dtype is None else as_dtype(dtype)
@@ -306,14 +312,15 @@ def _set_up(sample_input: torch.Tensor, device: str | torch.device, dtype: str |
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device {device!r} requested but CUDA is not available")
     how = _LayerProfiling(dev, cast, Timer(dev), torch.Generator(device="cpu").manual_seed(grad_seed), warmup,
-                          repeats, grad_seed)
+                          repeats, grad_seed, times)
     return how, sample_input, tgt
 
 
 @dataclass(frozen=True)
 class _LayerProfiling:
     """How :func:`profile_model` profiles every layer: the device, the dtype to cast to (or None), the
-    timer, the generator of the output gradients, the warm-up and timed repeats, the memory probe's seed."""
+    timer, the generator of the output gradients, the warm-up and timed repeats, the memory probe's seed, what
+    gives the times (measured: time_layer; estimated in a fake profile)."""
 
     dev: torch.device
     cast: torch.dtype | None
@@ -322,6 +329,7 @@ class _LayerProfiling:
     warmup: int
     repeats: int
     grad_seed: int
+    times: Callable[..., tuple[list[float], list[float]]] = time_layer
 
 
 def _profile_layer(how: _LayerProfiling, mod: nn.Module, name: str, x: torch.Tensor, needs_input_grad: bool,
@@ -329,18 +337,27 @@ def _profile_layer(how: _LayerProfiling, mod: nn.Module, name: str, x: torch.Ten
     """One layer on input ``x``: its :class:`~workbench.model.chain.Layer` row, its raw timings and its output
     (detached: the next layer's input). ``then`` (the loss) ends the last layer's forward; the others'
     backwards start from a random gradient drawn from ``how.gen``."""
-    mod = (mod.to(how.dev) if how.cast is None else mod.to(device=how.dev, dtype=how.cast)).train()
+    mod = _moved(mod, how.dev, how.cast).train()
     saved, out = saved_tensor_bytes(mod, x, input_requires_grad=needs_input_grad, then=then)
     if not out.is_floating_point():
         raise TypeError(f"layer {name!r} returns a {out.dtype} tensor; its backward cannot be timed")
     grad = None if then is not None else torch.randn(out.shape, generator=how.gen, dtype=out.dtype).to(how.dev)
-    fwd, bwd = time_layer(mod, x, how.timer, needs_input_grad, then, grad, how.warmup, how.repeats)
+    fwd, bwd = how.times(mod, x, how.timer, needs_input_grad, then, grad, how.warmup, how.repeats)
     columns = layer_memory(mod, x, input_requires_grad=needs_input_grad, then=then, grad_seed=how.grad_seed)
     layer = Layer(name, statistics.median(fwd), statistics.median(bwd), float(parameter_bytes(mod)),
                   float(tensor_bytes(out)), float(saved), **columns)
     for p in mod.parameters():
         p.grad = None
     return layer, LayerTiming(name, tuple(fwd), tuple(bwd)), out.detach()
+
+
+def _moved(mod: nn.Module, dev: torch.device, cast: torch.dtype | None) -> nn.Module:
+    """``mod`` on ``dev`` (cast to ``cast``), moved only if it is not there yet (a fake model cannot be moved)."""
+    tensors = list(mod.parameters()) + list(mod.buffers())
+    if all(t.device.type == dev.type and (cast is None or not t.is_floating_point() or t.dtype == cast)
+           for t in tensors) and dev.index is None:
+        return mod
+    return mod.to(dev) if cast is None else mod.to(device=dev, dtype=cast)
 
 
 def _check_counts(repeats: int, warmup: int, loss: Callable | None, target: Any) -> None:

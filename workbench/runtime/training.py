@@ -38,8 +38,11 @@ from workbench.model.chain import OPTIMIZERS
 __all__ = ["OPTIMIZERS", "make_optimizer", "MasterWeights", "zero_grad"]
 
 
-def make_optimizer(name: str, params: Iterable[torch.nn.Parameter], lr: float = 0.0) -> torch.optim.Optimizer | None:
-    """torch's optimizer called ``name`` over ``params`` (None for ``"none"`` or no parameters).
+def make_optimizer(name: str, params: Iterable[torch.nn.Parameter], lr: float = 0.0,
+                   foreach: bool | None = None) -> torch.optim.Optimizer | None:
+    """torch's optimizer called ``name`` over ``params`` (None for ``"none"`` or no parameters); ``foreach``
+    as torch takes it (None: torch's default for the parameters' device; True: the multi-tensor step torch
+    runs on GPUs, e.g. for a fake profile's witness on this CPU).
 
     >>> make_optimizer("momentum", torch.nn.Linear(2, 2).parameters()).defaults["momentum"]
     0.9
@@ -50,12 +53,12 @@ def make_optimizer(name: str, params: Iterable[torch.nn.Parameter], lr: float = 
     if name == "none" or not params:
         return None
     if name == "sgd":
-        return torch.optim.SGD(params, lr=lr)
+        return torch.optim.SGD(params, lr=lr, foreach=foreach)
     if name == "momentum":
-        return torch.optim.SGD(params, lr=lr, momentum=0.9)
+        return torch.optim.SGD(params, lr=lr, momentum=0.9, foreach=foreach)
     if name == "adam":
-        return torch.optim.Adam(params, lr=lr)
-    return torch.optim.AdamW(params, lr=lr)
+        return torch.optim.Adam(params, lr=lr, foreach=foreach)
+    return torch.optim.AdamW(params, lr=lr, foreach=foreach)
 
 
 def zero_grad(params: Iterable[torch.nn.Parameter]) -> None:

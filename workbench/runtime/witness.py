@@ -37,17 +37,19 @@ __all__ = ["plain_step_peak"]
 
 def plain_step_peak(model: nn.Module, x: torch.Tensor, y: torch.Tensor,
                     loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], optimizer: str, *,
-                    mixed: bool = False, steps: int = 2) -> int:
+                    mixed: bool = False, steps: int = 2, foreach: bool | None = None) -> int:
     """Peak bytes (MemTracker, the device of ``x``) of ``steps`` plain training steps after a warm-up step.
 
     ``mixed``: ``model`` is in bf16 and the optimizer steps fp32 masters (:class:`MasterWeights`).
+    ``foreach``: the optimizer's (:func:`~workbench.runtime.training.make_optimizer`; True for the step
+    torch runs on a GPU). Under ``FakeTensorMode`` it measures a fake step: nothing is allocated.
     """
     from torch.distributed._tools.mem_tracker import MemTracker
 
     model.train()
     params = [p for p in model.parameters() if p.requires_grad]
     masters = MasterWeights(params, optimizer) if mixed else None
-    opt = None if mixed else make_optimizer(optimizer, params)
+    opt = None if mixed else make_optimizer(optimizer, params, foreach=foreach)
 
     def step() -> None:
         zero_grad(params)

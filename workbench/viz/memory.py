@@ -29,6 +29,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from workbench.methods import flushed
+from workbench.model.activations import apply_policies
 from workbench.model.chain import Chain, Platform
 from workbench.model.memory_views import memory_breakdown
 from workbench.model.plan import Plan, chain_for_plan
@@ -74,6 +75,8 @@ def memory_split(plan: Plan, chain: Chain, platform: Platform) -> pd.DataFrame:
     plan's.
     """
     chain = chain_for_plan(plan, chain)
+    if plan.activations:                  # the effective chain: recomputed layers hold no activations
+        chain = apply_policies(chain, plan.activations)
     P = plan.devices
     if flushed(plan.schedule):
         rows = _flushed_split(plan, chain, platform)
@@ -127,7 +130,8 @@ def memory_bars(plan: Plan, chain: Chain, platform: Platform, *, title: str | No
               float(np.nanmax(df["reported"])) if df["reported"].notna().any() else 0.0,
               limit if math.isfinite(limit) else 0.0)
     unit, scale = byte_unit(top)
-    x = [f"GPU {p}" for p in df["device"]]
+    many = len(df) > 16          # dozens of devices: numbers under an axis titled GPU
+    x = [str(p) if many else f"GPU {p}" for p in df["device"]]
     fig = go.Figure()
     labels = dict(SPLIT_TERMS, weights=f"live weights (φ·W, φ={platform.weight_factor:g})")
     for col in SPLIT_TERMS:
@@ -147,6 +151,9 @@ def memory_bars(plan: Plan, chain: Chain, platform: Platform, *, title: str | No
                       legend=dict(orientation="h", yanchor="top", y=-0.12, xanchor="left", x=0, traceorder="normal"))
     if math.isfinite(limit):
         fig.update_yaxes(range=[0, max(top, limit) / scale * 1.12])
+    if many:
+        fig.update_xaxes(title="GPU", type="category", tickfont=dict(size=9))
+        fig.update_layout(legend_y=-0.2)
     return fig
 
 

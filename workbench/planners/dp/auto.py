@@ -56,12 +56,7 @@ from workbench.model.chain import Chain, Platform
 from workbench.model.memory import stage_step
 from workbench.model.tolerances import CEIL_SLACK, MEMORY_SLACK, TINY, ceil_counts
 from workbench.model.units import format_bytes
-from workbench.planners.partition import (
-    bottleneck_partition,
-    boundary_costs,
-    bounds_to_assignment,
-    unconstrained_period,
-)
+from workbench.planners.partition import SuffixLinks, bottleneck_partition, place, unconstrained_period
 from workbench.verify.schedule import Scheduler
 
 __all__ = ["auto_on_chain", "stage_versions", "Versions", "VERSION_CAP", "INEXACT"]
@@ -257,7 +252,7 @@ def _extend(groups: dict, pt: PolicyTerms, F: np.ndarray, j: int) -> tuple[dict,
     return out, thinned
 
 
-def _probe(v: Versions, chain: Chain, platform: Platform, T: float, c: np.ndarray):
+def _probe(v: Versions, chain: Chain, platform: Platform, T: float, links: SuffixLinks):
     """The memory DP at period T over the versions: (bounds, policies) of the least first window, or None."""
     L = len(chain)
     tolT = T * (1 + CEIL_SLACK)
@@ -272,6 +267,7 @@ def _probe(v: Versions, chain: Chain, platform: Platform, T: float, c: np.ndarra
             window = v.FB + v.host
             ok &= v.memory(np.ones_like(window)) <= M
         else:
+            c = links.after(q)
             down = np.where(v.j < L - 1, D_prev[np.minimum(v.j + 1, L - 1), v.end], np.inf)
             ok = fits_T & np.isfinite(down) & (c[v.j] <= tolT)
             raw = v.FB + 2 * c[v.j] + np.where(ok, down, 0.0)
@@ -320,17 +316,18 @@ def auto_on_chain(chain: Chain, platform: Platform, allowed: Sequence[tuple[int,
     stages in ``allowed`` when given, e.g. one partition's). The note says why there is none, or
     :data:`INEXACT` when versions were thinned; "" for a proven optimum."""
     v = stage_versions(chain, platform, allowed)
-    c = boundary_costs(chain, platform)
-    t0 = max(unconstrained_period(chain, platform, c)[0], TINY)
+    links = SuffixLinks(chain, platform)
+    c = links.most
+    t0 = max(unconstrained_period(chain, platform, links.least)[0], TINY)
     host_all = 2 * sum(platform.host_time(float(np.sum(l))) for l in policy_terms(chain, platform).offloaded[_OFF:])
     hi = (t0 + 2 * float(np.sum(chain.forward)) + float(np.sum(chain.backward)) + 2 * float(c.sum()) + host_all) * 1.01
 
     def exact(found) -> float:
         bounds, pol = found
-        best = Scheduler(apply_policies(chain, pol), platform, bounds_to_assignment(bounds)).best()
+        best = Scheduler(apply_policies(chain, pol), platform, place(bounds, platform)).best()
         return best.period if best.feasible else math.inf
 
-    found = least_feasible(t0, hi, lambda T: _probe(v, chain, platform, T, c), exact)
+    found = least_feasible(t0, hi, lambda T: _probe(v, chain, platform, T, links), exact)
     if found is None:
         need = _least_memory(v, len(chain), platform.devices) if len(v.A) else math.inf
         return math.inf, None, None, (

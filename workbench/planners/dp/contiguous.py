@@ -82,7 +82,7 @@ from workbench.planners.dp.auto import auto_on_chain
 from workbench.planners.dp.graph import best_order
 from workbench.planners.dp.memory_dp import BAND_ELEMENTS, StageTables, memory_dp
 from workbench.planners.fixed_policies import plan_with_policies
-from workbench.planners.partition import bounds_to_assignment, unconstrained_period
+from workbench.planners.partition import place, unconstrained_period
 from workbench.verify.schedule import Scheduler
 
 __all__ = [
@@ -191,7 +191,7 @@ def partition_period(chain: Chain, platform: Platform, bounds: Sequence[tuple[in
     >>> partition_period(ch, Platform(2, memory_model="paper"), [(0, 0), (1, 1)])
     3.0
     """
-    sched = Scheduler(chain, platform, bounds_to_assignment(bounds))
+    sched = Scheduler(chain, platform, place(bounds, platform))
     if ignore_memory:
         return sched.load_period
     best = sched.best()
@@ -202,7 +202,7 @@ def schedule_partition(chain: Chain, platform: Platform, bounds: Sequence[tuple[
                        method: str, period: float | None = None, ignore_memory: bool = False,
                        status: str = "feasible", notes: Sequence[str] = (), **kw: Any) -> Plan:
     """A :class:`Plan` for a contiguous partition at its least feasible period (or ``period``)."""
-    sched = Scheduler(chain, platform, bounds_to_assignment(bounds))
+    sched = Scheduler(chain, platform, place(bounds, platform))
     T = period if period is not None else partition_period(chain, platform, bounds, ignore_memory=ignore_memory)
     if not math.isfinite(T):
         raise ValueError("no period fits this partition")
@@ -265,7 +265,7 @@ def _dp_on_chain(chain: Chain, platform: Platform, budget: Budget) -> _Answer:
     tables = StageTables(chain, platform)
     t0, _ = unconstrained_period(chain, platform, tables.c)
     t0 = max(t0, TINY)
-    hi = (t0 + tables.total_fb + 2 * float(tables.c.sum()) + 2 * float(tables.x.sum())) * 1.01
+    hi = (t0 + tables.total_fb + 2 * float(tables.links.most.sum()) + 2 * float(tables.x.sum())) * 1.01
     deadline = budget.t0 + budget.seconds if budget.limited else None
     if len(chain) >= 1000:
         budget.say(f"dp: {len(chain)} layers x {platform.devices} devices, unconstrained period {t0:.6g} s; "

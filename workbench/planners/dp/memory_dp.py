@@ -37,7 +37,7 @@ import numpy as np
 from workbench.model.chain import Chain, Platform
 from workbench.model.memory import band_terms, layer_terms, suffix_terms
 from workbench.model.tolerances import CEIL_SLACK, FLOOR_MARGIN, MEMORY_SLACK, ceil_counts
-from workbench.planners.partition import boundary_costs, suffix_bounds
+from workbench.planners.partition import SuffixLinks, suffix_bounds
 
 __all__ = ["StageTables", "memory_dp", "BAND_ELEMENTS"]
 
@@ -56,7 +56,10 @@ class StageTables:
         self.pfb = p["f"] + p["b"]
         # F + B of the whole chain, summed as the stage sums are (F and B apart)
         self.total_fb = float((p["f"][L] - p["f"][0]) + (p["b"][L] - p["b"][0]))
-        self.c = boundary_costs(chain, platform)
+        # c_j: the links within a node; on several nodes a q-stage suffix's first boundary may pay the
+        # node link (links.after(q), dp's placement: workbench.planners.partition.place)
+        self.links = SuffixLinks(chain, platform)
+        self.c = self.links.least
         # rule 8: a stage's host round trip, 2 x its offloaded bytes over the host bandwidth
         self.x = np.array([platform.host_time(l.offload_bytes) for l in chain.layers])
         self.px = np.concatenate([[0.0], np.cumsum(2 * self.x)])
@@ -213,7 +216,13 @@ def memory_dp(chain: Chain, platform: Platform, period: float, tables: StageTabl
                 continue
             any_ok = True
             FB, host = b.FB[sl], b.host[sl]
-            raw = b.FB2c[sl] + np.where(fin, down, 0.0)
+            cq = t.links.after(q)
+            if cq is t.c:
+                raw = b.FB2c[sl] + np.where(fin, down, 0.0)
+            else:                                           # this boundary crosses nodes
+                cj = cq[np.minimum(b.J[sl], L - 1)]
+                ok0 = ok0 & (cj <= tolT)
+                raw = FB + 2 * cj + np.where(fin, down, 0.0)
             k = ceil_counts(raw / T)
             window = np.where(raw - (k - 1) * T < FB + host, (k - 1) * T + FB + host, raw)
             window = np.where(ok0 & (k <= b.kcap[sl]), window, np.inf)

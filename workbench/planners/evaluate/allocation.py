@@ -121,8 +121,8 @@ def allocation_of(chain: Chain, platform: Platform, assignment: Sequence[int]) -
     one = [stage_memory(terms, a, b, 1) for a, b in runs]
     ka = [stage_memory(terms, a, b, 2) - m for (a, b), m in zip(runs, one)]
     kc = [m - x for m, x in zip(one, ka)]
-    c = [platform.comm_time(cut[b]) if s < S - 1 else 0.0 for s, (_, b) in enumerate(runs)]
     dev = [assignment[a] for a, _ in runs]
+    c = [platform.comm_time(cut[b], dev[s], dev[s + 1]) if s < S - 1 else 0.0 for s, (_, b) in enumerate(runs)]
     x = [stage_host_time(chain, platform, a, b) for a, b in runs]
     path = [0.0] * S
     acc = 0.0

@@ -55,6 +55,9 @@ def plan_ilp(chain: Chain, platform: Platform, *, allocation: str = "contiguous"
     """
     if allocation not in ("contiguous", "general"):
         raise ValueError(f"allocation must be 'contiguous' or 'general', got {allocation!r}")
+    if platform.multi_node:
+        raise ValueError(f"ilp does not model a platform of several nodes yet ({platform.devices} devices, "
+                         f"{platform.devices_per_node} per node: its links are not all alike); plan it with dp")
     opts = _options(options, kwargs)
     if opts.activations == "auto":   # per-layer activation policies
         if not math.isfinite(platform.memory):   # recompute and offload only add time or constraints

@@ -1,0 +1,118 @@
+"""The roofline's work counts against formulas written here, and its prices against hand arithmetic."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.nn import functional as F
+
+from workbench.model.accelerators import accelerator
+from workbench.profiles.roofline import (
+    H100_CALIBRATION,
+    KINDS,
+    UNCALIBRATED,
+    Calibration,
+    RooflineTimes,
+    WorkCounter,
+    estimate,
+    layer_work,
+)
+
+H100 = accelerator("h100-sxm")
+
+
+def _kind(work, name):
+    return work.kind == KINDS.index(name)
+
+
+def test_a_linear_layers_flops_are_2mnk_forward_and_twice_that_backward():
+    m, k, n = 64, 96, 80
+    work = layer_work(torch.nn.Linear(k, n), torch.zeros(m, k), True, None, torch.ones(m, n))
+    assert work.forward.flops.sum() == 2 * m * n * k
+    assert work.backward.flops.sum() == 2 * (2 * m * n * k)      # input gradient and weight gradient
+    # the first layer's input needs no gradient: only the weight's
+    first = layer_work(torch.nn.Linear(k, n), torch.zeros(m, k), False, None, torch.ones(m, n))
+    assert first.backward.flops.sum() == 2 * m * n * k
+
+
+def test_a_convolutions_flops():
+    conv = torch.nn.Conv2d(8, 16, 3, padding=1, bias=False)
+    work = layer_work(conv, torch.zeros(2, 8, 10, 10), True, None, torch.ones(2, 16, 10, 10))
+    macs = 2 * 16 * 10 * 10 * 8 * 3 * 3
+    assert work.forward.flops.sum() == 2 * macs and _kind(work.forward, "conv").any()
+
+
+def test_causal_attention_counts_half_its_square():
+    b, h, s, d = 2, 4, 64, 16
+    q = torch.zeros(b, h, s, d)
+    counter = WorkCounter()
+    with counter:
+        F.scaled_dot_product_attention(q, q, q, is_causal=True)
+    work = counter.take()
+    att = work.flops[_kind(work, "attention")]
+    assert att.sum() == pytest.approx(0.5 * 4 * b * h * s * s * d)
+
+
+def test_bytes_of_an_elementwise_op_and_no_cost_for_views():
+    counter = WorkCounter()
+    x = torch.zeros(1000)
+    with counter:
+        y = x.view(10, 100).t()            # views: no kernel
+        z = torch.relu(y)                  # reads 4000 bytes, writes 4000
+        torch.empty(10)                    # an allocation: no kernel
+    work = counter.take()
+    assert len(work) == 1 and work.bytes[0] == 8000 and work.flops[0] == 0 and z.shape == (100, 10)
+
+
+def test_a_broadcast_operand_is_read_once():
+    counter = WorkCounter()
+    a, b = torch.zeros(100, 50), torch.zeros(50)
+    with counter:
+        a + b
+    work = counter.take()
+    assert work.bytes[0] == 4 * (5000 + 50 + 5000)
+
+
+def test_estimate_is_a_roofline_with_a_launch_cost():
+    m = k = n = 2048
+    work = layer_work(torch.nn.Linear(k, n, bias=False), torch.zeros(m, k), True, None, torch.ones(m, n)).forward
+    flops = float(work.flops.sum())
+    assert estimate(work, H100) == pytest.approx(flops / H100.flops["float32"])          # compute-bound
+    cal = Calibration({"matmul/float32": 0.5}, memory=0.5, overhead=1e-5)
+    assert estimate(work, H100, cal) == pytest.approx(flops / (0.5 * H100.flops["float32"]) + 1e-5)
+    relu = WorkCounter()
+    x = torch.zeros(10**6)
+    with relu:
+        torch.relu(x)
+    w = relu.take()
+    assert estimate(w, H100, cal) == pytest.approx(8e6 / (0.5 * H100.memory_bandwidth) + 1e-5)   # memory-bound
+
+
+def test_bf16_runs_on_tensor_cores_and_fp32_convolutions_in_tf32():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():                   # shapes only: large enough to be compute-bound, nothing computed
+        n = 4096
+        fp32 = layer_work(torch.nn.Linear(n, n, bias=False), torch.zeros(n, n), True, None, torch.ones(n, n))
+        lin = torch.nn.Linear(n, n, bias=False, dtype=torch.bfloat16)
+        x = torch.zeros(n, n, dtype=torch.bfloat16)
+        bf = layer_work(lin, x, True, None, x)
+        conv = torch.nn.Conv2d(256, 256, 3, padding=1, bias=False)
+        cw = layer_work(conv, torch.zeros(32, 256, 56, 56), True, None, torch.ones(32, 256, 56, 56)).forward
+    assert estimate(fp32.forward, H100) / estimate(bf.forward, H100) == pytest.approx(989.5 / 66.9, rel=1e-6)
+    assert estimate(cw, H100) == pytest.approx(float(cw.flops.sum()) / H100.flops["tf32"])
+
+
+def test_calibration_falls_back_by_kind_then_to_the_peak():
+    cal = Calibration({"matmul/bfloat16": 0.4, "conv": 0.3})
+    assert cal.efficiency("attention", "float16") == 0.4
+    assert cal.efficiency("conv", "tf32") == 0.3 and cal.efficiency("matmul", "float32") == 1.0
+    assert UNCALIBRATED.efficiency("matmul", "bfloat16") == 1.0
+    assert all(0 < v <= 1 for v in H100_CALIBRATION.compute.values()) and 0 < H100_CALIBRATION.memory <= 1
+
+
+def test_roofline_times_keep_every_layers_work():
+    times = RooflineTimes(H100, UNCALIBRATED)
+    f, b = times(torch.nn.Linear(8, 8), torch.zeros(4, 8), None, True, None, torch.ones(4, 8), 0, 1)
+    assert len(times.works) == 1 and f == [estimate(times.works[0].forward, H100)] and b[0] > f[0]
+    assert "estimated, not measured" in times.describe() and H100.label in times.describe()
