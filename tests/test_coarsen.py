@@ -1,4 +1,4 @@
-"""Coarsening: block groups, expansion of block plans, and the coarse ILP on longer chains."""
+"""Coarsening: expansion of block plans, and the coarse ILP on longer chains."""
 
 from __future__ import annotations
 
@@ -9,10 +9,11 @@ import pytest
 
 from workbench.model.chain import Chain, Layer, Platform
 from workbench.model.plan import lower_bound
+from workbench.planners.blocks import block_groups
 from workbench.planners.dp.contiguous import plan_dp
 from workbench.planners.ilp.bounds import memory_period_bound
 from workbench.planners.ilp.coarse import plan_coarse
-from workbench.planners.ilp.coarsen import block_groups, expand_assignment, expand_plan
+from workbench.planners.ilp.coarsen import expand_assignment, expand_plan
 from workbench.planners.ilp.planner import plan_ilp
 from workbench.verify.check import check
 
@@ -26,32 +27,6 @@ def chain_of(rng, L):
 def covers(groups, L):
     return groups[0][0] == 0 and groups[-1][1] == L - 1 and all(
         b + 1 == a for (_, b), (a, _) in zip(groups, groups[1:])) and all(a <= b for a, b in groups)
-
-
-@pytest.mark.parametrize("L,B", [(10, 3), (37, 8), (50, 50), (5, 9)])
-def test_groups_cover_in_order_with_the_requested_count(L, B):
-    ch = chain_of(np.random.default_rng(L), L)
-    g = block_groups(ch, B, Platform(3, bandwidth=5.0, memory_model="paper"))
-    assert covers(g, L)
-    assert len(g) == min(B, L)
-
-
-def test_groups_are_balanced_and_keep_required_cuts():
-    ch = Chain(tuple(Layer(f"l{i}", 1.0, 1.0, 1, 1) for i in range(12)))
-    assert block_groups(ch, 4) == [(0, 2), (3, 5), (6, 8), (9, 11)]
-    g = block_groups(ch, 4, required=[0, 7])
-    assert covers(g, 12) and len(g) == 4
-    ends = {b for _, b in g}
-    assert {0, 7} <= ends
-
-
-def test_groups_prefer_cheap_cuts():
-    # equal compute; the cut after layer 2 is free, the one after layer 3 costs a lot
-    layers = [Layer(f"l{i}", 1.0, 1.0, 1, 1000.0) for i in range(8)]
-    layers[2] = Layer("l2", 1.0, 1.0, 1, 0.0)
-    ch = Chain(tuple(layers))
-    g = block_groups(ch, 2, Platform(2, bandwidth=100.0, memory_model="paper"))
-    assert g == [(0, 2), (3, 7)]
 
 
 def test_expand_assignment():

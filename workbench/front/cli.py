@@ -346,6 +346,14 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
     print(f"warning: {message}", file=sys.stderr)
 
 
+def _memory_cap() -> str:
+    """The process's address-space cap in words (``ulimit -v``), or that there is none."""
+    import resource
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    return "no address-space cap set" if soft == resource.RLIM_INFINITY else f"cap {soft / 2**30:.2f} GiB"
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run one sub-command; bad input prints ``error: ...`` on stderr and returns 2."""
     import warnings
@@ -364,3 +372,8 @@ def main(argv: list[str] | None = None) -> int:
         except (ValueError, OSError) as e:  # ProfileError, PlanStructureError, bad JSON, unreadable files
             print(f"error: {e}", file=sys.stderr)
             return 2
+        except MemoryError:   # a memory cap (ulimit -v, a container's limit) refused an allocation
+            print(f"error: out of memory: {args.command} needed more memory than this process may use "
+                  f"({_memory_cap()}); nothing was written. Raise the cap, or plan fewer layers or devices",
+                  file=sys.stderr)
+            return 3

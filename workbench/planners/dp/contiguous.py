@@ -71,11 +71,11 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from workbench.bisection import least_bottleneck, least_feasible
-from workbench.model.activations import apply_policies, describe
+from workbench.model.activations import POLICIES, apply_policies, describe
 from workbench.model.chain import Chain, Platform
 from workbench.model.memory import band_terms
 from workbench.model.plan import Plan, infeasible_plan, lower_bound
-from workbench.model.tolerances import FLOOR_MARGIN, MEMORY_SLACK, TINY
+from workbench.model.tolerances import FLOOR_MARGIN, MEMORY_SLACK, PERIOD_SEARCH, TINY
 from workbench.model.units import format_bytes
 from workbench.planners.budget import Budget
 from workbench.planners.dp.auto import auto_on_chain
@@ -292,10 +292,42 @@ def _dp_on_chain(chain: Chain, platform: Platform, budget: Budget) -> _Answer:
 
 def _on_chain(chain: Chain, platform: Platform, auto: bool, budget: Budget) -> _Answer:
     """dp's answer for one linear order."""
-    if auto:
-        T, bounds, pol, why = auto_on_chain(chain, platform)
-        return _Answer(T, bounds, pol, why)
-    return _dp_on_chain(chain, platform, budget)
+    return _auto_on_chain(chain, platform, budget) if auto else _dp_on_chain(chain, platform, budget)
+
+
+def _auto_on_chain(chain: Chain, platform: Platform, budget: Budget) -> _Answer:
+    """dp with ``activations="auto"`` on one layer order: the best plan with one policy on every layer (the
+    exact DP of each effective chain: keep, recompute, offload) is the incumbent and the fallback; the
+    per-layer search (:func:`workbench.planners.dp.auto.auto_on_chain`) runs below its period."""
+    fixed: tuple[_Answer, str] | None = None
+    for pol in POLICIES:
+        ans = _dp_on_chain(chain if pol == "keep" else apply_policies(chain, pol), platform, budget)
+        if ans.bounds is not None and (fixed is None or ans.period < fixed[0].period):
+            fixed = (ans, pol)
+    deadline = budget.t0 + budget.seconds if budget.limited else None
+    upper = fixed[0].period if fixed is not None else None
+    cuts = [b for _, b in fixed[0].bounds][:-1] if fixed is not None else []
+    budget.say(f"dp auto: {len(chain)} layers, per-layer policies below {upper:.6g} s" if upper is not None
+               else f"dp auto: {len(chain)} layers, per-layer policies")
+    try:
+        a = auto_on_chain(chain, platform, upper=upper, deadline=deadline, cuts=cuts)
+    except TimeoutError:
+        a = None
+    if a is not None and a.bounds is not None and (fixed is None or a.period < fixed[0].period):
+        return _Answer(a.period, a.bounds, a.policies, a.why, a.complete, a.lower)
+    if fixed is None:
+        if a is None:
+            why = f"time limit reached before dp found a plan ({budget.elapsed():.1f} s)"
+            return _Answer(math.inf, None, None, why, complete=False)
+        return _Answer(math.inf, None, None, a.why, a.complete, a.lower)
+    ans, pol = fixed
+    what = f"{pol} on every layer"
+    if a is None:
+        return _Answer(ans.period, ans.bounds, (pol,) * len(chain),
+                       f"time limit reached: {what}, per-layer policies not searched", False,
+                       unconstrained_period(chain, platform)[0])
+    why = "" if a.lower >= ans.period * (1 - PERIOD_SEARCH) and not a.why else f"{what}; {a.why}".rstrip("; ")
+    return _Answer(ans.period, ans.bounds, (pol,) * len(chain), why, a.complete, min(a.lower, ans.period))
 
 
 def plan_dp(chain: Chain, platform: Platform, *, allocation: str = "contiguous",
@@ -328,14 +360,20 @@ def plan_dp(chain: Chain, platform: Platform, *, allocation: str = "contiguous",
     if allocation == "general":
         notes.append("dp is contiguous: this is the best contiguous plan (general allocations: use ilp)")
     auto = activations == "auto"
-    candidates: list[tuple[_Answer, Chain, tuple[str, ...] | None]] = [(_on_chain(chain, platform, auto, budget),
-                                                                        chain, None)]
+    if auto and not math.isfinite(platform.memory):
+        auto = False        # recompute and offload only add time or constraints
+        notes.append("no memory limit: every layer keeps its activations (the best policy)")
+    others: list[tuple[Chain, tuple[str, ...]]] = []
     if graph and getattr(chain, "graph", None) is not None:
         res = best_order(chain.graph, platform.devices, platform=platform)
         order = [str(n) for n in res.order]
         if order != [l.name for l in chain.layers]:
-            other = chain.graph.linearise(order)
-            candidates.append((_on_chain(other, platform, auto, budget), other, tuple(order)))
+            others.append((chain.graph.linearise(order), tuple(order)))
+    # with policies and a second order to try, the default order gets half of the time left
+    first = budget.child(0.5) if auto and others and budget.limited else budget
+    candidates: list[tuple[_Answer, Chain, tuple[str, ...] | None]] = [(_on_chain(chain, platform, auto, first),
+                                                                        chain, None)]
+    candidates += [(_on_chain(other, platform, auto, budget), other, order) for other, order in others]
     ans, used, order = min(candidates, key=lambda c: c[0].period)
     if order is not None:
         notes.append(f"graph order from best_order: {ans.period:.6g} s against {candidates[0][0].period:.6g} s "
@@ -345,8 +383,10 @@ def plan_dp(chain: Chain, platform: Platform, *, allocation: str = "contiguous",
         return p if ans.complete else p.with_(status="timeout")
     if not ans.complete:
         status, gap = "timeout", max(0.0, (ans.period - ans.lower) / ans.period)
+    elif ans.why:       # a plan, and its gap to the bound proven (dp auto on thinned versions or on blocks)
+        status, gap = "feasible", (max(0.0, (ans.period - ans.lower) / ans.period) if ans.lower > 0 else None)
     else:
-        status, gap = ("feasible" if ans.why else "optimal"), None
+        status, gap = "optimal", None
     if ans.policies is None or all(p == "keep" for p in ans.policies):
         if ans.why:
             notes.append(ans.why)

@@ -74,7 +74,9 @@ def plan_ilp_auto(chain: Chain, platform: Platform, *, allocation: str = "contig
 
 def auto_incumbent_phase(run: Run) -> PhaseResult:
     """The exact contiguous DP with policies (:mod:`workbench.planners.dp.auto`): the incumbent and fallback."""
-    inc = plan_dp(run.chain, run.platform, activations="auto", graph=False)
+    left = max(run.budget.left(), 1e-3) if run.budget.limited else None
+    inc = plan_dp(run.chain, run.platform, activations="auto", graph=False, time_limit=left,
+                  progress=run.budget.progress)
     if not run.valid(inc):
         return run.result("incumbent", None, None, "no contiguous plan fits with policies chosen per layer")
     run.notes.append(f"incumbent dp with activations chosen per layer, period {inc.period:.6g} s")

@@ -1,7 +1,7 @@
 """The ILP on a long chain: solve on blocks of layers, expand, refine on the layers, bound the gap.
 
 Real networks have 40 to 1,000 layers; :func:`plan_coarse` cuts the chain
-into blocks (:func:`workbench.planners.ilp.coarsen.block_groups`), solves the ILP
+into blocks (:func:`workbench.planners.blocks.block_groups`), solves the ILP
 on the blocks (:func:`workbench.planners.ilp.phases.solve_chain`) and expands
 the plan to the layers. Its phases (run by :func:`workbench.planners.ilp.runner.run_phases`; each
 takes the incumbent when its plan is better), recorded in ``extra["solve"]``:
@@ -48,10 +48,11 @@ from typing import Any, Sequence
 from workbench.model.chain import Chain, Platform
 from workbench.model.plan import Plan, lower_bound, stages_of
 from workbench.model.tolerances import MILP_GAP
+from workbench.planners.blocks import block_groups
 from workbench.planners.budget import Budget
 from workbench.planners.dp.contiguous import plan_dp
 from workbench.planners.ilp.bounds import memory_period_bound
-from workbench.planners.ilp.coarsen import block_groups, expand_plan
+from workbench.planners.ilp.coarsen import expand_plan
 from workbench.planners.ilp.options import IlpOptions
 from workbench.planners.ilp.phases import solve_chain
 from workbench.planners.ilp.runner import PhaseResult, Run, Verdict, run_phases
