@@ -157,7 +157,8 @@ def _plan_auto(chain: Chain, platform: Platform, method: str, fn: Callable[..., 
     if found is not None and why:
         note += f" ({why})"
     if found is None:
-        return infeasible_plan(chain, platform, method, why, notes=(note,), solve_seconds=time.perf_counter() - t0)
+        p = infeasible_plan(chain, platform, method, why, notes=(note,), solve_seconds=time.perf_counter() - t0)
+        return p if a.complete else p.with_(status="timeout")
     eff = apply_policies(chain, pol)
     plan_ = Scheduler(eff, platform, place(found, platform)).plan(
         T, method=method, allocation="contiguous", notes=base.notes + (note, f"activations: {describe(pol)}"))

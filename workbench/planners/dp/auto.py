@@ -187,14 +187,17 @@ def _stage_plan(chain: Chain, platform: Platform, upper: float | None, cuts: Seq
     if steps <= step_budget() and _fits_rows(every):
         return None, steps, ""
     free = platform.with_(memory=math.inf)
-    blocks = BLOCKS
-    while True:
+    # B starts reach about steps / L layers each, and B^2 / 2 stages at most: the largest B both budgets allow
+    reach = max(steps / len(chain), 1.0)
+    rows = _versions.ROW_BUDGET / (2 * _versions.MIN_CAP * _N ** 3)
+    blocks = int(max(len(cuts) + 2, min(BLOCKS, step_budget() / reach, math.sqrt(2 * rows))))
+    for _ in range(3):
         groups = block_groups(chain, blocks, free, required=cuts)
         stops = [b for _, b in groups]
         blocked = stage_ends(chain, load, {a: [j for j in stops if j >= a] for a, _ in groups})
         if (_steps(blocked) <= step_budget() and _fits_rows(blocked)) or blocks <= len(cuts) + 2:
             break
-        blocks = max(len(cuts) + 2, blocks * 3 // 4)
+        blocks = max(len(cuts) + 2, blocks * 2 // 3)
     note = (f"stage boundaries restricted to {len(groups)} blocks (stages on every layer: {steps} stage extensions "
             f"and {sum(map(len, every.values()))} stages; budgets {step_budget()} and "
             f"{_versions.ROW_BUDGET} version rows)")

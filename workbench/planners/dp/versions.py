@@ -53,7 +53,7 @@ from workbench.model.memory import stage_step
 from workbench.model.tolerances import MEMORY_SLACK
 
 __all__ = ["Versions", "PolicyTree", "stage_versions", "group_cap", "stage_ends", "ROW_BUDGET", "VERSION_CAP",
-           "MIN_CAP"]
+           "MIN_CAP", "WORK_BUDGET"]
 
 _N = len(POLICIES)
 _RC, _OFF = POLICIES.index("recompute"), POLICIES.index("offload")
@@ -63,6 +63,8 @@ ROW_BUDGET = 500_000
 VERSION_CAP = 1500
 #: versions kept per group at least, whatever the budget
 MIN_CAP = 4
+#: pairwise comparisons of versions (over every extension step) at most, about 1 s of numpy per 10^8
+WORK_BUDGET = 1e9
 
 
 class PolicyTree:
@@ -184,15 +186,20 @@ def stage_ends(chain: Chain, max_load: float, ends: Mapping[int, Sequence[int]] 
 
 
 def group_cap(ends: Mapping[int, Sequence[int]], classes: np.ndarray, budget: int | None = None) -> int:
-    """Versions per group so that every stage's real and relaxation rows fit ``budget`` rows: each (start,
-    end, incoming class) has up to N^2 groups of up to ``cap`` real and ``cap`` relaxation rows.
+    """Versions per group so that every stage's real and relaxation rows fit ``budget`` rows (each (start,
+    end, incoming class) has up to N^2 groups of up to ``cap`` real and ``cap`` relaxation rows), and so that
+    the pairwise dominance tests of all extension steps (each about N^2 (N cap)^2 comparisons) stay within
+    :data:`WORK_BUDGET`.
 
     >>> group_cap({0: [0, 1], 1: [1]}, np.zeros((2, 3), dtype=int), budget=1000)
     18
     """
-    cells = sum(len(e) * len(set(classes[i].tolist())) for i, e in ends.items()) * _N * _N
+    counts = {i: len(set(classes[i].tolist())) for i in ends}
+    cells = sum(len(e) * counts[i] for i, e in ends.items()) * _N * _N
+    steps = sum((e[-1] - i + 1) * counts[i] for i, e in ends.items() if e)
     budget = ROW_BUDGET if budget is None else budget
-    return int(min(VERSION_CAP, max(MIN_CAP, budget // max(2 * cells, 1))))
+    by_work = math.isqrt(int(WORK_BUDGET / max(steps * _N ** 4, 1)))
+    return int(min(VERSION_CAP, max(MIN_CAP, min(budget // max(2 * cells, 1), by_work))))
 
 
 class _Flat:
