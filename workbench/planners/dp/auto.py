@@ -204,6 +204,33 @@ def _stage_plan(chain: Chain, platform: Platform, upper: float | None, cuts: Seq
     return blocked, _steps(blocked), note
 
 
+def _build(chain: Chain, platform: Platform, allowed: Sequence[tuple[int, int]] | None, upper: float | None,
+           cuts: Sequence[int], row_budget: int | None, deadline: float | None) -> tuple[Versions, str]:
+    """The stage versions and why their stage boundaries are restricted ("" if not): the exact attempt
+    (every stage, every undominated version) when the stages are few enough, and if it goes over its budget,
+    the budgeted build of :func:`_stage_plan`'s stages."""
+    budget = row_budget if row_budget is not None else _versions.ROW_BUDGET
+    load = upper if upper is not None and math.isfinite(upper) else math.inf
+    k_lo = None
+    if math.isfinite(load):
+        down = np.cumsum((chain.forward + chain.backward)[::-1])[::-1]
+        k_lo = np.maximum(1, np.ceil(down / (load * (1 + CEIL_SLACK)) - COUNT_SLACK)).astype(int)
+    if allowed is not None:
+        ends = {a: sorted(b for aa, b in allowed if aa == a) for a, _ in allowed}
+    else:
+        every = stage_ends(chain, load)
+        if _steps(every) <= step_budget() and sum(map(len, every.values())) <= budget:
+            try:
+                return stage_versions(chain, platform, None, max_load=load, k_lo=k_lo, row_budget=budget,
+                                      deadline=deadline, strict=True), ""
+            except _versions.OverBudget:
+                pass
+        ends, _, why = _stage_plan(chain, platform, upper, cuts)
+        return stage_versions(chain, platform, ends, max_load=load, k_lo=k_lo, row_budget=budget,
+                              deadline=deadline), why
+    return stage_versions(chain, platform, ends, max_load=load, k_lo=k_lo, row_budget=budget, deadline=deadline), ""
+
+
 def _fits_rows(ends: dict[int, list[int]]) -> bool:
     """Whether these stages' groups can keep :data:`~workbench.planners.dp.versions.MIN_CAP` versions each (with
     every start's three incoming classes apart) within the row budget."""
@@ -228,17 +255,7 @@ def auto_on_chain(chain: Chain, platform: Platform, allowed: Sequence[tuple[int,
     L = len(chain)
     links = SuffixLinks(chain, platform)
     t0 = max(unconstrained_period(chain, platform, links.least)[0], TINY)
-    if allowed is not None:
-        ends, why_blocks = {a: [b] for a, b in allowed}, ""
-        ends = {a: [b for aa, b in allowed if aa == a] for a in ends}
-    else:
-        ends, _, why_blocks = _stage_plan(chain, platform, upper, cuts)
-    k_lo = None
-    if upper is not None and math.isfinite(upper):
-        down = np.cumsum((chain.forward + chain.backward)[::-1])[::-1]
-        k_lo = np.maximum(1, np.ceil(down / (upper * (1 + CEIL_SLACK)) - COUNT_SLACK)).astype(int)
-    v = stage_versions(chain, platform, ends, max_load=upper if upper is not None else math.inf, k_lo=k_lo,
-                       row_budget=row_budget if row_budget is not None else _versions.ROW_BUDGET, deadline=deadline)
+    v, why_blocks = _build(chain, platform, allowed, upper, cuts, row_budget, deadline)
     real = v.subset(v.real) if not v.exact else v
     c = links.most
     host_all = 2 * sum(platform.host_time(float(np.sum(l))) for l in policy_terms(chain, platform).offloaded[_OFF:])

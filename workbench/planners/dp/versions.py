@@ -52,8 +52,8 @@ from workbench.model.chain import Chain, Platform
 from workbench.model.memory import stage_step
 from workbench.model.tolerances import MEMORY_SLACK
 
-__all__ = ["Versions", "PolicyTree", "stage_versions", "group_cap", "stage_ends", "ROW_BUDGET", "VERSION_CAP",
-           "MIN_CAP", "WORK_BUDGET"]
+__all__ = ["Versions", "PolicyTree", "OverBudget", "stage_versions", "group_cap", "stage_ends", "ROW_BUDGET",
+           "VERSION_CAP", "MIN_CAP", "WORK_BUDGET"]
 
 _N = len(POLICIES)
 _RC, _OFF = POLICIES.index("recompute"), POLICIES.index("offload")
@@ -65,6 +65,10 @@ VERSION_CAP = 1500
 MIN_CAP = 4
 #: pairwise comparisons of versions (over every extension step) at most, about 1 s of numpy per 10^8
 WORK_BUDGET = 1e9
+
+
+class OverBudget(RuntimeError):
+    """The exact attempt of :func:`stage_versions` went over its row or work budget."""
 
 
 class PolicyTree:
@@ -394,11 +398,15 @@ def _fit(st: _Flat, base: float, stash: float, k_lo: int, limit: float) -> _Flat
 
 def stage_versions(chain: Chain, platform: Platform, ends: Mapping[int, Sequence[int]] | None = None, *,
                    max_load: float = math.inf, k_lo: np.ndarray | None = None, row_budget: int | None = None,
-                   deadline: float | None = None) -> Versions:
+                   deadline: float | None = None, strict: bool = False) -> Versions:
     """The versions of every stage (only the (start, ends) of ``ends`` when given, e.g. one partition's
     stages or block boundaries), within ``row_budget`` rows (module docstring). ``max_load``: stages with
     more compute never help; ``k_lo[i]``: the least in-flight count of a stage starting at layer i (default
-    1). Raises ``TimeoutError`` past ``deadline`` (a ``perf_counter`` time, polled per stage)."""
+    1). Raises ``TimeoutError`` past ``deadline`` (a ``perf_counter`` time, polled per stage).
+
+    ``strict``: the exact attempt: every group keeps up to :data:`VERSION_CAP` versions, and
+    :class:`OverBudget` is raised as soon as the rows pass ``row_budget`` or the pairwise tests pass
+    :data:`WORK_BUDGET` (most chains of tens of identical blocks fit: their versions are few)."""
     pt = policy_terms(chain, platform)
     keep = pt.keep
     L = len(chain)
@@ -406,7 +414,9 @@ def stage_versions(chain: Chain, platform: Platform, ends: Mapping[int, Sequence
     cls_of = _classes(pt)
     h = platform.host_bandwidth
     todo = stage_ends(chain, max_load, ends)
-    cap = group_cap(todo, cls_of, ROW_BUDGET if row_budget is None else row_budget)
+    budget = ROW_BUDGET if row_budget is None else row_budget
+    cap = VERSION_CAP if strict else group_cap(todo, cls_of, budget)
+    used = [0, 0.0]        # rows emitted, pairwise comparisons made
     kl = np.ones(L, dtype=int) if k_lo is None else np.maximum(np.asarray(k_lo, dtype=int), 1)
     pF = np.concatenate([[0.0], np.cumsum(F)])
     pB = np.concatenate([[0.0], np.cumsum(chain.backward)])
@@ -428,6 +438,10 @@ def stage_versions(chain: Chain, platform: Platform, ends: Mapping[int, Sequence
                 if deadline is not None and time.perf_counter() > deadline:
                     raise TimeoutError("dp auto: time limit while building stage versions")
                 if j > i:
+                    if strict:
+                        used[1] += (_N * len(st)) ** 2 / _N
+                        if used[1] > WORK_BUDGET:
+                            raise OverBudget(f"more than {WORK_BUDGET:.0e} version comparisons")
                     st, relaxed = _extend(st, pt, F, j, cap, tree)
                     exact = exact and not relaxed
                 static0 = float(pS[j + 1] - pS[i])
@@ -439,6 +453,9 @@ def stage_versions(chain: Chain, platform: Platform, ends: Mapping[int, Sequence
                 if j in wanted:
                     _emit(rows, st, pt, keep, i, j, c, static0, stash, float(pF[j + 1] - pF[i] + pB[j + 1] - pB[i]),
                           h)
+                    used[0] += len(st)
+                    if strict and used[0] > budget:
+                        raise OverBudget(f"more than {budget} version rows")
     arr = {k: np.concatenate(v) if v else np.zeros(0) for k, v in rows.items()}
     return Versions(arr["i"].astype(int), arr["j"].astype(int), arr["cls"].astype(int), arr["end"].astype(int),
                     arr["FB"], arr["host"], arr["A"], arr["static"], arr["stash"], arr["extra"],
