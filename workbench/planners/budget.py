@@ -94,15 +94,17 @@ class PhaseShares:
     polish_seconds: float = POLISH_SECONDS
     #: graph mode needs about this many times the default order's DP (best_order and a DP)
     graph_after_dp: float = 3.0
-    #: coarsened general plans on 16 blocks or more: the block ILP runs until this fraction of the limit, ...
-    block_until: float = 0.2
+    #: coarsened plans: the stage-path bound on the layers runs first, until this fraction of the limit, ...
+    fine_bound_until: float = 0.2
+    #: ... on 16 blocks or more (general), the block ILP until this one, ...
+    block_until: float = 0.4
     #: ... (on fewer blocks, or contiguous, until this one) ...
     block_alone_until: float = 0.8
     #: ... the half-block solve until this one (without a limit: this many seconds), ...
-    half_blocks_until: float = 0.45
+    half_blocks_until: float = 0.6
     half_blocks_seconds: float = 30.0
     #: ... the guided search on the fine chain until this one (without a limit: this many seconds, and
-    #: it stops after ``stale_kicks`` kicks in a row find nothing better); the rest is for the fine bound
+    #: it stops after ``stale_kicks`` kicks in a row find nothing better, or once it meets the bound)
     refine_until: float = 0.98
     refine_seconds: float = 20.0
     stale_kicks: int = 25

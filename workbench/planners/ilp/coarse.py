@@ -9,25 +9,26 @@ takes the incumbent when its plan is better), recorded in ``extra["solve"]``:
 1. ``incumbent``: the exact contiguous DP on the layers (always run; its plan
    is a candidate, and its cuts are kept as block boundaries so it stays
    expressible on the blocks);
-2. ``block_ilp``: the ILP on the blocks;
-3. general allocations on 16 blocks or more, ``half_blocks``: the same solve on
-   half as many blocks (where the cover search is often exact, while the full
-   block count has too many device sets);
-4. general allocations, ``guided_search`` on the layers from the best plan so far
-   (:func:`workbench.planners.ilp.search.guided_search`, a descent on the cheap
-   path period whose steps are checked exactly);
-5. ``fine_bound``: a lower bound on the layers (the chain's, the per-layer
+2. ``fine_bound``: a lower bound on the layers (the chain's, the per-layer
    memory bound :func:`workbench.planners.ilp.bounds.memory_period_bound` and
    the stage-path bound :func:`workbench.planners.ilp.stage_bound.stage_path_bound`;
-   for contiguous allocations the exact DP's period);
+   for contiguous allocations the exact DP's period); the phases after it stop
+   searching once a plan meets it;
+3. ``block_ilp``: the ILP on the blocks;
+4. general allocations on 16 blocks or more, ``half_blocks``: the same solve on
+   half as many blocks (where the cover search is often exact, while the full
+   block count has too many device sets);
+5. general allocations, ``guided_search`` on the layers from the best plan so far
+   (:func:`workbench.planners.ilp.search.guided_search`, a descent on the cheap
+   path period whose steps are checked exactly);
 6. no phase of its own (:func:`coarse_verdict`): the incumbent's status and its gap
    against the fine bound.
 
 Their shares of a time limit are :class:`workbench.planners.budget.PhaseShares`
-(general on 16 blocks or more: the block ILP until 20 % of the limit, the
-half-block solve until 45 %, the guided search until 98 %, the rest for the
-bound). What coarsening can cost: the block plan is the best plan among those
-that cut only at block boundaries. ``plan.extra`` reports ``fine_lower_bound``,
+(general on 16 blocks or more: the bound until 20 % of the limit, the block ILP
+until 40 %, the half-block solve until 60 %, the guided search until 98 %). What
+coarsening can cost: the block plan is the best plan among those that cut only at
+block boundaries. ``plan.extra`` reports ``fine_lower_bound``,
 ``largest_block`` (the compute of the heaviest block: a block cannot be split),
 ``half_blocks``, and the returned ``gap`` is measured against the fine bound, so
 it includes what coarsening may have cost.
@@ -108,7 +109,7 @@ def plan_coarse(chain: Chain, platform: Platform, *, blocks: int = 32, allocatio
     run = Run(chain, platform, allocation, opts, budget)
     state = _Blocks(blocks, list(groups) if groups is not None else None, req, fine_dp, block_opts, refine)
     return run_phases(run, [partial(phase, blocks=state) for phase in (
-        fine_dp_phase, block_ilp_phase, half_blocks_phase, guided_search_phase, fine_bound_phase, coarse_verdict)])
+        fine_dp_phase, fine_bound_phase, block_ilp_phase, half_blocks_phase, guided_search_phase, coarse_verdict)])
 
 
 # ----------------------------------------------------------------------------
@@ -164,7 +165,7 @@ def _block_ilp(chain: Chain, platform: Platform, groups: list[tuple[int, int]], 
 def half_blocks_phase(run: Run, blocks: _Blocks) -> PhaseResult | None:
     """General plans on 16 blocks or more: the same solve on half as many blocks (where the cover
     search is often exact); its expanded plan becomes the incumbent if better."""
-    if not blocks.halve:
+    if not blocks.halve or _meets_bound(run, blocks):
         return None
     chain, platform, shares = run.chain, run.platform, run.opts.shares
     hg = block_groups(chain, len(blocks.groups) // 2, platform, required=blocks.required)
@@ -184,7 +185,7 @@ def half_blocks_phase(run: Run, blocks: _Blocks) -> PhaseResult | None:
 def guided_search_phase(run: Run, blocks: _Blocks) -> PhaseResult | None:
     """General plans: the guided search on the layers from the incumbent."""
     start = run.inc
-    if not blocks.refine or start is None:
+    if not blocks.refine or start is None or _meets_bound(run, blocks):
         return None
     chain, platform, budget, shares = run.chain, run.platform, run.budget, run.opts.shares
     secs = budget.phase_seconds(until=shares.refine_until, default=shares.refine_seconds)
@@ -192,7 +193,8 @@ def guided_search_phase(run: Run, blocks: _Blocks) -> PhaseResult | None:
     better = guided_search(chain, platform, start,
                            deadline=budget.deadline(search="guided_search", until=shares.refine_until,
                                                     default=shares.refine_seconds),
-                           max_stages=2 * platform.devices, kicks=None if budget.limited else shares.stale_kicks)
+                           max_stages=2 * platform.devices, kicks=None if budget.limited else shares.stale_kicks,
+                           target=blocks.extra["fine_lower_bound"] * (1 + run.opts.rel_gap))
     if better is not start and better.period < start.period and not check(better, chain, platform):
         blocks.source = f"{blocks.source}, then a local search on the {len(chain)} layers"
         return run.result("guided_search", better, None, "improved the best plan")
@@ -200,19 +202,28 @@ def guided_search_phase(run: Run, blocks: _Blocks) -> PhaseResult | None:
 
 
 def fine_bound_phase(run: Run, blocks: _Blocks) -> PhaseResult:
-    """A lower bound for the fine chain: the best of the chain's, the per-layer memory one and the
-    stage-path one (cut short, and weaker, when the time is up); for contiguous allocations the
-    exact DP's period. Without a plan it bounds nothing the run returns."""
-    chain, platform, budget = run.chain, run.platform, run.budget
-    best_known = run.inc.period if run.inc is not None else None
-    budget.say(f"ilp: lower bound on the {len(chain)} layers, {budget.describe(budget.phase_seconds())}")
-    deadline = budget.deadline(search="bound")
-    bound = max(lower_bound(chain, platform), memory_period_bound(chain, platform),
-                stage_path_bound(chain, platform, best_known, deadline=deadline))
-    fine = blocks.fine_dp.period if run.allocation == "contiguous" and blocks.fine_dp is not None else bound
-    blocks.extra["fine_lower_bound"] = fine
-    return run.result("fine_bound", run.inc, fine if run.inc is not None else None,
-                      f"bound {bound:.6g} s on the {len(chain)} layers", shown_bound=bound)
+    """A lower bound for the fine chain, before the searches (which stop once a plan meets it): the best of the
+    chain's, the per-layer memory one and the stage-path one (cut short, and weaker, when its share of the time
+    is up); for contiguous allocations the exact DP's period."""
+    chain, platform, budget, shares = run.chain, run.platform, run.budget, run.opts.shares
+    if run.allocation == "contiguous" and blocks.fine_dp is not None:
+        bound = blocks.fine_dp.period
+        what = "the exact contiguous DP's period"
+    else:
+        best_known = run.inc.period if run.inc is not None else None
+        budget.say(f"ilp: lower bound on the {len(chain)} layers, "
+                   f"{budget.describe(budget.phase_seconds(until=shares.fine_bound_until))}")
+        deadline = budget.deadline(search="bound", until=shares.fine_bound_until)
+        bound = max(lower_bound(chain, platform), memory_period_bound(chain, platform),
+                    stage_path_bound(chain, platform, best_known, deadline=deadline))
+        what = "the stage-path bound"
+    blocks.extra["fine_lower_bound"] = bound
+    return run.result("fine_bound", run.inc, bound, f"{what}: {bound:.6g} s on the {len(chain)} layers")
+
+
+def _meets_bound(run: Run, blocks: _Blocks) -> bool:
+    """Whether the incumbent already meets the fine bound (the searches after it have nothing to find)."""
+    return run.inc is not None and run.inc.period <= blocks.extra["fine_lower_bound"] * (1 + run.opts.rel_gap)
 
 
 def coarse_verdict(run: Run, blocks: _Blocks) -> Verdict:
