@@ -16,7 +16,7 @@ def test_blocks_expand_to_a_valid_plan_no_worse_than_the_fine_dp():
         p = plan_coarse(chain, plat, blocks=8, allocation=allocation, time_limit=6)
         assert check(p, chain, plat) == [] and p.period <= plan_dp(chain, plat).period * (1 + 1e-9)
         phases = [r["phase"] for r in p.extra["solve"]["phases"]]
-        assert phases[:3] == ["incumbent", "fine_bound", "block_ilp"]
+        assert phases[:2] == ["incumbent", "fine_bound"] and "block_ilp" in phases
         met = p.period <= p.extra["fine_lower_bound"] * (1 + 1e-6)
         assert ("guided_search" in phases) == (allocation == "general" and not met)
         assert p.extra["fine_lower_bound"] <= p.period and p.extra["blocks"] == 8

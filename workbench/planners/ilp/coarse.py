@@ -20,7 +20,9 @@ takes the incumbent when its plan is better), recorded in ``extra["solve"]``:
    block count has too many device sets);
 5. general allocations, ``guided_search`` on the layers from the best plan so far
    (:func:`workbench.planners.ilp.search.guided_search`, a descent on the cheap
-   path period whose steps are checked exactly);
+   path period whose steps are checked exactly); under a time limit the same search
+   also runs on a second core from the fine DP's plan during phases 3-5
+   (``background``, :mod:`workbench.planners.ilp.background`);
 6. no phase of its own (:func:`coarse_verdict`): the incumbent's status and its gap
    against the fine bound.
 
@@ -42,16 +44,18 @@ it includes what coarsening may have cost.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any, Sequence
 
 from workbench.model.chain import Chain, Platform
 from workbench.model.plan import Plan, lower_bound, stages_of
-from workbench.model.tolerances import MILP_GAP
+from workbench.model.tolerances import BETTER, MILP_GAP
 from workbench.planners.blocks import block_groups
 from workbench.planners.budget import Budget
 from workbench.planners.dp.contiguous import plan_dp
+from workbench.planners.ilp.background import start_search
 from workbench.planners.ilp.bounds import memory_period_bound
 from workbench.planners.ilp.coarsen import expand_plan
 from workbench.planners.ilp.options import IlpOptions
@@ -102,14 +106,16 @@ def plan_coarse(chain: Chain, platform: Platform, *, blocks: int = 32, allocatio
     req = [b for _, b in stages_of(fine_dp.assignment)][:-1] if fine_dp is not None else []
     budget = budget.child(prefix="")  # the phases' shares are of what the fine DP left
     # the block solves: every option as given but the warm start (the DP's, on the blocks) and the
-    # search options (their defaults)
+    # search options (their defaults); the second core searches the layers (background_phase), not the blocks
     block_opts = IlpOptions(rel_gap=opts.rel_gap, threads=opts.threads, log=opts.log, warm_start=bool(opts.warm_start),
-                            pairwise=opts.pairwise, solver_options=opts.solver_options, shares=opts.shares)
+                            pairwise=opts.pairwise, solver_options=opts.solver_options, shares=opts.shares,
+                            parallel=False)
     refine = allocation == "general" and platform.devices > 1
     run = Run(chain, platform, allocation, opts, budget)
     state = _Blocks(blocks, list(groups) if groups is not None else None, req, fine_dp, block_opts, refine)
     return run_phases(run, [partial(phase, blocks=state) for phase in (
-        fine_dp_phase, fine_bound_phase, block_ilp_phase, half_blocks_phase, guided_search_phase, coarse_verdict)])
+        fine_dp_phase, fine_bound_phase, background_phase, block_ilp_phase, half_blocks_phase, guided_search_phase,
+        background_result_phase, coarse_verdict)])
 
 
 # ----------------------------------------------------------------------------
@@ -219,6 +225,35 @@ def fine_bound_phase(run: Run, blocks: _Blocks) -> PhaseResult:
         what = "the stage-path bound"
     blocks.extra["fine_lower_bound"] = bound
     return run.result("fine_bound", run.inc, bound, f"{what}: {bound:.6g} s on the {len(chain)} layers")
+
+
+def background_phase(run: Run, blocks: _Blocks) -> PhaseResult | None:
+    """General plans under a time limit: the guided search (then the local search with kicks) on the layers from
+    the fine DP's plan starts on a second core (:mod:`workbench.planners.ilp.background`) and runs while the block
+    solves and the guided search of this process do, until ``shares.refine_until`` of the limit."""
+    budget, opts = run.budget, run.opts
+    if not (blocks.refine and run.inc is not None and opts.parallel and budget.limited and not budget.deterministic
+            and not _meets_bound(run, blocks)):
+        return None
+    secs = budget.phase_seconds(until=opts.shares.refine_until) or 0.0
+    run.background = start_search(run.chain, run.platform, run.inc, time.perf_counter() + secs,
+                                  target=blocks.extra["fine_lower_bound"] * (1 + opts.rel_gap))
+    if run.background is None:
+        return None
+    budget.say(f"ilp: guided search on the {len(run.chain)} layers on a second core, {budget.describe(secs)}")
+    return run.result("background", run.inc, None, "started on a second core")
+
+
+def background_result_phase(run: Run, blocks: _Blocks) -> PhaseResult | None:
+    """The second core's plan, if it beats the incumbent (re-checked)."""
+    if run.background is None:
+        return None
+    bg = run.background.result()
+    if bg is None or not bg.feasible or check(bg, run.chain, run.platform) or (
+            run.inc is not None and bg.period >= run.inc.period * (1 - BETTER)):
+        return run.result("background", run.inc, None, "nothing better")
+    blocks.source = f"guided search on the {len(run.chain)} layers on a second core"
+    return run.result("background", bg, None, f"period {bg.period:.6g} s")
 
 
 def _meets_bound(run: Run, blocks: _Blocks) -> bool:

@@ -38,15 +38,18 @@ proved its bound (``bound_by``) in ``extra["solve"]`` (:class:`~workbench.model.
 from __future__ import annotations
 
 import math
+import time
 from functools import partial
 
 import pyomo.environ as pyo
 
 from workbench.model.chain import Chain, Platform
 from workbench.model.plan import Plan, make_plan
+from workbench.model.plan_extra import phase_record
 from workbench.model.tolerances import BETTER, INCUMBENT_CAP, REL_TOL
 from workbench.planners.budget import Budget, milp_root_seconds
 from workbench.planners.dp.contiguous import plan_dp
+from workbench.planners.ilp.background import start_search
 from workbench.planners.ilp.bounds import least_memory_bound
 from workbench.planners.ilp.cover import TooManySets, cover_search
 from workbench.planners.ilp.model import build_model
@@ -108,9 +111,40 @@ def stage_bound_phase(run: Run) -> PhaseResult:
     return run.result("stage_bound", run.inc, lb, f"bound {lb:.6g} s")
 
 
+def background_phase(run: Run) -> PhaseResult | None:
+    """General mode under a time limit: the searches start on a second core (the guided search, then the local
+    search with kicks: :mod:`workbench.planners.ilp.background`) until the MILP's end; the MILP phase takes in
+    their best plan. Not with ``deterministic`` or ``parallel=False``, nor where no process can be forked."""
+    budget, opts = run.budget, run.opts
+    if not (run.general and run.inc is not None and opts.parallel and budget.limited and not budget.deterministic):
+        return None
+    reserve = min(opts.shares.polish_reserve, opts.shares.polish_reserve_share * (budget.seconds or 0.0))
+    deadline = time.perf_counter() + max(0.0, budget.left() - reserve)
+    run.background = start_search(run.chain, run.platform, run.inc, deadline, target=run.bound * (1 + opts.rel_gap))
+    if run.background is None:
+        return None
+    budget.say(f"ilp: searching general plans on a second core, {budget.describe(budget.left() - reserve)}")
+    return run.result("background", run.inc, run.bound, "started on a second core")
+
+
+def _take_background(run: Run, best: Plan | None) -> Plan | None:
+    """The better of ``best`` and the background search's plan (re-checked); notes what it found."""
+    if run.background is None:
+        return best
+    bg = run.background.result()
+    if bg is None or check(bg, run.chain, run.platform) or not bg.feasible:
+        return best
+    if best is None or bg.period < best.period * (1 - BETTER):
+        run.notes.append(f"the search on a second core found period {bg.period:.6g} s")
+        run.records.append(phase_record("background", 0.0, bg.period, None, "a better plan"))
+        return bg
+    return best
+
+
 def local_search_phase(run: Run) -> PhaseResult | None:
-    """General mode: improve the incumbent by local search (``shares.local_search`` of what is left at most)."""
-    if not (run.general and run.inc is not None and run.opts.search_seconds):
+    """General mode: improve the incumbent by local search (``shares.local_search`` of what is left at most);
+    left to the background search when one runs."""
+    if not (run.general and run.inc is not None and run.opts.search_seconds) or run.background is not None:
         return None
     budget, secs_opt, share = run.budget, run.opts.search_seconds, run.opts.shares.local_search
     inc = run.inc
@@ -208,7 +242,16 @@ def milp_phase(run: Run) -> PhaseResult:
             run.notes.append(f"ILP solution rejected by the checker: {bad[0]}")
         else:
             found = cand
-    return _milp_verdict(run, found, bound_T, tc, build_s, getattr(model, "_ilp_excess_bounded", False))
+    ours = found
+    if run.background is not None:
+        inc_or_found = found if found is not None and (run.inc is None or found.period < run.inc.period) else run.inc
+        taken = _take_background(run, inc_or_found)
+        if taken is not inc_or_found:
+            found = taken
+    res = _milp_verdict(run, found, bound_T, tc, build_s, getattr(model, "_ilp_excess_bounded", False))
+    if res.plan is not None and res.plan is found and found is not ours:
+        res.record["outcome"] = f"HiGHS: {tc}; the second core's search found the plan"
+    return res
 
 
 def _milp_verdict(run: Run, found: Plan | None, bound_T: float, tc: str, build_s: float,
@@ -257,6 +300,7 @@ def _milp_verdict(run: Run, found: Plan | None, bound_T: float, tc: str, build_s
 def _skip_milp(run: Run, why: str) -> PhaseResult:
     """The result without the MILP: the incumbent and its gap to the bound (a time-out without one)."""
     run.budget.say(f"ilp: {why}")
+    run.inc = _take_background(run, run.inc)
     inc, lb = run.inc, run.bound
     if inc is None:
         return run.result("milp", None, lb, why, Verdict("timeout", notes=(f"no plan found ({why})",)))
@@ -274,4 +318,4 @@ def solve_chain(chain: Chain, platform: Platform, allocation: str, opts: IlpOpti
     docstring, in order, until one settles the answer. ``fine_dp``: the DP's plan if already known."""
     return run_phases(Run(chain, platform, allocation, opts, budget),
                       [feasibility_phase, partial(incumbent_phase, fine_dp=fine_dp), stage_bound_phase,
-                       local_search_phase, settled_by_bound, cover_phase, milp_phase])
+                       background_phase, local_search_phase, settled_by_bound, cover_phase, milp_phase])
