@@ -44,3 +44,9 @@ def test_groups_prefer_cheap_cuts():
     ch = Chain(tuple(layers))
     g = block_groups(ch, 2, Platform(2, bandwidth=100.0, memory_model="paper"))
     assert g == [(0, 2), (3, 7)]
+
+
+def test_more_required_cuts_than_blocks_make_more_blocks():
+    ch = Chain(tuple(Layer(f"l{i}", 1.0, 1.0, 1, 1) for i in range(6)))
+    g = block_groups(ch, 2, required=[0, 2, 4])
+    assert covers(g, 6) and {0, 2, 4} <= {b for _, b in g} and len(g) == 4

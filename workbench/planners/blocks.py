@@ -57,13 +57,13 @@ def block_groups(chain: Chain, blocks: int, platform: Platform | None = None, *,
         M = math.inf
     fpre = np.concatenate([[0.0], np.cumsum(foot)])
     INF = math.inf
+    req = sorted(set(int(r) for r in required if 0 <= r < L - 1))
+    B = max(B, len(req) + 1)        # every required cut ends a block
     # D[q][j] = best cost of covering layers 0..j-1 with q blocks
     D = np.full((B + 1, L + 1), INF)
     arg = np.zeros((B + 1, L + 1), dtype=int)
     D[0][0] = 0.0
     i = np.arange(L)
-    req = sorted(set(int(r) for r in required if 0 <= r < L - 1))
-    B = max(B, len(req) + 1)
     # earliest start of a block ending at j-1: just after the last required cut before j-1
     first_start = np.zeros(L + 1, dtype=int)
     for j in range(1, L + 1):
