@@ -114,8 +114,8 @@ def plan_coarse(chain: Chain, platform: Platform, *, blocks: int = 32, allocatio
     run = Run(chain, platform, allocation, opts, budget)
     state = _Blocks(blocks, list(groups) if groups is not None else None, req, fine_dp, block_opts, refine)
     return run_phases(run, [partial(phase, blocks=state) for phase in (
-        fine_dp_phase, fine_bound_phase, background_phase, block_ilp_phase, half_blocks_phase, guided_search_phase,
-        background_result_phase, coarse_verdict)])
+        fine_dp_phase, fine_bound_phase, bound_met_verdict, background_phase, block_ilp_phase, half_blocks_phase,
+        guided_search_phase, background_result_phase, coarse_verdict)])
 
 
 # ----------------------------------------------------------------------------
@@ -225,6 +225,15 @@ def fine_bound_phase(run: Run, blocks: _Blocks) -> PhaseResult:
         what = "the stage-path bound"
     blocks.extra["fine_lower_bound"] = bound
     return run.result("fine_bound", run.inc, bound, f"{what}: {bound:.6g} s on the {len(chain)} layers")
+
+
+def bound_met_verdict(run: Run, blocks: _Blocks) -> Verdict | None:
+    """No phase of its own: when the fine DP's plan already meets the fine bound it is optimal (no block solve)."""
+    if not _meets_bound(run, blocks):
+        return None
+    blocks.source = "fine DP (exact contiguous)"
+    return Verdict("optimal", 0.0, ("the exact contiguous DP's plan meets the lower bound on the layers",),
+                   blocks.extra, bound_by="fine_bound" if run.allocation == "general" else "incumbent")
 
 
 def background_phase(run: Run, blocks: _Blocks) -> PhaseResult | None:
