@@ -37,6 +37,7 @@ def test_animation_frames_clip_at_now(traces):
     fig = gantt_animation(tr, periods=2, steps_per_period=3)
     assert len(fig.frames) == 6 and len(fig.layout.sliders[0].steps) == 6
     T = tr.period * 1e3
+    assert fig.layout.xaxis.title.text == "time (ms)"
     for i, fr in enumerate(fig.frames):
         now = fr.layout.shapes[0].x0
         assert now == pytest.approx(tr.ops["start"].min() * 1e3 + (i + 1) * T / 3)
