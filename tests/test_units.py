@@ -1,11 +1,16 @@
 import math
 
 import numpy as np
-
 import pytest
 
 from workbench.model.units import (
-    Unit, byte_unit, format_bytes, format_seconds, parse_bandwidth, parse_size, time_unit,
+    Unit,
+    byte_unit,
+    format_bytes,
+    format_seconds,
+    parse_bandwidth,
+    parse_size,
+    time_unit,
 )
 
 

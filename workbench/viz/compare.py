@@ -103,7 +103,8 @@ def period_vs_bound(df: pd.DataFrame, *, period: str = "period", bound: str = "l
         fig.add_scatter(x=[lo, hi], y=[lo, hi], mode="lines", name="period = bound",
                         line=dict(color="#555", dash="dash"), hoverinfo="skip")
     fig.update_layout(template=TEMPLATE, height=400, title=title or "Period against lower bound",
-                      xaxis_title=unit.axis("lower bound"), yaxis_title=unit.axis("period"), margin=dict(l=60, r=20, t=60, b=45))
+                      xaxis_title=unit.axis("lower bound"), yaxis_title=unit.axis("period"),
+                      margin=dict(l=60, r=20, t=60, b=45))
     fig.update_xaxes(type="log")
     fig.update_yaxes(type="log")
     return fig

@@ -307,7 +307,8 @@ def gantt(trace: Trace, *, color_by: str = "kind", show_links: bool = False, tit
         fig.update_xaxes(range=[unit.of(time_range[0]), unit.of(time_range[1])])
     window = _zoom(trace, periods_shown, offset, unit)
     if window is not None:
-        fig.update_xaxes(range=window, title=f"{unit.axis('time')}; zoomed on the steady state, zoom out for the whole run")
+        fig.update_xaxes(range=window,
+                         title=f"{unit.axis('time')}; zoomed on the steady state, zoom out for the whole run")
     return fig
 
 

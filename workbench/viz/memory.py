@@ -207,9 +207,10 @@ def _timeline_traces(trace: Trace, unit: Unit, tunit: Unit, offset: float, split
             t.append(tunit.of(t_end - offset))
             tot.append(tot[-1])
         color = DEVICE_COLORS[p % len(DEVICE_COLORS)]
-        out.append(go.Scatter(x=t, y=tot, mode="lines", line_shape="hv", name=f"GPU {p}", legendgroup=f"GPU {p}",
-                              line=dict(color=color, width=2), showlegend=legend,
-                              hovertemplate=f"GPU {p}: %{{y:.3f}} {unit.name} at %{{x:.3f}} {tunit.name}<extra></extra>"))
+        out.append(go.Scatter(x=t, y=tot, mode="lines", line_shape="hv", name=f"GPU {p}",
+                              legendgroup=f"GPU {p}", line=dict(color=color, width=2), showlegend=legend,
+                              hovertemplate=f"GPU {p}: %{{y:.3f}} {unit.name} at %{{x:.3f}} {tunit.name}"
+                                            "<extra></extra>"))
         if split:
             a = unit.of(m["activations"].astype(float)).tolist()
             if len(a) < len(t):

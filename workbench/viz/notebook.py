@@ -86,8 +86,8 @@ def schedule_table(traces: Mapping[str, Trace]) -> pd.DataFrame:
     """Per schedule: period, throughput, the most mini-batches GPU 0 holds, and peak memory of the first and
     last devices; every period in one unit and every memory in one (named in the column headers).
 
-    >>> chain = teaching_chain()
-    >>> t = schedule_table(three_schedules(chain, Platform(4, bandwidth="10GB/s", memory_model="paper"), micro_batches=8))
+    >>> platform = Platform(4, bandwidth="10GB/s", memory_model="paper")
+    >>> t = schedule_table(three_schedules(teaching_chain(), platform, micro_batches=8))
     >>> list(t.columns)[:3], int(t.loc["GPipe", "in flight GPU 0"])
     (['period (ms)', 'throughput (/s)', 'in flight GPU 0'], 8)
     """
