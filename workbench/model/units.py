@@ -32,8 +32,8 @@ from typing import Any, Iterable
 
 import numpy as np
 
-__all__ = ["parse_size", "parse_bandwidth", "format_bytes", "format_seconds", "UNITS", "Unit", "time_unit",
-           "byte_unit", "TIME_UNITS", "BYTE_UNITS"]
+__all__ = ["parse_size", "parse_bandwidth", "format_bytes", "format_seconds", "format_column", "UNITS", "Unit",
+           "time_unit", "byte_unit", "TIME_UNITS", "BYTE_UNITS"]
 
 UNITS: dict[str, float] = {
     "": 1.0,
@@ -178,3 +178,21 @@ def format_seconds(t: float) -> str:
         return "0 s"
     unit = time_unit(t)
     return unit.format(t, 3 if unit.name == "s" else 1 if unit.name == "us" else 2)
+
+
+def format_column(values: Iterable[float], kind: str = "bytes", digits: int = 2) -> list[str]:
+    """Every value written in one unit, the one :func:`byte_unit` (``kind="bytes"``) or :func:`time_unit`
+    (``"seconds"``) picks for all of them: a table column reads in one unit. Infinite sizes read
+    ``"unlimited"``, infinite times ``"inf"``, missing values ``"n/a"``.
+
+    >>> format_column([0.7 * 2**30, 2**30, float("inf")])
+    ['0.70 GiB', '1.00 GiB', 'unlimited']
+    >>> format_column([0.0123, 2.5], "seconds", 3)
+    ['0.012 s', '2.500 s']
+    """
+    if kind not in ("bytes", "seconds"):
+        raise ValueError(f"kind must be 'bytes' or 'seconds', got {kind!r}")
+    values = [float(v) for v in values]
+    unit = (byte_unit if kind == "bytes" else time_unit)(values)
+    return ["n/a" if math.isnan(v) else ("unlimited" if kind == "bytes" else "inf") if math.isinf(v)
+            else unit.format(v, digits) for v in values]

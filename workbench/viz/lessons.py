@@ -95,18 +95,35 @@ def stage_names(plan: Plan, chain: Chain) -> str:
                       for s in plan.stages)
 
 
+def _what_sets_the_period(plan: Plan, chain: Chain) -> tuple[str, str]:
+    """``("compute", "GPU 1's compute")`` when a GPU computes for the whole period; else ``("memory", "GPU 0's
+    memory (room for k=4)")``, the first GPU whose k in-flight mini-batches take exactly k periods to come back
+    (their round trip fills them: one more in flight would shorten the period, and it has no room for one)."""
+    T = plan.period
+    for s in plan.stages:
+        if chain.stage_costs(s.first, s.last).compute >= T * (1 - 1e-6):
+            return "compute", f"GPU {s.device}'s compute"
+    for s in plan.stages:
+        window = s.bwd_start + chain.stage_costs(s.first, s.last).backward - s.fwd_start
+        if window >= s.in_flight * T * (1 - 1e-6):
+            return "memory", f"GPU {s.device}'s memory (room for k={s.in_flight})"
+    return "transfers", "the transfers"
+
+
 def memory_steps(chain: Chain, platform: Platform, limits: Sequence[float | str | None], *,
                  method: str = "dp") -> pd.DataFrame:
     """One plan per memory limit (``None``: no limit), one row each: ``limit`` (bytes), ``period`` (s),
     ``stages`` (:func:`stage_names`), ``in_flight`` per stage, ``gpus`` used, ``busiest`` (the largest share of
     the period a GPU computes: 1 when compute sets the period, below 1 when memory does: the GPUs wait for
-    mini-batches they have no room to hold), ``peak`` (bytes) and ``changed`` (the plan differs from the row
-    before). An infeasible limit gives a row with an infinite period.
+    mini-batches they have no room to hold), ``limited_by`` (``"compute"`` or ``"memory"``) and ``bound_by``
+    (which GPU's, in words), ``peak`` (bytes),
+    ``changed`` (the plan differs from the row before) and ``plan``. An infeasible limit gives a row with an
+    infinite period.
 
     >>> from workbench.viz.notebook import teaching_chain
     >>> df = memory_steps(teaching_chain(), Platform(4, bandwidth="10GB/s", memory_model="paper"), [None, "0.4GiB"])
-    >>> [round(p * 1e3, 2) for p in df["period"]], df["gpus"].tolist(), bool(df["changed"].iloc[1])
-    ([15.0, 23.71], [4, 4], True)
+    >>> [round(p * 1e3, 2) for p in df["period"]], df["gpus"].tolist(), df["bound_by"].tolist()
+    ([15.0, 23.71], [4, 4], ["GPU 0's compute", "GPU 1's memory (room for k=2)"])
     """
     from workbench.planners import plan as make_plan
 
@@ -118,10 +135,12 @@ def memory_steps(chain: Chain, platform: Platform, limits: Sequence[float | str 
         loads = [chain.stage_costs(s.first, s.last).compute for s in p.stages] if ok else []
         per_gpu = pd.Series(loads, index=[s.device for s in p.stages] if ok else []).groupby(level=0).sum()
         key = (p.assignment, tuple(s.in_flight for s in p.stages)) if ok else None
+        limited_by, bound_by = _what_sets_the_period(p, chain) if ok else ("", "")
         rows.append({"limit": plat.memory, "period": p.period if ok else math.inf,
                      "stages": stage_names(p, chain) if ok else "no plan fits",
                      "in_flight": [s.in_flight for s in p.stages] if ok else [],
                      "gpus": len(per_gpu), "busiest": float(per_gpu.max() / p.period) if ok else math.nan,
+                     "limited_by": limited_by, "bound_by": bound_by,
                      "peak": p.peak_memory if ok else math.nan,
                      "changed": previous is not None and key != previous, "plan": p})
         previous = key

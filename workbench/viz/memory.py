@@ -168,7 +168,8 @@ def memory_bars(plan: Plan, chain: Chain, platform: Platform, *, title: str | No
 def memory_bars_compare(panels: Mapping[str, tuple[Plan, Chain, Platform]], *, title: str | None = None) -> go.Figure:
     """:func:`memory_bars` of several plans side by side, one panel each, on one unit and one y range.
 
-    ``panels`` maps a panel title to ``(plan, chain, platform)``; a term's legend entry is shown once.
+    ``panels`` maps a panel title (``<br>`` breaks it) to ``(plan, chain, platform)``; a term's legend entry is
+    shown once.
     """
     split = {name: _bar_panel(*args) for name, args in panels.items()}
     top = max((t for _, _, t in split.values()), default=0.0)
@@ -183,8 +184,10 @@ def memory_bars_compare(panels: Mapping[str, tuple[Plan, Chain, Platform]], *, t
             seen.add(tr.name)
             fig.add_trace(tr, row=1, col=col)
         _limit_line(fig, limit, unit, row=1, col=col)
-    fig.update_layout(barmode="stack", template=TEMPLATE, height=400, title=title,
-                      margin=dict(l=60, r=20, t=80 if title else 50, b=90),
+    for ann in fig.layout.annotations[:len(panels)]:
+        ann.update(font=dict(size=12))
+    fig.update_layout(barmode="stack", template=TEMPLATE, height=420, title=title,
+                      margin=dict(l=60, r=20, t=100 if title else 60, b=90),
                       legend=dict(orientation="h", yanchor="top", y=-0.12, xanchor="left", x=0, traceorder="normal"))
     fig.update_yaxes(range=[0, unit.of(top) * 1.12 if top > 0 else 1])
     fig.update_yaxes(title=unit.axis("memory"), row=1, col=1)

@@ -32,7 +32,7 @@ from workbench.viz.explorer import quick
 from workbench.viz.gantt import KIND_COLORS, KIND_NAMES, TEMPLATE, trace_unit
 
 __all__ = ["setup", "quick", "teaching_chain", "three_schedules", "schedule_table", "gantt_animation",
-           "contiguous_assignment"]
+           "contiguous_assignment", "layer_table"]
 
 MiB = 2**20
 
@@ -52,6 +52,26 @@ def teaching_chain() -> Chain:
     ]
     return Chain(tuple(Layer(n, f / 1e3, b / 1e3, w * MiB, a * MiB) for n, f, b, w, a in spec),
                  input_bytes=48 * MiB, meta={"network": "teaching"})
+
+
+def layer_table(chain: Chain) -> pd.DataFrame:
+    """The chain's layers to read: forward and backward in one time unit, weights, the output (sent to the next
+    layer) and what autograd saves for the backward in one size unit, each named in its header.
+
+    >>> row = layer_table(teaching_chain()).iloc[0]
+    >>> list(row.index)
+    ['layer', 'forward (ms)', 'backward (ms)', 'weights (MiB)', 'output (MiB)', 'saved for backward (MiB)']
+    >>> row.tolist()
+    ['conv1', 2.0, 4.0, 1.0, 96.0, 48.0]
+    """
+    tunit = time_unit(chain.forward, chain.backward)
+    sizes = {"weights": chain.weights, "output": np.array([l.activation_bytes for l in chain.layers], dtype=float),
+             "saved for backward": chain.saved_array}
+    bunit = byte_unit(*sizes.values())
+    table = {"layer": [l.name for l in chain.layers], tunit.axis("forward"): tunit.of(chain.forward).round(3),
+             tunit.axis("backward"): tunit.of(chain.backward).round(3)}
+    table.update({bunit.axis(name): bunit.of(v).round(2) for name, v in sizes.items()})
+    return pd.DataFrame(table)
 
 
 def contiguous_assignment(chain: Chain, devices: int) -> list[int]:
@@ -101,9 +121,9 @@ def schedule_table(traces: Mapping[str, Trace]) -> pd.DataFrame:
         rows.append({"schedule": name, tunit.axis("period"): round(tunit.of(t.period), 3),
                      "throughput (/s)": round(1 / t.period, 1) if t.period > 0 else 0.0,
                      "in flight GPU 0": in_flight(t, 0),
-                     munit.axis("peak memory GPU 0"): round(munit.of(peak[0]), 1),
-                     munit.axis(f"peak memory GPU {t.devices - 1}"): round(munit.of(peak[-1]), 1),
-                     munit.axis("max peak"): round(munit.of(peak.max()), 1)})
+                     munit.axis("peak memory GPU 0"): round(munit.of(peak[0]), 2),
+                     munit.axis(f"peak memory GPU {t.devices - 1}"): round(munit.of(peak[-1]), 2),
+                     munit.axis("max peak"): round(munit.of(peak.max()), 2)})
     return pd.DataFrame(rows).set_index("schedule")
 
 
