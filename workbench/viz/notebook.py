@@ -61,7 +61,7 @@ def layer_table(chain: Chain) -> pd.DataFrame:
     >>> row = layer_table(teaching_chain()).iloc[0]
     >>> list(row.index)
     ['layer', 'forward (ms)', 'backward (ms)', 'weights (MiB)', 'output (MiB)', 'saved for backward (MiB)']
-    >>> row.tolist()
+    >>> [row['layer']] + [float(v) for v in row.iloc[1:]]
     ['conv1', 2.0, 4.0, 1.0, 96.0, 48.0]
     """
     tunit = time_unit(chain.forward, chain.backward)
