@@ -146,6 +146,10 @@ def test_compare_two_rows():
     assert sum(len(t.x) for t in fig.data if t.yaxis == "y") == n
     assert sum(len(t.x) for t in fig.data if t.yaxis == "y2") == n
     assert sum(1 for t in fig.data if t.showlegend is not False) == 2  # one legend entry per kind
+    # period boundaries (dotted lines) on the predicted chart only: the measured trace carries the plan's period
+    dotted = [s for s in fig.layout.shapes if s.type == "line"]
+    assert dotted and {s.xref for s in dotted} == {"x"}
+    assert fig.layout.xaxis2.title.text == "time (ms)"
 
 
 def test_empty_trace():

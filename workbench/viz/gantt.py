@@ -331,7 +331,8 @@ def gantt_compare(predicted: Trace, measured: Trace, *, color_by: str = "kind", 
                   title: str | None = None) -> go.Figure:
     """Two Gantt charts one above the other on a shared time axis, in one unit (ms or s, :func:`trace_unit`).
 
-    With ``align`` each trace's time starts at its own first operation.
+    With ``align`` each trace's time starts at its own first operation. Period boundaries are drawn on the
+    predicted chart only (a measured trace carries the plan's period, not its own).
     """
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.12,
                         subplot_titles=[_subplot_title(titles[0], predicted), _subplot_title(titles[1], measured)])
@@ -346,7 +347,8 @@ def gantt_compare(predicted: Trace, measured: Trace, *, color_by: str = "kind", 
         total_lanes += len(order)
         t_end = float(ops["end_u"].max()) if len(ops) else 0.0
         axis = "" if r == 1 else str(r)
-        _decorate(fig, tr, offset, f"x{axis}", f"y{axis}", t_end, True, True, unit)
+        # a measured trace carries the plan's (predicted) period: its boundaries would not be the run's
+        _decorate(fig, tr, offset, f"x{axis}", f"y{axis}", t_end, tr.source != "measured", True, unit)
         _keep_lanes(fig, ops, order, r)
         fig.update_yaxes(categoryorder="array", categoryarray=order[::-1], row=r, col=1)
     _layout(fig, title or "Predicted against measured", total_lanes, rows=2)

@@ -5,7 +5,9 @@ and assert them (a run where a lesson stops being true fails instead of teaching
 * :func:`flush_wait`: where a flushed schedule's device waits, and the round trip that makes it wait;
 * :func:`memory_steps`: one plan per memory limit: its period, stages, in-flight counts, the GPUs it uses
   and how busy the busiest is (whether compute or memory sets the period);
-* :func:`stash_cost`: the period with and without weight stashing, per memory limit.
+* :func:`stash_cost`: the period with and without weight stashing, per memory limit;
+* :func:`replay_error_ranges`: per run of replays, the lowest and highest relative compute error of a device;
+* :func:`same_order`: whether two traces run the same forwards and backwards in the same order on each device.
 
 >>> from workbench.model.chain import Platform
 >>> from workbench.viz.notebook import teaching_chain, three_schedules
@@ -27,7 +29,8 @@ from workbench.model.chain import Chain, Platform
 from workbench.model.plan import Plan
 from workbench.model.trace import Trace
 
-__all__ = ["in_flight", "FlushWait", "flush_wait", "memory_steps", "stash_cost", "stage_names"]
+__all__ = ["in_flight", "FlushWait", "flush_wait", "memory_steps", "stash_cost", "stage_names",
+           "replay_error_ranges", "same_order"]
 
 
 def in_flight(trace: Trace, device: int) -> int:
@@ -174,3 +177,50 @@ def stash_cost(chain: Chain, platform: Platform, limits: Sequence[float | str | 
         rows.append(row)
     return pd.DataFrame(rows)
 
+
+
+def replay_error_ranges(replays: pd.DataFrame, by: str = "run") -> pd.DataFrame:
+    """Per ``by`` (a column of :func:`workbench.runtime.replay.load_replays`' frame, or ``"network"``: the run's
+    name up to ``-P<devices>``), the lowest and highest ``measured_busy / predicted_busy - 1`` of a device that
+    ran something, and the same for ``allocator_over_predicted`` (``peak_min``, ``peak_max``).
+
+    >>> df = pd.DataFrame({"run": ["a-P2", "a-P2", "b-P1"], "predicted_busy": [1.0, 2.0, 0.0],
+    ...                    "measured_busy": [1.1, 1.8, 0.0], "allocator_over_predicted": [1.0, 2.0, 3.0]})
+    >>> replay_error_ranges(df, "network").round(3).to_dict("index")
+    {'a': {'busy_min': -0.1, 'busy_max': 0.1, 'peak_min': 1.0, 'peak_max': 2.0}}
+    """
+    ran = replays[replays["predicted_busy"] > 0].copy()
+    ran["busy"] = ran["measured_busy"] / ran["predicted_busy"] - 1
+    ran["network"] = ran["run"].str.replace(r"-P\d.*$", "", regex=True)
+    g = ran.groupby(by)
+    out = pd.DataFrame({"busy_min": g["busy"].min(), "busy_max": g["busy"].max(),
+                        "peak_min": g["allocator_over_predicted"].min(),
+                        "peak_max": g["allocator_over_predicted"].max()})
+    out.index.name = by
+    return out
+
+
+def same_order(predicted: Trace, measured: Trace) -> list[bool]:
+    """Per device: the forwards and backwards (kind, mini-batch) in the same order in both traces, over the
+    operations both ran.
+
+    >>> from workbench.model.trace import MEMORY_COLUMNS
+    >>> ops = pd.DataFrame({"device": [0, 0], "stage": [0, 0], "first": [0, 0], "last": [0, 0], "kind": ["F", "B"],
+    ...                     "batch": [0, 0], "start": [0.0, 1.0], "end": [1.0, 2.0]})
+    >>> a = Trace(ops, pd.DataFrame(columns=MEMORY_COLUMNS), 1)
+    >>> same_order(a, Trace(ops.assign(start=[0.0, 3.0], end=[2.0, 5.0]), a.memory, 1))
+    [True]
+    >>> same_order(a, Trace(ops.assign(start=[3.0, 0.0], end=[5.0, 2.0]), a.memory, 1))
+    [False]
+    """
+    def order(trace: Trace, device: int) -> list[tuple[str, int]]:
+        ops = trace.ops[(trace.ops["device"] == device) & trace.ops["kind"].isin(["F", "B"])]
+        ops = ops.sort_values("start", kind="stable")
+        return list(zip(ops["kind"], ops["batch"].astype(int)))
+
+    out = []
+    for d in range(predicted.devices):
+        a, b = order(predicted, d), order(measured, d)
+        n = min(len(a), len(b))
+        out.append(a[:n] == b[:n])
+    return out

@@ -244,6 +244,7 @@ def memory_timeline(trace: Trace, limit: float | None = None, *, split: bool = F
                       margin=dict(l=60, r=20, t=60, b=45),
                       legend=dict(orientation="h", yanchor="bottom", y=1.0, xanchor="right", x=1))
     fig.update_yaxes(range=[0, unit.of(top) * 1.08] if top > 0 else None, rangemode="tozero")
+    fig.update_xaxes(rangemode="tozero")   # from the run's start (with ``align``: its first operation)
     return fig
 
 

@@ -32,7 +32,7 @@ from workbench.viz.explorer import quick
 from workbench.viz.gantt import KIND_COLORS, KIND_NAMES, TEMPLATE, trace_unit
 
 __all__ = ["setup", "quick", "teaching_chain", "three_schedules", "schedule_table", "gantt_animation",
-           "contiguous_assignment", "layer_table"]
+           "contiguous_assignment", "layer_table", "readable"]
 
 MiB = 2**20
 
@@ -72,6 +72,29 @@ def layer_table(chain: Chain) -> pd.DataFrame:
              tunit.axis("backward"): tunit.of(chain.backward).round(3)}
     table.update({bunit.axis(name): bunit.of(v).round(2) for name, v in sizes.items()})
     return pd.DataFrame(table)
+
+
+def readable(df: pd.DataFrame, *, seconds: Sequence[str] = (), sizes: Sequence[str] = (),
+             fractions: Sequence[str] = (), digits: int = 3) -> pd.DataFrame:
+    """``df`` to read: the ``seconds`` columns in one time unit, the ``sizes`` (bytes) in one size unit, the
+    ``fractions`` in percent, each header naming its unit; numbers stay numbers (rounded to ``digits``).
+
+    >>> df = pd.DataFrame({"period": [0.0042, 0.021], "limit": [2**30, 3 * 2**30], "error": [0.125, -0.5]})
+    >>> readable(df, seconds=["period"], sizes=["limit"], fractions=["error"]).to_dict("list")
+    {'period (ms)': [4.2, 21.0], 'limit (GiB)': [1.0, 3.0], 'error (%)': [12.5, -50.0]}
+    """
+    out = df.copy()
+    names: dict[str, str] = {}
+    for columns, unit in ((seconds, time_unit), (sizes, byte_unit)):
+        if columns:
+            u = unit(*(out[c].to_numpy(dtype=float) for c in columns))
+            for c in columns:
+                out[c] = u.of(out[c].astype(float)).round(digits)
+                names[c] = u.axis(c)
+    for c in fractions:
+        out[c] = (out[c].astype(float) * 100).round(max(digits - 2, 1))
+        names[c] = f"{c} (%)"
+    return out.rename(columns=names)
 
 
 def contiguous_assignment(chain: Chain, devices: int) -> list[int]:
