@@ -36,7 +36,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from workbench.model.trace import Trace
-from workbench.model.units import Unit, time_unit
+from workbench.model.units import Unit, format_seconds, time_unit
 
 __all__ = [
     "gantt", "gantt_compare", "lanes", "bar_durations", "steady_window", "trace_unit", "KIND_COLORS", "KIND_NAMES",
@@ -298,7 +298,7 @@ def gantt(trace: Trace, *, color_by: str = "kind", show_links: bool = False, tit
     _keep_lanes(fig, ops, order, None)
     if title is None:
         T = trace.period
-        per = f", period {unit.format(T)}" if T and math.isfinite(T) else ""
+        per = f", period {format_seconds(T)}" if T and math.isfinite(T) else ""
         title = f"{trace.meta.get('title', trace.source.capitalize() + ' schedule')}{per}"
     _layout(fig, title, len(order))
     fig.update_yaxes(categoryorder="array", categoryarray=order[::-1], title=None)

@@ -27,7 +27,7 @@ import plotly.io as pio
 from workbench.methods import METHODS
 from workbench.model.chain import Chain, Layer, Platform
 from workbench.model.trace import Trace
-from workbench.model.units import byte_unit, time_unit
+from workbench.model.units import byte_unit, format_seconds, time_unit
 from workbench.viz.explorer import quick
 from workbench.viz.gantt import KIND_COLORS, KIND_NAMES, TEMPLATE, trace_unit
 
@@ -190,7 +190,7 @@ def gantt_animation(trace: Trace, *, periods: int = 4, steps_per_period: int = 4
     steps = [dict(method="animate", label=f.name, args=[[f.name], still]) for f in frames]
     fig.update_layout(
         template=TEMPLATE, barmode="overlay", height=140 + 45 * trace.devices,
-        title=title or f"The first {periods} periods, step by step (T = {u.format(T)})",
+        title=title or f"The first {periods} periods, step by step (T = {format_seconds(T)})",
         xaxis=dict(range=[u.of(t0), u.of(times[-1])], title=u.axis("time")),
         yaxis=dict(categoryorder="array", categoryarray=lanes[::-1]), shapes=now_line(times[0]),
         margin=dict(l=70, r=20, t=60, b=40), uniformtext=dict(minsize=8, mode="hide"),
