@@ -144,7 +144,7 @@ def allocation_map(plans: Plan | Sequence[Plan] | Mapping[str, Plan], chain: Cha
         text=text, hovertemplate="%{y}: %{text}<extra></extra>",
         colorbar=dict(title="device", tickvals=list(range(P)), ticktext=[f"GPU {p}" for p in range(P)]),
     ))
-    fig.update_layout(template=TEMPLATE, height=max(200, 110 + 45 * len(names)),
+    fig.update_layout(template=TEMPLATE, height=max(200, 110 + 45 * len(names), 90 + 22 * min(P, 16)),  # colour bar
                       title=title or "Allocation: device of every layer", xaxis_title="layer",
                       margin=dict(l=100, r=20, t=50, b=45))
     fig.update_yaxes(autorange="reversed")
