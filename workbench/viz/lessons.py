@@ -51,9 +51,12 @@ def in_flight(trace: Trace, device: int) -> int:
     start = g.apply(lambda o: o.loc[o["kind"] == "F", "start"].min(), include_groups=False).dropna()
     end = g.apply(lambda o: o.loc[o["kind"] == "B", "end"].max(), include_groups=False).reindex(start.index)
     end = end.fillna(np.inf)
-    events = sorted([(float(t), 1) for t in start] + [(float(t), -1) for t in end if math.isfinite(t)])
+    # an end that meets a start frees its slot first: ends sort first at equal times, and "equal" allows for the
+    # rounding of times summed over a run (a window of exactly k periods holds k, not k + 1)
+    slack = 1e-9 * max(float(ops["end"].max() - ops["start"].min()), 1e-30)
+    events = sorted([(float(t), 1) for t in start] + [(float(t) - slack, -1) for t in end if math.isfinite(t)])
     held = most = 0
-    for _, step in events:                  # at equal times an end (-1) sorts first: it frees before a start
+    for _, step in events:
         held += step
         most = max(most, held)
     return most
