@@ -296,6 +296,7 @@ def family_figure(df: pd.DataFrame) -> FigureInfo:
                       labels={"measured_factor": "contiguous period / general period"},
                       title="general vs contiguous optimum on the family (dashed: predicted factor k)")
         fig.add_scatter(x=f["k"], y=f["predicted_factor"], mode="lines", line_dash="dash", name="predicted")
+        fig.update_xaxes(dtick=1)                 # k is a whole number
         info.add("family", fig)
         for _, r in f.iterrows():
             info.headlines.append(f"k={r.k}: measured factor {r.measured_factor:.4g} ({r.general_method}), "
