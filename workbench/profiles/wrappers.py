@@ -59,7 +59,13 @@ class Slot:
         return "<input>"
 
 
-_CONST = object()  # marks a recorded tensor, kept as a buffer
+class _Const:
+    """Marks where a recorded call had a tensor, kept as a buffer. A class, not an ``object()`` sentinel:
+    ``copy.deepcopy`` (the runtime copies layers to the meta device) makes a new instance of either, and only
+    ``isinstance`` still recognises the copy."""
+
+    def __repr__(self) -> str:
+        return "<constant>"
 
 
 class RecordedCall(nn.Module):
@@ -74,13 +80,13 @@ class RecordedCall(nn.Module):
         for i, leaf in enumerate(leaves):
             if isinstance(leaf, torch.Tensor):
                 self.register_buffer(f"_const{i}", leaf.detach(), persistent=False)
-                self._kinds.append(_CONST)
+                self._kinds.append(_Const())
             else:
                 self._kinds.append(leaf)
         self._pick = pick
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        leaves = [x if isinstance(k, Slot) else (getattr(self, f"_const{i}") if k is _CONST else k)
+        leaves = [x if isinstance(k, Slot) else (getattr(self, f"_const{i}") if isinstance(k, _Const) else k)
                   for i, k in enumerate(self._kinds)]
         args, kwargs = pytree.tree_unflatten(leaves, self._spec)
         out = self.target(*args, **kwargs)
