@@ -133,6 +133,8 @@ def profile_command(args: Any) -> int:
         from workbench.profiles.workload import Workload
 
         wl = Workload.module(args.module)
+        for note in wl.notes:
+            print(f"note: {note}", flush=True)
         print(f"finding the layers of {wl.name} ...", flush=True)
         chain, stats = profile_workload(wl, args.device, warmup=args.warmup, repeats=args.repeats, progress=True,
                                         threads=threads, return_stats=True)

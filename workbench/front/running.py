@@ -369,6 +369,8 @@ def run_command(args: argparse.Namespace) -> int:
             print(f"note: {profile} is a fake profile: its times are estimates for {chain.meta.get('gpu', 'a GPU')}, "
                   "this run measures this machine (memory and gradients compare; times do not)")
     wl = _workload(args, chain, plan, batch_size)
+    for note in wl.notes:
+        print(f"note: {note}", flush=True)
     print(f"checking the plan against {wl.name} ...", flush=True)
     names = wl.layers().names
     check_plan_against(plan, names, chain, what=f"{wl.name}")

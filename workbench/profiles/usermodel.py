@@ -9,6 +9,11 @@ Every process calls ``FUNC`` after ``torch.manual_seed(seed)`` so that all of
 them build the same weights; a ``FUNC`` that draws its own randomness
 otherwise (a fresh generator, a clock) makes the ranks disagree.
 
+A Hugging Face model built with ``use_cache`` on (GPT-2's and Llama's default) is
+switched to ``use_cache=False`` for training: a key/value cache serves
+generation, and in training it would be state handed from block to block.
+:attr:`UserModel.notes` says so, and the commands print it.
+
 >>> import pathlib, tempfile
 >>> src = pathlib.Path(tempfile.mkdtemp()) / "net.py"
 >>> _ = src.write_text("import torch\\n"
@@ -32,7 +37,7 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-__all__ = ["UserModel", "load_user_model", "parse_spec"]
+__all__ = ["UserModel", "load_user_model", "parse_spec", "for_training"]
 
 
 @dataclass(frozen=True)
@@ -44,6 +49,7 @@ class UserModel:
     inputs: Any
     targets: Any
     loss: Callable[[Any, Any], torch.Tensor]
+    notes: tuple[str, ...] = ()
 
     @property
     def name(self) -> str:
@@ -61,6 +67,30 @@ def parse_spec(spec: str) -> tuple[str, str]:
     if not sep or not path or not func or not func.isidentifier():
         raise ValueError(f"--module {spec!r}: expected FILE.py:FUNC (a Python file and a function in it)")
     return path, func
+
+
+def for_training(model: nn.Module) -> tuple[str, ...]:
+    """Switch off ``use_cache`` in every config ``model`` holds (a Hugging Face model's, its parts'); a note
+    for each config switched.
+
+    >>> import types
+    >>> m = torch.nn.Linear(2, 2)
+    >>> m.config = types.SimpleNamespace(use_cache=True)
+    >>> for_training(m), m.config.use_cache
+    (('Linear: config.use_cache switched off for training (a key/value cache serves generation)',), False)
+    """
+    notes: list[str] = []
+    seen: set[int] = set()
+    for path, m in model.named_modules():
+        cfg = getattr(m, "config", None)
+        if cfg is None or id(cfg) in seen:
+            continue
+        seen.add(id(cfg))
+        if getattr(cfg, "use_cache", False) is True:
+            cfg.use_cache = False
+            notes.append(f"{type(m).__name__ if not path else path}: config.use_cache switched off for training "
+                         "(a key/value cache serves generation)")
+    return tuple(notes)
 
 
 def _import(path: str) -> Any:
@@ -102,4 +132,5 @@ def load_user_model(spec: str, seed: int = 0) -> UserModel:
                          "not a torch.nn.Module")
     if not callable(loss):
         raise ValueError(f"--module {spec!r}: the loss_fn {func}() returned is not callable")
-    return UserModel(str(spec), model.train(), inputs, targets, loss)
+    notes = for_training(model)
+    return UserModel(str(spec), model.train(), inputs, targets, loss, notes)
