@@ -6,7 +6,8 @@
 * :class:`Prologue`: the model's own forward on a pruned copy of the model (:func:`prune`),
   stopped at the first block (:class:`Stop`): what runs before the blocks, as one layer;
 * :class:`RebuiltLoss`: the user's ``loss(model_output, target)`` of the last layer's tensor, the
-  model's output structure rebuilt around it.
+  model's output structure rebuilt around it;
+* :func:`pack` and :func:`unpack`: several tensors crossing one layer boundary as one flat tensor.
 
 >>> import torch
 >>> lin = torch.nn.Linear(3, 2)
@@ -18,6 +19,7 @@ torch.Size([4, 2])
 from __future__ import annotations
 
 import copy
+import math
 from typing import Any, Callable
 
 import torch
@@ -25,7 +27,7 @@ import torch.utils._pytree as pytree
 from torch import nn
 
 __all__ = ["DiscoveryError", "Slot", "RecordedCall", "Stop", "Absent", "Prologue", "RebuiltLoss", "prune",
-           "tensor_leaves", "describe"]
+           "tensor_leaves", "describe", "pack", "unpack"]
 
 
 class DiscoveryError(ValueError):
@@ -160,14 +162,71 @@ def prune(model: nn.Module, keep: set[str], block_path: str, stop: nn.Module) ->
     return rebuild(model, "")
 
 
-class RebuiltLoss:
-    """``loss(output, target)`` where ``output`` is the model's output structure with the last layer's
-    tensor in its place and ``None`` for every other leaf."""
+def pack(*tensors: torch.Tensor) -> torch.Tensor:
+    """Several tensors of one dtype as one flat tensor (differentiable: the gradient splits back).
 
-    def __init__(self, loss: Callable, spec: Any, n: int, at: int) -> None:
-        self.loss, self.spec, self.n, self.at = loss, spec, n, at
+    >>> pack(torch.ones(2, 2), torch.zeros(3)).tolist()
+    [1.0, 1.0, 1.0, 1.0, 0.0, 0.0, 0.0]
+    """
+    return torch.cat([t.reshape(-1) for t in tensors])
+
+
+def unpack(flat: torch.Tensor, shapes: tuple[tuple[int, ...], ...]) -> tuple[torch.Tensor, ...]:
+    """The tensors :func:`pack` flattened, as views of ``flat``.
+
+    >>> [tuple(t.shape) for t in unpack(torch.arange(7.0), ((2, 2), (3,)))]
+    [(2, 2), (3,)]
+    """
+    out, at = [], 0
+    for shape in shapes:
+        n = math.prod(shape)
+        out.append(flat[at:at + n].view(shape))
+        at += n
+    return tuple(out)
+
+
+class RebuiltLoss:
+    """``loss(output, target)`` where ``output`` is the model's own output structure (a dict, a tuple, a
+    ``ModelOutput``) rebuilt around the last layer's tensor: the model's tensors at ``slots`` (the one
+    tensor, or the packed ones unpacked: ``shapes``), its other leaves as the model returned them, and
+    ``None`` for a tensor the chain does not carry. Built by :meth:`around`.
+
+    >>> rl = RebuiltLoss.around(lambda out, y: out["logits"].sum(), {"logits": torch.ones(2), "n": 3}, [0])
+    >>> float(rl(torch.ones(2), None)), rl.given()
+    (2.0, "a dict with ['logits'] from the last layer, ['n'] as the model returned it")
+    """
+
+    def __init__(self, loss: Callable, spec: Any, template: list[Any], slots: list[int],
+                 shapes: tuple[tuple[int, ...], ...] | None, paths: list[str], kind: str) -> None:
+        self.loss, self.spec, self.template, self.slots, self.shapes = loss, spec, template, slots, shapes
+        self.paths, self.kind = paths, kind
+
+    @classmethod
+    def around(cls, loss: Callable, output: Any, slots: list[int], packed: bool = False) -> "RebuiltLoss":
+        """The loss of ``output``'s leaves at ``slots`` (tensors; ``packed``: all of them in one flat tensor)."""
+        keyed, spec = pytree.tree_flatten_with_path(output)
+        leaves = [l for _, l in keyed]
+        template = [None if isinstance(l, torch.Tensor) else l for l in leaves]
+        shapes = tuple(tuple(leaves[i].shape) for i in slots) if packed else None
+        return cls(loss, spec, template, list(slots), shapes, [pytree.keystr(k) for k, _ in keyed],
+                   type(output).__name__)
 
     def __call__(self, t: torch.Tensor, target: Any) -> torch.Tensor:
-        leaves: list[Any] = [None] * self.n
-        leaves[self.at] = t
+        leaves = list(self.template)
+        for i, v in zip(self.slots, [t] if self.shapes is None else unpack(t, self.shapes)):
+            leaves[i] = v
         return self.loss(pytree.tree_unflatten(leaves, self.spec), target)
+
+    def carried(self) -> str:
+        """The leaves the chain carries to the loss, as the model's output names them."""
+        return " and ".join(self.paths[i] for i in self.slots)
+
+    def given(self) -> str:
+        """What the loss receives, in words: which leaves come from the last layer, which are None."""
+        filled = [self.paths[i] for i in self.slots]
+        empty = [p for i, p in enumerate(self.paths) if i not in self.slots and self.template[i] is None]
+        kept = [p for i, p in enumerate(self.paths) if i not in self.slots and self.template[i] is not None]
+        text = f"a {self.kind} with {', '.join(filled)} from the last layer"
+        if kept:
+            text += f", {', '.join(kept)} as the model returned it"
+        return text + (f", {', '.join(empty)} None" if empty else "")
