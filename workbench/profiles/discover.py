@@ -68,6 +68,7 @@ from torch import nn
 from workbench.profiles.traced import block_list, traced_layers
 from workbench.profiles.wrappers import (
     DiscoveryError,
+    ModelFailure,
     Prologue,
     RebuiltLoss,
     RecordedCall,
@@ -78,7 +79,7 @@ from workbench.profiles.wrappers import (
     tensor_leaves,
 )
 
-__all__ = ["Tie", "Layers", "DiscoveryError", "discover_layers", "find_ties"]
+__all__ = ["Tie", "Layers", "DiscoveryError", "ModelFailure", "discover_layers", "find_ties"]
 
 
 @dataclass(frozen=True)
@@ -431,12 +432,33 @@ def discover_layers(model: nn.Module | Sequence[nn.Module], example_inputs: Any,
                 return found
             except DiscoveryError as e:
                 errors.append(f"{'repeated blocks' if route == 'blocks' else 'traced graph'}: {e}")
+            except ModelFailure:
+                raise
+            except Exception:
+                with torch.random.fork_rng():   # the model itself fails on its example: say so (the user's code)
+                    _own_loss(model, args, kwargs, loss, target)
+                raise
         raise DiscoveryError(f"cannot split {type(model).__name__} into layers; " + "; ".join(errors))
     finally:
         with torch.no_grad():
             for n, b in model.named_buffers():
                 if n in buffers:
                     b.copy_(buffers[n])
+
+
+def _own_loss(model: nn.Module, args: tuple, kwargs: dict, loss: Callable | None, target: Any) -> torch.Tensor:
+    """The model's own loss (or first output tensor) on the example; a :class:`ModelFailure` when its forward
+    or the loss raises (the user's code failed, not discovery)."""
+    try:
+        out = model(*args, **kwargs)
+    except Exception as e:  # noqa: BLE001 - whatever the user's forward raises is theirs
+        raise ModelFailure("the model's forward on the example inputs") from e
+    if loss is None:
+        return tensor_leaves(out)[0]
+    try:
+        return loss(out, target)
+    except Exception as e:  # noqa: BLE001 - the user's loss on the model's own output
+        raise ModelFailure(f"the loss on the model's own output ({describe(out)})") from e
 
 
 def _chain_loss(found: Layers, h: torch.Tensor, target: Any) -> torch.Tensor:
@@ -456,8 +478,7 @@ def _chain_loss(found: Layers, h: torch.Tensor, target: Any) -> torch.Tensor:
 def _verify(model: nn.Module, found: Layers, args: tuple, kwargs: dict, loss: Callable | None, target: Any) -> None:
     with torch.random.fork_rng():
         torch.manual_seed(0)
-        out = model(*args, **kwargs)
-        want = loss(out, target) if loss is not None else tensor_leaves(out)[0]
+        want = _own_loss(model, args, kwargs, loss, target)
         torch.manual_seed(0)
         h = found.input
         for name, m in zip(found.names, found.modules):

@@ -26,12 +26,17 @@ import torch
 import torch.utils._pytree as pytree
 from torch import nn
 
-__all__ = ["DiscoveryError", "Slot", "RecordedCall", "Stop", "Absent", "Prologue", "RebuiltLoss", "prune",
-           "tensor_leaves", "describe", "pack", "unpack"]
+__all__ = ["DiscoveryError", "ModelFailure", "Slot", "RecordedCall", "Stop", "Absent", "Prologue", "RebuiltLoss",
+           "prune", "tensor_leaves", "describe", "pack", "unpack"]
 
 
 class DiscoveryError(ValueError):
     """The model cannot be cut into a chain; the message says which module and what it did."""
+
+
+class ModelFailure(Exception):
+    """The model's own forward, or the loss of its own output, raised on the example batch (its cause):
+    the user's code failed, not discovery. The message says which of the two."""
 
 
 def tensor_leaves(x: Any) -> list[torch.Tensor]:
