@@ -34,14 +34,14 @@ module whose forward holds the line, the line, and what to wrap.
 >>> class Net(nn.Module):
 ...     def __init__(self):
 ...         super().__init__()
-...         self.a, self.b, self.c = nn.Linear(4, 4), nn.Linear(4, 4), nn.Linear(4, 2)
+...         self.a, self.b, self.c = nn.Linear(4, 4), nn.Linear(4, 4), nn.Linear(4, 4)
 ...     def forward(self, x):
 ...         h = self.a(x)
-...         return self.c(self.b(h) + h)      # h skips b: packed beside b's output
+...         return self.c(self.b(h)) + h      # h skips b and c: packed beside b's output
 >>> x = torch.zeros(3, 4)
 >>> mods, names, _, _ = traced_layers(Net(), (x,), {}, x, None)
->>> names, [tuple(m(x).shape) for m in mods[:2]]     # b's output and h, packed: 2 x 12 values
-(['a', 'b', 'c'], [(3, 4), (24,)])
+>>> names, tuple(mods[1](mods[0](x)).shape)           # b's output and h: 2 x 12 values
+(['a', 'b', 'c'], (24,))
 """
 
 from __future__ import annotations
@@ -240,9 +240,14 @@ def _plain(v: Any) -> bool:
     return all(isinstance(l, _PLAIN) for l in pytree.tree_leaves(v))
 
 
+def _constant(t: _Traced, n: fx.Node) -> bool:
+    """A Python value that crosses as a constant: plain, and not read out of a tensor's values."""
+    return _plain(t.values[n]) and not (n.op == "call_method" and n.target in ("item", "tolist"))
+
+
 def _sent(t: _Traced, k: int) -> list[fx.Node] | None:
     """The tensors boundary ``k`` sends (None: they cannot go as one tensor)."""
-    live = [n for n in _crossing(t, k) if not _plain(t.values[n])]
+    live = [n for n in _crossing(t, k) if not _constant(t, n)]
     if any(not isinstance(t.values[n], torch.Tensor) for n in live):
         return None
     if len(live) > 1 and (len({t.values[n].dtype for n in live}) != 1
@@ -286,22 +291,22 @@ class _PartBuilder:
             self.graph.output(self.graph.call_function(pack, tuple(self.lookup(n) for n in outputs)))
 
     def lookup(self, n: fx.Node) -> Any:
+        """The node's value in this part: copied, received, an attribute, a constant or a plain value."""
         if n in self.env:
             return self.env[n]
-        if n.op in ("get_attr", "call_module"):
-            self.root[str(n.target)] = self.t.gm.get_submodule(str(n.target)) if n.op == "call_module" else \
-                _attr(self.t.gm, str(n.target))
-            self.env[n] = self.graph.get_attr(str(n.target)) if n.op == "get_attr" else None
-            return self.env[n]
         value = self.t.values[n]
-        if isinstance(value, torch.Tensor):       # one of the model's other inputs: a constant buffer
+        if n.op == "get_attr":                    # a parameter or buffer the code between units reads
+            self.root[str(n.target)] = _attr(self.t.gm, str(n.target))
+            self.env[n] = self.graph.get_attr(str(n.target))
+        elif n.op == "placeholder" and isinstance(value, torch.Tensor):   # another input: a constant buffer
             name = f"_input_{n.name}"
             self.root[name] = value.detach()
             self.env[n] = self.graph.get_attr(name)
-            return self.env[n]
-        if _plain(value):
+        elif _constant(self.t, n):                # shapes, flags: the same for every batch of this shape
             return value
-        raise DiscoveryError(f"the value {n.name!r} ({describe(value)}) crosses a layer boundary")
+        else:
+            raise DiscoveryError(f"the value {n.name!r} ({describe(value)}) crosses a layer boundary")
+        return self.env[n]
 
     def module(self) -> fx.GraphModule:
         for n in self.graph.nodes:          # call_module targets copied by node_copy
