@@ -364,10 +364,11 @@ def run_command(args: argparse.Namespace) -> int:
         if getattr(args, "dtype", None) and profile_dtype(chain) != dtype_name(args.dtype):
             raise ValueError(f"--dtype {args.dtype} but the profile {profile} was measured in {profile_dtype(chain)}: "
                              "a run is in its profile's precision")
-        if chain.meta.get("batch_size") and int(chain.meta["batch_size"]) != batch_size and \
+        profiled = int(str(chain.meta["batch_size"]).split()[0]) if chain.meta.get("batch_size") else None
+        if profiled and profiled != batch_size and \
                 not getattr(args, "module", None) and not chain.meta.get("module"):
             print(f"note: using the profile's batch size {chain.meta['batch_size']} (not {batch_size})")
-            batch_size = int(chain.meta["batch_size"])
+            batch_size = profiled
         if chain.meta.get("times") == "estimated":
             print(f"note: {profile} is a fake profile: its times are estimates for {chain.meta.get('gpu', 'a GPU')}, "
                   "this run measures this machine (memory and gradients compare; times do not)")

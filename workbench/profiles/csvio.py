@@ -99,9 +99,9 @@ def check_values(chain: Chain, source: str) -> Chain:
 
 def check_meta(meta: dict, names: list[str], source: str) -> None:
     """The metadata values the workbench computes with, each within what a measurement gives: ``runtime_bytes``
-    and ``input_bytes`` (0 to 1 PiB), ``batch_size`` (a whole number from 1), ``dtype`` (:data:`DTYPES`),
-    ``tied`` (shared parameters of the profile's layers, docs/model.md) and ``model_config`` (a JSON object);
-    a :class:`ProfileError` naming ``source`` and the key otherwise.
+    and ``input_bytes`` (0 to 1 PiB), ``batch_size`` (a whole number from 1, a note may follow), ``dtype``
+    (:data:`DTYPES`), ``tied`` (shared parameters of the profile's layers, docs/model.md) and ``model_config``
+    (a JSON object); a :class:`ProfileError` naming ``source`` and the key otherwise.
 
     >>> check_meta({"runtime_bytes": "-5000000000"}, ["a"], "p.csv")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
@@ -112,8 +112,8 @@ def check_meta(meta: dict, names: list[str], source: str) -> None:
         for key in ("runtime_bytes", "input_bytes"):
             if str(meta.get(key, "")).strip():
                 bytes_value(meta[key], key)
-        if str(meta.get("batch_size", "")).strip():
-            b = _number(str(meta["batch_size"]), where, "batch_size")
+        if str(meta.get("batch_size", "")).strip():    # a number, perhaps with a note after it (PipeDream's)
+            b = _number(str(meta["batch_size"]).split()[0], where, "batch_size")
             if b is None or b < 1 or b != int(b):
                 raise ValueError(f"batch_size {meta['batch_size']}: must be a whole number from 1")
         if str(meta.get("dtype", "")).strip() and meta["dtype"] not in DTYPES:
