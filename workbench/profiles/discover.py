@@ -33,7 +33,9 @@ carry is ``None``, and a loss that needs one is refused saying what it got.
 
 Whatever the route, the chain is checked against the model: run one after the
 other on the example batch it must give the model's loss (or output) to
-rounding, else discovery fails and says where. Under ``FakeTensorMode`` (a fake
+rounding, else the next route is tried (and, after the last, discovery fails saying
+why each route did). When the model's own forward or its loss raises on the example,
+that is a :class:`ModelFailure` (the user's code failed). Under ``FakeTensorMode`` (a fake
 profile) tensors have shapes but no values: the checks then compare shapes and
 dtypes, and the check that a block's other arguments do not change with the
 input's values is skipped.
