@@ -33,7 +33,10 @@ from typing import Any, Iterable
 import numpy as np
 
 __all__ = ["parse_size", "parse_bandwidth", "format_bytes", "format_seconds", "format_column", "UNITS", "Unit",
-           "time_unit", "byte_unit", "TIME_UNITS", "BYTE_UNITS"]
+           "time_unit", "byte_unit", "TIME_UNITS", "BYTE_UNITS", "MAX_BYTES", "bytes_value"]
+
+#: a size above this (bytes; 1 PiB) is not a measurement: profiles and their metadata refuse it
+MAX_BYTES = float(2**50)
 
 UNITS: dict[str, float] = {
     "": 1.0,
@@ -196,3 +199,22 @@ def format_column(values: Iterable[float], kind: str = "bytes", digits: int = 2)
     unit = (byte_unit if kind == "bytes" else time_unit)(values)
     return ["n/a" if math.isnan(v) else ("unlimited" if kind == "bytes" else "inf") if math.isinf(v)
             else unit.format(v, digits) for v in values]
+
+
+def bytes_value(text: str | float | int, what: str) -> float:
+    """A byte count read from metadata: a finite number from 0 to :data:`MAX_BYTES`; else a ValueError
+    naming ``what``.
+
+    >>> bytes_value("1024", "runtime_bytes")
+    1024.0
+    >>> bytes_value("-5000000000", "runtime_bytes")
+    Traceback (most recent call last):
+    ValueError: runtime_bytes -5000000000: must be a number of bytes from 0 to 1 PiB (1.1259e+15)
+    """
+    try:
+        v = float(text)
+    except (TypeError, ValueError):
+        v = math.nan
+    if not 0.0 <= v <= MAX_BYTES:        # NaN fails too
+        raise ValueError(f"{what} {text}: must be a number of bytes from 0 to 1 PiB ({MAX_BYTES:.5g})")
+    return v
