@@ -355,7 +355,7 @@ def _memory_cap() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run one sub-command; bad input prints ``error: ...`` on stderr and returns 2."""
+    """Run one sub-command; bad input prints ``error: ...`` on stderr and returns 2 (3: out of memory)."""
     import warnings
 
     args = build_parser().parse_args(argv)
