@@ -142,9 +142,9 @@ def _take_background(run: Run, best: Plan | None) -> Plan | None:
 
 
 def local_search_phase(run: Run) -> PhaseResult | None:
-    """General mode: improve the incumbent by local search (``shares.local_search`` of what is left at most);
-    left to the background search when one runs."""
-    if not (run.general and run.inc is not None and run.opts.search_seconds) or run.background is not None:
+    """General mode: improve the incumbent by local search (``shares.local_search`` of what is left at most): the
+    cover search and the MILP start from its plan (the background search's comes only at the end)."""
+    if not (run.general and run.inc is not None and run.opts.search_seconds):
         return None
     budget, secs_opt, share = run.budget, run.opts.search_seconds, run.opts.shares.local_search
     inc = run.inc
