@@ -44,7 +44,8 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-__all__ = ["Budget", "WorkDeadline", "within", "charge", "milp_root_seconds", "TICKS_PER_SECOND", "CANDIDATE_TICKS",
+__all__ = ["Budget", "WorkDeadline", "within", "charge", "milp_root_seconds", "milp_rows", "milp_ready_seconds",
+           "BUILD_ROWS_PER_SECOND", "TICKS_PER_SECOND", "CANDIDATE_TICKS",
            "MILP_NODES_PER_SECOND", "DETERMINISTIC_SLACK", "PhaseShares", "POLISH_SECONDS", "MIN_CHILD_SECONDS",
            "MAY_VARY"]
 
@@ -57,6 +58,8 @@ TICKS_PER_SECOND: dict[str, float] = {
 }
 #: ticks charged for each allocation scored exactly (work the evaluator does between polls)
 CANDIDATE_TICKS = 500
+#: rows of a plan MILP Pyomo builds per second (measured on the shared 2-core machine: 5,000-8,000)
+BUILD_ROWS_PER_SECOND = 5000.0
 #: branch-and-bound nodes of HiGHS per second on the reference machine (a 32-block general model)
 MILP_NODES_PER_SECOND = 5.0
 #: deterministic budgets: the wall clock stops a call only after this many times its limit (plus 2 s)
@@ -318,6 +321,29 @@ def charge(deadline: float | WorkDeadline | None, ticks: int = CANDIDATE_TICKS) 
     """Charge ``ticks`` to a :class:`WorkDeadline` (nothing for a wall-clock deadline)."""
     if isinstance(deadline, WorkDeadline):
         deadline.charge(ticks)
+
+
+def milp_rows(layers: int, devices: int) -> int:
+    """About how many rows the general plan MILP of ``layers`` x ``devices`` has (fitted on 16x4: 2,261,
+    32x4: 7,605, 24x8: 7,865, 32x8: 12,553; the contiguous one has fewer).
+
+    >>> milp_rows(32, 8)
+    12288
+    """
+    return int(6 * layers ** 2 + 12 * layers * devices + 1.5 * layers * devices ** 2)
+
+
+def milp_ready_seconds(layers: int, devices: int) -> float:
+    """Seconds before HiGHS can be stopped on a general MILP of ``layers`` x ``devices``: Pyomo building it
+    (:data:`BUILD_ROWS_PER_SECOND`) and half the root node's estimate (:func:`milp_root_seconds`; HiGHS
+    polls its time limit inside the root node, but late). Under a wall-clock limit the MILP is skipped when
+    less than this is left.
+
+    >>> round(milp_ready_seconds(32, 4), 1)
+    5.2
+    """
+    rows = milp_rows(layers, devices)
+    return rows / BUILD_ROWS_PER_SECOND + 0.5 * milp_root_seconds(rows)
 
 
 def milp_root_seconds(constraints: int) -> float:

@@ -47,7 +47,7 @@ from workbench.model.chain import Chain, Platform
 from workbench.model.plan import Plan, make_plan
 from workbench.model.plan_extra import phase_record
 from workbench.model.tolerances import BETTER, INCUMBENT_CAP, REL_TOL
-from workbench.planners.budget import Budget, milp_root_seconds
+from workbench.planners.budget import Budget, milp_ready_seconds, milp_root_seconds
 from workbench.planners.dp.contiguous import plan_dp
 from workbench.planners.ilp.background import start_search
 from workbench.planners.ilp.bounds import least_memory_bound
@@ -205,8 +205,11 @@ def milp_phase(run: Run) -> PhaseResult:
     if inc is not None:
         run.notes.append(run.incumbent_note())
     shares = opts.shares   # the time shares: workbench.planners.budget.PhaseShares
-    if budget.limited and not budget.deterministic and budget.left() < shares.milp_min_seconds:
-        return _skip_milp(run, f"MILP skipped: {budget.left():.2f} s of the time limit left")
+    if budget.limited and not budget.deterministic:
+        ready = milp_ready_seconds(len(run.chain), run.platform.devices) if run.general else 0.0
+        if budget.left() < shares.milp_min_seconds + ready:
+            return _skip_milp(run, f"MILP skipped: {budget.left():.2f} s of the time limit left (building it and its "
+                                   f"root node take about {ready:.1f} s)")
     hi = inc.period * (1 + INCUMBENT_CAP) if inc is not None else None
     model = build_model(run.chain, run.platform, allocation=run.allocation, period_bounds=(lb, hi) if hi else None,
                         pairwise=opts.pairwise, tighten=opts.tighten)
