@@ -5,24 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from instances import block_chain, covers
 from workbench.model.chain import Chain, Layer, Platform
 from workbench.planners.blocks import block_groups
 
 
-def chain_of(rng, L):
-    return Chain(tuple(Layer(f"l{i}", float(rng.uniform(0.5, 10)), float(rng.uniform(0.5, 20)),
-                             float(rng.integers(1, 60)), float(rng.integers(1, 40))) for i in range(L)),
-                 input_bytes=8.0)
-
-
-def covers(groups, L):
-    return groups[0][0] == 0 and groups[-1][1] == L - 1 and all(
-        b + 1 == a for (_, b), (a, _) in zip(groups, groups[1:])) and all(a <= b for a, b in groups)
-
-
 @pytest.mark.parametrize("L,B", [(10, 3), (37, 8), (50, 50), (5, 9)])
 def test_groups_cover_in_order_with_the_requested_count(L, B):
-    ch = chain_of(np.random.default_rng(L), L)
+    ch = block_chain(np.random.default_rng(L), L)
     g = block_groups(ch, B, Platform(3, bandwidth=5.0, memory_model="paper"))
     assert covers(g, L)
     assert len(g) == min(B, L)

@@ -7,7 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from workbench.model.chain import Chain, Layer, Platform
+from instances import block_chain
+from workbench.model.chain import Platform
 from workbench.model.plan import lower_bound
 from workbench.planners.blocks import block_groups
 from workbench.planners.dp.contiguous import plan_dp
@@ -18,17 +19,6 @@ from workbench.planners.ilp.planner import plan_ilp
 from workbench.verify.check import check
 
 
-def chain_of(rng, L):
-    return Chain(tuple(Layer(f"l{i}", float(rng.uniform(0.5, 10)), float(rng.uniform(0.5, 20)),
-                             float(rng.integers(1, 60)), float(rng.integers(1, 40))) for i in range(L)),
-                 input_bytes=8.0)
-
-
-def covers(groups, L):
-    return groups[0][0] == 0 and groups[-1][1] == L - 1 and all(
-        b + 1 == a for (_, b), (a, _) in zip(groups, groups[1:])) and all(a <= b for a, b in groups)
-
-
 def test_expand_assignment():
     assert expand_assignment([(0, 1), (2, 2), (3, 5)], [0, 1, 0]) == [0, 0, 1, 0, 0, 0]
 
@@ -36,7 +26,7 @@ def test_expand_assignment():
 @pytest.mark.parametrize("allocation", ["contiguous", "general"])
 def test_expanded_block_plan_is_valid_with_the_same_period(allocation):
     rng = np.random.default_rng(3)
-    ch = chain_of(rng, 20)
+    ch = block_chain(rng, 20)
     plat = Platform(3, bandwidth=4.0, memory_model="paper")
     free = plan_dp(ch, plat, graph=False).peak_memory
     plat = plat.with_(memory=free * 0.8)
@@ -53,7 +43,7 @@ def test_expanded_block_plan_is_valid_with_the_same_period(allocation):
 
 def test_plan_coarse_reports_cost_and_never_loses_to_the_fine_dp():
     rng = np.random.default_rng(8)
-    ch = chain_of(rng, 45)
+    ch = block_chain(rng, 45)
     plat = Platform(4, bandwidth=4.0, memory_model="paper")
     free = plan_dp(ch, plat, graph=False).peak_memory
     plat = plat.with_(memory=free * 0.7)
@@ -72,7 +62,7 @@ def test_plan_coarse_reports_cost_and_never_loses_to_the_fine_dp():
 
 def test_default_coarsening_above_32_layers():
     rng = np.random.default_rng(12)
-    ch = chain_of(rng, 40)
+    ch = block_chain(rng, 40)
     p = plan_ilp(ch, Platform(4, bandwidth=4.0, memory_model="paper"), allocation="general", time_limit=20)
     assert p.extra.get("blocks") == 32 or p.status == "optimal"
     assert p.extra["fine_lower_bound"] > 0
@@ -84,7 +74,7 @@ def test_memory_period_bound_is_a_lower_bound():
 
     rng = np.random.default_rng(2)
     for _ in range(8):
-        ch = chain_of(rng, 6)
+        ch = block_chain(rng, 6)
         plat = Platform(2, bandwidth=5.0, memory_model="paper")
         free = plan_dp(ch, plat, graph=False).peak_memory
         plat = plat.with_(memory=free * float(rng.uniform(0.4, 1.0)))
@@ -100,7 +90,7 @@ def test_general_refines_on_half_the_blocks_and_the_fine_chain():
     """General mode on 16+ blocks also solves on half as many blocks (cover search) and runs a
     local search on the fine chain; the result is valid, never worse than any of its sources."""
     rng = np.random.default_rng(21)
-    ch = chain_of(rng, 40)
+    ch = block_chain(rng, 40)
     plat = Platform(3, bandwidth=4.0, memory_model="paper")
     plat = plat.with_(memory=plan_dp(ch, plat, graph=False).peak_memory * 0.6)
     p = plan_coarse(ch, plat, blocks=16, allocation="general", time_limit=12)
