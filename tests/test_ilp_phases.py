@@ -15,7 +15,7 @@ from workbench.planners.ilp.phases import solve_chain
 from workbench.planners.ilp.planner import plan_ilp
 from workbench.profiles.pipedream import Graph, Node
 
-ORDER = ["feasibility", "incumbent", "stage_bound", "background", "local_search", "cover", "milp"]
+ORDER = ["feasibility", "incumbent", "stage_bound", "packing", "background", "local_search", "cover", "milp"]
 
 
 def _phases(p):

@@ -86,6 +86,8 @@ class PhaseShares:
 
     #: the local search from the incumbent (general): this share of what is left, at most ``search_seconds``
     local_search: float = 0.25
+    #: the stage-path bound's stages packed onto the devices (general, planners/ilp/packing.py): this share
+    packing: float = 0.1
     #: seconds of a time limit kept from the MILP for the polishing LP ...
     polish_reserve: float = 1.0
     #: ... at most this fraction of the limit
@@ -99,12 +101,14 @@ class PhaseShares:
     graph_after_dp: float = 3.0
     #: coarsened plans: the stage-path bound on the layers runs first, until this fraction of the limit, ...
     fine_bound_until: float = 0.2
+    #: ... (general) its stages packed onto the devices until this one, ...
+    packing_until: float = 0.3
     #: ... on 16 blocks or more (general), the block ILP until this one, ...
-    block_until: float = 0.4
+    block_until: float = 0.45
     #: ... (on fewer blocks, or contiguous, until this one) ...
     block_alone_until: float = 0.8
     #: ... the half-block solve until this one (without a limit: this many seconds), ...
-    half_blocks_until: float = 0.6
+    half_blocks_until: float = 0.65
     half_blocks_seconds: float = 30.0
     #: ... the guided search on the fine chain until this one (without a limit: this many seconds, and
     #: it stops after ``stale_kicks`` kicks in a row find nothing better, or once it meets the bound)

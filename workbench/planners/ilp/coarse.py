@@ -14,21 +14,24 @@ takes the incumbent when its plan is better), recorded in ``extra["solve"]``:
    the stage-path bound :func:`workbench.planners.ilp.stage_bound.stage_path_bound`;
    for contiguous allocations the exact DP's period); the phases after it stop
    searching once a plan meets it;
-3. ``block_ilp``: the ILP on the blocks;
+3. general allocations, ``packing``: the bound's stages packed onto the devices
+   (:mod:`workbench.planners.ilp.packing`), and under a time limit ``background``: the
+   guided search on the layers starts on a second core from the best plan so far;
+   ``block_ilp``: the ILP on the blocks;
 4. general allocations on 16 blocks or more, ``half_blocks``: the same solve on
    half as many blocks (where the cover search is often exact, while the full
    block count has too many device sets);
 5. general allocations, ``guided_search`` on the layers from the best plan so far
    (:func:`workbench.planners.ilp.search.guided_search`, a descent on the cheap
-   path period whose steps are checked exactly); under a time limit the same search
-   also runs on a second core from the fine DP's plan during phases 3-5
+   path period whose steps are checked exactly), and the second core's plan
    (``background``, :mod:`workbench.planners.ilp.background`);
 6. no phase of its own (:func:`coarse_verdict`): the incumbent's status and its gap
    against the fine bound.
 
 Their shares of a time limit are :class:`workbench.planners.budget.PhaseShares`
-(general on 16 blocks or more: the bound until 20 % of the limit, the block ILP
-until 40 %, the half-block solve until 60 %, the guided search until 98 %). What
+(general on 16 blocks or more: the bound until 20 % of the limit, the packing
+until 30 %, the block ILP until 45 %, the half-block solve until 65 %, the guided
+search until 98 %). What
 coarsening can cost: the block plan is the best plan among those that cut only at
 block boundaries. ``plan.extra`` reports ``fine_lower_bound``,
 ``largest_block`` (the compute of the heaviest block: a block cannot be split),
@@ -59,6 +62,7 @@ from workbench.planners.ilp.background import start_search
 from workbench.planners.ilp.bounds import memory_period_bound
 from workbench.planners.ilp.coarsen import expand_plan
 from workbench.planners.ilp.options import IlpOptions
+from workbench.planners.ilp.packing import packed_plan
 from workbench.planners.ilp.phases import solve_chain
 from workbench.planners.ilp.runner import PhaseResult, Run, Verdict, run_phases
 from workbench.planners.ilp.search import guided_search
@@ -114,8 +118,8 @@ def plan_coarse(chain: Chain, platform: Platform, *, blocks: int = 32, allocatio
     run = Run(chain, platform, allocation, opts, budget)
     state = _Blocks(blocks, list(groups) if groups is not None else None, req, fine_dp, block_opts, refine)
     return run_phases(run, [partial(phase, blocks=state) for phase in (
-        fine_dp_phase, fine_bound_phase, bound_met_verdict, background_phase, block_ilp_phase, half_blocks_phase,
-        guided_search_phase, background_result_phase, coarse_verdict)])
+        fine_dp_phase, fine_bound_phase, bound_met_verdict, packing_phase, background_phase, block_ilp_phase,
+        half_blocks_phase, guided_search_phase, background_result_phase, coarse_verdict)])
 
 
 # ----------------------------------------------------------------------------
@@ -234,6 +238,22 @@ def bound_met_verdict(run: Run, blocks: _Blocks) -> Verdict | None:
     blocks.source = "fine DP (exact contiguous)"
     return Verdict("optimal", 0.0, ("the exact contiguous DP's plan meets the lower bound on the layers",),
                    blocks.extra, bound_by="fine_bound" if run.allocation == "general" else "incumbent")
+
+
+def packing_phase(run: Run, blocks: _Blocks) -> PhaseResult | None:
+    """General plans: the fine bound's stages packed onto the devices and timed exactly
+    (:mod:`workbench.planners.ilp.packing`), until ``shares.packing_until`` of the limit."""
+    if not blocks.refine or run.inc is None or _meets_bound(run, blocks):
+        return None
+    budget, shares = run.budget, run.opts.shares
+    budget.say(f"ilp: the bound's stages packed onto the devices, "
+               f"{budget.describe(budget.phase_seconds(until=shares.packing_until, default=10.0))}")
+    deadline = budget.deadline(search="guided_search", until=shares.packing_until, default=10.0)
+    found = packed_plan(run.chain, run.platform, blocks.extra["fine_lower_bound"], run.inc, deadline)
+    if found is None or check(found, run.chain, run.platform):
+        return run.result("packing", run.inc, None, "nothing better")
+    blocks.source = "the fine bound's stages packed onto the devices"
+    return run.result("packing", found, None, f"period {found.period:.6g} s")
 
 
 def background_phase(run: Run, blocks: _Blocks) -> PhaseResult | None:

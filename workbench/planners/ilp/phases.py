@@ -10,7 +10,9 @@
    bounds the MILP (``T <= T_inc``) and it is the fallback;
 3. ``stage_bound``: the stage-path lower bound
    (:func:`workbench.planners.ilp.stage_bound.stage_path_bound`);
-4. general allocations: ``local_search`` from the incumbent
+4. general allocations: ``packing``, the bound's stages packed onto the devices
+   (:func:`workbench.planners.ilp.packing.packed_plan`), and under a time limit
+   ``background``, the searches on a second core; ``local_search`` from the incumbent
    (:func:`workbench.planners.ilp.search.local_search`); if the incumbent
    then meets the bound it is optimal (:func:`settled_by_bound`);
 5. general allocations: ``cover``, the exact cover search
@@ -29,6 +31,7 @@ proved its bound (``bound_by``) in ``extra["solve"]`` (:class:`~workbench.model.
 >>> from workbench.model.chain import Chain, Layer, Platform
 >>> from workbench.planners.budget import Budget
 >>> from workbench.planners.ilp.options import IlpOptions
+from workbench.planners.ilp.packing import packed_plan
 >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 100, 10) for i in range(4)))
 >>> p = solve_chain(ch, Platform(2, memory=10_000, memory_model="paper"), "contiguous", IlpOptions(), Budget())
 >>> p.status, [r["phase"] for r in p.extra["solve"]["phases"]], p.extra["solve"]["found_by"]
@@ -54,6 +57,7 @@ from workbench.planners.ilp.bounds import least_memory_bound
 from workbench.planners.ilp.cover import TooManySets, cover_search
 from workbench.planners.ilp.model import build_model
 from workbench.planners.ilp.options import IlpOptions
+from workbench.planners.ilp.packing import packed_plan
 from workbench.planners.ilp.runner import PhaseResult, Run, Verdict, run_phases
 from workbench.planners.ilp.search import local_search
 from workbench.planners.ilp.solve import MilpProgress, plan_from_model, polish, solve_model
@@ -109,6 +113,20 @@ def stage_bound_phase(run: Run) -> PhaseResult:
         run.budget.say(f"ilp: incumbent {run.inc.method} ({run.inc.allocation}) period {run.inc.period:.6g} s; "
                        f"bound {lb:.6g} s")
     return run.result("stage_bound", run.inc, lb, f"bound {lb:.6g} s")
+
+
+def packing_phase(run: Run) -> PhaseResult | None:
+    """General mode: the stage-path bound's stages packed onto the devices and timed exactly
+    (:mod:`workbench.planners.ilp.packing`; ``shares.packing`` of what is left, 10 s without a limit)."""
+    if not (run.general and run.inc is not None) or run.meets_bound():
+        return None
+    budget = run.budget
+    deadline = budget.deadline(run.opts.shares.packing, "guided_search", default=10.0)
+    found = packed_plan(run.chain, run.platform, run.bound, run.inc, deadline)
+    if found is None or check(found, run.chain, run.platform):
+        return run.result("packing", run.inc, run.bound, "nothing better")
+    budget.say(f"ilp: the bound's stages packed onto the devices: period {found.period:.6g} s")
+    return run.result("packing", found, run.bound, "a better plan")
 
 
 def background_phase(run: Run) -> PhaseResult | None:
@@ -321,4 +339,5 @@ def solve_chain(chain: Chain, platform: Platform, allocation: str, opts: IlpOpti
     docstring, in order, until one settles the answer. ``fine_dp``: the DP's plan if already known."""
     return run_phases(Run(chain, platform, allocation, opts, budget),
                       [feasibility_phase, partial(incumbent_phase, fine_dp=fine_dp), stage_bound_phase,
-                       background_phase, local_search_phase, settled_by_bound, cover_phase, milp_phase])
+                       packing_phase, background_phase, local_search_phase, settled_by_bound, cover_phase,
+                       milp_phase])

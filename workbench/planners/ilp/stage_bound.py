@@ -50,7 +50,7 @@ from workbench.model.plan import lower_bound
 from workbench.model.tolerances import LOAD_SLACK, MEMORY_SLACK, STAGE_BOUND_PRECISION, START_PERIOD, ceil_counts
 from workbench.planners.ilp.bounds import chain_arrays
 
-__all__ = ["stage_path_bound", "least_stage_memory"]
+__all__ = ["stage_path_bound", "least_stage_memory", "stage_partition"]
 
 GRID = 256  # transfer sums in the fronts are rounded down to multiples of T / GRID
 
@@ -59,6 +59,18 @@ def least_stage_memory(chain: Chain, platform: Platform, T: float) -> float:
     """The least total memory of any stage partition valid at period T (inf if none), as
     described in the module docstring (a relaxation: devices pooled)."""
     return _stage_memory(chain, platform)(T)
+
+
+def stage_partition(chain: Chain, platform: Platform, T: float) -> list[tuple[int, int, float, float]]:
+    """A stage partition of :func:`least_stage_memory` at period T: per stage (first, last, its memory in the
+    relaxation, its compute F + B); [] if none fits.
+
+    >>> from workbench.model.chain import Chain, Layer, Platform
+    >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 1.0, 0, 0, saved_bytes=10) for i in range(4)), input_bytes=0)
+    >>> [s[:2] for s in stage_partition(ch, Platform(2, memory=50, memory_model="paper"), 4.0)]   # free cuts
+    [(0, 0), (1, 1), (2, 2), (3, 3)]
+    """
+    return _stage_memory(chain, platform)(T, partition=True)[1]
 
 
 def _stage_memory(chain: Chain, platform: Platform, deadline=None):
@@ -75,13 +87,14 @@ def _stage_memory(chain: Chain, platform: Platform, deadline=None):
     M = platform.memory
     tol = 1 + LOAD_SLACK   # times against T, and bytes against M (MEMORY_SLACK: the same)
 
-    def least(T: float) -> float:
+    def least(T: float, partition: bool = False):
         step = T / GRID
-        # fronts[i]: (C, mem) pairs, C ascending and mem strictly decreasing, for the stages
-        # covering layers i..L-1 (C: the least window of the stage starting at i less the compute from i
-        # to the end and back: both transfers of every cut downstream, and the delays of rule 5)
-        fronts: list[tuple[np.ndarray, np.ndarray] | None] = [None] * (L + 1)
-        fronts[L] = (np.zeros(1), np.zeros(1))
+        # fronts[i]: (C, mem, stage end, entry of the front after it, the stage's memory) for the stages
+        # covering layers i..L-1, C ascending and mem strictly decreasing (C: the least window of the stage
+        # starting at i less the compute from i to the end and back: both transfers of every cut downstream,
+        # and the delays of rule 5)
+        fronts: list[tuple[np.ndarray, ...] | None] = [None] * (L + 1)
+        fronts[L] = (np.zeros(1), np.zeros(1), np.zeros(1, int), np.zeros(1, int), np.zeros(1))
         for i in range(L - 1, -1, -1):
             if deadline is not None and time.perf_counter() > deadline:
                 raise TimeoutError("stage path bound: time limit")
@@ -92,6 +105,7 @@ def _stage_memory(chain: Chain, platform: Platform, deadline=None):
             if not parts:
                 continue
             J = np.concatenate([np.full(len(f[0]), j) for j, f in parts])
+            entry = np.concatenate([np.arange(len(f[0])) for _, f in parts])
             C = np.concatenate([f[0] for _, f in parts]) + c2[J]   # the least raw window, less the compute down
             below = np.concatenate([f[1] for _, f in parts])
             k = ceil_counts((down[i] + C) / T)
@@ -106,10 +120,21 @@ def _stage_memory(chain: Chain, platform: Platform, deadline=None):
             C = np.floor(np.maximum(C[ok], own) / step) * step
             mem = below[ok] + smem[ok]
             order = np.lexsort((mem, C))
-            C, mem = C[order], mem[order]
-            keep = mem < np.minimum.accumulate(np.concatenate([[math.inf], mem[:-1]]))
-            fronts[i] = (C[keep], mem[keep])
-        return float(fronts[0][1].min()) if fronts[0] is not None else math.inf
+            keep = mem[order] < np.minimum.accumulate(np.concatenate([[math.inf], mem[order][:-1]]))
+            pick = order[keep]
+            fronts[i] = (C[pick], mem[pick], J[ok][pick], entry[ok][pick], smem[ok][pick])
+        if fronts[0] is None:
+            return math.inf if not partition else (math.inf, [])
+        best = int(np.argmin(fronts[0][1]))
+        if not partition:
+            return float(fronts[0][1][best])
+        stages, i, at = [], 0, best
+        while i < L:
+            f = fronts[i]
+            j = int(f[2][at])
+            stages.append((i, j, float(f[4][at]), float(pre[j + 1] - pre[i])))
+            i, at = j + 1, int(f[3][at])
+        return float(fronts[0][1][best]), stages
 
     return least
 
