@@ -24,7 +24,7 @@ per device.
 >>> plan = best_schedule(chain, Platform(2, memory_model="paper"), [0, 0, 0, 1, 1])
 >>> res = replay_devices(plan, Workload.zoo("mlp", 4), steps=4, device="cpu")
 >>> sorted(set(res.trace.ops["kind"])), list(replay_report(plan, chain, res)["device"])
-(['B', 'F'], [0, 1])
+(['B', 'F', 'step'], [0, 1])
 """
 
 from __future__ import annotations

@@ -11,8 +11,8 @@ all with the same weights, then drains (a flush); the optimizer steps after it.
 
 Timing keeps the trace's format (:mod:`workbench.model.trace`): :class:`TimedStage`
 marks every forward (with the loss on the last stage, as the profiler counts
-it) and backward, and the time a send takes to post; :class:`TimedSchedule`
-marks the time a forward or backward waits for its message (``recv``).
+it) and backward, with the CPU time each took on its thread, and the time a send takes to post;
+:class:`TimedSchedule` marks the time a forward or backward waits for its message (``recv``).
 
 One run is three steps: a warm-up (untimed), the timed step (the trace and the
 gradients, checked against one process) and the memory step, the same actions
@@ -63,6 +63,7 @@ class TimedStage(PipelineStage):
     offloads: bool = False
 
     def forward_one_chunk(self, fwd_chunk_id: int, args: Any, kwargs: Any = None, save_forward_output: bool = True):
+        c0 = time.thread_time()
         t0 = self.recorder.now()
         store = OffloadStore() if self.offloads else None
         with offloading(store) if store is not None else nullcontext():
@@ -70,7 +71,7 @@ class TimedStage(PipelineStage):
         if store is not None:       # the offloaded layers' saved tensors leave as a block when the forward ends
             store.move_out()
             self.stores[fwd_chunk_id] = store
-        self.recorder.add("F", self.stage_index, fwd_chunk_id, t0, self.recorder.now())
+        self.recorder.add("F", self.stage_index, fwd_chunk_id, t0, self.recorder.now(), time.thread_time() - c0)
         if not self.is_last:
             self._sample()
         return out
@@ -134,10 +135,12 @@ class TimedSchedule(ts._PipelineScheduleRuntime):
         self.bwd_recv_ops = _TimedRecvs(recorder)
 
     def _maybe_compute_loss(self, stage, output, target_mbs, mb_index, loss_kwargs=None):
+        c0 = time.thread_time()
         super()._maybe_compute_loss(stage, output, target_mbs, mb_index, loss_kwargs)
         if stage.is_last and self.recorder.marks and self.recorder.marks[-1][0] == "F":
-            kind, s, i, t0, _ = self.recorder.marks.pop()
-            self.recorder.add(kind, s, i, t0, self.recorder.now())
+            kind, s, i, t0, _ = self.recorder.marks.pop()     # the forward's mark and CPU time take the loss in
+            cpu = self.recorder.cpu.pop()[4] if self.recorder.cpu and self.recorder.cpu[-1][2:4] == (kind, i) else 0.0
+            self.recorder.add(kind, s, i, t0, self.recorder.now(), cpu + time.thread_time() - c0)
             stage._sample()
 
 

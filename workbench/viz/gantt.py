@@ -6,8 +6,8 @@ horizontal bar per operation whose length is the operation's real duration
 Times are shown in ms or s, chosen by the run's length
 (:func:`workbench.model.units.time_unit`; ``unit=`` sets one, so that charts meant to be compared share it,
 and ``time_range=`` their x range). Bars are coloured by kind (forward blue,
-backward orange, transfers green/grey) or by mini-batch (then the backward
-bars are hatched). Period boundaries are dotted lines and the steady state
+backward orange, a measured optimizer step dark brown over its backward, transfers green/grey) or by
+mini-batch (then the backward bars are hatched). Period boundaries are dotted lines and the steady state
 (the window in which every stage runs all its operations) is shaded.
 
 The same function draws periodic plans, flushed schedules (GPipe, 1F1B) and
@@ -44,16 +44,20 @@ __all__ = [
 ]
 
 #: colours by kind: forward and backward far apart (blue / orange, colour-blind safe)
-KIND_COLORS = {"F": "#3366CC", "B": "#F28E2B", "R": "#B6471B", "send": "#59A14F", "recv": "#8C8C8C",
-               "offload": "#76B7B2", "prefetch": "#4E9A96"}
-KIND_NAMES = {"F": "forward", "B": "backward", "R": "recompute (in the backward)", "send": "send", "recv": "receive",
+KIND_COLORS = {"F": "#3366CC", "B": "#F28E2B", "R": "#B6471B", "step": "#7B3F00", "send": "#59A14F",
+               "recv": "#8C8C8C", "offload": "#76B7B2", "prefetch": "#4E9A96"}
+KIND_NAMES = {"F": "forward", "B": "backward", "R": "recompute (in the backward)",
+              "step": "optimizer step (in the backward)", "send": "send", "recv": "receive",
               "offload": "to host", "prefetch": "from host"}
 COMPUTE_KINDS = ("F", "B")
 #: activation-policy operations (docs/model.md, "Activation policies"): always drawn; recompute on the device's
 #: lane over its backward, host transfers on a host-link lane per device
 POLICY_KINDS = ("R", "offload", "prefetch")
-_KINDS = ["F", "B", "R", "send", "recv", "offload", "prefetch"]
-_PATTERNS = {"F": "", "B": "/", "R": "x", "send": ".", "recv": ".", "offload": ".", "prefetch": "."}
+#: operations drawn over the backward they run in, on the device's lane: a recomputation, and a measured
+#: optimizer step (the PipeDream engine steps inside each backward)
+NESTED_KINDS = ("R", "step")
+_KINDS = ["F", "B", "R", "step", "send", "recv", "offload", "prefetch"]
+_PATTERNS = {"F": "", "B": "/", "R": "x", "step": "", "send": ".", "recv": ".", "offload": ".", "prefetch": "."}
 BATCH_COLORS = [
     "#4E79A7", "#F28E2B", "#E15759", "#76B7B2", "#59A14F", "#EDC948", "#B07AA1", "#FF9DA7",
     "#9C755F", "#BAB0AC", "#1F77B4", "#D62728",
@@ -69,7 +73,7 @@ TEMPLATE = go.layout.Template(layout=dict(
 
 
 def _lane_of(row: pd.Series, links: bool, has_dst: str | None) -> str:
-    if row["kind"] in COMPUTE_KINDS or row["kind"] == "R":
+    if row["kind"] in COMPUTE_KINDS or row["kind"] in NESTED_KINDS:
         return f"GPU {int(row['device'])}"
     d = int(row["device"])
     if row["kind"] in POLICY_KINDS:
@@ -141,7 +145,7 @@ def _prepare(trace: Trace, show_links: bool, offset: float, unit: Unit) -> pd.Da
         ops["lane"] = []
         return ops
     if not show_links:
-        ops = ops[ops["kind"].isin(COMPUTE_KINDS + POLICY_KINDS)].copy()
+        ops = ops[ops["kind"].isin(COMPUTE_KINDS + POLICY_KINDS + NESTED_KINDS)].copy()
     dst = _dst_column(ops)
     comp = ops["kind"].isin(COMPUTE_KINDS)
     lane = "GPU " + ops["device"].astype(int).astype(str)
