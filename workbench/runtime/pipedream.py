@@ -178,21 +178,21 @@ class PipeDreamRank:
 
     def receive(self, key: tuple) -> torch.Tensor:
         self.post(key)
-        t0 = self.recorder.now()
+        c0, t0 = time.thread_time(), self.recorder.now()
         work, buf = self.posted.pop(key)
         work.wait()
         if not self.cfg.isolated and key[0] != "T":
-            self.recorder.add("recv", key[1], key[2], t0, self.recorder.now())
+            self.recorder.add("recv", key[1], key[2], t0, self.recorder.now(), (time.thread_time() - c0, c0))
         return buf.to(self.dev)
 
     def send(self, key: tuple, dst: int, t: torch.Tensor, stage: int) -> None:
         if self.cfg.isolated:
             return
-        t0 = self.recorder.now()
+        c0, t0 = time.thread_time(), self.recorder.now()
         msg = t.detach().to(self.wire).contiguous()
         self.sends.add(dist.isend(msg, dst=dst, tag=self.tag(key)), msg)
         if key[0] != "T":
-            self.recorder.add("send", stage, key[2], t0, self.recorder.now())
+            self.recorder.add("send", stage, key[2], t0, self.recorder.now(), (time.thread_time() - c0, c0))
 
     # ---- actions --------------------------------------------------------------------------
     def batch(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -71,7 +71,7 @@ class TimedStage(PipelineStage):
         if store is not None:       # the offloaded layers' saved tensors leave as a block when the forward ends
             store.move_out()
             self.stores[fwd_chunk_id] = store
-        self.recorder.add("F", self.stage_index, fwd_chunk_id, t0, self.recorder.now(), time.thread_time() - c0)
+        self.recorder.add("F", self.stage_index, fwd_chunk_id, t0, self.recorder.now(), (time.thread_time() - c0, c0))
         if not self.is_last:
             self._sample()
         return out
@@ -139,8 +139,9 @@ class TimedSchedule(ts._PipelineScheduleRuntime):
         super()._maybe_compute_loss(stage, output, target_mbs, mb_index, loss_kwargs)
         if stage.is_last and self.recorder.marks and self.recorder.marks[-1][0] == "F":
             kind, s, i, t0, _ = self.recorder.marks.pop()     # the forward's mark and CPU time take the loss in
-            cpu = self.recorder.cpu.pop()[4] if self.recorder.cpu and self.recorder.cpu[-1][2:4] == (kind, i) else 0.0
-            self.recorder.add(kind, s, i, t0, self.recorder.now(), cpu + time.thread_time() - c0)
+            cpu, start = (self.recorder.cpu.pop()[4:] if self.recorder.cpu and self.recorder.cpu[-1][2:4] == (kind, i)
+                          else (0.0, c0))
+            self.recorder.add(kind, s, i, t0, self.recorder.now(), (cpu + time.thread_time() - c0, start))
             stage._sample()
 
 

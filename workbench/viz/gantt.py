@@ -27,6 +27,7 @@ measured traces; :func:`gantt_compare` puts two traces one above the other.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Iterable
 
@@ -332,18 +333,25 @@ def _subplot_title(title: str, trace: Trace) -> str:
 
 def gantt_compare(predicted: Trace, measured: Trace, *, color_by: str = "kind", show_links: bool = False,
                   titles: tuple[str, str] = ("predicted", "measured"), align: bool = True,
-                  title: str | None = None) -> go.Figure:
-    """Two Gantt charts one above the other on a shared time axis, in one unit (ms or s, :func:`trace_unit`).
+                  title: str | None = None, window: float | None = None,
+                  measured_period: float | None = None) -> go.Figure:
+    """Two Gantt charts one above the other, in one unit (ms or s, :func:`trace_unit`).
 
-    With ``align`` each trace's time starts at its own first operation. Period boundaries are drawn on the
-    predicted chart only (a measured trace carries the plan's period, not its own).
+    With ``align`` each trace's time starts at its own first operation. By default they share one time
+    axis. With ``window`` (seconds) each chart shows that long a stretch from the start of its own steady
+    state, on axes of the same span: the same scale, so that operations compare by length even when
+    the measured run is many times slower. Period boundaries (dotted) are drawn on the predicted chart (the
+    plan's period) and, given ``measured_period``, on the measured one (a measured trace carries the plan's
+    period, not its own).
     """
-    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.12,
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=window is None, vertical_spacing=0.12 if window is None else 0.16,
                         subplot_titles=[_subplot_title(titles[0], predicted), _subplot_title(titles[1], measured)])
-    unit = trace_unit(predicted, measured, align=align)
+    unit = trace_unit(predicted, measured, align=align) if window is None else time_unit(window)
     seen: set[str] = set()
     total_lanes = 0
     for r, tr in ((1, predicted), (2, measured)):
+        if tr.source == "measured" and measured_period:
+            tr = dataclasses.replace(tr, period=measured_period)
         offset = float(tr.ops["start"].min()) if (align and len(tr.ops)) else 0.0
         ops = _prepare(tr, show_links, offset, unit)
         _add_trace_bars(fig, ops, color_by, r, seen, unit)
@@ -352,13 +360,20 @@ def gantt_compare(predicted: Trace, measured: Trace, *, color_by: str = "kind", 
         t_end = float(ops["end_u"].max()) if len(ops) else 0.0
         axis = "" if r == 1 else str(r)
         # a measured trace carries the plan's (predicted) period: its boundaries would not be the run's
-        _decorate(fig, tr, offset, f"x{axis}", f"y{axis}", t_end, tr.source != "measured", True, unit)
+        lines = tr.source != "measured" or bool(measured_period)
+        _decorate(fig, tr, offset, f"x{axis}", f"y{axis}", t_end, lines, True, unit)
         _keep_lanes(fig, ops, order, r)
         fig.update_yaxes(categoryorder="array", categoryarray=order[::-1], row=r, col=1)
+        win = steady_window(tr)
+        if window is not None:
+            start = (win[0] if win is not None else float(tr.ops["start"].min())) - offset
+            fig.update_xaxes(range=[unit.of(start - 0.05 * window), unit.of(start + window)], row=r, col=1,
+                             title=unit.axis("time"))
     _layout(fig, title or "Predicted against measured", total_lanes, rows=2)
     for ann in fig.layout.annotations[:2]:  # subplot titles to the left, clear of the steady-state labels
         ann.update(x=0, xanchor="left", font=dict(size=13))
-    fig.update_xaxes(title=unit.axis("time"), row=2, col=1)
+    if window is None:
+        fig.update_xaxes(title=unit.axis("time"), row=2, col=1)
     fig.update_xaxes(tickformat=",~f")
     return fig
 
