@@ -5,7 +5,7 @@ measures its period as the mean spacing of the first stage's forwards after the 
 (:func:`~workbench.runtime.compare.steady_warmup`): the window from the first stage's forward of
 mini-batch ``w`` to that of the last mini-batch, ``m`` periods long. :func:`period_budget` splits
 every device's time in that window (each operation clipped to it), divided by ``m``, into these parts
-(seconds per period; a device's parts add up to the measured period exactly). The first six are CPU time
+(seconds per period; a device's parts add up to the measured period exactly). The first seven are CPU time
 of the rank's thread (``time.thread_time``, which the runtime records for every operation): what the rank
 would take on a core of its own.
 
@@ -13,9 +13,12 @@ would take on a core of its own.
 * ``layers now``: the same layers timed alone again (``alone``, a profile taken with the CPU clock,
   ``profile --clock cpu``) minus the profile (0 without ``alone``; negative when the profile's times
   were longer);
-* ``engine``: the forwards' and backwards' CPU time beyond the layers alone and beyond the optimizer
-  step: the engine's code around the layers (torch's ``PipelineStage``, ``functional_call``, autograd's
-  bookkeeping, accumulating into the gradient buffers);
+* ``as one stage``: each stage's layers run one after another as one module, alone
+  (``stages_alone``, :func:`workbench.profiles.stages.time_stages`), minus the same layers timed each
+  alone: what running them together changes, before any engine (0 without ``stages_alone``);
+* ``engine``: the forwards' and backwards' CPU time beyond that and beyond the optimizer step: the
+  engine's code around the stage (torch's ``PipelineStage``, ``functional_call`` on a weight version,
+  accumulating into gradient buffers, the gradient check's sums);
 * ``optimizer step``: the PipeDream engine's weight update inside each backward (the stash's copy of
   the live weights and the optimizer's step: the trace's ``step`` rows);
 * ``sending``: the send rows' CPU time (the PipeDream engine: copying and posting a message; torch's
@@ -42,6 +45,9 @@ would take on a core of its own.
 >>> budget = period_budget(plan, ch, Trace(ops, pd.DataFrame(columns=MEMORY_COLUMNS), 1), cpu, warmup=1)
 >>> {k: round(v, 3) for k, v in budget.loc[0].items() if v}
 {'profile': 3.0, 'engine': 0.1, 'between operations': 0.275, 'waiting for a core': 0.625}
+>>> period_budget(plan, ch, Trace(ops, pd.DataFrame(columns=MEMORY_COLUMNS), 1), cpu, warmup=1,
+...               stages_alone=[(1.0, 2.05)]).loc[0, ["as one stage", "engine"]].round(3).tolist()
+[0.05, 0.05]
 >>> budget.attrs["measured_period"], budget.attrs["periods"]
 (4.0, 2)
 """
@@ -49,6 +55,7 @@ would take on a core of its own.
 from __future__ import annotations
 
 import math
+from typing import Sequence
 
 import numpy as np
 import pandas as pd
@@ -60,10 +67,10 @@ from workbench.model.trace import Trace
 __all__ = ["PARTS", "CPU_PARTS", "period_budget", "per_operation"]
 
 #: the parts of a measured period, in the order they stack
-PARTS = ("profile", "layers now", "engine", "optimizer step", "sending", "between operations", "waiting for a core",
-         "waiting for messages")
+PARTS = ("profile", "layers now", "as one stage", "engine", "optimizer step", "sending", "between operations",
+         "waiting for a core", "waiting for messages")
 #: the parts that are CPU time of the rank's thread (the rest is waiting)
-CPU_PARTS = PARTS[:6]
+CPU_PARTS = PARTS[:7]
 _TOP = ("F", "B", "send", "recv")     # a rank's operations one after another (a step lies inside its backward)
 
 
@@ -113,8 +120,8 @@ def _stage_time(ch: Chain, plan: Plan, stages: pd.Series, kinds: pd.Series) -> n
     return np.array([costs[int(s)].forward if k == "F" else costs[int(s)].backward for s, k in zip(stages, kinds)])
 
 
-def _device_parts(o: pd.DataFrame, plan: Plan, chain: Chain, alone: Chain | None, t0: float,
-                  t1: float) -> dict[str, float]:
+def _device_parts(o: pd.DataFrame, plan: Plan, chain: Chain, alone: Chain | None,
+                  stages_alone: Sequence[tuple[float, float]] | None, t0: float, t1: float) -> dict[str, float]:
     """One device's parts over the window (seconds, not yet per period); ``o`` its operations with CPU times."""
     o = o.assign(inside=_clip(o, t0, t1))
     o["share"] = np.where(o["end"] > o["start"], o["inside"] / (o["end"] - o["start"]).where(o["end"] > o["start"], 1),
@@ -125,12 +132,15 @@ def _device_parts(o: pd.DataFrame, plan: Plan, chain: Chain, alone: Chain | None
                          for s, b, k in zip(comp["stage"], comp["batch"], comp["kind"])])
     profile = _stage_time(chain, plan, comp["stage"], comp["kind"])
     now = _stage_time(alone, plan, comp["stage"], comp["kind"]) if alone is not None else profile
+    whole = (np.array([stages_alone[int(s)][0 if k == "F" else 1] for s, k in zip(comp["stage"], comp["kind"])])
+             if stages_alone is not None else now)
     f = comp["share"].to_numpy(float)
     sends, recvs = o[o["kind"] == "send"], o[o["kind"] == "recv"]
     top = o[o["kind"].isin(_TOP)]
     gaps_wall = (t1 - t0) - float(top["inside"].sum())
     part = {"profile": float((profile * f).sum()), "layers now": float(((now - profile) * f).sum()),
-            "engine": float(((comp["cpu"].to_numpy(float) - step_cpu - now) * f).sum()),
+            "as one stage": float(((whole - now) * f).sum()),
+            "engine": float(((comp["cpu"].to_numpy(float) - step_cpu - whole) * f).sum()),
             "optimizer step": float((step_cpu * f).sum()),
             "sending": float((sends["cpu"] * sends["share"]).sum()),
             "between operations": min(_gaps_cpu(top, t0, t1), max(gaps_wall, 0.0))}
@@ -140,11 +150,13 @@ def _device_parts(o: pd.DataFrame, plan: Plan, chain: Chain, alone: Chain | None
 
 
 def period_budget(plan: Plan, chain: Chain, trace: Trace, cpu: pd.DataFrame | None = None, *,
-                  alone: Chain | None = None, warmup: int | None = None) -> pd.DataFrame:
+                  alone: Chain | None = None, stages_alone: Sequence[tuple[float, float]] | None = None,
+                  warmup: int | None = None) -> pd.DataFrame:
     """Per device, seconds per measured period spent in each of :data:`PARTS` (see the module docstring).
 
     ``chain`` is the profile the plan was made on, ``trace`` the run's (its CPU times are ``meta["cpu"]``
-    unless ``cpu`` is given), ``alone`` the same layers profiled again with the CPU clock. ``attrs``:
+    unless ``cpu`` is given), ``alone`` the same layers profiled again with the CPU clock, ``stages_alone`` the
+    (forward, backward) seconds of each stage of the plan run alone as one module (CPU clock). ``attrs``:
     ``measured_period``, ``predicted_period``, ``periods`` (the window's), ``window`` (t0, t1) and
     ``operations`` (forwards and backwards per period, per device).
     """
@@ -155,12 +167,14 @@ def period_budget(plan: Plan, chain: Chain, trace: Trace, cpu: pd.DataFrame | No
         raise ValueError("the run has no CPU times per operation")
     if alone is not None and len(alone) != len(chain):
         raise ValueError(f"the profile timed alone has {len(alone)} layers, the plan's {len(chain)}")
+    if stages_alone is not None and len(stages_alone) != len(plan.stages):
+        raise ValueError(f"{len(stages_alone)} stage times for the plan's {len(plan.stages)} stages")
     t0, t1, periods = _window(trace, steady_warmup(plan, trace, warmup))
     ops = _with_cpu(trace.ops, cpu)
     rows, count = [], {}
     for d in range(plan.devices):
         o = ops[ops["device"] == d]
-        rows.append({k: v / periods for k, v in _device_parts(o, plan, chain, alone, t0, t1).items()})
+        rows.append({k: v / periods for k, v in _device_parts(o, plan, chain, alone, stages_alone, t0, t1).items()})
         comp = o[o["kind"].isin(["F", "B"])]
         count[d] = float((_clip(comp, t0, t1) / (comp["end"] - comp["start"])).sum()) / periods
     out = pd.DataFrame(rows, index=pd.Index(range(plan.devices), name="device"))[list(PARTS)]
@@ -171,15 +185,15 @@ def period_budget(plan: Plan, chain: Chain, trace: Trace, cpu: pd.DataFrame | No
 
 def per_operation(budget: pd.DataFrame) -> pd.DataFrame:
     """Per device, the parts of :func:`period_budget` that come with each forward or backward (layers now,
-    engine, optimizer step, waiting for a core) divided by the operations per period: seconds per operation.
+    as one stage, engine, optimizer step) divided by the forwards and backwards per period: seconds per operation.
 
-    >>> b = pd.DataFrame({"engine": [0.004], "optimizer step": [0.0], "layers now": [0.0],
-    ...                   "waiting for a core": [0.002]}, index=pd.Index([0], name="device"))
+    >>> b = pd.DataFrame({"engine": [0.004], "optimizer step": [0.0], "layers now": [0.0], "as one stage": [0.0]},
+    ...                  index=pd.Index([0], name="device"))
     >>> b.attrs["operations"] = {0: 4.0}
     >>> float(per_operation(b).loc[0, "engine"])
     0.001
     """
-    cols = ["layers now", "engine", "optimizer step", "waiting for a core"]
+    cols = ["layers now", "as one stage", "engine", "optimizer step"]
     ops = pd.Series(budget.attrs["operations"]).reindex(budget.index)
     out = budget[cols].div(ops.replace(0, math.nan), axis=0)
     out.insert(0, "operations per period", ops)

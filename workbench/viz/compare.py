@@ -240,7 +240,7 @@ def calibration_chart(loop: pd.DataFrame, *, title: str | None = None) -> go.Fig
 
 #: a colour per part of :func:`~workbench.runtime.period_budget.period_budget`: the profile's forwards and
 #: backwards as in the Gantt charts' forward blue, the other CPU parts in strong colours, waiting in greys
-BUDGET_COLORS = {"profile": KIND_COLORS["F"], "layers now": "#9DB9E8", "engine": "#B07AA1",
+BUDGET_COLORS = {"profile": KIND_COLORS["F"], "layers now": "#9DB9E8", "as one stage": "#76B7B2", "engine": "#B07AA1",
                  "optimizer step": KIND_COLORS["step"], "sending": KIND_COLORS["send"], "between operations": "#EDC948",
                  "waiting for a core": "#D3D3D3", "waiting for messages": "#8C8C8C"}
 
@@ -250,7 +250,7 @@ def period_budget_chart(budgets: Mapping[str, pd.DataFrame], *, title: str | Non
     :func:`~workbench.runtime.period_budget.period_budget`'s parts, with the run's predicted and measured
     periods marked on it. Every bar and mark is in one unit (ms or s, by the longest period).
 
-    >>> b = pd.DataFrame([[0.010, 0.0, 0.002, 0.0, 0.0, 0.001, 0.005, 0.002]], columns=list(PARTS),
+    >>> b = pd.DataFrame([[0.010, 0.0, 0.0, 0.002, 0.0, 0.0, 0.001, 0.005, 0.002]], columns=list(PARTS),
     ...                  index=pd.Index([0], name="device"))
     >>> b.attrs.update(measured_period=0.020, predicted_period=0.011)
     >>> fig = period_budget_chart({"dp": b})
@@ -267,7 +267,8 @@ def period_budget_chart(budgets: Mapping[str, pd.DataFrame], *, title: str | Non
             continue
         fig.add_bar(y=labels, x=unit.of(np.array(vals)).tolist(), orientation="h", name=part,
                     marker=dict(color=BUDGET_COLORS[part], line=dict(color="white", width=0.5),
-                                pattern=dict(shape="" if part in CPU_PARTS else "/", fgcolor="white", solidity=0.2)),
+                                pattern=dict(shape="" if part in CPU_PARTS else "/", fillmode="overlay",
+                                             fgcolor="white", fgopacity=0.6, solidity=0.2)),
                     hovertemplate=f"%{{y}}: {part} %{{x:.2f}} {unit.name}<extra></extra>")
     for key, name, symbol, color in (("predicted_period", "predicted period", "line-ns", "#000000"),
                                      ("measured_period", "measured period", "diamond", "#D62728")):
@@ -276,9 +277,9 @@ def period_budget_chart(budgets: Mapping[str, pd.DataFrame], *, title: str | Non
                         marker=dict(symbol=symbol, size=18 if symbol == "line-ns" else 9, color=color,
                                     line=dict(width=3 if symbol == "line-ns" else 1, color=color)),
                         hovertemplate=f"%{{y}}: {name} %{{x:.2f}} {unit.name}<extra></extra>")
-    fig.update_layout(template=TEMPLATE, barmode="relative", height=max(280, 150 + 46 * len(rows)),
+    fig.update_layout(template=TEMPLATE, barmode="relative", height=max(300, 200 + 46 * len(rows)),
                       title=title or "Where each device's measured period goes",
-                      xaxis_title=unit.axis("time per period"), margin=dict(l=140, r=20, t=60, b=45),
-                      legend=dict(orientation="h", yanchor="top", y=-0.18, xanchor="left", x=0, font=dict(size=11)))
+                      xaxis_title=unit.axis("time per period"), margin=dict(l=140, r=20, t=60, b=120),
+                      legend=dict(orientation="h", yanchor="top", y=-0.25, xanchor="left", x=0, font=dict(size=11)))
     fig.update_yaxes(autorange="reversed", categoryorder="array", categoryarray=labels)
     return fig

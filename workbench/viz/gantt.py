@@ -333,20 +333,32 @@ def _subplot_title(title: str, trace: Trace) -> str:
 
 def gantt_compare(predicted: Trace, measured: Trace, *, color_by: str = "kind", show_links: bool = False,
                   titles: tuple[str, str] = ("predicted", "measured"), align: bool = True,
-                  title: str | None = None, window: float | None = None,
+                  title: str | None = None, periods_shown: float | None = None, window_from: int | None = None,
                   measured_period: float | None = None) -> go.Figure:
     """Two Gantt charts one above the other, in one unit (ms or s, :func:`trace_unit`).
 
     With ``align`` each trace's time starts at its own first operation. By default they share one time
-    axis. With ``window`` (seconds) each chart shows that long a stretch from the start of its own steady
-    state, on axes of the same span: the same scale, so that operations compare by length even when
-    the measured run is many times slower. Period boundaries (dotted) are drawn on the predicted chart (the
-    plan's period) and, given ``measured_period``, on the measured one (a measured trace carries the plan's
-    period, not its own).
+    axis. With ``periods_shown`` each chart has its own time axis and shows that many of its own periods (the
+    plan's; the measured chart ``measured_period``'s) from the start of its steady state or, given
+    ``window_from``, from its first stage's forward of that mini-batch: the same number of periods side by side,
+    however much slower the run was. Period boundaries (dotted) are drawn on the predicted chart and, given
+    ``measured_period``, on the measured one (a measured trace carries the plan's period, not its own).
+
+    >>> import pandas as pd
+    >>> from workbench.model.trace import MEMORY_COLUMNS
+    >>> ops = pd.DataFrame({"device": [0] * 4, "stage": [0] * 4, "first": [0] * 4, "last": [0] * 4,
+    ...     "kind": ["F", "B", "F", "B"], "batch": [0, 0, 1, 1], "start": [0.0, 0.001, 0.002, 0.003],
+    ...     "end": [0.001, 0.002, 0.003, 0.004]})
+    >>> t = Trace(ops, pd.DataFrame(columns=MEMORY_COLUMNS), devices=1, period=0.002)
+    >>> m = Trace(ops, pd.DataFrame(columns=MEMORY_COLUMNS), devices=1, period=0.002, source="measured")
+    >>> fig = gantt_compare(t, m, periods_shown=1, window_from=1, measured_period=0.004)
+    >>> [round(x, 2) for x in fig.layout.xaxis.range], [round(x, 2) for x in fig.layout.xaxis2.range]
+    ([1.9, 4.0], [1.8, 6.0])
     """
-    fig = make_subplots(rows=2, cols=1, shared_xaxes=window is None, vertical_spacing=0.12 if window is None else 0.16,
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=periods_shown is None,
+                        vertical_spacing=0.12 if periods_shown is None else 0.16,
                         subplot_titles=[_subplot_title(titles[0], predicted), _subplot_title(titles[1], measured)])
-    unit = trace_unit(predicted, measured, align=align) if window is None else time_unit(window)
+    unit = trace_unit(predicted, measured, align=align)
     seen: set[str] = set()
     total_lanes = 0
     for r, tr in ((1, predicted), (2, measured)):
@@ -364,18 +376,28 @@ def gantt_compare(predicted: Trace, measured: Trace, *, color_by: str = "kind", 
         _decorate(fig, tr, offset, f"x{axis}", f"y{axis}", t_end, lines, True, unit)
         _keep_lanes(fig, ops, order, r)
         fig.update_yaxes(categoryorder="array", categoryarray=order[::-1], row=r, col=1)
-        win = steady_window(tr)
-        if window is not None:
-            start = (win[0] if win is not None else float(tr.ops["start"].min())) - offset
-            fig.update_xaxes(range=[unit.of(start - 0.05 * window), unit.of(start + window)], row=r, col=1,
+        if periods_shown is not None and tr.period and math.isfinite(tr.period):
+            start, span = _window_start(tr, window_from) - offset, periods_shown * tr.period
+            fig.update_xaxes(range=[unit.of(start - 0.05 * span), unit.of(start + span)], row=r, col=1,
                              title=unit.axis("time"))
     _layout(fig, title or "Predicted against measured", total_lanes, rows=2)
     for ann in fig.layout.annotations[:2]:  # subplot titles to the left, clear of the steady-state labels
         ann.update(x=0, xanchor="left", font=dict(size=13))
-    if window is None:
+    if periods_shown is None:
         fig.update_xaxes(title=unit.axis("time"), row=2, col=1)
     fig.update_xaxes(tickformat=",~f")
     return fig
+
+
+def _window_start(trace: Trace, batch: int | None) -> float:
+    """Where a windowed chart starts: the first stage's forward of mini-batch ``batch``, else the steady state."""
+    ops = trace.ops
+    if batch is not None:
+        f = ops[(ops["kind"] == "F") & (ops["stage"] == 0) & (ops["batch"] == batch)]
+        if len(f):
+            return float(f["start"].min())
+    win = steady_window(trace)
+    return win[0] if win is not None else float(ops["start"].min())
 
 
 # ----- helpers for tests and notebooks ------------------------------------
