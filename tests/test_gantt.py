@@ -218,8 +218,11 @@ def test_compare_each_on_its_own_periods_from_a_mini_batch_with_the_measured_per
     meas = Trace(pred.ops.assign(start=pred.ops.start * slow + 0.5, end=pred.ops.end * slow + 0.5), pred.memory, 2,
                  period=T, source="measured")
     fig = gantt_compare(pred, meas, periods_shown=2, window_from=3, measured_period=slow * T)
-    first = lambda tr: float(tr.ops[(tr.ops.kind == "F") & (tr.ops.stage == 0) & (tr.ops.batch == 3)].start.min()
-                             - tr.ops.start.min())  # noqa: E731
+
+    def first(tr):
+        f = tr.ops[(tr.ops.kind == "F") & (tr.ops.stage == 0) & (tr.ops.batch == 3)]
+        return float(f.start.min() - tr.ops.start.min())
+
     for axis, tr, period in ((fig.layout.xaxis, pred, T), (fig.layout.xaxis2, meas, slow * T)):
         lo, hi = axis.range
         assert hi == pytest.approx((first(tr) + 2 * period) * 1e3) and hi - lo == pytest.approx(2.1 * period * 1e3)
