@@ -246,7 +246,15 @@ def _study_parsers(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("reproduce", help="recompute every figure of the experiments")
     p.add_argument("--quick", action="store_true", help="small settings: a few minutes")
     p.add_argument("--only", default=None, help="comma-separated figure names to recompute (default: all)")
-    p.add_argument("--out", default=None, help="results folder (default data/results, or a quick one)")
+    p.add_argument("--out", default=None,
+                   help="results folder (default data/results; with --quick build/reproduce-quick)")
+    p.add_argument("--executor", choices=["serial", "processes", "dask"], default=None,
+                   help="where the units run: here one after the other (default; $WORKBENCH_JOBS > 1: processes), "
+                        "in local processes, or as tasks on Dask's distributed scheduler")
+    p.add_argument("--workers", type=int_in(1, 1024), default=None, metavar="N",
+                   help="processes, or the workers of a local Dask cluster (default: the cores, at most 4)")
+    p.add_argument("--scheduler", default=None, metavar="ADDRESS",
+                   help="with --executor dask: a running scheduler (tcp://HOST:8786) instead of a local cluster")
     p.set_defaults(handler=_reproduce)
 
     p = sub.add_parser("largest", help="the largest GPT (grown by depth and by width) each method fits")
