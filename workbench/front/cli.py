@@ -108,8 +108,9 @@ def _add_platform_args(p: argparse.ArgumentParser, *, required: bool = True) -> 
                    help="bandwidth between two nodes, one way (default 50GB/s: one 400 Gb/s InfiniBand port per "
                         "GPU)")
     p.add_argument("--latency", type=_non_negative, default=0.0, help="link latency in seconds (default 0)")
-    p.add_argument("--weights", choices=["stash", "single"], default="stash",
-                   help="weight versions: stash (PipeDream) or single")
+    p.add_argument("--weights", choices=["stash", "single"], default=None,
+                   help="weight versions: stash (PipeDream; the default) or single; check, simulate and run: "
+                        "default the plan's")
     p.add_argument("--memory-model", choices=["full", "paper"], default=None,
                    help="what a device holds (docs/model.md, 'Memory'): full (default: parameters, gradients, "
                         "optimizer state, activations, transients) or paper (rule 7 of the paper: k A + phi W + "
