@@ -129,7 +129,9 @@ def plan_command(args: argparse.Namespace) -> int:
     if args.json_out:
         result.to_json(args.json_out)
         print(f"wrote {args.json_out}")
-    return 0 if result.feasible and result.fits else 2
+    if not (result.feasible and result.fits):
+        return 2
+    return 1 if result.extra.get("violations") else 0       # as check: a plan that breaks a rule exits 1
 
 
 def check_command(args: argparse.Namespace) -> int:

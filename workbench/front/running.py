@@ -265,6 +265,11 @@ def run_command(args: argparse.Namespace) -> int:
     plan = Plan.from_json(Path(args.plan_file))
     if not plan.feasible:
         raise ValueError(f"{args.plan_file}: the plan is infeasible; nothing to run")
+    if args.backend == "nccl":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ValueError("--backend nccl needs a CUDA GPU per rank and there is none here; use gloo")
     batch_size = args.batch_size
     chain = None
     profile = getattr(args, "profile", None)

@@ -416,7 +416,7 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--optimizer", default=None, help="none, sgd, momentum, adam or adamw (default: the plan's, "
                                                       "else adam), stepped with --lr")
     ap.add_argument("--engine", default="auto", choices=list(ENGINES))
-    ap.add_argument("--backend", default=None)
+    ap.add_argument("--backend", default=None, choices=["gloo", "nccl"], help="default: nccl on GPUs, else gloo")
     ap.add_argument("--dtype", default="float32", help="zoo models: float32 or bfloat16 (the profile's)")
     ap.add_argument("--timeout", type=float, default=300.0)
     ap.add_argument("--out", default="build/run", help="folder for the summary and the traces (rank 0)")
