@@ -79,7 +79,7 @@ from torch import nn
 from workbench.model.chain import Chain, Layer
 from workbench.profiles.discover import Layers, discover_layers
 from workbench.profiles.memtrace import layer_memory
-from workbench.profiles.timing import Timer, cpu_threads, leaf, time_layer
+from workbench.profiles.timing import Timer, cpu_threads, leaf, say_how_long, time_layer
 from workbench.profiles.zoo import as_dtype
 
 __all__ = [
@@ -282,7 +282,7 @@ def profile_model(
     x = sample_input.to(how.dev)
     with cpu_threads(how.dev, threads):
         if progress and times is time_layer:
-            _say_how_long(how, mods, x)
+            say_how_long([_moved(m, how.dev, how.cast) for m in mods], x, how.warmup, how.repeats)
         for i in _layers_progress(len(mods), (meta or {}).get("network", "profile"), progress):
             with_loss = loss is not None and i == len(mods) - 1
             then = (lambda o: loss(o, tgt)) if with_loss else None  # type: ignore[misc]
@@ -350,36 +350,6 @@ def _profile_layer(how: _LayerProfiling, mod: nn.Module, name: str, x: torch.Ten
     for p in mod.parameters():
         p.grad = None
     return layer, LayerTiming(name, tuple(fwd), tuple(bwd)), out.detach()
-
-
-#: a profile costs about this many forward passes of the model per timed or warm-up run (a backward is about two
-#: forwards), plus the passes that measure memory. On CPU (small GPTs in float32 and bf16, resnet50, vgg16; 2
-#: warm-up and 5 timed runs) the estimate was within -33 % .. +50 % of the profile's time (a machine shared with
-#: other work: load 8 on 2 cores)
-RUNS_PER_REPEAT, MEMORY_PASSES = 3.5, 20.0
-
-
-def _say_how_long(how: _LayerProfiling, mods: Sequence[nn.Module], x: torch.Tensor) -> float:
-    """Print (and return) how long the profile will take: one forward of the whole model, timed, times the
-    runs the profile makes (:data:`RUNS_PER_REPEAT` per warm-up or timed repeat, :data:`MEMORY_PASSES`)."""
-    from workbench.model.units import format_seconds
-
-    mods = [_moved(mod, how.dev, how.cast) for mod in mods]
-    took = []
-    for _ in range(2):                     # the first forward is cold (allocations, kernel choice): the second counts
-        t0, h = time.perf_counter(), x
-        with torch.no_grad():
-            for mod in mods:
-                h = mod(h)
-        if how.dev.type == "cuda":
-            torch.cuda.synchronize(how.dev)
-        took.append(time.perf_counter() - t0)
-    forward = took[-1]
-    estimate = forward * (RUNS_PER_REPEAT * (how.warmup + how.repeats) + MEMORY_PASSES)
-    about = f"{estimate:.0f} s" if estimate < 90 else f"{estimate / 60:.0f} min"
-    print(f"profiling {len(mods)} layers, {how.warmup} warm-up and {how.repeats} timed runs each, then their "
-          f"memory: about {about} on this machine (one forward took {format_seconds(forward)})", flush=True)
-    return estimate
 
 
 def _moved(mod: nn.Module, dev: torch.device, cast: torch.dtype | None) -> nn.Module:
