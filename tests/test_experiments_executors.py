@@ -108,3 +108,16 @@ def test_makespan_against_every_assignment():
             assert best - 1e-9 <= got <= best * 4 / 3 + 1e-9
             assert got >= max(max(times), sum(times) / n) - 1e-9
     assert makespan([], 3) == 0 and math.isclose(makespan([1.5, 1.5], 8), 1.5)
+
+
+def test_local_processes_hand_back_what_a_serial_run_computes():
+    from workbench.experiments.executors import run_units
+
+    units = ex.plan_units(tiny_settings(), ["family", "three_partition"])
+    serial = {d.unit.name: _without_times(pd.read_csv(pd.io.common.StringIO(d.text)))
+              for d in run_units(units, Executor())}
+    pooled = {d.unit.name: _without_times(pd.read_csv(pd.io.common.StringIO(d.text)))
+              for d in run_units(units, Executor("processes", workers=2))}
+    assert serial.keys() == pooled.keys() == {u.name for u in units}
+    for name in serial:
+        pd.testing.assert_frame_equal(serial[name], pooled[name], obj=name)
