@@ -107,11 +107,12 @@ def time_layer(mod: nn.Module, x: torch.Tensor, timer: Timer, needs_input_grad: 
     return fwd, bwd
 
 
-#: a profile costs about this many forward passes of the model per timed or warm-up run (a backward is about two
-#: forwards), plus the passes that measure memory. On CPU (small GPTs in float32 and bf16, resnet50, vgg16; 2
-#: warm-up and 5 timed runs) the estimate was within -33 % .. +50 % of the profile's time (a machine shared with
-#: other work: load 8 on 2 cores)
-RUNS_PER_REPEAT, MEMORY_PASSES = 3.5, 20.0
+#: a profile costs about this many forward passes of the model per timed or warm-up run (a backward is about 1.8
+#: forwards), plus the passes that measure memory. Measured on CPU with 2 warm-up and 5 timed runs, on a machine
+#: shared with other work (load 8 to 10 on 2 cores): GPT-2 small in bf16, batch 8 of 1024 tokens, one forward
+#: 26.9 s, the profile 698 s: the estimate 13 % high; small models (profiles of 2 to 10 s: GPTs of 2 and 4 blocks
+#: in float32 and bf16, resnet50 and vgg16 at 64 px) 27 % to 56 % low
+RUNS_PER_REPEAT, MEMORY_PASSES = 2.8, 10.0
 
 
 def say_how_long(mods: list[nn.Module], x: torch.Tensor, warmup: int, repeats: int) -> float:
@@ -126,6 +127,8 @@ def say_how_long(mods: list[nn.Module], x: torch.Tensor, warmup: int, repeats: i
     """
     from workbench.model.units import format_seconds
 
+    print(f"profiling {len(mods)} layers, {warmup} warm-up and {repeats} timed runs each, then their memory: ",
+          end="", flush=True)
     took = []
     for _ in range(2):                     # the first forward is cold (allocations, kernel choice): the second counts
         t0, h = time.perf_counter(), x
@@ -138,6 +141,5 @@ def say_how_long(mods: list[nn.Module], x: torch.Tensor, warmup: int, repeats: i
     forward = took[-1]
     estimate = forward * (RUNS_PER_REPEAT * (warmup + repeats) + MEMORY_PASSES)
     about = f"{estimate:.0f} s" if estimate < 90 else f"{estimate / 60:.0f} min"
-    print(f"profiling {len(mods)} layers, {warmup} warm-up and {repeats} timed runs each, then their "
-          f"memory: about {about} on this machine (one forward took {format_seconds(forward)})", flush=True)
+    print(f"about {about} on this machine (one forward took {format_seconds(forward)})", flush=True)
     return estimate
