@@ -346,6 +346,8 @@ def _torchrun(args: argparse.Namespace) -> int:
     backend = args.backend or default_backend(device, int(os.environ.get("LOCAL_WORLD_SIZE", world)))
     wl = (Workload.module(args.module) if args.module else
           Workload.zoo(args.model, args.batch_size, dtype=args.dtype, **dict(plan.extra.get("model_config", {}))))
+    for note in wl.notes if rank == 0 else ():
+        print(f"note: {note}", flush=True)
     chain = _load_or_profile(args, wl, rank)
     check_plan_against(plan, wl.layers().names, chain, what=wl.name)
     optimizer = args.optimizer or (plan.setup or {}).get("optimizer") or "adam"     # as run chooses it
