@@ -121,3 +121,15 @@ def test_local_processes_hand_back_what_a_serial_run_computes():
     assert serial.keys() == pooled.keys() == {u.name for u in units}
     for name in serial:
         pd.testing.assert_frame_equal(serial[name], pooled[name], obj=name)
+
+
+def test_a_running_scheduler_takes_the_units(tmp_path):
+    """--scheduler ADDRESS: the units go to a cluster someone else started (here a local one with one worker)."""
+    from distributed import LocalCluster
+
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
+        rep = ex.reproduce(quick=True, out=tmp_path, settings=tiny_settings(), only="family", progress=False,
+                           png=False, executor=Executor("dask", scheduler=cluster.scheduler_address))
+    assert rep.computed == ["complexity__family"] and rep.executor.startswith("dask (the scheduler at tcp://")
+    meta = json.loads((tmp_path / "units" / "complexity__family.json").read_text())
+    assert meta["compute"]["seconds"] > 0
