@@ -119,7 +119,7 @@ def gradient_errors(res, wl, steps: int, random_layers: list[str], check: bool,
     """(absolute, relative) error of the run's gradients against one process; NaN when not checked."""
     import torch
 
-    from workbench.runtime.engine import grad_error, reference_gradients
+    from workbench.runtime.gradients import grad_error, reference_gradients
 
     if random_layers:
         say(f"note: dropout in {', '.join(random_layers[:3])}{' ...' if len(random_layers) > 3 else ''}: the "

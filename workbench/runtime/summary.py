@@ -26,7 +26,7 @@ def summarise(plan, chain, platform, wl, res, cmp, cal: dict[str, Any], *, model
               cores: int) -> dict[str, Any]:
     """The summary's fields, in ``summary.json``'s order: ``grad_errors`` is (absolute, relative) against
     one process (NaN when not checked), ``dropout`` the model's random layers, ``cores`` those the run had."""
-    from workbench.runtime.engine import grad_tolerance
+    from workbench.runtime.gradients import grad_tolerance
 
     return {
         **_run_fields(plan, platform, wl, res, model_config, batch_size, steps),
