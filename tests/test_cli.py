@@ -242,25 +242,14 @@ def test_simulate_refuses_an_unwritable_output_before_simulating(files, capsys, 
     assert err == f"error: --out {tmp / 't.csv'}: cannot write it (no space left on the device)"
 
 
-def test_simulate_writes_its_two_files_as_a_pair(files, capsys, monkeypatch):
+def test_simulate_writes_its_two_files_as_a_pair(files, capsys, disk_full_at):
     """The memory file failing leaves both files of the previous run as they were (fsyncs: the output probe,
     the trace, then the memory file)."""
-    import errno
-
     prof, plan, tmp = files
     argv = ["simulate", str(plan), "--profile", str(prof), "--bandwidth", "20000B/s", "--out", str(tmp / "t.csv")]
     assert main(argv) == 0
     before = {p: p.read_bytes() for p in (tmp / "t.csv", tmp / "t.memory.csv")}
-    real = __import__("os").fsync
-    seen = []
-
-    def fsync(fd):
-        seen.append(fd)
-        if len(seen) == 3:
-            raise OSError(errno.ENOSPC, "No space left on device")
-        return real(fd)
-
-    monkeypatch.setattr("os.fsync", fsync)
+    disk_full_at(3)
     assert main(argv[:-1] + [str(tmp / "t.csv"), "--batches", "7"]) == 2
     assert "t.memory.csv: cannot write it (no space left on the device)" in capsys.readouterr().err
     assert {p: p.read_bytes() for p in before} == before

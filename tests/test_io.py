@@ -165,20 +165,11 @@ def test_a_full_disk_is_named_by_the_users_path_and_no_file_of_a_pair_is_replace
     assert not [p for p in full.iterdir() if p.name.endswith(".tmp")]
 
 
-def test_a_pair_is_all_or_nothing_when_the_second_write_fails(tmp_path, monkeypatch):
+def test_a_pair_is_all_or_nothing_when_the_second_write_fails(tmp_path, disk_full_at):
     """Without a real full disk: the second file's write fails, the first target keeps its old bytes."""
     a, b = tmp_path / "t.csv", tmp_path / "t.memory.csv"
     write_files_atomic({a: b"old a", b: b"old b"})
-    real = os.fsync
-    calls = []
-
-    def fsync(fd):
-        calls.append(fd)
-        if len(calls) == 2:
-            raise OSError(errno.ENOSPC, "No space left on device")
-        return real(fd)
-
-    monkeypatch.setattr(os, "fsync", fsync)
+    disk_full_at(2)
     with pytest.raises(OSError, match=r"t\.memory\.csv: cannot write it \(no space left on the device\)"):
         write_files_atomic({a: b"new a", b: b"new b"})
     assert a.read_bytes() == b"old a" and b.read_bytes() == b"old b"
