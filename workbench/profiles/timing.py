@@ -110,7 +110,7 @@ def time_layer(mod: nn.Module, x: torch.Tensor, timer: Timer, needs_input_grad: 
 #: a profile costs about this many forward passes of the model per timed or warm-up run (a backward is about 1.8
 #: forwards), plus the passes that measure memory. Measured on CPU with 2 warm-up and 5 timed runs, on a machine
 #: shared with other work (load 8 to 10 on 2 cores): GPT-2 small in bf16, batch 8 of 1024 tokens, one forward
-#: 26.9 s, the profile 698 s: the estimate 13 % high; small models (profiles of 2 to 10 s: GPTs of 2 and 4 blocks
+#: 26.9 s, the profile 698 s: the estimate 14 % high; small models (profiles of 2 to 10 s: GPTs of 2 and 4 blocks
 #: in float32 and bf16, resnet50 and vgg16 at 64 px) 27 % to 56 % low
 RUNS_PER_REPEAT, MEMORY_PASSES = 2.8, 10.0
 
