@@ -8,7 +8,7 @@ import plotly.graph_objects as go
 import pytest
 
 from workbench.model.trace import MEMORY_COLUMNS, Trace
-from workbench.viz.gantt import KIND_COLORS, bar_durations, gantt, gantt_compare, lanes, steady_window
+from workbench.viz.gantt import KIND_COLORS, bar_durations, gantt, gantt_compare, lanes, steady_window, trace_unit
 
 T = 0.006  # period (s)
 # two stages on two devices: (device, stage, first, last, kind, start of batch 0, duration)
@@ -240,3 +240,12 @@ def test_a_measured_optimizer_step_is_drawn_over_its_backward():
     assert lanes(fig) == ["GPU 0"]
     step = next(t for t in fig.data if t.name == "optimizer step (in the backward)")
     assert list(step.x) == pytest.approx([1.0]) and list(step.base) == pytest.approx([4.0])
+
+
+def test_windowed_charts_take_the_unit_of_what_they_show():
+    pred = periodic_trace(batches=8)
+    long = Trace(pred.ops.assign(start=pred.ops.start * 20, end=pred.ops.end * 20), pred.memory, 2, period=T,
+                 source="measured")                          # a long run: its whole is in seconds
+    assert trace_unit(long).name == "s"
+    fig = gantt_compare(pred, long, periods_shown=1, window_from=1, measured_period=20 * T)
+    assert fig.layout.xaxis2.title.text == "time (ms)" and fig.layout.xaxis2.range[1] < 1000

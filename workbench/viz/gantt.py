@@ -358,7 +358,8 @@ def gantt_compare(predicted: Trace, measured: Trace, *, color_by: str = "kind", 
     fig = make_subplots(rows=2, cols=1, shared_xaxes=periods_shown is None,
                         vertical_spacing=0.12 if periods_shown is None else 0.16,
                         subplot_titles=[_subplot_title(titles[0], predicted), _subplot_title(titles[1], measured)])
-    unit = trace_unit(predicted, measured, align=align)
+    unit = trace_unit(predicted, measured, align=align) if periods_shown is None else \
+        _windows_unit((predicted, measured), periods_shown, window_from, measured_period, align)
     seen: set[str] = set()
     total_lanes = 0
     for r, tr in ((1, predicted), (2, measured)):
@@ -387,6 +388,19 @@ def gantt_compare(predicted: Trace, measured: Trace, *, color_by: str = "kind", 
         fig.update_xaxes(title=unit.axis("time"), row=2, col=1)
     fig.update_xaxes(tickformat=",~f")
     return fig
+
+
+def _windows_unit(traces: tuple[Trace, Trace], periods: float, batch: int | None, measured_period: float | None,
+                  align: bool) -> Unit:
+    """The time unit of two windowed charts: by the latest time either shows."""
+    ends = []
+    for tr in traces:
+        if not len(tr.ops):
+            continue
+        period = measured_period if (tr.source == "measured" and measured_period) else tr.period
+        offset = float(tr.ops["start"].min()) if align else 0.0
+        ends.append(_window_start(tr, batch) - offset + periods * (period if period and math.isfinite(period) else 0))
+    return time_unit(ends)
 
 
 def _window_start(trace: Trace, batch: int | None) -> float:
