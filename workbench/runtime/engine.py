@@ -152,6 +152,8 @@ def merge_results(parts: Sequence[dict[str, Any]], plan: Plan, **meta: Any) -> R
         "engine": ordered[0]["engine"] if ordered else None,
         **meta,
     }
+    if plan.schedule != "periodic" and info.get("steps"):   # one flush of every step: its period is makespan / steps
+        info = {**info, "micro_batches": int(info["steps"]), "flushes": 1}
     trace = Trace(ops, mem, plan.devices, period=plan.period, source="measured", meta=info)
     return RunResult(trace, grads, info)
 
