@@ -28,9 +28,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Literal
 
-__all__ = ["Action", "TorchSchedule", "SCHEDULES", "schedule_of", "stage_devices", "torch_order", "chunks_of",
+from workbench.methods import METHODS, Method
+
+__all__ = ["Action", "SCHEDULES", "schedule_of", "stage_devices", "torch_order", "chunks_of",
            "KINDS"]
 
 #: the compute kinds of an order: forward, full backward, input-gradient backward, weight-gradient backward
@@ -53,31 +54,13 @@ class Action:
         return f"{self.stage}{self.kind}{self.batch}"
 
 
-@dataclass(frozen=True)
-class TorchSchedule:
-    """One of torch's multi-stage schedules: its class in ``torch.distributed.pipelining.schedules``, the
-    layout of its stages (``loop`` or ``v``), whether it splits the backward into I and W, and the stages
-    per device it requires (``None``: any number, ``--chunks``)."""
-
-    name: str
-    torch_class: str
-    layout: Literal["loop", "v"]
-    split: bool
-    fixed_chunks: int | None = None
+#: torch's schedules by method name: the methods of :mod:`workbench.methods` that name a ``torch_class``
+SCHEDULES: dict[str, Method] = {m.name: m for m in METHODS if m.torch_class}
 
 
-#: the schedules by method name (workbench.methods registers a method for each)
-SCHEDULES: dict[str, TorchSchedule] = {s.name: s for s in (
-    TorchSchedule("interleaved-1f1b", "ScheduleInterleaved1F1B", "loop", False),
-    TorchSchedule("looped-bfs", "ScheduleLoopedBFS", "loop", False),
-    TorchSchedule("interleaved-zb", "ScheduleInterleavedZeroBubble", "loop", True),
-    TorchSchedule("zbv", "ScheduleZBVZeroBubble", "v", True, 2),
-    TorchSchedule("dualpipev", "ScheduleDualPipeV", "v", True, 2),
-)}
-
-
-def schedule_of(name: str) -> TorchSchedule:
-    """The torch schedule called ``name`` (a ``ValueError`` naming the choices otherwise).
+def schedule_of(name: str) -> Method:
+    """The torch schedule called ``name``, its method in :mod:`workbench.methods` (a ``ValueError`` naming the
+    choices otherwise).
 
     >>> schedule_of("zbv").torch_class
     'ScheduleZBVZeroBubble'

@@ -47,7 +47,7 @@ from workbench.model.split import stage_split
 from workbench.model.trace import OP_COLUMNS, Trace
 from workbench.verify.simulate_memory import StageMemory, memory_frame, with_step_rows
 
-__all__ = ["simulate_order", "OrderTimes", "held_counts"]
+__all__ = ["simulate_order", "order_makespan", "OrderTimes", "held_counts"]
 
 
 @dataclass(frozen=True)
@@ -148,6 +148,13 @@ def _send_row(run: _Run, times: OrderTimes, a: Action, offset: int, t: float) ->
         run.rows.append((times.dev[s], s, "send", a.batch + offset, t, t + times.c[s]))
     if a.kind in ("B", "I") and s > 0 and times.c[s - 1] > 0:
         run.rows.append((times.dev[s], s, "send", a.batch + offset, t, t + times.c[s - 1]))
+
+
+def order_makespan(chain: Chain, platform: Platform, stages: Sequence[tuple[int, int, int]],
+                   orders: Mapping[int, Sequence[Action]]) -> float:
+    """The makespan of one flush of ``orders`` on ``stages``: :func:`simulate_order`'s clock alone, without
+    the trace (for planners that try many partitions)."""
+    return _run_flush(_Run(), OrderTimes.of(chain, platform, stages), orders, 0, 0.0, platform.devices)
 
 
 def held_counts(ops: pd.DataFrame, stage: int) -> int:
