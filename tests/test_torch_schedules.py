@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from workbench.model.chain import Chain, Layer, Platform
-from workbench.model.memory import layer_terms
+from workbench.model.order_memory import OrderMemory
 from workbench.model.orders import SCHEDULES, stage_devices, torch_order
 from workbench.planners import plan
-from workbench.planners.torch_schedules import _Peaks, _Problem, order_counts, plan_torch_schedule
+from workbench.planners.torch_schedules import plan_torch_schedule
 from workbench.verify.check import check
 from workbench.verify.simulate import simulate
 from workbench.verify.simulate_orders import simulate_order
@@ -52,11 +52,10 @@ def test_the_exact_peaks_equal_the_simulated_ones():
             Platform(P, memory_model="paper")
         m = rng.choice([2 * P, 4 * P])
         order, dev = torch_order(name, P, 2, m), stage_devices(name, P, 2 * P)
-        k, p = order_counts(order, 2 * P)
-        peaks = _Peaks(_Problem(ch, plat, dev, k, p, ch.forward + ch.backward, layer_terms(ch, plat)), order)
+        peaks = OrderMemory(ch, plat, dev, order)
         for parts in itertools.islice(_all_partitions(len(ch), 2 * P), 10):
             trace = simulate_order(ch, plat, [(a, b, d) for (a, b), d in zip(parts, dev)], order, m)
-            assert peaks.of(parts) == pytest.approx(trace.peak_memory().tolist(), rel=1e-12)
+            assert peaks.peaks(parts) == pytest.approx(trace.peak_memory().tolist(), rel=1e-12)
 
 
 def test_under_a_binding_limit_close_to_exhaustive_search():

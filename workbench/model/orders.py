@@ -28,10 +28,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Sequence
 
 from workbench.methods import METHODS, Method
 
-__all__ = ["Action", "SCHEDULES", "schedule_of", "stage_devices", "torch_order", "chunks_of",
+__all__ = ["Action", "SCHEDULES", "order_counts", "schedule_of", "stage_devices", "torch_order", "chunks_of",
            "KINDS"]
 
 #: the compute kinds of an order: forward, full backward, input-gradient backward, weight-gradient backward
@@ -142,3 +143,36 @@ def torch_order(name: str, devices: int, chunks: int | None, micro_batches: int)
                 acts.append(Action(int(sub.stage_index), str(sub.computation_type.value), int(sub.microbatch_index)))
         out[rank] = tuple(acts)
     return out
+
+
+def order_counts(order: dict[int, Sequence[Action]], stages: int) -> tuple[list[int], list[int], list[int]]:
+    """Per stage, read off the order alone (a device's memory changes only at its own operations): the most
+    micro-batches it holds (forward started, last backward part, ``B`` or ``W``, not ended), the most whose
+    weight gradients wait (``I`` ended, ``W`` not; none on torch's stage 0, which runs no ``I``) and the most
+    between a forward and the end of its ``B`` or ``I`` (what torch's last stage keeps its output for).
+
+    >>> order_counts(torch_order("interleaved-zb", 2, 1, 4), 2)    # the last stage runs F, I, F, I, W, F, I, W, ...
+    ([2, 2], [0, 2], [2, 1])
+    """
+    held, peak = [0] * stages, [0] * stages
+    wait, wpeak = [0] * stages, [0] * stages
+    live, lpeak = [0] * stages, [0] * stages
+    for acts in order.values():
+        for a in acts:
+            s = a.stage
+            if a.kind == "F":
+                held[s] += 1
+                live[s] += 1
+                peak[s], lpeak[s] = max(peak[s], held[s]), max(lpeak[s], live[s])
+            elif a.kind in ("B", "W"):
+                held[s] -= 1
+            if a.kind in ("B", "I"):
+                live[s] -= 1
+            if a.kind == "I":
+                wait[s] += 1
+                wpeak[s] = max(wpeak[s], wait[s])
+            elif a.kind == "W":
+                wait[s] -= 1
+    if stages:
+        wpeak[0] = 0
+    return peak, wpeak, lpeak

@@ -12,7 +12,7 @@ makespan over the micro-batches, its memory the simulated peak per device.
 **The partition, balanced by time under the memory limit.** The order does
 not depend on the partition, and a device's memory changes only at its own
 operations, so each device's peak is read off the order exactly, without
-running the clock (:class:`_Peaks`: during each of its operations, per stage
+running the clock (:class:`workbench.model.order_memory.OrderMemory`: during each of its operations, per stage
 the micro-batches held and the weight gradients pending, times the memory
 model's terms, :mod:`workbench.model.memory`, plus the running operation's
 excess; the optimizer's step after the flush). The search:
@@ -57,12 +57,9 @@ from workbench.model.memory import (
     LayerTerms,
     layer_terms,
     square_terms,
-    stage_activation,
-    stage_memory,
-    stage_op_excess,
-    stage_step,
 )
-from workbench.model.orders import Action, chunks_of, schedule_of, stage_devices, torch_order
+from workbench.model.order_memory import OrderMemory
+from workbench.model.orders import Action, chunks_of, order_counts, schedule_of, stage_devices, torch_order
 from workbench.model.plan import Plan, Stage, infeasible_plan, lower_bound, with_memory_setup
 from workbench.model.split import split_columns, split_note
 from workbench.model.tolerances import REL_TOL
@@ -70,35 +67,7 @@ from workbench.model.units import format_bytes
 from workbench.verify.simulate_orders import held_counts, simulate_order
 
 __all__ = ["plan_torch_schedule", "plan_interleaved_1f1b", "plan_looped_bfs", "plan_interleaved_zb", "plan_zbv",
-           "plan_dualpipev", "order_counts", "TORCH_PLANNERS"]
-
-
-def order_counts(order: dict[int, Sequence[Action]], stages: int) -> tuple[list[int], list[int]]:
-    """Per stage, the most micro-batches it holds (forward done, last backward part not) and the most whose
-    weight gradients wait (``I`` done, ``W`` not), read off the order alone (a device's memory changes only
-    at its own operations).
-
-    >>> order_counts(torch_order("interleaved-zb", 2, 1, 4), 2)    # the last stage runs I, I, W, I, W, ...
-    ([2, 2], [0, 2])
-    """
-    held, peak = [0] * stages, [0] * stages
-    wait, wpeak = [0] * stages, [0] * stages
-    for acts in order.values():
-        for a in acts:
-            s = a.stage
-            if a.kind == "F":
-                held[s] += 1
-                peak[s] = max(peak[s], held[s])
-            elif a.kind in ("B", "W"):
-                held[s] -= 1
-            if a.kind == "I":
-                wait[s] += 1
-                wpeak[s] = max(wpeak[s], wait[s])
-            elif a.kind == "W":
-                wait[s] -= 1
-    if stages:
-        wpeak[0] = 0        # torch's stage 0 runs no I: its W holds nothing beyond its activations
-    return peak, wpeak
+           "plan_dualpipev", "TORCH_PLANNERS"]
 
 
 @dataclass
@@ -177,61 +146,6 @@ class _Problem:
         return [float(self.mem[s][a, b]) for s, (a, b) in enumerate(parts)]
 
 
-class _Peaks:
-    """Each device's exact peak for a partition, read off the order: a device's memory changes only at its own
-    operations, so during its j-th operation it holds, per stage, the micro-batches whose forward has started
-    and whose last backward part has not ended, the pending bytes of those whose ``I`` has ended and ``W`` not,
-    and the running operation's excess; after the flush, the optimizer's step
-    (what :func:`workbench.verify.simulate_orders.simulate_order` gives, without running the clock)."""
-
-    def __init__(self, prob: _Problem, order: dict[int, Sequence[Action]], first_stage_pending: bool = False):
-        self.prob, self.terms = prob, prob.terms
-        S = len(prob.k)
-        self.rows: dict[int, set[tuple[tuple[int, ...], tuple[int, ...], int]]] = {}
-        for d, acts in order.items():
-            mine = [s for s in range(S) if prob.dev[s] == d]
-            held, wait = dict.fromkeys(mine, 0), dict.fromkeys(mine, 0)
-            rows = set()
-            for a in acts:
-                if a.kind == "F":
-                    held[a.stage] += 1
-                runs = not (a.kind == "I" and a.stage == 0)       # torch's stage 0 runs no I
-                rows.add((tuple(held[s] for s in mine), tuple(wait[s] for s in mine), a.stage if runs else -1))
-                if a.kind in ("B", "W"):
-                    held[a.stage] -= 1
-                if a.kind == "I" and a.stage > 0:
-                    wait[a.stage] += 1
-                elif a.kind == "W" and a.stage > 0:
-                    wait[a.stage] -= 1
-            self.rows[d] = rows
-        self.mine = {d: [s for s in range(S) if prob.dev[s] == d] for d in order}
-        self.pend = np.concatenate([[0.0], np.cumsum(split_columns(prob.chain)[1])])
-        self._cache: dict[tuple[int, int, int], tuple[float, float, float, float, float]] = {}
-
-    def stage(self, s: int, a: int, b: int) -> tuple[float, float, float, float, float]:
-        """(A, static, excess, step, pending) of stage s on layers a..b."""
-        key = (s, a, b)
-        if key not in self._cache:
-            t = self.terms
-            A = stage_activation(t, a, b)
-            pend = float(self.pend[b + 1] - self.pend[a]) if s > 0 and t.model == "full" else 0.0
-            self._cache[key] = (A, stage_memory(t, a, b, 1) - A, stage_op_excess(t, a, b), stage_step(t, a, b), pend)
-        return self._cache[key]
-
-    def of(self, parts: Sequence[tuple[int, int]]) -> list[float]:
-        out = [0.0] * self.prob.platform.devices
-        for d, mine in self.mine.items():
-            st = [self.stage(s, *parts[s]) for s in mine]
-            static = sum(x[1] for x in st) + self.terms.const
-            top = max(x[3] for x in st)
-            pos = {s: i for i, s in enumerate(mine)}
-            for held, wait, run in self.rows[d]:
-                v = sum(h * x[0] + w * x[4] for h, w, x in zip(held, wait, st))
-                top = max(top, v + (st[pos[run]][2] if run >= 0 else 0.0))
-            out[d] = static + top
-        return out
-
-
 def _shares(prob: _Problem, base: list[tuple[int, int]], devices: int) -> list[list[float]]:
     """The shares of the limit per stage tried as seeds: equal per device, by need under ``base``, by held
     count."""
@@ -244,9 +158,10 @@ def _shares(prob: _Problem, base: list[tuple[int, int]], devices: int) -> list[l
     return [per_device([1.0] * len(prob.k)), per_device(prob.needs(base)), per_device([float(k) for k in prob.k])]
 
 
-def _score(prob: _Problem, peaks: _Peaks, parts: list[tuple[int, int]], limit: float) -> tuple[float, float, float]:
+def _score(prob: _Problem, peaks: OrderMemory, parts: list[tuple[int, int]], limit: float
+           ) -> tuple[float, float, float]:
     """(how far the worst device is over the limit, the largest stage time, the sum of squared device loads)."""
-    over = max(0.0, max(peaks.of(parts)) - limit) if np.isfinite(limit) else 0.0
+    over = max(0.0, max(peaks.peaks(parts)) - limit) if np.isfinite(limit) else 0.0
     times = [prob.pre[b + 1] - prob.pre[a] for a, b in parts]
     load = [0.0] * prob.platform.devices
     for s, t in enumerate(times):
@@ -254,7 +169,7 @@ def _score(prob: _Problem, peaks: _Peaks, parts: list[tuple[int, int]], limit: f
     return over, max(times), float(sum(x * x for x in load))
 
 
-def _local_search(prob: _Problem, peaks: _Peaks, parts: list[tuple[int, int]], limit: float
+def _local_search(prob: _Problem, peaks: OrderMemory, parts: list[tuple[int, int]], limit: float
                   ) -> list[tuple[int, int]]:
     """Move one stage boundary at a time (by one layer, or by a few) to the best neighbour, first towards
     fitting the limit, then towards a smaller largest stage time, until no move helps."""
@@ -287,14 +202,14 @@ def _parts(bounds: Sequence[int], L: int) -> list[tuple[int, int]]:
     return [(a, e) for a, e in zip(starts, list(bounds) + [L - 1])]
 
 
-def _candidates(prob: _Problem, peaks: _Peaks, limit: float, devices: int) -> list[list[tuple[int, int]]]:
+def _candidates(prob: _Problem, peaks: OrderMemory, limit: float, devices: int) -> list[list[tuple[int, int]]]:
     """Partitions to simulate: the time-balanced one and, under a finite limit, seeds from shares of the limit
     per stage (the sum of its stages' needs bounds a device's peak), each improved by :func:`_local_search`."""
     inf = [np.inf] * len(prob.k)
     base = prob.least_tau(inf)
     if base is None:
         return []
-    if not np.isfinite(limit) or max(peaks.of(base)) <= limit * (1 + REL_TOL):
+    if not np.isfinite(limit) or max(peaks.peaks(base)) <= limit * (1 + REL_TOL):
         return [base]
     seeds = [base]
     budget = limit - prob.terms.const
@@ -353,9 +268,9 @@ def _best_partition(chain: Chain, platform: Platform, name: str, order: dict[int
                     dev: list[int], m: int, flushes: int) -> tuple[list[tuple[int, int]], Any]:
     """The fastest candidate partition that fits (else the one needing least memory) and its simulated trace."""
     S = len(dev)
-    k, p = order_counts(order, S)
+    k, p, _ = order_counts(order, S)
     prob = _Problem(chain, platform, dev, k, p, chain.forward + chain.backward, layer_terms(chain, platform))
-    peaks = _Peaks(prob, order)
+    peaks = OrderMemory(chain, platform, dev, order)
     cache: dict[tuple, Any] = {}
 
     def simulated(parts: list[tuple[int, int]]):

@@ -1,0 +1,116 @@
+"""The profiler's backward split: a layer's input-gradient and weight-gradient parts, as torch runs them.
+
+torch's zero-bubble schedules run a stage's backward in two calls,
+``stage_backward_input`` (``I``: the input's gradient, keeping the autograd
+graph and the gradients at the weight operations' outputs) and
+``stage_backward_weight`` (``W``: the weights' gradients from what ``I`` kept).
+:func:`layer_split` runs exactly those two functions on one layer and measures
+(docs/model.md, "Backward split"):
+
+* ``backward_weight``: the W share of the layer's backward time: its measured
+  backward times ``W / (I + W)`` (medians of the timed repeats; each repeat
+  runs a fresh forward, untimed, then I and W timed apart), so that
+  ``I + W`` is the profile's backward;
+* ``weight_pending_bytes``: the bytes alive after ``I`` above the state before
+  the backward, less the input's gradient (which the stage sends on): the
+  weight operations' output gradients ``I`` keeps for ``W``, at the allocator
+  level (:class:`workbench.profiles.memtrace.AllocationTracker` on CPU, the CUDA
+  allocator on a GPU); 0 when ``I`` frees more than it keeps.
+
+The first layer's input is data and takes no gradient: torch's stage 0 runs
+no ``I`` and its whole backward as ``W`` (so does :func:`layer_split`).
+
+>>> import torch
+>>> from workbench.profiles.timing import Timer
+>>> mlp = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+>>> cols = layer_split(mlp, torch.ones(4, 8), Timer(torch.device("cpu")), needs_input_grad=True, then=None,
+...                    grad=torch.ones(4, 4), warmup=0, repeats=2)
+>>> # pending: the gradient at the first Linear's output, 4 x 16 float32 (the second's is the incoming one)
+>>> cols["weight_pending_bytes"]
+256.0
+>>> 0 < cols["backward_weight"]
+True
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any, Callable
+
+import torch
+from torch import nn
+
+from workbench.profiles.memtrace import AllocationTracker, _Cuda
+from workbench.profiles.timing import Timer, leaf
+
+__all__ = ["layer_split"]
+
+
+def _halves(mod: nn.Module, x: torch.Tensor, needs_input_grad: bool,
+            then: Callable[[torch.Tensor], torch.Tensor] | None, grad: torch.Tensor | None,
+            timer: Timer) -> tuple[float, float]:
+    """One fresh forward, then I and W timed apart (seconds)."""
+    from torch.distributed.pipelining._backward import stage_backward_input, stage_backward_weight
+
+    params = [p for p in mod.parameters() if p.requires_grad]
+    inp = leaf(x, needs_input_grad)
+    out = mod(inp)
+    root = then(out) if then is not None else out
+    if not root.requires_grad:
+        return 0.0, 0.0
+    if not inp.requires_grad:             # torch's stage 0: no I, the whole backward in W
+        _, t = timer.run(lambda: torch.autograd.backward(root, grad))
+        return 0.0, t
+    (_, groups), ti = timer.run(lambda: stage_backward_input([root], None if grad is None else [grad], [inp],
+                                                             iter(params)))
+    _, tw = timer.run(lambda: stage_backward_weight(iter(params), groups))
+    return ti, tw
+
+
+def _pending(mod: nn.Module, x: torch.Tensor, needs_input_grad: bool,
+             then: Callable[[torch.Tensor], torch.Tensor] | None, grad: torch.Tensor | None) -> float:
+    """Bytes alive after I above the state before the backward, less the input's gradient (>= 0)."""
+    from torch.distributed.pipelining._backward import stage_backward_input, stage_backward_weight
+
+    params = [p for p in mod.parameters() if p.requires_grad]
+    for p in params:
+        p.grad = torch.zeros_like(p)             # resident gradient buffers, as the memory model assumes
+    inp = leaf(x, needs_input_grad)
+    if not inp.requires_grad:
+        return 0.0
+    known = [inp, *params, *mod.buffers(), *(p.grad for p in params), grad]
+    tracker: Any = _Cuda(inp.device) if inp.device.type == "cuda" else AllocationTracker(known)
+    with tracker:
+        out = mod(inp)
+        root = then(out) if then is not None else out
+        if not root.requires_grad:
+            return 0.0
+        before = tracker.current
+        _, groups = stage_backward_input([root], None if grad is None else [grad], [inp], iter(params))
+        after = tracker.current
+        sent = inp.grad.untyped_storage().nbytes() if inp.grad is not None else 0
+        stage_backward_weight(iter(params), groups)
+    for p in params:
+        p.grad = None
+    return float(max(after - before - sent, 0))
+
+
+def layer_split(mod: nn.Module, x: torch.Tensor, timer: Timer, *, needs_input_grad: bool,
+                then: Callable[[torch.Tensor], torch.Tensor] | None, grad: torch.Tensor | None, warmup: int,
+                repeats: int) -> dict[str, float]:
+    """The layer's ``backward_weight`` (seconds, the W share of a backward of 1 s: scale by the layer's
+    backward) and ``weight_pending_bytes`` (see the module docstring)."""
+    halves = []
+    for r in range(warmup + repeats):
+        for p in mod.parameters():
+            p.grad = None
+        timer.sync()
+        got = _halves(mod, x, needs_input_grad, then, grad, timer)
+        if r >= warmup:
+            halves.append(got)
+    ti = statistics.median(h[0] for h in halves)
+    tw = statistics.median(h[1] for h in halves)
+    share = tw / (ti + tw) if ti + tw > 0 else 0.0
+    for p in mod.parameters():
+        p.grad = None
+    return {"backward_weight": share, "weight_pending_bytes": _pending(mod, x, needs_input_grad, then, grad)}
