@@ -207,6 +207,13 @@ def _gradient_errors(res, wl, steps: int, random_layers: list[str], check: bool,
     return grad_error(res.grads, reference_gradients(wl, steps, device=res.meta["device"]))
 
 
+def method_of(plan):
+    """The registry's record of the plan's schedule (:mod:`workbench.methods`), or of ``dp`` for a periodic plan."""
+    from workbench.methods import METHODS
+
+    return next((m for m in METHODS if m.name == plan.schedule), METHODS[0])
+
+
 def _write_run(out: Path, plan, chain, platform, steps: int, res, cmp, summary: dict[str, Any]) -> None:
     """``measured.csv``, ``predicted.csv``, ``comparison.csv``, ``measured.cpu.csv``, ``plan.json`` and
     ``summary.json`` (the JSON-able part) to ``out``, each written atomically."""
@@ -387,9 +394,10 @@ def run_command(args: argparse.Namespace) -> int:
                         weights=getattr(args, "weights", None) or "stash",
                         memory_model="paper" if paper else "full",
                         **({"weight_factor": setup.get("weight_factor", 1.0)} if paper else {"optimizer": optimizer}))
+    steps = args.steps if args.steps is not None else (plan.micro_batches if method_of(plan).torch_class else 20)
     if getattr(args, "replay", False):
-        return _replay(plan, chain, platform, wl, args.steps, Path(args.out), optimizer)
-    summary = run_and_compare(plan, chain, platform, wl, batch_size, args.steps,
+        return _replay(plan, chain, platform, wl, steps, Path(args.out), optimizer)
+    summary = run_and_compare(plan, chain, platform, wl, batch_size, steps,
                               model_config=_model_config(chain, plan),
                               backend=args.backend, out=args.out, progress=True, optimizer=optimizer,
                               engine=getattr(args, "engine", None) or "auto")

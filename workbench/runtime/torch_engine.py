@@ -220,7 +220,7 @@ def run_torch_rank(rank: int, world: int, cfg) -> dict[str, Any]:
     step.zero()
     probe = _memory_step(step, stages, model, dev)
     rec.marks[:] = timed
-    ends = sorted(rec.seconds(m[4]) for m in timed if m[0] in ("F", "B"))
+    ends = sorted(rec.seconds(m[4]) for m in timed if m[0] in ("F", "B", "I", "W"))
     memory = [(rank, t, a, w, tot) for t, (a, w, tot) in zip(ends, samples)]
     return {"rank": rank, "ops": rec.rows(plan), "cpu": cpu_rows, "memory": memory, "grads": grads,
             "memory_peak": probe.peak(), "memory_breakdown": probe.breakdown(),

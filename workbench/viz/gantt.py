@@ -4,7 +4,8 @@ One lane per device (``GPU 0`` on top), optionally one lane per link, and a
 horizontal bar per operation whose length is the operation's real duration
 (``go.Bar`` with ``base=start`` and ``x=end - start``, ``orientation="h"``).
 Times are shown in milliseconds. Bars are coloured by kind (forward blue,
-backward orange, transfers green/grey) or by mini-batch (then the backward
+backward orange, its input- and weight-gradient parts red and yellow,
+transfers green/grey) or by mini-batch (then the backward
 bars are hatched). Period boundaries are dotted lines and the steady state
 (the window in which every stage runs all its operations) is shaded.
 
@@ -41,16 +42,19 @@ __all__ = [
 ]
 
 #: colours by kind: forward and backward far apart (blue / orange, colour-blind safe)
-KIND_COLORS = {"F": "#3366CC", "B": "#F28E2B", "R": "#B6471B", "send": "#59A14F", "recv": "#8C8C8C",
-               "offload": "#76B7B2", "prefetch": "#4E9A96"}
-KIND_NAMES = {"F": "forward", "B": "backward", "R": "recompute (in the backward)", "send": "send", "recv": "receive",
-              "offload": "to host", "prefetch": "from host"}
-COMPUTE_KINDS = ("F", "B")
+KIND_COLORS = {"F": "#3366CC", "B": "#F28E2B", "I": "#E15759", "W": "#EDC948", "R": "#B6471B", "send": "#59A14F",
+               "recv": "#8C8C8C", "offload": "#76B7B2", "prefetch": "#4E9A96"}
+KIND_NAMES = {"F": "forward", "B": "backward", "I": "backward, input gradient", "W": "backward, weight gradient",
+              "R": "recompute (in the backward)", "send": "send", "recv": "receive", "offload": "to host",
+              "prefetch": "from host"}
+#: compute kinds: a zero-bubble schedule splits a backward into I (input gradient) and W (weight gradient)
+COMPUTE_KINDS = ("F", "B", "I", "W")
 #: activation-policy operations (docs/model.md, "Activation policies"): always drawn; recompute on the device's
 #: lane over its backward, host transfers on a host-link lane per device
 POLICY_KINDS = ("R", "offload", "prefetch")
-_KINDS = ["F", "B", "R", "send", "recv", "offload", "prefetch"]
-_PATTERNS = {"F": "", "B": "/", "R": "x", "send": ".", "recv": ".", "offload": ".", "prefetch": "."}
+_KINDS = ["F", "B", "I", "W", "R", "send", "recv", "offload", "prefetch"]
+_PATTERNS = {"F": "", "B": "/", "I": "/", "W": "\\", "R": "x", "send": ".", "recv": ".", "offload": ".",
+             "prefetch": "."}
 BATCH_COLORS = [
     "#4E79A7", "#F28E2B", "#E15759", "#76B7B2", "#59A14F", "#EDC948", "#B07AA1", "#FF9DA7",
     "#9C755F", "#BAB0AC", "#1F77B4", "#D62728",
