@@ -36,7 +36,8 @@ from workbench.experiments.units import slug
 from workbench.methods import VARIANTS, method
 from workbench.viz.gantt import TEMPLATE
 
-__all__ = ["best_per_level", "general_vs_torch", "best_at_three_levels", "schedules_figure", "TORCH_KEYS"]
+__all__ = ["best_per_level", "general_vs_torch", "best_at_three_levels", "schedules_figure", "TORCH_KEYS",
+           "frontier_levels", "frontier_table"]
 
 #: the sweep variants of schedules torch.distributed.pipelining ships (GPipe, 1F1B and the multi-stage ones)
 TORCH_KEYS = tuple(v.key for v in VARIANTS if method(v.method).family == "flushed")
@@ -96,6 +97,35 @@ def best_at_three_levels(best: pd.DataFrame) -> pd.DataFrame:
             r = g.iloc[i]
             rows.append({"network": net, "devices": P, "where": where, "memory_gib": r.memory_limit / GiB,
                          "best": r.label, "period": r.period, "tied": r.tied})
+    return pd.DataFrame(rows)
+
+
+def frontier_levels(chain, platform, count: int) -> list[float]:
+    """``count`` memory limits, geometric, from the least any contiguous plan needs to what the hungriest of
+    dp, 1F1B and ZB-V use without a limit (1.05 times, so the last level binds nothing)."""
+    from workbench.planners import plan
+    from workbench.planners.dp.contiguous import least_contiguous_memory
+
+    lo = least_contiguous_memory(chain, platform)[0]
+    hi = max(plan(chain, platform.with_(memory=math.inf), m).peak_memory for m in ("dp", "1f1b", "zbv")) * 1.05
+    return [float(x) for x in np.geomspace(lo, max(hi, lo * 1.01), count)]
+
+
+def frontier_table(chain, platform, memories, keys=None, time_limit: float = 10.0) -> pd.DataFrame:
+    """Every variant of ``keys`` (default: all of :data:`workbench.methods.VARIANTS`) at each memory limit
+    (:func:`workbench.planners.sweep.sweep`, robust): a row per (variant, limit) with its period, throughput
+    (mini-batches per second, 0 where it does not fit) and peak memory."""
+    from workbench.planners.sweep import plan_row, sweep
+
+    rows = []
+    for v in (v for v in VARIANTS if keys is None or v.key in keys):
+        for M, result in sweep(chain, platform, list(memories), v.method, allocation=v.allocation,
+                               time_limit=time_limit, robust=True, deterministic=True):
+            r = plan_row(result, chain, platform.with_(memory=M))
+            rows.append({"method_key": v.key, "label": v.label, "family": _FAMILY[v.key], "memory_limit": M,
+                         "fits": bool(r["fits"]), "period": r["period"],
+                         "throughput": 1.0 / r["period"] if r["fits"] and r["period"] > 0 else 0.0,
+                         "peak_memory": r["peak_memory"]})
     return pd.DataFrame(rows)
 
 

@@ -43,7 +43,7 @@ from torch import nn
 from workbench.profiles.memtrace import AllocationTracker, _Cuda
 from workbench.profiles.timing import Timer, leaf
 
-__all__ = ["layer_split"]
+__all__ = ["layer_split", "model_split", "with_split"]
 
 
 def _halves(mod: nn.Module, x: torch.Tensor, needs_input_grad: bool,
@@ -114,3 +114,41 @@ def layer_split(mod: nn.Module, x: torch.Tensor, timer: Timer, *, needs_input_gr
     for p in mod.parameters():
         p.grad = None
     return {"backward_weight": share, "weight_pending_bytes": _pending(mod, x, needs_input_grad, then, grad)}
+
+
+def model_split(model: nn.Module, example_inputs: Any, loss: Callable | None = None, target: Any = None, *,
+                warmup: int = 1, repeats: int = 5, threads: int | None = 1, grad_seed: int = 0
+                ) -> list[dict[str, float]]:
+    """:func:`layer_split` of every layer of ``model`` (found as the profiler finds them, the loss in the last
+    layer), in chain order, on CPU: the columns a profile of the model would get, without timing the rest."""
+    from workbench.profiles.discover import discover_layers
+    from workbench.profiles.timing import cpu_threads
+
+    found = discover_layers(model, example_inputs, loss, target)
+    timer, gen = Timer(torch.device("cpu")), torch.Generator(device="cpu").manual_seed(grad_seed)
+    out, x = [], found.input
+    with cpu_threads(torch.device("cpu"), threads):
+        for i, mod in enumerate(found.modules):
+            mod.train()
+            last = found.loss is not None and i == len(found.modules) - 1
+            then = (lambda o: found.loss(o, target)) if last else None  # type: ignore[misc]
+            with torch.no_grad():
+                y = mod(x)
+            grad = None if last else torch.randn(y.shape, generator=gen, dtype=y.dtype)
+            out.append(layer_split(mod, x, timer, needs_input_grad=i > 0, then=then, grad=grad, warmup=warmup,
+                                   repeats=repeats))
+            x = y.detach()
+    return out
+
+
+def with_split(chain, columns: list[dict[str, float]], how: str):
+    """``chain`` with each layer's backward split from ``columns`` (:func:`model_split`: the W share is applied
+    to the layer's own backward time, which stays as it is) and the metadata ``backward_split`` set to ``how``."""
+    import dataclasses
+
+    if len(columns) != len(chain):
+        raise ValueError(f"{len(columns)} layers measured for a profile of {len(chain)}")
+    layers = tuple(dataclasses.replace(l, backward_weight=c["backward_weight"] * l.backward,
+                                       weight_pending_bytes=c["weight_pending_bytes"])
+                   for l, c in zip(chain.layers, columns))
+    return dataclasses.replace(chain, layers=layers, meta={**chain.meta, "backward_split": how})

@@ -6,7 +6,8 @@ horizontal bar per operation whose length is the operation's real duration
 Times are shown in milliseconds. Bars are coloured by kind (forward blue,
 backward orange, its input- and weight-gradient parts red and yellow,
 transfers green/grey) or by mini-batch (then the backward
-bars are hatched). Period boundaries are dotted lines and the steady state
+bars are hatched); each bar is labelled with its mini-batch, primed on a
+device's second stage (twice on its third...). Period boundaries are dotted lines and the steady state
 (the window in which every stage runs all its operations) is shaded.
 
 The same function draws periodic plans, flushed schedules (GPipe, 1F1B) and
@@ -136,6 +137,9 @@ def _prepare(trace: Trace, show_links: bool, offset: float) -> pd.DataFrame:
     if (~comp).any():
         lane = lane.where(comp, [_lane_of(r, show_links, dst) for _, r in ops.iterrows()])
     ops["lane"] = lane
+    # a device holding several stages (torch's multi-stage schedules): primes mark its second, third... stage
+    ranks = {d: {st: i for i, st in enumerate(sorted(g.unique()))} for d, g in ops.groupby("device")["stage"]}
+    ops["chunk"] = [ranks[d][st] for d, st in zip(ops["device"], ops["stage"])]
     ops["start_ms"] = (ops["start"].astype(float) - offset) * _MS
     ops["end_ms"] = (ops["end"].astype(float) - offset) * _MS
     ops["dur_ms"] = ops["end_ms"] - ops["start_ms"]
@@ -155,7 +159,8 @@ def _bar(sub: pd.DataFrame, name: str, color: str, *, pattern: str = "", legendg
         name=name, legendgroup=legendgroup, showlegend=showlegend,
         marker=dict(color=color, line=dict(color="white", width=0.6),
                     pattern=dict(shape=pattern, fillmode="overlay", fgcolor="white", fgopacity=0.55, solidity=0.25)),
-        text=[str(int(b)) for b in sub["batch"]] if text else None,
+        text=[str(int(b)) + "′" * int(c) for b, c in zip(sub["batch"], sub.get("chunk", [0] * len(sub)))]
+        if text else None,
         textposition="inside", insidetextanchor="middle", textangle=0, textfont=dict(color="white", size=11),
         customdata=custom,
         hovertemplate=(
