@@ -61,6 +61,9 @@ def _halves(mod: nn.Module, x: torch.Tensor, needs_input_grad: bool,
     if not inp.requires_grad:             # torch's stage 0: no I, the whole backward in W
         _, t = timer.run(lambda: torch.autograd.backward(root, grad))
         return 0.0, t
+    if not params:                        # no weights: the whole backward is the input's gradient
+        _, t = timer.run(lambda: torch.autograd.backward(root, grad))
+        return t, 0.0
     (_, groups), ti = timer.run(lambda: stage_backward_input([root], None if grad is None else [grad], [inp],
                                                              iter(params)))
     _, tw = timer.run(lambda: stage_backward_weight(iter(params), groups))
@@ -76,7 +79,7 @@ def _pending(mod: nn.Module, x: torch.Tensor, needs_input_grad: bool,
     for p in params:
         p.grad = torch.zeros_like(p)             # resident gradient buffers, as the memory model assumes
     inp = leaf(x, needs_input_grad)
-    if not inp.requires_grad:
+    if not inp.requires_grad or not params:
         return 0.0
     known = [inp, *params, *mod.buffers(), *(p.grad for p in params), grad]
     tracker: Any = _Cuda(inp.device) if inp.device.type == "cuda" else AllocationTracker(known)
