@@ -141,13 +141,16 @@ def _markers(net: str, best: pd.DataFrame) -> go.Figure:
                         customdata=np.stack([g["period"] * 1e3, g["tied"]], axis=1),
                         hovertemplate="%{x:.3g} GiB: %{text}, period %{customdata[0]:.4g} ms"
                                       "<br>tied: %{customdata[1]}<extra></extra>")
+    rows = sorted(best["devices"].unique())
     fig.update_xaxes(**log_axis_ticks(best["memory_limit"] / GiB), title_text="memory limit per device (GiB, log)")
-    fig.update_layout(template=TEMPLATE, height=200 + 70 * best["devices"].nunique(),
+    fig.update_yaxes(categoryorder="array", categoryarray=[f"P = {p}" for p in rows],
+                     range=[-0.5, len(rows) - 0.2])      # room above the top row for its labels
+    fig.update_layout(template=TEMPLATE, height=260 + 80 * len(rows),
                       title=dict(text=f"{net}: the fastest plan that fits at each memory level, across families",
                                  subtitle=dict(text="periodic (dp, PipeDream, mCAP, ILPs) and flushed (GPipe, 1F1B, "
                                                     "torch's multi-stage schedules); no marker: nothing fits")),
-                      legend=dict(orientation="h", yanchor="top", y=-0.3, xanchor="left", x=0),
-                      margin=dict(l=70, r=20, t=90, b=110))
+                      legend=dict(orientation="h", yanchor="top", y=-0.45, xanchor="left", x=0),
+                      margin=dict(l=70, r=40, t=100, b=130))
     return fig
 
 

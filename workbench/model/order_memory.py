@@ -51,7 +51,8 @@ from workbench.model.split import split_columns
 
 __all__ = ["OrderMemory", "engine_extra"]
 
-#: per operation of a device: held, pending, the running stage (-1: none), outputs sent, input gradients sent,
+#: per operation of a device: held, pending, the running stage's position (its stage count: none), outputs sent,
+#: input gradients sent,
 #: outputs kept by the last stage (each a tuple over the device's stages)
 _Row = tuple[tuple[int, ...], tuple[int, ...], int, tuple[int, ...], tuple[int, ...], tuple[int, ...]]
 
@@ -65,7 +66,9 @@ class OrderMemory:
         self.terms = layer_terms(chain, platform)
         S = len(self.dev)
         self.mine = {d: [s for s in range(S) if self.dev[s] == d] for d in order}
-        self.rows = {d: _rows(acts, self.mine[d]) for d, acts in order.items()}
+        # per device, the distinct states during its operations as arrays: rows x its stages (run: the
+        # running stage's position among them, V for none)
+        self.rows = {d: _arrays(_rows(acts, self.mine[d]), len(self.mine[d])) for d, acts in order.items()}
         self.N = max((a.batch for acts in order.values() for a in acts), default=-1) + 1
         self.pend = np.concatenate([[0.0], np.cumsum(split_columns(chain)[1])])
         self._cache: dict[tuple[int, int, int], tuple[float, ...]] = {}
@@ -84,19 +87,15 @@ class OrderMemory:
         """Each device's peak for stages ``parts`` (first, last); with torch's engine's buffers and sends."""
         out = [0.0] * self.platform.devices
         for d, mine in self.mine.items():
-            st = [self.stage(s, *parts[s]) for s in mine]
-            static = sum(x[1] for x in st) + self.terms.const
-            top = max(x[3] for x in st)
-            pos = {s: i for i, s in enumerate(mine)}
-            sides = [self._sides(s, parts) for s in mine] if engine else None
-            for held, wait, run, fsent, bsent, kept in self.rows[d]:
-                v = sum(h * x[0] + w * x[4] for h, w, x in zip(held, wait, st))
-                v += st[pos[run]][2] if run >= 0 else 0.0
-                if sides is not None:
-                    v += sum(_engine(self.N, side, h, f, b, k) for side, h, f, b, k in zip(sides, held, fsent, bsent,
-                                                                                          kept))
-                top = max(top, v)
-            out[d] = static + top
+            st = np.array([self.stage(s, *parts[s]) for s in mine])      # rows: A, static, excess, step, pending
+            held, wait, run, fsent, bsent, kept = self.rows[d]
+            v = held @ st[:, 0] + wait @ st[:, 4] + np.append(st[:, 2], 0.0)[run]
+            if engine:
+                inp, rin, outb, rout, first, last = np.array([self._sides(s, parts) for s in mine]).T
+                N = self.N
+                v = v + ((N + bsent * rin - held - 1) @ inp + (N + fsent * rout - held - 1) @ outb
+                         + np.maximum(N - held, 0) @ first + kept @ last)
+            out[d] = float(st[:, 1].sum() + self.terms.const + max(float(v.max()), float(st[:, 3].max())))
         return out
 
     def _sides(self, s: int, parts: Sequence[tuple[int, int]]) -> tuple[float, ...]:
@@ -113,13 +112,13 @@ class OrderMemory:
         return inp, remote_in, out, remote_out, first, last
 
 
-def _engine(N: int, side: tuple[float, ...], held: int, fsent: int, bsent: int, kept: int) -> float:
-    """What torch's engine holds for one stage beyond the model, during an operation (module docstring): a
-    neighbour on the same device (a V's turn) passes its tensors in place of the receive buffers, without
-    sends."""
-    inp, remote_in, out, remote_out, first, last = side
-    return ((N + remote_in * bsent - held - 1) * inp + (N + remote_out * fsent - held - 1) * out
-            + max(N - held, 0) * first + kept * last)
+def _arrays(rows: set[_Row], V: int) -> tuple[np.ndarray, ...]:
+    """The states as arrays: held, pending, running stage (its position, V for none), outputs sent, input
+    gradients sent, outputs kept (each rows x V but the running stage)."""
+    ordered = sorted(rows)
+    held, wait, run, fsent, bsent, kept = (np.array([r[i] for r in ordered]) for i in range(6))
+    return (held.reshape(-1, V).astype(float), wait.reshape(-1, V).astype(float), run.astype(int),
+            fsent.reshape(-1, V).astype(float), bsent.reshape(-1, V).astype(float), kept.reshape(-1, V).astype(float))
 
 
 def _rows(acts: Sequence[Action], mine: list[int]) -> set[_Row]:
@@ -132,8 +131,8 @@ def _rows(acts: Sequence[Action], mine: list[int]) -> set[_Row]:
             held[s] += 1
             kept[s] += 1
         runs = not (a.kind == "I" and s == 0)       # torch's stage 0 runs no I
-        rows.add(tuple(tuple(c[x] for x in mine) for c in (held, wait)) + (s if runs else -1,)  # type: ignore[arg-type]
-                 + tuple(tuple(c[x] for x in mine) for c in (fsent, bsent, kept)))
+        rows.add(tuple(tuple(c[x] for x in mine) for c in (held, wait)) + (mine.index(s) if runs else len(mine),)
+                 + tuple(tuple(c[x] for x in mine) for c in (fsent, bsent, kept)))  # type: ignore[arg-type]
         if a.kind in ("B", "W"):
             held[s] -= 1
         if a.kind in ("B", "I"):

@@ -18,8 +18,8 @@ model's terms, :mod:`workbench.model.memory`, plus the running operation's
 excess; the optimizer's step after the flush). The search:
 
 1. the time-balanced partition: the least largest stage time ``tau`` such that
-   a partition has every stage within ``tau`` (bisection, each probe a DP over
-   (stage, first layer) reachability), each stage then as close as allowed to
+   a partition has every stage within ``tau`` (bisection over the distinct stage
+   times, each probe a DP over (stage, first layer) reachability), each stage then as close as allowed to
    an equal share of the compute left; if it fits, it is the plan;
 2. otherwise seeds from shares of the limit per stage (equal per device, by
    need, by the most micro-batches the stage holds; a device's stages' needs
@@ -124,23 +124,24 @@ class _Problem:
         return out
 
     def least_tau(self, caps: Sequence[float]) -> list[tuple[int, int]] | None:
-        """The partition at the least feasible largest stage time (bisection), or None."""
-        hi = float(self.pre[-1])
-        can = self.feasible(hi, caps)
+        """The partition at the least feasible largest stage time, or None: a bisection over the distinct
+        stage times (the optimum is one of them)."""
+        if not hasattr(self, "_taus"):
+            finite = self.span[np.isfinite(self.span)]
+            self._taus = np.unique(finite[finite >= self.comp.max()])
+        taus = self._taus
+        can = self.feasible(float(taus[-1]), caps)
         if can is None:
             return None
-        lo = float(self.comp.max())
-        best = (hi, can)
-        for _ in range(60):
-            if hi - lo <= REL_TOL * hi:
-                break
-            mid = (lo + hi) / 2
-            got = self.feasible(mid, caps)
+        lo, hi, best = 0, len(taus) - 1, can
+        while lo < hi:
+            mid = (lo + hi) // 2
+            got = self.feasible(float(taus[mid]), caps)
             if got is None:
-                lo = mid
+                lo = mid + 1
             else:
-                hi, best = mid, (mid, got)
-        return self.pick(best[0], caps, best[1])
+                hi, best = mid, got
+        return self.pick(float(taus[hi]), caps, best)
 
     def needs(self, parts: list[tuple[int, int]]) -> list[float]:
         return [float(self.mem[s][a, b]) for s, (a, b) in enumerate(parts)]
