@@ -27,7 +27,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "scripts"))
 
-from make_profiles import PROFILES  # noqa: E402
+from make_profiles import PROFILES, entries  # noqa: E402
 
 from workbench.profiles import zoo  # noqa: E402
 from workbench.profiles.csvio import read_profile, write_profile  # noqa: E402
@@ -41,11 +41,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="where the profiles are read and written")
     ap.add_argument("--repeats", type=int, default=5, help="timed repeats per layer (default 5)")
     args = ap.parse_args(argv)
-    names = args.only or list(PROFILES)
-    unknown = [n for n in names if n not in PROFILES]
-    if unknown:
-        ap.error(f"unknown entries {unknown}; known: {list(PROFILES)}")
-    for name in names:
+    for name in entries(ap, args.only):
         s, t0 = PROFILES[name], time.perf_counter()
         path = Path(args.out_dir) / f"{name}.csv"
         chain = read_profile(path)

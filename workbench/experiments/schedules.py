@@ -107,7 +107,9 @@ def frontier_levels(chain, platform, count: int) -> list[float]:
     from workbench.planners.dp.contiguous import least_contiguous_memory
 
     lo = least_contiguous_memory(chain, platform)[0]
-    hi = max(plan(chain, platform.with_(memory=math.inf), m).peak_memory for m in ("dp", "1f1b", "zbv")) * 1.05
+    roomy = platform.with_(memory=math.inf)
+    hi = 1.05 * max(plan(chain, roomy, "dp").peak_memory, plan(chain, roomy, "1f1b").peak_memory,
+                    plan(chain, roomy, "zbv").peak_memory)
     return [float(x) for x in np.geomspace(lo, max(hi, lo * 1.01), count)]
 
 

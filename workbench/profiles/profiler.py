@@ -354,8 +354,9 @@ def _profile_layer(how: _LayerProfiling, mod: nn.Module, name: str, x: torch.Ten
     if how.times is time_layer:      # measured times: the backward's split as torch's zero-bubble schedules run it
         split = layer_split(mod, x, how.timer, needs_input_grad=needs_input_grad, then=then, grad=grad,
                             warmup=min(how.warmup, 1), repeats=how.repeats)
-        columns.update(backward_weight=split["backward_weight"] * backward,
-                       weight_pending_bytes=split["weight_pending_bytes"])
+        if split:
+            columns.update(backward_weight=split["backward_weight"] * backward,
+                           weight_pending_bytes=split["weight_pending_bytes"])
     layer = Layer(name, statistics.median(fwd), backward, float(parameter_bytes(mod)),
                   float(tensor_bytes(out)), float(saved), **columns)
     for p in mod.parameters():

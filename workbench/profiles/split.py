@@ -46,6 +46,13 @@ from workbench.profiles.timing import Timer, leaf
 __all__ = ["layer_split", "model_split", "with_split"]
 
 
+def _root(out: torch.Tensor, then: Callable[[torch.Tensor], torch.Tensor] | None) -> torch.Tensor:
+    """What the backward starts from: the loss of the output, or the output (a copy when it is a view: torch's
+    ``stage_backward_input`` detaches the stage's output in place, which a view refuses)."""
+    root = then(out) if then is not None else out
+    return root.clone() if root._is_view() else root
+
+
 def _halves(mod: nn.Module, x: torch.Tensor, needs_input_grad: bool,
             then: Callable[[torch.Tensor], torch.Tensor] | None, grad: torch.Tensor | None,
             timer: Timer) -> tuple[float, float]:
@@ -54,8 +61,7 @@ def _halves(mod: nn.Module, x: torch.Tensor, needs_input_grad: bool,
 
     params = [p for p in mod.parameters() if p.requires_grad]
     inp = leaf(x, needs_input_grad)
-    out = mod(inp)
-    root = then(out) if then is not None else out
+    root = _root(mod(inp), then)
     if not root.requires_grad:
         return 0.0, 0.0
     if not inp.requires_grad:             # torch's stage 0: no I, the whole backward in W
@@ -84,8 +90,7 @@ def _pending(mod: nn.Module, x: torch.Tensor, needs_input_grad: bool,
     known = [inp, *params, *mod.buffers(), *(p.grad for p in params), grad]
     tracker: Any = _Cuda(inp.device) if inp.device.type == "cuda" else AllocationTracker(known)
     with tracker:
-        out = mod(inp)
-        root = then(out) if then is not None else out
+        root = _root(mod(inp), then)
         if not root.requires_grad:
             return 0.0
         before = tracker.current
@@ -102,13 +107,17 @@ def layer_split(mod: nn.Module, x: torch.Tensor, timer: Timer, *, needs_input_gr
                 then: Callable[[torch.Tensor], torch.Tensor] | None, grad: torch.Tensor | None, warmup: int,
                 repeats: int) -> dict[str, float]:
     """The layer's ``backward_weight`` (seconds, the W share of a backward of 1 s: scale by the layer's
-    backward) and ``weight_pending_bytes`` (see the module docstring)."""
+    backward) and ``weight_pending_bytes`` (see the module docstring); empty when torch's split functions
+    refuse the layer (the profile then estimates its split)."""
     halves = []
     for r in range(warmup + repeats):
         for p in mod.parameters():
             p.grad = None
         timer.sync()
-        got = _halves(mod, x, needs_input_grad, then, grad, timer)
+        try:
+            got = _halves(mod, x, needs_input_grad, then, grad, timer)
+        except RuntimeError:          # torch's split refuses this layer: leave it to the estimate
+            return {}
         if r >= warmup:
             halves.append(got)
     ti = statistics.median(h[0] for h in halves)
@@ -152,6 +161,6 @@ def with_split(chain, columns: list[dict[str, float]], how: str):
     if len(columns) != len(chain):
         raise ValueError(f"{len(columns)} layers measured for a profile of {len(chain)}")
     layers = tuple(dataclasses.replace(l, backward_weight=c["backward_weight"] * l.backward,
-                                       weight_pending_bytes=c["weight_pending_bytes"])
+                                       weight_pending_bytes=c["weight_pending_bytes"]) if c else l
                    for l, c in zip(chain.layers, columns))
     return dataclasses.replace(chain, layers=layers, meta={**chain.meta, "backward_split": how})
