@@ -26,7 +26,7 @@ import pandas as pd
 from workbench.model.accelerators import DEFAULT_NODE_BANDWIDTH
 from workbench.model.memory import MEMORY_MODELS, OPTIMIZER_STATES, PRECISIONS
 from workbench.model.memory_views import merged_memory_columns
-from workbench.model.units import format_bytes, parse_bandwidth, parse_size
+from workbench.model.units import bytes_value, format_bytes, format_seconds, parse_bandwidth, parse_size
 
 if TYPE_CHECKING:  # workbench.model.graph builds chains (Graph.linearise): the annotation only names the type
     from workbench.model.graph import Graph
@@ -162,6 +162,8 @@ class Chain:
                 raise ValueError("cut_bytes must be non-negative")
             object.__setattr__(self, "cut_bytes", cb)
         object.__setattr__(self, "meta", dict(self.meta))
+        if self.meta.get("runtime_bytes") not in (None, ""):      # every device's memory adds it
+            bytes_value(self.meta["runtime_bytes"], f"{self.name}: runtime_bytes")
 
     # ----- basic views -------------------------------------------------
     def __len__(self) -> int:
@@ -310,8 +312,8 @@ class Chain:
     def summary(self) -> str:
         big = int(np.argmax([l.activation_bytes for l in self.layers]))
         return (
-            f"{self.name}: {len(self)} layers, forward {self.forward.sum() * 1e3:.2f} ms, "
-            f"backward {self.backward.sum() * 1e3:.2f} ms, parameters {format_bytes(self.weights.sum())}, "
+            f"{self.name}: {len(self)} layers, forward {format_seconds(self.forward.sum())}, "
+            f"backward {format_seconds(self.backward.sum())}, parameters {format_bytes(self.weights.sum())}, "
             f"largest activation {format_bytes(self.layers[big].activation_bytes)} ({self.layers[big].name})"
         )
 
