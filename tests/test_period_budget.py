@@ -112,3 +112,23 @@ def test_a_real_run_adds_up_to_its_measured_period(engine, weights):
     assert (b[["sending", "between operations", "waiting for messages", "optimizer step"]] >= 0).all().all()
     assert (b["waiting for a core"] >= -slack).all()          # a single thread's CPU time never exceeds its wall time
     assert ((b["optimizer step"] > 0) if engine == "pipedream" else (b["optimizer step"] == 0)).all()
+
+
+def test_a_backward_in_two_parts_is_compute_too():
+    """A zero-bubble schedule runs device 1's backward as I then W: the profile's part is the split backward
+    (here the estimate: layer b has no weights, so W is 0 and I the whole backward)."""
+    ch, plan, trace, cpu = _made_up()
+    ops, cpu = trace.ops.copy(), cpu.copy()
+    back = (ops["device"] == 1) & (ops["kind"] == "B")
+    split = pd.concat([ops[back].assign(kind="I", end=ops[back]["start"] + 1.5),
+                       ops[back].assign(kind="W", start=ops[back]["start"] + 1.5)])
+    ops = pd.concat([ops[~back & ~((ops["device"] == 1) & (ops["kind"] == "step"))], split])
+    cb = (cpu["device"] == 1) & (cpu["kind"] == "B")
+    cpu_split = pd.concat([cpu[cb].assign(kind="I", cpu=1.5), cpu[cb].assign(kind="W", cpu=1.5,
+                                                                              cpu_start=cpu[cb]["cpu_start"] + 1.5)])
+    cpu = pd.concat([cpu[~cb & ~((cpu["device"] == 1) & (cpu["kind"] == "step"))], cpu_split])
+    b = period_budget(plan, ch, Trace(ops, trace.memory, 2, source="measured"), cpu, warmup=1)
+    assert b.loc[1, "profile"] == pytest.approx(3.5) and b.loc[1, "optimizer step"] == 0
+    assert b.loc[1, "engine"] == pytest.approx(2.0 - 1.5 + 1.5 + 1.5 - 2.0)
+    assert per_operation(b).loc[1, "operations per period"] == pytest.approx(3.0)
+    assert b.sum(axis=1).tolist() == pytest.approx([PERIOD, PERIOD])

@@ -131,6 +131,13 @@ def _run_ranks(plan, chain, platform, wl, steps: int, cores: int, say, **run_kw:
     return res
 
 
+def method_of(plan):
+    """The registry's record of the plan's schedule (:mod:`workbench.methods`), or of ``dp`` for a periodic plan."""
+    from workbench.methods import METHODS
+
+    return next((m for m in METHODS if m.name == plan.schedule), METHODS[0])
+
+
 def validate_zoo(model: str, devices: int, batch_size: int, steps: int = 20, *, out: str | Path | None = None,
                  method: str = "dp", memory: float | str = math.inf, bandwidth: float | str = "12GB/s",
                  weights: str = "stash", repeats: int = 10, chain=None, dtype: str | None = None,
@@ -311,9 +318,10 @@ def run_command(args: argparse.Namespace) -> int:
     optimizer = getattr(args, "optimizer", None) or (plan.setup or {}).get("optimizer") or "adam"
     platform = platform_for_run(plan, optimizer=optimizer, bandwidth=getattr(args, "bandwidth", None),
                                 latency=getattr(args, "latency", 0.0), weights=getattr(args, "weights", None))
+    steps = args.steps if args.steps is not None else (plan.micro_batches if method_of(plan).torch_class else 20)
     if getattr(args, "replay", False):
-        return _replay(plan, chain, platform, wl, args.steps, Path(args.out), optimizer)
-    summary = run_and_compare(plan, chain, platform, wl, batch_size, args.steps,
+        return _replay(plan, chain, platform, wl, steps, Path(args.out), optimizer)
+    summary = run_and_compare(plan, chain, platform, wl, batch_size, steps,
                               model_config=_model_config(chain, plan),
                               backend=args.backend, out=args.out, progress=True, optimizer=optimizer,
                               engine=getattr(args, "engine", None) or "auto")

@@ -9,7 +9,9 @@ every device's time in that window (each operation clipped to it), divided by ``
 of the rank's thread (``time.thread_time``, which the runtime records for every operation): what the rank
 would take on a core of its own.
 
-* ``profile``: the forwards and backwards as the profile times them (the stage's summed layer times);
+* ``profile``: the forwards and backwards as the profile times them (the stage's summed layer times; a
+  zero-bubble schedule's backward in two parts, ``I`` and ``W``, as the profile splits it:
+  :mod:`workbench.model.split`);
 * ``layers now``: the same layers timed alone again (``alone``, a profile taken with the CPU clock,
   ``profile --clock cpu``) minus the profile (0 without ``alone``; negative when the profile's times
   were longer);
@@ -71,7 +73,9 @@ PARTS = ("profile", "layers now", "as one stage", "engine", "optimizer step", "s
          "waiting for a core", "waiting for messages")
 #: the parts that are CPU time of the rank's thread (the rest is waiting)
 CPU_PARTS = PARTS[:7]
-_TOP = ("F", "B", "send", "recv")     # a rank's operations one after another (a step lies inside its backward)
+#: compute operations: forward, backward, and a zero-bubble schedule's backward in two parts (input, weight gradient)
+_COMPUTE = ("F", "B", "I", "W")
+_TOP = _COMPUTE + ("send", "recv")     # a rank's operations one after another (a step lies inside its backward)
 
 
 def _window(trace: Trace, warmup: int) -> tuple[float, float, int]:
@@ -115,9 +119,30 @@ def _gaps_cpu(top: pd.DataFrame, t0: float, t1: float) -> float:
 
 
 def _stage_time(ch: Chain, plan: Plan, stages: pd.Series, kinds: pd.Series) -> np.ndarray:
-    """The forward or backward time of each (stage, kind) in chain ``ch``."""
-    costs = {s: ch.stage_costs(st.first, st.last) for s, st in enumerate(plan.stages)}
-    return np.array([costs[int(s)].forward if k == "F" else costs[int(s)].backward for s, k in zip(stages, kinds)])
+    """The time of each (stage, kind) in chain ``ch``: its forward, backward, or the backward's input- or
+    weight-gradient part (:func:`~workbench.model.split.stage_split`)."""
+    from workbench.model.split import stage_split
+
+    def one(s: int, kind: str) -> float:
+        st = plan.stages[s]
+        if kind in ("I", "W"):
+            return stage_split(ch, st.first, st.last, first_stage=s == 0)[0 if kind == "I" else 1]
+        costs = ch.stage_costs(st.first, st.last)
+        return costs.forward if kind == "F" else costs.backward
+
+    return np.array([one(int(s), k) for s, k in zip(stages, kinds)])
+
+
+def _stage_alone(stages_alone: Sequence[tuple[float, float]], now: np.ndarray, ch: Chain, plan: Plan,
+                 stages: pd.Series, kinds: pd.Series) -> np.ndarray:
+    """Each operation's time with its stage run alone as one module: the forward or backward timed so, an input-
+    or weight-gradient part as its share of that backward in ``ch`` (``now``: the operations' times in ``ch``)."""
+    backward = _stage_time(ch, plan, stages, pd.Series(["B"] * len(stages), index=stages.index))
+    out = []
+    for s, k, t, b in zip(stages, kinds, now, backward):
+        f_alone, b_alone = stages_alone[int(s)]
+        out.append(f_alone if k == "F" else b_alone if k == "B" else (b_alone * t / b if b > 0 else 0.0))
+    return np.array(out)
 
 
 def _device_parts(o: pd.DataFrame, plan: Plan, chain: Chain, alone: Chain | None,
@@ -126,13 +151,13 @@ def _device_parts(o: pd.DataFrame, plan: Plan, chain: Chain, alone: Chain | None
     o = o.assign(inside=_clip(o, t0, t1))
     o["share"] = np.where(o["end"] > o["start"], o["inside"] / (o["end"] - o["start"]).where(o["end"] > o["start"], 1),
                           0.0)
-    comp = o[o["kind"].isin(["F", "B"])]
+    comp = o[o["kind"].isin(_COMPUTE)]
     step = o[o["kind"] == "step"].groupby(["stage", "batch"])["cpu"].sum()
     step_cpu = np.array([step.get((s, b), 0.0) if k == "B" else 0.0
                          for s, b, k in zip(comp["stage"], comp["batch"], comp["kind"])])
     profile = _stage_time(chain, plan, comp["stage"], comp["kind"])
     now = _stage_time(alone, plan, comp["stage"], comp["kind"]) if alone is not None else profile
-    whole = (np.array([stages_alone[int(s)][0 if k == "F" else 1] for s, k in zip(comp["stage"], comp["kind"])])
+    whole = (_stage_alone(stages_alone, now, alone if alone is not None else chain, plan, comp["stage"], comp["kind"])
              if stages_alone is not None else now)
     f = comp["share"].to_numpy(float)
     sends, recvs = o[o["kind"] == "send"], o[o["kind"] == "recv"]
@@ -175,7 +200,7 @@ def period_budget(plan: Plan, chain: Chain, trace: Trace, cpu: pd.DataFrame | No
     for d in range(plan.devices):
         o = ops[ops["device"] == d]
         rows.append({k: v / periods for k, v in _device_parts(o, plan, chain, alone, stages_alone, t0, t1).items()})
-        comp = o[o["kind"].isin(["F", "B"])]
+        comp = o[o["kind"].isin(_COMPUTE)]
         count[d] = float((_clip(comp, t0, t1) / (comp["end"] - comp["start"])).sum()) / periods
     out = pd.DataFrame(rows, index=pd.Index(range(plan.devices), name="device"))[list(PARTS)]
     out.attrs.update(measured_period=(t1 - t0) / periods, predicted_period=plan.period, periods=periods,

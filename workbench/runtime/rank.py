@@ -271,6 +271,7 @@ class MemoryProbe:
         # and refuses torch.autograd.grad; without it, temporaries of a backward count as activations
         self.tracker._mod_tracker = _NoModules()
         self.tracker.track_external(*[s for s in state if s is not None])
+        del state        # MemTracker keeps weak references: holding them here would keep alive what torch frees
         with self.tracker:
             yield self
 
