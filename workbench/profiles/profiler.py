@@ -498,7 +498,7 @@ def profile_workload(workload: Any, device: str = "cpu", *, warmup: int = 2, rep
                      clock: str = "wall") -> Chain | tuple[Chain, list[LayerTiming]]:
     """Profile a :class:`~workbench.profiles.workload.Workload`: a zoo model through :func:`profile_zoo`,
     a ``--module FILE.py:FUNC`` model through :func:`profile_model` on its example batch (the metadata
-    records ``module``, so ``run --profile`` finds the model again).
+    records ``module``, so ``run --profile`` finds the model again). ``clock``: as in :func:`profile_model`.
 
     >>> from workbench.profiles.workload import Workload
     >>> profile_workload(Workload.zoo("mlp", 4), repeats=1, warmup=0).meta["model"]
