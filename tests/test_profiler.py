@@ -172,6 +172,11 @@ def test_profile_command_refuses_bad_options(tmp_path, capsys):
     assert main(["profile", "--model", "mlp", "--set", "image_size=3", "--out", str(tmp_path / "x.csv")]) == 2
     assert "does not take" in capsys.readouterr().err
     assert main(["profile", "--model", "nope", "--out", str(tmp_path / "x.csv")]) == 2
+    cpu = ["profile", "--model", "mlp", "--clock", "cpu"]
+    assert main(cpu + ["--threads", "2", "--out", str(tmp_path / "x.csv")]) == 2
+    assert "--clock cpu" in capsys.readouterr().err and not (tmp_path / "x.csv").exists()
+    assert main(cpu + ["--repeats", "1", "--out", str(tmp_path / "c.csv")]) == 0
+    assert "thread_time" in read_profile(tmp_path / "c.csv").meta["timing"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -219,3 +224,15 @@ def test_profile_command_dtype(tmp_path, capsys):
     assert chain.meta["dtype"] == "bfloat16" and chain.layers[0].weight_bytes == (8 * 16 + 16) * BF16
     assert "bfloat16" in capsys.readouterr().out
     assert main(["profile", "--model", "mlp", "--dtype", "bf17", "--out", str(tmp_path / "x.csv")]) == 2
+
+
+def test_a_profile_says_how_long_it_will_take_before_it_starts(tmp_path, capsys):
+    """The estimate (one warm forward of the whole model times the runs the profile makes) comes first."""
+    from workbench.front.cli import main
+
+    assert main(["profile", "--model", "mlp", "--batch-size", "4", "--repeats", "3", "--warmup", "1",
+                 "--out", str(tmp_path / "p.csv")]) == 0
+    out = capsys.readouterr().out
+    first = out.splitlines()[0]
+    assert first.startswith("profiling 5 layers, 1 warm-up and 3 timed runs each, then their memory: about ")
+    assert "one forward took" in first and out.index("about") < out.index("wrote")

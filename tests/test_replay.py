@@ -55,10 +55,15 @@ def test_replay_runs_each_program_alone_with_rule7_memory(mlp):
     assert plan.stages[0].in_flight >= 2
     res = replay_devices(plan, wl, STEPS, device="cpu", timeout=60)
     ops = res.trace.ops
-    assert set(ops["kind"]) == {"F", "B"}               # no send or receive: nothing travels
+    assert set(ops["kind"]) == {"F", "B", "step"}       # no send or receive: nothing travels
+    steps, backs = ops[ops["kind"] == "step"], ops[ops["kind"] == "B"]
+    assert len(steps) == len(backs)                      # one optimizer step inside every backward
+    inside = steps.merge(backs, on=["device", "stage", "batch"], suffixes=("", "_b"))
+    assert len(inside) == len(steps) and (inside["start"] >= inside["start_b"]).all() \
+        and (inside["end"] <= inside["end_b"]).all()
     progs = unroll(plan, STEPS)
     for d in range(2):
-        mine = ops[ops["device"] == d].sort_values("start")
+        mine = ops[(ops["device"] == d) & ops["kind"].isin(["F", "B"])].sort_values("start")
         assert [(r.stage, r.kind, r.batch) for r in mine.itertuples()] == [(o.stage, o.kind, o.batch)
                                                                           for o in progs[d]]
         assert (mine["start"].to_numpy()[1:] >= mine["end"].to_numpy()[:-1] - 1e-9).all()
@@ -219,8 +224,10 @@ def test_run_command_replay(tmp_path, mlp, capsys):
     from workbench.profiles import write_profile
 
     chain, _ = mlp
+    from workbench.verify.schedule import best_schedule
+
     write_profile(chain, tmp_path / "mlp.csv")
-    plan = _plan(chain, 2, [0, 0, 0, 1, 1])
+    plan = best_schedule(chain, Platform(2, bandwidth="12GB/s"), [0, 0, 0, 1, 1])   # valid for `check` (and run)
     plan.to_json(tmp_path / "plan.json")
     rc = main(["run", str(tmp_path / "plan.json"), "--model", "mlp", "--profile", str(tmp_path / "mlp.csv"),
                "--batch-size", "4", "--steps", "6", "--out", str(tmp_path / "r"), "--replay"])

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
@@ -91,6 +92,20 @@ def _check_trace(res, plan, steps):
     links = sum(plan.stages[s].device != plan.stages[s + 1].device for s in range(len(plan.stages) - 1))
     assert (ops["kind"] == "send").sum() == 2 * links * steps
     assert (ops["kind"] == "recv").sum() == 2 * links * steps
+    _check_cpu_times(res, comp)
+
+
+def _check_cpu_times(res, comp):
+    """Every forward and backward (and, on the PipeDream engine, every optimizer step, inside its backward) has
+    its thread's CPU time, at most its wall time: the core share of a rank is CPU over wall of these."""
+    ops, cpu = res.trace.ops, res.meta["cpu"]
+    steps = ops[ops["kind"] == "step"]
+    assert len(steps) == (len(comp) // 2 if res.meta["engine"] == "pipedream" else 0)
+    timed = pd.concat([comp, steps]).merge(cpu, on=["device", "stage", "kind", "batch"], how="left")
+    assert len(timed) == len(comp) + len(steps) and timed["cpu"].notna().all()
+    assert (timed["cpu"] <= (timed["end"] - timed["start"]) * 1.05 + 2e-3).all()
+    back = steps.merge(comp[comp["kind"] == "B"], on=["device", "stage", "batch"], suffixes=("", "_b"))
+    assert (back["start"] >= back["start_b"]).all() and (back["end"] <= back["end_b"]).all()
 
 
 def _weight_bytes(wl, first, last):
@@ -287,10 +302,12 @@ def test_compare_and_calibrate_on_the_plans_own_times(mlp):
 def _run_command_args(tmp_path, chain):
     """Write ``chain`` as a profile and a 2-device plan of it; the ``run`` command line for them, and the plan."""
     from workbench.profiles import write_profile
+    from workbench.verify.schedule import best_schedule
 
     prof = tmp_path / "mlp.csv"
     write_profile(chain, prof)
-    plan = _plan(chain, 2, [0, 0, 0, 1, 1])
+    # made on check's default links (12GB/s), so that `check` (and so `run`) accepts it
+    plan = best_schedule(chain, Platform(2, bandwidth="12GB/s"), [0, 0, 0, 1, 1])
     plan.to_json(tmp_path / "plan.json")
     return ["run", str(tmp_path / "plan.json"), "--model", "mlp", "--profile", str(prof), "--batch-size", "4",
             "--steps", "6", "--out", str(tmp_path / "run")], plan
@@ -392,3 +409,22 @@ def test_activation_policies_run_with_torchs_tools(engine, tiny_gpt):
         assert res.meta["engine"] == engine
         assert grad_error(res.grads, ref)[1] < 1e-6, pol
         _check_memory(res, plan, wl, chain)
+
+
+def test_run_refuses_a_plan_that_check_rejects_before_any_rank(tmp_path, mlp, capsys):
+    """A hand-edited period that no device keeps: `check` exits 1, `run` refuses it (exit 2, one line)."""
+    import json
+
+    from workbench.front.cli import main
+
+    args, plan = _run_command_args(tmp_path, mlp[0])
+    d = json.loads((tmp_path / "plan.json").read_text())
+    d["period"] = d["period"] / 50
+    (tmp_path / "plan.json").write_text(json.dumps(d))
+    assert main(["check", str(tmp_path / "plan.json"), "--profile", args[args.index("--profile") + 1]]) == 1
+    capsys.readouterr()
+    assert main(args) == 2
+    said = capsys.readouterr()
+    assert "running" not in said.out and not (tmp_path / "run").exists()
+    err = said.err.strip().splitlines()
+    assert len(err) == 1 and "breaks" in err[0] and "validity rule" in err[0]

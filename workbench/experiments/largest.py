@@ -255,6 +255,8 @@ def largest_table(families: Sequence[str] = FAMILIES, devices: Sequence[int] = (
     same criterion, the period over the lower bound there, and the policies used."""
     from workbench.model.activations import describe
 
+    if not 0 < memory < math.inf:
+        raise ValueError(f"memory {memory!r}: give a size above 0 and finite (at no limit every size fits)")
     rows = []
     for family in families:
         for P in devices:

@@ -108,8 +108,9 @@ def _add_platform_args(p: argparse.ArgumentParser, *, required: bool = True) -> 
                    help="bandwidth between two nodes, one way (default 50GB/s: one 400 Gb/s InfiniBand port per "
                         "GPU)")
     p.add_argument("--latency", type=_non_negative, default=0.0, help="link latency in seconds (default 0)")
-    p.add_argument("--weights", choices=["stash", "single"], default="stash",
-                   help="weight versions: stash (PipeDream) or single")
+    p.add_argument("--weights", choices=["stash", "single"], default=None,
+                   help="weight versions: stash (PipeDream; the default) or single; check, simulate and run: "
+                        "default the plan's")
     p.add_argument("--memory-model", choices=["full", "paper"], default=None,
                    help="what a device holds (docs/model.md, 'Memory'): full (default: parameters, gradients, "
                         "optimizer state, activations, transients) or paper (rule 7 of the paper: k A + phi W + "
@@ -136,6 +137,28 @@ def _add_module_arg(group) -> None:
 
 
 MAX_BATCHES = 100_000  # simulate --batches: the trace holds 2 S rows per mini-batch
+#: largest --devices: each size tried is planned on every device count (dp's work grows with L^2 P, L up to 4096)
+LARGEST_MAX_DEVICES = 64
+
+
+def _finite_size(text: str) -> str:
+    """An argparse type: a memory size above 0 and finite (``largest --memory``; the text is kept).
+
+    >>> _finite_size("0")
+    Traceback (most recent call last):
+    argparse.ArgumentTypeError: 0 is not a memory size above 0 and finite (e.g. 2GiB)
+    """
+    import math
+
+    from workbench.model.units import parse_size
+
+    try:
+        value = parse_size(text, what="value")
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e).removeprefix("value: ")) from None
+    if not 0 < value < math.inf:
+        raise argparse.ArgumentTypeError(f"{text} is not a memory size above 0 and finite (e.g. 2GiB)")
+    return text
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -177,6 +200,9 @@ def _profile_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="zoo model option, e.g. image_size=96 or layers=12 (repeatable)")
     p.add_argument("--threads", type=int_in(1), default=1, help="CPU threads while profiling (default 1)")
+    p.add_argument("--clock", choices=["wall", "cpu"], default="wall",
+                   help="CPU clock of the layer times: wall (time.perf_counter, default) or cpu (the thread's CPU "
+                        "time: a core of its own, whatever else runs; needs --threads 1)")
     p.add_argument("--dtype", default="float32",
                    help="precision of the model and its floating inputs: float32 (default) or bfloat16 (pure bf16)")
     p.set_defaults(handler=_profile)
@@ -197,7 +223,15 @@ def _plan_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--time-limit", type=positive_seconds, default=None,
                    help="seconds for the whole call (ilp, brute): it returns its best plan and gap by then "
                         "(about 10%% + 2 s later at most)")
-    p.add_argument("--micro-batches", type=int_in(1), default=None, help="flushed schedules: micro-batches per flush")
+    from workbench.model.plan import MAX_MICRO_BATCHES
+
+    p.add_argument("--micro-batches", type=int_in(1, MAX_MICRO_BATCHES), default=None,
+                   help=f"flushed schedules: micro-batches per flush (1..{MAX_MICRO_BATCHES}; torch's schedules: "
+                        "default the fastest of 4P, 2P, P that fits)")
+    p.add_argument("--chunks", type=int_in(1), default=None,
+                   help="stages per device for "
+                        f"{', '.join(m.name for m in METHODS if m.torch_class and not m.fixed_chunks)} "
+                        "(default 2; the V schedules always take 2)")
     p.add_argument("--json", dest="json_out", default=None, help="write the plan as JSON to this file")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress lines on stderr")
     p.set_defaults(handler=_plan)
@@ -228,9 +262,11 @@ def _run_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--engine", choices=["auto", "torch", "pipedream"], default="auto",
                    help="torch.distributed.pipelining, or the PipeDream fallback (auto: torch where it "
                         "expresses the plan; weight stashing needs pipedream)")
-    p.add_argument("--steps", type=int_in(1), default=20, help="mini-batches to run (default 20)")
+    p.add_argument("--steps", type=int_in(1), default=None,
+                   help="mini-batches to run (default 20; a plan of torch's schedules: its micro-batches)")
     p.add_argument("--batch-size", type=int_in(1), default=8, help="mini-batch size without --profile (default 8)")
-    p.add_argument("--backend", default=None, help="gloo (CPU) or nccl (GPU); default by device")
+    p.add_argument("--backend", default=None, choices=["gloo", "nccl"],
+                   help="gloo (CPU) or nccl (GPU); default by device")
     _add_platform_args(p, required=False)  # --profile: the chain the plan was made on; platform options
     p.add_argument("--out", default="build/run", help="folder for the measured trace and summary")
     p.add_argument("--dtype", default=None,
@@ -246,14 +282,25 @@ def _study_parsers(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("reproduce", help="recompute every figure of the experiments")
     p.add_argument("--quick", action="store_true", help="small settings: a few minutes")
     p.add_argument("--only", default=None, help="comma-separated figure names to recompute (default: all)")
-    p.add_argument("--out", default=None, help="results folder (default data/results, or a quick one)")
+    p.add_argument("--out", default=None,
+                   help="results folder (default data/results; with --quick build/reproduce-quick)")
+    p.add_argument("--executor", choices=["serial", "processes", "dask"], default=None,
+                   help="where the units run: here one after the other (default; $WORKBENCH_JOBS > 1: processes), "
+                        "in local processes, or as tasks on Dask's distributed scheduler")
+    p.add_argument("--workers", type=int_in(1, 1024), default=None, metavar="N",
+                   help="processes, or the workers of a local Dask cluster (default: the cores, at most 4)")
+    p.add_argument("--scheduler", default=None, metavar="ADDRESS",
+                   help="with --executor dask: a running scheduler (tcp://HOST:8786) instead of a local cluster")
     p.set_defaults(handler=_reproduce)
 
     p = sub.add_parser("largest", help="the largest GPT (grown by depth and by width) each method fits")
     p.add_argument("--family", action="append", choices=["depth", "width"], help="family (repeatable; default both)")
-    p.add_argument("--devices", type=int, action="append", help="device count (repeatable; default 2, 4, 8)")
-    p.add_argument("--memory", default="2GiB", help="memory per device (default 2GiB)")
-    p.add_argument("--time-limit", type=float, default=10.0, help="per general-ILP solve, seconds (default 10)")
+    p.add_argument("--devices", type=int_in(1, LARGEST_MAX_DEVICES), action="append",
+                   help=f"device count, 1..{LARGEST_MAX_DEVICES} (repeatable; default 2, 4, 8)")
+    p.add_argument("--memory", type=_finite_size, default="2GiB",
+                   help="memory per device, more than 0 and finite (default 2GiB)")
+    p.add_argument("--time-limit", type=positive_seconds, default=10.0,
+                   help="per general-ILP solve, seconds (default 10)")
     p.add_argument("--quick", action="store_true", help="P = 2 and 4, no ILP")
     p.add_argument("--out", default=None, help="write the table here (CSV)")
     p.set_defaults(handler=_largest)
@@ -320,8 +367,8 @@ OUTPUTS: dict[str, list[tuple[str, str, str]]] = {
 
 
 def check_outputs(args: argparse.Namespace) -> None:
-    """Refuse (ValueError) an output file that is a folder or lies in a missing folder, and an
-    output folder that is a file: before any work is done.
+    """Refuse (ValueError) an output file that is a folder or lies in a missing folder, an output folder
+    that is a file, and an output on a read-only or full disk: before any work is done.
 
     >>> import tempfile
     >>> check_outputs(argparse.Namespace(command="plan", json_out=tempfile.gettempdir()))  # doctest: +ELLIPSIS
@@ -340,6 +387,12 @@ def check_outputs(args: argparse.Namespace) -> None:
                 raise ValueError(f"{option} {value}: the folder {path.parent} does not exist")
         elif path.exists() and not path.is_dir():
             raise ValueError(f"{option} {value}: is a file; give a folder")
+        from workbench.io import check_writable
+
+        try:       # a read-only or full disk: said now, of the user's path, not after the work
+            check_writable(path, folder=kind == "folder")
+        except OSError as e:
+            raise ValueError(f"{option} {e}") from None
 
 
 def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:  # noqa: ANN001

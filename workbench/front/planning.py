@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-from workbench.methods import method
+from workbench.methods import METHODS, method
 
 __all__ = ["platform_from_args", "chain_from_args", "plan_command", "check_command", "simulate_command"]
 
@@ -55,7 +55,8 @@ def platform_from_args(args: argparse.Namespace, plan=None):
              if model == "paper" else
              {"optimizer": args.optimizer or setup.get("optimizer", "adam"),
               "precision": args.precision or (setup.get("precision") if setup.get("memory_model") == "full" else None)})
-    return Platform(args.devices, latency=args.latency, weights=args.weights, memory_model=model, **_links(args, setup),
+    weights = args.weights or setup.get("weights") or "stash"
+    return Platform(args.devices, latency=args.latency, weights=weights, memory_model=model, **_links(args, setup),
                     host_bandwidth=getattr(args, "host_bandwidth", None) or setup.get("host_bandwidth", "31.5GB/s"),
                     **extra)
 
@@ -105,6 +106,11 @@ def plan_command(args: argparse.Namespace) -> int:
     opts = {}
     if args.micro_batches is not None:
         opts["micro_batches"] = args.micro_batches
+    if getattr(args, "chunks", None) is not None:
+        if not chosen.torch_class:
+            raise ValueError(f"--chunks: method {args.method!r} puts one stage on each device; --chunks is for "
+                             f"{', '.join(m.name for m in METHODS if m.torch_class)}")
+        opts["chunks"] = args.chunks
     result = run_planner(chain, platform, args.method, allocation=args.allocation, time_limit=args.time_limit,
                          progress=_progress(getattr(args, "quiet", False)), activations=args.activations, **opts)
     import json
@@ -128,7 +134,9 @@ def plan_command(args: argparse.Namespace) -> int:
     if args.json_out:
         result.to_json(args.json_out)
         print(f"wrote {args.json_out}")
-    return 0 if result.feasible and result.fits else 2
+    if not (result.feasible and result.fits):
+        return 2
+    return 1 if result.extra.get("violations") else 0       # as check: a plan that breaks a rule exits 1
 
 
 def check_command(args: argparse.Namespace) -> int:

@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from workbench.io import write_frame_atomic
+from workbench.io import frame_bytes, write_files_atomic
 
 __all__ = ["Trace", "OP_COLUMNS", "MEMORY_COLUMNS"]
 
@@ -79,7 +79,23 @@ class Trace:
         return out
 
     def steady_period(self, warmup: int | None = None) -> float:
-        """Mean spacing of the forward starts of the first stage, after ``warmup`` mini-batches."""
+        """The period the trace shows: for a flushed run (``meta`` records ``micro_batches`` and
+        ``flushes``), its makespan over the micro-batches it ran; otherwise the mean spacing of the first
+        stage's forward starts after ``warmup`` mini-batches.
+
+        A flushed run's first stage starts its forwards back to back and then waits for the drain, so the
+        spacing of its forwards says nothing of the period:
+
+        >>> ops = pd.DataFrame({"device": [0, 0, 0, 0], "stage": [0] * 4, "first": [0] * 4, "last": [0] * 4,
+        ...                     "kind": ["F", "F", "B", "B"], "batch": [0, 1, 0, 1], "start": [0.0, 1.0, 2.0, 4.0],
+        ...                     "end": [1.0, 2.0, 4.0, 6.0]})
+        >>> t = Trace(ops, pd.DataFrame(columns=MEMORY_COLUMNS), 1, meta={"micro_batches": 2, "flushes": 1})
+        >>> t.steady_period(), Trace(ops, t.memory, 1).steady_period()
+        (3.0, 1.0)
+        """
+        m, flushes = self.meta.get("micro_batches"), self.meta.get("flushes")
+        if m and flushes and len(self.ops):
+            return self.makespan / (int(m) * int(flushes))
         f = self.ops[(self.ops["kind"] == "F") & (self.ops["stage"] == 0)].sort_values("batch")
         if len(f) < 2:
             return float("nan")
@@ -89,10 +105,11 @@ class Trace:
         return float((s[-1] - s[0]) / (len(s) - 1))
 
     def save(self, path: str | Path) -> None:
-        """Write ops to ``path`` (CSV or Parquet) and memory beside it (``*.memory.csv``)."""
+        """Write ops to ``path`` (CSV or Parquet) and memory beside it (``*.memory.csv``), as a pair: both
+        written in full before either replaces an older file (:func:`~workbench.io.write_files_atomic`)."""
         path = Path(path)
-        write_frame_atomic(path, self.ops)
-        write_frame_atomic(path.with_name(path.stem + ".memory" + path.suffix), self.memory)
+        write_files_atomic({path: frame_bytes(path, self.ops),
+                            path.with_name(path.stem + ".memory" + path.suffix): frame_bytes(path, self.memory)})
 
     @classmethod
     def load(cls, path: str | Path, devices: int | None = None, **kw: Any) -> "Trace":

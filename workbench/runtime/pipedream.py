@@ -18,7 +18,8 @@ A rank executes its program (:mod:`~workbench.runtime.program`) in order:
   (input, output, version) are kept until the backward;
 * :meth:`PipeDreamRank.backward`: gradients of that version and of the input,
   written into the parameters' gradient buffers (kept allocated), the input
-  gradient handed to the previous stage, then :meth:`PipeDreamRank.update`;
+  gradient handed to the previous stage, then :meth:`PipeDreamRank.update`, inside the
+  backward's mark (a ``step`` row of the trace, within its ``B`` row, times the update alone);
 * :meth:`PipeDreamRank.weights_for`: every forward runs on the live weights;
 * :meth:`PipeDreamRank.update`: the stage's optimizer steps the live weights in
   place. With ``stash``, when a mini-batch still in flight ran its forward on
@@ -47,7 +48,6 @@ step for ``i`` (with a learning rate above 0 the copies would drift: refused).
 from __future__ import annotations
 
 import time
-from contextlib import nullcontext
 from typing import Any
 
 import torch
@@ -55,8 +55,8 @@ import torch.distributed as dist
 
 from workbench.runtime.config import RunConfig
 from workbench.runtime.messages import ReadyReceive, SendWaiter, message_tag, plan_receives
-from workbench.runtime.policy_layers import OffloadStore, offloading
-from workbench.runtime.rank import MemoryProbe, RankModel, Recorder, chain_input, make_optimizer
+from workbench.runtime.policy_layers import StageOffloads
+from workbench.runtime.rank import MemoryProbe, RankModel, Recorder, chain_input, make_optimizer, shared_origin
 
 __all__ = ["PipeDreamRank", "alias"]
 
@@ -88,10 +88,7 @@ class PipeDreamRank:
         self.wire = torch.device("cpu") if cuda and cfg.backend == "gloo" and not cfg.isolated else self.dev
         self.model = RankModel.build(cfg.plan, cfg.workload, rank, self.dev)
         self.mine = sorted(self.model.stages)
-        acts = cfg.plan.activations or ()
-        self.offload_stages = {s for s in self.mine if "offload" in acts[cfg.plan.stages[s].first:
-                                                                           cfg.plan.stages[s].last + 1]}
-        self.offloaded: dict[tuple[int, int], OffloadStore] = {}
+        self.offloads = StageOffloads(self.model.offload_stages)
         self.live = {s: self.model.parameters(s) for s in self.mine}
         self.ties = self._ties()
         owned = {s: [p for n, p in self.live[s].items() if (s, n) not in self.ties["shared"]] for s in self.mine}
@@ -177,21 +174,21 @@ class PipeDreamRank:
 
     def receive(self, key: tuple) -> torch.Tensor:
         self.post(key)
-        t0 = self.recorder.now()
+        c0, t0 = time.thread_time(), self.recorder.now()
         work, buf = self.posted.pop(key)
         work.wait()
         if not self.cfg.isolated and key[0] != "T":
-            self.recorder.add("recv", key[1], key[2], t0, self.recorder.now())
+            self.recorder.add("recv", key[1], key[2], t0, self.recorder.now(), (time.thread_time() - c0, c0))
         return buf.to(self.dev)
 
     def send(self, key: tuple, dst: int, t: torch.Tensor, stage: int) -> None:
         if self.cfg.isolated:
             return
-        t0 = self.recorder.now()
+        c0, t0 = time.thread_time(), self.recorder.now()
         msg = t.detach().to(self.wire).contiguous()
         self.sends.add(dist.isend(msg, dst=dst, tag=self.tag(key)), msg)
         if key[0] != "T":
-            self.recorder.add("send", stage, key[2], t0, self.recorder.now())
+            self.recorder.add("send", stage, key[2], t0, self.recorder.now(), (time.thread_time() - c0, c0))
 
     # ---- actions --------------------------------------------------------------------------
     def batch(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -218,14 +215,10 @@ class PipeDreamRank:
         if s == self.S - 1 and self.S > 1:
             y = self.batch(i)[1]
         version = self.weights_for(s, i)
-        store = OffloadStore() if s in self.offload_stages else None
-        with self.recorder.op("F", s, i), (offloading(store) if store is not None else nullcontext()):
+        with self.recorder.op("F", s, i), self.offloads.forward(s, i):
             h = out = torch.func.functional_call(self.model.stages[s], version, (x,))
             if s == self.S - 1:                       # the loss belongs to the last layer, as profiled
                 out = self.model.loss(h, y)
-        if store is not None:       # offloaded layers' saved tensors leave as a block when the forward ends
-            store.move_out()
-            self.offloaded[(s, i)] = store
         self.inflight[(s, i)] = (x, out, version)
         if s < self.S - 1:
             if self.stage_dev[s + 1] == self.rank:
@@ -250,18 +243,15 @@ class PipeDreamRank:
         wrt = [version[n] for n in names] + ([x] if want_x else [])
         with self.recorder.op("B", s, i):
             # backward(inputs=...) accumulates into the preset gradient buffers
-            store = self.offloaded.pop((s, i), None)
-            if store is not None:   # ... and come back as a block before the backward
-                store.move_in()
-            torch.autograd.backward(out, grad_tensors=g_out, inputs=wrt)
-            del store
+            with self.offloads.backward(s, i):
+                torch.autograd.backward(out, grad_tensors=g_out, inputs=wrt)
             by_name = {n: version[n].grad for n in names if version[n].grad is not None}
             gx = x.grad if want_x else None
             for t in wrt:
                 t.grad = None
             del wrt, version, out, x
             self.share_tied(s, i, by_name)
-            self.update(s, by_name)
+            self.update(s, by_name, i)
         if s > 0:
             if gx is None:
                 shp, dt = self.model.shapes[self.plan.stages[s - 1].last]
@@ -305,8 +295,9 @@ class PipeDreamRank:
             g = self.local.pop(key) if self.stage_dev[sharer] == self.rank else self.receive(key)
             grads[name] = grads[name].add_(g) if name in grads else g
 
-    def update(self, s: int, grads: dict[str, torch.Tensor]) -> None:
-        """The gradients in the buffers (and the check's sums), a stash where needed, the optimizer's step."""
+    def update(self, s: int, grads: dict[str, torch.Tensor], i: int = -1) -> None:
+        """The gradients in the buffers (and the check's sums), then, timed as mini-batch ``i``'s ``step``, a
+        stash where needed and the optimizer's step."""
         live = self.live[s]
         with torch.no_grad():
             for n, g in grads.items():
@@ -314,10 +305,11 @@ class PipeDreamRank:
                     live[n].grad.copy_(g)
                 if self.acc is not None:
                     self.acc[s].setdefault(n, torch.zeros_like(g)).add_(g)
-        if self.cfg.weights == "stash":
-            self.stash_live(s)
-        if self.optimizers[s] is not None:
-            self.optimizers[s].step()
+        with self.recorder.op("step", s, i):
+            if self.cfg.weights == "stash":
+                self.stash_live(s)
+            if self.optimizers[s] is not None:
+                self.optimizers[s].step()
 
     # ---- the program ------------------------------------------------------------------------
     def run(self) -> None:
@@ -352,13 +344,8 @@ class PipeDreamRank:
         """Warm-up, the timed pass (trace, gradients), the memory pass (probe); the rank's results."""
         if self.cfg.warmup:
             self.warm_up()
-        origin = torch.tensor([time.perf_counter()], dtype=torch.float64)
-        if not self.cfg.isolated:
-            dist.barrier()
-            if self.cfg.backend == "nccl":
-                origin = origin.to(self.dev)
-            dist.broadcast(origin, src=0)
-        self.recorder = Recorder(self.rank, self.dev.type == "cuda", float(origin.item()))
+        origin = time.perf_counter()
+        self.recorder.restart(origin if self.cfg.isolated else shared_origin(origin, self.cfg.backend, self.dev))
         self.acc = {s: {} for s in self.mine}
         self.run()
         if self.dev.type == "cuda":

@@ -14,7 +14,8 @@ forward, and then lets an engine run the program: torch's pipeline engine
   allocates its state and runs its step). Gradient buffers stay allocated
   between steps (``zero_grad(set_to_none=False)``);
 * :class:`Recorder`: the start and end of every operation (``time.perf_counter``
-  from a common origin, CUDA events on a GPU) and the CPU time of each F/B;
+  from a common origin, CUDA events on a GPU) and the CPU time its thread spent in each (``time.thread_time``,
+  rows of ``CPU_COLUMNS``);
 * :class:`MemoryProbe`: the allocator-level memory of the rank, not the
   profiler's saved-tensor count: on CPU ``torch.distributed._tools.mem_tracker.MemTracker``
   (parameters, buffers, gradients, activations, temporaries, optimizer state,
@@ -32,13 +33,18 @@ from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
 
 import torch
+import torch.distributed as dist
 from torch import nn
 
 from workbench.runtime.policy_layers import with_policy
 from workbench.runtime.training import OPTIMIZERS, make_optimizer
 
 __all__ = ["OPTIMIZERS", "make_optimizer", "RankModel", "Recorder", "MemoryProbe", "layer_output_shapes",
-           "chain_input"]
+           "chain_input", "shared_origin", "CPU_COLUMNS"]
+
+#: a run's CPU times, one row per operation: the rank's thread's CPU seconds in it (``cpu``) and its thread CPU
+#: clock when it started (``cpu_start``), so that the CPU time between two operations is known too
+CPU_COLUMNS = ["device", "stage", "kind", "batch", "cpu", "cpu_start"]
 
 def chain_input(inputs: Any) -> torch.Tensor:
     """The tensor that enters a chain: the inputs themselves, or their first tensor.
@@ -92,7 +98,9 @@ class RankModel:
     """A rank's share of the model: per own stage an ``nn.Sequential`` of its layers, on ``device``.
 
     ``names[s]`` maps the stage module's parameter names to the model's (for gradients), ``shapes``
-    the output (shape, dtype) of every layer of the whole chain, ``loss`` the last layer's loss.
+    the output (shape, dtype) of every layer of the whole chain, ``loss`` the last layer's loss,
+    ``offload_stages`` the own stages holding a layer whose activations are offloaded (both engines
+    run those under :class:`~workbench.runtime.policy_layers.StageOffloads`).
     """
 
     stages: dict[int, nn.Sequential]
@@ -101,6 +109,7 @@ class RankModel:
     loss: Any
     tied: tuple
     layer_names: tuple[str, ...]
+    offload_stages: frozenset[int] = frozenset()
 
     @classmethod
     def build(cls, plan, workload, rank: int, device: torch.device) -> "RankModel":
@@ -126,7 +135,8 @@ class RankModel:
                 for n, full in layers.parameter_names[l].items():
                     canon[f"{j}.{inner}{n}"] = full
             names[s] = {n: canon[n] for n, _ in seq.named_parameters()}
-        return cls(stages, names, shapes, layers.loss, layers.tied, layers.names)
+        offload = frozenset(s for s in stages if "offload" in policies[plan.stages[s].first:plan.stages[s].last + 1])
+        return cls(stages, names, shapes, layers.loss, layers.tied, layers.names, offload)
 
     def parameters(self, s: int) -> dict[str, nn.Parameter]:
         return dict(self.stages[s].named_parameters())
@@ -137,17 +147,31 @@ class Recorder:
 
     ``origin`` is the same instant on every rank (rank 0's ``perf_counter``, broadcast), so the
     times of the ranks of one machine share one axis; ``rows()`` gives them in the trace's format.
+    ``cpu`` holds a row of :data:`CPU_COLUMNS` per operation: the calling thread's CPU time in it and the
+    thread's CPU clock at its start.
+
+    >>> rec = Recorder(0, cuda=False)
+    >>> with rec.op("F", 0, 3):
+    ...     _ = sum(range(1000))
+    >>> [(m[0], m[2]) for m in rec.marks], [(c[2], c[3], c[4] >= 0, c[5] > 0) for c in rec.cpu]
+    ([('F', 3)], [('F', 3, True, True)])
     """
 
     def __init__(self, rank: int, cuda: bool, origin: float | None = None) -> None:
         self.rank, self.cuda = rank, cuda
         self.marks: list[tuple[str, int, int, Any, Any]] = []
-        self.cpu: list[tuple[int, int, str, int, float]] = []
+        self.cpu: list[tuple[int, int, str, int, float, float]] = []
         if cuda:
             self.base = torch.cuda.Event(enable_timing=True)
             self.base.record()
         self._base_perf = time.perf_counter()   # CLOCK_MONOTONIC: one axis for the processes of a machine
         self.origin = self._base_perf if origin is None else origin
+
+    def restart(self, origin: float) -> None:
+        """Forget every mark (the warm-up's) and measure from ``origin`` (:func:`shared_origin`)."""
+        self.origin = origin
+        self.marks.clear()
+        self.cpu.clear()
 
     def now(self) -> Any:
         if self.cuda:
@@ -168,11 +192,13 @@ class Recorder:
         yield
         t1 = self.now()
         self.marks.append((kind, stage, batch, t0, t1))
-        if kind in ("F", "B"):
-            self.cpu.append((self.rank, stage, kind, batch, time.thread_time() - c0))
+        self.cpu.append((self.rank, stage, kind, batch, time.thread_time() - c0, c0))
 
-    def add(self, kind: str, stage: int, batch: int, t0: Any, t1: Any) -> None:
+    def add(self, kind: str, stage: int, batch: int, t0: Any, t1: Any, cpu: tuple[float, float] | None = None) -> None:
+        """A mark timed by the caller; ``cpu``: (the thread's CPU seconds in it, its CPU clock at the start)."""
         self.marks.append((kind, stage, batch, t0, t1))
+        if cpu is not None:
+            self.cpu.append((self.rank, stage, kind, batch, *cpu))
 
     def rows(self, plan) -> list[tuple]:
         out = []
@@ -180,6 +206,16 @@ class Recorder:
             st = plan.stages[s]
             out.append((self.rank, s, st.first, st.last, kind, i, self.seconds(a), self.seconds(b)))
         return out
+
+
+def shared_origin(origin: float, backend: str, device: torch.device) -> float:
+    """Rank 0's ``origin`` on every rank, after a barrier: the one clock origin of a run (both engines)."""
+    t = torch.tensor([origin], dtype=torch.float64)
+    if backend == "nccl":
+        t = t.to(device)
+    dist.barrier()
+    dist.broadcast(t, src=0)
+    return float(t.item())
 
 
 _RESIDENT = ("Parameter", "Buffer", "Gradient", "Optstate")
@@ -235,6 +271,7 @@ class MemoryProbe:
         # and refuses torch.autograd.grad; without it, temporaries of a backward count as activations
         self.tracker._mod_tracker = _NoModules()
         self.tracker.track_external(*[s for s in state if s is not None])
+        del state        # MemTracker keeps weak references: holding them here would keep alive what torch frees
         with self.tracker:
             yield self
 

@@ -16,7 +16,7 @@ import math
 import os
 from typing import Any
 
-from workbench.model.memory_views import torch_engine_extra
+from workbench.model.order_memory import engine_extra as torch_extra
 
 __all__ = ["summarise", "jsonable", "format_comparison"]
 
@@ -26,11 +26,11 @@ def summarise(plan, chain, platform, wl, res, cmp, cal: dict[str, Any], *, model
               cores: int) -> dict[str, Any]:
     """The summary's fields, in ``summary.json``'s order: ``grad_errors`` is (absolute, relative) against
     one process (NaN when not checked), ``dropout`` the model's random layers, ``cores`` those the run had."""
-    from workbench.runtime.engine import grad_tolerance
+    from workbench.runtime.gradients import grad_tolerance
 
     return {
         **_run_fields(plan, platform, wl, res, model_config, batch_size, steps),
-        **_period_and_memory_fields(plan, chain, res, cmp, steps),
+        **_period_and_memory_fields(plan, chain, platform, res, cmp, steps),
         **_busy_fields(cmp),
         "max_grad_error": grad_errors[1], "max_grad_error_abs": grad_errors[0],
         "grad_tolerance": grad_tolerance(wl.dtype),
@@ -51,10 +51,10 @@ def _run_fields(plan, platform, wl, res, cfg: dict[str, Any], batch_size: int, s
     }
 
 
-def _period_and_memory_fields(plan, chain, res, cmp, steps: int) -> dict[str, Any]:
+def _period_and_memory_fields(plan, chain, platform, res, cmp, steps: int) -> dict[str, Any]:
     """The period and the per-device memory, predicted (plan, plus what torch's engine preallocates:
     a receive buffer per micro-batch and the step's whole input) against measured."""
-    engine_extra = (torch_engine_extra(chain, plan.stages, plan.devices, steps) if res.meta["engine"] == "torch"
+    engine_extra = (torch_extra(plan, chain, platform, steps) if res.meta["engine"] == "torch"
                     else [0.0] * plan.devices)
     predicted = [float(m) + e for m, e in zip(plan.memory, engine_extra)]
     measured = [float(m) for m in cmp["measured_memory"]]
@@ -147,9 +147,14 @@ def format_comparison(summary: dict[str, Any]) -> str:
             lines.append(f"  calibration: {cal['note']}")
     for w in summary.get("warnings") or []:
         lines.append(f"  NOT MEANINGFUL as a test of the times: {w}")
-    lines.append(f"  max gradient error (lr 0, vs one process): {summary['max_grad_error']:.3g} (relative; rounding "
-                 f"bound {summary.get('grad_tolerance', math.nan):.3g})"
-                 + ("; not a check: the model has dropout" if summary.get("dropout") else ""))
+    err = summary["max_grad_error"]
+    if err is None or (isinstance(err, float) and math.isnan(err)):
+        lines.append("  gradients: not checked against one process (run checks them with a learning rate of 0; "
+                     "under torchrun, --check-grads)")
+    else:
+        lines.append(f"  max gradient error (lr 0, vs one process): {err:.3g} (relative; rounding "
+                     f"bound {summary.get('grad_tolerance', math.nan):.3g})"
+                     + ("; not a check: the model has dropout" if summary.get("dropout") else ""))
     if summary.get("ranks_over_cores"):
         lines.append(f"  note: {summary['devices']} ranks shared {summary['cores']} cores: the times above mean little")
     return "\n".join(lines)

@@ -11,8 +11,8 @@ all with the same weights, then drains (a flush); the optimizer steps after it.
 
 Timing keeps the trace's format (:mod:`workbench.model.trace`): :class:`TimedStage`
 marks every forward (with the loss on the last stage, as the profiler counts
-it) and backward, and the time a send takes to post; :class:`TimedSchedule`
-marks the time a forward or backward waits for its message (``recv``).
+it) and backward, with the CPU time each took on its thread, and the time a send takes to post;
+:class:`TimedSchedule` marks the time a forward or backward waits for its message (``recv``).
 
 One run is three steps: a warm-up (untimed), the timed step (the trace and the
 gradients, checked against one process) and the memory step, the same actions
@@ -38,7 +38,6 @@ parameter object itself.
 from __future__ import annotations
 
 import time
-from contextlib import nullcontext
 from typing import Any
 
 import torch
@@ -46,10 +45,11 @@ import torch.distributed as dist
 from torch.distributed.pipelining import PipelineStage
 from torch.distributed.pipelining import schedules as ts
 
-from workbench.runtime.policy_layers import OffloadStore, offloading
-from workbench.runtime.rank import MemoryProbe, RankModel, Recorder, chain_input, make_optimizer
+from workbench.model.orders import SCHEDULES
+from workbench.runtime.policy_layers import StageOffloads
+from workbench.runtime.rank import MemoryProbe, RankModel, Recorder, chain_input, make_optimizer, shared_origin
 
-__all__ = ["TimedStage", "TimedSchedule", "run_torch_rank", "tie_groups"]
+__all__ = ["TimedStage", "TimedSchedule", "run_torch_rank", "tie_groups", "torch_schedule"]
 
 
 class TimedStage(PipelineStage):
@@ -59,31 +59,31 @@ class TimedStage(PipelineStage):
     probe: MemoryProbe | None = None
     samples: list[tuple[float, float, float]]
 
-    #: the stage holds layers whose activations are offloaded (a store per micro-batch, moved as a block)
-    offloads: bool = False
+    #: the rank's offload stores (one per stage and micro-batch of a stage that offloads)
+    offloads: StageOffloads
 
     def forward_one_chunk(self, fwd_chunk_id: int, args: Any, kwargs: Any = None, save_forward_output: bool = True):
+        c0 = time.thread_time()
         t0 = self.recorder.now()
-        store = OffloadStore() if self.offloads else None
-        with offloading(store) if store is not None else nullcontext():
+        with self.offloads.forward(self.stage_index, fwd_chunk_id):
             out = super().forward_one_chunk(fwd_chunk_id, args, kwargs, save_forward_output)
-        if store is not None:       # the offloaded layers' saved tensors leave as a block when the forward ends
-            store.move_out()
-            self.stores[fwd_chunk_id] = store
-        self.recorder.add("F", self.stage_index, fwd_chunk_id, t0, self.recorder.now())
+        self.recorder.add("F", self.stage_index, fwd_chunk_id, t0, self.recorder.now(), (time.thread_time() - c0, c0))
         if not self.is_last:
             self._sample()
         return out
 
     def backward_one_chunk(self, bwd_chunk_id: int, loss=None, full_backward: bool = True,
                            last_backward: bool = False):
-        store = self.stores.pop(bwd_chunk_id, None) if self.offloads else None
-        with self.recorder.op("B", self.stage_index, bwd_chunk_id):
-            if store is not None:   # ... and come back as a block before the backward
-                store.move_in()
+        with self.recorder.op("B" if full_backward else "I", self.stage_index, bwd_chunk_id), \
+                self.offloads.backward(self.stage_index, bwd_chunk_id):
             out = super().backward_one_chunk(bwd_chunk_id, loss=loss, full_backward=full_backward,
                                              last_backward=last_backward)
-        del store
+        self._sample()
+        return out
+
+    def backward_weight_one_chunk(self, bwd_chunk_id: int, last_backward: bool = False):
+        with self.recorder.op("W", self.stage_index, bwd_chunk_id):
+            out = super().backward_weight_one_chunk(bwd_chunk_id, last_backward=last_backward)
         self._sample()
         return out
 
@@ -124,21 +124,44 @@ class _TimedRecvs(dict):
         return [_TimedWait(works, self.recorder, key[0], key[1])]
 
 
-class TimedSchedule(ts._PipelineScheduleRuntime):
+class _Timed:
+    """What a timed schedule adds to torch's: receives marked as waits, the last stage's loss in its forward."""
+
+    recorder: Recorder
+
+    def timed_by(self, recorder: Recorder) -> "_Timed":
+        self.recorder = recorder
+        self.fwd_recv_ops = _TimedRecvs(recorder)
+        self.bwd_recv_ops = _TimedRecvs(recorder)
+        return self
+
+    def _maybe_compute_loss(self, stage, output, target_mbs, mb_index, loss_kwargs=None):
+        c0 = time.thread_time()
+        super()._maybe_compute_loss(stage, output, target_mbs, mb_index, loss_kwargs)
+        if stage.is_last and self.recorder.marks and self.recorder.marks[-1][0] == "F":
+            kind, s, i, t0, _ = self.recorder.marks.pop()     # the forward's mark and CPU time take the loss in
+            cpu, start = (self.recorder.cpu.pop()[4:] if self.recorder.cpu and self.recorder.cpu[-1][2:4] == (kind, i)
+                          else (0.0, c0))
+            self.recorder.add(kind, s, i, t0, self.recorder.now(), (cpu + time.thread_time() - c0, start))
+            stage._sample()
+
+
+class TimedSchedule(_Timed, ts._PipelineScheduleRuntime):
     """torch's schedule runtime with timed receives; the last stage's loss is part of its forward."""
 
     def __init__(self, *args: Any, recorder: Recorder, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.recorder = recorder
-        self.fwd_recv_ops = _TimedRecvs(recorder)
-        self.bwd_recv_ops = _TimedRecvs(recorder)
+        self.timed_by(recorder)
 
-    def _maybe_compute_loss(self, stage, output, target_mbs, mb_index, loss_kwargs=None):
-        super()._maybe_compute_loss(stage, output, target_mbs, mb_index, loss_kwargs)
-        if stage.is_last and self.recorder.marks and self.recorder.marks[-1][0] == "F":
-            kind, s, i, t0, _ = self.recorder.marks.pop()
-            self.recorder.add(kind, s, i, t0, self.recorder.now())
-            stage._sample()
+
+def torch_schedule(name: str, stages: list[TimedStage], steps: int, loss_fn: Any, recorder: Recorder) -> Any:
+    """torch's own schedule class of the workbench method ``name`` (``ScheduleInterleaved1F1B``, ...) on
+    ``stages``, timed: the class computes its order itself, as it would outside the workbench."""
+    from workbench.model.orders import schedule_of
+
+    cls = getattr(ts, schedule_of(name).torch_class)
+    timed = type(f"Timed{cls.__name__}", (_Timed, cls), {})
+    return timed(stages, steps, loss_fn=loss_fn, scale_grads=False).timed_by(recorder)
 
 
 def tie_groups(model: RankModel, plan, world: int) -> list[tuple[Any, list[torch.Tensor]]]:
@@ -171,7 +194,7 @@ def run_torch_rank(rank: int, world: int, cfg) -> dict[str, Any]:
     cuda = cfg.device == "cuda"
     dev = torch.device(f"cuda:{torch.cuda.current_device()}") if cuda else torch.device("cpu")
     model = RankModel.build(plan, cfg.workload, rank, dev)
-    origin = torch.tensor([time.perf_counter()], dtype=torch.float64)
+    origin = time.perf_counter()
     rec = Recorder(rank, cuda)
     samples: list[tuple[float, float, float]] = []     # memory after each F/B, in the rank's order
     # torch's schedules want every rank of their group to hold a stage: devices without one stay out
@@ -181,7 +204,7 @@ def run_torch_rank(rank: int, world: int, cfg) -> dict[str, Any]:
     step = _TorchStep(model, cfg, stages, active, world, rec, dev)
     step.run()                                        # warm-up: allocations, kernel choice, optimizer state
     step.zero()
-    _share_clock(rec, origin, cfg.backend, dev)
+    rec.restart(shared_origin(origin, cfg.backend, dev))   # rank 0's clock origin; the warm-up's marks go
     step.run()
     if cuda:
         torch.cuda.synchronize(dev)
@@ -193,7 +216,7 @@ def run_torch_rank(rank: int, world: int, cfg) -> dict[str, Any]:
     step.zero()
     probe = _memory_step(step, stages, model, dev)
     rec.marks[:] = timed
-    ends = sorted(rec.seconds(m[4]) for m in timed if m[0] in ("F", "B"))
+    ends = sorted(rec.seconds(m[4]) for m in timed if m[0] in ("F", "B", "I", "W"))
     memory = [(rank, t, a, w, tot) for t, (a, w, tot) in zip(ends, samples)]
     return {"rank": rank, "ops": rec.rows(plan), "cpu": cpu_rows, "memory": memory, "grads": grads,
             "memory_peak": probe.peak(), "memory_breakdown": probe.breakdown(),
@@ -205,6 +228,7 @@ def _build_stages(model: RankModel, cfg, dev: torch.device, group, rec: Recorder
     """A :class:`TimedStage` per stage of this rank, recording into ``rec`` and ``samples``."""
     plan = cfg.plan
     stages = []
+    offloads = StageOffloads(model.offload_stages)
     for s, seq in model.stages.items():
         st = plan.stages[s]
         # example input and output (meta tensors: shapes only); requires_grad says a gradient flows back
@@ -213,7 +237,7 @@ def _build_stages(model: RankModel, cfg, dev: torch.device, group, rec: Recorder
         stage = TimedStage(seq, s, len(plan.stages), dev, input_args=(x_in,),
                            output_args=(_meta(*model.shapes[st.last]),), group=group)
         stage.recorder, stage.samples = rec, samples
-        stage.offloads, stage.stores = "offload" in (plan.activations or ())[st.first:st.last + 1], {}
+        stage.offloads = offloads
         stages.append(stage)
     return stages
 
@@ -230,10 +254,12 @@ class _TorchStep:
         self.params = [p for s in model.stages for p in model.stages[s].parameters()]
         self.optimizer = make_optimizer(cfg.optimizer, list({id(p): p for p in self.params}.values()), cfg.lr)
         self.ties = tie_groups(model, plan, world)
-        actions = {active.index(d): [ts._Action.from_str(a) for a in acts]           # keyed by rank in the group
-                   for d, acts in programs_to_actions(cfg.programs, plan).items() if d in active}
         self.schedule = None
-        if stages:
+        if stages and plan.schedule in SCHEDULES:       # torch's class, which computes its own order
+            self.schedule = torch_schedule(plan.schedule, stages, steps, model.loss, rec)
+        elif stages:
+            actions = {active.index(d): [ts._Action.from_str(a) for a in acts]        # keyed by rank in the group
+                       for d, acts in programs_to_actions(cfg.programs, plan).items() if d in active}
             self.schedule = TimedSchedule(stages, steps, loss_fn=model.loss, scale_grads=False, recorder=rec)
             self.schedule._prepare_schedule_with_comms(actions)
         self.first, self.last = 0 in model.stages, (len(plan.stages) - 1) in model.stages
@@ -262,25 +288,15 @@ class _TorchStep:
                     p.grad.zero_()
 
 
-def _share_clock(rec: Recorder, origin: torch.Tensor, backend: str, dev: torch.device) -> None:
-    """Every rank takes rank 0's clock origin (after a barrier) and forgets the warm-up's marks."""
-    if backend == "nccl":
-        origin = origin.to(dev)
-    dist.barrier()
-    dist.broadcast(origin, src=0)
-    rec.origin = float(origin.item())
-    rec.marks.clear()
-    rec.cpu.clear()
-
-
 def _memory_step(step: _TorchStep, stages: list[TimedStage], model: RankModel, dev: torch.device) -> MemoryProbe:
     """One more step under the allocator-level probe (stages, optimizer and torch's receive buffers)."""
     probe = MemoryProbe(dev)
-    buffers = [t for stg in stages for t in _stage_buffers(stg)]
     for stg in stages:
         stg.probe = probe
     dist.barrier()
-    with probe.tracking(*[model.stages[s] for s in model.stages], step.optimizer, *buffers):
+    # the receive buffers are passed, not kept: a V schedule's turn replaces them (torch frees the old ones)
+    with probe.tracking(*[model.stages[s] for s in model.stages], step.optimizer,
+                        *[t for stg in stages for t in _stage_buffers(stg)]):
         step.run()
     return probe
 

@@ -18,7 +18,7 @@ from typing import Sequence
 
 from workbench.model.chain import Chain, Platform
 
-__all__ = ["memory_by_device", "layer_columns"]
+__all__ = ["memory_by_device", "layer_columns", "stage_terms"]
 
 _STATES = {"none": 0, "sgd": 0, "momentum": 1, "adam": 2, "adamw": 2}       # state tensors per parameter
 _LOOP_TEMPS = {"none": 0, "sgd": 0, "momentum": 0, "adam": 2, "adamw": 2}   # per largest parameter
@@ -61,51 +61,66 @@ def _paper_device(chain: Chain, platform: Platform, stages: Sequence[tuple[int, 
     return total
 
 
-def _full_device(chain: Chain, platform: Platform, stages: Sequence[tuple[int, int, int]]) -> float:
-    if not stages:
-        return 0.0
+def stage_terms(chain: Chain, platform: Platform, first: int, last: int) -> dict[str, float]:
+    """What stage ``first..last`` holds, term by term as docs/model.md states them: ``A`` (per mini-batch in
+    flight), ``static`` (parameters, gradients, optimizer state, an offloaded copy, its receive buffers),
+    ``stash`` (per extra mini-batch, under weight stashing), ``op_excess`` (how far its forward or backward
+    climbs above that) and ``step`` (the optimizer step's temporaries) with ``step_excess`` (the step's climb
+    above the resident state of one mini-batch, its activations freed)."""
+    if platform.memory_model == "paper":
+        saved = sum(chain.saved(l) for l in range(first, last + 1))
+        weights = sum(chain.layers[l].weight_bytes for l in range(first, last + 1))
+        offloaded = sum(chain.layers[l].offload_bytes for l in range(first, last + 1))
+        return {"A": saved, "static": platform.weight_factor * weights + offloaded,
+                "stash": weights if platform.weights == "stash" else 0.0, "op_excess": 0.0, "step": 0.0,
+                "step_excess": 0.0}
     dtype = str(chain.meta.get("dtype", "") or "")
     precision = platform.precision or ("bf16" if dtype == "bfloat16" else "fp32")
     widen = (4.0 / {"bfloat16": 2, "float16": 2, "float32": 4}.get(dtype or "bfloat16", 2)
              if precision == "bf16-mixed" else 1.0)
-    foreach = str(chain.meta.get("device", "")).startswith("cuda")
     opt = platform.optimizer
     last_layer = len(chain) - 1
+    cols = [layer_columns(chain, l) for l in range(first, last + 1)]
+    acts = []
+    for i, c in enumerate(cols):
+        prev_saves_output = (first + i > 0 and layer_columns(chain, first + i - 1)["saved_output"] > 0)
+        shared = c["saved_input"] if prev_saves_output else 0.0
+        acts.append(max(c["saved"] - shared, 0.0))
+    head = cols[0]["in"] - cols[0]["saved_input"]
+    if first > 0 and layer_columns(chain, first - 1)["saved_output"] > 0:
+        head += cols[0]["saved_input"]
+    tail = 0.0 if last == last_layer else max(chain.cut(last) - cols[-1]["saved_output"], 0.0)
+    static = sum(chain.layers[l].offload_bytes for l in range(first, last + 1))   # one offloaded copy
+    for c in cols:
+        static += c["weights"] + c["grad"] + _STATES[opt] * widen * c["weights"]
+        if precision == "bf16-mixed":
+            static += widen * c["weights"] + widen * c["grad"]
+    # a receive buffer for the activation arriving at the stage and one for the gradient coming back
+    static += (cols[0]["in"] if first > 0 else 0.0) + (chain.cut(last) if last < last_layer else 0.0)
+    # the excess of this stage's operations over its resident state: the forward holds its input (unless the
+    # previous layer's activations already count it) and climbs by its own peak; its saved bytes are counted
+    # among the stage's activations
+    op_excess = max(max(c["forward_peak"] + c["in"] - c["saved"], c["backward_peak"]) - sum(acts[i + 1:])
+                    for i, c in enumerate(cols))
+    if str(chain.meta.get("device", "")).startswith("cuda"):
+        step = _FOREACH_TEMPS[opt] * widen * sum(c["weights"] for c in cols)
+    else:
+        step = _LOOP_TEMPS[opt] * widen * max(c["max_param"] for c in cols)
+    grad_in = cols[0]["in"] if first > 0 else 0.0          # the input gradient waits to be sent
+    return {"A": sum(acts) + max(head, 0.0) + tail, "static": static,
+            "stash": sum(c["weights"] for c in cols) if platform.weights == "stash" else 0.0,
+            "op_excess": op_excess, "step": step, "step_excess": step - sum(acts) - tail + grad_in}
+
+
+def _full_device(chain: Chain, platform: Platform, stages: Sequence[tuple[int, int, int]]) -> float:
+    if not stages:
+        return 0.0
     resident = 0.0
     worst = 0.0
     for first, last, k in stages:
-        cols = [layer_columns(chain, l) for l in range(first, last + 1)]
-        acts = []
-        for i, c in enumerate(cols):
-            prev_saves_output = (first + i > 0 and layer_columns(chain, first + i - 1)["saved_output"] > 0)
-            shared = c["saved_input"] if prev_saves_output else 0.0
-            acts.append(max(c["saved"] - shared, 0.0))
-        head = cols[0]["in"] - cols[0]["saved_input"]
-        if first > 0 and layer_columns(chain, first - 1)["saved_output"] > 0:
-            head += cols[0]["saved_input"]
-        tail = 0.0 if last == last_layer else max(chain.cut(last) - cols[-1]["saved_output"], 0.0)
-        A = sum(acts) + max(head, 0.0) + tail
-        static = sum(chain.layers[l].offload_bytes for l in range(first, last + 1))   # one offloaded copy
-        for c in cols:
-            static += c["weights"] + c["grad"] + _STATES[opt] * widen * c["weights"]
-            if precision == "bf16-mixed":
-                static += widen * c["weights"] + widen * c["grad"]
-        stash = sum(c["weights"] for c in cols) if platform.weights == "stash" else 0.0
-        # a receive buffer for the activation arriving at the stage and one for the gradient coming back
-        buffers = (cols[0]["in"] if first > 0 else 0.0) + (chain.cut(last) if last < last_layer else 0.0)
-        resident += k * A + static + buffers + (k - 1) * stash
-        # the excess of this stage's operations over its resident state
-        for i, c in enumerate(cols):
-            # the forward holds its input (unless the previous layer's activations already count it) and
-            # climbs by its own peak; its saved bytes are counted among the stage's activations
-            peak = max(c["forward_peak"] + c["in"] - c["saved"], c["backward_peak"])
-            worst = max(worst, peak - sum(acts[i + 1:]))
-        if foreach:
-            step = _FOREACH_TEMPS[opt] * widen * sum(c["weights"] for c in cols)
-        else:
-            step = _LOOP_TEMPS[opt] * widen * max(c["max_param"] for c in cols)
-        grad_in = cols[0]["in"] if first > 0 else 0.0          # the input gradient waits to be sent
-        worst = max(worst, step - sum(acts) - tail + grad_in)
+        t = stage_terms(chain, platform, first, last)
+        resident += k * t["A"] + t["static"] + (k - 1) * t["stash"]
+        worst = max(worst, t["op_excess"], t["step_excess"])
     return resident + worst + float(chain.meta.get("runtime_bytes", 0.0) or 0.0)
 
 

@@ -62,8 +62,8 @@ def memory_split(plan: Plan, chain: Chain, platform: Platform) -> pd.DataFrame:
     the model has), ``total`` and ``reported`` (the plan's own figure).
 
     Periodic plans split their rule-7 figure (:func:`workbench.model.memory_views.memory_breakdown`). Flushed
-    schedules (GPipe, 1F1B) hold one weight version and no stash: their split is the simulated
-    peak's (:func:`workbench.verify.simulate.simulate_flushed`), its weight part split like a periodic
+    schedules (GPipe, 1F1B, torch's multi-stage ones) hold one weight version and no stash: their split is the
+    simulated peak's (:func:`workbench.verify.simulate.simulate`), its weight part split like a periodic
     plan's.
     """
     chain = chain_for_plan(plan, chain)
@@ -83,11 +83,12 @@ def memory_split(plan: Plan, chain: Chain, platform: Platform) -> pd.DataFrame:
 
 
 def _flushed_split(plan: Plan, chain: Chain, platform: Platform) -> list[dict[str, float]]:
-    from workbench.verify.simulate import simulate_flushed
+    from workbench.verify.simulate import simulate
 
     one = [replace(s, in_flight=1) for s in plan.stages]
     rows = memory_breakdown(chain, platform, one)
-    trace = simulate_flushed(chain, platform, plan.assignment, int(plan.micro_batches or 1), kind=plan.schedule)
+    # one flush; the plan's own chain (simulate applies the plan's policies itself)
+    trace = simulate(plan.with_(activations=()), chain, platform, batches=int(plan.micro_batches or 1))
     mem = trace.memory
     for d, row in enumerate(rows):
         m = mem[mem["device"] == d]
