@@ -221,8 +221,9 @@ def _plan_parser(sub: argparse._SubParsersAction) -> None:
                    help="contiguous: one stage per device (default); general: a device may hold several stages "
                         f"({' and '.join(m.name for m in METHODS if 'general' in m.allocations)} only)")
     p.add_argument("--time-limit", type=positive_seconds, default=None,
-                   help="seconds for the whole call (ilp, brute): it returns its best plan and gap by then "
-                        "(about 10%% + 2 s later at most)")
+                   help="seconds for the whole call of every method (ilp, brute, dp with --activations auto: "
+                        "the best plan and gap found by then; about 10%% + 2 s later at most, not counting "
+                        "the import of torch that torch's schedules need)")
     from workbench.model.plan import MAX_MICRO_BATCHES
 
     p.add_argument("--micro-batches", type=int_in(1, MAX_MICRO_BATCHES), default=None,
