@@ -249,10 +249,11 @@ CRITERIA: dict[str, float | None] = {"any period": None, "within 10 % of full sp
 def largest_table(families: Sequence[str] = FAMILIES, devices: Sequence[int] = (2, 4, 8), memory: float = 2 * 2**30,
                   methods: Sequence[tuple[str, str, str, str]] = METHODS, *, time_limit: float | None = 10.0,
                   criteria: dict[str, float | None] = CRITERIA,
-                  progress: Callable[[str], None] | None = None) -> pd.DataFrame:
+                  progress: Callable[[str], None] | None = None, platform_kw: dict | None = None) -> pd.DataFrame:
     """One row per (family, P, criterion, method): the largest size that fits (at any period, or within a
     slowdown of the method's full speed), its parameters, the ratio to PipeDream's (keep) largest under the
-    same criterion, the period over the lower bound there, and the policies used."""
+    same criterion, the period over the lower bound there, and the policies used. ``platform_kw``: the
+    training set-up (e.g. ``{"zero_grad": "zeros"}``)."""
     from workbench.model.activations import describe
 
     rows = []
@@ -263,7 +264,8 @@ def largest_table(families: Sequence[str] = FAMILIES, devices: Sequence[int] = (
                 for label, planner, allocation, activations in methods:
                     t0 = time.perf_counter()
                     size, plan = largest_size(family, P, memory, planner, allocation, activations,
-                                              time_limit=time_limit, start=hint, slowdown=slow)
+                                              time_limit=time_limit, start=hint, slowdown=slow,
+                                              platform_kw=platform_kw)
                     hint = hint or size
                     rows.append({"family": family, "devices": P, "criterion": crit, "method": label, "size": size,
                                  "parameters": parameters(family, size) if size else 0.0,

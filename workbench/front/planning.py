@@ -19,7 +19,8 @@ from typing import Callable
 
 from workbench.methods import method
 
-__all__ = ["platform_from_args", "chain_from_args", "plan_command", "check_command", "simulate_command"]
+__all__ = ["platform_from_args", "chain_from_args", "plan_command", "check_command", "simulate_command",
+           "plan_setup", "resolve_setup", "SETUP_OPTIONS"]
 
 
 def _links(args: argparse.Namespace, setup: dict) -> dict:
@@ -37,25 +38,76 @@ def _links(args: argparse.Namespace, setup: dict) -> dict:
                                                                                  DEFAULT_NODE_BANDWIDTH)}
 
 
+#: a plan's set-up (``memory_setup``) as the command line names it: (key, option, default without a plan)
+SETUP_OPTIONS = (("memory_model", "--memory-model", "full"), ("weights", "--weights", "stash"),
+                 ("optimizer", "--optimizer", "adam"), ("precision", "--precision", None),
+                 ("zero_grad", "--zero-grad", "none"), ("weight_factor", "--weight-factor", 1.0))
+
+
+def plan_setup(plan) -> dict:
+    """The training set-up a plan's memory was computed with (its ``memory_setup``), every key filled: a plan
+    that predates a key used what the workbench did then (gradients zeroed in place, stashed weights; a plan
+    without any set-up, the paper's rule 7).
+
+    >>> from workbench.model.plan import Plan
+    >>> plan_setup(Plan(1.0, (0,), (), 1, setup={"memory_model": "full", "optimizer": "sgd"}))["zero_grad"]
+    'zeros'
+    """
+    setup = dict(getattr(plan, "setup", None) or {}) if plan is not None else {}
+    if plan is not None and not setup:
+        setup = {"memory_model": "paper", "weight_factor": 1.0}
+    out = {key: default for key, _, default in SETUP_OPTIONS}
+    if plan is not None:
+        out["zero_grad"] = "zeros"          # what plans made before the loop was a setting assumed
+    out.update({k: v for k, v in setup.items() if k in out and v is not None})
+    return out
+
+
+def resolve_setup(args: argparse.Namespace, plan=None) -> dict:
+    """The set-up to compute with: the plan's, where a plan is given (an option that contradicts it is an error
+    naming both values: the plan's memory and schedule assume its own), else the options, else the defaults.
+
+    >>> from workbench.model.plan import Plan
+    >>> p = Plan(1.0, (0,), (), 1, setup={"memory_model": "full", "weights": "stash", "zero_grad": "none"})
+    >>> resolve_setup(argparse.Namespace(weights="single"), p)
+    Traceback (most recent call last):
+    ...
+    ValueError: --weights single contradicts the plan, made with weights stash (re-plan with --weights single, or drop
+    the option)
+    """
+    recorded = plan_setup(plan)
+    out = dict(recorded)
+    model = getattr(args, "memory_model", None) or recorded["memory_model"]
+    for key, option, _ in SETUP_OPTIONS:
+        given = getattr(args, key, None)
+        if given is None:
+            continue
+        if key in ("optimizer", "precision", "zero_grad") and model == "paper":
+            raise ValueError("--optimizer, --precision and --zero-grad belong to the full memory model, not "
+                             "--memory-model paper")
+        if key == "weight_factor" and model != "paper":
+            raise ValueError("--weight-factor belongs to the paper's memory model: add --memory-model paper (the "
+                             "full model counts gradients and optimizer state from --optimizer and --precision)")
+        if plan is not None and given != recorded[key] and not (key == "precision" and recorded[key] is None):
+            raise ValueError(f"{option} {given} contradicts the plan, made with {key.replace('_', ' ')} "
+                             f"{recorded[key]} (re-plan with {option} {given}, or drop the option)")
+        out[key] = given
+    return out
+
+
 def platform_from_args(args: argparse.Namespace, plan=None):
-    """The platform of the command line; the memory set-up options default to the plan's (when a plan is
-    given and recorded one), else to the full model with Adam; memory and links to ``--gpu``'s
-    (:func:`_links`)."""
+    """The platform of the command line; the memory set-up is the plan's when a plan is given (an option that
+    contradicts it is refused: :func:`resolve_setup`), else the options', else the full model with Adam and
+    torch's default loop; memory and links to ``--gpu``'s (:func:`_links`)."""
     from workbench.model.chain import Platform
 
     setup = dict(getattr(plan, "setup", None) or {})
-    model = args.memory_model or setup.get("memory_model", "full")
-    if args.weight_factor is not None and model != "paper":
-        raise ValueError("--weight-factor belongs to the paper's memory model: add --memory-model paper (the full "
-                         "model counts gradients and optimizer state from --optimizer and --precision)")
-    if model == "paper" and (args.optimizer or args.precision):
-        raise ValueError("--optimizer and --precision belong to the full memory model, not --memory-model paper")
-    factor = args.weight_factor if args.weight_factor is not None else setup.get("weight_factor", 1.0)
-    extra = ({"weight_factor": factor}
-             if model == "paper" else
-             {"optimizer": args.optimizer or setup.get("optimizer", "adam"),
-              "precision": args.precision or (setup.get("precision") if setup.get("memory_model") == "full" else None)})
-    return Platform(args.devices, latency=args.latency, weights=args.weights, memory_model=model, **_links(args, setup),
+    chosen = resolve_setup(args, plan)
+    model = chosen["memory_model"]
+    extra = ({"weight_factor": chosen["weight_factor"]} if model == "paper" else
+             {"optimizer": chosen["optimizer"], "precision": chosen["precision"], "zero_grad": chosen["zero_grad"]})
+    return Platform(args.devices, latency=args.latency, weights=chosen["weights"], memory_model=model,
+                    **_links(args, setup),
                     host_bandwidth=getattr(args, "host_bandwidth", None) or setup.get("host_bandwidth", "31.5GB/s"),
                     **extra)
 
@@ -84,12 +136,17 @@ def _progress(quiet: bool) -> Callable[[str], None] | None:
 
 
 def _resolve_plan_context(args: argparse.Namespace, plan):
-    """For check/simulate: the profile and devices default to nothing; devices can come from the plan."""
+    """For check/simulate: the profile and devices default to nothing; devices can come from the plan; the
+    set-up is the plan's (checked against the profile's dtype, as ``plan`` checks it)."""
+    from workbench.model.memory import validate_setup
+
     if args.profile is None:
         raise ValueError("--profile is required to check or simulate a plan (the chain the plan was made for)")
     if args.devices is None:
         args.devices = plan.devices
-    return chain_from_args(args), platform_from_args(args, plan)
+    chain, platform = chain_from_args(args), platform_from_args(args, plan)
+    validate_setup(platform, chain)
+    return chain, platform
 
 
 def plan_command(args: argparse.Namespace) -> int:

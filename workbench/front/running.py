@@ -177,12 +177,14 @@ def _run_ranks(plan, chain, platform, wl, steps: int, cores: int, say, **run_kw:
     from workbench.runtime.engine import choose_engine, run_plan
 
     engine = choose_engine(plan, platform.weights, run_kw.get("engine", "auto"))
-    if platform.memory_model == "full":     # the optimizer the plan's memory counts is the one stepped
+    if platform.memory_model == "full":     # the optimizer and the loop the plan's memory counts are the ones run
         run_kw.setdefault("optimizer", platform.optimizer)
+        run_kw.setdefault("zero_grad", platform.zero_grad)
     if plan.devices > cores:
         say(f"warning: {plan.devices} ranks on {cores} cores: the ranks take turns on the cores, so the measured "
             "times mean little (memory and gradients are still exact)", file=sys.stderr)
-    say(f"running {plan.devices} ranks on {engine} engine: {steps} mini-batches of {wl.name} ...", flush=True)
+    say(f"running {plan.devices} ranks on {engine} engine: {steps} mini-batches of {wl.name}, optimizer "
+        f"{run_kw.get('optimizer', 'adam')}, zero_grad {run_kw.get('zero_grad', 'none')} ...", flush=True)
     t0 = time.perf_counter()
     res = run_plan(plan, wl, steps, weights=platform.weights, chain=chain, platform=platform, **run_kw)
     say(f"  ranks done in {time.perf_counter() - t0:.1f} s", flush=True)
@@ -312,7 +314,7 @@ def _replay(plan, chain, platform, wl, steps: int, out: Path, optimizer: str) ->
     chain = chain_for_plan(plan, chain)
     print(f"replaying each of {plan.devices} devices alone ...", flush=True)
     res, rep = replay_to(out, plan, chain, wl, steps, weights=platform.weights, platform=platform,
-                         optimizer=optimizer)
+                         optimizer=optimizer, zero_grad=platform.zero_grad)
     print(f"{wl.name}: each of {plan.devices} devices replayed alone ({res.meta['device']}, {wl.dtype}), "
           f"{steps} mini-batches")
     for r in rep.itertuples():
@@ -342,9 +344,32 @@ def _workload(args: argparse.Namespace, chain, plan, batch_size: int):
     return Workload.zoo(model, batch_size, dtype=dtype, **cfg)
 
 
+def _run_platform(args: argparse.Namespace, plan, chain):
+    """The platform a run compares against: the plan's devices, memory limit and training set-up (weights,
+    optimizer, precision, loop: an option that contradicts the plan is refused,
+    :func:`~workbench.front.planning.resolve_setup`), checked against the profile's dtype."""
+    from workbench.front.planning import resolve_setup
+    from workbench.model.chain import Platform
+    from workbench.model.memory import validate_setup
+
+    setup = resolve_setup(args, plan)
+    paper = setup["memory_model"] == "paper"
+    recorded = plan.setup or {}
+    platform = Platform(plan.devices, memory=plan.memory_limit,
+                        bandwidth=getattr(args, "bandwidth", None) or recorded.get("bandwidth", math.inf),
+                        latency=getattr(args, "latency", 0.0) or 0.0, weights=setup["weights"],
+                        memory_model=setup["memory_model"],
+                        host_bandwidth=getattr(args, "host_bandwidth", None) or recorded.get("host_bandwidth",
+                                                                                           "31.5GB/s"),
+                        **({"weight_factor": setup["weight_factor"]} if paper else
+                           {"optimizer": setup["optimizer"], "precision": setup["precision"],
+                            "zero_grad": setup["zero_grad"]}))
+    validate_setup(platform, chain)
+    return platform
+
+
 def run_command(args: argparse.Namespace) -> int:
     """Handler of ``python -m workbench run`` (see the module docstring)."""
-    from workbench.model.chain import Platform
     from workbench.model.plan import Plan
 
     plan = Plan.from_json(Path(args.plan_file))
@@ -378,15 +403,14 @@ def run_command(args: argparse.Namespace) -> int:
 
         print(f"profiling {wl.name} on this machine (no --profile) ...", flush=True)
         chain = profile_workload(wl, progress=True)
-    setup = plan.setup or {}
-    paper = setup.get("memory_model") == "paper"
-    optimizer = getattr(args, "optimizer", None) or setup.get("optimizer") or "adam"
-    platform = Platform(plan.devices, memory=plan.memory_limit,
-                        bandwidth=getattr(args, "bandwidth", None) or math.inf,
-                        latency=getattr(args, "latency", 0.0) or 0.0,
-                        weights=getattr(args, "weights", None) or "stash",
-                        memory_model="paper" if paper else "full",
-                        **({"weight_factor": setup.get("weight_factor", 1.0)} if paper else {"optimizer": optimizer}))
+    platform = _run_platform(args, plan, chain)
+    optimizer = platform.optimizer
+    if getattr(args, "steps", None) is None:      # enough mini-batches for the steady state the plan describes
+        from workbench.runtime.engine import choose_engine
+        from workbench.runtime.summary import steady_steps
+
+        args.steps = max([20] + steady_steps(plan, choose_engine(plan, platform.weights,
+                                                                 getattr(args, "engine", None) or "auto")))
     if getattr(args, "replay", False):
         return _replay(plan, chain, platform, wl, args.steps, Path(args.out), optimizer)
     summary = run_and_compare(plan, chain, platform, wl, batch_size, args.steps,

@@ -221,6 +221,7 @@ def run_plan(
     start_method: str | None = None,
     engine: str = "auto",
     optimizer: str = "adam",
+    zero_grad: str = "none",
 ) -> RunResult:
     """Execute ``plan`` for ``steps`` mini-batches in ``plan.devices`` processes and measure it.
 
@@ -232,20 +233,24 @@ def run_plan(
     "fork" starts faster (no re-import of torch) and is the default on CPU
     under Linux; "spawn" (the default otherwise) is the safe choice with CUDA.
     ``engine`` is ``"auto"`` (:func:`choose_engine`), ``"torch"`` or ``"pipedream"``;
-    ``optimizer`` one of :data:`~workbench.runtime.rank.OPTIMIZERS`, stepping with ``lr``.
+    ``optimizer`` one of :data:`~workbench.runtime.rank.OPTIMIZERS`, stepping with ``lr``; ``zero_grad`` the
+    training loop (``none``: torch's default, gradients set to None between steps; ``zeros``: in place).
     """
     _check_run_arguments(plan, weights, optimizer)
+    if zero_grad not in ("none", "zeros"):
+        raise ValueError(f"zero_grad must be 'none' or 'zeros', got {zero_grad!r}")
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     backend = backend or default_backend(device, plan.devices)
     progs = programs if programs is not None else programs_for(plan, steps, chain, platform)
     cfg = RunConfig(plan, progs, workload, steps, lr, weights, backend, device, threads, timeout, lookahead,
-                    engine=_engine_for(plan, weights, engine, device, backend), optimizer=optimizer)
+                    engine=_engine_for(plan, weights, engine, device, backend), optimizer=optimizer,
+                    zero_grad=zero_grad)
     if start_method is None:
         start_method = "fork" if (device == "cpu" and sys.platform.startswith("linux")) else "spawn"
     t_start = time.monotonic()
     parts = _start_ranks(cfg, start_method)
     return merge_results(parts, plan, steps=steps, lr=lr, weights=weights, backend=backend, device=device,
-                         world=plan.devices, threads=threads, optimizer=optimizer,
+                         world=plan.devices, threads=threads, optimizer=optimizer, zero_grad=zero_grad,
                          wall_seconds=time.monotonic() - t_start)
 
 
@@ -333,9 +338,12 @@ def main(argv: list[str] | None = None) -> int:
     backend = args.backend or default_backend(device, int(os.environ.get("LOCAL_WORLD_SIZE", world)))
     wl = (Workload.module(args.module) if args.module else
           Workload.zoo(args.model, args.batch_size, dtype=args.dtype, **dict(plan.extra.get("model_config", {}))))
-    cfg = RunConfig(plan, programs_for(plan, args.steps), wl, args.steps, args.lr, args.weights, backend, device,
-                    timeout=args.timeout, engine=choose_engine(plan, args.weights, args.engine),
-                    optimizer=args.optimizer)
+    setup = plan.setup or {}
+    weights = args.weights or setup.get("weights", "stash")
+    cfg = RunConfig(plan, programs_for(plan, args.steps), wl, args.steps, args.lr, weights, backend, device,
+                    timeout=args.timeout, engine=choose_engine(plan, weights, args.engine),
+                    optimizer=args.optimizer or setup.get("optimizer", "adam"),
+                    zero_grad=args.zero_grad or setup.get("zero_grad", "zeros" if setup else "none"))
     _setup(rank, cfg)
     dist.init_process_group(backend, rank=rank, world_size=world, timeout=timedelta(seconds=args.timeout))
     try:
@@ -365,9 +373,11 @@ def _parser() -> argparse.ArgumentParser:
     src.add_argument("--module", help="FILE.py:FUNC returning (model, example_inputs, example_targets, loss_fn)")
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--batch-size", type=int, default=8)
-    ap.add_argument("--weights", default="stash", choices=["stash", "single"])
+    ap.add_argument("--weights", default=None, choices=["stash", "single"], help="default: the plan's")
     ap.add_argument("--lr", type=float, default=0.0)
-    ap.add_argument("--optimizer", default="adam")
+    ap.add_argument("--optimizer", default=None, help="default: the plan's")
+    ap.add_argument("--zero-grad", default=None, choices=["none", "zeros"], dest="zero_grad",
+                    help="the training loop (default: the plan's)")
     ap.add_argument("--engine", default="auto", choices=list(ENGINES))
     ap.add_argument("--backend", default=None)
     ap.add_argument("--dtype", default="float32", help="zoo models: float32 or bfloat16 (the profile's)")

@@ -14,6 +14,7 @@ code with it, so a check that agrees with a planner is a check.
 
 from __future__ import annotations
 
+import json
 from typing import Sequence
 
 from workbench.model.chain import Chain, Platform
@@ -39,14 +40,32 @@ def layer_columns(chain: Chain, l: int) -> dict[str, float]:
 
     grad = get("grad_bytes", weights)
     saved_input = get("saved_input_bytes", min(saved, inp))
+    backward = get("backward_peak_bytes", out + inp + grad)
+    fresh_estimate = backward + grad if layer.backward_peak_bytes is not None else backward
     return {
         "in": inp, "out": out, "saved": saved, "weights": weights, "grad": grad,
         "max_param": get("max_param_bytes", weights),
         "saved_input": saved_input,
         "saved_output": get("saved_output_bytes", 0.0),
         "forward_peak": get("forward_peak_bytes", max(saved - saved_input, 0.0) + out),
-        "backward_peak": get("backward_peak_bytes", out + inp + grad),
+        "backward_peak": backward,
+        "backward_fresh_peak": get("backward_fresh_peak_bytes", fresh_estimate),
     }
+
+
+def _ties(chain: Chain) -> list[tuple[int, list[int], float]]:
+    """(owner, sharers, bytes) of every shared parameter the profile lists (docs/model.md, "Tied parameters")."""
+    text = chain.meta.get("tied") if chain.meta else None
+    if not text:
+        return []
+    where = {layer.name: i for i, layer in enumerate(chain.layers)}
+    out = []
+    for entry in json.loads(text):
+        owner = where.get(entry["owner"])
+        sharers = sorted({where[n] for n in entry["layers"] if n in where and where[n] != owner})
+        if owner is not None and sharers and float(entry["bytes"]) > 0:
+            out.append((owner, sharers, float(entry["bytes"])))
+    return out
 
 
 def _paper_device(chain: Chain, platform: Platform, stages: Sequence[tuple[int, int, int]]) -> float:
@@ -61,51 +80,129 @@ def _paper_device(chain: Chain, platform: Platform, stages: Sequence[tuple[int, 
     return total
 
 
+class _SetUp:
+    """The training set-up as docs/model.md states it: precision, its fp32 widening, states, the loop."""
+
+    def __init__(self, chain: Chain, platform: Platform) -> None:
+        dtype = str(chain.meta.get("dtype", "") or "")
+        self.precision = platform.precision or ("bf16" if dtype == "bfloat16" else "fp32")
+        self.mixed = self.precision == "bf16-mixed"
+        wide = 4.0 / {"bfloat16": 2, "float16": 2, "float32": 4}.get(dtype or "bfloat16", 2)
+        self.widen = wide if self.mixed else 1.0
+        self.foreach = str(chain.meta.get("device", "")).startswith("cuda")
+        self.opt = platform.optimizer
+        self.states = _STATES[self.opt]
+        self.zeros = platform.zero_grad == "zeros"
+        self.stash = platform.weights == "stash"      # the PipeDream engine; single: torch's
+
+    def own_static(self, c: dict[str, float]) -> float:
+        """A layer's parameters, optimizer state, fp32 masters and (zeros) resident gradients."""
+        out = c["weights"] + self.states * self.widen * c["weights"]
+        if self.mixed:
+            out += self.widen * c["weights"]
+        if self.zeros:
+            out += c["grad"] + (self.widen * c["grad"] if self.mixed else 0.0)
+        return out
+
+    def copy_terms(self, nbytes: float) -> tuple[float, float, float]:
+        """A stage's copy of a tied parameter: (resident, per extra in-flight mini-batch, gradient at its step)."""
+        if self.stash:   # the PipeDream engine: the copy and its stashed versions; its gradient goes to the owner
+            return nbytes, nbytes, nbytes
+        master = self.widen * nbytes if self.mixed else 0.0
+        resident = nbytes + self.states * self.widen * nbytes + master
+        if self.zeros:
+            return resident + nbytes + master, 0.0, 0.0
+        return resident, 0.0, nbytes + master
+
+
+def _stage(chain: Chain, su: _SetUp, first: int, last: int, k: int, ties) -> tuple[float, float]:
+    """(resident bytes, excess) of stage ``first..last`` with k mini-batches in flight, from docs/model.md."""
+    last_layer = len(chain) - 1
+    cols = [layer_columns(chain, l) for l in range(first, last + 1)]
+    acts = []
+    for i, c in enumerate(cols):
+        prev_saves_output = (first + i > 0 and layer_columns(chain, first + i - 1)["saved_output"] > 0)
+        shared = c["saved_input"] if prev_saves_output else 0.0
+        acts.append(max(c["saved"] - shared, 0.0))
+    head = cols[0]["in"] - cols[0]["saved_input"]
+    if first > 0 and layer_columns(chain, first - 1)["saved_output"] > 0:
+        head += cols[0]["saved_input"]
+    tail = 0.0 if last == last_layer else max(chain.cut(last) - cols[-1]["saved_output"], 0.0)
+    A = sum(acts) + max(head, 0.0) + tail
+    static = sum(chain.layers[l].offload_bytes for l in range(first, last + 1))   # one offloaded copy
+    static += sum(su.own_static(c) for c in cols)
+    stash = sum(c["weights"] for c in cols) if su.stash else 0.0
+    # a receive buffer for the activation arriving at the stage and one for the gradient coming back
+    buffers = (cols[0]["in"] if first > 0 else 0.0) + (chain.cut(last) if last < last_layer else 0.0)
+    inside = set(range(first, last + 1))
+    copy_grad = 0.0                        # gradients of tied copies the step finds
+    received = 0.0                         # tied gradients received, gone by the step
+    copies_stepped = []                    # bytes of copies this stage steps (torch's engine)
+    shared_at = [0.0] * len(cols)          # bytes of tied parameters each layer shares (not owns)
+    for owner, sharers, nbytes in ties:
+        for s in sharers:
+            if s in inside:
+                shared_at[s - first] += nbytes
+        holds_sharer = any(s in inside for s in sharers)
+        if holds_sharer and owner not in inside:          # a copy
+            resident, per_k, grad = su.copy_terms(nbytes)
+            static += resident
+            stash += per_k
+            copy_grad += grad
+            if not su.stash:
+                copies_stepped.append(nbytes)
+        if owner in inside and su.stash and not all(s in inside for s in sharers):
+            static += nbytes                 # the owner's receive buffer for a sharer's gradient ...
+            received += nbytes               # ... added to its own before its step
+    resident = k * A + static + buffers + (k - 1) * stash
+    # the operations' excess over the resident state
+    made = []                                # gradients each layer's backward makes that stay to the step
+    for i, c in enumerate(cols):
+        if not su.zeros:
+            made.append(c["grad"] + shared_at[i])
+        elif su.stash:
+            made.append(shared_at[i])
+        else:
+            made.append(0.0)
+    worst = 0.0
+    for i, c in enumerate(cols):
+        # the forward holds its input (unless the previous layer's activations already count it) and
+        # climbs by its own peak; its saved bytes are counted among the stage's activations
+        later = sum(acts[i + 1:])
+        worst = max(worst, c["forward_peak"] + c["in"] - c["saved"] - later)
+        if not su.zeros:
+            climb = c["backward_fresh_peak"]
+        elif su.stash and shared_at[i] > 0:
+            climb = min(c["backward_fresh_peak"], c["backward_peak"] + shared_at[i])
+        else:
+            climb = c["backward_peak"]
+        worst = max(worst, climb + sum(made[i + 1:]) - later)
+    if su.foreach:
+        step = _FOREACH_TEMPS[su.opt] * su.widen * (sum(c["weights"] for c in cols) + sum(copies_stepped))
+    else:
+        largest = [c["max_param"] for c in cols]
+        if not su.stash:
+            largest = [max([m] + [b for o, ss, b in ties if first + i in ss]) for i, m in enumerate(largest)]
+        step = _LOOP_TEMPS[su.opt] * su.widen * max(largest)
+    found = copy_grad
+    if not su.zeros:
+        found += sum(c["grad"] for c in cols) * (1.0 + (su.widen if su.mixed else 0.0))
+    grad_in = cols[0]["in"] if first > 0 else 0.0          # the input gradient waits to be sent
+    worst = max(worst, step + found - received - sum(acts) - tail + grad_in)
+    return resident, worst
+
+
 def _full_device(chain: Chain, platform: Platform, stages: Sequence[tuple[int, int, int]]) -> float:
     if not stages:
         return 0.0
-    dtype = str(chain.meta.get("dtype", "") or "")
-    precision = platform.precision or ("bf16" if dtype == "bfloat16" else "fp32")
-    widen = (4.0 / {"bfloat16": 2, "float16": 2, "float32": 4}.get(dtype or "bfloat16", 2)
-             if precision == "bf16-mixed" else 1.0)
-    foreach = str(chain.meta.get("device", "")).startswith("cuda")
-    opt = platform.optimizer
-    last_layer = len(chain) - 1
+    su = _SetUp(chain, platform)
+    ties = _ties(chain)
     resident = 0.0
     worst = 0.0
     for first, last, k in stages:
-        cols = [layer_columns(chain, l) for l in range(first, last + 1)]
-        acts = []
-        for i, c in enumerate(cols):
-            prev_saves_output = (first + i > 0 and layer_columns(chain, first + i - 1)["saved_output"] > 0)
-            shared = c["saved_input"] if prev_saves_output else 0.0
-            acts.append(max(c["saved"] - shared, 0.0))
-        head = cols[0]["in"] - cols[0]["saved_input"]
-        if first > 0 and layer_columns(chain, first - 1)["saved_output"] > 0:
-            head += cols[0]["saved_input"]
-        tail = 0.0 if last == last_layer else max(chain.cut(last) - cols[-1]["saved_output"], 0.0)
-        A = sum(acts) + max(head, 0.0) + tail
-        static = sum(chain.layers[l].offload_bytes for l in range(first, last + 1))   # one offloaded copy
-        for c in cols:
-            static += c["weights"] + c["grad"] + _STATES[opt] * widen * c["weights"]
-            if precision == "bf16-mixed":
-                static += widen * c["weights"] + widen * c["grad"]
-        stash = sum(c["weights"] for c in cols) if platform.weights == "stash" else 0.0
-        # a receive buffer for the activation arriving at the stage and one for the gradient coming back
-        buffers = (cols[0]["in"] if first > 0 else 0.0) + (chain.cut(last) if last < last_layer else 0.0)
-        resident += k * A + static + buffers + (k - 1) * stash
-        # the excess of this stage's operations over its resident state
-        for i, c in enumerate(cols):
-            # the forward holds its input (unless the previous layer's activations already count it) and
-            # climbs by its own peak; its saved bytes are counted among the stage's activations
-            peak = max(c["forward_peak"] + c["in"] - c["saved"], c["backward_peak"])
-            worst = max(worst, peak - sum(acts[i + 1:]))
-        if foreach:
-            step = _FOREACH_TEMPS[opt] * widen * sum(c["weights"] for c in cols)
-        else:
-            step = _LOOP_TEMPS[opt] * widen * max(c["max_param"] for c in cols)
-        grad_in = cols[0]["in"] if first > 0 else 0.0          # the input gradient waits to be sent
-        worst = max(worst, step - sum(acts) - tail + grad_in)
+        r, e = _stage(chain, su, first, last, k, ties)
+        resident += r
+        worst = max(worst, e)
     return resident + worst + float(chain.meta.get("runtime_bytes", 0.0) or 0.0)
 
 

@@ -58,6 +58,7 @@ from workbench.model.plan import lower_bound
 from workbench.model.tolerances import COUNT_SLACK, LOAD_SLACK, MEMORY_SLACK
 from workbench.planners.ilp.bounds import k_bounds, memory_period_bound
 from workbench.planners.ilp.policies import add_host_link, add_policy_memory, add_policy_time, minimal_terms
+from workbench.planners.ilp.ties import add_tie_memory
 
 __all__ = ["build_model", "ModelData"]
 
@@ -122,11 +123,12 @@ def _add_memory_extras(m: pyo.ConcreteModel, lin, scale: float, kmax: np.ndarray
         if np.any(fe > 0):
             m.tau_step = pyo.Constraint(m.Pset, rule=lambda _m, p: m.tau[p] >= sum(fe[l] * m.x[l, p] for l in m.Lset))
     const = lin.const / scale
+    ties = add_tie_memory(m, lin, scale, kmax)
     m.extras = pyo.Expression(m.Pset, rule=lambda _m, p: sum(head[l] * m.zs[l, p] for l in starts)
                               + sum(tail[l] * m.ze[l, p] for l in ends)
                               + sum(bh[l] * m.us[l, p] for l in bstarts) + sum(bt[l] * m.ue[l, p] for l in bends)
-                              + (m.tau[p] if has_excess else 0) + const)
-    m._ilp_excess_bounded = has_excess
+                              + (m.tau[p] if has_excess else 0) + ties[p] + const)
+    m._ilp_excess_bounded = has_excess or bool(np.any(lin.grad_ub > 0))
 
 
 @dataclass(frozen=True)
