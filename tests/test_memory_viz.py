@@ -93,7 +93,7 @@ def test_the_split_of_a_plan_with_activation_policies_is_its_effective_chains():
     from workbench.viz.memory import memory_split
 
     ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 100, 10, 400) for i in range(6)), input_bytes=10)
-    plat = Platform(2, memory=1900, optimizer="sgd", weights="single")
+    plat = Platform(2, memory=1900, optimizer="sgd", weights="single", zero_grad="zeros")
     p = make_plan(ch, plat, "dp", activations="auto")
     assert p.feasible and "recompute" in p.activations
     df = memory_split(p, ch, plat)

@@ -64,7 +64,8 @@ METHODS: tuple[tuple[str, str, str, str], ...] = tuple(
     (variant(name, alloc).short + suffix, name, alloc, policy)
     for name, alloc in lineup("largest") for policy, suffix in (("keep", ""), ("auto", " + auto")))
 _COLUMNS = ("forward", "backward", "weight_bytes", "activation_bytes", "saved_bytes", "grad_bytes", "max_param_bytes",
-            "saved_input_bytes", "saved_output_bytes", "forward_peak_bytes", "backward_peak_bytes")
+            "saved_input_bytes", "saved_output_bytes", "forward_peak_bytes", "backward_peak_bytes",
+            "backward_fresh_peak_bytes")
 
 
 def family_config(d_model: int) -> dict:

@@ -370,11 +370,13 @@ def _run_platform(args: argparse.Namespace, plan, chain):
 
 def run_command(args: argparse.Namespace) -> int:
     """Handler of ``python -m workbench run`` (see the module docstring)."""
+    from workbench.front.planning import resolve_setup
     from workbench.model.plan import Plan
 
     plan = Plan.from_json(Path(args.plan_file))
     if not plan.feasible:
         raise ValueError(f"{args.plan_file}: the plan is infeasible; nothing to run")
+    resolve_setup(args, plan)           # an option that contradicts the plan's set-up: refused before anything
     batch_size = args.batch_size
     chain = None
     profile = getattr(args, "profile", None)

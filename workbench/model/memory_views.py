@@ -51,23 +51,32 @@ def plan_memory(chain: Chain, platform: Platform, stages: Sequence) -> list[floa
 def memory_breakdown(chain: Chain, platform: Platform, stages: Sequence) -> list[dict[str, float]]:
     """Per device, the bytes of each term (they add up to :func:`plan_memory`'s figure).
 
-    Keys: ``parameters``, ``gradients``, ``optimizer``, ``master`` (fp32 copies), ``stashed``,
-    ``activations``, ``buffers`` (receive buffers), ``transient`` (the largest excess), ``runtime``; the paper
-    model has ``weights`` (phi W), ``stashed`` and ``activations``; ``offloaded`` (the one copy of offloaded
-    activations a device holds) when a layer offloads.
+    Keys: ``parameters``, ``gradients`` (resident: ``zero_grad zeros``; under ``none`` a stage's gradients
+    live from its backward to its step, in ``transient``), ``optimizer``, ``master`` (fp32 copies),
+    ``stashed``, ``activations``, ``buffers`` (receive buffers), ``transient`` (the largest excess),
+    ``runtime``; the paper model has ``weights`` (phi W), ``stashed`` and ``activations``; ``offloaded`` (the
+    one copy of offloaded activations a device holds) when a layer offloads; ``tied`` (copies of shared
+    parameters, with their gradients and optimizer state as the engine keeps them, and the owner's receive
+    buffer for a sharer's gradient) when the chain has shared parameters.
     """
+    from workbench.model.memory import stage_ties
+
     t = layer_terms(chain, platform)
     names = (["weights"] if t.model == "paper" else ["parameters", "gradients", "optimizer", "master"])
     if np.any(t.parts["offloaded"] > 0):
         names.append("offloaded")
-    out = [dict.fromkeys(names + ["stashed", "activations", "buffers", "transient", "runtime"], 0.0)
+    tied = ["tied"] if t.ties else []
+    out = [dict.fromkeys(names + tied + ["stashed", "activations", "buffers", "transient", "runtime"], 0.0)
            for _ in range(platform.devices)]
     excess = [0.0] * platform.devices
     for s in stages:
         row = out[s.device]
         for n in names:
             row[n] += float(np.sum(t.parts[n][s.first:s.last + 1]))
-        row["stashed"] += (s.in_flight - 1) * float(t.p_stash[s.last + 1] - t.p_stash[s.first])
+        ties = stage_ties(t, s.first, s.last)
+        if tied:
+            row["tied"] += ties.static
+        row["stashed"] += (s.in_flight - 1) * (float(t.p_stash[s.last + 1] - t.p_stash[s.first]) + ties.stash)
         row["activations"] += s.in_flight * stage_activation(t, s.first, s.last)
         row["buffers"] += float(t.buf_in[s.first] + t.buf_out[s.last])
         excess[s.device] = max(excess[s.device], stage_excess(t, s.first, s.last))
@@ -199,7 +208,8 @@ def torch_engine_memory(chain: Chain, platform: Platform, stages: Sequence, micr
       loop), the largest forward or backward excess, and what the engine holds beyond the model
       (:func:`torch_engine_extra`);
     * the optimizer step after the flush: parameters, gradients, optimizer state, the receive buffers torch
-      keeps (N per micro-batch each way) and stage 0's whole input, and the largest step's temporaries.
+      keeps (N per micro-batch each way) and stage 0's whole input (no activations: nothing in flight,
+      nothing offloaded), and the largest step's temporaries.
 
     >>> from workbench.model.chain import Chain, Layer, Platform
     >>> from workbench.model.plan import Stage
@@ -223,7 +233,8 @@ def torch_engine_memory(chain: Chain, platform: Platform, stages: Sequence, micr
         a, b, d = st.first, st.last, st.device
         ops[d] += stage_memory(t, a, b, st.in_flight)
         op_excess[d].append(stage_op_excess(t, a, b))
-        held = stage_memory(t, a, b, 1) - stage_activation(t, a, b)       # static, its two buffers, ties
+        held = stage_memory(t, a, b, 1) - stage_activation(t, a, b)       # static, its two buffers, ties ...
+        held -= float(np.sum(t.parts["offloaded"][a:b + 1]))               # ... no offloaded copy at the step
         held += (n - 1) * ((chain.cut(a - 1) if i > 0 else 0.0) + (chain.cut(b) if i < last else 0.0))
         held += n * float(chain.input_bytes) if i == 0 else 0.0
         at_step[d] += held

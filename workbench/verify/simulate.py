@@ -284,7 +284,8 @@ def simulate_flushed(chain: Chain, platform: Platform, assignment: Sequence[int]
     makespan = run.t_flush
     sm = StageMemory.of(chain, platform, runs, stash=False, step_in_ops=False)
     op_rows = [(s, a0[s], a1[s]) for s in range(S) for a0, a1 in ((run.fs, run.fe), (run.bs, run.be))]
-    mem = memory_frame(platform.devices, pipe.dev, sm, run.fs, run.be, op_rows, 0.0, max(makespan, 1e-300))
+    mem = memory_frame(platform.devices, pipe.dev, sm, run.fs, run.be, op_rows, 0.0, max(makespan, 1e-300),
+                       grads_at=np.nanmin(run.bs, axis=1))
     mem = with_step_rows(mem, chain, platform, runs, pipe.dev, makespan)
     total = m * flushes
     return Trace(ops, mem, platform.devices, period=makespan / total if total else math.nan, source="simulated",

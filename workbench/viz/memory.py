@@ -40,13 +40,15 @@ __all__ = ["memory_timeline", "memory_bars", "memory_split", "byte_unit", "SPLIT
            "DEVICE_COLORS"]
 
 #: the terms a device's memory splits into (model.memory_views.memory_breakdown), bottom to top, with legend labels
-SPLIT_TERMS = {"weights": "live weights (φ·W)", "parameters": "parameters", "gradients": "gradients",
-               "optimizer": "optimizer state", "master": "fp32 master copies", "stashed": "stashed versions ((k-1)·W)",
+SPLIT_TERMS = {"weights": "live weights (φ·W)", "parameters": "parameters", "gradients": "gradients (resident)",
+               "optimizer": "optimizer state", "master": "fp32 master copies",
+               "tied": "tied copies (shared parameters)", "stashed": "stashed versions ((k-1)·W)",
+               "offloaded": "offloaded activations (one copy)", "buffers": "receive buffers",
                "activations": "activations (k·A)", "transient": "largest transient (one operation)",
                "runtime": "runtime context"}
 SPLIT_COLORS = {"weights": "#7F7F7F", "parameters": "#7F7F7F", "gradients": "#B07AA1", "optimizer": "#59A14F",
-                "master": "#9C755F", "stashed": "#F28E2B", "activations": "#3366CC", "transient": "#E15759",
-                "runtime": "#BAB0AC"}
+                "master": "#9C755F", "tied": "#EDC948", "stashed": "#F28E2B", "offloaded": "#76B7B2",
+                "buffers": "#D4A6C8", "activations": "#3366CC", "transient": "#E15759", "runtime": "#BAB0AC"}
 DEVICE_COLORS = ["#4E79A7", "#E15759", "#59A14F", "#B07AA1", "#F28E2B", "#76B7B2", "#EDC948", "#9C755F"]
 LIMIT_COLOR = "#D62728"
 
@@ -94,7 +96,10 @@ def _flushed_split(plan: Plan, chain: Chain, platform: Platform) -> list[dict[st
     from workbench.verify.simulate import simulate_flushed
 
     one = [replace(s, in_flight=1) for s in plan.stages]
-    rows = memory_breakdown(chain, platform, one)
+    # the micro-batches' gradients accumulate to the step after the flush: split as resident, then counted as
+    # far as the simulated peak holds them (under zero_grad none, not before a stage's first backward)
+    zeros = platform.with_(zero_grad="zeros") if platform.memory_model == "full" else platform
+    rows = memory_breakdown(chain, zeros, one)
     trace = simulate_flushed(chain, platform, plan.assignment, int(plan.micro_batches or 1), kind=plan.schedule)
     mem = trace.memory
     for d, row in enumerate(rows):
@@ -104,6 +109,9 @@ def _flushed_split(plan: Plan, chain: Chain, platform: Platform) -> list[dict[st
                 row[k] = 0.0
             continue
         peak = m.loc[m["total"].idxmax()]
+        if "gradients" in row:
+            others = sum(v for k, v in row.items() if k not in ("gradients", "stashed", "activations", "transient"))
+            row["gradients"] = max(float(peak["weights"]) - others, 0.0)
         row["stashed"] = 0.0
         row["activations"] = float(peak["activations"])
         row["transient"] = float(peak.get("transient", 0.0))
