@@ -42,7 +42,7 @@ __all__ = ["memory_timeline", "memory_bars", "memory_split", "byte_unit", "SPLIT
 #: the terms a device's memory splits into (model.memory_views.memory_breakdown), bottom to top, with legend labels
 SPLIT_TERMS = {"weights": "live weights (φ·W)", "parameters": "parameters", "gradients": "gradients (resident)",
                "optimizer": "optimizer state", "master": "fp32 master copies",
-               "tied": "tied copies (shared parameters)", "stashed": "stashed versions ((k-1)·W)",
+               "tied": "tied parameters (copies; owner's receive buffer)", "stashed": "stashed versions ((k-1)·W)",
                "offloaded": "offloaded activations (one copy)", "buffers": "receive buffers",
                "activations": "activations (k·A)", "transient": "largest transient (one operation)",
                "runtime": "runtime context"}
@@ -126,11 +126,14 @@ def _limit_line(fig: go.Figure, limit: float | None, scale: float, unit: str) ->
                   annotation_font=dict(color=LIMIT_COLOR, size=11))
 
 
-def memory_bars(plan: Plan, chain: Chain, platform: Platform, *, title: str | None = None) -> go.Figure:
-    """Stacked bars per device: activations, live weights, stashed versions; the limit dashed.
+def memory_bars(plan: Plan, chain: Chain, platform: Platform, *, title: str | None = None,
+                measured: list[float] | None = None) -> go.Figure:
+    """Stacked bars per device: activations, live weights, stashed versions, tied copies...; the limit dashed.
 
     A diamond marks the plan's reported memory where it differs from the split
-    (flushed schedules report their simulated peak).
+    (flushed schedules report their simulated peak). ``measured``: a run's peak per device
+    (``memory_measured`` of :func:`workbench.front.running.run_and_compare`), drawn as a black bar
+    across each device's column, labelled with the prediction's error (predicted / measured - 1).
     """
     df = memory_split(plan, chain, platform)
     limit = plan.memory_limit if math.isfinite(plan.memory_limit) else platform.memory
@@ -152,6 +155,14 @@ def memory_bars(plan: Plan, chain: Chain, platform: Platform, *, title: str | No
         fig.add_scatter(x=[x[i] for i in np.flatnonzero(diff)], y=(df.loc[diff, "reported"] / scale).tolist(),
                         mode="markers", name="plan's reported memory",
                         marker=dict(symbol="diamond", size=11, color="black"))
+    if measured is not None:
+        pred = df["reported"].where(df["reported"].notna(), df["total"]).astype(float).tolist()
+        fig.add_scatter(x=x, y=[m / scale for m in measured], mode="markers", name="measured peak (MemTracker)",
+                        marker=dict(symbol="line-ew", size=40, color="black", line=dict(width=4, color="black")),
+                        hovertemplate=f"%{{x}} measured: %{{y:.3f}} {unit}<extra></extra>")
+        fig.add_scatter(x=x, y=[max(m, p) / scale for m, p in zip(measured, pred)], mode="text", showlegend=False,
+                        text=[f"prediction {p / m - 1:+.1%}" if m > 0 else "" for m, p in zip(measured, pred)],
+                        textposition="top center", textfont=dict(size=11), hoverinfo="skip")
     _limit_line(fig, limit, scale, unit)
     fig.update_layout(barmode="stack", template=TEMPLATE, height=380,
                       title=title or f"Memory per device ({plan.method or 'plan'}, weights {platform.weights})",
