@@ -125,6 +125,9 @@ def test_a_tied_copy_by_hand():
     flight, a fresh gradient sent to the owner, whose stage holds a receive buffer for it."""
     chain = _tied_chain()
     plain = chain.with_meta(tied="[]")
+    default = Platform(2, optimizer="adam", weights="single")      # torch's default loop: no gradient between steps
+    assert (stage_memory(layer_terms(chain, default), 2, 2, 1)
+            - stage_memory(layer_terms(plain, default), 2, 2, 1)) == 40 + 2 * 40   # the copy and its Adam state
     single = Platform(2, optimizer="adam", weights="single", zero_grad="zeros")
     t, u = layer_terms(chain, single), layer_terms(plain, single)
     assert stage_memory(t, 2, 2, 1) - stage_memory(u, 2, 2, 1) == 40 + 40 + 2 * 40     # parameter, gradient, Adam
