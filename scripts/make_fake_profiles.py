@@ -22,7 +22,7 @@ sys.path.insert(0, str(REPO))
 from workbench.paths import PROFILES_DIR  # noqa: E402
 from workbench.profiles.csvio import write_profile  # noqa: E402
 from workbench.profiles.fake import fake_profile, for_gpu  # noqa: E402
-from workbench.profiles.usermodel import load_user_model  # noqa: E402
+from workbench.profiles.usermodel import load_user_model, spec_relative_to  # noqa: E402
 
 #: file stem -> (FILE.py:FUNC under the repository, the GPUs it is written for)
 MODELS: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -37,7 +37,7 @@ def make(name: str, out_dir: Path) -> list[Path]:
     func = spec.split(":")[1]
     t0 = time.perf_counter()
     chain, times = fake_profile(lambda: _built(f"{path}:{func}"), gpus[0], return_work=True, progress=True,
-                                meta={"network": name, "module": spec})
+                                meta={"network": name, "module": spec_relative_to(f"{path}:{func}", out_dir)})
     print(f"{name}: profiled fake in {time.perf_counter() - t0:.0f} s", flush=True)
     out = []
     for gpu in gpus:

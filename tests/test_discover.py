@@ -64,10 +64,13 @@ def test_blocks_route_with_constants_and_a_tie():
 
 def test_a_block_argument_that_follows_the_input_is_refused():
     ids, y = torch.randint(0, 11, (2, 5)), torch.zeros(2, 5).long()
-    # the blocks route refuses; the traced graph then keeps the blocks in one layer with the embedding
+    # the blocks route refuses; the traced graph then sends the scale forward beside the hidden state
     found = discover_layers(Stack(scale_from_input=True), ids, _loss, y)
-    assert found.how == "traced graph" and found.names == ("embed+blocks", "norm", "head")
-    with pytest.raises(DiscoveryError, match="(?s)'scale' changes with the input's values.*could not trace"):
+    assert found.how == "traced graph" and found.names == ("embed", "blocks.0", "blocks.1", "blocks.2", "norm", "head")
+    h = found.modules[0](ids)
+    assert tuple(h.shape) == (2 * 5 * 8 + 1,)              # the hidden state and the 0-d scale, packed
+    with pytest.raises(DiscoveryError, match="(?s)'scale' changes with the input's values.*could not trace "
+                                             "Stack.forward at test_discover.py"):
         discover_layers(Stack(scale_from_input=True, branch=True), ids, _loss, y)
 
 
@@ -81,10 +84,41 @@ class Skip(nn.Module):
         return self.c(self.b(h)) + h          # h skips b and c: between them two tensors would cross
 
 
-def test_traced_route_merges_across_a_skip_connection():
+def test_traced_route_sends_a_skip_connection_forward():
     found = discover_layers(Skip(), torch.randn(2, 4))
-    assert found.how == "traced graph" and found.names == ("a", "b+c")
-    assert [sorted(n for n, _ in m.named_children()) for m in found.modules] == [["a"], ["b", "c"]]
+    assert found.how == "traced graph" and found.names == ("a", "b", "c")
+    assert [sorted(n for n, _ in m.named_children()) for m in found.modules] == [["a"], ["b"], ["c"]]
+    x = found.input
+    assert [tuple(h.shape) for h in (found.modules[0](x), found.modules[1](found.modules[0](x)))] == [(2, 4), (16,)]
+
+
+class Extra(Stack):
+    """Stack returning a dict: the logits and a tensor computed before the blocks."""
+
+    def forward(self, ids: torch.Tensor) -> dict:
+        h = self.embed(ids)
+        aux = h.pow(2).mean()
+        if self.branch and bool(ids.sum() < 0):      # control flow on values: torch.fx cannot trace it
+            h = -h
+        for b in self.blocks:
+            h = b(h)
+        return {"logits": self.head(self.norm(h)), "aux": aux}
+
+
+def test_the_loss_gets_the_models_output_or_says_what_it_got():
+    ids = torch.randint(0, 11, (2, 5))
+    found = discover_layers(Extra(), ids, lambda out, y: _loss(out["logits"], y), ids)   # a dict, as returned
+    assert found.how == "blocks at blocks"
+    # a loss that needs "aux": the blocks route cannot carry it; the traced graph sends it forward, packed
+    def with_aux(out, y):
+        return _loss(out["logits"], y) + out["aux"]
+
+    found = discover_layers(Extra(), ids, with_aux, ids)
+    assert found.how == "traced graph" and len(found) == 6
+    with pytest.raises(DiscoveryError, match=r"the loss got a dict with \['logits'\] from the last layer, "
+                                             r"\['aux'\] None and failed \(TypeError: .*compute the loss from "
+                                             r"\['logits'\] alone.*could not trace Extra.forward"):
+        discover_layers(Extra(branch=True), ids, with_aux, ids)
 
 def test_sequential_and_lists_keep_their_children():
     seq = nn.Sequential(nn.Linear(2, 3), nn.ReLU())

@@ -54,6 +54,63 @@ def gpt2_with_cache():
     return gpt2(use_cache=True)
 
 
+def _padded(ids: torch.Tensor) -> torch.Tensor:
+    """An attention mask with padding at the end of two rows."""
+    mask = torch.ones_like(ids)
+    mask[1, SEQ - 5:] = 0
+    mask[3, SEQ // 2:] = 0
+    return mask
+
+
+def gpt2_padded():
+    """GPT-2 as its default config builds it (use_cache on) and a padded batch given as a dict."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    cfg = GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=VOCAB, n_positions=SEQ, resid_pdrop=0.0,
+                     embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0, eos_token_id=0)
+    ids = torch.randint(0, VOCAB, (BATCH, SEQ))
+    return GPT2LMHeadModel(cfg), {"input_ids": ids, "attention_mask": _padded(ids)}, ids.roll(-1, 1), _lm_loss
+
+
+def bert_padded():
+    """BERT for masked LM (its head tied to the embedding): ids, a padding mask and token types in a dict."""
+    from transformers import BertConfig, BertForMaskedLM
+
+    cfg = BertConfig(num_hidden_layers=2, hidden_size=32, intermediate_size=64, num_attention_heads=2,
+                     vocab_size=VOCAB, max_position_embeddings=SEQ, hidden_dropout_prob=0.0,
+                     attention_probs_dropout_prob=0.0, pad_token_id=0)
+    ids = torch.randint(1, VOCAB, (BATCH, SEQ))
+    types = torch.zeros_like(ids)
+    types[:, SEQ // 2:] = 1
+    inputs = {"input_ids": ids, "attention_mask": _padded(ids), "token_type_ids": types}
+    return BertForMaskedLM(cfg), inputs, ids, _lm_loss
+
+
+class Residual(nn.Module):
+    """Blocks in a ModuleList with a skip from the stem across three of them, a functional mean before the
+    head, and a dict as output: discovery traces the code between the blocks."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = nn.Linear(12, 32)
+        self.blocks = nn.ModuleList(nn.Sequential(nn.LayerNorm(32), nn.Linear(32, 32), nn.GELU()) for _ in range(6))
+        self.head = nn.Linear(32, 10)
+
+    def forward(self, x: torch.Tensor) -> dict:
+        h = self.stem(x)
+        skip = h
+        for i, block in enumerate(self.blocks):
+            h = h + block(h)
+            if i == 2:
+                h = h + skip
+        return {"logits": self.head(h.mean(1))}
+
+
+def residual():
+    return Residual(), torch.randn(BATCH, 6, 12), torch.randint(0, 10, (BATCH,)), \
+        lambda out, y: F.cross_entropy(out["logits"], y)
+
+
 def bert():
     from transformers import BertConfig, BertForSequenceClassification
 
@@ -121,7 +178,10 @@ MODELS = {
     "gpt2": (5, "blocks at transformer.h"),
     "bert": (6, "blocks at bert.encoder.layer"),
     "llama": (5, "blocks at model.layers"),
-    "cnn": (5, "traced graph"),
+    "cnn": (6, "traced graph"),
+    "gpt2_padded": (5, "blocks at transformer.h"),
+    "bert_padded": (4, "blocks at bert.encoder.layer"),
+    "residual": (8, "traced graph"),
 }
 
 
@@ -146,16 +206,22 @@ def test_profile_finds_the_layers_and_counts_ties_once(profiles, name):
 
     chain = read_profile(profiles[1][name])
     layers, how = MODELS[name]
+    from workbench.profiles.usermodel import resolve_spec
+
     assert len(chain) == layers and chain.meta["layers_found"] == how
-    assert chain.meta["module"] == _spec(name)
+    folder = profiles[1][name].parent      # the module is recorded relative to the profile's folder
+    assert not chain.meta["module"].startswith("/") and resolve_spec(chain.meta["module"], folder).endswith(
+        f"tests/test_own_model.py:{name}")
     model = globals()[name]()[0]
     unique = sum(p.numel() * p.element_size() for p in model.parameters())   # each shared parameter once
     assert chain.weights.sum() == unique
     tied = json.loads(chain.meta.get("tied", "[]"))
-    if name == "gpt2":          # the token embedding is the LM head's weight: counted at the embedding only
+    if name in ("gpt2", "gpt2_padded"):   # the token embedding is the LM head's weight: counted at the embedding
         assert [t["parameter"] for t in tied] == ["transformer.wte.weight"]
         assert tied[0]["owner"] == chain.layers[0].name and tied[0]["layers"][-1] == "lm_head"
         assert tied[0]["bytes"] == VOCAB * 32 * 4 and chain.layers[-1].weight_bytes == 0
+    elif name == "bert_padded":
+        assert [t["parameter"] for t in tied] == ["bert.embeddings.word_embeddings.weight"]
     else:
         assert tied == []
 
@@ -187,8 +253,40 @@ def test_run_on_ranks_matches_one_process(profiles, name, devices, method, weigh
     assert len(s["memory_measured"]) == devices == len(s["memory_predicted"])
     for k in ("predicted_period", "measured_period", "memory_predicted", "memory_measured", "max_grad_error"):
         assert s[k] is not None
-    if name == "gpt2":
+    if name in ("gpt2", "gpt2_padded"):
         assert [t["parameter"] for t in s["tied"]] == ["transformer.wte.weight"]
+
+
+def test_the_padding_reaches_the_gradients():
+    """The gradient check has teeth for padded batches: the mask changes GPT-2's and BERT's gradients by far
+    more than the rounding bound, so a run that lost the mask (or used another batch's) would fail it."""
+    from workbench.runtime.engine import Workload, grad_error, reference_gradients
+
+    for name in ("gpt2_padded", "bert_padded"):
+        padded = reference_gradients(Workload.module(_spec(name)), 1)
+        model, inputs, y, loss = globals()[name]()
+        model.config.use_cache = False
+        loss(model(**{**inputs, "attention_mask": torch.ones_like(inputs["attention_mask"])}), y).backward()
+        unpadded = {n: p.grad for n, p in model.named_parameters()}
+        assert grad_error(unpadded, padded)[1] > 1e-2, name
+
+
+def test_a_skip_that_spans_stages_is_sent_forward():
+    """Residual's skip leaves the stem on rank 0 and rejoins after blocks.2 on rank 1: packed beside the hidden
+    state at every boundary it crosses; both engines, 4 ranks, gradients equal one process's."""
+    from workbench.model.chain import Platform
+    from workbench.profiles.profiler import profile_workload
+    from workbench.runtime.engine import Workload, grad_error, reference_gradients, run_plan
+    from workbench.verify.schedule import best_schedule
+
+    wl = Workload.module(_spec("residual"))
+    chain = profile_workload(wl, repeats=1, warmup=0)
+    assert [l.activation_bytes for l in chain.layers[:4]] == [BATCH * 6 * 32 * 4 * k for k in (1, 2, 2, 1)]
+    plan = best_schedule(chain, Platform(4), [0, 0, 1, 1, 2, 2, 3, 3])
+    ref = reference_gradients(wl, 3)
+    for engine in ("torch", "pipedream"):
+        res = run_plan(plan, wl, 3, weights="single", engine=engine, timeout=120)
+        assert grad_error(res.grads, ref)[1] < 1e-5, engine
 
 
 def test_the_plan_shows_the_tie_and_replay_takes_a_module(profiles, capsys):
@@ -247,12 +345,14 @@ def test_a_plan_for_another_model_is_refused_before_any_rank(profiles, capsys):
 
 
 def test_models_that_cannot_be_split_say_why(tmp_path, capsys):
-    assert main(["profile", "--module", _spec("gpt2_with_cache"), "--out", str(tmp_path / "x.csv")]) == 2
-    err = capsys.readouterr().err
-    assert "transformer.h.0" in err and "use_cache=False" in err
+    # GPT-2 with use_cache on (its default): switched off for training, and said so
+    assert main(["profile", "--module", _spec("gpt2_with_cache"), "--out", str(tmp_path / "x.csv"),
+                 "--repeats", "1"]) == 0
+    assert "note: GPT2LMHeadModel: config.use_cache switched off for training" in capsys.readouterr().out
     assert main(["profile", "--module", _spec("branchy"), "--out", str(tmp_path / "x.csv")]) == 2
     err = capsys.readouterr().err
-    assert "cannot split Branchy" in err and "torch.fx could not trace" in err
+    assert "cannot split Branchy" in err and "torch.fx could not trace Branchy.forward at test_own_model.py:" in err
+    assert "('if h.sum() > 0:')" in err and "move that code into an nn.Module of its own" in err
     assert main(["profile", "--module", f"{HERE}:nothing", "--out", str(tmp_path / "x.csv")]) == 2
     assert "has no function 'nothing'" in capsys.readouterr().err
     assert main(["profile", "--module", "no_such_file.py:f", "--out", str(tmp_path / "x.csv")]) == 2

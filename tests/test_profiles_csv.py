@@ -55,6 +55,29 @@ def test_metadata_and_optional_saved(tmp_path):
     ("name,forward_ms,backward_ms,weight_bytes,activation_bytes,saved_bytes\nx,1,2,3,4,1e18\n",
      r"saved_bytes 1e\+18 is above"),
     (HEADER + "x,0,0,3,4\ny,0,0,3,4\n", r"every layer has zero forward and backward time"),
+    # every column and every header value the workbench computes with is bounded (issue 23)
+    (HEADER + "x,1e-300,1e-300,3,4\ny,1,2,3,4\n", r"layer 1 \('x'\): forward_ms 1e-300 is below 1e-06 ms"),
+    (HEADER + "x,1,2,3,4\ny,1,1e-9,3,4\n", r"layer 2 \('y'\): backward_ms 1e-09 is below"),
+    *[(f"name,forward_ms,backward_ms,weight_bytes,activation_bytes,{c}\nx,1,2,3,4,1e300\ny,1,2,3,4,1\n",
+       rf"layer 1 \('x'\): {c} 1e\+300 is above 1.1259e\+15 bytes")
+      for c in ("grad_bytes", "max_param_bytes", "saved_input_bytes", "saved_output_bytes", "forward_peak_bytes",
+                "backward_peak_bytes", "cut_bytes")],
+    ("# runtime_bytes: -5000000000\n" + HEADER + "x,1,2,3,4\n",
+     r"metadata: runtime_bytes -5000000000: must be a number of bytes from 0 to 1 PiB"),
+    ("# runtime_bytes: 1e300\n" + HEADER + "x,1,2,3,4\n", r"metadata: runtime_bytes 1e300"),
+    ("# runtime_bytes: lots\n" + HEADER + "x,1,2,3,4\n", r"metadata: runtime_bytes lots"),
+    ("# input_bytes: 1e300\n" + HEADER + "x,1,2,3,4\n", r"metadata: input_bytes 1e300"),
+    ("# batch_size: 0\n" + HEADER + "x,1,2,3,4\n", r"metadata: batch_size 0: must be a whole number from 1"),
+    ("# batch_size: 2.5\n" + HEADER + "x,1,2,3,4\n", r"metadata: batch_size 2.5"),
+    ("# dtype: float31\n" + HEADER + "x,1,2,3,4\n", r"metadata: dtype 'float31': must be one of float32"),
+    ("# model_config: [1, 2]\n" + HEADER + "x,1,2,3,4\n", r"metadata: model_config: must be a JSON object"),
+    ("# tied: [{\"owner\"\n" + HEADER + "x,1,2,3,4\n", r"metadata: tied: not JSON"),
+    ('# tied: [{"owner": "x", "layers": ["x", "z"], "bytes": 8}]\n' + HEADER + "x,1,2,3,4\ny,1,2,3,4\n",
+     r"tied, entry 1: \['z'\] are not layers of the profile"),
+    ('# tied: [{"owner": "x", "layers": ["x", "y"], "bytes": -8}]\n' + HEADER + "x,1,2,3,4\ny,1,2,3,4\n",
+     r"tied, entry 1: bytes -8: must be a number of bytes"),
+    ('# tied: [{"owner": "y", "layers": ["x", "y"], "bytes": 8}]\n' + HEADER + "x,1,2,3,4\ny,1,2,3,4\n",
+     r"tied, entry 1: layers must list the owner first"),
 ])
 def test_bad_input_names_file_row_column(tmp_path, body, pattern):
     p = write(tmp_path, body, "bad.csv")
@@ -85,3 +108,20 @@ def test_byte_order_mark_and_extra_numeric_columns_pass(tmp_path):
 def test_a_folder_is_not_a_profile(tmp_path):
     with pytest.raises(ProfileError, match="is a folder"):
         read_profile(tmp_path)
+
+
+def test_a_negative_runtime_constant_cannot_make_a_plan_valid(tmp_path, capsys):
+    """The issue's case: runtime_bytes -5e9 made every device's memory negative and `check --memory 1` said
+    valid. The loader refuses the profile, and a chain built in code refuses the value too."""
+    from workbench.front.cli import main
+
+    good = write(tmp_path, HEADER + "x,1,2,1000,100\ny,1,2,1000,100\n", "good.csv")
+    assert main(["plan", "--profile", str(good), "--devices", "2", "--json", str(tmp_path / "plan.json")]) == 0
+    bad = write(tmp_path, "# runtime_bytes: -5000000000\n" + good.read_text(), "bad.csv")
+    capsys.readouterr()
+    assert main(["check", str(tmp_path / "plan.json"), "--profile", str(bad), "--memory", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "runtime_bytes -5000000000" in err and err.count("\n") == 1
+    with pytest.raises(ValueError, match="runtime_bytes -5e9"):
+        Chain((Layer("a", 1, 1, 10, 4),), meta={"runtime_bytes": "-5e9"})
+    assert main(["check", str(tmp_path / "plan.json"), "--profile", str(good), "--memory", "1"]) == 1   # 2 KB > 1 B

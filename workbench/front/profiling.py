@@ -130,12 +130,17 @@ def profile_command(args: Any) -> int:
     if getattr(args, "fake", False):
         return _fake_profile(args, kwargs)
     if getattr(args, "module", None):
+        from workbench.profiles.usermodel import user_code
         from workbench.profiles.workload import Workload
 
-        wl = Workload.module(args.module)
-        print(f"finding the layers of {wl.name} ...", flush=True)
-        chain, stats = profile_workload(wl, args.device, warmup=args.warmup, repeats=args.repeats, progress=True,
-                                        threads=threads, return_stats=True)
+        with user_code(args.module):
+            wl = Workload.module(args.module)
+            for note in wl.notes:
+                print(f"note: {note}", flush=True)
+            print(f"finding the layers of {wl.name} ...", flush=True)
+            chain, stats = profile_workload(wl, args.device, warmup=args.warmup, repeats=args.repeats,
+                                            progress=True, threads=threads, return_stats=True)
+        chain = _module_from_profile(chain, args.module, args.out)
     else:
         chain, stats = profile_zoo(args.model, args.batch_size, args.device, warmup=args.warmup, repeats=args.repeats,
                                    progress=True, threads=threads, return_stats=True,
@@ -155,6 +160,16 @@ def profile_command(args: Any) -> int:
     return 0
 
 
+def _module_from_profile(chain: Any, spec: str, out: str) -> Any:
+    """``chain`` recording its ``--module`` relative to the folder of the profile ``out``."""
+    import dataclasses
+    from pathlib import Path
+
+    from workbench.profiles.usermodel import spec_relative_to
+
+    return dataclasses.replace(chain, meta={**chain.meta, "module": spec_relative_to(spec, Path(out).parent)})
+
+
 def _report_spread(chain: Any, repeats: int) -> None:
     m = chain.meta
     print(f"spread of {repeats} repeats, (max-min)/median per layer: forward median "
@@ -169,7 +184,11 @@ def _fake_profile(args: Any, kwargs: dict[str, Any]) -> int:
 
     if args.module:
         print(f"building {args.module} under fake tensors (nothing is allocated) ...", flush=True)
-        chain = fake_module(args.module, args.gpu, progress=True)
+        from workbench.profiles.usermodel import user_code
+
+        with user_code(args.module):
+            chain = fake_module(args.module, args.gpu, progress=True)
+        chain = _module_from_profile(chain, args.module, args.out)
     else:
         chain = fake_zoo(args.model, args.batch_size, args.gpu, dtype=args.dtype, progress=True, **kwargs)
     write_profile(chain, args.out)

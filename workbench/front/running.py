@@ -329,12 +329,15 @@ def _replay(plan, chain, platform, wl, steps: int, out: Path, optimizer: str) ->
 
 def _workload(args: argparse.Namespace, chain, plan, batch_size: int):
     """The workload of ``--module``, ``--model`` or the profile's metadata (``module`` / ``model``)."""
+    from workbench.profiles.usermodel import resolve_spec, user_code
     from workbench.runtime.engine import Workload
 
-    module = getattr(args, "module", None) or (chain.meta.get("module") if chain is not None and
-                                                not getattr(args, "model", None) else None)
+    module = getattr(args, "module", None)
+    if not module and chain is not None and chain.meta.get("module") and not getattr(args, "model", None):
+        module = resolve_spec(chain.meta["module"], Path(str(chain.meta.get("source_file", "."))).parent)
     if module:
-        return Workload.module(module)
+        with user_code(module):
+            return Workload.module(module)
     model = getattr(args, "model", None) or (chain.meta.get("model") if chain is not None else None)
     if not model:
         raise ValueError("say which model to run: --model NAME (zoo), --module FILE.py:FUNC, or a --profile "
@@ -388,16 +391,22 @@ def run_command(args: argparse.Namespace) -> int:
         if getattr(args, "dtype", None) and profile_dtype(chain) != dtype_name(args.dtype):
             raise ValueError(f"--dtype {args.dtype} but the profile {profile} was measured in {profile_dtype(chain)}: "
                              "a run is in its profile's precision")
-        if chain.meta.get("batch_size") and int(chain.meta["batch_size"]) != batch_size and \
+        profiled = int(str(chain.meta["batch_size"]).split()[0]) if chain.meta.get("batch_size") else None
+        if profiled and profiled != batch_size and \
                 not getattr(args, "module", None) and not chain.meta.get("module"):
             print(f"note: using the profile's batch size {chain.meta['batch_size']} (not {batch_size})")
-            batch_size = int(chain.meta["batch_size"])
+            batch_size = profiled
         if chain.meta.get("times") == "estimated":
             print(f"note: {profile} is a fake profile: its times are estimates for {chain.meta.get('gpu', 'a GPU')}, "
                   "this run measures this machine (memory and gradients compare; times do not)")
     wl = _workload(args, chain, plan, batch_size)
+    for note in wl.notes:
+        print(f"note: {note}", flush=True)
     print(f"checking the plan against {wl.name} ...", flush=True)
-    names = wl.layers().names
+    from workbench.profiles.usermodel import user_code
+
+    with user_code(wl.source):
+        names = wl.layers().names
     check_plan_against(plan, names, chain, what=f"{wl.name}")
     print(f"  {len(names)} layers, as the plan{' and the profile' if chain is not None else ''} says", flush=True)
     if chain is None:

@@ -27,7 +27,7 @@ from workbench.model.accelerators import DEFAULT_NODE_BANDWIDTH
 from workbench.model.memory import MEMORY_MODELS, OPTIMIZER_STATES, PRECISIONS, ZERO_GRADS
 from workbench.model.memory_views import merged_memory_columns
 from workbench.model.ties import remap_ties
-from workbench.model.units import format_bytes, parse_bandwidth, parse_size
+from workbench.model.units import bytes_value, format_bytes, parse_bandwidth, parse_size
 
 if TYPE_CHECKING:  # workbench.model.graph builds chains (Graph.linearise): the annotation only names the type
     from workbench.model.graph import Graph
@@ -145,6 +145,8 @@ class Chain:
                 raise ValueError("cut_bytes must be non-negative")
             object.__setattr__(self, "cut_bytes", cb)
         object.__setattr__(self, "meta", dict(self.meta))
+        if self.meta.get("runtime_bytes") not in (None, ""):      # every device's memory adds it
+            bytes_value(self.meta["runtime_bytes"], f"{self.name}: runtime_bytes")
 
     # ----- basic views -------------------------------------------------
     def __len__(self) -> int:

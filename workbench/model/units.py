@@ -17,7 +17,10 @@ from __future__ import annotations
 import math
 import re
 
-__all__ = ["parse_size", "parse_bandwidth", "format_bytes", "format_seconds", "UNITS"]
+__all__ = ["parse_size", "parse_bandwidth", "format_bytes", "format_seconds", "UNITS", "MAX_BYTES", "bytes_value"]
+
+#: a size above this (bytes; 1 PiB) is not a measurement: profiles and their metadata refuse it
+MAX_BYTES = float(2**50)
 
 UNITS: dict[str, float] = {
     "": 1.0,
@@ -99,3 +102,22 @@ def format_seconds(t: float) -> str:
     if abs(t) >= 1e-3:
         return f"{t * 1e3:.2f} ms"
     return f"{t * 1e6:.1f} us"
+
+
+def bytes_value(text: str | float | int, what: str) -> float:
+    """A byte count read from metadata: a finite number from 0 to :data:`MAX_BYTES`; else a ValueError
+    naming ``what``.
+
+    >>> bytes_value("1024", "runtime_bytes")
+    1024.0
+    >>> bytes_value("-5000000000", "runtime_bytes")
+    Traceback (most recent call last):
+    ValueError: runtime_bytes -5000000000: must be a number of bytes from 0 to 1 PiB (1.1259e+15)
+    """
+    try:
+        v = float(text)
+    except (TypeError, ValueError):
+        v = math.nan
+    if not 0.0 <= v <= MAX_BYTES:        # NaN fails too
+        raise ValueError(f"{what} {text}: must be a number of bytes from 0 to 1 PiB ({MAX_BYTES:.5g})")
+    return v

@@ -8,9 +8,11 @@ profiler's memory columns, each optional (``grad_bytes``, ``max_param_bytes``,
 loads and the memory model estimates them); other columns are read past. Bad
 input is refused with a :class:`ProfileError` naming the file, row and column:
 a column named twice, a value that is not a finite non-negative number, and
-values no measurement gives (a layer time over ``MAX_LAYER_MS``, a size over
-``MAX_BYTES``, every layer taking no time: :func:`check_values`, which every
-loader runs). A profile with no memory at all (every weight and activation 0)
+values no measurement gives (a layer time over ``MAX_LAYER_MS`` or, other than 0,
+under ``MIN_LAYER_MS``, a size in any column over ``MAX_BYTES``, every layer taking
+no time: :func:`check_values`, which every loader runs), and metadata the workbench
+computes with out of its range (:func:`check_meta`: ``runtime_bytes``, ``input_bytes``,
+``batch_size``, ``dtype``, ``tied``, ``model_config``). A profile with no memory at all (every weight and activation 0)
 loads with a :class:`ProfileWarning`. A UTF-8 byte-order mark is skipped.
 
 >>> import tempfile, pathlib
@@ -31,9 +33,10 @@ from pathlib import Path
 
 from workbench.io import write_text_atomic
 from workbench.model.chain import MEMORY_COLUMNS, Chain, Layer
+from workbench.model.units import MAX_BYTES, bytes_value
 
 __all__ = ["ProfileError", "ProfileWarning", "read_profile", "write_profile", "parse_profile_text", "check_values",
-           "REQUIRED_COLUMNS", "MAX_LAYER_MS", "MAX_BYTES"]
+           "check_meta", "REQUIRED_COLUMNS", "MAX_LAYER_MS", "MIN_LAYER_MS", "MAX_BYTES", "DTYPES"]
 
 REQUIRED_COLUMNS = ["name", "forward_ms", "backward_ms", "weight_bytes", "activation_bytes"]
 OPTIONAL_COLUMNS = ["saved_bytes", "cut_bytes", *MEMORY_COLUMNS]
@@ -41,8 +44,10 @@ OPTIONAL_COLUMNS = ["saved_bytes", "cut_bytes", *MEMORY_COLUMNS]
 
 #: a layer's forward or backward time above this (ms; about 2.8 hours per mini-batch) is not a measurement
 MAX_LAYER_MS = 1e7
-#: a layer's size above this (bytes; 1 PiB) is not a measurement
-MAX_BYTES = float(2**50)
+#: a layer's time below this but above 0 (ms; a nanosecond) is not a measurement either (write 0 for none)
+MIN_LAYER_MS = 1e-6
+#: the precisions a profile's ``dtype`` names (what the profilers write)
+DTYPES = ("float32", "bfloat16", "float16", "float64")
 
 
 class ProfileError(ValueError):
@@ -62,17 +67,18 @@ def check_values(chain: Chain, source: str) -> Chain:
     Traceback (most recent call last):
     workbench.profiles.csvio.ProfileError: p.csv, layer 1 ('a'): forward_ms 1e+300 is above 1e+07 ms; not a measurement
     """
-    limits = (("forward", "forward_ms", 1e3, MAX_LAYER_MS), ("backward", "backward_ms", 1e3, MAX_LAYER_MS),
-              ("weight_bytes", "weight_bytes", 1.0, MAX_BYTES),
-              ("activation_bytes", "activation_bytes", 1.0, MAX_BYTES),
-              ("saved_bytes", "saved_bytes", 1.0, MAX_BYTES))
+    limits = [("forward", "forward_ms", 1e3, MAX_LAYER_MS), ("backward", "backward_ms", 1e3, MAX_LAYER_MS)]
+    limits += [(c, c, 1.0, MAX_BYTES) for c in ("weight_bytes", "activation_bytes", "saved_bytes", *MEMORY_COLUMNS)]
     for i, layer in enumerate(chain.layers):
         for attr, column, scale, top in limits:
             v = getattr(layer, attr)
+            unit = "ms" if scale != 1.0 else "bytes"
             if v is not None and v * scale > top:
-                unit = "ms" if scale != 1.0 else "bytes"
                 raise ProfileError(f"{source}, layer {i + 1} ({layer.name!r}): {column} {v * scale:.6g} is above "
                                    f"{top:.6g} {unit}; not a measurement")
+            if unit == "ms" and 0 < v * scale < MIN_LAYER_MS:
+                raise ProfileError(f"{source}, layer {i + 1} ({layer.name!r}): {column} {v * scale:.6g} is below "
+                                   f"{MIN_LAYER_MS:.6g} ms (a nanosecond); not a measurement (0: no time)")
     cuts = chain.cut_bytes or ()
     for i, c in enumerate(cuts):
         if c > MAX_BYTES:
@@ -80,6 +86,7 @@ def check_values(chain: Chain, source: str) -> Chain:
                                f"{MAX_BYTES:.6g} bytes; not a measurement")
     if chain.input_bytes > MAX_BYTES:
         raise ProfileError(f"{source}, metadata: input_bytes {chain.input_bytes:.6g} is above {MAX_BYTES:.6g} bytes")
+    check_meta(chain.meta, [l.name for l in chain.layers], source)
     if not any(l.forward > 0 or l.backward > 0 for l in chain.layers):
         raise ProfileError(f"{source}: every layer has zero forward and backward time; there is nothing to plan")
     if not any(l.weight_bytes > 0 or l.activation_bytes > 0 or (l.saved_bytes or 0) > 0 for l in chain.layers):
@@ -88,6 +95,63 @@ def check_values(chain: Chain, source: str) -> Chain:
         warnings.warn(f"{source}: every weight and activation size is 0; plans will hold no memory",
                       ProfileWarning, stacklevel=2)
     return chain
+
+
+def check_meta(meta: dict, names: list[str], source: str) -> None:
+    """The metadata values the workbench computes with, each within what a measurement gives: ``runtime_bytes``
+    and ``input_bytes`` (0 to 1 PiB), ``batch_size`` (a whole number from 1, a note may follow), ``dtype``
+    (:data:`DTYPES`), ``tied`` (shared parameters of the profile's layers, docs/model.md) and ``model_config``
+    (a JSON object); a :class:`ProfileError` naming ``source`` and the key otherwise.
+
+    >>> check_meta({"runtime_bytes": "-5000000000"}, ["a"], "p.csv")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    workbench.profiles.csvio.ProfileError: p.csv, metadata: runtime_bytes -5000000000: must be a number of bytes ...
+    """
+    where = f"{source}, metadata"
+    try:
+        for key in ("runtime_bytes", "input_bytes"):
+            if str(meta.get(key, "")).strip():
+                bytes_value(meta[key], key)
+        if str(meta.get("batch_size", "")).strip():    # a number, perhaps with a note after it (PipeDream's)
+            b = _number(str(meta["batch_size"]).split()[0], where, "batch_size")
+            if b is None or b < 1 or b != int(b):
+                raise ValueError(f"batch_size {meta['batch_size']}: must be a whole number from 1")
+        if str(meta.get("dtype", "")).strip() and meta["dtype"] not in DTYPES:
+            raise ValueError(f"dtype {meta['dtype']!r}: must be one of {', '.join(DTYPES)}")
+        if str(meta.get("model_config", "")).strip() and not isinstance(_json(meta["model_config"], "model_config"),
+                                                                         dict):
+            raise ValueError("model_config: must be a JSON object")
+        if str(meta.get("tied", "")).strip():
+            _check_tied(_json(meta["tied"], "tied"), names)
+    except ProfileError:
+        raise
+    except ValueError as e:
+        raise ProfileError(f"{where}: {e}") from None
+
+
+def _json(text: str, key: str) -> object:
+    import json
+
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{key}: not JSON ({e.msg} at character {e.pos})") from None
+
+
+def _check_tied(tied: object, names: list[str]) -> None:
+    """``tied``: a list of {"owner", "layers" (owner first, each a layer of the profile), "bytes", "parameter"}."""
+    if not isinstance(tied, list):
+        raise ValueError("tied: must be a JSON list of shared parameters")
+    for k, t in enumerate(tied, start=1):
+        if not isinstance(t, dict) or not {"owner", "layers", "bytes"} <= set(t):
+            raise ValueError(f"tied, entry {k}: must hold owner, layers and bytes")
+        layers = t["layers"]
+        if not isinstance(layers, list) or len(layers) < 2 or layers[0] != t["owner"]:
+            raise ValueError(f"tied, entry {k}: layers must list the owner first and at least one other layer")
+        unknown = [n for n in layers if n not in names]
+        if unknown:
+            raise ValueError(f"tied, entry {k}: {unknown} are not layers of the profile")
+        bytes_value(t["bytes"], f"tied, entry {k}: bytes")
 
 
 def _number(text: str, where: str, column: str, *, optional: bool = False) -> float | None:
@@ -169,6 +233,7 @@ def parse_profile_text(text: str, source: str = "<string>") -> Chain:
     if any(c is not None for c in cuts[:-1]):
         cut_bytes = tuple(c if c is not None else layers[i].activation_bytes for i, c in enumerate(cuts[:-1]))
     meta.setdefault("source_file", source)
+    check_meta(meta, [l.name for l in layers], source)
     return check_values(Chain(tuple(layers), input_bytes=input_bytes, cut_bytes=cut_bytes, meta=meta), source)
 
 

@@ -17,14 +17,25 @@ splitting code. It tries, in order:
    hidden state (attention masks, position ids, rotary position embeddings)
    are recorded once and carried by the block's wrapper as constant buffers;
    they are refused if they change with the input's values, carry a gradient
-   or hold state (a key/value cache: pass ``use_cache=False``);
-3. otherwise a **traced graph** (``torch.fx``) split at the boundaries of the
-   model's top-level modules; where more than one tensor would cross a boundary
-   (a skip connection), the two sides are merged.
+   or hold state (a key/value cache: ``use_cache=False``, which ``--module``
+   sets, :func:`~workbench.profiles.usermodel.for_training`). Every mini-batch of
+   a run is the example batch, so these constants are the batch's own (a
+   padded batch's attention mask reaches every block that reads it);
+3. otherwise a **traced graph** (``torch.fx``, :mod:`workbench.profiles.traced`):
+   one layer per block (the same ``nn.ModuleList``) or top-level module, the
+   code around them traced (a skip across blocks, ``x.mean(1)`` before the
+   head); where several tensors cross a boundary they are packed into one.
+
+The loss receives the model's own output structure (a ``ModelOutput``, a
+dict, a tuple) with the last layer's tensor(s) in place
+(:class:`~workbench.profiles.wrappers.RebuiltLoss`); a tensor the chain does not
+carry is ``None``, and a loss that needs one is refused saying what it got.
 
 Whatever the route, the chain is checked against the model: run one after the
 other on the example batch it must give the model's loss (or output) to
-rounding, else discovery fails and says where. Under ``FakeTensorMode`` (a fake
+rounding, else the next route is tried (and, after the last, discovery fails saying
+why each route did). When the model's own forward or its loss raises on the example,
+that is a :class:`ModelFailure` (the user's code failed). Under ``FakeTensorMode`` (a fake
 profile) tensors have shapes but no values: the checks then compare shapes and
 dtypes, and the check that a block's other arguments do not change with the
 input's values is skipped.
@@ -56,8 +67,10 @@ import torch
 import torch.utils._pytree as pytree
 from torch import nn
 
+from workbench.profiles.traced import block_list, traced_layers
 from workbench.profiles.wrappers import (
     DiscoveryError,
+    ModelFailure,
     Prologue,
     RebuiltLoss,
     RecordedCall,
@@ -68,7 +81,7 @@ from workbench.profiles.wrappers import (
     tensor_leaves,
 )
 
-__all__ = ["Tie", "Layers", "DiscoveryError", "discover_layers", "find_ties"]
+__all__ = ["Tie", "Layers", "DiscoveryError", "ModelFailure", "discover_layers", "find_ties"]
 
 
 @dataclass(frozen=True)
@@ -195,20 +208,6 @@ def _finish(model: nn.Module | None, modules: list[nn.Module], names: list[str],
 # ---------------------------------------------------------------------------------------------
 # route 2: repeated blocks
 # ---------------------------------------------------------------------------------------------
-def _block_list(model: nn.Module) -> tuple[str, nn.ModuleList] | None:
-    """The ``nn.ModuleList`` of >= 2 modules of one class with the most parameters (None if none)."""
-    best: tuple[int, str, nn.ModuleList] | None = None
-    for path, m in model.named_modules():
-        if not path or not isinstance(m, nn.ModuleList) or len(m) < 2:
-            continue
-        if len({type(c) for c in m}) != 1:
-            continue
-        size = sum(p.numel() for p in m.parameters())
-        if best is None or size > best[0]:
-            best = (size, path, m)
-    return None if best is None else (best[1], best[2])
-
-
 @dataclass
 class _CallRec:
     """One module call seen by the hooks: its path, arguments, output and when it started and ended."""
@@ -281,11 +280,12 @@ def _check_block_args(path: str, a: tuple, k: dict, pos: int | str, other: tuple
                                          "hidden state may depend on the batch")
             elif not (leaf is None or isinstance(leaf, (bool, int, float, str, torch.dtype, torch.device))):
                 raise DiscoveryError(f"block {path!r}: {what} is {describe(leaf)}, state the blocks share "
-                                     "(a key/value cache? build the model with use_cache=False)")
+                                     "(a key/value cache? build the model with use_cache=False; --module "
+                                     "models get it switched off)")
 
 
 def _blocks_route(model: nn.Module, args: tuple, kwargs: dict, loss: Callable | None, target: Any) -> Layers:
-    found = _block_list(model)
+    found = block_list(model)
     if found is None:
         raise DiscoveryError("no nn.ModuleList of repeated blocks")
     block_path, blocks = found
@@ -381,63 +381,21 @@ def _output_loss(output: Any, last: torch.Tensor, loss: Callable | None, last_na
             raise DiscoveryError(f"the model returns {describe(output)}, not the output of its last module "
                                  f"{last_name!r}")
         return loss
-    leaves, spec = pytree.tree_flatten(output)
+    leaves = pytree.tree_leaves(output)
     hits = [i for i, l in enumerate(leaves) if isinstance(l, torch.Tensor) and _same(l, last)]
     if not hits:
         raise DiscoveryError(f"none of the model's outputs ({describe(output)}) is the output of its last "
                              f"module {last_name!r}")
-    return RebuiltLoss(loss, spec, len(leaves), hits[0])
+    return RebuiltLoss.around(loss, output, hits[:1])
 
 
 # ---------------------------------------------------------------------------------------------
-# route 3: a traced graph cut at top-level modules
+# route 3: a traced graph, one layer per block or top-level module (workbench.profiles.traced)
 # ---------------------------------------------------------------------------------------------
 def _traced_route(model: nn.Module, args: tuple, kwargs: dict, loss: Callable | None) -> Layers:
-    import torch.fx as fx
-    from torch.fx.passes.split_module import split_module
-
-    if len(args) != 1 or kwargs or not isinstance(args[0], torch.Tensor):
-        raise DiscoveryError("a model without nn.Sequential or repeated blocks must take one tensor to be traced")
-    try:
-        gm = fx.symbolic_trace(model)
-    except Exception as e:  # noqa: BLE001 - tracing fails in many ways; say which
-        raise DiscoveryError(f"torch.fx could not trace {type(model).__name__}: {type(e).__name__}: "
-                             f"{str(e).splitlines()[0] if str(e) else ''}") from None
-    nodes = list(gm.graph.nodes)
-    part: dict[fx.Node, int] = {}
-    tops: list[list[str]] = [[]]
-    current = None
-    for n in nodes:
-        if n.op == "call_module":
-            top = str(n.target).split(".")[0]
-            if current is not None and top != current:
-                tops.append([])
-            current = top
-            if top not in tops[-1]:
-                tops[-1].append(top)
-        if n.op not in ("placeholder", "output", "get_attr"):
-            part[n] = len(tops) - 1
-    for n in nodes:  # a get_attr belongs where it is first used
-        if n.op == "get_attr":
-            users = [part[u] for u in n.users if u in part]
-            part[n] = min(users) if users else 0
-    # merge parts across which more than one value is live
-    k = 0
-    while k < max(part.values(), default=0):
-        crossing = {n for n in nodes if (n.op == "placeholder" or part.get(n, -1) <= k) and n.op != "output"
-                    and any(u.op == "output" or part.get(u, -1) > k for u in n.users)}
-        if len(crossing) > 1:
-            for n in part:
-                if part[n] > k:
-                    part[n] -= 1
-            tops[k] += tops.pop(k + 1)
-        else:
-            k += 1
-    split = split_module(gm, model, lambda n: part[n])
-    subs = [(n, m) for n, m in split.named_children()]
-    names = ["+".join(t) if t else f"part{i}" for i, t in enumerate(tops)]
-    names = [_short(n) for n in names[: len(subs)]]
-    return _finish(model, [m for _, m in subs], names, args[0], "traced graph", loss)
+    x = _chain_input(args, kwargs)
+    modules, names, chain_loss, note = traced_layers(model, args, kwargs, x, loss)
+    return _finish(model, modules, names, x, "traced graph" + note, chain_loss)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -467,19 +425,22 @@ def discover_layers(model: nn.Module | Sequence[nn.Module], example_inputs: Any,
     buffers = {n: b.detach().clone() for n, b in model.named_buffers()}  # discovery must not move BatchNorm stats
     try:
         errors = []
-        found = None
         for route in ("blocks", "traced"):
             try:
                 found = (_blocks_route(model, args, kwargs, loss, target) if route == "blocks"
                          else _traced_route(model, args, kwargs, loss))
-                break
+                if verify:      # a chain that misses what the loss needs falls to the next route
+                    _verify(model, found, args, kwargs, loss, target)
+                return found
             except DiscoveryError as e:
                 errors.append(f"{'repeated blocks' if route == 'blocks' else 'traced graph'}: {e}")
-        if found is None:
-            raise DiscoveryError(f"cannot split {type(model).__name__} into layers; " + "; ".join(errors))
-        if verify:
-            _verify(model, found, args, kwargs, loss, target)
-        return found
+            except ModelFailure:
+                raise
+            except Exception:
+                with torch.random.fork_rng():   # the model itself fails on its example: say so (the user's code)
+                    _own_loss(model, args, kwargs, loss, target)
+                raise
+        raise DiscoveryError(f"cannot split {type(model).__name__} into layers; " + "; ".join(errors))
     finally:
         with torch.no_grad():
             for n, b in model.named_buffers():
@@ -487,18 +448,46 @@ def discover_layers(model: nn.Module | Sequence[nn.Module], example_inputs: Any,
                     b.copy_(buffers[n])
 
 
+def _own_loss(model: nn.Module, args: tuple, kwargs: dict, loss: Callable | None, target: Any) -> torch.Tensor:
+    """The model's own loss (or first output tensor) on the example; a :class:`ModelFailure` when its forward
+    or the loss raises (the user's code failed, not discovery)."""
+    try:
+        out = model(*args, **kwargs)
+    except Exception as e:  # noqa: BLE001 - whatever the user's forward raises is theirs
+        raise ModelFailure("the model's forward on the example inputs") from e
+    if loss is None:
+        return tensor_leaves(out)[0]
+    try:
+        return loss(out, target)
+    except Exception as e:  # noqa: BLE001 - the user's loss on the model's own output
+        raise ModelFailure(f"the loss on the model's own output ({describe(out)})") from e
+
+
+def _chain_loss(found: Layers, h: torch.Tensor, target: Any) -> torch.Tensor:
+    """The loss of the chain's last tensor; when the loss fails on the rebuilt output, one line saying what it
+    got and how to adapt it (the loss already worked on the model's own output)."""
+    assert found.loss is not None
+    try:
+        return found.loss(h, target)
+    except Exception as e:  # noqa: BLE001 - the user's loss may fail in any way; say what it was given
+        if not isinstance(found.loss, RebuiltLoss):
+            raise
+        raise DiscoveryError(f"the loss got {found.loss.given()} and failed ({type(e).__name__}: "
+                             f"{(str(e).splitlines() or [''])[0]}): compute the loss from "
+                             f"{found.loss.carried()} alone (only the last layer's output reaches the loss)") from None
+
+
 def _verify(model: nn.Module, found: Layers, args: tuple, kwargs: dict, loss: Callable | None, target: Any) -> None:
     with torch.random.fork_rng():
         torch.manual_seed(0)
-        out = model(*args, **kwargs)
-        want = loss(out, target) if loss is not None else tensor_leaves(out)[0]
+        want = _own_loss(model, args, kwargs, loss, target)
         torch.manual_seed(0)
         h = found.input
         for name, m in zip(found.names, found.modules):
             h = m(h)
             if not isinstance(h, torch.Tensor):
                 raise DiscoveryError(f"layer {name!r} returned {describe(h)}, not one tensor")
-        got = found.loss(h, target) if found.loss is not None else h
+        got = _chain_loss(found, h, target) if found.loss is not None else h
     close = _fake(got) or torch.allclose(got.detach().float(), want.detach().float(), rtol=1e-4, atol=1e-5)
     if want.shape != got.shape or not close:
         raise DiscoveryError(f"the {len(found)} layers found ({found.how}) run one after the other do not give the "

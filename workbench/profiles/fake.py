@@ -238,6 +238,8 @@ def fake_module(spec: str, gpu: str | Accelerator, *, seed: int = 0, calibration
 
     def build() -> tuple[Any, Any, Any, Callable]:
         um = load_user_model(spec, seed)
+        for note in um.notes if progress else ():
+            print(f"note: {note}", flush=True)
         return um.model, um.inputs, um.targets, um.loss
 
     path, func = parse_spec(spec)

@@ -91,7 +91,8 @@ class Workload:
     mini-batch ``i`` (``inputs`` as the model takes them), ``loss(model_output, target) -> scalar``.
     All three must be picklable (module-level functions or ``functools.partial`` of them). ``dtype``
     names the precision ``build`` and ``batch`` produce (a record: it is theirs to honour); ``source``
-    the ``FILE.py:FUNC`` the model came from (None for a zoo model)."""
+    the ``FILE.py:FUNC`` the model came from (None for a zoo model); ``notes`` what the workbench changed in
+    the model to train it (:func:`~workbench.profiles.usermodel.for_training`)."""
 
     build: Callable[[], nn.Module]
     batch: Callable[[int], tuple[Any, Any]]
@@ -101,6 +102,7 @@ class Workload:
     config: dict[str, Any] = field(default_factory=dict)
     dtype: str = "float32"
     source: str | None = None
+    notes: tuple[str, ...] = ()
 
     def layers(self):
         """The model built afresh, as a chain (:class:`~workbench.profiles.discover.Layers`)."""
@@ -138,4 +140,4 @@ class Workload:
         dtype = next((p.dtype for p in um.model.parameters()), torch.float32)
         return cls(partial(_user_build, spec, seed), partial(_user_batch, spec, seed), partial(_user_loss, spec, seed),
                    name=um.name, batch_size=int(x[0].shape[0]) if x and x[0].dim() else None,
-                   dtype=dtype_name(dtype), source=spec)
+                   dtype=dtype_name(dtype), source=spec, notes=um.notes)

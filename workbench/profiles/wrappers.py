@@ -6,7 +6,8 @@
 * :class:`Prologue`: the model's own forward on a pruned copy of the model (:func:`prune`),
   stopped at the first block (:class:`Stop`): what runs before the blocks, as one layer;
 * :class:`RebuiltLoss`: the user's ``loss(model_output, target)`` of the last layer's tensor, the
-  model's output structure rebuilt around it.
+  model's output structure rebuilt around it;
+* :func:`pack` and :func:`unpack`: several tensors crossing one layer boundary as one flat tensor.
 
 >>> import torch
 >>> lin = torch.nn.Linear(3, 2)
@@ -18,18 +19,24 @@ torch.Size([4, 2])
 from __future__ import annotations
 
 import copy
+import math
 from typing import Any, Callable
 
 import torch
 import torch.utils._pytree as pytree
 from torch import nn
 
-__all__ = ["DiscoveryError", "Slot", "RecordedCall", "Stop", "Absent", "Prologue", "RebuiltLoss", "prune",
-           "tensor_leaves", "describe"]
+__all__ = ["DiscoveryError", "ModelFailure", "Slot", "RecordedCall", "Stop", "Absent", "Prologue", "RebuiltLoss",
+           "prune", "tensor_leaves", "describe", "pack", "unpack"]
 
 
 class DiscoveryError(ValueError):
     """The model cannot be cut into a chain; the message says which module and what it did."""
+
+
+class ModelFailure(Exception):
+    """The model's own forward, or the loss of its own output, raised on the example batch (its cause):
+    the user's code failed, not discovery. The message says which of the two."""
 
 
 def tensor_leaves(x: Any) -> list[torch.Tensor]:
@@ -59,7 +66,13 @@ class Slot:
         return "<input>"
 
 
-_CONST = object()  # marks a recorded tensor, kept as a buffer
+class _Const:
+    """Marks where a recorded call had a tensor, kept as a buffer. A class, not an ``object()`` sentinel:
+    ``copy.deepcopy`` (the runtime copies layers to the meta device) makes a new instance of either, and only
+    ``isinstance`` still recognises the copy."""
+
+    def __repr__(self) -> str:
+        return "<constant>"
 
 
 class RecordedCall(nn.Module):
@@ -74,13 +87,13 @@ class RecordedCall(nn.Module):
         for i, leaf in enumerate(leaves):
             if isinstance(leaf, torch.Tensor):
                 self.register_buffer(f"_const{i}", leaf.detach(), persistent=False)
-                self._kinds.append(_CONST)
+                self._kinds.append(_Const())
             else:
                 self._kinds.append(leaf)
         self._pick = pick
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        leaves = [x if isinstance(k, Slot) else (getattr(self, f"_const{i}") if k is _CONST else k)
+        leaves = [x if isinstance(k, Slot) else (getattr(self, f"_const{i}") if isinstance(k, _Const) else k)
                   for i, k in enumerate(self._kinds)]
         args, kwargs = pytree.tree_unflatten(leaves, self._spec)
         out = self.target(*args, **kwargs)
@@ -154,14 +167,71 @@ def prune(model: nn.Module, keep: set[str], block_path: str, stop: nn.Module) ->
     return rebuild(model, "")
 
 
-class RebuiltLoss:
-    """``loss(output, target)`` where ``output`` is the model's output structure with the last layer's
-    tensor in its place and ``None`` for every other leaf."""
+def pack(*tensors: torch.Tensor) -> torch.Tensor:
+    """Several tensors of one dtype as one flat tensor (differentiable: the gradient splits back).
 
-    def __init__(self, loss: Callable, spec: Any, n: int, at: int) -> None:
-        self.loss, self.spec, self.n, self.at = loss, spec, n, at
+    >>> pack(torch.ones(2, 2), torch.zeros(3)).tolist()
+    [1.0, 1.0, 1.0, 1.0, 0.0, 0.0, 0.0]
+    """
+    return torch.cat([t.reshape(-1) for t in tensors])
+
+
+def unpack(flat: torch.Tensor, shapes: tuple[tuple[int, ...], ...]) -> tuple[torch.Tensor, ...]:
+    """The tensors :func:`pack` flattened, as views of ``flat``.
+
+    >>> [tuple(t.shape) for t in unpack(torch.arange(7.0), ((2, 2), (3,)))]
+    [(2, 2), (3,)]
+    """
+    out, at = [], 0
+    for shape in shapes:
+        n = math.prod(shape)
+        out.append(flat[at:at + n].view(shape))
+        at += n
+    return tuple(out)
+
+
+class RebuiltLoss:
+    """``loss(output, target)`` where ``output`` is the model's own output structure (a dict, a tuple, a
+    ``ModelOutput``) rebuilt around the last layer's tensor: the model's tensors at ``slots`` (the one
+    tensor, or the packed ones unpacked: ``shapes``), its other leaves as the model returned them, and
+    ``None`` for a tensor the chain does not carry. Built by :meth:`around`.
+
+    >>> rl = RebuiltLoss.around(lambda out, y: out["logits"].sum(), {"logits": torch.ones(2), "n": 3}, [0])
+    >>> float(rl(torch.ones(2), None)), rl.given()
+    (2.0, "a dict with ['logits'] from the last layer, ['n'] as the model returned it")
+    """
+
+    def __init__(self, loss: Callable, spec: Any, template: list[Any], slots: list[int],
+                 shapes: tuple[tuple[int, ...], ...] | None, paths: list[str], kind: str) -> None:
+        self.loss, self.spec, self.template, self.slots, self.shapes = loss, spec, template, slots, shapes
+        self.paths, self.kind = paths, kind
+
+    @classmethod
+    def around(cls, loss: Callable, output: Any, slots: list[int], packed: bool = False) -> "RebuiltLoss":
+        """The loss of ``output``'s leaves at ``slots`` (tensors; ``packed``: all of them in one flat tensor)."""
+        keyed, spec = pytree.tree_flatten_with_path(output)
+        leaves = [l for _, l in keyed]
+        template = [None if isinstance(l, torch.Tensor) else l for l in leaves]
+        shapes = tuple(tuple(leaves[i].shape) for i in slots) if packed else None
+        return cls(loss, spec, template, list(slots), shapes, [pytree.keystr(k) for k, _ in keyed],
+                   type(output).__name__)
 
     def __call__(self, t: torch.Tensor, target: Any) -> torch.Tensor:
-        leaves: list[Any] = [None] * self.n
-        leaves[self.at] = t
+        leaves = list(self.template)
+        for i, v in zip(self.slots, [t] if self.shapes is None else unpack(t, self.shapes)):
+            leaves[i] = v
         return self.loss(pytree.tree_unflatten(leaves, self.spec), target)
+
+    def carried(self) -> str:
+        """The leaves the chain carries to the loss, as the model's output names them."""
+        return " and ".join(self.paths[i] for i in self.slots)
+
+    def given(self) -> str:
+        """What the loss receives, in words: which leaves come from the last layer, which are None."""
+        filled = [self.paths[i] for i in self.slots]
+        empty = [p for i, p in enumerate(self.paths) if i not in self.slots and self.template[i] is None]
+        kept = [p for i, p in enumerate(self.paths) if i not in self.slots and self.template[i] is not None]
+        text = f"a {self.kind} with {', '.join(filled)} from the last layer"
+        if kept:
+            text += f", {', '.join(kept)} as the model returned it"
+        return text + (f", {', '.join(empty)} None" if empty else "")

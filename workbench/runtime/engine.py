@@ -338,6 +338,8 @@ def main(argv: list[str] | None = None) -> int:
     backend = args.backend or default_backend(device, int(os.environ.get("LOCAL_WORLD_SIZE", world)))
     wl = (Workload.module(args.module) if args.module else
           Workload.zoo(args.model, args.batch_size, dtype=args.dtype, **dict(plan.extra.get("model_config", {}))))
+    for note in wl.notes if rank == 0 else ():
+        print(f"note: {note}", flush=True)
     setup = plan.setup or {}
     weights = args.weights or setup.get("weights", "stash")
     cfg = RunConfig(plan, programs_for(plan, args.steps), wl, args.steps, args.lr, weights, backend, device,
