@@ -153,7 +153,7 @@ def test_ties_and_loops_agree_with_the_checkers_own_derivation():
     import json
     import random
 
-    from workbench.model.memory import band_terms, suffix_terms
+    from workbench.model.memory_bands import band_terms, suffix_terms
     from workbench.model.plan import stages_of
 
     rng = random.Random(5)

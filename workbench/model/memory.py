@@ -103,6 +103,7 @@ from typing import TYPE_CHECKING, Iterable
 
 import numpy as np
 
+from workbench.model.memory_columns import ESTIMATES, measured_columns, validate_setup
 from workbench.model.ties import Tie, chain_ties, tie_flags
 
 if TYPE_CHECKING:  # memory is below chain: chain.py imports from here
@@ -111,9 +112,8 @@ if TYPE_CHECKING:  # memory is below chain: chain.py imports from here
 __all__ = [
     "OPTIMIZER_STATES", "PRECISIONS", "MEMORY_MODELS", "ZERO_GRADS", "ESTIMATES", "LayerTerms", "TieTerms",
     "layer_terms", "stage_activation", "stage_memory", "stage_excess", "stage_op_excess", "stage_step",
-    "stage_created", "StageTies", "stage_ties", "device_memory", "device_extra", "device_budget", "BandTerms",
-    "band_terms",
-    "validate_setup", "suffix_terms", "square_terms", "linear_terms", "LinearTerms", "measured_columns",
+    "stage_created", "StageTies", "stage_ties", "device_memory", "device_extra", "device_budget",
+    "validate_setup", "measured_columns",
 ]
 
 #: optimizer -> state tensors per parameter (none: no optimizer state; sgd: plain SGD)
@@ -126,45 +126,7 @@ PRECISIONS = ("fp32", "bf16-mixed", "bf16")
 MEMORY_MODELS = ("full", "paper")
 #: the training loop: ``none`` (torch's default zero_grad: gradients set to None) or ``zeros`` (zeroed in place)
 ZERO_GRADS = ("none", "zeros")
-#: how a missing profile column is estimated (a plan built on an estimate says so)
-ESTIMATES = {
-    "grad_bytes": "the parameters' bytes",
-    "max_param_bytes": "all of the layer's parameters (an upper bound on its largest tensor)",
-    "saved_input_bytes": "min(saved, input): the layer saves its input",
-    "saved_output_bytes": "0: the layer does not save its output",
-    "forward_peak_bytes": "what the layer keeps (saved beyond its input, and its output); no temporaries",
-    "backward_peak_bytes": "output gradient + input gradient + one gradient of its parameters",
-    "backward_fresh_peak_bytes": "the backward peak plus the layer's gradients (an upper bound; equal to the "
-                                 "backward peak where that is itself estimated)",
-}
 _PROFILE_DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "float64": 8}
-
-
-def validate_setup(platform: Platform, chain: Chain | None = None) -> str:
-    """The precision the model computes with, after checking the set-up against the profile's dtype.
-
-    ``fp32`` needs a float32 profile (or one that names no dtype, as PipeDream's);
-    ``bf16`` and ``bf16-mixed`` need a bfloat16 profile (``profile --dtype bfloat16``).
-
-    >>> from workbench.model.chain import Chain, Layer, Platform
-    >>> validate_setup(Platform(1), Chain((Layer("a", 1, 1),)))
-    'fp32'
-    >>> validate_setup(Platform(1, precision="bf16"), Chain((Layer("a", 1, 1),), meta={"dtype": "float32"}))
-    Traceback (most recent call last):
-    ...
-    ValueError: precision 'bf16' needs a bfloat16 profile; this profile (chain) was measured in float32 (profile it
-    with --dtype bfloat16, or plan with --precision fp32)
-    """
-    dtype = str((chain.meta if chain is not None else {}).get("dtype", "") or "")
-    precision = platform.precision
-    if precision is None:
-        return "bf16" if dtype == "bfloat16" else "fp32"
-    wants = "float32" if precision == "fp32" else "bfloat16"
-    if platform.memory_model == "full" and chain is not None and dtype and dtype != wants:
-        other = "fp32" if dtype == "float32" else "bf16"
-        raise ValueError(f"precision {precision!r} needs a {wants} profile; this profile ({chain.name}) was measured "
-                         f"in {dtype} (profile it with --dtype {wants}, or plan with --precision {other})")
-    return precision
 
 
 @dataclass(frozen=True)
@@ -231,48 +193,6 @@ class LayerTerms:
         """Whether any operation climbs above the resident state (always False in the paper model)."""
         return bool(np.any(self.peak > 0) or np.any(self.step > 0) or np.any(self.created > 0)
                     or any(x.created > 0 or x.foreach > 0 for x in self.ties) or self.const > 0)
-
-
-def _column(chain: Chain, name: str, estimate: np.ndarray, missing: list[str]) -> np.ndarray:
-    values = [getattr(l, name) for l in chain.layers]
-    if all(v is not None for v in values):
-        return np.array(values, dtype=float)
-    missing.append(name)
-    return np.array([estimate[i] if v is None else float(v) for i, v in enumerate(values)], dtype=float)
-
-
-def measured_columns(chain: Chain) -> tuple[dict[str, np.ndarray], tuple[str, ...]]:
-    """The memory columns of the profile as arrays over the layers, each estimated
-    (:data:`ESTIMATES`) where missing, with ``in``, ``out`` and ``saved``; and the names of
-    the estimated columns (a chain made by :func:`workbench.model.activations.apply_policies` keeps
-    those of the profile it came from).
-
-    >>> from workbench.model.chain import Chain, Layer
-    >>> cols, missing = measured_columns(Chain((Layer("a", 1, 1, 10, 4),), input_bytes=2))
-    >>> float(cols["saved_input_bytes"][0]), missing[:1]
-    (2.0, ('grad_bytes',))
-    """
-    L = len(chain)
-    W = chain.weights
-    saved = chain.saved_array
-    cuts = chain.cuts
-    inp = np.concatenate([[float(chain.input_bytes)], cuts[:-1]])
-    out = np.array([float(l.activation_bytes) for l in chain.layers])
-    missing: list[str] = []
-    cols = {"grad_bytes": _column(chain, "grad_bytes", W, missing),
-            "max_param_bytes": _column(chain, "max_param_bytes", W, missing)}
-    si = _column(chain, "saved_input_bytes", np.minimum(saved, inp), missing)
-    so = _column(chain, "saved_output_bytes", np.zeros(L), missing)
-    cols["saved_input_bytes"], cols["saved_output_bytes"] = si, so
-    cols["forward_peak_bytes"] = _column(chain, "forward_peak_bytes", np.maximum(saved - si, 0.0) + out, missing)
-    bp_measured = np.array([l.backward_peak_bytes is not None for l in chain.layers])
-    bp = _column(chain, "backward_peak_bytes", out + inp + cols["grad_bytes"], missing)
-    cols["backward_peak_bytes"] = bp
-    cols["backward_fresh_peak_bytes"] = _column(chain, "backward_fresh_peak_bytes",
-                                                np.where(bp_measured, bp + cols["grad_bytes"], bp), missing)
-    cols["in"], cols["out"], cols["saved"] = inp, out, saved
-    inherited = [m for m in str(chain.meta.get("estimated_columns", "")).split(",") if m and m not in missing]
-    return cols, tuple(missing + inherited)
 
 
 def _paper_terms(chain: Chain, platform: Platform) -> LayerTerms:
@@ -511,172 +431,3 @@ def device_memory(t: LayerTerms, stages: Iterable[tuple[int, int, int]]) -> floa
     if not items:
         return 0.0
     return sum(stage_memory(t, a, b, k) for a, b, k in items) + device_extra(t, [(a, b) for a, b, _ in items])
-
-
-# ----------------------------------------------------------------------------
-# every stage i..j at once, for the dynamic programmes
-# ----------------------------------------------------------------------------
-@dataclass(frozen=True)
-class BandTerms:
-    """Per stage ``i..J[i, d]`` (a band of stage ends per start): activations ``A``, ``static``,
-    ``stash`` (per extra in-flight mini-batch) and ``extra`` (excess + runtime constant)."""
-
-    A: np.ndarray
-    static: np.ndarray
-    stash: np.ndarray
-    extra: np.ndarray
-
-    def memory(self, k: np.ndarray) -> np.ndarray:
-        """Device memory of each stage alone on a device, with k in flight."""
-        return k * self.A + self.static + (k - 1) * self.stash + self.extra
-
-
-def _band_excess(t: LayerTerms, I: np.ndarray, J: np.ndarray, step: np.ndarray, created: np.ndarray,
-                 recv: np.ndarray, running_max) -> np.ndarray:
-    """The excess of stages ``I..J`` (module docstring), with ``running_max`` the running maximum of a
-    per-layer array taken over each stage's layers (along the ends, or over suffixes)."""
-    pa, pg = t.p_act, t.p_grad
-    fwd = running_max(t.fwd + pa[1:]) - pa[J + 1]
-    bwd = running_max(t.bwd + pa[1:] - pg[1:]) - pa[J + 1] + pg[J + 1]
-    op = np.maximum(fwd, bwd)
-    return np.maximum(np.maximum(op, step + created - recv - (pa[J + 1] - pa[I]) - t.tail[J] + t.buf_in[I]), 0.0)
-
-
-def _band_ties(t: LayerTerms, I: np.ndarray, J: np.ndarray, static, stash, step, created) -> tuple:
-    """``static``, ``stash``, ``step``, ``created`` and ``recv`` of stages ``I..J`` with every tie's terms
-    added (:class:`StageTies`)."""
-    recv = np.zeros(np.broadcast(I, J).shape)
-    for x in t.ties:
-        copy, away = tie_flags(x.tie, I, J)
-        static = static + np.where(copy, x.static, 0.0) + np.where(away, x.recv, 0.0)
-        recv = recv + np.where(away, x.recv, 0.0)
-        stash = stash + np.where(copy, x.stash, 0.0)
-        created = created + np.where(copy, x.created, 0.0)
-        if t.step_sum:
-            step = step + np.where(copy, x.foreach, 0.0)
-    return static, stash, step, created, recv
-
-
-def band_terms(t: LayerTerms, I: np.ndarray, J: np.ndarray) -> BandTerms:
-    """Stage terms for starts ``I`` (shape (n, 1)) and ends ``J`` (shape (n, w), ``J >= I``,
-    consecutive along axis 1): the excess's maximum over the stage is a running maximum.
-
-    >>> from workbench.model.chain import Chain, Layer, Platform
-    >>> t = layer_terms(Chain(tuple(Layer(f"l{i}", 1, 1, 4, 2, 2) for i in range(3))),
-    ...                 Platform(1, memory_model="paper"))
-    >>> b = band_terms(t, np.arange(3)[:, None], np.minimum(np.arange(3)[:, None] + np.arange(2), 2))
-    >>> b.A.tolist()
-    [[2.0, 4.0], [2.0, 4.0], [2.0, 2.0]]
-    """
-    pa, ps, pw = t.p_act, t.p_static, t.p_stash
-    A = pa[J + 1] - pa[I] + t.head[I] + t.tail[J]
-    static = ps[J + 1] - ps[I] + t.buf_in[I] + t.buf_out[J]
-    stash = pw[J + 1] - pw[I]
-    if t.model == "paper":
-        return BandTerms(A, static, stash, np.zeros_like(A))
-    if t.step_sum:
-        step = t.p_step[J + 1] - t.p_step[I]
-    else:
-        step = np.maximum.accumulate(t.step[J], axis=1)
-    created = t.p_created[J + 1] - t.p_created[I]
-    static, stash, step, created, recv = _band_ties(t, I, J, static, stash, step, created)
-    excess = _band_excess(t, I, J, step, created, recv, lambda h: np.maximum.accumulate(h[J], axis=1))
-    return BandTerms(A, static, stash, excess + t.const)
-
-
-def suffix_terms(t: LayerTerms) -> BandTerms:
-    """:class:`BandTerms` of the stages ``i..L-1`` for every i (arrays of length L).
-
-    >>> from workbench.model.chain import Chain, Layer, Platform
-    >>> t = layer_terms(Chain(tuple(Layer(f"l{i}", 1, 1, 4, 2, 2) for i in range(3))),
-    ...                 Platform(1, memory_model="paper"))
-    >>> suffix_terms(t).A.tolist()
-    [6.0, 4.0, 2.0]
-    """
-    L = len(t)
-    I = np.arange(L)
-    J = np.full(L, L - 1)
-    pa, ps, pw = t.p_act, t.p_static, t.p_stash
-    A = pa[L] - pa[I] + t.head + t.tail[L - 1]
-    static = ps[L] - ps[I] + t.buf_in
-    stash = pw[L] - pw[I]
-    if t.model == "paper":
-        return BandTerms(A, static, stash, np.zeros(L))
-    step = (t.p_step[L] - t.p_step[I]) if t.step_sum else np.maximum.accumulate(t.step[::-1])[::-1]
-    created = t.p_created[L] - t.p_created[I]
-    static, stash, step, created, recv = _band_ties(t, I, J, static, stash, step, created)
-    excess = _band_excess(t, I, J, step, created, recv, lambda h: np.maximum.accumulate(h[::-1])[::-1])
-    return BandTerms(A, static, stash, excess + t.const)
-
-
-def square_terms(t: LayerTerms) -> BandTerms:
-    """:class:`BandTerms` of every stage ``i..j`` as L x L matrices (``A`` is inf where j < i).
-
-    >>> from workbench.model.chain import Chain, Layer, Platform
-    >>> t = layer_terms(Chain(tuple(Layer(f"l{i}", 1, 1, 4, 2, 2) for i in range(3))),
-    ...                 Platform(1, memory_model="paper"))
-    >>> square_terms(t).A[0].tolist()
-    [2.0, 4.0, 6.0]
-    """
-    L = len(t)
-    I = np.arange(L)[:, None]
-    d = np.arange(L)[None, :]
-    band = band_terms(t, I, np.minimum(I + d, L - 1))
-    rows, cols = np.nonzero(I + d < L)
-    out = []
-    for arr, fill in ((band.A, np.inf), (band.static, 0.0), (band.stash, 0.0), (band.extra, 0.0)):
-        m = np.full((L, L), fill)
-        m[rows, rows + cols] = arr[rows, cols]
-        out.append(m)
-    return BandTerms(*out)
-
-
-@dataclass(frozen=True)
-class LinearTerms:
-    """Per-layer coefficients for models that sum over layers (the MILP, the cover search's sets).
-
-    A device holds ``sum_l (k_l a_l + w0_l) + sum_{l starts a stage} (k_l head_l + buf_head_l) +
-    sum_{l ends a stage} (k_l tail_l + buf_tail_l) + ties + extra``, where ``extra`` (the largest stage
-    excess plus ``const``) is at most ``max(max_l excess_ub_l, sum_l step_sum_l) + sum_l grad_ub_l + const``
-    over its layers: ``excess_ub`` bounds a layer's share of the excess (the stage's later layers only
-    lower it), ``step_sum`` is the foreach step's per-layer temporaries (zero when the step loops) and
-    ``grad_ub`` the gradients a layer's backward makes (``none``) or its step finds. ``ties`` are the
-    tied parameters' stage terms (:class:`TieTerms`): a model that sums over layers adds them where a
-    stage holds a copy or the owner alone. Exact for everything but ``extra``, which is an upper bound.
-    """
-
-    a: np.ndarray
-    w0: np.ndarray
-    head: np.ndarray
-    tail: np.ndarray
-    buf_head: np.ndarray
-    buf_tail: np.ndarray
-    excess_ub: np.ndarray
-    step_sum: np.ndarray
-    const: float
-    grad_ub: np.ndarray
-    ties: tuple[TieTerms, ...] = ()
-
-
-def linear_terms(t: LayerTerms) -> LinearTerms:
-    """:class:`LinearTerms` of ``t``.
-
-    >>> from workbench.model.chain import Chain, Layer, Platform
-    >>> t = layer_terms(Chain((Layer("l", 1.0, 1.0, weight_bytes=10, saved_bytes=4),)),
-    ...                 Platform(1, memory_model="paper"))
-    >>> [float(x[0]) for x in (linear_terms(t).a, linear_terms(t).w0)]   # a = 4 + 10 stashed, w0 = 0
-    [14.0, 0.0]
-    """
-    zero = np.zeros(len(t))
-    if t.step_sum:
-        ub, step = t.peak, t.step.copy()
-    else:
-        ub, step = np.maximum(t.peak, t.step), zero.copy()
-    made = t.created.copy()
-    for x in t.ties:
-        sharers = list(x.tie.sharers)
-        made[sharers] += x.created
-        if t.step_sum:
-            step[sharers] += x.foreach
-    return LinearTerms(t.act + t.stash, t.static - t.stash, t.head, t.tail, t.buf_in, t.buf_out, ub, step, t.const,
-                       np.maximum(t.grad, made), t.ties)

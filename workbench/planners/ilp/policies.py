@@ -34,7 +34,7 @@ import numpy as np
 import pyomo.environ as pyo
 
 from workbench.model.activations import POLICIES, PolicyTerms
-from workbench.model.memory import linear_terms
+from workbench.model.memory_bands import linear_terms
 from workbench.planners.ilp.ties import add_tie_memory
 
 __all__ = ["options", "minimal_terms", "add_policy_time", "add_policy_memory", "add_host_link", "read_policies"]

@@ -6,7 +6,8 @@ device's memory what :func:`add_tie_memory` returns: the stage terms of the tied
 backwards make, an upper bound beside the transient ``tau``.
 
 >>> from workbench.model.chain import Chain, Layer, Platform
->>> from workbench.model.memory import layer_terms, linear_terms
+>>> from workbench.model.memory import layer_terms
+>>> from workbench.model.memory_bands import linear_terms
 >>> import json
 >>> tied = json.dumps([{"owner": "a", "layers": ["a", "c"], "bytes": 8}])
 >>> ch = Chain((Layer("a", 1, 1, 8), Layer("b", 1, 1), Layer("c", 1, 1)), meta={"tied": tied})
@@ -54,7 +55,7 @@ def _indicator(m: pyo.ConcreteModel, name: str, items: list) -> pyo.Var:
 def add_tie_memory(m: pyo.ConcreteModel, lin, scale: float, kmax: np.ndarray) -> pyo.Expression:
     """Per device, scaled by M: every tied copy's resident bytes (``ty``) and stashed versions
     (``tw = (k - 1) ty``, from below), every owner's receive buffer (``tr``), and ``sum_l grad_ub_l x[l, p]``
-    (:class:`workbench.model.memory.LinearTerms`)."""
+    (:class:`workbench.model.memory_bands.LinearTerms`)."""
     copies, owners = tie_spans(lin)
     ty = _indicator(m, "ty", copies)
     tr = _indicator(m, "tr", owners)
