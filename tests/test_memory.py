@@ -147,14 +147,16 @@ def test_a_tied_copy_by_hand():
 
 def test_ties_and_loops_agree_with_the_checkers_own_derivation():
     """workbench.model.memory (prefix sums, bands) against workbench.verify.check_memory (a loop per stage, written
-    from docs/model.md) on random chains with shared parameters, every allocation of up to 5 layers on up to
-    3 devices, both loops, both weight policies, loop and foreach steps, bf16-mixed."""
+    from docs/model.md) on random chains with shared parameters and activation policies, every allocation of up
+    to 5 layers on up to 3 devices, both loops, both weight policies, loop and foreach steps, bf16-mixed."""
     import itertools
     import json
     import random
 
+    from workbench.model.activations import apply_policies
     from workbench.model.memory_bands import band_terms, suffix_terms
     from workbench.model.plan import stages_of
+    from workbench.verify.check_policies import effective_chain
 
     rng = random.Random(5)
     ties = 0
@@ -174,7 +176,9 @@ def test_ties_and_loops_agree_with_the_checkers_own_derivation():
         chain = Chain(tuple(layers), chain.input_bytes, meta=meta)
         plat = Platform(P, optimizer=rng.choice(["sgd", "adam", "momentum"]), weights=rng.choice(["stash", "single"]),
                         zero_grad=rng.choice(["none", "zeros"]), precision="bf16-mixed" if mixed else None)
-        t = layer_terms(chain, plat)
+        policies = [rng.choice(["keep", "keep", "recompute", "offload"]) for _ in range(L)]
+        t = layer_terms(apply_policies(chain, policies), plat)
+        chain = effective_chain(chain, policies)          # the checker's own effective chain
         for a in itertools.product(range(P), repeat=L):
             runs = stages_of(a)
             ks = [rng.randint(1, 3) for _ in runs]

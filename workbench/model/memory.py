@@ -68,8 +68,8 @@ and climbs above that by its *excess*, the largest of
 ``fwd_l - sum_{m=l+1..j} act_m`` (while layer l's forward runs the stage's later
 layers hold nothing of this mini-batch yet), ``bwd_l + sum_{m=l+1..j} (grad_m - act_m)``
 (its backward: the later layers' activations are freed, their gradients made)
-and ``step + created - sum act - tail_j + in_i`` (the step, once the
-mini-batch's activations are freed, while its input gradient, for i > 0,
+and ``step + created - sum act - tail_j + in_i - offloaded`` (the step, once the
+mini-batch's activations, its offloaded copy included, are freed, while its input gradient, for i > 0,
 waits to be sent). **A device** holds the sum over its stages, plus the
 largest excess of its stages (one operation runs at a time), plus a runtime
 constant (0 on CPU; the profile's ``runtime_bytes``). The excess and the
@@ -181,6 +181,7 @@ class LayerTerms:
         object.__setattr__(self, "p_step", z(self.step))
         object.__setattr__(self, "p_grad", z(self.grad))
         object.__setattr__(self, "p_created", z(self.created))
+        object.__setattr__(self, "p_off", z(self.parts.get("offloaded", np.zeros(len(self.act)))))
         object.__setattr__(self, "_lists", (self.p_act.tolist(), self.p_static.tolist(), self.p_stash.tolist(),
                                             self.head.tolist(), self.tail.tolist(), self.buf_in.tolist(),
                                             self.buf_out.tolist()))
@@ -404,10 +405,10 @@ def stage_excess(t: LayerTerms, first: int, last: int) -> float:
     activations are freed, with the gradients its backward made)."""
     if t.model == "paper":
         return 0.0
-    # the step runs once this mini-batch's activations are freed (and a tied gradient received has been added),
-    # while its input gradient waits to be sent
+    # the step runs once this mini-batch's activations are freed (its offloaded ones too, and a tied gradient
+    # received has been added), while its input gradient waits to be sent
     freed = (float(t.p_act[last + 1] - t.p_act[first]) + float(t.tail[last]) - float(t.buf_in[first])
-             + stage_ties(t, first, last).recv)
+             + stage_ties(t, first, last).recv + float(t.p_off[last + 1] - t.p_off[first]))
     return max(stage_op_excess(t, first, last), stage_step(t, first, last) + stage_created(t, first, last) - freed)
 
 

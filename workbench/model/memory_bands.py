@@ -49,7 +49,9 @@ def _band_excess(t: LayerTerms, I: np.ndarray, J: np.ndarray, step: np.ndarray, 
     fwd = running_max(t.fwd + pa[1:]) - pa[J + 1]
     bwd = running_max(t.bwd + pa[1:] - pg[1:]) - pa[J + 1] + pg[J + 1]
     op = np.maximum(fwd, bwd)
-    return np.maximum(np.maximum(op, step + created - recv - (pa[J + 1] - pa[I]) - t.tail[J] + t.buf_in[I]), 0.0)
+    off = t.p_off[J + 1] - t.p_off[I]            # the offloaded copy is gone by the step too
+    return np.maximum(np.maximum(op, step + created - recv - off - (pa[J + 1] - pa[I]) - t.tail[J] + t.buf_in[I]),
+                      0.0)
 
 
 def _band_ties(t: LayerTerms, I: np.ndarray, J: np.ndarray, static, stash, step, created) -> tuple:

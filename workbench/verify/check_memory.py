@@ -188,7 +188,8 @@ def _stage(chain: Chain, su: _SetUp, first: int, last: int, k: int, ties) -> tup
     if not su.zeros:
         found += sum(c["grad"] for c in cols) * (1.0 + (su.widen if su.mixed else 0.0))
     grad_in = cols[0]["in"] if first > 0 else 0.0          # the input gradient waits to be sent
-    worst = max(worst, step + found - received - sum(acts) - tail + grad_in)
+    offloaded = sum(chain.layers[l].offload_bytes for l in range(first, last + 1))   # back on the host by then
+    worst = max(worst, step + found - received - offloaded - sum(acts) - tail + grad_in)
     return resident, worst
 
 

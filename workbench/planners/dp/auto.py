@@ -210,7 +210,7 @@ def stage_versions(chain: Chain, platform: Platform, allowed: Sequence[tuple[int
                     rows["static"].append(static0 + X + keep.buf_in[i] + keep.buf_out[j])
                     rows["stash"].append(np.full(n, stash))
                     E = np.maximum(Ef, Eb)
-                    rows["extra"].append(np.maximum(np.maximum(E, step - S - tail + keep.buf_in[i]), 0.0)
+                    rows["extra"].append(np.maximum(np.maximum(E, step - S - X - tail + keep.buf_in[i]), 0.0)
                                          + keep.const)
                     pols.extend(pv)
     arr = {k: np.concatenate(v) if v else np.zeros(0) for k, v in rows.items()}
