@@ -173,7 +173,8 @@ def plan_command(args: argparse.Namespace) -> int:
     print(f"{chain.name}: {len(chain)} layers on {platform.devices} devices")
     print(result.summary())
     for t in result.extra.get("tied", []):
-        print(f"  tied: {t['parameter']} shared by {', '.join(t['layers'])}; its bytes count at {t['owner']} only")
+        print(f"  tied: {t['parameter']} shared by {', '.join(t['layers'])}; counted at {t['owner']}, and a stage "
+              "holding a sharer without it holds a copy")
     if result.feasible and not result.fits:
         over = result.peak_memory - result.memory_limit
         from workbench.model.units import format_bytes
