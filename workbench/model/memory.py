@@ -65,8 +65,9 @@ step (sent), and the owner's stage, when a sharer is elsewhere, a receive buffer
 **A stage** ``i..j`` with k mini-batches in flight holds
 ``k A + static + buf_in_i + buf_out_j + (k - 1) stash + ties`` with ``A = sum act + head_i + tail_j``,
 and climbs above that by its *excess*, the largest of
-``fwd_l - sum_{m=l+1..j} act_m`` (while layer l's forward runs the stage's later
-layers hold nothing of this mini-batch yet), ``bwd_l + sum_{m=l+1..j} (grad_m - act_m)``
+``fwd_l - sum_{m=l+1..j} (act_m + off_m)`` (while layer l's forward runs the stage's later
+layers hold nothing of this mini-batch yet, their offloaded copy ``off`` included),
+``bwd_l + sum_{m=l+1..j} (grad_m - act_m - off_m)``
 (its backward: the later layers' activations are freed, their gradients made)
 and ``step + created - sum act - tail_j + in_i - offloaded`` (the step, once the
 mini-batch's activations, its offloaded copy included, are freed, while its input gradient, for i > 0,
@@ -374,10 +375,11 @@ def stage_op_excess(t: LayerTerms, first: int, last: int) -> float:
     counts its mini-batch in full (>= 0)."""
     if t.model == "paper":
         return 0.0
-    pa, pg = t.p_act, t.p_grad
+    pa, pg, po = t.p_act, t.p_grad, t.p_off
     best = 0.0
     for l in range(first, last + 1):
-        later_act = float(pa[last + 1] - pa[l + 1])
+        # the later layers' activations (and offloaded copies) do not exist yet (forward) or any more (backward)
+        later_act = float(pa[last + 1] - pa[l + 1]) + float(po[last + 1] - po[l + 1])
         best = max(best, float(t.fwd[l]) - later_act, float(t.bwd[l]) + float(pg[last + 1] - pg[l + 1]) - later_act)
     return best
 

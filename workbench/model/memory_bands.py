@@ -45,9 +45,10 @@ def _band_excess(t: LayerTerms, I: np.ndarray, J: np.ndarray, step: np.ndarray, 
                  recv: np.ndarray, running_max) -> np.ndarray:
     """The excess of stages ``I..J`` (module docstring), with ``running_max`` the running maximum of a
     per-layer array taken over each stage's layers (along the ends, or over suffixes)."""
-    pa, pg = t.p_act, t.p_grad
-    fwd = running_max(t.fwd + pa[1:]) - pa[J + 1]
-    bwd = running_max(t.bwd + pa[1:] - pg[1:]) - pa[J + 1] + pg[J + 1]
+    pa, pg, po = t.p_act, t.p_grad, t.p_off
+    gone = pa + po                               # what the stage's later layers do not hold yet, or any more
+    fwd = running_max(t.fwd + gone[1:]) - gone[J + 1]
+    bwd = running_max(t.bwd + gone[1:] - pg[1:]) - gone[J + 1] + pg[J + 1]
     op = np.maximum(fwd, bwd)
     off = t.p_off[J + 1] - t.p_off[I]            # the offloaded copy is gone by the step too
     return np.maximum(np.maximum(op, step + created - recv - off - (pa[J + 1] - pa[I]) - t.tail[J] + t.buf_in[I]),

@@ -165,10 +165,12 @@ def _stage(chain: Chain, su: _SetUp, first: int, last: int, k: int, ties) -> tup
         else:
             made.append(0.0)
     worst = 0.0
+    offs = [chain.layers[l].offload_bytes for l in range(first, last + 1)]
     for i, c in enumerate(cols):
         # the forward holds its input (unless the previous layer's activations already count it) and
-        # climbs by its own peak; its saved bytes are counted among the stage's activations
-        later = sum(acts[i + 1:])
+        # climbs by its own peak; its saved bytes are counted among the stage's activations; the later
+        # layers hold no activations (nor offloaded copy) of this mini-batch yet, or any more
+        later = sum(acts[i + 1:]) + sum(offs[i + 1:])
         worst = max(worst, c["forward_peak"] + c["in"] - c["saved"] - later)
         if not su.zeros:
             climb = c["backward_fresh_peak"]

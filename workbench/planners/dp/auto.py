@@ -21,7 +21,8 @@ excess (k-independent) and the policy of its last layer. They are built layer by
 ``act[p_j, q, j+1]`` to the activations and turns the running excesses, the forwards' Ef (the
 largest ``fwd_l - sum of act after l``) and the backwards' Eb (the largest ``bwd_l + sum of
 (grad - act) after l``: under ``zero_grad none`` the later layers' gradients exist), into
-``max(Ef - act, fwd)`` and ``max(Eb - act + grad, bwd)`` (without gradients made in the backward both
+``max(Ef - gone, fwd)`` and ``max(Eb - gone + grad, bwd)``, gone the new layer's activations and offloaded
+copy (without gradients made in the backward both
 fall alike and their larger one, E, decides). Among versions with the same
 first and last policy, one that is no worse in (R, X, activations, Ef, Eb) is no worse in every
 extension and at every k (memory is ``k (S + head + tail) + static + buffers + X + max(E, step - S - tail + in)``,
@@ -241,12 +242,13 @@ def _extend(groups: dict, pt: PolicyTerms, F: np.ndarray, j: int) -> tuple[dict,
     for (first, end), (R, X, S, Ef, Eb, H, pv) in groups.items():
         for q in range(_N):
             a = pt.act[end, q, j]
+            gone = a + pt.offloaded[q, j]      # layer j's activations and offloaded copy: not there for i..j-1's
             item = merged.setdefault((first, q), [[], [], [], [], [], H, []])
             item[0].append(R + (F[j] if q == _RC else 0.0))
             item[1].append(X + pt.offloaded[q, j])
             item[2].append(S + a)
-            item[3].append(np.maximum(Ef - a, pt.fwd[end, q, j]))
-            item[4].append(np.maximum(Eb - a + grad, pt.bwd[end, q, j]))
+            item[3].append(np.maximum(Ef - gone, pt.fwd[end, q, j]))
+            item[4].append(np.maximum(Eb - gone + grad, pt.bwd[end, q, j]))
             item[6].append([p + (q,) for p in pv])
     out: dict[tuple[int, int], list] = {}
     for key, (Rs, Xs, Ss, Efs, Ebs, H, pvs) in merged.items():
