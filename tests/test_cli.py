@@ -186,3 +186,111 @@ def test_check_simulate_and_run_take_the_plans_set_up(tmp_path, capsys):
     assert main(["check", str(out), "--profile", str(prof), "--weights", "single", "--zero-grad", "zeros"]) == 0
     assert main(["plan", "--profile", str(prof), "--devices", "2", "--json", str(out)]) == 0
     assert json.loads(out.read_text())["memory_setup"]["zero_grad"] == "none"
+
+
+# ---------------------------------------------------------------------------------------------
+# the fault audit's loose ends (issue 27.5): one clear line, exit 2, before any work
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("argv,pattern", [
+    (["largest", "--memory", "inf"], "argument --memory: inf is not a memory size above 0 and finite"),
+    (["largest", "--memory", "0"], "argument --memory: 0 is not a memory size above 0 and finite"),
+    (["largest", "--devices", "100000"], "argument --devices: 100000 is not in 1..64"),
+    (["largest", "--time-limit", "-1"], "argument --time-limit: -1 is not a positive finite number"),
+    (["run", "plan.json", "--backend", "mpi-x"], "argument --backend: invalid choice: 'mpi-x'"),
+    (["plan", "--profile", "resnet50", "--devices", "2", "--method", "gpipe", "--micro-batches", "1000000000"],
+     "argument --micro-batches: 1000000000 is not in 1..10000"),
+    (["reproduce", "--workers", "0"], "argument --workers: 0 is not in 1..1024"),
+])
+def test_out_of_range_options_are_refused_by_the_parser(capsys, argv, pattern):
+    _refused(capsys, argv, pattern)
+
+
+@pytest.mark.parametrize("extra,pattern", [
+    (["--device", "cuda:7"] if __import__("torch").cuda.device_count() < 8 else ["--device", "cuda:99"],
+     "--device cuda"),
+    (["--device", "tpu9"], "--device tpu9: not a device to profile on; give cpu, cuda or cuda:N"),
+    (["--device", "meta"], "--device meta: not a device to profile on"),
+    (["--set", "layers=-1"], "model 'gpt': layers=-1 is not a whole number of at least 1"),
+    (["--set", "heads=0"], "model 'gpt': heads=0 is not a whole number of at least 1"),
+    (["--set", "dropout=1.5"], "model 'gpt': dropout=1.5 is not a rate in [0, 1)"),
+])
+def test_profile_refuses_devices_and_options_it_cannot_use_before_profiling(tmp_path, capsys, monkeypatch, extra,
+                                                                           pattern):
+    import workbench.profiles.profiler as profiler
+
+    monkeypatch.setattr(profiler, "profile_zoo", lambda *a, **k: pytest.fail("profiling started"))
+    assert main(["profile", "--model", "gpt", "--out", str(tmp_path / "p.csv")] + extra) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and pattern in err[0]
+
+
+def test_cuda_without_a_gpu_says_so(tmp_path, capsys):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    assert main(["profile", "--model", "mlp", "--device", "cuda", "--out", str(tmp_path / "p.csv")]) == 2
+    assert "--device cuda: " in capsys.readouterr().err and not (tmp_path / "p.csv").exists()
+
+
+@pytest.mark.parametrize("command", ["check", "simulate", "run"])
+def test_a_plan_nested_100000_deep_is_one_line(files, capsys, command):
+    prof, _, tmp = files
+    deep = tmp / "deep.json"
+    deep.write_text('{"period": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    extra = {"check": ["--profile", str(prof)], "simulate": ["--profile", str(prof), "--out", str(tmp / "t.csv")],
+             "run": ["--out", str(tmp / "run")]}[command]
+    assert main([command, str(deep)] + extra) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "deep.json: nested too deep to be a plan" in err[0]
+
+
+def test_plan_exits_1_when_the_checker_rejects_its_plan(files, capsys, monkeypatch):
+    """As `check` does: a plan that breaks a rule (here the re-check's verdict, planted) is not a success."""
+    import workbench.planners as planners
+
+    prof, _, tmp = files
+    real = planners.plan
+
+    def rejected(*a, **k):
+        p = real(*a, **k)
+        return p.with_(extra={**p.extra, "violations": ["rule 8 (host link): device 0 ..."]})
+
+    monkeypatch.setattr(planners, "plan", rejected)
+    argv = ["plan", "--profile", str(prof), "--devices", "3", "--activations", "offload", "--json", str(tmp / "o.json")]
+    assert main(argv) == 1
+    assert "INVALID: the checker rejects this plan" in capsys.readouterr().out
+    monkeypatch.setattr(planners, "plan", real)
+    assert main(argv) == 0
+
+
+def test_simulate_refuses_an_unwritable_output_before_simulating(files, capsys, monkeypatch):
+    """A read-only or full disk is said of the user's path, before the work (the probe of check_outputs)."""
+    import errno
+
+    import workbench.io as io
+    import workbench.verify.simulate as sim
+
+    prof, plan, tmp = files
+
+    def full(path, folder=False):
+        raise io._cannot_write(path, OSError(errno.ENOSPC, "No space left on device", str(tmp / ".t.csv.1.x.tmp")))
+
+    monkeypatch.setattr(io, "check_writable", full)
+    monkeypatch.setattr(sim, "simulate", lambda *a, **k: pytest.fail("simulated"))
+    assert main(["simulate", str(plan), "--profile", str(prof), "--out", str(tmp / "t.csv")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"error: --out {tmp / 't.csv'}: cannot write it (no space left on the device)"
+
+
+def test_simulate_writes_its_two_files_as_a_pair(files, capsys, disk_full_at):
+    """The memory file failing leaves both files of the previous run as they were (fsyncs: the output probe,
+    the trace, then the memory file)."""
+    prof, plan, tmp = files
+    argv = ["simulate", str(plan), "--profile", str(prof), "--bandwidth", "20000B/s", "--out", str(tmp / "t.csv")]
+    assert main(argv) == 0
+    before = {p: p.read_bytes() for p in (tmp / "t.csv", tmp / "t.memory.csv")}
+    disk_full_at(3)
+    assert main(argv[:-1] + [str(tmp / "t.csv"), "--batches", "7"]) == 2
+    assert "t.memory.csv: cannot write it (no space left on the device)" in capsys.readouterr().err
+    assert {p: p.read_bytes() for p in before} == before

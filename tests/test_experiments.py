@@ -328,3 +328,24 @@ def test_notebooks_reading_results_write_nothing(tmp_path):
                        png=False, only="throughput", compute=False, write=False)
     assert rep.figures and rep.computed == []
     assert {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*") if p.is_file()} == before
+
+
+def test_quick_writes_under_build_and_never_touches_the_committed_results(tmp_path, monkeypatch, capsys):
+    """`reproduce --quick` without --out: build/reproduce-quick under the working folder; data/results as it was."""
+    import hashlib
+
+    from workbench.front.cli import main
+    from workbench.paths import RESULTS_DIR
+
+    def digest():
+        return {p.relative_to(RESULTS_DIR).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+                for p in sorted(RESULTS_DIR.rglob("*")) if p.is_file()}
+
+    before = digest()
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(report_module, "settings_for", lambda quick: tiny_settings())
+    monkeypatch.setenv("WORKBENCH_NO_PNG", "1")
+    assert main(["reproduce", "--quick", "--only", "family"]) == 0
+    assert "build/reproduce-quick/report.md" in capsys.readouterr().out
+    assert (tmp_path / "build" / "reproduce-quick" / "units" / "complexity__family.csv").exists()
+    assert digest() == before

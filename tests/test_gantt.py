@@ -121,7 +121,9 @@ def test_flushed_schedule_has_no_period_lines():
     fig = gantt(tr)
     assert steady_window(tr) is None
     assert not fig.layout.shapes
-    assert bar_durations(fig) == pytest.approx([1000.0] * 3 + [2000.0] * 3)
+    # a run of 9 s is drawn in seconds
+    assert bar_durations(fig) == pytest.approx([1.0] * 3 + [2.0] * 3)
+    assert fig.layout.xaxis.title.text == "time (s)"
 
 
 def test_measured_trace_aligned():
@@ -144,6 +146,10 @@ def test_compare_two_rows():
     assert sum(len(t.x) for t in fig.data if t.yaxis == "y") == n
     assert sum(len(t.x) for t in fig.data if t.yaxis == "y2") == n
     assert sum(1 for t in fig.data if t.showlegend is not False) == 2  # one legend entry per kind
+    # period boundaries (dotted lines) on the predicted chart only: the measured trace carries the plan's period
+    dotted = [s for s in fig.layout.shapes if s.type == "line"]
+    assert dotted and {s.xref for s in dotted} == {"x"}
+    assert fig.layout.xaxis2.title.text == "time (ms)"
 
 
 def test_empty_trace():
@@ -187,3 +193,20 @@ def test_policy_operations_get_their_lanes():
     names = {t.name for t in fig.data if isinstance(t, go.Bar)}
     assert {"recompute (in the backward)", "to host", "from host"} <= names
     assert KIND_COLORS["R"] != KIND_COLORS["B"]
+
+
+def test_unit_by_length_and_a_shared_unit_and_range():
+    tr = periodic_trace(batches=3)
+    assert gantt(tr).layout.xaxis.title.text == "time (ms)"
+    long = Trace(tr.ops.assign(start=tr.ops.start * 500, end=tr.ops.end * 500), tr.memory, 2, period=T * 500)
+    fig = gantt(long, periods_shown=1)
+    assert fig.layout.xaxis.title.text.startswith("time (s)")
+    assert sorted(bar_durations(fig)) == pytest.approx(sorted(((long.ops.end - long.ops.start)[
+        long.ops.kind.isin(["F", "B"])]).tolist()))
+    # two charts to compare: one unit, one range, given in seconds
+    from workbench.model.units import time_unit
+    span = (0.0, float(long.ops.end.max()))
+    a, b = (gantt(t, unit=time_unit(span[1]), time_range=span) for t in (tr, long))
+    assert a.layout.xaxis.title.text == b.layout.xaxis.title.text == "time (s)"
+    assert list(a.layout.xaxis.range) == list(b.layout.xaxis.range) == pytest.approx([0, span[1]])
+    assert max(x + base for t in a.data if t.type == "bar" for x, base in zip(t.x, t.base)) < 1

@@ -103,3 +103,74 @@ def test_legacy_temporaries_are_removed_only_when_old(tmp_path):
     os.utime(mine, (past, past))
     assert remove_orphans(tmp_path) == [old]
     assert new.exists() and mine.exists()  # too young / not ours
+
+
+# ---------------------------------------------------------------------------------------------
+# read-only and full disks: the error names the user's path, and comes before the work
+# ---------------------------------------------------------------------------------------------
+import contextlib  # noqa: E402
+import errno  # noqa: E402
+import subprocess  # noqa: E402
+
+from workbench.io import check_writable, write_files_atomic  # noqa: E402
+
+
+@contextlib.contextmanager
+def _tmpfs(where, options):
+    """A small tmpfs at ``where`` (root and a mount-capable machine only; else the test is skipped)."""
+    where.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(where)], capture_output=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here ({done.stderr.decode().strip()[:80]})")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], capture_output=True)
+
+
+@pytest.fixture
+def read_only(tmp_path):
+    with _tmpfs(tmp_path / "ro", "size=64k,ro") as d:
+        yield d
+
+
+@pytest.fixture
+def full(tmp_path):
+    with _tmpfs(tmp_path / "full", "size=16k") as d:
+        with contextlib.suppress(OSError):
+            (d / "filler").write_bytes(b"x" * 64 * 1024)
+        yield d
+
+
+def test_a_read_only_disk_is_named_by_the_users_path(read_only):
+    pair = lambda p: write_files_atomic({p: b"a", p.with_suffix(".m"): b"b"})  # noqa: E731
+    for write in (lambda p: write_text_atomic(p, "x"), pair, check_writable):
+        with pytest.raises(OSError) as e:
+            write(read_only / "plan.json")
+        assert str(e.value) == f"{read_only / 'plan.json'}: cannot write it (a read-only file system)"
+        assert e.value.errno == errno.EROFS and ".tmp" not in str(e.value)
+
+
+def test_a_full_disk_is_named_by_the_users_path_and_no_file_of_a_pair_is_replaced(full):
+    (full / "filler").unlink()
+    write_files_atomic({full / "t.csv": b"old ops", full / "t.memory.csv": b"old memory"})
+    with contextlib.suppress(OSError):
+        (full / "filler").write_bytes(b"x" * 64 * 1024)
+    with pytest.raises(OSError, match=r"t\.csv: cannot write it \(no space left on the device\)"):
+        check_writable(full / "t.csv")
+    with pytest.raises(OSError, match=r"cannot write it \(no space left on the device\)") as e:
+        write_files_atomic({full / "t.csv": b"new" * 4096, full / "t.memory.csv": b"new" * 4096})
+    assert ".tmp" not in str(e.value)
+    assert (full / "t.csv").read_bytes() == b"old ops" and (full / "t.memory.csv").read_bytes() == b"old memory"
+    assert not [p for p in full.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_a_pair_is_all_or_nothing_when_the_second_write_fails(tmp_path, disk_full_at):
+    """Without a real full disk: the second file's write fails, the first target keeps its old bytes."""
+    a, b = tmp_path / "t.csv", tmp_path / "t.memory.csv"
+    write_files_atomic({a: b"old a", b: b"old b"})
+    disk_full_at(2)
+    with pytest.raises(OSError, match=r"t\.memory\.csv: cannot write it \(no space left on the device\)"):
+        write_files_atomic({a: b"new a", b: b"new b"})
+    assert a.read_bytes() == b"old a" and b.read_bytes() == b"old b"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.csv", "t.memory.csv"]

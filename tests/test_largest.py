@@ -57,7 +57,17 @@ def test_command_line(tmp_path, capsys):
     df = pd.read_csv(out)
     assert set(df.method) == {m[0] for m in lg.METHODS if m[1] != "ilp"} and (df["size"] > 0).all()
     assert "PipeDream" in capsys.readouterr().out
-    assert main(["largest", "--quick", "--family", "depth", "--devices", "2", "--memory", "lots"]) == 2
+    with pytest.raises(SystemExit) as refused:         # the parser refuses it, before any work
+        main(["largest", "--quick", "--family", "depth", "--devices", "2", "--memory", "lots"])
+    assert refused.value.code == 2 and "argument --memory: cannot read 'lots'" in capsys.readouterr().err
+
+
+def test_the_table_refuses_a_memory_that_is_no_limit():
+    import math
+
+    for memory in (math.inf, 0.0, -1.0, math.nan):
+        with pytest.raises(ValueError, match="give a size above 0 and finite"):
+            lg.largest_table(("depth",), (2,), memory)
 
 
 def test_the_training_loop_is_a_setting_of_the_search():

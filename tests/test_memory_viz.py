@@ -9,7 +9,7 @@ import pytest
 from workbench.model.chain import Chain, Layer, Platform
 from workbench.model.plan import make_plan
 from workbench.model.trace import Trace
-from workbench.viz.memory import byte_unit, memory_bars, memory_split, memory_timeline
+from workbench.viz.memory import memory_bars, memory_bars_compare, memory_split, memory_timeline, memory_timelines
 
 GiB = 2**30
 
@@ -80,8 +80,39 @@ def test_timeline_steps_per_device():
     assert len(fig.data) == 4
 
 
-def test_byte_unit():
-    assert byte_unit(5 * 2**20) == ("MiB", 2**20)
+def test_bars_compare_share_one_unit_and_range():
+    """Panels in MiB and in GiB alone come out in one unit, with one y range: the larger plan's."""
+    chain, plat, plan = small(memory=math.inf)
+    tiny = Chain(tuple(Layer(f"l{i}", 0.001, 0.002, 2**20, 2**20) for i in range(4)))
+    tplat = plat.with_(memory=math.inf)
+    tplan = make_plan(tiny, tplat, period=0.006, assignment=[0, 0, 1, 1], fwd_start=[0.0, 0.002],
+                      bwd_start=[0.008, 0.004])
+    assert memory_bars(tplan, tiny, tplat).layout.yaxis.title.text == "memory (MiB)"
+    fig = memory_bars_compare({"large": (plan, chain, plat), "small": (tplan, tiny, tplat)}, title="both")
+    assert fig.layout.yaxis.title.text == "memory (GiB)"
+    assert fig.layout.yaxis.range == fig.layout.yaxis2.range
+    assert fig.layout.yaxis.range[1] == pytest.approx(max(plan.memory) / GiB * 1.12)
+    small_bars = [t for t in fig.data if t.type == "bar" and t.xaxis == "x2"]
+    assert np.allclose(np.sum([b.y for b in small_bars], axis=0), np.array(tplan.memory) / GiB)
+    names = [t.name for t in fig.data if t.showlegend is not False]
+    assert len(names) == len(set(names))                    # each term once in the legend
+
+
+def test_timelines_share_axes_and_units():
+    mem = pd.DataFrame({"device": [0, 0], "time": [0.0, 0.002], "activations": [0, 0.0], "weights": [0, 0.0],
+                        "total": [2 * GiB, 3 * GiB]})
+    ops = pd.DataFrame({"device": [0], "stage": [0], "first": [0], "last": [0], "kind": ["F"], "batch": [0],
+                        "start": [0.0], "end": [2.5]})
+    big = Trace(ops, mem, 1)
+    small_ = Trace(ops.assign(end=0.004), mem.assign(total=[2**20, 300 * 2**20]), 1)
+    assert memory_timeline(small_).layout.yaxis.title.text == "memory (MiB)"
+    assert memory_timeline(small_).layout.xaxis.title.text == "time (ms)"
+    fig = memory_timelines({"big": big, "small": small_}, limit=4 * GiB)
+    assert fig.layout.yaxis.title.text == "memory (GiB)" and fig.layout.yaxis.range == fig.layout.yaxis2.range
+    assert fig.layout.xaxis2.title.text == "time (s)"       # the longer run's unit, on the shared axis
+    assert list(fig.data[1].y) == pytest.approx([1 / 1024, 300 / 1024, 300 / 1024])
+    assert list(fig.data[1].x) == pytest.approx([0, 0.002, 0.004])
+    assert len([s for s in fig.layout.shapes if s.type == "line"]) == 2
 
 
 def test_the_split_of_a_plan_with_activation_policies_is_its_effective_chains():

@@ -368,13 +368,25 @@ def test_torchrun_two_processes(profiles):
     out = root / "torchrun"
     torchrun = Path(sys.executable).with_name("torchrun")
     cmd = [str(torchrun), "--standalone", "--nproc-per-node", "2", "-m", "workbench.runtime.engine", str(plan),
-           "--module", _spec("cnn"), "--steps", "4", "--weights", "single", "--out", str(out)]
+           "--module", _spec("cnn"), "--profile", str(paths["cnn"]), "--steps", "4", "--weights", "single",
+           "--check-grads", "--out", str(out)]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240, cwd=HERE.parents[1])
     assert done.returncode == 0, done.stderr[-3000:]
     assert "torch engine" in done.stdout
     grads = torch.load(out / "grads.pt")
     assert grad_error(grads, reference_gradients(Workload.module(_spec("cnn")), 4))[1] < 1e-5
+    # the summary `run` prints and writes: the prediction, every rank's memory, the gradient check
+    for line in ("period     predicted", "device 0: memory (model -> allocator peak)", "device 1: memory",
+                 "max gradient error (lr 0, vs one process)"):
+        assert line in done.stdout, line
+    import json
+
+    s = json.loads((out / "summary.json").read_text())
+    assert s["engine"] == "torch" and s["devices"] == 2 and len(s["memory_measured"]) == 2
+    assert s["memory_plan"] == json.loads(plan.read_text())["memory"] and s["max_grad_error"] < 1e-5
+    for name in ("measured.csv", "predicted.csv", "comparison.csv", "plan.json"):
+        assert (out / name).exists(), name
 
 
 def test_transformers_is_an_optional_extra_and_a_pinned_test_requirement():

@@ -219,3 +219,15 @@ def test_profile_command_dtype(tmp_path, capsys):
     assert chain.meta["dtype"] == "bfloat16" and chain.layers[0].weight_bytes == (8 * 16 + 16) * BF16
     assert "bfloat16" in capsys.readouterr().out
     assert main(["profile", "--model", "mlp", "--dtype", "bf17", "--out", str(tmp_path / "x.csv")]) == 2
+
+
+def test_a_profile_says_how_long_it_will_take_before_it_starts(tmp_path, capsys):
+    """The estimate (one warm forward of the whole model times the runs the profile makes) comes first."""
+    from workbench.front.cli import main
+
+    assert main(["profile", "--model", "mlp", "--batch-size", "4", "--repeats", "3", "--warmup", "1",
+                 "--out", str(tmp_path / "p.csv")]) == 0
+    out = capsys.readouterr().out
+    first = out.splitlines()[0]
+    assert first.startswith("profiling 5 layers, 1 warm-up and 3 timed runs each, then their memory: about ")
+    assert "one forward took" in first and out.index("about") < out.index("wrote")

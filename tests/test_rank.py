@@ -61,3 +61,28 @@ def test_chain_input_is_the_first_tensor():
     assert chain_input((torch.ones(1), torch.zeros(2))).shape == (1,)
     with pytest.raises(ValueError, match="no tensor"):
         chain_input({"a": 1})
+
+
+def test_recorder_restart_forgets_the_marks_and_takes_the_origin():
+    rec = Recorder(0, cuda=False)
+    with rec.op("B", 0, 1):
+        pass
+    rec.restart(5.0)
+    assert rec.marks == [] and rec.cpu == [] and rec.origin == 5.0
+
+
+def test_rank_model_knows_which_of_its_stages_offload():
+    """The one place the engines learn which stages offload: from the plan's per-layer policies."""
+    from workbench.model.plan import Plan, Stage
+    from workbench.profiles.workload import Workload
+
+    cfg = {"layers": 2, "d_model": 32, "heads": 2, "seq_len": 16, "vocab": 64}
+    wl = Workload.zoo("gpt", 2, **cfg)
+    stages = (Stage(0, 1, 0, 0.0, 1.0, 1), Stage(2, 3, 1, 0.0, 1.0, 1))
+    plan = Plan(1.0, (0, 0, 1, 1), stages, 2, activations=("keep", "offload", "recompute", "keep"))
+    from workbench.runtime.rank import RankModel
+
+    assert RankModel.build(plan, wl, 0, torch.device("cpu")).offload_stages == {0}
+    assert RankModel.build(plan, wl, 1, torch.device("cpu")).offload_stages == frozenset()
+    keep = plan.with_(activations=())
+    assert RankModel.build(keep, wl, 0, torch.device("cpu")).offload_stages == frozenset()

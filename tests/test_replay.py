@@ -219,8 +219,10 @@ def test_run_command_replay(tmp_path, mlp, capsys):
     from workbench.profiles import write_profile
 
     chain, _ = mlp
+    from workbench.verify.schedule import best_schedule
+
     write_profile(chain, tmp_path / "mlp.csv")
-    plan = _plan(chain, 2, [0, 0, 0, 1, 1], loop="none")
+    plan = best_schedule(chain, Platform(2, bandwidth="12GB/s"), [0, 0, 0, 1, 1])   # valid for `check` (and run)
     plan.to_json(tmp_path / "plan.json")
     rc = main(["run", str(tmp_path / "plan.json"), "--model", "mlp", "--profile", str(tmp_path / "mlp.csv"),
                "--batch-size", "4", "--steps", "6", "--out", str(tmp_path / "r"), "--replay"])

@@ -297,10 +297,12 @@ def test_compare_and_calibrate_on_the_plans_own_times(mlp):
 def _run_command_args(tmp_path, chain):
     """Write ``chain`` as a profile and a 2-device plan of it; the ``run`` command line for them, and the plan."""
     from workbench.profiles import write_profile
+    from workbench.verify.schedule import best_schedule
 
     prof = tmp_path / "mlp.csv"
     write_profile(chain, prof)
-    plan = _plan(chain, 2, [0, 0, 0, 1, 1])
+    # made on check's default links (12GB/s), so that `check` (and so `run`) accepts it
+    plan = best_schedule(chain, Platform(2, bandwidth="12GB/s"), [0, 0, 0, 1, 1])
     plan.to_json(tmp_path / "plan.json")
     return ["run", str(tmp_path / "plan.json"), "--model", "mlp", "--profile", str(prof), "--batch-size", "4",
             "--steps", "6", "--out", str(tmp_path / "run")], plan
@@ -465,3 +467,22 @@ def test_a_tied_head_on_another_rank_is_predicted(weights):
         assert -0.02 <= predicted[d] / measured[d] - 1 <= 0.05, (d, predicted, measured)
     copy = 4096 * 64 * 4
     assert measured[1] > copy * (3 if weights == "single" else 1)         # the copy is really there
+
+
+def test_run_refuses_a_plan_that_check_rejects_before_any_rank(tmp_path, mlp, capsys):
+    """A hand-edited period that no device keeps: `check` exits 1, `run` refuses it (exit 2, one line)."""
+    import json
+
+    from workbench.front.cli import main
+
+    args, plan = _run_command_args(tmp_path, mlp[0])
+    d = json.loads((tmp_path / "plan.json").read_text())
+    d["period"] = d["period"] / 50
+    (tmp_path / "plan.json").write_text(json.dumps(d))
+    assert main(["check", str(tmp_path / "plan.json"), "--profile", args[args.index("--profile") + 1]]) == 1
+    capsys.readouterr()
+    assert main(args) == 2
+    said = capsys.readouterr()
+    assert "running" not in said.out and not (tmp_path / "run").exists()
+    err = said.err.strip().splitlines()
+    assert len(err) == 1 and "breaks" in err[0] and "validity rule" in err[0]

@@ -69,3 +69,44 @@ def test_make_lab_allows_root_only_as_root(tmp_path):
     as_user = _make_lab_dry_run(tmp_path, 1000)
     assert len(as_root) == 1 and "--allow-root" in as_root[0] and as_root[0].rstrip().endswith("notebooks/")
     assert len(as_user) == 1 and "--allow-root" not in as_user[0]
+
+
+def _pyproject():
+    import tomllib
+
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+
+
+def test_pyproject_declares_every_requirement_pinned_as_requirements_txt_pins_it():
+    """The package's dependencies and extras together are exactly requirements.txt (same pins): a plain
+    ``pip install -e .`` gets what the package imports, ``make setup`` (requirements.txt, then --no-deps) the same."""
+    req = pins((ROOT / "requirements.txt").read_text().splitlines())
+    project = _pyproject()
+    declared = pins(project["dependencies"])
+    for extra in project["optional-dependencies"].values():
+        declared.update(pins(extra))
+    assert declared == req
+    core = pins(project["dependencies"])
+    assert {"torch", "numpy", "pandas", "pyomo", "highspy", "plotly", "tqdm"} <= set(core)
+    assert {"dask", "distributed"} <= set(pins(project["optional-dependencies"]["dask"]))
+
+
+def test_the_package_imports_only_what_it_declares():
+    """Every third-party module the package imports is a declared dependency (core or extra)."""
+    import ast
+    import sys
+
+    known = {"torch", "numpy", "pandas", "pyarrow", "pyomo", "highspy", "plotly", "kaleido", "ipywidgets", "tqdm",
+             "transformers", "dask", "distributed", "IPython"}   # IPython comes with ipywidgets
+    found = set()
+    for path in (ROOT / "workbench").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module] if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module else [])
+            found |= {n.split(".")[0] for n in names}
+    third_party = {n for n in found if n not in sys.stdlib_module_names and n != "workbench"}
+    assert third_party <= known, third_party - known
+    declared = set(pins(_pyproject()["dependencies"]))
+    for extra in _pyproject()["optional-dependencies"].values():
+        declared |= set(pins(extra))
+    assert {n.lower() for n in known - {"IPython"}} <= declared

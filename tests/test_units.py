@@ -1,8 +1,17 @@
 import math
 
+import numpy as np
 import pytest
 
-from workbench.model.units import format_bytes, format_seconds, parse_bandwidth, parse_size
+from workbench.model.units import (
+    Unit,
+    byte_unit,
+    format_bytes,
+    format_seconds,
+    parse_bandwidth,
+    parse_size,
+    time_unit,
+)
 
 
 @pytest.mark.parametrize("text,expected", [
@@ -35,3 +44,18 @@ def test_format():
     assert format_bytes(1536) == "1.50 KiB"
     assert format_bytes(math.inf) == "unlimited"
     assert format_seconds(0.0123) == "12.30 ms"
+
+
+def test_units_by_magnitude_over_every_value():
+    assert byte_unit(5 * 2**20) == Unit("MiB", 2**20)
+    assert byte_unit([5 * 2**20, math.nan, math.inf], 2**30).name == "GiB"   # nan and inf ignored
+    assert time_unit(np.array([0.004, 0.9])).name == "ms" and time_unit(0.004, 1.0).name == "s"
+    assert time_unit([0.0]).name == "ms" and byte_unit().name == "MiB"      # nothing to show: the usual unit
+    # the formatters write each value in the unit a chart of that value alone would pick
+    for v in (3e-6, 0.5, 2.0):
+        assert format_seconds(v).endswith(" " + time_unit(v).name)
+    for v in (2000, 3 * 2**20, 5 * 2**30):
+        assert format_bytes(v).endswith(" " + byte_unit(v).name)
+    assert format_bytes(0) == "0 B" and format_seconds(0) == "0 s"
+    ms = time_unit(0.02)
+    assert ms.of(0.0123) == pytest.approx(12.3) and ms.axis("period") == "period (ms)"

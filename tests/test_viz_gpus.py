@@ -27,7 +27,7 @@ def test_each_row_is_the_plan_of_that_gpus_platform():
         assert row.feasible == (want.feasible and want.fits)
         if row.feasible:
             assert math.isclose(row.period_ms, want.period * 1e3) and row.throughput == 2048 / want.period
-            assert row.limit_gb == row.platform.memory / GB and row.stages == len(want.stages)
+            assert row.limit_gib == row.platform.memory / 2**30 and row.stages == len(want.stages)
     a100 = df[df.gpu == "a100-40gb"].set_index("activations")
     assert a100.loc["auto", "period_ms"] <= a100.loc["keep", "period_ms"]
 

@@ -21,6 +21,7 @@ temporary files whose writer is gone (run it at the start of the next run).
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -32,8 +33,8 @@ from typing import Iterator
 
 import pandas as pd
 
-__all__ = ["write_text_atomic", "write_bytes_atomic", "write_frame_atomic", "atomic_path", "remove_orphans",
-           "is_temporary", "folder_lock", "FolderBusy"]
+__all__ = ["write_text_atomic", "write_bytes_atomic", "write_frame_atomic", "write_files_atomic", "frame_bytes",
+           "atomic_path", "check_writable", "remove_orphans", "is_temporary", "folder_lock", "FolderBusy"]
 
 #: ``.<name>.<pid>.<random>.tmp``: a temporary file of :func:`atomic_path` / :func:`write_bytes_atomic`
 _TEMP = re.compile(r"^\.(?P<name>.+)\.(?P<pid>\d+)\.[A-Za-z0-9_]+\.tmp$")
@@ -52,9 +53,53 @@ def _umask() -> int:
 _FILE_MODE = 0o666 & ~_umask()
 
 
+def _cannot_write(path: str | Path, e: OSError) -> OSError:
+    """``e`` (about a temporary file or folder beside ``path``) said of the user's ``path``; its errno kept.
+
+    >>> str(_cannot_write("out/plan.json", OSError(errno.ENOSPC, "No space left on device", ".plan.json.1.x.tmp")))
+    'out/plan.json: cannot write it (no space left on the device)'
+    """
+    why = {errno.ENOSPC: "no space left on the device", errno.EDQUOT: "over the disk quota",
+           errno.EROFS: "a read-only file system", errno.EACCES: "permission denied",
+           errno.EPERM: "permission denied"}.get(e.errno or 0, e.strerror or str(e))
+    out = OSError(f"{path}: cannot write it ({why})")
+    out.errno = e.errno
+    return out
+
+
 def _temporary(path: Path) -> tuple[int, str]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp")
+    except OSError as e:
+        raise _cannot_write(path, e) from None
+
+
+def check_writable(path: str | Path, *, folder: bool = False) -> None:
+    """Refuse (OSError naming ``path``) an output that cannot be written, before any work: a temporary file
+    with a page of bytes is written, flushed to disk and removed where ``path`` (a file, or with ``folder`` a
+    folder, which need not exist yet) would go. A read-only or full disk fails here.
+
+    >>> import tempfile
+    >>> check_writable(Path(tempfile.mkdtemp()) / "new" / "folder", folder=True)
+    """
+    path = Path(path)
+    where = path if not folder else path / "x"
+    parent = where.parent
+    while not parent.exists() and parent != parent.parent:   # the nearest folder that exists
+        parent = parent.parent
+    try:
+        fd, tmp = tempfile.mkstemp(dir=parent, prefix=f".{where.name}.{os.getpid()}.", suffix=".tmp")
+    except OSError as e:
+        raise _cannot_write(path, e) from None
+    try:
+        os.write(fd, b"\0" * 4096)
+        os.fsync(fd)
+    except OSError as e:
+        raise _cannot_write(path, e) from None
+    finally:
+        os.close(fd)
+        _discard(tmp)
 
 
 def _publish(tmp: str, path: Path) -> None:
@@ -75,16 +120,32 @@ def write_bytes_atomic(path: str | Path, data: bytes) -> None:
 
     The file gets the permissions an ordinary ``open(path, "w")`` would give.
     """
-    path = Path(path)
-    fd, tmp = _temporary(path)
+    write_files_atomic({Path(path): data})
+
+
+def write_files_atomic(files: dict[Path, bytes]) -> None:
+    """Write several files as a set: every one to its temporary file first (where a full disk or a
+    write error shows), then each renamed over its target. An error before the renames leaves every
+    target as it was; no half-written file is ever visible.
+    """
+    temps: list[tuple[str, Path]] = []
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        _publish(tmp, path)
+        for path, data in files.items():
+            path = Path(path)
+            fd, tmp = _temporary(path)
+            temps.append((tmp, path))
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    f.write(data)
+                    f.flush()
+                    os.fsync(f.fileno())
+            except OSError as e:
+                raise _cannot_write(path, e) from None
+        for tmp, path in temps:
+            _publish(tmp, path)
     except BaseException:
-        _discard(tmp)
+        for tmp, _ in temps:
+            _discard(tmp)
         raise
 
 
@@ -107,6 +168,11 @@ def atomic_path(path: str | Path, *, allow_empty: bool = False) -> Iterator[Path
         if not allow_empty and os.path.getsize(tmp) == 0:
             raise OSError(f"{path}: the writer produced an empty file; the previous one (if any) is kept")
         _publish(tmp, path)
+    except OSError as e:
+        _discard(tmp)
+        if e.errno is not None and tmp in (str(getattr(e, "filename", "")), str(getattr(e, "filename2", ""))):
+            raise _cannot_write(path, e) from None     # the writer's error, said of the user's file
+        raise
     except BaseException:
         _discard(tmp)
         raise
@@ -116,17 +182,20 @@ def write_text_atomic(path: str | Path, text: str) -> None:
     write_bytes_atomic(path, text.encode())
 
 
-def write_frame_atomic(path: str | Path, frame: pd.DataFrame) -> None:
-    """Write a DataFrame as CSV, or Parquet when ``path`` ends with ``.parquet``."""
-    path = Path(path)
-    if path.suffix == ".parquet":
+def frame_bytes(path: str | Path, frame: pd.DataFrame) -> bytes:
+    """A DataFrame as the bytes of a CSV file, or of a Parquet file when ``path`` ends with ``.parquet``."""
+    if Path(path).suffix == ".parquet":
         import io
 
         buf = io.BytesIO()
         frame.to_parquet(buf, index=False)
-        write_bytes_atomic(path, buf.getvalue())
-    else:
-        write_text_atomic(path, frame.to_csv(index=False))
+        return buf.getvalue()
+    return frame.to_csv(index=False).encode()
+
+
+def write_frame_atomic(path: str | Path, frame: pd.DataFrame) -> None:
+    """Write a DataFrame as CSV, or Parquet when ``path`` ends with ``.parquet``."""
+    write_bytes_atomic(path, frame_bytes(path, frame))
 
 
 def _pid_alive(pid: int) -> bool:
@@ -212,9 +281,12 @@ def folder_lock(folder: str | Path, *, what: str = "a run", wait: float = 0.0) -
     import socket
 
     folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
     path = folder / ".lock"
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, _FILE_MODE)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, _FILE_MODE)
+    except OSError as e:
+        raise _cannot_write(folder, e) from None
     deadline = time.monotonic() + max(0.0, wait)
     try:
         while True:

@@ -11,7 +11,7 @@ and :mod:`~workbench.experiments.report` (the run and ``report.md``; its command
 result (:mod:`~workbench.experiments.provenance`).
 
 ``python -m workbench reproduce [--quick] [--only NAME] [--out DIR]`` runs
-:func:`reproduce`:
+:func:`reproduce` (into ``data/results``; with ``--quick`` into ``build/reproduce-quick``):
 
 1. it locks ``OUT`` (a second run into the same folder is refused, naming
    the first one's pid) and removes temporary files a killed run left;
@@ -33,6 +33,9 @@ Figures (names for ``--only``, comma-separated): ``throughput``, ``memory``,
 ``min_memory``, ``solve_times`` (from the sweeps), ``three_partition``,
 ``family``, ``scaling``, ``gains`` (the complexity study), ``largest`` (the
 largest GPT each method fits, :mod:`workbench.experiments.largest`).
+
+Where the units run: :mod:`~workbench.experiments.executors` (``--executor serial|processes|dask``,
+``--workers N``, ``--scheduler ADDRESS``); the results are the same whichever runs them.
 
 Environment: ``WORKBENCH_JOBS`` (worker processes for the units, default 1),
 ``WORKBENCH_QUICK=1`` (notebooks: the quick settings), ``WORKBENCH_NO_PNG=1``.

@@ -29,7 +29,7 @@ from workbench.experiments.sweeps import compute_unit
 from workbench.experiments.units import Unit
 from workbench.io import write_text_atomic
 
-__all__ = ["read_unit", "load_unit", "unit_is_current", "run_unit", "run_unit_job"]
+__all__ = ["read_unit", "load_unit", "unit_is_current", "run_unit", "store_unit"]
 
 
 def _sha(data: bytes) -> str:
@@ -86,25 +86,26 @@ def unit_is_current(unit: Unit, out: Path) -> bool:
 
 
 def run_unit(unit: Unit, out: Path, *, force: bool = False) -> tuple[pd.DataFrame, bool]:
-    """Load the unit if current, else compute and write it (CSV, then sidecar). Returns (frame, computed)."""
+    """Load the unit if current, else compute and store it (:func:`store_unit`). Returns (frame, computed)."""
     out = Path(out)
     if not force:
         df = load_unit(unit, out)
         if df is not None:
             return df, False
-    df = compute_unit(unit)
-    path = unit.path(out)
-    text = df.to_csv(index=False)
+    return store_unit(unit, out, compute_unit(unit).to_csv(index=False)), True
+
+
+def store_unit(unit: Unit, out: Path, text: str, *, seconds: float | None = None,
+               host: str | None = None) -> pd.DataFrame:
+    """Write a computed unit's CSV ``text`` and then its sidecar, each atomically; the frame as later runs
+    will read it. Executors (:mod:`workbench.experiments.executors`) hand their units here, with the
+    ``seconds`` the unit took on its worker ``host`` (in the sidecar: what a cluster would take)."""
+    path = unit.path(Path(out))
     write_text_atomic(path, text)
+    df = pd.read_csv(path)          # what later runs will read: its rows are counted and it is returned
     meta = {"unit": unit.name, "settings": unit.settings, "rows": len(df), "sha256": _sha(text.encode()),
             "versions": versions()}
+    if seconds is not None:
+        meta["compute"] = {"seconds": round(float(seconds), 3), "host": host}
     write_text_atomic(_sidecar(path), json.dumps(meta, indent=1, sort_keys=True))
-    # what comes back from the file is what later runs will read: return that
-    return pd.read_csv(path), True
-
-
-def run_unit_job(args: tuple[Unit, str]) -> tuple[str, bool]:
-    """:func:`run_unit` for a worker process: takes and returns plain values."""
-    unit, out = args
-    _, computed = run_unit(unit, Path(out))
-    return unit.name, computed
+    return df

@@ -34,6 +34,7 @@ from workbench.experiments.complexity import family_factor
 from workbench.experiments.settings import METHOD_LABELS
 from workbench.experiments.units import slug
 from workbench.methods import VARIANTS, lineup, method
+from workbench.model.units import format_seconds
 from workbench.viz.gantt import TEMPLATE
 
 __all__ = ["FigureInfo", "throughput_figure", "memory_figure", "min_memory_figure", "solve_times_figure",
@@ -250,7 +251,8 @@ def solve_times_figure(sw: pd.DataFrame) -> FigureInfo:
     _decades(fig, "y")
     info.add("solve_times", fig)
     for mk, g in d.groupby("label", sort=False):
-        info.headlines.append(f"{mk}: median {g.seconds.median():.3g} s, max {g.seconds.max():.3g} s, "
+        info.headlines.append(f"{mk}: median {format_seconds(g.seconds.median())}, "
+                              f"max {format_seconds(g.seconds.max())}, "
                               f"time-outs {int(g.timed_out.astype(bool).sum())}/{len(g)}")
     return info
 
@@ -294,6 +296,7 @@ def family_figure(df: pd.DataFrame) -> FigureInfo:
                       labels={"measured_factor": "contiguous period / general period"},
                       title="general vs contiguous optimum on the family (dashed: predicted factor k)")
         fig.add_scatter(x=f["k"], y=f["predicted_factor"], mode="lines", line_dash="dash", name="predicted")
+        fig.update_xaxes(dtick=1)                 # k is a whole number
         info.add("family", fig)
         for _, r in f.iterrows():
             info.headlines.append(f"k={r.k}: measured factor {r.measured_factor:.4g} ({r.general_method}), "
@@ -318,7 +321,7 @@ def scaling_figure(df: pd.DataFrame) -> FigureInfo:
     for (solver, P), g in d.groupby(["solver", "devices"]):
         to = g[g.timed_out.astype(bool)]
         first = int(to.n_layers.min()) if len(to) else None
-        info.headlines.append(f"{solver}, P={P}: max {g.seconds.max():.3g} s; "
+        info.headlines.append(f"{solver}, P={P}: max {format_seconds(g.seconds.max())}; "
                               + (f"first time-out at {first} layers" if first else "no time-out"))
     return info
 

@@ -257,6 +257,8 @@ def largest_table(families: Sequence[str] = FAMILIES, devices: Sequence[int] = (
     training set-up (e.g. ``{"zero_grad": "zeros"}``)."""
     from workbench.model.activations import describe
 
+    if not 0 < memory < math.inf:
+        raise ValueError(f"memory {memory!r}: give a size above 0 and finite (at no limit every size fits)")
     rows = []
     for family in families:
         for P in devices:

@@ -38,6 +38,7 @@ _PACKAGE = Path(__file__).resolve().parents[1]
 NOT_MODEL = (
     "__init__.py", "__main__.py", "io.py", "paths.py", "front/", "viz/", "runtime/", "experiments/__init__.py",
     "experiments/report.py", "experiments/analyses.py", "experiments/figures.py", "experiments/provenance.py",
+    "experiments/executors.py",
     "profiles/profiler.py", "profiles/zoo.py", "profiles/compare.py", "profiles/memtrace.py", "profiles/discover.py",
     "profiles/wrappers.py", "profiles/usermodel.py", "profiles/timing.py", "profiles/workload.py",
 )

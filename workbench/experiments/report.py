@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from workbench.experiments.analyses import bound_violations, sweep_table
-from workbench.experiments.cache import read_unit, run_unit, run_unit_job
+from workbench.experiments.cache import read_unit, store_unit
+from workbench.experiments.executors import Executor, run_units
 from workbench.experiments.provenance import code_version, versions
 from workbench.experiments.settings import COMPLEXITY_FIGURES, FIGURES, SWEEP_FIGURES, Settings, settings_for
 from workbench.experiments.units import Unit, plan_units
@@ -29,7 +30,10 @@ from workbench.planners.budget import MAY_VARY
 if TYPE_CHECKING:  # the figures are drawn by workbench.viz, which reads this package's analyses
     from workbench.experiments.figures import FigureInfo
 
-__all__ = ["Report", "reproduce", "notebook_report", "render_report"]
+__all__ = ["Report", "QUICK_OUT", "reproduce", "notebook_report", "render_report"]
+
+#: where ``reproduce --quick`` writes without ``--out`` (relative to the working folder; never ``data/results``)
+QUICK_OUT = Path("build") / "reproduce-quick"
 
 
 @dataclass
@@ -51,6 +55,7 @@ class Report:
     profiles: dict[str, dict] = field(default_factory=dict)  # network -> {"file", "sha256"}
     seconds: float = 0.0
     png: bool = True
+    executor: str = "serial"  # where the units ran (Executor.describe)
 
     @property
     def report_path(self) -> Path:
@@ -67,7 +72,8 @@ def _parse_only(only: str | None) -> tuple[str, ...]:
     return names
 
 
-def _run_units(todo: list[Unit], out: Path, jobs: int, report: Report, total: int, progress: bool) -> None:
+def _run_units(todo: list[Unit], out: Path, executor: Executor, report: Report, total: int, progress: bool) -> None:
+    """Run ``todo`` on ``executor``; store each unit here as it comes back (one writer, under the lock)."""
     bar = None
     if progress:
         from tqdm.auto import tqdm
@@ -75,25 +81,12 @@ def _run_units(todo: list[Unit], out: Path, jobs: int, report: Report, total: in
         bar = tqdm(total=total, initial=total - len(todo), desc="reproduce", unit="unit",
                    bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}] {postfix}")
     try:
-        if jobs > 1 and len(todo) > 1:
-            from concurrent.futures import ProcessPoolExecutor, as_completed
-
-            with ProcessPoolExecutor(jobs) as ex:
-                futs = {ex.submit(run_unit_job, (u, str(out))): u for u in todo}
-                for f in as_completed(futs):
-                    name, _ = f.result()
-                    report.computed.append(name)
-                    if bar is not None:
-                        bar.set_postfix_str(name[-40:])
-                        bar.update(1)
-        else:
-            for u in todo:
-                if bar is not None:
-                    bar.set_postfix_str(u.name[-40:])
-                run_unit(u, out, force=True)
-                report.computed.append(u.name)
-                if bar is not None:
-                    bar.update(1)
+        for done in run_units(todo, executor):
+            store_unit(done.unit, out, done.text, seconds=done.seconds, host=done.host)
+            report.computed.append(done.unit.name)
+            if bar is not None:
+                bar.set_postfix_str(done.unit.name[-40:])
+                bar.update(1)
     finally:
         if bar is not None:
             bar.close()
@@ -162,22 +155,28 @@ def _write_outputs(report: Report, png: bool) -> None:
 
 
 def reproduce(quick: bool = False, only: str | None = None, out: Path | str | None = None, *,
-              settings: Settings | None = None, jobs: int | None = None, progress: bool = True,
-              png: bool = True, compute: bool = True, write: bool = True, wait: float = 0.0) -> Report:
+              settings: Settings | None = None, jobs: int | None = None, executor: Executor | None = None,
+              progress: bool = True, png: bool = True, compute: bool = True, write: bool = True,
+              wait: float = 0.0) -> Report:
     """Recompute (or load) every unit the figures need, check them, then write the figures and ``report.md``.
 
-    ``settings`` overrides :func:`settings_for` (tests use tiny ones);
-    ``jobs`` worker processes (default ``$WORKBENCH_JOBS`` or 1); ``png=False`` skips the PNG export
+    ``out``: default ``data/results`` for the full settings, :data:`QUICK_OUT` (under ``build/``) for the
+    quick ones. ``settings`` overrides :func:`settings_for` (tests use tiny ones); ``executor`` runs
+    the units (:mod:`workbench.experiments.executors`; default serial, or ``jobs`` local processes:
+    ``$WORKBENCH_JOBS``); ``png=False`` skips the PNG export
     (as does ``$WORKBENCH_NO_PNG=1``). ``compute=False`` computes nothing: the figures show the
     units already on disk that are current. ``write=False`` writes nothing and takes no lock
     (the notebooks reading ``data/results``). ``wait``: seconds to wait for another run's lock
     on ``out`` before giving up with :class:`~workbench.io.FolderBusy`.
     """
     t0 = time.perf_counter()
-    out = Path(out) if out is not None else RESULTS_DIR
+    out = Path(out) if out is not None else (QUICK_OUT if quick else RESULTS_DIR)
     s = settings or settings_for(quick)
     figs = _parse_only(only)
-    report = Report(out=out, settings=s)
+    if executor is None:
+        jobs = int(jobs if jobs is not None else os.environ.get("WORKBENCH_JOBS", "1") or 1)
+        executor = Executor("processes", workers=jobs) if jobs > 1 else Executor()
+    report = Report(out=out, settings=s, executor=executor.describe())
     lock = folder_lock(out, what="reproduce", wait=wait) if write else contextlib.nullcontext()
     with lock:
         if write:
@@ -192,8 +191,7 @@ def reproduce(quick: bool = False, only: str | None = None, out: Path | str | No
         report.skipped = [u.name for u in units if not state[u.name]]
         report.missing = [u.name for u in units if state[u.name] and not compute]
         report.stale = {u.name: state[u.name] for u in todo if state[u.name] != "not computed yet"}
-        jobs = int(jobs if jobs is not None else os.environ.get("WORKBENCH_JOBS", "1") or 1)
-        _run_units(todo, out, jobs, report, len(units), progress)
+        _run_units(todo, out, executor, report, len(units), progress)
         _figures(units, _load_all(units, out, report), figs, report)
         report.seconds = time.perf_counter() - t0
         if write:
@@ -296,7 +294,8 @@ def render_report(report: Report) -> str:
         "# Experiments: pipelined model parallelism under memory limits", "",
         f"Made by `python -m workbench reproduce{' --quick' if s.quick else ''}` on {v['date']} "
         f"(workbench {v['workbench']}, git {v['git']}, pyomo {v['pyomo']}, highspy {v['highspy']}, host {v['host']}); "
-        f"{len(report.computed)} units computed, {len(report.skipped)} loaded from cache, {report.seconds:.0f} s.", "",
+        f"{len(report.computed)} units computed ({report.executor}), {len(report.skipped)} loaded from cache, "
+        f"{report.seconds:.0f} s.", "",
     ]
     lines += _checks_section(report)
     lines += [

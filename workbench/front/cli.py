@@ -141,6 +141,28 @@ def _add_module_arg(group) -> None:
 
 
 MAX_BATCHES = 100_000  # simulate --batches: the trace holds 2 S rows per mini-batch
+#: largest --devices: each size tried is planned on every device count (dp's work grows with L^2 P, L up to 4096)
+LARGEST_MAX_DEVICES = 64
+
+
+def _finite_size(text: str) -> str:
+    """An argparse type: a memory size above 0 and finite (``largest --memory``; the text is kept).
+
+    >>> _finite_size("0")
+    Traceback (most recent call last):
+    argparse.ArgumentTypeError: 0 is not a memory size above 0 and finite (e.g. 2GiB)
+    """
+    import math
+
+    from workbench.model.units import parse_size
+
+    try:
+        value = parse_size(text, what="value")
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e).removeprefix("value: ")) from None
+    if not 0 < value < math.inf:
+        raise argparse.ArgumentTypeError(f"{text} is not a memory size above 0 and finite (e.g. 2GiB)")
+    return text
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -202,7 +224,10 @@ def _plan_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--time-limit", type=positive_seconds, default=None,
                    help="seconds for the whole call (ilp, brute): it returns its best plan and gap by then "
                         "(about 10%% + 2 s later at most)")
-    p.add_argument("--micro-batches", type=int_in(1), default=None, help="flushed schedules: micro-batches per flush")
+    from workbench.model.plan import MAX_MICRO_BATCHES
+
+    p.add_argument("--micro-batches", type=int_in(1, MAX_MICRO_BATCHES), default=None,
+                   help=f"flushed schedules: micro-batches per flush (1..{MAX_MICRO_BATCHES})")
     p.add_argument("--json", dest="json_out", default=None, help="write the plan as JSON to this file")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress lines on stderr")
     p.set_defaults(handler=_plan)
@@ -236,7 +261,8 @@ def _run_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--steps", type=int_in(1), default=None,
                    help="mini-batches to run (default 20, or more where the plan's steady state needs them)")
     p.add_argument("--batch-size", type=int_in(1), default=8, help="mini-batch size without --profile (default 8)")
-    p.add_argument("--backend", default=None, help="gloo (CPU) or nccl (GPU); default by device")
+    p.add_argument("--backend", default=None, choices=["gloo", "nccl"],
+                   help="gloo (CPU) or nccl (GPU); default by device")
     _add_platform_args(p, required=False)  # --profile: the chain the plan was made on; platform options
     p.add_argument("--out", default="build/run", help="folder for the measured trace and summary")
     p.add_argument("--dtype", default=None,
@@ -252,14 +278,25 @@ def _study_parsers(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("reproduce", help="recompute every figure of the experiments")
     p.add_argument("--quick", action="store_true", help="small settings: a few minutes")
     p.add_argument("--only", default=None, help="comma-separated figure names to recompute (default: all)")
-    p.add_argument("--out", default=None, help="results folder (default data/results, or a quick one)")
+    p.add_argument("--out", default=None,
+                   help="results folder (default data/results; with --quick build/reproduce-quick)")
+    p.add_argument("--executor", choices=["serial", "processes", "dask"], default=None,
+                   help="where the units run: here one after the other (default; $WORKBENCH_JOBS > 1: processes), "
+                        "in local processes, or as tasks on Dask's distributed scheduler")
+    p.add_argument("--workers", type=int_in(1, 1024), default=None, metavar="N",
+                   help="processes, or the workers of a local Dask cluster (default: the cores, at most 4)")
+    p.add_argument("--scheduler", default=None, metavar="ADDRESS",
+                   help="with --executor dask: a running scheduler (tcp://HOST:8786) instead of a local cluster")
     p.set_defaults(handler=_reproduce)
 
     p = sub.add_parser("largest", help="the largest GPT (grown by depth and by width) each method fits")
     p.add_argument("--family", action="append", choices=["depth", "width"], help="family (repeatable; default both)")
-    p.add_argument("--devices", type=int, action="append", help="device count (repeatable; default 2, 4, 8)")
-    p.add_argument("--memory", default="2GiB", help="memory per device (default 2GiB)")
-    p.add_argument("--time-limit", type=float, default=10.0, help="per general-ILP solve, seconds (default 10)")
+    p.add_argument("--devices", type=int_in(1, LARGEST_MAX_DEVICES), action="append",
+                   help=f"device count, 1..{LARGEST_MAX_DEVICES} (repeatable; default 2, 4, 8)")
+    p.add_argument("--memory", type=_finite_size, default="2GiB",
+                   help="memory per device, more than 0 and finite (default 2GiB)")
+    p.add_argument("--time-limit", type=positive_seconds, default=10.0,
+                   help="per general-ILP solve, seconds (default 10)")
     p.add_argument("--quick", action="store_true", help="P = 2 and 4, no ILP")
     p.add_argument("--zero-grad", choices=["none", "zeros"], default="none", dest="zero_grad",
                    help="the training loop: none (torch's default, gradients set to None) or zeros (default none)")
@@ -328,8 +365,8 @@ OUTPUTS: dict[str, list[tuple[str, str, str]]] = {
 
 
 def check_outputs(args: argparse.Namespace) -> None:
-    """Refuse (ValueError) an output file that is a folder or lies in a missing folder, and an
-    output folder that is a file: before any work is done.
+    """Refuse (ValueError) an output file that is a folder or lies in a missing folder, an output folder
+    that is a file, and an output on a read-only or full disk: before any work is done.
 
     >>> import tempfile
     >>> check_outputs(argparse.Namespace(command="plan", json_out=tempfile.gettempdir()))  # doctest: +ELLIPSIS
@@ -348,6 +385,12 @@ def check_outputs(args: argparse.Namespace) -> None:
                 raise ValueError(f"{option} {value}: the folder {path.parent} does not exist")
         elif path.exists() and not path.is_dir():
             raise ValueError(f"{option} {value}: is a file; give a folder")
+        from workbench.io import check_writable
+
+        try:       # a read-only or full disk: said now, of the user's path, not after the work
+            check_writable(path, folder=kind == "folder")
+        except OSError as e:
+            raise ValueError(f"{option} {e}") from None
 
 
 def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:  # noqa: ANN001

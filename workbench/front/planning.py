@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Callable
 
 from workbench.methods import method
+from workbench.model.plan_setup import SETUP_OPTIONS, plan_setup, resolve_setup
 
 __all__ = ["platform_from_args", "chain_from_args", "plan_command", "check_command", "simulate_command",
            "plan_setup", "resolve_setup", "SETUP_OPTIONS"]
@@ -36,63 +37,6 @@ def _links(args: argparse.Namespace, setup: dict) -> dict:
             "devices_per_node": per_node, "gpu": gpu.name if gpu else None,
             "node_bandwidth": getattr(args, "node_bandwidth", None) or setup.get("node_bandwidth",
                                                                                  DEFAULT_NODE_BANDWIDTH)}
-
-
-#: a plan's set-up (``memory_setup``) as the command line names it: (key, option, default without a plan)
-SETUP_OPTIONS = (("memory_model", "--memory-model", "full"), ("weights", "--weights", "stash"),
-                 ("optimizer", "--optimizer", "adam"), ("precision", "--precision", None),
-                 ("zero_grad", "--zero-grad", "none"), ("weight_factor", "--weight-factor", 1.0))
-
-
-def plan_setup(plan) -> dict:
-    """The training set-up a plan's memory was computed with (its ``memory_setup``), every key filled: a plan
-    that predates a key used what the workbench did then (gradients zeroed in place, stashed weights; a plan
-    without any set-up, the paper's rule 7).
-
-    >>> from workbench.model.plan import Plan
-    >>> plan_setup(Plan(1.0, (0,), (), 1, setup={"memory_model": "full", "optimizer": "sgd"}))["zero_grad"]
-    'zeros'
-    """
-    setup = dict(getattr(plan, "setup", None) or {}) if plan is not None else {}
-    if plan is not None and not setup:
-        setup = {"memory_model": "paper", "weight_factor": 1.0}
-    out = {key: default for key, _, default in SETUP_OPTIONS}
-    if plan is not None:
-        out["zero_grad"] = "zeros"          # what plans made before the loop was a setting assumed
-    out.update({k: v for k, v in setup.items() if k in out and v is not None})
-    return out
-
-
-def resolve_setup(args: argparse.Namespace, plan=None) -> dict:
-    """The set-up to compute with: the plan's, where a plan is given (an option that contradicts it is an error
-    naming both values: the plan's memory and schedule assume its own), else the options, else the defaults.
-
-    >>> from workbench.model.plan import Plan
-    >>> p = Plan(1.0, (0,), (), 1, setup={"memory_model": "full", "weights": "stash", "zero_grad": "none"})
-    >>> resolve_setup(argparse.Namespace(weights="single"), p)
-    Traceback (most recent call last):
-    ...
-    ValueError: --weights single contradicts the plan, made with weights stash (re-plan with --weights single, or drop
-    the option)
-    """
-    recorded = plan_setup(plan)
-    out = dict(recorded)
-    model = getattr(args, "memory_model", None) or recorded["memory_model"]
-    for key, option, _ in SETUP_OPTIONS:
-        given = getattr(args, key, None)
-        if given is None:
-            continue
-        if key in ("optimizer", "precision", "zero_grad") and model == "paper":
-            raise ValueError("--optimizer, --precision and --zero-grad belong to the full memory model, not "
-                             "--memory-model paper")
-        if key == "weight_factor" and model != "paper":
-            raise ValueError("--weight-factor belongs to the paper's memory model: add --memory-model paper (the "
-                             "full model counts gradients and optimizer state from --optimizer and --precision)")
-        if plan is not None and given != recorded[key] and not (key == "precision" and recorded[key] is None):
-            raise ValueError(f"{option} {given} contradicts the plan, made with {key.replace('_', ' ')} "
-                             f"{recorded[key]} (re-plan with {option} {given}, or drop the option)")
-        out[key] = given
-    return out
 
 
 def platform_from_args(args: argparse.Namespace, plan=None):
@@ -186,7 +130,9 @@ def plan_command(args: argparse.Namespace) -> int:
     if args.json_out:
         result.to_json(args.json_out)
         print(f"wrote {args.json_out}")
-    return 0 if result.feasible and result.fits else 2
+    if not (result.feasible and result.fits):
+        return 2
+    return 1 if result.extra.get("violations") else 0       # as check: a plan that breaks a rule exits 1
 
 
 def check_command(args: argparse.Namespace) -> int:

@@ -22,7 +22,7 @@ import numpy as np
 
 from workbench.model.units import format_bytes
 
-__all__ = ["profile_info_command", "profile_info_text", "profile_command", "gpu_table"]
+__all__ = ["profile_info_command", "profile_info_text", "profile_command", "gpu_table", "check_device"]
 
 
 def profile_info_text(spec: str, *, zero_input: bool = True) -> str:
@@ -108,6 +108,34 @@ def _check_profile_args(args: Any) -> None:
                              "its times are estimated for --gpu")
     elif getattr(args, "gpu", None):
         raise ValueError("--gpu goes with --fake (a real profile measures the device it runs on: --device)")
+    else:
+        check_device(getattr(args, "device", "cpu") or "cpu")
+
+
+def check_device(text: str) -> None:
+    """Refuse (ValueError) a ``--device`` this machine cannot profile on: not cpu, cuda or cuda:N, or a GPU
+    that is not here.
+
+    >>> check_device("tpu9")
+    Traceback (most recent call last):
+    ValueError: --device tpu9: not a device to profile on; give cpu, cuda or cuda:N
+    """
+    import torch
+
+    try:
+        dev = torch.device(text)
+    except (RuntimeError, ValueError):
+        dev = None
+    if dev is None or dev.type not in ("cpu", "cuda"):
+        raise ValueError(f"--device {text}: not a device to profile on; give cpu, cuda or cuda:N")
+    if dev.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            why = "this torch has no CUDA" if torch.version.cuda is None else "no CUDA GPU is visible"
+            raise ValueError(f"--device {text}: {why}; profile on cpu, or estimate a GPU's times with "
+                             "--fake --gpu NAME")
+        if dev.index is not None and dev.index >= count:
+            raise ValueError(f"--device {text}: there are {count} CUDA GPU(s) here, cuda:0..cuda:{count - 1}")
 
 
 def profile_command(args: Any) -> int:
@@ -126,6 +154,10 @@ def profile_command(args: Any) -> int:
             raise ValueError(f"--set expects key=value, got {item!r}")
         k, v = item.split("=", 1)
         kwargs[k.strip()] = _parse_value(v.strip())
+    if getattr(args, "model", None):
+        from workbench.profiles.zoo import model_config
+
+        model_config(args.model, **kwargs)       # unknown or out-of-range options: refused before profiling
     threads = getattr(args, "threads", 1)
     if getattr(args, "fake", False):
         return _fake_profile(args, kwargs)

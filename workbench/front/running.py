@@ -40,12 +40,19 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import sys
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
-from workbench.runtime.summary import format_comparison, jsonable, summarise
+from workbench.runtime.session import (
+    check_plan_against,
+    check_plan_valid,
+    conclude_run,
+    cores_available,
+    dropout_modules,
+    platform_for_run,
+)
+from workbench.runtime.summary import format_comparison
 
 __all__ = ["run_command", "run_and_compare", "format_comparison", "validate_zoo", "measure_series", "profile_dtype",
            "check_plan_against", "cores_available", "dropout_modules"]
@@ -75,58 +82,6 @@ def profile_dtype(chain) -> str:
         return "float32"
 
 
-def cores_available() -> int:
-    """The CPU cores this process may run on.
-
-    >>> cores_available() >= 1
-    True
-    """
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not Linux
-        return os.cpu_count() or 1
-
-
-def dropout_modules(model) -> list[str]:
-    """Names of the model's dropout modules with p > 0 (they make a gradient check meaningless).
-
-    >>> import torch
-    >>> dropout_modules(torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Dropout(0.1), torch.nn.Dropout(0.0)))
-    ['1']
-    """
-    from torch import nn
-
-    return [n for n, m in model.named_modules() if isinstance(m, nn.modules.dropout._DropoutNd) and m.p > 0]
-
-
-def check_plan_against(plan, names: Sequence[str], chain=None, what: str = "the model") -> None:
-    """Refuse a plan made for another model: the layer count, and the names the plan or the
-    profile records (``plan.extra["layer_names"]``, the profile's layers), against ``names``.
-
-    >>> from workbench.model.plan import Plan
-    >>> check_plan_against(Plan(1.0, (0, 0, 1), (), 2), ["a", "b"])
-    Traceback (most recent call last):
-    ...
-    ValueError: the plan has 3 layers but the model has 2 (a, b): the plan was made for another model
-    """
-    names = list(names)
-    short = ", ".join(names[:4]) + (", ..." if len(names) > 4 else "")
-    if len(plan.assignment) != len(names):
-        raise ValueError(f"the plan has {len(plan.assignment)} layers but {what} has {len(names)} ({short}): "
-                         "the plan was made for another model")
-    for source, other in (("the plan", plan.extra.get("layer_names")),
-                          ("the profile", [l.name for l in chain.layers] if chain is not None else None)):
-        if other is None:
-            continue
-        if plan.chain_order is not None and source == "the profile":
-            continue
-        diff = [(i, a, b) for i, (a, b) in enumerate(zip(other, names)) if a != b]
-        if len(other) != len(names) or diff:
-            i, a, b = diff[0] if diff else (min(len(other), len(names)), "(none)", "(none)")
-            raise ValueError(f"{source} names layer {i} {a!r} but {what} calls it {b!r}: the plan was made "
-                             "for another model")
-
-
 def run_and_compare(plan, chain, platform, model, batch_size: int, steps: int = 20, *,
                     model_config: dict[str, Any] | None = None, backend: str | None = None,
                     out: str | Path | None = None, timeout: float = 300.0, check_grads: bool = True,
@@ -143,7 +98,6 @@ def run_and_compare(plan, chain, platform, model, batch_size: int, steps: int = 
     calibrated chain (see :func:`~workbench.runtime.compare.calibration_report`).
     """
     from workbench.model.plan import chain_for_plan
-    from workbench.runtime.compare import calibration_report, compare, stage_times
     from workbench.runtime.engine import Workload
 
     say = print if progress else (lambda *a, **k: None)
@@ -153,21 +107,9 @@ def run_and_compare(plan, chain, platform, model, batch_size: int, steps: int = 
                                                                  **cfg)
     cores = cores_available()
     res = _run_ranks(plan, chain, platform, wl, steps, cores, say, backend=backend, timeout=timeout, **run_kw)
-    random_layers = dropout_modules(wl.build())
-    abs_err, max_err = _gradient_errors(res, wl, steps, random_layers, check_grads and run_kw.get("lr", 0.0) == 0.0,
-                                        say)
-    on_cpu = str(res.meta.get("device", "cpu")).startswith("cpu")
-    load = os.getloadavg()[0] if (on_cpu and hasattr(os, "getloadavg")) else None
-    cmp = compare(plan, chain, platform, res.trace, cores=cores if on_cpu else None, load=load)
-    cal = calibration_report(plan, chain, platform, res.trace, replan=replan)
-    summary = summarise(plan, chain, platform, wl, res, cmp, cal, model_config=cfg, batch_size=batch_size,
-                        steps=steps, grad_errors=(abs_err, max_err), dropout=random_layers, cores=cores)
-    if out is not None:
-        _write_run(Path(out), plan, chain, platform, steps, res, cmp, summary)
-    summary["result"] = res
-    summary["comparison"] = cmp
-    summary["stages"] = stage_times(plan, chain, res.trace)
-    return summary
+    return conclude_run(plan, chain, platform, wl, res, steps=steps, batch_size=batch_size, model_config=cfg,
+                        cores=cores, check_grads=check_grads and run_kw.get("lr", 0.0) == 0.0, replan=replan,
+                        out=out, say=say)
 
 
 def _run_ranks(plan, chain, platform, wl, steps: int, cores: int, say, **run_kw: Any):
@@ -189,43 +131,6 @@ def _run_ranks(plan, chain, platform, wl, steps: int, cores: int, say, **run_kw:
     res = run_plan(plan, wl, steps, weights=platform.weights, chain=chain, platform=platform, **run_kw)
     say(f"  ranks done in {time.perf_counter() - t0:.1f} s", flush=True)
     return res
-
-
-def _gradient_errors(res, wl, steps: int, random_layers: list[str], check: bool, say) -> tuple[float, float]:
-    """(absolute, relative) error of the run's gradients against one process; NaN when not checked."""
-    import torch
-
-    from workbench.runtime.engine import grad_error, reference_gradients
-
-    if random_layers:
-        say(f"note: dropout in {', '.join(random_layers[:3])}{' ...' if len(random_layers) > 3 else ''}: the "
-            "ranks and one process draw other masks, so the gradients differ by more than rounding; build the "
-            "model with dropout 0 to check them", file=sys.stderr)
-    if not check:
-        return math.nan, math.nan
-    say("reference gradients in one process ...", flush=True)
-    torch.set_num_threads(1)
-    # the reference runs where the run ran (same kernels: on GPUs, TF32 convolutions and all)
-    return grad_error(res.grads, reference_gradients(wl, steps, device=res.meta["device"]))
-
-
-def _write_run(out: Path, plan, chain, platform, steps: int, res, cmp, summary: dict[str, Any]) -> None:
-    """``measured.csv``, ``predicted.csv``, ``comparison.csv``, ``measured.cpu.csv``, ``plan.json`` and
-    ``summary.json`` (the JSON-able part) to ``out``, each written atomically."""
-    from workbench.io import write_text_atomic
-
-    out.mkdir(parents=True, exist_ok=True)
-    res.trace.save(out / "measured.csv")
-    try:
-        from workbench.verify.simulate import simulate
-
-        simulate(plan, chain, platform, steps).save(out / "predicted.csv")
-    except Exception as e:  # pragma: no cover - the simulator is another module's business
-        summary["simulate_error"] = repr(e)
-    write_text_atomic(out / "comparison.csv", cmp.to_csv(index=False))
-    write_text_atomic(out / "measured.cpu.csv", res.meta["cpu"].to_csv(index=False))
-    write_text_atomic(out / "plan.json", plan.to_json() + "\n")
-    write_text_atomic(out / "summary.json", json.dumps(jsonable(summary), indent=2) + "\n")
 
 
 def validate_zoo(model: str, devices: int, batch_size: int, steps: int = 20, *, out: str | Path | None = None,
@@ -347,39 +252,32 @@ def _workload(args: argparse.Namespace, chain, plan, batch_size: int):
     return Workload.zoo(model, batch_size, dtype=dtype, **cfg)
 
 
-def _run_platform(args: argparse.Namespace, plan, chain):
-    """The platform a run compares against: the plan's devices, memory limit and training set-up (weights,
-    optimizer, precision, loop: an option that contradicts the plan is refused,
-    :func:`~workbench.front.planning.resolve_setup`), checked against the profile's dtype."""
-    from workbench.front.planning import resolve_setup
-    from workbench.model.chain import Platform
-    from workbench.model.memory import validate_setup
+def _refuse_what_check_rejects(args: argparse.Namespace, plan, chain) -> None:
+    """``check PLAN --profile ...`` with run's platform options (memory, links) must accept the plan before any
+    rank starts. How to run it (``--weights``, ``--optimizer``, ``--precision``) is run's choice: the plan is
+    checked with the set-up it was made for."""
+    from workbench.front.planning import platform_from_args
 
-    setup = resolve_setup(args, plan)
-    paper = setup["memory_model"] == "paper"
-    recorded = plan.setup or {}
-    platform = Platform(plan.devices, memory=plan.memory_limit,
-                        bandwidth=getattr(args, "bandwidth", None) or recorded.get("bandwidth", math.inf),
-                        latency=getattr(args, "latency", 0.0) or 0.0, weights=setup["weights"],
-                        memory_model=setup["memory_model"],
-                        host_bandwidth=getattr(args, "host_bandwidth", None) or recorded.get("host_bandwidth",
-                                                                                           "31.5GB/s"),
-                        **({"weight_factor": setup["weight_factor"]} if paper else
-                           {"optimizer": setup["optimizer"], "precision": setup["precision"],
-                            "zero_grad": setup["zero_grad"]}))
-    validate_setup(platform, chain)
-    return platform
+    checked = argparse.Namespace(**{**vars(args), "devices": args.devices or plan.devices, "weights": None,
+                                    "optimizer": None, "precision": None})
+    check_plan_valid(plan, chain, platform_from_args(checked, plan), where=str(args.plan_file))
 
 
 def run_command(args: argparse.Namespace) -> int:
     """Handler of ``python -m workbench run`` (see the module docstring)."""
     from workbench.front.planning import resolve_setup
+    from workbench.model.memory import validate_setup
     from workbench.model.plan import Plan
 
     plan = Plan.from_json(Path(args.plan_file))
     if not plan.feasible:
         raise ValueError(f"{args.plan_file}: the plan is infeasible; nothing to run")
     resolve_setup(args, plan)           # an option that contradicts the plan's set-up: refused before anything
+    if args.backend == "nccl":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ValueError("--backend nccl needs a CUDA GPU per rank and there is none here; use gloo")
     batch_size = args.batch_size
     chain = None
     profile = getattr(args, "profile", None)
@@ -414,7 +312,12 @@ def run_command(args: argparse.Namespace) -> int:
 
         print(f"profiling {wl.name} on this machine (no --profile) ...", flush=True)
         chain = profile_workload(wl, progress=True)
-    platform = _run_platform(args, plan, chain)
+    _refuse_what_check_rejects(args, plan, chain)
+    setup = resolve_setup(args, plan)
+    platform = platform_for_run(plan, optimizer=setup["optimizer"], bandwidth=getattr(args, "bandwidth", None),
+                                latency=getattr(args, "latency", 0.0), weights=setup["weights"],
+                                zero_grad=setup["zero_grad"])
+    validate_setup(platform, chain)
     optimizer = platform.optimizer
     if getattr(args, "steps", None) is None:      # enough mini-batches for the steady state the plan describes
         from workbench.runtime.engine import choose_engine

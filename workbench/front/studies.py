@@ -9,6 +9,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from workbench.experiments.executors import Executor
 from workbench.experiments.largest import FAMILIES, METHODS, largest_table
 from workbench.experiments.report import reproduce
 from workbench.io import FolderBusy
@@ -17,16 +18,19 @@ __all__ = ["reproduce_command", "largest_command"]
 
 
 def reproduce_command(args: Any) -> int:
-    """CLI handler: ``python -m workbench reproduce [--quick] [--only NAME] [--out DIR]``.
+    """CLI handler: ``python -m workbench reproduce [--quick] [--only NAME] [--out DIR] [--executor dask
+    [--workers N | --scheduler ADDRESS]]``.
 
     Exit 0 when every check passes, 1 when a check fails, 2 when the run is
-    refused (bad ``--only``, the folder is in use by another run).
+    refused (bad ``--only``, the folder is in use by another run, an executor that cannot start).
     """
     try:
+        kind, workers, scheduler = (getattr(args, k, None) for k in ("executor", "workers", "scheduler"))
+        executor = Executor(kind or "serial", workers, scheduler) if kind or workers or scheduler else None
         rep = reproduce(quick=bool(getattr(args, "quick", False)), only=getattr(args, "only", None),
-                        out=getattr(args, "out", None))
+                        out=getattr(args, "out", None), executor=executor)
     except (ValueError, FolderBusy) as e:
-        print(f"reproduce: {e}", file=sys.stderr)
+        print(f"error: {e}", file=sys.stderr)
         return 2
     print(f"wrote {rep.report_path} ({len(rep.figures)} figures, {len(rep.computed)} units computed, "
           f"{len(rep.skipped)} from cache, {rep.seconds:.0f} s)")

@@ -27,7 +27,7 @@ from workbench.model.accelerators import DEFAULT_NODE_BANDWIDTH
 from workbench.model.memory import MEMORY_MODELS, OPTIMIZER_STATES, PRECISIONS, ZERO_GRADS
 from workbench.model.memory_views import merged_memory_columns
 from workbench.model.ties import remap_ties
-from workbench.model.units import bytes_value, format_bytes, parse_bandwidth, parse_size
+from workbench.model.units import bytes_value, format_bytes, format_seconds, parse_bandwidth, parse_size
 
 if TYPE_CHECKING:  # workbench.model.graph builds chains (Graph.linearise): the annotation only names the type
     from workbench.model.graph import Graph
@@ -293,8 +293,8 @@ class Chain:
     def summary(self) -> str:
         big = int(np.argmax([l.activation_bytes for l in self.layers]))
         return (
-            f"{self.name}: {len(self)} layers, forward {self.forward.sum() * 1e3:.2f} ms, "
-            f"backward {self.backward.sum() * 1e3:.2f} ms, parameters {format_bytes(self.weights.sum())}, "
+            f"{self.name}: {len(self)} layers, forward {format_seconds(self.forward.sum())}, "
+            f"backward {format_seconds(self.backward.sum())}, parameters {format_bytes(self.weights.sum())}, "
             f"largest activation {format_bytes(self.layers[big].activation_bytes)} ({self.layers[big].name})"
         )
 

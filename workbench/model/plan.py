@@ -37,13 +37,17 @@ from workbench.model.tolerances import REL_TOL
 from workbench.model.units import format_bytes, format_seconds
 
 __all__ = [
-    "Stage", "Plan", "Status", "MAX_DEVICES", "stages_of", "in_flight", "make_plan", "infeasible_plan",
-    "lower_bound", "device_memory", "stage_in_flight", "chain_for_plan", "memory_setup", "with_memory_setup",
+    "Stage", "Plan", "Status", "MAX_DEVICES", "MAX_MICRO_BATCHES", "stages_of", "in_flight", "make_plan",
+    "infeasible_plan", "lower_bound", "device_memory", "stage_in_flight", "chain_for_plan", "memory_setup",
+    "with_memory_setup",
 ]
 
 Status = Literal["optimal", "feasible", "infeasible", "timeout"]
 #: the most devices a plan file may name (a bigger count is a typo, and would make ``check`` allocate per device)
 MAX_DEVICES = 65536
+#: the most micro-batches per flush of a flushed schedule (simulating one holds 2 S rows per micro-batch: 10,000
+#: take about ten seconds; a bigger count is a typo)
+MAX_MICRO_BATCHES = 10_000
 
 
 def _ceil_tol(x: float) -> int:
@@ -243,7 +247,7 @@ class Plan:
             gap=None if gap is None else _real(gap, "gap"),
             solve_seconds=_real(d.get("solve_seconds", 0.0), "solve_seconds"),
             schedule=str(d.get("schedule", "periodic")),
-            micro_batches=None if mb is None else _whole(mb, "micro_batches", 1),
+            micro_batches=None if mb is None else _whole(mb, "micro_batches", 1, MAX_MICRO_BATCHES),
             chain_order=tuple(str(n) for n in _list(order, "chain_order")) if order else None,
             notes=tuple(str(n) for n in _list(d.get("notes", []), "notes")),
             extra=extra,
@@ -277,6 +281,9 @@ class Plan:
             raise ValueError(f"{where}: not valid JSON ({e})") from None
         except ValueError as e:
             raise ValueError(f"{where}: {e}") from None
+        except RecursionError:
+            raise ValueError(f"{where}: nested too deep to be a plan (a plan JSON is an object of numbers, "
+                             "lists and objects a few levels deep)") from None
         try:
             return cls.from_dict(data)
         except ValueError as e:

@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from workbench.io import write_frame_atomic
+from workbench.io import frame_bytes, write_files_atomic
 
 __all__ = ["Trace", "OP_COLUMNS", "MEMORY_COLUMNS"]
 
@@ -89,10 +89,11 @@ class Trace:
         return float((s[-1] - s[0]) / (len(s) - 1))
 
     def save(self, path: str | Path) -> None:
-        """Write ops to ``path`` (CSV or Parquet) and memory beside it (``*.memory.csv``)."""
+        """Write ops to ``path`` (CSV or Parquet) and memory beside it (``*.memory.csv``), as a pair: both
+        written in full before either replaces an older file (:func:`~workbench.io.write_files_atomic`)."""
         path = Path(path)
-        write_frame_atomic(path, self.ops)
-        write_frame_atomic(path.with_name(path.stem + ".memory" + path.suffix), self.memory)
+        write_files_atomic({path: frame_bytes(path, self.ops),
+                            path.with_name(path.stem + ".memory" + path.suffix): frame_bytes(path, self.memory)})
 
     @classmethod
     def load(cls, path: str | Path, devices: int | None = None, **kw: Any) -> "Trace":

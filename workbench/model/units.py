@@ -10,14 +10,30 @@ second (``12GB/s``) or a bare number of bytes per second.
 12500000000.0
 >>> format_bytes(3 * 2**30)
 '3.00 GiB'
+
+Charts and tables pick their unit by magnitude with the same rule as the
+formatters: :func:`time_unit` (s, ms or us) and :func:`byte_unit` (GiB, MiB,
+...) take every value a chart or a comparison shows, so charts meant to be
+compared share one unit.
+
+>>> u = time_unit([0.004, 2.5])
+>>> u.name, u.of(2.5), u.axis("time")
+('s', 2.5, 'time (s)')
+>>> byte_unit(300 * 2**20, 3 * 2**30).name
+'GiB'
 """
 
 from __future__ import annotations
 
 import math
 import re
+from dataclasses import dataclass
+from typing import Any, Iterable
 
-__all__ = ["parse_size", "parse_bandwidth", "format_bytes", "format_seconds", "UNITS", "MAX_BYTES", "bytes_value"]
+import numpy as np
+
+__all__ = ["parse_size", "parse_bandwidth", "format_bytes", "format_seconds", "format_column", "UNITS", "Unit",
+           "time_unit", "byte_unit", "TIME_UNITS", "BYTE_UNITS", "MAX_BYTES", "bytes_value"]
 
 #: a size above this (bytes; 1 PiB) is not a measurement: profiles and their metadata refuse it
 MAX_BYTES = float(2**50)
@@ -76,32 +92,113 @@ def parse_bandwidth(text: str | float | int, *, what: str = "bandwidth") -> floa
     return value
 
 
+@dataclass(frozen=True)
+class Unit:
+    """A display unit: its ``name`` and ``size``, how many base units (seconds, bytes) one of it holds.
+
+    >>> Unit("MiB", 2**20).of(3 * 2**20), Unit("ms", 1e-3).format(0.0123)
+    (3.0, '12.30 ms')
+    """
+
+    name: str
+    size: float
+
+    def of(self, value: Any) -> Any:
+        """``value`` (base units: a number, an array, a Series) in this unit."""
+        return value / self.size
+
+    def axis(self, quantity: str) -> str:
+        """An axis title: ``"time (ms)"``."""
+        return f"{quantity} ({self.name})"
+
+    def format(self, value: float, digits: int = 2) -> str:
+        """``value`` (base units) written in this unit: ``"12.30 ms"``."""
+        return f"{self.of(value):.{digits}f} {self.name}"
+
+
+#: largest first; a value is shown in the first unit it reaches (under the last, in the last)
+TIME_UNITS = (Unit("s", 1.0), Unit("ms", 1e-3), Unit("us", 1e-6))
+BYTE_UNITS = (Unit("TiB", 2.0**40), Unit("GiB", 2.0**30), Unit("MiB", 2.0**20), Unit("KiB", 2.0**10), Unit("B", 1.0))
+
+
+def _largest(values: Iterable[Any]) -> float:
+    """The largest finite magnitude among numbers and arrays (0 if none)."""
+    top = 0.0
+    for v in values:
+        a = np.abs(np.asarray(v, dtype=float)).ravel()
+        a = a[np.isfinite(a)]
+        if a.size:
+            top = max(top, float(a.max()))
+    return top
+
+
+def _pick(units: tuple[Unit, ...], values: tuple[Any, ...], empty: Unit) -> Unit:
+    top = _largest(values)
+    if top == 0:
+        return empty
+    return next((u for u in units if top >= u.size), units[-1])
+
+
+def time_unit(*values: Any) -> Unit:
+    """The unit for durations up to the largest of ``values`` (seconds: numbers or arrays): s from 1 s, ms
+    from 1 ms, else us; ms when there is nothing (or only zeros, inf, nan).
+
+    >>> time_unit(0.25).name, time_unit([0.5, 12.0]).name, time_unit(2e-5).name, time_unit().name
+    ('ms', 's', 'us', 'ms')
+    """
+    return _pick(TIME_UNITS, values, TIME_UNITS[1])
+
+
+def byte_unit(*values: Any) -> Unit:
+    """The unit for sizes up to the largest of ``values`` (bytes: numbers or arrays): GiB from 1 GiB, MiB
+    from 1 MiB, and so on; MiB when there is nothing (or only zeros, inf, nan).
+
+    >>> byte_unit(3 * 2**30).name, byte_unit(600 * 2**20).name, byte_unit(500).name
+    ('GiB', 'MiB', 'B')
+    """
+    return _pick(BYTE_UNITS, values, BYTE_UNITS[2])
+
+
 def format_bytes(n: float) -> str:
-    """Human-readable bytes, binary units: ``format_bytes(1536) == '1.50 KiB'``."""
+    """Human-readable bytes, binary units: ``format_bytes(1536) == '1.50 KiB'`` (:func:`byte_unit`'s rule)."""
     if n is None or (isinstance(n, float) and math.isnan(n)):
         return "n/a"
     if math.isinf(n):
         return "unlimited"
-    sign = "-" if n < 0 else ""
-    n = abs(float(n))
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if n < 1024 or unit == "TiB":
-            return f"{sign}{n:.0f} B" if unit == "B" else f"{sign}{n:.2f} {unit}"
-        n /= 1024
-    raise AssertionError("unreachable")
+    unit = byte_unit(n)
+    if unit.name == "B" or n == 0:
+        return f"{n:.0f} B"
+    return unit.format(n)
 
 
 def format_seconds(t: float) -> str:
-    """Human-readable duration: ``format_seconds(0.0123) == '12.30 ms'``."""
+    """Human-readable duration: ``format_seconds(0.0123) == '12.30 ms'`` (:func:`time_unit`'s rule)."""
     if t is None or (isinstance(t, float) and math.isnan(t)):
         return "n/a"
     if math.isinf(t):
         return "inf"
-    if abs(t) >= 1:
-        return f"{t:.3f} s"
-    if abs(t) >= 1e-3:
-        return f"{t * 1e3:.2f} ms"
-    return f"{t * 1e6:.1f} us"
+    if t == 0:
+        return "0 s"
+    unit = time_unit(t)
+    return unit.format(t, 3 if unit.name == "s" else 1 if unit.name == "us" else 2)
+
+
+def format_column(values: Iterable[float], kind: str = "bytes", digits: int = 2) -> list[str]:
+    """Every value written in one unit, the one :func:`byte_unit` (``kind="bytes"``) or :func:`time_unit`
+    (``"seconds"``) picks for all of them: a table column reads in one unit. Infinite sizes read
+    ``"unlimited"``, infinite times ``"inf"``, missing values ``"n/a"``.
+
+    >>> format_column([0.7 * 2**30, 2**30, float("inf")])
+    ['0.70 GiB', '1.00 GiB', 'unlimited']
+    >>> format_column([0.0123, 2.5], "seconds", 3)
+    ['0.012 s', '2.500 s']
+    """
+    if kind not in ("bytes", "seconds"):
+        raise ValueError(f"kind must be 'bytes' or 'seconds', got {kind!r}")
+    values = [float(v) for v in values]
+    unit = (byte_unit if kind == "bytes" else time_unit)(values)
+    return ["n/a" if math.isnan(v) else ("unlimited" if kind == "bytes" else "inf") if math.isinf(v)
+            else unit.format(v, digits) for v in values]
 
 
 def bytes_value(text: str | float | int, what: str) -> float:

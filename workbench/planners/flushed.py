@@ -34,7 +34,7 @@ import time
 from typing import Any, Literal
 
 from workbench.model.chain import Chain, Platform
-from workbench.model.plan import Plan, Stage, chain_for_plan, lower_bound, with_memory_setup
+from workbench.model.plan import MAX_MICRO_BATCHES, Plan, Stage, chain_for_plan, lower_bound, with_memory_setup
 from workbench.model.tolerances import REL_TOL
 from workbench.model.units import format_bytes
 from workbench.planners.dp.contiguous import plan_dp
@@ -66,8 +66,8 @@ def plan_flushed(chain: Chain, platform: Platform, kind: Literal["gpipe", "1f1b"
     t0 = time.perf_counter()
     P = platform.devices
     m = int(micro_batches) if micro_batches is not None else 4 * P
-    if m < 1:
-        raise ValueError(f"micro_batches must be >= 1, got {micro_batches!r}")
+    if not 1 <= m <= MAX_MICRO_BATCHES:
+        raise ValueError(f"micro_batches must be in 1..{MAX_MICRO_BATCHES}, got {micro_batches!r}")
     notes: list[str] = []
     if allocation == "general":
         notes.append("flushed schedules are contiguous: allocation 'general' ignored")

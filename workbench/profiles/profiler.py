@@ -79,7 +79,7 @@ from torch import nn
 from workbench.model.chain import Chain, Layer
 from workbench.profiles.discover import Layers, discover_layers
 from workbench.profiles.memtrace import layer_memory
-from workbench.profiles.timing import Timer, cpu_threads, leaf, time_layer
+from workbench.profiles.timing import Timer, cpu_threads, leaf, say_how_long, time_layer
 from workbench.profiles.zoo import as_dtype
 
 __all__ = [
@@ -297,10 +297,11 @@ def profile_model(
     started = time.perf_counter()
     out_layers: list[Layer] = []
     stats: list[LayerTiming] = []
-    x, iterator = sample_input.to(how.dev), _layers_progress(len(mods), (meta or {}).get("network", "profile"),
-                                                             progress)
+    x = sample_input.to(how.dev)
     with cpu_threads(how.dev, threads):
-        for i in iterator:
+        if progress and times is time_layer:
+            say_how_long([_moved(m, how.dev, how.cast) for m in mods], x, how.warmup, how.repeats)
+        for i in _layers_progress(len(mods), (meta or {}).get("network", "profile"), progress):
             with_loss = loss is not None and i == len(mods) - 1
             then = (lambda o: loss(o, tgt)) if with_loss else None  # type: ignore[misc]
             layer, timing, x = _profile_layer(how, mods[i], names[i], x, i > 0, then)

@@ -363,7 +363,35 @@ def model_config(name: str, **kwargs: Any) -> dict[str, Any]:
     unknown = sorted(set(kw) - set(spec.defaults))
     if unknown:
         raise ValueError(f"model {name!r} does not take {unknown}; it takes {sorted(spec.defaults)} and seed")
+    for key, value in kw.items():
+        _check_option(name, key, value, spec.defaults[key])
     return {**spec.defaults, **kw}
+
+
+def _check_option(name: str, key: str, value: Any, default: Any) -> None:
+    """An option like its default: sizes and counts whole numbers of at least 1 (nested in lists too), a
+    dropout rate in [0, 1).
+
+    >>> _check_option("gpt", "layers", -1, 12)
+    Traceback (most recent call last):
+    ValueError: model 'gpt': layers=-1 is not a whole number of at least 1
+    """
+    from numbers import Integral, Real
+
+    if isinstance(default, float):
+        ok = isinstance(value, Real) and not isinstance(value, bool) and 0 <= value < 1
+        if not ok:
+            raise ValueError(f"model {name!r}: {key}={value!r} is not a rate in [0, 1)")
+        return
+    if isinstance(default, int):
+        if isinstance(value, bool) or not isinstance(value, Integral) or value < 1:
+            raise ValueError(f"model {name!r}: {key}={value!r} is not a whole number of at least 1")
+        return
+    if isinstance(default, (list, tuple)):
+        if not isinstance(value, (list, tuple)) or not value:
+            raise ValueError(f"model {name!r}: {key}={value!r} is not a list like {list(default)!r}")
+        for item, like in zip(value, list(default) * len(value)):
+            _check_option(name, key, item, like)
 
 
 def build_model(name: str, *, seed: int = 0, dtype: str | torch.dtype | None = None, **kwargs: Any) -> nn.Sequential:

@@ -8,7 +8,9 @@
 - :mod:`~workbench.runtime.messages`: the fallback's receive order, tags and sends in flight;
 - :mod:`~workbench.runtime.config`: :class:`~workbench.runtime.config.RunConfig`, what a rank needs;
 - :mod:`~workbench.runtime.worker`: a rank's process (process group, engine, saved result);
-- :mod:`~workbench.runtime.engine`: :func:`run_plan`, engine choice, reference gradients, ``torchrun`` entry;
+- :mod:`~workbench.runtime.engine`: :func:`run_plan`, engine choice, ``torchrun`` entry;
+- :mod:`~workbench.runtime.gradients`: the gradient check against one process;
+- :mod:`~workbench.runtime.session`: what ``run`` and ``torchrun`` check before a run and conclude after it;
 - :mod:`~workbench.runtime.replay`: each device of a plan alone;
 - :mod:`~workbench.runtime.compare`: predicted against measured, calibration;
 - :mod:`~workbench.runtime.export`: plans as ``torch.distributed.pipelining`` action lists;

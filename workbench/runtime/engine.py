@@ -32,6 +32,7 @@ Under ``torchrun`` (several nodes work the same way) use the module entry::
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import socket
 import sys
@@ -46,8 +47,9 @@ import torch
 
 from workbench.model.plan import Plan
 from workbench.model.trace import MEMORY_COLUMNS, OP_COLUMNS, Trace
-from workbench.profiles.workload import Workload, model_loss
+from workbench.profiles.workload import Workload
 from workbench.runtime.config import RunConfig
+from workbench.runtime.gradients import grad_error, grad_tolerance, reference_gradients
 from workbench.runtime.program import Op, programs_for
 
 __all__ = ["Workload", "RunResult", "run_plan", "reference_gradients", "grad_error", "grad_tolerance",
@@ -74,61 +76,6 @@ class RunResult:
 
     def peak_memory(self) -> list[float]:
         return [float(m) for m in self.trace.peak_memory()]
-
-
-def reference_gradients(workload: Workload, steps: int, device: str = "cpu") -> dict[str, torch.Tensor]:
-    """Single-process gradients of the whole model (shared parameters tied, as built) summed over
-    mini-batches 0..steps-1 (the weights never change), computed on ``device``, returned on the CPU."""
-    model = workload.build().to(device)
-    model.train()
-    for i in range(steps):
-        inputs, y = workload.batch(i)
-        inputs = torch.utils._pytree.tree_map_only(torch.Tensor, lambda t: t.to(device), inputs)
-        model_loss(workload, model, inputs, y.to(device) if isinstance(y, torch.Tensor) else y).backward()
-    return {n: (p.grad.detach().cpu().clone() if p.grad is not None else torch.zeros_like(p, device="cpu"))
-            for n, p in model.named_parameters()}
-
-
-def grad_error(grads: dict[str, torch.Tensor], reference: dict[str, torch.Tensor]) -> tuple[float, float]:
-    """(max absolute difference, that divided by the largest reference magnitude) over all parameters,
-    computed in float64 whatever the gradients' dtype."""
-    missing = sorted(set(reference) ^ set(grads))
-    if missing:
-        raise ValueError(f"gradient names differ: {missing[:5]}")
-    abs_err = max(float((grads[n].double() - reference[n].double()).abs().max()) for n in reference)
-    scale = max(float(reference[n].double().abs().max()) for n in reference)
-    return abs_err, abs_err / scale if scale > 0 else abs_err
-
-
-# float32: what the H100 runs reached in float32 (at most 1.4e-6) with room; bfloat16: 4 units in the last
-# place of the largest gradient (8 significant bits: one unit is 2**-7 of it), see grad_tolerance
-_GRAD_TOLERANCE = {torch.float64: 1e-12, torch.float32: 1e-5, torch.bfloat16: 2.0**-5, torch.float16: 2.0**-8}
-
-
-def grad_tolerance(dtype: str | torch.dtype | None = None) -> float:
-    """The largest relative :func:`grad_error` of a run against :func:`reference_gradients` that is still
-    rounding, for gradients of ``dtype`` (default float32).
-
-    The run and the reference compute the same layers with the same kernels, but
-    not always in the same order of summation (a stage's backward alone against
-    the whole model's; on a GPU, algorithms chosen per call and atomic adds), and
-    each of the ``steps`` accumulations rounds. In float32 the committed H100
-    runs differ by at most 1.4e-6; the bound is 1e-5. bfloat16 keeps 8
-    significant bits, so one rounding of the largest gradient moves it by up to
-    2**-7 (0.8%) of itself and a different order of summation by a few such units:
-    the bound is 4 units, 2**-5 (3.1%). What it catches is then coarser than in
-    float32: an error must move the largest accumulated gradient by more than
-    3.1% of itself. Losing one of ``steps`` mini-batches moves the sum by about
-    1/steps of it (6% at 16 steps, caught; 2.5% at 40, not reliably), a wrong
-    weight version or a gradient sent to the wrong stage by far more. The H100
-    bf16 runs differ by at most 0.85% (gpt-medium on 4 devices).
-
-    >>> grad_tolerance(), grad_tolerance("bfloat16")
-    (1e-05, 0.03125)
-    """
-    from workbench.profiles.zoo import as_dtype
-
-    return _GRAD_TOLERANCE[as_dtype(dtype)]
 
 
 def merge_results(parts: Sequence[dict[str, Any]], plan: Plan, **meta: Any) -> RunResult:
@@ -318,36 +265,55 @@ def _start_ranks(cfg: RunConfig, start_method: str) -> list[dict[str, Any]]:
 def main(argv: list[str] | None = None) -> int:
     """``torchrun --nproc-per-node P -m workbench.runtime.engine PLAN.json (--model NAME | --module F.py:FUNC)``.
 
-    Every rank runs its share; the results are gathered over the process group (no shared file
-    system needed across nodes) and rank 0 writes ``measured.csv`` (+ ``measured.memory.csv``) and
-    ``grads.pt`` to ``--out`` and prints the period and the memory.
+    Every rank checks the plan against the model, then runs its share; the results are gathered over the
+    process group (no shared file system needed across nodes) and rank 0 prints and writes what ``run``
+    does (:func:`~workbench.runtime.session.conclude_run`: the prediction against the measurement, the
+    memory of every rank, the gradient check with ``--check-grads``) to ``--out``, with ``grads.pt``.
+    Bad input: one ``error:`` line, exit status 2, before any rank starts its work.
     """
+    args = _parser().parse_args(argv)
+    try:
+        return _torchrun(args)
+    except (ValueError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+def _torchrun(args: argparse.Namespace) -> int:
+    """:func:`main` once its command line is read."""
     from datetime import timedelta
 
     import torch.distributed as dist
 
-    from workbench.io import write_text_atomic
+    from workbench.model.plan_setup import resolve_setup
+    from workbench.runtime.session import check_plan_against, check_plan_valid, platform_for_run
     from workbench.runtime.worker import _execute, _setup
 
-    args = _parser().parse_args(argv)
     plan = Plan.from_json(Path(args.plan_file))
-    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
     if world != plan.devices:
-        raise SystemExit(f"the plan has {plan.devices} devices, torchrun started {world} ranks")
+        raise ValueError(f"{args.plan_file}: the plan has {plan.devices} devices, torchrun started {world} ranks "
+                         f"(--nproc-per-node {plan.devices} on one node)")
     device = "cuda" if torch.cuda.is_available() else "cpu"
     backend = args.backend or default_backend(device, int(os.environ.get("LOCAL_WORLD_SIZE", world)))
     wl = (Workload.module(args.module) if args.module else
           Workload.zoo(args.model, args.batch_size, dtype=args.dtype, **dict(plan.extra.get("model_config", {}))))
     for note in wl.notes if rank == 0 else ():
         print(f"note: {note}", flush=True)
-    setup = plan.setup or {}
-    weights = args.weights or setup.get("weights", "stash")
-    cfg = RunConfig(plan, programs_for(plan, args.steps), wl, args.steps, args.lr, weights, backend, device,
-                    timeout=args.timeout, engine=choose_engine(plan, weights, args.engine),
-                    optimizer=args.optimizer or setup.get("optimizer", "adam"),
-                    zero_grad=args.zero_grad or setup.get("zero_grad", "zeros" if setup else "none"))
+    chain = _load_or_profile(args, wl, rank)
+    check_plan_against(plan, wl.layers().names, chain, what=wl.name)
+    setup = resolve_setup(args, plan)       # the plan's set-up; an option that contradicts it is refused
+    platform = platform_for_run(plan, optimizer=setup["optimizer"], weights=setup["weights"],
+                                zero_grad=setup["zero_grad"])
+    if chain is not None:      # as `check PLAN --profile ...` would: the plan's set-up and links, no memory limit
+        links = platform_for_run(plan, bandwidth=(plan.setup or {}).get("bandwidth", "12GB/s"))
+        check_plan_valid(plan, chain, links.with_(memory=math.inf), where=args.plan_file)
+    cfg = RunConfig(plan, programs_for(plan, args.steps), wl, args.steps, args.lr, platform.weights, backend, device,
+                    timeout=args.timeout, engine=choose_engine(plan, platform.weights, args.engine),
+                    optimizer=platform.optimizer, zero_grad=platform.zero_grad)
     _setup(rank, cfg)
     dist.init_process_group(backend, rank=rank, world_size=world, timeout=timedelta(seconds=args.timeout))
+    t0 = time.monotonic()
     try:
         part = _execute(rank, world, cfg)
         parts: list[Any] | None = [None] * world if rank == 0 else None
@@ -355,15 +321,41 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         dist.destroy_process_group()
     if rank == 0:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        res = merge_results(parts, plan, steps=args.steps, engine=cfg.engine)  # type: ignore[arg-type]
-        res.trace.save(out / "measured.csv")
-        torch.save(res.grads, out / "grads.pt")
-        write_text_atomic(out / "engine.txt", cfg.engine + "\n")
-        print(f"{cfg.engine} engine: measured period {res.measured_period:.6g} s (plan {plan.period:.6g} s); "
-              "peak memory " + ", ".join(f"{m:.4g}" for m in res.meta["memory_peak"]))
+        res = merge_results(parts, plan, steps=args.steps, lr=args.lr, weights=cfg.weights,  # type: ignore[arg-type]
+                            backend=backend, device=device, world=world, threads=cfg.threads,
+                            optimizer=cfg.optimizer, zero_grad=cfg.zero_grad, engine=cfg.engine,
+                            wall_seconds=time.monotonic() - t0)
+        _conclude_on_rank0(args, plan, chain, platform, wl, res)
     return 0
+
+
+def _load_or_profile(args: argparse.Namespace, wl: Workload, rank: int):
+    """The chain the prediction is made on: ``--profile``, else (rank 0 only, as ``run`` does) a profile made here."""
+    if args.profile:
+        from workbench.profiles import load_profile
+
+        return load_profile(args.profile)
+    if rank != 0:
+        return None
+    from workbench.profiles.profiler import profile_workload
+
+    print(f"profiling {wl.name} on rank 0 (no --profile) ...", flush=True)
+    return profile_workload(wl, progress=False)
+
+
+def _conclude_on_rank0(args: argparse.Namespace, plan: Plan, chain, platform, wl: Workload, res: "RunResult") -> None:
+    """Rank 0 after the run: the summary of ``run`` (printed, and written to ``--out`` with ``grads.pt``)."""
+    from workbench.model.plan import chain_for_plan
+    from workbench.runtime.session import conclude_run, cores_available
+    from workbench.runtime.summary import format_comparison
+
+    out = Path(args.out)
+    summary = conclude_run(plan, chain_for_plan(plan, chain), platform, wl, res, steps=args.steps,
+                           batch_size=wl.batch_size or args.batch_size, model_config=dict(wl.config),
+                           cores=cores_available(), check_grads=args.check_grads and args.lr == 0.0, out=out)
+    torch.save(res.grads, out / "grads.pt")
+    print(format_comparison(summary))
+    print(f"wrote {out / 'summary.json'} and the traces beside it")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -375,16 +367,21 @@ def _parser() -> argparse.ArgumentParser:
     src.add_argument("--module", help="FILE.py:FUNC returning (model, example_inputs, example_targets, loss_fn)")
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--batch-size", type=int, default=8)
-    ap.add_argument("--weights", default=None, choices=["stash", "single"], help="default: the plan's")
+    ap.add_argument("--weights", default=None, choices=["stash", "single"], help="default: the plan's (else stash)")
     ap.add_argument("--lr", type=float, default=0.0)
-    ap.add_argument("--optimizer", default=None, help="default: the plan's")
+    ap.add_argument("--optimizer", default=None, help="none, sgd, momentum, adam or adamw (default: the plan's, "
+                                                      "else adam), stepped with --lr")
     ap.add_argument("--zero-grad", default=None, choices=["none", "zeros"], dest="zero_grad",
                     help="the training loop (default: the plan's)")
     ap.add_argument("--engine", default="auto", choices=list(ENGINES))
-    ap.add_argument("--backend", default=None)
+    ap.add_argument("--backend", default=None, choices=["gloo", "nccl"], help="default: nccl on GPUs, else gloo")
     ap.add_argument("--dtype", default="float32", help="zoo models: float32 or bfloat16 (the profile's)")
     ap.add_argument("--timeout", type=float, default=300.0)
-    ap.add_argument("--out", default="build/run")
+    ap.add_argument("--out", default="build/run", help="folder for the summary and the traces (rank 0)")
+    ap.add_argument("--profile", default=None,
+                    help="the profile the plan was made on (default: rank 0 profiles the model first, as run does)")
+    ap.add_argument("--check-grads", action="store_true",
+                    help="rank 0 also runs the whole model in one process and checks the gradients against it")
     return ap
 
 

@@ -49,7 +49,6 @@ step for ``i`` (with a learning rate above 0 the copies would drift: refused).
 from __future__ import annotations
 
 import time
-from contextlib import nullcontext
 from typing import Any
 
 import torch
@@ -57,8 +56,8 @@ import torch.distributed as dist
 
 from workbench.runtime.config import RunConfig
 from workbench.runtime.messages import ReadyReceive, SendWaiter, message_tag, plan_receives
-from workbench.runtime.policy_layers import OffloadStore, offloading
-from workbench.runtime.rank import MemoryProbe, RankModel, Recorder, chain_input, make_optimizer
+from workbench.runtime.policy_layers import StageOffloads
+from workbench.runtime.rank import MemoryProbe, RankModel, Recorder, chain_input, make_optimizer, shared_origin
 
 __all__ = ["PipeDreamRank", "alias"]
 
@@ -90,10 +89,7 @@ class PipeDreamRank:
         self.wire = torch.device("cpu") if cuda and cfg.backend == "gloo" and not cfg.isolated else self.dev
         self.model = RankModel.build(cfg.plan, cfg.workload, rank, self.dev)
         self.mine = sorted(self.model.stages)
-        acts = cfg.plan.activations or ()
-        self.offload_stages = {s for s in self.mine if "offload" in acts[cfg.plan.stages[s].first:
-                                                                           cfg.plan.stages[s].last + 1]}
-        self.offloaded: dict[tuple[int, int], OffloadStore] = {}
+        self.offloads = StageOffloads(self.model.offload_stages)
         self.live = {s: self.model.parameters(s) for s in self.mine}
         self.ties = self._ties()
         owned = {s: [p for n, p in self.live[s].items() if (s, n) not in self.ties["shared"]] for s in self.mine}
@@ -221,14 +217,10 @@ class PipeDreamRank:
         if s == self.S - 1 and self.S > 1:
             y = self.batch(i)[1]
         version = self.weights_for(s, i)
-        store = OffloadStore() if s in self.offload_stages else None
-        with self.recorder.op("F", s, i), (offloading(store) if store is not None else nullcontext()):
+        with self.recorder.op("F", s, i), self.offloads.forward(s, i):
             h = out = torch.func.functional_call(self.model.stages[s], version, (x,))
             if s == self.S - 1:                       # the loss belongs to the last layer, as profiled
                 out = self.model.loss(h, y)
-        if store is not None:       # offloaded layers' saved tensors leave as a block when the forward ends
-            store.move_out()
-            self.offloaded[(s, i)] = store
         self.inflight[(s, i)] = (x, out, version)
         if s < self.S - 1:
             if self.stage_dev[s + 1] == self.rank:
@@ -253,11 +245,8 @@ class PipeDreamRank:
         wrt = [version[n] for n in names] + ([x] if want_x else [])
         with self.recorder.op("B", s, i):
             # backward(inputs=...) accumulates into the preset gradient buffers
-            store = self.offloaded.pop((s, i), None)
-            if store is not None:   # ... and come back as a block before the backward
-                store.move_in()
-            torch.autograd.backward(out, grad_tensors=g_out, inputs=wrt)
-            del store
+            with self.offloads.backward(s, i):
+                torch.autograd.backward(out, grad_tensors=g_out, inputs=wrt)
             by_name = {n: version[n].grad for n in names if version[n].grad is not None}
             gx = x.grad if want_x else None
             for t in wrt:
@@ -361,13 +350,8 @@ class PipeDreamRank:
         """Warm-up, the timed pass (trace, gradients), the memory pass (probe); the rank's results."""
         if self.cfg.warmup:
             self.warm_up()
-        origin = torch.tensor([time.perf_counter()], dtype=torch.float64)
-        if not self.cfg.isolated:
-            dist.barrier()
-            if self.cfg.backend == "nccl":
-                origin = origin.to(self.dev)
-            dist.broadcast(origin, src=0)
-        self.recorder = Recorder(self.rank, self.dev.type == "cuda", float(origin.item()))
+        origin = time.perf_counter()
+        self.recorder.restart(origin if self.cfg.isolated else shared_origin(origin, self.cfg.backend, self.dev))
         self.acc = {s: {} for s in self.mine}
         self.run()
         if self.dev.type == "cuda":

@@ -30,7 +30,7 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-__all__ = ["Recomputed", "Offloaded", "OffloadStore", "offloading", "with_policies", "with_policy"]
+__all__ = ["Recomputed", "Offloaded", "OffloadStore", "StageOffloads", "offloading", "with_policies", "with_policy"]
 
 
 class Recomputed(nn.Module):
@@ -117,6 +117,49 @@ def offloading(store: OffloadStore) -> Iterator[OffloadStore]:
         yield store
     finally:
         _STORE.pop()
+
+
+class StageOffloads:
+    """The offload stores of a rank's stages, one per (stage, mini-batch) in flight: their life cycle,
+    the same on both engines. :meth:`forward` runs a stage's forward into a new :class:`OffloadStore`
+    and moves it out as a block when the forward ends; :meth:`backward` moves it back in before the
+    backward and lets it go when the backward ends. Stages outside ``stages`` keep their tensors.
+
+    >>> offloads = StageOffloads({0})
+    >>> with offloads.forward(0, 7):
+    ...     y = Offloaded(nn.Linear(2, 2))(torch.ones(1, 2, requires_grad=True))
+    >>> offloads.held[(0, 7)].out
+    True
+    >>> with offloads.backward(0, 7):
+    ...     y.sum().backward()
+    >>> offloads.held
+    {}
+    """
+
+    def __init__(self, stages) -> None:
+        self.stages = frozenset(stages)
+        self.held: dict[tuple[int, int], OffloadStore] = {}
+
+    @contextmanager
+    def forward(self, stage: int, batch: int) -> Iterator[None]:
+        if stage not in self.stages:
+            yield
+            return
+        store = OffloadStore()
+        with offloading(store):
+            yield
+        store.move_out()              # the offloaded layers' saved tensors leave as a block when the forward ends
+        self.held[(stage, batch)] = store
+
+    @contextmanager
+    def backward(self, stage: int, batch: int) -> Iterator[None]:
+        store = self.held.pop((stage, batch), None)
+        if store is not None:         # ... and come back as a block before the backward
+            store.move_in()
+        try:
+            yield
+        finally:
+            del store                 # gone with the backward's graph
 
 
 class Offloaded(nn.Module):

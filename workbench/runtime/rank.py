@@ -32,13 +32,14 @@ from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
 
 import torch
+import torch.distributed as dist
 from torch import nn
 
 from workbench.runtime.policy_layers import with_policy
 from workbench.runtime.training import OPTIMIZERS, make_optimizer
 
 __all__ = ["OPTIMIZERS", "make_optimizer", "RankModel", "Recorder", "MemoryProbe", "layer_output_shapes",
-           "chain_input"]
+           "chain_input", "shared_origin"]
 
 def chain_input(inputs: Any) -> torch.Tensor:
     """The tensor that enters a chain: the inputs themselves, or their first tensor.
@@ -92,7 +93,9 @@ class RankModel:
     """A rank's share of the model: per own stage an ``nn.Sequential`` of its layers, on ``device``.
 
     ``names[s]`` maps the stage module's parameter names to the model's (for gradients), ``shapes``
-    the output (shape, dtype) of every layer of the whole chain, ``loss`` the last layer's loss.
+    the output (shape, dtype) of every layer of the whole chain, ``loss`` the last layer's loss,
+    ``offload_stages`` the own stages holding a layer whose activations are offloaded (both engines
+    run those under :class:`~workbench.runtime.policy_layers.StageOffloads`).
     """
 
     stages: dict[int, nn.Sequential]
@@ -101,6 +104,7 @@ class RankModel:
     loss: Any
     tied: tuple
     layer_names: tuple[str, ...]
+    offload_stages: frozenset[int] = frozenset()
 
     @classmethod
     def build(cls, plan, workload, rank: int, device: torch.device) -> "RankModel":
@@ -126,7 +130,8 @@ class RankModel:
                 for n, full in layers.parameter_names[l].items():
                     canon[f"{j}.{inner}{n}"] = full
             names[s] = {n: canon[n] for n, _ in seq.named_parameters()}
-        return cls(stages, names, shapes, layers.loss, layers.tied, layers.names)
+        offload = frozenset(s for s in stages if "offload" in policies[plan.stages[s].first:plan.stages[s].last + 1])
+        return cls(stages, names, shapes, layers.loss, layers.tied, layers.names, offload)
 
     def parameters(self, s: int) -> dict[str, nn.Parameter]:
         return dict(self.stages[s].named_parameters())
@@ -148,6 +153,12 @@ class Recorder:
             self.base.record()
         self._base_perf = time.perf_counter()   # CLOCK_MONOTONIC: one axis for the processes of a machine
         self.origin = self._base_perf if origin is None else origin
+
+    def restart(self, origin: float) -> None:
+        """Forget every mark (the warm-up's) and measure from ``origin`` (:func:`shared_origin`)."""
+        self.origin = origin
+        self.marks.clear()
+        self.cpu.clear()
 
     def now(self) -> Any:
         if self.cuda:
@@ -180,6 +191,16 @@ class Recorder:
             st = plan.stages[s]
             out.append((self.rank, s, st.first, st.last, kind, i, self.seconds(a), self.seconds(b)))
         return out
+
+
+def shared_origin(origin: float, backend: str, device: torch.device) -> float:
+    """Rank 0's ``origin`` on every rank, after a barrier: the one clock origin of a run (both engines)."""
+    t = torch.tensor([origin], dtype=torch.float64)
+    if backend == "nccl":
+        t = t.to(device)
+    dist.barrier()
+    dist.broadcast(t, src=0)
+    return float(t.item())
 
 
 _RESIDENT = ("Parameter", "Buffer", "Gradient", "Optstate")

@@ -190,7 +190,7 @@ def run_summary(root: str | Path) -> pd.DataFrame:
     allocator peak within the limit; True without one), ``grad_error`` and ``grad_tolerance``
     (nan for one device: there is no shared run).
     """
-    from workbench.runtime.engine import grad_tolerance
+    from workbench.runtime.gradients import grad_tolerance
 
     root = Path(root)
     reps = load_replays(root)

@@ -60,7 +60,7 @@ def summarise(plan, chain, platform, wl, res, cmp, cal: dict[str, Any], *, model
               cores: int) -> dict[str, Any]:
     """The summary's fields, in ``summary.json``'s order: ``grad_errors`` is (absolute, relative) against
     one process (NaN when not checked), ``dropout`` the model's random layers, ``cores`` those the run had."""
-    from workbench.runtime.engine import grad_tolerance
+    from workbench.runtime.gradients import grad_tolerance
 
     return {
         **_run_fields(plan, platform, wl, res, model_config, batch_size, steps),
@@ -191,9 +191,14 @@ def format_comparison(summary: dict[str, Any]) -> str:
             lines.append(f"  calibration: {cal['note']}")
     for w in summary.get("warnings") or []:
         lines.append(f"  NOT MEANINGFUL as a test of the times: {w}")
-    lines.append(f"  max gradient error (lr 0, vs one process): {summary['max_grad_error']:.3g} (relative; rounding "
-                 f"bound {summary.get('grad_tolerance', math.nan):.3g})"
-                 + ("; not a check: the model has dropout" if summary.get("dropout") else ""))
+    err = summary["max_grad_error"]
+    if err is None or (isinstance(err, float) and math.isnan(err)):
+        lines.append("  gradients: not checked against one process (run checks them with a learning rate of 0; "
+                     "under torchrun, --check-grads)")
+    else:
+        lines.append(f"  max gradient error (lr 0, vs one process): {err:.3g} (relative; rounding "
+                     f"bound {summary.get('grad_tolerance', math.nan):.3g})"
+                     + ("; not a check: the model has dropout" if summary.get("dropout") else ""))
     if summary.get("ranks_over_cores"):
         lines.append(f"  note: {summary['devices']} ranks shared {summary['cores']} cores: the times above mean little")
     return "\n".join(lines)

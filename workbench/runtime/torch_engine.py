@@ -38,7 +38,6 @@ parameter object itself.
 from __future__ import annotations
 
 import time
-from contextlib import nullcontext
 from typing import Any
 
 import torch
@@ -46,8 +45,8 @@ import torch.distributed as dist
 from torch.distributed.pipelining import PipelineStage
 from torch.distributed.pipelining import schedules as ts
 
-from workbench.runtime.policy_layers import OffloadStore, offloading
-from workbench.runtime.rank import MemoryProbe, RankModel, Recorder, chain_input, make_optimizer
+from workbench.runtime.policy_layers import StageOffloads
+from workbench.runtime.rank import MemoryProbe, RankModel, Recorder, chain_input, make_optimizer, shared_origin
 
 __all__ = ["TimedStage", "TimedSchedule", "run_torch_rank", "tie_groups"]
 
@@ -59,17 +58,13 @@ class TimedStage(PipelineStage):
     probe: MemoryProbe | None = None
     samples: list[tuple[float, float, float]]
 
-    #: the stage holds layers whose activations are offloaded (a store per micro-batch, moved as a block)
-    offloads: bool = False
+    #: the rank's offload stores (one per stage and micro-batch of a stage that offloads)
+    offloads: StageOffloads
 
     def forward_one_chunk(self, fwd_chunk_id: int, args: Any, kwargs: Any = None, save_forward_output: bool = True):
         t0 = self.recorder.now()
-        store = OffloadStore() if self.offloads else None
-        with offloading(store) if store is not None else nullcontext():
+        with self.offloads.forward(self.stage_index, fwd_chunk_id):
             out = super().forward_one_chunk(fwd_chunk_id, args, kwargs, save_forward_output)
-        if store is not None:       # the offloaded layers' saved tensors leave as a block when the forward ends
-            store.move_out()
-            self.stores[fwd_chunk_id] = store
         self.recorder.add("F", self.stage_index, fwd_chunk_id, t0, self.recorder.now())
         if not self.is_last:
             self._sample()
@@ -77,13 +72,10 @@ class TimedStage(PipelineStage):
 
     def backward_one_chunk(self, bwd_chunk_id: int, loss=None, full_backward: bool = True,
                            last_backward: bool = False):
-        store = self.stores.pop(bwd_chunk_id, None) if self.offloads else None
-        with self.recorder.op("B", self.stage_index, bwd_chunk_id):
-            if store is not None:   # ... and come back as a block before the backward
-                store.move_in()
+        with self.recorder.op("B", self.stage_index, bwd_chunk_id), \
+                self.offloads.backward(self.stage_index, bwd_chunk_id):
             out = super().backward_one_chunk(bwd_chunk_id, loss=loss, full_backward=full_backward,
                                              last_backward=last_backward)
-        del store
         self._sample()
         return out
 
@@ -171,7 +163,7 @@ def run_torch_rank(rank: int, world: int, cfg) -> dict[str, Any]:
     cuda = cfg.device == "cuda"
     dev = torch.device(f"cuda:{torch.cuda.current_device()}") if cuda else torch.device("cpu")
     model = RankModel.build(plan, cfg.workload, rank, dev)
-    origin = torch.tensor([time.perf_counter()], dtype=torch.float64)
+    origin = time.perf_counter()
     rec = Recorder(rank, cuda)
     samples: list[tuple[float, float, float]] = []     # memory after each F/B, in the rank's order
     # torch's schedules want every rank of their group to hold a stage: devices without one stay out
@@ -181,7 +173,7 @@ def run_torch_rank(rank: int, world: int, cfg) -> dict[str, Any]:
     step = _TorchStep(model, cfg, stages, active, world, rec, dev)
     step.run()                                        # warm-up: allocations, kernel choice, optimizer state
     step.zero()
-    _share_clock(rec, origin, cfg.backend, dev)
+    rec.restart(shared_origin(origin, cfg.backend, dev))   # rank 0's clock origin; the warm-up's marks go
     step.run()
     if cuda:
         torch.cuda.synchronize(dev)
@@ -205,6 +197,7 @@ def _build_stages(model: RankModel, cfg, dev: torch.device, group, rec: Recorder
     """A :class:`TimedStage` per stage of this rank, recording into ``rec`` and ``samples``."""
     plan = cfg.plan
     stages = []
+    offloads = StageOffloads(model.offload_stages)
     for s, seq in model.stages.items():
         st = plan.stages[s]
         # example input and output (meta tensors: shapes only); requires_grad says a gradient flows back
@@ -213,7 +206,7 @@ def _build_stages(model: RankModel, cfg, dev: torch.device, group, rec: Recorder
         stage = TimedStage(seq, s, len(plan.stages), dev, input_args=(x_in,),
                            output_args=(_meta(*model.shapes[st.last]),), group=group)
         stage.recorder, stage.samples = rec, samples
-        stage.offloads, stage.stores = "offload" in (plan.activations or ())[st.first:st.last + 1], {}
+        stage.offloads = offloads
         stages.append(stage)
     return stages
 
@@ -261,17 +254,6 @@ class _TorchStep:
                 p.grad = None
             elif p.grad is not None:
                 p.grad.zero_()
-
-
-def _share_clock(rec: Recorder, origin: torch.Tensor, backend: str, dev: torch.device) -> None:
-    """Every rank takes rank 0's clock origin (after a barrier) and forgets the warm-up's marks."""
-    if backend == "nccl":
-        origin = origin.to(dev)
-    dist.barrier()
-    dist.broadcast(origin, src=0)
-    rec.origin = float(origin.item())
-    rec.marks.clear()
-    rec.cpu.clear()
 
 
 def _memory_step(step: _TorchStep, stages: list[TimedStage], model: RankModel, dev: torch.device) -> MemoryProbe:

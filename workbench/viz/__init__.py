@@ -9,11 +9,11 @@ from workbench.viz.compare import allocation_map, period_vs_bound, throughput_vs
 from workbench.viz.explorer import Explorer, explore
 from workbench.viz.export import ChromiumNotFound, save_html, save_image
 from workbench.viz.gantt import bar_durations, gantt, gantt_compare, lanes, steady_window
-from workbench.viz.memory import memory_bars, memory_split, memory_timeline
+from workbench.viz.memory import memory_bars, memory_bars_compare, memory_split, memory_timeline, memory_timelines
 
 __all__ = [
     "gantt", "gantt_compare", "lanes", "bar_durations", "steady_window",
-    "memory_bars", "memory_split", "memory_timeline",
+    "memory_bars", "memory_bars_compare", "memory_split", "memory_timeline", "memory_timelines",
     "throughput_vs_memory", "period_vs_bound", "allocation_map",
     "save_html", "save_image", "ChromiumNotFound",
     "Explorer", "explore",

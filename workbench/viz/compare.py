@@ -25,8 +25,9 @@ import plotly.graph_objects as go
 from workbench.methods import METHODS
 from workbench.model.chain import Chain
 from workbench.model.plan import Plan
+from workbench.model.units import byte_unit, time_unit
 from workbench.viz.gantt import TEMPLATE
-from workbench.viz.memory import DEVICE_COLORS, byte_unit
+from workbench.viz.memory import DEVICE_COLORS
 
 __all__ = ["throughput_vs_memory", "period_vs_bound", "allocation_map", "replay_chart", "prediction_errors",
            "calibration_chart", "METHOD_COLORS"]
@@ -59,19 +60,19 @@ def throughput_vs_memory(df: pd.DataFrame, *, x: str = "memory", y: str = "throu
     d = df.copy()
     d["_thr"] = _throughput(d, y)
     d = d[np.isfinite(d["_thr"]) & (d["_thr"] > 0)]
-    unit, scale = byte_unit(float(df[x].replace([np.inf], np.nan).max()) if len(df) else 0.0)
+    unit = byte_unit(df[x].to_numpy(dtype=float) if len(df) else 0.0)
     fig = go.Figure()
     for i, (m, g) in enumerate(d.groupby(color, sort=False)):
         g = g.sort_values(x)
-        fig.add_scatter(x=(g[x] / scale).tolist(), y=g["_thr"].tolist(), mode="lines+markers", name=str(m),
+        fig.add_scatter(x=unit.of(g[x].astype(float)).tolist(), y=g["_thr"].tolist(), mode="lines+markers", name=str(m),
                         line=dict(color=METHOD_COLORS.get(str(m), DEVICE_COLORS[i % len(DEVICE_COLORS)]), width=2),
                         marker=dict(symbol=_SYMBOLS[i % len(_SYMBOLS)], size=8),
-                        hovertemplate=f"{m}: %{{y:.3f}} /s at %{{x:.3g}} {unit}<extra></extra>")
+                        hovertemplate=f"{m}: %{{y:.3f}} /s at %{{x:.3g}} {unit.name}<extra></extra>")
     if lower_bound:
         fig.add_hline(y=1.0 / lower_bound, line=dict(dash="dash", color="#555"),
                       annotation_text="1 / lower bound", annotation_position="bottom right")
     fig.update_layout(template=TEMPLATE, height=380, title=title or "Throughput against memory limit",
-                      xaxis_title=f"memory limit per device ({unit})", yaxis_title="throughput (mini-batches/s)",
+                      xaxis_title=unit.axis("memory limit per device"), yaxis_title="throughput (mini-batches/s)",
                       margin=dict(l=60, r=20, t=60, b=45))
     fig.update_yaxes(rangemode="tozero")
     return fig
@@ -79,13 +80,14 @@ def throughput_vs_memory(df: pd.DataFrame, *, x: str = "memory", y: str = "throu
 
 def period_vs_bound(df: pd.DataFrame, *, period: str = "period", bound: str = "lower_bound", color: str = "method",
                     label: str | None = None, title: str | None = None) -> go.Figure:
-    """Each plan's period against its lower bound (ms, log-log), with the line period = bound.
+    """Each plan's period against its lower bound (ms or s by magnitude, log-log), with the line period = bound.
 
     Points on the diagonal are optimal; their height above it is the ratio.
     """
     d = df[np.isfinite(df[period].astype(float))].copy()
-    d["_p"] = d[period].astype(float) * 1e3
-    d["_b"] = d[bound].astype(float) * 1e3
+    unit = time_unit(d[period].to_numpy(dtype=float), d[bound].to_numpy(dtype=float))
+    d["_p"] = unit.of(d[period].astype(float))
+    d["_b"] = unit.of(d[bound].astype(float))
     fig = go.Figure()
     for i, (m, g) in enumerate(d.groupby(color, sort=False)):
         text = g[label].astype(str).tolist() if label else None
@@ -93,7 +95,7 @@ def period_vs_bound(df: pd.DataFrame, *, period: str = "period", bound: str = "l
                         marker=dict(symbol=_SYMBOLS[i % len(_SYMBOLS)], size=9,
                                     color=METHOD_COLORS.get(str(m), DEVICE_COLORS[i % len(DEVICE_COLORS)])),
                         customdata=(g["_p"] / g["_b"]).tolist(),
-                        hovertemplate=f"{m} %{{text}}<br>bound %{{x:.3f}} ms, period %{{y:.3f}} ms"
+                        hovertemplate=f"{m} %{{text}}<br>bound %{{x:.3f}} {unit.name}, period %{{y:.3f}} {unit.name}"
                                       "<br>ratio %{customdata:.3f}<extra></extra>")
     if len(d):
         lo = float(min(d["_b"].min(), d["_p"].min())) * 0.9
@@ -101,7 +103,8 @@ def period_vs_bound(df: pd.DataFrame, *, period: str = "period", bound: str = "l
         fig.add_scatter(x=[lo, hi], y=[lo, hi], mode="lines", name="period = bound",
                         line=dict(color="#555", dash="dash"), hoverinfo="skip")
     fig.update_layout(template=TEMPLATE, height=400, title=title or "Period against lower bound",
-                      xaxis_title="lower bound (ms)", yaxis_title="period (ms)", margin=dict(l=60, r=20, t=60, b=45))
+                      xaxis_title=unit.axis("lower bound"), yaxis_title=unit.axis("period"),
+                      margin=dict(l=60, r=20, t=60, b=45))
     fig.update_xaxes(type="log")
     fig.update_yaxes(type="log")
     return fig
@@ -141,7 +144,7 @@ def allocation_map(plans: Plan | Sequence[Plan] | Mapping[str, Plan], chain: Cha
         text=text, hovertemplate="%{y}: %{text}<extra></extra>",
         colorbar=dict(title="device", tickvals=list(range(P)), ticktext=[f"GPU {p}" for p in range(P)]),
     ))
-    fig.update_layout(template=TEMPLATE, height=max(200, 110 + 45 * len(names)),
+    fig.update_layout(template=TEMPLATE, height=max(200, 110 + 45 * len(names), 90 + 22 * min(P, 16)),  # colour bar
                       title=title or "Allocation: device of every layer", xaxis_title="layer",
                       margin=dict(l=100, r=20, t=50, b=45))
     fig.update_yaxes(autorange="reversed")

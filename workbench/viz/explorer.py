@@ -43,7 +43,7 @@ from workbench.methods import METHODS, flushed, names
 from workbench.model.chain import Chain, Platform
 from workbench.model.plan import Plan
 from workbench.model.trace import Trace
-from workbench.model.units import format_bytes
+from workbench.model.units import format_bytes, format_seconds
 from workbench.planners import plan as run_planner
 from workbench.planners.dp.contiguous import least_contiguous_memory
 from workbench.verify.simulate import simulate
@@ -98,9 +98,9 @@ def _summary_html(plan: Plan, chain: Chain, platform: Platform) -> str:
                                    ("status", plan.status)]
     if plan.feasible:
         rows += [
-            ("period", f"{plan.period * 1e3:.3f} ms"),
+            ("period", format_seconds(plan.period)),
             ("throughput", f"{plan.throughput:.2f} mini-batches/s"),
-            ("lower bound", f"{plan.lower_bound * 1e3:.3f} ms (ratio {plan.ratio_to_bound():.3f})"),
+            ("lower bound", f"{format_seconds(plan.lower_bound)} (ratio {plan.ratio_to_bound():.3f})"),
             ("stages", ", ".join(f"{s.first}–{s.last}→GPU{s.device} (k={s.in_flight})" for s in plan.stages)),
             ("peak memory", f"{format_bytes(plan.peak_memory)} of {format_bytes(plan.memory_limit)}"),
         ]
@@ -415,7 +415,7 @@ class Explorer(W.VBox):
         assert p is not None
         self.summary.value = _summary_html(p, chain, platform)
         if p.feasible and self.trace is not None:
-            title = (f"{self.profile_dropdown.value}: {p.method}, period {p.period * 1e3:.2f} ms, "
+            title = (f"{self.profile_dropdown.value}: {p.method}, period {format_seconds(p.period)}, "
                      f"{p.throughput:.1f} mini-batches/s")
             self.gantt_figure = gantt(self.trace, color_by=self.color_by, title=title)
             self.memory_figure = memory_bars(p, chain, platform)

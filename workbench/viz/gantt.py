@@ -3,7 +3,9 @@
 One lane per device (``GPU 0`` on top), optionally one lane per link, and a
 horizontal bar per operation whose length is the operation's real duration
 (``go.Bar`` with ``base=start`` and ``x=end - start``, ``orientation="h"``).
-Times are shown in milliseconds. Bars are coloured by kind (forward blue,
+Times are shown in ms or s, chosen by the run's length
+(:func:`workbench.model.units.time_unit`; ``unit=`` sets one, so that charts meant to be compared share it,
+and ``time_range=`` their x range). Bars are coloured by kind (forward blue,
 backward orange, transfers green/grey) or by mini-batch (then the backward
 bars are hatched). Period boundaries are dotted lines and the steady state
 (the window in which every stage runs all its operations) is shaded.
@@ -34,9 +36,10 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from workbench.model.trace import Trace
+from workbench.model.units import Unit, format_seconds, time_unit
 
 __all__ = [
-    "gantt", "gantt_compare", "lanes", "bar_durations", "steady_window", "KIND_COLORS", "KIND_NAMES",
+    "gantt", "gantt_compare", "lanes", "bar_durations", "steady_window", "trace_unit", "KIND_COLORS", "KIND_NAMES",
     "BATCH_COLORS", "TEMPLATE",
 ]
 
@@ -55,7 +58,6 @@ BATCH_COLORS = [
     "#4E79A7", "#F28E2B", "#E15759", "#76B7B2", "#59A14F", "#EDC948", "#B07AA1", "#FF9DA7",
     "#9C755F", "#BAB0AC", "#1F77B4", "#D62728",
 ]
-_MS = 1e3
 
 #: a light version of plotly's "plotly_white" (assigning the named template deep-copies it: slow for the explorer)
 TEMPLATE = go.layout.Template(layout=dict(
@@ -119,7 +121,21 @@ def steady_window(trace: Trace) -> tuple[float, float] | None:
     return t0, t1
 
 
-def _prepare(trace: Trace, show_links: bool, offset: float) -> pd.DataFrame:
+def trace_unit(*traces: Trace, align: bool = False) -> Unit:
+    """The time unit for charts of ``traces`` (ms or s, by the latest end; from each first start with ``align``).
+
+    >>> trace_unit(Trace.empty(devices=1)).name
+    'ms'
+    """
+    ends = []
+    for tr in traces:
+        if len(tr.ops):
+            start = float(tr.ops["start"].min()) if align else 0.0
+            ends.append(float(tr.ops["end"].max()) - start)
+    return time_unit(ends)
+
+
+def _prepare(trace: Trace, show_links: bool, offset: float, unit: Unit) -> pd.DataFrame:
     ops = trace.ops.copy()
     if not len(ops):
         ops["lane"] = []
@@ -132,22 +148,23 @@ def _prepare(trace: Trace, show_links: bool, offset: float) -> pd.DataFrame:
     if (~comp).any():
         lane = lane.where(comp, [_lane_of(r, show_links, dst) for _, r in ops.iterrows()])
     ops["lane"] = lane
-    ops["start_ms"] = (ops["start"].astype(float) - offset) * _MS
-    ops["end_ms"] = (ops["end"].astype(float) - offset) * _MS
-    ops["dur_ms"] = ops["end_ms"] - ops["start_ms"]
+    ops["start_u"] = unit.of(ops["start"].astype(float) - offset)
+    ops["end_u"] = unit.of(ops["end"].astype(float) - offset)
+    ops["dur_u"] = ops["end_u"] - ops["start_u"]
     return ops
 
 
-def _bar(sub: pd.DataFrame, name: str, color: str, *, pattern: str = "", legendgroup: str,
+def _bar(sub: pd.DataFrame, name: str, color: str, unit: Unit, *, pattern: str = "", legendgroup: str,
          showlegend: bool = True, text: bool = True) -> go.Bar:
     custom = np.stack([
         sub["stage"].astype(int).to_numpy(), sub["first"].astype(int).to_numpy(),
         sub["last"].astype(int).to_numpy(), sub["batch"].astype(int).to_numpy(),
         sub["kind"].map(lambda k: KIND_NAMES.get(k, str(k))).to_numpy(),
-        sub["end_ms"].to_numpy(),
+        sub["end_u"].to_numpy(),
     ], axis=-1) if len(sub) else None
+    u = unit.name
     return go.Bar(
-        y=sub["lane"].tolist(), x=sub["dur_ms"].tolist(), base=sub["start_ms"].tolist(), orientation="h",
+        y=sub["lane"].tolist(), x=sub["dur_u"].tolist(), base=sub["start_u"].tolist(), orientation="h",
         name=name, legendgroup=legendgroup, showlegend=showlegend,
         marker=dict(color=color, line=dict(color="white", width=0.6),
                     pattern=dict(shape=pattern, fillmode="overlay", fgcolor="white", fgopacity=0.55, solidity=0.25)),
@@ -156,13 +173,14 @@ def _bar(sub: pd.DataFrame, name: str, color: str, *, pattern: str = "", legendg
         customdata=custom,
         hovertemplate=(
             "<b>%{y}</b> %{customdata[4]}<br>stage %{customdata[0]}, layers %{customdata[1]}–%{customdata[2]}"
-            "<br>mini-batch %{customdata[3]}<br>%{base:.3f} – %{customdata[5]:.3f} ms (%{x:.3f} ms)<extra></extra>"
+            f"<br>mini-batch %{{customdata[3]}}<br>%{{base:.3f}} – %{{customdata[5]:.3f}} {u} (%{{x:.3f}} {u})"
+            "<extra></extra>"
         ),
     )
 
 
 def _add_trace_bars(fig: go.Figure, ops: pd.DataFrame, color_by: str, row: int | None,
-                    legend_seen: set[str]) -> None:
+                    legend_seen: set[str], unit: Unit) -> None:
     kw = dict(row=row, col=1) if row is not None else {}
     if color_by == "kind":
         for kind in _KINDS:
@@ -170,7 +188,7 @@ def _add_trace_bars(fig: go.Figure, ops: pd.DataFrame, color_by: str, row: int |
             if not len(sub):
                 continue
             name = KIND_NAMES[kind]
-            fig.add_trace(_bar(sub, name, KIND_COLORS[kind], legendgroup=name,
+            fig.add_trace(_bar(sub, name, KIND_COLORS[kind], unit, legendgroup=name,
                                showlegend=name not in legend_seen), **kw)
             legend_seen.add(name)
     elif color_by == "batch":
@@ -181,26 +199,26 @@ def _add_trace_bars(fig: go.Figure, ops: pd.DataFrame, color_by: str, row: int |
                     continue
                 name = f"mini-batch {int(b)}"
                 pattern = _PATTERNS[kind]
-                fig.add_trace(_bar(sub, name, BATCH_COLORS[int(b) % len(BATCH_COLORS)], pattern=pattern,
+                fig.add_trace(_bar(sub, name, BATCH_COLORS[int(b) % len(BATCH_COLORS)], unit, pattern=pattern,
                                    legendgroup=name, showlegend=name not in legend_seen), **kw)
                 legend_seen.add(name)
     else:
         raise ValueError(f"color_by must be 'kind' or 'batch', got {color_by!r}")
 
 
-def _decorate(fig: go.Figure, trace: Trace, offset: float, xref: str, yref: str, t_end_ms: float,
-              period_lines: bool, steady_state: bool) -> None:
+def _decorate(fig: go.Figure, trace: Trace, offset: float, xref: str, yref: str, t_end: float,
+              period_lines: bool, steady_state: bool, unit: Unit) -> None:
     """Shade the steady state and draw the period boundaries (shapes added in one go: fast)."""
     shapes: list[dict] = []
     notes: list[dict] = []
     win = steady_window(trace)
     periodic = trace.meta.get("schedule", "periodic") == "periodic"
     if steady_state and win is not None:
-        shapes.append(dict(type="rect", xref=xref, yref=f"{yref} domain", x0=(win[0] - offset) * _MS,
-                           x1=(win[1] - offset) * _MS, y0=0, y1=1, fillcolor="rgba(120,200,120,0.13)",
+        shapes.append(dict(type="rect", xref=xref, yref=f"{yref} domain", x0=unit.of(win[0] - offset),
+                           x1=unit.of(win[1] - offset), y0=0, y1=1, fillcolor="rgba(120,200,120,0.13)",
                            line_width=0, layer="below"))
         # at the band's right end: the left end is where subplot titles sit
-        notes.append(dict(x=(win[1] - offset) * _MS, y=1, xref=xref, yref=f"{yref} domain",
+        notes.append(dict(x=unit.of(win[1] - offset), y=1, xref=xref, yref=f"{yref} domain",
                           text="steady state", showarrow=False, xanchor="right", yanchor="bottom",
                           font=dict(size=10, color="#3a7d3a")))
     T = trace.period
@@ -210,9 +228,9 @@ def _decorate(fig: go.Figure, trace: Trace, offset: float, xref: str, yref: str,
         n_before = math.floor((t0 - first) / T + 1e-9)
         t = t0 - n_before * T
         count = 0
-        while (t - offset) * _MS <= t_end_ms + 1e-9 and count < 400:
-            shapes.append(dict(type="line", xref=xref, yref=f"{yref} domain", x0=(t - offset) * _MS,
-                               x1=(t - offset) * _MS, y0=0, y1=1,
+        while unit.of(t - offset) <= t_end + 1e-9 and count < 400:
+            shapes.append(dict(type="line", xref=xref, yref=f"{yref} domain", x0=unit.of(t - offset),
+                               x1=unit.of(t - offset), y0=0, y1=1,
                                line=dict(color="rgba(60,60,60,0.45)", width=1, dash="dot")))
             t += T
             count += 1
@@ -226,7 +244,7 @@ def _keep_lanes(fig: go.Figure, ops: pd.DataFrame, order: list[str], row: int | 
     """An invisible marker on lanes without any bar, so that idle devices still get their lane."""
     missing = [l for l in order if not len(ops) or l not in set(ops["lane"])]
     if missing:
-        x0 = float(ops["start_ms"].min()) if len(ops) else 0.0
+        x0 = float(ops["start_u"].min()) if len(ops) else 0.0
         fig.add_trace(go.Scatter(x=[x0] * len(missing), y=missing, mode="markers", marker=dict(opacity=0),
                                  showlegend=False, hoverinfo="skip", name="lanes"),
                       **(dict(row=row, col=1) if row is not None else {}))
@@ -252,8 +270,9 @@ def _layout(fig: go.Figure, title: str | None, n_lanes: int, rows: int = 1) -> N
 
 def gantt(trace: Trace, *, color_by: str = "kind", show_links: bool = False, title: str | None = None,
           period_lines: bool = True, steady_state: bool = True, align: bool = False,
-          periods_shown: float | None = None) -> go.Figure:
-    """A Gantt chart of ``trace``: one lane per device, one bar per operation, in ms.
+          periods_shown: float | None = None, unit: Unit | None = None,
+          time_range: tuple[float, float] | None = None) -> go.Figure:
+    """A Gantt chart of ``trace``: one lane per device, one bar per operation, in ms or s (:func:`trace_unit`).
 
     ``color_by`` is ``"kind"`` (forward / backward / transfer) or ``"batch"``.
     ``show_links`` adds a lane per link (``link p→q`` when the trace names the
@@ -265,36 +284,41 @@ def gantt(trace: Trace, *, color_by: str = "kind", show_links: bool = False, tit
     at 0 (useful for measured traces). ``periods_shown`` opens the chart
     zoomed on that many periods from the start of the steady state (a dense
     schedule, e.g. a general allocation with many stages per device, becomes
-    readable; zoom out to see the whole run).
+    readable; zoom out to see the whole run). ``unit`` fixes the time unit and
+    ``time_range`` (seconds) the x range: charts meant to be compared share both.
     """
     offset = float(trace.ops["start"].min()) if (align and len(trace.ops)) else 0.0
-    ops = _prepare(trace, show_links, offset)
+    unit = unit or trace_unit(trace, align=align)
+    ops = _prepare(trace, show_links, offset, unit)
     fig = go.Figure()
-    _add_trace_bars(fig, ops, color_by, None, set())
+    _add_trace_bars(fig, ops, color_by, None, set(), unit)
     order = _lane_order(ops, trace.devices) if len(ops) else [f"GPU {p}" for p in range(trace.devices)]
-    t_end = float(ops["end_ms"].max()) if len(ops) else 0.0
-    _decorate(fig, trace, offset, "x", "y", t_end, period_lines, steady_state)
+    t_end = float(ops["end_u"].max()) if len(ops) else 0.0
+    _decorate(fig, trace, offset, "x", "y", t_end, period_lines, steady_state, unit)
     _keep_lanes(fig, ops, order, None)
     if title is None:
         T = trace.period
-        per = f", period {T * _MS:.2f} ms" if T and math.isfinite(T) else ""
+        per = f", period {format_seconds(T)}" if T and math.isfinite(T) else ""
         title = f"{trace.meta.get('title', trace.source.capitalize() + ' schedule')}{per}"
     _layout(fig, title, len(order))
     fig.update_yaxes(categoryorder="array", categoryarray=order[::-1], title=None)
-    fig.update_xaxes(title="time (ms)", rangemode="tozero" if not align else "normal", tickformat=",~f")
-    window = _zoom(trace, periods_shown, offset)
+    fig.update_xaxes(title=unit.axis("time"), rangemode="tozero" if not align else "normal", tickformat=",~f")
+    if time_range is not None:
+        fig.update_xaxes(range=[unit.of(time_range[0]), unit.of(time_range[1])])
+    window = _zoom(trace, periods_shown, offset, unit)
     if window is not None:
-        fig.update_xaxes(range=window, title="time (ms); zoomed on the steady state, zoom out for the whole run")
+        fig.update_xaxes(range=window,
+                         title=f"{unit.axis('time')}; zoomed on the steady state, zoom out for the whole run")
     return fig
 
 
-def _zoom(trace: Trace, periods: float | None, offset: float) -> list[float] | None:
-    """The x range (ms) showing ``periods`` periods from the start of the steady state, or None."""
+def _zoom(trace: Trace, periods: float | None, offset: float, unit: Unit) -> list[float] | None:
+    """The x range (in ``unit``) showing ``periods`` periods from the start of the steady state, or None."""
     T, win = trace.period, steady_window(trace)
     if not periods or win is None or not T or not math.isfinite(T) or T <= 0:
         return None
     t0 = win[0] - 0.1 * T
-    return [(t0 - offset) * _MS, (t0 + (periods + 0.2) * T - offset) * _MS]
+    return [unit.of(t0 - offset), unit.of(t0 + (periods + 0.2) * T - offset)]
 
 
 def _subplot_title(title: str, trace: Trace) -> str:
@@ -305,29 +329,32 @@ def _subplot_title(title: str, trace: Trace) -> str:
 def gantt_compare(predicted: Trace, measured: Trace, *, color_by: str = "kind", show_links: bool = False,
                   titles: tuple[str, str] = ("predicted", "measured"), align: bool = True,
                   title: str | None = None) -> go.Figure:
-    """Two Gantt charts one above the other on a shared time axis (ms).
+    """Two Gantt charts one above the other on a shared time axis, in one unit (ms or s, :func:`trace_unit`).
 
-    With ``align`` each trace's time starts at its own first operation.
+    With ``align`` each trace's time starts at its own first operation. Period boundaries are drawn on the
+    predicted chart only (a measured trace carries the plan's period, not its own).
     """
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.12,
                         subplot_titles=[_subplot_title(titles[0], predicted), _subplot_title(titles[1], measured)])
+    unit = trace_unit(predicted, measured, align=align)
     seen: set[str] = set()
     total_lanes = 0
     for r, tr in ((1, predicted), (2, measured)):
         offset = float(tr.ops["start"].min()) if (align and len(tr.ops)) else 0.0
-        ops = _prepare(tr, show_links, offset)
-        _add_trace_bars(fig, ops, color_by, r, seen)
+        ops = _prepare(tr, show_links, offset, unit)
+        _add_trace_bars(fig, ops, color_by, r, seen, unit)
         order = _lane_order(ops, tr.devices) if len(ops) else [f"GPU {p}" for p in range(tr.devices)]
         total_lanes += len(order)
-        t_end = float(ops["end_ms"].max()) if len(ops) else 0.0
+        t_end = float(ops["end_u"].max()) if len(ops) else 0.0
         axis = "" if r == 1 else str(r)
-        _decorate(fig, tr, offset, f"x{axis}", f"y{axis}", t_end, True, True)
+        # a measured trace carries the plan's (predicted) period: its boundaries would not be the run's
+        _decorate(fig, tr, offset, f"x{axis}", f"y{axis}", t_end, tr.source != "measured", True, unit)
         _keep_lanes(fig, ops, order, r)
         fig.update_yaxes(categoryorder="array", categoryarray=order[::-1], row=r, col=1)
     _layout(fig, title or "Predicted against measured", total_lanes, rows=2)
     for ann in fig.layout.annotations[:2]:  # subplot titles to the left, clear of the steady-state labels
         ann.update(x=0, xanchor="left", font=dict(size=13))
-    fig.update_xaxes(title="time (ms)", row=2, col=1)
+    fig.update_xaxes(title=unit.axis("time"), row=2, col=1)
     fig.update_xaxes(tickformat=",~f")
     return fig
 
@@ -352,5 +379,5 @@ def lanes(fig: go.Figure) -> list[str]:
 
 
 def bar_durations(fig: go.Figure) -> list[float]:
-    """Every bar's length in ms, in drawing order."""
+    """Every bar's length in the chart's time unit (its x axis title says which), in drawing order."""
     return [float(x) for t in _bars(fig) for x in t.x]

@@ -23,9 +23,12 @@ import plotly.graph_objects as go
 
 from workbench.model.accelerators import accelerator
 from workbench.model.chain import Chain, Platform
+from workbench.model.units import Unit
 from workbench.viz.gantt import TEMPLATE
 
 __all__ = ["compare_gpus", "gpu_chart", "tokens_per_batch"]
+
+GiB = Unit("GiB", 2.0**30)
 
 
 def tokens_per_batch(chain: Chain) -> int:
@@ -46,7 +49,8 @@ def compare_gpus(chains: Mapping[str, Chain], devices: int, *, devices_per_node:
                  activations: Sequence[str] = ("keep", "auto"), method: str = "dp",
                  time_limit: float | None = None, **platform: Any) -> pd.DataFrame:
     """Plan ``chains[gpu]`` on ``devices`` of each GPU, once per activation policy. One row per plan: gpu,
-    activations, feasible, period_ms, throughput (tokens/s), stages, peak memory (GB), the limit, the
+    activations, feasible, period_ms, throughput (tokens/s), stages, peak memory and the limit (GiB, as every
+    chart: a datasheet's 80 GB is 74.5 GiB), the
     recomputed and offloaded layers, and the plan itself (``plan``) with its platform (``platform``).
     Where keeping every activation already reaches the period without a memory limit, no policy can do
     better (recompute and offload only add time): that plan stands for the other policies too."""
@@ -68,8 +72,8 @@ def compare_gpus(chains: Mapping[str, Chain], devices: int, *, devices_per_node:
                          "period_ms": p.period * 1e3 if ok else math.nan,
                          "throughput": tokens_per_batch(chain) / p.period if ok else 0.0,
                          "stages": len(p.stages) if ok else 0,
-                         "peak_memory_gb": max(p.memory) / 1e9 if ok and p.memory else math.nan,
-                         "limit_gb": plat.memory / 1e9,
+                         "peak_memory_gib": GiB.of(max(p.memory)) if ok and p.memory else math.nan,
+                         "limit_gib": GiB.of(plat.memory),
                          "recomputed": sum(a == "recompute" for a in p.activations),
                          "offloaded": sum(a == "offload" for a in p.activations), "plan": p, "platform": plat})
     return pd.DataFrame(rows)

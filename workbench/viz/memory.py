@@ -7,7 +7,10 @@ draws, per device, the memory a plan holds (:mod:`workbench.model.memory`),
 stacked by term -- parameters, gradients, optimizer state, fp32 masters,
 stashed versions, activations, the largest transient, the runtime context;
 or, in the paper's model, live weights (``phi*W``), stashed versions and
-activations -- with the limit.
+activations -- with the limit. Both pick their unit by magnitude
+(:func:`workbench.model.units.byte_unit`, :func:`~workbench.model.units.time_unit`);
+:func:`memory_bars_compare` and :func:`memory_timelines` draw several plans or
+traces as panels of one figure, on one unit and one range, to be compared.
 
 >>> from workbench.model.chain import Chain, Layer, Platform
 >>> from workbench.model.plan import make_plan
@@ -23,10 +26,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from typing import Mapping
 
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
+from plotly.subplots import make_subplots
 
 from workbench.methods import flushed
 from workbench.model.activations import apply_policies
@@ -34,10 +39,11 @@ from workbench.model.chain import Chain, Platform
 from workbench.model.memory_views import memory_breakdown
 from workbench.model.plan import Plan, chain_for_plan
 from workbench.model.trace import Trace
-from workbench.viz.gantt import TEMPLATE
+from workbench.model.units import Unit, byte_unit
+from workbench.viz.gantt import TEMPLATE, trace_unit
 
-__all__ = ["memory_timeline", "memory_bars", "memory_split", "byte_unit", "SPLIT_COLORS", "SPLIT_TERMS",
-           "DEVICE_COLORS"]
+__all__ = ["memory_timeline", "memory_timelines", "memory_bars", "memory_bars_compare", "memory_split",
+           "SPLIT_COLORS", "SPLIT_TERMS", "DEVICE_COLORS"]
 
 #: the terms a device's memory splits into (model.memory_views.memory_breakdown), bottom to top, with legend labels
 SPLIT_TERMS = {"weights": "live weights (φ·W)", "parameters": "parameters", "gradients": "gradients (resident)",
@@ -51,20 +57,6 @@ SPLIT_COLORS = {"weights": "#7F7F7F", "parameters": "#7F7F7F", "gradients": "#B0
                 "buffers": "#D4A6C8", "activations": "#3366CC", "transient": "#E15759", "runtime": "#BAB0AC"}
 DEVICE_COLORS = ["#4E79A7", "#E15759", "#59A14F", "#B07AA1", "#F28E2B", "#76B7B2", "#EDC948", "#9C755F"]
 LIMIT_COLOR = "#D62728"
-
-
-def byte_unit(max_bytes: float) -> tuple[str, float]:
-    """A readable unit for values up to ``max_bytes``: ``(name, bytes per unit)``.
-
-    >>> byte_unit(3 * 2**30)
-    ('GiB', 1073741824)
-    >>> byte_unit(500)
-    ('B', 1)
-    """
-    for name, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if max_bytes >= scale:
-            return name, scale
-    return "B", 1
 
 
 def memory_split(plan: Plan, chain: Chain, platform: Platform) -> pd.DataFrame:
@@ -118,100 +110,184 @@ def _flushed_split(plan: Plan, chain: Chain, platform: Platform) -> list[dict[st
     return rows
 
 
-def _limit_line(fig: go.Figure, limit: float | None, scale: float, unit: str) -> None:
+def _limit_line(fig: go.Figure, limit: float | None, unit: Unit, **where: int) -> None:
     if limit is None or not math.isfinite(limit):
         return
-    fig.add_hline(y=limit / scale, line=dict(color=LIMIT_COLOR, dash="dash", width=2),
-                  annotation_text=f"limit {limit / scale:.3g} {unit}", annotation_position="top left",
-                  annotation_font=dict(color=LIMIT_COLOR, size=11))
+    fig.add_hline(y=unit.of(limit), line=dict(color=LIMIT_COLOR, dash="dash", width=2),
+                  annotation_text=f"limit {unit.of(limit):.3g} {unit.name}", annotation_position="top left",
+                  annotation_font=dict(color=LIMIT_COLOR, size=11), **where)
 
 
-def memory_bars(plan: Plan, chain: Chain, platform: Platform, *, title: str | None = None,
-                measured: list[float] | None = None) -> go.Figure:
-    """Stacked bars per device: activations, live weights, stashed versions, tied copies...; the limit dashed.
-
-    A diamond marks the plan's reported memory where it differs from the split
-    (flushed schedules report their simulated peak). ``measured``: a run's peak per device
-    (``memory_measured`` of :func:`workbench.front.running.run_and_compare`), drawn as a black bar
-    across each device's column, labelled with the prediction's error (predicted / measured - 1).
-    """
+def _bar_panel(plan: Plan, chain: Chain, platform: Platform) -> tuple[pd.DataFrame, float, float]:
+    """The split of ``plan``, its limit and the top of what its chart shows (bytes)."""
     df = memory_split(plan, chain, platform)
     limit = plan.memory_limit if math.isfinite(plan.memory_limit) else platform.memory
     top = max(float(df["total"].max()) if len(df) else 0.0,
               float(np.nanmax(df["reported"])) if df["reported"].notna().any() else 0.0,
               limit if math.isfinite(limit) else 0.0)
-    unit, scale = byte_unit(top)
-    many = len(df) > 16          # dozens of devices: numbers under an axis titled GPU
-    x = [str(p) if many else f"GPU {p}" for p in df["device"]]
-    fig = go.Figure()
+    return df, limit, top
+
+
+def _bar_traces(df: pd.DataFrame, platform: Platform, unit: Unit, x: list[str]) -> list[go.BaseTraceType]:
+    """The stacked bars of one split (a bar per term the model has) and the reported-memory diamonds."""
+    out: list[go.BaseTraceType] = []
     labels = dict(SPLIT_TERMS, weights=f"live weights (φ·W, φ={platform.weight_factor:g})")
     for col in SPLIT_TERMS:
         if col not in df or not (df[col] > 0).any():
             continue
-        fig.add_bar(x=x, y=(df[col] / scale).tolist(), name=labels[col], marker_color=SPLIT_COLORS[col],
-                    hovertemplate=f"%{{x}} {col}: %{{y:.3f}} {unit}<extra></extra>")
+        out.append(go.Bar(x=x, y=unit.of(df[col]).tolist(), name=labels[col], marker_color=SPLIT_COLORS[col],
+                          legendgroup=col, hovertemplate=f"%{{x}} {col}: %{{y:.3f}} {unit.name}<extra></extra>"))
     diff = df["reported"].notna() & ~np.isclose(df["reported"], df["total"], rtol=1e-6, atol=1.0)
     if diff.any():
-        fig.add_scatter(x=[x[i] for i in np.flatnonzero(diff)], y=(df.loc[diff, "reported"] / scale).tolist(),
-                        mode="markers", name="plan's reported memory",
-                        marker=dict(symbol="diamond", size=11, color="black"))
-    if measured is not None:
-        pred = df["reported"].where(df["reported"].notna(), df["total"]).astype(float).tolist()
-        fig.add_scatter(x=x, y=[m / scale for m in measured], mode="markers", name="measured peak (MemTracker)",
-                        marker=dict(symbol="line-ew", size=40, color="black", line=dict(width=4, color="black")),
-                        hovertemplate=f"%{{x}} measured: %{{y:.3f}} {unit}<extra></extra>")
-        fig.add_scatter(x=x, y=[max(m, p) / scale for m, p in zip(measured, pred)], mode="text", showlegend=False,
-                        text=[f"prediction {p / m - 1:+.1%}" if m > 0 else "" for m, p in zip(measured, pred)],
-                        textposition="top center", textfont=dict(size=11), hoverinfo="skip")
-    _limit_line(fig, limit, scale, unit)
+        out.append(go.Scatter(x=[x[i] for i in np.flatnonzero(diff)], y=unit.of(df.loc[diff, "reported"]).tolist(),
+                              mode="markers", name="plan's reported memory", legendgroup="reported",
+                              marker=dict(symbol="diamond", size=11, color="black")))
+    return out
+
+
+def _measured_traces(df: pd.DataFrame, measured: list[float], unit: Unit, x: list[str]) -> list[go.Scatter]:
+    """A run's peak per device as a black bar across its column, labelled with the prediction's error."""
+    pred = df["reported"].where(df["reported"].notna(), df["total"]).astype(float).tolist()
+    return [go.Scatter(x=x, y=[unit.of(m) for m in measured], mode="markers", name="measured peak (MemTracker)",
+                       marker=dict(symbol="line-ew", size=40, color="black", line=dict(width=4, color="black")),
+                       hovertemplate=f"%{{x}} measured: %{{y:.3f}} {unit.name}<extra></extra>"),
+            go.Scatter(x=x, y=[unit.of(max(m, p)) for m, p in zip(measured, pred)], mode="text", showlegend=False,
+                       text=[f"prediction {p / m - 1:+.1%}" if m > 0 else "" for m, p in zip(measured, pred)],
+                       textposition="top center", textfont=dict(size=11), hoverinfo="skip")]
+
+
+def memory_bars(plan: Plan, chain: Chain, platform: Platform, *, title: str | None = None,
+                unit: Unit | None = None, top: float | None = None, measured: list[float] | None = None) -> go.Figure:
+    """Stacked bars per device: activations, live weights, stashed versions, tied copies...; the limit dashed.
+
+    A diamond marks the plan's reported memory where it differs from the split
+    (flushed schedules report their simulated peak). ``unit`` and ``top`` (bytes,
+    the highest value the axis must show) fix the y axis, so that several charts
+    compare; :func:`memory_bars_compare` does it for you. ``measured``: a run's peak per device
+    (``memory_measured`` of :func:`workbench.front.running.run_and_compare`), drawn as a black bar
+    across each device's column, labelled with the prediction's error (predicted / measured - 1).
+    """
+    df, limit, own_top = _bar_panel(plan, chain, platform)
+    top = max(own_top, top or 0.0, max(measured or [0.0]))
+    unit = unit or byte_unit(top)
+    many = len(df) > 16          # dozens of devices: numbers under an axis titled GPU
+    x = [str(p) if many else f"GPU {p}" for p in df["device"]]
+    fig = go.Figure(_bar_traces(df, platform, unit, x) + (_measured_traces(df, measured, unit, x) if measured else []))
+    _limit_line(fig, limit, unit)
     fig.update_layout(barmode="stack", template=TEMPLATE, height=380,
                       title=title or f"Memory per device ({plan.method or 'plan'}, weights {platform.weights})",
-                      yaxis_title=f"memory ({unit})", margin=dict(l=60, r=20, t=50, b=90),
+                      yaxis_title=unit.axis("memory"), margin=dict(l=60, r=20, t=50, b=90),
                       legend=dict(orientation="h", yanchor="top", y=-0.12, xanchor="left", x=0, traceorder="normal"))
-    if math.isfinite(limit):
-        fig.update_yaxes(range=[0, max(top, limit) / scale * 1.12])
+    if top > 0:
+        fig.update_yaxes(range=[0, unit.of(top) * 1.12])
     if many:
         fig.update_xaxes(title="GPU", type="category", tickfont=dict(size=9))
         fig.update_layout(legend_y=-0.2)
     return fig
 
 
-def memory_timeline(trace: Trace, limit: float | None = None, *, split: bool = False,
-                    title: str | None = None, align: bool = False) -> go.Figure:
-    """Memory held on each device over time (ms), as step lines; the limit dashed.
+def memory_bars_compare(panels: Mapping[str, tuple[Plan, Chain, Platform]], *, title: str | None = None) -> go.Figure:
+    """:func:`memory_bars` of several plans side by side, one panel each, on one unit and one y range.
 
-    With ``split`` each device also gets a dotted line for its activations.
+    ``panels`` maps a panel title (``<br>`` breaks it) to ``(plan, chain, platform)``; a term's legend entry is
+    shown once.
     """
-    mem = trace.memory.copy()
-    offset = 0.0
-    if align and len(trace.ops):
-        offset = float(trace.ops["start"].min())
-    top = float(mem["total"].max()) if len(mem) else 0.0
-    unit, scale = byte_unit(max(top, limit if limit is not None and math.isfinite(limit) else 0.0))
+    split = {name: _bar_panel(*args) for name, args in panels.items()}
+    top = max((t for _, _, t in split.values()), default=0.0)
+    unit = byte_unit(top)
+    fig = make_subplots(rows=1, cols=len(panels), shared_yaxes=True, horizontal_spacing=0.03,
+                        subplot_titles=list(panels))
+    seen: set[str] = set()
+    for col, (name, (df, limit, _)) in enumerate(split.items(), start=1):
+        platform = panels[name][2]
+        for tr in _bar_traces(df, platform, unit, [f"GPU {p}" for p in df["device"]]):
+            tr.showlegend = tr.name not in seen
+            seen.add(tr.name)
+            fig.add_trace(tr, row=1, col=col)
+        _limit_line(fig, limit, unit, row=1, col=col)
+    for ann in fig.layout.annotations[:len(panels)]:
+        ann.update(font=dict(size=12))
+    fig.update_layout(barmode="stack", template=TEMPLATE, height=420, title=title,
+                      margin=dict(l=60, r=20, t=100 if title else 60, b=90),
+                      legend=dict(orientation="h", yanchor="top", y=-0.12, xanchor="left", x=0, traceorder="normal"))
+    fig.update_yaxes(range=[0, unit.of(top) * 1.12 if top > 0 else 1])
+    fig.update_yaxes(title=unit.axis("memory"), row=1, col=1)
+    return fig
+
+
+def _timeline_traces(trace: Trace, unit: Unit, tunit: Unit, offset: float, split: bool,
+                     legend: bool = True) -> list[go.Scatter]:
+    mem = trace.memory
     t_end = float(trace.ops["end"].max()) if len(trace.ops) else (float(mem["time"].max()) if len(mem) else 0.0)
-    fig = go.Figure()
+    out = []
     for p in range(trace.devices):
         m = mem[mem["device"] == p].sort_values("time", kind="stable")
         if not len(m):
             continue
-        t = ((m["time"].astype(float) - offset) * 1e3).tolist()
-        tot = (m["total"].astype(float) / scale).tolist()
+        t = tunit.of(m["time"].astype(float) - offset).tolist()
+        tot = unit.of(m["total"].astype(float)).tolist()
         # extend the last level to the end of the trace so the step is visible
-        if (t_end - offset) * 1e3 > t[-1]:
-            t.append((t_end - offset) * 1e3)
+        if tunit.of(t_end - offset) > t[-1]:
+            t.append(tunit.of(t_end - offset))
             tot.append(tot[-1])
         color = DEVICE_COLORS[p % len(DEVICE_COLORS)]
-        fig.add_scatter(x=t, y=tot, mode="lines", line_shape="hv", name=f"GPU {p}", line=dict(color=color, width=2),
-                        hovertemplate=f"GPU {p}: %{{y:.3f}} {unit} at %{{x:.3f}} ms<extra></extra>")
+        out.append(go.Scatter(x=t, y=tot, mode="lines", line_shape="hv", name=f"GPU {p}",
+                              legendgroup=f"GPU {p}", line=dict(color=color, width=2), showlegend=legend,
+                              hovertemplate=f"GPU {p}: %{{y:.3f}} {unit.name} at %{{x:.3f}} {tunit.name}"
+                                            "<extra></extra>"))
         if split:
-            a = (m["activations"].astype(float) / scale).tolist()
+            a = unit.of(m["activations"].astype(float)).tolist()
             if len(a) < len(t):
                 a.append(a[-1])
-            fig.add_scatter(x=t, y=a, mode="lines", line_shape="hv", name=f"GPU {p} activations",
-                            line=dict(color=color, width=1, dash="dot"), legendgroup=f"GPU {p}")
-    _limit_line(fig, limit, scale, unit)
+            out.append(go.Scatter(x=t, y=a, mode="lines", line_shape="hv", name=f"GPU {p} activations",
+                                  line=dict(color=color, width=1, dash="dot"), legendgroup=f"GPU {p}",
+                                  showlegend=legend))
+    return out
+
+
+def memory_timeline(trace: Trace, limit: float | None = None, *, split: bool = False,
+                    title: str | None = None, align: bool = False, unit: Unit | None = None,
+                    top: float | None = None) -> go.Figure:
+    """Memory held on each device over time (ms or s, by the run's length), as step lines; the limit dashed.
+
+    With ``split`` each device also gets a dotted line for its activations. ``unit`` and ``top`` (bytes)
+    fix the y axis; :func:`memory_timelines` draws several traces on one unit and range.
+    """
+    offset = float(trace.ops["start"].min()) if align and len(trace.ops) else 0.0
+    peak = float(trace.memory["total"].max()) if len(trace.memory) else 0.0
+    top = max(peak, top or 0.0, limit if limit is not None and math.isfinite(limit) else 0.0)
+    unit = unit or byte_unit(top)
+    tunit = trace_unit(trace, align=align)
+    fig = go.Figure(_timeline_traces(trace, unit, tunit, offset, split))
+    _limit_line(fig, limit, unit)
     fig.update_layout(template=TEMPLATE, height=320, title=title or "Memory over time",
-                      xaxis_title="time (ms)", yaxis_title=f"memory ({unit})", margin=dict(l=60, r=20, t=60, b=45),
+                      xaxis_title=tunit.axis("time"), yaxis_title=unit.axis("memory"),
+                      margin=dict(l=60, r=20, t=60, b=45),
                       legend=dict(orientation="h", yanchor="bottom", y=1.0, xanchor="right", x=1))
-    fig.update_yaxes(rangemode="tozero")
+    fig.update_yaxes(range=[0, unit.of(top) * 1.08] if top > 0 else None, rangemode="tozero")
+    fig.update_xaxes(rangemode="tozero")   # from the run's start (with ``align``: its first operation)
+    return fig
+
+
+def memory_timelines(traces: Mapping[str, Trace], limit: float | None = None, *,
+                     title: str | None = None) -> go.Figure:
+    """Memory over time of several traces, one panel each (titled by its key), on shared axes and units."""
+    tops = [float(t.memory["total"].max()) for t in traces.values() if len(t.memory)]
+    top = max(tops + [limit if limit is not None and math.isfinite(limit) else 0.0], default=0.0)
+    unit, tunit = byte_unit(top), trace_unit(*traces.values())
+    n = len(traces)
+    fig = make_subplots(rows=n, cols=1, shared_xaxes=True, shared_yaxes=True, vertical_spacing=0.06,
+                        subplot_titles=list(traces))
+    for row, trace in enumerate(traces.values(), start=1):
+        for tr in _timeline_traces(trace, unit, tunit, 0.0, False, legend=row == 1):
+            fig.add_trace(tr, row=row, col=1)
+        _limit_line(fig, limit, unit, row=row, col=1)
+        fig.update_yaxes(title=unit.axis("memory"), row=row, col=1)
+    for ann in fig.layout.annotations[:n]:
+        ann.update(x=0, xanchor="left", font=dict(size=13))
+    fig.update_layout(template=TEMPLATE, height=110 + 190 * n, title=title,
+                      margin=dict(l=60, r=20, t=80 if title else 50, b=45),
+                      legend=dict(orientation="h", yanchor="bottom", y=1.02, xanchor="right", x=1))
+    fig.update_yaxes(range=[0, unit.of(top) * 1.08] if top > 0 else None)
+    fig.update_xaxes(title=tunit.axis("time"), row=n, col=1)
     return fig

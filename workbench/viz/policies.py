@@ -20,6 +20,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from workbench.model.chain import Chain, Platform
+from workbench.model.units import byte_unit
 from workbench.viz.gantt import TEMPLATE
 
 __all__ = ["policy_sweep", "policy_sweep_figure", "POLICY_COLORS"]
@@ -50,15 +51,16 @@ def policy_sweep(chain: Chain, platform: Platform, memories: Sequence[float | st
 def policy_sweep_figure(df: pd.DataFrame, title: str) -> go.Figure:
     """Normalised throughput against the memory limit, one line per policy (no point: no plan fits)."""
     fig = go.Figure()
+    unit = byte_unit(df["memory"].to_numpy(dtype=float))
     for pol, g in df.groupby("activations", sort=False):
         g = g[g.throughput > 0].sort_values("memory")
-        fig.add_trace(go.Scatter(x=g.memory / 2**20, y=g.throughput, mode="lines+markers", name=pol,
+        fig.add_trace(go.Scatter(x=unit.of(g.memory), y=g.throughput, mode="lines+markers", name=pol,
                                  line=dict(color=POLICY_COLORS.get(pol), width=3 if pol == "auto" else 2,
                                            dash="solid" if pol in ("auto", "keep") else "dot"),
-                                 customdata=g.chosen, hovertemplate=f"{pol}<br>%{{x:.0f}} MiB: %{{y:.3f}}"
+                                 customdata=g.chosen, hovertemplate=f"{pol}<br>%{{x:.3g}} {unit.name}: %{{y:.3f}}"
                                  "<br>%{customdata}<extra></extra>"))
     fig.update_layout(template=TEMPLATE, title=title, height=420, legend=dict(orientation="h", y=1.02, yanchor="bottom",
                                                                              x=1, xanchor="right"))
-    fig.update_xaxes(title="memory per device (MiB)")
+    fig.update_xaxes(title=unit.axis("memory limit per device"))
     fig.update_yaxes(title="lower bound / period (1 = ideal)", rangemode="tozero")
     return fig
