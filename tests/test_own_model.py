@@ -364,11 +364,11 @@ def test_torchrun_two_processes(profiles):
     from workbench.runtime.engine import Workload, grad_error, reference_gradients
 
     root, paths = profiles
-    plan = _plan(root, paths["cnn"], "cnn", 2, "dp")
+    plan = _plan(root, paths["cnn"], "cnn", 2, "dp", "single")     # torchrun takes the plan's set-up
     out = root / "torchrun"
     torchrun = Path(sys.executable).with_name("torchrun")
     cmd = [str(torchrun), "--standalone", "--nproc-per-node", "2", "-m", "workbench.runtime.engine", str(plan),
-           "--module", _spec("cnn"), "--profile", str(paths["cnn"]), "--steps", "4", "--weights", "single",
+           "--module", _spec("cnn"), "--profile", str(paths["cnn"]), "--steps", "4",
            "--check-grads", "--out", str(out)]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240, cwd=HERE.parents[1])
