@@ -82,19 +82,25 @@ def band_terms(t: LayerTerms, I: np.ndarray, J: np.ndarray) -> BandTerms:
     >>> b.A.tolist()
     [[2.0, 4.0], [2.0, 4.0], [2.0, 2.0]]
     """
+    if t.step_sum:
+        step = lambda: t.p_step[J + 1] - t.p_step[I]  # noqa: E731
+    else:
+        step = lambda: np.maximum.accumulate(t.step[J], axis=1)  # noqa: E731
+    return _stages(t, I, J, step, lambda h: np.maximum.accumulate(h[J], axis=1))
+
+
+def _stages(t: LayerTerms, I: np.ndarray, J: np.ndarray, step, running_max) -> BandTerms:
+    """:class:`BandTerms` of stages ``I..J``; ``step()`` gives their step's temporaries and ``running_max`` the
+    running maximum of a per-layer array over each stage's layers (the full model only)."""
     pa, ps, pw = t.p_act, t.p_static, t.p_stash
     A = pa[J + 1] - pa[I] + t.head[I] + t.tail[J]
     static = ps[J + 1] - ps[I] + t.buf_in[I] + t.buf_out[J]
     stash = pw[J + 1] - pw[I]
     if t.model == "paper":
         return BandTerms(A, static, stash, np.zeros_like(A))
-    if t.step_sum:
-        step = t.p_step[J + 1] - t.p_step[I]
-    else:
-        step = np.maximum.accumulate(t.step[J], axis=1)
     created = t.p_created[J + 1] - t.p_created[I]
-    static, stash, step, created, recv = _band_ties(t, I, J, static, stash, step, created)
-    excess = _band_excess(t, I, J, step, created, recv, lambda h: np.maximum.accumulate(h[J], axis=1))
+    static, stash, steps, created, recv = _band_ties(t, I, J, static, stash, step(), created)
+    excess = _band_excess(t, I, J, steps, created, recv, running_max)
     return BandTerms(A, static, stash, excess + t.const)
 
 
@@ -110,18 +116,11 @@ def suffix_terms(t: LayerTerms) -> BandTerms:
     """
     L = len(t)
     I = np.arange(L)
-    J = np.full(L, L - 1)
-    pa, ps, pw = t.p_act, t.p_static, t.p_stash
-    A = pa[L] - pa[I] + t.head + t.tail[L - 1]
-    static = ps[L] - ps[I] + t.buf_in
-    stash = pw[L] - pw[I]
-    if t.model == "paper":
-        return BandTerms(A, static, stash, np.zeros(L))
-    step = (t.p_step[L] - t.p_step[I]) if t.step_sum else np.maximum.accumulate(t.step[::-1])[::-1]
-    created = t.p_created[L] - t.p_created[I]
-    static, stash, step, created, recv = _band_ties(t, I, J, static, stash, step, created)
-    excess = _band_excess(t, I, J, step, created, recv, lambda h: np.maximum.accumulate(h[::-1])[::-1])
-    return BandTerms(A, static, stash, excess + t.const)
+    if t.step_sum:
+        step = lambda: t.p_step[L] - t.p_step[I]  # noqa: E731
+    else:
+        step = lambda: np.maximum.accumulate(t.step[::-1])[::-1]  # noqa: E731
+    return _stages(t, I, np.full(L, L - 1), step, lambda h: np.maximum.accumulate(h[::-1])[::-1])
 
 
 def square_terms(t: LayerTerms) -> BandTerms:
