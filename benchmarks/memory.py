@@ -21,6 +21,12 @@ memory; on torch's engine the periodic plan as torch runs it, one step of every 
     .venv/bin/python benchmarks/memory.py            # every one-device case, both loops (several minutes on 2 cores)
     .venv/bin/python benchmarks/memory.py --quick    # the small cases only
     .venv/bin/python benchmarks/memory.py --ranks    # and the 2- and 4-rank runs (about 20 minutes more)
+    .venv/bin/python benchmarks/memory.py --schedules   # torch's multi-stage schedules on 2 and 4 ranks
+
+With ``--schedules``, every torch schedule (``interleaved-1f1b``, ``looped-bfs``, ``interleaved-zb``,
+``zbv``, ``dualpipev``) is planned without a memory limit (4P micro-batches) and run on torch's engine with
+torch's own schedule class; every rank's peak is compared with the plan's memory plus what the engine
+holds in time (:func:`workbench.model.order_memory.engine_extra`). Target: within +5 %, never below -2 %.
 """
 
 from __future__ import annotations
@@ -153,6 +159,50 @@ def _band(rows: list[dict], what: str) -> bool:
         mine = [r["error"] for r in rows if r["loop"] == loop]
         if mine:
             print(f"  zero_grad {loop}: {min(mine):+.2%} .. {max(mine):+.2%} ({len(mine)})")
+
+
+GPT4 = {"layers": 4, "d_model": 128, "heads": 4, "seq_len": 128, "vocab": 4096}
+#: torch's multi-stage schedules (--schedules): (label, zoo model, {ranks: config}, batch, optimizer)
+SCHEDULE_CASES = [
+    ("gpt 128 wide, vocab 4k", "gpt", {2: GPT4, 4: {**GPT4, "layers": 6}}, 4, "adam"),
+    ("resnet50 64px", "resnet50", {2: {"image_size": 64}, 4: {"image_size": 64}}, 4, "momentum"),
+]
+
+
+def run_schedules(label: str, model_name: str, configs: dict, batch: int, optimizer: str) -> list[dict]:
+    """Every torch schedule on 2 and 4 ranks, its plan's partition without a memory limit, 4P micro-batches."""
+    from workbench.front.running import run_and_compare
+    from workbench.methods import METHODS
+
+    rows = []
+    for P, config in configs.items():
+        chain = profile_zoo(model_name, batch, repeats=1, warmup=0, **config)
+        platform = Platform(P, bandwidth="12GB/s", weights="single", optimizer=optimizer)
+        for m in (m for m in METHODS if m.torch_class):
+            plan = run_planner(chain, platform, m.name)
+            s = run_and_compare(plan, chain, platform, model_name, batch, steps=plan.micro_batches,
+                                model_config=config, replan=False)
+            for d, (pred, meas) in enumerate(zip(s["memory_predicted"], s["memory_measured"])):
+                rows.append({"case": f"{label}, {m.name}", "ranks": P, "engine": s["engine"], "device": d,
+                             "in_flight": ",".join(str(st.in_flight) for st in plan.stages if st.device == d),
+                             "predicted": pred, "measured": meas, "error": pred / meas - 1,
+                             "grad_error": s["max_grad_error"]})
+    return rows
+
+
+def _rank_table(rows: list[dict]) -> bool:
+    """Print the rank rows and the verdict (within +5 %, never below -2 %)."""
+    print(f"\n{'case':40s} {'ranks':>5s} {'engine':>9s} {'device':>6s} {'k':>5s} {'predicted':>11s} "
+          f"{'measured':>11s} {'error':>7s} {'grad err':>8s}")
+    for r in rows:
+        print(f"{r['case']:40s} {r['ranks']:5d} {r['engine']:>9s} {r['device']:6d} {r['in_flight']:>5s} "
+              f"{format_bytes(r['predicted']):>11s} {format_bytes(r['measured']):>11s} {r['error']:+7.2%} "
+              f"{r['grad_error']:8.1e}", flush=True)
+    used = [r for r in rows if r["measured"] > 0]
+    over, under = max(r["error"] for r in used), min(r["error"] for r in used)
+    ok = over <= 0.05 and under >= -0.02
+    print(f"\n{len(used)} ranks: prediction from {under:+.2%} to {over:+.2%} of the measured peak (target: within "
+          f"+5 %, never below -2 %): {'PASS' if ok else 'FAIL'}")
     return ok
 
 
@@ -160,7 +210,11 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="only the small cases")
     ap.add_argument("--ranks", action="store_true", help="also run plans on 2 and 4 processes")
+    ap.add_argument("--schedules", action="store_true",
+                    help="only torch's multi-stage schedules, each on 2 and 4 processes")
     args = ap.parse_args(argv)
+    if args.schedules:
+        return 0 if _rank_table([r for case in SCHEDULE_CASES for r in run_schedules(*case)]) else 1
     torch.manual_seed(0)
     rows = []
     print(f"{'case':26s} {'batch':>5s} {'optimizer':>9s} {'precision':>10s} {'loop':>5s} {'predicted':>11s} "

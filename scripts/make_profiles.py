@@ -35,17 +35,22 @@ PROFILES: dict[str, dict] = {
 }
 
 
+def entries(ap: argparse.ArgumentParser, only: list[str] | None) -> list[str]:
+    """The entries of ``PROFILES`` asked for (all by default); an unknown one is an argument error."""
+    names = only or list(PROFILES)
+    unknown = [n for n in names if n not in PROFILES]
+    if unknown:
+        ap.error(f"unknown entries {unknown}; known: {list(PROFILES)}")
+    return names
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--only", nargs="*", default=None, help="profile only these entries")
     ap.add_argument("--out-dir", default=str(REPO / "data" / "profiles"))
     ap.add_argument("--list", action="store_true", help="print the settings and exit")
     args = ap.parse_args(argv)
-    names = args.only or list(PROFILES)
-    unknown = [n for n in names if n not in PROFILES]
-    if unknown:
-        ap.error(f"unknown entries {unknown}; known: {list(PROFILES)}")
-    for name in names:
+    for name in entries(ap, args.only):
         s = PROFILES[name]
         if args.list:
             print(name, s)

@@ -195,9 +195,28 @@ def test_every_violation_is_reported_at_once():
     assert 7 in _rules(plan, platform=_plat(memory=100))
 
 
-def test_flushed_plans_only_get_structure_checks():
-    plan = _plan(f=[0.0, 0.0, 0.0], b=[0.0, 0.0, 0.0]).with_(schedule="gpipe", micro_batches=4)
-    assert check(plan, _chain(), _plat(memory=1)) == []
+def test_flushed_plans_are_replayed_period_and_memory_included():
+    from workbench.planners.flushed import plan_gpipe
+
+    plat = _plat(memory=10_000)
+    good = plan_gpipe(_chain(), plat, micro_batches=4)
+    assert check(good, _chain(), plat) == []
+    # a GPipe of 3 stages of 2 ms + 4 ms, 4 micro-batches, 0.5 ms a transfer: by hand, the last forward ends at
+    # 13 ms, the last stage's backwards at 29 ms, each stage above 4.5 ms later: 38 ms over 4 micro-batches
+    assert good.period == pytest.approx(9.5 * MS)
+    wrong = good.with_(period=8 * MS, memory=tuple(m + 1 for m in good.memory))
+    assert _rules(wrong, platform=plat) == [0, 7]
+    assert _rules(good, platform=_plat(memory=1)) == [7]          # the simulated peak is over the limit
+
+
+def test_a_flushed_plan_with_a_negative_period_is_refused():
+    from workbench.planners.flushed import plan_1f1b
+    from workbench.verify.simulate import simulate
+
+    plan = plan_1f1b(_chain(), _plat(), micro_batches=4).with_(period=-1.0)
+    assert 0 in _rules(plan) and "positive and finite" in check(plan, _chain(), _plat())[0].message
+    with pytest.raises(ValueError, match="positive and finite"):
+        simulate(plan, _chain(), _plat())
 
 
 def test_infeasible_plan_is_reported():

@@ -1,43 +1,57 @@
-"""Tests for workbench.planners.evaluate.orders: the certified period of general allocations."""
+"""torch's orders as the workbench reads them: the same as torch's own schedule classes compute, laid out as torch
+lays out the stages."""
 
 from __future__ import annotations
 
-import math
-
 import pytest
+from torch.distributed.pipelining import schedules as ts
 
-from oracles import allocation_optimum, allocations, random_instance
-from workbench.planners.evaluate.allocation import allocation_of
-from workbench.planners.evaluate.orders import general_period
-
-
-def test_general_period_against_the_oracle_and_both_order_searches():
-    interleaved = 0
-    for seed in range(20):
-        chain, plat = random_instance(700 + seed, max_layers=5)
-        for a in allocations(len(chain), plat.devices, "general"):
-            al = allocation_of(chain, plat, a)
-            if al.contiguous:
-                continue
-            got = general_period(al, plat, math.inf)
-            want = allocation_optimum(chain, plat, a)
-            assert (got is None) == (want is None), a
-            if got is None:
-                continue
-            interleaved += 1
-            assert got[0] == pytest.approx(want.period, rel=1e-5)
-            full = general_period(al, plat, math.inf, loose=False)      # one order search per k vector
-            assert full[0] == pytest.approx(got[0], rel=1e-7)
-            assert general_period(al, plat, got[0]) is None              # nothing below its own period
-    assert interleaved >= 30
+from workbench.model.orders import SCHEDULES, chunks_of, stage_devices, torch_order
 
 
-def test_a_passed_deadline_stops_the_search():
-    chain, plat = random_instance(3, max_layers=5)
-    a = next(a for a in allocations(len(chain), plat.devices, "general")
-             if not allocation_of(chain, plat, a).contiguous)
-    try:
-        general_period(allocation_of(chain, plat, a), plat.with_(memory=math.inf), math.inf, deadline=0.0)
-    except TimeoutError:
-        return
-    pytest.skip("the allocation needed no order search")
+@pytest.mark.parametrize("name", sorted(SCHEDULES))
+@pytest.mark.parametrize("P,m", [(2, 4), (4, 8), (4, 16)])
+def test_every_operation_once_in_a_rank_order_torch_accepts(name, P, m):
+    V = chunks_of(name, None)
+    order = torch_order(name, P, V, m)
+    S = P * V
+    dev = stage_devices(name, P, S)
+    for rank, acts in order.items():
+        assert all(dev[a.stage] == rank for a in acts)
+    forwards = sorted((a.stage, a.batch) for acts in order.values() for a in acts if a.kind == "F")
+    assert forwards == [(s, i) for s in range(S) for i in range(m)]
+    # torch's own validation of a compute-only schedule (every action once, per stage and micro-batch)
+    parsed = {r: [ts._Action.from_str(str(a)) for a in acts] for r, acts in order.items()}
+    assert ts._validate_schedule(parsed, P, S, m) is not None
+
+
+def test_the_interleaved_order_is_torchs_own_class_output():
+    """Against torch's class computing its order by itself (its private method on a bare instance)."""
+    cls = ts.ScheduleInterleaved1F1B
+    inst = cls.__new__(cls)
+    inst.pp_group_size, inst._n_microbatches, inst.n_local_stages = 4, 8, 2
+    inst.number_of_rounds = 2
+    inst.microbatches_per_round = 4
+    for rank in range(4):
+        theirs = [str(a) for a in inst._calculate_single_rank_operations(rank) if a is not None]
+        assert [str(a) for a in torch_order("interleaved-1f1b", 4, 2, 8)[rank]] == theirs
+
+
+def test_dualpipev_overlapped_actions_become_a_forward_then_a_full_backward():
+    order = torch_order("dualpipev", 2, None, 4)
+    text = [str(a) for a in order[0]]
+    assert text[7:9] == ["0F3", "3B1"]          # torch's (0F3;3B1)OVERLAP_F_B
+
+
+def test_layouts():
+    assert stage_devices("interleaved-zb", 3, 6) == [0, 1, 2, 0, 1, 2]
+    assert stage_devices("dualpipev", 3, 6) == [0, 1, 2, 2, 1, 0]
+
+
+def test_refusals_name_torchs_reason():
+    with pytest.raises(ValueError, match="at least as many microbatches as stages"):
+        torch_order("dualpipev", 4, None, 4)
+    with pytest.raises(ValueError, match="exactly 2 stages"):
+        chunks_of("zbv", 3)
+    with pytest.raises(ValueError, match="unknown torch schedule"):
+        torch_order("nosuch", 2, 2, 4)

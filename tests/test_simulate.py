@@ -235,3 +235,20 @@ def test_policies_run_as_planned_with_recompute_inside_the_backward():
     host = ops[ops.kind.isin(["offload", "prefetch"])]
     assert len(host) and (host.end - host.start).min() > 0
     assert eff[3].backward == pytest.approx(chain[3].backward + chain[3].forward)
+
+
+@pytest.mark.parametrize("kind", ["gpipe", "1f1b"])
+def test_the_steady_period_of_a_flushed_plan_is_its_plans_period(kind):
+    """Issue 25: resnet50, 16 batches on 4 devices: simulate reported GPipe's stage-0 forward spacing (319 ms),
+    below the lower bound, for a plan of 961.84 ms per micro-batch; the flushed run's period is its makespan
+    over its micro-batches, which the plan records."""
+    from workbench.planners import plan
+    from workbench.profiles import load_profile
+
+    chain = load_profile("resnet50")
+    plat = Platform(4, bandwidth="12GB/s")
+    p = plan(chain, plat, kind)
+    for batches in (16, 32):
+        trace = simulate(p, chain, plat, batches=batches)
+        assert trace.steady_period() == pytest.approx(p.period, rel=1e-12)
+        assert trace.steady_period() >= p.lower_bound

@@ -11,8 +11,10 @@ A :class:`Method` names a planner: ``fn(chain, platform, *, allocation,
 time_limit, **options) -> Plan`` (docs/model.md, "Plan"), imported by name in
 :data:`workbench.planners.PLANNERS`. Its *family* is ``periodic`` (one forward and one
 backward of different mini-batches per device per period, weight stashing) or
-``flushed`` (GPipe, 1F1B: micro-batches, then a flush; its name is also the
-plan's ``schedule``). A :class:`Variant` is a method run with one allocation,
+``flushed`` (GPipe, 1F1B and torch's multi-stage schedules: micro-batches, then a flush; its name
+is also the plan's ``schedule``). ``torch_schedule`` marks torch's schedules
+(:mod:`workbench.model.orders`: several stages per device, ``--chunks``).
+A :class:`Variant` is a method run with one allocation,
 as the experiments compare them (``ilp-general``, ``ilp-contiguous``, ``dp``,
 ...), with the label and line style of the sweeps' figures. :data:`LINEUPS`
 names the methods each study runs.
@@ -55,7 +57,11 @@ class Method:
     blocks of layers with it (the ILP coarsens by itself, flushed schedules
     simulate); ``warm_start``: it takes ``warm_start=plan`` (a plan to start
     from, :func:`workbench.planners.sweep.sweep`); ``aliases``: other names
-    its results carry in peer data.
+    its results carry in peer data. torch's multi-stage schedules, planned as a partition into P x V
+    stages under torch's own order (:mod:`workbench.model.orders`, :mod:`workbench.planners.torch_schedules`):
+    ``torch_class`` (its class in ``torch.distributed.pipelining.schedules``), ``layout`` (``loop``: stage s
+    on device s mod P; ``v``: s, then 2P - 1 - s), ``split_backward`` (it runs I and W apart) and
+    ``fixed_chunks`` (the stages per device it requires; None: any, ``--chunks``).
     """
 
     name: str
@@ -72,6 +78,15 @@ class Method:
     blocks: bool = False
     warm_start: bool = False
     aliases: tuple[str, ...] = ()
+    torch_class: str = ""
+    layout: str = ""
+    split_backward: bool = False
+    fixed_chunks: int | None = None
+
+    @property
+    def torch_schedule(self) -> bool:
+        """One of torch's multi-stage schedules (``torch_class`` names it)."""
+        return bool(self.torch_class)
 
 
 @dataclass(frozen=True)
@@ -123,6 +138,16 @@ METHODS: tuple[Method, ...] = (
     Method("torchgpipe", "torchgpipe balance", "torchgpipe", "#EDC948", "periodic", baseline=True, blocks=True),
     Method("gpipe", "GPipe", "GPipe", "#59A14F", "flushed"),
     Method("1f1b", "1F1B-flush", "1F1B", "#B07AA1", "flushed"),
+    Method("interleaved-1f1b", "Interleaved 1F1B (torch)", "Interleaved", "#E377C2", "flushed",
+           torch_class="ScheduleInterleaved1F1B", layout="loop"),
+    Method("looped-bfs", "Looped BFS (torch)", "LoopedBFS", "#7F7F7F", "flushed",
+           torch_class="ScheduleLoopedBFS", layout="loop"),
+    Method("interleaved-zb", "Interleaved zero bubble (torch)", "ZB", "#BCBD22", "flushed",
+           torch_class="ScheduleInterleavedZeroBubble", layout="loop", split_backward=True),
+    Method("zbv", "ZB-V (torch)", "ZB-V", "#1F77B4", "flushed",
+           torch_class="ScheduleZBVZeroBubble", layout="v", split_backward=True, fixed_chunks=2),
+    Method("dualpipev", "DualPipeV (torch)", "DualPipeV", "#9467BD", "flushed",
+           torch_class="ScheduleDualPipeV", layout="v", split_backward=True, fixed_chunks=2),
     Method("brute", "brute force", "brute", "#000000", "periodic",
            allocations=("contiguous", "general"), memory_aware=True, exact=True, auto_activations=True, slow=True,
            blocks=True),
@@ -139,8 +164,8 @@ def method(name: str) -> Method:
     >>> method("nosuch")
     Traceback (most recent call last):
     ...
-    ValueError: unknown method 'nosuch'; choose one of 1f1b, brute, dp, gpipe, ilp, mcap, parameters, pipedream,
-    torchgpipe, uniform
+    ValueError: unknown method 'nosuch'; choose one of 1f1b, brute, dp, dualpipev, gpipe, ilp, interleaved-1f1b,
+    interleaved-zb, looped-bfs, mcap, parameters, pipedream, torchgpipe, uniform, zbv
     """
     if name not in _BY_NAME:
         raise ValueError(f"unknown method {name!r}; choose one of {', '.join(sorted(_BY_NAME))}")
@@ -150,8 +175,8 @@ def method(name: str) -> Method:
 def names(**capabilities: Any) -> tuple[str, ...]:
     """Names of the methods whose fields equal ``capabilities``, in registry order.
 
-    >>> names(family="flushed"), names(slow=True)
-    (('gpipe', '1f1b'), ('brute', 'ilp'))
+    >>> names(family="flushed")[:2], names(slow=True), names(torch_schedule=True)[-1]
+    (('gpipe', '1f1b'), ('brute', 'ilp'), 'dualpipev')
     """
     return tuple(m.name for m in METHODS if all(getattr(m, k) == v for k, v in capabilities.items()))
 
@@ -167,15 +192,20 @@ def flushed(schedule: str) -> bool:
 
 #: the experiments' sweep variants, in legend order (their keys are the experiments' method keys)
 VARIANTS: tuple[Variant, ...] = (
-    Variant("ilp-general", "ilp", "general", LineStyle("solid", 1.8, "circle", 6), 6, "general ILP", "general ILP"),
-    Variant("ilp-contiguous", "ilp", "contiguous", LineStyle("dash", 2.0, "square-open", 12), 5, "contiguous ILP",
+    Variant("ilp-general", "ilp", "general", LineStyle("solid", 1.8, "circle", 6), 11, "general ILP", "general ILP"),
+    Variant("ilp-contiguous", "ilp", "contiguous", LineStyle("dash", 2.0, "square-open", 12), 10, "contiguous ILP",
             "contiguous ILP", "#17BECF", legend_note=" (dashed: equals the DP where both are optimal)"),
-    Variant("dp", "dp", "contiguous", LineStyle("solid", 3.5, "diamond", 11), 4),
+    Variant("dp", "dp", "contiguous", LineStyle("solid", 3.5, "diamond", 11), 9),
     # lighter than the method's colour: drawn wide beneath the DP
-    Variant("pipedream", "pipedream", "contiguous", LineStyle("solid", 7.0, "triangle-up", 15), 2, colour="#F5B87A"),
-    Variant("mcap", "mcap", "contiguous", LineStyle("solid", 2.5, "triangle-down", 10), 3),
+    Variant("pipedream", "pipedream", "contiguous", LineStyle("solid", 7.0, "triangle-up", 15), 7, colour="#F5B87A"),
+    Variant("mcap", "mcap", "contiguous", LineStyle("solid", 2.5, "triangle-down", 10), 8),
     Variant("gpipe", "gpipe", "contiguous", LineStyle("dot", 2.0, "x", 9), 0),
     Variant("1f1b", "1f1b", "contiguous", LineStyle("dot", 2.0, "cross", 9), 1),
+    Variant("interleaved-1f1b", "interleaved-1f1b", "contiguous", LineStyle("dashdot", 2.0, "star", 10), 3),
+    Variant("looped-bfs", "looped-bfs", "contiguous", LineStyle("dot", 1.5, "hexagon-open", 9), 2),
+    Variant("interleaved-zb", "interleaved-zb", "contiguous", LineStyle("dashdot", 2.0, "pentagon", 9), 4),
+    Variant("zbv", "zbv", "contiguous", LineStyle("longdash", 2.0, "triangle-left", 10), 5),
+    Variant("dualpipev", "dualpipev", "contiguous", LineStyle("longdashdot", 2.0, "triangle-right", 10), 6),
 )
 
 
@@ -191,7 +221,8 @@ def variant(method_name: str, allocation: str = "contiguous") -> Variant:
 LINEUPS: dict[str, tuple[tuple[str, str], ...]] = {
     # make demo: one plan per method on every bundled profile
     "demo": (("dp", "contiguous"), ("pipedream", "contiguous"), ("uniform", "contiguous"), ("1f1b", "contiguous"),
-             ("gpipe", "contiguous")),
+             ("gpipe", "contiguous"), ("interleaved-1f1b", "contiguous"), ("interleaved-zb", "contiguous"),
+             ("zbv", "contiguous"), ("dualpipev", "contiguous")),
     # the complexity study: solve time against layers and devices
     "scaling": (("dp", "contiguous"), ("ilp", "contiguous"), ("ilp", "general")),
     # the family where general allocations win by a factor k

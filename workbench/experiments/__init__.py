@@ -7,7 +7,8 @@ disk), :mod:`~workbench.experiments.sweeps` (what a unit computes),
 :mod:`~workbench.experiments.analyses` (tables and checks over the results)
 and :mod:`~workbench.experiments.report` (the run and ``report.md``; its command-line handler is
 :mod:`workbench.front.studies`). The studies beside them: :mod:`~workbench.experiments.complexity`,
-:mod:`~workbench.experiments.largest`, the figures (:mod:`~workbench.experiments.figures`) and what made a
+:mod:`~workbench.experiments.largest`, :mod:`~workbench.experiments.schedules` (which schedule wins at
+which memory), the figures (:mod:`~workbench.experiments.figures`) and what made a
 result (:mod:`~workbench.experiments.provenance`).
 
 ``python -m workbench reproduce [--quick] [--only NAME] [--out DIR]`` runs

@@ -122,12 +122,12 @@ def _throughput_panels(net: str, g: pd.DataFrame) -> go.Figure:
                             hovertemplate=f"{name}<br>%{{x:.3g}} GiB: %{{y:.3f}}<extra>P={P}</extra>", row=1, col=c)
         fig.update_xaxes(**log_axis_ticks(gp["memory_gib"]), title_text="memory limit (GiB, log)", row=1, col=c)
     fig.update_yaxes(range=[0, 1.05], title_text="lower bound / period", row=1, col=1)
-    fig.update_layout(template=TEMPLATE, height=460, margin=dict(l=60, r=20, t=90, b=120),
+    fig.update_layout(template=TEMPLATE, height=540, margin=dict(l=60, r=20, t=90, b=190),
                       title=dict(text=f"{net}: normalised throughput (lower bound / period; 1 = the bound) "
                                       "against memory",
                                  subtitle=dict(text="x: the memory levels tried, per device. A missing point: the "
                                                     "method finds no plan that fits.")),
-                      legend=dict(orientation="h", yanchor="top", y=-0.22, xanchor="left", x=0))
+                      legend=dict(orientation="h", yanchor="top", y=-0.3, xanchor="left", x=0))
     return fig
 
 

@@ -106,6 +106,7 @@ def _load_all(units: list[Unit], out: Path, report: Report) -> dict[str, pd.Data
 
 def _figures(units: list[Unit], frames: dict[str, pd.DataFrame], figs: tuple[str, ...], report: Report) -> None:
     from workbench.experiments import figures as R
+    from workbench.experiments.schedules import schedules_figure
 
     sweep_units = [u for u in units if u.kind == "sweep" and u.name in frames]
     if sweep_units:
@@ -114,7 +115,7 @@ def _figures(units: list[Unit], frames: dict[str, pd.DataFrame], figs: tuple[str
         report.violations = bound_violations(sw)
         report.checked_groups = int(sw.groupby(["network", "devices"]).ngroups)
         makers = {"throughput": R.throughput_figure, "memory": R.memory_figure, "min_memory": R.min_memory_figure,
-                  "solve_times": R.solve_times_figure}
+                  "solve_times": R.solve_times_figure, "schedules": schedules_figure}
         report.figures += [makers[n](sw) for n in SWEEP_FIGURES if n in figs]
     comp = {"three_partition": R.three_partition_figure, "family": R.family_figure, "gains": R.gains_figure,
             "scaling": R.scaling_figure, "largest": R.largest_figure}

@@ -26,7 +26,7 @@ __all__ = ["Settings", "settings_for", "platform_for", "METHOD_KEYS", "METHOD_LA
 METHOD_KEYS: dict[str, tuple[str, str]] = {v.key: (v.method, v.allocation) for v in VARIANTS}
 #: method key -> legend label
 METHOD_LABELS: dict[str, str] = {v.key: v.label for v in VARIANTS}
-SWEEP_FIGURES = ("throughput", "memory", "min_memory", "solve_times")
+SWEEP_FIGURES = ("throughput", "memory", "min_memory", "solve_times", "schedules")
 COMPLEXITY_FIGURES = ("three_partition", "family", "scaling", "gains", "largest")
 FIGURES = SWEEP_FIGURES + COMPLEXITY_FIGURES
 #: relative tolerance of the experiments' comparisons (equal periods, bounds, memory levels)

@@ -227,7 +227,12 @@ def _plan_parser(sub: argparse._SubParsersAction) -> None:
     from workbench.model.plan import MAX_MICRO_BATCHES
 
     p.add_argument("--micro-batches", type=int_in(1, MAX_MICRO_BATCHES), default=None,
-                   help=f"flushed schedules: micro-batches per flush (1..{MAX_MICRO_BATCHES})")
+                   help=f"flushed schedules: micro-batches per flush (1..{MAX_MICRO_BATCHES}; torch's schedules: "
+                        "default the fastest of 4P, 2P, P that fits)")
+    p.add_argument("--chunks", type=int_in(1), default=None,
+                   help="stages per device for "
+                        f"{', '.join(m.name for m in METHODS if m.torch_class and not m.fixed_chunks)} "
+                        "(default 2; the V schedules always take 2)")
     p.add_argument("--json", dest="json_out", default=None, help="write the plan as JSON to this file")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress lines on stderr")
     p.set_defaults(handler=_plan)
@@ -259,7 +264,8 @@ def _run_parser(sub: argparse._SubParsersAction) -> None:
                    help="torch.distributed.pipelining, or the PipeDream fallback (auto: torch where it "
                         "expresses the plan; weight stashing needs pipedream)")
     p.add_argument("--steps", type=int_in(1), default=None,
-                   help="mini-batches to run (default 20, or more where the plan's steady state needs them)")
+                   help="mini-batches to run (default 20, or more where the plan's steady state needs them; a plan "
+                        "of torch's schedules: its micro-batches)")
     p.add_argument("--batch-size", type=int_in(1), default=8, help="mini-batch size without --profile (default 8)")
     p.add_argument("--backend", default=None, choices=["gloo", "nccl"],
                    help="gloo (CPU) or nccl (GPU); default by device")

@@ -43,9 +43,11 @@ LEGEND = """How to read the tables:
 
 - **family**: *periodic* plans run one forward and one backward of different mini-batches per device per period,
   keeping one weight version per mini-batch in flight (PipeDream's weight stashing). *Flushed* schedules
-  (GPipe, 1F1B) run m micro-batches, then flush: one weight version, no stashing, memory simulated. The two are
-  separate families and `optimal` never compares across them: a flushed schedule can be faster than the optimal
-  periodic plan (1F1B often is), and needs another amount of memory (GPipe keeps every micro-batch's activations).
+  (GPipe, 1F1B, and torch's multi-stage schedules: interleaved 1F1B, zero bubble, ZB-V, DualPipeV, with several
+  stages per device) run m micro-batches, then flush: one weight version, no stashing, memory simulated. The two
+  are separate families and `optimal` never compares across them: a flushed schedule can be faster than the
+  optimal periodic plan (1F1B often is), and needs another amount of memory (GPipe keeps every micro-batch's
+  activations). The best plan named under each table is the fastest that fits, whatever its family.
 - **result**: `optimal` = fits, passes the checker, and the method proves it the best plan of those it searches
   (dp: the best *contiguous periodic* plan under the limit; a general allocation or a flushed schedule may still be
   faster); `fits` = fits and passes the checker, no proof; `over the limit` = some device needs more memory than
@@ -76,12 +78,11 @@ def plan_result(plan: Plan, chain: Chain | None, platform: Platform | None) -> t
     if not plan.fits:
         over = plan.peak_memory - plan.memory_limit
         return "over the limit", f"peak {format_bytes(plan.peak_memory)}, {format_bytes(over)} over"
-    if plan.schedule == "periodic":
-        from workbench.verify.check import check
+    from workbench.verify.check import check
 
-        problems = check(plan, chain, platform)
-        if problems:
-            return "invalid", str(problems[0])
+    problems = check(plan, chain, platform)      # flushed schedules are replayed (layout, order, period, memory)
+    if problems:
+        return "invalid", str(problems[0])
     return ("optimal" if plan.status == "optimal" else "fits"), ""
 
 
@@ -116,23 +117,27 @@ def _profile_section(name: str, chain: Chain, devices: int, methods, out: Path) 
         plan.to_json(out / "plans" / f"{name.replace('/', '-')}-{method}.json")
         if result in ("optimal", "fits"):
             usable[method] = plan
-    periodic = {m: p for m, p in usable.items() if p.schedule == "periodic"}
-    if periodic:
-        m, best = min(periodic.items(), key=lambda kv: kv[1].period)
-        fig = gantt(simulate(best, chain, platform, batches=4 * devices),
-                    title=f"{name}: {best.method}, period {format_seconds(best.period)}")
-        html = out / f"{name.replace('/', '-')}-gantt.html"
-        save_html(fig, html)
-        lines += ["", f"Best periodic plan that fits: **{m}**, period {format_seconds(best.period)}; "
-                      f"Gantt chart: [{html.name}]({html.name})"]
-        flushed = {k: p for k, p in usable.items() if p.schedule != "periodic" and p.period < best.period}
-        for k, p in flushed.items():
-            lines.append(f"\nThe flushed schedule **{k}** also fits and is faster ({format_seconds(p.period)}, peak "
-                         f"{format_bytes(p.peak_memory)} against {format_bytes(best.peak_memory)}): another family, "
-                         "see the legend.")
-    else:
-        lines += ["", "No periodic plan fits this limit."]
+    if not usable:
+        return lines + ["", "No plan of any method fits this limit.", ""]
+    m, best = min(usable.items(), key=lambda kv: kv[1].period)
+    fig = gantt(simulate(best, chain, platform, batches=4 * devices),
+                title=f"{name}: {best.method}, period {format_seconds(best.period)}")
+    html = out / f"{name.replace('/', '-')}-gantt.html"
+    save_html(fig, html)
+    lines += ["", f"Best plan that fits, across families: **{m}** ({_family(best)}), period "
+                  f"{format_seconds(best.period)}, peak {format_bytes(best.peak_memory)}; Gantt chart: "
+                  f"[{html.name}]({html.name})"]
+    periodic = {k: p for k, p in usable.items() if p.schedule == "periodic"}
+    if best.schedule != "periodic" and periodic:
+        k, p = min(periodic.items(), key=lambda kv: kv[1].period)
+        lines.append(f"\nThe fastest periodic plan, **{k}**, takes {format_seconds(p.period)} "
+                     f"({p.period / best.period:.3g}x), peak {format_bytes(p.peak_memory)}: another family, see the "
+                     "legend.")
     return lines + [""]
+
+
+def _family(plan: Plan) -> str:
+    return "periodic" if plan.schedule == "periodic" else f"flushed, {plan.schedule}"
 
 
 def run_demo(out: Path, devices: int = 4, profiles: list[str] | None = None, methods=DEMO_METHODS) -> Path:

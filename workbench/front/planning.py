@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-from workbench.methods import method
+from workbench.methods import METHODS, method
 from workbench.model.plan_setup import SETUP_OPTIONS, plan_setup, resolve_setup
 
 __all__ = ["platform_from_args", "chain_from_args", "plan_command", "check_command", "simulate_command",
@@ -106,6 +106,11 @@ def plan_command(args: argparse.Namespace) -> int:
     opts = {}
     if args.micro_batches is not None:
         opts["micro_batches"] = args.micro_batches
+    if getattr(args, "chunks", None) is not None:
+        if not chosen.torch_class:
+            raise ValueError(f"--chunks: method {args.method!r} puts one stage on each device; --chunks is for "
+                             f"{', '.join(m.name for m in METHODS if m.torch_class)}")
+        opts["chunks"] = args.chunks
     result = run_planner(chain, platform, args.method, allocation=args.allocation, time_limit=args.time_limit,
                          progress=_progress(getattr(args, "quiet", False)), activations=args.activations, **opts)
     import json

@@ -133,6 +133,13 @@ def _run_ranks(plan, chain, platform, wl, steps: int, cores: int, say, **run_kw:
     return res
 
 
+def method_of(plan):
+    """The registry's record of the plan's schedule (:mod:`workbench.methods`), or of ``dp`` for a periodic plan."""
+    from workbench.methods import METHODS
+
+    return next((m for m in METHODS if m.name == plan.schedule), METHODS[0])
+
+
 def validate_zoo(model: str, devices: int, batch_size: int, steps: int = 20, *, out: str | Path | None = None,
                  method: str = "dp", memory: float | str = math.inf, bandwidth: float | str = "12GB/s",
                  weights: str = "stash", repeats: int = 10, chain=None, dtype: str | None = None,
@@ -319,15 +326,19 @@ def run_command(args: argparse.Namespace) -> int:
                                 zero_grad=setup["zero_grad"])
     validate_setup(platform, chain)
     optimizer = platform.optimizer
-    if getattr(args, "steps", None) is None:      # enough mini-batches for the steady state the plan describes
+    if args.steps is not None:
+        steps = args.steps
+    elif method_of(plan).torch_class:           # torch's schedules: one step of the plan's micro-batches
+        steps = int(plan.micro_batches)
+    else:                                       # enough mini-batches for the steady state the plan describes
         from workbench.runtime.engine import choose_engine
         from workbench.runtime.summary import steady_steps
 
-        args.steps = max([20] + steady_steps(plan, choose_engine(plan, platform.weights,
-                                                                 getattr(args, "engine", None) or "auto")))
+        steps = max([20] + steady_steps(plan, choose_engine(plan, platform.weights,
+                                                            getattr(args, "engine", None) or "auto")))
     if getattr(args, "replay", False):
-        return _replay(plan, chain, platform, wl, args.steps, Path(args.out), optimizer)
-    summary = run_and_compare(plan, chain, platform, wl, batch_size, args.steps,
+        return _replay(plan, chain, platform, wl, steps, Path(args.out), optimizer)
+    summary = run_and_compare(plan, chain, platform, wl, batch_size, steps,
                               model_config=_model_config(chain, plan),
                               backend=args.backend, out=args.out, progress=True, optimizer=optimizer,
                               engine=getattr(args, "engine", None) or "auto")

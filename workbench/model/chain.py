@@ -37,6 +37,7 @@ if TYPE_CHECKING:  # workbench.model.graph builds chains (Graph.linearise): the 
 DEFAULT_HOST_BANDWIDTH = 31.5e9
 
 __all__ = ["Layer", "Chain", "Platform", "StageCosts", "WeightPolicy", "MEMORY_COLUMNS", "OPTIONAL_COLUMNS",
+           "SPLIT_FIELDS",
            "OPTIMIZERS", "PRECISIONS", "MEMORY_MODELS", "ZERO_GRADS", "DEFAULT_HOST_BANDWIDTH"]
 
 WeightPolicy = Literal["stash", "single"]
@@ -44,6 +45,8 @@ WeightPolicy = Literal["stash", "single"]
 MEMORY_COLUMNS = ("grad_bytes", "max_param_bytes", "saved_input_bytes", "saved_output_bytes",
                   "forward_peak_bytes", "backward_peak_bytes", "backward_fresh_peak_bytes")
 OPTIONAL_COLUMNS = ("saved_bytes",) + MEMORY_COLUMNS
+#: the backward's split into input- and weight-gradient work (docs/model.md, "Backward split")
+SPLIT_FIELDS = ("backward_weight", "weight_pending_bytes")
 #: the training set-ups the memory model knows (docs/model.md, "Memory")
 OPTIMIZERS = tuple(OPTIMIZER_STATES)
 
@@ -76,17 +79,35 @@ class Layer:
     #: docs/model.md, "Activation policies"): 0 for profiled layers, set by
     #: :func:`workbench.model.activations.apply_policies`
     offload_bytes: float = 0.0
+    #: the weight-gradient share of ``backward`` (seconds) and the bytes held from the input-gradient part
+    #: to the weight-gradient part (docs/model.md, "Backward split"; :mod:`workbench.model.split`):
+    #: ``None`` means not measured (estimated)
+    backward_weight: float | None = None
+    weight_pending_bytes: float | None = None
     #: the backward's peak when its gradients do not exist yet (written fresh, as after torch's default
     #: ``zero_grad()``); ``backward_peak_bytes`` adds into gradients that exist
     backward_fresh_peak_bytes: float | None = None
 
     def __post_init__(self) -> None:
-        for f in ("forward", "backward", "weight_bytes", "activation_bytes", "offload_bytes") + OPTIONAL_COLUMNS:
+        for f in ("forward", "backward", "weight_bytes", "activation_bytes", "offload_bytes") + OPTIONAL_COLUMNS \
+                + SPLIT_FIELDS:
             v = getattr(self, f)
-            if v is None and f in OPTIONAL_COLUMNS:
+            if v is None and f in OPTIONAL_COLUMNS + SPLIT_FIELDS:
                 continue
             if not isinstance(v, (int, float, np.floating, np.integer)) or math.isnan(v) or v < 0 or math.isinf(v):
                 raise ValueError(f"layer {self.name!r}: {f} must be a finite non-negative number, got {v!r}")
+        if self.backward_weight is not None and self.backward_weight > self.backward * (1 + 1e-9):
+            raise ValueError(f"layer {self.name!r}: backward_weight {self.backward_weight!r} exceeds its backward "
+                             f"{self.backward!r} (it is a part of it)")
+
+
+def _merged_split(layers: Sequence[Layer]) -> dict[str, float | None]:
+    """The backward split of merged layers: sums, or None (estimated) when any of them lacks it."""
+    out: dict[str, float | None] = {}
+    for f in SPLIT_FIELDS:
+        values = [getattr(l, f) for l in layers]
+        out[f] = None if any(v is None for v in values) else float(sum(values))
+    return out
 
 
 @dataclass(frozen=True)
@@ -258,7 +279,8 @@ class Chain:
             name = self.layers[a].name if a == b else f"{self.layers[a].name}..{self.layers[b].name}"
             layers.append(Layer(name, s.forward, s.backward, s.weights, self.layers[b].activation_bytes,
                                 **merged_memory_columns(self, a, b),
-                                offload_bytes=sum(float(l.offload_bytes) for l in self.layers[a:b + 1])))
+                                offload_bytes=sum(float(l.offload_bytes) for l in self.layers[a:b + 1]),
+                                **_merged_split(self.layers[a:b + 1])))
         cuts = tuple(self.cut(b) for _, b in groups[:-1])
         meta = {**self.meta, "coarsened_from": str(len(self))}
         meta.pop("tied", None)
@@ -284,6 +306,11 @@ class Chain:
             values = [getattr(l, c) for l in self.layers]
             if any(v is not None for v in values):
                 cols[c] = [math.nan if v is None else float(v) for v in values]
+        for c, column, scale in (("backward_weight", "backward_weight_ms", 1e3),
+                                 ("weight_pending_bytes", "weight_pending_bytes", 1.0)):
+            values = [getattr(l, c) for l in self.layers]
+            if any(v is not None for v in values):
+                cols[column] = [math.nan if v is None else float(v) * scale for v in values]
         return pd.DataFrame(cols)
 
     @classmethod

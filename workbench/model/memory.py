@@ -113,7 +113,7 @@ if TYPE_CHECKING:  # memory is below chain: chain.py imports from here
 __all__ = [
     "OPTIMIZER_STATES", "PRECISIONS", "MEMORY_MODELS", "ZERO_GRADS", "ESTIMATES", "LayerTerms", "TieTerms",
     "layer_terms", "stage_activation", "stage_memory", "stage_excess", "stage_op_excess", "stage_step",
-    "stage_created", "StageTies", "stage_ties", "device_memory", "device_extra", "device_budget",
+    "stage_created", "StageTies", "stage_ties", "device_memory", "device_extra", "device_budget", "flushed_platform",
     "validate_setup", "measured_columns",
 ]
 
@@ -293,6 +293,19 @@ def _full_terms(chain: Chain, platform: Platform) -> LayerTerms:
     buf_out = chain.cuts.copy()
     return LayerTerms(act, head, tail, buf_in, buf_out, static, W * (1.0 if platform.stash else 0.0),
                       fwd, np.maximum(bwd, 0.0), grad, created, step, foreach, const, missing, "full", parts, ties)
+
+
+def flushed_platform(platform: Platform) -> Platform:
+    """The set-up a flushed schedule's memory is computed with (docs/model.md, "The training loop"): its
+    micro-batches' gradients accumulate from each stage's first backward to the step after the flush, so they
+    are resident, as under ``zero_grad zeros``, whatever the loop (an upper bound before a stage's first
+    backward under ``none``).
+
+    >>> from workbench.model.chain import Platform
+    >>> flushed_platform(Platform(2)).zero_grad
+    'zeros'
+    """
+    return platform.with_(zero_grad="zeros") if platform.memory_model == "full" else platform
 
 
 def layer_terms(chain: Chain, platform: Platform) -> LayerTerms:

@@ -79,7 +79,23 @@ class Trace:
         return out
 
     def steady_period(self, warmup: int | None = None) -> float:
-        """Mean spacing of the forward starts of the first stage, after ``warmup`` mini-batches."""
+        """The period the trace shows: for a flushed run (``meta`` records ``micro_batches`` and
+        ``flushes``), its makespan over the micro-batches it ran; otherwise the mean spacing of the first
+        stage's forward starts after ``warmup`` mini-batches.
+
+        A flushed run's first stage starts its forwards back to back and then waits for the drain, so the
+        spacing of its forwards says nothing of the period:
+
+        >>> ops = pd.DataFrame({"device": [0, 0, 0, 0], "stage": [0] * 4, "first": [0] * 4, "last": [0] * 4,
+        ...                     "kind": ["F", "F", "B", "B"], "batch": [0, 1, 0, 1], "start": [0.0, 1.0, 2.0, 4.0],
+        ...                     "end": [1.0, 2.0, 4.0, 6.0]})
+        >>> t = Trace(ops, pd.DataFrame(columns=MEMORY_COLUMNS), 1, meta={"micro_batches": 2, "flushes": 1})
+        >>> t.steady_period(), Trace(ops, t.memory, 1).steady_period()
+        (3.0, 1.0)
+        """
+        m, flushes = self.meta.get("micro_batches"), self.meta.get("flushes")
+        if m and flushes and len(self.ops):
+            return self.makespan / (int(m) * int(flushes))
         f = self.ops[(self.ops["kind"] == "F") & (self.ops["stage"] == 0)].sort_values("batch")
         if len(f) < 2:
             return float("nan")

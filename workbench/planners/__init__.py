@@ -24,7 +24,7 @@ from typing import Any, Callable, Sequence
 from workbench.methods import METHODS as _REGISTRY
 from workbench.methods import method as _method
 from workbench.methods import names as _names
-from workbench.model.activations import apply_policies, describe, is_keep
+from workbench.model.activations import apply_policies, describe, is_keep, policy_vector
 from workbench.model.chain import Chain, Platform
 from workbench.model.plan import Plan, infeasible_plan, lower_bound
 from workbench.planners.baselines import plan_parameters, plan_torchgpipe, plan_uniform
@@ -36,6 +36,7 @@ from workbench.planners.ilp import plan_ilp
 from workbench.planners.mcap import plan_mcap
 from workbench.planners.partition import place
 from workbench.planners.pipedream import plan_pipedream
+from workbench.planners.torch_schedules import TORCH_PLANNERS
 from workbench.verify.check import check
 from workbench.verify.schedule import Scheduler
 
@@ -45,7 +46,7 @@ __all__ = ["PLANNERS", "GENERAL_METHODS", "AUTO_METHODS", "plan", "get_planner",
 PLANNERS: dict[str, Callable[..., Plan]] = {
     fn.__name__.removeprefix("plan_"): fn
     for fn in (plan_dp, plan_pipedream, plan_mcap, plan_uniform, plan_parameters, plan_torchgpipe, plan_gpipe,
-               plan_1f1b, plan_brute, plan_ilp)}
+               plan_1f1b, plan_brute, plan_ilp)} | TORCH_PLANNERS
 assert set(PLANNERS) == {m.name for m in _REGISTRY}, "every registered method has its plan_<name> here"
 
 #: the methods that search general (non-contiguous) allocations; the others plan contiguous ones only
@@ -103,6 +104,10 @@ def plan(chain: Chain, platform: Platform, method: str = "dp", *, allocation: st
         raise ValueError(f"allocation must be 'contiguous' or 'general', got {allocation!r}")
     fn = get_planner(method)
     t0 = time.perf_counter()
+    if _method(method).torch_schedule and activations not in (None, "keep") and not is_keep(
+            policy_vector(activations, len(chain)) if activations != "auto" else ("auto",)):
+        raise ValueError(f"method {method!r} (torch's schedule) runs every layer with its activations kept; "
+                         f"activations {activations!r} is not available for it")
     if activations in (None, "keep"):
         result = fn(chain, platform, allocation=allocation, time_limit=time_limit, **options)
     elif activations == "auto":

@@ -5,7 +5,9 @@ Columns ``name,forward_ms,backward_ms,weight_bytes,activation_bytes[,saved_bytes
 profiler's memory columns, each optional (``grad_bytes``, ``max_param_bytes``,
 ``saved_input_bytes``, ``saved_output_bytes``, ``forward_peak_bytes``,
 ``backward_peak_bytes``: docs/model.md, "Memory"; a profile without them still
-loads and the memory model estimates them); other columns are read past. Bad
+loads and the memory model estimates them), and the backward's split, also optional
+(``backward_weight_ms``, the weight-gradient share of ``backward_ms``, and
+``weight_pending_bytes``: docs/model.md, "Backward split"); other columns are read past. Bad
 input is refused with a :class:`ProfileError` naming the file, row and column:
 a column named twice, a value that is not a finite non-negative number, and
 values no measurement gives (a layer time over ``MAX_LAYER_MS`` or, other than 0,
@@ -39,7 +41,9 @@ __all__ = ["ProfileError", "ProfileWarning", "read_profile", "write_profile", "p
            "check_meta", "REQUIRED_COLUMNS", "MAX_LAYER_MS", "MIN_LAYER_MS", "MAX_BYTES", "DTYPES"]
 
 REQUIRED_COLUMNS = ["name", "forward_ms", "backward_ms", "weight_bytes", "activation_bytes"]
-OPTIONAL_COLUMNS = ["saved_bytes", "cut_bytes", *MEMORY_COLUMNS]
+#: the backward split's columns (docs/model.md, "Backward split"): column -> (Layer field, scale to seconds/bytes)
+SPLIT_COLUMNS = {"backward_weight_ms": ("backward_weight", 1e-3), "weight_pending_bytes": ("weight_pending_bytes", 1.0)}
+OPTIONAL_COLUMNS = ["saved_bytes", "cut_bytes", *MEMORY_COLUMNS, *SPLIT_COLUMNS]
 
 
 #: a layer's forward or backward time above this (ms; about 2.8 hours per mini-batch) is not a measurement
@@ -224,6 +228,13 @@ def parse_profile_text(text: str, source: str = "<string>") -> Chain:
         saved = _number(rec["saved_bytes"], where, "saved_bytes", optional=True) if "saved_bytes" in rec else None
         cuts.append(_number(rec["cut_bytes"], where, "cut_bytes", optional=True) if "cut_bytes" in rec else None)
         extra = {c: _number(rec[c], where, c, optional=True) for c in MEMORY_COLUMNS if c in rec}
+        for c, (f, scale) in SPLIT_COLUMNS.items():
+            value = _number(rec[c], where, c, optional=True) if c in rec else None
+            extra[f] = None if value is None else value * scale
+        weight = extra.get("backward_weight")
+        if weight is not None and weight > nums["backward_ms"] / 1e3 * (1 + 1e-9):
+            raise ProfileError(f"{where}, column 'backward_weight_ms': {rec['backward_weight_ms']} ms is more than the "
+                               f"layer's backward_ms {rec['backward_ms']} (it is a part of it)")
         layers.append(Layer(name, nums["forward_ms"] / 1e3, nums["backward_ms"] / 1e3,
                             nums["weight_bytes"], nums["activation_bytes"], saved, **extra))
     input_bytes = 0.0
@@ -264,7 +275,9 @@ def write_profile(chain: Chain, path: str | Path) -> None:
     for k in keys:
         buf.write(f"# {k}: {meta[k]}\n")
     memory = [c for c in MEMORY_COLUMNS if any(getattr(l, c) is not None for l in chain.layers)]
-    cols = REQUIRED_COLUMNS + ["saved_bytes"] + (["cut_bytes"] if chain.cut_bytes is not None else []) + memory
+    split = [c for c, (f, _) in SPLIT_COLUMNS.items() if any(getattr(l, f) is not None for l in chain.layers)]
+    cols = (REQUIRED_COLUMNS + ["saved_bytes"] + (["cut_bytes"] if chain.cut_bytes is not None else []) + memory
+            + split)
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(cols)
     for i, l in enumerate(chain.layers):
@@ -273,5 +286,9 @@ def write_profile(chain: Chain, path: str | Path) -> None:
         if chain.cut_bytes is not None:
             row.append(f"{chain.cut(i):.0f}")
         row += ["" if getattr(l, c) is None else f"{getattr(l, c):.0f}" for c in memory]
+        for c in split:
+            f, scale = SPLIT_COLUMNS[c]
+            value = getattr(l, f)
+            row.append("" if value is None else (repr(value / scale) if scale != 1.0 else f"{value:.0f}"))
         w.writerow(row)
     write_text_atomic(path, buf.getvalue())

@@ -26,6 +26,9 @@ and measures, for each layer ``l``:
   ``max_param_bytes``), measured at the allocator level by
   :func:`workbench.profiles.memtrace.layer_memory` on one extra forward and
   backward;
+* the backward's split (``backward_weight``, ``weight_pending_bytes``: docs/model.md, "Backward split"),
+  measured by :func:`workbench.profiles.split.layer_split` with torch's own ``stage_backward_input`` and
+  ``stage_backward_weight`` (when the times are measured; a fake profile estimates it);
 * ``saved_bytes``: bytes autograd keeps from the forward until the backward,
   counted with ``torch.autograd.graph.saved_tensors_hooks``: every saved
   tensor's *storage* counted once (deduplicated by device and
@@ -79,6 +82,7 @@ from torch import nn
 from workbench.model.chain import Chain, Layer
 from workbench.profiles.discover import Layers, discover_layers
 from workbench.profiles.memtrace import layer_memory
+from workbench.profiles.split import layer_split
 from workbench.profiles.timing import Timer, cpu_threads, leaf, say_how_long, time_layer
 from workbench.profiles.zoo import as_dtype
 
@@ -310,6 +314,8 @@ def profile_model(
         nthreads = torch.get_num_threads()
     info = _profile_meta(how.dev, sample_input, mods, nthreads, warmup, repeats, loss is not None, stats,
                          time.perf_counter() - started)
+    if how.times is not time_layer:      # estimated times: the split is estimated too (workbench.model.split)
+        info.pop("backward_split")
     info.update(meta or {})
     chain = Chain(tuple(out_layers), input_bytes=float(tensor_bytes(sample_input)),
                   meta={k: str(v) for k, v in info.items()})
@@ -363,7 +369,14 @@ def _profile_layer(how: _LayerProfiling, mod: nn.Module, name: str, x: torch.Ten
     grad = None if then is not None else torch.randn(out.shape, generator=how.gen, dtype=out.dtype).to(how.dev)
     fwd, bwd = how.times(mod, x, how.timer, needs_input_grad, then, grad, how.warmup, how.repeats)
     columns = layer_memory(mod, x, input_requires_grad=needs_input_grad, then=then, grad_seed=how.grad_seed)
-    layer = Layer(name, statistics.median(fwd), statistics.median(bwd), float(parameter_bytes(mod)),
+    backward = statistics.median(bwd)
+    if how.times is time_layer:      # measured times: the backward's split as torch's zero-bubble schedules run it
+        split = layer_split(mod, x, how.timer, needs_input_grad=needs_input_grad, then=then, grad=grad,
+                            warmup=min(how.warmup, 1), repeats=how.repeats)
+        if split:
+            columns.update(backward_weight=split["backward_weight"] * backward,
+                           weight_pending_bytes=split["weight_pending_bytes"])
+    layer = Layer(name, statistics.median(fwd), backward, float(parameter_bytes(mod)),
                   float(tensor_bytes(out)), float(saved), **columns)
     for p in mod.parameters():
         p.grad = None
@@ -418,6 +431,8 @@ def _profile_meta(dev: torch.device, sample_input: torch.Tensor, mods: Sequence[
         "memory_columns": ("allocator-level: " + ("torch.cuda memory statistics" if dev.type == "cuda" else
                            "workbench.profiles.memtrace.AllocationTracker (new storages, dispatch level)")),
         "loss": "in the last layer (time and saved bytes)" if with_loss else "not included",
+        "backward_split": "measured: torch's stage_backward_input and stage_backward_weight per layer "
+                          "(workbench.profiles.split)",
         **{k: f"{v:.4f}" for k, v in spread_summary(stats).items()},
         "profile_seconds": f"{elapsed:.1f}",
         "source": "workbench profiler",

@@ -105,7 +105,7 @@ def occupancy(trace: Trace) -> pd.DataFrame:
     out = []
     for d, g in ops.groupby("device"):
         g = g.sort_values("start")
-        comp = g[g["kind"].isin(["F", "B"])]
+        comp = g[g["kind"].isin(COMPUTE)]
         recv = g[g["kind"] == "recv"]
         rs, re_ = recv["start"].to_numpy(), recv["end"].to_numpy()
         starts, ends = comp["start"].to_numpy(), comp["end"].to_numpy()
@@ -123,6 +123,23 @@ def occupancy(trace: Trace) -> pd.DataFrame:
     return pd.concat(out) if out else ops.assign(occupied=[])
 
 
+#: the compute kinds of a trace: forward, backward, and a backward's input- and weight-gradient parts
+COMPUTE = ["F", "B", "I", "W"]
+
+
+def _backward_per_batch(ops: pd.DataFrame) -> pd.DataFrame:
+    """A stage's rows with each micro-batch's ``I`` and ``W`` (a zero-bubble schedule's backward in two parts)
+    as one ``B`` row: its start, and its duration and occupancy the parts' sums."""
+    split = ops[ops["kind"].isin(["I", "W"])]
+    if split.empty:
+        return ops
+    parts = split.assign(dur=split["end"] - split["start"]).groupby("batch")
+    merged = parts.agg(start=("start", "min"), dur=("dur", "sum"), **({"occupied": ("occupied", "sum")}
+                                                                       if "occupied" in split else {}))
+    rows = merged.reset_index().assign(kind="B", end=lambda d: d["start"] + d["dur"]).drop(columns="dur")
+    return pd.concat([ops[~ops["kind"].isin(["I", "W"])], rows], ignore_index=True)
+
+
 def stage_times(plan: Plan, chain: Chain, trace: Trace, warmup: int | None = None) -> pd.DataFrame:
     """Per stage: predicted forward/backward (s), the median and mean measured ones and the mean
     occupied ones, over the steady window (:func:`steady_warmup`)."""
@@ -130,7 +147,7 @@ def stage_times(plan: Plan, chain: Chain, trace: Trace, warmup: int | None = Non
     rows = []
     for s, st in enumerate(plan.stages):
         c = chain.stage_costs(st.first, st.last)
-        mine = ops[ops["stage"] == s]
+        mine = _backward_per_batch(ops[ops["stage"] == s])
         dur = mine["end"] - mine["start"]
         isf, isb = mine["kind"] == "F", mine["kind"] == "B"
         mf = float(dur[isf].median()) if isf.any() else math.nan
@@ -166,7 +183,7 @@ def compare(plan: Plan, chain: Chain, platform: Platform, trace: Trace, warmup: 
     """
     warmup = steady_warmup(plan, trace, warmup)
     allops = _steady(trace.ops, warmup)
-    ops = allops[allops["kind"].isin(["F", "B"])]
+    ops = allops[allops["kind"].isin(COMPUTE)]
     nb = ops["batch"].nunique() if len(ops) else 0
     peak = trace.meta.get("memory_peak") or trace.peak_memory()   # the runtime's allocator-level peak per rank
     mp = period_of(trace, warmup)
@@ -257,7 +274,9 @@ def calibrate(chain: Chain, plan: Plan, trace: Trace, warmup: int | None = None,
         kf = mf / r.predicted_forward if r.predicted_forward > 0 and np.isfinite(mf) else 1.0
         kb = mb / r.predicted_backward if r.predicted_backward > 0 and np.isfinite(mb) else 1.0
         for l in range(r.first, r.last + 1):
-            layers[l] = replace(layers[l], forward=layers[l].forward * kf, backward=layers[l].backward * kb)
+            w = layers[l].backward_weight
+            layers[l] = replace(layers[l], forward=layers[l].forward * kf, backward=layers[l].backward * kb,
+                                backward_weight=None if w is None else w * kb)
     return replace(chain, layers=tuple(layers), meta={**chain.meta, "calibrated_from": trace.source})
 
 

@@ -45,6 +45,7 @@ from typing import Any, Sequence
 import pandas as pd
 import torch
 
+from workbench.model.orders import SCHEDULES
 from workbench.model.plan import Plan
 from workbench.model.trace import MEMORY_COLUMNS, OP_COLUMNS, Trace
 from workbench.profiles.workload import Workload
@@ -99,6 +100,8 @@ def merge_results(parts: Sequence[dict[str, Any]], plan: Plan, **meta: Any) -> R
         "engine": ordered[0]["engine"] if ordered else None,
         **meta,
     }
+    if plan.schedule != "periodic" and info.get("steps"):   # one flush of every step: its period is makespan / steps
+        info = {**info, "micro_batches": int(info["steps"]), "flushes": 1}
     trace = Trace(ops, mem, plan.devices, period=plan.period, source="measured", meta=info)
     return RunResult(trace, grads, info)
 
@@ -183,7 +186,7 @@ def run_plan(
     ``optimizer`` one of :data:`~workbench.runtime.rank.OPTIMIZERS`, stepping with ``lr``; ``zero_grad`` the
     training loop (``none``: torch's default, gradients set to None between steps; ``zeros``: in place).
     """
-    _check_run_arguments(plan, weights, optimizer)
+    _check_run_arguments(plan, weights, optimizer, steps)
     if zero_grad not in ("none", "zeros"):
         raise ValueError(f"zero_grad must be 'none' or 'zeros', got {zero_grad!r}")
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -201,7 +204,7 @@ def run_plan(
                          wall_seconds=time.monotonic() - t_start)
 
 
-def _check_run_arguments(plan: Plan, weights: str, optimizer: str) -> None:
+def _check_run_arguments(plan: Plan, weights: str, optimizer: str, steps: int | None = None) -> None:
     """Refuse an unknown optimizer, an infeasible plan or unknown weights, naming what is wrong.
 
     >>> _check_run_arguments(Plan(1.0, (0,), (), 1), "stash", "adam")   # no stages
@@ -217,6 +220,9 @@ def _check_run_arguments(plan: Plan, weights: str, optimizer: str) -> None:
         raise ValueError("cannot run an infeasible plan")
     if weights not in ("stash", "single"):
         raise ValueError(f"weights must be 'stash' or 'single', got {weights!r}")
+    if steps is not None and plan.schedule in SCHEDULES and steps != plan.micro_batches:
+        raise ValueError(f"a {plan.schedule} plan runs torch's order for its {plan.micro_batches} micro-batches "
+                         f"in one step; run it with --steps {plan.micro_batches}, not {steps}")
 
 
 def _engine_for(plan: Plan, weights: str, engine: str, device: str, backend: str) -> str:

@@ -9,6 +9,9 @@ itself). Its runtime schedule class (``_PipelineScheduleRuntime``, the base of
 ``ScheduleInterleaved1F1B`` and friends) reads them from a CSV file with one
 row per rank (``_load_csv(path, format="compute_only" | "compute_comms")``);
 the ``compute_only`` form is lowered by its passes (``_add_send_recv`` ...).
+torch's multi-stage schedules (``interleaved-1f1b``, ..., ``zbv``) export torch's
+own order (:func:`workbench.runtime.program.torch_programs`), with ``{stage}I{mb}``
+and ``{stage}W{mb}`` for a split backward.
 
 :func:`plan_to_actions` unrolls a periodic plan for ``micro_batches``
 micro-batches in the plan's own order (warm-up, steady state, drain), which
@@ -106,10 +109,12 @@ def programs_to_actions(progs: list, plan: Plan, *, comms: bool = False) -> dict
                 acts.append(f"{s}F{i}")
                 if comms and s < S - 1 and dev[s + 1] != d:
                     acts.append(f"{s}SEND_F{i}")
-            else:
+            elif op.kind == "W":            # a weight gradient: no message
+                acts.append(f"{s}W{i}")
+            else:                           # a full backward, or its input-gradient part I
                 if comms and s < S - 1 and dev[s + 1] != d:
                     acts.append(f"{s}RECV_B{i}")
-                acts.append(f"{s}B{i}")
+                acts.append(f"{s}{op.kind}{i}")
                 if comms and s > 0 and dev[s - 1] != d:
                     acts.append(f"{s}SEND_B{i}")
         out[d] = acts

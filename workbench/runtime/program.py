@@ -36,7 +36,8 @@ import pandas as pd
 
 from workbench.model.plan import Plan
 
-__all__ = ["Op", "unroll", "programs_from_trace", "programs_for", "check_programs", "stage_devices", "predicted_ops"]
+__all__ = ["Op", "unroll", "programs_from_trace", "programs_for", "check_programs", "stage_devices", "predicted_ops",
+           "torch_programs"]
 
 
 @dataclass(frozen=True, order=True)
@@ -87,7 +88,8 @@ def check_programs(progs: Sequence[Sequence[Op]], n_stages: int) -> None:
     """Replay programs abstractly (sends never block, a compute op waits for its input); raise on deadlock.
 
     Also checks that every (stage, kind, batch) appears exactly once and that
-    a stage's forward of a mini-batch comes before its backward.
+    a stage's forward of a mini-batch comes before its backward. A backward may be split into ``I`` (it
+    needs what ``B`` needs) and ``W`` (it needs the ``I``), as torch's zero-bubble schedules run it.
     """
     seen: dict[tuple[int, str, int], int] = {}
     for d, prog in enumerate(progs):
@@ -100,7 +102,7 @@ def check_programs(progs: Sequence[Sequence[Op]], n_stages: int) -> None:
     for s in range(n_stages):
         for b in batches:
             for k in "FB":
-                if (s, k, b) not in seen:
+                if (s, k, b) not in seen and not (k == "B" and (s, "I", b) in seen and (s, "W", b) in seen):
                     raise ValueError(f"no {k}{b} for stage {s}")
     done: set[tuple[int, str, int]] = set()
     pc = [0] * len(progs)
@@ -112,10 +114,13 @@ def check_programs(progs: Sequence[Sequence[Op]], n_stages: int) -> None:
                 op = prog[pc[d]]
                 if op.kind == "F":
                     need = [(op.stage - 1, "F", op.batch)] if op.stage > 0 else []
+                elif op.kind == "W":
+                    need = [(op.stage, "I", op.batch)]
                 else:
                     need = [(op.stage, "F", op.batch)]
                     if op.stage < n_stages - 1:
-                        need.append((op.stage + 1, "B", op.batch))
+                        later = "I" if (op.stage + 1, "I", op.batch) in seen else "B"
+                        need.append((op.stage + 1, later, op.batch))
                 if all(n in done for n in need):
                     done.add((op.stage, op.kind, op.batch))
                     pc[d] += 1
@@ -146,9 +151,24 @@ def predicted_ops(plan: Plan, chain, steps: int) -> pd.DataFrame:
     return df.sort_values(["device", "start"]).reset_index(drop=True)
 
 
+def torch_programs(plan: Plan, steps: int) -> list[list[Op]]:
+    """Per device, the operations torch's schedule (``plan.schedule``) runs for ``steps`` micro-batches, in
+    torch's order (:func:`workbench.model.orders.torch_order`; ``time`` is the position)."""
+    from workbench.model.orders import torch_order
+
+    order = torch_order(plan.schedule, plan.devices, len(plan.stages) // plan.devices, steps)
+    return [[Op(float(j), a.stage, a.kind, a.batch) for j, a in enumerate(order.get(d, ()))]
+            for d in range(plan.devices)]
+
+
 def programs_for(plan: Plan, steps: int, chain=None, platform=None) -> list[list[Op]]:
-    """Per-device programs: unrolled periodic plan, or a simulated flushed schedule's order."""
-    if plan.schedule == "periodic":
+    """Per-device programs: unrolled periodic plan, torch's order for its schedules, or a simulated flushed
+    schedule's order."""
+    from workbench.model.orders import SCHEDULES
+
+    if plan.schedule in SCHEDULES:
+        progs = torch_programs(plan, steps)
+    elif plan.schedule == "periodic":
         progs = unroll(plan, steps)
     else:
         if chain is None or platform is None:

@@ -179,7 +179,7 @@ class Recorder:
         yield
         t1 = self.now()
         self.marks.append((kind, stage, batch, t0, t1))
-        if kind in ("F", "B"):
+        if kind in ("F", "B", "I", "W"):
             self.cpu.append((self.rank, stage, kind, batch, time.thread_time() - c0))
 
     def add(self, kind: str, stage: int, batch: int, t0: Any, t1: Any) -> None:
@@ -256,6 +256,7 @@ class MemoryProbe:
         # and refuses torch.autograd.grad; without it, temporaries of a backward count as activations
         self.tracker._mod_tracker = _NoModules()
         self.tracker.track_external(*[s for s in state if s is not None])
+        del state        # MemTracker keeps weak references: holding them here would keep alive what torch frees
         with self.tracker:
             yield self
 

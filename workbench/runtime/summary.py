@@ -16,7 +16,8 @@ import math
 import os
 from typing import Any
 
-from workbench.model.memory_views import torch_engine_extra, torch_engine_memory
+from workbench.model.memory_views import torch_engine_memory
+from workbench.model.order_memory import engine_extra as torch_extra
 
 __all__ = ["summarise", "jsonable", "format_comparison", "steady_steps", "engine_extra"]
 
@@ -43,7 +44,7 @@ def engine_extra(plan, chain, platform, steps: int, engine: str) -> list[float]:
     """Per device, what the engine holds beyond the plan's memory: on torch's engine, a periodic plan's peak as
     torch runs it, one step of ``steps`` micro-batches (:func:`~workbench.model.memory_views.torch_engine_memory`),
     less the plan's memory; for a flushed plan what torch preallocates and holds
-    (:func:`~workbench.model.memory_views.torch_engine_extra`); nothing on the PipeDream engine, which runs
+    (:func:`workbench.model.order_memory.engine_extra`); nothing on the PipeDream engine, which runs
     the plan's own loop."""
     if engine != "torch":
         return [0.0] * plan.devices
@@ -52,7 +53,7 @@ def engine_extra(plan, chain, platform, steps: int, engine: str) -> list[float]:
 
         peak = torch_engine_memory(apply_policies(chain, plan.activations or None), platform, plan.stages, steps)
         return [p - float(m) for p, m in zip(peak, plan.memory)]
-    return torch_engine_extra(chain, plan.stages, plan.devices, steps)
+    return torch_extra(plan, chain, platform, steps)
 
 
 def summarise(plan, chain, platform, wl, res, cmp, cal: dict[str, Any], *, model_config: dict[str, Any],

@@ -45,10 +45,11 @@ import torch.distributed as dist
 from torch.distributed.pipelining import PipelineStage
 from torch.distributed.pipelining import schedules as ts
 
+from workbench.model.orders import SCHEDULES
 from workbench.runtime.policy_layers import StageOffloads
 from workbench.runtime.rank import MemoryProbe, RankModel, Recorder, chain_input, make_optimizer, shared_origin
 
-__all__ = ["TimedStage", "TimedSchedule", "run_torch_rank", "tie_groups"]
+__all__ = ["TimedStage", "TimedSchedule", "run_torch_rank", "tie_groups", "torch_schedule"]
 
 
 class TimedStage(PipelineStage):
@@ -72,10 +73,16 @@ class TimedStage(PipelineStage):
 
     def backward_one_chunk(self, bwd_chunk_id: int, loss=None, full_backward: bool = True,
                            last_backward: bool = False):
-        with self.recorder.op("B", self.stage_index, bwd_chunk_id), \
+        with self.recorder.op("B" if full_backward else "I", self.stage_index, bwd_chunk_id), \
                 self.offloads.backward(self.stage_index, bwd_chunk_id):
             out = super().backward_one_chunk(bwd_chunk_id, loss=loss, full_backward=full_backward,
                                              last_backward=last_backward)
+        self._sample()
+        return out
+
+    def backward_weight_one_chunk(self, bwd_chunk_id: int, last_backward: bool = False):
+        with self.recorder.op("W", self.stage_index, bwd_chunk_id):
+            out = super().backward_weight_one_chunk(bwd_chunk_id, last_backward=last_backward)
         self._sample()
         return out
 
@@ -116,14 +123,16 @@ class _TimedRecvs(dict):
         return [_TimedWait(works, self.recorder, key[0], key[1])]
 
 
-class TimedSchedule(ts._PipelineScheduleRuntime):
-    """torch's schedule runtime with timed receives; the last stage's loss is part of its forward."""
+class _Timed:
+    """What a timed schedule adds to torch's: receives marked as waits, the last stage's loss in its forward."""
 
-    def __init__(self, *args: Any, recorder: Recorder, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    recorder: Recorder
+
+    def timed_by(self, recorder: Recorder) -> "_Timed":
         self.recorder = recorder
         self.fwd_recv_ops = _TimedRecvs(recorder)
         self.bwd_recv_ops = _TimedRecvs(recorder)
+        return self
 
     def _maybe_compute_loss(self, stage, output, target_mbs, mb_index, loss_kwargs=None):
         super()._maybe_compute_loss(stage, output, target_mbs, mb_index, loss_kwargs)
@@ -131,6 +140,24 @@ class TimedSchedule(ts._PipelineScheduleRuntime):
             kind, s, i, t0, _ = self.recorder.marks.pop()
             self.recorder.add(kind, s, i, t0, self.recorder.now())
             stage._sample()
+
+
+class TimedSchedule(_Timed, ts._PipelineScheduleRuntime):
+    """torch's schedule runtime with timed receives; the last stage's loss is part of its forward."""
+
+    def __init__(self, *args: Any, recorder: Recorder, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.timed_by(recorder)
+
+
+def torch_schedule(name: str, stages: list[TimedStage], steps: int, loss_fn: Any, recorder: Recorder) -> Any:
+    """torch's own schedule class of the workbench method ``name`` (``ScheduleInterleaved1F1B``, ...) on
+    ``stages``, timed: the class computes its order itself, as it would outside the workbench."""
+    from workbench.model.orders import schedule_of
+
+    cls = getattr(ts, schedule_of(name).torch_class)
+    timed = type(f"Timed{cls.__name__}", (_Timed, cls), {})
+    return timed(stages, steps, loss_fn=loss_fn, scale_grads=False).timed_by(recorder)
 
 
 def tie_groups(model: RankModel, plan, world: int) -> list[tuple[Any, list[torch.Tensor]]]:
@@ -185,7 +212,7 @@ def run_torch_rank(rank: int, world: int, cfg) -> dict[str, Any]:
     step.zero()
     probe = _memory_step(step, stages, model, dev)
     rec.marks[:] = timed
-    ends = sorted(rec.seconds(m[4]) for m in timed if m[0] in ("F", "B"))
+    ends = sorted(rec.seconds(m[4]) for m in timed if m[0] in ("F", "B", "I", "W"))
     memory = [(rank, t, a, w, tot) for t, (a, w, tot) in zip(ends, samples)]
     return {"rank": rank, "ops": rec.rows(plan), "cpu": cpu_rows, "memory": memory, "grads": grads,
             "memory_peak": probe.peak(), "memory_breakdown": probe.breakdown(),
@@ -224,10 +251,12 @@ class _TorchStep:
         self.loop = cfg.zero_grad
         self.optimizer = make_optimizer(cfg.optimizer, list({id(p): p for p in self.params}.values()), cfg.lr)
         self.ties = tie_groups(model, plan, world)
-        actions = {active.index(d): [ts._Action.from_str(a) for a in acts]           # keyed by rank in the group
-                   for d, acts in programs_to_actions(cfg.programs, plan).items() if d in active}
         self.schedule = None
-        if stages:
+        if stages and plan.schedule in SCHEDULES:       # torch's class, which computes its own order
+            self.schedule = torch_schedule(plan.schedule, stages, steps, model.loss, rec)
+        elif stages:
+            actions = {active.index(d): [ts._Action.from_str(a) for a in acts]        # keyed by rank in the group
+                       for d, acts in programs_to_actions(cfg.programs, plan).items() if d in active}
             self.schedule = TimedSchedule(stages, steps, loss_fn=model.loss, scale_grads=False, recorder=rec)
             self.schedule._prepare_schedule_with_comms(actions)
         self.first, self.last = 0 in model.stages, (len(plan.stages) - 1) in model.stages
@@ -259,11 +288,12 @@ class _TorchStep:
 def _memory_step(step: _TorchStep, stages: list[TimedStage], model: RankModel, dev: torch.device) -> MemoryProbe:
     """One more step under the allocator-level probe (stages, optimizer and torch's receive buffers)."""
     probe = MemoryProbe(dev)
-    buffers = [t for stg in stages for t in _stage_buffers(stg)]
     for stg in stages:
         stg.probe = probe
     dist.barrier()
-    with probe.tracking(*[model.stages[s] for s in model.stages], step.optimizer, *buffers):
+    # the receive buffers are passed, not kept: a V schedule's turn replaces them (torch frees the old ones)
+    with probe.tracking(*[model.stages[s] for s in model.stages], step.optimizer,
+                        *[t for stg in stages for t in _stage_buffers(stg)]):
         step.run()
     return probe
 

@@ -11,8 +11,9 @@ Rules: 0 structure, 1 allocation, 2 forward order, 3 turn-around,
 4 backward order, 5 overlap on a device, 6 link load, 7 memory, 8 host link.
 A plan's activation policies (``plan.activations``) are applied to the chain
 first, by the checker's own reading of docs/model.md (:mod:`workbench.verify.check_policies`).
-Flushed schedules (``plan.schedule != "periodic"``) are simulated, not
-checked: only rules 0 and 1 apply to them. :func:`structural_violations` is
+Flushed schedules (``plan.schedule != "periodic"``: GPipe, 1F1B, torch's
+multi-stage schedules) are replayed instead of rules 2-6
+(:mod:`workbench.verify.check_flushed`: layout, order, period, memory). :func:`structural_violations` is
 rules 0 and 1 alone: what the simulator requires before it runs a plan.
 
 >>> from workbench.model.chain import Chain, Layer, Platform
@@ -35,9 +36,11 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from workbench.model.chain import Chain, Platform
+from workbench.model.orders import SCHEDULES
 from workbench.model.plan import Plan, chain_for_plan, in_flight, stages_of
 from workbench.model.tolerances import REL_TOL
 from workbench.model.units import format_bytes, format_seconds
+from workbench.verify.check_flushed import flushed_problems
 from workbench.verify.check_memory import memory_by_device
 from workbench.verify.check_policies import effective_chain, host_link_problems
 
@@ -156,8 +159,11 @@ def _stage_records(plan: Plan, a: tuple) -> tuple[list[Violation], bool]:
 
 
 def _maximal_runs(plan: Plan, a: tuple) -> list[Violation]:
-    """Rule 0: a stage is a maximal run of layers on one device (no two neighbours on one device)."""
+    """Rule 0: a stage is a maximal run of layers on one device (no two neighbours on one device), except in
+    torch's V schedules, whose two middle stages share the last device (their layout is checked instead)."""
     if stages_of(a) == [(s.first, s.last) for s in plan.stages]:
+        return []
+    if plan.schedule in SCHEDULES and SCHEDULES[plan.schedule].layout == "v":
         return []
     st = plan.stages
     return [Violation(0, f"stages {i} and {i + 1} are both on device {st[i].device}: "
@@ -189,9 +195,8 @@ def _micro_batches(plan: Plan) -> list[Violation]:
 
 
 def _timing(plan: Plan) -> list[Violation]:
-    """Rule 0 for periodic plans: a positive finite period and finite start times."""
-    if plan.schedule != "periodic":
-        return []
+    """Rule 0: a positive finite period (a flushed plan's too: its makespan over its micro-batches) and finite
+    start times."""
     out: list[Violation] = []
     if not (plan.period > 0 and math.isfinite(plan.period)):
         out.append(Violation(0, f"the period must be positive and finite, got {plan.period}"))
@@ -412,8 +417,12 @@ def check(plan: Plan, chain: Chain, platform: Platform) -> list[Violation]:
     """
     chain = chain_for_plan(plan, chain)
     out, usable = _structure(plan, chain, platform)
-    if not usable or plan.schedule != "periodic":
+    if not usable:
         return out
+    if plan.schedule != "periodic":     # flushed: replayed (layout, order, period, memory)
+        if plan.activations and any(p != "keep" for p in plan.activations):
+            chain = effective_chain(chain, plan.activations)
+        return out + [Violation(**v) for v in flushed_problems(plan, chain, platform)]
     if plan.activations and any(p != "keep" for p in plan.activations):
         try:
             chain = effective_chain(chain, plan.activations)

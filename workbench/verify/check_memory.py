@@ -19,7 +19,7 @@ from typing import Sequence
 
 from workbench.model.chain import Chain, Platform
 
-__all__ = ["memory_by_device", "layer_columns"]
+__all__ = ["memory_by_device", "layer_columns", "stage_terms"]
 
 _STATES = {"none": 0, "sgd": 0, "momentum": 1, "adam": 2, "adamw": 2}       # state tensors per parameter
 _LOOP_TEMPS = {"none": 0, "sgd": 0, "momentum": 0, "adam": 2, "adamw": 2}   # per largest parameter
@@ -115,8 +115,22 @@ class _SetUp:
         return resident, 0.0, nbytes + master
 
 
-def _stage(chain: Chain, su: _SetUp, first: int, last: int, k: int, ties) -> tuple[float, float]:
-    """(resident bytes, excess) of stage ``first..last`` with k mini-batches in flight, from docs/model.md."""
+def stage_terms(chain: Chain, platform: Platform, first: int, last: int) -> dict[str, float]:
+    """What stage ``first..last`` holds, term by term as docs/model.md states them: ``A`` (per mini-batch in
+    flight), ``static`` (parameters, resident gradients, optimizer state, an offloaded copy, its receive buffers,
+    tied copies), ``stash`` (per extra mini-batch, under weight stashing), ``op_excess`` (how far its forward or
+    backward climbs above that) and ``step`` (the optimizer step's temporaries) with ``step_excess`` (the
+    step's climb above the resident state of one mini-batch, its activations freed, with the gradients its
+    backward made)."""
+    if platform.memory_model == "paper":
+        saved = sum(chain.saved(l) for l in range(first, last + 1))
+        weights = sum(chain.layers[l].weight_bytes for l in range(first, last + 1))
+        offloaded = sum(chain.layers[l].offload_bytes for l in range(first, last + 1))
+        return {"A": saved, "static": platform.weight_factor * weights + offloaded,
+                "stash": weights if platform.weights == "stash" else 0.0, "op_excess": 0.0, "step": 0.0,
+                "step_excess": 0.0}
+    su = _SetUp(chain, platform)
+    ties = _ties(chain)
     last_layer = len(chain) - 1
     cols = [layer_columns(chain, l) for l in range(first, last + 1)]
     acts = []
@@ -154,7 +168,7 @@ def _stage(chain: Chain, su: _SetUp, first: int, last: int, k: int, ties) -> tup
         if owner in inside and su.stash and not all(s in inside for s in sharers):
             static += nbytes                 # the owner's receive buffer for a sharer's gradient ...
             received += nbytes               # ... added to its own before its step
-    resident = k * A + static + buffers + (k - 1) * stash
+    static += buffers
     # the operations' excess over the resident state
     made = []                                # gradients each layer's backward makes that stay to the step
     for i, c in enumerate(cols):
@@ -191,21 +205,19 @@ def _stage(chain: Chain, su: _SetUp, first: int, last: int, k: int, ties) -> tup
         found += sum(c["grad"] for c in cols) * (1.0 + (su.widen if su.mixed else 0.0))
     grad_in = cols[0]["in"] if first > 0 else 0.0          # the input gradient waits to be sent
     offloaded = sum(chain.layers[l].offload_bytes for l in range(first, last + 1))   # back on the host by then
-    worst = max(worst, step + found - received - offloaded - sum(acts) - tail + grad_in)
-    return resident, worst
+    return {"A": A, "static": static, "stash": stash, "op_excess": worst, "step": step,
+            "step_excess": step + found - received - offloaded - sum(acts) - tail + grad_in}
 
 
 def _full_device(chain: Chain, platform: Platform, stages: Sequence[tuple[int, int, int]]) -> float:
     if not stages:
         return 0.0
-    su = _SetUp(chain, platform)
-    ties = _ties(chain)
     resident = 0.0
     worst = 0.0
     for first, last, k in stages:
-        r, e = _stage(chain, su, first, last, k, ties)
-        resident += r
-        worst = max(worst, e)
+        t = stage_terms(chain, platform, first, last)
+        resident += k * t["A"] + t["static"] + (k - 1) * t["stash"]
+        worst = max(worst, t["op_excess"], t["step_excess"])
     return resident + worst + float(chain.meta.get("runtime_bytes", 0.0) or 0.0)
 
 

@@ -53,9 +53,11 @@ import pandas as pd
 
 from workbench.model.activations import apply_policies, stage_host_time
 from workbench.model.chain import Chain, Platform
+from workbench.model.orders import SCHEDULES, torch_order
 from workbench.model.plan import Plan, chain_for_plan, stages_of
 from workbench.model.trace import OP_COLUMNS, Trace
 from workbench.verify.simulate_memory import StageMemory, memory_frame, with_step_rows
+from workbench.verify.simulate_orders import simulate_order
 
 __all__ = ["simulate", "simulate_flushed", "FlushKind"]
 
@@ -94,8 +96,9 @@ def simulate(plan: Plan, chain: Chain, platform: Platform, batches: int = 20) ->
     """Run ``plan`` for ``batches`` mini-batches (event-driven) and return the trace.
 
     Flushed plans (``plan.schedule`` ``"gpipe"``/``"1f1b"``) run through
-    :func:`simulate_flushed` with enough flushes of ``plan.micro_batches`` to
-    cover ``batches``.
+    :func:`simulate_flushed`, torch's multi-stage schedules through
+    :func:`workbench.verify.simulate_orders.simulate_order` (torch's order), with enough flushes of
+    ``plan.micro_batches`` to cover ``batches``.
     """
     from workbench.verify.check import require_structure
 
@@ -109,6 +112,10 @@ def simulate(plan: Plan, chain: Chain, platform: Platform, batches: int = 20) ->
         m = plan.micro_batches
         if not m:
             raise ValueError(f"a {plan.schedule} plan needs micro_batches to be simulated")
+        if plan.schedule in SCHEDULES:      # torch's multi-stage schedules: torch's own order per device
+            order = torch_order(plan.schedule, plan.devices, len(plan.stages) // plan.devices, int(m))
+            return simulate_order(chain, platform, [(s.first, s.last, s.device) for s in plan.stages], order,
+                                  int(m), flushes=max(1, math.ceil(batches / int(m))), schedule=plan.schedule)
         return simulate_flushed(chain, platform, plan.assignment, int(m), kind=plan.schedule,  # type: ignore[arg-type]
                                 flushes=max(1, math.ceil(batches / int(m))))
     if not plan.feasible or not plan.stages:
@@ -284,8 +291,7 @@ def simulate_flushed(chain: Chain, platform: Platform, assignment: Sequence[int]
     makespan = run.t_flush
     sm = StageMemory.of(chain, platform, runs, stash=False, step_in_ops=False)
     op_rows = [(s, a0[s], a1[s]) for s in range(S) for a0, a1 in ((run.fs, run.fe), (run.bs, run.be))]
-    mem = memory_frame(platform.devices, pipe.dev, sm, run.fs, run.be, op_rows, 0.0, max(makespan, 1e-300),
-                       grads_at=np.nanmin(run.bs, axis=1))
+    mem = memory_frame(platform.devices, pipe.dev, sm, run.fs, run.be, op_rows, 0.0, max(makespan, 1e-300))
     mem = with_step_rows(mem, chain, platform, runs, pipe.dev, makespan)
     total = m * flushes
     return Trace(ops, mem, platform.devices, period=makespan / total if total else math.nan, source="simulated",

@@ -32,6 +32,7 @@ import pandas as pd
 
 from workbench.model.chain import Chain, Platform
 from workbench.model.memory import (
+    flushed_platform,
     layer_terms,
     stage_activation,
     stage_excess,
@@ -48,43 +49,32 @@ __all__ = ["StageMemory", "memory_frame", "with_step_rows"]
 class StageMemory:
     """What each stage holds (:mod:`workbench.model.memory`): per in-flight mini-batch ``A``, always
     ``static``, per extra in-flight mini-batch ``stash`` (weight stashing), and ``excess`` while
-    one of its operations runs; ``const`` per used device; ``grads`` from the stage's first backward on
-    (a flushed schedule under ``zero_grad none``: its gradients, made by that backward, accumulate to the
-    step after the flush)."""
+    one of its operations runs; ``const`` per used device."""
 
     A: list[float]
     static: list[float]
     stash: list[float]
     excess: list[float]
     const: float
-    grads: tuple[float, ...] = ()
 
     @classmethod
     def of(cls, chain: Chain, platform: Platform, runs: Sequence[tuple[int, int]], *, stash: bool,
            step_in_ops: bool) -> "StageMemory":
         """Periodic (``step_in_ops``: a step after every mini-batch's backward) or flushed (one step after the
-        flush: the micro-batches' gradients accumulate, resident from each stage's first backward)."""
-        accumulate = not step_in_ops and platform.memory_model == "full" and platform.zero_grad == "none"
-        t = layer_terms(chain, platform.with_(zero_grad="zeros") if accumulate else platform)
+        flush: the micro-batches' gradients accumulate, resident: :func:`workbench.model.memory.flushed_platform`)."""
+        t = layer_terms(chain, platform if step_in_ops else flushed_platform(platform))
         A = [stage_activation(t, a, b) for a, b in runs]
         per_k = [stage_memory(t, a, b, 2) - stage_memory(t, a, b, 1) for a, b in runs]
         st = [pk - x if stash else 0.0 for pk, x in zip(per_k, A)]
         static = [stage_memory(t, a, b, 1) - x for (a, b), x in zip(runs, A)]
         excess = [stage_excess(t, a, b) if step_in_ops else stage_op_excess(t, a, b) for a, b in runs]
-        grads: tuple[float, ...] = ()
-        if accumulate:      # the loop's gradients do not exist before the stage's first backward
-            none = layer_terms(chain, platform)
-            grads = tuple(s - (stage_memory(none, a, b, 1) - x) for s, (a, b), x in zip(static, runs, A))
-            static = [s - g for s, g in zip(static, grads)]
-        return cls(A, static, st, excess, t.const, grads)
+        return cls(A, static, st, excess, t.const)
 
 
 def _device_events(p: int, stage_dev: Sequence[int], sm: StageMemory, hold_start: np.ndarray, hold_end: np.ndarray,
-                   ops: Sequence[tuple[int, np.ndarray, np.ndarray]],
-                   grads_at: np.ndarray | None = None) -> tuple[np.ndarray, ...]:
+                   ops: Sequence[tuple[int, np.ndarray, np.ndarray]]) -> tuple[np.ndarray, ...]:
     """Device p's memory events as arrays (time, sign, stage, kind): kind 0 holds a mini-batch (from
-    ``hold_start`` to ``hold_end``), 1 runs an operation of a stage with an excess, 2 makes the stage's
-    gradients (at ``grads_at[s]``, to the end)."""
+    ``hold_start`` to ``hold_end``), 1 runs an operation of a stage with an excess."""
     ev_t, ev_sign, ev_stage, ev_kind = [], [], [], []
     n = hold_start.shape[1]
     for s in (s for s in range(len(stage_dev)) if stage_dev[s] == p):
@@ -92,11 +82,6 @@ def _device_events(p: int, stage_dev: Sequence[int], sm: StageMemory, hold_start
         ev_sign += [np.ones(n), -np.ones(n)]
         ev_stage += [np.full(2 * n, s)]
         ev_kind += [np.zeros(2 * n)]
-        if grads_at is not None and sm.grads and sm.grads[s] > 0:
-            ev_t += [np.array([grads_at[s]])]
-            ev_sign += [np.ones(1)]
-            ev_stage += [np.full(1, s)]
-            ev_kind += [np.full(1, 2.0)]
     for s, starts, ends in ops:
         if stage_dev[s] != p or sm.excess[s] <= 0:
             continue
@@ -122,9 +107,7 @@ def _sweep(events: tuple[np.ndarray, ...], sm: StageMemory, mine: list[int], bas
     m = len(tl)
     for e in range(m):
         s = gl[e]
-        if kl[e] == 2:
-            extra += sm.grads[s]
-        elif kl[e]:
+        if kl[e]:
             trans += sl[e] * sm.excess[s]
         elif sl[e] > 0:
             counts[s] += 1
@@ -144,15 +127,14 @@ def _sweep(events: tuple[np.ndarray, ...], sm: StageMemory, mine: list[int], bas
 
 def memory_frame(devices: int, stage_dev: Sequence[int], sm: StageMemory, hold_start: np.ndarray,
                   hold_end: np.ndarray, ops: Sequence[tuple[int, np.ndarray, np.ndarray]],
-                  t0: float, scale: float, grads_at: np.ndarray | None = None) -> pd.DataFrame:
+                  t0: float, scale: float) -> pd.DataFrame:
     """Step-function memory rows per device.
 
     ``hold_start[s, i]``/``hold_end[s, i]``: when stage s starts holding
     mini-batch i (forward start) and stops (backward end). ``ops``: (stage,
     starts, ends) of its operations, during which it holds its excess too.
-    ``grads_at[s]``: when stage s's gradients (``sm.grads``) appear (its first
-    backward's start). Releases at the same instant as an acquisition (within
-    1e-9 of ``scale``) come first.
+    Releases at the same instant as an acquisition (within 1e-9 of ``scale``)
+    come first.
     """
     tol = 1e-9 * scale
     frames = []
@@ -161,7 +143,7 @@ def memory_frame(devices: int, stage_dev: Sequence[int], sm: StageMemory, hold_s
         base_w = sum(sm.static[s] for s in mine) + (sm.const if mine else 0.0)
         rows: tuple[list, list, list, list] = ([t0], [0.0], [base_w], [0.0])
         if mine:
-            _sweep(_device_events(p, stage_dev, sm, hold_start, hold_end, ops, grads_at), sm, mine, base_w, tol, rows)
+            _sweep(_device_events(p, stage_dev, sm, hold_start, hold_end, ops), sm, mine, base_w, tol, rows)
         frames.append((np.full(len(rows[0]), p),) + rows)
     return _rows_frame(frames)
 

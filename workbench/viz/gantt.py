@@ -6,8 +6,10 @@ horizontal bar per operation whose length is the operation's real duration
 Times are shown in ms or s, chosen by the run's length
 (:func:`workbench.model.units.time_unit`; ``unit=`` sets one, so that charts meant to be compared share it,
 and ``time_range=`` their x range). Bars are coloured by kind (forward blue,
-backward orange, transfers green/grey) or by mini-batch (then the backward
-bars are hatched). Period boundaries are dotted lines and the steady state
+backward orange, its input- and weight-gradient parts red and yellow,
+transfers green/grey) or by mini-batch (then the backward
+bars are hatched); each bar is labelled with its mini-batch, primed on a
+device's second stage (twice on its third...). Period boundaries are dotted lines and the steady state
 (the window in which every stage runs all its operations) is shaded.
 
 The same function draws periodic plans, flushed schedules (GPipe, 1F1B) and
@@ -44,16 +46,19 @@ __all__ = [
 ]
 
 #: colours by kind: forward and backward far apart (blue / orange, colour-blind safe)
-KIND_COLORS = {"F": "#3366CC", "B": "#F28E2B", "R": "#B6471B", "send": "#59A14F", "recv": "#8C8C8C",
-               "offload": "#76B7B2", "prefetch": "#4E9A96"}
-KIND_NAMES = {"F": "forward", "B": "backward", "R": "recompute (in the backward)", "send": "send", "recv": "receive",
-              "offload": "to host", "prefetch": "from host"}
-COMPUTE_KINDS = ("F", "B")
+KIND_COLORS = {"F": "#3366CC", "B": "#F28E2B", "I": "#E15759", "W": "#EDC948", "R": "#B6471B", "send": "#59A14F",
+               "recv": "#8C8C8C", "offload": "#76B7B2", "prefetch": "#4E9A96"}
+KIND_NAMES = {"F": "forward", "B": "backward", "I": "backward, input gradient", "W": "backward, weight gradient",
+              "R": "recompute (in the backward)", "send": "send", "recv": "receive", "offload": "to host",
+              "prefetch": "from host"}
+#: compute kinds: a zero-bubble schedule splits a backward into I (input gradient) and W (weight gradient)
+COMPUTE_KINDS = ("F", "B", "I", "W")
 #: activation-policy operations (docs/model.md, "Activation policies"): always drawn; recompute on the device's
 #: lane over its backward, host transfers on a host-link lane per device
 POLICY_KINDS = ("R", "offload", "prefetch")
-_KINDS = ["F", "B", "R", "send", "recv", "offload", "prefetch"]
-_PATTERNS = {"F": "", "B": "/", "R": "x", "send": ".", "recv": ".", "offload": ".", "prefetch": "."}
+_KINDS = ["F", "B", "I", "W", "R", "send", "recv", "offload", "prefetch"]
+_PATTERNS = {"F": "", "B": "/", "I": "/", "W": "\\", "R": "x", "send": ".", "recv": ".", "offload": ".",
+             "prefetch": "."}
 BATCH_COLORS = [
     "#4E79A7", "#F28E2B", "#E15759", "#76B7B2", "#59A14F", "#EDC948", "#B07AA1", "#FF9DA7",
     "#9C755F", "#BAB0AC", "#1F77B4", "#D62728",
@@ -148,6 +153,9 @@ def _prepare(trace: Trace, show_links: bool, offset: float, unit: Unit) -> pd.Da
     if (~comp).any():
         lane = lane.where(comp, [_lane_of(r, show_links, dst) for _, r in ops.iterrows()])
     ops["lane"] = lane
+    # a device holding several stages (torch's multi-stage schedules): primes mark its second, third... stage
+    ranks = {d: {st: i for i, st in enumerate(sorted(g.unique()))} for d, g in ops.groupby("device")["stage"]}
+    ops["chunk"] = [ranks[d][st] for d, st in zip(ops["device"], ops["stage"])]
     ops["start_u"] = unit.of(ops["start"].astype(float) - offset)
     ops["end_u"] = unit.of(ops["end"].astype(float) - offset)
     ops["dur_u"] = ops["end_u"] - ops["start_u"]
@@ -168,7 +176,8 @@ def _bar(sub: pd.DataFrame, name: str, color: str, unit: Unit, *, pattern: str =
         name=name, legendgroup=legendgroup, showlegend=showlegend,
         marker=dict(color=color, line=dict(color="white", width=0.6),
                     pattern=dict(shape=pattern, fillmode="overlay", fgcolor="white", fgopacity=0.55, solidity=0.25)),
-        text=[str(int(b)) for b in sub["batch"]] if text else None,
+        text=[str(int(b)) + "′" * int(c) for b, c in zip(sub["batch"], sub.get("chunk", [0] * len(sub)))]
+        if text else None,
         textposition="inside", insidetextanchor="middle", textangle=0, textfont=dict(color="white", size=11),
         customdata=custom,
         hovertemplate=(

@@ -36,6 +36,7 @@ from plotly.subplots import make_subplots
 from workbench.methods import flushed
 from workbench.model.activations import apply_policies
 from workbench.model.chain import Chain, Platform
+from workbench.model.memory import flushed_platform
 from workbench.model.memory_views import memory_breakdown
 from workbench.model.plan import Plan, chain_for_plan
 from workbench.model.trace import Trace
@@ -64,8 +65,8 @@ def memory_split(plan: Plan, chain: Chain, platform: Platform) -> pd.DataFrame:
     the model has), ``total`` and ``reported`` (the plan's own figure).
 
     Periodic plans split their rule-7 figure (:func:`workbench.model.memory_views.memory_breakdown`). Flushed
-    schedules (GPipe, 1F1B) hold one weight version and no stash: their split is the simulated
-    peak's (:func:`workbench.verify.simulate.simulate_flushed`), its weight part split like a periodic
+    schedules (GPipe, 1F1B, torch's multi-stage ones) hold one weight version and no stash: their split is the
+    simulated peak's (:func:`workbench.verify.simulate.simulate`), its weight part split like a periodic
     plan's.
     """
     chain = chain_for_plan(plan, chain)
@@ -85,14 +86,14 @@ def memory_split(plan: Plan, chain: Chain, platform: Platform) -> pd.DataFrame:
 
 
 def _flushed_split(plan: Plan, chain: Chain, platform: Platform) -> list[dict[str, float]]:
-    from workbench.verify.simulate import simulate_flushed
+    from workbench.verify.simulate import simulate
 
     one = [replace(s, in_flight=1) for s in plan.stages]
-    # the micro-batches' gradients accumulate to the step after the flush: split as resident, then counted as
-    # far as the simulated peak holds them (under zero_grad none, not before a stage's first backward)
-    zeros = platform.with_(zero_grad="zeros") if platform.memory_model == "full" else platform
-    rows = memory_breakdown(chain, zeros, one)
-    trace = simulate_flushed(chain, platform, plan.assignment, int(plan.micro_batches or 1), kind=plan.schedule)
+    # the micro-batches' gradients accumulate to the step after the flush: resident (docs/model.md, "The training
+    # loop"), whatever the loop
+    rows = memory_breakdown(chain, flushed_platform(platform), one)
+    # one flush; the plan's own chain (simulate applies the plan's policies itself)
+    trace = simulate(plan.with_(activations=()), chain, platform, batches=int(plan.micro_batches or 1))
     mem = trace.memory
     for d, row in enumerate(rows):
         m = mem[mem["device"] == d]
@@ -101,9 +102,6 @@ def _flushed_split(plan: Plan, chain: Chain, platform: Platform) -> list[dict[st
                 row[k] = 0.0
             continue
         peak = m.loc[m["total"].idxmax()]
-        if "gradients" in row:
-            others = sum(v for k, v in row.items() if k not in ("gradients", "stashed", "activations", "transient"))
-            row["gradients"] = max(float(peak["weights"]) - others, 0.0)
         row["stashed"] = 0.0
         row["activations"] = float(peak["activations"])
         row["transient"] = float(peak.get("transient", 0.0))

@@ -119,7 +119,7 @@ def three_schedules(chain: Chain, platform: Platform, assignment: Sequence[int] 
 
     a = list(assignment) if assignment is not None else contiguous_assignment(chain, platform.devices)
     out = {m.short: simulate_flushed(chain, platform, a, micro_batches, kind=m.name)
-           for m in METHODS if m.family == "flushed"}
+           for m in METHODS if m.family == "flushed" and not m.torch_schedule}
     periodic = best_schedule(chain, platform.with_(memory=math.inf), a, method="periodic")
     out["periodic (PipeDream)"] = simulate(periodic, chain, platform, batches=batches or micro_batches)
     return out

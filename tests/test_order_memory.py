@@ -1,0 +1,56 @@
+"""Peaks read off an order: the model's (equal to the simulator's, tests/test_torch_schedules.py) and torch's
+engine's buffers and sends in time, against hand counts."""
+
+from __future__ import annotations
+
+from workbench.model.chain import Chain, Layer, Platform
+from workbench.model.memory_views import torch_engine_extra
+from workbench.model.order_memory import OrderMemory, engine_extra
+from workbench.model.orders import torch_order
+from workbench.model.plan import Plan, Stage
+
+
+def _chain(n: int, out: float = 10.0) -> Chain:
+    return Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 0, out, 0) for i in range(n)), input_bytes=4)
+
+
+def test_looped_bfs_holds_every_micro_batch_at_the_turn():
+    ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 0, 10, 5) for i in range(4)), input_bytes=4)
+    om = OrderMemory(ch, Platform(2, memory_model="paper"), [0, 1, 0, 1], torch_order("looped-bfs", 2, 2, 4))
+    assert om.peaks([(0, 0), (1, 1), (2, 2), (3, 3)]) == [40.0, 40.0]   # 2 stages x 4 micro-batches x 5 bytes
+
+
+def test_torchs_engine_in_time_by_hand():
+    """Looped BFS, 2 devices, 2 micro-batches, one layer per stage, outputs of 10 bytes, nothing saved, the
+    chain's input 4 bytes; the paper model counts nothing of it, so the peak is the engine's part alone. Device
+    0's peak is at its last operation, stage 0's backward of micro-batch 0: stage 0 holds 2 gradient buffers
+    and 2 outputs sent, less the one in flight and the model's buffer (2 x 10), and the step's input less the
+    one in flight (1 x 4); stage 2, nothing in flight, 2 input buffers and 2 gradients sent, 2 gradient buffers
+    and 2 outputs sent, less the model's buffer each way (3 x 10 + 3 x 10)."""
+    ch = _chain(4)
+    order = torch_order("looped-bfs", 2, 2, 2)
+    assert [str(a) for a in order[0]] == ["0F0", "0F1", "2F0", "2F1", "2B1", "2B0", "0B1", "0B0"]
+    om = OrderMemory(ch, Platform(2, memory_model="paper"), [0, 1, 0, 1], order)
+    parts = [(0, 0), (1, 1), (2, 2), (3, 3)]
+    assert om.peaks(parts) == [0.0, 0.0]
+    assert om.peaks(parts, engine=True)[0] == 2 * 10 + 1 * 4 + 3 * 10 + 3 * 10
+
+
+def test_engine_extra_of_a_flushed_1f1b_is_the_documented_bound():
+    ch = _chain(2)
+    stages = (Stage(0, 0, 0, 0, 0, 2), Stage(1, 1, 1, 0, 0, 1))
+    plan = Plan(1.0, (0, 1), stages, 2, schedule="1f1b", micro_batches=4)
+    assert engine_extra(plan, ch, Platform(2), 4) == torch_engine_extra(ch, stages, 2, 4)
+
+
+def test_a_v_turn_keeps_its_buffers_but_sends_nothing():
+    """ZB-V on 2 devices: stages 1 and 2 share device 1. With remote neighbours they would hold the sent tensors
+    too; their local ones only the receive buffers."""
+    ch = _chain(4)
+    order = torch_order("zbv", 2, None, 4)
+    om = OrderMemory(ch, Platform(2, memory_model="paper"), [0, 1, 1, 0], order)
+    parts = [(0, 0), (1, 1), (2, 2), (3, 3)]
+    local = om.peaks(parts, engine=True)
+    remote = OrderMemory(ch, Platform(3, memory_model="paper"), [0, 1, 2, 0], {0: order[0], 1: tuple(
+        a for a in order[1] if a.stage == 1), 2: tuple(a for a in order[1] if a.stage == 2)}).peaks(parts, engine=True)
+    assert local[1] < remote[1] + remote[2]
