@@ -296,10 +296,10 @@ def _full_terms(chain: Chain, platform: Platform) -> LayerTerms:
 
 
 def flushed_platform(platform: Platform) -> Platform:
-    """The set-up a flushed schedule's memory is computed with (docs/model.md, "The training loop"): its
-    micro-batches' gradients accumulate from each stage's first backward to the step after the flush, so they
-    are resident, as under ``zero_grad zeros``, whatever the loop (an upper bound before a stage's first
-    backward under ``none``).
+    """A flushed schedule's terms with its gradients resident (docs/model.md, "The training loop"): its
+    micro-batches' gradients accumulate to the step after the flush, resident under ``zero_grad zeros`` and,
+    under ``none``, from the end of each stage's first backward (the simulator and the order's peaks take
+    them out of these terms until then; a bound before it, as the torch-schedule planner's seeds use it).
 
     >>> from workbench.model.chain import Platform
     >>> flushed_platform(Platform(2)).zero_grad

@@ -89,8 +89,7 @@ def _flushed_split(plan: Plan, chain: Chain, platform: Platform) -> list[dict[st
     from workbench.verify.simulate import simulate
 
     one = [replace(s, in_flight=1) for s in plan.stages]
-    # the micro-batches' gradients accumulate to the step after the flush: resident (docs/model.md, "The training
-    # loop"), whatever the loop
+    # the micro-batches' gradients accumulate to the step after the flush (docs/model.md, "The training loop")
     rows = memory_breakdown(chain, flushed_platform(platform), one)
     # one flush; the plan's own chain (simulate applies the plan's policies itself)
     trace = simulate(plan.with_(activations=()), chain, platform, batches=int(plan.micro_batches or 1))
@@ -102,6 +101,10 @@ def _flushed_split(plan: Plan, chain: Chain, platform: Platform) -> list[dict[st
                 row[k] = 0.0
             continue
         peak = m.loc[m["total"].idxmax()]
+        # under zero_grad none a stage's gradients exist only once its first backward has ended: those not
+        # held at the peak (the simulated weights there) are not drawn
+        resident = sum(v for k, v in row.items() if k not in ("activations", "transient", "stashed"))
+        row["gradients"] -= min(row["gradients"], max(0.0, resident - float(peak["weights"])))
         row["stashed"] = 0.0
         row["activations"] = float(peak["activations"])
         row["transient"] = float(peak.get("transient", 0.0))
