@@ -25,8 +25,8 @@ memory; on torch's engine the periodic plan as torch runs it, one step of every 
 
 With ``--schedules``, every torch schedule (``interleaved-1f1b``, ``looped-bfs``, ``interleaved-zb``,
 ``zbv``, ``dualpipev``) is planned without a memory limit (4P micro-batches), under both loops, and run on
-torch's engine with torch's own schedule class; every rank's peak is compared with the plan's memory plus what the engine
-holds in time (:func:`workbench.model.order_memory.engine_extra`). Target: within +5 %, never below -2 %.
+torch's engine with torch's own schedule class; every rank's peak is compared with the plan's memory plus what
+the engine holds in time (:func:`workbench.model.order_memory.engine_extra`). Target: within +5 %, never below -2 %.
 """
 
 from __future__ import annotations
