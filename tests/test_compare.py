@@ -74,3 +74,22 @@ def test_calibration_chart_has_both_axis_titles():
     fig = calibration_chart(loop)
     assert fig.layout.yaxis.title.text == "|period error|" and fig.layout.xaxis.title.text.startswith("iteration")
     assert list(fig.data[0].y) == [1.3, 0.9] and list(fig.data[1].x) == [0]
+
+
+def test_the_period_budget_chart_stacks_every_part_and_marks_both_periods():
+    from workbench.runtime.period_budget import PARTS
+    from workbench.viz.compare import period_budget_chart
+
+    b = pd.DataFrame([[0.010, 0.001, 0.0, 0.002, 0.001, 0.0, 0.001, 0.003, 0.002],
+                      [0.011, -0.001, 0.0005, 0.0015, 0.0, 0.0, 0.001, 0.005, 0.002]], columns=list(PARTS),
+                     index=pd.Index([0, 1], name="device"))
+    b.attrs.update(measured_period=0.020, predicted_period=0.011)
+    fig = period_budget_chart({"dp": b})
+    bars = {t.name: list(t.x) for t in fig.data if t.type == "bar"}
+    assert "sending" not in bars                                    # an empty part is left out of the legend
+    assert bars["profile"] == pytest.approx([10.0, 11.0]) and bars["layers now"] == pytest.approx([1.0, -1.0])
+    stacked = np.sum([v for v in bars.values()], axis=0)
+    assert stacked == pytest.approx([20.0, 20.0])                  # each bar adds up to the measured period
+    marks = {t.name: list(t.x) for t in fig.data if t.type == "scatter"}
+    assert marks == {"predicted period": [11.0, 11.0], "measured period": [20.0, 20.0]}
+    assert list(fig.data[0].y) == ["dp, GPU 0", "dp, GPU 1"] and fig.layout.barmode == "relative"

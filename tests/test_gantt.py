@@ -8,7 +8,7 @@ import plotly.graph_objects as go
 import pytest
 
 from workbench.model.trace import MEMORY_COLUMNS, Trace
-from workbench.viz.gantt import KIND_COLORS, bar_durations, gantt, gantt_compare, lanes, steady_window
+from workbench.viz.gantt import KIND_COLORS, bar_durations, gantt, gantt_compare, lanes, steady_window, trace_unit
 
 T = 0.006  # period (s)
 # two stages on two devices: (device, stage, first, last, kind, start of batch 0, duration)
@@ -210,3 +210,42 @@ def test_unit_by_length_and_a_shared_unit_and_range():
     assert a.layout.xaxis.title.text == b.layout.xaxis.title.text == "time (s)"
     assert list(a.layout.xaxis.range) == list(b.layout.xaxis.range) == pytest.approx([0, span[1]])
     assert max(x + base for t in a.data if t.type == "bar" for x, base in zip(t.x, t.base)) < 1
+
+
+def test_compare_each_on_its_own_periods_from_a_mini_batch_with_the_measured_periods_dotted():
+    pred = periodic_trace(batches=8)
+    slow = 3.0                                              # the run took three times the prediction
+    meas = Trace(pred.ops.assign(start=pred.ops.start * slow + 0.5, end=pred.ops.end * slow + 0.5), pred.memory, 2,
+                 period=T, source="measured")
+    fig = gantt_compare(pred, meas, periods_shown=2, window_from=3, measured_period=slow * T)
+
+    def first(tr):
+        f = tr.ops[(tr.ops.kind == "F") & (tr.ops.stage == 0) & (tr.ops.batch == 3)]
+        return float(f.start.min() - tr.ops.start.min())
+
+    for axis, tr, period in ((fig.layout.xaxis, pred, T), (fig.layout.xaxis2, meas, slow * T)):
+        lo, hi = axis.range
+        assert hi == pytest.approx((first(tr) + 2 * period) * 1e3) and hi - lo == pytest.approx(2.1 * period * 1e3)
+    dotted = [s for s in fig.layout.shapes if s.type == "line"]
+    gaps = {ref: sorted({round(s.x0, 6) for s in dotted if s.xref == ref}) for ref in ("x", "x2")}
+    assert gaps["x2"] and gaps["x2"][1] - gaps["x2"][0] == pytest.approx(slow * T * 1e3)   # the measured period
+    assert gaps["x"][1] - gaps["x"][0] == pytest.approx(T * 1e3)
+
+
+def test_a_measured_optimizer_step_is_drawn_over_its_backward():
+    ops = pd.DataFrame({"device": [0, 0, 0], "stage": [0] * 3, "first": [0] * 3, "last": [0] * 3,
+                        "kind": ["F", "B", "step"], "batch": [0] * 3,
+                        "start": [0.0, 0.002, 0.004], "end": [0.002, 0.005, 0.005]})
+    fig = gantt(Trace(ops, pd.DataFrame(columns=MEMORY_COLUMNS), devices=1, period=0.01, source="measured"))
+    assert lanes(fig) == ["GPU 0"]
+    step = next(t for t in fig.data if t.name == "optimizer step (in the backward)")
+    assert list(step.x) == pytest.approx([1.0]) and list(step.base) == pytest.approx([4.0])
+
+
+def test_windowed_charts_take_the_unit_of_what_they_show():
+    pred = periodic_trace(batches=8)
+    long = Trace(pred.ops.assign(start=pred.ops.start * 20, end=pred.ops.end * 20), pred.memory, 2, period=T,
+                 source="measured")                          # a long run: its whole is in seconds
+    assert trace_unit(long).name == "s"
+    fig = gantt_compare(pred, long, periods_shown=1, window_from=1, measured_period=20 * T)
+    assert fig.layout.xaxis2.title.text == "time (ms)" and fig.layout.xaxis2.range[1] < 1000

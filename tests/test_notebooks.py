@@ -42,3 +42,54 @@ def test_the_committed_cpu_runs_agree_with_notebook_05s_text():
     assert len(index) >= 10
     assert index["max_memory_error"].abs().max() <= 0.021
     assert (index["max_grad_error"] == 0).all()
+
+
+NOTEBOOKS_DIR = Path(__file__).resolve().parents[1] / "notebooks"
+
+
+@pytest.mark.parametrize("quick", [True, False], ids=["quick", "full"])
+def test_notebook_08s_shipped_profile_is_its_model_to_the_byte(quick, tmp_path):
+    """Notebook 08 plans on a shipped profile (the same plans on every run): it must be the model my_gpt2.py builds
+    in that mode, byte column for byte column, timed on one thread with the CPU clock; a fresh profile of the model
+    (another process, the mode set by WORKBENCH_QUICK) is the independent check."""
+    import os
+    import subprocess
+    import sys
+
+    from workbench.model.chain import OPTIONAL_COLUMNS
+    from workbench.profiles import load_profile
+
+    shipped = load_profile(NOTEBOOKS_DIR / ("my_gpt2-quick.csv" if quick else "my_gpt2.csv"))
+    assert shipped.meta["module"] == "my_gpt2.py:build" and shipped.meta["threads"] == "1"
+    assert "thread_time" in shipped.meta["timing"]
+    env = {k: v for k, v in os.environ.items() if k != "WORKBENCH_QUICK"} | ({"WORKBENCH_QUICK": "1"} if quick else {})
+    out = tmp_path / "fresh.csv"
+    subprocess.run([sys.executable, "-m", "workbench", "profile", "--module", str(NOTEBOOKS_DIR / "my_gpt2.py:build"),
+                    "--repeats", "1", "--warmup", "0", "--out", str(out)], env=env, check=True, capture_output=True)
+    fresh = load_profile(out)
+    assert [l.name for l in fresh.layers] == [l.name for l in shipped.layers]
+    for a, b in zip(fresh.layers, shipped.layers):
+        for column in ("weight_bytes", "activation_bytes", "weight_pending_bytes") + OPTIONAL_COLUMNS:
+            assert getattr(a, column) == getattr(b, column), (a.name, column)
+    assert fresh.meta["tied"] == shipped.meta["tied"]
+
+
+def test_notebook_08s_plans_are_the_same_on_every_call():
+    """The plans the notebook shows: planned twice on its shipped profiles, the same allocation, schedule and memory;
+    the general ILP on work budgets that no wall clock cut short."""
+    from workbench.model.chain import Platform
+    from workbench.planners import plan
+    from workbench.profiles import load_profile
+
+    for name in ("my_gpt2-quick.csv", "my_gpt2.csv"):
+        chain = load_profile(NOTEBOOKS_DIR / name)
+        made = [(plan(chain, Platform(2, bandwidth="12GB/s"), "dp"),
+                 plan(chain, Platform(2, bandwidth="12GB/s", weights="single"), "ilp", allocation="general",
+                      time_limit=20, deterministic=True)) for _ in range(2)]
+        for first, second in zip(*made):
+            assert first.assignment == second.assignment and first.period == second.period
+            assert first.memory == second.memory and [s.in_flight for s in first.stages] == \
+                [s.in_flight for s in second.stages]
+        ilp = made[0][1]
+        assert ilp.extra.get("deterministic") and not ilp.extra.get("may_vary")
+        assert ilp.period <= made[0][0].period * (1 + 1e-9)

@@ -172,6 +172,11 @@ def test_profile_command_refuses_bad_options(tmp_path, capsys):
     assert main(["profile", "--model", "mlp", "--set", "image_size=3", "--out", str(tmp_path / "x.csv")]) == 2
     assert "does not take" in capsys.readouterr().err
     assert main(["profile", "--model", "nope", "--out", str(tmp_path / "x.csv")]) == 2
+    cpu = ["profile", "--model", "mlp", "--clock", "cpu"]
+    assert main(cpu + ["--threads", "2", "--out", str(tmp_path / "x.csv")]) == 2
+    assert "--clock cpu" in capsys.readouterr().err and not (tmp_path / "x.csv").exists()
+    assert main(cpu + ["--repeats", "1", "--out", str(tmp_path / "c.csv")]) == 0
+    assert "thread_time" in read_profile(tmp_path / "c.csv").meta["timing"]
 
 
 # ---------------------------------------------------------------------------------------------

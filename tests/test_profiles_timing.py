@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+import pytest
 import torch
 
 from workbench.profiles.timing import Timer, cpu_threads, leaf, time_layer
@@ -55,3 +56,37 @@ def test_timer_measures_what_runs_and_threads_come_back():
     except KeyError:
         pass
     assert torch.get_num_threads() == before
+
+
+class _Sleepy(torch.nn.Module):
+    """A layer whose forward sleeps 30 ms: wall time, no CPU time."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(3, 3)
+
+    def forward(self, x):
+        time.sleep(0.03)
+        return self.lin(x)
+
+
+def test_the_cpu_clock_counts_the_threads_work_and_not_its_waits():
+    wall = Timer(torch.device("cpu")).run(lambda: time.sleep(0.03))[1]
+    cpu = Timer(torch.device("cpu"), clock="cpu").run(lambda: time.sleep(0.03))[1]
+    assert wall >= 0.03 and cpu < 0.01
+    busy = Timer(torch.device("cpu"), clock="cpu").run(lambda: sum(range(2_000_000)))[1]
+    assert busy > 0.005                                  # a loop's work does count
+    with pytest.raises(ValueError, match="clock"):
+        Timer(torch.device("cpu"), clock="tsc")
+
+
+def test_a_cpu_clock_profile_leaves_out_what_the_layer_waits_and_says_so():
+    from workbench.profiles.profiler import profile_model
+
+    layers = [_Sleepy(), torch.nn.ReLU()]
+    wall = profile_model(layers, torch.ones(2, 3), repeats=2, warmup=0)
+    cpu = profile_model(layers, torch.ones(2, 3), repeats=2, warmup=0, clock="cpu")
+    assert wall.layers[0].forward >= 0.03 and cpu.layers[0].forward < 0.01
+    assert "perf_counter" in wall.meta["timing"] and "thread_time" in cpu.meta["timing"]
+    with pytest.raises(ValueError, match="threads=1"):
+        profile_model(layers, torch.ones(2, 3), repeats=1, clock="cpu", threads=2)

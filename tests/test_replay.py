@@ -55,10 +55,15 @@ def test_replay_runs_each_program_alone_with_rule7_memory(mlp):
     assert plan.stages[0].in_flight >= 2
     res = replay_devices(plan, wl, STEPS, device="cpu", timeout=60, zero_grad="zeros")
     ops = res.trace.ops
-    assert set(ops["kind"]) == {"F", "B"}               # no send or receive: nothing travels
+    assert set(ops["kind"]) == {"F", "B", "step"}       # no send or receive: nothing travels
+    steps, backs = ops[ops["kind"] == "step"], ops[ops["kind"] == "B"]
+    assert len(steps) == len(backs)                      # one optimizer step inside every backward
+    inside = steps.merge(backs, on=["device", "stage", "batch"], suffixes=("", "_b"))
+    assert len(inside) == len(steps) and (inside["start"] >= inside["start_b"]).all() \
+        and (inside["end"] <= inside["end_b"]).all()
     progs = unroll(plan, STEPS)
     for d in range(2):
-        mine = ops[ops["device"] == d].sort_values("start")
+        mine = ops[(ops["device"] == d) & ops["kind"].isin(["F", "B"])].sort_values("start")
         assert [(r.stage, r.kind, r.batch) for r in mine.itertuples()] == [(o.stage, o.kind, o.batch)
                                                                           for o in progs[d]]
         assert (mine["start"].to_numpy()[1:] >= mine["end"].to_numpy()[:-1] - 1e-9).all()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
@@ -91,6 +92,20 @@ def _check_trace(res, plan, steps):
     links = sum(plan.stages[s].device != plan.stages[s + 1].device for s in range(len(plan.stages) - 1))
     assert (ops["kind"] == "send").sum() == 2 * links * steps
     assert (ops["kind"] == "recv").sum() == 2 * links * steps
+    _check_cpu_times(res, comp)
+
+
+def _check_cpu_times(res, comp):
+    """Every forward and backward (and, on the PipeDream engine, every optimizer step, inside its backward) has
+    its thread's CPU time, at most its wall time: the core share of a rank is CPU over wall of these."""
+    ops, cpu = res.trace.ops, res.meta["cpu"]
+    steps = ops[ops["kind"] == "step"]
+    assert len(steps) == (len(comp) // 2 if res.meta["engine"] == "pipedream" else 0)
+    timed = pd.concat([comp, steps]).merge(cpu, on=["device", "stage", "kind", "batch"], how="left")
+    assert len(timed) == len(comp) + len(steps) and timed["cpu"].notna().all()
+    assert (timed["cpu"] <= (timed["end"] - timed["start"]) * 1.05 + 2e-3).all()
+    back = steps.merge(comp[comp["kind"] == "B"], on=["device", "stage", "batch"], suffixes=("", "_b"))
+    assert (back["start"] >= back["start_b"]).all() and (back["end"] <= back["end_b"]).all()
 
 
 def _weight_bytes(wl, first, last):

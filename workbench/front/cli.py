@@ -204,6 +204,9 @@ def _profile_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="zoo model option, e.g. image_size=96 or layers=12 (repeatable)")
     p.add_argument("--threads", type=int_in(1), default=1, help="CPU threads while profiling (default 1)")
+    p.add_argument("--clock", choices=["wall", "cpu"], default="wall",
+                   help="CPU clock of the layer times: wall (time.perf_counter, default) or cpu (the thread's CPU "
+                        "time: a core of its own, whatever else runs; needs --threads 1)")
     p.add_argument("--dtype", default="float32",
                    help="precision of the model and its floating inputs: float32 (default) or bfloat16 (pure bf16)")
     p.set_defaults(handler=_profile)

@@ -96,6 +96,8 @@ def _check_profile_args(args: Any) -> None:
         raise ValueError("profile: give --model NAME or --module FILE.py:FUNC (or --list-gpus)")
     if not getattr(args, "out", None):
         raise ValueError("profile: --out FILE is required (the profile's CSV)")
+    if getattr(args, "clock", "wall") == "cpu" and getattr(args, "threads", 1) != 1:
+        raise ValueError(f"--clock cpu times the profiling thread alone: use --threads 1, not {args.threads}")
     if getattr(args, "fake", False):
         from workbench.model.accelerators import ACCELERATORS, accelerator
 
@@ -159,6 +161,7 @@ def profile_command(args: Any) -> int:
 
         model_config(args.model, **kwargs)       # unknown or out-of-range options: refused before profiling
     threads = getattr(args, "threads", 1)
+    clock = getattr(args, "clock", None) or "wall"
     if getattr(args, "fake", False):
         return _fake_profile(args, kwargs)
     if getattr(args, "module", None):
@@ -171,11 +174,11 @@ def profile_command(args: Any) -> int:
                 print(f"note: {note}", flush=True)
             print(f"finding the layers of {wl.name} ...", flush=True)
             chain, stats = profile_workload(wl, args.device, warmup=args.warmup, repeats=args.repeats,
-                                            progress=True, threads=threads, return_stats=True)
+                                            progress=True, threads=threads, return_stats=True, clock=clock)
         chain = _module_from_profile(chain, args.module, args.out)
     else:
         chain, stats = profile_zoo(args.model, args.batch_size, args.device, warmup=args.warmup, repeats=args.repeats,
-                                   progress=True, threads=threads, return_stats=True,
+                                   progress=True, threads=threads, return_stats=True, clock=clock,
                                    dtype=getattr(args, "dtype", None), **kwargs)
     write_profile(chain, args.out)
     m = chain.meta

@@ -16,8 +16,9 @@ and measures, for each layer ``l``:
   the logits, as large as the logits) is in its ``saved_bytes``; without
   one, the loss is in no layer.
 * times: ``warmup`` untimed runs, then the median of ``repeats`` timed runs
-  (``time.perf_counter`` on CPU with ``torch.set_num_threads(threads)``;
-  CUDA events and synchronisation on a GPU);
+  (on CPU with ``torch.set_num_threads(threads)``, ``time.perf_counter`` or, with
+  ``clock="cpu"``, the thread's CPU time ``time.thread_time``: the layer on a core of
+  its own, whatever else shares the machine; CUDA events and synchronisation on a GPU);
 * ``weight_bytes``: bytes of the layer's parameters;
 * ``activation_bytes``: bytes of its output tensor (what is sent to the next
   layer, and the size of the gradient sent back);
@@ -83,7 +84,7 @@ from workbench.model.chain import Chain, Layer
 from workbench.profiles.discover import Layers, discover_layers
 from workbench.profiles.memtrace import layer_memory
 from workbench.profiles.split import layer_split
-from workbench.profiles.timing import Timer, cpu_threads, leaf, say_how_long, time_layer
+from workbench.profiles.timing import CLOCKS, Timer, cpu_threads, leaf, say_how_long, time_layer
 from workbench.profiles.zoo import as_dtype
 
 __all__ = [
@@ -271,6 +272,7 @@ def profile_model(
     target: torch.Tensor | None = None,
     dtype: str | torch.dtype | None = None,
     times: Callable[..., tuple[list[float], list[float]]] = time_layer,
+    clock: str = "wall",
 ) -> Chain | tuple[Chain, list[LayerTiming]]:
     """Profile any model (see the module docstring for what is measured).
 
@@ -289,15 +291,18 @@ def profile_model(
     leave them as they are). ``times`` gives each layer's forward and backward seconds, with
     :func:`~workbench.profiles.timing.time_layer`'s arguments: measured by default, estimated in a fake
     profile (:class:`workbench.profiles.roofline.RooflineTimes`, :mod:`workbench.profiles.fake`).
+    ``clock`` is the CPU's clock (:data:`~workbench.profiles.timing.CLOCKS`): ``"wall"`` or ``"cpu"``, the
+    thread's CPU time, which needs one thread (the others' work would not count).
 
     >>> c, stats = profile_model([torch.nn.Linear(4, 4)], torch.zeros(1, 4), repeats=3, warmup=0, return_stats=True)
     >>> len(stats[0].forward), c.layers[0].name
     (3, 'layer0')
     """
     _check_counts(repeats, warmup, loss, target)
+    _check_clock(clock, device, threads)
     found = _find_layers(model, example_inputs, loss, target, names)
     mods, names, loss = list(found.modules), list(found.names), found.loss
-    how, sample_input, tgt = _set_up(found.input, device, dtype, target, grad_seed, warmup, repeats, times)
+    how, sample_input, tgt = _set_up(found.input, device, dtype, target, grad_seed, warmup, repeats, times, clock)
     started = time.perf_counter()
     out_layers: list[Layer] = []
     stats: list[LayerTiming] = []
@@ -313,7 +318,7 @@ def profile_model(
             stats.append(timing)
         nthreads = torch.get_num_threads()
     info = _profile_meta(how.dev, sample_input, mods, nthreads, warmup, repeats, loss is not None, stats,
-                         time.perf_counter() - started)
+                         time.perf_counter() - started, clock)
     if how.times is not time_layer:      # estimated times: the split is estimated too (workbench.model.split)
         info.pop("backward_split")
     info.update(meta or {})
@@ -325,7 +330,7 @@ def profile_model(
 
 def _set_up(sample_input: torch.Tensor, device: str | torch.device, dtype: str | torch.dtype | None,
             target: torch.Tensor | None, grad_seed: int, warmup: int, repeats: int,
-            times: Callable[..., tuple[list[float], list[float]]] = time_layer
+            times: Callable[..., tuple[list[float], list[float]]] = time_layer, clock: str = "wall"
             ) -> tuple[_LayerProfiling, torch.Tensor, torch.Tensor | None]:
     """How every layer is profiled, the sample input cast to ``dtype`` (when floating) and the target on the
     device; a CUDA device without CUDA is refused."""
@@ -336,7 +341,7 @@ def _set_up(sample_input: torch.Tensor, device: str | torch.device, dtype: str |
     tgt = target.to(dev) if target is not None else None
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device {device!r} requested but CUDA is not available")
-    how = _LayerProfiling(dev, cast, Timer(dev), torch.Generator(device="cpu").manual_seed(grad_seed), warmup,
+    how = _LayerProfiling(dev, cast, Timer(dev, clock), torch.Generator(device="cpu").manual_seed(grad_seed), warmup,
                           repeats, grad_seed, times)
     return how, sample_input, tgt
 
@@ -392,6 +397,21 @@ def _moved(mod: nn.Module, dev: torch.device, cast: torch.dtype | None) -> nn.Mo
     return mod.to(dev) if cast is None else mod.to(device=dev, dtype=cast)
 
 
+def _check_clock(clock: str, device: str | torch.device, threads: int | None) -> None:
+    """Refuse an unknown clock, and the CPU clock with other than one thread on a CPU (the thread's CPU time
+    would miss the other threads' work).
+
+    >>> _check_clock("cpu", "cpu", 2)
+    Traceback (most recent call last):
+    ...
+    ValueError: clock 'cpu' times the profiling thread alone: profile with threads=1, got 2
+    """
+    if clock not in CLOCKS:
+        raise ValueError(f"clock must be one of {', '.join(CLOCKS)}, got {clock!r}")
+    if clock == "cpu" and torch.device(device).type == "cpu" and threads != 1:
+        raise ValueError(f"clock 'cpu' times the profiling thread alone: profile with threads=1, got {threads}")
+
+
 def _check_counts(repeats: int, warmup: int, loss: Callable | None, target: Any) -> None:
     if repeats < 1:
         raise ValueError(f"repeats must be >= 1, got {repeats}")
@@ -412,7 +432,7 @@ def _layers_progress(n: int, name: Any, show: bool) -> Any:
 
 def _profile_meta(dev: torch.device, sample_input: torch.Tensor, mods: Sequence[nn.Module], nthreads: int,
                   warmup: int, repeats: int, with_loss: bool, stats: list[LayerTiming],
-                  elapsed: float) -> dict[str, Any]:
+                  elapsed: float, clock: str = "wall") -> dict[str, Any]:
     """The metadata a profile records: where and how it was measured."""
     return {
         "network": "model",
@@ -426,7 +446,8 @@ def _profile_meta(dev: torch.device, sample_input: torch.Tensor, mods: Sequence[
         "threads": nthreads if dev.type == "cpu" else "n/a",
         "warmup": warmup,
         "repeats": repeats,
-        "timing": "median of repeats; " + ("CUDA events" if dev.type == "cuda" else "time.perf_counter"),
+        "timing": "median of repeats; " + ("CUDA events" if dev.type == "cuda" else
+                                            "time.thread_time (CPU time)" if clock == "cpu" else "time.perf_counter"),
         "saved_bytes": "autograd saved tensors per layer alone, storages deduplicated, parameters/buffers excluded",
         "memory_columns": ("allocator-level: " + ("torch.cuda memory statistics" if dev.type == "cuda" else
                            "workbench.profiles.memtrace.AllocationTracker (new storages, dispatch level)")),
@@ -462,6 +483,7 @@ def profile_zoo(
     meta: Mapping[str, Any] | None = None,
     return_stats: bool = False,
     include_loss: bool = True,
+    clock: str = "wall",
     **model_kwargs: Any,
 ) -> Chain | tuple[Chain, list[LayerTiming]]:
     """Build zoo model ``name`` (with ``model_kwargs``) and profile it on a sample batch.
@@ -470,6 +492,7 @@ def profile_zoo(
     The model's loss is part of the last layer unless ``include_loss=False``.
     ``dtype`` (default float32) is the precision of the model and its floating
     inputs (:func:`workbench.profiles.zoo.build_model`): ``"bfloat16"`` profiles pure bf16.
+    ``clock``: as in :func:`profile_model`.
 
     >>> profile_zoo("mlp", 4, repeats=1, warmup=0).name
     'mlp'
@@ -483,22 +506,24 @@ def profile_zoo(
     x, y = zoo.sample_batch(name, batch_size, seed=seed, dtype=dtype, **model_kwargs)
     info = {"network": name, "model": name, "model_config": json.dumps(cfg, separators=(",", ":")), **(meta or {})}
     return profile_model(model, x, device, warmup=warmup, repeats=repeats, meta=info, progress=progress,
-                         threads=threads, return_stats=return_stats,
+                         threads=threads, return_stats=return_stats, clock=clock,
                          loss=zoo.loss_fn(name) if include_loss else None, target=y if include_loss else None)
 
 
 
 def profile_workload(workload: Any, device: str = "cpu", *, warmup: int = 2, repeats: int = 5, progress: bool = False,
-                     threads: int | None = 1, return_stats: bool = False) -> Chain | tuple[Chain, list[LayerTiming]]:
+                     threads: int | None = 1, return_stats: bool = False,
+                     clock: str = "wall") -> Chain | tuple[Chain, list[LayerTiming]]:
     """Profile a :class:`~workbench.profiles.workload.Workload`: a zoo model through :func:`profile_zoo`,
     a ``--module FILE.py:FUNC`` model through :func:`profile_model` on its example batch (the metadata
-    records ``module``, so ``run --profile`` finds the model again).
+    records ``module``, so ``run --profile`` finds the model again). ``clock``: as in :func:`profile_model`.
 
     >>> from workbench.profiles.workload import Workload
     >>> profile_workload(Workload.zoo("mlp", 4), repeats=1, warmup=0).meta["model"]
     'mlp'
     """
-    kw = dict(warmup=warmup, repeats=repeats, progress=progress, threads=threads, return_stats=return_stats)
+    kw = dict(warmup=warmup, repeats=repeats, progress=progress, threads=threads, return_stats=return_stats,
+              clock=clock)
     if workload.source is None:
         return profile_zoo(workload.name, workload.batch_size, device, dtype=workload.dtype, **kw, **workload.config)
     inputs, target = workload.batch(0)

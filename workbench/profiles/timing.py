@@ -9,6 +9,12 @@ Each repeat starts from :func:`leaf` (a detached copy of the input, with
 profile's columns). :func:`cpu_threads` holds the CPU thread count while
 profiling.
 
+On a CPU the :class:`Timer` reads one of two clocks (``CLOCKS``): ``"wall"``
+(``time.perf_counter``, the default) or ``"cpu"`` (``time.thread_time``, the
+CPU time of the calling thread: what the layer costs on a core of its own, however
+many other processes share the machine; with one thread, the profiler's default,
+the two agree on an idle machine). A GPU is timed with CUDA events whatever the clock.
+
 >>> lin = torch.nn.Linear(3, 2)
 >>> fwd, bwd = time_layer(lin, torch.zeros(4, 3), Timer(torch.device("cpu")), True, None, torch.ones(4, 2), 1, 3)
 >>> len(fwd), len(bwd), all(t > 0 for t in fwd + bwd), lin.weight.grad.shape
@@ -24,7 +30,10 @@ from typing import Any, Callable, Iterator
 import torch
 from torch import nn
 
-__all__ = ["leaf", "cpu_threads", "Timer", "time_layer", "say_how_long", "RUNS_PER_REPEAT", "MEMORY_PASSES"]
+__all__ = ["leaf", "cpu_threads", "Timer", "time_layer", "say_how_long", "RUNS_PER_REPEAT", "MEMORY_PASSES", "CLOCKS"]
+
+#: the clocks a CPU profile can be timed with
+CLOCKS = ("wall", "cpu")
 
 
 def leaf(x: torch.Tensor, requires_grad: bool) -> torch.Tensor:
@@ -60,11 +69,21 @@ def cpu_threads(device: torch.device, n: int | None) -> Iterator[None]:
 
 
 class Timer:
-    """perf_counter on CPU, CUDA events on a GPU; ``run(fn)`` returns ``fn()``'s result and its seconds."""
+    """perf_counter (``clock="wall"``) or the thread's CPU time (``clock="cpu"``) on CPU, CUDA events on a
+    GPU; ``run(fn)`` returns ``fn()``'s result and its seconds.
 
-    def __init__(self, device: torch.device) -> None:
+    >>> _, seconds = Timer(torch.device("cpu"), clock="cpu").run(lambda: time.sleep(0.05))
+    >>> seconds < 0.04          # asleep: no CPU time
+    True
+    """
+
+    def __init__(self, device: torch.device, clock: str = "wall") -> None:
+        if clock not in CLOCKS:
+            raise ValueError(f"clock must be one of {', '.join(CLOCKS)}, got {clock!r}")
         self.cuda = device.type == "cuda"
         self.device = device
+        self.clock = clock
+        self._now = time.thread_time if clock == "cpu" else time.perf_counter
 
     def sync(self) -> None:
         if self.cuda:
@@ -78,9 +97,9 @@ class Timer:
             end.record()
             torch.cuda.synchronize(self.device)
             return result, start.elapsed_time(end) / 1e3
-        t0 = time.perf_counter()
+        t0 = self._now()
         result = fn()
-        return result, time.perf_counter() - t0
+        return result, self._now() - t0
 
 
 def time_layer(mod: nn.Module, x: torch.Tensor, timer: Timer, needs_input_grad: bool,

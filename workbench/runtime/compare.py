@@ -207,6 +207,8 @@ def compare(plan: Plan, chain: Chain, platform: Platform, trace: Trace, warmup: 
     df = pd.DataFrame(rows)
     cpu = cpu if cpu is not None else trace.meta.get("cpu")
     if cpu is not None and len(cpu):
+        if "kind" in cpu.columns:      # a step's CPU time is inside its B's
+            cpu = cpu[cpu["kind"].isin(COMPUTE)]
         c = _steady(cpu, warmup)
         per_dev = c.groupby("device")["cpu"].sum() / max(nb, 1)
         df["measured_cpu_busy"] = [float(per_dev.get(d, math.nan)) for d in df["device"]]

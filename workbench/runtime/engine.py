@@ -52,6 +52,7 @@ from workbench.profiles.workload import Workload
 from workbench.runtime.config import RunConfig
 from workbench.runtime.gradients import grad_error, grad_tolerance, reference_gradients
 from workbench.runtime.program import Op, programs_for
+from workbench.runtime.rank import CPU_COLUMNS
 
 __all__ = ["Workload", "RunResult", "run_plan", "reference_gradients", "grad_error", "grad_tolerance",
            "free_port", "default_backend", "join_or_kill", "programs_for", "merge_results", "choose_engine",
@@ -89,8 +90,7 @@ def merge_results(parts: Sequence[dict[str, Any]], plan: Plan, **meta: Any) -> R
     grads: dict[str, torch.Tensor] = {}
     for p in parts:
         grads.update(p["grads"])
-    cpu = pd.DataFrame([r for p in parts for r in p.get("cpu", [])],
-                       columns=["device", "stage", "kind", "batch", "cpu"])
+    cpu = pd.DataFrame([r for p in parts for r in p.get("cpu", [])], columns=CPU_COLUMNS)
     ordered = sorted(parts, key=lambda q: q["rank"])
     info = {
         "cpu": cpu,

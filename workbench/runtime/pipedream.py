@@ -18,7 +18,8 @@ A rank executes its program (:mod:`~workbench.runtime.program`) in order:
   (input, output, version) are kept until the backward;
 * :meth:`PipeDreamRank.backward`: gradients of that version and of the input,
   written into the parameters' gradient buffers (kept allocated), the input
-  gradient handed to the previous stage, then :meth:`PipeDreamRank.update`;
+  gradient handed to the previous stage, then :meth:`PipeDreamRank.update`, inside the
+  backward's mark (a ``step`` row of the trace, within its ``B`` row, times the update alone);
 * :meth:`PipeDreamRank.weights_for`: every forward runs on the live weights;
 * :meth:`PipeDreamRank.update`: the stage's optimizer steps the live weights in
   place. With ``stash``, when a mini-batch still in flight ran its forward on
@@ -176,21 +177,21 @@ class PipeDreamRank:
 
     def receive(self, key: tuple) -> torch.Tensor:
         self.post(key)
-        t0 = self.recorder.now()
+        c0, t0 = time.thread_time(), self.recorder.now()
         work, buf = self.posted.pop(key)
         work.wait()
         if not self.cfg.isolated and key[0] != "T":
-            self.recorder.add("recv", key[1], key[2], t0, self.recorder.now())
+            self.recorder.add("recv", key[1], key[2], t0, self.recorder.now(), (time.thread_time() - c0, c0))
         return buf.to(self.dev)
 
     def send(self, key: tuple, dst: int, t: torch.Tensor, stage: int) -> None:
         if self.cfg.isolated:
             return
-        t0 = self.recorder.now()
+        c0, t0 = time.thread_time(), self.recorder.now()
         msg = t.detach().to(self.wire).contiguous()
         self.sends.add(dist.isend(msg, dst=dst, tag=self.tag(key)), msg)
         if key[0] != "T":
-            self.recorder.add("send", stage, key[2], t0, self.recorder.now())
+            self.recorder.add("send", stage, key[2], t0, self.recorder.now(), (time.thread_time() - c0, c0))
 
     # ---- actions --------------------------------------------------------------------------
     def batch(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -253,7 +254,7 @@ class PipeDreamRank:
                 t.grad = None
             del wrt, version, out, x
             self.share_tied(s, i, by_name)
-            self.update(s, by_name)
+            self.update(s, by_name, i)
         if s > 0:
             if gx is None:
                 shp, dt = self.model.shapes[self.plan.stages[s - 1].last]
@@ -297,9 +298,10 @@ class PipeDreamRank:
             g = self.local.pop(key) if self.stage_dev[sharer] == self.rank else self.receive(key)
             grads[name] = grads[name].add_(g) if name in grads else g
 
-    def update(self, s: int, grads: dict[str, torch.Tensor]) -> None:
-        """The gradients in the buffers (and the check's sums), a stash where needed, the optimizer's step; under
-        ``zero_grad none`` the gradients are the backward's own tensors, set to None after the step."""
+    def update(self, s: int, grads: dict[str, torch.Tensor], i: int = -1) -> None:
+        """The gradients in the buffers (and the check's sums), then, timed as mini-batch ``i``'s ``step``, a
+        stash where needed and the optimizer's step; under ``zero_grad none`` the gradients are the backward's
+        own tensors, set to None after the step."""
         live = self.live[s]
         with torch.no_grad():
             for n, g in grads.items():
@@ -309,10 +311,11 @@ class PipeDreamRank:
                     live[n].grad.copy_(g)
                 if self.acc is not None:
                     self.acc[s].setdefault(n, torch.zeros_like(g)).add_(g)
-        if self.cfg.weights == "stash":
-            self.stash_live(s)
-        if self.optimizers[s] is not None:
-            self.optimizers[s].step()
+        with self.recorder.op("step", s, i):
+            if self.cfg.weights == "stash":
+                self.stash_live(s)
+            if self.optimizers[s] is not None:
+                self.optimizers[s].step()
         if not self.resident:
             for p in live.values():
                 p.grad = None

@@ -14,7 +14,8 @@ forward, and then lets an engine run the program: torch's pipeline engine
   allocates its state and runs its step). Gradient buffers stay allocated
   between steps (``zero_grad(set_to_none=False)``);
 * :class:`Recorder`: the start and end of every operation (``time.perf_counter``
-  from a common origin, CUDA events on a GPU) and the CPU time of each F/B;
+  from a common origin, CUDA events on a GPU) and the CPU time its thread spent in each (``time.thread_time``,
+  rows of ``CPU_COLUMNS``);
 * :class:`MemoryProbe`: the allocator-level memory of the rank, not the
   profiler's saved-tensor count: on CPU ``torch.distributed._tools.mem_tracker.MemTracker``
   (parameters, buffers, gradients, activations, temporaries, optimizer state,
@@ -39,7 +40,11 @@ from workbench.runtime.policy_layers import with_policy
 from workbench.runtime.training import OPTIMIZERS, make_optimizer
 
 __all__ = ["OPTIMIZERS", "make_optimizer", "RankModel", "Recorder", "MemoryProbe", "layer_output_shapes",
-           "chain_input", "shared_origin"]
+           "chain_input", "shared_origin", "CPU_COLUMNS"]
+
+#: a run's CPU times, one row per operation: the rank's thread's CPU seconds in it (``cpu``) and its thread CPU
+#: clock when it started (``cpu_start``), so that the CPU time between two operations is known too
+CPU_COLUMNS = ["device", "stage", "kind", "batch", "cpu", "cpu_start"]
 
 def chain_input(inputs: Any) -> torch.Tensor:
     """The tensor that enters a chain: the inputs themselves, or their first tensor.
@@ -142,12 +147,20 @@ class Recorder:
 
     ``origin`` is the same instant on every rank (rank 0's ``perf_counter``, broadcast), so the
     times of the ranks of one machine share one axis; ``rows()`` gives them in the trace's format.
+    ``cpu`` holds a row of :data:`CPU_COLUMNS` per operation: the calling thread's CPU time in it and the
+    thread's CPU clock at its start.
+
+    >>> rec = Recorder(0, cuda=False)
+    >>> with rec.op("F", 0, 3):
+    ...     _ = sum(range(1000))
+    >>> [(m[0], m[2]) for m in rec.marks], [(c[2], c[3], c[4] >= 0, c[5] > 0) for c in rec.cpu]
+    ([('F', 3)], [('F', 3, True, True)])
     """
 
     def __init__(self, rank: int, cuda: bool, origin: float | None = None) -> None:
         self.rank, self.cuda = rank, cuda
         self.marks: list[tuple[str, int, int, Any, Any]] = []
-        self.cpu: list[tuple[int, int, str, int, float]] = []
+        self.cpu: list[tuple[int, int, str, int, float, float]] = []
         if cuda:
             self.base = torch.cuda.Event(enable_timing=True)
             self.base.record()
@@ -179,11 +192,13 @@ class Recorder:
         yield
         t1 = self.now()
         self.marks.append((kind, stage, batch, t0, t1))
-        if kind in ("F", "B", "I", "W"):
-            self.cpu.append((self.rank, stage, kind, batch, time.thread_time() - c0))
+        self.cpu.append((self.rank, stage, kind, batch, time.thread_time() - c0, c0))
 
-    def add(self, kind: str, stage: int, batch: int, t0: Any, t1: Any) -> None:
+    def add(self, kind: str, stage: int, batch: int, t0: Any, t1: Any, cpu: tuple[float, float] | None = None) -> None:
+        """A mark timed by the caller; ``cpu``: (the thread's CPU seconds in it, its CPU clock at the start)."""
         self.marks.append((kind, stage, batch, t0, t1))
+        if cpu is not None:
+            self.cpu.append((self.rank, stage, kind, batch, *cpu))
 
     def rows(self, plan) -> list[tuple]:
         out = []

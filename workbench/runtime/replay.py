@@ -24,7 +24,7 @@ per device.
 >>> plan = best_schedule(chain, Platform(2, memory_model="paper"), [0, 0, 0, 1, 1])
 >>> res = replay_devices(plan, Workload.zoo("mlp", 4), steps=4, device="cpu")
 >>> sorted(set(res.trace.ops["kind"])), list(replay_report(plan, chain, res)["device"])
-(['B', 'F'], [0, 1])
+(['B', 'F', 'step'], [0, 1])
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ from workbench.model.plan import Plan
 from workbench.runtime.config import RunConfig
 from workbench.runtime.engine import RunResult, Workload, join_or_kill, merge_results
 from workbench.runtime.program import Op, programs_for
+from workbench.runtime.rank import CPU_COLUMNS
 
 __all__ = ["replay_devices", "replay_report", "replay_to", "load_replays", "run_summary"]
 
@@ -114,7 +115,7 @@ def replay_report(plan: Plan, chain, result: RunResult, warmup: int | None = Non
     ops = ops[ops["kind"].isin(["F", "B"])]
     cpu = result.meta.get("cpu")
     if cpu is None or not len(cpu):
-        cpu = pd.DataFrame(columns=["device", "stage", "kind", "batch", "cpu"])
+        cpu = pd.DataFrame(columns=CPU_COLUMNS)
     cpu = cpu[(cpu["kind"] == "F") & cpu["batch"].isin(set(ops["batch"]))]
     peak = [m if m is not None else math.nan for m in result.meta.get("memory_peak") or result.trace.peak_memory()]
     alloc = result.meta.get("max_memory_allocated") or [None] * plan.devices

@@ -11,8 +11,8 @@ all with the same weights, then drains (a flush); the optimizer steps after it.
 
 Timing keeps the trace's format (:mod:`workbench.model.trace`): :class:`TimedStage`
 marks every forward (with the loss on the last stage, as the profiler counts
-it) and backward, and the time a send takes to post; :class:`TimedSchedule`
-marks the time a forward or backward waits for its message (``recv``).
+it) and backward, with the CPU time each took on its thread, and the time a send takes to post;
+:class:`TimedSchedule` marks the time a forward or backward waits for its message (``recv``).
 
 One run is three steps: a warm-up (untimed), the timed step (the trace and the
 gradients, checked against one process) and the memory step, the same actions
@@ -63,10 +63,11 @@ class TimedStage(PipelineStage):
     offloads: StageOffloads
 
     def forward_one_chunk(self, fwd_chunk_id: int, args: Any, kwargs: Any = None, save_forward_output: bool = True):
+        c0 = time.thread_time()
         t0 = self.recorder.now()
         with self.offloads.forward(self.stage_index, fwd_chunk_id):
             out = super().forward_one_chunk(fwd_chunk_id, args, kwargs, save_forward_output)
-        self.recorder.add("F", self.stage_index, fwd_chunk_id, t0, self.recorder.now())
+        self.recorder.add("F", self.stage_index, fwd_chunk_id, t0, self.recorder.now(), (time.thread_time() - c0, c0))
         if not self.is_last:
             self._sample()
         return out
@@ -135,10 +136,13 @@ class _Timed:
         return self
 
     def _maybe_compute_loss(self, stage, output, target_mbs, mb_index, loss_kwargs=None):
+        c0 = time.thread_time()
         super()._maybe_compute_loss(stage, output, target_mbs, mb_index, loss_kwargs)
         if stage.is_last and self.recorder.marks and self.recorder.marks[-1][0] == "F":
-            kind, s, i, t0, _ = self.recorder.marks.pop()
-            self.recorder.add(kind, s, i, t0, self.recorder.now())
+            kind, s, i, t0, _ = self.recorder.marks.pop()     # the forward's mark and CPU time take the loss in
+            cpu, start = (self.recorder.cpu.pop()[4:] if self.recorder.cpu and self.recorder.cpu[-1][2:4] == (kind, i)
+                          else (0.0, c0))
+            self.recorder.add(kind, s, i, t0, self.recorder.now(), (cpu + time.thread_time() - c0, start))
             stage._sample()
 
 

@@ -26,11 +26,12 @@ from workbench.methods import METHODS
 from workbench.model.chain import Chain
 from workbench.model.plan import Plan
 from workbench.model.units import byte_unit, time_unit
-from workbench.viz.gantt import TEMPLATE
+from workbench.runtime.period_budget import CPU_PARTS, PARTS
+from workbench.viz.gantt import KIND_COLORS, TEMPLATE
 from workbench.viz.memory import DEVICE_COLORS
 
 __all__ = ["throughput_vs_memory", "period_vs_bound", "allocation_map", "replay_chart", "prediction_errors",
-           "calibration_chart", "METHOD_COLORS"]
+           "calibration_chart", "period_budget_chart", "METHOD_COLORS", "BUDGET_COLORS"]
 
 #: method name (or alias) -> colour, from the registry (:mod:`workbench.methods`)
 METHOD_COLORS = {n: m.colour for m in METHODS for n in (m.name, *m.aliases)}
@@ -234,4 +235,51 @@ def calibration_chart(loop: pd.DataFrame, *, title: str | None = None) -> go.Fig
                       legend=dict(orientation="h", yanchor="bottom", y=1.02, xanchor="right", x=1))
     fig.update_xaxes(dtick=1)
     fig.update_yaxes(rangemode="tozero")
+    return fig
+
+
+#: a colour per part of :func:`~workbench.runtime.period_budget.period_budget`: the profile's forwards and
+#: backwards as in the Gantt charts' forward blue, the other CPU parts in strong colours, waiting in greys
+BUDGET_COLORS = {"profile": KIND_COLORS["F"], "layers now": "#9DB9E8", "as one stage": "#76B7B2", "engine": "#B07AA1",
+                 "optimizer step": KIND_COLORS["step"], "sending": KIND_COLORS["send"], "between operations": "#EDC948",
+                 "waiting for a core": "#D3D3D3", "waiting for messages": "#8C8C8C"}
+
+
+def period_budget_chart(budgets: Mapping[str, pd.DataFrame], *, title: str | None = None) -> go.Figure:
+    """Where each device's measured period goes: a stacked bar per (run, device) of
+    :func:`~workbench.runtime.period_budget.period_budget`'s parts, with the run's predicted and measured
+    periods marked on it. Every bar and mark is in one unit (ms or s, by the longest period).
+
+    >>> b = pd.DataFrame([[0.010, 0.0, 0.0, 0.002, 0.0, 0.0, 0.001, 0.005, 0.002]], columns=list(PARTS),
+    ...                  index=pd.Index([0], name="device"))
+    >>> b.attrs.update(measured_period=0.020, predicted_period=0.011)
+    >>> fig = period_budget_chart({"dp": b})
+    >>> [t.name for t in fig.data][:3], fig.layout.xaxis.title.text
+    (['profile', 'engine', 'between operations'], 'time per period (ms)')
+    """
+    rows = [(f"{name}, GPU {int(d)}", name, b.loc[d]) for name, b in budgets.items() for d in b.index]
+    unit = time_unit([max(b.attrs["measured_period"], b.attrs["predicted_period"]) for b in budgets.values()])
+    labels = [r[0] for r in rows]
+    fig = go.Figure()
+    for part in PARTS:
+        vals = [float(r[2][part]) for r in rows]
+        if not any(vals):
+            continue
+        fig.add_bar(y=labels, x=unit.of(np.array(vals)).tolist(), orientation="h", name=part,
+                    marker=dict(color=BUDGET_COLORS[part], line=dict(color="white", width=0.5),
+                                pattern=dict(shape="" if part in CPU_PARTS else "/", fillmode="overlay",
+                                             fgcolor="white", fgopacity=0.6, solidity=0.2)),
+                    hovertemplate=f"%{{y}}: {part} %{{x:.2f}} {unit.name}<extra></extra>")
+    for key, name, symbol, color in (("predicted_period", "predicted period", "line-ns", "#000000"),
+                                     ("measured_period", "measured period", "diamond", "#D62728")):
+        xs = [unit.of(budgets[r[1]].attrs[key]) for r in rows]
+        fig.add_scatter(y=labels, x=xs, mode="markers", name=name,
+                        marker=dict(symbol=symbol, size=18 if symbol == "line-ns" else 9, color=color,
+                                    line=dict(width=3 if symbol == "line-ns" else 1, color=color)),
+                        hovertemplate=f"%{{y}}: {name} %{{x:.2f}} {unit.name}<extra></extra>")
+    fig.update_layout(template=TEMPLATE, barmode="relative", height=max(300, 200 + 46 * len(rows)),
+                      title=title or "Where each device's measured period goes",
+                      xaxis_title=unit.axis("time per period"), margin=dict(l=140, r=20, t=60, b=120),
+                      legend=dict(orientation="h", yanchor="top", y=-0.25, xanchor="left", x=0, font=dict(size=11)))
+    fig.update_yaxes(autorange="reversed", categoryorder="array", categoryarray=labels)
     return fig

@@ -6,8 +6,8 @@ horizontal bar per operation whose length is the operation's real duration
 Times are shown in ms or s, chosen by the run's length
 (:func:`workbench.model.units.time_unit`; ``unit=`` sets one, so that charts meant to be compared share it,
 and ``time_range=`` their x range). Bars are coloured by kind (forward blue,
-backward orange, its input- and weight-gradient parts red and yellow,
-transfers green/grey) or by mini-batch (then the backward
+backward orange, its input- and weight-gradient parts red and yellow, a measured optimizer step dark brown
+over its backward, transfers green/grey) or by mini-batch (then the backward
 bars are hatched); each bar is labelled with its mini-batch, primed on a
 device's second stage (twice on its third...). Period boundaries are dotted lines and the steady state
 (the window in which every stage runs all its operations) is shaded.
@@ -29,6 +29,7 @@ measured traces; :func:`gantt_compare` puts two traces one above the other.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Iterable
 
@@ -46,18 +47,21 @@ __all__ = [
 ]
 
 #: colours by kind: forward and backward far apart (blue / orange, colour-blind safe)
-KIND_COLORS = {"F": "#3366CC", "B": "#F28E2B", "I": "#E15759", "W": "#EDC948", "R": "#B6471B", "send": "#59A14F",
-               "recv": "#8C8C8C", "offload": "#76B7B2", "prefetch": "#4E9A96"}
+KIND_COLORS = {"F": "#3366CC", "B": "#F28E2B", "I": "#E15759", "W": "#EDC948", "R": "#B6471B", "step": "#7B3F00",
+               "send": "#59A14F", "recv": "#8C8C8C", "offload": "#76B7B2", "prefetch": "#4E9A96"}
 KIND_NAMES = {"F": "forward", "B": "backward", "I": "backward, input gradient", "W": "backward, weight gradient",
-              "R": "recompute (in the backward)", "send": "send", "recv": "receive", "offload": "to host",
-              "prefetch": "from host"}
+              "R": "recompute (in the backward)", "step": "optimizer step (in the backward)", "send": "send",
+              "recv": "receive", "offload": "to host", "prefetch": "from host"}
 #: compute kinds: a zero-bubble schedule splits a backward into I (input gradient) and W (weight gradient)
 COMPUTE_KINDS = ("F", "B", "I", "W")
 #: activation-policy operations (docs/model.md, "Activation policies"): always drawn; recompute on the device's
 #: lane over its backward, host transfers on a host-link lane per device
 POLICY_KINDS = ("R", "offload", "prefetch")
-_KINDS = ["F", "B", "I", "W", "R", "send", "recv", "offload", "prefetch"]
-_PATTERNS = {"F": "", "B": "/", "I": "/", "W": "\\", "R": "x", "send": ".", "recv": ".", "offload": ".",
+#: operations drawn over the backward they run in, on the device's lane: a recomputation, and a measured
+#: optimizer step (the PipeDream engine steps inside each backward)
+NESTED_KINDS = ("R", "step")
+_KINDS = ["F", "B", "I", "W", "R", "step", "send", "recv", "offload", "prefetch"]
+_PATTERNS = {"F": "", "B": "/", "I": "/", "W": "\\", "R": "x", "step": "", "send": ".", "recv": ".", "offload": ".",
              "prefetch": "."}
 BATCH_COLORS = [
     "#4E79A7", "#F28E2B", "#E15759", "#76B7B2", "#59A14F", "#EDC948", "#B07AA1", "#FF9DA7",
@@ -74,7 +78,7 @@ TEMPLATE = go.layout.Template(layout=dict(
 
 
 def _lane_of(row: pd.Series, links: bool, has_dst: str | None) -> str:
-    if row["kind"] in COMPUTE_KINDS or row["kind"] == "R":
+    if row["kind"] in COMPUTE_KINDS or row["kind"] in NESTED_KINDS:
         return f"GPU {int(row['device'])}"
     d = int(row["device"])
     if row["kind"] in POLICY_KINDS:
@@ -146,7 +150,7 @@ def _prepare(trace: Trace, show_links: bool, offset: float, unit: Unit) -> pd.Da
         ops["lane"] = []
         return ops
     if not show_links:
-        ops = ops[ops["kind"].isin(COMPUTE_KINDS + POLICY_KINDS)].copy()
+        ops = ops[ops["kind"].isin(COMPUTE_KINDS + POLICY_KINDS + NESTED_KINDS)].copy()
     dst = _dst_column(ops)
     comp = ops["kind"].isin(COMPUTE_KINDS)
     lane = "GPU " + ops["device"].astype(int).astype(str)
@@ -337,18 +341,38 @@ def _subplot_title(title: str, trace: Trace) -> str:
 
 def gantt_compare(predicted: Trace, measured: Trace, *, color_by: str = "kind", show_links: bool = False,
                   titles: tuple[str, str] = ("predicted", "measured"), align: bool = True,
-                  title: str | None = None) -> go.Figure:
-    """Two Gantt charts one above the other on a shared time axis, in one unit (ms or s, :func:`trace_unit`).
+                  title: str | None = None, periods_shown: float | None = None, window_from: int | None = None,
+                  measured_period: float | None = None) -> go.Figure:
+    """Two Gantt charts one above the other, in one unit (ms or s, :func:`trace_unit`).
 
-    With ``align`` each trace's time starts at its own first operation. Period boundaries are drawn on the
-    predicted chart only (a measured trace carries the plan's period, not its own).
+    With ``align`` each trace's time starts at its own first operation. By default they share one time
+    axis. With ``periods_shown`` each chart has its own time axis and shows that many of its own periods (the
+    plan's; the measured chart ``measured_period``'s) from the start of its steady state or, given
+    ``window_from``, from its first stage's forward of that mini-batch: the same number of periods side by side,
+    however much slower the run was. Period boundaries (dotted) are drawn on the predicted chart and, given
+    ``measured_period``, on the measured one (a measured trace carries the plan's period, not its own).
+
+    >>> import pandas as pd
+    >>> from workbench.model.trace import MEMORY_COLUMNS
+    >>> ops = pd.DataFrame({"device": [0] * 4, "stage": [0] * 4, "first": [0] * 4, "last": [0] * 4,
+    ...     "kind": ["F", "B", "F", "B"], "batch": [0, 0, 1, 1], "start": [0.0, 0.001, 0.002, 0.003],
+    ...     "end": [0.001, 0.002, 0.003, 0.004]})
+    >>> t = Trace(ops, pd.DataFrame(columns=MEMORY_COLUMNS), devices=1, period=0.002)
+    >>> m = Trace(ops, pd.DataFrame(columns=MEMORY_COLUMNS), devices=1, period=0.002, source="measured")
+    >>> fig = gantt_compare(t, m, periods_shown=1, window_from=1, measured_period=0.004)
+    >>> [round(x, 2) for x in fig.layout.xaxis.range], [round(x, 2) for x in fig.layout.xaxis2.range]
+    ([1.9, 4.0], [1.8, 6.0])
     """
-    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.12,
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=periods_shown is None,
+                        vertical_spacing=0.12 if periods_shown is None else 0.16,
                         subplot_titles=[_subplot_title(titles[0], predicted), _subplot_title(titles[1], measured)])
-    unit = trace_unit(predicted, measured, align=align)
+    unit = trace_unit(predicted, measured, align=align) if periods_shown is None else \
+        _windows_unit((predicted, measured), periods_shown, window_from, measured_period, align)
     seen: set[str] = set()
     total_lanes = 0
     for r, tr in ((1, predicted), (2, measured)):
+        if tr.source == "measured" and measured_period:
+            tr = dataclasses.replace(tr, period=measured_period)
         offset = float(tr.ops["start"].min()) if (align and len(tr.ops)) else 0.0
         ops = _prepare(tr, show_links, offset, unit)
         _add_trace_bars(fig, ops, color_by, r, seen, unit)
@@ -357,15 +381,45 @@ def gantt_compare(predicted: Trace, measured: Trace, *, color_by: str = "kind", 
         t_end = float(ops["end_u"].max()) if len(ops) else 0.0
         axis = "" if r == 1 else str(r)
         # a measured trace carries the plan's (predicted) period: its boundaries would not be the run's
-        _decorate(fig, tr, offset, f"x{axis}", f"y{axis}", t_end, tr.source != "measured", True, unit)
+        lines = tr.source != "measured" or bool(measured_period)
+        _decorate(fig, tr, offset, f"x{axis}", f"y{axis}", t_end, lines, True, unit)
         _keep_lanes(fig, ops, order, r)
         fig.update_yaxes(categoryorder="array", categoryarray=order[::-1], row=r, col=1)
+        if periods_shown is not None and tr.period and math.isfinite(tr.period):
+            start, span = _window_start(tr, window_from) - offset, periods_shown * tr.period
+            fig.update_xaxes(range=[unit.of(start - 0.05 * span), unit.of(start + span)], row=r, col=1,
+                             title=unit.axis("time"))
     _layout(fig, title or "Predicted against measured", total_lanes, rows=2)
     for ann in fig.layout.annotations[:2]:  # subplot titles to the left, clear of the steady-state labels
         ann.update(x=0, xanchor="left", font=dict(size=13))
-    fig.update_xaxes(title=unit.axis("time"), row=2, col=1)
+    if periods_shown is None:
+        fig.update_xaxes(title=unit.axis("time"), row=2, col=1)
     fig.update_xaxes(tickformat=",~f")
     return fig
+
+
+def _windows_unit(traces: tuple[Trace, Trace], periods: float, batch: int | None, measured_period: float | None,
+                  align: bool) -> Unit:
+    """The time unit of two windowed charts: by the latest time either shows."""
+    ends = []
+    for tr in traces:
+        if not len(tr.ops):
+            continue
+        period = measured_period if (tr.source == "measured" and measured_period) else tr.period
+        offset = float(tr.ops["start"].min()) if align else 0.0
+        ends.append(_window_start(tr, batch) - offset + periods * (period if period and math.isfinite(period) else 0))
+    return time_unit(ends)
+
+
+def _window_start(trace: Trace, batch: int | None) -> float:
+    """Where a windowed chart starts: the first stage's forward of mini-batch ``batch``, else the steady state."""
+    ops = trace.ops
+    if batch is not None:
+        f = ops[(ops["kind"] == "F") & (ops["stage"] == 0) & (ops["batch"] == batch)]
+        if len(f):
+            return float(f["start"].min())
+    win = steady_window(trace)
+    return win[0] if win is not None else float(ops["start"].min())
 
 
 # ----- helpers for tests and notebooks ------------------------------------
