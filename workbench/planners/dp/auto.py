@@ -15,12 +15,16 @@ version's window, in-flight count and memory are non-decreasing in the downstrea
 A version of stage ``i..j`` matters through seven numbers: its extra backward time R (the
 forward of every recomputed layer), its offloaded bytes X (the host round trip 2X/h sits in the
 gap between its forward and its backward, rule 8), its activation bytes per in-flight
-mini-batch A, its resident bytes (static + X), its stash, its excess (k-independent) and the
-policy of its last layer. They are built layer by layer from
+mini-batch A, its resident bytes (static + X, and the tied copies: policy-free), its stash, its
+excess (k-independent) and the policy of its last layer. They are built layer by layer from
 :func:`workbench.model.activations.policy_terms`: extending a stage by layer j+1 with policy q adds
-``act[p_j, q, j+1]`` to the activations and turns the running excess E (the largest
-``peak_l - sum of act after l``) into ``max(E - act, peak)``. Among versions with the same
-first and last policy, one that is no worse in (R, X, activations, E) is no worse in every
+``act[p_j, q, j+1]`` to the activations and turns the running excesses, the forwards' Ef (the
+largest ``fwd_l - sum of act after l``) and the backwards' Eb (the largest ``bwd_l + sum of
+(grad - act) after l``: under ``zero_grad none`` the later layers' gradients exist), into
+``max(Ef - gone, fwd)`` and ``max(Eb - gone + grad, bwd)``, gone the new layer's activations and offloaded
+copy (without gradients made in the backward both
+fall alike and their larger one, E, decides). Among versions with the same
+first and last policy, one that is no worse in (R, X, activations, Ef, Eb) is no worse in every
 extension and at every k (memory is ``k (S + head + tail) + static + buffers + X + max(E, step - S - tail + in)``,
 non-decreasing in S for k >= 1), so the others are dropped: exact pruning. On chains of
 identical blocks (the GPT family) the surviving versions number about n^2 per stage (how
@@ -53,7 +57,7 @@ import numpy as np
 from workbench.bisection import least_feasible
 from workbench.model.activations import POLICIES, PolicyTerms, apply_policies, policy_terms
 from workbench.model.chain import Chain, Platform
-from workbench.model.memory import stage_step
+from workbench.model.memory import stage_created, stage_step, stage_ties
 from workbench.model.tolerances import CEIL_SLACK, MEMORY_SLACK, TINY, ceil_counts
 from workbench.model.units import format_bytes
 from workbench.planners.partition import SuffixLinks, bottleneck_partition, place, unconstrained_period
@@ -98,37 +102,38 @@ class Versions:
         return k * self.A + self.static + (k - 1) * self.stash + self.extra
 
 
-def _pareto(R: np.ndarray, X: np.ndarray, S: np.ndarray, E: np.ndarray) -> np.ndarray:
-    """Indices of the versions no other version dominates in (R, X, S, E) (all smaller-is-better)."""
-    n = len(R)
+def _pareto(*cols: np.ndarray) -> np.ndarray:
+    """Indices of the versions no other version dominates in ``cols`` (R, X, S, then the running
+    excesses; all smaller-is-better)."""
+    n = len(cols[0])
     if n <= 1:
         return np.arange(n)
-    key = [np.round(v / (float(np.max(np.abs(v))) or 1.0), 12) for v in (R, X, S)]   # equal up to float noise
-    order = np.lexsort((E, key[2], key[1], key[0]))
-    k0, k1, k2 = (v[order] for v in key)
+    key = [np.round(v / (float(np.max(np.abs(v))) or 1.0), 12) for v in cols[:3]]   # equal up to float noise
+    order = np.lexsort(tuple(reversed(cols[3:])) + (key[2], key[1], key[0]))
+    ks = [v[order] for v in key] + [v[order] for v in cols[3:]]
     first = np.ones(n, dtype=bool)
-    first[1:] = (k0[1:] != k0[:-1]) | (k1[1:] != k1[:-1]) | (k2[1:] != k2[:-1])
-    idx = order[first]                      # per identical (R, X, S): the least E
+    first[1:] = np.any([k[1:] != k[:-1] for k in ks[:3]], axis=0)
+    if len(cols) > 4:           # several excesses: only exact duplicates of all of them collapse here
+        first[1:] |= np.any([k[1:] != k[:-1] for k in ks[3:]], axis=0)
+    idx = order[first]                      # per identical (R, X, S): the least excess
     if len(idx) > _EXACT_FILTER:
-        idx = _thin(R, X, S, E, idx, _EXACT_FILTER)
+        idx = _thin(cols, idx, _EXACT_FILTER)
     if len(idx) <= 1:
         return idx
-    r, x, s, e = R[idx], X[idx], S[idx], E[idx]
+    vals = [v[idx] for v in cols]
     keep = np.ones(len(idx), dtype=bool)
     for a in range(0, len(idx), 512):
         b = min(a + 512, len(idx))
-        le = ((r[None, :] <= r[a:b, None]) & (x[None, :] <= x[a:b, None]) & (s[None, :] <= s[a:b, None])
-              & (e[None, :] <= e[a:b, None]))
-        lt = ((r[None, :] < r[a:b, None]) | (x[None, :] < x[a:b, None]) | (s[None, :] < s[a:b, None])
-              | (e[None, :] < e[a:b, None]))
+        le = np.all([v[None, :] <= v[a:b, None] for v in vals], axis=0)
+        lt = np.any([v[None, :] < v[a:b, None] for v in vals], axis=0)
         keep[a:b] = ~np.any(le & lt, axis=1)
     return idx[keep]
 
 
-def _thin(R: np.ndarray, X: np.ndarray, S: np.ndarray, E: np.ndarray, idx: np.ndarray, n: int) -> np.ndarray:
-    """The ``n`` versions of ``idx`` with the least sum of ranges-normalised (R, X, S, E), and each
+def _thin(cols, idx: np.ndarray, n: int) -> np.ndarray:
+    """The ``n`` versions of ``idx`` with the least sum of ranges-normalised ``cols``, and each
     coordinate's least: a heuristic that gives up exactness (callers flag it)."""
-    cols = [v[idx] for v in (R, X, S, E)]
+    cols = [v[idx] for v in cols]
     score = sum((v - v.min()) / (np.ptp(v) or 1.0) for v in cols)
     pick = set(np.argsort(score, kind="stable")[: n - 4].tolist()) | {int(np.argmin(v)) for v in cols}
     return idx[np.array(sorted(pick))]
@@ -141,7 +146,7 @@ def _classes(pt: PolicyTerms) -> np.ndarray:
     for i in range(1, L):
         seen: list[tuple] = []
         for p in range(_N):
-            sig = (tuple(pt.act[p, :, i]), tuple(pt.head[p, :, i]), tuple(pt.peak[p, :, i]))
+            sig = (tuple(pt.act[p, :, i]), tuple(pt.head[p, :, i]), tuple(pt.fwd[p, :, i]), tuple(pt.bwd[p, :, i]))
             if sig not in seen:
                 seen.append(sig)
             out[i, p] = seen.index(sig)
@@ -172,27 +177,28 @@ def stage_versions(chain: Chain, platform: Platform, allowed: Sequence[tuple[int
         last_j = L - 1 if allowed is None else max(ends[i])
         for c in sorted(set(cls_of[i])):
             pp = int(np.flatnonzero(cls_of[i] == c)[0])
-            # groups keyed by (first policy, last policy): arrays R, X, S, E, H and policy tuples
+            # groups keyed by (first policy, last policy): arrays R, X, S, Ef, Eb, H and policy tuples
             groups: dict[tuple[int, int], list] = {}
             for q in range(_N):
                 groups[(q, q)] = [np.array([F[i] if q == _RC else 0.0]), np.array([pt.offloaded[q, i]]),
-                                  np.array([pt.act[pp, q, i]]), np.array([pt.peak[pp, q, i]]),
-                                  float(pt.head[pp, q, i]), [(q,)]]
+                                  np.array([pt.act[pp, q, i]]), np.array([pt.fwd[pp, q, i]]),
+                                  np.array([pt.bwd[pp, q, i]]), float(pt.head[pp, q, i]), [(q,)]]
             for j in range(i, last_j + 1):
                 if j > i:
                     groups, thinned = _extend(groups, pt, F, j)
                     exact = exact and not thinned
-                static0 = float(np.sum(keep.static[i:j + 1]))
+                ties = stage_ties(keep, i, j)
+                static0 = float(np.sum(keep.static[i:j + 1])) + ties.static
                 # the receive buffer at the stage's start is fixed by i (the one at its end is not monotone in j)
                 groups = _within(groups, static0 + keep.const + keep.buf_in[i], limit)
                 if not groups:
                     break
                 if allowed is not None and j not in ends[i]:
                     continue
-                stash = float(np.sum(keep.stash[i:j + 1]))
-                step = stage_step(keep, i, j)
+                stash = float(np.sum(keep.stash[i:j + 1])) + ties.stash
+                step = stage_step(keep, i, j) + stage_created(keep, i, j) - ties.recv
                 fb = float(pF[j + 1] - pF[i] + pB[j + 1] - pB[i])
-                for (first, end), (R, X, S, E, H, pv) in groups.items():
+                for (first, end), (R, X, S, Ef, Eb, H, pv) in groups.items():
                     tail = float(pt.tail[end, j])
                     n = len(R)
                     rows["i"].append(np.full(n, i))
@@ -204,7 +210,8 @@ def stage_versions(chain: Chain, platform: Platform, allowed: Sequence[tuple[int
                     rows["A"].append(S + H + tail)
                     rows["static"].append(static0 + X + keep.buf_in[i] + keep.buf_out[j])
                     rows["stash"].append(np.full(n, stash))
-                    rows["extra"].append(np.maximum(np.maximum(E, step - S - tail + keep.buf_in[i]), 0.0)
+                    E = np.maximum(Ef, Eb)
+                    rows["extra"].append(np.maximum(np.maximum(E, step - S - X - tail + keep.buf_in[i]), 0.0)
                                          + keep.const)
                     pols.extend(pv)
     arr = {k: np.concatenate(v) if v else np.zeros(0) for k, v in rows.items()}
@@ -214,15 +221,15 @@ def stage_versions(chain: Chain, platform: Platform, allowed: Sequence[tuple[int
 
 def _within(groups: dict, base: float, limit: float) -> dict:
     """The versions whose least memory (one mini-batch in flight) can still fit: ``S + H + X +
-    max(E, 0)`` plus the stage's static bytes and runtime constant only grows as the stage grows
+    max(Ef, Eb, 0)`` plus the stage's static bytes and runtime constant only grows as the stage grows
     (``k S + E`` does not fall when a layer is added), so the others never fit."""
     if not math.isfinite(limit):
         return groups
     out = {}
-    for key, (R, X, S, E, H, pv) in groups.items():
-        ok = np.flatnonzero(S + H + X + np.maximum(E, 0.0) + base <= limit)
+    for key, (R, X, S, Ef, Eb, H, pv) in groups.items():
+        ok = np.flatnonzero(S + H + X + np.maximum(np.maximum(Ef, Eb), 0.0) + base <= limit)
         if len(ok):
-            out[key] = [R[ok], X[ok], S[ok], E[ok], H, [pv[t] for t in ok]]
+            out[key] = [R[ok], X[ok], S[ok], Ef[ok], Eb[ok], H, [pv[t] for t in ok]]
     return out
 
 
@@ -231,24 +238,29 @@ def _extend(groups: dict, pt: PolicyTerms, F: np.ndarray, j: int) -> tuple[dict,
     and whether a group had to be thinned (exactness given up)."""
     merged: dict[tuple[int, int], list] = {}
     thinned = False
-    for (first, end), (R, X, S, E, H, pv) in groups.items():
+    grad = pt.keep.grad[j]      # what layer j's backward makes: the earlier layers' backwards run with it
+    for (first, end), (R, X, S, Ef, Eb, H, pv) in groups.items():
         for q in range(_N):
             a = pt.act[end, q, j]
-            item = merged.setdefault((first, q), [[], [], [], [], H, []])
+            gone = a + pt.offloaded[q, j]      # layer j's activations and offloaded copy: not there for i..j-1's
+            item = merged.setdefault((first, q), [[], [], [], [], [], H, []])
             item[0].append(R + (F[j] if q == _RC else 0.0))
             item[1].append(X + pt.offloaded[q, j])
             item[2].append(S + a)
-            item[3].append(np.maximum(E - a, pt.peak[end, q, j]))
-            item[5].append([p + (q,) for p in pv])
+            item[3].append(np.maximum(Ef - gone, pt.fwd[end, q, j]))
+            item[4].append(np.maximum(Eb - gone + grad, pt.bwd[end, q, j]))
+            item[6].append([p + (q,) for p in pv])
     out: dict[tuple[int, int], list] = {}
-    for key, (Rs, Xs, Ss, Es, H, pvs) in merged.items():
-        R, X, S, E = (np.concatenate(v) for v in (Rs, Xs, Ss, Es))
+    for key, (Rs, Xs, Ss, Efs, Ebs, H, pvs) in merged.items():
+        R, X, S, Ef, Eb = (np.concatenate(v) for v in (Rs, Xs, Ss, Efs, Ebs))
         flat = [p for block in pvs for p in block]
-        idx = _pareto(R, X, S, E)
+        # without gradients made in the backward both excesses fall alike: their larger one decides
+        cols = (R, X, S, Ef, Eb) if np.any(pt.keep.grad > 0) else (R, X, S, np.maximum(Ef, Eb))
+        idx = _pareto(*cols)
         if len(idx) > VERSION_CAP:
-            idx = _thin(R, X, S, E, idx, VERSION_CAP)
+            idx = _thin(cols, idx, VERSION_CAP)
             thinned = True
-        out[key] = [R[idx], X[idx], S[idx], E[idx], H, [flat[t] for t in idx]]
+        out[key] = [R[idx], X[idx], S[idx], Ef[idx], Eb[idx], H, [flat[t] for t in idx]]
     return out, thinned
 
 

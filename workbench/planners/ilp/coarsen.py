@@ -24,7 +24,8 @@ from typing import Sequence
 import numpy as np
 
 from workbench.model.chain import Chain, Platform
-from workbench.model.memory import layer_terms, linear_terms
+from workbench.model.memory import layer_terms
+from workbench.model.memory_bands import linear_terms
 from workbench.model.plan import Plan, make_plan, stages_of
 
 __all__ = ["block_groups", "expand_assignment", "expand_plan"]
