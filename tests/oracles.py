@@ -46,8 +46,10 @@ activations) is not modelled: the oracle refuses such chains.
 from __future__ import annotations
 
 import itertools
+import json
 import math
 import random
+from dataclasses import replace
 from typing import Iterator, Sequence
 
 import numpy as np
@@ -312,12 +314,35 @@ def optimal_plan(chain: Chain, platform: Platform, allocation: str = "contiguous
 def random_instance(seed: int, max_layers: int = 5, max_devices: int = 3) -> tuple[Chain, Platform]:
     """A chain of 2..max_layers layers on 2..max_devices devices, either memory model, its memory limit
     between 0.2 and 0.8 of what the whole chain needs on one device with two mini-batches in flight
-    (so that it binds, or rules out every plan, in many)."""
+    (so that it binds, or rules out every plan, in many). Half of them share a parameter between two or
+    three layers (docs/model.md, "Tied parameters"), some measure the fresh backward, and the training
+    loop is either (drawn after everything else, so the rest of an instance is as it always was)."""
     rng = random.Random(seed)
     chain = random_chain(rng, rng.randint(2, max_layers))
     platform = Platform(rng.randint(2, max_devices), optimizer=rng.choice(["sgd", "adam"]),
                         memory_model=rng.choice(["full", "paper"]), weights=rng.choice(["stash", "single"]),
                         bandwidth=rng.uniform(5, 100))
     L = len(chain)
+    roomy_draw = rng.uniform(0.2, 0.8)
+    chain, platform = with_ties(rng, chain), platform.with_(zero_grad=rng.choice(["none", "zeros"]))
     roomy = max(memory_by_device(chain, platform.with_(devices=1), [(0, L - 1, 0, 2)]))
-    return chain, platform.with_(memory=roomy * rng.uniform(0.2, 0.8))
+    return chain, platform.with_(memory=roomy * roomy_draw)
+
+
+def with_ties(rng: random.Random, chain: Chain) -> Chain:
+    """``chain`` with, half of the time, a parameter of the first user shared with one or two later layers
+    (its bytes counted at the owner only, as a profile counts them), and some fresh backward peaks."""
+    layers = list(chain.layers)
+    for i, layer in enumerate(layers):
+        if rng.random() < 0.4 and layer.backward_peak_bytes is not None:
+            extra = rng.uniform(0, float(layer.grad_bytes if layer.grad_bytes is not None else layer.weight_bytes))
+            layers[i] = replace(layer, backward_fresh_peak_bytes=layer.backward_peak_bytes + extra)
+    meta = dict(chain.meta)
+    if len(layers) >= 2 and rng.random() < 0.5:
+        users = sorted(rng.sample(range(len(layers)), min(len(layers), rng.choice([2, 2, 3]))))
+        nbytes = rng.uniform(1, 12)
+        owner = layers[users[0]]
+        layers[users[0]] = replace(owner, weight_bytes=owner.weight_bytes + nbytes)
+        meta["tied"] = json.dumps([{"owner": owner.name, "layers": [layers[u].name for u in users], "bytes": nbytes,
+                                    "parameter": "shared.weight"}])
+    return Chain(tuple(layers), chain.input_bytes, chain.cut_bytes, meta)

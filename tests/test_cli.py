@@ -162,6 +162,47 @@ def test_running_out_of_memory_is_one_line_and_exit_3(files, capsys, monkeypatch
     assert "Traceback" not in err
 
 
+def test_check_simulate_and_run_take_the_plans_set_up(tmp_path, capsys):
+    """A plan records its training set-up (memory_setup: weights, optimizer, precision, zero_grad); check,
+    simulate and run compute with it, and an option that contradicts it is refused in one line naming both."""
+    import json
+
+    import numpy as np
+    import pandas as pd
+
+    from test_memory import measured_chain
+    from workbench.front.cli import main
+    from workbench.profiles import write_profile
+
+    chain = measured_chain(np.random.default_rng(3), 4).with_meta(network="toy")
+    prof = tmp_path / "toy.csv"
+    write_profile(chain, prof)
+    out = tmp_path / "p.json"
+    assert main(["plan", "--profile", str(prof), "--devices", "2", "--weights", "single", "--optimizer", "sgd",
+                 "--zero-grad", "zeros", "--json", str(out)]) == 0
+    setup = json.loads(out.read_text())["memory_setup"]
+    assert (setup["weights"], setup["optimizer"], setup["zero_grad"]) == ("single", "sgd", "zeros")
+    capsys.readouterr()
+    assert main(["check", str(out), "--profile", str(prof)]) == 0          # no option repeated
+    trace = tmp_path / "t.csv"
+    assert main(["simulate", str(out), "--profile", str(prof), "--out", str(trace)]) == 0
+    peaks = pd.read_csv(tmp_path / "t.memory.csv").groupby("device")["total"].max().tolist()
+    assert peaks == pytest.approx(json.loads(out.read_text())["memory"])
+    capsys.readouterr()
+    for option, value, recorded in (("--weights", "stash", "single"), ("--zero-grad", "none", "zeros"),
+                                    ("--optimizer", "adam", "sgd"), ("--precision", "bf16", "fp32")):
+        for command in (["check", str(out), "--profile", str(prof)],
+                        ["simulate", str(out), "--profile", str(prof), "--out", str(trace)],
+                        ["run", str(out), "--profile", str(prof), "--model", "mlp"]):
+            assert main(command + [option, value]) == 2, (command[0], option)
+            err = capsys.readouterr().err.strip().splitlines()
+            assert len(err) == 1 and f"{option} {value}" in err[0] and recorded in err[0], err
+    # the same value as the plan's is no contradiction; default plans use torch's default loop
+    assert main(["check", str(out), "--profile", str(prof), "--weights", "single", "--zero-grad", "zeros"]) == 0
+    assert main(["plan", "--profile", str(prof), "--devices", "2", "--json", str(out)]) == 0
+    assert json.loads(out.read_text())["memory_setup"]["zero_grad"] == "none"
+
+
 # ---------------------------------------------------------------------------------------------
 # the fault audit's loose ends (issue 27.5): one clear line, exit 2, before any work
 # ---------------------------------------------------------------------------------------------

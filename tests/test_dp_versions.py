@@ -18,19 +18,22 @@ from workbench.profiles import load_profile
 
 def test_select_keeps_a_dominator_of_every_candidate():
     """Thinning is valid: every candidate version is no better than a kept version or a relaxation row of its
-    group, in each of (R, X, S, E) (what makes the DP with relaxation rows a lower bound)."""
+    group, in each of (R, X, S, Ef, Eb) (what makes the DP with relaxation rows a lower bound); with Ef = Eb
+    (no gradients made in the backward) and without."""
     rng = np.random.default_rng(0)
     for trial in range(200):
         n = int(rng.integers(1, 80))
         gid = rng.integers(0, 4, n)
-        R, X, S, E = (rng.choice([0.0, 1.0, 2.5, 7.0], n) + rng.uniform(0, 3, n) * (trial % 2) for _ in range(4))
+        R, X, S, E, B = (rng.choice([0.0, 1.0, 2.5, 7.0], n) + rng.uniform(0, 3, n) * (trial % 2) for _ in range(5))
+        if trial % 4 < 2:
+            B = E
         nv = int(rng.integers(0, 6))
-        v = (*(rng.uniform(0, 9, nv) for _ in range(4)), rng.integers(0, 4, nv))
+        v = (*(rng.uniform(0, 9, nv) for _ in range(5)), rng.integers(0, 4, nv))
         cap = int(rng.integers(1, 9))
-        kept, rows = _select(gid, R, X, S, E, v, cap)
+        kept, rows = _select(gid, R, X, S, E, B, v, cap)
         assert np.bincount(gid[kept], minlength=4).max() <= max(cap, 0) or len(kept) == 0
-        cand = [(gid[t], R[t], X[t], S[t], E[t]) for t in range(n)] + list(zip(v[4], *v[:4]))
-        keep_rows = [(gid[t], R[t], X[t], S[t], E[t]) for t in kept] + list(zip(rows[4], *rows[:4]))
+        cand = [(gid[t], R[t], X[t], S[t], E[t], B[t]) for t in range(n)] + list(zip(v[5], *v[:5]))
+        keep_rows = [(gid[t], R[t], X[t], S[t], E[t], B[t]) for t in kept] + list(zip(rows[5], *rows[:5]))
         for g, *c in cand:
             assert any(kg == g and all(a <= b + 1e-12 for a, b in zip(k, c)) for kg, *k in keep_rows), trial
 

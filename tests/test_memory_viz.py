@@ -124,8 +124,22 @@ def test_the_split_of_a_plan_with_activation_policies_is_its_effective_chains():
     from workbench.viz.memory import memory_split
 
     ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 100, 10, 400) for i in range(6)), input_bytes=10)
-    plat = Platform(2, memory=1900, optimizer="sgd", weights="single")
+    plat = Platform(2, memory=1900, optimizer="sgd", weights="single", zero_grad="zeros")
     p = make_plan(ch, plat, "dp", activations="auto")
     assert p.feasible and "recompute" in p.activations
     df = memory_split(p, ch, plat)
     assert np.allclose(df["total"], df["reported"], rtol=1e-9)
+
+
+def test_a_gpipe_split_under_zero_grad_none_draws_no_gradients_before_any_backward():
+    """GPipe, activations dominating: the peak comes at the end of the forwards, before any backward, so under
+    ``none`` the split holds no gradients (under ``zeros`` they are resident); both sum to the plan's memory."""
+    from workbench.planners import plan as run_planner
+
+    chain = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 100, 400, 10) for i in range(4)), input_bytes=10)
+    for zero_grad, grads in (("none", 0.0), ("zeros", 200.0)):
+        plat = Platform(2, optimizer="adam", zero_grad=zero_grad)
+        plan = run_planner(chain, plat, "gpipe", micro_batches=4)
+        df = memory_split(plan, chain, plat)
+        assert df["gradients"].tolist() == [grads, grads]
+        assert np.allclose(df["total"], plan.memory)

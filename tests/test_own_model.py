@@ -226,9 +226,10 @@ def test_profile_finds_the_layers_and_counts_ties_once(profiles, name):
         assert tied == []
 
 
-def _plan(root: Path, profile: Path, name: str, devices: int, method: str) -> Path:
-    plan = root / f"{name}-{method}-P{devices}.json"
-    args = ["plan", "--profile", str(profile), "--devices", str(devices), "--json", str(plan), "--method", method]
+def _plan(root: Path, profile: Path, name: str, devices: int, method: str, weights: str = "stash") -> Path:
+    plan = root / f"{name}-{method}-P{devices}-{weights}.json"
+    args = ["plan", "--profile", str(profile), "--devices", str(devices), "--json", str(plan), "--method", method,
+            "--weights", weights]
     if method == "ilp":
         args += ["--allocation", "general", "--time-limit", "20"]
     assert main(args) == 0
@@ -242,10 +243,10 @@ def test_run_on_ranks_matches_one_process(profiles, name, devices, method, weigh
     """dp and general ILP plans on 2 and 4 ranks; torch's engine (one weight version) and the PipeDream
     fallback (stash) both; gradients equal the single process's, tied weights tied."""
     root, paths = profiles
-    plan = _plan(root, paths[name], name, devices, method)
+    plan = _plan(root, paths[name], name, devices, method, weights)
     out = root / f"run-{name}-{method}-P{devices}"
     assert main(["run", str(plan), "--module", _spec(name), "--profile", str(paths[name]), "--steps", "4",
-                 "--weights", weights, "--out", str(out)]) == 0
+                 "--out", str(out)]) == 0      # the plan's weights: run takes its set-up from the plan
     s = json.loads((out / "summary.json").read_text())
     assert s["engine"] == ("torch" if weights == "single" else "pipedream") and s["optimizer"] == "adam"
     assert s["max_grad_error"] <= s["grad_tolerance"]
@@ -299,7 +300,8 @@ def test_the_plan_shows_the_tie_and_replay_takes_a_module(profiles, capsys):
     import pandas as pd
 
     rep = pd.read_csv(out / "replay.csv")                # the module came from the profile's metadata
-    assert list(rep["device"]) == [0, 1] and (rep["measured_memory"] >= rep["predicted_memory"]).all()
+    assert list(rep["device"]) == [0, 1]
+    assert ((rep["measured_memory"] - rep["predicted_memory"]).abs() <= 0.05 * rep["predicted_memory"] + 8192).all()
 
 
 def test_tied_gradient_needs_both_uses():
@@ -362,11 +364,11 @@ def test_torchrun_two_processes(profiles):
     from workbench.runtime.engine import Workload, grad_error, reference_gradients
 
     root, paths = profiles
-    plan = _plan(root, paths["cnn"], "cnn", 2, "dp")
+    plan = _plan(root, paths["cnn"], "cnn", 2, "dp", "single")     # torchrun takes the plan's set-up
     out = root / "torchrun"
     torchrun = Path(sys.executable).with_name("torchrun")
     cmd = [str(torchrun), "--standalone", "--nproc-per-node", "2", "-m", "workbench.runtime.engine", str(plan),
-           "--module", _spec("cnn"), "--profile", str(paths["cnn"]), "--steps", "4", "--weights", "single",
+           "--module", _spec("cnn"), "--profile", str(paths["cnn"]), "--steps", "4",
            "--check-grads", "--out", str(out)]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240, cwd=HERE.parents[1])

@@ -33,7 +33,7 @@ def _weights(wl, first, last):
 
 
 def _check_resident(res, plan, wl, devices):
-    """Each replayed device holds its stages' parameters and gradient buffers, to the byte."""
+    """Each replayed device holds its stages' parameters and (zero_grad zeros) gradient buffers, to the byte."""
     for d in devices:
         w = sum(_weights(wl, st.first, st.last) for st in plan.stages if st.device == d)
         b = res.meta["memory_breakdown"][d]
@@ -41,10 +41,10 @@ def _check_resident(res, plan, wl, devices):
         assert b["Parameter"] <= w and b["Gradient"] == w and b["Total"] == res.meta["memory_peak"][d]
 
 
-def _plan(chain, devices, assignment):
+def _plan(chain, devices, assignment, loop="zeros"):
     from workbench.verify.schedule import best_schedule
 
-    plan = best_schedule(chain, Platform(devices), assignment)
+    plan = best_schedule(chain, Platform(devices, zero_grad=loop), assignment)
     assert plan.feasible
     return plan
 
@@ -53,7 +53,7 @@ def test_replay_runs_each_program_alone_with_rule7_memory(mlp):
     chain, wl = mlp
     plan = _plan(chain, 2, [0, 0, 0, 1, 1])
     assert plan.stages[0].in_flight >= 2
-    res = replay_devices(plan, wl, STEPS, device="cpu", timeout=60)
+    res = replay_devices(plan, wl, STEPS, device="cpu", timeout=60, zero_grad="zeros")
     ops = res.trace.ops
     assert set(ops["kind"]) == {"F", "B", "step"}       # no send or receive: nothing travels
     steps, backs = ops[ops["kind"] == "step"], ops[ops["kind"] == "B"]
@@ -87,7 +87,7 @@ def test_replay_runs_each_program_alone_with_rule7_memory(mlp):
 def test_replay_one_device_of_a_noncontiguous_plan(mlp):
     chain, wl = mlp
     plan = _plan(chain, 2, [0, 0, 1, 1, 0])
-    res = replay_devices(plan, wl, STEPS, device="cpu", devices=[0], timeout=60)
+    res = replay_devices(plan, wl, STEPS, device="cpu", devices=[0], timeout=60, zero_grad="zeros")
     assert set(res.trace.ops["device"]) == {0}
     rep = replay_report(plan, chain, res)
     assert list(rep["device"]) == [0] and rep.loc[0, "stages"] == "0,2"
@@ -109,7 +109,7 @@ def test_bf16_replay_holds_half_the_float32_state():
     runs = {}
     for dtype in ("bfloat16", "float32"):
         wl = Workload.zoo("tiny-gpt", 2, dtype=dtype)
-        runs[dtype] = replay_devices(plan, wl, steps, device="cpu", timeout=60)
+        runs[dtype] = replay_devices(plan, wl, steps, device="cpu", timeout=60, zero_grad="zeros")
         _check_resident(runs[dtype], plan, wl, [0, 1])
     rep = replay_report(plan, chain, runs["bfloat16"])
     # the memory model's prediction (docs/model.md "Memory") within 5 %, give or take 8 KiB (a tiny model)
@@ -233,6 +233,7 @@ def test_run_command_replay(tmp_path, mlp, capsys):
                "--batch-size", "4", "--steps", "6", "--out", str(tmp_path / "r"), "--replay"])
     assert rc == 0
     rep = pd.read_csv(tmp_path / "r" / "replay.csv")
-    assert list(rep["device"]) == [0, 1] and (rep["measured_memory"] >= rep["predicted_memory"]).all()
+    assert list(rep["device"]) == [0, 1]
+    assert ((rep["measured_memory"] - rep["predicted_memory"]).abs() <= 0.05 * rep["predicted_memory"] + 8192).all()
     assert "replayed alone" in capsys.readouterr().out
     assert not (tmp_path / "r" / "summary.json").exists()   # nothing ran together

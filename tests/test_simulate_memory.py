@@ -88,3 +88,23 @@ def test_step_rows_after_the_flush():
         again = with_step_rows(trace.memory, chain, plat, [(0, 1), (2, 3)], [0, 1], end)
         assert len(again) == len(trace.memory) + len(last[last["transient"] > 0])
     assert stepped >= 1     # adam's step has temporaries
+
+
+def test_a_flush_under_zero_grad_none_holds_its_gradients_from_its_first_backwards_end():
+    """GPipe, 2 stages of 2 layers of 100 weight bytes (gradients 200 bytes per stage): under ``zeros`` the
+    gradients are resident; under ``none`` each device holds them only once its stage's first backward has
+    ended (stage 0: 0B0 from 14 to 18, stage 1: 1B0 from 10 to 14), so its weights read 200 bytes less before."""
+    from workbench.model.chain import Chain, Layer
+    from workbench.verify.simulate_memory import grad_windows
+
+    chain = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 100, 400, 10) for i in range(4)), input_bytes=10)
+    runs = {z: simulate_flushed(chain, Platform(2, optimizer="adam", zero_grad=z), [0, 0, 1, 1], 4, kind="gpipe")
+            for z in ("none", "zeros")}
+    first_end = {0: 18.0, 1: 14.0}
+    for d in (0, 1):
+        none, zeros = (runs[z].memory[runs[z].memory["device"] == d] for z in ("none", "zeros"))
+        assert none["time"].tolist() == zeros["time"].tolist()
+        gap = (zeros["weights"].to_numpy() - none["weights"].to_numpy()).tolist()
+        assert gap == [200.0 if t < first_end[d] else 0.0 for t in none["time"]]
+    assert runs["none"].peak_memory()[0] < runs["zeros"].peak_memory()[0]   # its peak comes before any backward
+    assert grad_windows([[2.0, 7.0]], [5.0, 10.0]) == [[(2.0, 5.0), (7.0, float("inf"))]]

@@ -64,7 +64,8 @@ METHODS: tuple[tuple[str, str, str, str], ...] = tuple(
     (variant(name, alloc).short + suffix, name, alloc, policy)
     for name, alloc in lineup("largest") for policy, suffix in (("keep", ""), ("auto", " + auto")))
 _COLUMNS = ("forward", "backward", "weight_bytes", "activation_bytes", "saved_bytes", "grad_bytes", "max_param_bytes",
-            "saved_input_bytes", "saved_output_bytes", "forward_peak_bytes", "backward_peak_bytes")
+            "saved_input_bytes", "saved_output_bytes", "forward_peak_bytes", "backward_peak_bytes",
+            "backward_fresh_peak_bytes")
 
 
 def family_config(d_model: int) -> dict:
@@ -249,10 +250,11 @@ CRITERIA: dict[str, float | None] = {"any period": None, "within 10 % of full sp
 def largest_table(families: Sequence[str] = FAMILIES, devices: Sequence[int] = (2, 4, 8), memory: float = 2 * 2**30,
                   methods: Sequence[tuple[str, str, str, str]] = METHODS, *, time_limit: float | None = 10.0,
                   criteria: dict[str, float | None] = CRITERIA,
-                  progress: Callable[[str], None] | None = None) -> pd.DataFrame:
+                  progress: Callable[[str], None] | None = None, platform_kw: dict | None = None) -> pd.DataFrame:
     """One row per (family, P, criterion, method): the largest size that fits (at any period, or within a
     slowdown of the method's full speed), its parameters, the ratio to PipeDream's (keep) largest under the
-    same criterion, the period over the lower bound there, and the policies used."""
+    same criterion, the period over the lower bound there, and the policies used. ``platform_kw``: the
+    training set-up (e.g. ``{"zero_grad": "zeros"}``)."""
     from workbench.model.activations import describe
 
     if not 0 < memory < math.inf:
@@ -265,7 +267,8 @@ def largest_table(families: Sequence[str] = FAMILIES, devices: Sequence[int] = (
                 for label, planner, allocation, activations in methods:
                     t0 = time.perf_counter()
                     size, plan = largest_size(family, P, memory, planner, allocation, activations,
-                                              time_limit=time_limit, start=hint, slowdown=slow)
+                                              time_limit=time_limit, start=hint, slowdown=slow,
+                                              platform_kw=platform_kw)
                     hint = hint or size
                     rows.append({"family": family, "devices": P, "criterion": crit, "method": label, "size": size,
                                  "parameters": parameters(family, size) if size else 0.0,

@@ -109,8 +109,12 @@ def _add_platform_args(p: argparse.ArgumentParser, *, required: bool = True) -> 
                         "GPU)")
     p.add_argument("--latency", type=_non_negative, default=0.0, help="link latency in seconds (default 0)")
     p.add_argument("--weights", choices=["stash", "single"], default=None,
-                   help="weight versions: stash (PipeDream; the default) or single; check, simulate and run: "
-                        "default the plan's")
+                   help="weight versions: stash (PipeDream, the default) or single" + ("" if required else
+                                                                                     "; default: the plan's"))
+    p.add_argument("--zero-grad", choices=["none", "zeros"], default=None, dest="zero_grad",
+                   help="the training loop (docs/model.md, 'Memory'): none (torch's default zero_grad(): gradients "
+                        "set to None between steps; the default) or zeros (zeroed in place, resident)"
+                        + ("" if required else "; default: the plan's"))
     p.add_argument("--memory-model", choices=["full", "paper"], default=None,
                    help="what a device holds (docs/model.md, 'Memory'): full (default: parameters, gradients, "
                         "optimizer state, activations, transients) or paper (rule 7 of the paper: k A + phi W + "
@@ -264,7 +268,8 @@ def _run_parser(sub: argparse._SubParsersAction) -> None:
                    help="torch.distributed.pipelining, or the PipeDream fallback (auto: torch where it "
                         "expresses the plan; weight stashing needs pipedream)")
     p.add_argument("--steps", type=int_in(1), default=None,
-                   help="mini-batches to run (default 20; a plan of torch's schedules: its micro-batches)")
+                   help="mini-batches to run (default 20, or more where the plan's steady state needs them; a plan "
+                        "of torch's schedules: its micro-batches)")
     p.add_argument("--batch-size", type=int_in(1), default=8, help="mini-batch size without --profile (default 8)")
     p.add_argument("--backend", default=None, choices=["gloo", "nccl"],
                    help="gloo (CPU) or nccl (GPU); default by device")
@@ -303,6 +308,8 @@ def _study_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--time-limit", type=positive_seconds, default=10.0,
                    help="per general-ILP solve, seconds (default 10)")
     p.add_argument("--quick", action="store_true", help="P = 2 and 4, no ILP")
+    p.add_argument("--zero-grad", choices=["none", "zeros"], default="none", dest="zero_grad",
+                   help="the training loop: none (torch's default, gradients set to None) or zeros (default none)")
     p.add_argument("--out", default=None, help="write the table here (CSV)")
     p.set_defaults(handler=_largest)
 

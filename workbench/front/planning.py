@@ -18,8 +18,10 @@ from pathlib import Path
 from typing import Callable
 
 from workbench.methods import METHODS, method
+from workbench.model.plan_setup import SETUP_OPTIONS, plan_setup, resolve_setup
 
-__all__ = ["platform_from_args", "chain_from_args", "plan_command", "check_command", "simulate_command"]
+__all__ = ["platform_from_args", "chain_from_args", "plan_command", "check_command", "simulate_command",
+           "plan_setup", "resolve_setup", "SETUP_OPTIONS"]
 
 
 def _links(args: argparse.Namespace, setup: dict) -> dict:
@@ -38,25 +40,18 @@ def _links(args: argparse.Namespace, setup: dict) -> dict:
 
 
 def platform_from_args(args: argparse.Namespace, plan=None):
-    """The platform of the command line; the memory set-up options default to the plan's (when a plan is
-    given and recorded one), else to the full model with Adam; memory and links to ``--gpu``'s
-    (:func:`_links`)."""
+    """The platform of the command line; the memory set-up is the plan's when a plan is given (an option that
+    contradicts it is refused: :func:`resolve_setup`), else the options', else the full model with Adam and
+    torch's default loop; memory and links to ``--gpu``'s (:func:`_links`)."""
     from workbench.model.chain import Platform
 
     setup = dict(getattr(plan, "setup", None) or {})
-    model = args.memory_model or setup.get("memory_model", "full")
-    if args.weight_factor is not None and model != "paper":
-        raise ValueError("--weight-factor belongs to the paper's memory model: add --memory-model paper (the full "
-                         "model counts gradients and optimizer state from --optimizer and --precision)")
-    if model == "paper" and (args.optimizer or args.precision):
-        raise ValueError("--optimizer and --precision belong to the full memory model, not --memory-model paper")
-    factor = args.weight_factor if args.weight_factor is not None else setup.get("weight_factor", 1.0)
-    extra = ({"weight_factor": factor}
-             if model == "paper" else
-             {"optimizer": args.optimizer or setup.get("optimizer", "adam"),
-              "precision": args.precision or (setup.get("precision") if setup.get("memory_model") == "full" else None)})
-    weights = args.weights or setup.get("weights") or "stash"
-    return Platform(args.devices, latency=args.latency, weights=weights, memory_model=model, **_links(args, setup),
+    chosen = resolve_setup(args, plan)
+    model = chosen["memory_model"]
+    extra = ({"weight_factor": chosen["weight_factor"]} if model == "paper" else
+             {"optimizer": chosen["optimizer"], "precision": chosen["precision"], "zero_grad": chosen["zero_grad"]})
+    return Platform(args.devices, latency=args.latency, weights=chosen["weights"], memory_model=model,
+                    **_links(args, setup),
                     host_bandwidth=getattr(args, "host_bandwidth", None) or setup.get("host_bandwidth", "31.5GB/s"),
                     **extra)
 
@@ -85,12 +80,17 @@ def _progress(quiet: bool) -> Callable[[str], None] | None:
 
 
 def _resolve_plan_context(args: argparse.Namespace, plan):
-    """For check/simulate: the profile and devices default to nothing; devices can come from the plan."""
+    """For check/simulate: the profile and devices default to nothing; devices can come from the plan; the
+    set-up is the plan's (checked against the profile's dtype, as ``plan`` checks it)."""
+    from workbench.model.memory import validate_setup
+
     if args.profile is None:
         raise ValueError("--profile is required to check or simulate a plan (the chain the plan was made for)")
     if args.devices is None:
         args.devices = plan.devices
-    return chain_from_args(args), platform_from_args(args, plan)
+    chain, platform = chain_from_args(args), platform_from_args(args, plan)
+    validate_setup(platform, chain)
+    return chain, platform
 
 
 def plan_command(args: argparse.Namespace) -> int:
@@ -122,7 +122,8 @@ def plan_command(args: argparse.Namespace) -> int:
     print(f"{chain.name}: {len(chain)} layers on {platform.devices} devices")
     print(result.summary())
     for t in result.extra.get("tied", []):
-        print(f"  tied: {t['parameter']} shared by {', '.join(t['layers'])}; its bytes count at {t['owner']} only")
+        print(f"  tied: {t['parameter']} shared by {', '.join(t['layers'])}; counted at {t['owner']}, and a stage "
+              "holding a sharer without it holds a copy")
     if result.feasible and not result.fits:
         over = result.peak_memory - result.memory_limit
         from workbench.model.units import format_bytes

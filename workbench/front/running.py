@@ -119,12 +119,14 @@ def _run_ranks(plan, chain, platform, wl, steps: int, cores: int, say, **run_kw:
     from workbench.runtime.engine import choose_engine, run_plan
 
     engine = choose_engine(plan, platform.weights, run_kw.get("engine", "auto"))
-    if platform.memory_model == "full":     # the optimizer the plan's memory counts is the one stepped
+    if platform.memory_model == "full":     # the optimizer and the loop the plan's memory counts are the ones run
         run_kw.setdefault("optimizer", platform.optimizer)
+        run_kw.setdefault("zero_grad", platform.zero_grad)
     if plan.devices > cores:
         say(f"warning: {plan.devices} ranks on {cores} cores: the ranks take turns on the cores, so the measured "
             "times mean little (memory and gradients are still exact)", file=sys.stderr)
-    say(f"running {plan.devices} ranks on {engine} engine: {steps} mini-batches of {wl.name} ...", flush=True)
+    say(f"running {plan.devices} ranks on {engine} engine: {steps} mini-batches of {wl.name}, optimizer "
+        f"{run_kw.get('optimizer', 'adam')}, zero_grad {run_kw.get('zero_grad', 'none')} ...", flush=True)
     t0 = time.perf_counter()
     res = run_plan(plan, wl, steps, weights=platform.weights, chain=chain, platform=platform, **run_kw)
     say(f"  ranks done in {time.perf_counter() - t0:.1f} s", flush=True)
@@ -224,7 +226,7 @@ def _replay(plan, chain, platform, wl, steps: int, out: Path, optimizer: str) ->
     chain = chain_for_plan(plan, chain)
     print(f"replaying each of {plan.devices} devices alone ...", flush=True)
     res, rep = replay_to(out, plan, chain, wl, steps, weights=platform.weights, platform=platform,
-                         optimizer=optimizer)
+                         optimizer=optimizer, zero_grad=platform.zero_grad)
     print(f"{wl.name}: each of {plan.devices} devices replayed alone ({res.meta['device']}, {wl.dtype}), "
           f"{steps} mini-batches")
     for r in rep.itertuples():
@@ -270,11 +272,14 @@ def _refuse_what_check_rejects(args: argparse.Namespace, plan, chain) -> None:
 
 def run_command(args: argparse.Namespace) -> int:
     """Handler of ``python -m workbench run`` (see the module docstring)."""
+    from workbench.front.planning import resolve_setup
+    from workbench.model.memory import validate_setup
     from workbench.model.plan import Plan
 
     plan = Plan.from_json(Path(args.plan_file))
     if not plan.feasible:
         raise ValueError(f"{args.plan_file}: the plan is infeasible; nothing to run")
+    resolve_setup(args, plan)           # an option that contradicts the plan's set-up: refused before anything
     if args.backend == "nccl":
         import torch
 
@@ -315,10 +320,22 @@ def run_command(args: argparse.Namespace) -> int:
         print(f"profiling {wl.name} on this machine (no --profile) ...", flush=True)
         chain = profile_workload(wl, progress=True)
     _refuse_what_check_rejects(args, plan, chain)
-    optimizer = getattr(args, "optimizer", None) or (plan.setup or {}).get("optimizer") or "adam"
-    platform = platform_for_run(plan, optimizer=optimizer, bandwidth=getattr(args, "bandwidth", None),
-                                latency=getattr(args, "latency", 0.0), weights=getattr(args, "weights", None))
-    steps = args.steps if args.steps is not None else (plan.micro_batches if method_of(plan).torch_class else 20)
+    setup = resolve_setup(args, plan)
+    platform = platform_for_run(plan, optimizer=setup["optimizer"], bandwidth=getattr(args, "bandwidth", None),
+                                latency=getattr(args, "latency", 0.0), weights=setup["weights"],
+                                zero_grad=setup["zero_grad"])
+    validate_setup(platform, chain)
+    optimizer = platform.optimizer
+    if args.steps is not None:
+        steps = args.steps
+    elif method_of(plan).torch_class:           # torch's schedules: one step of the plan's micro-batches
+        steps = int(plan.micro_batches)
+    else:                                       # enough mini-batches for the steady state the plan describes
+        from workbench.runtime.engine import choose_engine
+        from workbench.runtime.summary import steady_steps
+
+        steps = max([20] + steady_steps(plan, choose_engine(plan, platform.weights,
+                                                            getattr(args, "engine", None) or "auto")))
     if getattr(args, "replay", False):
         return _replay(plan, chain, platform, wl, steps, Path(args.out), optimizer)
     summary = run_and_compare(plan, chain, platform, wl, batch_size, steps,

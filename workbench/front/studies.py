@@ -54,7 +54,7 @@ def largest_command(args) -> int:
     devs = tuple(args.devices) if args.devices else ((2, 4) if args.quick else (2, 4, 8))
     methods = METHODS if not args.quick else tuple(m for m in METHODS if m[1] != "ilp")
     df = largest_table(fams, devs, parse_size(args.memory, what="memory"), methods, time_limit=args.time_limit,
-                       progress=print)
+                       progress=print, platform_kw={"zero_grad": getattr(args, "zero_grad", None) or "none"})
     print()
     print(df.to_string(index=False, float_format=lambda x: f"{x:.3g}"))
     if args.out:

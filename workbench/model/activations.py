@@ -29,6 +29,9 @@ backward_peak (bp) its profile columns:
     forward_peak = max(fp - saved, 0) (the copy is counted resident) and
     backward_peak = bp.
 
+Both keep the backward that writes fresh gradients (``backward_fresh_peak``, bf) beside
+the one that adds into them: recompute's is max(fp + out, saved - si + bf), offload's bf.
+
 >>> from workbench.model.chain import Chain, Layer
 >>> chain = Chain((Layer("a", 1.0, 2.0, 0, 8, 40, 0, 0, 4, 0, 48, 60), Layer("b", 1.0, 1.0, 0, 8)), input_bytes=4)
 >>> eff = apply_policies(chain, ["recompute", "offload"])
@@ -97,13 +100,14 @@ def is_keep(policies: Sequence[str] | None) -> bool:
 def _recompute(layer: Layer, c: dict[str, float]) -> Layer:
     return replace(layer, backward=layer.backward + layer.forward, saved_bytes=c["in"], saved_input_bytes=c["in"],
                    saved_output_bytes=0.0, forward_peak_bytes=c["fp"],
-                   backward_peak_bytes=max(c["fp"] + c["out"], c["saved"] - c["si"] + c["bp"]), offload_bytes=0.0)
+                   backward_peak_bytes=max(c["fp"] + c["out"], c["saved"] - c["si"] + c["bp"]),
+                   backward_fresh_peak_bytes=max(c["fp"] + c["out"], c["saved"] - c["si"] + c["bf"]), offload_bytes=0.0)
 
 
 def _offload(layer: Layer, c: dict[str, float]) -> Layer:
     return replace(layer, saved_bytes=0.0, saved_input_bytes=0.0, saved_output_bytes=0.0,
                    forward_peak_bytes=max(c["fp"] - c["saved"], 0.0), backward_peak_bytes=c["bp"],
-                   offload_bytes=c["saved"])
+                   backward_fresh_peak_bytes=c["bf"], offload_bytes=c["saved"])
 
 
 def apply_policies(chain: Chain, policies: Sequence[str] | str | None) -> Chain:
@@ -127,7 +131,7 @@ def apply_policies(chain: Chain, policies: Sequence[str] | str | None) -> Chain:
             continue
         c = {"in": float(cols["in"][l]), "out": float(cols["out"][l]), "saved": float(cols["saved"][l]),
              "si": float(cols["saved_input_bytes"][l]), "fp": float(cols["forward_peak_bytes"][l]),
-             "bp": float(cols["backward_peak_bytes"][l])}
+             "bp": float(cols["backward_peak_bytes"][l]), "bf": float(cols["backward_fresh_peak_bytes"][l])}
         filled = replace(layers[l], **{k: float(cols[k][l]) for k in ("grad_bytes", "max_param_bytes")})
         layers[l] = _recompute(filled, c) if p == "recompute" else _offload(filled, c)
     meta = {**chain.meta, "activations": "".join(_SHORT[p] for p in pol)}
@@ -179,9 +183,10 @@ class PolicyTerms:
     """Every layer's memory and time terms under every policy, for planners that choose per layer.
 
     Index policies as :data:`POLICIES` (0 keep, 1 recompute, 2 offload). A layer's activations,
-    head and peak depend on its own policy and its predecessor's (storage shared across the
-    boundary is counted once only while the predecessor keeps what it saves): ``act[p, q, l]``
-    with p the policy of layer l-1 and q of layer l; ``tail``, ``static`` (with the offloaded copy),
+    head and forward and backward climbs (``fwd``, ``bwd``; ``peak`` their larger) depend on its own policy
+    and its predecessor's (storage shared across the boundary is counted once only while the predecessor
+    keeps what it saves): ``act[p, q, l]`` with p the policy of layer l-1 and q of layer l; ``tail``,
+    ``static`` (with the offloaded copy),
     ``offloaded`` (bytes each way) and ``backward`` (seconds) depend on q only. ``keep`` holds the
     policy-free terms (stash, step, runtime constant). Every entry is read off
     :func:`workbench.model.memory.layer_terms` of an effective chain, so stages assembled from these
@@ -190,12 +195,17 @@ class PolicyTerms:
 
     act: np.ndarray
     head: np.ndarray
-    peak: np.ndarray
+    fwd: np.ndarray
+    bwd: np.ndarray
     tail: np.ndarray
     static: np.ndarray
     offloaded: np.ndarray
     backward: np.ndarray
     keep: "LayerTerms"
+
+    @property
+    def peak(self) -> np.ndarray:
+        return np.maximum(self.fwd, self.bwd)
 
 
 def policy_terms(chain: Chain, platform: Platform) -> PolicyTerms:
@@ -209,13 +219,14 @@ def policy_terms(chain: Chain, platform: Platform) -> PolicyTerms:
     """
     from workbench.model.memory import layer_terms
 
-    key = (platform.memory_model, platform.optimizer, platform.precision, platform.weight_factor, platform.weights)
+    key = (platform.memory_model, platform.optimizer, platform.precision, platform.weight_factor, platform.weights,
+           platform.zero_grad)
     cache = chain.__dict__.setdefault("_policy_terms", {})
     if key in cache:
         return cache[key]
     L = len(chain)
     n = len(POLICIES)
-    act, head, peak = (np.zeros((n, n, L)) for _ in range(3))
+    act, head, fwd, bwd = (np.zeros((n, n, L)) for _ in range(4))
     parity = np.arange(L) % 2
     for p in range(n):
         for q in range(n):
@@ -223,10 +234,11 @@ def policy_terms(chain: Chain, platform: Platform) -> PolicyTerms:
                 vec = [POLICIES[q] if parity[l] == odd else POLICIES[p] for l in range(L)]
                 t = layer_terms(apply_policies(chain, vec), platform)
                 sel = parity == odd
-                act[p, q, sel], head[p, q, sel], peak[p, q, sel] = t.act[sel], t.head[sel], t.peak[sel]
+                act[p, q, sel], head[p, q, sel] = t.act[sel], t.head[sel]
+                fwd[p, q, sel], bwd[p, q, sel] = t.fwd[sel], t.bwd[sel]
     uniform = [apply_policies(chain, p) for p in POLICIES]
     terms = [layer_terms(c, platform) for c in uniform]
-    out = PolicyTerms(act, head, peak, np.array([t.tail for t in terms]), np.array([t.static for t in terms]),
+    out = PolicyTerms(act, head, fwd, bwd, np.array([t.tail for t in terms]), np.array([t.static for t in terms]),
                       np.array([[l.offload_bytes for l in c.layers] for c in uniform]),
                       np.array([c.backward for c in uniform]), terms[0])
     cache[key] = out

@@ -24,8 +24,9 @@ import numpy as np
 import pandas as pd
 
 from workbench.model.accelerators import DEFAULT_NODE_BANDWIDTH
-from workbench.model.memory import MEMORY_MODELS, OPTIMIZER_STATES, PRECISIONS
+from workbench.model.memory import MEMORY_MODELS, OPTIMIZER_STATES, PRECISIONS, ZERO_GRADS
 from workbench.model.memory_views import merged_memory_columns
+from workbench.model.ties import remap_ties
 from workbench.model.units import bytes_value, format_bytes, format_seconds, parse_bandwidth, parse_size
 
 if TYPE_CHECKING:  # workbench.model.graph builds chains (Graph.linearise): the annotation only names the type
@@ -37,12 +38,12 @@ DEFAULT_HOST_BANDWIDTH = 31.5e9
 
 __all__ = ["Layer", "Chain", "Platform", "StageCosts", "WeightPolicy", "MEMORY_COLUMNS", "OPTIONAL_COLUMNS",
            "SPLIT_FIELDS",
-           "OPTIMIZERS", "PRECISIONS", "MEMORY_MODELS", "DEFAULT_HOST_BANDWIDTH"]
+           "OPTIMIZERS", "PRECISIONS", "MEMORY_MODELS", "ZERO_GRADS", "DEFAULT_HOST_BANDWIDTH"]
 
 WeightPolicy = Literal["stash", "single"]
 #: the profiler's memory columns beyond saved_bytes (docs/model.md, "Memory")
 MEMORY_COLUMNS = ("grad_bytes", "max_param_bytes", "saved_input_bytes", "saved_output_bytes",
-                  "forward_peak_bytes", "backward_peak_bytes")
+                  "forward_peak_bytes", "backward_peak_bytes", "backward_fresh_peak_bytes")
 OPTIONAL_COLUMNS = ("saved_bytes",) + MEMORY_COLUMNS
 #: the backward's split into input- and weight-gradient work (docs/model.md, "Backward split")
 SPLIT_FIELDS = ("backward_weight", "weight_pending_bytes")
@@ -83,6 +84,9 @@ class Layer:
     #: ``None`` means not measured (estimated)
     backward_weight: float | None = None
     weight_pending_bytes: float | None = None
+    #: the backward's peak when its gradients do not exist yet (written fresh, as after torch's default
+    #: ``zero_grad()``); ``backward_peak_bytes`` adds into gradients that exist
+    backward_fresh_peak_bytes: float | None = None
 
     def __post_init__(self) -> None:
         for f in ("forward", "backward", "weight_bytes", "activation_bytes", "offload_bytes") + OPTIONAL_COLUMNS \
@@ -279,6 +283,10 @@ class Chain:
                                 **_merged_split(self.layers[a:b + 1])))
         cuts = tuple(self.cut(b) for _, b in groups[:-1])
         meta = {**self.meta, "coarsened_from": str(len(self))}
+        meta.pop("tied", None)
+        tied = remap_ties(self, list(groups), [l.name for l in layers])
+        if tied:
+            meta["tied"] = tied
         return Chain(tuple(layers), self.input_bytes, cuts, meta)
 
     # ----- tables ---------------------------------------------------------
@@ -365,6 +373,9 @@ class Platform:
     node_bandwidth: float = DEFAULT_NODE_BANDWIDTH
     #: the accelerator the platform was sized from (its name in workbench.model.accelerators), or None
     gpu: str | None = None
+    #: the training loop (docs/model.md, "Memory"): ``none`` (torch's default ``zero_grad()``: gradients set to
+    #: None between steps) or ``zeros`` (zeroed in place: a resident buffer)
+    zero_grad: str = "none"
 
     def __post_init__(self) -> None:
         if not isinstance(self.devices, (int, np.integer)) or self.devices < 1:
@@ -389,7 +400,8 @@ class Platform:
             raise ValueError(f"weights must be 'stash' or 'single', got {self.weights!r}")
         for name, value, known in (("memory model", self.memory_model, MEMORY_MODELS),
                                    ("optimizer", self.optimizer, OPTIMIZERS),
-                                   ("precision", self.precision, PRECISIONS + (None,))):
+                                   ("precision", self.precision, PRECISIONS + (None,)),
+                                   ("zero-grad loop", self.zero_grad, ZERO_GRADS)):
             if value not in known:
                 raise ValueError(f"unknown {name} {value!r}; known: {', '.join(k for k in known if k)}")
         if self.memory_model == "full" and phi != 1.0:

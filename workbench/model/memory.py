@@ -4,7 +4,17 @@ Every planner, the schedule builder, the simulator and the memory views get
 device memory from this module; only :mod:`workbench.verify.check` re-derives it, on
 its own, from docs/model.md. The views over a whole plan (every device's
 memory, its split by term, the estimate note, torch's engine extra, merged
-layers' columns) are in :mod:`workbench.model.memory_views`.
+layers' columns) are in :mod:`workbench.model.memory_views`; shared parameters
+are read by :mod:`workbench.model.ties`.
+
+**The training loop** (``Platform.zero_grad``): ``none`` (torch's default,
+``optimizer.zero_grad()`` sets every gradient to None) or ``zeros`` (gradients
+zeroed in place, a resident buffer). A periodic plan steps after every
+mini-batch's backward (PipeDream), so under ``none`` a stage's gradients live
+from its backward to its step; under ``zeros`` they are resident and every
+backward adds into them (a transient of the new gradient, which the profiled
+``backward_peak_bytes`` holds; ``backward_fresh_peak_bytes`` is the backward that
+writes fresh gradients instead).
 
 **Per layer l** (arrays over the chain, :func:`layer_terms`), from the
 profile's columns (estimated where a profile lacks them, see
@@ -20,37 +30,52 @@ input for l = 0, else the cut before it) and ``out_l`` the cut after it:
 * ``tail[l] = out_l - saved_output_l`` (0 for the last layer, whose output
   ends in the loss): added when l *ends* a stage: the runtime holds the
   stage's output until the backward.
-* ``static[l]``: parameters + gradients (a resident accumulation buffer) +
-  optimizer state (+ an fp32 master copy of the parameters and of their
-  gradients under ``bf16-mixed``) (+ the one resident copy of an offloaded
-  layer's activations, ``Layer.offload_bytes``: docs/model.md, "Activation
-  policies"; policies act through :func:`workbench.model.activations.apply_policies`);
-  ``stash[l]``: one more parameter version
-  per extra in-flight mini-batch under weight stashing.
+* ``static[l]``: parameters + gradients (``zeros`` only: a resident accumulation
+  buffer) + optimizer state (+ an fp32 master copy of the parameters, and under
+  ``zeros`` of their gradients, under ``bf16-mixed``) (+ the one resident copy
+  of an offloaded layer's activations, ``Layer.offload_bytes``: docs/model.md,
+  "Activation policies"; policies act through
+  :func:`workbench.model.activations.apply_policies`); ``stash[l]``: one more
+  parameter version per extra in-flight mini-batch under weight stashing.
 * ``buf_in[l] = in_l`` (l > 0) and ``buf_out[l] = out_l``: a receive buffer for
   the activation arriving when l starts a stage and one for the gradient
   arriving when l ends one (a stage's neighbours are on other devices).
-* ``peak[l] = max(forward_peak_l + in_l - saved_l,
-  backward_peak_l)``: how far the layer's forward or backward climbs above
-  the state that counts its mini-batch's activations in full.
+* ``fwd[l] = forward_peak_l + in_l - saved_l`` and ``bwd[l]``, the backward's
+  climb (``backward_peak_l``; under ``none`` the fresh one): how far the layer's
+  forward or backward climbs above the state that counts its mini-batch's
+  activations in full; ``peak = max(fwd, bwd)``.
+* ``grad[l]``: gradient bytes its backward creates that stay until the step
+  (``none``: its gradients; a sharer's copy of a tied parameter counts here too);
+  ``created[l]``: those the step finds (with the fp32 master gradients under
+  ``bf16-mixed``).
 * ``step[l]``: the optimizer step's temporaries (Adam's ``sqrt`` and
   division: two parameter-sized tensors of the largest parameter when
   the step loops over parameters, as on CPU; one per parameter byte when it
   is ``foreach``, as on GPUs).
 
+**Tied parameters** (:mod:`workbench.model.ties`): a stage that holds a sharing
+layer but not the owner holds a copy. With ``single`` weights (torch's engine:
+every holder all-reduces the gradient and steps its copy) the copy has its
+parameter, gradient, optimizer state (and fp32 masters) and takes a step;
+with ``stash`` (the PipeDream engine: the sharer sends its gradient to the
+owner, which alone steps) the copy has its parameter, one stashed version per
+extra in-flight mini-batch and a fresh gradient from its backward until the
+step (sent), and the owner's stage, when a sharer is elsewhere, a receive buffer.
+
 **A stage** ``i..j`` with k mini-batches in flight holds
-``k A + static + buf_in_i + buf_out_j + (k - 1) stash`` with ``A = sum act + head_i + tail_j``,
-and climbs above that by its *excess*
-``E = max(0, max_l (peak_l - sum_{m=l+1..j} act_m), step - sum act - tail_j + in_i)``:
-while layer l runs, the stage's layers after l hold nothing of this
-mini-batch yet (forward) or any more (backward), and the step runs after the
-mini-batch's activations are freed, while its input gradient (in_i, for
-i > 0) waits to be sent. **A device** holds the sum over its
-stages, plus the largest excess of its stages (one operation runs at a
-time), plus a runtime constant (0 on CPU; the profile's ``runtime_bytes``).
-The excess and the constant do not depend on the in-flight counts, so for a
-fixed allocation a planner can treat them as a smaller limit
-(:func:`device_budget`).
+``k A + static + buf_in_i + buf_out_j + (k - 1) stash + ties`` with ``A = sum act + head_i + tail_j``,
+and climbs above that by its *excess*, the largest of
+``fwd_l - sum_{m=l+1..j} (act_m + off_m)`` (while layer l's forward runs the stage's later
+layers hold nothing of this mini-batch yet, their offloaded copy ``off`` included),
+``bwd_l + sum_{m=l+1..j} (grad_m - act_m - off_m)``
+(its backward: the later layers' activations are freed, their gradients made)
+and ``step + created - sum act - tail_j + in_i - offloaded`` (the step, once the
+mini-batch's activations, its offloaded copy included, are freed, while its input gradient, for i > 0,
+waits to be sent). **A device** holds the sum over its stages, plus the
+largest excess of its stages (one operation runs at a time), plus a runtime
+constant (0 on CPU; the profile's ``runtime_bytes``). The excess and the
+constant do not depend on the in-flight counts, so for a fixed allocation a
+planner can treat them as a smaller limit (:func:`device_budget`).
 
 Exact or a bound: with one stage per device the peak over the periodic
 timeline is exactly this (while any operation of mini-batch i runs, k
@@ -65,9 +90,11 @@ with ``A`` the plain sum of saved bytes and nothing else.
 >>> paper = layer_terms(chain, Platform(1, memory_model="paper"))
 >>> stage_memory(paper, 0, 1, 2)                    # 2 x 20 + 150 + (2 - 1) x 150
 340.0
->>> full = layer_terms(chain, Platform(1, optimizer="sgd"))
->>> float(full.static.sum()), full.estimated[:2]    # parameters + gradients; columns estimated
+>>> zeros = layer_terms(chain, Platform(1, optimizer="sgd", zero_grad="zeros"))
+>>> float(zeros.static.sum()), zeros.estimated[:2]    # parameters + gradients; columns estimated
 (300.0, ('grad_bytes', 'max_param_bytes'))
+>>> float(layer_terms(chain, Platform(1, optimizer="sgd")).static.sum())   # none: no gradient between steps
+150.0
 """
 
 from __future__ import annotations
@@ -77,14 +104,17 @@ from typing import TYPE_CHECKING, Iterable
 
 import numpy as np
 
+from workbench.model.memory_columns import ESTIMATES, measured_columns, validate_setup
+from workbench.model.ties import Tie, chain_ties, tie_flags
+
 if TYPE_CHECKING:  # memory is below chain: chain.py imports from here
     from workbench.model.chain import Chain, Platform
 
 __all__ = [
-    "OPTIMIZER_STATES", "PRECISIONS", "MEMORY_MODELS", "ESTIMATES", "LayerTerms", "layer_terms",
-    "stage_activation", "stage_memory", "stage_excess", "stage_op_excess", "stage_step", "device_memory",
-    "device_extra", "device_budget", "BandTerms", "band_terms", "validate_setup",
-    "suffix_terms", "square_terms", "linear_terms", "LinearTerms", "measured_columns",
+    "OPTIMIZER_STATES", "PRECISIONS", "MEMORY_MODELS", "ZERO_GRADS", "ESTIMATES", "LayerTerms", "TieTerms",
+    "layer_terms", "stage_activation", "stage_memory", "stage_excess", "stage_op_excess", "stage_step",
+    "stage_created", "StageTies", "stage_ties", "device_memory", "device_extra", "device_budget", "flushed_platform",
+    "validate_setup", "measured_columns",
 ]
 
 #: optimizer -> state tensors per parameter (none: no optimizer state; sgd: plain SGD)
@@ -95,43 +125,24 @@ _STEP_TEMPS = {"none": 0, "sgd": 0, "momentum": 0, "adam": 2, "adamw": 2}
 _FOREACH_TEMPS = {"none": 0, "sgd": 0, "momentum": 0, "adam": 1, "adamw": 1}
 PRECISIONS = ("fp32", "bf16-mixed", "bf16")
 MEMORY_MODELS = ("full", "paper")
-#: how a missing profile column is estimated (a plan built on an estimate says so)
-ESTIMATES = {
-    "grad_bytes": "the parameters' bytes",
-    "max_param_bytes": "all of the layer's parameters (an upper bound on its largest tensor)",
-    "saved_input_bytes": "min(saved, input): the layer saves its input",
-    "saved_output_bytes": "0: the layer does not save its output",
-    "forward_peak_bytes": "what the layer keeps (saved beyond its input, and its output); no temporaries",
-    "backward_peak_bytes": "output gradient + input gradient + one gradient of its parameters",
-}
+#: the training loop: ``none`` (torch's default zero_grad: gradients set to None) or ``zeros`` (zeroed in place)
+ZERO_GRADS = ("none", "zeros")
 _PROFILE_DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "float64": 8}
 
 
-def validate_setup(platform: Platform, chain: Chain | None = None) -> str:
-    """The precision the model computes with, after checking the set-up against the profile's dtype.
+@dataclass(frozen=True)
+class TieTerms:
+    """What one tied parameter adds to a stage (module docstring): to a stage holding a ``copy``, its
+    resident bytes ``static``, ``stash`` per extra in-flight mini-batch, the gradient the step finds
+    (``created``) and the foreach step's temporaries (``foreach``); to the owner's stage while a
+    sharer is elsewhere (``away``), a receive buffer ``recv``."""
 
-    ``fp32`` needs a float32 profile (or one that names no dtype, as PipeDream's);
-    ``bf16`` and ``bf16-mixed`` need a bfloat16 profile (``profile --dtype bfloat16``).
-
-    >>> from workbench.model.chain import Chain, Layer, Platform
-    >>> validate_setup(Platform(1), Chain((Layer("a", 1, 1),)))
-    'fp32'
-    >>> validate_setup(Platform(1, precision="bf16"), Chain((Layer("a", 1, 1),), meta={"dtype": "float32"}))
-    Traceback (most recent call last):
-    ...
-    ValueError: precision 'bf16' needs a bfloat16 profile; this profile (chain) was measured in float32 (profile it
-    with --dtype bfloat16, or plan with --precision fp32)
-    """
-    dtype = str((chain.meta if chain is not None else {}).get("dtype", "") or "")
-    precision = platform.precision
-    if precision is None:
-        return "bf16" if dtype == "bfloat16" else "fp32"
-    wants = "float32" if precision == "fp32" else "bfloat16"
-    if platform.memory_model == "full" and chain is not None and dtype and dtype != wants:
-        other = "fp32" if dtype == "float32" else "bf16"
-        raise ValueError(f"precision {precision!r} needs a {wants} profile; this profile ({chain.name}) was measured "
-                         f"in {dtype} (profile it with --dtype {wants}, or plan with --precision {other})")
-    return precision
+    tie: Tie
+    static: float
+    stash: float
+    created: float
+    foreach: float
+    recv: float
 
 
 @dataclass(frozen=True)
@@ -150,20 +161,28 @@ class LayerTerms:
     buf_out: np.ndarray
     static: np.ndarray
     stash: np.ndarray
-    peak: np.ndarray
+    fwd: np.ndarray
+    bwd: np.ndarray
+    grad: np.ndarray
+    created: np.ndarray
     step: np.ndarray
     step_sum: bool
     const: float
     estimated: tuple[str, ...]
     model: str
     parts: dict
+    ties: tuple[TieTerms, ...] = ()
 
     def __post_init__(self) -> None:
         z = lambda a: np.concatenate([[0.0], np.cumsum(a)])  # noqa: E731
+        object.__setattr__(self, "peak", np.maximum(self.fwd, self.bwd))
         object.__setattr__(self, "p_act", z(self.act))
         object.__setattr__(self, "p_static", z(self.static))
         object.__setattr__(self, "p_stash", z(self.stash))
         object.__setattr__(self, "p_step", z(self.step))
+        object.__setattr__(self, "p_grad", z(self.grad))
+        object.__setattr__(self, "p_created", z(self.created))
+        object.__setattr__(self, "p_off", z(self.parts.get("offloaded", np.zeros(len(self.act)))))
         object.__setattr__(self, "_lists", (self.p_act.tolist(), self.p_static.tolist(), self.p_stash.tolist(),
                                             self.head.tolist(), self.tail.tolist(), self.buf_in.tolist(),
                                             self.buf_out.tolist()))
@@ -174,45 +193,8 @@ class LayerTerms:
     @property
     def has_excess(self) -> bool:
         """Whether any operation climbs above the resident state (always False in the paper model)."""
-        return bool(np.any(self.peak > 0) or np.any(self.step > 0) or self.const > 0)
-
-
-def _column(chain: Chain, name: str, estimate: np.ndarray, missing: list[str]) -> np.ndarray:
-    values = [getattr(l, name) for l in chain.layers]
-    if all(v is not None for v in values):
-        return np.array(values, dtype=float)
-    missing.append(name)
-    return np.array([estimate[i] if v is None else float(v) for i, v in enumerate(values)], dtype=float)
-
-
-def measured_columns(chain: Chain) -> tuple[dict[str, np.ndarray], tuple[str, ...]]:
-    """The memory columns of the profile as arrays over the layers, each estimated
-    (:data:`ESTIMATES`) where missing, with ``in``, ``out`` and ``saved``; and the names of
-    the estimated columns (a chain made by :func:`workbench.model.activations.apply_policies` keeps
-    those of the profile it came from).
-
-    >>> from workbench.model.chain import Chain, Layer
-    >>> cols, missing = measured_columns(Chain((Layer("a", 1, 1, 10, 4),), input_bytes=2))
-    >>> float(cols["saved_input_bytes"][0]), missing[:1]
-    (2.0, ('grad_bytes',))
-    """
-    L = len(chain)
-    W = chain.weights
-    saved = chain.saved_array
-    cuts = chain.cuts
-    inp = np.concatenate([[float(chain.input_bytes)], cuts[:-1]])
-    out = np.array([float(l.activation_bytes) for l in chain.layers])
-    missing: list[str] = []
-    cols = {"grad_bytes": _column(chain, "grad_bytes", W, missing),
-            "max_param_bytes": _column(chain, "max_param_bytes", W, missing)}
-    si = _column(chain, "saved_input_bytes", np.minimum(saved, inp), missing)
-    so = _column(chain, "saved_output_bytes", np.zeros(L), missing)
-    cols["saved_input_bytes"], cols["saved_output_bytes"] = si, so
-    cols["forward_peak_bytes"] = _column(chain, "forward_peak_bytes", np.maximum(saved - si, 0.0) + out, missing)
-    cols["backward_peak_bytes"] = _column(chain, "backward_peak_bytes", out + inp + cols["grad_bytes"], missing)
-    cols["in"], cols["out"], cols["saved"] = inp, out, saved
-    inherited = [m for m in str(chain.meta.get("estimated_columns", "")).split(",") if m and m not in missing]
-    return cols, tuple(missing + inherited)
+        return bool(np.any(self.peak > 0) or np.any(self.step > 0) or np.any(self.created > 0)
+                    or any(x.created > 0 or x.foreach > 0 for x in self.ties) or self.const > 0)
 
 
 def _paper_terms(chain: Chain, platform: Platform) -> LayerTerms:
@@ -223,12 +205,46 @@ def _paper_terms(chain: Chain, platform: Platform) -> LayerTerms:
     off = _offloaded(chain)
     parts = {"weights": phiW, "offloaded": off}
     return LayerTerms(chain.saved_array.astype(float), zero, zero, zero, zero, phiW + off,
-                      W * (1.0 if platform.stash else 0.0), zero, zero, False, 0.0, (), "paper", parts)
+                      W * (1.0 if platform.stash else 0.0), zero, zero, zero, zero, zero, False, 0.0, (), "paper",
+                      parts)
 
 
 def _offloaded(chain: Chain) -> np.ndarray:
     """Per layer, the one copy of offloaded activations a device holds (docs/model.md, "Activation policies")."""
     return np.array([float(l.offload_bytes) for l in chain.layers])
+
+
+def _tie_terms(chain: Chain, platform: Platform, wide: float, mixed: bool) -> tuple[TieTerms, ...]:
+    """The stage terms of every tied parameter (module docstring), by engine: ``single`` weights step every
+    copy (torch's engine), ``stash`` send the sharer's gradient to the owner (the PipeDream engine)."""
+    zeros = platform.zero_grad == "zeros"
+    n_states = OPTIMIZER_STATES[platform.optimizer]
+    out = []
+    for tie in chain_ties(chain):
+        c = tie.nbytes
+        if platform.stash:
+            out.append(TieTerms(tie, c, c, c, 0.0, c))
+            continue
+        master = wide * c if mixed else 0.0
+        static = c + n_states * wide * c + master + ((c + master) if zeros else 0.0)
+        created = 0.0 if zeros else c + master
+        out.append(TieTerms(tie, static, 0.0, created, _FOREACH_TEMPS[platform.optimizer] * wide * c, 0.0))
+    return tuple(out)
+
+
+def _backward_terms(cols: dict, ties: tuple[TieTerms, ...], platform: Platform, G: np.ndarray,
+                    wide: float, mixed: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(bwd, grad, created) per layer for the set-up's training loop (module docstring)."""
+    L = len(G)
+    shared = np.zeros(L)        # a sharer's bytes of tied parameters (its copy's gradient)
+    for x in ties:
+        shared[list(x.tie.sharers)] += x.tie.nbytes
+    bp, fresh = cols["backward_peak_bytes"], cols["backward_fresh_peak_bytes"]
+    if platform.zero_grad == "none":
+        return fresh, G + shared, G * (1.0 + (wide if mixed else 0.0))
+    if platform.stash:          # zeros, PipeDream: the sharer's copy gets a fresh gradient, sent to the owner
+        return np.where(shared > 0, np.minimum(fresh, bp + shared), bp), shared, np.zeros(L)
+    return bp, np.zeros(L), np.zeros(L)
 
 
 def _full_terms(chain: Chain, platform: Platform) -> LayerTerms:
@@ -237,14 +253,16 @@ def _full_terms(chain: Chain, platform: Platform) -> LayerTerms:
     L = len(chain)
     W = chain.weights
     G = cols["grad_bytes"]
+    zeros = platform.zero_grad == "zeros"
     n_states = OPTIMIZER_STATES[platform.optimizer]
+    mixed = precision == "bf16-mixed"
     # fp32 copies under bf16-mixed: parameters and gradients (masters) and the optimizer state
-    wide = 4.0 / _PROFILE_DTYPE_BYTES.get(str(chain.meta.get("dtype", "bfloat16")),
-                                          2) if precision == "bf16-mixed" else 1.0
-    master = (wide * W + wide * G) if precision == "bf16-mixed" else np.zeros(L)
+    wide = 4.0 / _PROFILE_DTYPE_BYTES.get(str(chain.meta.get("dtype", "bfloat16")), 2) if mixed else 1.0
+    master = (wide * W + (wide * G if zeros else 0.0)) if mixed else np.zeros(L)
     optimizer = n_states * wide * W
     off = _offloaded(chain)
-    static = W + G + master + optimizer + off
+    grads = G if zeros else np.zeros(L)
+    static = W + grads + master + optimizer + off
     si, so = cols["saved_input_bytes"], cols["saved_output_bytes"]
     prev_so = np.concatenate([[0.0], so[:-1]])
     shared = np.where(prev_so > 0, si, 0.0)
@@ -254,32 +272,52 @@ def _full_terms(chain: Chain, platform: Platform) -> LayerTerms:
     tail[-1] = 0.0
     # while layer l's forward runs: its input (unless l-1's activations already hold it, when it is shared)
     # and what the forward allocates, against act_l counted in full: forward_peak + in - shared - act_l
-    peak = np.maximum(cols["forward_peak_bytes"] + cols["in"] - cols["saved"], cols["backward_peak_bytes"])
+    fwd = np.maximum(cols["forward_peak_bytes"] + cols["in"] - cols["saved"], 0.0)
+    ties = _tie_terms(chain, platform, wide, mixed)
+    bwd, grad, created = _backward_terms(cols, ties, platform, G, wide, mixed)
     foreach = str(chain.meta.get("device", "")).startswith("cuda")
     if foreach:
         step = _FOREACH_TEMPS[platform.optimizer] * wide * W
     else:
-        step = _STEP_TEMPS[platform.optimizer] * wide * cols["max_param_bytes"]
+        largest = cols["max_param_bytes"].copy()
+        if not platform.stash:      # torch's engine steps a sharer's copy too
+            for x in ties:
+                largest[list(x.tie.sharers)] = np.maximum(largest[list(x.tie.sharers)], x.tie.nbytes)
+        step = _STEP_TEMPS[platform.optimizer] * wide * largest
     const = float(chain.meta.get("runtime_bytes", 0.0) or 0.0)
-    parts = {"parameters": W, "gradients": G, "master": master, "optimizer": optimizer, "offloaded": off,
+    parts = {"parameters": W, "gradients": grads, "master": master, "optimizer": optimizer, "offloaded": off,
              "precision": precision}
     # one receive buffer for the activation coming in and one for the gradient coming back, at every
     # stage boundary (the neighbouring stage is on another device, by definition of a stage)
     buf_in = np.concatenate([[0.0], chain.cuts[:-1]])
     buf_out = chain.cuts.copy()
     return LayerTerms(act, head, tail, buf_in, buf_out, static, W * (1.0 if platform.stash else 0.0),
-                      np.maximum(peak, 0.0), step, foreach, const, missing, "full", parts)
+                      fwd, np.maximum(bwd, 0.0), grad, created, step, foreach, const, missing, "full", parts, ties)
+
+
+def flushed_platform(platform: Platform) -> Platform:
+    """A flushed schedule's terms with its gradients resident (docs/model.md, "The training loop"): its
+    micro-batches' gradients accumulate to the step after the flush, resident under ``zero_grad zeros`` and,
+    under ``none``, from the end of each stage's first backward (the simulator and the order's peaks take
+    them out of these terms until then; a bound before it, as the torch-schedule planner's seeds use it).
+
+    >>> from workbench.model.chain import Platform
+    >>> flushed_platform(Platform(2)).zero_grad
+    'zeros'
+    """
+    return platform.with_(zero_grad="zeros") if platform.memory_model == "full" else platform
 
 
 def layer_terms(chain: Chain, platform: Platform) -> LayerTerms:
     """The memory terms of ``chain`` under ``platform``'s set-up (cached on the chain).
 
     >>> from workbench.model.chain import Chain, Layer, Platform
-    >>> t = layer_terms(Chain((Layer("a", 1, 1, 10, 4, 4),)), Platform(1, optimizer="adam"))
+    >>> t = layer_terms(Chain((Layer("a", 1, 1, 10, 4, 4),)), Platform(1, optimizer="adam", zero_grad="zeros"))
     >>> float(t.static[0])     # parameters, gradients, two Adam states
     40.0
     """
-    key = (platform.memory_model, platform.optimizer, platform.precision, platform.weight_factor, platform.weights)
+    key = (platform.memory_model, platform.optimizer, platform.precision, platform.weight_factor, platform.weights,
+           platform.zero_grad)
     cache = chain.__dict__.setdefault("_memory_terms", {})
     if key not in cache:
         cache[key] = _paper_terms(chain, platform) if platform.memory_model == "paper" else _full_terms(chain, platform)
@@ -289,6 +327,46 @@ def layer_terms(chain: Chain, platform: Platform) -> LayerTerms:
 # ----------------------------------------------------------------------------
 # one stage, one device
 # ----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class StageTies:
+    """What the tied parameters add to one stage (module docstring): resident bytes (``static``), bytes per
+    extra in-flight mini-batch (``stash``), foreach step temporaries (``foreach``), gradients its step
+    finds (``created``) and, of ``static``, the receive buffers its step no longer holds (``recv``: the
+    owner added the sharer's gradient before its step)."""
+
+    static: float = 0.0
+    stash: float = 0.0
+    foreach: float = 0.0
+    created: float = 0.0
+    recv: float = 0.0
+
+
+def stage_ties(t: LayerTerms, first: int, last: int) -> StageTies:
+    """The tied parameters' terms of stage ``first..last`` (all 0 without ties).
+
+    >>> import json
+    >>> from workbench.model.chain import Chain, Layer, Platform
+    >>> tied = json.dumps([{"owner": "a", "layers": ["a", "b"], "bytes": 8}])
+    >>> ch = Chain((Layer("a", 1, 1, 8), Layer("b", 1, 1)), meta={"tied": tied})
+    >>> stage_ties(layer_terms(ch, Platform(2, optimizer="adam", weights="single")), 1, 1)   # a copy, 2 Adam states
+    StageTies(static=24.0, stash=0.0, foreach=8.0, created=8.0, recv=0.0)
+    """
+    if not t.ties:
+        return _NO_TIES
+    static = stash = foreach = created = recv = 0.0
+    for x in t.ties:
+        copy, away = tie_flags(x.tie, np.array(first), np.array(last))
+        if copy:
+            static, stash, foreach = static + x.static, stash + x.stash, foreach + x.foreach
+            created += x.created
+        if away:
+            static, recv = static + x.recv, recv + x.recv
+    return StageTies(static, stash, foreach, created, recv)
+
+
+_NO_TIES = StageTies()
+
+
 def stage_activation(t: LayerTerms, first: int, last: int) -> float:
     """A = activation bytes one in-flight mini-batch holds on stage ``first..last``."""
     pa, _, _, head, tail, _, _ = t._lists
@@ -297,11 +375,12 @@ def stage_activation(t: LayerTerms, first: int, last: int) -> float:
 
 def stage_memory(t: LayerTerms, first: int, last: int, k: int) -> float:
     """Resident bytes of stage ``first..last`` with k mini-batches in flight:
-    ``k A + static + buffers + (k-1) stash`` (buffers: its two receive buffers)."""
+    ``k A + static + buffers + (k-1) stash`` (buffers: its two receive buffers; tied copies included)."""
     pa, ps, pw, head, tail, bi, bo = t._lists
     k = max(int(k), 1)
+    ties = stage_ties(t, first, last)
     return (k * (pa[last + 1] - pa[first] + head[first] + tail[last]) + ps[last + 1] - ps[first]
-            + bi[first] + bo[last] + (k - 1) * (pw[last + 1] - pw[first]))
+            + bi[first] + bo[last] + (k - 1) * (pw[last + 1] - pw[first]) + ties.static + (k - 1) * ties.stash)
 
 
 def stage_op_excess(t: LayerTerms, first: int, last: int) -> float:
@@ -309,29 +388,43 @@ def stage_op_excess(t: LayerTerms, first: int, last: int) -> float:
     counts its mini-batch in full (>= 0)."""
     if t.model == "paper":
         return 0.0
-    pa = t.p_act
+    pa, pg, po = t.p_act, t.p_grad, t.p_off
     best = 0.0
     for l in range(first, last + 1):
-        best = max(best, float(t.peak[l]) - float(pa[last + 1] - pa[l + 1]))
+        # the later layers' activations (and offloaded copies) do not exist yet (forward) or any more (backward)
+        later_act = float(pa[last + 1] - pa[l + 1]) + float(po[last + 1] - po[l + 1])
+        best = max(best, float(t.fwd[l]) - later_act, float(t.bwd[l]) + float(pg[last + 1] - pg[l + 1]) - later_act)
     return best
 
 
 def stage_step(t: LayerTerms, first: int, last: int) -> float:
-    """The optimizer step's temporaries for stage ``first..last``'s parameters."""
+    """The optimizer step's temporaries for stage ``first..last``'s parameters (and a copy it steps)."""
     if t.model == "paper":
         return 0.0
-    return float(t.p_step[last + 1] - t.p_step[first]) if t.step_sum else float(t.step[first:last + 1].max())
+    if not t.step_sum:
+        return float(t.step[first:last + 1].max())
+    return float(t.p_step[last + 1] - t.p_step[first]) + stage_ties(t, first, last).foreach
+
+
+def stage_created(t: LayerTerms, first: int, last: int) -> float:
+    """The gradients the step of stage ``first..last`` finds that are not resident (0 under ``zeros``, but
+    for a PipeDream copy's)."""
+    if t.model == "paper":
+        return 0.0
+    return float(t.p_created[last + 1] - t.p_created[first]) + stage_ties(t, first, last).created
 
 
 def stage_excess(t: LayerTerms, first: int, last: int) -> float:
     """How far an operation of stage ``first..last`` climbs above the resident state (>= 0): its
     forward or backward, or the optimizer step after the backward (which runs once the mini-batch's
-    activations are freed)."""
+    activations are freed, with the gradients its backward made)."""
     if t.model == "paper":
         return 0.0
-    # the step runs once this mini-batch's activations are freed, while its input gradient waits to be sent
-    freed = float(t.p_act[last + 1] - t.p_act[first]) + float(t.tail[last]) - float(t.buf_in[first])
-    return max(stage_op_excess(t, first, last), stage_step(t, first, last) - freed)
+    # the step runs once this mini-batch's activations are freed (its offloaded ones too, and a tied gradient
+    # received has been added), while its input gradient waits to be sent
+    freed = (float(t.p_act[last + 1] - t.p_act[first]) + float(t.tail[last]) - float(t.buf_in[first])
+             + stage_ties(t, first, last).recv + float(t.p_off[last + 1] - t.p_off[first]))
+    return max(stage_op_excess(t, first, last), stage_step(t, first, last) + stage_created(t, first, last) - freed)
 
 
 def device_extra(t: LayerTerms, stages: Iterable[tuple[int, int]]) -> float:
@@ -354,134 +447,3 @@ def device_memory(t: LayerTerms, stages: Iterable[tuple[int, int, int]]) -> floa
     if not items:
         return 0.0
     return sum(stage_memory(t, a, b, k) for a, b, k in items) + device_extra(t, [(a, b) for a, b, _ in items])
-
-
-# ----------------------------------------------------------------------------
-# every stage i..j at once, for the dynamic programmes
-# ----------------------------------------------------------------------------
-@dataclass(frozen=True)
-class BandTerms:
-    """Per stage ``i..J[i, d]`` (a band of stage ends per start): activations ``A``, ``static``,
-    ``stash`` (per extra in-flight mini-batch) and ``extra`` (excess + runtime constant)."""
-
-    A: np.ndarray
-    static: np.ndarray
-    stash: np.ndarray
-    extra: np.ndarray
-
-    def memory(self, k: np.ndarray) -> np.ndarray:
-        """Device memory of each stage alone on a device, with k in flight."""
-        return k * self.A + self.static + (k - 1) * self.stash + self.extra
-
-
-def band_terms(t: LayerTerms, I: np.ndarray, J: np.ndarray) -> BandTerms:
-    """Stage terms for starts ``I`` (shape (n, 1)) and ends ``J`` (shape (n, w), ``J >= I``,
-    consecutive along axis 1): the excess's maximum over the stage is a running maximum.
-
-    >>> from workbench.model.chain import Chain, Layer, Platform
-    >>> t = layer_terms(Chain(tuple(Layer(f"l{i}", 1, 1, 4, 2, 2) for i in range(3))),
-    ...                 Platform(1, memory_model="paper"))
-    >>> b = band_terms(t, np.arange(3)[:, None], np.minimum(np.arange(3)[:, None] + np.arange(2), 2))
-    >>> b.A.tolist()
-    [[2.0, 4.0], [2.0, 4.0], [2.0, 2.0]]
-    """
-    pa, ps, pw = t.p_act, t.p_static, t.p_stash
-    A = pa[J + 1] - pa[I] + t.head[I] + t.tail[J]
-    static = ps[J + 1] - ps[I] + t.buf_in[I] + t.buf_out[J]
-    stash = pw[J + 1] - pw[I]
-    if t.model == "paper":
-        return BandTerms(A, static, stash, np.zeros_like(A))
-    h = t.peak + pa[1:]                                   # peak_l + sum act up to l
-    excess = np.maximum.accumulate(h[J], axis=1) - pa[J + 1]
-    if t.step_sum:
-        step = t.p_step[J + 1] - t.p_step[I]
-    else:
-        step = np.maximum.accumulate(t.step[J], axis=1)
-    excess = np.maximum(np.maximum(excess, step - (pa[J + 1] - pa[I]) - t.tail[J] + t.buf_in[I]), 0.0)
-    return BandTerms(A, static, stash, excess + t.const)
-
-
-def suffix_terms(t: LayerTerms) -> BandTerms:
-    """:class:`BandTerms` of the stages ``i..L-1`` for every i (arrays of length L).
-
-    >>> from workbench.model.chain import Chain, Layer, Platform
-    >>> t = layer_terms(Chain(tuple(Layer(f"l{i}", 1, 1, 4, 2, 2) for i in range(3))),
-    ...                 Platform(1, memory_model="paper"))
-    >>> suffix_terms(t).A.tolist()
-    [6.0, 4.0, 2.0]
-    """
-    L = len(t)
-    I = np.arange(L)
-    pa, ps, pw = t.p_act, t.p_static, t.p_stash
-    A = pa[L] - pa[I] + t.head + t.tail[L - 1]
-    static = ps[L] - ps[I] + t.buf_in
-    stash = pw[L] - pw[I]
-    if t.model == "paper":
-        return BandTerms(A, static, stash, np.zeros(L))
-    h = t.peak + pa[1:]
-    excess = np.maximum.accumulate(h[::-1])[::-1] - pa[L]
-    step = (t.p_step[L] - t.p_step[I]) if t.step_sum else np.maximum.accumulate(t.step[::-1])[::-1]
-    excess = np.maximum(np.maximum(excess, step - (pa[L] - pa[I]) - t.tail[L - 1] + t.buf_in), 0.0)
-    return BandTerms(A, static, stash, excess + t.const)
-
-
-def square_terms(t: LayerTerms) -> BandTerms:
-    """:class:`BandTerms` of every stage ``i..j`` as L x L matrices (``A`` is inf where j < i).
-
-    >>> from workbench.model.chain import Chain, Layer, Platform
-    >>> t = layer_terms(Chain(tuple(Layer(f"l{i}", 1, 1, 4, 2, 2) for i in range(3))),
-    ...                 Platform(1, memory_model="paper"))
-    >>> square_terms(t).A[0].tolist()
-    [2.0, 4.0, 6.0]
-    """
-    L = len(t)
-    I = np.arange(L)[:, None]
-    d = np.arange(L)[None, :]
-    band = band_terms(t, I, np.minimum(I + d, L - 1))
-    rows, cols = np.nonzero(I + d < L)
-    out = []
-    for arr, fill in ((band.A, np.inf), (band.static, 0.0), (band.stash, 0.0), (band.extra, 0.0)):
-        m = np.full((L, L), fill)
-        m[rows, rows + cols] = arr[rows, cols]
-        out.append(m)
-    return BandTerms(*out)
-
-
-@dataclass(frozen=True)
-class LinearTerms:
-    """Per-layer coefficients for models that sum over layers (the MILP, the cover search's sets).
-
-    A device holds ``sum_l (k_l a_l + w0_l) + sum_{l starts a stage} (k_l head_l + buf_head_l) +
-    sum_{l ends a stage} (k_l tail_l + buf_tail_l) + extra``, where ``extra`` (the largest stage excess plus
-    ``const``) is at most ``max(max_l excess_ub_l, sum_l step_sum_l) + const`` over its layers:
-    ``excess_ub`` bounds a layer's share of the excess (the stage's later layers only lower it)
-    and ``step_sum`` is the foreach step's per-layer temporaries (zero when the step loops).
-    Exact for everything but ``extra``, which is an upper bound.
-    """
-
-    a: np.ndarray
-    w0: np.ndarray
-    head: np.ndarray
-    tail: np.ndarray
-    buf_head: np.ndarray
-    buf_tail: np.ndarray
-    excess_ub: np.ndarray
-    step_sum: np.ndarray
-    const: float
-
-
-def linear_terms(t: LayerTerms) -> LinearTerms:
-    """:class:`LinearTerms` of ``t``.
-
-    >>> from workbench.model.chain import Chain, Layer, Platform
-    >>> t = layer_terms(Chain((Layer("l", 1.0, 1.0, weight_bytes=10, saved_bytes=4),)),
-    ...                 Platform(1, memory_model="paper"))
-    >>> [float(x[0]) for x in (linear_terms(t).a, linear_terms(t).w0)]   # a = 4 + 10 stashed, w0 = 0
-    [14.0, 0.0]
-    """
-    zero = np.zeros(len(t))
-    if t.step_sum:
-        ub, step = t.peak, t.step
-    else:
-        ub, step = np.maximum(t.peak, t.step), zero
-    return LinearTerms(t.act + t.stash, t.static - t.stash, t.head, t.tail, t.buf_in, t.buf_out, ub, step, t.const)

@@ -26,16 +26,17 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
-from workbench.model.memory import device_memory, layer_terms, stage_activation, stage_excess
+from workbench.model.memory import device_memory, layer_terms, stage_activation, stage_excess, stage_memory
 
 if TYPE_CHECKING:  # chain.py imports merged_memory_columns from here
     from workbench.model.chain import Chain, Platform
 
-__all__ = ["plan_memory", "memory_breakdown", "estimate_note", "merged_memory_columns", "torch_engine_extra"]
+__all__ = ["plan_memory", "memory_breakdown", "estimate_note", "merged_memory_columns", "torch_engine_extra",
+           "accumulation_extra", "torch_engine_memory"]
 
 #: the profile's memory columns beyond saved bytes (docs/model.md, "Memory"), as one merged layer carries them
 _MEASURED = ("grad_bytes", "max_param_bytes", "saved_input_bytes", "saved_output_bytes",
-             "forward_peak_bytes", "backward_peak_bytes")
+             "forward_peak_bytes", "backward_peak_bytes", "backward_fresh_peak_bytes")
 
 
 def plan_memory(chain: Chain, platform: Platform, stages: Sequence) -> list[float]:
@@ -50,23 +51,32 @@ def plan_memory(chain: Chain, platform: Platform, stages: Sequence) -> list[floa
 def memory_breakdown(chain: Chain, platform: Platform, stages: Sequence) -> list[dict[str, float]]:
     """Per device, the bytes of each term (they add up to :func:`plan_memory`'s figure).
 
-    Keys: ``parameters``, ``gradients``, ``optimizer``, ``master`` (fp32 copies), ``stashed``,
-    ``activations``, ``buffers`` (receive buffers), ``transient`` (the largest excess), ``runtime``; the paper
-    model has ``weights`` (phi W), ``stashed`` and ``activations``; ``offloaded`` (the one copy of offloaded
-    activations a device holds) when a layer offloads.
+    Keys: ``parameters``, ``gradients`` (resident: ``zero_grad zeros``; under ``none`` a stage's gradients
+    live from its backward to its step, in ``transient``), ``optimizer``, ``master`` (fp32 copies),
+    ``stashed``, ``activations``, ``buffers`` (receive buffers), ``transient`` (the largest excess),
+    ``runtime``; the paper model has ``weights`` (phi W), ``stashed`` and ``activations``; ``offloaded`` (the
+    one copy of offloaded activations a device holds) when a layer offloads; ``tied`` (copies of shared
+    parameters, with their gradients and optimizer state as the engine keeps them, and the owner's receive
+    buffer for a sharer's gradient) when the chain has shared parameters.
     """
+    from workbench.model.memory import stage_ties
+
     t = layer_terms(chain, platform)
     names = (["weights"] if t.model == "paper" else ["parameters", "gradients", "optimizer", "master"])
     if np.any(t.parts["offloaded"] > 0):
         names.append("offloaded")
-    out = [dict.fromkeys(names + ["stashed", "activations", "buffers", "transient", "runtime"], 0.0)
+    tied = ["tied"] if t.ties else []
+    out = [dict.fromkeys(names + tied + ["stashed", "activations", "buffers", "transient", "runtime"], 0.0)
            for _ in range(platform.devices)]
     excess = [0.0] * platform.devices
     for s in stages:
         row = out[s.device]
         for n in names:
             row[n] += float(np.sum(t.parts[n][s.first:s.last + 1]))
-        row["stashed"] += (s.in_flight - 1) * float(t.p_stash[s.last + 1] - t.p_stash[s.first])
+        ties = stage_ties(t, s.first, s.last)
+        if tied:
+            row["tied"] += ties.static
+        row["stashed"] += (s.in_flight - 1) * (float(t.p_stash[s.last + 1] - t.p_stash[s.first]) + ties.stash)
         row["activations"] += s.in_flight * stage_activation(t, s.first, s.last)
         row["buffers"] += float(t.buf_in[s.first] + t.buf_out[s.last])
         excess[s.device] = max(excess[s.device], stage_excess(t, s.first, s.last))
@@ -113,32 +123,44 @@ def merged_memory_columns(chain: Chain, first: int, last: int) -> dict[str, floa
         vals = [getattr(l, name) for l in layers]
         out[name] = None if any(v is None for v in vals) else vals
     si, so = out["saved_input_bytes"], out["saved_output_bytes"]
+    peaks = ("forward_peak_bytes", "backward_peak_bytes", "backward_fresh_peak_bytes")
     if si is None or so is None:
         out["saved_bytes"] = float(sum(saved))
-        for name in ("saved_input_bytes", "saved_output_bytes", "forward_peak_bytes", "backward_peak_bytes"):
+        for name in ("saved_input_bytes", "saved_output_bytes") + peaks:
             out[name] = None
     else:
         shared = [si[i] if i > 0 and so[i - 1] > 0 else 0.0 for i in range(len(layers))]
         act = [max(s - h, 0.0) for s, h in zip(saved, shared)]
         out["saved_bytes"] = float(saved[0] + sum(act[1:]))
         out["saved_input_bytes"], out["saved_output_bytes"] = float(si[0]), float(so[-1])
-        fp, bp = out["forward_peak_bytes"], out["backward_peak_bytes"]
-        if fp is None or bp is None:
-            out["forward_peak_bytes"] = out["backward_peak_bytes"] = None
-        else:
-            inp = [float(chain.input_bytes) if first == 0 else chain.cut(first - 1)]
-            inp += [chain.cut(l) for l in range(first, last)]
-            first_act = max(saved[0] - (si[0] if first > 0 and (chain.layers[first - 1].saved_output_bytes or 0) > 0
-                                        else 0.0), 0.0)
-            acts = [first_act] + act[1:]
-            peaks = [max(fp[i] + inp[i] - saved[i], bp[i]) for i in range(len(layers))]
-            excess = max(peaks[i] - sum(acts[i + 1:]) for i in range(len(layers)))
-            out["forward_peak_bytes"], out["backward_peak_bytes"] = 0.0, float(max(excess, 0.0))
+        first_act = max(saved[0] - (si[0] if first > 0 and (chain.layers[first - 1].saved_output_bytes or 0) > 0
+                                    else 0.0), 0.0)
+        _merged_peaks(chain, first, last, out, saved, [first_act] + act[1:])
     for name in ("grad_bytes",):
         out[name] = None if out[name] is None else float(sum(out[name]))
     if out["max_param_bytes"] is not None:
         out["max_param_bytes"] = float(max(out["max_param_bytes"]))
     return out
+
+
+def _merged_peaks(chain: Chain, first: int, last: int, out: dict, saved: list[float], acts: list[float]) -> None:
+    """The merged layer's peaks (in ``out``): its forward 0, its backward the group's excess over it, zeroed
+    gradients (``backward_peak_bytes``) or fresh ones, the group's later gradients made as it goes
+    (``backward_fresh_peak_bytes``). A column a layer lacks leaves the merged one unmeasured."""
+    fp, bp, bf = (out[n] for n in ("forward_peak_bytes", "backward_peak_bytes", "backward_fresh_peak_bytes"))
+    if fp is None or bp is None:
+        out["forward_peak_bytes"] = out["backward_peak_bytes"] = out["backward_fresh_peak_bytes"] = None
+        return
+    n = len(saved)
+    inp = [float(chain.input_bytes) if first == 0 else chain.cut(first - 1)]
+    inp += [chain.cut(l) for l in range(first, last)]
+    grads = [float(g or 0.0) for g in (out["grad_bytes"] or [0.0] * n)]
+    fwd = [fp[i] + inp[i] - saved[i] for i in range(n)]
+    zeroed = max(max(fwd[i], bp[i]) - sum(acts[i + 1:]) for i in range(n))
+    out["forward_peak_bytes"], out["backward_peak_bytes"] = 0.0, float(max(zeroed, 0.0))
+    if bf is not None:
+        fresh = max(max(fwd[i] - sum(acts[i + 1:]), bf[i] + sum(grads[i + 1:]) - sum(acts[i + 1:])) for i in range(n))
+        out["backward_fresh_peak_bytes"] = float(max(fresh, 0.0))
 
 
 def torch_engine_extra(chain: Chain, stages: Sequence, devices: int, micro_batches: int) -> list[float]:
@@ -175,3 +197,72 @@ def torch_engine_extra(chain: Chain, stages: Sequence, devices: int, micro_batch
         if i == last:
             out[s.device] += k * float(chain.layers[s.last].activation_bytes)
     return out
+
+
+def torch_engine_memory(chain: Chain, platform: Platform, stages: Sequence, micro_batches: int) -> list[float]:
+    """Per device, the peak torch's engine reaches running a *periodic* plan as one step of ``micro_batches``
+    (N) micro-batches (docs/model.md, "Runtime"): the larger of
+
+    * its operations in the steady state: every stage's resident bytes with k in flight and its gradients
+      resident (they accumulate from the stage's first backward on: the ``zeros`` figure, whatever the
+      loop), the largest forward or backward excess, and what the engine holds beyond the model
+      (:func:`torch_engine_extra`);
+    * the optimizer step after the flush: parameters, gradients, optimizer state, the receive buffers torch
+      keeps (N per micro-batch each way) and stage 0's whole input (no activations: nothing in flight,
+      nothing offloaded), and the largest step's temporaries.
+
+    >>> from workbench.model.chain import Chain, Layer, Platform
+    >>> from workbench.model.plan import Stage
+    >>> ch = Chain((Layer("a", 1, 1, 100, 10, 10), Layer("b", 1, 1, 50, 3)), input_bytes=4)
+    >>> torch_engine_memory(ch, Platform(2, optimizer="adam", weights="single"),
+    ...                     [Stage(0, 0, 0, 0, 0, 2), Stage(1, 1, 1, 0, 0, 1)], 8)   # busy; busy (steps: 712, 380)
+    [718.0, 426.0]
+    """
+    from workbench.model.memory import stage_created, stage_op_excess, stage_step, stage_ties
+
+    t = layer_terms(chain, platform.with_(zero_grad="zeros")) if platform.memory_model == "full" else \
+        layer_terms(chain, platform)
+    extra = torch_engine_extra(chain, stages, platform.devices, micro_batches)
+    n = max(int(micro_batches), 1)
+    last = len(stages) - 1
+    ops = [0.0] * platform.devices
+    at_step = [0.0] * platform.devices
+    op_excess: list[list[float]] = [[] for _ in range(platform.devices)]
+    step_excess: list[list[float]] = [[] for _ in range(platform.devices)]
+    for i, st in enumerate(stages):
+        a, b, d = st.first, st.last, st.device
+        ops[d] += stage_memory(t, a, b, st.in_flight)
+        op_excess[d].append(stage_op_excess(t, a, b))
+        held = stage_memory(t, a, b, 1) - stage_activation(t, a, b)       # static, its two buffers, ties ...
+        held -= float(np.sum(t.parts["offloaded"][a:b + 1]))               # ... no offloaded copy at the step
+        held += (n - 1) * ((chain.cut(a - 1) if i > 0 else 0.0) + (chain.cut(b) if i < last else 0.0))
+        held += n * float(chain.input_bytes) if i == 0 else 0.0
+        at_step[d] += held
+        step_excess[d].append(stage_step(t, a, b) + stage_created(t, a, b) - stage_ties(t, a, b).recv)
+    out = []
+    for d in range(platform.devices):
+        if not op_excess[d]:
+            out.append(0.0)
+            continue
+        busy = ops[d] + extra[d] + max(0.0, max(op_excess[d])) + t.const
+        stepping = at_step[d] + max(0.0, max(step_excess[d])) + t.const
+        out.append(max(busy, stepping))
+    return out
+
+
+def accumulation_extra(chain: Chain, platform: Platform, stages: Sequence) -> list[float]:
+    """Per device, what a periodic plan's memory gains when its mini-batches are one step's micro-batches
+    (torch's engine runs a periodic plan as one flush: each stage's gradients accumulate from its first
+    backward to the step after the flush) instead of one step each (the plan's model): under
+    ``zero_grad none`` the gradients are then resident, as under ``zeros``; 0 under ``zeros``.
+
+    >>> from workbench.model.chain import Chain, Layer, Platform
+    >>> from workbench.model.plan import Stage
+    >>> ch = Chain((Layer("a", 1, 1, 10, 4, 4),))
+    >>> accumulation_extra(ch, Platform(1, optimizer="sgd"), [Stage(0, 0, 0, 0.0, 0.0, 1)])
+    [10.0]
+    """
+    if platform.memory_model != "full" or platform.zero_grad == "zeros":
+        return [0.0] * platform.devices
+    accumulating = plan_memory(chain, platform.with_(zero_grad="zeros"), stages)
+    return [max(a - m, 0.0) for a, m in zip(accumulating, plan_memory(chain, platform, stages))]

@@ -5,11 +5,13 @@ During its j-th operation it holds, per stage (the memory model's terms,
 :mod:`workbench.model.memory`; the pending bytes, :mod:`workbench.model.split`):
 
 * its static bytes (parameters, gradients, optimizer state, one receive buffer
-  each way) and the runtime constant;
+  each way) and the runtime constant (under ``zero_grad none`` its gradients only
+  once its first ``B`` or ``W`` has ended, and at the step);
 * ``A`` for every micro-batch whose forward has started and whose last backward
   part (``B``, or ``W`` after ``I``) has not ended;
 * its pending bytes for every micro-batch whose ``I`` has ended and ``W`` not;
-* the running operation's excess;
+* the running operation's excess (under ``zero_grad none``, for the stage's first
+  ``B`` or ``W``, the one that writes its gradients fresh);
 
 and, after the flush, the optimizer step's temporaries. The peak is the
 largest of these; it equals the simulated one
@@ -45,16 +47,24 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from workbench.model.chain import Chain, Platform
-from workbench.model.memory import layer_terms, stage_activation, stage_memory, stage_op_excess, stage_step
+from workbench.model.memory import (
+    flushed_platform,
+    layer_terms,
+    stage_activation,
+    stage_memory,
+    stage_op_excess,
+    stage_step,
+)
 from workbench.model.orders import Action
 from workbench.model.split import split_columns
 
 __all__ = ["OrderMemory", "engine_extra"]
 
 #: per operation of a device: held, pending, the running stage's position (its stage count: none), outputs sent,
-#: input gradients sent,
-#: outputs kept by the last stage (each a tuple over the device's stages)
-_Row = tuple[tuple[int, ...], tuple[int, ...], int, tuple[int, ...], tuple[int, ...], tuple[int, ...]]
+#: input gradients sent, outputs kept by the last stage, gradients made (each a tuple over the device's stages),
+#: whether the operation is its stage's first backward (B or W: it makes them)
+_Row = tuple[tuple[int, ...], tuple[int, ...], int, tuple[int, ...], tuple[int, ...], tuple[int, ...],
+             tuple[int, ...], int]
 
 
 class OrderMemory:
@@ -63,7 +73,10 @@ class OrderMemory:
     def __init__(self, chain: Chain, platform: Platform, stage_dev: Sequence[int],
                  order: Mapping[int, Sequence[Action]]) -> None:
         self.chain, self.platform, self.dev = chain, platform, list(stage_dev)
-        self.terms = layer_terms(chain, platform)
+        self.terms = layer_terms(chain, flushed_platform(platform))   # gradients accumulate over the flush ...
+        # ... and under zero_grad none exist from the stage's first backward (B or W) on
+        self.fresh = layer_terms(chain, platform) if platform.memory_model == "full" and \
+            platform.zero_grad == "none" else None
         S = len(self.dev)
         self.mine = {d: [s for s in range(S) if self.dev[s] == d] for d in order}
         # per device, the distinct states during its operations as arrays: rows x its stages (run: the
@@ -74,28 +87,37 @@ class OrderMemory:
         self._cache: dict[tuple[int, int, int], tuple[float, ...]] = {}
 
     def stage(self, s: int, a: int, b: int) -> tuple[float, ...]:
-        """(A, static, excess, step, pending) of stage s on layers a..b."""
+        """(A, static, excess, step, pending, gradients, first backward's excess) of stage s on layers a..b:
+        its gradients (under ``zero_grad none``, made by its first backward) are not in ``static``."""
         key = (s, a, b)
         if key not in self._cache:
             t = self.terms
             A = stage_activation(t, a, b)
             pend = float(self.pend[b + 1] - self.pend[a]) if s > 0 and t.model == "full" else 0.0
-            self._cache[key] = (A, stage_memory(t, a, b, 1) - A, stage_op_excess(t, a, b), stage_step(t, a, b), pend)
+            static = stage_memory(t, a, b, 1) - A
+            excess = stage_op_excess(t, a, b)
+            grads, first = 0.0, excess
+            if self.fresh is not None:
+                grads, first = static - (stage_memory(self.fresh, a, b, 1) - A), stage_op_excess(self.fresh, a, b)
+            self._cache[key] = (A, static - grads, excess, stage_step(t, a, b), pend, grads, first)
         return self._cache[key]
 
     def peaks(self, parts: Sequence[tuple[int, int]], engine: bool = False) -> list[float]:
         """Each device's peak for stages ``parts`` (first, last); with torch's engine's buffers and sends."""
         out = [0.0] * self.platform.devices
         for d, mine in self.mine.items():
-            st = np.array([self.stage(s, *parts[s]) for s in mine])      # rows: A, static, excess, step, pending
-            held, wait, run, fsent, bsent, kept = self.rows[d]
-            v = held @ st[:, 0] + wait @ st[:, 4] + np.append(st[:, 2], 0.0)[run]
+            # columns: A, static, excess, step, pending, gradients, first backward's excess
+            st = np.array([self.stage(s, *parts[s]) for s in mine])
+            held, wait, run, fsent, bsent, kept, made, first = self.rows[d]
+            excess = np.where(first > 0, np.append(st[:, 6], 0.0)[run], np.append(st[:, 2], 0.0)[run])
+            v = held @ st[:, 0] + wait @ st[:, 4] + made @ st[:, 5] + excess
             if engine:
                 inp, rin, outb, rout, first, last = np.array([self._sides(s, parts) for s in mine]).T
                 N = self.N
                 v = v + ((N + bsent * rin - held - 1) @ inp + (N + fsent * rout - held - 1) @ outb
                          + np.maximum(N - held, 0) @ first + kept @ last)
-            out[d] = float(st[:, 1].sum() + self.terms.const + max(float(v.max()), float(st[:, 3].max())))
+            out[d] = float(st[:, 1].sum() + self.terms.const
+                           + max(float(v.max()), float(st[:, 5].sum() + st[:, 3].max())))
         return out
 
     def _sides(self, s: int, parts: Sequence[tuple[int, int]]) -> tuple[float, ...]:
@@ -114,27 +136,32 @@ class OrderMemory:
 
 def _arrays(rows: set[_Row], V: int) -> tuple[np.ndarray, ...]:
     """The states as arrays: held, pending, running stage (its position, V for none), outputs sent, input
-    gradients sent, outputs kept (each rows x V but the running stage)."""
+    gradients sent, outputs kept, gradients made (each rows x V but the running stage and the first-backward
+    flag)."""
     ordered = sorted(rows)
-    held, wait, run, fsent, bsent, kept = (np.array([r[i] for r in ordered]) for i in range(6))
+    held, wait, run, fsent, bsent, kept, made, first = (np.array([r[i] for r in ordered]) for i in range(8))
     return (held.reshape(-1, V).astype(float), wait.reshape(-1, V).astype(float), run.astype(int),
-            fsent.reshape(-1, V).astype(float), bsent.reshape(-1, V).astype(float), kept.reshape(-1, V).astype(float))
+            fsent.reshape(-1, V).astype(float), bsent.reshape(-1, V).astype(float), kept.reshape(-1, V).astype(float),
+            made.reshape(-1, V).astype(float), first.astype(int))
 
 
 def _rows(acts: Sequence[Action], mine: list[int]) -> set[_Row]:
     """The distinct states during each operation of one device's order."""
-    held, wait, fsent, bsent, kept = (dict.fromkeys(mine, 0) for _ in range(5))
+    held, wait, fsent, bsent, kept, made = (dict.fromkeys(mine, 0) for _ in range(6))
     rows: set[_Row] = set()
     for a in acts:
         s = a.stage
         if a.kind == "F":
             held[s] += 1
             kept[s] += 1
+        makes = int(a.kind in ("B", "W") and not made[s])     # the stage's first backward writes its gradients
         runs = not (a.kind == "I" and s == 0)       # torch's stage 0 runs no I
         rows.add(tuple(tuple(c[x] for x in mine) for c in (held, wait)) + (mine.index(s) if runs else len(mine),)
-                 + tuple(tuple(c[x] for x in mine) for c in (fsent, bsent, kept)))  # type: ignore[arg-type]
+                 + tuple(tuple(c[x] for x in mine) for c in (fsent, bsent, kept, made))
+                 + (makes,))  # type: ignore[arg-type]
         if a.kind in ("B", "W"):
             held[s] -= 1
+            made[s] = 1
         if a.kind in ("B", "I"):
             kept[s] -= 1
             bsent[s] += 1

@@ -453,8 +453,9 @@ def with_memory_setup(chain: Chain, platform: Platform, kw: dict[str, Any]) -> d
 
 
 def memory_setup(chain: Chain, platform: Platform) -> dict[str, Any]:
-    """What a plan's memory figures assume: the memory model, optimizer, precision, weight policy
-    (and the weight factor in the paper model), and the profile columns that were estimated.
+    """What a plan's memory figures assume: the memory model, optimizer, precision, weight policy, training
+    loop (``zero_grad``) (and the weight factor in the paper model), and the profile columns that were
+    estimated.
 
     >>> from workbench.model.chain import Chain, Layer, Platform
     >>> memory_setup(Chain((Layer("a", 1, 1),)), Platform(1, optimizer="sgd"))["optimizer"]
@@ -464,7 +465,7 @@ def memory_setup(chain: Chain, platform: Platform) -> dict[str, Any]:
         return {"memory_model": "paper", "weight_factor": platform.weight_factor, "weights": platform.weights}
     terms = layer_terms(chain, platform)
     return {"memory_model": "full", "optimizer": platform.optimizer, "precision": terms.parts["precision"],
-            "weights": platform.weights, "estimated": list(terms.estimated)}
+            "weights": platform.weights, "zero_grad": platform.zero_grad, "estimated": list(terms.estimated)}
 
 
 def chain_for_plan(plan: Plan, chain: Chain) -> Chain:

@@ -20,7 +20,8 @@ from typing import Sequence
 import numpy as np
 
 from workbench.model.chain import Chain, Platform
-from workbench.model.memory import layer_terms, linear_terms
+from workbench.model.memory import layer_terms
+from workbench.model.memory_bands import linear_terms
 
 __all__ = ["block_groups"]
 

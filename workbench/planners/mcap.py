@@ -32,7 +32,8 @@ from typing import Any
 import numpy as np
 
 from workbench.model.chain import Chain, Platform
-from workbench.model.memory import layer_terms, square_terms
+from workbench.model.memory import layer_terms
+from workbench.model.memory_bands import square_terms
 from workbench.model.plan import Plan
 from workbench.model.tolerances import MEMORY_SLACK
 from workbench.model.units import format_bytes

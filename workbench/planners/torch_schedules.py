@@ -53,11 +53,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from workbench.model.chain import Chain, Platform
-from workbench.model.memory import (
-    LayerTerms,
-    layer_terms,
-    square_terms,
-)
+from workbench.model.memory import LayerTerms, flushed_platform, layer_terms
+from workbench.model.memory_bands import square_terms
 from workbench.model.order_memory import OrderMemory
 from workbench.model.orders import Action, chunks_of, order_counts, schedule_of, stage_devices, torch_order
 from workbench.model.plan import Plan, Stage, infeasible_plan, lower_bound, with_memory_setup
@@ -270,7 +267,8 @@ def _best_partition(chain: Chain, platform: Platform, name: str, order: dict[int
     """The fastest candidate partition that fits (else the one needing least memory) and its simulated trace."""
     S = len(dev)
     k, p, _ = order_counts(order, S)
-    prob = _Problem(chain, platform, dev, k, p, chain.forward + chain.backward, layer_terms(chain, platform))
+    prob = _Problem(chain, platform, dev, k, p, chain.forward + chain.backward,
+                    layer_terms(chain, flushed_platform(platform)))     # a flush's gradients accumulate
     peaks = OrderMemory(chain, platform, dev, order)
     cache: dict[tuple, Any] = {}
 

@@ -26,6 +26,9 @@ backward starts (it counts in ``backward_peak_bytes``). The columns:
   allocated (its output and what it saves included);
 * ``backward_peak_bytes``: the most bytes alive during the backward above the
   state before it, with the incoming gradient counted in;
+* ``backward_fresh_peak_bytes``: the same when the parameters have no gradient
+  yet (a second run with them set to None: the backward writes them, and
+  they stay, as the first backward after torch's default ``zero_grad()``);
 * ``saved_input_bytes`` / ``saved_output_bytes``: the input's (output's)
   storage if autograd saved it, else 0;
 * ``grad_bytes``: bytes of the parameters that take a gradient;
@@ -138,21 +141,11 @@ class _Cuda:
         return self.current
 
 
-def layer_memory(module: nn.Module, x: torch.Tensor, *, input_requires_grad: bool,
-                 then: Callable[[torch.Tensor], torch.Tensor] | None = None,
-                 grad_seed: int = 0) -> dict[str, float]:
-    """The memory columns of ``module`` run on input ``x`` (see the module docstring).
-
-    ``then`` (a loss of the output) makes the loss part of the layer: the forward ends in it and
-    the backward starts from it (no incoming gradient).
-    """
-    params = [p for p in module.parameters()]
-    trainable = [p for p in params if p.requires_grad]
-    for p in trainable:
-        p.grad = torch.zeros_like(p)
-    inp = x.detach()
-    if input_requires_grad and inp.is_floating_point():
-        inp.requires_grad_(True)
+def _run_once(module: nn.Module, inp: torch.Tensor, tracker: Any, then, gen: torch.Generator
+              ) -> tuple[float, float, int, int]:
+    """One forward and backward of ``module`` on ``inp`` under ``tracker``: (forward peak, backward peak above
+    the state before it, saved input storage, saved output storage), with the parameters' gradients as
+    the caller left them (allocated: the backward adds into them; None: it writes them)."""
     saved: set[int] = set()
 
     def pack(t: torch.Tensor) -> torch.Tensor:
@@ -162,31 +155,60 @@ def layer_memory(module: nn.Module, x: torch.Tensor, *, input_requires_grad: boo
             pass
         return t
 
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        tracker.reset_peak()
+        start = tracker.current
+        out = module(inp)
+        if not isinstance(out, torch.Tensor):
+            raise TypeError(f"a chain layer must return one tensor, got {type(out).__name__}")
+        root = then(out) if then is not None else out
+    forward_peak = tracker.peak - start
+    saved_input = _nbytes(inp) if _storage(inp) in saved else 0
+    saved_output = _nbytes(out) if _storage(out) in saved else 0
+    grad = None
+    if then is None and out.requires_grad:
+        grad = torch.randn(out.shape, generator=gen, dtype=out.dtype).to(out.device)
+    before = tracker.reset_peak() - _nbytes(grad)      # the incoming gradient counts in the backward
+    if root.requires_grad:
+        torch.autograd.backward(root, grad)
+    backward_peak = max(tracker.peak - before, 0)
+    del out, root, grad
+    return float(forward_peak), float(backward_peak), saved_input, saved_output
+
+
+def layer_memory(module: nn.Module, x: torch.Tensor, *, input_requires_grad: bool,
+                 then: Callable[[torch.Tensor], torch.Tensor] | None = None,
+                 grad_seed: int = 0) -> dict[str, float]:
+    """The memory columns of ``module`` run on input ``x`` (see the module docstring).
+
+    ``then`` (a loss of the output) makes the loss part of the layer: the forward ends in it and
+    the backward starts from it (no incoming gradient). The layer runs twice: with its gradients
+    allocated (``backward_peak_bytes``) and with none (``backward_fresh_peak_bytes``: the backward
+    writes them fresh, and they stay, as after torch's default ``zero_grad()``).
+    """
+    params = [p for p in module.parameters()]
+    trainable = [p for p in params if p.requires_grad]
+    for p in trainable:
+        p.grad = torch.zeros_like(p)
+    inp = x.detach()
+    if input_requires_grad and inp.is_floating_point():
+        inp.requires_grad_(True)
     known = [inp, *params, *module.buffers(), *(p.grad for p in trainable)]
     cuda = inp.device.type == "cuda"
     tracker: Any = _Cuda(inp.device) if cuda else AllocationTracker(known)
-    gen = torch.Generator(device="cpu").manual_seed(grad_seed)
     with tracker:
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-            out = module(inp)
-            if not isinstance(out, torch.Tensor):
-                raise TypeError(f"a chain layer must return one tensor, got {type(out).__name__}")
-            root = then(out) if then is not None else out
-        forward_peak = tracker.peak
-        saved_input = _nbytes(inp) if _storage(inp) in saved else 0
-        saved_output = _nbytes(out) if _storage(out) in saved else 0
-        grad = None
-        if then is None and out.requires_grad:
-            grad = torch.randn(out.shape, generator=gen, dtype=out.dtype).to(out.device)
-        before = tracker.reset_peak() - _nbytes(grad)      # the incoming gradient counts in the backward
-        if root.requires_grad:
-            torch.autograd.backward(root, grad)
-        backward_peak = max(tracker.peak - before, 0)
+        fp, bp, saved_input, saved_output = _run_once(module, inp, tracker, then,
+                                                       torch.Generator(device="cpu").manual_seed(grad_seed))
+        for p in trainable:
+            p.grad = None
+        inp.grad = None
+        _, fresh, _, _ = _run_once(module, inp, tracker, then, torch.Generator(device="cpu").manual_seed(grad_seed))
     for p in trainable:
         p.grad = None
     return {
-        "forward_peak_bytes": float(forward_peak),
-        "backward_peak_bytes": float(backward_peak),
+        "forward_peak_bytes": fp,
+        "backward_peak_bytes": bp,
+        "backward_fresh_peak_bytes": fresh,
         "saved_input_bytes": float(saved_input),
         "saved_output_bytes": float(saved_output),
         "grad_bytes": float(sum(p.numel() * p.element_size() for p in trainable)),

@@ -7,8 +7,8 @@ holds plain values: the plan, the per-device programs
 
 >>> from workbench.model.plan import Plan
 >>> cfg = RunConfig(Plan(1.0, (0,), (), 1), [[]], None, steps=2)
->>> cfg.weights, cfg.backend, cfg.engine, cfg.lookahead
-('stash', 'gloo', 'pipedream', 1)
+>>> cfg.weights, cfg.backend, cfg.engine, cfg.lookahead, cfg.zero_grad
+('stash', 'gloo', 'pipedream', 1, 'none')
 """
 
 from __future__ import annotations
@@ -42,3 +42,4 @@ class RunConfig:
     engine: str = "pipedream"        # "torch" or "pipedream"
     optimizer: str = "adam"
     extra: dict[str, Any] = field(default_factory=dict)
+    zero_grad: str = "none"          # the training loop: "none" (torch's default zero_grad()) or "zeros" (in place)

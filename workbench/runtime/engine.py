@@ -171,6 +171,7 @@ def run_plan(
     start_method: str | None = None,
     engine: str = "auto",
     optimizer: str = "adam",
+    zero_grad: str = "none",
 ) -> RunResult:
     """Execute ``plan`` for ``steps`` mini-batches in ``plan.devices`` processes and measure it.
 
@@ -182,20 +183,24 @@ def run_plan(
     "fork" starts faster (no re-import of torch) and is the default on CPU
     under Linux; "spawn" (the default otherwise) is the safe choice with CUDA.
     ``engine`` is ``"auto"`` (:func:`choose_engine`), ``"torch"`` or ``"pipedream"``;
-    ``optimizer`` one of :data:`~workbench.runtime.rank.OPTIMIZERS`, stepping with ``lr``.
+    ``optimizer`` one of :data:`~workbench.runtime.rank.OPTIMIZERS`, stepping with ``lr``; ``zero_grad`` the
+    training loop (``none``: torch's default, gradients set to None between steps; ``zeros``: in place).
     """
     _check_run_arguments(plan, weights, optimizer, steps)
+    if zero_grad not in ("none", "zeros"):
+        raise ValueError(f"zero_grad must be 'none' or 'zeros', got {zero_grad!r}")
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     backend = backend or default_backend(device, plan.devices)
     progs = programs if programs is not None else programs_for(plan, steps, chain, platform)
     cfg = RunConfig(plan, progs, workload, steps, lr, weights, backend, device, threads, timeout, lookahead,
-                    engine=_engine_for(plan, weights, engine, device, backend), optimizer=optimizer)
+                    engine=_engine_for(plan, weights, engine, device, backend), optimizer=optimizer,
+                    zero_grad=zero_grad)
     if start_method is None:
         start_method = "fork" if (device == "cpu" and sys.platform.startswith("linux")) else "spawn"
     t_start = time.monotonic()
     parts = _start_ranks(cfg, start_method)
     return merge_results(parts, plan, steps=steps, lr=lr, weights=weights, backend=backend, device=device,
-                         world=plan.devices, threads=threads, optimizer=optimizer,
+                         world=plan.devices, threads=threads, optimizer=optimizer, zero_grad=zero_grad,
                          wall_seconds=time.monotonic() - t_start)
 
 
@@ -286,6 +291,7 @@ def _torchrun(args: argparse.Namespace) -> int:
 
     import torch.distributed as dist
 
+    from workbench.model.plan_setup import resolve_setup
     from workbench.runtime.session import check_plan_against, check_plan_valid, platform_for_run
     from workbench.runtime.worker import _execute, _setup
 
@@ -302,14 +308,15 @@ def _torchrun(args: argparse.Namespace) -> int:
         print(f"note: {note}", flush=True)
     chain = _load_or_profile(args, wl, rank)
     check_plan_against(plan, wl.layers().names, chain, what=wl.name)
-    optimizer = args.optimizer or (plan.setup or {}).get("optimizer") or "adam"     # as run chooses it
-    platform = platform_for_run(plan, optimizer=optimizer, weights=args.weights)
+    setup = resolve_setup(args, plan)       # the plan's set-up; an option that contradicts it is refused
+    platform = platform_for_run(plan, optimizer=setup["optimizer"], weights=setup["weights"],
+                                zero_grad=setup["zero_grad"])
     if chain is not None:      # as `check PLAN --profile ...` would: the plan's set-up and links, no memory limit
         links = platform_for_run(plan, bandwidth=(plan.setup or {}).get("bandwidth", "12GB/s"))
         check_plan_valid(plan, chain, links.with_(memory=math.inf), where=args.plan_file)
     cfg = RunConfig(plan, programs_for(plan, args.steps), wl, args.steps, args.lr, platform.weights, backend, device,
                     timeout=args.timeout, engine=choose_engine(plan, platform.weights, args.engine),
-                    optimizer=optimizer)
+                    optimizer=platform.optimizer, zero_grad=platform.zero_grad)
     _setup(rank, cfg)
     dist.init_process_group(backend, rank=rank, world_size=world, timeout=timedelta(seconds=args.timeout))
     t0 = time.monotonic()
@@ -322,7 +329,8 @@ def _torchrun(args: argparse.Namespace) -> int:
     if rank == 0:
         res = merge_results(parts, plan, steps=args.steps, lr=args.lr, weights=cfg.weights,  # type: ignore[arg-type]
                             backend=backend, device=device, world=world, threads=cfg.threads,
-                            optimizer=cfg.optimizer, engine=cfg.engine, wall_seconds=time.monotonic() - t0)
+                            optimizer=cfg.optimizer, zero_grad=cfg.zero_grad, engine=cfg.engine,
+                            wall_seconds=time.monotonic() - t0)
         _conclude_on_rank0(args, plan, chain, platform, wl, res)
     return 0
 
@@ -369,6 +377,8 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--lr", type=float, default=0.0)
     ap.add_argument("--optimizer", default=None, help="none, sgd, momentum, adam or adamw (default: the plan's, "
                                                       "else adam), stepped with --lr")
+    ap.add_argument("--zero-grad", default=None, choices=["none", "zeros"], dest="zero_grad",
+                    help="the training loop (default: the plan's)")
     ap.add_argument("--engine", default="auto", choices=list(ENGINES))
     ap.add_argument("--backend", default=None, choices=["gloo", "nccl"], help="default: nccl on GPUs, else gloo")
     ap.add_argument("--dtype", default="float32", help="zoo models: float32 or bfloat16 (the profile's)")

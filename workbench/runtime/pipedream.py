@@ -33,8 +33,10 @@ A rank executes its program (:mod:`~workbench.runtime.program`) in order:
   posted ahead in the sender's order (so NCCL, which ignores tags, matches
   them too), ``isend`` that never blocks; the wait is a ``recv`` row.
 
-Memory per rank (docs/model.md, "Runtime"): the live weights and their
-gradient buffers, the optimizer state of the stages' own parameters, with
+Memory per rank (docs/model.md, "Runtime"): the live weights and, under
+``zero_grad zeros``, their gradient buffers (under ``none``, torch's default, a
+backward writes fresh gradients and the step after it frees them), the
+optimizer state of the stages' own parameters, with
 ``stash`` one weight version per distinct version in flight (in a steady state
 of ``k`` mini-batches in flight: ``k`` versions, the live one included, as the
 memory model counts),
@@ -94,9 +96,10 @@ class PipeDreamRank:
         owned = {s: [p for n, p in self.live[s].items() if (s, n) not in self.ties["shared"]] for s in self.mine}
         self.optimizers = {s: make_optimizer(cfg.optimizer, owned[s], cfg.lr) for s in self.mine}
         self.version = {s: {n: alias(p) for n, p in self.live[s].items()} for s in self.mine}
-        for s in self.mine:   # gradient buffers, allocated once and kept (the owner's, for a tied parameter)
+        self.resident = cfg.zero_grad == "zeros"
+        for s in self.mine:   # zeros: gradient buffers, allocated once and kept (the owner's, for a tied parameter)
             for n, p in self.live[s].items():
-                if (s, n) not in self.ties["shared"] and p.requires_grad:
+                if self.resident and (s, n) not in self.ties["shared"] and p.requires_grad:
                     p.grad = torch.zeros_like(p)
         self.acc: dict[int, dict[str, torch.Tensor]] | None = None
         self.recorder = Recorder(rank, cuda)
@@ -297,11 +300,14 @@ class PipeDreamRank:
 
     def update(self, s: int, grads: dict[str, torch.Tensor], i: int = -1) -> None:
         """The gradients in the buffers (and the check's sums), then, timed as mini-batch ``i``'s ``step``, a
-        stash where needed and the optimizer's step."""
+        stash where needed and the optimizer's step; under ``zero_grad none`` the gradients are the backward's
+        own tensors, set to None after the step."""
         live = self.live[s]
         with torch.no_grad():
             for n, g in grads.items():
-                if live[n].grad is not g:     # a tied parameter's sum
+                if live[n].grad is None:      # none: the backward wrote them fresh
+                    live[n].grad = g
+                elif live[n].grad is not g:   # a tied parameter's sum
                     live[n].grad.copy_(g)
                 if self.acc is not None:
                     self.acc[s].setdefault(n, torch.zeros_like(g)).add_(g)
@@ -310,6 +316,9 @@ class PipeDreamRank:
                 self.stash_live(s)
             if self.optimizers[s] is not None:
                 self.optimizers[s].step()
+        if not self.resident:
+            for p in live.values():
+                p.grad = None
 
     # ---- the program ------------------------------------------------------------------------
     def run(self) -> None:

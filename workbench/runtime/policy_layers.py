@@ -90,7 +90,11 @@ class OffloadStore:
         return len(self.items) - 1
 
     def unpack(self, handle: int) -> torch.Tensor:
+        """The saved tensor, handed to autograd, which frees it once the backward has used it (as it frees a
+        kept one): the store lets go of it, so a stage's offloaded bytes leave the device as its backward
+        goes, not all at its end."""
         item = self.items[handle]
+        self.items[handle] = None
         return _from_host(item) if isinstance(item, tuple) else item
 
     def move_out(self) -> None:

@@ -49,7 +49,7 @@ __all__ = ["replay_devices", "replay_report", "replay_to", "load_replays", "run_
 def replay_devices(plan: Plan, workload: Workload, steps: int = 8, *, weights: str = "stash",
                    device: str | None = None, threads: int = 1, timeout: float = 300.0,
                    programs: list[list[Op]] | None = None, chain=None, platform=None,
-                   devices: list[int] | None = None, optimizer: str = "adam") -> RunResult:
+                   devices: list[int] | None = None, optimizer: str = "adam", zero_grad: str = "none") -> RunResult:
     """Run each device's program alone (one process per device, in turn); a measured :class:`RunResult`.
 
     ``devices`` restricts the replay to some devices. Every device's clock
@@ -70,7 +70,7 @@ def replay_devices(plan: Plan, workload: Workload, steps: int = 8, *, weights: s
         raise ValueError(f"devices {bad} are not devices of the plan (0..{plan.devices - 1})")
     progs = programs if programs is not None else programs_for(plan, steps, chain, platform)
     cfg = RunConfig(plan, progs, workload, steps, 0.0, weights, "none", device, threads, timeout, isolated=True,
-                    optimizer=optimizer)
+                    optimizer=optimizer, zero_grad=zero_grad)
     start_method = "spawn" if device == "cuda" else "fork"
     import torch.multiprocessing as mp
 

@@ -95,9 +95,11 @@ def check_plan_valid(plan, chain, platform, where: str = "the plan") -> None:
 
 
 def platform_for_run(plan, *, optimizer: str | None = None, bandwidth: float | str | None = None,
-                     latency: float = 0.0, weights: str | None = None):
+                     latency: float = 0.0, weights: str | None = None, zero_grad: str | None = None):
     """The platform a run is predicted on: the plan's devices, memory limit and memory set-up (the
-    paper's rule 7, or the full model with ``optimizer``, default the plan's, else adam).
+    paper's rule 7, or the full model with ``optimizer``, default the plan's, else adam, and the training
+    loop ``zero_grad``, default the plan's: a plan that predates the setting zeroed gradients in place;
+    ``none`` without a plan's set-up).
 
     >>> from workbench.model.plan import Plan
     >>> platform_for_run(Plan(1.0, (0,), (), 1)).optimizer
@@ -108,10 +110,12 @@ def platform_for_run(plan, *, optimizer: str | None = None, bandwidth: float | s
     setup = plan.setup or {}
     paper = setup.get("memory_model") == "paper"
     optimizer = optimizer or setup.get("optimizer") or "adam"
+    loop = zero_grad or setup.get("zero_grad") or ("zeros" if setup else "none")
     return Platform(plan.devices, memory=plan.memory_limit, bandwidth=bandwidth or math.inf, latency=latency or 0.0,
                     weights=weights or setup.get("weights") or "stash", memory_model="paper" if paper else "full",
+                    host_bandwidth=setup.get("host_bandwidth", "31.5GB/s"),
                     **({"weight_factor": setup.get("weight_factor", 1.0)} if paper else
-                       {"optimizer": optimizer, "precision": setup.get("precision")}))
+                       {"optimizer": optimizer, "precision": setup.get("precision"), "zero_grad": loop}))
 
 
 def gradient_errors(res, wl, steps: int, random_layers: list[str], check: bool,

@@ -16,9 +16,44 @@ import math
 import os
 from typing import Any
 
+from workbench.model.memory_views import torch_engine_memory
 from workbench.model.order_memory import engine_extra as torch_extra
 
-__all__ = ["summarise", "jsonable", "format_comparison"]
+__all__ = ["summarise", "jsonable", "format_comparison", "steady_steps", "engine_extra"]
+
+
+def steady_steps(plan, engine: str) -> list[int]:
+    """Per device, the mini-batches a run needs before it holds what the plan's memory describes (its steady
+    state): on the PipeDream engine with stashing, ``2k - 1`` for a stage with k in flight (the k in flight
+    then ran their forwards on k different weight versions); otherwise ``k + 1`` (k in flight after the
+    stage's first backward, when its gradients exist). 1 for a device without a stage.
+
+    >>> from workbench.model.plan import Plan, Stage
+    >>> p = Plan(1.0, (0, 1), (Stage(0, 0, 0, 0.0, 3.0, 4), Stage(1, 1, 1, 1.0, 2.0, 1)), 2)
+    >>> steady_steps(p, "pipedream"), steady_steps(p, "torch")
+    ([7, 1], [5, 2])
+    """
+    need = [1] * plan.devices
+    for st in plan.stages:
+        k = max(int(st.in_flight), 1)
+        need[st.device] = max(need[st.device], 2 * k - 1 if engine == "pipedream" else k + 1)
+    return need
+
+
+def engine_extra(plan, chain, platform, steps: int, engine: str) -> list[float]:
+    """Per device, what the engine holds beyond the plan's memory: on torch's engine, a periodic plan's peak as
+    torch runs it, one step of ``steps`` micro-batches (:func:`~workbench.model.memory_views.torch_engine_memory`),
+    less the plan's memory; for a flushed plan what torch preallocates and holds
+    (:func:`workbench.model.order_memory.engine_extra`); nothing on the PipeDream engine, which runs
+    the plan's own loop."""
+    if engine != "torch":
+        return [0.0] * plan.devices
+    if plan.schedule == "periodic" and platform is not None and platform.memory_model == "full":
+        from workbench.model.activations import apply_policies
+
+        peak = torch_engine_memory(apply_policies(chain, plan.activations or None), platform, plan.stages, steps)
+        return [p - float(m) for p, m in zip(peak, plan.memory)]
+    return torch_extra(plan, chain, platform, steps)
 
 
 def summarise(plan, chain, platform, wl, res, cmp, cal: dict[str, Any], *, model_config: dict[str, Any],
@@ -48,25 +83,30 @@ def _run_fields(plan, platform, wl, res, cfg: dict[str, Any], batch_size: int, s
         "devices": plan.devices, "assignment": list(plan.assignment), "allocation": plan.allocation,
         "weights": platform.weights, "backend": res.meta["backend"], "device": res.meta["device"],
         "engine": res.meta["engine"], "optimizer": res.meta["optimizer"],
+        "zero_grad": res.meta.get("zero_grad", getattr(platform, "zero_grad", None)),
+        "precision": (plan.setup or {}).get("precision"),
     }
 
 
 def _period_and_memory_fields(plan, chain, platform, res, cmp, steps: int) -> dict[str, Any]:
-    """The period and the per-device memory, predicted (plan, plus what torch's engine preallocates:
-    a receive buffer per micro-batch and the step's whole input) against measured."""
-    engine_extra = (torch_extra(plan, chain, platform, steps) if res.meta["engine"] == "torch"
-                    else [0.0] * plan.devices)
-    predicted = [float(m) + e for m, e in zip(plan.memory, engine_extra)]
+    """The period and the per-device memory, predicted (plan, plus what torch's engine holds beyond it:
+    :func:`engine_extra`) against measured, and whether each rank ran long enough to reach the steady state
+    the prediction describes (:func:`steady_steps`)."""
+    extra = engine_extra(plan, chain, platform, steps, res.meta["engine"])
+    predicted = [float(m) + e for m, e in zip(plan.memory, extra)]
     measured = [float(m) for m in cmp["measured_memory"]]
+    need = steady_steps(plan, res.meta["engine"])
     return {
         "predicted_period": plan.period, "measured_period": cmp.attrs["measured_period"],
         "period_error": cmp.attrs["period_error"],
         "memory_plan": [float(m) for m in plan.memory],
-        "memory_engine_extra": engine_extra,
+        "memory_engine_extra": extra,
         "memory_predicted": predicted,
         "memory_measured": measured,
         "memory_error": [m / p - 1 if p > 0 else math.nan for m, p in zip(measured, predicted)],
         "memory_breakdown": res.meta.get("memory_breakdown"),
+        "steady_state_steps": need,
+        "steady_state": [steps >= n for n in need],
     }
 
 
@@ -127,7 +167,8 @@ def format_comparison(summary: dict[str, Any]) -> str:
     lines = [
         f"{summary['model']}: {summary['steps']} mini-batches of {summary['batch_size']} on {summary['devices']} "
         f"processes ({summary['backend']}, {summary['device']}, {summary.get('dtype', 'float32')}), "
-        f"weights {summary['weights']}, {summary.get('engine', '?')} engine, optimizer {summary.get('optimizer', '?')}",
+        f"weights {summary['weights']}, {summary.get('engine', '?')} engine, optimizer "
+        f"{summary.get('optimizer', '?')}, zero_grad {summary.get('zero_grad', '?')}",
         f"  period     predicted {summary['predicted_period'] * 1e3:9.3f} ms   measured "
         f"{summary['measured_period'] * 1e3:9.3f} ms   error {summary['period_error']:+.1%}",
     ]
@@ -139,6 +180,10 @@ def format_comparison(summary: dict[str, Any]) -> str:
             f"({summary['busy_error'][d]:+.1%})"
             + (f"; CPU {summary['cpu_busy_measured'][d] * 1e3:8.3f} ms, core share {summary['core_share'][d]:.0%}"
                if summary.get("core_share") else ""))
+        if summary.get("steady_state") and not summary["steady_state"][d]:
+            lines.append(f"    device {d} did NOT reach the steady state the prediction describes: it needs "
+                         f"{summary['steady_state_steps'][d]} mini-batches, the run had {summary['steps']} "
+                         "(its measured peak is below what a longer run holds)")
     cal = summary.get("calibration", {})
     if cal:
         lines.append(f"  calibrated prediction (same allocation): {cal['calibrated_period'] * 1e3:.3f} ms, "

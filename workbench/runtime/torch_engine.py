@@ -252,6 +252,7 @@ class _TorchStep:
 
         plan, steps = cfg.plan, cfg.steps
         self.params = [p for s in model.stages for p in model.stages[s].parameters()]
+        self.loop = cfg.zero_grad
         self.optimizer = make_optimizer(cfg.optimizer, list({id(p): p for p in self.params}.values()), cfg.lr)
         self.ties = tie_groups(model, plan, world)
         self.schedule = None
@@ -280,12 +281,12 @@ class _TorchStep:
             self.optimizer.step()
 
     def zero(self) -> None:
-        if self.optimizer is not None:
-            self.optimizer.zero_grad(set_to_none=False)
-        else:
-            for p in self.params:
-                if p.grad is not None:
-                    p.grad.zero_()
+        """Between steps, the plan's loop: gradients set to None (``none``, torch's default) or zeroed in place."""
+        for p in self.params:
+            if self.loop == "none":
+                p.grad = None
+            elif p.grad is not None:
+                p.grad.zero_()
 
 
 def _memory_step(step: _TorchStep, stages: list[TimedStage], model: RankModel, dev: torch.device) -> MemoryProbe:

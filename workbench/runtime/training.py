@@ -4,16 +4,19 @@ The memory model (:mod:`workbench.model.memory`, docs/model.md "Memory") assumes
 training step of this shape, which the runtime and the memory witness
 (:mod:`workbench.runtime.witness`) both run:
 
-* gradients are a resident accumulation buffer: :func:`zero_grad` zeroes them
-  in place (``set_to_none=False``) instead of freeing them;
+* the training loop (``zero_grad``, docs/model.md "Memory"): ``none``, torch's default
+  (``optimizer.zero_grad()`` sets every gradient to None: the first backward of a step
+  writes them, later ones add into them), or ``zeros`` (:func:`zero_grad` zeroes them in
+  place, ``set_to_none=False``: a resident accumulation buffer);
 * the optimizer is torch's own, by name (:data:`OPTIMIZERS`): ``none`` (no
   step), ``sgd``, ``momentum`` (SGD with momentum 0.9), ``adam``, ``adamw``,
   with torch's default implementation (a loop over parameters on CPU,
   ``foreach`` on GPUs);
 * ``bf16-mixed``: the model (parameters, gradients, activations) is bf16;
   :class:`MasterWeights` keeps an fp32 copy of every parameter and of its
-  gradient, the optimizer (and its state) works on the fp32 copies, and the
-  step copies the result back into the bf16 parameters.
+  gradient (under ``none`` made at the step and freed after it), the optimizer
+  (and its state) works on the fp32 copies, and the step copies the result back
+  into the bf16 parameters.
 
 A learning rate of 0 keeps the weights (and so the gradient check) exact
 while every byte of the step is still allocated.
@@ -35,7 +38,7 @@ from torch import nn
 
 from workbench.model.chain import OPTIMIZERS
 
-__all__ = ["OPTIMIZERS", "make_optimizer", "MasterWeights", "zero_grad"]
+__all__ = ["OPTIMIZERS", "ZERO_GRADS", "make_optimizer", "MasterWeights", "zero_grad"]
 
 
 def make_optimizer(name: str, params: Iterable[torch.nn.Parameter], lr: float = 0.0,
@@ -61,12 +64,27 @@ def make_optimizer(name: str, params: Iterable[torch.nn.Parameter], lr: float = 
     return torch.optim.AdamW(params, lr=lr, foreach=foreach)
 
 
-def zero_grad(params: Iterable[torch.nn.Parameter]) -> None:
-    """Zero every gradient in place, allocating the ones that do not exist yet (a resident buffer)."""
+#: the training loops: ``none`` (torch's default ``zero_grad()``) and ``zeros`` (in place)
+ZERO_GRADS = ("none", "zeros")
+
+
+def zero_grad(params: Iterable[torch.nn.Parameter], loop: str = "zeros") -> None:
+    """Between two steps: ``zeros`` zeroes every gradient in place, allocating the ones that do not exist yet (a
+    resident buffer); ``none`` sets them to None, as torch's ``optimizer.zero_grad()`` does by default.
+
+    >>> p = torch.nn.Parameter(torch.ones(2)); zero_grad([p]); p.grad.tolist()
+    [0.0, 0.0]
+    >>> zero_grad([p], "none"); p.grad is None
+    True
+    """
+    if loop not in ZERO_GRADS:
+        raise ValueError(f"zero_grad must be one of {', '.join(ZERO_GRADS)}, got {loop!r}")
     for p in params:
         if not p.requires_grad:
             continue
-        if p.grad is None:
+        if loop == "none":
+            p.grad = None
+        elif p.grad is None:
             p.grad = torch.zeros_like(p)
         else:
             p.grad.zero_()
@@ -82,24 +100,33 @@ class MasterWeights:
     (torch.float32, torch.float32)
     """
 
-    def __init__(self, params: Iterable[nn.Parameter], optimizer: str, lr: float = 0.0) -> None:
+    def __init__(self, params: Iterable[nn.Parameter], optimizer: str, lr: float = 0.0, loop: str = "zeros") -> None:
         self.params = [p for p in params if p.requires_grad]
         self.masters = [p.detach().float().requires_grad_(True) for p in self.params]
-        for m in self.masters:
-            m.grad = torch.zeros_like(m)
+        self.loop = loop
+        if loop == "zeros":
+            for m in self.masters:
+                m.grad = torch.zeros_like(m)
         self.optimizer = make_optimizer(optimizer, self.masters, lr)
 
     def step(self) -> None:
-        """Copy the gradients into the masters, step them, copy the weights back (all in place)."""
+        """Copy the gradients into the masters, step them, copy the weights back (all in place); under ``none``
+        the masters' gradients are made here and freed after the step."""
         with torch.no_grad():
             for p, m in zip(self.params, self.masters):
-                if p.grad is not None:
+                if p.grad is None:
+                    continue
+                if m.grad is None:
+                    m.grad = p.grad.float()
+                else:
                     m.grad.copy_(p.grad)
             if self.optimizer is not None:
                 self.optimizer.step()
             for p, m in zip(self.params, self.masters):
                 p.copy_(m)
+                if self.loop == "none":
+                    m.grad = None
 
     def tensors(self) -> list[torch.Tensor]:
-        """The masters and their gradients (for a memory tracker's ``track_external``)."""
-        return self.masters + [m.grad for m in self.masters]
+        """The masters and their resident gradients (for a memory tracker's ``track_external``)."""
+        return self.masters + [m.grad for m in self.masters if m.grad is not None]

@@ -2,7 +2,8 @@
 
 :func:`plain_step_peak` builds nothing of the workbench's: it runs a whole
 model (no pipeline, no profiler, no runtime) through ordinary training steps
--- ``zero_grad`` in place, forward, loss, backward, optimizer step, as
+-- ``zero_grad`` (torch's default, gradients set to None, or in place: the
+``loop``), forward, loss, backward, optimizer step, as
 :mod:`workbench.runtime.training` describes them -- under
 ``torch.distributed._tools.mem_tracker.MemTracker``, and returns the peak
 bytes that tracker saw. The memory model's prediction for a one-device plan
@@ -37,9 +38,13 @@ __all__ = ["plain_step_peak"]
 
 def plain_step_peak(model: nn.Module, x: torch.Tensor, y: torch.Tensor,
                     loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], optimizer: str, *,
-                    mixed: bool = False, steps: int = 2, foreach: bool | None = None) -> int:
+                    mixed: bool = False, steps: int = 2, foreach: bool | None = None, loop: str = "none",
+                    micro_batches: int = 1) -> int:
     """Peak bytes (MemTracker, the device of ``x``) of ``steps`` plain training steps after a warm-up step.
 
+    ``loop``: ``none`` (torch's default ``zero_grad()``: gradients set to None) or ``zeros`` (zeroed in
+    place); ``micro_batches``: backwards per step (gradient accumulation: the later ones add into the
+    gradients the first made).
     ``mixed``: ``model`` is in bf16 and the optimizer steps fp32 masters (:class:`MasterWeights`).
     ``foreach``: the optimizer's (:func:`~workbench.runtime.training.make_optimizer`; True for the step
     torch runs on a GPU). Under ``FakeTensorMode`` it measures a fake step: nothing is allocated.
@@ -48,12 +53,13 @@ def plain_step_peak(model: nn.Module, x: torch.Tensor, y: torch.Tensor,
 
     model.train()
     params = [p for p in model.parameters() if p.requires_grad]
-    masters = MasterWeights(params, optimizer) if mixed else None
+    masters = MasterWeights(params, optimizer, loop=loop) if mixed else None
     opt = None if mixed else make_optimizer(optimizer, params, foreach=foreach)
 
     def step() -> None:
-        zero_grad(params)
-        loss_fn(model(x), y).backward()
+        zero_grad(params, loop)
+        for _ in range(micro_batches):
+            loss_fn(model(x), y).backward()
         if masters is not None:
             masters.step()
         elif opt is not None:

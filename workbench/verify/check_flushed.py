@@ -19,8 +19,10 @@ code with the simulator (:mod:`workbench.verify.simulate`,
 * **memory** (rule 7): per device, the peak of what its stages hold over the
   replay (:func:`workbench.verify.check_memory.stage_terms`: activations from a
   forward's start to the end of its backward, pending weight gradients from an
-  ``I`` to its ``W``, an operation's excess while it runs, the optimizer step
-  after the flush) is at most the limit and equals the recorded memory.
+  ``I`` to its ``W``, an operation's excess while it runs, the gradients resident
+  or, under ``zero_grad none``, from the end of the stage's first ``B`` or ``W`` (which
+  runs with the excess of a backward that writes them fresh), the optimizer
+  step after the flush) is at most the limit and equals the recorded memory.
 
 >>> from workbench.model.chain import Chain, Layer, Platform
 >>> from workbench.model.plan import Plan, Stage
@@ -158,7 +160,18 @@ def _replay(plan: Plan, orders: dict[int, list[Action]], d: dict[str, list[float
 
 def _peaks(chain: Chain, plan: Plan, platform: Platform, done: dict, d: dict[str, list[float]]) -> list[float]:
     """Per device, the most bytes it holds at once over the replay, then with the optimizer's step."""
-    terms = [stage_terms(chain, platform, x.first, x.last) for x in plan.stages]
+    grads, first_excess = [0.0] * len(plan.stages), [0.0] * len(plan.stages)
+    if platform.memory_model == "full":   # docs/model.md: a flush's gradients accumulate to its step ...
+        zeros = [stage_terms(chain, platform.with_(zero_grad="zeros"), x.first, x.last) for x in plan.stages]
+        first_excess = [z["op_excess"] for z in zeros]
+        if platform.zero_grad == "none":  # ... made by the stage's first backward (B or W), which writes them fresh
+            fresh = [stage_terms(chain, platform, x.first, x.last) for x in plan.stages]
+            grads = [z["static"] - f["static"] for z, f in zip(zeros, fresh)]
+            first_excess = [f["op_excess"] for f in fresh]
+        terms = [{**z, "static": z["static"] - g} for z, g in zip(zeros, grads)]
+    else:
+        terms = [stage_terms(chain, platform, x.first, x.last) for x in plan.stages]
+        first_excess = [x["op_excess"] for x in terms]
     const = float(chain.meta.get("runtime_bytes", 0.0) or 0.0) if platform.memory_model == "full" else 0.0
     out = []
     for dev in range(plan.devices):
@@ -167,27 +180,32 @@ def _peaks(chain: Chain, plan: Plan, platform: Platform, done: dict, d: dict[str
             out.append(0.0)
             continue
         static = sum(terms[s]["static"] for s in mine) + const
+        firsts = {min((t0, key) for key, (t0, _) in done.items() if key[0] == s and key[1] in ("B", "W"))[1]
+                  for s in mine if any(k[0] == s and k[1] in ("B", "W") for k in done)}
         events = []   # (time, order: releases first, held delta, excess or None)
         for (s, kind, i), (t0, t1) in done.items():
             if s not in mine:
                 continue
             if kind == "F":
                 events.append((t0, 1, terms[s]["A"], 0.0))
-            last = kind == "W" or (kind == "B")
-            if last:
+            if kind in ("B", "W"):
                 events.append((t1, 0, -terms[s]["A"], 0.0))
             if kind == "I":
                 events.append((t1, 1, d["pending"][s], 0.0))
             if kind == "W" and d["pending"][s]:
                 events.append((t1, 0, -d["pending"][s], 0.0))
-            if t1 > t0 and terms[s]["op_excess"] > 0:
-                events += [(t0, 1, 0.0, terms[s]["op_excess"]), (t1, 0, 0.0, -terms[s]["op_excess"])]
+            first = (s, kind, i) in firsts     # the stage's first backward: its gradients exist once it ends
+            excess = first_excess[s] if first else terms[s]["op_excess"]
+            if t1 > t0 and excess > 0:
+                events += [(t0, 1, 0.0, excess), (t1, 0, 0.0, -excess)]
+            if first and grads[s]:
+                events.append((t1, 1, grads[s], 0.0))
         held = excess = peak = 0.0
         for t, _, dh, dx in sorted(events, key=lambda e: (e[0], e[1])):
             held += dh
             excess += dx
             peak = max(peak, held + excess)
-        step = max(terms[s]["step"] for s in mine)
+        step = max(terms[s]["step"] for s in mine) + sum(grads[s] for s in mine)
         out.append(static + max(peak, step))
     return out
 

@@ -14,6 +14,7 @@ code with it, so a check that agrees with a planner is a check.
 
 from __future__ import annotations
 
+import json
 from typing import Sequence
 
 from workbench.model.chain import Chain, Platform
@@ -39,14 +40,32 @@ def layer_columns(chain: Chain, l: int) -> dict[str, float]:
 
     grad = get("grad_bytes", weights)
     saved_input = get("saved_input_bytes", min(saved, inp))
+    backward = get("backward_peak_bytes", out + inp + grad)
+    fresh_estimate = backward + grad if layer.backward_peak_bytes is not None else backward
     return {
         "in": inp, "out": out, "saved": saved, "weights": weights, "grad": grad,
         "max_param": get("max_param_bytes", weights),
         "saved_input": saved_input,
         "saved_output": get("saved_output_bytes", 0.0),
         "forward_peak": get("forward_peak_bytes", max(saved - saved_input, 0.0) + out),
-        "backward_peak": get("backward_peak_bytes", out + inp + grad),
+        "backward_peak": backward,
+        "backward_fresh_peak": get("backward_fresh_peak_bytes", fresh_estimate),
     }
+
+
+def _ties(chain: Chain) -> list[tuple[int, list[int], float]]:
+    """(owner, sharers, bytes) of every shared parameter the profile lists (docs/model.md, "Tied parameters")."""
+    text = chain.meta.get("tied") if chain.meta else None
+    if not text:
+        return []
+    where = {layer.name: i for i, layer in enumerate(chain.layers)}
+    out = []
+    for entry in json.loads(text):
+        owner = where.get(entry["owner"])
+        sharers = sorted({where[n] for n in entry["layers"] if n in where and where[n] != owner})
+        if owner is not None and sharers and float(entry["bytes"]) > 0:
+            out.append((owner, sharers, float(entry["bytes"])))
+    return out
 
 
 def _paper_device(chain: Chain, platform: Platform, stages: Sequence[tuple[int, int, int]]) -> float:
@@ -61,12 +80,48 @@ def _paper_device(chain: Chain, platform: Platform, stages: Sequence[tuple[int, 
     return total
 
 
+class _SetUp:
+    """The training set-up as docs/model.md states it: precision, its fp32 widening, states, the loop."""
+
+    def __init__(self, chain: Chain, platform: Platform) -> None:
+        dtype = str(chain.meta.get("dtype", "") or "")
+        self.precision = platform.precision or ("bf16" if dtype == "bfloat16" else "fp32")
+        self.mixed = self.precision == "bf16-mixed"
+        wide = 4.0 / {"bfloat16": 2, "float16": 2, "float32": 4}.get(dtype or "bfloat16", 2)
+        self.widen = wide if self.mixed else 1.0
+        self.foreach = str(chain.meta.get("device", "")).startswith("cuda")
+        self.opt = platform.optimizer
+        self.states = _STATES[self.opt]
+        self.zeros = platform.zero_grad == "zeros"
+        self.stash = platform.weights == "stash"      # the PipeDream engine; single: torch's
+
+    def own_static(self, c: dict[str, float]) -> float:
+        """A layer's parameters, optimizer state, fp32 masters and (zeros) resident gradients."""
+        out = c["weights"] + self.states * self.widen * c["weights"]
+        if self.mixed:
+            out += self.widen * c["weights"]
+        if self.zeros:
+            out += c["grad"] + (self.widen * c["grad"] if self.mixed else 0.0)
+        return out
+
+    def copy_terms(self, nbytes: float) -> tuple[float, float, float]:
+        """A stage's copy of a tied parameter: (resident, per extra in-flight mini-batch, gradient at its step)."""
+        if self.stash:   # the PipeDream engine: the copy and its stashed versions; its gradient goes to the owner
+            return nbytes, nbytes, nbytes
+        master = self.widen * nbytes if self.mixed else 0.0
+        resident = nbytes + self.states * self.widen * nbytes + master
+        if self.zeros:
+            return resident + nbytes + master, 0.0, 0.0
+        return resident, 0.0, nbytes + master
+
+
 def stage_terms(chain: Chain, platform: Platform, first: int, last: int) -> dict[str, float]:
     """What stage ``first..last`` holds, term by term as docs/model.md states them: ``A`` (per mini-batch in
-    flight), ``static`` (parameters, gradients, optimizer state, an offloaded copy, its receive buffers),
-    ``stash`` (per extra mini-batch, under weight stashing), ``op_excess`` (how far its forward or backward
-    climbs above that) and ``step`` (the optimizer step's temporaries) with ``step_excess`` (the step's climb
-    above the resident state of one mini-batch, its activations freed)."""
+    flight), ``static`` (parameters, resident gradients, optimizer state, an offloaded copy, its receive buffers,
+    tied copies), ``stash`` (per extra mini-batch, under weight stashing), ``op_excess`` (how far its forward or
+    backward climbs above that) and ``step`` (the optimizer step's temporaries) with ``step_excess`` (the
+    step's climb above the resident state of one mini-batch, its activations freed, with the gradients its
+    backward made)."""
     if platform.memory_model == "paper":
         saved = sum(chain.saved(l) for l in range(first, last + 1))
         weights = sum(chain.layers[l].weight_bytes for l in range(first, last + 1))
@@ -74,11 +129,8 @@ def stage_terms(chain: Chain, platform: Platform, first: int, last: int) -> dict
         return {"A": saved, "static": platform.weight_factor * weights + offloaded,
                 "stash": weights if platform.weights == "stash" else 0.0, "op_excess": 0.0, "step": 0.0,
                 "step_excess": 0.0}
-    dtype = str(chain.meta.get("dtype", "") or "")
-    precision = platform.precision or ("bf16" if dtype == "bfloat16" else "fp32")
-    widen = (4.0 / {"bfloat16": 2, "float16": 2, "float32": 4}.get(dtype or "bfloat16", 2)
-             if precision == "bf16-mixed" else 1.0)
-    opt = platform.optimizer
+    su = _SetUp(chain, platform)
+    ties = _ties(chain)
     last_layer = len(chain) - 1
     cols = [layer_columns(chain, l) for l in range(first, last + 1)]
     acts = []
@@ -90,26 +142,71 @@ def stage_terms(chain: Chain, platform: Platform, first: int, last: int) -> dict
     if first > 0 and layer_columns(chain, first - 1)["saved_output"] > 0:
         head += cols[0]["saved_input"]
     tail = 0.0 if last == last_layer else max(chain.cut(last) - cols[-1]["saved_output"], 0.0)
+    A = sum(acts) + max(head, 0.0) + tail
     static = sum(chain.layers[l].offload_bytes for l in range(first, last + 1))   # one offloaded copy
-    for c in cols:
-        static += c["weights"] + c["grad"] + _STATES[opt] * widen * c["weights"]
-        if precision == "bf16-mixed":
-            static += widen * c["weights"] + widen * c["grad"]
+    static += sum(su.own_static(c) for c in cols)
+    stash = sum(c["weights"] for c in cols) if su.stash else 0.0
     # a receive buffer for the activation arriving at the stage and one for the gradient coming back
-    static += (cols[0]["in"] if first > 0 else 0.0) + (chain.cut(last) if last < last_layer else 0.0)
-    # the excess of this stage's operations over its resident state: the forward holds its input (unless the
-    # previous layer's activations already count it) and climbs by its own peak; its saved bytes are counted
-    # among the stage's activations
-    op_excess = max(max(c["forward_peak"] + c["in"] - c["saved"], c["backward_peak"]) - sum(acts[i + 1:])
-                    for i, c in enumerate(cols))
-    if str(chain.meta.get("device", "")).startswith("cuda"):
-        step = _FOREACH_TEMPS[opt] * widen * sum(c["weights"] for c in cols)
+    buffers = (cols[0]["in"] if first > 0 else 0.0) + (chain.cut(last) if last < last_layer else 0.0)
+    inside = set(range(first, last + 1))
+    copy_grad = 0.0                        # gradients of tied copies the step finds
+    received = 0.0                         # tied gradients received, gone by the step
+    copies_stepped = []                    # bytes of copies this stage steps (torch's engine)
+    shared_at = [0.0] * len(cols)          # bytes of tied parameters each layer shares (not owns)
+    for owner, sharers, nbytes in ties:
+        for s in sharers:
+            if s in inside:
+                shared_at[s - first] += nbytes
+        holds_sharer = any(s in inside for s in sharers)
+        if holds_sharer and owner not in inside:          # a copy
+            resident, per_k, grad = su.copy_terms(nbytes)
+            static += resident
+            stash += per_k
+            copy_grad += grad
+            if not su.stash:
+                copies_stepped.append(nbytes)
+        if owner in inside and su.stash and not all(s in inside for s in sharers):
+            static += nbytes                 # the owner's receive buffer for a sharer's gradient ...
+            received += nbytes               # ... added to its own before its step
+    static += buffers
+    # the operations' excess over the resident state
+    made = []                                # gradients each layer's backward makes that stay to the step
+    for i, c in enumerate(cols):
+        if not su.zeros:
+            made.append(c["grad"] + shared_at[i])
+        elif su.stash:
+            made.append(shared_at[i])
+        else:
+            made.append(0.0)
+    worst = 0.0
+    offs = [chain.layers[l].offload_bytes for l in range(first, last + 1)]
+    for i, c in enumerate(cols):
+        # the forward holds its input (unless the previous layer's activations already count it) and
+        # climbs by its own peak; its saved bytes are counted among the stage's activations; the later
+        # layers hold no activations (nor offloaded copy) of this mini-batch yet, or any more
+        later = sum(acts[i + 1:]) + sum(offs[i + 1:])
+        worst = max(worst, c["forward_peak"] + c["in"] - c["saved"] - later)
+        if not su.zeros:
+            climb = c["backward_fresh_peak"]
+        elif su.stash and shared_at[i] > 0:
+            climb = min(c["backward_fresh_peak"], c["backward_peak"] + shared_at[i])
+        else:
+            climb = c["backward_peak"]
+        worst = max(worst, climb + sum(made[i + 1:]) - later)
+    if su.foreach:
+        step = _FOREACH_TEMPS[su.opt] * su.widen * (sum(c["weights"] for c in cols) + sum(copies_stepped))
     else:
-        step = _LOOP_TEMPS[opt] * widen * max(c["max_param"] for c in cols)
+        largest = [c["max_param"] for c in cols]
+        if not su.stash:
+            largest = [max([m] + [b for o, ss, b in ties if first + i in ss]) for i, m in enumerate(largest)]
+        step = _LOOP_TEMPS[su.opt] * su.widen * max(largest)
+    found = copy_grad
+    if not su.zeros:
+        found += sum(c["grad"] for c in cols) * (1.0 + (su.widen if su.mixed else 0.0))
     grad_in = cols[0]["in"] if first > 0 else 0.0          # the input gradient waits to be sent
-    return {"A": sum(acts) + max(head, 0.0) + tail, "static": static,
-            "stash": sum(c["weights"] for c in cols) if platform.weights == "stash" else 0.0,
-            "op_excess": op_excess, "step": step, "step_excess": step - sum(acts) - tail + grad_in}
+    offloaded = sum(chain.layers[l].offload_bytes for l in range(first, last + 1))   # back on the host by then
+    return {"A": A, "static": static, "stash": stash, "op_excess": worst, "step": step,
+            "step_excess": step + found - received - offloaded - sum(acts) - tail + grad_in}
 
 
 def _full_device(chain: Chain, platform: Platform, stages: Sequence[tuple[int, int, int]]) -> float:

@@ -38,7 +38,9 @@ def _recomputed(layer: Layer, c: dict[str, float]) -> Layer:
                  saved_bytes=c["in"], grad_bytes=c["grad"], max_param_bytes=c["max_param"],
                  saved_input_bytes=c["in"], saved_output_bytes=0.0, forward_peak_bytes=c["forward_peak"],
                  backward_peak_bytes=max(c["forward_peak"] + c["out"],
-                                         c["saved"] - c["saved_input"] + c["backward_peak"]))
+                                         c["saved"] - c["saved_input"] + c["backward_peak"]),
+                 backward_fresh_peak_bytes=max(c["forward_peak"] + c["out"],
+                                               c["saved"] - c["saved_input"] + c["backward_fresh_peak"]))
 
 
 def _offloaded(layer: Layer, c: dict[str, float]) -> Layer:
@@ -46,7 +48,8 @@ def _offloaded(layer: Layer, c: dict[str, float]) -> Layer:
     return Layer(layer.name, layer.forward, layer.backward, layer.weight_bytes, layer.activation_bytes,
                  saved_bytes=0.0, grad_bytes=c["grad"], max_param_bytes=c["max_param"], saved_input_bytes=0.0,
                  saved_output_bytes=0.0, forward_peak_bytes=max(c["forward_peak"] - c["saved"], 0.0),
-                 backward_peak_bytes=c["backward_peak"], offload_bytes=c["saved"])
+                 backward_peak_bytes=c["backward_peak"], backward_fresh_peak_bytes=c["backward_fresh_peak"],
+                 offload_bytes=c["saved"])
 
 
 def effective_chain(chain: Chain, activations: Sequence[str]) -> Chain:

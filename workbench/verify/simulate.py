@@ -56,7 +56,7 @@ from workbench.model.chain import Chain, Platform
 from workbench.model.orders import SCHEDULES, torch_order
 from workbench.model.plan import Plan, chain_for_plan, stages_of
 from workbench.model.trace import OP_COLUMNS, Trace
-from workbench.verify.simulate_memory import StageMemory, memory_frame, with_step_rows
+from workbench.verify.simulate_memory import StageMemory, grad_windows, memory_frame, with_step_rows
 from workbench.verify.simulate_orders import simulate_order
 
 __all__ = ["simulate", "simulate_flushed", "FlushKind"]
@@ -285,13 +285,25 @@ def simulate_flushed(chain: Chain, platform: Platform, assignment: Sequence[int]
     S = len(runs)
     pipe = _Pipeline.of(chain, platform, runs, [assignment[a] for a, _ in runs])
     run = _FlushedRun(pipe, [_flush_order(kind, S, s, m) for s in range(S)], m * flushes, platform.devices)
+    ends = []
     for fl in range(flushes):
         run.flush(fl * m, kind)
+        ends.append(run.t_flush)
     ops = _ops_frame(_flushed_columns(run.rows, runs))
     makespan = run.t_flush
     sm = StageMemory.of(chain, platform, runs, stash=False, step_in_ops=False)
-    op_rows = [(s, a0[s], a1[s]) for s in range(S) for a0, a1 in ((run.fs, run.fe), (run.bs, run.be))]
-    mem = memory_frame(platform.devices, pipe.dev, sm, run.fs, run.be, op_rows, 0.0, max(makespan, 1e-300))
+    op_rows: list = [(s, run.fs[s], run.fe[s]) for s in range(S)]
+    grads = []
+    if sm.grads:      # zero_grad none: each flush's first backward writes the gradients, held to the flush's step
+        first = [[f * m + int(np.argmin(run.bs[s, f * m:(f + 1) * m])) for f in range(flushes)] for s in range(S)]
+        for s in range(S):
+            rest = np.setdiff1d(np.arange(m * flushes), first[s])
+            op_rows += [(s, run.bs[s, rest], run.be[s, rest]), (s, run.bs[s, first[s]], run.be[s, first[s]], True)]
+        grads = grad_windows([[float(run.be[s, i]) for i in first[s]] for s in range(S)], ends)
+    else:
+        op_rows += [(s, run.bs[s], run.be[s]) for s in range(S)]
+    mem = memory_frame(platform.devices, pipe.dev, sm, run.fs, run.be, op_rows, 0.0, max(makespan, 1e-300),
+                       grads=grads)
     mem = with_step_rows(mem, chain, platform, runs, pipe.dev, makespan)
     total = m * flushes
     return Trace(ops, mem, platform.devices, period=makespan / total if total else math.nan, source="simulated",

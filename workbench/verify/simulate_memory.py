@@ -32,6 +32,7 @@ import pandas as pd
 
 from workbench.model.chain import Chain, Platform
 from workbench.model.memory import (
+    flushed_platform,
     layer_terms,
     stage_activation,
     stage_excess,
@@ -41,7 +42,20 @@ from workbench.model.memory import (
 )
 from workbench.model.trace import MEMORY_COLUMNS
 
-__all__ = ["StageMemory", "memory_frame", "with_step_rows"]
+__all__ = ["StageMemory", "memory_frame", "with_step_rows", "grad_windows"]
+
+
+def grad_windows(first_backward: Sequence[Sequence[float]], flush_ends: Sequence[float]
+                 ) -> list[list[tuple[float, float]]]:
+    """Per stage, per flush, when a flushed schedule holds the stage's gradients under ``zero_grad none``:
+    from its first backward (``first_backward[s][f]``, the end of its first ``B`` or ``W`` in flush f) to
+    the flush's end, the last flush's through the step after it (``inf``).
+
+    >>> grad_windows([[2.0, 7.0]], [5.0, 10.0])
+    [[(2.0, 5.0), (7.0, inf)]]
+    """
+    last = len(flush_ends) - 1
+    return [[(t, flush_ends[f] if f < last else float("inf")) for f, t in enumerate(per)] for per in first_backward]
 
 
 @dataclass(frozen=True)
@@ -55,23 +69,41 @@ class StageMemory:
     stash: list[float]
     excess: list[float]
     const: float
+    #: per stage, its gradients under ``zero_grad none`` in a flushed schedule: made by its first backward,
+    #: held from its end to the step after the flush (``memory_frame``'s ``grads``), and that first backward's
+    #: excess (it writes them fresh); empty otherwise (they are in ``static``)
+    grads: tuple[float, ...] = ()
+    first_excess: tuple[float, ...] = ()
 
     @classmethod
     def of(cls, chain: Chain, platform: Platform, runs: Sequence[tuple[int, int]], *, stash: bool,
            step_in_ops: bool) -> "StageMemory":
-        t = layer_terms(chain, platform)
+        """Periodic (``step_in_ops``: a step after every mini-batch's backward) or flushed (one step after the
+        flush: the micro-batches' gradients accumulate, :func:`workbench.model.memory.flushed_platform`; under
+        ``zero_grad none`` they are not in ``static`` but in ``grads``, made by the stage's first backward)."""
+        t = layer_terms(chain, platform if step_in_ops else flushed_platform(platform))
         A = [stage_activation(t, a, b) for a, b in runs]
         per_k = [stage_memory(t, a, b, 2) - stage_memory(t, a, b, 1) for a, b in runs]
         st = [pk - x if stash else 0.0 for pk, x in zip(per_k, A)]
         static = [stage_memory(t, a, b, 1) - x for (a, b), x in zip(runs, A)]
         excess = [stage_excess(t, a, b) if step_in_ops else stage_op_excess(t, a, b) for a, b in runs]
-        return cls(A, static, st, excess, t.const)
+        grads: tuple[float, ...] = ()
+        first: tuple[float, ...] = ()
+        if not step_in_ops and platform.memory_model == "full" and platform.zero_grad == "none":
+            none = layer_terms(chain, platform)
+            grads = tuple(s - (stage_memory(none, a, b, 1) - x) for s, (a, b), x in zip(static, runs, A))
+            static = [s - g for s, g in zip(static, grads)]
+            first = tuple(stage_op_excess(none, a, b) for a, b in runs)
+        return cls(A, static, st, excess, t.const, grads, first)
 
 
 def _device_events(p: int, stage_dev: Sequence[int], sm: StageMemory, hold_start: np.ndarray, hold_end: np.ndarray,
-                   ops: Sequence[tuple[int, np.ndarray, np.ndarray]]) -> tuple[np.ndarray, ...]:
+                   ops: Sequence[tuple[int, np.ndarray, np.ndarray]],
+                   grads: Sequence[Sequence[tuple[float, float]]] = ()) -> tuple[np.ndarray, ...]:
     """Device p's memory events as arrays (time, sign, stage, kind): kind 0 holds a mini-batch (from
-    ``hold_start`` to ``hold_end``), 1 runs an operation of a stage with an excess."""
+    ``hold_start`` to ``hold_end``), 1 runs an operation of a stage with an excess (3: the stage's first
+    backward of a flush, ``(stage, starts, ends, True)`` in ``ops``, with ``sm.first_excess``), 2 holds the
+    stage's gradients (``grads[s]``: (from, to) per flush; ``inf``: to the end)."""
     ev_t, ev_sign, ev_stage, ev_kind = [], [], [], []
     n = hold_start.shape[1]
     for s in (s for s in range(len(stage_dev)) if stage_dev[s] == p):
@@ -79,13 +111,20 @@ def _device_events(p: int, stage_dev: Sequence[int], sm: StageMemory, hold_start
         ev_sign += [np.ones(n), -np.ones(n)]
         ev_stage += [np.full(2 * n, s)]
         ev_kind += [np.zeros(2 * n)]
-    for s, starts, ends in ops:
-        if stage_dev[s] != p or sm.excess[s] <= 0:
+        for t0, t1 in (grads[s] if grads and sm.grads and sm.grads[s] > 0 else ()):
+            ends = [(t0, 1.0)] + ([(t1, -1.0)] if np.isfinite(t1) else [])
+            ev_t += [np.array([t for t, _ in ends])]
+            ev_sign += [np.array([g for _, g in ends])]
+            ev_stage += [np.full(len(ends), s)]
+            ev_kind += [np.full(len(ends), 2.0)]
+    for s, starts, ends, *first in ops:
+        kind = 3.0 if first and first[0] else 1.0        # 3: a stage's first backward of a flush (fresh gradients)
+        if stage_dev[s] != p or (sm.first_excess[s] if kind == 3.0 else sm.excess[s]) <= 0:
             continue
         ev_t += [starts, ends]
         ev_sign += [np.ones(len(starts)), -np.ones(len(ends))]
         ev_stage += [np.full(len(starts) + len(ends), s)]
-        ev_kind += [np.ones(len(starts) + len(ends))]
+        ev_kind += [np.full(len(starts) + len(ends), kind)]
     return (np.concatenate(ev_t), np.concatenate(ev_sign), np.concatenate(ev_stage).astype(int),
             np.concatenate(ev_kind))
 
@@ -104,7 +143,11 @@ def _sweep(events: tuple[np.ndarray, ...], sm: StageMemory, mine: list[int], bas
     m = len(tl)
     for e in range(m):
         s = gl[e]
-        if kl[e]:
+        if kl[e] == 2:
+            extra += sl[e] * sm.grads[s]
+        elif kl[e] == 3:
+            trans += sl[e] * sm.first_excess[s]
+        elif kl[e]:
             trans += sl[e] * sm.excess[s]
         elif sl[e] > 0:
             counts[s] += 1
@@ -124,14 +167,16 @@ def _sweep(events: tuple[np.ndarray, ...], sm: StageMemory, mine: list[int], bas
 
 def memory_frame(devices: int, stage_dev: Sequence[int], sm: StageMemory, hold_start: np.ndarray,
                   hold_end: np.ndarray, ops: Sequence[tuple[int, np.ndarray, np.ndarray]],
-                  t0: float, scale: float) -> pd.DataFrame:
+                  t0: float, scale: float, grads: Sequence[Sequence[tuple[float, float]]] = ()) -> pd.DataFrame:
     """Step-function memory rows per device.
 
     ``hold_start[s, i]``/``hold_end[s, i]``: when stage s starts holding
     mini-batch i (forward start) and stops (backward end). ``ops``: (stage,
     starts, ends) of its operations, during which it holds its excess too.
-    Releases at the same instant as an acquisition (within 1e-9 of ``scale``)
-    come first.
+    ``grads[s]``: per flush, when stage s holds its gradients (``sm.grads``): from the end of its first
+    backward to the flush's end (``inf`` for the last flush: through the step); that backward is an op
+    ``(stage, starts, ends, True)``, with ``sm.first_excess``. Releases at the same instant as an
+    acquisition (within 1e-9 of ``scale``) come first.
     """
     tol = 1e-9 * scale
     frames = []
@@ -140,7 +185,7 @@ def memory_frame(devices: int, stage_dev: Sequence[int], sm: StageMemory, hold_s
         base_w = sum(sm.static[s] for s in mine) + (sm.const if mine else 0.0)
         rows: tuple[list, list, list, list] = ([t0], [0.0], [base_w], [0.0])
         if mine:
-            _sweep(_device_events(p, stage_dev, sm, hold_start, hold_end, ops), sm, mine, base_w, tol, rows)
+            _sweep(_device_events(p, stage_dev, sm, hold_start, hold_end, ops, grads), sm, mine, base_w, tol, rows)
         frames.append((np.full(len(rows[0]), p),) + rows)
     return _rows_frame(frames)
 

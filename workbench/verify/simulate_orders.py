@@ -45,7 +45,7 @@ from workbench.model.chain import Chain, Platform
 from workbench.model.orders import Action
 from workbench.model.split import stage_split
 from workbench.model.trace import OP_COLUMNS, Trace
-from workbench.verify.simulate_memory import StageMemory, memory_frame, with_step_rows
+from workbench.verify.simulate_memory import StageMemory, grad_windows, memory_frame, with_step_rows
 
 __all__ = ["simulate_order", "order_makespan", "OrderTimes", "held_counts"]
 
@@ -183,10 +183,12 @@ def simulate_order(chain: Chain, platform: Platform, stages: Sequence[tuple[int,
     times = OrderTimes.of(chain, platform, stages)
     run = _Run()
     t = 0.0
+    ends = []
     for fl in range(flushes):
         t = _run_flush(run, times, orders, fl * m, t, platform.devices)
+        ends.append(t)
     ops = _frame(run.rows, stages)
-    mem = _memory(chain, platform, stages, times, run, m * flushes, t)
+    mem = _memory(chain, platform, stages, times, run, m, ends)
     total = m * flushes
     return Trace(ops, mem, platform.devices, period=t / total, source="simulated",
                  meta={"schedule": schedule, "micro_batches": m, "flushes": flushes, "makespan": t})
@@ -203,12 +205,15 @@ def _frame(rows: list[tuple[int, int, str, int, float, float]], stages: Sequence
 
 
 def _memory(chain: Chain, platform: Platform, stages: Sequence[tuple[int, int, int]], times: OrderTimes, run: _Run,
-            total: int, end: float) -> pd.DataFrame:
+            m: int, ends: list[float]) -> pd.DataFrame:
     """The memory rows: every stage's micro-batches held, then its pending bytes as a second kind of hold
-    (a stand-in stage with only activations), its operations' excess, and the steps after the flush."""
+    (a stand-in stage with only activations), its operations' excess, its gradients under ``zero_grad none``
+    (from its first ``B`` or ``W`` of each flush), and the steps after the flush."""
     S = len(stages)
+    total, end = m * len(ends), ends[-1]
     runs = [(a, b) for a, b, _ in stages]
     sm = StageMemory.of(chain, platform, runs, stash=False, step_in_ops=False)
+    first_ends: list[list[float]] = []
     nan = np.full((2 * S, total), np.nan)
     hold_start, hold_end = nan.copy(), nan.copy()
     op_rows = []
@@ -220,12 +225,20 @@ def _memory(chain: Chain, platform: Platform, stages: Sequence[tuple[int, int, i
                 hold_start[S + s, i], hold_end[S + s, i] = run.end[(s, "I", i)], run.end[(s, "W", i)]
             else:
                 hold_start[S + s, i] = hold_end[S + s, i] = run.end[(s, "B", i)]
+        firsts = {min(((run.start[(s, k, i)], (s, k, i)) for k in ("B", "W") for i in range(f * m, (f + 1) * m)
+                       if (s, k, i) in run.start))[1] for f in range(len(ends))} if sm.grads else set()
         for kind in ("F", "B", "I", "W"):
-            keys = [(s, kind, i) for i in range(total) if (s, kind, i) in run.end]
+            keys = [(s, kind, i) for i in range(total) if (s, kind, i) in run.end and (s, kind, i) not in firsts]
             if keys:
                 op_rows.append((s, np.array([run.start[k] for k in keys]), np.array([run.end[k] for k in keys])))
+        if firsts:   # zero_grad none: each flush's first backward (B or W) writes the stage's gradients
+            keys = sorted(firsts, key=lambda k: run.start[k])
+            op_rows.append((s, np.array([run.start[k] for k in keys]), np.array([run.end[k] for k in keys]), True))
+            first_ends.append([run.end[k] for k in keys])
     both = StageMemory(list(sm.A) + list(times.pending), list(sm.static) + [0.0] * S, [0.0] * (2 * S),
-                       list(sm.excess) + [0.0] * S, sm.const)
+                       list(sm.excess) + [0.0] * S, sm.const, tuple(sm.grads) + (0.0,) * S if sm.grads else (),
+                       tuple(sm.first_excess) + (0.0,) * S if sm.grads else ())
+    grads = grad_windows(first_ends, ends) + [[]] * S if sm.grads else []
     mem = memory_frame(platform.devices, times.dev + times.dev, both, hold_start, hold_end, op_rows, 0.0,
-                       max(end, 1e-300))
+                       max(end, 1e-300), grads=grads)
     return with_step_rows(mem, chain, platform, runs, times.dev, end)

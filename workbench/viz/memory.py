@@ -36,6 +36,7 @@ from plotly.subplots import make_subplots
 from workbench.methods import flushed
 from workbench.model.activations import apply_policies
 from workbench.model.chain import Chain, Platform
+from workbench.model.memory import flushed_platform
 from workbench.model.memory_views import memory_breakdown
 from workbench.model.plan import Plan, chain_for_plan
 from workbench.model.trace import Trace
@@ -46,13 +47,15 @@ __all__ = ["memory_timeline", "memory_timelines", "memory_bars", "memory_bars_co
            "SPLIT_COLORS", "SPLIT_TERMS", "DEVICE_COLORS"]
 
 #: the terms a device's memory splits into (model.memory_views.memory_breakdown), bottom to top, with legend labels
-SPLIT_TERMS = {"weights": "live weights (φ·W)", "parameters": "parameters", "gradients": "gradients",
-               "optimizer": "optimizer state", "master": "fp32 master copies", "stashed": "stashed versions ((k-1)·W)",
+SPLIT_TERMS = {"weights": "live weights (φ·W)", "parameters": "parameters", "gradients": "gradients (resident)",
+               "optimizer": "optimizer state", "master": "fp32 master copies",
+               "tied": "tied parameters (copies; owner's receive buffer)", "stashed": "stashed versions ((k-1)·W)",
+               "offloaded": "offloaded activations (one copy)", "buffers": "receive buffers",
                "activations": "activations (k·A)", "transient": "largest transient (one operation)",
                "runtime": "runtime context"}
 SPLIT_COLORS = {"weights": "#7F7F7F", "parameters": "#7F7F7F", "gradients": "#B07AA1", "optimizer": "#59A14F",
-                "master": "#9C755F", "stashed": "#F28E2B", "activations": "#3366CC", "transient": "#E15759",
-                "runtime": "#BAB0AC"}
+                "master": "#9C755F", "tied": "#EDC948", "stashed": "#F28E2B", "offloaded": "#76B7B2",
+                "buffers": "#D4A6C8", "activations": "#3366CC", "transient": "#E15759", "runtime": "#BAB0AC"}
 DEVICE_COLORS = ["#4E79A7", "#E15759", "#59A14F", "#B07AA1", "#F28E2B", "#76B7B2", "#EDC948", "#9C755F"]
 LIMIT_COLOR = "#D62728"
 
@@ -86,7 +89,8 @@ def _flushed_split(plan: Plan, chain: Chain, platform: Platform) -> list[dict[st
     from workbench.verify.simulate import simulate
 
     one = [replace(s, in_flight=1) for s in plan.stages]
-    rows = memory_breakdown(chain, platform, one)
+    # the micro-batches' gradients accumulate to the step after the flush (docs/model.md, "The training loop")
+    rows = memory_breakdown(chain, flushed_platform(platform), one)
     # one flush; the plan's own chain (simulate applies the plan's policies itself)
     trace = simulate(plan.with_(activations=()), chain, platform, batches=int(plan.micro_batches or 1))
     mem = trace.memory
@@ -97,6 +101,10 @@ def _flushed_split(plan: Plan, chain: Chain, platform: Platform) -> list[dict[st
                 row[k] = 0.0
             continue
         peak = m.loc[m["total"].idxmax()]
+        # under zero_grad none a stage's gradients exist only once its first backward has ended: those not
+        # held at the peak (the simulated weights there) are not drawn
+        resident = sum(v for k, v in row.items() if k not in ("activations", "transient", "stashed"))
+        row["gradients"] -= min(row["gradients"], max(0.0, resident - float(peak["weights"])))
         row["stashed"] = 0.0
         row["activations"] = float(peak["activations"])
         row["transient"] = float(peak.get("transient", 0.0))
@@ -138,21 +146,34 @@ def _bar_traces(df: pd.DataFrame, platform: Platform, unit: Unit, x: list[str]) 
     return out
 
 
+def _measured_traces(df: pd.DataFrame, measured: list[float], unit: Unit, x: list[str]) -> list[go.Scatter]:
+    """A run's peak per device as a black bar across its column, labelled with the prediction's error."""
+    pred = df["reported"].where(df["reported"].notna(), df["total"]).astype(float).tolist()
+    return [go.Scatter(x=x, y=[unit.of(m) for m in measured], mode="markers", name="measured peak (MemTracker)",
+                       marker=dict(symbol="line-ew", size=40, color="black", line=dict(width=4, color="black")),
+                       hovertemplate=f"%{{x}} measured: %{{y:.3f}} {unit.name}<extra></extra>"),
+            go.Scatter(x=x, y=[unit.of(max(m, p)) for m, p in zip(measured, pred)], mode="text", showlegend=False,
+                       text=[f"prediction {p / m - 1:+.1%}" if m > 0 else "" for m, p in zip(measured, pred)],
+                       textposition="top center", textfont=dict(size=11), hoverinfo="skip")]
+
+
 def memory_bars(plan: Plan, chain: Chain, platform: Platform, *, title: str | None = None,
-                unit: Unit | None = None, top: float | None = None) -> go.Figure:
-    """Stacked bars per device: activations, live weights, stashed versions; the limit dashed.
+                unit: Unit | None = None, top: float | None = None, measured: list[float] | None = None) -> go.Figure:
+    """Stacked bars per device: activations, live weights, stashed versions, tied copies...; the limit dashed.
 
     A diamond marks the plan's reported memory where it differs from the split
     (flushed schedules report their simulated peak). ``unit`` and ``top`` (bytes,
     the highest value the axis must show) fix the y axis, so that several charts
-    compare; :func:`memory_bars_compare` does it for you.
+    compare; :func:`memory_bars_compare` does it for you. ``measured``: a run's peak per device
+    (``memory_measured`` of :func:`workbench.front.running.run_and_compare`), drawn as a black bar
+    across each device's column, labelled with the prediction's error (predicted / measured - 1).
     """
     df, limit, own_top = _bar_panel(plan, chain, platform)
-    top = max(own_top, top or 0.0)
+    top = max(own_top, top or 0.0, max(measured or [0.0]))
     unit = unit or byte_unit(top)
     many = len(df) > 16          # dozens of devices: numbers under an axis titled GPU
     x = [str(p) if many else f"GPU {p}" for p in df["device"]]
-    fig = go.Figure(_bar_traces(df, platform, unit, x))
+    fig = go.Figure(_bar_traces(df, platform, unit, x) + (_measured_traces(df, measured, unit, x) if measured else []))
     _limit_line(fig, limit, unit)
     fig.update_layout(barmode="stack", template=TEMPLATE, height=380,
                       title=title or f"Memory per device ({plan.method or 'plan'}, weights {platform.weights})",

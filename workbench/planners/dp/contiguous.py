@@ -73,7 +73,7 @@ import numpy as np
 from workbench.bisection import least_bottleneck, least_feasible
 from workbench.model.activations import POLICIES, apply_policies, describe
 from workbench.model.chain import Chain, Platform
-from workbench.model.memory import band_terms
+from workbench.model.memory_bands import band_terms
 from workbench.model.plan import Plan, infeasible_plan, lower_bound
 from workbench.model.tolerances import FLOOR_MARGIN, MEMORY_SLACK, PERIOD_SEARCH, TINY
 from workbench.model.units import format_bytes

@@ -35,7 +35,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from workbench.model.chain import Chain, Platform
-from workbench.model.memory import band_terms, layer_terms, suffix_terms
+from workbench.model.memory import layer_terms
+from workbench.model.memory_bands import band_terms, suffix_terms
 from workbench.model.tolerances import CEIL_SLACK, FLOOR_MARGIN, MEMORY_SLACK, ceil_counts
 from workbench.planners.partition import SuffixLinks, suffix_bounds
 

@@ -3,23 +3,28 @@
 A stage ``i..j`` with a policy per layer (keep, recompute, offload) matters to the DP of
 :mod:`workbench.planners.dp.auto` through seven numbers: its extra backward time R (the
 forward of every recomputed layer), its offloaded bytes X, its activation bytes per in-flight
-mini-batch S, its excess E, the policies of its first and last layers and its resident bytes. They are
-built layer by layer from :func:`workbench.model.activations.policy_terms`: extending a stage by
-layer j+1 with policy q adds ``act[p_j, q, j+1]`` to S and turns E into ``max(E - act, peak)``.
-Among the versions of one *group* (the same first and last policy) one that is no worse in
-(R, X, S, E) is no worse in every extension and at every in-flight count k (memory is
-``k (S + head + tail) + static + X + max(E, step - S - tail + in)``, non-decreasing in S for
-k >= 1), so the others are dropped: exact pruning.
+mini-batch S, its excesses Ef and Eb, the policies of its first and last layers and its resident
+bytes (static + X, and the tied copies: policy-free). They are built layer by layer from
+:func:`workbench.model.activations.policy_terms`: extending a stage by layer j+1 with policy q adds
+``act[p_j, q, j+1]`` to S and turns the forwards' excess Ef (the largest ``fwd_l - sum of act after l``)
+and the backwards' excess Eb (the largest ``bwd_l + sum of (grad - act) after l``: under ``zero_grad
+none`` the later layers' gradients exist) into ``max(Ef - gone, fwd)`` and ``max(Eb - gone + grad,
+bwd)``, gone the new layer's activations and offloaded copy (without gradients made in the backward
+both fall alike and their larger one decides: both are set to it). Among the versions of one *group*
+(the same first and last policy) one that is no worse in (R, X, S, Ef, Eb) is no worse in every
+extension and at every in-flight count k (memory is ``k (S + head + tail) + static + X + max(E, step
+- S - X - tail + in)``, E = max(Ef, Eb), non-decreasing in S for k >= 1), so the others are dropped:
+exact pruning.
 
 **A budget that grows with the graph.** On arbitrary layers the undominated versions can grow
 as 3^n with the stage's length, and a chain has L^2 / 2 stages. So every group keeps at most
 ``cap`` versions, with ``cap`` chosen so that all stages' versions together stay within
 :data:`ROW_BUDGET` rows (:func:`group_cap`; the work then grows with the number of stages, not
 with the policy vectors). A group over its cap is *thinned* on a grid over (R, X): per cell the
-version least in (S, E) stays, and a **relaxation row** takes the place of the cell's others: the
-least R, X, S and E over them, each separately. A relaxation row is no policy vector, but it is
-no worse than any version it stands for, in every extension (R, X, S add up; ``max(E - a, peak)``
-is monotone in E) and at every k; so the DP over the real rows gives a plan, and the same DP with
+version least in (S, Ef, Eb) stays, and a **relaxation row** takes the place of the cell's others: the
+least R, X, S, Ef and Eb over them, each separately. A relaxation row is no policy vector, but it is
+no worse than any version it stands for, in every extension (R, X, S add up; the excesses' updates
+are monotone in each) and at every k; so the DP over the real rows gives a plan, and the same DP with
 the relaxation rows too gives a lower bound on the best plan over every policy vector
 (:mod:`workbench.planners.dp.auto`). Without a thinned group the versions are exact.
 
@@ -49,7 +54,7 @@ import numpy as np
 
 from workbench.model.activations import POLICIES, PolicyTerms, policy_terms
 from workbench.model.chain import Chain, Platform
-from workbench.model.memory import stage_step
+from workbench.model.memory import stage_created, stage_step, stage_ties
 from workbench.model.tolerances import MEMORY_SLACK
 
 __all__ = ["Versions", "PolicyTree", "OverBudget", "stage_versions", "group_cap", "stage_ends", "ROW_BUDGET",
@@ -164,7 +169,7 @@ def _classes(pt: PolicyTerms) -> np.ndarray:
     for i in range(1, L):
         seen: list[tuple] = []
         for p in range(_N):
-            sig = (tuple(pt.act[p, :, i]), tuple(pt.head[p, :, i]), tuple(pt.peak[p, :, i]))
+            sig = (tuple(pt.act[p, :, i]), tuple(pt.head[p, :, i]), tuple(pt.fwd[p, :, i]), tuple(pt.bwd[p, :, i]))
             if sig not in seen:
                 seen.append(sig)
             out[i, p] = seen.index(sig)
@@ -208,47 +213,50 @@ def group_cap(ends: Mapping[int, Sequence[int]], classes: np.ndarray, budget: in
 
 class _Flat:
     """The versions of one stage start while the stage grows, every group in one set of arrays: real rows
-    (R, X, S, E, their first and last policies and tree nodes) and relaxation rows (``v``: R, X, S, E, first,
-    last). ``H[first]``: the stage's head bytes per in-flight mini-batch under its first layer's policy."""
+    (R, X, S, Ef, Eb, their first and last policies and tree nodes) and relaxation rows (``v``: R, X, S, Ef,
+    Eb, first, last). ``H[first]``: the stage's head bytes per in-flight mini-batch under its first layer's
+    policy."""
 
-    __slots__ = ("R", "X", "S", "E", "first", "end", "node", "v", "H")
+    __slots__ = ("R", "X", "S", "E", "B", "first", "end", "node", "v", "H")
 
-    def __init__(self, R, X, S, E, first, end, node, v, H) -> None:
-        self.R, self.X, self.S, self.E, self.first, self.end, self.node, self.v, self.H = (
-            R, X, S, E, first, end, node, v, H)
+    def __init__(self, R, X, S, E, B, first, end, node, v, H) -> None:
+        self.R, self.X, self.S, self.E, self.B, self.first, self.end, self.node, self.v, self.H = (
+            R, X, S, E, B, first, end, node, v, H)
 
     def take(self, ok: np.ndarray, vok: np.ndarray) -> "_Flat":
-        return _Flat(self.R[ok], self.X[ok], self.S[ok], self.E[ok], self.first[ok], self.end[ok], self.node[ok],
-                     tuple(a[vok] for a in self.v), self.H)
+        return _Flat(self.R[ok], self.X[ok], self.S[ok], self.E[ok], self.B[ok], self.first[ok], self.end[ok],
+                     self.node[ok], tuple(a[vok] for a in self.v), self.H)
 
     def __len__(self) -> int:
         return len(self.R) + len(self.v[0])
 
 
 def _no_rows() -> tuple[np.ndarray, ...]:
-    return (*(np.zeros(0) for _ in range(4)), np.zeros(0, np.int64), np.zeros(0, np.int64))
+    return (*(np.zeros(0) for _ in range(5)), np.zeros(0, np.int64), np.zeros(0, np.int64))
 
 
-def _dedup(gid: np.ndarray, R: np.ndarray, X: np.ndarray, S: np.ndarray, E: np.ndarray) -> np.ndarray:
-    """Indices of the versions that differ in (group, R, X, S) up to float noise, the least E of each."""
+def _dedup(gid: np.ndarray, R: np.ndarray, X: np.ndarray, S: np.ndarray, E: np.ndarray, B: np.ndarray) -> np.ndarray:
+    """Indices of the versions that differ in (group, R, X, S) up to float noise, the least (E, B) of each
+    (when E and B differ, only exact duplicates of both collapse)."""
     n = len(R)
     key = [np.round(v / (float(np.max(np.abs(v))) or 1.0), 12) for v in (R, X, S)] if n else [R, X, S]
-    order = np.lexsort((E, key[2], key[1], key[0], gid))
+    order = np.lexsort((B, E, key[2], key[1], key[0], gid))
     first = np.ones(n, dtype=bool)
     if n > 1:
-        first[1:] = ((gid[order][1:] != gid[order][:-1]) | (key[0][order][1:] != key[0][order][:-1])
-                     | (key[1][order][1:] != key[1][order][:-1]) | (key[2][order][1:] != key[2][order][:-1]))
+        first[1:] = np.any([k[order][1:] != k[order][:-1] for k in (gid, *key)], axis=0)
+        if not np.array_equal(E, B):
+            first[1:] |= np.any([k[order][1:] != k[order][:-1] for k in (E, B)], axis=0)
     return order[first]
 
 
-def _undominated(gid, R, X, S, E, idx: np.ndarray) -> np.ndarray:
-    """The rows of ``idx`` that no row of ``idx`` in the same group dominates in (R, X, S, E)."""
+def _undominated(gid, R, X, S, E, B, idx: np.ndarray) -> np.ndarray:
+    """The rows of ``idx`` that no row of ``idx`` in the same group dominates in (R, X, S, E, B)."""
     if len(idx) <= 640:     # one matrix, the groups masked: fewer numpy calls than a loop over the groups
-        g, r, x, s, e = gid[idx], R[idx], X[idx], S[idx], E[idx]
+        g, r, x, s, e, b = gid[idx], R[idx], X[idx], S[idx], E[idx], B[idx]
         le = ((g[None, :] == g[:, None]) & (r[None, :] <= r[:, None]) & (x[None, :] <= x[:, None])
-              & (s[None, :] <= s[:, None]) & (e[None, :] <= e[:, None]))
+              & (s[None, :] <= s[:, None]) & (e[None, :] <= e[:, None]) & (b[None, :] <= b[:, None]))
         lt = ((r[None, :] < r[:, None]) | (x[None, :] < x[:, None]) | (s[None, :] < s[:, None])
-              | (e[None, :] < e[:, None]))
+              | (e[None, :] < e[:, None]) | (b[None, :] < b[:, None]))
         return idx[~np.any(le & lt, axis=1)]
     out = []
     order = idx[np.argsort(gid[idx], kind="stable")]
@@ -256,30 +264,28 @@ def _undominated(gid, R, X, S, E, idx: np.ndarray) -> np.ndarray:
     cuts = np.flatnonzero(np.concatenate([[True], g[1:] != g[:-1], [True]]))
     for lo, hi in zip(cuts[:-1], cuts[1:]):
         rows = order[lo:hi]
-        r, x, s, e = R[rows], X[rows], S[rows], E[rows]
+        vals = [v[rows] for v in (R, X, S, E, B)]
         keep = np.ones(len(rows), dtype=bool)
         for a in range(0, len(rows), 512):
-            b = min(a + 512, len(rows))
-            le = ((r[None, :] <= r[a:b, None]) & (x[None, :] <= x[a:b, None]) & (s[None, :] <= s[a:b, None])
-                  & (e[None, :] <= e[a:b, None]))
-            lt = ((r[None, :] < r[a:b, None]) | (x[None, :] < x[a:b, None]) | (s[None, :] < s[a:b, None])
-                  | (e[None, :] < e[a:b, None]))
-            keep[a:b] = ~np.any(le & lt, axis=1)
+            z = min(a + 512, len(rows))
+            le = np.all([v[None, :] <= v[a:z, None] for v in vals], axis=0)
+            lt = np.any([v[None, :] < v[a:z, None] for v in vals], axis=0)
+            keep[a:z] = ~np.any(le & lt, axis=1)
         out.append(rows[keep])
     return np.concatenate(out) if out else idx
 
 
-def _pareto(gid, R, X, S, E) -> np.ndarray:
+def _pareto(gid, R, X, S, E, B) -> np.ndarray:
     """Indices of the versions no version of their group dominates (all smaller-is-better); groups too large
     for the pairwise test (more than :data:`VERSION_CAP` after merging equal ones) keep all their versions
     (the grid thins them)."""
-    idx = _dedup(gid, R, X, S, E)
+    idx = _dedup(gid, R, X, S, E, B)
     if len(idx) <= 1:
         return idx
     ug, counts = np.unique(gid[idx], return_counts=True)
     big = set(ug[counts > VERSION_CAP].tolist())
     small = idx[~np.isin(gid[idx], list(big))] if big else idx
-    out = [_undominated(gid, R, X, S, E, small)] if len(small) else []
+    out = [_undominated(gid, R, X, S, E, B, small)] if len(small) else []
     out += [idx[gid[idx] == u] for u in big]
     return np.sort(np.concatenate(out)) if out else idx
 
@@ -307,46 +313,48 @@ def _group_cells(gid: np.ndarray, R: np.ndarray, X: np.ndarray, cap: int) -> np.
     return gid.astype(np.int64) * (cap + 1) ** 2 + c1 * (cap + 1) + c2
 
 
-def _select(gid, R, X, S, E, v, cap: int) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
-    """The real versions kept (indices) and the relaxation rows (R, X, S, E, group) (module docstring): all
-    undominated ones of a group when they are at most ``cap``; else per grid cell the least in (S, E), the
-    others folded into the cell's relaxation row with the incoming relaxation rows ``v`` of that group."""
-    idx = _pareto(gid, R, X, S, E)
-    vR, vX, vS, vE, vg = v
+def _select(gid, R, X, S, E, B, v, cap: int) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
+    """The real versions kept (indices) and the relaxation rows (R, X, S, Ef, Eb, group) (module docstring):
+    all undominated ones of a group when they are at most ``cap``; else per grid cell the least in (S, Ef,
+    Eb), the others folded into the cell's relaxation row with the incoming relaxation rows ``v`` of that
+    group."""
+    idx = _pareto(gid, R, X, S, E, B)
+    vR, vX, vS, vE, vB, vg = v
     ug, counts = np.unique(gid[idx], return_counts=True)
     over = ug[counts > cap]
     if not len(over) and not len(vR):
-        return idx, (vR, vX, vS, vE, vg)
+        return idx, (vR, vX, vS, vE, vB, vg)
     thin = np.isin(gid[idx], over)
     kept, rest = idx[~thin], idx[thin]
     allg = np.concatenate([gid[idx], vg])
     cells = _group_cells(allg, np.concatenate([R[idx], vR]), np.concatenate([X[idx], vX]), cap)
     rc, vc = cells[:len(idx)][thin], cells[len(idx):]
     if len(rest):
-        order = np.lexsort((E[rest], S[rest], rc))
+        order = np.lexsort((B[rest], E[rest], S[rest], rc))
         first = np.ones(len(order), dtype=bool)
         first[1:] = rc[order][1:] != rc[order][:-1]
         kept = np.sort(np.concatenate([kept, rest[order[first]]]))
         fold = order[~first]
-        vR, vX, vS, vE = (np.concatenate([a[rest[fold]], b]) for a, b in ((R, vR), (X, vX), (S, vS), (E, vE)))
+        vR, vX, vS, vE, vB = (np.concatenate([a[rest[fold]], b])
+                              for a, b in ((R, vR), (X, vX), (S, vS), (E, vE), (B, vB)))
         vg, vc = np.concatenate([gid[rest[fold]], vg]), np.concatenate([rc[fold], vc])
     if not len(vR):
-        return kept, (vR, vX, vS, vE, vg)
+        return kept, (vR, vX, vS, vE, vB, vg)
     order = np.argsort(vc, kind="stable")
     cs = vc[order]
     heads = np.flatnonzero(np.concatenate([[True], cs[1:] != cs[:-1]]))
-    rows = [np.minimum.reduceat(a[order], heads) for a in (vR, vX, vS, vE)] + [vg[order][heads]]
-    return kept, _not_beaten(rows, gid[kept], R[kept], X[kept], S[kept], E[kept])
+    rows = [np.minimum.reduceat(a[order], heads) for a in (vR, vX, vS, vE, vB)] + [vg[order][heads]]
+    return kept, _not_beaten(rows, gid[kept], [a[kept] for a in (R, X, S, E, B)])
 
 
-def _not_beaten(rows: list[np.ndarray], g, r, x, s, e) -> tuple[np.ndarray, ...]:
+def _not_beaten(rows: list[np.ndarray], g, kept: list[np.ndarray]) -> tuple[np.ndarray, ...]:
     """The relaxation rows that no kept version of their group is at least as good as (such a row stands
-    for nothing that version does not beat)."""
-    vr, vx, vs, ve, vg = rows
-    if not len(g) or len(vr) * len(g) > 20_000:     # a saving of rows, not needed for validity: only when cheap
+    for nothing that version does not beat); ``kept``: the kept versions' (R, X, S, Ef, Eb)."""
+    vg = rows[-1]
+    if not len(g) or len(vg) * len(g) > 20_000:     # a saving of rows, not needed for validity: only when cheap
         return tuple(rows)
-    beaten = np.any((g[None, :] == vg[:, None]) & (r[None, :] <= vr[:, None]) & (x[None, :] <= vx[:, None])
-                    & (s[None, :] <= vs[:, None]) & (e[None, :] <= ve[:, None]), axis=1)
+    beaten = np.any(np.all([k[None, :] <= v[:, None] for k, v in zip(kept, rows)], axis=0)
+                    & (g[None, :] == vg[:, None]), axis=1)
     return tuple(a[~beaten] for a in rows)
 
 
@@ -354,9 +362,11 @@ def _start(pt: PolicyTerms, F: np.ndarray, i: int, pp: int, tree: PolicyTree) ->
     """The one-layer versions of a stage starting at layer i after a layer of policy ``pp``."""
     q = np.arange(_N)
     node = tree.add(np.full(_N, -1), q)
+    E, B = pt.fwd[pp, :, i].astype(float), pt.bwd[pp, :, i].astype(float)
+    if not np.any(pt.keep.grad > 0):        # both excesses fall alike: their larger one decides
+        E = B = np.maximum(E, B)
     return _Flat(np.where(q == _RC, F[i], 0.0), pt.offloaded[:, i].astype(float), pt.act[pp, :, i].astype(float),
-                 pt.peak[pp, :, i].astype(float), q.copy(), q.copy(), node, _no_rows(),
-                 pt.head[pp, :, i].astype(float))
+                 E, B, q.copy(), q.copy(), node, _no_rows(), pt.head[pp, :, i].astype(float))
 
 
 def _extend(st: _Flat, pt: PolicyTerms, F: np.ndarray, j: int, cap: int, tree: PolicyTree) -> tuple[_Flat, bool]:
@@ -364,35 +374,42 @@ def _extend(st: _Flat, pt: PolicyTerms, F: np.ndarray, j: int, cap: int, tree: P
     and whether relaxation rows remain."""
     dr = np.where(np.arange(_N) == _RC, F[j], 0.0)
     dx = pt.offloaded[:, j]
+    grad = float(pt.keep.grad[j])       # what layer j's backward makes: the earlier layers' backwards run with it
+    merged = not np.any(pt.keep.grad > 0)
 
-    def grow(R, X, S, E, first, end):
+    def grow(R, X, S, E, B, first, end):
         n = len(R)
-        a, pk = pt.act[end, :, j].T.ravel(), pt.peak[end, :, j].T.ravel()   # policy-major: q = 0, 1, 2
+        a = pt.act[end, :, j].T.ravel()     # policy-major: q = 0, 1, 2
+        fw, bw = pt.fwd[end, :, j].T.ravel(), pt.bwd[end, :, j].T.ravel()
         q = np.repeat(np.arange(_N), n)
-        return (np.tile(R, _N) + dr[q], np.tile(X, _N) + dx[q], np.tile(S, _N) + a,
-                np.maximum(np.tile(E, _N) - a, pk), np.tile(first, _N), q)
+        gone = a + dx[q]            # layer j's activations and offloaded copy: not there for i..j-1's
+        E2 = np.maximum(np.tile(E, _N) - gone, fw)
+        B2 = np.maximum(np.tile(B, _N) - gone + grad, bw)
+        if merged:
+            E2 = B2 = np.maximum(E2, B2)
+        return (np.tile(R, _N) + dr[q], np.tile(X, _N) + dx[q], np.tile(S, _N) + a, E2, B2, np.tile(first, _N), q)
 
-    R, X, S, E, first, end = grow(st.R, st.X, st.S, st.E, st.first, st.end)
+    R, X, S, E, B, first, end = grow(st.R, st.X, st.S, st.E, st.B, st.first, st.end)
     parent = np.tile(st.node, _N)
-    vR, vX, vS, vE, vfirst, vend = grow(*st.v)
+    vR, vX, vS, vE, vB, vfirst, vend = grow(*st.v)
     gid = first * _N + end
-    kept, v = _select(gid, R, X, S, E, (vR, vX, vS, vE, vfirst * _N + vend), cap)
-    vg = v[4]
+    kept, v = _select(gid, R, X, S, E, B, (vR, vX, vS, vE, vB, vfirst * _N + vend), cap)
+    vg = v[5]
     nodes = tree.add(parent[kept], end[kept])
-    return (_Flat(R[kept], X[kept], S[kept], E[kept], first[kept], end[kept], nodes,
-                  (v[0], v[1], v[2], v[3], vg // _N, vg % _N), st.H), bool(len(v[0])))
+    return (_Flat(R[kept], X[kept], S[kept], E[kept], B[kept], first[kept], end[kept], nodes,
+                  (v[0], v[1], v[2], v[3], v[4], vg // _N, vg % _N), st.H), bool(len(v[0])))
 
 
 def _fit(st: _Flat, base: float, stash: float, k_lo: int, limit: float) -> _Flat:
-    """The versions whose memory at ``k_lo`` mini-batches in flight (``k_lo (S + H) + X + max(E, 0)`` plus
+    """The versions whose memory at ``k_lo`` mini-batches in flight (``k_lo (S + H) + X + max(Ef, Eb, 0)`` plus
     the stage's static bytes and ``(k_lo - 1) stash``) fits: it only grows as the stage grows, so the
     others never fit."""
     if not math.isfinite(limit):
         return st
     room = limit - base - (k_lo - 1) * stash
-    ok = k_lo * (st.S + st.H[st.first]) + st.X + np.maximum(st.E, 0.0) <= room
-    vR, vX, vS, vE, vf, _ = st.v
-    vok = k_lo * (vS + st.H[vf]) + vX + np.maximum(vE, 0.0) <= room
+    ok = k_lo * (st.S + st.H[st.first]) + st.X + np.maximum(np.maximum(st.E, st.B), 0.0) <= room
+    vR, vX, vS, vE, vB, vf, _ = st.v
+    vok = k_lo * (vS + st.H[vf]) + vX + np.maximum(np.maximum(vE, vB), 0.0) <= room
     return st.take(ok, vok)
 
 
@@ -444,8 +461,9 @@ def stage_versions(chain: Chain, platform: Platform, ends: Mapping[int, Sequence
                             raise OverBudget(f"more than {WORK_BUDGET:.0e} version comparisons")
                     st, relaxed = _extend(st, pt, F, j, cap, tree)
                     exact = exact and not relaxed
-                static0 = float(pS[j + 1] - pS[i])
-                stash = float(pW[j + 1] - pW[i])
+                ties = stage_ties(keep, i, j)
+                static0 = float(pS[j + 1] - pS[i]) + ties.static
+                stash = float(pW[j + 1] - pW[i]) + ties.stash
                 # the receive buffer at the stage's start is fixed by i (the one at its end is not monotone in j)
                 st = _fit(st, static0 + keep.const + keep.buf_in[i], stash, int(kl[i]), limit)
                 if not len(st):
@@ -465,9 +483,11 @@ def stage_versions(chain: Chain, platform: Platform, ends: Mapping[int, Sequence
 def _emit(rows: dict, st: _Flat, pt: PolicyTerms, keep, i: int, j: int, c: int, static0: float, stash: float,
           fb: float, h: float) -> None:
     """Append the rows of stage i..j (class c): its real versions and relaxation rows."""
-    step = stage_step(keep, i, j)
-    vR, vX, vS, vE, vf, ve = st.v
-    R, X, S, E = (np.concatenate([a, b]) for a, b in ((st.R, vR), (st.X, vX), (st.S, vS), (st.E, vE)))
+    step = stage_step(keep, i, j) + stage_created(keep, i, j) - stage_ties(keep, i, j).recv
+    vR, vX, vS, vE, vB, vf, ve = st.v
+    R, X, S, E, B = (np.concatenate([a, b]) for a, b in ((st.R, vR), (st.X, vX), (st.S, vS), (st.E, vE),
+                                                         (st.B, vB)))
+    E = np.maximum(E, B)
     first, end = np.concatenate([st.first, vf]), np.concatenate([st.end, ve])
     n = len(R)
     tail = pt.tail[end, j]
@@ -480,5 +500,5 @@ def _emit(rows: dict, st: _Flat, pt: PolicyTerms, keep, i: int, j: int, c: int, 
     rows["A"].append(S + st.H[first] + tail)
     rows["static"].append(static0 + X + keep.buf_in[i] + keep.buf_out[j])
     rows["stash"].append(np.full(n, stash))
-    rows["extra"].append(np.maximum(np.maximum(E, step - S - tail + keep.buf_in[i]), 0.0) + keep.const)
+    rows["extra"].append(np.maximum(np.maximum(E, step - S - X - tail + keep.buf_in[i]), 0.0) + keep.const)
     rows["node"].append(np.concatenate([st.node, np.full(len(vR), -1)]))

@@ -20,7 +20,8 @@ import numpy as np
 
 from workbench.bisection import bisect
 from workbench.model.chain import Chain, Platform
-from workbench.model.memory import layer_terms, linear_terms
+from workbench.model.memory import layer_terms
+from workbench.model.memory_bands import linear_terms
 from workbench.model.plan import lower_bound
 from workbench.model.tolerances import BOUND_SEARCH, COUNT_SLACK, MEMORY_SLACK
 
@@ -29,7 +30,7 @@ __all__ = ["memory_terms", "chain_arrays", "k_bounds", "memory_period_bound", "l
 
 def memory_terms(chain: Chain, platform: Platform) -> tuple[np.ndarray, np.ndarray]:
     """Per layer ``(a, w0)``: a stage holding k mini-batches needs ``sum_l k a_l + w0_l`` bytes
-    plus its boundary terms and its device's extra (:func:`workbench.model.memory.linear_terms`;
+    plus its boundary terms and its device's extra (:func:`workbench.model.memory_bands.linear_terms`;
     paper model: ``a = saved + [stash] W``, ``w0 = (phi - [stash]) W``).
 
     >>> from workbench.model.chain import Chain, Layer, Platform

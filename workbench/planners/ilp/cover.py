@@ -65,7 +65,8 @@ import numpy as np
 
 from workbench import bisection
 from workbench.model.chain import Chain, Platform
-from workbench.model.memory import layer_terms, linear_terms
+from workbench.model.memory import layer_terms
+from workbench.model.memory_bands import linear_terms
 from workbench.model.plan import lower_bound
 from workbench.model.tolerances import BETTER, COVER_SLACK, SET_THRESHOLD_SEARCH, TINY, ceil_count, ceil_counts
 from workbench.planners.evaluate.period import allocation_best, normalise
@@ -96,7 +97,7 @@ class DeviceSets:
     loads: np.ndarray
     comp: np.ndarray   # per layer: f + b
     down: np.ndarray   # per layer: compute from it to the end and back
-    a: np.ndarray      # per layer memory terms (workbench.model.memory.linear_terms)
+    a: np.ndarray      # per layer memory terms (workbench.model.memory_bands.linear_terms)
     w0: np.ndarray
     head: np.ndarray   # added per in-flight mini-batch where a run (a stage) starts
     tail: np.ndarray   # ... and where it ends

@@ -26,7 +26,7 @@ Per layer l (0-based, L layers), p a device, all constraints constraint by const
   ``k >= tb + b u - tf`` (at a stage's first layer: the window) and
   ``k - 1 <= tb - tf - f u`` (at its last layer: forward and backward do not overlap
   modulo T). Together: ``k = ceil(window / T)``, exactly the checker's count.
-* memory (rule 7, :func:`workbench.model.memory.linear_terms`), per device:
+* memory (rule 7, :func:`workbench.model.memory_bands.linear_terms`), per device:
   ``sum_l a_l z[l,p] + w0_l x[l,p] + extras[p] <= M`` with ``z[l,p] >= k[l] - K (1 - x[l,p])``
   (= k x, from below, which is all a <= needs); ``a = A + [stash] W``, ``w0`` the static bytes
   less one stashed version; ``extras`` the stage-boundary terms (exact) and a bound on the
@@ -53,11 +53,13 @@ import pyomo.environ as pyo
 
 from workbench.model.activations import policy_terms
 from workbench.model.chain import Chain, Platform
-from workbench.model.memory import layer_terms, linear_terms
+from workbench.model.memory import layer_terms
+from workbench.model.memory_bands import linear_terms
 from workbench.model.plan import lower_bound
 from workbench.model.tolerances import COUNT_SLACK, LOAD_SLACK, MEMORY_SLACK
 from workbench.planners.ilp.bounds import k_bounds, memory_period_bound
 from workbench.planners.ilp.policies import add_host_link, add_policy_memory, add_policy_time, minimal_terms
+from workbench.planners.ilp.ties import add_tie_memory
 
 __all__ = ["build_model", "ModelData"]
 
@@ -122,11 +124,12 @@ def _add_memory_extras(m: pyo.ConcreteModel, lin, scale: float, kmax: np.ndarray
         if np.any(fe > 0):
             m.tau_step = pyo.Constraint(m.Pset, rule=lambda _m, p: m.tau[p] >= sum(fe[l] * m.x[l, p] for l in m.Lset))
     const = lin.const / scale
+    ties = add_tie_memory(m, lin, scale, kmax)
     m.extras = pyo.Expression(m.Pset, rule=lambda _m, p: sum(head[l] * m.zs[l, p] for l in starts)
                               + sum(tail[l] * m.ze[l, p] for l in ends)
                               + sum(bh[l] * m.us[l, p] for l in bstarts) + sum(bt[l] * m.ue[l, p] for l in bends)
-                              + (m.tau[p] if has_excess else 0) + const)
-    m._ilp_excess_bounded = has_excess
+                              + (m.tau[p] if has_excess else 0) + ties[p] + const)
+    m._ilp_excess_bounded = has_excess or bool(np.any(lin.grad_ub > 0))
 
 
 @dataclass(frozen=True)
@@ -135,7 +138,7 @@ class _Inputs:
 
     chain: Chain
     platform: Platform
-    lin: Any               # workbench.model.memory.LinearTerms
+    lin: Any               # workbench.model.memory_bands.LinearTerms
     scale: float           # M (bytes), or 1 without a limit
     kmin: np.ndarray       # per-layer least in-flight count at the period cap
     K: float               # the largest kmax (big-M of the k links)
@@ -342,7 +345,7 @@ def _add_inflight(m: pyo.ConcreteModel, inp: _Inputs) -> None:
 
 
 def _add_memory(m: pyo.ConcreteModel, inp: _Inputs) -> None:
-    """Rule 7 (docs/model.md, "Memory"; :func:`workbench.model.memory.linear_terms`), per device scaled by M:
+    """Rule 7 (docs/model.md, "Memory"; :func:`workbench.model.memory_bands.linear_terms`), per device scaled by M:
     ``sum_l a_l z[l,p] + w0_l x[l,p] + extras[p] <= 1`` with ``z[l,p] = k[l] x[l,p]`` from below; with
     ``tighten``, cuts that hold in every integer solution (``z <= kmax x``, ``z >= kmin x``, ``sum_p z = k``
     and, general, pairs of layers that can never share a device)."""

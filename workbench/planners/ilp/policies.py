@@ -34,6 +34,8 @@ import numpy as np
 import pyomo.environ as pyo
 
 from workbench.model.activations import POLICIES, PolicyTerms
+from workbench.model.memory_bands import linear_terms
+from workbench.planners.ilp.ties import add_tie_memory
 
 __all__ = ["options", "minimal_terms", "add_policy_time", "add_policy_memory", "add_host_link", "read_policies"]
 
@@ -95,7 +97,8 @@ def add_policy_memory(m: pyo.ConcreteModel, pt: PolicyTerms, scale: float, kmax:
     keep = pt.keep
     a = pt.act + keep.stash[None, None, :]
     w0 = pt.static - keep.stash[None, :]
-    m.policy_memory = pyo.Expression(m.Pset, rule=lambda _m, d: (
+    ties = add_tie_memory(m, linear_terms(keep), scale, kmax)
+    m.policy_memory = pyo.Expression(m.Pset, rule=lambda _m, d: ties[d] + (
         sum(_coef(a, l, opts[l][i]) / scale * m.zo[l, i, d] for l, i in LO)
         + sum(float(w0[q, l]) / scale * m.xr[l, q, d] for l in range(L) for q in range(_N))
         + sum(_coef(pt.head, l, opts[l][i]) / scale * m.zs[l, i, d] for l, i in starts)

@@ -45,7 +45,8 @@ import numpy as np
 
 from workbench.bisection import bisect
 from workbench.model.chain import Chain, Platform
-from workbench.model.memory import layer_terms, linear_terms
+from workbench.model.memory import layer_terms
+from workbench.model.memory_bands import linear_terms
 from workbench.model.plan import lower_bound
 from workbench.model.tolerances import LOAD_SLACK, MEMORY_SLACK, STAGE_BOUND_PRECISION, START_PERIOD, ceil_counts
 from workbench.planners.ilp.bounds import chain_arrays
