@@ -47,6 +47,23 @@ def test_one_core_runs_nothing_in_the_background():
     assert start_search(chain, plat, plan_dp(chain, plat), time.perf_counter() + 1.0, cores=1) is None
 
 
+def test_a_daemonic_process_runs_nothing_in_the_background():
+    """A Dask worker is daemonic and may have no children: the ILP runs without its second core there (a
+    forked search would fail the unit)."""
+    import multiprocessing
+
+    def child(conn):
+        chain, plat = random_chain_and_platform(0, 6, 2)
+        conn.send(start_search(chain, plat, plan_dp(chain, plat), time.perf_counter() + 1.0, cores=2) is None)
+
+    ctx = multiprocessing.get_context("fork")
+    here, there = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=child, args=(there,), daemon=True)
+    proc.start()
+    assert here.recv() is True
+    proc.join()
+
+
 @linux
 def test_the_runner_stops_the_background_when_a_phase_fails():
     chain, plat = random_chain_and_platform(1, 8, 2)

@@ -36,8 +36,8 @@ found (``complete=False``).
 >>> from workbench.model.chain import Chain, Layer, Platform
 >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 0, 10, 100) for i in range(4)), input_bytes=10)
 >>> a = auto_on_chain(ch, Platform(2, memory=300, memory_model="paper", host_bandwidth=100))
->>> a.period, a.bounds, a.policies, a.why       # keep alone needs a period of 9 s under 300 bytes
-(7.0, [(0, 1), (2, 3)], ('keep', 'recompute', 'keep', 'keep'), '')
+>>> a.period, a.bounds, a.policies, a.why   # keep alone: 9 s under 300 bytes; recompute layer 0 or 1: a tie
+(7.0, [(0, 1), (2, 3)], ('recompute', 'keep', 'keep', 'keep'), '')
 """
 
 from __future__ import annotations

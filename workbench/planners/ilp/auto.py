@@ -22,8 +22,8 @@ the plan says so.
 >>> from workbench.model.chain import Chain, Layer, Platform
 >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 0, 10, 100) for i in range(4)), input_bytes=10)
 >>> p = plan_ilp_auto(ch, Platform(2, memory=300, memory_model="paper", host_bandwidth=100))
->>> p.period, p.activations        # keep alone needs a period of 9 s under 300 bytes
-(7.0, ('keep', 'recompute', 'keep', 'keep'))
+>>> p.period, p.activations        # keep alone needs a period of 9 s under 300 bytes; recomputing layer 0 or 1: a tie
+(7.0, ('recompute', 'keep', 'keep', 'keep'))
 """
 
 from __future__ import annotations

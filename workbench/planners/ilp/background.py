@@ -98,9 +98,10 @@ class Background:
 def start_search(chain: Chain, platform: Platform, start: Plan, deadline: float, *, target: float | None = None,
                  max_stages: int | None = None, cores: int | None = None) -> Background | None:
     """Fork a process searching general plans from ``start`` until ``deadline`` (module docstring); None where
-    there is no second core or no ``fork``. ``target``: a proven lower bound (the search stops there)."""
+    there is no second core or no ``fork``, or in a daemonic process (a Dask worker's: it may have no
+    children). ``target``: a proven lower bound (the search stops there)."""
     cores = cores if cores is not None else (os.cpu_count() or 1)
-    if cores < 2 or not sys.platform.startswith("linux"):
+    if cores < 2 or not sys.platform.startswith("linux") or multiprocessing.current_process().daemon:
         return None
     ctx = multiprocessing.get_context("fork")
     parent, child = ctx.Pipe(duplex=False)

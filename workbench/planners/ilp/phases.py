@@ -31,7 +31,6 @@ proved its bound (``bound_by``) in ``extra["solve"]`` (:class:`~workbench.model.
 >>> from workbench.model.chain import Chain, Layer, Platform
 >>> from workbench.planners.budget import Budget
 >>> from workbench.planners.ilp.options import IlpOptions
-from workbench.planners.ilp.packing import packed_plan
 >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 100, 10) for i in range(4)))
 >>> p = solve_chain(ch, Platform(2, memory=10_000, memory_model="paper"), "contiguous", IlpOptions(), Budget())
 >>> p.status, [r["phase"] for r in p.extra["solve"]["phases"]], p.extra["solve"]["found_by"]
