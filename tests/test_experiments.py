@@ -349,3 +349,15 @@ def test_quick_writes_under_build_and_never_touches_the_committed_results(tmp_pa
     assert "build/reproduce-quick/report.md" in capsys.readouterr().out
     assert (tmp_path / "build" / "reproduce-quick" / "units" / "complexity__family.csv").exists()
     assert digest() == before
+
+
+def test_three_partition_figure_shows_every_method():
+    """brute force and the ILP agree, so their points coincide: the figure sets them side by side."""
+    from workbench.experiments.figures import three_partition_figure
+
+    df = pd.DataFrame({"method": ["brute", "ilp"], "status": ["optimal"] * 2, "generated_as": ["yes"] * 2,
+                       "m": [2, 2], "seed": [0, 0], "period": [20.0, 20.0], "bound": [20, 20],
+                       "planner_says_yes": [True, True], "exhaustive_yes": [True, True]})
+    fig = three_partition_figure(df).figs[0]
+    assert fig.layout.scattermode == "group"
+    assert sorted(t.name.split(",")[0] for t in fig.data) == ["brute", "ilp"]

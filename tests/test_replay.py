@@ -210,6 +210,11 @@ def test_replay_chart_draws_every_device():
     fig = replay_chart(df)
     assert len(fig.data) == 3 and all(len(t.y) == len(df) for t in fig.data)
     assert list(fig.data[0].x) == pytest.approx(list(df["measured_busy"] / df["predicted_busy"]), nan_ok=True)
+    # a device the plan leaves empty (vgg16-P4's GPU 3) is named as idle, not left as a bare row
+    idle = [y for y in fig.data[0].y if y.endswith("(no layers: idle)")]
+    assert idle == [f"{r} · GPU {d} (no layers: idle)" for r, d in zip(df["run"], df["device"])
+                    if df.loc[(df["run"] == r) & (df["device"] == d), "stages"].isna().all()]
+    assert "vgg16-P4 · GPU 3 (no layers: idle)" in idle
 
 
 def test_load_replays_needs_runs(tmp_path):

@@ -164,7 +164,7 @@ def replay_chart(df: pd.DataFrame, *, title: str | None = None) -> go.Figure:
     fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.12,
                         subplot_titles=("compute per mini-batch: measured / predicted",
                                         "GPU memory: allocator peak / rule 7, / limit"))
-    labels = [f"{r} · GPU {d}" for r, d in zip(df["run"], df["device"])]
+    labels = _replay_labels(df)
     fig.add_bar(y=labels, x=df["measured_busy"] / df["predicted_busy"], orientation="h", name="compute",
                 marker_color="#3366CC", row=1, col=1)
     fig.add_bar(y=labels, x=df["allocator_over_predicted"], orientation="h", name="peak / rule 7",
@@ -179,6 +179,17 @@ def replay_chart(df: pd.DataFrame, *, title: str | None = None) -> go.Figure:
                       title=title or "Each device replayed alone on the GPU", margin=dict(l=230, r=20, t=70, b=40),
                       legend=dict(orientation="h", y=-0.08))
     return fig
+
+
+def _replay_labels(df: pd.DataFrame) -> list[str]:
+    """One label per replayed device; a device the plan leaves without layers says so (its row has no bars).
+
+    >>> _replay_labels(pd.DataFrame({"run": ["a", "a"], "device": [0, 1], "stages": [0.0, float("nan")]}))
+    ['a · GPU 0', 'a · GPU 1 (no layers: idle)']
+    """
+    idle = df["stages"].isna() if "stages" in df else pd.Series(False, index=df.index)
+    return [f"{r} · GPU {d}" + (" (no layers: idle)" if i else "")
+            for r, d, i in zip(df["run"], df["device"], idle)]
 
 
 def _signed_percent(v: float) -> str:
