@@ -67,8 +67,8 @@ def _polls(run, seconds: float) -> float:
 
 def rates(chain: Chain, platform: Platform, seconds: float) -> dict[str, float]:
     """Polls per second of each search, and HiGHS nodes per second, on ``chain`` coarsened to 32 and 16 blocks."""
+    from workbench.planners.blocks import block_groups
     from workbench.planners.dp.contiguous import plan_dp
-    from workbench.planners.ilp.coarsen import block_groups
     from workbench.planners.ilp.cover import TooManySets, cover_search
     from workbench.planners.ilp.model import build_model
     from workbench.planners.ilp.search import guided_search, local_search

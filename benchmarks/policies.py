@@ -22,13 +22,25 @@ Two checks of docs/model.md, "Activation policies" (CPU, float32):
    measured layers move each tensor out as it is saved and back as it is needed, which
    needs less (the model must not be below it).
 
-    .venv/bin/python benchmarks/policies.py            # both parts (a few minutes on 2 cores)
+3. **``--activations auto`` on every profile** (``--auto``): ``dp`` with policies chosen per layer on every
+   bundled and PipeDream profile on 4 and 8 devices (the default ``full`` memory model, Adam), at the
+   least memory a contiguous plan keeping every activation needs (``--levels 1.0``: keep just fits; 0.85:
+   it does not), each in a child process: its wall time, peak RSS (the child's ``ru_maxrss``), status, gap
+   and whether the checker accepts its plan. Targets (issue 26, 2-core machine): under 60 s and 2 GB on
+   8 devices, a plan the checker accepts.
+
+    .venv/bin/python benchmarks/policies.py            # parts 1 and 2 (a few minutes on 2 cores)
     .venv/bin/python benchmarks/policies.py --quick    # part 1 and the small models of part 2
+    .venv/bin/python benchmarks/policies.py --auto [--devices 4,8] [--levels 1.0] [--profiles pipedream/]
+                                           [--time-limit S]   # part 3 only (about 10-20 minutes)
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import resource
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -137,10 +149,87 @@ def measure_model(label: str, name: str, config: dict, batch: int, optimizer: st
     return rows
 
 
+def auto_worker(name: str, devices: int, level: float, time_limit: float | None) -> dict:
+    """Part 3, in the child: dp with ``activations="auto"`` on one profile at ``level`` x the least memory of a
+    contiguous keep plan."""
+    from workbench.planners.dp.contiguous import least_contiguous_memory
+    from workbench.profiles import load_profile
+    from workbench.verify.check import check
+
+    chain = load_profile(name)
+    platform = Platform(devices)
+    memory = least_contiguous_memory(chain, platform)[0] * level
+    platform = platform.with_(memory=memory)
+    t0 = time.perf_counter()
+    p = run_planner(chain, platform, "dp", activations="auto", time_limit=time_limit)
+    seconds = time.perf_counter() - t0
+    bad = check(p, chain, platform) if p.feasible else []
+    return {"profile": name, "P": devices, "level": level, "memory": memory, "layers": len(chain),
+            "status": p.status, "period": p.period if p.feasible else None, "gap": p.gap, "seconds": seconds,
+            "checked": p.feasible and not bad, "policies": sum(a != "keep" for a in p.activations),
+            "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+            "note": next((n for n in p.notes if "proven" in n or "time limit" in n or "fits" in n), "")}
+
+
+def auto_part(profiles: list[str], devices: list[int], levels: list[float], time_limit: float | None,
+              timeout: float) -> bool:
+    """Part 3: every (profile, devices, level) in a child process; prints a row each and the verdict."""
+    print("3. dp with --activations auto, every profile (a child process each: wall time, peak RSS)")
+    print(f"{'profile':28s} {'P':>2s} {'level':>5s} {'layers':>6s} {'status':>9s} {'period':>10s} {'gap':>7s} "
+          f"{'s':>6s} {'RSS':>9s} checked")
+    rows = []
+    for name in profiles:
+        for P in devices:
+            for level in levels:
+                cmd = [sys.executable, __file__, "--auto-worker", name, str(P), str(level),
+                       str(time_limit if time_limit else 0)]
+                t0 = time.perf_counter()
+                try:
+                    out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+                    r = json.loads(out.stdout.strip().splitlines()[-1]) if out.returncode == 0 else {
+                        "status": f"exit {out.returncode}: {out.stderr.strip().splitlines()[-1:]}"}
+                except subprocess.TimeoutExpired:
+                    r = {"status": f"killed after {timeout:.0f} s"}
+                r.setdefault("seconds", time.perf_counter() - t0)
+                r.update(profile=name, P=P, level=level)
+                rows.append(r)
+                gap = f"{r['gap']:.1%}" if r.get("gap") is not None else "-"
+                period = f"{r['period'] * 1e3:.2f}ms" if r.get("period") else "-"
+                rss = format_bytes(r["peak_rss"]) if r.get("peak_rss") else "-"
+                print(f"{name:28s} {P:2d} {level:5.2f} {r.get('layers', 0):6d} {r['status']:>9s} {period:>10s} "
+                      f"{gap:>7s} {r['seconds']:6.1f} {rss:>9s} {r.get('checked', False)}", flush=True)
+    on8 = [r for r in rows if r["P"] == 8 and r["level"] >= 1.0]
+    ok = all(r.get("checked") and r["seconds"] < 60 and r.get("peak_rss", 3 * 2**30) < 2 * 2**30 for r in on8)
+    slow = max((r["seconds"] for r in rows), default=0.0)
+    big = max((r.get("peak_rss", 0) for r in rows), default=0)
+    print(f"\n{len(rows)} runs: slowest {slow:.1f} s, largest peak RSS {format_bytes(big)}; on 8 devices with keep "
+          f"fitting, every plan checked, under 60 s and 2 GB: {'PASS' if ok else 'FAIL'}")
+    return ok
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="part 1 and the smallest model of part 2")
+    ap.add_argument("--auto", action="store_true", help="part 3 only: dp auto on every profile")
+    ap.add_argument("--devices", default="4,8", help="part 3: device counts (default 4,8)")
+    ap.add_argument("--levels", default="1.0", help="part 3: memory as multiples of the least keep memory")
+    ap.add_argument("--profiles", default="", help="part 3: only profiles whose name starts with one of these")
+    ap.add_argument("--time-limit", type=float, default=None, help="part 3: dp's time limit (default none)")
+    ap.add_argument("--timeout", type=float, default=300.0, help="part 3: kill a child after this long")
+    ap.add_argument("--auto-worker", nargs=4, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.auto_worker:
+        name, P, level, tl = args.auto_worker
+        print(json.dumps(auto_worker(name, int(P), float(level), float(tl) or None)))
+        return 0
+    if args.auto:
+        from workbench.profiles import available_profiles
+
+        prefixes = tuple(x for x in args.profiles.split(",") if x)
+        names = [n for n in available_profiles() if not prefixes or n.startswith(prefixes)]
+        ok = auto_part(names, [int(x) for x in args.devices.split(",")], [float(x) for x in args.levels.split(",")],
+                       args.time_limit, args.timeout)
+        return 0 if ok else 1
     print("1. per layer (AllocationTracker): the model's figure against the measured one")
     print(f"{'layer':20s} {'policy':10s} {'what':24s} {'model':>11s} {'measured':>11s} {'model/meas':>10s}")
     below = []

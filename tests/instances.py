@@ -119,3 +119,16 @@ def runtime_plans():
     yield best_schedule(chain, Platform(2), [0, 0, 0, 1, 1, 1])
     yield best_schedule(chain, Platform(3), [0, 0, 1, 1, 2, 2])
     yield best_schedule(chain, Platform(2), [0, 0, 1, 1, 0, 1])
+
+
+def block_chain(rng: np.random.Generator, L: int) -> Chain:
+    """The coarsening tests' chain: times over a factor 20, whole-number weights and activations."""
+    return Chain(tuple(Layer(f"l{i}", float(rng.uniform(0.5, 10)), float(rng.uniform(0.5, 20)),
+                             float(rng.integers(1, 60)), float(rng.integers(1, 40))) for i in range(L)),
+                 input_bytes=8.0)
+
+
+def covers(groups, L: int) -> bool:
+    """Whether ``groups`` (first, last) cover layers 0..L-1 in order, without gaps or overlaps."""
+    return groups[0][0] == 0 and groups[-1][1] == L - 1 and all(
+        b + 1 == a for (_, b), (a, _) in zip(groups, groups[1:])) and all(a <= b for a, b in groups)

@@ -8,6 +8,7 @@ import pytest
 
 from workbench.front.cli import build_parser, main
 from workbench.model.chain import Chain, Layer, Platform
+from workbench.planners import PLANNERS
 from workbench.profiles import write_profile
 from workbench.verify.schedule import build_schedule
 
@@ -145,6 +146,20 @@ def test_every_option_has_help_and_the_help_points_to_the_repo():
     assert missing == []
     text = parser.format_help()
     assert "docs/model.md" in text and "DESIGN.md" not in text
+
+
+def test_running_out_of_memory_is_one_line_and_exit_3(files, capsys, monkeypatch):
+    """A memory cap that an allocation would exceed (a MemoryError anywhere in the planner) stops with one line."""
+    prof, _, _ = files
+
+    def greedy(*a, **k):
+        raise MemoryError("Unable to allocate 706. KiB for an array")
+
+    monkeypatch.setitem(PLANNERS, "dp", greedy)
+    rc = main(["plan", "--profile", str(prof), "--devices", "3", "--memory", "1000", "--memory-model", "paper"])
+    err = capsys.readouterr().err
+    assert rc == 3 and err.count("\n") == 1 and err.startswith("error: out of memory: plan needed more memory")
+    assert "Traceback" not in err
 
 
 def test_check_simulate_and_run_take_the_plans_set_up(tmp_path, capsys):

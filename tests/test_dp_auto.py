@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import itertools
 import math
-import random
+import time
 
 import pytest
 
 import workbench.planners.dp.auto as dp_auto
-from policy_instances import instance, random_chain
+import workbench.planners.dp.versions as versions
+from policy_instances import instance
 from workbench.model.activations import POLICIES, apply_policies
 from workbench.model.chain import Chain, Layer, Platform
 from workbench.planners import plan as run_planner
@@ -54,7 +55,8 @@ def test_one_partition_gets_the_best_policies_for_it():
         chain, plat = instance(1000 + seed, max_layers=4)
         plat = plat.with_(devices=2)
         bounds = [(0, len(chain) // 2 - 1), (len(chain) // 2, len(chain) - 1)]
-        T, found, pol, _ = dp_auto.auto_on_chain(chain, plat, allowed=bounds)
+        a = dp_auto.auto_on_chain(chain, plat, allowed=bounds)
+        T, found = a.period, a.bounds
         best = math.inf
         for vec in itertools.product(POLICIES, repeat=len(chain)):
             p = Scheduler(apply_policies(chain, vec), plat, bounds_to_assignment(bounds)).best()
@@ -74,17 +76,66 @@ def test_baselines_keep_their_partition_with_auto():
     assert p.feasible and check(p, chain, plat) == [] and "partition" in " ".join(p.notes)
 
 
-def test_thinned_versions_are_not_called_optimal(monkeypatch):
-    monkeypatch.setattr(dp_auto, "VERSION_CAP", 4)
-    chain = random_chain(random.Random(9), 6)
-    plat = Platform(2, optimizer="sgd")
-    p = run_planner(chain, plat.with_(memory=run_planner(chain, plat, "dp").peak_memory * 0.7), "dp",
-                    activations="auto")
-    if p.feasible:
-        assert p.status == "feasible" and any("not proven optimal" in n for n in p.notes)
+def _around_brute_force(seeds: range, marked) -> int:
+    """dp auto against brute force on ``seeds``: a plan dp finds is valid and not below the optimum, an
+    infeasible answer is right, and where ``marked(plan)`` (not proven: thinned, or on blocks) the plan is
+    ``feasible`` and its bound never exceeds the optimum. Returns how many were marked."""
+    marked_count = 0
+    for seed in seeds:
+        chain, plat = instance(seed, max_layers=6)
+        a = run_planner(chain, plat, "dp", activations="auto")
+        b = run_planner(chain, plat, "brute", activations="auto")
+        assert a.feasible <= b.feasible and (a.status != "infeasible" or not b.feasible), seed
+        if not a.feasible:
+            continue
+        assert check(a, chain, plat) == [] and a.period >= b.period * (1 - 1e-9), seed
+        if marked(a):
+            marked_count += 1
+            assert a.status == "feasible" and any("not proven optimal" in n for n in a.notes), seed
+            assert a.period * (1 - a.gap) <= b.period * (1 + 1e-9), (seed, a.gap, b.period)
+        elif a.status == "optimal":
+            assert a.period == pytest.approx(b.period, rel=1e-6), seed
+    return marked_count
+
+
+def test_thinned_versions_give_a_plan_and_a_bound_around_brute_force(monkeypatch):
+    """Versions thinned to one per group (relaxation rows for the rest): the plan is valid and not called
+    optimal, and its lower bound never exceeds brute force's optimum."""
+    monkeypatch.setattr(versions, "MIN_CAP", 1)
+    monkeypatch.setattr(versions, "ROW_BUDGET", 1)
+    assert _around_brute_force(range(2000, 2060), lambda p: p.status != "optimal") >= 10
 
 
 def test_infeasible_says_the_least_memory_with_policies():
     chain = Chain(tuple(Layer(f"l{i}", 1.0, 1.0, 100, 10, 100) for i in range(3)), input_bytes=10)
     p = run_planner(chain, Platform(2, memory=50, optimizer="sgd"), "dp", activations="auto")
     assert not p.feasible and "even with recompute and offload" in p.notes[0]
+
+
+def test_without_a_memory_limit_every_layer_keeps():
+    chain = load_profile("pipedream/resnet50")
+    p = run_planner(chain, Platform(4), "dp", activations="auto")
+    keep = run_planner(chain, Platform(4), "dp")
+    assert p.status == "optimal" and p.period == pytest.approx(keep.period) and not p.activations
+    assert any("no memory limit" in n for n in p.notes)
+
+
+def test_a_dag_profile_honours_the_time_limit_and_says_what_it_returns():
+    """pipedream/resnet50 on 8 devices at a binding limit: the whole call within 10 % + 2 s of its limit, and the
+    plan checked, with the status and gap of what was searched."""
+    chain = load_profile("pipedream/resnet50")
+    plat = Platform(8, memory="5GiB")
+    for limit in (1.0, 4.0):
+        t0 = time.perf_counter()
+        p = run_planner(chain, plat, "dp", activations="auto", time_limit=limit)
+        assert time.perf_counter() - t0 <= 1.1 * limit + 2.0
+        assert p.status in ("timeout", "feasible") and p.gap is not None and 0 <= p.gap < 1
+        assert p.feasible and check(p, chain, plat) == []
+
+
+def test_blocks_give_a_plan_and_a_bound_around_brute_force(monkeypatch):
+    """Stage boundaries on blocks (the step budget forced down): the plan is valid and not called optimal, and
+    its bound never exceeds brute force's optimum."""
+    monkeypatch.setattr(dp_auto, "STEP_BUDGET", 1)
+    monkeypatch.setattr(dp_auto, "BLOCKS", 3)
+    assert _around_brute_force(range(3000, 3040), lambda p: any("blocks" in n for n in p.notes)) >= 10

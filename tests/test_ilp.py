@@ -230,7 +230,8 @@ def test_coarsen_large_chain_keeps_valid_and_beats_nothing_worse_than_dp():
     d = plan_dp(ch, plat, graph=False)
     for alloc in ("contiguous", "general"):
         p = plan_ilp(ch, plat, allocation=alloc, coarsen=10, time_limit=10)
-        assert p.extra["blocks"] == 10
+        # contiguous: the fine DP is exact and meets its own bound, so no block is solved
+        assert p.extra.get("blocks") == (10 if alloc == "general" else None)
         if d.feasible:
             assert p.feasible and p.period <= d.period * (1 + REL)
             assert_valid(p, ch, plat)

@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import math
+import random
 import time
 
 from oracles import optimal_plan, random_instance
 from workbench.model.chain import Chain, Layer, Platform
+from workbench.model.plan import chain_for_plan
 from workbench.planners.budget import MAY_VARY, Budget
 from workbench.planners.ilp.options import IlpOptions
 from workbench.planners.ilp.phases import solve_chain
+from workbench.planners.ilp.planner import plan_ilp
+from workbench.profiles.pipedream import Graph, Node
 
-ORDER = ["feasibility", "incumbent", "stage_bound", "local_search", "cover", "milp"]
+ORDER = ["feasibility", "incumbent", "stage_bound", "packing", "background", "local_search", "cover", "milp"]
 
 
 def _phases(p):
@@ -56,3 +60,42 @@ def test_a_phase_the_safety_net_stops_makes_the_plan_say_it_may_vary():
     calm = solve_chain(chain, plat, "general", IlpOptions(deterministic=True), Budget(10.0, deterministic=True))
     assert p.extra["may_vary"] is True and p.extra["deterministic"] is False and p.notes[-1] == MAY_VARY
     assert calm.extra["may_vary"] is False and MAY_VARY not in calm.notes
+
+
+def _dag_instance(seed: int):
+    """A chain linearised from a random DAG of 4-6 nodes (cuts carry every crossing edge)."""
+    rng = random.Random(seed)
+    n = rng.randint(4, 6)
+    nodes = [Node(f"v{i}", "", rng.uniform(0.2, 2), rng.uniform(0.4, 3), float(rng.randint(1, 40)),
+                  float(rng.randint(0, 30))) for i in range(n)]
+    edges = [(f"v{i}", f"v{i + 1}") for i in range(n - 1)] + [
+        (f"v{i}", f"v{j}") for i in range(n) for j in range(i + 2, n) if rng.random() < 0.3]
+    chain = Graph(tuple(nodes), tuple(edges), "rand").linearise()
+    plat = Platform(rng.randint(2, 3), bandwidth=rng.uniform(5, 40), memory_model="paper")
+    free = max(optimal_plan(chain, plat, "general").memory)
+    return chain, plat.with_(memory=free * rng.uniform(0.6, 1.0))
+
+
+def test_every_reported_bound_stays_below_the_oracle_optimum():
+    """The general ILP's proven bound (period x (1 - gap)) never exceeds the exhaustive oracle's optimum and its
+    plan is never below it: on generic random chains, on chains of identical layers (ties everywhere), and on
+    chains linearised from DAGs; on some the coarse path's fine bound (two blocks), under a time limit (the
+    background search runs)."""
+    cases = [random_instance(7000 + s, max_layers=5, max_devices=3) for s in range(6)]
+    cases += [(Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 20, 6) for i in range(5)), input_bytes=6),
+               Platform(P, memory=m, memory_model="paper")) for P, m in ((2, 90.0), (3, 70.0))]
+    cases += [_dag_instance(s) for s in range(5)]
+    checked = 0
+    for k, (chain, plat) in enumerate(cases):
+        for coarsen in (None, 2):
+            p = plan_ilp(chain, plat, allocation="general", time_limit=3.0, coarsen=coarsen)
+            if not p.feasible:
+                continue
+            lin = chain_for_plan(p, chain)
+            want = optimal_plan(lin, plat, "general")
+            assert want is not None and p.period >= want.period * (1 - 1e-6), (k, coarsen)
+            assert p.period * (1 - (p.gap or 0.0)) <= want.period * (1 + 1e-6), (k, coarsen, p.gap)
+            if p.status == "optimal":
+                assert math.isclose(p.period, want.period, rel_tol=1e-5), (k, coarsen)
+            checked += 1
+    assert checked >= 20

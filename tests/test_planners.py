@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from workbench.model.chain import Chain, Layer, Platform
@@ -45,3 +47,27 @@ def test_valid_optimal_plans_pass_unchanged():
     ch, plat = _chain(), Platform(2, memory=1000, memory_model="paper")
     p = plan(ch, plat, "dp")
     assert p.status == "optimal" and "violations" not in p.extra and not check(p, ch, plat)
+
+
+@pytest.mark.parametrize("method,allocation,activations", [
+    ("dp", "contiguous", "auto"), ("ilp", "contiguous", "auto"), ("ilp", "general", "auto"),
+    ("ilp", "general", "keep"), ("pipedream", "contiguous", "auto"), ("mcap", "contiguous", "auto"),
+    ("gpipe", "contiguous", "recompute"), ("interleaved-1f1b", "contiguous", "keep"),
+    ("zbv", "contiguous", "keep")])
+def test_every_method_honours_the_time_limit_on_a_dag_profile(method, allocation, activations):
+    """PipeDream's resnet50 (177 layers) on 8 devices at a binding limit, 1 s for the whole call: every method
+    ends within 10 % + 2 s, and what it returns is checked (a plan, or a flushed plan over the limit that says
+    so) or says it stopped. torch's schedules
+    import torch's pipelining first (a fixed cost the limit does not count, docs/model.md)."""
+    import torch.distributed.pipelining  # noqa: F401
+
+    from workbench.profiles import load_profile
+
+    chain = load_profile("pipedream/resnet50")
+    plat = Platform(8, memory="5GiB")
+    t0 = time.perf_counter()
+    p = plan(chain, plat, method, allocation=allocation, activations=activations, time_limit=1.0)
+    assert time.perf_counter() - t0 <= 1.1 * 1.0 + 2.0
+    assert p.status in ("optimal", "feasible", "timeout", "infeasible")
+    if p.feasible:  # a flushed plan over the limit says so (its re-check's violations), as the checker does
+        assert len(check(p, chain, plat)) == len(p.extra.get("violations", []))

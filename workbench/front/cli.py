@@ -225,8 +225,9 @@ def _plan_parser(sub: argparse._SubParsersAction) -> None:
                    help="contiguous: one stage per device (default); general: a device may hold several stages "
                         f"({' and '.join(m.name for m in METHODS if 'general' in m.allocations)} only)")
     p.add_argument("--time-limit", type=positive_seconds, default=None,
-                   help="seconds for the whole call (ilp, brute): it returns its best plan and gap by then "
-                        "(about 10%% + 2 s later at most)")
+                   help="seconds for the whole call of every method (ilp, brute, dp with --activations auto: "
+                        "the best plan and gap found by then; about 10%% + 2 s later at most, not counting "
+                        "the import of torch that torch's schedules need)")
     from workbench.model.plan import MAX_MICRO_BATCHES
 
     p.add_argument("--micro-batches", type=int_in(1, MAX_MICRO_BATCHES), default=None,
@@ -406,8 +407,16 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
     print(f"warning: {message}", file=sys.stderr)
 
 
+def _memory_cap() -> str:
+    """The process's address-space cap in words (``ulimit -v``), or that there is none."""
+    import resource
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    return "no address-space cap set" if soft == resource.RLIM_INFINITY else f"cap {soft / 2**30:.2f} GiB"
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Run one sub-command; bad input prints ``error: ...`` on stderr and returns 2."""
+    """Run one sub-command; bad input prints ``error: ...`` on stderr and returns 2 (3: out of memory)."""
     import warnings
 
     args = build_parser().parse_args(argv)
@@ -424,3 +433,8 @@ def main(argv: list[str] | None = None) -> int:
         except (ValueError, OSError) as e:  # ProfileError, PlanStructureError, bad JSON, unreadable files
             print(f"error: {e}", file=sys.stderr)
             return 2
+        except MemoryError:   # a memory cap (ulimit -v, a container's limit) refused an allocation
+            print(f"error: out of memory: {args.command} needed more memory than this process may use "
+                  f"({_memory_cap()}); nothing was written. Raise the cap, or plan fewer layers or devices",
+                  file=sys.stderr)
+            return 3

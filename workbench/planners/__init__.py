@@ -151,12 +151,19 @@ def _plan_auto(chain: Chain, platform: Platform, method: str, fn: Callable[..., 
     if not base.feasible:
         return base.with_(memory_limit=platform.memory)
     bounds = [(s.first, s.last) for s in base.stages]
-    T, found, pol, why = auto_on_chain(chain, platform, allowed=bounds)
+    deadline = t0 + time_limit if time_limit is not None else None
+    try:
+        a = auto_on_chain(chain, platform, allowed=bounds, deadline=deadline)
+    except TimeoutError:
+        return infeasible_plan(chain, platform, method, "time limit reached before the policies for its partition "
+                               "were searched", solve_seconds=time.perf_counter() - t0).with_(status="timeout")
+    T, found, pol, why = a.period, a.bounds, a.policies, a.why
     note = f"{method}'s partition (chosen without a memory limit), activation policies chosen for it"
     if found is not None and why:
         note += f" ({why})"
     if found is None:
-        return infeasible_plan(chain, platform, method, why, notes=(note,), solve_seconds=time.perf_counter() - t0)
+        p = infeasible_plan(chain, platform, method, why, notes=(note,), solve_seconds=time.perf_counter() - t0)
+        return p if a.complete else p.with_(status="timeout")
     eff = apply_policies(chain, pol)
     plan_ = Scheduler(eff, platform, place(found, platform)).plan(
         T, method=method, allocation="contiguous", notes=base.notes + (note, f"activations: {describe(pol)}"))

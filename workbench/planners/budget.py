@@ -44,7 +44,8 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-__all__ = ["Budget", "WorkDeadline", "within", "charge", "milp_root_seconds", "TICKS_PER_SECOND", "CANDIDATE_TICKS",
+__all__ = ["Budget", "WorkDeadline", "within", "charge", "milp_root_seconds", "milp_rows", "milp_ready_seconds",
+           "BUILD_ROWS_PER_SECOND", "TICKS_PER_SECOND", "CANDIDATE_TICKS",
            "MILP_NODES_PER_SECOND", "DETERMINISTIC_SLACK", "PhaseShares", "POLISH_SECONDS", "MIN_CHILD_SECONDS",
            "MAY_VARY"]
 
@@ -57,6 +58,8 @@ TICKS_PER_SECOND: dict[str, float] = {
 }
 #: ticks charged for each allocation scored exactly (work the evaluator does between polls)
 CANDIDATE_TICKS = 500
+#: rows of a plan MILP Pyomo builds per second (measured on the shared 2-core machine: 5,000-8,000)
+BUILD_ROWS_PER_SECOND = 5000.0
 #: branch-and-bound nodes of HiGHS per second on the reference machine (a 32-block general model)
 MILP_NODES_PER_SECOND = 5.0
 #: deterministic budgets: the wall clock stops a call only after this many times its limit (plus 2 s)
@@ -83,6 +86,8 @@ class PhaseShares:
 
     #: the local search from the incumbent (general): this share of what is left, at most ``search_seconds``
     local_search: float = 0.25
+    #: the stage-path bound's stages packed onto the devices (general, planners/ilp/packing.py): this share
+    packing: float = 0.1
     #: seconds of a time limit kept from the MILP for the polishing LP ...
     polish_reserve: float = 1.0
     #: ... at most this fraction of the limit
@@ -94,15 +99,19 @@ class PhaseShares:
     polish_seconds: float = POLISH_SECONDS
     #: graph mode needs about this many times the default order's DP (best_order and a DP)
     graph_after_dp: float = 3.0
-    #: coarsened general plans on 16 blocks or more: the block ILP runs until this fraction of the limit, ...
-    block_until: float = 0.2
+    #: coarsened plans: the stage-path bound on the layers runs first, until this fraction of the limit, ...
+    fine_bound_until: float = 0.2
+    #: ... (general) its stages packed onto the devices until this one, ...
+    packing_until: float = 0.3
+    #: ... on 16 blocks or more (general), the block ILP until this one, ...
+    block_until: float = 0.45
     #: ... (on fewer blocks, or contiguous, until this one) ...
     block_alone_until: float = 0.8
     #: ... the half-block solve until this one (without a limit: this many seconds), ...
-    half_blocks_until: float = 0.45
+    half_blocks_until: float = 0.65
     half_blocks_seconds: float = 30.0
     #: ... the guided search on the fine chain until this one (without a limit: this many seconds, and
-    #: it stops after ``stale_kicks`` kicks in a row find nothing better); the rest is for the fine bound
+    #: it stops after ``stale_kicks`` kicks in a row find nothing better, or once it meets the bound)
     refine_until: float = 0.98
     refine_seconds: float = 20.0
     stale_kicks: int = 25
@@ -316,6 +325,29 @@ def charge(deadline: float | WorkDeadline | None, ticks: int = CANDIDATE_TICKS) 
     """Charge ``ticks`` to a :class:`WorkDeadline` (nothing for a wall-clock deadline)."""
     if isinstance(deadline, WorkDeadline):
         deadline.charge(ticks)
+
+
+def milp_rows(layers: int, devices: int) -> int:
+    """About how many rows the general plan MILP of ``layers`` x ``devices`` has (fitted on 16x4: 2,261,
+    32x4: 7,605, 24x8: 7,865, 32x8: 12,553; the contiguous one has fewer).
+
+    >>> milp_rows(32, 8)
+    12288
+    """
+    return int(6 * layers ** 2 + 12 * layers * devices + 1.5 * layers * devices ** 2)
+
+
+def milp_ready_seconds(layers: int, devices: int) -> float:
+    """Seconds before HiGHS can be stopped on a general MILP of ``layers`` x ``devices``: Pyomo building it
+    (:data:`BUILD_ROWS_PER_SECOND`) and half the root node's estimate (:func:`milp_root_seconds`; HiGHS
+    polls its time limit inside the root node, but late). Under a wall-clock limit the MILP is skipped when
+    less than this is left.
+
+    >>> round(milp_ready_seconds(32, 4), 1)
+    5.2
+    """
+    rows = milp_rows(layers, devices)
+    return rows / BUILD_ROWS_PER_SECOND + 0.5 * milp_root_seconds(rows)
 
 
 def milp_root_seconds(constraints: int) -> float:

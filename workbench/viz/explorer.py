@@ -252,7 +252,7 @@ class Explorer(W.VBox):
         """Blocks of layers the DP-style methods plan on when the chain is longer than ``max_layers``.
 
         Planning a chain of hundreds of layers exactly takes seconds; on
-        ``max_layers`` balanced blocks (:func:`workbench.planners.ilp.coarsen.block_groups`,
+        ``max_layers`` balanced blocks (:func:`workbench.planners.blocks.block_groups`,
         cached per profile and platform) it stays interactive and the plan is
         expanded back to the layers. ``max_layers=None`` always plans exactly.
         """
@@ -263,7 +263,7 @@ class Explorer(W.VBox):
                self.weights_toggle.value, self.weight_factor, self.memory_dropdown.value)
         if key not in self._groups:
             try:
-                from workbench.planners.ilp.coarsen import block_groups
+                from workbench.planners.blocks import block_groups
             except ImportError:
                 return None
             self._groups[key] = block_groups(chain, self.max_layers, self.platform(memory=math.inf))

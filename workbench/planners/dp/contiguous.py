@@ -71,11 +71,11 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from workbench.bisection import least_bottleneck, least_feasible
-from workbench.model.activations import apply_policies, describe
+from workbench.model.activations import POLICIES, apply_policies, describe
 from workbench.model.chain import Chain, Platform
 from workbench.model.memory_bands import band_terms
 from workbench.model.plan import Plan, infeasible_plan, lower_bound
-from workbench.model.tolerances import FLOOR_MARGIN, MEMORY_SLACK, TINY
+from workbench.model.tolerances import FLOOR_MARGIN, MEMORY_SLACK, PERIOD_SEARCH, TINY
 from workbench.model.units import format_bytes
 from workbench.planners.budget import Budget
 from workbench.planners.dp.auto import auto_on_chain
@@ -290,12 +290,66 @@ def _dp_on_chain(chain: Chain, platform: Platform, budget: Budget) -> _Answer:
     return _Answer(found.period, found.structure, None, why, found.complete, found.lower)
 
 
-def _on_chain(chain: Chain, platform: Platform, auto: bool, budget: Budget) -> _Answer:
-    """dp's answer for one linear order."""
-    if auto:
-        T, bounds, pol, why = auto_on_chain(chain, platform)
-        return _Answer(T, bounds, pol, why)
-    return _dp_on_chain(chain, platform, budget)
+def _one_policy(chain: Chain, platform: Platform, budget: Budget) -> tuple[_Answer, str] | None:
+    """The best plan with one policy on every layer (the exact DP of each effective chain: keep, recompute,
+    offload) and that policy; None if none fits."""
+    fixed: tuple[_Answer, str] | None = None
+    for pol in POLICIES:
+        ans = _dp_on_chain(chain if pol == "keep" else apply_policies(chain, pol), platform, budget)
+        if ans.bounds is not None and (fixed is None or ans.period < fixed[0].period):
+            fixed = (ans, pol)
+    return fixed
+
+
+def _auto_on_chain(chain: Chain, platform: Platform, budget: Budget, fixed: tuple[_Answer, str] | None) -> _Answer:
+    """dp with ``activations="auto"`` on one layer order: the per-layer search
+    (:func:`workbench.planners.dp.auto.auto_on_chain`) below the best one-policy plan ``fixed``, which is the
+    incumbent and the fallback."""
+    deadline = budget.t0 + budget.seconds if budget.limited else None
+    upper = fixed[0].period if fixed is not None else None
+    cuts = [b for _, b in fixed[0].bounds][:-1] if fixed is not None else []
+    budget.say(f"dp auto: {len(chain)} layers, per-layer policies below {upper:.6g} s" if upper is not None
+               else f"dp auto: {len(chain)} layers, per-layer policies")
+    try:
+        a = auto_on_chain(chain, platform, upper=upper, deadline=deadline, cuts=cuts)
+    except TimeoutError:
+        a = None
+    if a is not None and a.bounds is not None and (fixed is None or a.period < fixed[0].period):
+        return _Answer(a.period, a.bounds, a.policies, a.why, a.complete, a.lower)
+    if fixed is None:
+        if a is None:
+            why = f"time limit reached before dp found a plan ({budget.elapsed():.1f} s)"
+            return _Answer(math.inf, None, None, why, complete=False)
+        return _Answer(math.inf, None, None, a.why, a.complete, a.lower)
+    ans, pol = fixed
+    what = f"{pol} on every layer"
+    if a is None:
+        return _Answer(ans.period, ans.bounds, (pol,) * len(chain),
+                       f"time limit reached: {what}, per-layer policies not searched", False,
+                       unconstrained_period(chain, platform)[0])
+    why = "" if a.lower >= ans.period * (1 - PERIOD_SEARCH) and not a.why else f"{what}; {a.why}".rstrip("; ")
+    return _Answer(ans.period, ans.bounds, (pol,) * len(chain), why, a.complete, min(a.lower, ans.period))
+
+
+def _auto_orders(chain: Chain, platform: Platform, budget: Budget, dag: bool, notes: list[str]
+                 ) -> tuple[_Answer, Chain, tuple[str, ...] | None]:
+    """dp auto's answer, chain and order (None: the chain's own): on a DAG, the one-policy plans of the default
+    order and of :func:`best_order`'s, and the per-layer search in the order whose one-policy plan is best
+    (best_order is skipped when less time is left than the default order's plans took)."""
+    orders: list[tuple[Chain, tuple[str, ...] | None]] = [(chain, None)]
+    fixed = [_one_policy(chain, platform, budget)]
+    if dag and budget.limited and budget.left() < budget.elapsed():
+        notes.append(f"layer order search (best_order) skipped: {budget.left():.1f} s of the time limit left")
+    elif dag:
+        order = [str(n) for n in best_order(chain.graph, platform.devices, platform=platform).order]
+        if order != [l.name for l in chain.layers]:
+            orders.append((chain.graph.linearise(order), tuple(order)))
+            fixed.append(_one_policy(orders[-1][0], platform, budget))
+    k = min(range(len(orders)), key=lambda t: fixed[t][0].period if fixed[t] is not None else math.inf)
+    if len(orders) > 1:
+        notes.append("per-layer policies searched in the layer order whose one-policy plan is best")
+    used, order = orders[k]
+    return _auto_on_chain(used, platform, budget, fixed[k]), used, order
 
 
 def plan_dp(chain: Chain, platform: Platform, *, allocation: str = "contiguous",
@@ -328,25 +382,36 @@ def plan_dp(chain: Chain, platform: Platform, *, allocation: str = "contiguous",
     if allocation == "general":
         notes.append("dp is contiguous: this is the best contiguous plan (general allocations: use ilp)")
     auto = activations == "auto"
-    candidates: list[tuple[_Answer, Chain, tuple[str, ...] | None]] = [(_on_chain(chain, platform, auto, budget),
-                                                                        chain, None)]
-    if graph and getattr(chain, "graph", None) is not None:
-        res = best_order(chain.graph, platform.devices, platform=platform)
-        order = [str(n) for n in res.order]
-        if order != [l.name for l in chain.layers]:
-            other = chain.graph.linearise(order)
-            candidates.append((_on_chain(other, platform, auto, budget), other, tuple(order)))
-    ans, used, order = min(candidates, key=lambda c: c[0].period)
-    if order is not None:
+    if auto and not math.isfinite(platform.memory):
+        auto = False        # recompute and offload only add time or constraints
+        notes.append("no memory limit: every layer keeps its activations (the best policy)")
+    dag = graph and getattr(chain, "graph", None) is not None
+    if auto:
+        ans, used, order = _auto_orders(chain, platform, budget, dag, notes)
+        candidates = [(ans, used, order)]
+    else:
+        candidates = [(_dp_on_chain(chain, platform, budget), chain, None)]
+        if dag:
+            res = best_order(chain.graph, platform.devices, platform=platform)
+            order = [str(n) for n in res.order]
+            if order != [l.name for l in chain.layers]:
+                other = chain.graph.linearise(order)
+                candidates.append((_dp_on_chain(other, platform, budget), other, tuple(order)))
+        ans, used, order = min(candidates, key=lambda c: c[0].period)
+    if order is not None and not auto:
         notes.append(f"graph order from best_order: {ans.period:.6g} s against {candidates[0][0].period:.6g} s "
                      f"in the default order")
+    elif order is not None:
+        notes.append("graph order from best_order")
     if ans.bounds is None:
         p = infeasible_plan(chain, platform, "dp", ans.why, allocation=allocation, solve_seconds=budget.elapsed())
         return p if ans.complete else p.with_(status="timeout")
     if not ans.complete:
         status, gap = "timeout", max(0.0, (ans.period - ans.lower) / ans.period)
+    elif ans.why:       # a plan, and its gap to the bound proven (dp auto on thinned versions or on blocks)
+        status, gap = "feasible", (max(0.0, (ans.period - ans.lower) / ans.period) if ans.lower > 0 else None)
     else:
-        status, gap = ("feasible" if ans.why else "optimal"), None
+        status, gap = "optimal", None
     if ans.policies is None or all(p == "keep" for p in ans.policies):
         if ans.why:
             notes.append(ans.why)

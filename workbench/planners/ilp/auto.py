@@ -22,8 +22,8 @@ the plan says so.
 >>> from workbench.model.chain import Chain, Layer, Platform
 >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 0, 10, 100) for i in range(4)), input_bytes=10)
 >>> p = plan_ilp_auto(ch, Platform(2, memory=300, memory_model="paper", host_bandwidth=100))
->>> p.period, p.activations        # keep alone needs a period of 9 s under 300 bytes
-(7.0, ('keep', 'recompute', 'keep', 'keep'))
+>>> p.period, p.activations        # keep alone needs a period of 9 s under 300 bytes; recomputing layer 0 or 1: a tie
+(7.0, ('recompute', 'keep', 'keep', 'keep'))
 """
 
 from __future__ import annotations
@@ -74,7 +74,9 @@ def plan_ilp_auto(chain: Chain, platform: Platform, *, allocation: str = "contig
 
 def auto_incumbent_phase(run: Run) -> PhaseResult:
     """The exact contiguous DP with policies (:mod:`workbench.planners.dp.auto`): the incumbent and fallback."""
-    inc = plan_dp(run.chain, run.platform, activations="auto", graph=False)
+    left = max(run.budget.left(), 1e-3) if run.budget.limited else None
+    inc = plan_dp(run.chain, run.platform, activations="auto", graph=False, time_limit=left,
+                  progress=run.budget.progress)
     if not run.valid(inc):
         return run.result("incumbent", None, None, "no contiguous plan fits with policies chosen per layer")
     run.notes.append(f"incumbent dp with activations chosen per layer, period {inc.period:.6g} s")

@@ -48,6 +48,8 @@ class IlpOptions:
     (:mod:`workbench.planners.budget`). ``graph``: on a chain linearised from a DAG, plan in the
     layer order dp's graph mode chose. ``activations``: ``"auto"`` also chooses every layer's
     activation policy (:mod:`workbench.planners.ilp.auto`); None or ``"keep"`` keeps them all.
+    ``parallel``: general allocations under a time limit search plans on a second core while the MILP
+    or the block solves run (:mod:`workbench.planners.ilp.background`; never with ``deterministic``).
     """
 
     rel_gap: float = MILP_GAP
@@ -66,6 +68,7 @@ class IlpOptions:
     graph: bool = True
     activations: str | None = None
     shares: PhaseShares = field(default_factory=PhaseShares)
+    parallel: bool = True
 
     def __post_init__(self) -> None:
         if not self.rel_gap >= 0:

@@ -10,7 +10,9 @@
    bounds the MILP (``T <= T_inc``) and it is the fallback;
 3. ``stage_bound``: the stage-path lower bound
    (:func:`workbench.planners.ilp.stage_bound.stage_path_bound`);
-4. general allocations: ``local_search`` from the incumbent
+4. general allocations: ``packing``, the bound's stages packed onto the devices
+   (:func:`workbench.planners.ilp.packing.packed_plan`), and under a time limit
+   ``background``, the searches on a second core; ``local_search`` from the incumbent
    (:func:`workbench.planners.ilp.search.local_search`); if the incumbent
    then meets the bound it is optimal (:func:`settled_by_bound`);
 5. general allocations: ``cover``, the exact cover search
@@ -38,19 +40,23 @@ proved its bound (``bound_by``) in ``extra["solve"]`` (:class:`~workbench.model.
 from __future__ import annotations
 
 import math
+import time
 from functools import partial
 
 import pyomo.environ as pyo
 
 from workbench.model.chain import Chain, Platform
 from workbench.model.plan import Plan, make_plan
+from workbench.model.plan_extra import phase_record
 from workbench.model.tolerances import BETTER, INCUMBENT_CAP, REL_TOL
-from workbench.planners.budget import Budget, milp_root_seconds
+from workbench.planners.budget import Budget, milp_ready_seconds, milp_root_seconds
 from workbench.planners.dp.contiguous import plan_dp
+from workbench.planners.ilp.background import start_search
 from workbench.planners.ilp.bounds import least_memory_bound
 from workbench.planners.ilp.cover import TooManySets, cover_search
 from workbench.planners.ilp.model import build_model
 from workbench.planners.ilp.options import IlpOptions
+from workbench.planners.ilp.packing import packed_plan
 from workbench.planners.ilp.runner import PhaseResult, Run, Verdict, run_phases
 from workbench.planners.ilp.search import local_search
 from workbench.planners.ilp.solve import MilpProgress, plan_from_model, polish, solve_model
@@ -108,8 +114,53 @@ def stage_bound_phase(run: Run) -> PhaseResult:
     return run.result("stage_bound", run.inc, lb, f"bound {lb:.6g} s")
 
 
+def packing_phase(run: Run) -> PhaseResult | None:
+    """General mode: the stage-path bound's stages packed onto the devices and timed exactly
+    (:mod:`workbench.planners.ilp.packing`; ``shares.packing`` of what is left, 10 s without a limit)."""
+    if not (run.general and run.inc is not None) or run.meets_bound():
+        return None
+    budget = run.budget
+    deadline = budget.deadline(run.opts.shares.packing, "guided_search", default=10.0)
+    found = packed_plan(run.chain, run.platform, run.bound, run.inc, deadline)
+    if found is None or check(found, run.chain, run.platform):
+        return run.result("packing", run.inc, run.bound, "nothing better")
+    budget.say(f"ilp: the bound's stages packed onto the devices: period {found.period:.6g} s")
+    return run.result("packing", found, run.bound, "a better plan")
+
+
+def background_phase(run: Run) -> PhaseResult | None:
+    """General mode under a time limit: the searches start on a second core (the guided search, then the local
+    search with kicks: :mod:`workbench.planners.ilp.background`) until the MILP's end; the MILP phase takes in
+    their best plan. Not with ``deterministic`` or ``parallel=False``, nor where no process can be forked."""
+    budget, opts = run.budget, run.opts
+    if not (run.general and run.inc is not None and opts.parallel and budget.limited and not budget.deterministic):
+        return None
+    reserve = min(opts.shares.polish_reserve, opts.shares.polish_reserve_share * (budget.seconds or 0.0))
+    deadline = time.perf_counter() + max(0.0, budget.left() - reserve)
+    run.background = start_search(run.chain, run.platform, run.inc, deadline, target=run.bound * (1 + opts.rel_gap))
+    if run.background is None:
+        return None
+    budget.say(f"ilp: searching general plans on a second core, {budget.describe(budget.left() - reserve)}")
+    return run.result("background", run.inc, run.bound, "started on a second core")
+
+
+def _take_background(run: Run, best: Plan | None) -> Plan | None:
+    """The better of ``best`` and the background search's plan (re-checked); notes what it found."""
+    if run.background is None:
+        return best
+    bg = run.background.result()
+    if bg is None or check(bg, run.chain, run.platform) or not bg.feasible:
+        return best
+    if best is None or bg.period < best.period * (1 - BETTER):
+        run.notes.append(f"the search on a second core found period {bg.period:.6g} s")
+        run.records.append(phase_record("background", 0.0, bg.period, None, "a better plan"))
+        return bg
+    return best
+
+
 def local_search_phase(run: Run) -> PhaseResult | None:
-    """General mode: improve the incumbent by local search (``shares.local_search`` of what is left at most)."""
+    """General mode: improve the incumbent by local search (``shares.local_search`` of what is left at most): the
+    cover search and the MILP start from its plan (the background search's comes only at the end)."""
     if not (run.general and run.inc is not None and run.opts.search_seconds):
         return None
     budget, secs_opt, share = run.budget, run.opts.search_seconds, run.opts.shares.local_search
@@ -171,8 +222,11 @@ def milp_phase(run: Run) -> PhaseResult:
     if inc is not None:
         run.notes.append(run.incumbent_note())
     shares = opts.shares   # the time shares: workbench.planners.budget.PhaseShares
-    if budget.limited and not budget.deterministic and budget.left() < shares.milp_min_seconds:
-        return _skip_milp(run, f"MILP skipped: {budget.left():.2f} s of the time limit left")
+    if budget.limited and not budget.deterministic:
+        ready = milp_ready_seconds(len(run.chain), run.platform.devices) if run.general else 0.0
+        if budget.left() < shares.milp_min_seconds + ready:
+            return _skip_milp(run, f"MILP skipped: {budget.left():.2f} s of the time limit left (building it and its "
+                                   f"root node take about {ready:.1f} s)")
     hi = inc.period * (1 + INCUMBENT_CAP) if inc is not None else None
     model = build_model(run.chain, run.platform, allocation=run.allocation, period_bounds=(lb, hi) if hi else None,
                         pairwise=opts.pairwise, tighten=opts.tighten)
@@ -208,7 +262,16 @@ def milp_phase(run: Run) -> PhaseResult:
             run.notes.append(f"ILP solution rejected by the checker: {bad[0]}")
         else:
             found = cand
-    return _milp_verdict(run, found, bound_T, tc, build_s, getattr(model, "_ilp_excess_bounded", False))
+    ours = found
+    if run.background is not None:
+        inc_or_found = found if found is not None and (run.inc is None or found.period < run.inc.period) else run.inc
+        taken = _take_background(run, inc_or_found)
+        if taken is not inc_or_found:
+            found = taken
+    res = _milp_verdict(run, found, bound_T, tc, build_s, getattr(model, "_ilp_excess_bounded", False))
+    if res.plan is not None and res.plan is found and found is not ours:
+        res.record["outcome"] = f"HiGHS: {tc}; the second core's search found the plan"
+    return res
 
 
 def _milp_verdict(run: Run, found: Plan | None, bound_T: float, tc: str, build_s: float,
@@ -257,6 +320,7 @@ def _milp_verdict(run: Run, found: Plan | None, bound_T: float, tc: str, build_s
 def _skip_milp(run: Run, why: str) -> PhaseResult:
     """The result without the MILP: the incumbent and its gap to the bound (a time-out without one)."""
     run.budget.say(f"ilp: {why}")
+    run.inc = _take_background(run, run.inc)
     inc, lb = run.inc, run.bound
     if inc is None:
         return run.result("milp", None, lb, why, Verdict("timeout", notes=(f"no plan found ({why})",)))
@@ -274,4 +338,5 @@ def solve_chain(chain: Chain, platform: Platform, allocation: str, opts: IlpOpti
     docstring, in order, until one settles the answer. ``fine_dp``: the DP's plan if already known."""
     return run_phases(Run(chain, platform, allocation, opts, budget),
                       [feasibility_phase, partial(incumbent_phase, fine_dp=fine_dp), stage_bound_phase,
-                       local_search_phase, settled_by_bound, cover_phase, milp_phase])
+                       packing_phase, background_phase, local_search_phase, settled_by_bound, cover_phase,
+                       milp_phase])

@@ -79,6 +79,7 @@ class Run:
         self.found_by: str | None = None
         self.bound_by: str | None = None
         self.need, self.why = 0.0, ""
+        self.background: Any = None     #: a search running on another core (workbench.planners.ilp.background)
         self._t = budget.elapsed()
 
     def result(self, phase: str, plan: Plan | None, bound: float | None, outcome: str,
@@ -128,14 +129,19 @@ Phase = Callable[[Run], "PhaseResult | Verdict | None"]
 
 
 def run_phases(run: Run, phases: Sequence[Phase]) -> Plan:
-    """Run ``phases`` in order until one settles the answer, and return :func:`finish`'s plan."""
-    for phase in phases:
-        out = phase(run)
-        if out is None:
-            continue
-        verdict = run.settle(out) if isinstance(out, Verdict) else run.apply(out)
-        if verdict is not None:
-            return finish(run, verdict)
+    """Run ``phases`` in order until one settles the answer, and return :func:`finish`'s plan (a background
+    search a phase started is stopped whatever happens)."""
+    try:
+        for phase in phases:
+            out = phase(run)
+            if out is None:
+                continue
+            verdict = run.settle(out) if isinstance(out, Verdict) else run.apply(out)
+            if verdict is not None:
+                return finish(run, verdict)
+    finally:
+        if run.background is not None:
+            run.background.stop()
     raise RuntimeError("the last phase of an ILP variant must settle the answer")
 
 

@@ -137,7 +137,8 @@ def local_search(chain: Chain, platform: Platform, start: Plan, *, seconds: floa
 
 def guided_search(chain: Chain, platform: Platform, start: Plan, *, seconds: float = 10.0,
                   max_stages: int | None = None, max_shift: int = 8, kicks: int | None = None,
-                  seed: int = 0, check_seconds: float = 5.0, deadline: Any = None) -> Plan:
+                  seed: int = 0, check_seconds: float = 5.0, deadline: Any = None,
+                  target: float | None = None) -> Plan:
     """Improve ``start`` by a descent on :func:`path_period` (cheap) that checks its steps exactly.
 
     From the current allocation, take the first move (as in :func:`local_search`, without swaps)
@@ -155,7 +156,7 @@ def guided_search(chain: Chain, platform: Platform, start: Plan, *, seconds: flo
     where :func:`local_search` with kicks found nothing better in 60 s (and 0.0593 s in 500 s).
 
     ``deadline`` (a ``perf_counter`` time or a :class:`~workbench.planners.budget.WorkDeadline`)
-    replaces ``seconds`` when given.
+    replaces ``seconds`` when given. ``target``: stop once a plan reaches this period (a proven lower bound).
 
     >>> from workbench.model.chain import Chain, Layer, Platform
     >>> from workbench.planners.dp.contiguous import plan_dp
@@ -169,7 +170,8 @@ def guided_search(chain: Chain, platform: Platform, start: Plan, *, seconds: flo
     guide = _Guide(chain, platform, normalise(start.assignment), start.period, cap, max_shift, t_end, check_seconds)
     rng = random.Random(seed)
     cur = guide.best_a
-    while time.perf_counter() < t_end and (kicks is None or guide.stale <= kicks):
+    while (time.perf_counter() < t_end and (kicks is None or guide.stale <= kicks)
+           and (target is None or guide.best_T > target)):
         cur, cur_r = guide.descend(cur)
         guide.score(cur, cur_r)
         guide.stale += 1
