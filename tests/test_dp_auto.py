@@ -110,6 +110,7 @@ def test_infeasible_says_the_least_memory_with_policies():
     chain = Chain(tuple(Layer(f"l{i}", 1.0, 1.0, 100, 10, 100) for i in range(3)), input_bytes=10)
     p = run_planner(chain, Platform(2, memory=50, optimizer="sgd"), "dp", activations="auto")
     assert not p.feasible and "even with recompute and offload" in p.notes[0]
+    assert "unlimited" not in p.notes[0] and "cover the 3 layers" in p.notes[0]   # no 'least memory is unlimited'
 
 
 def test_without_a_memory_limit_every_layer_keeps():

@@ -287,6 +287,11 @@ def auto_on_chain(chain: Chain, platform: Platform, allowed: Sequence[tuple[int,
                 f"chosen per layer: even the least memory any policy gives each layer, with one mini-batch in "
                 f"flight, does not fit {platform.devices} devices"), t0)
         need = _least_memory(v, L, platform.devices) if len(v.A) else math.inf
+        if not math.isfinite(need):     # the stages that fit cannot cover the chain: no least memory to name
+            return AutoAnswer(math.inf, None, None, (
+                f"no contiguous plan fits in {format_bytes(platform.memory)} per device even with recompute and "
+                f"offload chosen per layer: no {platform.devices} stages that fit, with one mini-batch in flight "
+                f"each, cover the {L} layers"), t0)
         return AutoAnswer(math.inf, None, None, (
             f"no contiguous plan fits in {format_bytes(platform.memory)} per device even with recompute and "
             f"offload chosen per layer: the least memory one needs on {platform.devices} devices is "
