@@ -84,6 +84,7 @@ from workbench.model.chain import Chain, Layer
 from workbench.profiles.discover import Layers, discover_layers
 from workbench.profiles.memtrace import layer_memory
 from workbench.profiles.split import layer_split
+from workbench.profiles.tied_counts import count_ties_once
 from workbench.profiles.timing import CLOCKS, Timer, cpu_threads, leaf, say_how_long, time_layer
 from workbench.profiles.zoo import as_dtype
 
@@ -95,7 +96,6 @@ __all__ = [
     "tensor_bytes",
     "parameter_bytes",
     "spread_summary",
-    "count_ties_once",
     "profile_workload",
 ]
 
@@ -212,47 +212,6 @@ def _find_layers(model: nn.Module | Sequence[nn.Module], example_inputs: Any, lo
             raise ValueError(f"{len(names)} names for {len(found)} layers")
         found = dataclasses.replace(found, names=tuple(names))
     return found
-
-
-def count_ties_once(chain: Chain, found: Layers) -> Chain:
-    """``chain`` with every shared parameter's bytes in its owner's ``weight_bytes``, ``grad_bytes`` and
-    ``max_param_bytes`` only and the ties in the metadata (``tied``: JSON list of {"owner", "layers",
-    "bytes", "parameter"}, the bytes in the profile's dtype; docs/model.md "Tied parameters").
-
-    >>> lin = nn.Linear(2, 2, bias=False)
-    >>> c = profile_model([lin, lin], torch.zeros(1, 2), repeats=1, warmup=0)
-    >>> [l.weight_bytes for l in c.layers], [l.grad_bytes for l in c.layers], json.loads(c.meta["tied"])[0]["layers"]
-    ([16.0, 0.0], [16.0, 0.0], ['layer0', 'layer1'])
-    """
-    if not found.tied:
-        return chain
-    owned = [{id(p): p for p in m.parameters()} for m in found.modules]
-    users: dict[int, list[int]] = {}
-    for i, params in enumerate(owned):
-        for key in params:
-            users.setdefault(key, []).append(i)
-    size = {key: float(p.numel() * p.element_size()) for params in owned for key, p in params.items()}
-    layers = []
-    for i, l in enumerate(chain.layers):
-        shared = [k for k in owned[i] if users[k][0] != i]          # a sharer's copy: counted at its owner
-        if not shared:
-            layers.append(l)
-            continue
-        own = [p for k, p in owned[i].items() if k not in shared and p.requires_grad]
-        grad_shared = sum(size[k] for k in shared if owned[i][k].requires_grad)
-        layers.append(dataclasses.replace(
-            l, weight_bytes=max(l.weight_bytes - sum(size[k] for k in shared), 0.0),
-            grad_bytes=None if l.grad_bytes is None else max(l.grad_bytes - grad_shared, 0.0),
-            max_param_bytes=None if l.max_param_bytes is None else
-            float(max((p.numel() * p.element_size() for p in own), default=0))))
-    renamed = dict(zip(found.names, (l.name for l in chain.layers)))
-    shared_keys = [k for k, us in users.items() if len(us) > 1]     # first-use order, as find_ties lists them
-    ties = []
-    for t, key in zip(found.tied, shared_keys):
-        ties.append({**t.to_dict(), "owner": renamed[t.owner], "layers": [renamed[n] for n in t.layers],
-                     "bytes": int(size[key])})
-    meta = {**chain.meta, "tied": json.dumps(ties, separators=(",", ":"))}
-    return dataclasses.replace(chain, layers=tuple(layers), meta=meta)
 
 
 def profile_model(
