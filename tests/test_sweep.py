@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -75,3 +76,6 @@ def test_plan_row_columns_agree_with_the_plan():
     bad = plan_row(Failure("error", "x" * 500, 1.5), ch, plat)
     assert bad["status"] == "error" and len(bad["note"]) == 300 and bad["seconds"] == 1.5
     assert bad["throughput"] == 0.0 and np.isnan(bad["period"]) and set(bad) == set(row)
+    assert row["may_vary"] is False and bad["may_vary"] is False
+    flagged = dataclasses.replace(p, extra={**p.extra, "may_vary": True})    # the safety net stopped a phase
+    assert plan_row(flagged, ch, plat)["may_vary"] is True                    # recorded whatever the note says

@@ -249,14 +249,23 @@ def _reproducibility_section(report: Report) -> list[str]:
     >>> text = _reproducibility_section(r)[0]
     >>> "1 of the 2 sweep plans" in text, text.split(": ")[-1].split(".")[0]
     (True, 'n P=2 ilp-general level 1')
+    >>> r.sweeps["may_vary"] = [True, False]        # the column, where the results have it, is what counts
+    >>> _reproducibility_section(r)[0].split(": ")[-1].split(".")[0]
+    'n P=2 ilp-general level 0'
     """
     sw = report.sweeps
     notes = sw["note"].astype(str) if "note" in sw else pd.Series([""] * len(sw), index=sw.index)
-    shown = notes.str.contains(MAY_VARY[:21], regex=False)
-    varied, cut = sw[shown], int(((notes.str.len() >= NOTE_CHARS) & ~shown).sum())
+    if "may_vary" in sw:             # recorded per plan: exact
+        shown = sw["may_vary"].fillna(False).astype(bool)
+        cut = 0
+    else:                            # results made before the column: the note's first words, a lower bound
+        shown = notes.str.contains(MAY_VARY[:21], regex=False)
+        cut = int(((notes.str.len() >= NOTE_CHARS) & ~shown).sum())
+    varied = sw[shown]
     cases = "; ".join(f"{r.network} P={r.devices} {r.method_key} level {r.level}" for r in varied.itertuples())
     bound = (f" (a lower bound: {cut} notes are cut at {NOTE_CHARS} characters and may hide it)" if cut else "")
-    where = (f"At least {len(varied)} of the {len(sw)} sweep plans had a phase stopped by the wall-clock safety net "
+    least = "At least " if cut else ""
+    where = (f"{least}{len(varied)} of the {len(sw)} sweep plans had a phase stopped by the wall-clock safety net "
              f"(3x its share plus 2 s: the machine was slower than the work budgets assume){bound}, so a rerun may "
              f"plan those differently: {cases}." if len(varied)
              else f"None of the {len(sw)} sweep plans shows a phase stopped by the wall-clock safety net{bound}.")

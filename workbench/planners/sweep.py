@@ -116,7 +116,7 @@ def plan_row(plan: Plan | Failure, chain: Chain, platform: Platform) -> dict[str
         return {"status": plan.status, "feasible": False, "fits": False, "period": math.nan, "throughput": 0.0,
                 "lower_bound": lb, "ratio": math.nan, "normalised_throughput": 0.0, "peak_memory": math.nan,
                 "memory_per_device": "", "gap": math.nan, "seconds": plan.seconds, "n_stages": 0,
-                "plan_allocation": "", "note": plan.note[:300], "timed_out": False}
+                "plan_allocation": "", "note": plan.note[:300], "timed_out": False, "may_vary": False}
     feas = plan.feasible
     return {
         "status": plan.status,
@@ -135,7 +135,8 @@ def plan_row(plan: Plan | Failure, chain: Chain, platform: Platform) -> dict[str
         "plan_allocation": plan.allocation,
         "note": " | ".join(plan.notes)[:300],
         "timed_out": plan.status == "timeout",
-    }
+        "may_vary": bool(plan.extra.get("may_vary", False)),    # the safety net stopped a phase (its own column:
+    }                                                           # the note is cut at 300 characters)
 
 
 def run_method(chain: Chain, platform: Platform, method: str, *, allocation: str = "contiguous",
