@@ -66,3 +66,15 @@ def test_the_frontier_of_one_chain_has_every_variant_at_every_level():
     assert len(table) == 4 * 3 and (table.groupby("method_key").size() == 3).all()
     loosest = table[table.memory_limit == levels[-1]]
     assert loosest["fits"].all() and (loosest["throughput"] > 0).all()
+
+
+def test_close_levels_do_not_collide():
+    """The markers' labels alternate above and below along a row, and the axis labels only levels 15 % apart."""
+    from workbench.experiments.schedules import _markers, spaced_ticks
+
+    best = pd.DataFrame({"network": ["n"] * 3, "devices": [2] * 3, "level": [0, 1, 2],
+                         "memory_limit": [1.00 * 2**30, 1.05 * 2**30, 2.0 * 2**30], "method_key": ["dp"] * 3,
+                         "period": [3.0, 2.0, 1.0], "tied": [""] * 3})
+    fig = _markers("n", best)
+    assert list(fig.data[0].textposition) == ["top center", "bottom center", "top center"]
+    assert list(fig.layout.xaxis.tickvals) == spaced_ticks([1.0, 1.05, 2.0]) == [1.0, 2.0]

@@ -36,8 +36,8 @@ from workbench.experiments.units import slug
 from workbench.methods import VARIANTS, method
 from workbench.viz.gantt import TEMPLATE
 
-__all__ = ["best_per_level", "general_vs_torch", "best_at_three_levels", "schedules_figure", "TORCH_KEYS",
-           "frontier_levels", "frontier_table"]
+__all__ = ["best_per_level", "general_vs_torch", "best_at_three_levels", "schedules_figure", "spaced_ticks",
+           "TORCH_KEYS", "frontier_levels", "frontier_table"]
 
 #: the sweep variants of schedules torch.distributed.pipelining ships (GPipe, 1F1B and the multi-stage ones)
 TORCH_KEYS = tuple(v.key for v in VARIANTS if method(v.method).family == "flushed")
@@ -131,6 +131,20 @@ def frontier_table(chain, platform, memories, keys=None, time_limit: float = 10.
     return pd.DataFrame(rows)
 
 
+def spaced_ticks(values, min_ratio: float = 1.15) -> list[float]:
+    """The values to label on a log axis: ascending, each at least ``min_ratio`` times the last one kept (the
+    levels of several device counts crowd each other otherwise).
+
+    >>> spaced_ticks([0.705, 0.722, 0.993, 1.0, 1.4])
+    [0.705, 0.993, 1.4]
+    """
+    kept: list[float] = []
+    for v in sorted({float(v) for v in values if np.isfinite(v) and v > 0}):
+        if not kept or v >= kept[-1] * min_ratio:
+            kept.append(v)
+    return kept
+
+
 def _markers(net: str, best: pd.DataFrame) -> go.Figure:
     """One row per device count, one marker per memory level, coloured and labelled by the best variant."""
     colours = {v.key: v.colour for v in VARIANTS}
@@ -138,15 +152,18 @@ def _markers(net: str, best: pd.DataFrame) -> go.Figure:
     for key, g in best.groupby("method_key", sort=False):
         fig.add_scatter(x=g["memory_limit"] / GiB, y=[f"P = {p}" for p in g["devices"]], mode="markers+text",
                         name=METHOD_LABELS.get(key, key), text=[METHOD_LABELS.get(key, key)] * len(g),
-                        textposition="top center", textfont=dict(size=10),
+                        # neighbouring levels of a row label above and below in turn, so close levels do not collide
+                        textposition=["top center" if lv % 2 == 0 else "bottom center" for lv in g["level"]],
+                        textfont=dict(size=10),
                         marker=dict(size=16, color=colours.get(key, "#333"), symbol="square"),
                         customdata=np.stack([g["period"] * 1e3, g["tied"]], axis=1),
                         hovertemplate="%{x:.3g} GiB: %{text}, period %{customdata[0]:.4g} ms"
                                       "<br>tied: %{customdata[1]}<extra></extra>")
     rows = sorted(best["devices"].unique())
-    fig.update_xaxes(**log_axis_ticks(best["memory_limit"] / GiB), title_text="memory limit per device (GiB, log)")
+    fig.update_xaxes(**log_axis_ticks(spaced_ticks(best["memory_limit"] / GiB)),
+                     title_text="memory limit per device (GiB, log)")
     fig.update_yaxes(categoryorder="array", categoryarray=[f"P = {p}" for p in rows],
-                     range=[-0.5, len(rows) - 0.2])      # room above the top row for its labels
+                     range=[-0.7, len(rows) - 0.3])      # room above the top row and below the bottom one for labels
     fig.update_layout(template=TEMPLATE, height=260 + 80 * len(rows),
                       title=dict(text=f"{net}: the fastest plan that fits at each memory level, across families",
                                  subtitle=dict(text="periodic (dp, PipeDream, mCAP, ILPs) and flushed (GPipe, 1F1B, "
