@@ -39,24 +39,9 @@ from workbench.model.tolerances import REL_TOL
 from workbench.model.units import format_bytes
 from workbench.planners.dp.contiguous import plan_dp
 from workbench.verify.simulate import simulate_flushed
+from workbench.verify.simulate_orders import held_counts
 
-__all__ = ["plan_gpipe", "plan_1f1b", "plan_flushed", "held_copies"]
-
-
-def held_copies(ops, stage: int) -> int:
-    """Peak number of micro-batches whose forward on ``stage`` started and backward has not ended.
-
-    ``ops`` is a trace's operation table (columns stage, kind, batch, start, end).
-    """
-    f = ops[(ops["stage"] == stage) & (ops["kind"] == "F")].groupby("batch")["start"].min()
-    b = ops[(ops["stage"] == stage) & (ops["kind"] == "B")].groupby("batch")["end"].max()
-    events = [(t, 1) for t in f.to_numpy()] + [(t, -1) for t in b.to_numpy()]
-    events.sort(key=lambda e: (e[0], e[1]))        # at equal times free before allocating
-    held = peak = 0
-    for _, d in events:
-        held += d
-        peak = max(peak, held)
-    return peak
+__all__ = ["plan_gpipe", "plan_1f1b", "plan_flushed"]
 
 
 def plan_flushed(chain: Chain, platform: Platform, kind: Literal["gpipe", "1f1b"], *,
@@ -83,7 +68,7 @@ def plan_flushed(chain: Chain, platform: Platform, kind: Literal["gpipe", "1f1b"
         mine = ops[(ops["stage"] == s) & (ops["batch"] == 0)]
         f0 = float(mine.loc[mine["kind"] == "F", "start"].min())
         b0 = float(mine.loc[mine["kind"] == "B", "start"].min())
-        stages.append(Stage(st.first, st.last, st.device, f0, b0, held_copies(ops, s)))
+        stages.append(Stage(st.first, st.last, st.device, f0, b0, held_counts(ops, s)))
     over = max(peak) - platform.memory if peak else 0.0
     if over > platform.memory * REL_TOL:
         notes.append(f"does not fit: needs {format_bytes(max(peak))}, limit {format_bytes(platform.memory)} "
