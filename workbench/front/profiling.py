@@ -16,7 +16,8 @@ from __future__ import annotations
 import argparse
 import ast
 import json
-from typing import Any
+from contextlib import contextmanager
+from typing import Any, Iterator
 
 import numpy as np
 
@@ -212,6 +213,21 @@ def _report_spread(chain: Any, repeats: int) -> None:
           f"{float(m['spread_backward']):.1%} (max {float(m['spread_backward_max']):.1%})")
 
 
+@contextmanager
+def _quiet_fake_tensor_log() -> Iterator[None]:
+    """Inside, torch's fake-tensor logger keeps its own traceback of a failed operation to itself: the
+    failure reaches the user once, as the one ``error:`` line of :func:`~workbench.profiles.usermodel.user_code`."""
+    import logging
+
+    log = logging.getLogger("torch._subclasses.fake_tensor")
+    level = log.level
+    log.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        log.setLevel(level)
+
+
 def _fake_profile(args: Any, kwargs: dict[str, Any]) -> int:
     """``profile --fake --gpu NAME``: the model under fake tensors (:mod:`workbench.profiles.fake`)."""
     from workbench.profiles.csvio import write_profile
@@ -221,7 +237,7 @@ def _fake_profile(args: Any, kwargs: dict[str, Any]) -> int:
         print(f"building {args.module} under fake tensors (nothing is allocated) ...", flush=True)
         from workbench.profiles.usermodel import user_code
 
-        with user_code(args.module):
+        with user_code(args.module), _quiet_fake_tensor_log():
             chain = fake_module(args.module, args.gpu, progress=True)
         chain = _module_from_profile(chain, args.module, args.out)
     else:

@@ -30,7 +30,8 @@ from typing import Any, Callable, Iterator
 import torch
 from torch import nn
 
-__all__ = ["leaf", "cpu_threads", "Timer", "time_layer", "say_how_long", "RUNS_PER_REPEAT", "MEMORY_PASSES", "CLOCKS"]
+__all__ = ["leaf", "cpu_threads", "Timer", "time_layer", "say_how_long", "layer_forward", "RUNS_PER_REPEAT",
+           "MEMORY_PASSES", "CLOCKS"]
 
 #: the clocks a CPU profile can be timed with
 CLOCKS = ("wall", "cpu")
@@ -134,6 +135,25 @@ def time_layer(mod: nn.Module, x: torch.Tensor, timer: Timer, needs_input_grad: 
 RUNS_PER_REPEAT, MEMORY_PASSES = 2.8, 10.0
 
 
+def layer_forward(mod: nn.Module, x: Any, where: str) -> Any:
+    """``mod(x)``; an exception the layer raises becomes a
+    :class:`~workbench.profiles.wrappers.ModelFailure` naming ``where`` (the model's own code failed on the
+    previous layer's output, as a bare ``nn.Sequential`` whose sizes do not match does), so that ``--module``
+    reports it as one line.
+
+    >>> layer_forward(nn.Linear(2, 3), torch.zeros(1, 4), "layer 0 (Linear)")
+    Traceback (most recent call last):
+    ...
+    workbench.profiles.wrappers.ModelFailure: layer 0 (Linear)'s forward on the previous layer's output
+    """
+    from workbench.profiles.wrappers import ModelFailure
+
+    try:
+        return mod(x)
+    except Exception as e:  # noqa: BLE001 - passed on as the cause
+        raise ModelFailure(f"{where}'s forward on the previous layer's output") from e
+
+
 def say_how_long(mods: list[nn.Module], x: torch.Tensor, warmup: int, repeats: int) -> float:
     """Print (and return) how long a profile of ``mods`` (on their device) will take: one forward of the whole
     model, timed, times the runs the profile makes (:data:`RUNS_PER_REPEAT` per warm-up or timed run, and
@@ -152,8 +172,12 @@ def say_how_long(mods: list[nn.Module], x: torch.Tensor, warmup: int, repeats: i
     for _ in range(2):                     # the first forward is cold (allocations, kernel choice): the second counts
         t0, h = time.perf_counter(), x
         with torch.no_grad():
-            for mod in mods:
-                h = mod(h)
+            for i, mod in enumerate(mods):
+                try:
+                    h = layer_forward(mod, h, f"layer {i} ({type(mod).__name__})")
+                except Exception:
+                    print(flush=True)               # end the progress line before the error
+                    raise
         if h.device.type == "cuda":
             torch.cuda.synchronize(h.device)
         took.append(time.perf_counter() - t0)

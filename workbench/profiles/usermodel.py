@@ -98,8 +98,10 @@ def user_failure(e: BaseException, spec: str) -> UserCodeError | None:
         if kind == "user":
             mine = (code, line)
             break
-    if mine is None and what:       # the model's forward or loss failed in torch's own code (an nn.Sequential)
-        mine = next(((c, l) for c, l in reversed(frames) if c.co_filename.startswith(_TORCH + os.sep)), None)
+    if mine is None and what:       # the model's forward or loss failed in torch's own code (an nn.Sequential):
+        in_torch = [(c, l) for c, l in reversed(frames) if c.co_filename.startswith(_TORCH + os.sep)]
+        modules = os.path.join(_TORCH, "nn", "")     # the torch module's forward, not the checks under it
+        mine = next((f for f in in_torch if f[0].co_filename.startswith(modules)), in_torch[0] if in_torch else None)
     if mine is None:
         return None
     code, line = mine
