@@ -85,3 +85,15 @@ def test_min_memory_has_one_y_title_not_one_per_row():
                                          ([2.04, 4.35, 0.958], ["0.958", "2.04", "4.35"])])
 def test_log_axis_ticks(values, text):
     assert R.log_axis_ticks(values)["ticktext"] == text
+
+
+def test_min_memory_gives_bar_slots_only_to_methods_that_reach_and_each_row_its_scale():
+    sw = sweeps()
+    sw.loc[sw.method_key == "1f1b", "fits"] = False           # 1F1B-flush never fits: never within 95 %
+    info = R.min_memory_figure(sw)
+    fig, t = info.figs[0], info.tables["min_memory.csv"]
+    never = [m for m in METHOD_LABELS.values() if m in set(t.label) - set(t[t.min_memory_relative < float("inf")].label)]
+    assert "1F1B-flush" in never
+    assert not {tr.name for tr in fig.data} & set(never)          # no empty slot in every group
+    assert fig.layout.title.subtitle.text.endswith(f"Never within 95% anywhere: {', '.join(never)}.")
+    assert all(ax.matches is None for ax in (fig.layout.yaxis, fig.layout.yaxis2, fig.layout.yaxis3))
