@@ -95,5 +95,5 @@ def test_min_memory_gives_bar_slots_only_to_methods_that_reach_and_each_row_its_
     never = [m for m in METHOD_LABELS.values() if m in set(t.label) - set(t[t.min_memory_relative < float("inf")].label)]
     assert "1F1B-flush" in never
     assert not {tr.name for tr in fig.data} & set(never)          # no empty slot in every group
-    assert fig.layout.title.subtitle.text.endswith(f"Never within 95% anywhere: {', '.join(never)}.")
+    assert fig.layout.title.subtitle.text.endswith(f"<br>Never within 95% anywhere: {', '.join(never)}.")
     assert all(ax.matches is None for ax in (fig.layout.yaxis, fig.layout.yaxis2, fig.layout.yaxis3))

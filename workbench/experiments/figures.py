@@ -222,7 +222,7 @@ def min_memory_figure(sw: pd.DataFrame) -> FigureInfo:
     never = [m for m in METHOD_LABELS.values() if m in set(t.label) - set(reached.label)]
     subtitle = "A missing bar: the method does not reach 95% there at the levels tried. Each row has its own scale."
     if never:
-        subtitle += f" Never within 95% anywhere: {', '.join(never)}."
+        subtitle += f"<br>Never within 95% anywhere: {', '.join(never)}."
     fig = px.bar(reached, x="network", y="min_memory_relative", color="label", barmode="group", facet_row="devices",
                  color_discrete_map=LABEL_COLORS,
                  category_orders={"label": list(METHOD_LABELS.values()), "devices": sorted(t.devices.unique())},
@@ -233,7 +233,7 @@ def min_memory_figure(sw: pd.DataFrame) -> FigureInfo:
     fig.update_layout(title=dict(text="Least memory reaching 95% of the best throughput (relative to the least "
                                       "feasible)",
                                  subtitle=dict(text=subtitle)),
-                      margin=dict(t=90, l=90), height=200 + 200 * t.devices.nunique(), bargap=0.12)
+                      margin=dict(t=110, l=90), height=220 + 200 * t.devices.nunique(), bargap=0.12)
     fig.update_yaxes(matches=None, rangemode="tozero")      # P = 2's bars are a few x, P = 8's up to 50x
     info.add("min_memory", fig)
     for (net, P), g in t.groupby(["network", "devices"], sort=False):
