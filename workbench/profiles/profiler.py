@@ -85,7 +85,7 @@ from workbench.profiles.discover import Layers, discover_layers
 from workbench.profiles.memtrace import layer_memory
 from workbench.profiles.split import layer_split
 from workbench.profiles.tied_counts import count_ties_once
-from workbench.profiles.timing import CLOCKS, Timer, cpu_threads, layer_forward, leaf, say_how_long, time_layer
+from workbench.profiles.timing import CLOCKS, Timer, cpu_threads, leaf, say_how_long, time_layer
 from workbench.profiles.zoo import as_dtype
 
 __all__ = [
@@ -327,8 +327,6 @@ def _profile_layer(how: _LayerProfiling, mod: nn.Module, name: str, x: torch.Ten
     (detached: the next layer's input). ``then`` (the loss) ends the last layer's forward; the others'
     backwards start from a random gradient drawn from ``how.gen``."""
     mod = _moved(mod, how.dev, how.cast).train()
-    with torch.no_grad():                           # the model's own failure first, as one line
-        layer_forward(mod, x, f"layer {name} ({type(mod).__name__})")
     saved, out = saved_tensor_bytes(mod, x, input_requires_grad=needs_input_grad, then=then)
     if not out.is_floating_point():
         raise TypeError(f"layer {name!r} returns a {out.dtype} tensor; its backward cannot be timed")
