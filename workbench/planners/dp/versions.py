@@ -1,40 +1,37 @@
 """The versions of every stage for ``dp`` with ``activations="auto"``: its policy vectors worth keeping.
 
 A stage ``i..j`` with a policy per layer (keep, recompute, offload) matters to the DP of
-:mod:`workbench.planners.dp.auto` through seven numbers: its extra backward time R (the
-forward of every recomputed layer), its offloaded bytes X, its activation bytes per in-flight
-mini-batch S, its excesses Ef and Eb, the policies of its first and last layers and its resident
-bytes (static + X, and the tied copies: policy-free). They are built layer by layer from
-:func:`workbench.model.activations.policy_terms`: extending a stage by layer j+1 with policy q adds
-``act[p_j, q, j+1]`` to S and turns the forwards' excess Ef (the largest ``fwd_l - sum of act after l``)
-and the backwards' excess Eb (the largest ``bwd_l + sum of (grad - act) after l``: under ``zero_grad
-none`` the later layers' gradients exist) into ``max(Ef - gone, fwd)`` and ``max(Eb - gone + grad,
-bwd)``, gone the new layer's activations and offloaded copy (without gradients made in the backward
-both fall alike and their larger one decides: both are set to it). Among the versions of one *group*
-(the same first and last policy) one that is no worse in (R, X, S, Ef, Eb) is no worse in every
-extension and at every in-flight count k (memory is ``k (S + head + tail) + static + X + max(E, step
-- S - X - tail + in)``, E = max(Ef, Eb), non-decreasing in S for k >= 1), so the others are dropped:
-exact pruning.
+:mod:`workbench.planners.dp.auto` through seven numbers: its extra backward time R (the forward of every recomputed
+layer), its offloaded bytes X, its activation bytes per in-flight mini-batch S, its excesses Ef and Eb, the policies
+of its first and last layers and its resident bytes (static + X, and the tied copies: policy-free). They are built
+layer by layer from :func:`workbench.model.activations.policy_terms`: extending a stage by layer j+1 with policy q
+adds ``act[p_j, q, j+1]`` to S and turns the forwards' excess Ef (the largest ``fwd_l - sum of act after l``) and
+the backwards' excess Eb (the largest ``bwd_l + sum of (grad - act) after l``: under ``zero_grad none`` the later
+layers' gradients exist) into ``max(Ef - gone, fwd)`` and ``max(Eb - gone + grad, bwd)``, gone the new layer's
+activations and offloaded copy (without gradients made in the backward both fall alike and their larger one decides:
+both are set to it). Among the versions of one *group* (the same first and last policy) one that is no worse in
+(R, X, S, Ef, Eb) is no worse in every extension and at every in-flight count k (memory is ``k (S + head + tail) +
+static + X + max(E, step - S - X - tail + in)``, E = max(Ef, Eb), non-decreasing in S for k >= 1), so the others are
+dropped: exact pruning.
 
-**A budget that grows with the graph.** On arbitrary layers the undominated versions can grow
-as 3^n with the stage's length, and a chain has L^2 / 2 stages. So every group keeps at most
-``cap`` versions, with ``cap`` chosen so that all stages' versions together stay within
-:data:`ROW_BUDGET` rows (:func:`group_cap`; the work then grows with the number of stages, not
-with the policy vectors). A group over its cap is *thinned* on a grid over (R, X): per cell the
-version least in (S, Ef, Eb) stays, and a **relaxation row** takes the place of the cell's others: the
-least R, X, S, Ef and Eb over them, each separately. A relaxation row is no policy vector, but it is
-no worse than any version it stands for, in every extension (R, X, S add up; the excesses' updates
-are monotone in each) and at every k; so the DP over the real rows gives a plan, and the same DP with
-the relaxation rows too gives a lower bound on the best plan over every policy vector
-(:mod:`workbench.planners.dp.auto`). Without a thinned group the versions are exact.
+**A budget that grows with the graph.** On arbitrary layers the undominated versions can grow as 3^n with the
+stage's length, and a chain has L^2 / 2 stages. So every group keeps at most ``cap`` versions, with ``cap`` chosen
+so that all stages' versions together stay within :data:`ROW_BUDGET` rows (:func:`group_cap`; the work then grows
+with the number of stages, not with the policy vectors). A group over its cap is *thinned* on a grid over (R, X):
+per cell the version least in (S, Ef, Eb) stays, and a **relaxation row** takes the place of the cell's others: the
+least R, X, S, Ef and Eb over them, each separately. A relaxation row is no policy vector, but it is no worse than
+any version it stands for, in every extension (R, X, S add up; the excesses' updates are monotone in each) and at
+every k; so the DP over the real rows gives a plan, and the same DP with the relaxation rows too gives a lower bound
+on the best plan over every policy vector (:mod:`workbench.planners.dp.auto`). Without a thinned group the versions
+are exact.
 
 Policy vectors are kept as a tree (:class:`PolicyTree`: each version's parent version one layer
 shorter and its last policy), so a version costs a few numbers, not a vector of its length.
 
-Two more prunings keep only stages that can matter: a stage whose compute alone is above
-``max_load`` (a period some plan reaches) never helps, and a version whose memory at the least
-in-flight count a stage starting at layer i can have at that period (``k_lo[i]``) does not fit
-never does (its memory at k only grows as the stage grows, so the stage stops there).
+Two more prunings keep only stages that can matter: a stage whose compute alone is above ``max_load`` (a period some
+plan reaches) never helps, and a version whose memory at the least in-flight count a stage starting at layer i can
+have at that period (``k_lo[i]``) does not fit never does (its memory at k only grows as the stage grows, so the
+stage stops there).
 
 >>> from workbench.model.chain import Chain, Layer, Platform
 >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 0, 10, 100) for i in range(3)), input_bytes=10)
@@ -77,8 +74,7 @@ class OverBudget(RuntimeError):
 
 
 class PolicyTree:
-    """Every kept version as a node: its parent (the version one layer shorter, -1 at the stage's first
-    layer) and its last layer's policy.
+    """Every kept version as a node: its parent (one layer shorter, -1 at the stage's first layer), its last policy.
 
     >>> t = PolicyTree()
     >>> a = t.add(np.array([-1]), 1)
@@ -122,9 +118,8 @@ class Versions:
     ``i``, ``j``: the stage; ``cls``: which incoming context (policy of layer i-1) it belongs to;
     ``end``: its last layer's policy; ``FB``: forward + backward time with recomputation;
     ``host``: its host round trip 2X/h; ``A``, ``static``, ``stash``, ``extra``: its memory terms
-    (``k A + static + (k-1) stash + extra``); ``node``: its node in ``tree`` (-1: a relaxation row,
-    module docstring). ``exact``: no group was thinned (every row is real and nothing was dropped
-    but dominated versions).
+    (``k A + static + (k-1) stash + extra``); ``node``: its node in ``tree`` (-1: a relaxation row, module
+    docstring). ``exact``: no group was thinned (every row is real, nothing dropped but dominated versions).
     """
 
     i: np.ndarray

@@ -1,8 +1,7 @@
 """Exact search for GENERAL allocations: an exact-cover master and an exact per-allocation check.
 
-A general allocation is a partition of the layers into at most P *device sets*
-(devices are identical). This module bounds and searches those partitions
-without a MILP (a logic-based Benders decomposition with a combinatorial master):
+A general allocation is a partition of the layers into at most P *device sets* (devices are identical). This module
+bounds and searches those partitions without a MILP (a logic-based Benders decomposition with a combinatorial master):
 
 Device sets and their thresholds
     A set S of layers (a bitmask) on one device has a *threshold* ``t(S)``: the
