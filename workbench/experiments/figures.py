@@ -219,7 +219,8 @@ def min_memory_figure(sw: pd.DataFrame) -> FigureInfo:
     if t.empty:
         return info
     reached = t[np.isfinite(t["min_memory_relative"])]       # a bar slot only for a method that has a bar somewhere
-    never = [m for m in METHOD_LABELS.values() if m in set(t.label) - set(reached.label)]
+    absent = set(t.label) - set(reached.label)
+    never = [m for m in METHOD_LABELS.values() if m in absent]
     subtitle = "A missing bar: the method does not reach 95% there at the levels tried. Each row has its own scale."
     if never:
         subtitle += f"<br>Never within 95% anywhere: {', '.join(never)}."

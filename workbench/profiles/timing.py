@@ -30,6 +30,8 @@ from typing import Any, Callable, Iterator
 import torch
 from torch import nn
 
+from workbench.profiles.wrappers import ModelFailure
+
 __all__ = ["leaf", "cpu_threads", "Timer", "time_layer", "say_how_long", "layer_forward", "RUNS_PER_REPEAT",
            "MEMORY_PASSES", "CLOCKS"]
 
@@ -146,8 +148,6 @@ def layer_forward(mod: nn.Module, x: Any, where: str) -> Any:
     ...
     workbench.profiles.wrappers.ModelFailure: layer 0 (Linear)'s forward on the previous layer's output
     """
-    from workbench.profiles.wrappers import ModelFailure
-
     try:
         return mod(x)
     except Exception as e:  # noqa: BLE001 - passed on as the cause
@@ -175,7 +175,7 @@ def say_how_long(mods: list[nn.Module], x: torch.Tensor, warmup: int, repeats: i
             for i, mod in enumerate(mods):
                 try:
                     h = layer_forward(mod, h, f"layer {i} ({type(mod).__name__})")
-                except Exception:
+                except ModelFailure:
                     print(flush=True)               # end the progress line before the error
                     raise
         if h.device.type == "cuda":
