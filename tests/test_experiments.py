@@ -227,6 +227,19 @@ def test_compute_false_reports_missing_units(tiny, tmp_path):
     assert full.missing == [] and [f.name for f in full.figures] == ["gains"]
 
 
+def test_only_with_others_keeps_every_figure_in_the_report(tmp_path):
+    # the command line's --only: recompute one figure, show the others from the units on disk
+    s = tiny_settings()
+    first = ex.reproduce(quick=True, out=tmp_path, settings=s, progress=False, png=False, only="gains")
+    assert first.computed == ["complexity__gains"]
+    again = ex.reproduce(quick=True, out=tmp_path, settings=s, progress=False, png=False, only="family", others=True)
+    assert again.computed == ["complexity__family"]                       # gains is read, not recomputed
+    assert {f.name for f in again.figures} == {"gains", "family"}
+    assert "complexity__three_partition" in again.missing and "complexity__gains" not in again.missing
+    text = again.report_path.read_text()
+    assert "## gains:" in text and "## family:" in text and "Partial results" in text
+
+
 def small_run(out, **kw):
     s = tiny_settings(methods=("dp", "pipedream"))
     return s, ex.reproduce(quick=True, out=out, settings=s, progress=False, png=False, only="throughput,family", **kw)

@@ -33,7 +33,9 @@ result (:mod:`~workbench.experiments.provenance`).
 Figures (names for ``--only``, comma-separated): ``throughput``, ``memory``,
 ``min_memory``, ``solve_times`` (from the sweeps), ``three_partition``,
 ``family``, ``scaling``, ``gains`` (the complexity study), ``largest`` (the
-largest GPT each method fits, :mod:`workbench.experiments.largest`).
+largest GPT each method fits, :mod:`workbench.experiments.largest`). ``--only`` recomputes
+those figures' units alone; ``report.md`` still shows every figure, the others from their units
+on disk that are current (``reproduce(..., others=True)``).
 
 Where the units run: :mod:`~workbench.experiments.executors` (``--executor serial|processes|dask``,
 ``--workers N``, ``--scheduler ADDRESS``); the results are the same whichever runs them.

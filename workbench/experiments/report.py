@@ -45,7 +45,7 @@ class Report:
     figures: list[FigureInfo] = field(default_factory=list)
     computed: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)  # loaded from the cache
-    missing: list[str] = field(default_factory=list)  # not computed (compute=False)
+    missing: list[str] = field(default_factory=list)  # not current and not computed (compute=False, or not asked for)
     stale: dict[str, str] = field(default_factory=dict)  # recomputed units that were on disk: why
     left_out: dict[str, str] = field(default_factory=dict)  # units the figures leave out: why
     violations: list[str] = field(default_factory=list)
@@ -158,7 +158,7 @@ def _write_outputs(report: Report, png: bool) -> None:
 def reproduce(quick: bool = False, only: str | None = None, out: Path | str | None = None, *,
               settings: Settings | None = None, jobs: int | None = None, executor: Executor | None = None,
               progress: bool = True, png: bool = True, compute: bool = True, write: bool = True,
-              wait: float = 0.0) -> Report:
+              wait: float = 0.0, others: bool = False) -> Report:
     """Recompute (or load) every unit the figures need, check them, then write the figures and ``report.md``.
 
     ``out``: default ``data/results`` for the full settings, :data:`QUICK_OUT` (under ``build/``) for the
@@ -168,12 +168,15 @@ def reproduce(quick: bool = False, only: str | None = None, out: Path | str | No
     (as does ``$WORKBENCH_NO_PNG=1``). ``compute=False`` computes nothing: the figures show the
     units already on disk that are current. ``write=False`` writes nothing and takes no lock
     (the notebooks reading ``data/results``). ``wait``: seconds to wait for another run's lock
-    on ``out`` before giving up with :class:`~workbench.io.FolderBusy`.
+    on ``out`` before giving up with :class:`~workbench.io.FolderBusy`. ``others``: with ``only``, still show
+    every other figure, from its units on disk that are current (computing none of them), so that
+    ``report.md`` describes every figure (the command line's ``--only``).
     """
     t0 = time.perf_counter()
     out = Path(out) if out is not None else (QUICK_OUT if quick else RESULTS_DIR)
     s = settings or settings_for(quick)
     figs = _parse_only(only)
+    shown = FIGURES if others else figs
     if executor is None:
         jobs = int(jobs if jobs is not None else os.environ.get("WORKBENCH_JOBS", "1") or 1)
         executor = Executor("processes", workers=jobs) if jobs > 1 else Executor()
@@ -184,16 +187,18 @@ def reproduce(quick: bool = False, only: str | None = None, out: Path | str | No
             report.warnings += [f"removed {p.relative_to(out)}, left by a killed run" for p in remove_orphans(out)]
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            units = plan_units(s, figs)
+            units = plan_units(s, shown)
+            asked = {u.name for u in plan_units(s, figs)} if shown != figs else {u.name for u in units}
         report.warnings += [str(w.message) for w in caught]
         report.profiles = {u.settings["network"]: u.settings["profile"] for u in units if u.kind == "sweep"}
         state = {u.name: read_unit(u, out)[1] for u in units}
-        todo = [u for u in units if state[u.name]] if compute else []
+        todo = [u for u in units if state[u.name] and u.name in asked] if compute else []
         report.skipped = [u.name for u in units if not state[u.name]]
-        report.missing = [u.name for u in units if state[u.name] and not compute]
+        queued = {u.name for u in todo}
+        report.missing = [u.name for u in units if state[u.name] and u.name not in queued]
         report.stale = {u.name: state[u.name] for u in todo if state[u.name] != "not computed yet"}
         _run_units(todo, out, executor, report, len(units), progress)
-        _figures(units, _load_all(units, out, report), figs, report)
+        _figures(units, _load_all(units, out, report), shown, report)
         report.seconds = time.perf_counter() - t0
         if write:
             _write_outputs(report, png)

@@ -287,7 +287,8 @@ def _study_parsers(sub: argparse._SubParsersAction) -> None:
     """``reproduce``, ``largest`` and ``demo``."""
     p = sub.add_parser("reproduce", help="recompute every figure of the experiments")
     p.add_argument("--quick", action="store_true", help="small settings: a few minutes")
-    p.add_argument("--only", default=None, help="comma-separated figure names to recompute (default: all)")
+    p.add_argument("--only", default=None, help="comma-separated figure names to recompute (default: all); "
+                   "the report still shows the others from their cached results")
     p.add_argument("--out", default=None,
                    help="results folder (default data/results; with --quick build/reproduce-quick)")
     p.add_argument("--executor", choices=["serial", "processes", "dask"], default=None,

@@ -28,7 +28,7 @@ def reproduce_command(args: Any) -> int:
         kind, workers, scheduler = (getattr(args, k, None) for k in ("executor", "workers", "scheduler"))
         executor = Executor(kind or "serial", workers, scheduler) if kind or workers or scheduler else None
         rep = reproduce(quick=bool(getattr(args, "quick", False)), only=getattr(args, "only", None),
-                        out=getattr(args, "out", None), executor=executor)
+                        out=getattr(args, "out", None), executor=executor, others=True)
     except (ValueError, FolderBusy) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
