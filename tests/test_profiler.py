@@ -18,6 +18,7 @@ from workbench.profiles.profiler import (
     saved_tensor_bytes,
     spread_summary,
 )
+from workbench.profiles.wrappers import ModelFailure
 
 F32 = 4
 
@@ -198,8 +199,9 @@ def test_bf16_linear_relu_bytes_are_half_of_float32():
     assert x.dtype == torch.float32                     # the caller's input is not cast in place
     # without dtype nothing is cast (the layers, cast above as modules are, run on a bf16 input)
     assert profile_model(model, x.bfloat16(), repeats=1, warmup=0).meta["dtype"] == "bfloat16"
-    with pytest.raises(RuntimeError):                   # ... and a float32 input does not match them
-        profile_model(model, x, repeats=1, warmup=0)
+    with pytest.raises(ModelFailure, match="layer 0 .Linear.'s forward") as e:   # ... a float32 input does not
+        profile_model(model, x, repeats=1, warmup=0)                          # match them: torch says so
+    assert isinstance(e.value.__cause__, RuntimeError) and "dtype" in str(e.value.__cause__)
 
 
 def test_bf16_zoo_profile_halves_every_byte_column_but_token_ids():

@@ -86,6 +86,7 @@ from workbench.profiles.memtrace import layer_memory
 from workbench.profiles.split import layer_split
 from workbench.profiles.tied_counts import count_ties_once
 from workbench.profiles.timing import CLOCKS, Timer, cpu_threads, leaf, say_how_long, time_layer
+from workbench.profiles.wrappers import ModelFailure
 from workbench.profiles.zoo import as_dtype
 
 __all__ = [
@@ -148,12 +149,15 @@ def _storage_key(t: torch.Tensor) -> tuple[str, int]:
 
 
 def saved_tensor_bytes(module: nn.Module, x: torch.Tensor, *, input_requires_grad: bool = True,
-                       then: Callable[[torch.Tensor], torch.Tensor] | None = None) -> tuple[int, torch.Tensor]:
+                       then: Callable[[torch.Tensor], torch.Tensor] | None = None,
+                       where: str | None = None) -> tuple[int, torch.Tensor]:
     """Run ``module(x)`` once and return (bytes autograd saved for backward, output).
 
     Saved tensors are deduplicated by storage; storages of the module's
     parameters and buffers are excluded (see the module docstring). With
     ``then`` (a loss of the output), what ``then(output)`` saves counts too.
+    ``where`` (a layer's name): what the module or ``then`` raises becomes a
+    :class:`~workbench.profiles.wrappers.ModelFailure` naming it (:func:`_named_run`).
 
     >>> n, out = saved_tensor_bytes(torch.nn.ReLU(), torch.ones(2, 3))
     >>> n   # ReLU saves its output: 6 float32
@@ -174,12 +178,35 @@ def saved_tensor_bytes(module: nn.Module, x: torch.Tensor, *, input_requires_gra
 
     inp = leaf(x, input_requires_grad)
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        out = module(inp)
+        out = _named_run(module, inp, where and f"{where}'s forward on the previous layer's output")
         if not isinstance(out, torch.Tensor):
             raise TypeError(f"a chain layer must return one tensor, got {type(out).__name__}")
         if then is not None:
-            then(out)
+            _named_run(then, out, where and f"the loss on {where}'s output")
     return sum(storages.values()), out
+
+
+def _named_run(fn: Callable[[Any], Any], arg: Any, failure: str | None) -> Any:
+    """``fn(arg)``; with ``failure``, what it raises becomes a :class:`~workbench.profiles.wrappers.ModelFailure`
+    saying so (the model's own code failed, as a bare ``nn.Sequential`` whose sizes do not match does: under
+    ``--fake`` no time estimate runs the layers before the profile does), except an operation fake tensors
+    cannot run, which :mod:`workbench.profiles.fake` words itself.
+
+    >>> _named_run(nn.Linear(2, 3), torch.zeros(1, 4), "layer 0 (Linear)'s forward")
+    Traceback (most recent call last):
+    ...
+    workbench.profiles.wrappers.ModelFailure: layer 0 (Linear)'s forward
+    """
+    if failure is None:
+        return fn(arg)
+    from torch._subclasses import fake_tensor as ft
+
+    try:
+        return fn(arg)
+    except (ft.DataDependentOutputException, ft.DynamicOutputShapeException, ft.UnsupportedOperatorException):
+        raise
+    except Exception as e:  # noqa: BLE001 - passed on as the cause
+        raise ModelFailure(failure) from e
 
 
 def spread_summary(stats: Sequence[LayerTiming]) -> dict[str, float]:
@@ -327,7 +354,8 @@ def _profile_layer(how: _LayerProfiling, mod: nn.Module, name: str, x: torch.Ten
     (detached: the next layer's input). ``then`` (the loss) ends the last layer's forward; the others'
     backwards start from a random gradient drawn from ``how.gen``."""
     mod = _moved(mod, how.dev, how.cast).train()
-    saved, out = saved_tensor_bytes(mod, x, input_requires_grad=needs_input_grad, then=then)
+    saved, out = saved_tensor_bytes(mod, x, input_requires_grad=needs_input_grad, then=then,
+                                    where=f"layer {name} ({type(mod).__name__})")
     if not out.is_floating_point():
         raise TypeError(f"layer {name!r} returns a {out.dtype} tensor; its backward cannot be timed")
     grad = None if then is not None else torch.randn(out.shape, generator=how.gen, dtype=out.dtype).to(how.dev)
