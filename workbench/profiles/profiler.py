@@ -86,7 +86,7 @@ from workbench.profiles.memtrace import layer_memory
 from workbench.profiles.split import layer_split
 from workbench.profiles.tied_counts import count_ties_once
 from workbench.profiles.timing import CLOCKS, Timer, cpu_threads, leaf, say_how_long, time_layer
-from workbench.profiles.wrappers import ModelFailure
+from workbench.profiles.wrappers import model_call
 from workbench.profiles.zoo import as_dtype
 
 __all__ = [
@@ -157,7 +157,7 @@ def saved_tensor_bytes(module: nn.Module, x: torch.Tensor, *, input_requires_gra
     parameters and buffers are excluded (see the module docstring). With
     ``then`` (a loss of the output), what ``then(output)`` saves counts too.
     ``where`` (a layer's name): what the module or ``then`` raises becomes a
-    :class:`~workbench.profiles.wrappers.ModelFailure` naming it (:func:`_named_run`).
+    :class:`~workbench.profiles.wrappers.ModelFailure` naming it (:func:`~workbench.profiles.wrappers.model_call`).
 
     >>> n, out = saved_tensor_bytes(torch.nn.ReLU(), torch.ones(2, 3))
     >>> n   # ReLU saves its output: 6 float32
@@ -178,35 +178,13 @@ def saved_tensor_bytes(module: nn.Module, x: torch.Tensor, *, input_requires_gra
 
     inp = leaf(x, input_requires_grad)
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        out = _named_run(module, inp, where and f"{where}'s forward on the previous layer's output")
+        out = model_call(module, inp, where and f"{where}'s forward on the previous layer's output")
         if not isinstance(out, torch.Tensor):
             raise TypeError(f"a chain layer must return one tensor, got {type(out).__name__}")
         if then is not None:
-            _named_run(then, out, where and f"the loss on {where}'s output")
+            model_call(then, out, where and f"the loss on {where}'s output")
     return sum(storages.values()), out
 
-
-def _named_run(fn: Callable[[Any], Any], arg: Any, failure: str | None) -> Any:
-    """``fn(arg)``; with ``failure``, what it raises becomes a :class:`~workbench.profiles.wrappers.ModelFailure`
-    saying so (the model's own code failed, as a bare ``nn.Sequential`` whose sizes do not match does: under
-    ``--fake`` no time estimate runs the layers before the profile does), except an operation fake tensors
-    cannot run, which :mod:`workbench.profiles.fake` words itself.
-
-    >>> _named_run(nn.Linear(2, 3), torch.zeros(1, 4), "layer 0 (Linear)'s forward")
-    Traceback (most recent call last):
-    ...
-    workbench.profiles.wrappers.ModelFailure: layer 0 (Linear)'s forward
-    """
-    if failure is None:
-        return fn(arg)
-    from torch._subclasses import fake_tensor as ft
-
-    try:
-        return fn(arg)
-    except (ft.DataDependentOutputException, ft.DynamicOutputShapeException, ft.UnsupportedOperatorException):
-        raise
-    except Exception as e:  # noqa: BLE001 - passed on as the cause
-        raise ModelFailure(failure) from e
 
 
 def spread_summary(stats: Sequence[LayerTiming]) -> dict[str, float]:

@@ -30,7 +30,7 @@ from typing import Any, Callable, Iterator
 import torch
 from torch import nn
 
-from workbench.profiles.wrappers import ModelFailure
+from workbench.profiles.wrappers import ModelFailure, model_call
 
 __all__ = ["leaf", "cpu_threads", "Timer", "time_layer", "say_how_long", "layer_forward", "RUNS_PER_REPEAT",
            "MEMORY_PASSES", "CLOCKS"]
@@ -148,10 +148,7 @@ def layer_forward(mod: nn.Module, x: Any, where: str) -> Any:
     ...
     workbench.profiles.wrappers.ModelFailure: layer 0 (Linear)'s forward on the previous layer's output
     """
-    try:
-        return mod(x)
-    except Exception as e:  # noqa: BLE001 - passed on as the cause
-        raise ModelFailure(f"{where}'s forward on the previous layer's output") from e
+    return model_call(mod, x, f"{where}'s forward on the previous layer's output")
 
 
 def say_how_long(mods: list[nn.Module], x: torch.Tensor, warmup: int, repeats: int) -> float:

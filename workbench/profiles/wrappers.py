@@ -26,8 +26,8 @@ import torch
 import torch.utils._pytree as pytree
 from torch import nn
 
-__all__ = ["DiscoveryError", "ModelFailure", "Slot", "RecordedCall", "Stop", "Absent", "Prologue", "RebuiltLoss",
-           "prune", "tensor_leaves", "describe", "pack", "unpack"]
+__all__ = ["DiscoveryError", "ModelFailure", "model_call", "Slot", "RecordedCall", "Stop", "Absent", "Prologue",
+           "RebuiltLoss", "prune", "tensor_leaves", "describe", "pack", "unpack"]
 
 
 class DiscoveryError(ValueError):
@@ -37,6 +37,28 @@ class DiscoveryError(ValueError):
 class ModelFailure(Exception):
     """The model's own forward, or the loss of its own output, raised on the example batch (its cause):
     the user's code failed, not discovery. The message says which of the two."""
+
+
+def model_call(fn: Callable[[Any], Any], arg: Any, failure: str | None) -> Any:
+    """``fn(arg)``; with ``failure``, what it raises becomes a :class:`ModelFailure` saying so (the model's own
+    code failed, as a bare ``nn.Sequential`` whose sizes do not match does), except an operation fake tensors
+    cannot run, which :mod:`workbench.profiles.fake` words itself.
+
+    >>> model_call(nn.Linear(2, 3), torch.zeros(1, 4), "layer 0 (Linear)'s forward")
+    Traceback (most recent call last):
+    ...
+    workbench.profiles.wrappers.ModelFailure: layer 0 (Linear)'s forward
+    """
+    if failure is None:
+        return fn(arg)
+    from torch._subclasses import fake_tensor as ft
+
+    try:
+        return fn(arg)
+    except (ft.DataDependentOutputException, ft.DynamicOutputShapeException, ft.UnsupportedOperatorException):
+        raise
+    except Exception as e:  # noqa: BLE001 - passed on as the cause
+        raise ModelFailure(failure) from e
 
 
 def tensor_leaves(x: Any) -> list[torch.Tensor]:
