@@ -44,34 +44,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from ilp import figure_levels, random_instance  # noqa: E402
 
 from workbench.model.chain import Chain, Platform  # noqa: E402
-from workbench.model.plan import chain_for_plan, stages_of  # noqa: E402
+from workbench.model.plan import chain_for_plan  # noqa: E402
 from workbench.planners.dp.contiguous import plan_dp  # noqa: E402
 from workbench.planners.evaluate.period import allocation_best, normalise, path_period  # noqa: E402
 from workbench.planners.ilp.planner import plan_ilp  # noqa: E402
+from workbench.planners.ilp.search import _neighbours  # noqa: E402
 from workbench.verify.check import check  # noqa: E402
 
 BETTER = 1e-9
 
 
-def moves(a: tuple[int, ...], P: int, max_shift: int = 8):
-    """Allocations one move from ``a``: a whole stage to another device (a new one if any is free), a stage
-    boundary shifted by 2 to ``max_shift`` layers, one layer to another device."""
-    L, used = len(a), max(a) + 1
-    runs = stages_of(a)
-    for i, j in runs:
-        for d in range(min(P, used + 1)):
-            if d != a[i]:
-                yield normalise(a[:i] + (d,) * (j - i + 1) + a[j + 1:])
-    for (i1, j1), (i2, j2) in zip(runs, runs[1:]):
-        for n in range(2, max_shift + 1):
-            if n <= j1 - i1:        # the last n layers of the first stage join the second
-                yield normalise(a[:j1 - n + 1] + (a[i2],) * n + a[j1 + 1:])
-            if n <= j2 - i2:        # the first n layers of the second join the first
-                yield normalise(a[:i2] + (a[i1],) * n + a[i2 + n:])
-    for l in range(L):
-        for d in range(min(P, used + 1)):
-            if d != a[l]:
-                yield normalise(a[:l] + (d,) + a[l + 1:])
+def moves(a: tuple[int, ...], P: int):
+    """Allocations one move from ``a``, as the ILP's local search makes them (a whole stage to another device,
+    a stage boundary shifted by 2 to 8 layers, one layer to another device; no swaps)."""
+    return _neighbours(a, P, 8, swaps=False)
 
 
 def least_path_period(chain: Chain, platform: Platform, starts: list[tuple[int, ...]], seconds: float,
