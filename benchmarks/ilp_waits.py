@@ -24,8 +24,9 @@ the checker), the bound it proved, dp's period, NW', ``over`` = plan / NW' - 1, 
 the allocation NW' came from (:func:`~workbench.planners.evaluate.period.allocation_best`, random
 chains only: by how much its waits lengthen it). On the profiles the descent runs on the fine chain in
 the ILP plan's layer order. With ``--milp SECONDS`` (random chains), :func:`no_wait_milp` also asks
-whether the no-wait relaxation is feasible just below the plan's period: ``optimal`` (feasible) with the
-path period of the allocation it found, ``infeasible`` (then NW >= the plan), or a time-out.
+whether the no-wait relaxation is feasible just below the plan's period: HiGHS's termination
+(``convergenceCriteriaSatisfied``: feasible, with the path period of the allocation it found;
+``provenInfeasible``: then NW >= the plan; ``maxTimeLimit``) — a check of the descent by another mechanism.
 """
 
 from __future__ import annotations
