@@ -111,8 +111,7 @@ def no_wait_milp(chain: Chain, platform: Platform, T: float, time_limit: float) 
 
     comp, down, c, a, w0 = chain_arrays(chain, platform)
     L, P, M = len(chain), platform.devices, platform.memory
-    comp, down, c, a, w0 = comp / T, down / T, c / T, a / M, w0 / M     # in periods and memories: HiGHS
-    T, M = 1.0, 1.0                        # declares the model in seconds and bytes infeasible where it is not
+    comp, down, c, a, w0 = comp / T, down / T, c / T, a / M, w0 / M     # in periods and memories (docstring)
     k_lo = np.maximum(1, np.ceil(down - 1e-9))
     k_hi = np.maximum(k_lo, np.minimum(np.floor(1 / np.maximum(a, 1e-12)), k_lo + 2 * L + 2))
     m = pyo.ConcreteModel()
@@ -124,7 +123,7 @@ def no_wait_milp(chain: Chain, platform: Platform, T: float, time_limit: float) 
     m.c = pyo.ConstraintList()
     for l in range(L):
         m.c.add(sum(m.y[l, p] for p in range(P)) == 1)
-        m.c.add(T * m.K[l] >= down[l] + 2 * sum(c[q] * m.cut[q] for q in range(l, L - 1)))
+        m.c.add(m.K[l] >= down[l] + 2 * sum(c[q] * m.cut[q] for q in range(l, L - 1)))
         for p in range(P):
             m.c.add(m.mem[l, p] >= a[l] * m.K[l] + w0[l] - (a[l] * k_hi[l] + w0[l]) * (1 - m.y[l, p]))
     m.c.add(m.y[0, 0] == 1)
@@ -138,8 +137,8 @@ def no_wait_milp(chain: Chain, platform: Platform, T: float, time_limit: float) 
         m.c.add(m.cut[l - 1] == 1 - sum(m.same[l, p] for p in range(P)))
         m.c.add(m.K[l] >= m.K[l - 1] - k_hi[l - 1] * m.cut[l - 1])
     for p in range(P):
-        m.c.add(sum(comp[l] * m.y[l, p] for l in range(L)) <= T)
-        m.c.add(sum(m.mem[l, p] for l in range(L)) <= M)
+        m.c.add(sum(comp[l] * m.y[l, p] for l in range(L)) <= 1)
+        m.c.add(sum(m.mem[l, p] for l in range(L)) <= 1)
     m.obj = pyo.Objective(expr=0)
     res = solve_model(m, time_limit=time_limit)
     if res.incumbent_objective is None:
@@ -157,7 +156,8 @@ def measure(group: str, name: str, level: str, chain: Chain, plat: Platform, tim
     if bad:
         print(f"BUG: the checker rejects the ILP's plan of {name} at {level}: {bad[0]}", flush=True)
     fine = chain_for_plan(p, chain)
-    dp_a = tuple(plan_dp(fine, plat, graph=False).assignment)
+    same_order = tuple(dp.chain_order or ()) == tuple(p.chain_order or ())    # then dp's allocation is of `fine`
+    dp_a = tuple((dp if same_order else plan_dp(fine, plat, graph=False)).assignment)
     nw, a = least_path_period(fine, plat, [normalise(p.assignment), normalise(dp_a)], descent)
     row = {"group": group, "instance": name, "level": level, "plan": p.period, "status": p.status,
            "bound": p.period * (1 - (p.gap or 0.0)), "dp": dp.period, "nowait": nw, "over": p.period / nw - 1,

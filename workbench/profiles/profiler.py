@@ -186,7 +186,6 @@ def saved_tensor_bytes(module: nn.Module, x: torch.Tensor, *, input_requires_gra
     return sum(storages.values()), out
 
 
-
 def spread_summary(stats: Sequence[LayerTiming]) -> dict[str, float]:
     """Median and maximum over layers of the per-layer relative spread ``(max - min) / median``.
 
