@@ -1,0 +1,56 @@
+"""The layout value: its rank grid against a brute-force enumeration, parsing, and the checks users meet."""
+
+import itertools
+
+import pytest
+
+from workbench.parallel.layout import Layout
+
+
+@pytest.mark.parametrize("tp,pp,dp", [(1, 1, 1), (2, 2, 2), (4, 8, 2), (8, 1, 8), (1, 62, 1)])
+def test_grid_is_a_bijection_and_groups_partition_the_ranks(tp, pp, dp):
+    lay = Layout(tp=tp, pp=pp, dp=dp)
+    coords = [lay.coords(r) for r in range(lay.devices)]
+    assert sorted(coords) == list(itertools.product(range(pp), range(dp), range(tp)))
+    assert all(lay.rank(*c) == r for r, c in enumerate(coords))
+    for dim, degree in (("tp", tp), ("pp", pp), ("dp", dp)):
+        groups = lay.groups(dim)
+        assert len(groups) == lay.devices // degree and all(len(g) == degree for g in groups)
+        assert sorted(r for g in groups for r in g) == list(range(lay.devices))
+        for g in groups:            # members differ only in their coordinate along dim
+            others = {tuple(c for d, c in zip(("pp", "dp", "tp"), lay.coords(r)) if d != dim) for r in g}
+            assert len(others) == 1
+
+
+def test_tp_groups_are_consecutive_and_stay_in_a_node():
+    lay = Layout(tp=4, pp=8, dp=2)
+    assert all(g == tuple(range(g[0], g[0] + 4)) for g in lay.groups("tp"))
+    assert not lay.spans_nodes("tp", 8) and not lay.spans_nodes("dp", 8) and lay.spans_nodes("pp", 8)
+    assert Layout(tp=8, dp=8).spans_nodes("dp", 8) and not Layout(tp=8, dp=8).spans_nodes("tp", 8)
+
+
+def test_parse_round_trips_through_the_json_object():
+    lay = Layout.parse("tp=4,pp=8,dp=2,zero=1,mbs=1,mb=16,schedule=interleaved-1f1b,chunks=5")
+    assert Layout.from_dict(lay.to_dict()) == lay
+    assert lay.global_batch == 32 and lay.devices == 64
+
+
+@pytest.mark.parametrize("text,words", [
+    ("tp=0", "tp must be a whole number >= 1"), ("zero=4", "zero must be one of 0, 1, 2, 3"),
+    ("tp=2,tp=4", "tp is given twice"), ("tensor=2", "is not KEY=VALUE"), ("dp=x", "dp must be a whole number"),
+])
+def test_parse_refuses_bad_text_naming_it(text, words):
+    with pytest.raises(ValueError, match=words):
+        Layout.parse(text)
+
+
+def test_check_names_the_values():
+    with pytest.raises(ValueError, match="uses 16 GPUs, not the 64"):
+        Layout(tp=4, pp=4).check(devices=64)
+    with pytest.raises(ValueError, match="tp=16 must divide the 8 GPUs of a node"):
+        Layout(tp=16, dp=4).check(devices=64, devices_per_node=8)
+    with pytest.raises(ValueError, match="zero=3 shards over the data-parallel group, but dp=1"):
+        Layout(tp=8, pp=8, zero=3).check(devices=64)
+    with pytest.raises(ValueError, match="unknown key"):
+        Layout.from_dict({"tp": 2, "pipeline": 4})
+    assert Layout(tp=8, pp=2, dp=4, zero=3).check(devices=64, devices_per_node=8).devices == 64

@@ -1,0 +1,221 @@
+"""A parallel layout: how the GPUs of one training job split it (docs/model.md, "Layouts").
+
+A :class:`Layout` is tensor-parallel degree ``tp`` x pipeline degree ``pp`` x data-parallel degree ``dp``
+(their product is the number of GPUs), the data-parallel sharding ``zero`` (0: DDP, gradients all-reduced;
+1: optimizer state sharded over the ``dp`` group; 2: and gradients; 3: FSDP, parameters too, all-gathered
+per layer), the micro-batch size, the micro-batches per optimizer step of each pipeline, the pipeline
+schedule (a method of :mod:`workbench.methods`) with its stages per rank (``chunks``), and sequence
+parallelism for the norms under ``tp``. Today's pipeline plans are the layout ``tp=1, dp=1``.
+
+Ranks are numbered as torchtitan's device mesh ``["pp", "dp", "tp"]`` numbers them: ``tp`` innermost (a
+tensor-parallel group is ``tp`` consecutive ranks, so it sits in one node), then ``dp``, then ``pp``:
+
+>>> lay = Layout.parse("tp=4,pp=8,dp=2,zero=1")
+>>> lay.devices, lay.describe()
+(64, 'TP 4 x PP 8 x DP 2, ZeRO-1')
+>>> lay.coords(13), lay.rank(pp=1, dp=1, tp=1)
+((1, 1, 1), 13)
+>>> lay.group("tp", 13), lay.group("dp", 13), lay.group("pp", 13)[:3]
+((12, 13, 14, 15), (9, 13), (5, 13, 21))
+>>> lay.spans_nodes("dp", devices_per_node=8), lay.spans_nodes("tp", devices_per_node=8)
+(False, False)
+>>> Layout.parse("tp=3,pp=1,dp=1").check(devices=4)
+Traceback (most recent call last):
+ValueError: layout tp=3 x pp=1 x dp=1 uses 3 GPUs, not the 4 of --devices
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, replace
+from typing import Any, Mapping
+
+__all__ = ["Layout", "DIMENSIONS", "ZERO_LEVELS"]
+
+#: the mesh's dimensions, outermost first (torchtitan's order: a ``tp`` group is consecutive ranks)
+DIMENSIONS = ("pp", "dp", "tp")
+#: ZeRO sharding of the data-parallel group: 0 DDP, 1 optimizer state, 2 and gradients, 3 and parameters (FSDP)
+ZERO_LEVELS = (0, 1, 2, 3)
+#: ``Layout.parse`` keys: short names users type, and the field each sets
+_KEYS = {"tp": "tp", "pp": "pp", "dp": "dp", "zero": "zero", "mbs": "micro_batch_size",
+         "micro_batch_size": "micro_batch_size", "mb": "micro_batches", "micro_batches": "micro_batches",
+         "schedule": "schedule", "method": "schedule", "chunks": "chunks", "vp": "chunks", "sp": "sequence_parallel",
+         "sequence_parallel": "sequence_parallel"}
+_INTS = ("tp", "pp", "dp", "zero", "micro_batch_size", "micro_batches", "chunks")
+
+
+@dataclass(frozen=True)
+class Layout:
+    """tp x pp x dp GPUs, ZeRO sharding, micro-batching and the pipeline schedule (see the module docstring).
+
+    ``micro_batch_size`` (samples per micro-batch) and ``micro_batches`` (per optimizer step, per pipeline)
+    are ``None`` where the planner chooses them; ``schedule`` ``None`` likewise.
+
+    >>> Layout(tp=2, dp=4, zero=3, micro_batch_size=2, micro_batches=8).global_batch
+    64
+    """
+
+    tp: int = 1
+    pp: int = 1
+    dp: int = 1
+    zero: int = 0
+    micro_batch_size: int | None = None
+    micro_batches: int | None = None
+    schedule: str | None = None
+    chunks: int = 1
+    sequence_parallel: bool = False
+
+    def __post_init__(self) -> None:
+        for name in _INTS:
+            value = getattr(self, name)
+            if value is None and name in ("micro_batch_size", "micro_batches"):
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or value < (0 if name == "zero" else 1):
+                low = "0" if name == "zero" else "1"
+                raise ValueError(f"layout: {name} must be a whole number >= {low}, got {value!r}")
+        if self.zero not in ZERO_LEVELS:
+            raise ValueError(f"layout: zero must be one of 0, 1, 2, 3 (0 DDP ... 3 FSDP), got {self.zero}")
+        if not isinstance(self.sequence_parallel, bool):
+            raise ValueError(f"layout: sequence_parallel must be true or false, got {self.sequence_parallel!r}")
+
+    @property
+    def devices(self) -> int:
+        """GPUs the layout uses: tp x pp x dp."""
+        return self.tp * self.pp * self.dp
+
+    @property
+    def global_batch(self) -> int | None:
+        """Samples per optimizer step: micro-batch size x micro-batches x dp (None while either is open)."""
+        if self.micro_batch_size is None or self.micro_batches is None:
+            return None
+        return self.micro_batch_size * self.micro_batches * self.dp
+
+    def degree(self, dim: str) -> int:
+        """The degree of mesh dimension ``dim`` (``"pp"``, ``"dp"`` or ``"tp"``)."""
+        if dim not in DIMENSIONS:
+            raise ValueError(f"unknown layout dimension {dim!r}; known: {', '.join(DIMENSIONS)}")
+        return int(getattr(self, dim))
+
+    def coords(self, rank: int) -> tuple[int, int, int]:
+        """(pp, dp, tp) coordinates of ``rank`` in the mesh."""
+        if not 0 <= rank < self.devices:
+            raise ValueError(f"rank {rank} is outside the layout's {self.devices} GPUs")
+        return rank // (self.dp * self.tp), rank // self.tp % self.dp, rank % self.tp
+
+    def rank(self, pp: int = 0, dp: int = 0, tp: int = 0) -> int:
+        """The rank at mesh coordinates (pp, dp, tp)."""
+        for name, value in (("pp", pp), ("dp", dp), ("tp", tp)):
+            if not 0 <= value < self.degree(name):
+                raise ValueError(f"{name} coordinate {value} is outside 0..{self.degree(name) - 1}")
+        return (pp * self.dp + dp) * self.tp + tp
+
+    def group(self, dim: str, rank: int) -> tuple[int, ...]:
+        """The ranks of ``rank``'s group along ``dim`` (the ranks that differ from it in that coordinate only)."""
+        at = dict(zip(DIMENSIONS, self.coords(rank)))
+        return tuple(self.rank(**{**at, dim: i}) for i in range(self.degree(dim)))
+
+    def groups(self, dim: str) -> list[tuple[int, ...]]:
+        """Every group along ``dim``, each once, in rank order."""
+        seen: dict[tuple[int, ...], None] = {}
+        for r in range(self.devices):
+            seen.setdefault(self.group(dim, r), None)
+        return list(seen)
+
+    def spans_nodes(self, dim: str, devices_per_node: int | None) -> bool:
+        """Whether a group along ``dim`` holds ranks of two nodes (nodes of ``devices_per_node`` consecutive
+        ranks; None: one node)."""
+        if devices_per_node is None:
+            return False
+        return any(len({r // devices_per_node for r in g}) > 1 for g in self.groups(dim))
+
+    def check(self, devices: int | None = None, devices_per_node: int | None = None) -> "Layout":
+        """The layout itself when it fits ``devices`` GPUs in nodes of ``devices_per_node``; a ``ValueError``
+        naming the values otherwise (tp x pp x dp must be the GPU count, a tp group must fit in a node)."""
+        if devices is not None and self.devices != devices:
+            raise ValueError(f"layout tp={self.tp} x pp={self.pp} x dp={self.dp} uses {self.devices} GPUs, "
+                             f"not the {devices} of --devices")
+        if devices_per_node is not None and (self.tp > devices_per_node or devices_per_node % self.tp):
+            raise ValueError(f"layout: tp={self.tp} must divide the {devices_per_node} GPUs of a node "
+                             "(tensor parallelism stays within a node)")
+        if self.dp == 1 and self.zero:
+            raise ValueError(f"layout: zero={self.zero} shards over the data-parallel group, but dp=1")
+        return self
+
+    def describe(self) -> str:
+        """``'TP 4 x PP 8 x DP 2, ZeRO-1'``; the schedule, virtual stages and micro-batching when set."""
+        text = f"TP {self.tp} x PP {self.pp} x DP {self.dp}"
+        if self.dp > 1:
+            text += {0: ", DDP", 3: ", FSDP"}.get(self.zero, f", ZeRO-{self.zero}")
+        if self.schedule:
+            text += f", {self.schedule}" + (f" x{self.chunks}" if self.chunks > 1 else "")
+        if self.micro_batch_size is not None:
+            text += f", micro-batch {self.micro_batch_size}"
+        if self.micro_batches is not None:
+            text += f" x {self.micro_batches}"
+        return text
+
+    def with_(self, **kw: Any) -> "Layout":
+        return replace(self, **kw)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The plan JSON's ``"parallel"`` object (docs/model.md, "JSON")."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any], where: str = "parallel") -> "Layout":
+        """A layout from the plan JSON's ``"parallel"`` object; unknown keys are refused naming them."""
+        if not isinstance(d, Mapping):
+            raise ValueError(f"{where}: expected an object with tp, pp, dp, zero, got {type(d).__name__}")
+        unknown = sorted(set(d) - set(cls.__dataclass_fields__))
+        if unknown:
+            raise ValueError(f"{where}: unknown key(s) {', '.join(unknown)}; known: "
+                             f"{', '.join(cls.__dataclass_fields__)}")
+        try:
+            return cls(**dict(d))
+        except ValueError as e:
+            raise ValueError(f"{where}: {e}") from None
+
+    @classmethod
+    def parse(cls, text: str) -> "Layout":
+        """A layout from ``"tp=4,pp=8,dp=2,zero=1"`` (also ``mbs=``, ``mb=``, ``schedule=``, ``chunks=``,
+        ``sp=``); a missing degree is 1.
+
+        >>> Layout.parse("tp=2, dp=4, zero=3, mbs=1, sp=1")
+        Layout(tp=2, pp=1, dp=4, zero=3, micro_batch_size=1, micro_batches=None, schedule=None, chunks=1, \
+sequence_parallel=True)
+        >>> Layout.parse("tp=2,pp=two")
+        Traceback (most recent call last):
+        ValueError: --parallel tp=2,pp=two: pp must be a whole number, got 'two'
+        """
+        fields: dict[str, Any] = {}
+        for part in (p.strip() for p in str(text).split(",")):
+            if not part:
+                continue
+            key, sep, value = (s.strip() for s in part.partition("="))
+            if not sep or key.lower() not in _KEYS:
+                raise ValueError(f"--parallel {text}: {part!r} is not KEY=VALUE with KEY one of "
+                                 f"tp, pp, dp, zero, mbs, mb, schedule, chunks, sp")
+            name = _KEYS[key.lower()]
+            if name in fields:
+                raise ValueError(f"--parallel {text}: {key} is given twice")
+            fields[name] = _value(name, value, text)
+        try:
+            return cls(**fields)
+        except ValueError as e:
+            raise ValueError(f"--parallel {text}: {e}") from None
+
+
+def _value(name: str, value: str, text: str) -> Any:
+    """One ``--parallel`` value as its field's type."""
+    if name == "schedule":
+        return value
+    if name == "sequence_parallel":
+        if value.lower() in ("1", "true", "yes", "on"):
+            return True
+        if value.lower() in ("0", "false", "no", "off"):
+            return False
+        raise ValueError(f"--parallel {text}: sp must be 0 or 1, got {value!r}")
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"--parallel {text}: {name.replace('micro_batch_size', 'mbs')} must be a whole number, "
+                         f"got {value!r}") from None
