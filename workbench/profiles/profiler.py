@@ -86,7 +86,7 @@ from workbench.profiles.memtrace import layer_memory
 from workbench.profiles.split import layer_split
 from workbench.profiles.tied_counts import count_ties_once
 from workbench.profiles.timing import CLOCKS, Timer, cpu_threads, leaf, say_how_long, time_layer
-from workbench.profiles.wrappers import model_call
+from workbench.profiles.wrappers import check_scalar_loss, model_call
 from workbench.profiles.zoo import as_dtype
 
 __all__ = [
@@ -182,7 +182,8 @@ def saved_tensor_bytes(module: nn.Module, x: torch.Tensor, *, input_requires_gra
         if not isinstance(out, torch.Tensor):
             raise TypeError(f"a chain layer must return one tensor, got {type(out).__name__}")
         if then is not None:
-            model_call(then, out, where and f"the loss on {where}'s output")
+            check_scalar_loss(model_call(then, out, where and f"the loss on {where}'s output"),
+                              f"on {where or 'the last layer'}'s output")
     return sum(storages.values()), out
 
 
