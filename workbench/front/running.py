@@ -247,9 +247,9 @@ def _workload(args: argparse.Namespace, chain, plan, batch_size: int):
     module = getattr(args, "module", None)
     if not module and chain is not None and chain.meta.get("module") and not getattr(args, "model", None):
         module = resolve_spec(chain.meta["module"], Path(str(chain.meta.get("source_file", "."))).parent)
-    if module:
+    if module:       # cut where the profile was cut (--split-at), else the layers are found again
         with user_code(module):
-            return Workload.module(module)
+            return Workload.module(module, split_at=chain.meta.get("split_at") if chain is not None else None)
     model = getattr(args, "model", None) or (chain.meta.get("model") if chain is not None else None)
     if not model:
         raise ValueError("say which model to run: --model NAME (zoo), --module FILE.py:FUNC, or a --profile "
