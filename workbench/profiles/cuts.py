@@ -206,16 +206,23 @@ def _loss_leaves(loss: Callable | None, output: Any, target: Any) -> list[int]:
     return used or floating
 
 
-def _part_names(t: _Traced, called: list[str]) -> list[str]:
+def _part_names(model: nn.Module, t: _Traced, called: list[str]) -> list[str]:
     """Each part named by the module it begins with; the first by the outermost modules whose code reads a
-    parameter in it (the module stack torch.export records: the same name for a real and a fake model)."""
+    parameter in it (the module stack torch.export records: the same names for a real and a fake model), a
+    block of a ``nn.ModuleList`` standing for the modules in it."""
+    items = {f"{path}.{i}" for path, m in model.named_modules() if isinstance(m, nn.ModuleList) for i in range(len(m))}
     owners: list[str] = []
     for n in t.gm.graph.nodes:
         stack = list((n.meta.get("nn_module_stack") or {}).values())
         reads = any(a.op == "get_attr" and getattr(t.values.get(a), "requires_grad", False)
                     for a in n.all_input_nodes)
-        if t.part.get(n) == 0 and reads and stack and stack[-1][0] and stack[-1][0] not in owners:
-            owners.append(stack[-1][0])
+        if t.part.get(n) != 0 or not reads or not stack or not stack[-1][0]:
+            continue
+        parts = str(stack[-1][0]).split(".")
+        owner = next((".".join(parts[:i]) for i in range(1, len(parts)) if ".".join(parts[:i]) in items),
+                     ".".join(parts))
+        if owner not in owners:
+            owners.append(owner)
     owners = [o for o in owners if not any(o.startswith(p + ".") for p in owners)]
     first = "+".join(owners) or "input"
     return [first if len(first) <= 60 else first[:57] + "...", *called]
@@ -260,7 +267,7 @@ def cut_layers(model: nn.Module, args: tuple, kwargs: dict, loss: Callable | Non
         layers.append(_PartBuilder(t, k, inputs, outputs).module())
         inputs = outputs
     chain_loss = None if loss is None else RebuiltLoss.around(loss, structured, slots, packed=len(slots) > 1)
-    return layers, _part_names(t, called), chain_loss
+    return layers, _part_names(model, t, called), chain_loss
 
 
 def _block_lists(model: nn.Module) -> list[str]:
