@@ -187,6 +187,7 @@ def profile_command(args: Any) -> int:
         chain, stats = profile_zoo(args.model, args.batch_size, args.device, warmup=args.warmup, repeats=args.repeats,
                                    progress=True, threads=threads, return_stats=True, clock=clock,
                                    dtype=getattr(args, "dtype", None), **kwargs)
+    _refuse_unloadable(chain, args.out)
     write_profile(chain, args.out)
     m = chain.meta
     print(chain.summary())
@@ -219,6 +220,35 @@ def _report_spread(chain: Any, repeats: int) -> None:
           f"{float(m['spread_backward']):.1%} (max {float(m['spread_backward_max']):.1%})")
 
 
+def _refuse_unloadable(chain: Any, out: str) -> None:
+    """Refuse (ValueError, before anything is written) a profile its own loader would refuse: a time or a size
+    no measurement gives (:func:`~workbench.profiles.csvio.check_values`: a fake profile of a huge batch or
+    sequence), naming the value and the layer."""
+    from workbench.profiles.csvio import ProfileError, check_values
+
+    try:
+        check_values(chain, "the profile")
+    except ProfileError as e:
+        raise ValueError(f"{e}; nothing written to {out} (its loader would refuse it): profile a smaller batch or "
+                         "sequence") from None
+
+
+@contextmanager
+def _cast_hint() -> Iterator[None]:
+    """Inside, ``model.to(dtype)`` failing under fake tensors ("Couldn't swap ...") ends with the fix the README
+    gives: build the model with torch's default dtype set."""
+    from workbench.profiles.usermodel import UserCodeError
+
+    try:
+        yield
+    except UserCodeError as e:
+        if "Couldn't swap" not in str(e):
+            raise
+        raise UserCodeError(f"{e}: under --fake, build the model in its dtype with torch.set_default_dtype (as "
+                            "examples/ do: workbench.profiles.fake.default_dtype) instead of model.to(dtype), which "
+                            "fake tensors cannot do") from None
+
+
 @contextmanager
 def _quiet_fake_tensor_log() -> Iterator[None]:
     """Inside, torch's fake-tensor logger keeps its own traceback of a failed operation to itself: the
@@ -244,11 +274,13 @@ def _fake_profile(args: Any, kwargs: dict[str, Any]) -> int:
         from workbench.profiles.cuts import parse_split_at
         from workbench.profiles.usermodel import user_code
 
-        with user_code(args.module), _quiet_fake_tensor_log():
-            chain = fake_module(args.module, args.gpu, progress=True, split_at=parse_split_at(args.split_at))
+        with _cast_hint(), user_code(args.module), _quiet_fake_tensor_log():
+            chain = fake_module(args.module, args.gpu, progress=True,
+                                split_at=parse_split_at(getattr(args, "split_at", None)))
         chain = _module_from_profile(chain, args.module, args.out)
     else:
         chain = fake_zoo(args.model, args.batch_size, args.gpu, dtype=args.dtype, progress=True, **kwargs)
+    _refuse_unloadable(chain, args.out)
     write_profile(chain, args.out)
     m = chain.meta
     print(chain.summary())

@@ -296,7 +296,9 @@ def run_command(args: argparse.Namespace) -> int:
         if getattr(args, "dtype", None) and profile_dtype(chain) != dtype_name(args.dtype):
             raise ValueError(f"--dtype {args.dtype} but the profile {profile} was measured in {profile_dtype(chain)}: "
                              "a run is in its profile's precision")
-        profiled = int(str(chain.meta["batch_size"]).split()[0]) if chain.meta.get("batch_size") else None
+        from workbench.profiles.csvio import batch_size_of
+
+        profiled = batch_size_of(chain.meta, str(profile))      # None where unknown (PipeDream's graphs)
         if profiled and profiled != batch_size and \
                 not getattr(args, "module", None) and not chain.meta.get("module"):
             print(f"note: using the profile's batch size {chain.meta['batch_size']} (not {batch_size})")

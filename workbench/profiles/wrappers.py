@@ -85,10 +85,10 @@ def check_scalar_loss(value: Any, where: str) -> None:
     """Refuse (ValueError, one line) a loss that is not one floating value: training needs a scalar to start
     the backward from (torch's "grad can be implicitly created only for scalar outputs").
 
-    >>> check_scalar_loss(torch.ones(4, 2), "on the model's output")
+    >>> check_scalar_loss(torch.ones(4, 2), "on the model's output")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    ValueError: the loss returned a float32 tensor of shape (4, 2) on the model's output, not one value: reduce it (.mean() or .sum()) so that training has a scalar to start the backward from
+    ValueError: the loss returned a float32 tensor of shape (4, 2) on the model's output, not one value: reduce it ...
     """
     if isinstance(value, torch.Tensor) and value.numel() == 1 and value.is_floating_point():
         return
