@@ -14,11 +14,11 @@ configurations made small (random weights, nothing is downloaded), each trained 
 The workbench's first routes refuse each (docs/model.md, "Your own model"); it then cuts the model before
 every block and every module after them (``torch.export``), and ``--split-at`` says where to cut instead:
 
-    python -m workbench profile --module examples/hf_families.py:qwen2_own_loss --out qwen2.csv
+    python -m workbench profile --module examples/hf_families.py:qwen2_own_loss --out build/qwen2.csv
     python -m workbench profile --module examples/hf_families.py:t5 --split-at encoder.block.2,decoder.block.0 \\
-        --out t5.csv
+        --out build/t5.csv
     python -m workbench profile --module examples/hf_families.py:mixtral_router_loss_bf16 --fake --gpu h100-sxm \\
-        --out mixtral.csv
+        --out build/mixtral.csv
 
 Each function returns ``(model, example_inputs, example_targets, loss_fn)`` for ``--module``.
 """
