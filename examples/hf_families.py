@@ -15,7 +15,7 @@ The workbench's first routes refuse each (docs/model.md, "Your own model"); it t
 every block and every module after them (``torch.export``), and ``--split-at`` says where to cut instead:
 
     python -m workbench profile --module examples/hf_families.py:qwen2_own_loss --out build/qwen2.csv
-    python -m workbench profile --module examples/hf_families.py:t5 --split-at encoder.block.2,decoder.block.0 \\
+    python -m workbench profile --module examples/hf_families.py:t5 --split-at encoder.block.1,decoder.block.0 \\
         --out build/t5.csv
     python -m workbench profile --module examples/hf_families.py:mixtral_router_loss_bf16 --fake --gpu h100-sxm \\
         --out build/mixtral.csv
@@ -34,7 +34,7 @@ from torch.nn import functional as F  # noqa: E402
 from workbench.profiles.fake import default_dtype  # noqa: E402
 
 BATCH, SEQUENCE, VOCAB = 2, 16, 512
-#: the default configurations made small: 4 blocks of width 64 (each family's other defaults kept)
+#: the default configurations made small: 4 blocks of width 64 (T5: 2 + 2), each family's other defaults kept
 DECODER = dict(num_hidden_layers=4, hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2,
                vocab_size=VOCAB, max_position_embeddings=64, use_cache=False)
 
@@ -67,7 +67,7 @@ def gemma2():
 
 def t5():
     # decoder_start_token_id: 0, as in the published t5-small config.json (the default config has none)
-    config = tr.T5Config(num_layers=4, num_decoder_layers=4, d_model=64, d_ff=128, num_heads=4, d_kv=16,
+    config = tr.T5Config(num_layers=2, num_decoder_layers=2, d_model=64, d_ff=128, num_heads=4, d_kv=16,
                          vocab_size=VOCAB, dropout_rate=0.0, use_cache=False, decoder_start_token_id=0)
     model = tr.T5ForConditionalGeneration(config)
     labels = torch.randint(0, VOCAB, (BATCH, SEQUENCE // 2))

@@ -164,7 +164,7 @@ EXPECTED = {
                        "model.norm", "lm_head"),
     "gemma2": ("model.embed_tokens", "model.layers.0", "model.layers.1", "model.layers.2", "model.layers.3",
                "model.norm", "lm_head"),
-    "t5": ("encoder.embed_tokens", *(f"encoder.block.{i}" for i in range(4)), *(f"decoder.block.{i}" for i in range(4)),
+    "t5": ("encoder.embed_tokens", "encoder.block.0", "encoder.block.1", "decoder.block.0", "decoder.block.1",
            "decoder.final_layer_norm", "lm_head"),
     "vit": ("vit.embeddings", "vit.layers.0", "vit.layers.1", "vit.layers.2", "vit.layers.3", "vit.layernorm",
             "classifier"),
@@ -188,7 +188,7 @@ def test_what_crosses_the_cuts_of_t5_and_mixtral():
     um = load_user_model(f"{FAMILIES}:t5")
     found = discover_layers(um.model, um.inputs, um.loss, um.targets)
     h = found.input
-    for m in found.modules[:7]:            # up to the output of decoder.block.1
+    for m in found.modules[:4]:            # up to the output of decoder.block.0
         h = m(h)
     enc, dec, heads = 2 * 16 * 64, 2 * 8 * 64, 4
     assert h.numel() == dec + enc + heads * 8 * 8
@@ -243,19 +243,19 @@ def test_gemma2_and_mixtral_profile_fake(func):
 # ---------------------------------------------------------------------------------------------
 def test_profile_split_at_records_the_cuts_and_plans(tmp_path, capsys):
     out = tmp_path / "t5.csv"
-    assert main(["profile", "--module", f"{FAMILIES}:t5", "--split-at", "encoder.block.2,decoder.block.0",
+    assert main(["profile", "--module", f"{FAMILIES}:t5", "--split-at", "encoder.block.1,decoder.block.0",
                  "--repeats", "1", "--warmup", "0", "--out", str(out)]) == 0
     said = capsys.readouterr().out
-    assert "layers found: exported graph cut before 2 modules (encoder.block.2, decoder.block.0)" in said
+    assert "layers found: exported graph cut before 2 modules (encoder.block.1, decoder.block.0)" in said
     from workbench.profiles import load_profile
 
     chain = load_profile(out)
-    assert chain.meta["split_at"] == "encoder.block.2,decoder.block.0"
-    assert [l.name for l in chain.layers] == ["encoder.embed_tokens+encoder.block.0+encoder.block.1",
-                                              "encoder.block.2", "decoder.block.0"]
+    assert chain.meta["split_at"] == "encoder.block.1,decoder.block.0"
+    assert [l.name for l in chain.layers] == ["encoder.embed_tokens+encoder.block.0", "encoder.block.1",
+                                              "decoder.block.0"]
     assert main(["plan", "--profile", str(out), "--devices", "2", "--quiet"]) == 0
     assert main(["profile", "--module", f"{FAMILIES}:t5", "--fake", "--gpu", "h100-sxm", "--split-at",
-                 "encoder.block.2,decoder.block.0", "--out", str(tmp_path / "fake.csv")]) == 0
+                 "encoder.block.1,decoder.block.0", "--out", str(tmp_path / "fake.csv")]) == 0
     assert pd.read_csv(tmp_path / "fake.csv", comment="#")["name"].tolist() == [l.name for l in chain.layers]
 
 
@@ -288,3 +288,24 @@ def test_run_takes_the_cuts_from_the_profile(tmp_path, capsys):
     assert main(["run", str(plan), "--profile", str(prof), "--steps", "4", "--out", str(tmp_path / "run")]) == 0
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["max_grad_error"] <= summary["grad_tolerance"]
+
+
+def test_a_router_loss_the_users_loss_computes_is_carried_to_it():
+    # the user's loss adds Mixtral's load-balancing loss from out.router_logits itself (no labels= in the batch)
+    from transformers.models.mixtral.modeling_mixtral import load_balancing_loss_func
+
+    um = load_user_model(f"{FAMILIES}:mixtral_router_loss")
+    ids = um.inputs["input_ids"]
+    cfg = um.model.config
+
+    def loss(out, y):
+        aux = load_balancing_loss_func(out.router_logits, cfg.num_local_experts, cfg.num_experts_per_tok)
+        return F.cross_entropy(out.logits.flatten(0, 1), y.flatten()) + cfg.router_aux_loss_coef * aux
+
+    found = discover_layers(um.model, ids, loss, ids)
+    assert found.how.startswith("exported graph cut before")
+    out = found.input
+    for m in found.modules:
+        out = m(out)
+    assert out.numel() == 2 * 16 * 512 + 4 * 2 * 16 * 4           # the logits and the 4 routers' logits, packed
+    _same_grads(_grads(found, ids), _model_grads(um.model, ids, ids, loss))
