@@ -24,7 +24,11 @@ splitting code. It tries, in order:
 3. otherwise a **traced graph** (``torch.fx``, :mod:`workbench.profiles.traced`):
    one layer per block (the same ``nn.ModuleList``) or top-level module, the
    code around them traced (a skip across blocks, ``x.mean(1)`` before the
-   head); where several tensors cross a boundary they are packed into one.
+   head); where several tensors cross a boundary they are packed into one;
+4. otherwise the model **cut at module names** (:mod:`workbench.profiles.cuts`: ``torch.export``
+   and torch's ``pipe_split`` markers): before every repeated block and every module with
+   parameters after them (a loss computed in the forward from ``labels=``, an encoder-decoder,
+   code after the head). ``split_at`` (``--split-at``) names the modules instead: that route alone.
 
 The loss receives the model's own output structure (a ``ModelOutput``, a
 dict, a tuple) with the last layer's tensor(s) in place
