@@ -152,7 +152,7 @@ class TwoDtypes(nn.Module):
 def test_refusals_are_one_line(model, names, message):
     with pytest.raises(ValueError, match=message) as e:
         discover_layers(model, torch.randn(3, 4), F.cross_entropy, torch.zeros(3, dtype=torch.long), split_at=names)
-    assert "\n" not in str(e.value)
+    assert "\n" not in str(e.value) and str(e.value).count("--split-at") == 1
 
 
 # ---------------------------------------------------------------------------------------------

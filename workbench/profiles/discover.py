@@ -491,8 +491,9 @@ def _first_route(model: nn.Module, args: tuple, kwargs: dict, loss: Callable | N
                 _verify(model, found, args, kwargs, loss, target)
             return found
         except DiscoveryError as e:
-            if split_at:
-                raise DiscoveryError(f"--split-at {','.join(split_at)}: {e}") from None
+            if split_at:    # the cuts named: their reason alone, saying which option it is about
+                said = str(e) if str(e).startswith("--split-at") else f"--split-at {','.join(split_at)}: {e}"
+                raise DiscoveryError(said) from None
             errors.append(f"{what}: {e}")
         except ModelFailure:
             raise
