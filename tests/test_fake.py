@@ -125,3 +125,32 @@ def test_cli_fake_profile_and_its_refusals(tmp_path, capsys):
         assert __import__("re").search(pattern, err), err
     assert main(["profile", "--list-gpus"]) == 0
     assert "mi300x" in capsys.readouterr().out
+
+
+def test_a_profile_its_loader_would_refuse_is_not_written(tmp_path, capsys):
+    # a huge batch: main wrote a profile with times above 1e7 ms, which its own loader then refused
+    out = tmp_path / "p.csv"
+    assert main(["profile", "--model", "tiny-gpt", "--batch-size", "100000000000", "--fake", "--gpu", "h100-sxm",
+                 "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().split("\n")[-1]
+    assert err.startswith("error: the profile, layer ") and "is above 1e+07 ms; not a measurement" in err
+    assert f"nothing written to {out}" in err and not out.exists()
+
+
+MODEL_TO = '''import torch
+from torch.nn import functional as F
+
+
+def build():
+    model = torch.nn.Sequential(torch.nn.Embedding(10, 4), torch.nn.Linear(4, 10)).to(torch.bfloat16)
+    ids = torch.randint(0, 10, (2, 3))
+    return model, ids, ids, lambda out, y: F.cross_entropy(out.flatten(0, 1).float(), y.flatten())
+'''
+
+
+def test_model_to_a_dtype_under_fake_names_the_default_dtype_fix(tmp_path, capsys):
+    (tmp_path / "cast.py").write_text(MODEL_TO)
+    assert main(["profile", "--module", f"{tmp_path}/cast.py:build", "--fake", "--gpu", "h100-sxm",
+                 "--out", str(tmp_path / "p.csv")]) == 2
+    err = capsys.readouterr().err.strip().split("\n")[-1]
+    assert "Couldn't swap" in err and "torch.set_default_dtype" in err and "instead of model.to(dtype)" in err

@@ -191,6 +191,9 @@ def _profile_parsers(sub: argparse._SubParsersAction) -> None:
     src = p.add_mutually_exclusive_group()
     src.add_argument("--model", help="zoo model name (resnet50, resnet101, vgg16, gpt, ...)")
     _add_module_arg(src)
+    p.add_argument("--split-at", metavar="NAME,NAME,...", dest="split_at",
+                   help="with --module: cut the model before these modules (names as model.named_modules() gives "
+                        "them, as torch's pipeline(split_spec=...) takes them) instead of finding the layers")
     p.add_argument("--batch-size", type=int_in(1), default=8, help="mini-batch size (default 8)")
     p.add_argument("--device", default="cpu", help="torch device to profile on: cpu (default), cuda, cuda:1, ...")
     p.add_argument("--repeats", type=int_in(1), default=5, help="timed runs per layer; the median is kept (default 5)")

@@ -247,9 +247,9 @@ def _workload(args: argparse.Namespace, chain, plan, batch_size: int):
     module = getattr(args, "module", None)
     if not module and chain is not None and chain.meta.get("module") and not getattr(args, "model", None):
         module = resolve_spec(chain.meta["module"], Path(str(chain.meta.get("source_file", "."))).parent)
-    if module:
+    if module:       # cut where the profile was cut (--split-at), else the layers are found again
         with user_code(module):
-            return Workload.module(module)
+            return Workload.module(module, split_at=chain.meta.get("split_at") if chain is not None else None)
     model = getattr(args, "model", None) or (chain.meta.get("model") if chain is not None else None)
     if not model:
         raise ValueError("say which model to run: --model NAME (zoo), --module FILE.py:FUNC, or a --profile "
@@ -296,7 +296,9 @@ def run_command(args: argparse.Namespace) -> int:
         if getattr(args, "dtype", None) and profile_dtype(chain) != dtype_name(args.dtype):
             raise ValueError(f"--dtype {args.dtype} but the profile {profile} was measured in {profile_dtype(chain)}: "
                              "a run is in its profile's precision")
-        profiled = int(str(chain.meta["batch_size"]).split()[0]) if chain.meta.get("batch_size") else None
+        from workbench.profiles.csvio import batch_size_of
+
+        profiled = batch_size_of(chain.meta, str(profile))      # None where unknown (PipeDream's graphs)
         if profiled and profiled != batch_size and \
                 not getattr(args, "module", None) and not chain.meta.get("module"):
             print(f"note: using the profile's batch size {chain.meta['batch_size']} (not {batch_size})")

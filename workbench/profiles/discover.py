@@ -24,7 +24,11 @@ splitting code. It tries, in order:
 3. otherwise a **traced graph** (``torch.fx``, :mod:`workbench.profiles.traced`):
    one layer per block (the same ``nn.ModuleList``) or top-level module, the
    code around them traced (a skip across blocks, ``x.mean(1)`` before the
-   head); where several tensors cross a boundary they are packed into one.
+   head); where several tensors cross a boundary they are packed into one;
+4. otherwise the model **cut at module names** (:mod:`workbench.profiles.cuts`: ``torch.export``
+   and torch's ``pipe_split`` markers): before every repeated block and every module with
+   parameters after them (a loss computed in the forward from ``labels=``, an encoder-decoder,
+   code after the head). ``split_at`` (``--split-at``) names the modules instead: that route alone.
 
 The loss receives the model's own output structure (a ``ModelOutput``, a
 dict, a tuple) with the last layer's tensor(s) in place
@@ -67,6 +71,7 @@ import torch
 import torch.utils._pytree as pytree
 from torch import nn
 
+from workbench.profiles.cuts import check_split_names, cut_layers, suggest_split_at
 from workbench.profiles.traced import block_list, traced_layers
 from workbench.profiles.wrappers import (
     DiscoveryError,
@@ -76,6 +81,7 @@ from workbench.profiles.wrappers import (
     RecordedCall,
     Slot,
     Stop,
+    check_scalar_loss,
     describe,
     prune,
     tensor_leaves,
@@ -130,12 +136,21 @@ def _fake(t: Any) -> bool:
 
 
 def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """The same tensor, or equal ones; fake tensors have no values: equal shape and dtype stand for equal."""
+    """The same tensor, or equal ones; fake tensors have no values: the same storage viewed the same way
+    stands for equal (a shape alone would take Gemma's soft-capped logits for its head's output).
+
+    >>> x = torch.ones(2, 3)
+    >>> _same(x, x[:, :]), _same(x, x.clone()), _same(x, x * 2)
+    (True, True, False)
+    """
     if a is b:
         return True
     if a.shape != b.shape or a.dtype != b.dtype:
         return False
-    return _fake(a) or _fake(b) or bool(torch.equal(a.detach(), b.detach()))
+    if _fake(a) or _fake(b):
+        return (_fake(a) and _fake(b) and a.untyped_storage()._cdata == b.untyped_storage()._cdata
+                and a.stride() == b.stride() and a.storage_offset() == b.storage_offset())
+    return bool(torch.equal(a.detach(), b.detach()))
 
 
 def _split_inputs(example_inputs: Any) -> tuple[tuple, dict]:
@@ -399,15 +414,33 @@ def _traced_route(model: nn.Module, args: tuple, kwargs: dict, loss: Callable | 
 
 
 # ---------------------------------------------------------------------------------------------
+# route 4: the model cut at module names (workbench.profiles.cuts): --split-at, or every block
+# ---------------------------------------------------------------------------------------------
+def _cut_route(model: nn.Module, args: tuple, kwargs: dict, loss: Callable | None, target: Any,
+               names: Sequence[str]) -> Layers:
+    x = _chain_input(args, kwargs)
+    modules, layer_names, chain_loss = cut_layers(model, args, kwargs, loss, names, target)
+    shown = ", ".join(names) if len(names) <= 4 else f"{names[0]}, {names[1]}, ..., {names[-1]}"
+    return _finish(model, modules, layer_names, x, f"exported graph cut before {len(names)} modules ({shown})",
+                   chain_loss)
+
+
+def _suggested_cuts(model: nn.Module, args: tuple, kwargs: dict) -> tuple[str, ...]:
+    rec = _seeded(_record, model, args, kwargs)
+    return suggest_split_at(model, [(c.path, c.start, c.end) for c in rec.calls])
+
+
+# ---------------------------------------------------------------------------------------------
 # entry point
 # ---------------------------------------------------------------------------------------------
 def discover_layers(model: nn.Module | Sequence[nn.Module], example_inputs: Any, loss: Callable | None = None,
-                    target: Any = None, *, verify: bool = True) -> Layers:
+                    target: Any = None, *, verify: bool = True, split_at: Sequence[str] | None = None) -> Layers:
     """The chain of ``model`` on ``example_inputs`` (see the module docstring for the routes).
 
     ``loss(model_output, target)`` is the training loss; :attr:`Layers.loss` is the same loss of
     the last layer's tensor. With ``verify`` the chain is run on the example batch and must give
-    the model's loss (or output) to rounding.
+    the model's loss (or output) to rounding. ``split_at``: module names to cut the model before
+    (:mod:`workbench.profiles.cuts`), the only route then tried.
     """
     if isinstance(model, (list, tuple)):
         mods = list(model)
@@ -418,34 +451,59 @@ def discover_layers(model: nn.Module | Sequence[nn.Module], example_inputs: Any,
         return _finish(None, mods, [f"layer{i}" for i in range(len(mods))], x, "list", loss)
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
-    if isinstance(model, nn.Sequential):
+    if split_at:
+        check_split_names(model, split_at)
+    elif isinstance(model, nn.Sequential):
         named = list(model.named_children())
         return _finish(model, [m for _, m in named], [n for n, _ in named], example_inputs, "sequential", loss)
     args, kwargs = _split_inputs(example_inputs)
     buffers = {n: b.detach().clone() for n, b in model.named_buffers()}  # discovery must not move BatchNorm stats
     try:
-        errors = []
-        for route in ("blocks", "traced"):
-            try:
-                found = (_blocks_route(model, args, kwargs, loss, target) if route == "blocks"
-                         else _traced_route(model, args, kwargs, loss))
-                if verify:      # a chain that misses what the loss needs falls to the next route
-                    _verify(model, found, args, kwargs, loss, target)
-                return found
-            except DiscoveryError as e:
-                errors.append(f"{'repeated blocks' if route == 'blocks' else 'traced graph'}: {e}")
-            except ModelFailure:
-                raise
-            except Exception:
-                with torch.random.fork_rng():   # the model itself fails on its example: say so (the user's code)
-                    _own_loss(model, args, kwargs, loss, target)
-                raise
-        raise DiscoveryError(f"cannot split {type(model).__name__} into layers; " + "; ".join(errors))
+        return _first_route(model, args, kwargs, loss, target, verify, split_at)
     finally:
         with torch.no_grad():
             for n, b in model.named_buffers():
                 if n in buffers:
                     b.copy_(buffers[n])
+
+
+_ROUTES = {"blocks": "repeated blocks", "traced": "traced graph", "cuts": "cut at the blocks"}
+
+
+def _first_route(model: nn.Module, args: tuple, kwargs: dict, loss: Callable | None, target: Any, verify: bool,
+                 split_at: Sequence[str] | None) -> Layers:
+    """The chain of the first route that finds one (only the cuts at ``split_at`` when given)."""
+    errors = []
+    for route in ("cuts",) if split_at else ("blocks", "traced", "cuts"):
+        what = _ROUTES[route]
+        try:
+            if route == "blocks":
+                found = _blocks_route(model, args, kwargs, loss, target)
+            elif route == "traced":
+                found = _traced_route(model, args, kwargs, loss)
+            else:
+                names = tuple(split_at or ()) or _suggested_cuts(model, args, kwargs)
+                if not names:
+                    raise DiscoveryError("no list of repeated blocks to cut at")
+                what = f"{what} (--split-at {','.join(names)})" if not split_at else what
+                found = _cut_route(model, args, kwargs, loss, target, names)
+            if verify:      # a chain that misses what the loss needs falls to the next route
+                _verify(model, found, args, kwargs, loss, target)
+            return found
+        except DiscoveryError as e:
+            if split_at:    # the cuts named: their reason alone, saying which option it is about
+                said = str(e) if str(e).startswith("--split-at") else f"--split-at {','.join(split_at)}: {e}"
+                raise DiscoveryError(said) from None
+            errors.append(f"{what}: {e}")
+        except ModelFailure:
+            raise
+        except Exception:
+            with torch.random.fork_rng():   # the model itself fails on its example: say so (the user's code)
+                _own_loss(model, args, kwargs, loss, target)
+            raise
+    raise DiscoveryError(f"cannot split {type(model).__name__} into layers; " + "; ".join(errors)
+                         + "; name the modules to cut before: --split-at NAME,NAME,... (model.named_modules() "
+                         "names them)")
 
 
 def _own_loss(model: nn.Module, args: tuple, kwargs: dict, loss: Callable | None, target: Any) -> torch.Tensor:
@@ -458,9 +516,11 @@ def _own_loss(model: nn.Module, args: tuple, kwargs: dict, loss: Callable | None
     if loss is None:
         return tensor_leaves(out)[0]
     try:
-        return loss(out, target)
+        value = loss(out, target)
     except Exception as e:  # noqa: BLE001 - the user's loss on the model's own output
         raise ModelFailure(f"the loss on the model's own output ({describe(out)})") from e
+    check_scalar_loss(value, f"on the model's own output ({describe(out)})")
+    return value
 
 
 def _chain_loss(found: Layers, h: torch.Tensor, target: Any) -> torch.Tensor:
@@ -468,13 +528,17 @@ def _chain_loss(found: Layers, h: torch.Tensor, target: Any) -> torch.Tensor:
     got and how to adapt it (the loss already worked on the model's own output)."""
     assert found.loss is not None
     try:
-        return found.loss(h, target)
+        value = found.loss(h, target)
     except Exception as e:  # noqa: BLE001 - the user's loss may fail in any way; say what it was given
         if not isinstance(found.loss, RebuiltLoss):
             raise
         raise DiscoveryError(f"the loss got {found.loss.given()} and failed ({type(e).__name__}: "
                              f"{(str(e).splitlines() or [''])[0]}): compute the loss from "
                              f"{found.loss.carried()} alone (only the last layer's output reaches the loss)") from None
+    if not isinstance(value, torch.Tensor) and isinstance(found.loss, RebuiltLoss):
+        raise DiscoveryError(f"the loss got {found.loss.given()} and returned {describe(value)}: compute the loss "
+                             f"from {found.loss.carried()} alone (only the last layer's output reaches the loss)")
+    return value
 
 
 def _verify(model: nn.Module, found: Layers, args: tuple, kwargs: dict, loss: Callable | None, target: Any) -> None:

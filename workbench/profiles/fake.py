@@ -179,11 +179,12 @@ def for_gpu(chain: Chain, times: RooflineTimes, gpu: str | Accelerator) -> Chain
 
 def fake_profile(build: Callable[[], tuple[Any, Any, Any, Callable]], gpu: str | Accelerator, *,
                  calibration: Calibration = H100_CALIBRATION, meta: Mapping[str, Any] | None = None,
-                 progress: bool = False, return_work: bool = False) -> Chain | tuple[Chain, RooflineTimes]:
+                 progress: bool = False, return_work: bool = False, split_at: tuple[str, ...] = ()
+                 ) -> Chain | tuple[Chain, RooflineTimes]:
     """Profile ``build()``'s ``(model, example_inputs, example_targets, loss_fn)`` under fake tensors for
     ``gpu`` (see the module docstring). ``build`` runs inside the fake mode: nothing it creates is
     allocated. ``return_work``: also the :class:`~workbench.profiles.roofline.RooflineTimes` with every
-    layer's work (for calibration)."""
+    layer's work (for calibration). ``split_at``: module names to cut the model before (``--split-at``)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     from workbench.profiles.profiler import profile_model
@@ -200,7 +201,7 @@ def fake_profile(build: Callable[[], tuple[Any, Any, Any, Callable]], gpu: str |
                 model, inputs, targets, loss = build()
             with unpacked_sequences():
                 chain = profile_model(model, inputs, "cpu", warmup=0, repeats=1, meta=info, progress=progress,
-                                      threads=None, loss=loss, target=targets, times=times)
+                                      threads=None, loss=loss, target=targets, times=times, split_at=split_at)
     except Exception as e:  # noqa: BLE001 - only the fake-tensor failures are translated
         err = _needs_values(e)
         if err is None:
@@ -231,9 +232,9 @@ def fake_zoo(name: str, batch_size: int, gpu: str | Accelerator, *, dtype: str |
 
 
 def fake_module(spec: str, gpu: str | Accelerator, *, seed: int = 0, calibration: Calibration = H100_CALIBRATION,
-                progress: bool = False) -> Chain:
+                progress: bool = False, split_at: tuple[str, ...] = ()) -> Chain:
     """``--module FILE.py:FUNC`` profiled fake for ``gpu``: ``FUNC()`` runs inside the fake mode (the
-    metadata records ``module``, so ``run --profile`` finds the model again)."""
+    metadata records ``module``, so ``run --profile`` finds the model again), cut before ``split_at``."""
     from workbench.profiles.usermodel import load_user_model, parse_spec
 
     def build() -> tuple[Any, Any, Any, Callable]:
@@ -244,6 +245,6 @@ def fake_module(spec: str, gpu: str | Accelerator, *, seed: int = 0, calibration
 
     path, func = parse_spec(spec)
     meta = {"network": f"{Path(path).stem}:{func}", "module": spec}
-    chain = fake_profile(build, gpu, calibration=calibration, meta=meta, progress=progress)
+    chain = fake_profile(build, gpu, calibration=calibration, meta=meta, progress=progress, split_at=split_at)
     assert isinstance(chain, Chain)
     return chain

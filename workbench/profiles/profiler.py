@@ -86,7 +86,7 @@ from workbench.profiles.memtrace import layer_memory
 from workbench.profiles.split import layer_split
 from workbench.profiles.tied_counts import count_ties_once
 from workbench.profiles.timing import CLOCKS, Timer, cpu_threads, leaf, say_how_long, time_layer
-from workbench.profiles.wrappers import model_call
+from workbench.profiles.wrappers import check_scalar_loss, model_call
 from workbench.profiles.zoo import as_dtype
 
 __all__ = [
@@ -182,7 +182,8 @@ def saved_tensor_bytes(module: nn.Module, x: torch.Tensor, *, input_requires_gra
         if not isinstance(out, torch.Tensor):
             raise TypeError(f"a chain layer must return one tensor, got {type(out).__name__}")
         if then is not None:
-            model_call(then, out, where and f"the loss on {where}'s output")
+            check_scalar_loss(model_call(then, out, where and f"the loss on {where}'s output"),
+                              f"on {where or 'the last layer'}'s output")
     return sum(storages.values()), out
 
 
@@ -203,13 +204,13 @@ def spread_summary(stats: Sequence[LayerTiming]) -> dict[str, float]:
 
 
 def _find_layers(model: nn.Module | Sequence[nn.Module], example_inputs: Any, loss: Callable | None, target: Any,
-                 names: Sequence[str] | None) -> Layers:
+                 names: Sequence[str] | None, split_at: Sequence[str] | None = None) -> Layers:
     """The chain of ``model`` (:func:`~workbench.profiles.discover.discover_layers`), renamed by ``names``."""
     if isinstance(model, (nn.Sequential, list, tuple)) and not isinstance(example_inputs, torch.Tensor):
         raise TypeError(f"sample_input must be a tensor, got {type(example_inputs).__name__}")
     if isinstance(model, (list, tuple, nn.Sequential)) and len(model) == 0:
         raise ValueError("nothing to profile: the layer list is empty")
-    found = discover_layers(model, example_inputs, loss, target)
+    found = discover_layers(model, example_inputs, loss, target, split_at=split_at)
     if names is not None:
         names = [str(n) for n in names]
         if len(names) != len(found):
@@ -236,6 +237,7 @@ def profile_model(
     dtype: str | torch.dtype | None = None,
     times: Callable[..., tuple[list[float], list[float]]] = time_layer,
     clock: str = "wall",
+    split_at: Sequence[str] | None = None,
 ) -> Chain | tuple[Chain, list[LayerTiming]]:
     """Profile any model (see the module docstring for what is measured).
 
@@ -255,7 +257,8 @@ def profile_model(
     :func:`~workbench.profiles.timing.time_layer`'s arguments: measured by default, estimated in a fake
     profile (:class:`workbench.profiles.roofline.RooflineTimes`, :mod:`workbench.profiles.fake`).
     ``clock`` is the CPU's clock (:data:`~workbench.profiles.timing.CLOCKS`): ``"wall"`` or ``"cpu"``, the
-    thread's CPU time, which needs one thread (the others' work would not count).
+    thread's CPU time, which needs one thread (the others' work would not count). ``split_at``: module names
+    to cut the model before (``--split-at``, :mod:`workbench.profiles.cuts`; the metadata records them).
 
     >>> c, stats = profile_model([torch.nn.Linear(4, 4)], torch.zeros(1, 4), repeats=3, warmup=0, return_stats=True)
     >>> len(stats[0].forward), c.layers[0].name
@@ -263,7 +266,7 @@ def profile_model(
     """
     _check_counts(repeats, warmup, loss, target)
     _check_clock(clock, device, threads)
-    found = _find_layers(model, example_inputs, loss, target, names)
+    found = _find_layers(model, example_inputs, loss, target, names, split_at)
     mods, names, loss = list(found.modules), list(found.names), found.loss
     how, sample_input, tgt = _set_up(found.input, device, dtype, target, grad_seed, warmup, repeats, times, clock)
     started = time.perf_counter()
@@ -285,6 +288,8 @@ def profile_model(
     if how.times is not time_layer:      # estimated times: the split is estimated too (workbench.model.split)
         info.pop("backward_split")
     info.update(meta or {})
+    if split_at:
+        info["split_at"] = ",".join(split_at)
     chain = Chain(tuple(out_layers), input_bytes=float(tensor_bytes(sample_input)),
                   meta={k: str(v) for k, v in info.items()})
     chain = count_ties_once(dataclasses.replace(chain, meta={"layers_found": found.how, **chain.meta}), found)
@@ -492,4 +497,5 @@ def profile_workload(workload: Any, device: str = "cpu", *, warmup: int = 2, rep
         return profile_zoo(workload.name, workload.batch_size, device, dtype=workload.dtype, **kw, **workload.config)
     inputs, target = workload.batch(0)
     info = {"network": workload.name, "module": workload.source}
-    return profile_model(workload.build(), inputs, device, meta=info, loss=workload.loss, target=target, **kw)
+    return profile_model(workload.build(), inputs, device, meta=info, loss=workload.loss, target=target,
+                         split_at=workload.split_at or None, **kw)

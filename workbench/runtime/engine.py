@@ -302,7 +302,10 @@ def _torchrun(args: argparse.Namespace) -> int:
                          f"(--nproc-per-node {plan.devices} on one node)")
     device = "cuda" if torch.cuda.is_available() else "cpu"
     backend = args.backend or default_backend(device, int(os.environ.get("LOCAL_WORLD_SIZE", world)))
-    wl = (Workload.module(args.module) if args.module else
+    from workbench.profiles import load_profile
+
+    split = load_profile(args.profile).meta.get("split_at") if args.module and args.profile else None  # --split-at
+    wl = (Workload.module(args.module, split_at=split) if args.module else
           Workload.zoo(args.model, args.batch_size, dtype=args.dtype, **dict(plan.extra.get("model_config", {}))))
     for note in wl.notes if rank == 0 else ():
         print(f"note: {note}", flush=True)
