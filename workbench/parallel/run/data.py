@@ -1,0 +1,112 @@
+"""The data-parallel transform of a layout's rank: ``zero`` 0-3 as torch's own pieces (docs/model.md, "Layouts").
+
+=====  ==================================================================================================
+zero   what wraps a pipeline stage (its ``nn.Sequential`` of layers) over the ``dp`` sub-mesh
+=====  ==================================================================================================
+0      ``DistributedDataParallel(gradient_as_bucket_view=True)``: every rank holds the whole stage, its
+       gradients and its optimizer state; gradients are all-reduced (averaged) over ``dp``
+1      the same DDP, and the optimizer is ``ZeroRedundancyOptimizer``: each rank keeps the optimizer state of
+       its share of the parameters and broadcasts its updated share after the step
+2      FSDP2: ``fully_shard(layer, reshard_after_forward=False)`` on every layer, then on the stage: the
+       parameters stay gathered from a layer's forward through its backward; gradients reduce-scattered
+3      FSDP2 with ``reshard_after_forward=True``: parameters sharded again after each layer's forward,
+       gathered again for its backward
+=====  ==================================================================================================
+
+DDP's gradient buckets are views of the gradients (``gradient_as_bucket_view=True``): without it DDP keeps a
+second copy of every gradient in its buckets. DDP allocates the buckets once and keeps them, so the
+gradients of zero 0 and 1 are resident between steps (they are zeroed in place, :func:`zero_grads`),
+whatever the plan's ``zero_grad`` loop says. Buffers are not re-broadcast before each forward
+(``forward_sync_buffers=False``): every rank builds the same model from the same seed.
+
+Under FSDP2 a layer that holds a tied parameter (an embedding and its head on one stage) is not sharded on
+its own: FSDP2 wants a shared parameter in one group, so it stays in the stage's (the root's) group.
+
+Inside a pipeline, torch's schedules drive both: ``PipelineStage.backward_maybe_with_nosync`` runs every
+micro-batch's backward but the last under ``no_sync`` (DDP) or without gradient sync (FSDP2), and the
+schedule's ``REDUCE_GRAD`` action reduces FSDP2's gradients after the last backward.
+
+>>> ZERO_PIECES[1]
+'DDP + ZeroRedundancyOptimizer'
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Sequence
+
+import torch
+from torch import nn
+
+__all__ = ["ZERO_PIECES", "shard_data_parallel", "make_layout_optimizer", "local_optimizer", "zero_grads", "is_fsdp",
+           "local_tensor"]
+
+#: the torch pieces of each ZeRO level (agreed with the layout model of ``workbench.parallel.data``)
+ZERO_PIECES = {0: "DDP", 1: "DDP + ZeroRedundancyOptimizer", 2: "fully_shard(reshard_after_forward=False)",
+               3: "fully_shard(reshard_after_forward=True)"}
+
+
+def shard_data_parallel(stage: nn.Sequential, zero: int, dp_mesh: Any, dp: int,
+                        tied_layers: Sequence[int] = ()) -> nn.Module:
+    """``stage`` wrapped for ``zero`` over ``dp_mesh`` (the module a ``PipelineStage`` runs); ``stage`` itself
+    when ``dp`` is 1. ``tied_layers``: positions in ``stage`` of layers holding a tied parameter."""
+    if dp == 1:
+        return stage
+    if zero in (0, 1):
+        from torch.nn.parallel import DistributedDataParallel
+
+        return DistributedDataParallel(stage, process_group=dp_mesh.get_group(), gradient_as_bucket_view=True,
+                                       forward_sync_buffers=False)
+    from torch.distributed.fsdp import fully_shard
+
+    reshard = zero == 3
+    for j, layer in enumerate(stage):
+        if j not in tied_layers and any(p.requires_grad for p in layer.parameters()):
+            fully_shard(layer, mesh=dp_mesh, reshard_after_forward=reshard)
+    fully_shard(stage, mesh=dp_mesh, reshard_after_forward=reshard)
+    return stage
+
+
+def make_layout_optimizer(name: str, params: Iterable[nn.Parameter], lr: float, zero: int, dp: int,
+                          dp_group: Any = None) -> torch.optim.Optimizer | None:
+    """torch's optimizer ``name`` (:func:`~workbench.runtime.training.make_optimizer`); for ``zero`` 1 with
+    ``dp`` > 1 the same class and settings inside torch's ``ZeroRedundancyOptimizer`` over ``dp_group``."""
+    from workbench.runtime.training import make_optimizer
+
+    params = list({id(p): p for p in params}.values())
+    opt = make_optimizer(name, params, lr)
+    if opt is None or zero != 1 or dp == 1:
+        return opt
+    from torch.distributed.optim import ZeroRedundancyOptimizer
+
+    settings = {k: v for k, v in opt.defaults.items() if k not in ("differentiable",)}
+    return ZeroRedundancyOptimizer(params, optimizer_class=type(opt), process_group=dp_group, **settings)
+
+
+def local_optimizer(opt: torch.optim.Optimizer | None) -> torch.optim.Optimizer | None:
+    """The optimizer that holds this rank's state: ``ZeroRedundancyOptimizer``'s local one, or ``opt``."""
+    return getattr(opt, "optim", opt)
+
+
+def is_fsdp(module: nn.Module) -> bool:
+    """Whether FSDP2 manages ``module`` (``fully_shard`` made it an ``FSDPModule``)."""
+    from torch.distributed.fsdp import FSDPModule
+
+    return isinstance(module, FSDPModule)
+
+
+def zero_grads(params: Sequence[nn.Parameter], zero: int, dp: int, loop: str) -> None:
+    """Between steps: in place under DDP (its buckets stay, see the module docstring), else as ``loop``
+    says (``none``: set to None, torch's default; ``zeros``: in place)."""
+    in_place = loop == "zeros" or (dp > 1 and zero in (0, 1))
+    for p in params:
+        if p.grad is None:
+            continue
+        if in_place:
+            p.grad.zero_()
+        else:
+            p.grad = None
+
+
+def local_tensor(t: torch.Tensor) -> torch.Tensor:
+    """A ``DTensor``'s shard on this rank (FSDP2, tensor parallelism), or ``t`` itself."""
+    return t.to_local() if hasattr(t, "to_local") else t
