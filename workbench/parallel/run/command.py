@@ -11,6 +11,10 @@ first (the prediction of the pipeline's memory needs its chain).
 Then the ranks run (:mod:`~workbench.parallel.run.launch`), one process per rank of the layout; a rank that
 fails stops every rank and the command says which rank failed and why (``error:``, exit 1). The summary
 (:mod:`~workbench.parallel.run.summary`) is printed and written to ``--out/summary.json``.
+
+Across machines, ``torchrun --nnodes N --node-rank I --master-addr HOST --nproc-per-node K -m
+workbench.runtime.engine PLAN.json (--model NAME | --module F.py:FUNC) --steps M --out DIR [--check-grads]``
+runs the same layout (:func:`torchrun_layout_command`): N x K must be the layout's ranks.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from typing import Any
 
 from workbench.parallel.layout import Layout
 
-__all__ = ["run_layout_command", "prepare_layout_run"]
+__all__ = ["run_layout_command", "torchrun_layout_command", "prepare_layout_run"]
 
 
 def _model_args(args: argparse.Namespace, plan) -> argparse.Namespace:
@@ -38,9 +42,10 @@ def _model_args(args: argparse.Namespace, plan) -> argparse.Namespace:
 
 
 def prepare_layout_run(args: argparse.Namespace, plan, layout: Layout, *, started: int | None = None,
-                       say=print) -> tuple[Any, Any, Any]:
+                       profile: bool = True, say=print) -> tuple[Any, Any, Any]:
     """The checks of the module docstring, then (config, chain, platform) of the run; ``started``: the ranks
-    torchrun started (None: this machine starts them, at most ``--max-ranks``)."""
+    torchrun started (None: this machine starts them, at most ``--max-ranks``); ``profile``: profile the
+    model without ``--profile`` (under torchrun rank 0 only: the chain serves the prediction)."""
     from workbench.front.running import _workload
     from workbench.model.plan_setup import resolve_setup
     from workbench.parallel.run.checks import (
@@ -51,6 +56,7 @@ def prepare_layout_run(args: argparse.Namespace, plan, layout: Layout, *, starte
         layout_micro_batches,
     )
     from workbench.parallel.run.config import LayoutConfig
+    from workbench.parallel.run.pipeline import needs_programs
     from workbench.profiles.usermodel import user_code
     from workbench.runtime.engine import programs_for
     from workbench.runtime.session import check_plan_against, platform_for_run
@@ -63,29 +69,31 @@ def prepare_layout_run(args: argparse.Namespace, plan, layout: Layout, *, starte
     setup = resolve_setup(args, plan)
     chain = _load_profile(getattr(args, "profile", None))
     args = _model_args(args, plan)
-    wl = _workload(args, chain, plan, getattr(args, "batch_size", None) or 8)
+    wl = _workload(args, chain, plan, _batch_size(args, chain))
     with user_code(wl.source):
         names = wl.layers().names
         check_plan_against(plan, names, chain, what=wl.name)
         check_layout_model(layout, wl.build(), wl.batch_size)
-    if chain is None:
+    if chain is None and profile:
         from workbench.profiles.profiler import profile_workload
 
         say(f"profiling {wl.name} on this machine (no --profile) ...", flush=True)
         chain = profile_workload(wl, progress=False)
     platform = platform_for_run(plan, optimizer=setup["optimizer"], weights=setup["weights"],
                                 zero_grad=setup["zero_grad"])
-    programs = None if plan.schedule in _torch_classes() else programs_for(plan, micro_batches, chain, platform)
+    programs = programs_for(plan, micro_batches) if needs_programs(plan) else None
     cfg = LayoutConfig(plan, layout, wl, micro_batches, programs, lr=getattr(args, "lr", 0.0) or 0.0,
                        optimizer=platform.optimizer, zero_grad=platform.zero_grad,
                        timeout=float(getattr(args, "timeout", None) or 300.0))
     return cfg, chain, platform
 
 
-def _torch_classes() -> dict:
-    from workbench.model.orders import SCHEDULES
-
-    return SCHEDULES
+def _batch_size(args: argparse.Namespace, chain) -> int:
+    """A zoo model's batch size: the profile's where it records one, else ``--batch-size`` (default 8)."""
+    profiled = str((chain.meta if chain is not None else {}).get("batch_size") or "").split()
+    if profiled and not getattr(args, "module", None) and not chain.meta.get("module"):
+        return int(profiled[0])
+    return int(getattr(args, "batch_size", None) or 8)
 
 
 def _load_profile(path: str | None):
@@ -118,3 +126,18 @@ def run_layout_command(args: argparse.Namespace, plan, layout: Layout) -> int:
     print(format_layout_summary(summary))
     print(f"wrote {Path(args.out) / 'summary.json'}")
     return 0
+
+
+def torchrun_layout_command(args: argparse.Namespace, plan, layout: Layout) -> int:
+    """``torchrun ... -m workbench.runtime.engine PLAN.json`` for a layout plan: every rank checks what ``run``
+    checks (against the ranks torchrun started), then runs its share; rank 0 concludes
+    (:func:`~workbench.parallel.run.launch.torchrun_layout`)."""
+    import os
+
+    from workbench.parallel.run.launch import torchrun_layout
+
+    rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+    quiet = (lambda *a, **k: None)
+    cfg, chain, platform = prepare_layout_run(args, plan, layout, started=world, profile=rank == 0,
+                                              say=print if rank == 0 else quiet)
+    return torchrun_layout(cfg, chain, platform, args.out, check_grads=getattr(args, "check_grads", False))

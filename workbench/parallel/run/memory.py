@@ -66,6 +66,25 @@ class _Roots:
             yield from m.buffers()
 
 
+def _pipeline_fsdp_tracker() -> type:
+    """``FSDPMemTracker`` for a pipeline stage, which runs its module's forward once per micro-batch: torch's
+    tracker takes a root's second forward for a second iteration and refuses it, so each forward starts the
+    module's own statistics afresh (the rank's peak and its parts, which are what is read, are kept)."""
+    from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
+
+    class PipelineFSDPMemTracker(FSDPMemTracker):
+        def _fsdp_state_pre_forward(self, fsdp_mod: Any, orig: Any) -> Any:
+            inner = super()._fsdp_state_pre_forward(fsdp_mod, orig)
+
+            def again(*args: Any, **kwargs: Any) -> Any:
+                self.memory_tracking.pop(fsdp_mod, None)
+                return inner(*args, **kwargs)
+
+            return again
+
+    return PipelineFSDPMemTracker
+
+
 class RankMemory:
     """The peak of one step of a rank and its parts (see the module docstring)."""
 
@@ -87,9 +106,7 @@ class RankMemory:
             self._peak = float(torch.cuda.max_memory_allocated(self.device))
             return
         if fsdp:
-            from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
-
-            self.tracker = FSDPMemTracker(modules[0], optimizer)
+            self.tracker = _pipeline_fsdp_tracker()(modules[0], optimizer)
             self.tracker._root_mod = _Roots(modules)
             self.tracker.track_inputs(tuple(resident))
         else:

@@ -35,7 +35,7 @@ from workbench.parallel.run.data import (
     shard_data_parallel,
     zero_grads,
 )
-from workbench.parallel.run.grid import build_mesh, tie_groups
+from workbench.parallel.run.grid import build_mesh, mesh_coords, tie_groups
 from workbench.parallel.run.memory import RankMemory, collective_buffers, tensor_bytes
 from workbench.parallel.run.pipeline import build_stages, make_schedule, receive_buffers
 from workbench.parallel.run.tensor import apply_tensor_parallel
@@ -61,6 +61,9 @@ class LayoutRank:
         self.coords = lay.coords(rank)
         pp, dp, _ = self.coords
         mesh = build_mesh(lay, device.type)
+        if mesh_coords(mesh) != self.coords:
+            raise RuntimeError(f"torch's mesh puts rank {rank} at (pp, dp, tp) {mesh_coords(mesh)}, the layout at "
+                               f"{self.coords}")
         self.model = model = RankModel.build(plan, cfg.workload, pp, device)
         tied_layers = {n for t in model.tied for n in t.layers}
         self.modules = {}
