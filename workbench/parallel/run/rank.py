@@ -85,6 +85,7 @@ class LayoutRank:
         self.y = torch.cat([b[1] for b in batches]).to(device) if self.last else None
         self.ties = self._tie_groups()
         self.ddp = lay.dp > 1 and lay.zero in (0, 1)
+        self.steps_taken = 0
 
     def _tie_groups(self) -> list[tuple[Any, str]]:
         """Per tie spanning pipeline coordinates: this rank's group (None without a copy) and the parameter."""
@@ -116,6 +117,7 @@ class LayoutRank:
             dist.all_reduce(local_tensor(p.grad), group=group)
         if self.optimizer is not None:
             self.optimizer.step()
+        self.steps_taken += 1
 
     def zero(self) -> None:
         zero_grads(self.params, self.cfg.layout.zero, self.cfg.layout.dp, self.cfg.zero_grad)
@@ -175,4 +177,4 @@ def run_layout_rank(rank: int, cfg: LayoutConfig) -> dict[str, Any]:
             "memory_peak": probe.peak(), "memory_breakdown": breakdown,
             "collectives": collective_buffers(breakdown, receive_bytes=tensor_bytes(receive_buffers(me.stages)),
                                               bucket_bytes=tensor_bytes(grad_tensors) if me.ddp else 0),
-            "step_seconds": seconds}
+            "step_seconds": seconds, "optimizer_steps": me.steps_taken}
