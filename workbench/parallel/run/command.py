@@ -128,6 +128,10 @@ def run_layout_command(args: argparse.Namespace, plan, layout: Layout) -> int:
     return 0
 
 
+def _quiet(*args: Any, **kwargs: Any) -> None:
+    """Says nothing (ranks other than 0 under torchrun)."""
+
+
 def torchrun_layout_command(args: argparse.Namespace, plan, layout: Layout) -> int:
     """``torchrun ... -m workbench.runtime.engine PLAN.json`` for a layout plan: every rank checks what ``run``
     checks (against the ranks torchrun started), then runs its share; rank 0 concludes
@@ -137,7 +141,6 @@ def torchrun_layout_command(args: argparse.Namespace, plan, layout: Layout) -> i
     from workbench.parallel.run.launch import torchrun_layout
 
     rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
-    quiet = (lambda *a, **k: None)
     cfg, chain, platform = prepare_layout_run(args, plan, layout, started=world, profile=rank == 0,
-                                              say=print if rank == 0 else quiet)
+                                              say=print if rank == 0 else _quiet)
     return torchrun_layout(cfg, chain, platform, args.out, check_grads=getattr(args, "check_grads", False))

@@ -11,8 +11,9 @@ and ``Schedule1F1B`` for GPipe and 1F1B (one stage per rank), the multi-stage cl
 :data:`workbench.model.orders.SCHEDULES` (interleaved 1F1B, looped BFS, zero bubble, V). The seed's periodic
 plans (one weight version) run their own order, unrolled (:func:`~workbench.runtime.engine.programs_for`),
 lowered to torch's actions (:func:`~workbench.runtime.export.programs_to_actions`) and run by
-``_PipelineScheduleRuntime``, which adds the sends, receives and FSDP2's gradient reduction itself. A periodic plan with weight stashing
-needs the PipeDream engine, which runs ``tp = dp = 1`` only: it is refused for layouts.
+``_PipelineScheduleRuntime``, which adds the sends, receives and FSDP2's gradient reduction itself. A
+periodic plan with weight stashing needs the PipeDream engine, which runs ``tp = dp = 1`` only: it is
+refused for layouts.
 
 >>> schedule_kind("interleaved-1f1b"), schedule_kind("1f1b"), schedule_kind("periodic")
 ('torch class ScheduleInterleaved1F1B', 'torch class Schedule1F1B', "the plan's order")
@@ -25,7 +26,8 @@ from typing import Any, Sequence
 import torch
 from torch import nn
 
-__all__ = ["schedule_kind", "build_stages", "make_schedule", "needs_programs", "receive_buffers", "SINGLE_STAGE_CLASSES"]
+__all__ = ["schedule_kind", "build_stages", "make_schedule", "needs_programs", "receive_buffers",
+           "SINGLE_STAGE_CLASSES"]
 
 
 def schedule_kind(method: str) -> str:

@@ -72,7 +72,8 @@ def summarise_layout(plan, layout, chain, platform, wl, parts: Sequence[dict[str
         "memory_error": [m / p - 1 if p > 0 else math.nan for m, p in zip(measured, predicted)],
         "prediction": sorted(set(sources)),
         "ranks": ranks,
-        "max_grad_error": grad_errors[1], "max_grad_error_abs": grad_errors[0], "grad_tolerance": grad_tolerance(wl.dtype),
+        "max_grad_error": grad_errors[1], "max_grad_error_abs": grad_errors[0],
+        "grad_tolerance": grad_tolerance(wl.dtype),
         "tied_copies_equal": tied_copies_equal(parts),
         "cpu_count": os.cpu_count(), "ranks_over_cores": layout.devices > (os.cpu_count() or 1),
     }
