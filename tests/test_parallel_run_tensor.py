@@ -1,10 +1,7 @@
 """workbench.parallel.run.tensor: sizes tp does not divide are refused naming them; tp = 1 changes nothing."""
 
 import pytest
-from torch import nn
-
-from workbench.parallel.layout import Layout
-from workbench.parallel.run.tensor import apply_tensor_parallel, check_tensor_parallel, tensor_parallel_plan
+from workbench.parallel.run.tensor import check_tensor_parallel, tensor_parallel_plan
 from workbench.parallel.run.workloads import hf_workload
 
 
@@ -18,9 +15,7 @@ def test_sizes_tp_does_not_divide_are_named():
     check_tensor_parallel(llama, 1)
 
 
-def test_tp_1_is_the_identity_and_tp_2_needs_the_sharding_plan():
-    seq = nn.Sequential(nn.Linear(2, 2))
-    assert apply_tensor_parallel(seq, ["a"], None, Layout()) is seq
+def test_tp_2_needs_the_sharding_plan():
     gpt2 = hf_workload("gpt2", layers=2, hidden=32, heads=4, vocab=64).build()
     if tensor_parallel_plan() is None:
         with pytest.raises(ValueError, match="needs the sharding plan of workbench.parallel.tensor"):

@@ -50,11 +50,28 @@ def _whole(t: torch.Tensor) -> torch.Tensor:
     return t.detach().cpu().clone()
 
 
+def _rank_model(cfg: LayoutConfig, pp: int, tp_mesh: Any, device: torch.device) -> Any:
+    """The whole model built and found as a chain, sharded over ``tp_mesh`` (tensor parallelism: every layer,
+    collectively, before the pipeline's split), then the layers of the stages at pipeline coordinate ``pp``."""
+    from workbench.profiles.discover import discover_layers
+    from workbench.runtime.rank import RankModel, chain_input
+
+    wl = cfg.workload
+    inputs, target = wl.batch(0)
+    model = wl.build()
+    layers = discover_layers(model, inputs, wl.loss, target)
+    x0 = chain_input(inputs)
+    if cfg.layout.tp == 1:
+        return RankModel.from_layers(cfg.plan, layers, x0, pp, device)
+    modules, loss, shapes = apply_tensor_parallel(model, layers, x0, tp_mesh, cfg.layout)
+    return RankModel.from_layers(cfg.plan, layers, x0, pp, device, modules=modules, loss=loss, shapes=shapes)
+
+
 class LayoutRank:
     """A rank's model, transforms, schedule, optimizer and tie groups (see the module docstring)."""
 
     def __init__(self, rank: int, cfg: LayoutConfig, device: torch.device) -> None:
-        from workbench.runtime.rank import RankModel, chain_input
+        from workbench.runtime.rank import chain_input
 
         self.rank, self.cfg, self.device = rank, cfg, device
         lay, plan = cfg.layout, cfg.plan
@@ -64,14 +81,12 @@ class LayoutRank:
         if mesh_coords(mesh) != self.coords:
             raise RuntimeError(f"torch's mesh puts rank {rank} at (pp, dp, tp) {mesh_coords(mesh)}, the layout at "
                                f"{self.coords}")
-        self.model = model = RankModel.build(plan, cfg.workload, pp, device)
+        self.model = model = _rank_model(cfg, pp, mesh["tp"], device)
         tied_layers = {n for t in model.tied for n in t.layers}
         self.modules = {}
         for s, seq in model.stages.items():
             st = plan.stages[s]
-            names = [model.layer_names[l] for l in range(st.first, st.last + 1)]
-            model.stages[s] = seq = apply_tensor_parallel(seq, names, mesh["tp"], lay)
-            tied_here = [j for j, n in enumerate(names) if n in tied_layers]
+            tied_here = [j for j, l in enumerate(range(st.first, st.last + 1)) if model.layer_names[l] in tied_layers]
             self.modules[s] = shard_data_parallel(seq, lay.zero, mesh["dp"], lay.dp, tied_here)
         self.params = list({id(p): p for seq in model.stages.values() for p in seq.parameters()}.values())
         self.optimizer = make_layout_optimizer(cfg.optimizer, self.params, cfg.lr, lay.zero, lay.dp,

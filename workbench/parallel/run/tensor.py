@@ -2,9 +2,11 @@
 
 The sharding itself (torch's ``parallelize_module``: column-wise for the query/key/value and gate/up
 projections, row-wise for the output and down projections, vocabulary-parallel embedding and head, optional
-sequence parallelism) is the plan :mod:`workbench.parallel.tensor` builds for profiles; the runtime applies
-the same plan to a pipeline stage's layers on the ``tp`` sub-mesh (:func:`apply_tensor_parallel`), so what is
-profiled is what runs. Where that package is absent, a layout with ``tp`` > 1 is refused before any rank
+sequence parallelism) is the plan :mod:`workbench.parallel.tensor` builds for profiles
+(``plan_model``, ``shard_model``); the runtime applies the same plan to the whole model on the ``tp``
+sub-mesh before the pipeline takes its stages (:func:`apply_tensor_parallel`), and runs the chain's layers
+as that package's ``local_chain`` wraps them (each passes its rank's local tensor on, as a pipeline sends
+it), so what is profiled is what runs. Where that package is absent, a layout with ``tp`` > 1 is refused before any rank
 starts (:func:`check_tensor_parallel`), naming what is missing.
 
 :func:`check_tensor_parallel` also refuses a model whose sizes ``tp`` does not divide (attention heads,
@@ -18,8 +20,9 @@ starts.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any
 
+import torch
 from torch import nn
 
 __all__ = ["tensor_parallel_plan", "tensor_sizes", "check_tensor_parallel", "apply_tensor_parallel"]
@@ -31,12 +34,17 @@ _SIZES = (("num_attention_heads", "attention heads"), ("n_head", "attention head
 
 
 def tensor_parallel_plan() -> Any:
-    """The module :mod:`workbench.parallel.tensor` (its sharding plan), or None where this build lacks it."""
+    """The sharding plan's three functions (``plan_model``, ``shard_model``, ``local_chain`` of
+    :mod:`workbench.parallel.tensor`) as one namespace, or None where this build lacks them."""
+    from types import SimpleNamespace
+
     try:
-        from workbench.parallel import tensor
+        from workbench.parallel.tensor.boundaries import local_chain
+        from workbench.parallel.tensor.plan import plan_model
+        from workbench.parallel.tensor.shard import shard_model
     except ImportError:
         return None
-    return tensor
+    return SimpleNamespace(plan_model=plan_model, shard_model=shard_model, local_chain=local_chain)
 
 
 def tensor_sizes(config: Any) -> dict[str, int]:
@@ -55,8 +63,8 @@ def check_tensor_parallel(model: nn.Module | None, tp: int) -> None:
     if tp == 1:
         return
     plan = tensor_parallel_plan()
-    if plan is not None and hasattr(plan, "check_tensor_parallel"):
-        plan.check_tensor_parallel(model, tp)
+    if plan is not None and model is not None:
+        plan.plan_model(model, tp)           # refuses what it cannot split, naming the sizes
         return
     sizes = tensor_sizes(getattr(model, "config", None))
     bad = {k: v for k, v in sizes.items() if v % tp}
@@ -68,12 +76,23 @@ def check_tensor_parallel(model: nn.Module | None, tp: int) -> None:
                          "this build of the workbench lacks; run tp=1 layouts (pipeline and data parallelism)")
 
 
-def apply_tensor_parallel(stage: nn.Sequential, layer_names: Sequence[str], tp_mesh: Any, layout: Any) -> nn.Sequential:
-    """``stage`` (one pipeline stage's layers, whose chain names are ``layer_names``) sharded over ``tp_mesh``
-    by the plan of :mod:`workbench.parallel.tensor`; ``stage`` itself for ``tp`` = 1."""
-    if layout.tp == 1:
-        return stage
-    plan = tensor_parallel_plan()
-    if plan is None or not hasattr(plan, "parallelize_layers"):
-        raise ValueError(f"tp={layout.tp}: workbench.parallel.tensor has no parallelize_layers in this build")
-    return plan.parallelize_layers(stage, layer_names, tp_mesh, sequence_parallel=layout.sequence_parallel)
+def apply_tensor_parallel(model: nn.Module, layers: Any, x0: torch.Tensor, tp_mesh: Any,
+                          layout: Any) -> tuple[list[nn.Module], Any, list[tuple[tuple[int, ...], torch.dtype]]]:
+    """``model`` sharded in place over ``tp_mesh`` by the plan of :mod:`workbench.parallel.tensor`, and its
+    discovered chain ``layers`` (which hold the same modules) as a rank runs them: (the layers, each passing
+    the rank's local tensor on, the loss, every layer's local output (shape, dtype) on ``x0``). Every rank of
+    the ``tp`` group calls it (the sharding and the example forward are collective)."""
+    tensor = tensor_parallel_plan()
+    if tensor is None:
+        raise ValueError(f"tp={layout.tp}: this build lacks the sharding plan of workbench.parallel.tensor")
+    plan = tensor.plan_model(model, layout.tp, sequence_parallel=layout.sequence_parallel,
+                             sequence=int(x0.shape[1]) if x0.dim() > 1 else None)
+    tensor.shard_model(model, tp_mesh, plan)
+    modules, loss = tensor.local_chain(list(layers.modules), x0, tp_mesh, layers.loss)
+    shapes = []
+    with torch.no_grad():
+        h = x0
+        for m in modules:
+            h = m(h)
+            shapes.append((tuple(h.shape), h.dtype))
+    return modules, loss, shapes

@@ -1,4 +1,4 @@
-"""Small Hugging Face decoders to run layouts on: a Llama and a GPT-2 with its head tied, random weights.
+"""Small Hugging Face decoders to run layouts on: a Llama (head tied or not) and a GPT-2 with its head tied.
 
 :func:`hf_workload` builds ``LlamaForCausalLM`` or ``GPT2LMHeadModel`` from a shrunk default config
 (nothing is downloaded) with dropout 0 and no key/value cache, and gives a fresh batch of random tokens per
@@ -30,14 +30,14 @@ HF_KINDS = ("llama", "gpt2")
 
 
 def _config(kind: str, sequence: int, layers: int, hidden: int, heads: int, kv_heads: int | None, vocab: int,
-            mlp: int | None) -> Any:
+            mlp: int | None, tied: bool = False) -> Any:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     if kind == "llama":
         from transformers import LlamaConfig
 
         return LlamaConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=mlp or 4 * hidden,
                            num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=kv_heads or heads,
-                           max_position_embeddings=sequence, tie_word_embeddings=False, use_cache=False,
+                           max_position_embeddings=sequence, tie_word_embeddings=tied, use_cache=False,
                            bos_token_id=0, eos_token_id=0, pad_token_id=0)
     if kind == "gpt2":
         from transformers import GPT2Config
@@ -69,10 +69,11 @@ def _lm_loss(out: Any, targets: torch.Tensor) -> torch.Tensor:
 
 def hf_workload(kind: str, batch_size: int = 2, sequence: int = 16, *, layers: int = 2, hidden: int = 64,
                 heads: int = 4, kv_heads: int | None = None, vocab: int = 256, mlp: int | None = None,
-                seed: int = 0) -> Workload:
-    """A :class:`~workbench.profiles.workload.Workload` of a small ``kind`` decoder (see the module docstring)."""
+                tied: bool = False, seed: int = 0) -> Workload:
+    """A :class:`~workbench.profiles.workload.Workload` of a small ``kind`` decoder (see the module docstring);
+    ``tied``: a Llama whose head is its embedding (GPT-2's always is)."""
     cfg = {"sequence": sequence, "layers": layers, "hidden": hidden, "heads": heads, "kv_heads": kv_heads,
-           "vocab": vocab, "mlp": mlp}
+           "vocab": vocab, "mlp": mlp, **({"tied": True} if tied and kind == "llama" else {})}
     _config(kind, **cfg)           # refuses an unknown kind here, not in the ranks
     return Workload(partial(_build, kind, seed, cfg), partial(_batch, batch_size, sequence, vocab, seed), _lm_loss,
                     name=kind, batch_size=batch_size, config={"kind": kind, **cfg})
