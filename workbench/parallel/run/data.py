@@ -4,9 +4,12 @@
 zero   what wraps a pipeline stage (its ``nn.Sequential`` of layers) over the ``dp`` sub-mesh
 =====  ==================================================================================================
 0      ``DistributedDataParallel(gradient_as_bucket_view=True)``: every rank holds the whole stage, its
-       gradients and its optimizer state; gradients are all-reduced (averaged) over ``dp``
+       gradients and its optimizer state; gradients are all-reduced (averaged) over ``dp``. Under tensor
+       parallelism (``DTensor`` parameters, which DDP refuses) FSDP2's DDP instead, torch's ``replicate``
+       (``torch.distributed._composable.replicate_with_fsdp``, torchtitan's DDP): the same all-reduce
 1      the same DDP, and the optimizer is ``ZeroRedundancyOptimizer``: each rank keeps the optimizer state of
-       its share of the parameters and broadcasts its updated share after the step
+       its share of the parameters and broadcasts its updated share after the step (under tensor parallelism
+       of its share of the rank's local shards, :class:`LocalShards`)
 2      FSDP2: ``fully_shard(layer, reshard_after_forward=False)`` on every layer, then on the stage: the
        parameters stay gathered from a layer's forward through its backward; gradients reduce-scattered
 3      FSDP2 with ``reshard_after_forward=True``: parameters sharded again after each layer's forward,
@@ -37,8 +40,8 @@ from typing import Any, Iterable, Sequence
 import torch
 from torch import nn
 
-__all__ = ["ZERO_PIECES", "shard_data_parallel", "make_layout_optimizer", "local_optimizer", "zero_grads", "is_fsdp",
-           "local_tensor"]
+__all__ = ["ZERO_PIECES", "shard_data_parallel", "make_layout_optimizer", "LocalShards", "local_optimizer",
+           "zero_grads", "is_fsdp", "local_tensor"]
 
 #: the torch pieces of each ZeRO level (agreed with the layout model of ``workbench.parallel.data``)
 ZERO_PIECES = {0: "DDP", 1: "DDP + ZeroRedundancyOptimizer", 2: "fully_shard(reshard_after_forward=False)",
@@ -46,11 +49,16 @@ ZERO_PIECES = {0: "DDP", 1: "DDP + ZeroRedundancyOptimizer", 2: "fully_shard(res
 
 
 def shard_data_parallel(stage: nn.Sequential, zero: int, dp_mesh: Any, dp: int,
-                        tied_layers: Sequence[int] = ()) -> nn.Module:
+                        tied_layers: Sequence[int] = (), tp: int = 1) -> nn.Module:
     """``stage`` wrapped for ``zero`` over ``dp_mesh`` (the module a ``PipelineStage`` runs); ``stage`` itself
-    when ``dp`` is 1. ``tied_layers``: positions in ``stage`` of layers holding a tied parameter."""
+    when ``dp`` is 1. ``tied_layers``: positions in ``stage`` of layers holding a tied parameter; ``tp``: the
+    tensor-parallel degree (above 1 the parameters are ``DTensor``\ s, which DDP does not take)."""
     if dp == 1:
         return stage
+    if zero in (0, 1) and tp > 1:
+        from torch.distributed._composable.replicate_with_fsdp import replicate
+
+        return replicate(stage, mesh=dp_mesh)
     if zero in (0, 1):
         from torch.nn.parallel import DistributedDataParallel
 
@@ -69,7 +77,8 @@ def shard_data_parallel(stage: nn.Sequential, zero: int, dp_mesh: Any, dp: int,
 def make_layout_optimizer(name: str, params: Iterable[nn.Parameter], lr: float, zero: int, dp: int,
                           dp_group: Any = None) -> torch.optim.Optimizer | None:
     """torch's optimizer ``name`` (:func:`~workbench.runtime.training.make_optimizer`); for ``zero`` 1 with
-    ``dp`` > 1 the same class and settings inside torch's ``ZeroRedundancyOptimizer`` over ``dp_group``."""
+    ``dp`` > 1 the same class and settings inside torch's ``ZeroRedundancyOptimizer`` over ``dp_group`` (over
+    the local shards of tensor-parallel parameters: :class:`LocalShards`)."""
     from workbench.runtime.training import make_optimizer
 
     params = list({id(p): p for p in params}.values())
@@ -79,7 +88,38 @@ def make_layout_optimizer(name: str, params: Iterable[nn.Parameter], lr: float, 
     from torch.distributed.optim import ZeroRedundancyOptimizer
 
     settings = {k: v for k, v in opt.defaults.items() if k not in ("differentiable",)}
-    return ZeroRedundancyOptimizer(params, optimizer_class=type(opt), process_group=dp_group, **settings)
+    if not any(hasattr(p, "to_local") for p in params):
+        return ZeroRedundancyOptimizer(params, optimizer_class=type(opt), process_group=dp_group, **settings)
+    shards = LocalShards(params)
+    return shards.wrap(ZeroRedundancyOptimizer(shards.local, optimizer_class=type(opt), process_group=dp_group,
+                                               **settings))
+
+
+class LocalShards:
+    """Plain parameters over the local shards of ``DTensor`` parameters (the same storage), so that torch's
+    ``ZeroRedundancyOptimizer`` shards the optimizer state of a tensor-parallel rank's shards over its ``dp``
+    group, as Megatron's distributed optimizer does within each tensor-parallel rank; before each step the
+    gradients' local shards are handed to the plain parameters."""
+
+    def __init__(self, params: Sequence[nn.Parameter]) -> None:
+        self.params = list(params)
+        self.local = [nn.Parameter(local_tensor(p.data)) if hasattr(p, "to_local") else p for p in self.params]
+
+    def sync_grads(self) -> None:
+        for p, q in zip(self.params, self.local):
+            if q is not p:
+                q.grad = None if p.grad is None else local_tensor(p.grad.redistribute(p.device_mesh, p.placements)
+                                                                  if hasattr(p.grad, "redistribute") else p.grad)
+
+    def wrap(self, opt: torch.optim.Optimizer) -> torch.optim.Optimizer:
+        step = opt.step
+
+        def stepped(*args: Any, **kwargs: Any) -> Any:
+            self.sync_grads()
+            return step(*args, **kwargs)
+
+        opt.step = stepped  # type: ignore[method-assign]
+        return opt
 
 
 def local_optimizer(opt: torch.optim.Optimizer | None) -> torch.optim.Optimizer | None:

@@ -120,31 +120,27 @@ def run_layout(cfg: LayoutConfig, start_method: str | None = None) -> list[dict[
 
 def _join(ctx: Any, cfg: LayoutConfig, outdir: str) -> None:
     """Wait for the ranks; on a failure stop them all and raise the first rank's :class:`RankFailure`."""
+    from torch.multiprocessing import ProcessExitedException, ProcessRaisedException
+
     deadline = time.monotonic() + cfg.timeout + 60
     try:
         while not ctx.join(timeout=0.5):
             if time.monotonic() > deadline:
                 raise TimeoutError(f"the layout run did not finish within {cfg.timeout + 60:.0f} s")
-    except (mp_errors() + (TimeoutError,)) as e:
-        failure = _first_failure(cfg, outdir)
-        if failure is not None:
-            raise failure from None
-        if isinstance(e, TimeoutError):
-            raise
-        raise RankFailure(int(getattr(e, "error_index", -1)), cfg.layout.coords(max(0, int(getattr(
-            e, "error_index", 0)))), str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__) from None
+    except ProcessExitedException as e:        # a rank died without a Python error: a crash, or killed
+        r = int(e.error_index)
+        if not (Path(outdir) / f"rank{r}.error").exists():
+            raise RankFailure(r, cfg.layout.coords(r), f"its process ended with {e.signal_name or e.exit_code} "
+                              "and no Python error (a crash inside torch, e.g. a collective whose sizes differ "
+                              "between ranks; the other ranks' errors follow from it)") from None
+        raise _first_failure(cfg, outdir) or e from None
+    except (ProcessRaisedException, TimeoutError) as e:
+        raise _first_failure(cfg, outdir) or e from None
     finally:
         for p in ctx.processes:
             if p.is_alive():
                 p.terminate()
                 p.join(5)
-
-
-def mp_errors() -> tuple[type, ...]:
-    """The exceptions torch's process context raises for a failed child."""
-    from torch.multiprocessing import ProcessExitedException, ProcessRaisedException
-
-    return ProcessRaisedException, ProcessExitedException
 
 
 def layout_gradient_errors(parts: list[dict[str, Any]], wl, layout, micro_batches: int,

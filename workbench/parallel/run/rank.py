@@ -50,6 +50,15 @@ def _whole(t: torch.Tensor) -> torch.Tensor:
     return t.detach().cpu().clone()
 
 
+def _placed_as(grad: torch.Tensor, param: torch.Tensor) -> torch.Tensor:
+    """``grad`` laid out as ``param`` (under tensor parallelism torch's embedding backward may return the
+    vocabulary-parallel weight's gradient whole, ``Replicate``: the copies of a tie must add equal shards)."""
+    placements = getattr(param, "placements", None)
+    if placements is None or tuple(grad.placements) == tuple(placements):
+        return grad
+    return grad.redistribute(param.device_mesh, placements)
+
+
 def _rank_model(cfg: LayoutConfig, pp: int, tp_mesh: Any, device: torch.device) -> Any:
     """The whole model built and found as a chain, sharded over ``tp_mesh`` (tensor parallelism: every layer,
     collectively, before the pipeline's split), then the layers of the stages at pipeline coordinate ``pp``."""
@@ -87,7 +96,7 @@ class LayoutRank:
         for s, seq in model.stages.items():
             st = plan.stages[s]
             tied_here = [j for j, l in enumerate(range(st.first, st.last + 1)) if model.layer_names[l] in tied_layers]
-            self.modules[s] = shard_data_parallel(seq, lay.zero, mesh["dp"], lay.dp, tied_here)
+            self.modules[s] = shard_data_parallel(seq, lay.zero, mesh["dp"], lay.dp, tied_here, lay.tp)
         self.params = list({id(p): p for seq in model.stages.values() for p in seq.parameters()}.values())
         self.optimizer = make_layout_optimizer(cfg.optimizer, self.params, cfg.lr, lay.zero, lay.dp,
                                                mesh["dp"].get_group())
@@ -99,7 +108,7 @@ class LayoutRank:
         self.x = torch.cat([chain_input(b[0]) for b in batches]).to(device) if self.first else None
         self.y = torch.cat([b[1] for b in batches]).to(device) if self.last else None
         self.ties = self._tie_groups()
-        self.ddp = lay.dp > 1 and lay.zero in (0, 1)
+        self.ddp = lay.dp > 1 and lay.zero in (0, 1) and lay.tp == 1
         self.steps_taken = 0
 
     def _tie_groups(self) -> list[tuple[Any, str]]:
@@ -129,6 +138,7 @@ class LayoutRank:
             p = named[name]
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
+            p.grad = _placed_as(p.grad, p)
             dist.all_reduce(local_tensor(p.grad), group=group)
         if self.optimizer is not None:
             self.optimizer.step()
