@@ -1,6 +1,7 @@
 """workbench.parallel.run.tensor: sizes tp does not divide are refused naming them; tp = 1 changes nothing."""
 
 import pytest
+
 from workbench.parallel.run.tensor import check_tensor_parallel, tensor_parallel_plan
 from workbench.parallel.run.workloads import hf_workload
 

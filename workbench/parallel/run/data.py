@@ -3,8 +3,8 @@
 =====  ==================================================================================================
 zero   what wraps a pipeline stage (its ``nn.Sequential`` of layers) over the ``dp`` sub-mesh
 =====  ==================================================================================================
-0      ``DistributedDataParallel(gradient_as_bucket_view=True)``: every rank holds the whole stage, its
-       gradients and its optimizer state; gradients are all-reduced (averaged) over ``dp``. Under tensor
+0      ``DistributedDataParallel`` (torch's defaults): every rank holds the whole stage, its gradients, its
+       optimizer state and DDP's gradient buckets; gradients are all-reduced (averaged) over ``dp``. Under tensor
        parallelism (``DTensor`` parameters, which DDP refuses) FSDP2's DDP instead, torch's ``replicate``
        (``torch.distributed._composable.replicate_with_fsdp``, torchtitan's DDP): the same all-reduce
 1      the same DDP, and the optimizer is ``ZeroRedundancyOptimizer``: each rank keeps the optimizer state of
@@ -16,10 +16,11 @@ zero   what wraps a pipeline stage (its ``nn.Sequential`` of layers) over the ``
        gathered again for its backward
 =====  ==================================================================================================
 
-DDP's gradient buckets are views of the gradients (``gradient_as_bucket_view=True``): without it DDP keeps a
-second copy of every gradient in its buckets. DDP allocates the buckets once and keeps them, so the
-gradients of zero 0 and 1 are resident between steps (they are zeroed in place, :func:`zero_grads`),
-whatever the plan's ``zero_grad`` loop says. Buffers are not re-broadcast before each forward
+DDP runs with torch's default ``gradient_as_bucket_view=False``: its buckets are a second copy of the
+gradients, allocated when it is built (and again when it rebuilds them, in the second step's forward) and
+kept; a gradient is copied into its bucket, the bucket all-reduced, and copied back. The buckets are
+counted by the memory tracker through the communication hook (:func:`watch_buckets`: torch's own
+all-reduce hook, which also keeps each bucket's buffer). Buffers are not re-broadcast before each forward
 (``forward_sync_buffers=False``): every rank builds the same model from the same seed.
 
 Under FSDP2 a layer that holds a tied parameter (an embedding and its head on one stage) is not sharded on
@@ -40,8 +41,8 @@ from typing import Any, Iterable, Sequence
 import torch
 from torch import nn
 
-__all__ = ["ZERO_PIECES", "shard_data_parallel", "make_layout_optimizer", "LocalShards", "local_optimizer",
-           "zero_grads", "is_fsdp", "local_tensor"]
+__all__ = ["ZERO_PIECES", "shard_data_parallel", "watch_buckets", "ddp_buckets", "make_layout_optimizer",
+           "LocalShards", "local_optimizer", "zero_grads", "is_fsdp", "local_tensor"]
 
 #: the torch pieces of each ZeRO level (agreed with the layout model of ``workbench.parallel.data``)
 ZERO_PIECES = {0: "DDP", 1: "DDP + ZeroRedundancyOptimizer", 2: "fully_shard(reshard_after_forward=False)",
@@ -52,7 +53,7 @@ def shard_data_parallel(stage: nn.Sequential, zero: int, dp_mesh: Any, dp: int,
                         tied_layers: Sequence[int] = (), tp: int = 1) -> nn.Module:
     """``stage`` wrapped for ``zero`` over ``dp_mesh`` (the module a ``PipelineStage`` runs); ``stage`` itself
     when ``dp`` is 1. ``tied_layers``: positions in ``stage`` of layers holding a tied parameter; ``tp``: the
-    tensor-parallel degree (above 1 the parameters are ``DTensor``\ s, which DDP does not take)."""
+    tensor-parallel degree (above 1 the parameters are DTensors, which DDP does not take)."""
     if dp == 1:
         return stage
     if zero in (0, 1) and tp > 1:
@@ -62,8 +63,9 @@ def shard_data_parallel(stage: nn.Sequential, zero: int, dp_mesh: Any, dp: int,
     if zero in (0, 1):
         from torch.nn.parallel import DistributedDataParallel
 
-        return DistributedDataParallel(stage, process_group=dp_mesh.get_group(), gradient_as_bucket_view=True,
-                                       forward_sync_buffers=False)
+        ddp = DistributedDataParallel(stage, process_group=dp_mesh.get_group(), forward_sync_buffers=False)
+        ddp.bucket_buffers = watch_buckets(ddp, dp_mesh.get_group())
+        return ddp
     from torch.distributed.fsdp import fully_shard
 
     reshard = zero == 3
@@ -72,6 +74,27 @@ def shard_data_parallel(stage: nn.Sequential, zero: int, dp_mesh: Any, dp: int,
             fully_shard(layer, mesh=dp_mesh, reshard_after_forward=reshard)
     fully_shard(stage, mesh=dp_mesh, reshard_after_forward=reshard)
     return stage
+
+
+def watch_buckets(ddp: nn.Module, group: Any) -> dict[int, torch.Tensor]:
+    """DDP's communication hook as torch's default one (average, all-reduce), keeping each bucket's buffer as
+    DDP hands it over (returned, by bucket index), so that the memory tracker can count the buckets DDP
+    allocated before it started."""
+    from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+
+    buffers: dict[int, torch.Tensor] = {}
+
+    def keep_and_allreduce(state, bucket):  # no annotations: DDP checks them against its own types
+        buffers[bucket.index()] = bucket.buffer()
+        return allreduce_hook(state, bucket)
+
+    ddp.register_comm_hook(group, keep_and_allreduce)
+    return buffers
+
+
+def ddp_buckets(module: nn.Module) -> list[torch.Tensor]:
+    """The gradient buckets a DDP module handed to its all-reduce last (none for another module)."""
+    return list(getattr(module, "bucket_buffers", {}).values())
 
 
 def make_layout_optimizer(name: str, params: Iterable[nn.Parameter], lr: float, zero: int, dp: int,
@@ -134,10 +157,9 @@ def is_fsdp(module: nn.Module) -> bool:
     return isinstance(module, FSDPModule)
 
 
-def zero_grads(params: Sequence[nn.Parameter], zero: int, dp: int, loop: str) -> None:
-    """Between steps: in place under DDP (its buckets stay, see the module docstring), else as ``loop``
-    says (``none``: set to None, torch's default; ``zeros``: in place)."""
-    in_place = loop == "zeros" or (dp > 1 and zero in (0, 1))
+def zero_grads(params: Sequence[nn.Parameter], loop: str) -> None:
+    """Between steps, as ``loop`` says (``none``: set to None, torch's default; ``zeros``: in place)."""
+    in_place = loop == "zeros"
     for p in params:
         if p.grad is None:
             continue

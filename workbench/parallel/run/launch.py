@@ -54,6 +54,16 @@ def _why(e: BaseException) -> str:
     return f"{type(e).__name__}: {text[0] if text else ''}".rstrip(": ")
 
 
+def quiet_torch() -> None:
+    """In a rank: silence what torch says on every step of a correct run (FSDP2's note that a stage returns a
+    view, which the pipeline sends as it is; DTensor's note on gathering a 2-D sharded gradient whole)."""
+    import logging
+    import warnings
+
+    warnings.filterwarnings("ignore", message="FSDP2-wrapped module .* returned a view tensor")
+    logging.getLogger("torch.distributed.tensor._redistribute").setLevel(logging.ERROR)
+
+
 def _rank_entry(rank: int, cfg: LayoutConfig, outdir: str, addr: str, port: int) -> None:
     """Target of ``start_processes``: join the group, run, save ``rank{r}.pt``; on failure ``rank{r}.error``."""
     from datetime import timedelta
@@ -63,6 +73,7 @@ def _rank_entry(rank: int, cfg: LayoutConfig, outdir: str, addr: str, port: int)
     from workbench.parallel.run.rank import run_layout_rank
 
     torch.set_num_threads(max(1, cfg.threads))
+    quiet_torch()
     try:
         dist.init_process_group(cfg.backend, init_method=f"tcp://{addr}:{port}", rank=rank, world_size=cfg.world,
                                 timeout=timedelta(seconds=cfg.timeout))
@@ -196,6 +207,7 @@ def torchrun_layout(cfg: LayoutConfig, chain, platform, out: str | Path, check_g
 
     rank = int(os.environ.get("RANK", 0))
     torch.set_num_threads(max(1, cfg.threads))
+    quiet_torch()
     dist.init_process_group(cfg.backend, rank=rank, world_size=cfg.world, timeout=timedelta(seconds=cfg.timeout))
     t0 = time.monotonic()
     try:

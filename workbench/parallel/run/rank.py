@@ -28,6 +28,7 @@ import torch.distributed as dist
 
 from workbench.parallel.run.config import LayoutConfig, micro_batch_indices
 from workbench.parallel.run.data import (
+    ddp_buckets,
     is_fsdp,
     local_optimizer,
     local_tensor,
@@ -145,7 +146,7 @@ class LayoutRank:
         self.steps_taken += 1
 
     def zero(self) -> None:
-        zero_grads(self.params, self.cfg.layout.zero, self.cfg.layout.dp, self.cfg.zero_grad)
+        zero_grads(self.params, self.cfg.zero_grad)
 
     def gradients(self, keep: bool) -> dict[str, torch.Tensor]:
         """Every own parameter's gradient whole, by the model's names (kept only where ``keep``; every rank
@@ -168,10 +169,14 @@ class LayoutRank:
                 out[name] = copy
         return out
 
+    def buckets(self) -> list[torch.Tensor]:
+        """DDP's gradient buckets on this rank (none without DDP)."""
+        return [b for m in self.modules.values() for b in ddp_buckets(m)]
+
     def measure(self) -> RankMemory:
         """One step under the memory trackers."""
         probe = RankMemory(self.device)
-        resident = receive_buffers(self.stages) + [t for t in (self.x, self.y) if t is not None]
+        resident = receive_buffers(self.stages) + [t for t in (self.x, self.y) if t is not None] + self.buckets()
         dist.barrier()
         fsdp = any(is_fsdp(m) for m in self.modules.values())
         with probe.tracking(list(self.modules.values()), local_optimizer(self.optimizer), resident, fsdp):
@@ -197,9 +202,8 @@ def run_layout_rank(rank: int, cfg: LayoutConfig) -> dict[str, Any]:
         me.zero()
         me.step()
     breakdown = probe.breakdown()
-    grad_tensors = [p.grad for p in me.params if p.grad is not None]
     return {"rank": rank, "coords": me.coords, "grads": grads, "tied": me.tied_copies(True),
             "memory_peak": probe.peak(), "memory_breakdown": breakdown,
             "collectives": collective_buffers(breakdown, receive_bytes=tensor_bytes(receive_buffers(me.stages)),
-                                              bucket_bytes=tensor_bytes(grad_tensors) if me.ddp else 0),
+                                              bucket_bytes=tensor_bytes(me.buckets())),
             "step_seconds": seconds, "optimizer_steps": me.steps_taken}
