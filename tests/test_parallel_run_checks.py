@@ -1,5 +1,6 @@
 """workbench.parallel.run.checks: what a layout run refuses before any rank starts (one error line, exit 2)."""
 
+import re
 from dataclasses import replace
 
 import pytest
@@ -16,12 +17,12 @@ from workbench.parallel.run.checks import (
     layout_of_plan,
 )
 
-GPT2_MODULE = '''
+LLAMA_MODULE = '''
 from workbench.parallel.run.workloads import hf_workload
 
 
 def build():
-    wl = hf_workload("gpt2", batch_size=2, sequence=8, layers=2, hidden=32, heads=4, vocab=64)
+    wl = hf_workload("llama", batch_size=2, sequence=8, layers=2, hidden=32, heads=4, kv_heads=2, vocab=64)
     x, y = wl.batch(0)
     return wl.build(), x, y, wl.loss
 '''
@@ -51,11 +52,11 @@ def test_more_ranks_than_the_run_can_start(tmp_path, capsys, no_ranks):
 
 
 def test_sizes_tp_does_not_divide_are_named(tmp_path, capsys, no_ranks):
-    module = tmp_path / "gpt2_tiny.py"
-    module.write_text(GPT2_MODULE)
+    module = tmp_path / "llama_tiny.py"
+    module.write_text(LLAMA_MODULE)
     plan = write_layout_plan(tmp_path / "p.json", pipeline_plan([], 5), Layout(tp=3))
     err = _cli_error(["run", str(plan), "--module", f"{module}:build", "--out", str(tmp_path / "o")], capsys)
-    assert "tp=3 does not divide the model's attention heads (4), hidden size (32), vocabulary (64)" in err
+    assert re.search(r"tp=3 does not divide the model's .*heads \(4\)", err) and "key/value heads (2)" in err
 
 
 def test_the_torchrun_entry_refuses_other_than_the_layouts_ranks(tmp_path, capsys, monkeypatch, no_ranks):

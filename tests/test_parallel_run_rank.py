@@ -8,6 +8,8 @@ from layout_runs import layout_config, sgd_reference, tiny_gpt2
 from workbench.parallel.layout import Layout
 from workbench.parallel.run.launch import layout_gradient_errors, run_layout
 from workbench.parallel.run.summary import tied_copies_equal
+from workbench.parallel.run.tensor import tensor_parallel_plan
+from workbench.parallel.run.workloads import hf_workload
 
 TIED = "transformer.wte.weight"
 
@@ -31,3 +33,30 @@ def test_tied_embedding_and_head_on_two_pipeline_ranks_stay_tied(zero):
         w = p["tied"][TIED]["weight"]
         assert not torch.equal(w, cfg.workload.build().get_parameter(TIED).detach())    # it did move
         torch.testing.assert_close(w, ref[TIED], rtol=1e-5, atol=1e-6)
+
+
+needs_tp = pytest.mark.skipif(tensor_parallel_plan() is None, reason="this build has no tensor-parallel sharding plan")
+
+
+def _tied_llama():
+    return hf_workload("llama", batch_size=2, sequence=8, layers=2, hidden=32, heads=4, kv_heads=2, vocab=64, tied=True)
+
+
+@needs_tp
+@pytest.mark.parametrize("layout", [Layout(tp=2, pp=2), Layout(tp=2, dp=2, zero=1)], ids=["tp2-pp2", "tp2-dp2-zero1"])
+def test_tensor_parallel_layouts_train_as_one_process(layout):
+    """Vocabulary-parallel embedding and head tied (on two pipeline ranks, or on one with ZeRO-1 over the local
+    shards): gradients at the first step and weights after every SGD step equal one process's."""
+    lr, name = 0.5, "model.embed_tokens.weight"
+    cfg = layout_config(_tied_llama(), layout, optimizer="sgd", lr=lr, extra_steps=1)
+    parts = run_layout(cfg)
+    _, rel = layout_gradient_errors(parts, cfg.workload, layout, cfg.micro_batches, say=lambda *a, **k: None)
+    assert rel < 1e-4
+    ref = sgd_reference(cfg.workload, dp=layout.dp, micro_batches=cfg.micro_batches,
+                        steps=parts[0]["optimizer_steps"], lr=lr)
+    copies = [p["tied"][name]["weight"] for p in parts if name in p["tied"]]
+    assert len(copies) == (layout.devices if layout.pp > 1 else 0) and tied_copies_equal(parts) in ({name: True}, {})
+    for w in copies:
+        torch.testing.assert_close(w, ref[name], rtol=1e-5, atol=1e-6)
+    grads = {n: g for p in parts for n, g in p["grads"].items()}
+    assert set(grads) == set(ref)
