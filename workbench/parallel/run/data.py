@@ -54,8 +54,8 @@ def shard_data_parallel(stage: nn.Sequential, zero: int, dp_mesh: Any, dp: int,
     """``stage`` wrapped for ``zero`` over ``dp_mesh`` (the module a ``PipelineStage`` runs); ``stage`` itself
     when ``dp`` is 1. ``tied_layers``: positions in ``stage`` of layers holding a tied parameter; ``tp``: the
     tensor-parallel degree (above 1 the parameters are DTensors, which DDP does not take)."""
-    if dp == 1:
-        return stage
+    if dp == 1 or not any(p.requires_grad for p in stage.parameters()):
+        return stage          # nothing to reduce (a stage of activations and pooling only)
     if zero in (0, 1) and tp > 1:
         from torch.distributed._composable.replicate_with_fsdp import replicate
 

@@ -83,8 +83,10 @@ def _rank_entry(rank: int, cfg: LayoutConfig, outdir: str, addr: str, port: int)
         os.replace(tmp, os.path.join(outdir, f"rank{rank}.pt"))
         dist.barrier()
     except BaseException as e:
-        with open(os.path.join(outdir, f"rank{rank}.error"), "w") as f:
+        tmp = os.path.join(outdir, f".rank{rank}.error")
+        with open(tmp, "w") as f:
             json.dump({"time": time.time(), "why": _why(e), "traceback": traceback.format_exc()}, f)
+        os.replace(tmp, os.path.join(outdir, f"rank{rank}.error"))     # whole, or not there
         raise
     finally:
         if dist.is_initialized():

@@ -51,6 +51,19 @@ def collective_buffers(breakdown: dict[str, int], *, receive_bytes: int, bucket_
     return out
 
 
+def _named_no_modules() -> Any:
+    from workbench.runtime.rank import _NoModules
+
+    class NamedNoModules(_NoModules):
+        """No module hooks (as the pipeline runtime's probe: they refuse the split backward's
+        ``autograd.grad``); a name for each FSDP2 module, which ``FSDPMemTracker`` asks for."""
+
+        def get_known_fqn(self, mod: nn.Module) -> str:
+            return f"{type(mod).__name__}@{id(mod):x}"
+
+    return NamedNoModules()
+
+
 class _Roots:
     """Several FSDP2 roots (a rank's stages) seen as one by ``FSDPMemTracker``, which walks one root."""
 
@@ -106,8 +119,12 @@ class RankMemory:
             self._peak = float(torch.cuda.max_memory_allocated(self.device))
             return
         if fsdp:
-            self.tracker = _pipeline_fsdp_tracker()(modules[0], optimizer)
-            self.tracker._root_mod = _Roots(modules)
+            from torch.distributed.fsdp import FSDPModule
+
+            roots = [m for m in modules if isinstance(m, FSDPModule)]      # a stage without parameters is not one
+            self.tracker = _pipeline_fsdp_tracker()(roots[0], optimizer)
+            self.tracker._root_mod = _Roots(roots)
+            self.tracker._mod_tracker = _named_no_modules()   # storages only: its hooks refuse autograd.grad
             self.tracker.track_inputs(tuple(resident))
         else:
             from torch.distributed._tools.mem_tracker import MemTracker
