@@ -34,7 +34,6 @@ class LayoutConfig:
     threads: int = 1
     timeout: float = 300.0
     extra_steps: int = 0
-    keep_tied: bool = False
 
     @property
     def world(self) -> int:
