@@ -280,6 +280,8 @@ def _run_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", default="build/run", help="folder for the measured trace and summary")
     p.add_argument("--dtype", default=None,
                    help="precision without --profile (float32 or bfloat16); with one, the profile's (default)")
+    p.add_argument("--max-ranks", type=int_in(1), default=None, dest="max_ranks",
+                   help="a layout plan (tp or dp above 1): the most ranks this machine starts (default 16)")
     p.add_argument("--replay", action="store_true",
                    help="replay each device alone instead (one GPU or core at a time): its compute time and, "
                         "on a GPU, the allocator's peak against the prediction; writes replay.csv")

@@ -279,6 +279,13 @@ def run_command(args: argparse.Namespace) -> int:
     plan = Plan.from_json(Path(args.plan_file))
     if not plan.feasible:
         raise ValueError(f"{args.plan_file}: the plan is infeasible; nothing to run")
+    from workbench.parallel.run.checks import is_layout_run, layout_of_plan
+
+    layout = layout_of_plan(args.plan_file)
+    if is_layout_run(layout):           # tensor or data parallelism: the layout runtime (workbench.parallel.run)
+        from workbench.parallel.run.command import run_layout_command
+
+        return run_layout_command(args, plan, layout)
     resolve_setup(args, plan)           # an option that contradicts the plan's set-up: refused before anything
     if args.backend == "nccl":
         import torch

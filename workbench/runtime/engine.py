@@ -296,6 +296,13 @@ def _torchrun(args: argparse.Namespace) -> int:
     from workbench.runtime.worker import _execute, _setup
 
     plan = Plan.from_json(Path(args.plan_file))
+    from workbench.parallel.run.checks import is_layout_run, layout_of_plan
+
+    layout = layout_of_plan(args.plan_file)
+    if is_layout_run(layout):          # tensor or data parallelism: the layout runtime (workbench.parallel.run)
+        from workbench.parallel.run.command import torchrun_layout_command
+
+        return torchrun_layout_command(args, plan, layout)
     rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
     if world != plan.devices:
         raise ValueError(f"{args.plan_file}: the plan has {plan.devices} devices, torchrun started {world} ranks "
