@@ -44,7 +44,7 @@ Family = Literal["periodic", "flushed"]
 class Method:
     """One planning method and what it can do.
 
-    ``allocations``: the allocations it plans (docs/model.md, "Allocation");
+    ``allocations``: the allocations it plans (docs/model.md, "Plan");
     ``memory_aware``: it chooses its partition under the memory limit (the
     others partition without it and the schedule on top fits what it can);
     ``exact``: an ``optimal`` plan is the best of every plan it searches;
