@@ -14,8 +14,8 @@ import time
 
 from workbench.methods import names
 from workbench.model.chain import Chain, Layer, Platform
-from workbench.verify.schedule import Scheduler, best_schedule, build_schedule
-from workbench.verify.simulate import simulate, simulate_flushed
+from workbench.schedules.builder import Scheduler, best_schedule, build_schedule
+from workbench.schedules.simulate import simulate, simulate_flushed
 
 
 def _chain(L: int, seed: int = 0) -> Chain:

@@ -7,7 +7,7 @@ import torch
 
 from instances import runtime_plans
 from workbench.runtime.messages import SendWaiter, message_tag, plan_receives
-from workbench.runtime.program import Op, programs_for
+from workbench.schedules.program import Op, programs_for
 
 
 def _sent_to(programs, stage_dev, dst):

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from workbench.model.chain import Chain, Layer, Platform
-from workbench.model.orders import chunks_of, stage_devices, torch_order
-from workbench.verify.simulate import simulate_flushed
-from workbench.verify.simulate_orders import held_counts, simulate_order
+from workbench.schedules.simulate import simulate_flushed
+from workbench.schedules.simulate_orders import held_counts, simulate_order
+from workbench.schedules.torch_orders import chunks_of, stage_devices, torch_order
 
 
 def _identical(stages: int, f: float, i: float, w: float, saved: float = 1.0) -> Chain:
@@ -97,7 +97,7 @@ def test_pending_weight_gradients_count_under_the_full_model():
 
 
 def test_a_deadlocking_order_is_refused():
-    from workbench.model.orders import Action
+    from workbench.schedules.torch_orders import Action
 
     chain = _identical(2, 1.0, 1.0, 0.0)
     bad = {0: (Action(0, "B", 0), Action(0, "F", 0)), 1: (Action(1, "F", 0), Action(1, "B", 0))}

@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 
 from workbench.model.chain import Chain, Layer, Platform
-from workbench.model.order_memory import OrderMemory
-from workbench.model.orders import SCHEDULES, stage_devices, torch_order
 from workbench.planners import plan
 from workbench.planners.torch_schedules import plan_torch_schedule
+from workbench.schedules.order_memory import OrderMemory
+from workbench.schedules.simulate import simulate
+from workbench.schedules.simulate_orders import simulate_order
+from workbench.schedules.torch_orders import SCHEDULES, stage_devices, torch_order
 from workbench.verify.check import check
-from workbench.verify.simulate import simulate
-from workbench.verify.simulate_orders import simulate_order
 
 
 def _random_chain(rng: random.Random, L: int, split: bool = True) -> Chain:

@@ -13,7 +13,7 @@ time_limit, **options) -> Plan`` (docs/model.md, "Plan"), imported by name in
 backward of different mini-batches per device per period, weight stashing) or
 ``flushed`` (GPipe, 1F1B and torch's multi-stage schedules: micro-batches, then a flush; its name
 is also the plan's ``schedule``). ``torch_schedule`` marks torch's schedules
-(:mod:`workbench.model.orders`: several stages per device, ``--chunks``).
+(:mod:`workbench.schedules.torch_orders`: several stages per device, ``--chunks``).
 A :class:`Variant` is a method run with one allocation,
 as the experiments compare them (``ilp-general``, ``ilp-contiguous``, ``dp``,
 ...), with the label and line style of the sweeps' figures. :data:`LINEUPS`
@@ -58,7 +58,7 @@ class Method:
     simulate); ``warm_start``: it takes ``warm_start=plan`` (a plan to start
     from, :func:`workbench.planners.sweep.sweep`); ``aliases``: other names
     its results carry in peer data. torch's multi-stage schedules, planned as a partition into P x V
-    stages under torch's own order (:mod:`workbench.model.orders`, :mod:`workbench.planners.torch_schedules`):
+    stages under torch's own order (:mod:`workbench.schedules.torch_orders`, :mod:`workbench.planners.torch_schedules`):
     ``torch_class`` (its class in ``torch.distributed.pipelining.schedules``), ``layout`` (``loop``: stage s
     on device s mod P; ``v``: s, then 2P - 1 - s), ``split_backward`` (it runs I and W apart) and
     ``fixed_chunks`` (the stages per device it requires; None: any, ``--chunks``).

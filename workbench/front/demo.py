@@ -98,7 +98,7 @@ def _row(method: str, plan: Plan, result: str, why: str) -> str:
 
 def _profile_section(name: str, chain: Chain, devices: int, methods, out: Path) -> list[str]:
     from workbench.planners import plan as run_planner
-    from workbench.verify.simulate import simulate
+    from workbench.schedules.simulate import simulate
     from workbench.viz.export import save_html
     from workbench.viz.gantt import gantt
 

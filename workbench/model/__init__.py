@@ -11,8 +11,6 @@ Read in this order:
   :mod:`~workbench.model.memory_views` (the same over a whole plan: per device, split by term);
 * :mod:`~workbench.model.activations` (keep, recompute or offload per layer: the effective chain) and
   :mod:`~workbench.model.split` (a backward's input- and weight-gradient parts);
-* :mod:`~workbench.model.orders` (torch's multi-stage schedules: their order, read from torch) and
-  :mod:`~workbench.model.order_memory` (each device's peak under an order, torch's engine included);
 * :mod:`~workbench.model.plan` (``Plan`` and its JSON), :mod:`~workbench.model.plan_extra` (the schema of
   ``Plan.extra``) and :mod:`~workbench.model.trace` (what a simulation or a run recorded).
 

@@ -3,16 +3,16 @@
 
 A plan is a partition of the chain into S = P V stages (V = ``chunks``
 stages per device, fixed at 2 for the V schedules), laid out as torch lays
-them out (:func:`workbench.model.orders.stage_devices`), run in the order
-torch's own class produces (:func:`workbench.model.orders.torch_order`) for
+them out (:func:`workbench.schedules.torch_orders.stage_devices`), run in the order
+torch's own class produces (:func:`workbench.schedules.torch_orders.torch_order`) for
 ``micro_batches`` micro-batches (default 4 P), then a flush. It is simulated
-(:func:`workbench.verify.simulate_orders.simulate_order`): its period is the
+(:func:`workbench.schedules.simulate_orders.simulate_order`): its period is the
 makespan over the micro-batches, its memory the simulated peak per device.
 
 **The partition, balanced by time under the memory limit.** The order does
 not depend on the partition, and a device's memory changes only at its own
 operations, so each device's peak is read off the order exactly, without
-running the clock (:class:`workbench.model.order_memory.OrderMemory`: during each of its operations, per stage
+running the clock (:class:`workbench.schedules.order_memory.OrderMemory`: during each of its operations, per stage
 the micro-batches held and the weight gradients pending, times the memory
 model's terms, :mod:`workbench.model.memory`, plus the running operation's
 excess; the optimizer's step after the flush). The search:
@@ -55,13 +55,13 @@ import numpy as np
 from workbench.model.chain import Chain, Platform
 from workbench.model.memory import LayerTerms, flushed_platform, layer_terms
 from workbench.model.memory_bands import square_terms
-from workbench.model.order_memory import OrderMemory
-from workbench.model.orders import Action, chunks_of, order_counts, schedule_of, stage_devices, torch_order
 from workbench.model.plan import Plan, Stage, infeasible_plan, lower_bound, with_memory_setup
 from workbench.model.split import split_columns, split_note
 from workbench.model.tolerances import REL_TOL
 from workbench.model.units import format_bytes
-from workbench.verify.simulate_orders import held_counts, simulate_order
+from workbench.schedules.order_memory import OrderMemory
+from workbench.schedules.simulate_orders import held_counts, simulate_order
+from workbench.schedules.torch_orders import Action, chunks_of, order_counts, schedule_of, stage_devices, torch_order
 
 __all__ = ["plan_torch_schedule", "plan_interleaved_1f1b", "plan_looped_bfs", "plan_interleaved_zb", "plan_zbv",
            "plan_dualpipev", "TORCH_PLANNERS"]

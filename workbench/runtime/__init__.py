@@ -1,7 +1,7 @@
 """Run plans on torch.distributed and compare the measurement with the prediction (issues 6, 16).
 
 - :mod:`~workbench.profiles.workload`: what to train (a zoo model or ``FILE.py:FUNC``), picklable;
-- :mod:`~workbench.runtime.program`: per-device programs unrolled from a plan;
+- :mod:`~workbench.schedules.program`: per-device programs unrolled from a plan;
 - :mod:`~workbench.runtime.rank`: a rank's layers, optimizer, clock and allocator-level memory probe;
 - :mod:`~workbench.runtime.torch_engine`: the plan on ``torch.distributed.pipelining``'s own engine;
 - :mod:`~workbench.runtime.pipedream`: the PipeDream fallback (weight stashing, a step after every backward);

@@ -45,14 +45,14 @@ from typing import Any, Sequence
 import pandas as pd
 import torch
 
-from workbench.model.orders import SCHEDULES
 from workbench.model.plan import Plan
 from workbench.model.trace import MEMORY_COLUMNS, OP_COLUMNS, Trace
 from workbench.profiles.workload import Workload
 from workbench.runtime.config import RunConfig
 from workbench.runtime.gradients import grad_error, grad_tolerance, reference_gradients
-from workbench.runtime.program import Op, programs_for
 from workbench.runtime.rank import CPU_COLUMNS
+from workbench.schedules.program import Op, programs_for
+from workbench.schedules.torch_orders import SCHEDULES
 
 __all__ = ["Workload", "RunResult", "run_plan", "reference_gradients", "grad_error", "grad_tolerance",
            "free_port", "default_backend", "join_or_kill", "programs_for", "merge_results", "choose_engine",

@@ -10,7 +10,7 @@ itself). Its runtime schedule class (``_PipelineScheduleRuntime``, the base of
 row per rank (``_load_csv(path, format="compute_only" | "compute_comms")``);
 the ``compute_only`` form is lowered by its passes (``_add_send_recv`` ...).
 torch's multi-stage schedules (``interleaved-1f1b``, ..., ``zbv``) export torch's
-own order (:func:`workbench.runtime.program.torch_programs`), with ``{stage}I{mb}``
+own order (:func:`workbench.schedules.program.torch_programs`), with ``{stage}I{mb}``
 and ``{stage}W{mb}`` for a split backward.
 
 :func:`plan_to_actions` unrolls a periodic plan for ``micro_batches``
@@ -67,7 +67,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench.model.plan import Plan
-from workbench.runtime.program import programs_for
+from workbench.schedules.program import programs_for
 
 __all__ = ["plan_to_actions", "programs_to_actions", "actions_to_csv", "write_schedule_csv", "load_with_torch",
            "format_grid",
@@ -95,7 +95,7 @@ def plan_to_actions(plan: Plan, micro_batches: int, *, comms: bool = False, chai
 
 
 def programs_to_actions(progs: list, plan: Plan, *, comms: bool = False) -> dict[int, list[str]]:
-    """Per-device programs (:mod:`~workbench.runtime.program`) as torch action strings, in their order."""
+    """Per-device programs (:mod:`~workbench.schedules.program`) as torch action strings, in their order."""
     dev = [st.device for st in plan.stages]
     S = len(dev)
     out: dict[int, list[str]] = {}

@@ -45,9 +45,9 @@ import torch.distributed as dist
 from torch.distributed.pipelining import PipelineStage
 from torch.distributed.pipelining import schedules as ts
 
-from workbench.model.orders import SCHEDULES
 from workbench.runtime.policy_layers import StageOffloads
 from workbench.runtime.rank import MemoryProbe, RankModel, Recorder, chain_input, make_optimizer, shared_origin
+from workbench.schedules.torch_orders import SCHEDULES
 
 __all__ = ["TimedStage", "TimedSchedule", "run_torch_rank", "tie_groups", "torch_schedule"]
 
@@ -157,7 +157,7 @@ class TimedSchedule(_Timed, ts._PipelineScheduleRuntime):
 def torch_schedule(name: str, stages: list[TimedStage], steps: int, loss_fn: Any, recorder: Recorder) -> Any:
     """torch's own schedule class of the workbench method ``name`` (``ScheduleInterleaved1F1B``, ...) on
     ``stages``, timed: the class computes its order itself, as it would outside the workbench."""
-    from workbench.model.orders import schedule_of
+    from workbench.schedules.torch_orders import schedule_of
 
     cls = getattr(ts, schedule_of(name).torch_class)
     timed = type(f"Timed{cls.__name__}", (_Timed, cls), {})

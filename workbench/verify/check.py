@@ -36,10 +36,10 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from workbench.model.chain import Chain, Platform
-from workbench.model.orders import SCHEDULES
 from workbench.model.plan import Plan, chain_for_plan, in_flight, stages_of
 from workbench.model.tolerances import REL_TOL
 from workbench.model.units import format_bytes, format_seconds
+from workbench.schedules.torch_orders import SCHEDULES
 from workbench.verify.check_flushed import flushed_problems
 from workbench.verify.check_memory import memory_by_device
 from workbench.verify.check_policies import effective_chain, host_link_problems

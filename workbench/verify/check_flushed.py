@@ -4,15 +4,15 @@ A flushed plan records a period (the makespan of one flush over its
 micro-batches) and a memory per device (the peak over the flush); nothing
 recorded is trusted. This module replays the schedule the slow, literal way
 from docs/model.md ("Flushed schedules", "Torch's schedules") and shares no
-code with the simulator (:mod:`workbench.verify.simulate`,
-:mod:`workbench.verify.simulate_orders`):
+code with the simulator (:mod:`workbench.schedules.simulate`,
+:mod:`workbench.schedules.simulate_orders`):
 
 * **layout** (rule 1): a torch schedule's S stages are P x V, V the
   schedule's stages per device, stage s on the device its layout names
   (looped: s mod P; V: s, then 2P - 1 - s);
 * **order** (rule 5): each device runs its operations in the schedule's order
   (GPipe and 1F1B as docs/model.md states them; torch's schedules as torch's
-  class produces them, :func:`workbench.model.orders.torch_order`); the order
+  class produces them, :func:`workbench.schedules.torch_orders.torch_order`); the order
   holds every operation once and does not deadlock;
 * **period** (rule 0): the replayed makespan over the micro-batches equals the
   recorded period (relative tolerance ``REL_TOL``);
@@ -42,10 +42,10 @@ from typing import Any
 
 from workbench.methods import method
 from workbench.model.chain import Chain, Platform
-from workbench.model.orders import Action, schedule_of, torch_order
 from workbench.model.plan import Plan
 from workbench.model.tolerances import REL_TOL
 from workbench.model.units import format_bytes, format_seconds
+from workbench.schedules.torch_orders import Action, schedule_of, torch_order
 from workbench.verify.check_memory import stage_terms
 
 __all__ = ["flushed_problems", "flushed_orders"]

@@ -153,8 +153,8 @@ def predicted_ops(plan: Plan, chain, steps: int) -> pd.DataFrame:
 
 def torch_programs(plan: Plan, steps: int) -> list[list[Op]]:
     """Per device, the operations torch's schedule (``plan.schedule``) runs for ``steps`` micro-batches, in
-    torch's order (:func:`workbench.model.orders.torch_order`; ``time`` is the position)."""
-    from workbench.model.orders import torch_order
+    torch's order (:func:`workbench.schedules.torch_orders.torch_order`; ``time`` is the position)."""
+    from workbench.schedules.torch_orders import torch_order
 
     order = torch_order(plan.schedule, plan.devices, len(plan.stages) // plan.devices, steps)
     return [[Op(float(j), a.stage, a.kind, a.batch) for j, a in enumerate(order.get(d, ()))]
@@ -164,7 +164,7 @@ def torch_programs(plan: Plan, steps: int) -> list[list[Op]]:
 def programs_for(plan: Plan, steps: int, chain=None, platform=None) -> list[list[Op]]:
     """Per-device programs: unrolled periodic plan, torch's order for its schedules, or a simulated flushed
     schedule's order."""
-    from workbench.model.orders import SCHEDULES
+    from workbench.schedules.torch_orders import SCHEDULES
 
     if plan.schedule in SCHEDULES:
         progs = torch_programs(plan, steps)
@@ -173,7 +173,7 @@ def programs_for(plan: Plan, steps: int, chain=None, platform=None) -> list[list
     else:
         if chain is None or platform is None:
             raise ValueError(f"a {plan.schedule!r} plan needs the chain and platform to simulate its order")
-        from workbench.verify.simulate import simulate
+        from workbench.schedules.simulate import simulate
 
         progs = programs_from_trace(simulate(plan, chain, platform, steps).ops, plan.devices)
     check_programs(progs, len(plan.stages))

@@ -1,7 +1,7 @@
 """The general schedule builder with offloaded activations: host-link transfers placed with the
 operations (docs/model.md, "Activation policies", rule 8).
 
-:class:`workbench.verify.schedule.Scheduler` builds general allocations by placing each operation, in
+:class:`workbench.schedules.builder.Scheduler` builds general allocations by placing each operation, in
 the order of one mini-batch's dependency chain, at the earliest time its device is free modulo
 T (``asap``). With offloaded activations a forward also needs its transfer out free on the
 device's host link right after it, and a backward its transfer back right before it and a gap
@@ -20,14 +20,14 @@ from workbench.model.tolerances import SLOT_FIT
 from workbench.model.units import format_seconds
 
 if TYPE_CHECKING:   # a type only: schedule.py imports this module
-    from workbench.verify.schedule import Scheduler
+    from workbench.schedules.builder import Scheduler
 
 __all__ = ["NoSchedule", "settle", "general_offload"]
 
 
 class NoSchedule(ValueError):
     """No schedule was found for this allocation and period; the message says why (raised by the
-    builders of :mod:`workbench.verify.schedule`, which exports it)."""
+    builders of :mod:`workbench.schedules.builder`, which exports it)."""
 
 
 def settle(T: float, r: float, moves) -> float | None:

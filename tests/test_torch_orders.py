@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from torch.distributed.pipelining import schedules as ts
 
-from workbench.model.orders import SCHEDULES, chunks_of, stage_devices, torch_order
+from workbench.schedules.torch_orders import SCHEDULES, chunks_of, stage_devices, torch_order
 
 
 @pytest.mark.parametrize("name", sorted(SCHEDULES))

@@ -1,6 +1,6 @@
 """Simulate a flushed schedule given as an order of operations per device (torch's multi-stage schedules).
 
-Each device runs its operations (:class:`~workbench.model.orders.Action`:
+Each device runs its operations (:class:`~workbench.schedules.torch_orders.Action`:
 ``F``, ``B``, ``I``, ``W`` of a stage on a micro-batch) in the order given;
 an operation starts when its device is free and what it needs has arrived:
 
@@ -16,7 +16,7 @@ parts (:func:`workbench.model.split.stage_split`: torch's stage 0 runs no
 that use the link, not the device. After ``micro_batches`` micro-batches a
 flush: everything ends, the optimizer steps, the next group starts.
 
-**Memory** (:mod:`workbench.verify.simulate_memory`): a stage holds a
+**Memory** (:mod:`workbench.schedules.simulate_memory`): a stage holds a
 micro-batch's activations from the start of its forward to the end of its
 ``B`` or ``W``, and, under the full memory model, its pending bytes from the end
 of its ``I`` to the end of its ``W``; its excess while any of its operations
@@ -24,7 +24,7 @@ runs; its static bytes (weights, gradients, optimizer state, receive buffers)
 all along; the optimizer step's temporaries after the flush.
 
 >>> from workbench.model.chain import Chain, Layer, Platform
->>> from workbench.model.orders import torch_order
+>>> from workbench.schedules.torch_orders import torch_order
 >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 0, 1, 1) for i in range(4)), input_bytes=1)
 >>> order = torch_order("interleaved-1f1b", 2, 2, 4)
 >>> t = simulate_order(ch, Platform(2, memory_model="paper"), [(0, 0, 0), (1, 1, 1), (2, 2, 0), (3, 3, 1)],
@@ -42,10 +42,10 @@ import numpy as np
 import pandas as pd
 
 from workbench.model.chain import Chain, Platform
-from workbench.model.orders import Action
 from workbench.model.split import stage_split
 from workbench.model.trace import OP_COLUMNS, Trace
-from workbench.verify.simulate_memory import StageMemory, grad_windows, memory_frame, with_step_rows
+from workbench.schedules.simulate_memory import StageMemory, grad_windows, memory_frame, with_step_rows
+from workbench.schedules.torch_orders import Action
 
 __all__ = ["simulate_order", "order_makespan", "OrderTimes", "held_counts"]
 

@@ -27,10 +27,10 @@ backward, then drains its backwards), with a flush (all operations done)
 between groups of m micro-batches, one weight version.
 
 **Memory** rows per device (what each holds over the run) come from
-:mod:`workbench.verify.simulate_memory`.
+:mod:`workbench.schedules.simulate_memory`.
 
 >>> from workbench.model.chain import Chain, Layer, Platform
->>> from workbench.verify.schedule import build_schedule
+>>> from workbench.schedules.builder import build_schedule
 >>> chain = Chain(tuple(Layer(f"l{i}", 0.001, 0.002, 100, 10) for i in range(6)), input_bytes=10)
 >>> plat = Platform(3, memory=1000, bandwidth=20000, memory_model="paper")
 >>> plan = build_schedule(chain, plat, [0, 0, 1, 1, 2, 2], 0.008)
@@ -53,11 +53,11 @@ import pandas as pd
 
 from workbench.model.activations import apply_policies, stage_host_time
 from workbench.model.chain import Chain, Platform
-from workbench.model.orders import SCHEDULES, torch_order
 from workbench.model.plan import Plan, chain_for_plan, stages_of
 from workbench.model.trace import OP_COLUMNS, Trace
-from workbench.verify.simulate_memory import StageMemory, grad_windows, memory_frame, with_step_rows
-from workbench.verify.simulate_orders import simulate_order
+from workbench.schedules.simulate_memory import StageMemory, grad_windows, memory_frame, with_step_rows
+from workbench.schedules.simulate_orders import simulate_order
+from workbench.schedules.torch_orders import SCHEDULES, torch_order
 
 __all__ = ["simulate", "simulate_flushed", "FlushKind"]
 
@@ -97,7 +97,7 @@ def simulate(plan: Plan, chain: Chain, platform: Platform, batches: int = 20) ->
 
     Flushed plans (``plan.schedule`` ``"gpipe"``/``"1f1b"``) run through
     :func:`simulate_flushed`, torch's multi-stage schedules through
-    :func:`workbench.verify.simulate_orders.simulate_order` (torch's order), with enough flushes of
+    :func:`workbench.schedules.simulate_orders.simulate_order` (torch's order), with enough flushes of
     ``plan.micro_batches`` to cover ``batches``.
     """
     from workbench.verify.check import require_structure

@@ -64,7 +64,7 @@ from workbench.model.memory import device_extra, layer_terms, stage_activation, 
 from workbench.model.plan import Plan, Stage, in_flight, infeasible_plan, lower_bound, stages_of, with_memory_setup
 from workbench.model.tolerances import CEIL_SLACK, COUNT_NOISE, PERIOD_SEARCH, REL_TOL, SLOT_FIT, START_PERIOD
 from workbench.model.units import format_bytes, format_seconds
-from workbench.verify.schedule_host import NoSchedule, general_offload
+from workbench.schedules.builder_host import NoSchedule, general_offload
 
 __all__ = ["NoSchedule", "Scheduler", "build_schedule", "best_schedule", "load_period", "one_in_flight_memory"]
 
