@@ -43,5 +43,5 @@ def test_the_builder_books_transfers_apart():
     sched = Scheduler(eff, plat.with_(devices=max(plat.devices, 2), memory=float("inf")),
                       [0, 1] + [0] * (len(chain) - 2))
     T = sched.load_period * 3
-    f, b = general_offload(sched, T)
+    f, b = general_offload(sched.F, sched.B, sched.c, sched.dev, sched.x, T)
     assert len(f) == len(b) == sched.stage_count and all(bb >= ff for ff, bb in zip(f, b))
