@@ -104,18 +104,35 @@ def test_the_tree_is_the_architecture():
     """The package root keeps at most a dozen modules; the layers are folders (README, "Layout")."""
     root_modules = sorted(p.name for p in ROOT.glob("*.py"))
     assert len(root_modules) <= 12, root_modules
-    for folder in ("model", "verify", "planners", "planners/dp", "planners/ilp", "planners/evaluate", "profiles",
-                   "runtime", "viz", "experiments", "front"):
+    for folder in ("model", "schedules", "verify", "planners", "planners/dp", "planners/ilp", "planners/evaluate",
+                   "profiles", "runtime", "viz", "experiments", "front"):
         assert (ROOT / folder / "__init__.py").is_file(), folder
     graph = import_graph()
     model = [m for m in graph if m.startswith("workbench.model.")]
     # the model imports nothing above it: no planner, checker, runtime, view or front-end
     above = ("workbench.planners", "workbench.verify", "workbench.runtime", "workbench.viz", "workbench.front",
-             "workbench.experiments", "workbench.profiles")
+             "workbench.experiments", "workbench.profiles", "workbench.schedules")
     assert not [(m, n) for m in model for n in graph[m] if n.startswith(above)]
     # the studies draw with viz; viz never reaches back into the studies
     assert not [(m, n) for m in graph if m.startswith("workbench.viz") for n in graph[m]
                 if n.startswith("workbench.experiments")]
+    # the schedules build on the model; the checker imports nothing that builds, simulates or runs a plan: of the
+    # schedules only the op record, the registry and torch's orders (what it replays), even transitively
+    assert [(m, n) for m in graph if m.startswith("workbench.schedules") for n in graph[m]
+            if n.startswith(above[:3])] == [("workbench.schedules.simulate", "workbench.verify.check")], \
+        "the schedules import no planner or runtime, and of the checker only rules 0 and 1, which the simulator needs"
+    reach = set()
+    todo = [m for m in graph if m.startswith("workbench.verify")]
+    while todo:
+        for n in graph[todo.pop()] - reach:
+            reach.add(n)
+            todo.append(n)
+    allowed = ("workbench.model.", "workbench.verify", "workbench.io", "workbench.methods", "workbench.schedules.ops",
+               "workbench.schedules.registry", "workbench.schedules.torch_orders", "workbench.schedules")
+    assert "workbench.schedules.registry" in reach and sorted(n for n in reach if not n.startswith(allowed)) == []
+    assert not [n for n in reach if n.startswith("workbench.schedules.") and n.rsplit(".", 1)[1] not in
+                ("ops", "registry", "torch_orders")]
     # nothing below the front imports it
     assert not [(m, n) for m in graph if not m.startswith("workbench.front") and m != "workbench.__main__"
                 for n in graph[m] if n.startswith("workbench.front")]
+

@@ -17,7 +17,8 @@ from workbench.model.chain import Platform
 from workbench.model.plan import Plan, Stage
 from workbench.model.trace import MEMORY_COLUMNS, OP_COLUMNS
 from workbench.runtime.engine import Workload, grad_error, reference_gradients, run_plan
-from workbench.schedules.program import Op, check_programs, unroll
+from workbench.schedules.ops import Op
+from workbench.schedules.program import check_programs, unroll
 
 STEPS = 6
 TIMEOUT = 60
@@ -159,11 +160,11 @@ def test_unroll_warmup_steady_drain():
 
 
 def test_check_programs_finds_deadlock_and_gaps():
-    bad = [[Op(0, 0, "F", 0), Op(1, 0, "B", 0)], [Op(0, 1, "B", 0), Op(1, 1, "F", 0)]]
+    bad = [[Op(0, "F", 0, 0), Op(0, "B", 0, 1)], [Op(1, "B", 0, 0), Op(1, "F", 0, 1)]]
     with pytest.raises(ValueError, match="deadlock"):
         check_programs(bad, 2)
     with pytest.raises(ValueError, match="no B0"):
-        check_programs([[Op(0, 0, "F", 0)]], 1)
+        check_programs([[Op(0, "F", 0)]], 1)
 
 
 # ---------------------------------------------------------------------------------------------

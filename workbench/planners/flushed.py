@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any, Literal
+from typing import Any
 
 from workbench.model.chain import Chain, Platform
 from workbench.model.plan import MAX_MICRO_BATCHES, Plan, Stage, chain_for_plan, lower_bound, with_memory_setup
@@ -44,7 +44,7 @@ from workbench.schedules.simulate_orders import held_counts
 __all__ = ["plan_gpipe", "plan_1f1b", "plan_flushed"]
 
 
-def plan_flushed(chain: Chain, platform: Platform, kind: Literal["gpipe", "1f1b"], *,
+def plan_flushed(chain: Chain, platform: Platform, kind: str, *,
                  allocation: str = "contiguous", time_limit: float | None = None,
                  micro_batches: int | None = None, flushes: int = 1, **options: Any) -> Plan:
     """A flushed ``kind`` schedule on dp's unconstrained partition, simulated (see the module docstring)."""

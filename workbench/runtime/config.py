@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from workbench.model.plan import Plan
-from workbench.schedules.program import Op
+from workbench.schedules.ops import Op
 
 __all__ = ["RunConfig"]
 

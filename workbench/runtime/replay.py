@@ -41,7 +41,8 @@ from workbench.model.plan import Plan
 from workbench.runtime.config import RunConfig
 from workbench.runtime.engine import RunResult, Workload, join_or_kill, merge_results
 from workbench.runtime.rank import CPU_COLUMNS
-from workbench.schedules.program import Op, programs_for
+from workbench.schedules.ops import Op
+from workbench.schedules.program import programs_for
 
 __all__ = ["replay_devices", "replay_report", "replay_to", "load_replays", "run_summary"]
 
@@ -68,7 +69,7 @@ def replay_devices(plan: Plan, workload: Workload, steps: int = 8, *, weights: s
     bad = [d for d in which if not 0 <= d < plan.devices]
     if bad:
         raise ValueError(f"devices {bad} are not devices of the plan (0..{plan.devices - 1})")
-    progs = programs if programs is not None else programs_for(plan, steps, chain, platform)
+    progs = programs if programs is not None else programs_for(plan, steps)
     cfg = RunConfig(plan, progs, workload, steps, 0.0, weights, "none", device, threads, timeout, isolated=True,
                     optimizer=optimizer, zero_grad=zero_grad)
     start_method = "spawn" if device == "cuda" else "fork"

@@ -18,6 +18,7 @@ from typing import Any
 
 from workbench.model.memory_views import torch_engine_memory
 from workbench.schedules.order_memory import engine_extra as torch_extra
+from workbench.schedules.registry import schedule_of
 
 __all__ = ["summarise", "jsonable", "format_comparison", "steady_steps", "engine_extra"]
 
@@ -48,7 +49,7 @@ def engine_extra(plan, chain, platform, steps: int, engine: str) -> list[float]:
     the plan's own loop."""
     if engine != "torch":
         return [0.0] * plan.devices
-    if plan.schedule == "periodic" and platform is not None and platform.memory_model == "full":
+    if not schedule_of(plan.schedule).flushed and platform is not None and platform.memory_model == "full":
         from workbench.model.activations import apply_policies
 
         peak = torch_engine_memory(apply_policies(chain, plan.activations or None), platform, plan.stages, steps)

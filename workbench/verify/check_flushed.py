@@ -11,7 +11,7 @@ code with the simulator (:mod:`workbench.schedules.simulate`,
   schedule's stages per device, stage s on the device its layout names
   (looped: s mod P; V: s, then 2P - 1 - s);
 * **order** (rule 5): each device runs its operations in the schedule's order
-  (GPipe and 1F1B as docs/model.md states them; torch's schedules as torch's
+  (GPipe and 1F1B as docs/model.md states them, written again here; torch's schedules as torch's
   class produces them, :func:`workbench.schedules.torch_orders.torch_order`); the order
   holds every operation once and does not deadlock;
 * **period** (rule 0): the replayed makespan over the micro-batches equals the
@@ -40,36 +40,47 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from workbench.methods import method
 from workbench.model.chain import Chain, Platform
 from workbench.model.plan import Plan
 from workbench.model.tolerances import REL_TOL
 from workbench.model.units import format_bytes, format_seconds
-from workbench.schedules.torch_orders import Action, schedule_of, torch_order
+from workbench.schedules.ops import Op
+from workbench.schedules.registry import schedule_of
+from workbench.schedules.torch_orders import torch_order
 from workbench.verify.check_memory import stage_terms
 
 __all__ = ["flushed_problems", "flushed_orders"]
 
 
-def flushed_orders(plan: Plan) -> dict[int, list[Action]]:
+def _gpipe(S: int, s: int, m: int) -> list[Op]:
+    """All forwards, then all backwards."""
+    return [Op(s, "F", i) for i in range(m)] + [Op(s, "B", i) for i in range(m)]
+
+
+def _one_f_one_b(S: int, s: int, m: int) -> list[Op]:
+    """min(m, S-1-s) forwards, then one forward and one backward, then the rest."""
+    warm = min(m, S - 1 - s)
+    acts = [Op(s, "F", i) for i in range(warm)]
+    for i in range(m - warm):
+        acts += [Op(s, "F", warm + i), Op(s, "B", i)]
+    return acts + [Op(s, "B", i) for i in range(m - warm, m)]
+
+
+#: the workbench's own flushed schedules as docs/model.md states them (written again here, on purpose: the
+#: checker shares no code with the orders it judges); torch's schedules are torch's class's order
+OWN_ORDERS = {"gpipe": _gpipe, "1f1b": _one_f_one_b}
+
+
+def flushed_orders(plan: Plan) -> dict[int, list[Op]]:
     """Per device, the operations of one flush in the order the plan's schedule runs them."""
     m, S = int(plan.micro_batches or 0), len(plan.stages)
-    if plan.schedule == "gpipe":       # all forwards, then all backwards
-        per_stage = {s: [Action(s, "F", i) for i in range(m)] + [Action(s, "B", i) for i in range(m)]
-                     for s in range(S)}
-    elif plan.schedule == "1f1b":      # min(m, S-1-s) forwards, then one forward and one backward, then the rest
-        per_stage = {}
-        for s in range(S):
-            warm = min(m, S - 1 - s)
-            acts = [Action(s, "F", i) for i in range(warm)]
-            for i in range(m - warm):
-                acts += [Action(s, "F", warm + i), Action(s, "B", i)]
-            per_stage[s] = acts + [Action(s, "B", i) for i in range(m - warm, m)]
-    else:
+    if schedule_of(plan.schedule).from_torch:
         return {d: list(a) for d, a in torch_order(plan.schedule, plan.devices, S // plan.devices, m).items()}
-    out: dict[int, list[Action]] = {}
+    if plan.schedule not in OWN_ORDERS:
+        raise ValueError(f"the checker knows no order for the {plan.schedule} schedule")
+    out: dict[int, list[Op]] = {}
     for s, st in enumerate(plan.stages):
-        out.setdefault(st.device, []).extend(per_stage[s])
+        out.setdefault(st.device, []).extend(OWN_ORDERS[plan.schedule](S, s, m))
     return out
 
 
@@ -116,7 +127,7 @@ def _durations(chain: Chain, plan: Plan, platform: Platform) -> dict[str, list[f
     return {"F": F, "B": B, "I": I, "W": W, "pending": pend, "c": c}
 
 
-def _replay(plan: Plan, orders: dict[int, list[Action]], d: dict[str, list[float]]
+def _replay(plan: Plan, orders: dict[int, list[Op]], d: dict[str, list[float]]
             ) -> tuple[dict[tuple[int, str, int], tuple[float, float]], str]:
     """Start and end of every operation when each device runs its order as early as its inputs allow;
     a message when the order misses an operation, repeats one or deadlocks."""
@@ -212,7 +223,7 @@ def _peaks(chain: Chain, plan: Plan, platform: Platform, done: dict, d: dict[str
 
 def flushed_problems(plan: Plan, chain: Chain, platform: Platform) -> list[dict[str, Any]]:
     """Every rule a flushed plan breaks (the module docstring), as ``Violation`` keyword dicts."""
-    if method(plan.schedule).torch_schedule:
+    if schedule_of(plan.schedule).from_torch:
         bad = _layout(plan)
         if bad:
             return bad
