@@ -136,3 +136,25 @@ def test_the_tree_is_the_architecture():
     assert not [(m, n) for m in graph if not m.startswith("workbench.front") and m != "workbench.__main__"
                 for n in graph[m] if n.startswith("workbench.front")]
 
+
+def long_pieces(root: Path = ROOT, max_lines: int = 500, max_function: int = 80) -> list[str]:
+    """Modules of more than ``max_lines`` lines and functions (methods, nested ones) of more than
+    ``max_function``, docstring included: ``path: what``."""
+    out = []
+    for path in sorted(root.rglob("*.py")):
+        text = path.read_text()
+        name = path.relative_to(root.parent).as_posix()
+        if len(text.splitlines()) > max_lines:
+            out.append(f"{name}: {len(text.splitlines())} lines")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                n = node.end_lineno - node.lineno + 1
+                if n > max_function:
+                    out.append(f"{name}:{node.lineno}: {node.name} has {n} lines")
+    return out
+
+
+def test_no_module_over_500_lines_and_no_function_over_80():
+    """The house rule (a module per idea, functions that fit on a screen), for the whole package."""
+    assert long_pieces() == []
+    assert long_pieces(max_lines=400, max_function=60)      # the check sees modules and functions
