@@ -143,8 +143,7 @@ def schedule_of(name: str) -> Schedule:
     >>> schedule_of("loop")
     Traceback (most recent call last):
     ...
-    ValueError: unknown schedule 'loop'; a plan's schedule is one of periodic, gpipe, 1f1b, interleaved-1f1b,
-    looped-bfs, interleaved-zb, zbv, dualpipev
+    ValueError: unknown schedule 'loop'; a plan's schedule is one of periodic, gpipe, 1f1b, ...
     """
     if name not in SCHEDULES:
         raise ValueError(f"unknown schedule {name!r}; a plan's schedule is one of {', '.join(SCHEDULES)}")
