@@ -61,7 +61,10 @@ class Method:
     stages under torch's own order (:mod:`workbench.schedules.torch_orders`, :mod:`workbench.planners.torch_schedules`):
     ``torch_class`` (its class in ``torch.distributed.pipelining.schedules``), ``layout`` (``loop``: stage s
     on device s mod P; ``v``: s, then 2P - 1 - s), ``split_backward`` (it runs I and W apart) and
-    ``fixed_chunks`` (the stages per device it requires; None: any, ``--chunks``).
+    ``fixed_chunks`` (the stages per device it requires; None: any, ``--chunks``). The flushed schedules the
+    workbench orders itself (:mod:`workbench.schedules.registry`) say how many forwards a stage runs before its
+    first backward, ``warmup``: ``all`` (GPipe: every micro-batch of the flush) or ``downstream`` (1F1B:
+    min(m, S - 1 - s), one per stage after it), then one forward and one backward in turn.
     """
 
     name: str
@@ -82,6 +85,7 @@ class Method:
     layout: str = ""
     split_backward: bool = False
     fixed_chunks: int | None = None
+    warmup: str = ""
 
     @property
     def torch_schedule(self) -> bool:
@@ -136,8 +140,8 @@ METHODS: tuple[Method, ...] = (
     Method("uniform", "uniform (DeepSpeed)", "uniform", "#9C755F", "periodic", baseline=True, blocks=True),
     Method("parameters", "parameters (DeepSpeed)", "parameters", "#76B7B2", "periodic", baseline=True, blocks=True),
     Method("torchgpipe", "torchgpipe balance", "torchgpipe", "#EDC948", "periodic", baseline=True, blocks=True),
-    Method("gpipe", "GPipe", "GPipe", "#59A14F", "flushed"),
-    Method("1f1b", "1F1B-flush", "1F1B", "#B07AA1", "flushed"),
+    Method("gpipe", "GPipe", "GPipe", "#59A14F", "flushed", warmup="all"),
+    Method("1f1b", "1F1B-flush", "1F1B", "#B07AA1", "flushed", warmup="downstream"),
     Method("interleaved-1f1b", "Interleaved 1F1B (torch)", "Interleaved", "#E377C2", "flushed",
            torch_class="ScheduleInterleaved1F1B", layout="loop"),
     Method("looped-bfs", "Looped BFS (torch)", "LoopedBFS", "#7F7F7F", "flushed",

@@ -3,7 +3,8 @@
 A plan's ``schedule`` is ``periodic`` (each stage's forward and backward start times repeat every period,
 docs/model.md "Plan") or the name of a flushed method of :mod:`workbench.methods` (micro-batches, then a
 flush): the workbench's own GPipe and 1F1B, whose per-stage orders are written here, and torch's
-multi-stage schedules, whose order torch's own class computes (:mod:`workbench.schedules.torch_orders`).
+multi-stage schedules, whose order torch's own class computes (:mod:`workbench.schedules.torch_orders`);
+GPipe's and 1F1B's per-stage orders follow from their methods' ``warmup``.
 Each is one :class:`Schedule`; the other modules ask it instead of testing names. The flushed entries are
 derived from the methods: **adding one of torch's schedule classes is one** :class:`~workbench.methods.Method`
 **naming its** ``torch_class`` (with its layout, whether it splits the backward, the stages per device it
@@ -102,29 +103,28 @@ class Schedule:
         return "pipedream" if not self.flushed and weights == "stash" else "torch"
 
 
-def _gpipe(S: int, s: int, m: int) -> list[Op]:
-    """GPipe: every forward of the flush, then every backward."""
-    return [Op(s, "F", j) for j in range(m)] + [Op(s, "B", j) for j in range(m)]
+def _warm_then_alternate(warmup: str) -> StageOrder:
+    """The workbench's own order of a stage in one flush: its warm-up forwards (``all``: every micro-batch, as
+    GPipe; ``downstream``: min(m, S - 1 - s), as 1F1B), then one forward and one backward in turn, then the
+    backwards left."""
+    if warmup not in ("all", "downstream"):
+        raise ValueError(f"warmup must be 'all' or 'downstream', got {warmup!r}")
 
+    def order(S: int, s: int, m: int) -> list[Op]:
+        warm = m if warmup == "all" else min(m, S - 1 - s)
+        out = [Op(s, "F", j) for j in range(warm)]
+        for j in range(m - warm):
+            out += [Op(s, "F", warm + j), Op(s, "B", j)]
+        return out + [Op(s, "B", j) for j in range(m - warm, m)]
 
-def _one_f_one_b(S: int, s: int, m: int) -> list[Op]:
-    """1F1B: min(m, S-1-s) forwards to warm up, then one forward and one backward in turn, then the backwards left."""
-    warm = min(m, S - 1 - s)
-    out = [Op(s, "F", j) for j in range(warm)]
-    for j in range(m - warm):
-        out += [Op(s, "F", warm + j), Op(s, "B", j)]
-    return out + [Op(s, "B", j) for j in range(m - warm, m)]
-
-
-#: the workbench's own flushed schedules: their order per stage (torch's schedules need none: torch orders them)
-_OWN_ORDERS: dict[str, StageOrder] = {"gpipe": _gpipe, "1f1b": _one_f_one_b}
+    return order
 
 
 def _of(m: Method) -> Schedule:
-    if not m.torch_class and m.name not in _OWN_ORDERS:
-        raise ValueError(f"flushed method {m.name!r} names no torch_class and has no order in {__name__}")
+    if not m.torch_class and not m.warmup:
+        raise ValueError(f"flushed method {m.name!r} names neither a torch_class nor a warmup")
     return Schedule(m.name, True, m.layout or "plan", m.torch_class, m.split_backward, m.fixed_chunks,
-                    _OWN_ORDERS.get(m.name))
+                    None if m.torch_class else _warm_then_alternate(m.warmup))
 
 
 #: every schedule by the name a plan records: ``periodic``, then the flushed methods in registry order

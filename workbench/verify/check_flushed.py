@@ -40,6 +40,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from workbench.methods import method
 from workbench.model.chain import Chain, Platform
 from workbench.model.plan import Plan
 from workbench.model.tolerances import REL_TOL
@@ -52,13 +53,14 @@ from workbench.verify.check_memory import stage_terms
 __all__ = ["flushed_problems", "flushed_orders"]
 
 
-def _gpipe(S: int, s: int, m: int) -> list[Op]:
-    """All forwards, then all backwards."""
-    return [Op(s, "F", i) for i in range(m)] + [Op(s, "B", i) for i in range(m)]
-
-
-def _one_f_one_b(S: int, s: int, m: int) -> list[Op]:
-    """min(m, S-1-s) forwards, then one forward and one backward, then the rest."""
+def _stage_order(warmup: str, S: int, s: int, m: int) -> list[Op]:
+    """Stage s's operations as docs/model.md states them (written again here, on purpose: the checker shares
+    no code with the orders it judges): GPipe (``warmup`` ``all``) all forwards, then all backwards; 1F1B
+    (``downstream``) min(m, S-1-s) forwards, then one forward and one backward, then the rest."""
+    if warmup == "all":
+        return [Op(s, "F", i) for i in range(m)] + [Op(s, "B", i) for i in range(m)]
+    if warmup != "downstream":
+        raise ValueError(f"the checker knows no order with warm-up {warmup!r}")
     warm = min(m, S - 1 - s)
     acts = [Op(s, "F", i) for i in range(warm)]
     for i in range(m - warm):
@@ -66,21 +68,16 @@ def _one_f_one_b(S: int, s: int, m: int) -> list[Op]:
     return acts + [Op(s, "B", i) for i in range(m - warm, m)]
 
 
-#: the workbench's own flushed schedules as docs/model.md states them (written again here, on purpose: the
-#: checker shares no code with the orders it judges); torch's schedules are torch's class's order
-OWN_ORDERS = {"gpipe": _gpipe, "1f1b": _one_f_one_b}
-
-
 def flushed_orders(plan: Plan) -> dict[int, list[Op]]:
-    """Per device, the operations of one flush in the order the plan's schedule runs them."""
+    """Per device, the operations of one flush in the order the plan's schedule runs them: torch's class's
+    order for torch's schedules, else each stage's in the order its method's ``warmup`` names."""
     m, S = int(plan.micro_batches or 0), len(plan.stages)
     if schedule_of(plan.schedule).from_torch:
         return {d: list(a) for d, a in torch_order(plan.schedule, plan.devices, S // plan.devices, m).items()}
-    if plan.schedule not in OWN_ORDERS:
-        raise ValueError(f"the checker knows no order for the {plan.schedule} schedule")
+    warmup = method(plan.schedule).warmup
     out: dict[int, list[Op]] = {}
     for s, st in enumerate(plan.stages):
-        out.setdefault(st.device, []).extend(OWN_ORDERS[plan.schedule](S, s, m))
+        out.setdefault(st.device, []).extend(_stage_order(warmup, S, s, m))
     return out
 
 
