@@ -127,7 +127,7 @@ def make_plan(chain, devices: int, how):
     """The plan a validation runs, and its platform."""
     from workbench.front.demo import demo_memory_limit
     from workbench.planners import plan as run_planner
-    from workbench.verify.schedule import best_schedule
+    from workbench.schedules.builder import best_schedule
 
     platform = Platform(devices, bandwidth="12GB/s", memory_model="paper")  # the runtime counts rule 7 (paper)
     if isinstance(how, str):  # "dp" or "ilp-general"

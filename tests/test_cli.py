@@ -10,7 +10,7 @@ from workbench.front.cli import build_parser, main
 from workbench.model.chain import Chain, Layer, Platform
 from workbench.planners import PLANNERS
 from workbench.profiles import write_profile
-from workbench.verify.schedule import build_schedule
+from workbench.schedules.builder import build_schedule
 
 MS = 1e-3
 
@@ -284,7 +284,7 @@ def test_simulate_refuses_an_unwritable_output_before_simulating(files, capsys, 
     import errno
 
     import workbench.io as io
-    import workbench.verify.simulate as sim
+    import workbench.schedules.simulate as sim
 
     prof, plan, tmp = files
 

@@ -11,10 +11,10 @@ import pytest
 
 from workbench.methods import METHODS
 from workbench.model.chain import Platform
-from workbench.model.order_memory import engine_extra
-from workbench.model.orders import torch_order
 from workbench.planners import plan as run_planner
 from workbench.runtime.engine import Workload, grad_error, reference_gradients, run_plan
+from workbench.schedules.order_memory import engine_extra
+from workbench.schedules.torch_orders import torch_order
 
 SCHEDULES = [m.name for m in METHODS if m.torch_class]
 TIMEOUT = 120

@@ -160,7 +160,7 @@ def check_command(args: argparse.Namespace) -> int:
 def simulate_command(args: argparse.Namespace) -> int:
     from workbench.model.plan import Plan
     from workbench.model.units import format_bytes, format_seconds
-    from workbench.verify.simulate import simulate
+    from workbench.schedules.simulate import simulate
 
     plan = Plan.from_json(Path(args.plan_file))
     chain, platform = _resolve_plan_context(args, plan)

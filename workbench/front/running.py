@@ -53,6 +53,7 @@ from workbench.runtime.session import (
     platform_for_run,
 )
 from workbench.runtime.summary import format_comparison
+from workbench.schedules.registry import schedule_of
 
 __all__ = ["run_command", "run_and_compare", "format_comparison", "validate_zoo", "measure_series", "profile_dtype",
            "check_plan_against", "cores_available", "dropout_modules"]
@@ -131,13 +132,6 @@ def _run_ranks(plan, chain, platform, wl, steps: int, cores: int, say, **run_kw:
     res = run_plan(plan, wl, steps, weights=platform.weights, chain=chain, platform=platform, **run_kw)
     say(f"  ranks done in {time.perf_counter() - t0:.1f} s", flush=True)
     return res
-
-
-def method_of(plan):
-    """The registry's record of the plan's schedule (:mod:`workbench.methods`), or of ``dp`` for a periodic plan."""
-    from workbench.methods import METHODS
-
-    return next((m for m in METHODS if m.name == plan.schedule), METHODS[0])
 
 
 def validate_zoo(model: str, devices: int, batch_size: int, steps: int = 20, *, out: str | Path | None = None,
@@ -337,7 +331,7 @@ def run_command(args: argparse.Namespace) -> int:
     optimizer = platform.optimizer
     if args.steps is not None:
         steps = args.steps
-    elif method_of(plan).torch_class:           # torch's schedules: one step of the plan's micro-batches
+    elif schedule_of(plan.schedule).from_torch:  # torch's schedules: one step of the plan's micro-batches
         steps = int(plan.micro_batches)
     else:                                       # enough mini-batches for the steady state the plan describes
         from workbench.runtime.engine import choose_engine

@@ -71,7 +71,7 @@ def steady_warmup(plan: Plan, trace: Trace, warmup: int | None = None) -> int:
     >>> from workbench.model.plan import make_plan
     >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 0, 0) for i in range(2)))
     >>> plan = make_plan(ch, Platform(2), 3.0, [0, 1], [0.0, 1.0], [8.0, 2.0])   # k = 4, 1
-    >>> from workbench.verify.simulate import simulate
+    >>> from workbench.schedules.simulate import simulate
     >>> steady_warmup(plan, simulate(plan, ch, Platform(2), batches=12))   # 12 // 4 = 3 < k_0
     4
     """
@@ -295,7 +295,7 @@ def calibration_report(plan: Plan, chain: Chain, platform: Platform, trace: Trac
     than the plan's own (then compute times are not what set the measured period: links, waits,
     time-sharing), and ``note`` says so.
     """
-    from workbench.verify.schedule import best_schedule
+    from workbench.schedules.builder import best_schedule
 
     warmup = steady_warmup(plan, trace, warmup)
     measured = period_of(trace, warmup)

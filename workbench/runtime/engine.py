@@ -45,14 +45,15 @@ from typing import Any, Sequence
 import pandas as pd
 import torch
 
-from workbench.model.orders import SCHEDULES
 from workbench.model.plan import Plan
 from workbench.model.trace import MEMORY_COLUMNS, OP_COLUMNS, Trace
 from workbench.profiles.workload import Workload
 from workbench.runtime.config import RunConfig
 from workbench.runtime.gradients import grad_error, grad_tolerance, reference_gradients
-from workbench.runtime.program import Op, programs_for
 from workbench.runtime.rank import CPU_COLUMNS
+from workbench.schedules.ops import Op
+from workbench.schedules.program import programs_for
+from workbench.schedules.registry import schedule_of
 
 __all__ = ["Workload", "RunResult", "run_plan", "reference_gradients", "grad_error", "grad_tolerance",
            "free_port", "default_backend", "join_or_kill", "programs_for", "merge_results", "choose_engine",
@@ -100,7 +101,7 @@ def merge_results(parts: Sequence[dict[str, Any]], plan: Plan, **meta: Any) -> R
         "engine": ordered[0]["engine"] if ordered else None,
         **meta,
     }
-    if plan.schedule != "periodic" and info.get("steps"):   # one flush of every step: its period is makespan / steps
+    if schedule_of(plan.schedule).flushed and info.get("steps"):   # one flush of every step: period = makespan / steps
         info = {**info, "micro_batches": int(info["steps"]), "flushes": 1}
     trace = Trace(ops, mem, plan.devices, period=plan.period, source="measured", meta=info)
     return RunResult(trace, grads, info)
@@ -113,7 +114,7 @@ def choose_engine(plan: Plan, weights: str, engine: str = "auto") -> str:
         raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
     if engine != "auto":
         return engine
-    return "pipedream" if plan.schedule == "periodic" and weights == "stash" else "torch"
+    return schedule_of(plan.schedule).engine(weights)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -191,7 +192,7 @@ def run_plan(
         raise ValueError(f"zero_grad must be 'none' or 'zeros', got {zero_grad!r}")
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     backend = backend or default_backend(device, plan.devices)
-    progs = programs if programs is not None else programs_for(plan, steps, chain, platform)
+    progs = programs if programs is not None else programs_for(plan, steps)
     cfg = RunConfig(plan, progs, workload, steps, lr, weights, backend, device, threads, timeout, lookahead,
                     engine=_engine_for(plan, weights, engine, device, backend), optimizer=optimizer,
                     zero_grad=zero_grad)
@@ -220,7 +221,7 @@ def _check_run_arguments(plan: Plan, weights: str, optimizer: str, steps: int | 
         raise ValueError("cannot run an infeasible plan")
     if weights not in ("stash", "single"):
         raise ValueError(f"weights must be 'stash' or 'single', got {weights!r}")
-    if steps is not None and plan.schedule in SCHEDULES and steps != plan.micro_batches:
+    if steps is not None and schedule_of(plan.schedule).from_torch and steps != plan.micro_batches:
         raise ValueError(f"a {plan.schedule} plan runs torch's order for its {plan.micro_batches} micro-batches "
                          f"in one step; run it with --steps {plan.micro_batches}, not {steps}")
 

@@ -168,7 +168,7 @@ def write_run(out: Path, plan, chain, platform, steps: int, res, cmp, summary: d
     out.mkdir(parents=True, exist_ok=True)
     res.trace.save(out / "measured.csv")
     try:
-        from workbench.verify.simulate import simulate
+        from workbench.schedules.simulate import simulate
 
         simulate(plan, chain, platform, steps).save(out / "predicted.csv")
     except Exception as e:  # pragma: no cover - the simulator is another module's business

@@ -17,7 +17,8 @@ import os
 from typing import Any
 
 from workbench.model.memory_views import torch_engine_memory
-from workbench.model.order_memory import engine_extra as torch_extra
+from workbench.schedules.order_memory import engine_extra as torch_extra
+from workbench.schedules.registry import schedule_of
 
 __all__ = ["summarise", "jsonable", "format_comparison", "steady_steps", "engine_extra"]
 
@@ -44,11 +45,11 @@ def engine_extra(plan, chain, platform, steps: int, engine: str) -> list[float]:
     """Per device, what the engine holds beyond the plan's memory: on torch's engine, a periodic plan's peak as
     torch runs it, one step of ``steps`` micro-batches (:func:`~workbench.model.memory_views.torch_engine_memory`),
     less the plan's memory; for a flushed plan what torch preallocates and holds
-    (:func:`workbench.model.order_memory.engine_extra`); nothing on the PipeDream engine, which runs
+    (:func:`workbench.schedules.order_memory.engine_extra`); nothing on the PipeDream engine, which runs
     the plan's own loop."""
     if engine != "torch":
         return [0.0] * plan.devices
-    if plan.schedule == "periodic" and platform is not None and platform.memory_model == "full":
+    if not schedule_of(plan.schedule).flushed and platform is not None and platform.memory_model == "full":
         from workbench.model.activations import apply_policies
 
         peak = torch_engine_memory(apply_policies(chain, plan.activations or None), platform, plan.stages, steps)

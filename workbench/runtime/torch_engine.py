@@ -45,9 +45,9 @@ import torch.distributed as dist
 from torch.distributed.pipelining import PipelineStage
 from torch.distributed.pipelining import schedules as ts
 
-from workbench.model.orders import SCHEDULES
 from workbench.runtime.policy_layers import StageOffloads
 from workbench.runtime.rank import MemoryProbe, RankModel, Recorder, chain_input, make_optimizer, shared_origin
+from workbench.schedules.registry import schedule_of
 
 __all__ = ["TimedStage", "TimedSchedule", "run_torch_rank", "tie_groups", "torch_schedule"]
 
@@ -157,8 +157,6 @@ class TimedSchedule(_Timed, ts._PipelineScheduleRuntime):
 def torch_schedule(name: str, stages: list[TimedStage], steps: int, loss_fn: Any, recorder: Recorder) -> Any:
     """torch's own schedule class of the workbench method ``name`` (``ScheduleInterleaved1F1B``, ...) on
     ``stages``, timed: the class computes its order itself, as it would outside the workbench."""
-    from workbench.model.orders import schedule_of
-
     cls = getattr(ts, schedule_of(name).torch_class)
     timed = type(f"Timed{cls.__name__}", (_Timed, cls), {})
     return timed(stages, steps, loss_fn=loss_fn, scale_grads=False).timed_by(recorder)
@@ -256,7 +254,7 @@ class _TorchStep:
         self.optimizer = make_optimizer(cfg.optimizer, list({id(p): p for p in self.params}.values()), cfg.lr)
         self.ties = tie_groups(model, plan, world)
         self.schedule = None
-        if stages and plan.schedule in SCHEDULES:       # torch's class, which computes its own order
+        if stages and schedule_of(plan.schedule).from_torch:       # torch's class, which computes its own order
             self.schedule = torch_schedule(plan.schedule, stages, steps, model.loss, rec)
         elif stages:
             actions = {active.index(d): [ts._Action.from_str(a) for a in acts]        # keyed by rank in the group

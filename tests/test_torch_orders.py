@@ -6,16 +6,17 @@ from __future__ import annotations
 import pytest
 from torch.distributed.pipelining import schedules as ts
 
-from workbench.model.orders import SCHEDULES, chunks_of, stage_devices, torch_order
+from workbench.schedules.registry import TORCH_SCHEDULES, schedule_of
+from workbench.schedules.torch_orders import torch_order
 
 
-@pytest.mark.parametrize("name", sorted(SCHEDULES))
+@pytest.mark.parametrize("name", sorted(TORCH_SCHEDULES))
 @pytest.mark.parametrize("P,m", [(2, 4), (4, 8), (4, 16)])
 def test_every_operation_once_in_a_rank_order_torch_accepts(name, P, m):
-    V = chunks_of(name, None)
+    V = schedule_of(name).chunks(None)
     order = torch_order(name, P, V, m)
     S = P * V
-    dev = stage_devices(name, P, S)
+    dev = schedule_of(name).stage_devices(P, S)
     for rank, acts in order.items():
         assert all(dev[a.stage] == rank for a in acts)
     forwards = sorted((a.stage, a.batch) for acts in order.values() for a in acts if a.kind == "F")
@@ -43,15 +44,8 @@ def test_dualpipev_overlapped_actions_become_a_forward_then_a_full_backward():
     assert text[7:9] == ["0F3", "3B1"]          # torch's (0F3;3B1)OVERLAP_F_B
 
 
-def test_layouts():
-    assert stage_devices("interleaved-zb", 3, 6) == [0, 1, 2, 0, 1, 2]
-    assert stage_devices("dualpipev", 3, 6) == [0, 1, 2, 2, 1, 0]
-
-
 def test_refusals_name_torchs_reason():
     with pytest.raises(ValueError, match="at least as many microbatches as stages"):
         torch_order("dualpipev", 4, None, 4)
-    with pytest.raises(ValueError, match="exactly 2 stages"):
-        chunks_of("zbv", 3)
     with pytest.raises(ValueError, match="unknown torch schedule"):
         torch_order("nosuch", 2, 2, 4)

@@ -62,9 +62,9 @@ from workbench.model.activations import stage_host_time
 from workbench.model.chain import Chain, Platform
 from workbench.model.memory import device_extra, layer_terms, stage_activation, stage_memory
 from workbench.model.plan import Plan, Stage, in_flight, infeasible_plan, lower_bound, stages_of, with_memory_setup
-from workbench.model.tolerances import CEIL_SLACK, COUNT_NOISE, PERIOD_SEARCH, REL_TOL, SLOT_FIT, START_PERIOD
+from workbench.model.tolerances import CEIL_SLACK, COUNT_NOISE, PERIOD_SEARCH, REL_TOL, START_PERIOD
 from workbench.model.units import format_bytes, format_seconds
-from workbench.verify.schedule_host import NoSchedule, general_offload
+from workbench.schedules.builder_host import NoSchedule, earliest, general_offload
 
 __all__ = ["NoSchedule", "Scheduler", "build_schedule", "best_schedule", "load_period", "one_in_flight_memory"]
 
@@ -200,27 +200,6 @@ class Scheduler:
             b[s] = bs if bs >= least else least
         return f, b
 
-    @staticmethod
-    def _earliest(arcs: list[tuple[float, float]], r: float, d: float, T: float) -> float | None:
-        """Earliest t >= r with [t, t+d) disjoint modulo T from the arcs (start mod T, length)."""
-        if d <= 0 or not arcs:
-            return r
-        eps = SLOT_FIT * T
-        arcs = sorted(arcs)
-        best: float | None = None
-        n = len(arcs)
-        for i in range(n):
-            gs = arcs[i][0] + arcs[i][1]
-            ge = arcs[i + 1][0] if i + 1 < n else arcs[0][0] + T
-            hi = ge - d
-            if hi < gs - eps:
-                continue
-            j = math.ceil((r - hi - eps) / T)
-            t = max(r, gs + j * T)
-            if best is None or t < best:
-                best = t
-        return best
-
     def _general(self, T: float, mode: str) -> tuple[list[float], list[float]]:
         F, B, c, dev = self.F, self.B, self.c, self.dev
         S = self.stage_count
@@ -228,14 +207,14 @@ class Scheduler:
         b = [0.0] * S
         if self._offload:
             if mode == "asap":
-                return general_offload(self, T)
+                return general_offload(F, B, c, dev, self.x, T)
             raise NoSchedule("the packed builder does not place host-link transfers (offloaded activations)")
         if mode == "asap":
             arcs: dict[int, list[tuple[float, float]]] = {}
 
             def place(p: int, r: float, d: float, what: str) -> float:
                 lst = arcs.setdefault(p, [])
-                t = self._earliest(lst, r, d, T)
+                t = earliest(lst, r, d, T)
                 if t is None:
                     raise NoSchedule(f"no free slot of {format_seconds(d)} on device {p} for the {what} "
                                      f"(its free time in the period {format_seconds(T)} is fragmented)")

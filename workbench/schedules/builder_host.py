@@ -1,7 +1,7 @@
 """The general schedule builder with offloaded activations: host-link transfers placed with the
 operations (docs/model.md, "Activation policies", rule 8).
 
-:class:`workbench.verify.schedule.Scheduler` builds general allocations by placing each operation, in
+:class:`workbench.schedules.builder.Scheduler` builds general allocations by placing each operation, in
 the order of one mini-batch's dependency chain, at the earliest time its device is free modulo
 T (``asap``). With offloaded activations a forward also needs its transfer out free on the
 device's host link right after it, and a backward its transfer back right before it and a gap
@@ -14,20 +14,44 @@ to the earliest one it accepts; :func:`settle` applies them in turn until none m
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import math
+from typing import Sequence
 
 from workbench.model.tolerances import SLOT_FIT
 from workbench.model.units import format_seconds
 
-if TYPE_CHECKING:   # a type only: schedule.py imports this module
-    from workbench.verify.schedule import Scheduler
-
-__all__ = ["NoSchedule", "settle", "general_offload"]
+__all__ = ["NoSchedule", "earliest", "settle", "general_offload"]
 
 
 class NoSchedule(ValueError):
     """No schedule was found for this allocation and period; the message says why (raised by the
-    builders of :mod:`workbench.verify.schedule`, which exports it)."""
+    builders of :mod:`workbench.schedules.builder`, which exports it)."""
+
+
+def earliest(arcs: list[tuple[float, float]], r: float, d: float, T: float) -> float | None:
+    """Earliest t >= r with [t, t+d) disjoint modulo T from the arcs (start mod T, length); None when no gap
+    of the period holds d.
+
+    >>> earliest([(0.0, 2.0), (5.0, 1.0)], 1.0, 2.0, 10.0), earliest([(0.0, 9.5)], 0.0, 1.0, 10.0)
+    (2.0, None)
+    """
+    if d <= 0 or not arcs:
+        return r
+    eps = SLOT_FIT * T
+    arcs = sorted(arcs)
+    best: float | None = None
+    n = len(arcs)
+    for i in range(n):
+        gs = arcs[i][0] + arcs[i][1]
+        ge = arcs[i + 1][0] if i + 1 < n else arcs[0][0] + T
+        hi = ge - d
+        if hi < gs - eps:
+            continue
+        j = math.ceil((r - hi - eps) / T)
+        t = max(r, gs + j * T)
+        if best is None or t < best:
+            best = t
+    return best
 
 
 def settle(T: float, r: float, moves) -> float | None:
@@ -45,12 +69,13 @@ def settle(T: float, r: float, moves) -> float | None:
     return None
 
 
-def general_offload(sched: "Scheduler", T: float) -> tuple[list[float], list[float]]:
+def general_offload(F: Sequence[float], B: Sequence[float], c: Sequence[float], dev: Sequence[int],
+                    x: Sequence[float], T: float) -> tuple[list[float], list[float]]:
     """``asap`` with offloaded activations: each forward also needs its transfer out free on the host
     link right after it, each backward its transfer back right before it and a gap of at least the
-    round trip after its own forward (rule 8)."""
-    F, B, c, dev, x = sched.F, sched.B, sched.c, sched.dev, sched.x
-    S = sched.stage_count
+    round trip after its own forward (rule 8). Per stage: forward and backward seconds ``F``, ``B``, the
+    transfer ``c`` to the next stage, its device and ``x``, the seconds of its offloaded bytes each way."""
+    S = len(F)
     eps = SLOT_FIT * T
     arcs: dict[int, list[tuple[float, float]]] = {p: [] for p in set(dev)}
     link: dict[int, list[tuple[float, float]]] = {p: [] for p in set(dev)}
@@ -58,20 +83,20 @@ def general_offload(sched: "Scheduler", T: float) -> tuple[list[float], list[flo
     b = [0.0] * S
 
     def compute(p: int, d: float):
-        return lambda t: sched._earliest(arcs[p], t, d, T)
+        return lambda t: earliest(arcs[p], t, d, T)
 
     def host(p: int, offset: float, d: float):
         def move(t: float) -> float | None:
             if d <= 0:
                 return t
-            u = sched._earliest(link[p], t + offset, d, T)
+            u = earliest(link[p], t + offset, d, T)
             return None if u is None else u - offset
         return move
 
     def gap(s: int):
         def move(t: float) -> float:
             g = (t - f[s] - F[s]) % T
-            return t if g >= sched.a[s] - eps or g > T - eps else t + sched.a[s] - g
+            return t if g >= 2 * x[s] - eps or g > T - eps else t + 2 * x[s] - g
         return move
 
     def place(s: int, r: float, length: float, offset: float, what: str, moves) -> float:

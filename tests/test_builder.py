@@ -14,8 +14,7 @@ from instances import py_chain, py_contiguous, py_general
 from oracles import paper_stage_memory
 from workbench.model.chain import Chain, Layer, Platform
 from workbench.model.plan import stages_of
-from workbench.verify.check import check
-from workbench.verify.schedule import (
+from workbench.schedules.builder import (
     NoSchedule,
     Scheduler,
     best_schedule,
@@ -23,6 +22,7 @@ from workbench.verify.schedule import (
     load_period,
     one_in_flight_memory,
 )
+from workbench.verify.check import check
 
 # ----- an independent brute force: enumerate in-flight vectors, LP for the period -----------------
 

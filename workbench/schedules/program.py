@@ -1,7 +1,7 @@
-"""Per-device programs: the order in which each device runs its operations.
+"""Per-device programs: the order in which each device runs its operations, for every schedule.
 
-A periodic plan fixes, for every stage ``s``, the start of the forward
-``f_s`` and of the backward ``b_s`` of mini-batch 0; mini-batch ``i`` runs
+A program is a list of :class:`~workbench.schedules.ops.Op` per device. A periodic plan fixes, for
+every stage ``s``, the start of the forward ``f_s`` and of the backward ``b_s`` of mini-batch 0; mini-batch ``i`` runs
 the same operations ``i*T`` later. Unrolled for ``N`` mini-batches and
 sorted by start time, the operations of one device give its *program*:
 warm-up (forwards only), steady state (forwards and backwards interleaved),
@@ -25,61 +25,44 @@ an order would deadlock, before any process is started.
 >>> [f"{op.kind}{op.batch}" for op in progs[0]]
 ['F0', 'F1', 'B0', 'F2', 'B1', 'B2']
 >>> check_programs(progs, n_stages=2)
+
+A flushed schedule's program is its order (:func:`flush_order`: GPipe's and 1F1B's per stage from
+:mod:`workbench.schedules.registry`, torch's from torch's class), flush after flush.
+
+>>> [str(op) for op in flush_order("1f1b", [0, 1], 2)[0]]
+['0F0', '0F1', '0B0', '0B1']
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
 from typing import Sequence
 
 import pandas as pd
 
 from workbench.model.plan import Plan
+from workbench.schedules.ops import Op
+from workbench.schedules.registry import schedule_of
+from workbench.schedules.torch_orders import torch_order
 
-__all__ = ["Op", "unroll", "programs_from_trace", "programs_for", "check_programs", "stage_devices", "predicted_ops",
-           "torch_programs"]
-
-
-@dataclass(frozen=True, order=True)
-class Op:
-    """One compute operation: ``kind`` "F" or "B" of ``stage`` for mini-batch ``batch`` at planned ``time``."""
-
-    time: float
-    stage: int
-    kind: str
-    batch: int
-
-
-def stage_devices(plan: Plan) -> list[int]:
-    return [s.device for s in plan.stages]
+__all__ = ["unroll", "flush_order", "flushed_programs", "programs_for", "check_programs", "predicted_ops"]
 
 
 def unroll(plan: Plan, steps: int) -> list[list[Op]]:
     """Programs of every device for ``steps`` mini-batches of a periodic plan (sorted by planned start)."""
     if steps < 1:
         raise ValueError(f"steps must be >= 1, got {steps}")
-    if plan.schedule != "periodic":
+    if schedule_of(plan.schedule).flushed:
         raise ValueError(f"unroll needs a periodic plan, got schedule {plan.schedule!r}; "
-                         "use programs_from_trace on a simulated trace")
+                         "use flushed_programs")
     T = plan.period
     progs: list[list[Op]] = [[] for _ in range(plan.devices)]
     for s, st in enumerate(plan.stages):
         for i in range(steps):
-            progs[st.device].append(Op(st.fwd_start + i * T, s, "F", i))
-            progs[st.device].append(Op(st.bwd_start + i * T, s, "B", i))
+            progs[st.device].append(Op(s, "F", i, st.fwd_start + i * T))
+            progs[st.device].append(Op(s, "B", i, st.bwd_start + i * T))
     for p in progs:
         # ties (only possible with zero-length operations) are broken by stage then kind
-        p.sort(key=lambda o: (o.time, o.stage, o.kind, o.batch))
-    return progs
-
-
-def programs_from_trace(ops: pd.DataFrame, devices: int) -> list[list[Op]]:
-    """Programs from any trace's F/B rows (e.g. a simulated flushed GPipe/1F1B schedule)."""
-    progs: list[list[Op]] = [[] for _ in range(devices)]
-    comp = ops[ops["kind"].isin(["F", "B"])]
-    for r in comp.itertuples(index=False):
-        progs[int(r.device)].append(Op(float(r.start), int(r.stage), str(r.kind), int(r.batch)))
-    for p in progs:
         p.sort(key=lambda o: (o.time, o.stage, o.kind, o.batch))
     return progs
 
@@ -151,30 +134,37 @@ def predicted_ops(plan: Plan, chain, steps: int) -> pd.DataFrame:
     return df.sort_values(["device", "start"]).reset_index(drop=True)
 
 
-def torch_programs(plan: Plan, steps: int) -> list[list[Op]]:
-    """Per device, the operations torch's schedule (``plan.schedule``) runs for ``steps`` micro-batches, in
-    torch's order (:func:`workbench.model.orders.torch_order`; ``time`` is the position)."""
-    from workbench.model.orders import torch_order
+def flush_order(schedule: str, stage_devices: Sequence[int], micro_batches: int) -> dict[int, tuple[Op, ...]]:
+    """Per device, the operations of one flush of ``micro_batches`` under the flushed ``schedule`` with its
+    stages on ``stage_devices``, in order (``time``: the position on the device): torch's class's order, or
+    the workbench's own per stage (GPipe, 1F1B: each device runs its stage's)."""
+    sched = schedule_of(schedule)
+    if not sched.flushed:
+        raise ValueError(f"a {schedule} plan has no flush order: unroll it")
+    m, devices = int(micro_batches), max(stage_devices, default=-1) + 1
+    if sched.from_torch:
+        return torch_order(schedule, devices, len(stage_devices) // max(devices, 1), m)
+    out: dict[int, list[Op]] = {}
+    for s, d in enumerate(stage_devices):
+        out.setdefault(d, []).extend(sched.stage_order(len(stage_devices), s, m))   # type: ignore[misc]
+    return {d: tuple(Op(o.stage, o.kind, o.batch, float(j)) for j, o in enumerate(ops)) for d, ops in out.items()}
 
-    order = torch_order(plan.schedule, plan.devices, len(plan.stages) // plan.devices, steps)
-    return [[Op(float(j), a.stage, a.kind, a.batch) for j, a in enumerate(order.get(d, ()))]
-            for d in range(plan.devices)]
+
+def flushed_programs(plan: Plan, steps: int) -> list[list[Op]]:
+    """Per device, a flushed plan's operations for ``steps`` micro-batches: its order for its micro-batches,
+    flush after flush, as many flushes as cover ``steps`` (``time``: the position on the device)."""
+    m = int(plan.micro_batches or steps)
+    order = flush_order(plan.schedule, [st.device for st in plan.stages], m)
+    progs: list[list[Op]] = [[] for _ in range(plan.devices)]
+    for f in range(max(1, math.ceil(steps / m))):
+        for d, ops in order.items():
+            progs[d] += [Op(o.stage, o.kind, o.batch + f * m, float(len(progs[d]) + j)) for j, o in enumerate(ops)]
+    return progs
 
 
-def programs_for(plan: Plan, steps: int, chain=None, platform=None) -> list[list[Op]]:
-    """Per-device programs: unrolled periodic plan, torch's order for its schedules, or a simulated flushed
-    schedule's order."""
-    from workbench.model.orders import SCHEDULES
-
-    if plan.schedule in SCHEDULES:
-        progs = torch_programs(plan, steps)
-    elif plan.schedule == "periodic":
-        progs = unroll(plan, steps)
-    else:
-        if chain is None or platform is None:
-            raise ValueError(f"a {plan.schedule!r} plan needs the chain and platform to simulate its order")
-        from workbench.verify.simulate import simulate
-
-        progs = programs_from_trace(simulate(plan, chain, platform, steps).ops, plan.devices)
+def programs_for(plan: Plan, steps: int) -> list[list[Op]]:
+    """Per-device programs, checked (:func:`check_programs`): a periodic plan unrolled for ``steps``
+    mini-batches, a flushed plan's order for ``steps`` micro-batches (:func:`flushed_programs`)."""
+    progs = flushed_programs(plan, steps) if schedule_of(plan.schedule).flushed else unroll(plan, steps)
     check_programs(progs, len(plan.stages))
     return progs

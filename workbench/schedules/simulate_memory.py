@@ -1,4 +1,4 @@
-"""What each device holds over a simulated run (:mod:`workbench.verify.simulate`), as step-function rows.
+"""What each device holds over a simulated run (:mod:`workbench.schedules.simulate`), as step-function rows.
 
 **Memory** rows per device are a step function (bytes held from ``time``
 until the device's next row): a stage holds its saved bytes A_s for a

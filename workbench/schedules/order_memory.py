@@ -15,7 +15,7 @@ During its j-th operation it holds, per stage (the memory model's terms,
 
 and, after the flush, the optimizer step's temporaries. The peak is the
 largest of these; it equals the simulated one
-(:func:`workbench.verify.simulate_orders.simulate_order`) without running the
+(:func:`workbench.schedules.simulate_orders.simulate_order`) without running the
 clock, so a planner can price many partitions.
 
 **torch's engine** (``engine=True``; docs/model.md, "Runtime") holds more,
@@ -33,7 +33,7 @@ at each operation gives the peak a run on torch's engine reaches (``N``
 micro-batches in one step).
 
 >>> from workbench.model.chain import Chain, Layer, Platform
->>> from workbench.model.orders import torch_order
+>>> from workbench.schedules.torch_orders import torch_order
 >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 8, 1, 10) for i in range(4)), input_bytes=1)
 >>> om = OrderMemory(ch, Platform(2, memory_model="paper"), [0, 1, 0, 1], torch_order("looped-bfs", 2, 2, 4))
 >>> om.peaks([(0, 0), (1, 1), (2, 2), (3, 3)])     # 4 micro-batches x 10 on each of 2 stages + 2 x 8 weights
@@ -55,8 +55,8 @@ from workbench.model.memory import (
     stage_op_excess,
     stage_step,
 )
-from workbench.model.orders import Action
 from workbench.model.split import split_columns
+from workbench.schedules.ops import Op
 
 __all__ = ["OrderMemory", "engine_extra"]
 
@@ -71,7 +71,7 @@ class OrderMemory:
     """Peaks per device for partitions of ``chain`` into stages on devices ``stage_dev`` run in ``order``."""
 
     def __init__(self, chain: Chain, platform: Platform, stage_dev: Sequence[int],
-                 order: Mapping[int, Sequence[Action]]) -> None:
+                 order: Mapping[int, Sequence[Op]]) -> None:
         self.chain, self.platform, self.dev = chain, platform, list(stage_dev)
         self.terms = layer_terms(chain, flushed_platform(platform))   # gradients accumulate over the flush ...
         # ... and under zero_grad none exist from the stage's first backward (B or W) on
@@ -145,7 +145,7 @@ def _arrays(rows: set[_Row], V: int) -> tuple[np.ndarray, ...]:
             made.reshape(-1, V).astype(float), first.astype(int))
 
 
-def _rows(acts: Sequence[Action], mine: list[int]) -> set[_Row]:
+def _rows(acts: Sequence[Op], mine: list[int]) -> set[_Row]:
     """The distinct states during each operation of one device's order."""
     held, wait, fsent, bsent, kept, made = (dict.fromkeys(mine, 0) for _ in range(6))
     rows: set[_Row] = set()
@@ -180,9 +180,10 @@ def engine_extra(plan, chain: Chain, platform: Platform, micro_batches: int) -> 
     peak above (:class:`OrderMemory` with ``engine=True``) less the plan's; for the others the bound of
     :func:`workbench.model.memory_views.torch_engine_extra`."""
     from workbench.model.memory_views import torch_engine_extra
-    from workbench.model.orders import SCHEDULES, torch_order
+    from workbench.schedules.registry import schedule_of
+    from workbench.schedules.torch_orders import torch_order
 
-    if plan.schedule not in SCHEDULES:
+    if not schedule_of(plan.schedule).from_torch:
         return torch_engine_extra(chain, plan.stages, plan.devices, micro_batches)
     S = len(plan.stages)
     om = OrderMemory(chain, platform, [s.device for s in plan.stages],

@@ -1,4 +1,4 @@
-"""workbench.verify.schedule_host: the general builder with host-link transfers (rule 8)."""
+"""workbench.schedules.builder_host: the general builder with host-link transfers (rule 8)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import pytest
 from policy_instances import instance
 from workbench.model.activations import apply_policies
 from workbench.planners.evaluate.period import allocation_period
+from workbench.schedules.builder import Scheduler, best_schedule
+from workbench.schedules.builder_host import general_offload, settle
 from workbench.verify.check import check
-from workbench.verify.schedule import Scheduler, best_schedule
-from workbench.verify.schedule_host import general_offload, settle
 
 
 def test_settle_needs_every_move_to_agree():
@@ -43,5 +43,5 @@ def test_the_builder_books_transfers_apart():
     sched = Scheduler(eff, plat.with_(devices=max(plat.devices, 2), memory=float("inf")),
                       [0, 1] + [0] * (len(chain) - 2))
     T = sched.load_period * 3
-    f, b = general_offload(sched, T)
+    f, b = general_offload(sched.F, sched.B, sched.c, sched.dev, sched.x, T)
     assert len(f) == len(b) == sched.stage_count and all(bb >= ff for ff, bb in zip(f, b))

@@ -1,6 +1,6 @@
 """Simulate a flushed schedule given as an order of operations per device (torch's multi-stage schedules).
 
-Each device runs its operations (:class:`~workbench.model.orders.Action`:
+Each device runs its operations (:class:`~workbench.schedules.ops.Op`:
 ``F``, ``B``, ``I``, ``W`` of a stage on a micro-batch) in the order given;
 an operation starts when its device is free and what it needs has arrived:
 
@@ -16,7 +16,7 @@ parts (:func:`workbench.model.split.stage_split`: torch's stage 0 runs no
 that use the link, not the device. After ``micro_batches`` micro-batches a
 flush: everything ends, the optimizer steps, the next group starts.
 
-**Memory** (:mod:`workbench.verify.simulate_memory`): a stage holds a
+**Memory** (:mod:`workbench.schedules.simulate_memory`): a stage holds a
 micro-batch's activations from the start of its forward to the end of its
 ``B`` or ``W``, and, under the full memory model, its pending bytes from the end
 of its ``I`` to the end of its ``W``; its excess while any of its operations
@@ -24,7 +24,7 @@ runs; its static bytes (weights, gradients, optimizer state, receive buffers)
 all along; the optimizer step's temporaries after the flush.
 
 >>> from workbench.model.chain import Chain, Layer, Platform
->>> from workbench.model.orders import torch_order
+>>> from workbench.schedules.torch_orders import torch_order
 >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 0, 1, 1) for i in range(4)), input_bytes=1)
 >>> order = torch_order("interleaved-1f1b", 2, 2, 4)
 >>> t = simulate_order(ch, Platform(2, memory_model="paper"), [(0, 0, 0), (1, 1, 1), (2, 2, 0), (3, 3, 1)],
@@ -42,10 +42,10 @@ import numpy as np
 import pandas as pd
 
 from workbench.model.chain import Chain, Platform
-from workbench.model.orders import Action
 from workbench.model.split import stage_split
 from workbench.model.trace import OP_COLUMNS, Trace
-from workbench.verify.simulate_memory import StageMemory, grad_windows, memory_frame, with_step_rows
+from workbench.schedules.ops import Op
+from workbench.schedules.simulate_memory import StageMemory, grad_windows, memory_frame, with_step_rows
 
 __all__ = ["simulate_order", "order_makespan", "OrderTimes", "held_counts"]
 
@@ -75,7 +75,7 @@ class OrderTimes:
              else 0.0 for s in range(S)]
         return cls(dev, F, B, [i for i, _, _ in parts], [w for _, w, _ in parts], pending, c)
 
-    def length(self, a: Action) -> float:
+    def length(self, a: Op) -> float:
         return {"F": self.F, "B": self.B, "I": self.I, "W": self.W}[a.kind][a.stage]
 
 
@@ -87,7 +87,7 @@ class _Run:
         self.end: dict[tuple[int, str, int], float] = {}
         self.rows: list[tuple[int, int, str, int, float, float]] = []
 
-    def ready(self, a: Action, times: OrderTimes, S: int, offset: int) -> float | None:
+    def ready(self, a: Op, times: OrderTimes, S: int, offset: int) -> float | None:
         """When ``a`` (of micro-batch ``a.batch + offset``) may start as far as its inputs go, or None."""
         i = a.batch + offset
         need: list[tuple[tuple[int, str, int], float]] = []
@@ -109,7 +109,7 @@ class _Run:
         return t
 
 
-def _run_flush(run: _Run, times: OrderTimes, orders: Mapping[int, Sequence[Action]], offset: int, t0: float,
+def _run_flush(run: _Run, times: OrderTimes, orders: Mapping[int, Sequence[Op]], offset: int, t0: float,
                devices: int) -> float:
     """Run one flush (micro-batches offset..) from ``t0``: the operation that can start first, first; returns
     when everything ended."""
@@ -141,7 +141,7 @@ def _run_flush(run: _Run, times: OrderTimes, orders: Mapping[int, Sequence[Actio
     return max([t0] + [r[5] for r in run.rows])
 
 
-def _send_row(run: _Run, times: OrderTimes, a: Action, offset: int, t: float) -> None:
+def _send_row(run: _Run, times: OrderTimes, a: Op, offset: int, t: float) -> None:
     """The transfer ``a`` starts when it ends: its output forward, or its input gradient back."""
     s, S = a.stage, len(times.F)
     if a.kind == "F" and s < S - 1 and times.c[s] > 0:
@@ -151,7 +151,7 @@ def _send_row(run: _Run, times: OrderTimes, a: Action, offset: int, t: float) ->
 
 
 def order_makespan(chain: Chain, platform: Platform, stages: Sequence[tuple[int, int, int]],
-                   orders: Mapping[int, Sequence[Action]]) -> float:
+                   orders: Mapping[int, Sequence[Op]]) -> float:
     """The makespan of one flush of ``orders`` on ``stages``: :func:`simulate_order`'s clock alone, without
     the trace (for planners that try many partitions)."""
     return _run_flush(_Run(), OrderTimes.of(chain, platform, stages), orders, 0, 0.0, platform.devices)
@@ -172,7 +172,7 @@ def held_counts(ops: pd.DataFrame, stage: int) -> int:
 
 
 def simulate_order(chain: Chain, platform: Platform, stages: Sequence[tuple[int, int, int]],
-                   orders: Mapping[int, Sequence[Action]], micro_batches: int, flushes: int = 1,
+                   orders: Mapping[int, Sequence[Op]], micro_batches: int, flushes: int = 1,
                    schedule: str = "") -> Trace:
     """Run ``orders`` (per device, its operations on micro-batches ``0..micro_batches-1``) for ``flushes``
     flushes on ``stages`` (``(first, last, device)`` in chain order); the trace's period is the makespan

@@ -20,17 +20,17 @@ they use the link, not the device, and the link is not modelled as a queue
 Warm-up and drain come for free: mini-batch 0 starts at time 0 and the
 last one's backward ends the run.
 
-**Flushed schedules** (:func:`simulate_flushed`): ``gpipe`` (every stage
-runs all its forwards, then all its backwards) and ``1f1b`` (stage s runs
-min(m, S-1-s) forwards to warm up, then alternates one forward and one
-backward, then drains its backwards), with a flush (all operations done)
-between groups of m micro-batches, one weight version.
+**Flushed schedules** run their order (:func:`workbench.schedules.program.flush_order`: GPipe and
+1F1B as :mod:`workbench.schedules.registry` writes them, torch's schedules as torch's class orders them)
+through :func:`workbench.schedules.simulate_orders.simulate_order`, with a flush (all operations done)
+between groups of m micro-batches, one weight version; :func:`simulate_flushed` runs GPipe or 1F1B on an
+allocation.
 
 **Memory** rows per device (what each holds over the run) come from
-:mod:`workbench.verify.simulate_memory`.
+:mod:`workbench.schedules.simulate_memory`.
 
 >>> from workbench.model.chain import Chain, Layer, Platform
->>> from workbench.verify.schedule import build_schedule
+>>> from workbench.schedules.builder import build_schedule
 >>> chain = Chain(tuple(Layer(f"l{i}", 0.001, 0.002, 100, 10) for i in range(6)), input_bytes=10)
 >>> plat = Platform(3, memory=1000, bandwidth=20000, memory_model="paper")
 >>> plan = build_schedule(chain, plat, [0, 0, 1, 1, 2, 2], 0.008)
@@ -46,22 +46,21 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal, Sequence
+from typing import Sequence
 
 import numpy as np
 import pandas as pd
 
 from workbench.model.activations import apply_policies, stage_host_time
 from workbench.model.chain import Chain, Platform
-from workbench.model.orders import SCHEDULES, torch_order
 from workbench.model.plan import Plan, chain_for_plan, stages_of
 from workbench.model.trace import OP_COLUMNS, Trace
-from workbench.verify.simulate_memory import StageMemory, grad_windows, memory_frame, with_step_rows
-from workbench.verify.simulate_orders import simulate_order
+from workbench.schedules.program import flush_order
+from workbench.schedules.registry import SCHEDULES, schedule_of
+from workbench.schedules.simulate_memory import StageMemory, memory_frame
+from workbench.schedules.simulate_orders import simulate_order
 
-__all__ = ["simulate", "simulate_flushed", "FlushKind"]
-
-FlushKind = Literal["gpipe", "1f1b"]
+__all__ = ["simulate", "simulate_flushed"]
 
 
 def _ops_frame(cols: dict[str, list], order_by_start: bool = True) -> pd.DataFrame:
@@ -95,9 +94,8 @@ class _Pipeline:
 def simulate(plan: Plan, chain: Chain, platform: Platform, batches: int = 20) -> Trace:
     """Run ``plan`` for ``batches`` mini-batches (event-driven) and return the trace.
 
-    Flushed plans (``plan.schedule`` ``"gpipe"``/``"1f1b"``) run through
-    :func:`simulate_flushed`, torch's multi-stage schedules through
-    :func:`workbench.verify.simulate_orders.simulate_order` (torch's order), with enough flushes of
+    Flushed plans run their schedule's order (GPipe, 1F1B, torch's) through
+    :func:`workbench.schedules.simulate_orders.simulate_order`, with enough flushes of
     ``plan.micro_batches`` to cover ``batches``.
     """
     from workbench.verify.check import require_structure
@@ -108,16 +106,13 @@ def simulate(plan: Plan, chain: Chain, platform: Platform, batches: int = 20) ->
     if batches < 1:
         raise ValueError(f"batches must be at least 1, got {batches}")
     require_structure(plan, chain, platform, "simulate")  # rules 0 and 1; rules 2-7 show as delays
-    if plan.schedule != "periodic":
+    if schedule_of(plan.schedule).flushed:
         m = plan.micro_batches
         if not m:
             raise ValueError(f"a {plan.schedule} plan needs micro_batches to be simulated")
-        if plan.schedule in SCHEDULES:      # torch's multi-stage schedules: torch's own order per device
-            order = torch_order(plan.schedule, plan.devices, len(plan.stages) // plan.devices, int(m))
-            return simulate_order(chain, platform, [(s.first, s.last, s.device) for s in plan.stages], order,
-                                  int(m), flushes=max(1, math.ceil(batches / int(m))), schedule=plan.schedule)
-        return simulate_flushed(chain, platform, plan.assignment, int(m), kind=plan.schedule,  # type: ignore[arg-type]
-                                flushes=max(1, math.ceil(batches / int(m))))
+        order = flush_order(plan.schedule, [s.device for s in plan.stages], int(m))
+        return simulate_order(chain, platform, [(s.first, s.last, s.device) for s in plan.stages], order, int(m),
+                              flushes=max(1, math.ceil(batches / int(m))), schedule=plan.schedule)
     if not plan.feasible or not plan.stages:
         raise ValueError(f"cannot simulate an infeasible plan ({'; '.join(plan.notes) or plan.status})")
     if len(plan.assignment) != len(chain) or plan.stages[-1].last != len(chain) - 1:
@@ -234,39 +229,10 @@ def _policy_ops(chain: Chain, platform: Platform, stage, fwd_end: np.ndarray, bw
     return out
 
 
-def _flush_order(kind: str, S: int, s: int, m: int) -> list[tuple[str, int]]:
-    """The order of (kind, micro-batch) operations of stage s in one flush."""
-    if kind == "gpipe":
-        return [("F", j) for j in range(m)] + [("B", j) for j in range(m)]
-    if kind == "1f1b":
-        warm = min(m, S - 1 - s)
-        out = [("F", j) for j in range(warm)]
-        for j in range(m - warm):
-            out += [("F", warm + j), ("B", j)]
-        out += [("B", j) for j in range(m - warm, m)]
-        return out
-    raise ValueError(f"flushed schedule kind must be 'gpipe' or '1f1b', got {kind!r}")
-
-
-def _flushed_assignment(chain: Chain, platform: Platform, assignment: Sequence[int], micro_batches: int,
-                        flushes: int) -> tuple[int, ...]:
-    """The assignment as whole device numbers, after checking the flushed run's arguments."""
-    if int(micro_batches) < 1:
-        raise ValueError(f"micro_batches must be at least 1, got {micro_batches}")
-    if flushes < 1:
-        raise ValueError(f"flushes must be at least 1, got {flushes}")
-    assignment = tuple(int(a) for a in assignment)
-    if len(assignment) != len(chain):
-        raise ValueError(f"the assignment has {len(assignment)} entries for a chain of {len(chain)} layers")
-    for l, d in enumerate(assignment):
-        if not 0 <= d < platform.devices:
-            raise ValueError(f"layer {l} is on device {d}, not in 0..{platform.devices - 1}")
-    return assignment
-
-
 def simulate_flushed(chain: Chain, platform: Platform, assignment: Sequence[int], micro_batches: int,
-                     kind: FlushKind = "gpipe", flushes: int = 1) -> Trace:
-    """Event-driven run of a flushed schedule (GPipe or 1F1B) over ``flushes`` groups of m micro-batches.
+                     kind: str = "gpipe", flushes: int = 1) -> Trace:
+    """Event-driven run of a flushed schedule (GPipe or 1F1B) over ``flushes`` groups of m micro-batches, its
+    stages the runs of ``assignment`` (one on each device: the schedule's order is per stage).
 
     ``trace.period`` is makespan / (m * flushes); memory holds one weight
     version (phi * W) and the activations in flight.
@@ -279,115 +245,22 @@ def simulate_flushed(chain: Chain, platform: Platform, assignment: Sequence[int]
     >>> t.makespan, t.period  # (m + S - 1) * (F + B) with one layer per stage
     (18.0, 4.5)
     """
-    assignment = _flushed_assignment(chain, platform, assignment, micro_batches, flushes)
-    m = int(micro_batches)
-    runs = stages_of(assignment)
-    S = len(runs)
-    pipe = _Pipeline.of(chain, platform, runs, [assignment[a] for a, _ in runs])
-    run = _FlushedRun(pipe, [_flush_order(kind, S, s, m) for s in range(S)], m * flushes, platform.devices)
-    ends = []
-    for fl in range(flushes):
-        run.flush(fl * m, kind)
-        ends.append(run.t_flush)
-    ops = _ops_frame(_flushed_columns(run.rows, runs))
-    makespan = run.t_flush
-    sm = StageMemory.of(chain, platform, runs, stash=False, step_in_ops=False)
-    op_rows: list = [(s, run.fs[s], run.fe[s]) for s in range(S)]
-    grads = []
-    if sm.grads:      # zero_grad none: each flush's first backward writes the gradients, held to the flush's step
-        first = [[f * m + int(np.argmin(run.bs[s, f * m:(f + 1) * m])) for f in range(flushes)] for s in range(S)]
-        for s in range(S):
-            rest = np.setdiff1d(np.arange(m * flushes), first[s])
-            op_rows += [(s, run.bs[s, rest], run.be[s, rest]), (s, run.bs[s, first[s]], run.be[s, first[s]], True)]
-        grads = grad_windows([[float(run.be[s, i]) for i in first[s]] for s in range(S)], ends)
-    else:
-        op_rows += [(s, run.bs[s], run.be[s]) for s in range(S)]
-    mem = memory_frame(platform.devices, pipe.dev, sm, run.fs, run.be, op_rows, 0.0, max(makespan, 1e-300),
-                       grads=grads)
-    mem = with_step_rows(mem, chain, platform, runs, pipe.dev, makespan)
-    total = m * flushes
-    return Trace(ops, mem, platform.devices, period=makespan / total if total else math.nan, source="simulated",
-                 meta={"schedule": kind, "micro_batches": m, "flushes": flushes, "makespan": makespan})
-
-
-class _FlushedRun:
-    """The state of a flushed run: per stage and micro-batch the start and end of its forward (``fs``,
-    ``fe``) and backward (``bs``, ``be``), NaN until run; the rows ``(device, stage, kind, batch, start,
-    end)`` so far, sends included; and when the last flush ended (``t_flush``)."""
-
-    def __init__(self, pipe: _Pipeline, orders: list[list[tuple[str, int]]], total: int, devices: int) -> None:
-        S = len(orders)
-        self.pipe, self.orders, self.devices = pipe, orders, devices
-        self.fs, self.fe = np.full((S, total), np.nan), np.full((S, total), np.nan)
-        self.bs, self.be = np.full((S, total), np.nan), np.full((S, total), np.nan)
-        self.rows: list[tuple[int, int, str, int, float, float]] = []
-        self.t_flush = 0.0
-
-    def _ready(self, s: int, k: str, i: int) -> float | None:
-        """When operation k of stage s on micro-batch i may start, or None while what it needs has not run."""
-        S, c = len(self.orders), self.pipe.c
-        if k == "F":
-            if s == 0:
-                return self.t_flush
-            return None if math.isnan(self.fe[s - 1, i]) else self.fe[s - 1, i] + c[s - 1]
-        if s < S - 1:
-            return None if math.isnan(self.be[s + 1, i]) else self.be[s + 1, i] + c[s]
-        return None if math.isnan(self.fe[s, i]) else self.fe[s, i]
-
-    def flush(self, base: int, kind: str) -> None:
-        """Run one flush of micro-batches ``base..base+m-1``: always the operation that can start first
-        (the earliest stage on a tie); the flush ends when everything is done (the weights update)."""
-        S, pipe = len(self.orders), self.pipe
-        ptr = [0] * S
-        stage_free = [self.t_flush] * S
-        dev_free = [self.t_flush] * self.devices
-        remaining = sum(len(o) for o in self.orders)
-        while remaining:
-            best = None
-            for s in range(S):
-                if ptr[s] >= len(self.orders[s]):
-                    continue
-                k, j = self.orders[s][ptr[s]]
-                ready = self._ready(s, k, base + j)
-                if ready is None:
-                    continue
-                ln = pipe.F[s] if k == "F" else pipe.B[s]
-                t = max(ready, stage_free[s], dev_free[pipe.dev[s]] if ln > 0 else ready)
-                if best is None or t < best[0]:
-                    best = (t, s, k, base + j, ln)
-            if best is None:
-                raise RuntimeError(f"{kind} schedule deadlocked with {remaining} operations left")
-            t, s, k, i, ln = best
-            stage_free[s] = t + ln
-            if ln > 0:
-                dev_free[pipe.dev[s]] = t + ln
-            self._record(t, s, k, i, ln)
-            ptr[s] += 1
-            remaining -= 1
-        self.t_flush = float(max(r[5] for r in self.rows))  # the flush: everything done (weights update)
-
-    def _record(self, t: float, s: int, k: str, i: int, ln: float) -> None:
-        """Record operation k of stage s on micro-batch i from t to t + ln, and the send it starts."""
-        e = t + ln
-        dev, c, S = self.pipe.dev, self.pipe.c, len(self.orders)
-        if k == "F":
-            self.fs[s, i], self.fe[s, i] = t, e
-        else:
-            self.bs[s, i], self.be[s, i] = t, e
-        self.rows.append((dev[s], s, k, i, t, e))
-        if k == "F" and s < S - 1 and c[s] > 0 and dev[s] != dev[s + 1]:
-            self.rows.append((dev[s], s, "send", i, e, e + c[s]))
-        if k == "B" and s > 0 and c[s - 1] > 0 and dev[s] != dev[s - 1]:
-            self.rows.append((dev[s], s, "send", i, e, e + c[s - 1]))
-
-
-def _flushed_columns(rows: list[tuple[int, int, str, int, float, float]], runs: Sequence[tuple[int, int]]
-                     ) -> dict[str, list]:
-    """The operations' columns (:data:`~workbench.model.trace.OP_COLUMNS`) of a flushed run's rows."""
-    cols: dict[str, list] = {k: [] for k in OP_COLUMNS}
-    for d, s, k, i, t, e in rows:
-        row = {"device": d, "stage": s, "first": runs[s][0], "last": runs[s][1], "kind": k, "batch": i, "start": t,
-               "end": e}
-        for name, value in row.items():
-            cols[name].append(value)
-    return cols
+    if int(micro_batches) < 1:
+        raise ValueError(f"micro_batches must be at least 1, got {micro_batches}")
+    if flushes < 1:
+        raise ValueError(f"flushes must be at least 1, got {flushes}")
+    assignment = tuple(int(a) for a in assignment)
+    if len(assignment) != len(chain):
+        raise ValueError(f"the assignment has {len(assignment)} entries for a chain of {len(chain)} layers")
+    for l, d in enumerate(assignment):
+        if not 0 <= d < platform.devices:
+            raise ValueError(f"layer {l} is on device {d}, not in 0..{platform.devices - 1}")
+    own = [n for n, x in SCHEDULES.items() if x.stage_order is not None]
+    if kind not in own:
+        raise ValueError(f"flushed schedule kind must be one of {', '.join(own)}, got {kind!r}")
+    stages = [(a, b, assignment[a]) for a, b in stages_of(assignment)]
+    dev = [d for _, _, d in stages]
+    if len(set(dev)) < len(dev):
+        raise ValueError(f"{kind} runs one stage on each device; the assignment puts several on one ({dev})")
+    return simulate_order(chain, platform, stages, flush_order(kind, dev, int(micro_batches)), int(micro_batches),
+                          flushes=flushes, schedule=kind)
