@@ -50,37 +50,16 @@ from workbench.runtime.session import (
     conclude_run,
     cores_available,
     dropout_modules,
+    model_config_of,
     platform_for_run,
+    profile_dtype,
+    workload_for,
 )
 from workbench.runtime.summary import format_comparison
 from workbench.schedules.registry import schedule_of
 
 __all__ = ["run_command", "run_and_compare", "format_comparison", "validate_zoo", "measure_series", "profile_dtype",
            "check_plan_against", "cores_available", "dropout_modules"]
-
-
-def _model_config(chain, plan) -> dict[str, Any]:
-    for src in (chain.meta.get("model_config") if chain is not None else None, plan.extra.get("model_config")):
-        if src:
-            cfg = json.loads(src) if isinstance(src, str) else dict(src)
-            return {k: tuple(v) if isinstance(v, list) and k in ("blocks", "sizes") else v for k, v in cfg.items()}
-    return {}
-
-
-def profile_dtype(chain) -> str:
-    """The precision a profile was measured in (its ``dtype`` metadata), float32 when it says none.
-
-    >>> from workbench.model.chain import Chain, Layer
-    >>> profile_dtype(Chain((Layer("a", 1, 1, 0, 0),), meta={"dtype": "bfloat16"}))
-    'bfloat16'
-    """
-    from workbench.profiles.zoo import dtype_name
-
-    text = (chain.meta.get("dtype") if chain is not None else None) or "float32"
-    try:
-        return dtype_name(text)
-    except ValueError:
-        return "float32"
 
 
 def run_and_compare(plan, chain, platform, model, batch_size: int, steps: int = 20, *,
@@ -233,26 +212,6 @@ def _replay(plan, chain, platform, wl, steps: int, out: Path, optimizer: str) ->
     return 0
 
 
-def _workload(args: argparse.Namespace, chain, plan, batch_size: int):
-    """The workload of ``--module``, ``--model`` or the profile's metadata (``module`` / ``model``)."""
-    from workbench.profiles.usermodel import resolve_spec, user_code
-    from workbench.runtime.engine import Workload
-
-    module = getattr(args, "module", None)
-    if not module and chain is not None and chain.meta.get("module") and not getattr(args, "model", None):
-        module = resolve_spec(chain.meta["module"], Path(str(chain.meta.get("source_file", "."))).parent)
-    if module:       # cut where the profile was cut (--split-at), else the layers are found again
-        with user_code(module):
-            return Workload.module(module, split_at=chain.meta.get("split_at") if chain is not None else None)
-    model = getattr(args, "model", None) or (chain.meta.get("model") if chain is not None else None)
-    if not model:
-        raise ValueError("say which model to run: --model NAME (zoo), --module FILE.py:FUNC, or a --profile "
-                         "that records one")
-    cfg = _model_config(chain, plan)
-    dtype = profile_dtype(chain) if chain is not None else (getattr(args, "dtype", None) or "float32")
-    return Workload.zoo(model, batch_size, dtype=dtype, **cfg)
-
-
 def _refuse_what_check_rejects(args: argparse.Namespace, plan, chain) -> None:
     """``check PLAN --profile ...`` with run's platform options (memory, links) must accept the plan before any
     rank starts. How to run it (``--weights``, ``--optimizer``, ``--precision``) is run's choice: the plan is
@@ -262,6 +221,33 @@ def _refuse_what_check_rejects(args: argparse.Namespace, plan, chain) -> None:
     checked = argparse.Namespace(**{**vars(args), "devices": args.devices or plan.devices, "weights": None,
                                     "optimizer": None, "precision": None})
     check_plan_valid(plan, chain, platform_from_args(checked, plan), where=str(args.plan_file))
+
+
+def _run_profile(args: argparse.Namespace) -> tuple[Any, int]:
+    """``run``'s profile (``--profile``; None without one) and the batch size to run: the profile's where it
+    records one for a zoo model, else ``--batch-size``."""
+    batch_size = args.batch_size
+    chain = None
+    profile = getattr(args, "profile", None)
+    if profile:
+        from workbench.profiles import load_profile
+        from workbench.profiles.zoo import dtype_name
+
+        chain = load_profile(profile)
+        if getattr(args, "dtype", None) and profile_dtype(chain) != dtype_name(args.dtype):
+            raise ValueError(f"--dtype {args.dtype} but the profile {profile} was measured in {profile_dtype(chain)}: "
+                             "a run is in its profile's precision")
+        from workbench.profiles.csvio import batch_size_of
+
+        profiled = batch_size_of(chain.meta, str(profile))      # None where unknown (PipeDream's graphs)
+        if profiled and profiled != batch_size and \
+                not getattr(args, "module", None) and not chain.meta.get("module"):
+            print(f"note: using the profile's batch size {chain.meta['batch_size']} (not {batch_size})")
+            batch_size = profiled
+        if chain.meta.get("times") == "estimated":
+            print(f"note: {profile} is a fake profile: its times are estimates for {chain.meta.get('gpu', 'a GPU')}, "
+                  "this run measures this machine (memory and gradients compare; times do not)")
+    return chain, batch_size
 
 
 def run_command(args: argparse.Namespace) -> int:
@@ -286,28 +272,8 @@ def run_command(args: argparse.Namespace) -> int:
 
         if not torch.cuda.is_available():
             raise ValueError("--backend nccl needs a CUDA GPU per rank and there is none here; use gloo")
-    batch_size = args.batch_size
-    chain = None
-    profile = getattr(args, "profile", None)
-    if profile:
-        from workbench.profiles import load_profile
-        from workbench.profiles.zoo import dtype_name
-
-        chain = load_profile(profile)
-        if getattr(args, "dtype", None) and profile_dtype(chain) != dtype_name(args.dtype):
-            raise ValueError(f"--dtype {args.dtype} but the profile {profile} was measured in {profile_dtype(chain)}: "
-                             "a run is in its profile's precision")
-        from workbench.profiles.csvio import batch_size_of
-
-        profiled = batch_size_of(chain.meta, str(profile))      # None where unknown (PipeDream's graphs)
-        if profiled and profiled != batch_size and \
-                not getattr(args, "module", None) and not chain.meta.get("module"):
-            print(f"note: using the profile's batch size {chain.meta['batch_size']} (not {batch_size})")
-            batch_size = profiled
-        if chain.meta.get("times") == "estimated":
-            print(f"note: {profile} is a fake profile: its times are estimates for {chain.meta.get('gpu', 'a GPU')}, "
-                  "this run measures this machine (memory and gradients compare; times do not)")
-    wl = _workload(args, chain, plan, batch_size)
+    chain, batch_size = _run_profile(args)
+    wl = workload_for(args, chain, plan, batch_size)
     for note in wl.notes:
         print(f"note: {note}", flush=True)
     print(f"checking the plan against {wl.name} ...", flush=True)
@@ -342,7 +308,7 @@ def run_command(args: argparse.Namespace) -> int:
     if getattr(args, "replay", False):
         return _replay(plan, chain, platform, wl, steps, Path(args.out), optimizer)
     summary = run_and_compare(plan, chain, platform, wl, batch_size, steps,
-                              model_config=_model_config(chain, plan),
+                              model_config=model_config_of(chain, plan),
                               backend=args.backend, out=args.out, progress=True, optimizer=optimizer,
                               engine=getattr(args, "engine", None) or "auto")
     print(format_comparison(summary))

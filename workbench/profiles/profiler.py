@@ -248,17 +248,16 @@ def profile_model(
     parameters count once, at their first layer (:func:`count_ties_once`). The layers run in
     training mode and are moved to ``device``; each takes one tensor and returns one tensor.
     ``threads`` sets the CPU thread count while profiling (``None``: leave it). ``meta`` is merged over the
-    metadata the profiler records (device, dtype, batch size, input shape,
-    torch version, threads, repeats, spreads, date, source). With
-    ``return_stats`` the raw timings come back too. ``loss(output, target)``
+    metadata the profiler records (device, dtype, batch size, input shape, torch version, threads, repeats,
+    spreads, date, source). With ``return_stats`` the raw timings come back too. ``loss(output, target)``
     makes the loss part of the last layer (its time and what it saves).
     ``dtype`` casts the layers and a floating ``sample_input`` first (None:
     leave them as they are). ``times`` gives each layer's forward and backward seconds, with
     :func:`~workbench.profiles.timing.time_layer`'s arguments: measured by default, estimated in a fake
     profile (:class:`workbench.profiles.roofline.RooflineTimes`, :mod:`workbench.profiles.fake`).
     ``clock`` is the CPU's clock (:data:`~workbench.profiles.timing.CLOCKS`): ``"wall"`` or ``"cpu"``, the
-    thread's CPU time, which needs one thread (the others' work would not count). ``split_at``: module names
-    to cut the model before (``--split-at``, :mod:`workbench.profiles.cuts`; the metadata records them).
+    thread's CPU time, which needs one thread (the others' work would not count). ``split_at``: the modules
+    to cut before (``--split-at``, :mod:`workbench.profiles.cuts`).
 
     >>> c, stats = profile_model([torch.nn.Linear(4, 4)], torch.zeros(1, 4), repeats=3, warmup=0, return_stats=True)
     >>> len(stats[0].forward), c.layers[0].name

@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import socket
 import sys
 import tempfile
 import time
@@ -51,6 +50,7 @@ from workbench.profiles.workload import Workload
 from workbench.runtime.config import RunConfig
 from workbench.runtime.gradients import grad_error, grad_tolerance, reference_gradients
 from workbench.runtime.rank import CPU_COLUMNS
+from workbench.runtime.worker import free_port
 from workbench.schedules.ops import Op
 from workbench.schedules.program import programs_for
 from workbench.schedules.registry import schedule_of
@@ -146,12 +146,6 @@ def join_or_kill(ctx: Any, seconds: float, what: str) -> None:
             if p.is_alive():
                 p.terminate()
                 p.join(5)
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def run_plan(

@@ -27,7 +27,7 @@ from typing import Any, Callable, Sequence
 from workbench.runtime.summary import jsonable, summarise
 
 __all__ = ["cores_available", "dropout_modules", "check_plan_against", "check_plan_valid", "platform_for_run",
-           "gradient_errors", "conclude_run", "write_run"]
+           "gradient_errors", "conclude_run", "write_run", "model_config_of", "profile_dtype", "workload_for"]
 
 
 def cores_available() -> int:
@@ -177,3 +177,48 @@ def write_run(out: Path, plan, chain, platform, steps: int, res, cmp, summary: d
     write_text_atomic(out / "measured.cpu.csv", res.meta["cpu"].to_csv(index=False))
     write_text_atomic(out / "plan.json", plan.to_json() + "\n")
     write_text_atomic(out / "summary.json", json.dumps(jsonable(summary), indent=2) + "\n")
+
+
+def model_config_of(chain, plan) -> dict[str, Any]:
+    """The zoo model's configuration the profile or the plan records (``model_config``), or {}."""
+    for src in (chain.meta.get("model_config") if chain is not None else None, plan.extra.get("model_config")):
+        if src:
+            cfg = json.loads(src) if isinstance(src, str) else dict(src)
+            return {k: tuple(v) if isinstance(v, list) and k in ("blocks", "sizes") else v for k, v in cfg.items()}
+    return {}
+
+
+def profile_dtype(chain) -> str:
+    """The precision a profile was measured in (its ``dtype`` metadata), float32 when it says none.
+
+    >>> from workbench.model.chain import Chain, Layer
+    >>> profile_dtype(Chain((Layer("a", 1, 1, 0, 0),), meta={"dtype": "bfloat16"}))
+    'bfloat16'
+    """
+    from workbench.profiles.zoo import dtype_name
+
+    text = (chain.meta.get("dtype") if chain is not None else None) or "float32"
+    try:
+        return dtype_name(text)
+    except ValueError:
+        return "float32"
+
+
+def workload_for(args: Any, chain, plan, batch_size: int):
+    """The workload of ``--module``, ``--model`` or the profile's metadata (``module`` / ``model``)."""
+    from workbench.profiles.usermodel import resolve_spec, user_code
+    from workbench.profiles.workload import Workload
+
+    module = getattr(args, "module", None)
+    if not module and chain is not None and chain.meta.get("module") and not getattr(args, "model", None):
+        module = resolve_spec(chain.meta["module"], Path(str(chain.meta.get("source_file", "."))).parent)
+    if module:       # cut where the profile was cut (--split-at), else the layers are found again
+        with user_code(module):
+            return Workload.module(module, split_at=chain.meta.get("split_at") if chain is not None else None)
+    model = getattr(args, "model", None) or (chain.meta.get("model") if chain is not None else None)
+    if not model:
+        raise ValueError("say which model to run: --model NAME (zoo), --module FILE.py:FUNC, or a --profile "
+                         "that records one")
+    cfg = model_config_of(chain, plan)
+    dtype = profile_dtype(chain) if chain is not None else (getattr(args, "dtype", None) or "float32")
+    return Workload.zoo(model, batch_size, dtype=dtype, **cfg)

@@ -82,9 +82,10 @@ def check_layout_plan(plan, layout: Layout, where: str = "the plan") -> None:
     if devices != list(range(layout.pp)):
         raise ValueError(f"{where}: the plan's stages sit on pipeline devices {devices} but the layout has pp="
                          f"{layout.pp}: each of 0..{layout.pp - 1} must hold a stage")
-    from workbench.model.orders import SCHEDULES
+    from workbench.schedules.registry import TORCH_SCHEDULES, schedule_of
 
-    if plan.schedule in SCHEDULES and SCHEDULES[plan.schedule].split_backward and layout.dp > 1 and layout.zero != 2:
+    splits = plan.schedule in TORCH_SCHEDULES and schedule_of(plan.schedule).split_backward
+    if splits and layout.dp > 1 and layout.zero != 2:
         how = "DDP" if layout.zero < 2 else "FSDP resharding after each forward"
         raise ValueError(f"{where}: torch's {plan.schedule} schedule splits each backward into its input and weight "
                          f"gradients, and with zero={layout.zero} ({how}) torch's gradients come out wrong (measured "

@@ -46,7 +46,6 @@ def prepare_layout_run(args: argparse.Namespace, plan, layout: Layout, *, starte
     """The checks of the module docstring, then (config, chain, platform) of the run; ``started``: the ranks
     torchrun started (None: this machine starts them, at most ``--max-ranks``); ``profile``: profile the
     model without ``--profile`` (under torchrun rank 0 only: the chain serves the prediction)."""
-    from workbench.front.running import _workload
     from workbench.model.plan_setup import resolve_setup
     from workbench.parallel.run.checks import (
         DEFAULT_MAX_RANKS,
@@ -58,8 +57,8 @@ def prepare_layout_run(args: argparse.Namespace, plan, layout: Layout, *, starte
     from workbench.parallel.run.config import LayoutConfig
     from workbench.parallel.run.pipeline import needs_programs
     from workbench.profiles.usermodel import user_code
-    from workbench.runtime.engine import programs_for
-    from workbench.runtime.session import check_plan_against, platform_for_run
+    from workbench.runtime.session import check_plan_against, platform_for_run, workload_for
+    from workbench.schedules.program import programs_for
 
     where = str(args.plan_file)
     check_layout_plan(plan, layout, where)
@@ -69,7 +68,7 @@ def prepare_layout_run(args: argparse.Namespace, plan, layout: Layout, *, starte
     setup = resolve_setup(args, plan)
     chain = _load_profile(getattr(args, "profile", None))
     args = _model_args(args, plan)
-    wl = _workload(args, chain, plan, _batch_size(args, chain))
+    wl = workload_for(args, chain, plan, _batch_size(args, chain))
     with user_code(wl.source):
         names = wl.layers().names
         check_plan_against(plan, names, chain, what=wl.name)

@@ -112,7 +112,7 @@ def run_layout(cfg: LayoutConfig, start_method: str | None = None) -> list[dict[
     when one fails, a ``TimeoutError`` past ``cfg.timeout + 60`` seconds; no rank outlives the call)."""
     import torch.multiprocessing as mp
 
-    from workbench.runtime.engine import free_port
+    from workbench.runtime.worker import free_port
 
     if start_method is None:
         start_method = "fork" if (cfg.device == "cpu" and sys.platform.startswith("linux")) else "spawn"

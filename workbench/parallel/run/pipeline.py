@@ -8,8 +8,8 @@ transforms (a DDP or FSDP2 module: torch's schedules handle both, see :mod:`~wor
 
 The schedule is torch's class where one runs the plan's method, computing its own order: ``ScheduleGPipe``
 and ``Schedule1F1B`` for GPipe and 1F1B (one stage per rank), the multi-stage classes of
-:data:`workbench.model.orders.SCHEDULES` (interleaved 1F1B, looped BFS, zero bubble, V). The seed's periodic
-plans (one weight version) run their own order, unrolled (:func:`~workbench.runtime.engine.programs_for`),
+:data:`workbench.schedules.registry.TORCH_SCHEDULES` (interleaved 1F1B, looped BFS, zero bubble, V). The seed's periodic
+plans (one weight version) run their own order, unrolled (:func:`~workbench.schedules.program.programs_for`),
 lowered to torch's actions (:func:`~workbench.runtime.export.programs_to_actions`) and run by
 ``_PipelineScheduleRuntime``, which adds the sends, receives and FSDP2's gradient reduction itself. A
 periodic plan with weight stashing needs the PipeDream engine, which runs ``tp = dp = 1`` only: it is
@@ -32,10 +32,10 @@ __all__ = ["schedule_kind", "build_stages", "make_schedule", "needs_programs", "
 
 def schedule_kind(method: str) -> str:
     """How a plan of ``method`` is run: torch's class, or the plan's order through torch's runtime."""
-    from workbench.model.orders import SCHEDULES
+    from workbench.schedules.registry import TORCH_SCHEDULES, schedule_of
 
-    if method in SCHEDULES:
-        return f"torch class {SCHEDULES[method].torch_class}"
+    if method in TORCH_SCHEDULES:
+        return f"torch class {schedule_of(method).torch_class}"
     if method in SINGLE_STAGE_CLASSES:
         return f"torch class {SINGLE_STAGE_CLASSES[method]}"
     return "the plan's order"
@@ -71,10 +71,10 @@ def make_schedule(plan, stages: list[Any], micro_batches: int, loss_fn: Any, pro
     the plan's unrolled order, for a plan that no torch class runs."""
     from torch.distributed.pipelining import schedules as ts
 
-    from workbench.model.orders import SCHEDULES
+    from workbench.schedules.registry import TORCH_SCHEDULES, schedule_of
 
-    if plan.schedule in SCHEDULES:
-        cls = getattr(ts, SCHEDULES[plan.schedule].torch_class)
+    if plan.schedule in TORCH_SCHEDULES:
+        cls = getattr(ts, schedule_of(plan.schedule).torch_class)
         return cls(stages, micro_batches, loss_fn=loss_fn, scale_grads=False)
     if plan.schedule in SINGLE_STAGE_CLASSES and len(stages) == 1:
         cls = getattr(ts, SINGLE_STAGE_CLASSES[plan.schedule])
@@ -89,9 +89,9 @@ def make_schedule(plan, stages: list[Any], micro_batches: int, loss_fn: Any, pro
 
 def needs_programs(plan) -> bool:
     """Whether the plan runs its own unrolled order (no torch class runs it)."""
-    from workbench.model.orders import SCHEDULES
+    from workbench.schedules.registry import TORCH_SCHEDULES
 
-    return plan.schedule not in SCHEDULES and plan.schedule not in SINGLE_STAGE_CLASSES
+    return plan.schedule not in TORCH_SCHEDULES and plan.schedule not in SINGLE_STAGE_CLASSES
 
 
 def receive_buffers(stages: list[Any]) -> list[torch.Tensor]:
