@@ -56,7 +56,6 @@ Contiguous allocations: a closed form (:func:`contiguous_period`)
 
 from __future__ import annotations
 
-import itertools
 import math
 from dataclasses import dataclass
 from typing import Sequence
@@ -214,31 +213,75 @@ def memory_floor(al: Allocation, platform: Platform) -> float:
 # contiguous: closed form
 # ----------------------------------------------------------------------------
 def contiguous_period(al: Allocation, platform: Platform) -> tuple[float, tuple[int, ...]] | None:
-    """Exact least period of a contiguous allocation and the in-flight vector reaching it."""
+    """Exact least period of a contiguous allocation and the in-flight vector reaching it.
+
+    The least period is the least of the candidate values (``static_lb`` and every ``P[s, j] / m``)
+    at which some non-increasing k vector within memory meets every ``T >= P[s, j] / (k_s - k_j + 1)``:
+    a bisection over the sorted candidates, each step the pointwise least such vector
+    (:func:`_least_counts_at`), which also has the fewest mini-batches in flight. About S^2 log(S^2 K)
+    operations where enumerating the vectors took C(K + S - 1, S) (millions for 9 stages).
+    """
     S = al.S
     lb = al.static_lb
     cap = k_cap(al, lb) if lb > 0 else 1
     kmax = [kmax_memory(al, s, resident_budget(al, platform, al.dev[s]), cap) for s in range(S)]
     if min(kmax) < 1:
         return None
-    # P[s, j] for s <= j
-    P = np.zeros((S, S))
+    P = _window_paths(al)
+    top = max(kmax)
+    pairs = np.array([P[s][j] for s in range(S) for j in range(s + 1, S)], dtype=float)
+    ratios = (pairs[:, None] / np.arange(1, top + 1, dtype=float)[None, :]).ravel()
+    cands = np.unique(np.concatenate(([lb], ratios[ratios >= lb])))
+    lo, hi = 0, len(cands) - 1
+    if _least_counts_at(P, kmax, float(cands[hi])) is None:
+        return None
+    while lo < hi:   # the least candidate at which a vector fits (feasibility is monotone in T)
+        mid = (lo + hi) // 2
+        if _least_counts_at(P, kmax, float(cands[mid])) is None:
+            lo = mid + 1
+        else:
+            hi = mid
+    ks = _least_counts_at(P, kmax, float(cands[lo]))
+    assert ks is not None
+    T = max([lb] + [P[s][j] / (ks[s] - ks[j] + 1) for s in range(S) for j in range(s + 1, S)])
+    return float(T), ks
+
+
+def _window_paths(al: Allocation) -> list[list[float]]:
+    """``P[s][j]`` for s <= j: the compute and transfers from stage s's forward to its backward through stage j."""
+    S = al.S
+    P = [[0.0] * S for _ in range(S)]
     for s in range(S):
         acc = 0.0
         for j in range(s, S):
-            P[s, j] = acc + al.F[j] + al.B[j] + 2 * al.x[j]   # stage j's gap holds its host round trip
+            P[s][j] = acc + al.F[j] + al.B[j] + 2 * al.x[j]   # stage j's gap holds its host round trip
             acc += al.F[j] + al.B[j] + 2 * al.c[j]
-    iu = [(s, j) for s in range(S) for j in range(s + 1, S)]
-    vecs = np.array([v for v in itertools.combinations_with_replacement(range(max(kmax), 0, -1), S)
-                     if all(v[s] <= kmax[s] for s in range(S))], dtype=float)
-    if len(vecs) == 0:
-        return None
-    T = np.full(len(vecs), lb)
-    for s, j in iu:
-        T = np.maximum(T, P[s, j] / (vecs[:, s] - vecs[:, j] + 1))
-    # least period; among ties the fewest mini-batches in flight (least memory)
-    i = int(np.lexsort((vecs.sum(axis=1), T))[0])
-    return float(T[i]), tuple(int(k) for k in vecs[i])
+    return P
+
+
+def _least_counts_at(P: list[list[float]], kmax: Sequence[int], T: float) -> tuple[int, ...] | None:
+    """The pointwise least non-increasing k (each within ``kmax``) with ``P[s][j] / (k_s - k_j + 1) <= T``
+    for every s < j, from the last stage back; None if it exceeds ``kmax`` somewhere."""
+    S = len(kmax)
+    ks = [0] * S
+    for s in range(S - 1, -1, -1):
+        k = ks[s + 1] if s + 1 < S else 1
+        for j in range(s + 1, S):
+            p = P[s][j]
+            if p <= 0:
+                continue
+            if T <= 0:
+                return None
+            m = max(1, math.ceil(p / T))
+            while p / m > T:
+                m += 1
+            while m > 1 and p / (m - 1) <= T:
+                m -= 1
+            k = max(k, ks[j] + m - 1)
+        if k > kmax[s]:
+            return None
+        ks[s] = k
+    return tuple(ks)
 
 
 def contiguous_schedule(al: Allocation, T: float, ks: Sequence[int]) -> tuple[list[float], list[float]]:
