@@ -23,3 +23,18 @@ def disk_full_at(monkeypatch):
         monkeypatch.setattr(os, "fsync", fsync)
 
     return arm
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _order_cache(tmp_path_factory):
+    """torch's orders kept on disk (workbench.schedules.order_cache) go to a folder of this session, not the
+    user's cache."""
+    from workbench.schedules.order_cache import ENV
+
+    was = os.environ.get(ENV)
+    os.environ[ENV] = str(tmp_path_factory.mktemp("order-cache"))
+    yield
+    if was is None:
+        os.environ.pop(ENV, None)
+    else:
+        os.environ[ENV] = was

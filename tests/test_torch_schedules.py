@@ -104,3 +104,37 @@ def test_refusals():
         plan(Chain(tuple(Layer(f"l{i}", 1.0, 2.0) for i in range(8))), Platform(2), "zbv", activations="recompute")
     with pytest.raises(ValueError, match="at least as many microbatches"):
         plan(Chain(tuple(Layer(f"l{i}", 1.0, 2.0) for i in range(8))), Platform(2), "dualpipev", micro_batches=2)
+
+
+@pytest.mark.parametrize("name", ["interleaved-1f1b", "zbv"])
+def test_a_time_limit_bounds_ten_thousand_micro_batches(name):
+    """10,000 micro-batches on 8 devices: torch's order, its peaks and its simulation are 320,000-480,000
+    operations (ran past 300 s, also with a 5 s limit); under a 5 s limit the call ends within 10 % + 2 s,
+    a time-out whose note says what the count would cost."""
+    import time
+
+    ch = Chain(tuple(Layer(f"l{i}", 1e-3, 2e-3, 4, 1, 1) for i in range(18)), input_bytes=1)
+    t0 = time.perf_counter()
+    p = plan(ch, Platform(8), name, micro_batches=10_000, time_limit=5.0)
+    assert time.perf_counter() - t0 <= 5.0 * 1.1 + 2.0
+    assert p.status == "timeout" and not p.feasible and any("10000 micro-batches not planned" in n for n in p.notes)
+
+
+@pytest.mark.parametrize("name", ["interleaved-1f1b", "zbv"])
+def test_a_long_chain_keeps_its_time_limit(name):
+    """2,000 layers on 4 devices (11-16 s for a 2 s limit when every count built 2,000 x 2,000 matrices per
+    stage): within 10 % + 2 s of the limit, a checked plan; and a binding memory limit is kept too."""
+    import time
+
+    import torch.distributed.pipelining  # noqa: F401 - the import is the machine's (see test_planners)
+
+    rng = np.random.default_rng(0)
+    ch = Chain(tuple(Layer(f"l{i}", float(rng.uniform(1e-3, 3e-3)), float(rng.uniform(2e-3, 6e-3)),
+                           float(rng.integers(1e6, 1e7)), float(rng.integers(1e5, 1e6)), float(rng.integers(1e6, 1e7)))
+                     for i in range(2000)), input_bytes=1e5)
+    for memory in (float("inf"), 24e9):
+        plat = Platform(4, memory=memory)
+        t0 = time.perf_counter()
+        p = plan(ch, plat, name, time_limit=2.0)
+        assert time.perf_counter() - t0 <= 2.0 * 1.1 + 2.0
+        assert p.feasible and check(p, ch, plat) == [] and p.fits

@@ -229,8 +229,8 @@ def _plan_parser(sub: argparse._SubParsersAction) -> None:
                         f"({' and '.join(m.name for m in METHODS if 'general' in m.allocations)} only)")
     p.add_argument("--time-limit", type=positive_seconds, default=None,
                    help="seconds for the whole call of every method (ilp, brute, dp with --activations auto: "
-                        "the best plan and gap found by then; about 10%% + 2 s later at most, not counting "
-                        "the import of torch that torch's schedules need)")
+                        "the best plan and gap found by then; about 10%% + 2 s later at most, the import of "
+                        "torch that torch's schedules need counted)")
     from workbench.model.plan import MAX_MICRO_BATCHES
 
     p.add_argument("--micro-batches", type=int_in(1, MAX_MICRO_BATCHES), default=None,

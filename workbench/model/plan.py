@@ -295,7 +295,8 @@ class Plan:
     def summary(self) -> str:
         if not self.feasible:
             why = "; ".join(self.notes) if self.notes else "no plan"
-            return f"{self.method} ({self.allocation}): infeasible: {why}"
+            word = "timeout, no plan" if self.status == "timeout" else "infeasible"
+            return f"{self.method} ({self.allocation}): {word}: {why}"
         mem = ", ".join(f"GPU{p}: {format_bytes(m)}" for p, m in enumerate(self.memory))
         lim = format_bytes(self.memory_limit)
         # two different bounds: the gap is against the best bound the method proved, the ratio against

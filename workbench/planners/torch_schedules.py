@@ -47,181 +47,28 @@ cannot fit says so (``plan.fits`` is False), as the flushed schedules do.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
-from typing import Any, Sequence
-
-import numpy as np
+from typing import Any
 
 from workbench.model.chain import Chain, Platform
-from workbench.model.memory import LayerTerms, flushed_platform, layer_terms
-from workbench.model.memory_bands import square_terms
 from workbench.model.plan import Plan, Stage, infeasible_plan, lower_bound, with_memory_setup
-from workbench.model.split import split_columns, split_note
+from workbench.model.split import split_note
 from workbench.model.tolerances import REL_TOL
 from workbench.model.units import format_bytes
+from workbench.planners.budget import Budget
+from workbench.planners.torch_partition import Balance, Spans, candidates
 from workbench.schedules.ops import Op
 from workbench.schedules.order_memory import OrderMemory
 from workbench.schedules.registry import TORCH_SCHEDULES
 from workbench.schedules.simulate_orders import held_counts, simulate_order
-from workbench.schedules.torch_orders import order_counts, torch_order, torch_schedule
+from workbench.schedules.torch_orders import needs_torch, order_counts, torch_order, torch_schedule
 
 __all__ = ["plan_torch_schedule", "TORCH_PLANNERS"]
 
 
-@dataclass
-class _Problem:
-    """One schedule's partition problem: per layer compute, per stage its device and counts, the memory
-    terms (L x L matrices over stage first x last layer) and the limit."""
-
-    chain: Chain
-    platform: Platform
-    dev: list[int]
-    k: list[int]
-    p: list[int]
-    comp: np.ndarray
-    terms: LayerTerms
-
-    def __post_init__(self) -> None:
-        L = len(self.chain)
-        self.pre = np.concatenate([[0.0], np.cumsum(self.comp)])
-        first, last = np.arange(L)[:, None], np.arange(L)[None, :]
-        self.span = np.where(last >= first, self.pre[last + 1] - self.pre[first], np.inf)
-        sq = square_terms(self.terms)
-        pend = np.concatenate([[0.0], np.cumsum(split_columns(self.chain)[1])])
-        pend_sq = np.where(last >= first, pend[last + 1] - pend[first], 0.0)
-        if self.platform.memory_model != "full":
-            pend_sq = np.zeros_like(pend_sq)
-        base = sq.static + sq.extra - self.terms.const
-        self.mem = [np.where(last >= first, k * sq.A + base + q * pend_sq, np.inf) for k, q in zip(self.k, self.p)]
-
-    def feasible(self, tau: float, caps: Sequence[float]) -> list[np.ndarray] | None:
-        """Backward reachability: ``can[s][a]`` is True when layers a.. split into stages s.. within ``tau``
-        and the caps; None when stage 0 cannot start at layer 0."""
-        L, S = len(self.comp), len(self.k)
-        can = [np.zeros(L + 1, dtype=bool) for _ in range(S + 1)]
-        can[S][L] = True
-        nxt_index = np.minimum(np.arange(L)[None, :] + 1, L)            # the layer after a stage ending at b
-        for s in range(S - 1, -1, -1):
-            ok = (self.span <= tau * (1 + REL_TOL)) & (self.mem[s] <= caps[s] * (1 + REL_TOL))
-            can[s][:L] = np.any(ok & can[s + 1][nxt_index], axis=1)
-        return can if can[0][0] else None
-
-    def pick(self, tau: float, caps: Sequence[float], can: list[np.ndarray]) -> list[tuple[int, int]]:
-        """A partition within ``tau`` and the caps: each stage as close as allowed to an equal share of the
-        compute left."""
-        L, S = len(self.comp), len(self.k)
-        out, a = [], 0
-        for s in range(S):
-            ends = np.arange(a, L)
-            ok = (self.span[a, a:] <= tau * (1 + REL_TOL)) & (self.mem[s][a, a:] <= caps[s] * (1 + REL_TOL)) \
-                & can[s + 1][ends + 1]
-            target = (self.pre[L] - self.pre[a]) / (S - s)
-            choice = ends[ok][np.argmin(np.abs(self.span[a, a:][ok] - target))]
-            out.append((a, int(choice)))
-            a = int(choice) + 1
-        return out
-
-    def least_tau(self, caps: Sequence[float]) -> list[tuple[int, int]] | None:
-        """The partition at the least feasible largest stage time, or None: a bisection over the distinct
-        stage times (the optimum is one of them)."""
-        if not hasattr(self, "_taus"):
-            finite = self.span[np.isfinite(self.span)]
-            self._taus = np.unique(finite[finite >= self.comp.max()])
-        taus = self._taus
-        can = self.feasible(float(taus[-1]), caps)
-        if can is None:
-            return None
-        lo, hi, best = 0, len(taus) - 1, can
-        while lo < hi:
-            mid = (lo + hi) // 2
-            got = self.feasible(float(taus[mid]), caps)
-            if got is None:
-                lo = mid + 1
-            else:
-                hi, best = mid, got
-        return self.pick(float(taus[hi]), caps, best)
-
-    def needs(self, parts: list[tuple[int, int]]) -> list[float]:
-        return [float(self.mem[s][a, b]) for s, (a, b) in enumerate(parts)]
-
-
-def _shares(prob: _Problem, base: list[tuple[int, int]], devices: int) -> list[list[float]]:
-    """The shares of the limit per stage tried as seeds: equal per device, by need under ``base``, by held
-    count."""
-    def per_device(weights: Sequence[float]) -> list[float]:
-        tot = [0.0] * devices
-        for s, w in enumerate(weights):
-            tot[prob.dev[s]] += w
-        return [w / tot[prob.dev[s]] if tot[prob.dev[s]] > 0 else 1.0 for s, w in enumerate(weights)]
-
-    return [per_device([1.0] * len(prob.k)), per_device(prob.needs(base)), per_device([float(k) for k in prob.k])]
-
-
-def _score(prob: _Problem, peaks: OrderMemory, parts: list[tuple[int, int]], limit: float
-           ) -> tuple[float, float, float]:
-    """(how far the worst device is over the limit, the largest stage time, the sum of squared device loads)."""
-    over = max(0.0, max(peaks.peaks(parts)) - limit) if np.isfinite(limit) else 0.0
-    times = [prob.pre[b + 1] - prob.pre[a] for a, b in parts]
-    load = [0.0] * prob.platform.devices
-    for s, t in enumerate(times):
-        load[prob.dev[s]] += t
-    return over, max(times), float(sum(x * x for x in load))
-
-
-def _local_search(prob: _Problem, peaks: OrderMemory, parts: list[tuple[int, int]], limit: float
-                  ) -> list[tuple[int, int]]:
-    """Move one stage boundary at a time (by one layer, or by a few) to the best neighbour, first towards
-    fitting the limit, then towards a smaller largest stage time, until no move helps."""
-    L = len(prob.comp)
-    bounds = [b for _, b in parts[:-1]]
-    steps = sorted({1, max(1, L // (4 * len(parts)))})
-    best = _score(prob, peaks, parts, limit)
-    for _ in range(4 * L):
-        found = None
-        for i in range(len(bounds)):
-            for step in steps:
-                for delta in (-step, step):
-                    nb = bounds[i] + delta
-                    lo = bounds[i - 1] + 1 if i > 0 else 0
-                    hi = bounds[i + 1] - 1 if i + 1 < len(bounds) else L - 2
-                    if not lo <= nb <= hi:
-                        continue
-                    trial = bounds[:i] + [nb] + bounds[i + 1:]
-                    sc = _score(prob, peaks, _parts(trial, L), limit)
-                    if sc < best and (found is None or sc < found[0]):
-                        found = (sc, trial)
-        if found is None:
-            break
-        best, bounds = found
-    return _parts(bounds, L)
-
-
-def _parts(bounds: Sequence[int], L: int) -> list[tuple[int, int]]:
-    starts = [0] + [b + 1 for b in bounds]
-    return [(a, e) for a, e in zip(starts, list(bounds) + [L - 1])]
-
-
-def _candidates(prob: _Problem, peaks: OrderMemory, limit: float, devices: int) -> list[list[tuple[int, int]]]:
-    """Partitions to simulate: the time-balanced one and, under a finite limit, seeds from shares of the limit
-    per stage (the sum of its stages' needs bounds a device's peak), each improved by :func:`_local_search`."""
-    inf = [np.inf] * len(prob.k)
-    base = prob.least_tau(inf)
-    if base is None:
-        return []
-    if not np.isfinite(limit) or max(peaks.peaks(base)) <= limit * (1 + REL_TOL):
-        return [base]
-    seeds = [base]
-    budget = limit - prob.terms.const
-    for share in _shares(prob, base, devices):
-        got = prob.least_tau([budget * x for x in share])
-        if got is not None:
-            seeds.append(got)
-    out = []
-    for seed in seeds:
-        found = _local_search(prob, peaks, seed, limit)
-        if found not in out:
-            out.append(found)
-    return out
+#: seconds per operation of one flush that planning a micro-batch count costs (torch's order, the peaks, a
+#: simulation and the plan's re-check; 50-100 us measured on the 2-core machine under load, for resnet50 on
+#: 2-8 devices): the estimate that decides, under a time limit, which counts are planned
+SECONDS_PER_OP = 1e-4
 
 
 def plan_torch_schedule(chain: Chain, platform: Platform, name: str, *, allocation: str = "contiguous",
@@ -230,52 +77,92 @@ def plan_torch_schedule(chain: Chain, platform: Platform, name: str, *, allocati
     """Plan ``chain`` with torch's schedule ``name`` (see the module docstring). Without ``micro_batches``
     the flush holds 4 P, 2 P or P micro-batches, whichever torch takes and plans fastest (all three are tried).
 
-    ``time_limit`` is taken for the planners' common signature and not consulted: a method plans llama3-70b
-    on 8 devices in 0.1-0.3 s (measured on the 2-core machine under load), after the one-off import of
-    ``torch.distributed.pipelining`` by the first order (1.1 s idle, 2.7 s under load), which is what makes
-    ``--time-limit 1`` overrun (3.04-3.31 s for the whole call against 1.1 x 1 + 2 s); only orders cached
-    on disk would avoid it."""
-    t0 = time.perf_counter()
+    ``time_limit`` covers the whole call, the one-off import of ``torch.distributed.pipelining`` by the first
+    order included (:func:`_plan_counts`: the counts are planned cheapest first, each within its share of what
+    is left; a count whose estimated cost does not fit is not planned, and the plan's notes say so; with none
+    planned, the answer is a time-out).
+    """
+    budget = Budget(time_limit)
     P = platform.devices
     sched = torch_schedule(name)
     V = sched.chunks(chunks)
     S = P * V
     if len(chain) < S:
         return infeasible_plan(chain, platform, name, f"{name} with {V} stages on each of {P} devices needs at least "
-                               f"{S} layers; the chain has {len(chain)}", solve_seconds=time.perf_counter() - t0)
+                               f"{S} layers; the chain has {len(chain)}", solve_seconds=budget.elapsed())
     if micro_batches is not None and int(micro_batches) < 1:
         raise ValueError(f"micro_batches must be >= 1, got {micro_batches!r}")
     counts = [int(micro_batches)] if micro_batches is not None else [4 * P, 2 * P, P]
-    dev = sched.stage_devices(P, S)
-    best: tuple[bool, float, Any] | None = None
+    found, skipped = _plan_counts(chain, platform, name, counts, V, flushes, budget, micro_batches is None)
+    if not found:
+        why = "; ".join(skipped)
+        return infeasible_plan(chain, platform, name, f"no plan within the time limit of {time_limit:g} s: {why}",
+                               solve_seconds=budget.elapsed()).with_(status="timeout")
+    _, _, parts, trace, m = min(found, key=lambda f: f[:2])
+    p = _plan_of(chain, platform, name, sched.torch_class, parts, sched.stage_devices(P, S), trace, m, V, flushes,
+                 sched.split_backward, budget.elapsed())
+    return p.with_(notes=p.notes + tuple(skipped)) if skipped else p
+
+
+def _plan_counts(chain: Chain, platform: Platform, name: str, counts: list[int], V: int, flushes: int,
+                 budget: Budget, optional: bool) -> tuple[list[tuple], list[str]]:
+    """Each micro-batch count's best partition and trace, as ``((does not fit, period or peak), position in
+    counts, parts, trace, count)``, and why counts were not planned. Under a time limit the counts go cheapest
+    first, each with an equal share of what is left, and only where the estimate (the last count's seconds per
+    operation, :data:`SECONDS_PER_OP` before the first) fits what is left; the first planned may use the
+    limit's tolerance (10 % + 1 s). ``optional``: counts torch refuses are skipped (else its refusal raised)."""
+    P, S = platform.devices, platform.devices * V
+    dev = torch_schedule(name).stage_devices(P, S)
+    spans = Spans(chain, platform)
+    ops = {m: _operations(name, S, m) * flushes for m in counts}
+    todo = sorted(range(len(counts)), key=lambda i: ops[counts[i]]) if budget.limited else list(range(len(counts)))
+    found: list[tuple] = []
+    skipped: list[str] = []
     refused = ""
-    for m in counts:
+    rate = SECONDS_PER_OP
+    for n, i in enumerate(todo):
+        m = counts[i]
+        if budget.limited:
+            grace = 0.0 if found else 0.1 * (budget.seconds or 0.0) + 1.0
+            need = ops[m] * rate
+            if need > budget.left() + grace:
+                skipped.append(f"{m} micro-batches not planned: {ops[m]} operations, about {need:.1f} s, "
+                               f"{budget.left():.1f} s of the time limit left")
+                continue
+        if needs_torch(name, P, V, m):   # counted in the limit, not in the rate per operation
+            import torch.distributed.pipelining.schedules  # noqa: F401
+        t = time.perf_counter()
+        share = budget.left() / (len(todo) - n) if budget.limited else None
+        deadline = None if share is None else t + share
         try:
             order = torch_order(name, P, V, m)
         except ValueError as e:
-            if micro_batches is not None:
+            if not optional:
                 raise
             refused = str(e)
             continue
-        parts, trace = _best_partition(chain, platform, name, order, dev, m, flushes)
+        parts, trace = _best_partition(spans, name, order, dev, m, flushes, deadline)
         fits = float(trace.peak_memory().max()) <= platform.memory * (1 + REL_TOL)
-        key = (not fits, float(trace.period) if fits else float(trace.peak_memory().max()))
-        if best is None or key < best[:2]:
-            best = (key[0], key[1], (parts, trace, m))
-    if best is None:
+        found.append(((not fits, float(trace.period) if fits else float(trace.peak_memory().max())), i, parts,
+                      trace, m))
+        rate = (time.perf_counter() - t) / ops[m]
+    if not found and not skipped:
         raise ValueError(refused)
-    parts, trace, m = best[2]
-    return _plan_of(chain, platform, name, sched.torch_class, parts, dev, trace, m, V, flushes, sched.split_backward,
-                    time.perf_counter() - t0)
+    return found, skipped
 
 
-def _best_partition(chain: Chain, platform: Platform, name: str, order: dict[int, tuple[Op, ...]],
-                    dev: list[int], m: int, flushes: int) -> tuple[list[tuple[int, int]], Any]:
-    """The fastest candidate partition that fits (else the one needing least memory) and its simulated trace."""
-    S = len(dev)
-    k, p, _ = order_counts(order, S)
-    prob = _Problem(chain, platform, dev, k, p, chain.forward + chain.backward,
-                    layer_terms(chain, flushed_platform(platform)))     # a flush's gradients accumulate
+def _operations(name: str, stages: int, m: int) -> int:
+    """The operations of one flush of ``m`` micro-batches on ``stages`` stages (a split backward is two)."""
+    return stages * m * (3 if torch_schedule(name).split_backward else 2)
+
+
+def _best_partition(spans: Spans, name: str, order: dict[int, tuple[Op, ...]], dev: list[int], m: int,
+                    flushes: int, deadline: float | None = None) -> tuple[list[tuple[int, int]], Any]:
+    """The fastest candidate partition that fits (else the one needing least memory) and its simulated trace;
+    past ``deadline`` no further candidate is searched or simulated (the first always is)."""
+    chain, platform = spans.chain, spans.platform
+    k, p, _ = order_counts(order, len(dev))
+    prob = Balance(spans, dev, k, p)
     peaks = OrderMemory(chain, platform, dev, order)
     cache: dict[tuple, Any] = {}
 
@@ -286,13 +173,11 @@ def _best_partition(chain: Chain, platform: Platform, name: str, order: dict[int
                                         flushes, schedule=name)
         return cache[key]
 
-    def fits(parts: list[tuple[int, int]]) -> bool:
-        return float(simulated(parts).peak_memory().max()) <= platform.memory * (1 + REL_TOL)
-
-    found = _candidates(prob, peaks, platform.memory, platform.devices)
-    fitting = [c for c in found if fits(c)]
+    found = candidates(prob, peaks, platform.memory, platform.devices, deadline)
+    tried = found[:1] + [c for c in found[1:] if deadline is None or time.perf_counter() <= deadline]
+    fitting = [c for c in tried if float(simulated(c).peak_memory().max()) <= platform.memory * (1 + REL_TOL)]
     chosen = min(fitting, key=lambda c: simulated(c).period) if fitting else \
-        min(found, key=lambda c: float(simulated(c).peak_memory().max()))
+        min(tried, key=lambda c: float(simulated(c).peak_memory().max()))
     return chosen, simulated(chosen)
 
 

@@ -22,13 +22,15 @@ Stage ``s`` of ``S = P V`` sits where the schedule's layout puts it
 
 from __future__ import annotations
 
+import sys
 from functools import lru_cache
 from typing import Sequence
 
 from workbench.schedules.ops import Op
+from workbench.schedules.order_cache import is_stored, load_order, store_order
 from workbench.schedules.registry import TORCH_SCHEDULES, Schedule, schedule_of
 
-__all__ = ["order_counts", "torch_order", "torch_schedule"]
+__all__ = ["order_counts", "torch_order", "torch_schedule", "needs_torch"]
 
 
 def torch_schedule(name: str) -> Schedule:
@@ -53,28 +55,65 @@ class _StandIn:
         self.submod = torch.nn.Identity()
 
 
+@lru_cache(maxsize=None)
+def _compute_only(cls: type, ts) -> type:
+    """``cls`` without its lowering of the order to communication actions (``_prepare_schedule_with_comms``),
+    which its ``__init__`` runs after computing ``pipeline_order`` and which the order does not need: it is
+    quadratic in the micro-batches (torch 2.13: 14 s for 1,024 on 8 devices, so 10,000 ran past 300 s); the
+    schedule's own validation of the order (``_validate_and_set_stage_mapping``) is kept. ``cls`` itself
+    where torch has no such method."""
+    if not hasattr(cls, "_prepare_schedule_with_comms") or not hasattr(ts, "PipelineScheduleMulti"):
+        return cls
+
+    def prepare(self, actions, format="compute_only"):  # noqa: A002 - torch's signature
+        ts.PipelineScheduleMulti._validate_and_set_stage_mapping(self, actions)
+
+    return type(cls.__name__, (cls,), {"_prepare_schedule_with_comms": prepare})
+
+
 @lru_cache(maxsize=256)
 def torch_order(name: str, devices: int, chunks: int | None, micro_batches: int) -> dict[int, tuple[Op, ...]]:
     """Per device, the operations torch's schedule ``name`` runs for ``micro_batches`` micro-batches with
     ``chunks`` stages per device, in its order (an ``OVERLAP_F_B`` becomes its forward, then its backward).
 
     A combination torch refuses (a micro-batch count its class does not take) raises a ``ValueError``
-    with torch's reason.
+    with torch's reason. Orders (and refusals) are kept on disk (:mod:`workbench.schedules.order_cache`):
+    a later process reads them without importing torch's pipelining.
     """
-    from torch.distributed.pipelining import schedules as ts
-
     sched = torch_schedule(name)
     v = sched.chunks(chunks)
     if devices < 1 or micro_batches < 1:
         raise ValueError(f"need at least one device and one micro-batch, got {devices} and {micro_batches}")
+    kept = load_order(sched.torch_class, devices, v, micro_batches)
+    if kept is None:
+        kept = _from_torch(sched, devices, v, micro_batches)
+        store_order(sched.torch_class, devices, v, micro_batches, kept)
+    if isinstance(kept, str):
+        raise ValueError(kept)
+    return kept
+
+
+def needs_torch(name: str, devices: int, chunks: int | None, micro_batches: int) -> bool:
+    """Whether :func:`torch_order` of these would import torch's pipelining first: not imported yet, and
+    the order not kept on disk."""
+    if "torch.distributed.pipelining.schedules" in sys.modules:
+        return False
+    sched = torch_schedule(name)
+    return not is_stored(sched.torch_class, devices, sched.chunks(chunks), micro_batches)
+
+
+def _from_torch(sched: Schedule, devices: int, v: int, micro_batches: int) -> dict[int, tuple[Op, ...]] | str:
+    """The order torch's class computes (or why it refuses the combination)."""
+    from torch.distributed.pipelining import schedules as ts
+
     S = devices * v
     mine = [s for s, d in enumerate(sched.stage_devices(devices, S)) if d == 0]
-    cls = getattr(ts, sched.torch_class)
+    cls = _compute_only(getattr(ts, sched.torch_class), ts)
     try:
         built = cls([_StandIn(s, S, devices) for s in mine], micro_batches)
     except (ValueError, AssertionError, RuntimeError) as e:
-        raise ValueError(f"torch's {sched.torch_class} refuses {devices} devices, {v} stages each and "
-                         f"{micro_batches} micro-batches: {e}") from None
+        return (f"torch's {sched.torch_class} refuses {devices} devices, {v} stages each and "
+                f"{micro_batches} micro-batches: {e}")
     out: dict[int, tuple[Op, ...]] = {}
     for rank in range(devices):
         acts: list[Op] = []

@@ -129,8 +129,9 @@ def _replay(plan: Plan, orders: dict[int, list[Op]], d: dict[str, list[float]]
     """Start and end of every operation when each device runs its order as early as its inputs allow;
     a message when the order misses an operation, repeats one or deadlocks."""
     S, m = len(plan.stages), int(plan.micro_batches or 0)
-    seen = [(a.stage, a.kind, a.batch) for acts in orders.values() for a in acts]
-    if len(set(seen)) != len(seen):
+    listed = [(a.stage, a.kind, a.batch) for acts in orders.values() for a in acts]
+    seen = set(listed)
+    if len(seen) != len(listed):
         return {}, "an operation appears twice in the order"
     for s in range(S):
         for i in range(m):
