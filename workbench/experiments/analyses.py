@@ -31,7 +31,7 @@ from workbench.experiments.settings import METHOD_LABELS, TOL
 from workbench.experiments.units import Unit
 from workbench.methods import VARIANTS, method
 
-__all__ = ["sweep_frame", "sweep_table", "consistency_violations", "bound_violations", "min_memory_table",
+__all__ = ["may_vary", "sweep_frame", "sweep_table", "consistency_violations", "bound_violations", "min_memory_table",
            "headline_gains",
            "tight_levels", "GiB", "KEY_COLUMNS"]
 
@@ -200,6 +200,16 @@ def bound_violations(sweeps: pd.DataFrame) -> list[str]:
     return bad
 
 
+def may_vary(rows: pd.DataFrame) -> bool:
+    """Whether any of ``rows`` (sweep rows) says its plan may differ between runs (its ``may_vary`` column:
+    a phase the wall clock stopped), so that what is derived from them may too.
+
+    >>> may_vary(pd.DataFrame({"may_vary": [False, True]})), may_vary(pd.DataFrame({"x": [1]}))
+    (True, False)
+    """
+    return bool("may_vary" in rows and rows["may_vary"].fillna(False).astype(bool).any())
+
+
 def min_memory_table(sweeps: pd.DataFrame, fraction: float = 0.95) -> pd.DataFrame:
     """Per (network, devices, method): the least memory level reaching ``fraction`` of the best throughput.
 
@@ -212,13 +222,14 @@ def min_memory_table(sweeps: pd.DataFrame, fraction: float = 0.95) -> pd.DataFra
     ok = sweeps[sweeps["fits"].astype(bool)]
     for (net, P), g in sweeps.groupby(["network", "devices"], sort=False):
         best = ok[(ok.network == net) & (ok.devices == P)]["throughput"].max()
+        varies = may_vary(g)       # the best throughput is every method's: any plan that may vary moves it
         for mk, gm in g.groupby("method_key", sort=False):
             good = gm[gm["fits"].astype(bool) & (gm["throughput"] >= fraction * best * (1 - TOL))]
             m = float(good["memory_limit"].min()) if len(good) else math.nan
             least = float(gm["least_memory"].iloc[0])
             rows.append({"network": net, "devices": P, "method_key": mk, "label": METHOD_LABELS.get(mk, mk),
                          "best_throughput": best, "fraction": fraction, "min_memory": m,
-                         "min_memory_gib": m / GiB, "min_memory_relative": m / least})
+                         "min_memory_gib": m / GiB, "min_memory_relative": m / least, "may_vary": varies})
     return pd.DataFrame(rows)
 
 

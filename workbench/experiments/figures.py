@@ -171,7 +171,7 @@ def _memory_rows(sw: pd.DataFrame) -> pd.DataFrame:
         for dev, m in enumerate(float(x) for x in r.memory_per_device.split(";")):
             rows.append({"network": net, "devices": P, "level": lvl, "method_key": mk, "label": r.label,
                          "device": dev, "memory": m, "memory_gib": m / GiB, "memory_limit": r.memory_limit,
-                         "fits": bool(r.fits)})
+                         "fits": bool(r.fits), "may_vary": bool(r.get("may_vary", False))})
     return pd.DataFrame(rows)
 
 
@@ -247,7 +247,8 @@ def min_memory_figure(sw: pd.DataFrame) -> FigureInfo:
 def solve_times_figure(sw: pd.DataFrame) -> FigureInfo:
     """Solve time of every plan, per method (log scale, time-outs marked)."""
     info = FigureInfo("solve_times", "Solve times per method")
-    d = sw[["network", "devices", "level", "method_key", "label", "status", "seconds", "timed_out"]].copy()
+    d = sw[["network", "devices", "level", "method_key", "label", "status", "seconds", "timed_out"]
+           + (["may_vary"] if "may_vary" in sw else [])].copy()
     info.tables["solve_times.csv"] = d
     d["outcome"] = np.where(d["timed_out"].astype(bool), "time-out", d["status"])
     fig = px.scatter(d, x="label", y="seconds", color="network", symbol="outcome", log_y=True,

@@ -193,10 +193,12 @@ def full_speed(chain: Chain, devices: int, planner: str) -> float:
 
 def largest_size(family: str, devices: int, memory: float, planner: str, allocation: str, activations: str, *,
                  time_limit: float | None = None, start: int | None = None, limit: int | None = None,
-                 slowdown: float | None = None, platform_kw: dict | None = None) -> tuple[int, object]:
+                 slowdown: float | None = None, platform_kw: dict | None = None,
+                 varied: list[bool] | None = None) -> tuple[int, object]:
     """The largest size of ``family`` whose plan fits, and that plan (0 and None when even the
     smallest does not): doubling, then bisection. Sizes are blocks (depth) or multiples of 64 (width).
-    ``slowdown``: the plan must also keep its period within that factor of :func:`full_speed`."""
+    ``slowdown``: the plan must also keep its period within that factor of :func:`full_speed`. ``varied``:
+    gets True appended for each attempt whose plan the time limit stopped (another run may answer otherwise)."""
     from workbench.planners import plan as run_planner
 
     step = 1 if family == "depth" else 64
@@ -207,6 +209,8 @@ def largest_size(family: str, devices: int, memory: float, planner: str, allocat
     def attempt(size: int):
         chain = family_chain(family, size)
         p = run_planner(chain, plat, planner, allocation=allocation, time_limit=time_limit, activations=activations)
+        if varied is not None and (p.status == "timeout" or p.extra.get("may_vary")):
+            varied.append(True)
         if not _fits(p):
             return None
         if slowdown is not None and p.period > slowdown * full_speed(chain, devices, planner) * (1 + 1e-9):
@@ -266,16 +270,17 @@ def largest_table(families: Sequence[str] = FAMILIES, devices: Sequence[int] = (
                 hint = None
                 for label, planner, allocation, activations in methods:
                     t0 = time.perf_counter()
+                    varied: list[bool] = []
                     size, plan = largest_size(family, P, memory, planner, allocation, activations,
                                               time_limit=time_limit, start=hint, slowdown=slow,
-                                              platform_kw=platform_kw)
+                                              platform_kw=platform_kw, varied=varied)
                     hint = hint or size
                     rows.append({"family": family, "devices": P, "criterion": crit, "method": label, "size": size,
                                  "parameters": parameters(family, size) if size else 0.0,
                                  "period_over_bound": plan.period / plan.lower_bound if plan is not None else math.nan,
                                  "activations": describe(plan.activations) if plan is not None and plan.activations
                                  else ("keep" if plan is not None else "-"),
-                                 "seconds": time.perf_counter() - t0})
+                                 "seconds": time.perf_counter() - t0, "may_vary": bool(varied)})
                     if progress:
                         r = rows[-1]
                         progress(f"{family} P={P} {crit} {label}: size {size} ({r['parameters'] / 1e6:.0f} M "
@@ -284,4 +289,7 @@ def largest_table(families: Sequence[str] = FAMILIES, devices: Sequence[int] = (
     ref = df[df.method == "PipeDream"].set_index(["family", "devices", "criterion"])["parameters"]
     df["vs_pipedream"] = [p / ref.get(k, math.nan) if ref.get(k, 0) else math.nan
                           for k, p in zip(zip(df.family, df.devices, df.criterion), df.parameters)]
+    ref_varies = df[df.method == "PipeDream"].set_index(["family", "devices", "criterion"])["may_vary"]
+    df["may_vary"] = [bool(v) or bool(ref_varies.get(k, False))       # the ratio to PipeDream's varies with it
+                      for k, v in zip(zip(df.family, df.devices, df.criterion), df.may_vary)]
     return df

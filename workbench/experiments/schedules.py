@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from workbench.experiments.analyses import GiB
+from workbench.experiments.analyses import GiB, may_vary
 from workbench.experiments.figures import FigureInfo, log_axis_ticks
 from workbench.experiments.settings import METHOD_LABELS, TOL
 from workbench.experiments.units import slug
@@ -52,12 +52,13 @@ def best_per_level(sweeps: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame(rows)
     fits = sweeps[sweeps["fits"].astype(bool) & np.isfinite(sweeps["period"])]
     for (net, P, lvl), g in fits.groupby(["network", "devices", "level"], sort=False):
+        every = sweeps[(sweeps.network == net) & (sweeps.devices == P) & (sweeps.level == lvl)]
         best = g.loc[g["period"].idxmin()]
         tied = sorted(k for k in g[g["period"] <= best.period * (1 + TOL)]["method_key"] if k != best.method_key)
         rows.append({"network": net, "devices": int(P), "level": int(lvl), "memory_limit": float(best.memory_limit),
                      "method_key": best.method_key, "label": METHOD_LABELS.get(best.method_key, best.method_key),
                      "family": _FAMILY.get(best.method_key, "?"), "period": float(best.period),
-                     "tied": ",".join(tied), "fitting": int(len(g))})
+                     "tied": ",".join(tied), "fitting": int(len(g)), "may_vary": may_vary(every)})
     return pd.DataFrame(rows)
 
 
@@ -83,7 +84,8 @@ def general_vs_torch(sweeps: pd.DataFrame, general: str = "ilp-general") -> pd.D
             winner = "general alone fits" if len(gen) else ("torch alone fits" if best is not None else "neither")
         rows.append({"network": net, "devices": int(P), "level": int(lvl),
                      "memory_limit": float(g.memory_limit.iloc[0]), "general_period": gp, "torch_period": tp,
-                     "torch_best": best.method_key if best is not None else "", "ratio": ratio, "winner": winner})
+                     "torch_best": best.method_key if best is not None else "", "ratio": ratio, "winner": winner,
+                     "may_vary": may_vary(g)})
     return pd.DataFrame(rows)
 
 

@@ -14,8 +14,8 @@ chain into S stages (docs/model.md, "Torch's schedules"):
 
 Without caps a probe is O(S L) (prefix sums: a stage's time grows with its last layer); the memory of every
 stage ``a..b`` (L x L matrices, :func:`workbench.model.memory_bands.square_terms`) is computed only when a cap
-asks for it, once per call. Every step after the time-balanced partition polls a ``deadline`` (a
-``perf_counter`` time) and stops there with what it has.
+asks for it, once per call. Every step after the time-balanced partition polls a deadline (a :class:`Clock`)
+and stops there with what it has; the clock says whether it stopped anything.
 
 >>> from workbench.model.chain import Chain, Layer, Platform
 >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 0, 1, 1) for i in range(8)), input_bytes=1)
@@ -38,14 +38,34 @@ from workbench.model.split import split_columns
 from workbench.model.tolerances import REL_TOL
 from workbench.schedules.order_memory import OrderMemory
 
-__all__ = ["Spans", "Balance", "candidates"]
+__all__ = ["Spans", "Balance", "Clock", "candidates"]
 
 #: the exact bisection lists the stage times of a window once it holds at most this many per layer
 WINDOW_PER_LAYER = 4
 
 
-def _past(deadline: float | None) -> bool:
-    return deadline is not None and time.perf_counter() > deadline
+class Clock:
+    """A deadline (a ``perf_counter`` time; None: none) that remembers whether it stopped anything (``cut``:
+    the result may then differ between runs).
+
+    >>> c = Clock(None); c.past(), c.cut
+    (False, False)
+    >>> c = Clock(0.0); c.past(), c.cut
+    (True, True)
+    """
+
+    def __init__(self, end: float | None = None) -> None:
+        self.end = end
+        self.cut = False
+
+    def past(self) -> bool:
+        if self.end is not None and time.perf_counter() > self.end:
+            self.cut = True
+        return self.cut
+
+
+def _past(clock: Clock | None) -> bool:
+    return clock is not None and clock.past()
 
 
 class Spans:
@@ -187,7 +207,7 @@ class Balance:
             a = int(choice) + 1
         return out
 
-    def least_tau(self, caps: Sequence[float], deadline: float | None = None) -> list[tuple[int, int]] | None:
+    def least_tau(self, caps: Sequence[float], deadline: Clock | None = None) -> list[tuple[int, int]] | None:
         """The partition at the least feasible largest stage time (one of the distinct stage times), or None
         (also past ``deadline``): a bisection over tau until a window holds a few stage times, then over
         them (module docstring)."""
@@ -256,7 +276,7 @@ def _score(prob: Balance, peaks: OrderMemory, parts: list[tuple[int, int]], limi
 
 
 def _local_search(prob: Balance, peaks: OrderMemory, parts: list[tuple[int, int]], limit: float,
-                  deadline: float | None = None) -> list[tuple[int, int]]:
+                  deadline: Clock | None = None) -> list[tuple[int, int]]:
     """Move one stage boundary at a time (by one layer, or by a few) to the best neighbour, first towards
     fitting the limit, then towards a smaller largest stage time, until no move helps (or ``deadline``)."""
     L = prob.spans.L
@@ -291,7 +311,7 @@ def _parts(bounds: Sequence[int], L: int) -> list[tuple[int, int]]:
 
 
 def candidates(prob: Balance, peaks: OrderMemory, limit: float, devices: int,
-               deadline: float | None = None) -> list[list[tuple[int, int]]]:
+               deadline: Clock | None = None) -> list[list[tuple[int, int]]]:
     """Partitions to simulate: the time-balanced one and, under a finite limit it does not fit, seeds from
     shares of the limit per stage (the sum of its stages' needs bounds a device's peak), each improved by
     :func:`_local_search`; past ``deadline`` no further seed is made or improved."""

@@ -55,7 +55,7 @@ from workbench.model.split import split_note
 from workbench.model.tolerances import REL_TOL
 from workbench.model.units import format_bytes
 from workbench.planners.budget import Budget
-from workbench.planners.torch_partition import Balance, Spans, candidates
+from workbench.planners.torch_partition import Balance, Clock, Spans, candidates
 from workbench.schedules.ops import Op
 from workbench.schedules.order_memory import OrderMemory
 from workbench.schedules.registry import TORCH_SCHEDULES
@@ -69,6 +69,8 @@ __all__ = ["plan_torch_schedule", "TORCH_PLANNERS"]
 #: simulation and the plan's re-check; 50-100 us measured on the 2-core machine under load, for resnet50 on
 #: 2-8 devices): the estimate that decides, under a time limit, which counts are planned
 SECONDS_PER_OP = 1e-4
+#: what a plan whose search the time limit cut says
+MAY_VARY_CUT = "this result may differ between runs"
 
 
 def plan_torch_schedule(chain: Chain, platform: Platform, name: str, *, allocation: str = "contiguous",
@@ -97,11 +99,15 @@ def plan_torch_schedule(chain: Chain, platform: Platform, name: str, *, allocati
     if not found:
         why = "; ".join(skipped)
         return infeasible_plan(chain, platform, name, f"no plan within the time limit of {time_limit:g} s: {why}",
-                               solve_seconds=budget.elapsed()).with_(status="timeout")
+                               solve_seconds=budget.elapsed(), extra={"may_vary": True}).with_(status="timeout")
     _, _, parts, trace, m = min(found, key=lambda f: f[:2])
     p = _plan_of(chain, platform, name, sched.torch_class, parts, sched.stage_devices(P, S), trace, m, V, flushes,
                  sched.split_backward, budget.elapsed())
-    return p.with_(notes=p.notes + tuple(skipped)) if skipped else p
+    if not skipped:
+        return p
+    # what the clock stopped depends on the machine's speed: the plan says so (extra["may_vary"], as the ILP's)
+    return p.with_(notes=p.notes + tuple(skipped) + (f"the time limit cut the search short: {MAY_VARY_CUT}",),
+                   extra={**p.extra, "may_vary": True})
 
 
 def _plan_counts(chain: Chain, platform: Platform, name: str, counts: list[int], V: int, flushes: int,
@@ -133,7 +139,7 @@ def _plan_counts(chain: Chain, platform: Platform, name: str, counts: list[int],
             import torch.distributed.pipelining.schedules  # noqa: F401
         t = time.perf_counter()
         share = budget.left() / (len(todo) - n) if budget.limited else None
-        deadline = None if share is None else t + share
+        clock = Clock(None if share is None else t + share)
         try:
             order = torch_order(name, P, V, m)
         except ValueError as e:
@@ -141,7 +147,9 @@ def _plan_counts(chain: Chain, platform: Platform, name: str, counts: list[int],
                 raise
             refused = str(e)
             continue
-        parts, trace = _best_partition(spans, name, order, dev, m, flushes, deadline)
+        parts, trace = _best_partition(spans, name, order, dev, m, flushes, clock)
+        if clock.cut:
+            skipped.append(f"{m} micro-batches: the time limit stopped the partition search")
         fits = float(trace.peak_memory().max()) <= platform.memory * (1 + REL_TOL)
         found.append(((not fits, float(trace.period) if fits else float(trace.peak_memory().max())), i, parts,
                       trace, m))
@@ -157,9 +165,9 @@ def _operations(name: str, stages: int, m: int) -> int:
 
 
 def _best_partition(spans: Spans, name: str, order: dict[int, tuple[Op, ...]], dev: list[int], m: int,
-                    flushes: int, deadline: float | None = None) -> tuple[list[tuple[int, int]], Any]:
+                    flushes: int, clock: Clock | None = None) -> tuple[list[tuple[int, int]], Any]:
     """The fastest candidate partition that fits (else the one needing least memory) and its simulated trace;
-    past ``deadline`` no further candidate is searched or simulated (the first always is)."""
+    past the ``clock``'s end no further candidate is searched or simulated (the first always is)."""
     chain, platform = spans.chain, spans.platform
     k, p, _ = order_counts(order, len(dev))
     prob = Balance(spans, dev, k, p)
@@ -173,8 +181,8 @@ def _best_partition(spans: Spans, name: str, order: dict[int, tuple[Op, ...]], d
                                         flushes, schedule=name)
         return cache[key]
 
-    found = candidates(prob, peaks, platform.memory, platform.devices, deadline)
-    tried = found[:1] + [c for c in found[1:] if deadline is None or time.perf_counter() <= deadline]
+    found = candidates(prob, peaks, platform.memory, platform.devices, clock)
+    tried = found[:1] + [c for c in found[1:] if clock is None or not clock.past()]
     fitting = [c for c in tried if float(simulated(c).peak_memory().max()) <= platform.memory * (1 + REL_TOL)]
     chosen = min(fitting, key=lambda c: simulated(c).period) if fitting else \
         min(tried, key=lambda c: float(simulated(c).peak_memory().max()))
