@@ -55,3 +55,24 @@ def test_least_feasible_stops_early_with_the_incumbent():
     assert not got.complete and 500 <= got.period <= 1000.0
     with pytest.raises(TimeoutError):
         least_feasible(1.0, 1000.0, lambda T: (_ for _ in ()).throw(TimeoutError), float)
+
+
+def test_least_feasible_starts_from_a_known_structure():
+    """``start``: a structure and its exact period; the probe at hi is not made, the search below it is the same,
+    and a time-out before any probe finds a structure returns the known one."""
+    probes = []
+
+    def probe(T):
+        probes.append(T)
+        return math.floor(T) if T >= 7.0 else None
+
+    got = least_feasible(1.0, 1000.0, probe, float, start=(12, 12.0))
+    assert got.period == 7.0 and got.complete and 1000.0 not in probes and max(probes) < 12.0
+
+    def late(T):
+        if T > 2.0:
+            raise TimeoutError
+        return None
+
+    got = least_feasible(1.0, 1000.0, late, float, steps=[2.0, 4.0], start=(12, 12.0))
+    assert got == Found(12.0, 12, 2.0, False)

@@ -325,3 +325,48 @@ def test_least_contiguous_memory_against_the_checkers_memory():
         assert got == pytest.approx(want, rel=1e-9)
         assert max(memory_by_device(chain, Platform(1, optimizer=plat.optimizer), [(a, b, 0, 1)])[0]
                    for a, b in parts) == pytest.approx(got, rel=1e-9)
+
+
+def test_a_probe_looks_at_the_clock_between_its_bands(monkeypatch):
+    """A probe builds its bands a block of rows at a time; past the deadline it stops before the next block
+    (on 50,000 layers one probe's bands took a minute before the deadline was looked at)."""
+    import importlib
+
+    mdp = importlib.import_module("workbench.planners.dp.memory_dp")
+
+    built = []
+    real = mdp._band
+    monkeypatch.setattr(mdp, "_band", lambda *a, **k: built.append(1) or real(*a, **k))
+    monkeypatch.setattr(mdp, "BAND_ELEMENTS", 50)
+    chain = _full_model_chain(np.random.default_rng(5), 300)
+    plat = Platform(8, memory=plan_dp(chain, Platform(8)).peak_memory * 0.5)
+    built.clear()
+    with pytest.raises(TimeoutError):
+        mdp.memory_dp(chain, plat, 10.0, deadline=time.perf_counter() - 1.0)
+    assert built == []
+    assert mdp.memory_dp(chain, plat, 10.0) is not None and len(built) > 1
+
+
+def test_a_long_chain_starts_from_a_plan_on_blocks(monkeypatch):
+    """Long chains whose limit binds first plan on blocks of ten layers (dp.coarse_start): that plan is valid
+    on the layers, and the search below it ends on the same optimum as without it."""
+    from workbench.planners.dp import coarse_start
+    from workbench.planners.dp import contiguous as dp
+
+    rng = np.random.default_rng(41)
+    for trial in range(4):
+        chain = _full_model_chain(rng, int(rng.integers(300, 600)))
+        free = plan_dp(chain, Platform(16))
+        plat = Platform(16, memory=free.peak_memory * float(rng.uniform(0.2, 0.5)))
+        monkeypatch.setattr(dp, "WIDE_PROBE", 0)
+        monkeypatch.setattr(dp, "MIN_LAYERS", 10**9)
+        without = plan_dp(chain, plat)
+        monkeypatch.setattr(dp, "MIN_LAYERS", 200)
+        lines: list[str] = []
+        with_start = plan_dp(chain, plat, progress=lines.append)
+        assert any("a first plan on" in line for line in lines), trial
+        assert with_start.period == pytest.approx(without.period, rel=1e-9) and with_start.status == "optimal"
+        assert check(with_start, chain, plat) == []
+        start = coarse_start.block_start(chain, lambda blocks: dp.plan_dp(blocks, plat).stages and [
+            (s.first, s.last) for s in dp.plan_dp(blocks, plat).stages], lambda b: dp.partition_period(chain, plat, b))
+        assert start is not None and start[1] >= without.period * (1 - 1e-9)

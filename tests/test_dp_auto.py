@@ -140,3 +140,50 @@ def test_blocks_give_a_plan_and_a_bound_around_brute_force(monkeypatch):
     monkeypatch.setattr(dp_auto, "STEP_BUDGET", 1)
     monkeypatch.setattr(dp_auto, "BLOCKS", 3)
     assert _around_brute_force(range(3000, 3040), lambda p: any("blocks" in n for n in p.notes)) >= 10
+
+
+def test_the_least_memory_with_policies_is_exact_against_brute_force():
+    """The least memory of any plan with per-layer policies (every stage one mini-batch in flight): brute force
+    over every policy vector finds no plan just below it and one at it."""
+    from workbench.planners.partition import SuffixLinks
+
+    checked = 0
+    for seed in range(4000, 4030):
+        chain, plat = instance(seed, max_layers=6)
+        need, _ = dp_auto.least_memory_plan(chain, plat.with_(memory=math.inf), SuffixLinks(chain, plat), 1e12)
+        if not math.isfinite(need):
+            continue
+        below = run_planner(chain, plat.with_(memory=need * (1 - 1e-6)), "brute", activations="auto")
+        at = run_planner(chain, plat.with_(memory=need * (1 + 1e-9)), "brute", activations="auto")
+        assert not below.feasible and at.feasible, seed
+        checked += 1
+    assert checked >= 20
+
+
+def test_thinned_versions_still_find_a_plan_wherever_one_fits(monkeypatch):
+    """Versions thinned to one per group: wherever brute force finds a plan, dp auto finds one (the plan of
+    least memory when the thinned search misses), and where it finds none it proves it (status infeasible)."""
+    monkeypatch.setattr(versions, "MIN_CAP", 1)
+    monkeypatch.setattr(versions, "ROW_BUDGET", 1)
+    for seed in range(2000, 2060):
+        chain, plat = instance(seed, max_layers=6)
+        a = run_planner(chain, plat, "dp", activations="auto")
+        b = run_planner(chain, plat, "brute", activations="auto")
+        assert a.feasible == b.feasible and a.status != "timeout", seed
+        assert not a.feasible or check(a, chain, plat) == [], seed
+
+
+def test_between_the_least_memory_and_keeps_auto_plans_or_proves_none_fits():
+    """pipedream/vgg16 on 2 devices (the full model, Adam): the least memory with policies is what keep needs,
+    9.96 GiB; at 8.5 and 9.5 GiB auto proves that nothing fits and says so (at 9.5 GiB it answered 'no plan
+    found, not proven', and at 8.5 GiB named 8.95 GiB, a relaxation's bound); above it, a checked plan."""
+    from workbench.planners.dp.contiguous import least_contiguous_memory
+
+    chain = load_profile("pipedream/vgg16")
+    keep_least = least_contiguous_memory(chain, Platform(2))[0]
+    for memory in ("8.5GiB", "9.5GiB"):
+        p = run_planner(chain, Platform(2, memory=memory), "dp", activations="auto")
+        assert p.status == "infeasible" and "the least memory one needs on 2 devices is 9.96 GiB" in p.notes[0]
+    plat = Platform(2, memory=keep_least * 1.02)
+    p = run_planner(chain, plat, "dp", activations="auto")
+    assert p.feasible and check(p, chain, plat) == []

@@ -82,32 +82,43 @@ class Found:
 
 def least_feasible(t0: float, hi: float, probe: Callable[[float], Any], exact: Callable[[Any], float], *,
                    rel: float = PERIOD_SEARCH, stop: Callable[[float, float], bool] | None = None,
-                   steps: Sequence[float] = ()) -> Found | None:
+                   steps: Sequence[float] = (), start: tuple[Any, float] | None = None) -> Found | None:
     """The least period at which ``probe`` finds a structure, searched from ``t0`` (a lower bound) with
     ``hi`` (a period every feasible instance meets); None when the probe finds nothing at ``hi``.
 
     ``probe(T)`` is a structure valid at T or None, monotone in T; ``exact(structure)`` is that
     structure's own least period (<= the probe's T). ``steps``: increasing periods between ``t0`` and
     ``hi`` to probe, in order, before ``hi`` (when probes far above the optimum cost more: the first
-    feasible one starts the bisection). ``stop(lo, hi)``, asked after every probe, ends the search early
+    feasible one starts the bisection). ``start``: a structure known already and its exact period (the probe
+    at ``hi`` is then not needed). ``stop(lo, hi)``, asked after every probe, ends the search early
     (``complete=False``); so does a ``TimeoutError`` from ``probe`` once a structure is known (before
     that it propagates).
 
     >>> least_feasible(1.0, 100.0, lambda T: "x" if T >= 3.0 else None, lambda s: 3.0).period
     3.0
     """
-    first = probe(t0)
-    if first is not None:
-        return Found(t0, first, t0, True)
+    known = start[0] if start is not None else None
+    if known is not None:
+        hi = min(hi, start[1])
     lo, best = t0, None
-    for T in steps:
-        if not lo < T < hi:
-            continue
-        best = probe(T)
-        if best is not None:
-            break
-        lo = T
-    if best is None:
+    try:
+        first = probe(t0)
+        if first is not None:
+            return Found(t0, first, t0, True)
+        for T in steps:
+            if not lo < T < hi:
+                continue
+            best = probe(T)
+            if best is not None:
+                break
+            lo = T
+    except TimeoutError:
+        if known is None:
+            raise
+        return Found(hi, known, lo, False)
+    if best is None and known is not None:
+        best = known
+    elif best is None:
         best = probe(hi)
     if best is None:
         return None

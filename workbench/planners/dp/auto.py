@@ -60,7 +60,8 @@ from workbench.planners.dp.versions import Versions, stage_ends, stage_versions
 from workbench.planners.partition import SuffixLinks, bottleneck_partition, place, unconstrained_period
 from workbench.schedules.builder import Scheduler
 
-__all__ = ["auto_on_chain", "AutoAnswer", "INEXACT", "STEP_BUDGET", "BLOCKS", "BOUND_PRECISION"]
+__all__ = ["auto_on_chain", "AutoAnswer", "least_memory_plan", "INEXACT", "STEP_BUDGET", "BLOCKS", "BOUND_PRECISION",
+           "LEAST_MEMORY_ROWS"]
 
 _N = len(POLICIES)
 _OFF = POLICIES.index("offload")
@@ -71,6 +72,8 @@ STEP_BUDGET = 12_000
 BLOCKS = 48
 #: relative precision of the lower bound from the relaxation rows
 BOUND_PRECISION = 1e-3
+#: the exact versions of the least memory (:func:`least_memory_plan`) at most this many rows
+LEAST_MEMORY_ROWS = 500_000
 
 
 
@@ -163,6 +166,32 @@ def _least_memory(v: Versions, L: int, P: int) -> float:
     least = np.full((L, L), np.inf)
     np.minimum.at(least, (v.i, v.j), v.memory(np.ones_like(v.A)))
     return bottleneck_partition(least, P)[0]
+
+
+def least_memory_plan(chain: Chain, platform: Platform, links: SuffixLinks, T: float
+                      ) -> tuple[float, tuple[list[tuple[int, int]], tuple[str, ...]] | None] | None:
+    """The least memory any contiguous plan with per-layer policies needs (every stage one mini-batch in flight:
+    a period ``T`` at which every k is 1), exactly, and a plan of that memory if it fits ``platform.memory``
+    (its partition and policies; None if it does not); None when the exact versions go over their budget.
+    The versions of :func:`~workbench.planners.dp.versions.stage_versions` with ``memory_only`` (no time, far
+    fewer); a bisection over their memories, each probe the DP at T with that memory as the limit."""
+    try:
+        v = stage_versions(chain, platform.with_(memory=math.inf), strict=True, memory_only=True,
+                           row_budget=LEAST_MEMORY_ROWS)
+    except _versions.OverBudget:
+        return None
+    values = np.unique(v.memory(np.ones_like(v.A)))
+    if not len(values) or not _windows_fit(v, chain, platform.with_(memory=float(values[-1])), T, links):
+        return (math.inf, None)
+    lo, hi = 0, len(values) - 1
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if _windows_fit(v, chain, platform.with_(memory=float(values[mid])), T, links):
+            hi = mid
+        else:
+            lo = mid + 1
+    need = float(values[hi])
+    return need, (_probe(v, chain, platform, T, links, None) if need <= platform.memory * (1 + MEMORY_SLACK) else None)
 
 
 def _memory_bound(chain: Chain, platform: Platform) -> float:
@@ -276,6 +305,9 @@ def auto_on_chain(chain: Chain, platform: Platform, allowed: Sequence[tuple[int,
         if upper is not None and math.isfinite(upper):     # nothing below the caller's plan
             lower = upper if not why else _lower_bound(chain, platform, v, links, t0, upper, bool(why_blocks), deadline)
             return AutoAnswer(math.inf, None, None, why, lower)
+        settled = _settle_by_least_memory(chain, platform, links, hi, exact, t0) if why_blocks or not v.exact else None
+        if settled is not None:
+            return settled
         unproven = bool(why_blocks) or (not v.exact and _windows_fit(v, chain, platform, hi, links))
         if unproven and math.isfinite(_memory_bound(chain, platform)):
             where = "on the blocks' boundaries" if why_blocks else "among the thinned activation-policy versions"
@@ -295,12 +327,33 @@ def auto_on_chain(chain: Chain, platform: Platform, allowed: Sequence[tuple[int,
         return AutoAnswer(math.inf, None, None, (
             f"no contiguous plan fits in {format_bytes(platform.memory)} per device even with recompute and "
             f"offload chosen per layer: the least memory one needs on {platform.devices} devices is "
-            f"{format_bytes(need)} (one mini-batch in flight per stage)"), t0)
+            f"{'' if v.exact else 'at least '}{format_bytes(need)} (one mini-batch in flight per stage)"), t0)
     bounds, pol = found.structure
     if not why:
         return AutoAnswer(found.period, bounds, pol, "", found.lower, found.complete)
     lower = _lower_bound(chain, platform, v, links, t0, found.period, bool(why_blocks), deadline)
     return AutoAnswer(found.period, bounds, pol, why, lower, found.complete)
+
+
+def _settle_by_least_memory(chain: Chain, platform: Platform, links: SuffixLinks, hi: float, exact, t0: float
+                            ) -> AutoAnswer | None:
+    """When the search over thinned versions found no plan: the exact least memory (:func:`least_memory_plan`)
+    proves that none fits, or gives the plan of least memory (a plan, not a proven optimum); None when the exact
+    versions are over budget."""
+    least = least_memory_plan(chain, platform, links, hi)
+    if least is None:
+        return None
+    need, plan = least
+    if plan is not None and math.isfinite(period := exact(plan)):
+        return AutoAnswer(period, plan[0], plan[1], "not proven optimal: the plan of least memory (the search over "
+                                                    "thinned activation-policy versions found none)", t0)
+    if plan is not None:    # pragma: no cover - a plan of least memory fits at a long enough period
+        return None
+    what = (f"the least memory one needs on {platform.devices} devices is {format_bytes(need)} (one mini-batch "
+            "in flight per stage)" if math.isfinite(need) else
+            f"no {platform.devices} stages that fit, with one mini-batch in flight each, cover the {len(chain)} layers")
+    return AutoAnswer(math.inf, None, None, f"no contiguous plan fits in {format_bytes(platform.memory)} per device "
+                                            f"even with recompute and offload chosen per layer: {what}", t0)
 
 
 def _lower_bound(chain: Chain, platform: Platform, v: Versions, links: SuffixLinks, t0: float, period: float,

@@ -79,6 +79,7 @@ from workbench.model.tolerances import FLOOR_MARGIN, MEMORY_SLACK, PERIOD_SEARCH
 from workbench.model.units import format_bytes
 from workbench.planners.budget import Budget
 from workbench.planners.dp.auto import auto_on_chain
+from workbench.planners.dp.coarse_start import LAYERS_PER_BLOCK, MIN_LAYERS, block_start
 from workbench.planners.dp.graph import best_order
 from workbench.planners.dp.memory_dp import BAND_ELEMENTS, StageTables, memory_dp
 from workbench.planners.fixed_policies import plan_with_policies
@@ -93,6 +94,8 @@ __all__ = [
 WIDE_PROBE = 20_000_000
 #: progress lines on long searches, at most one per this many seconds
 PROGRESS_EVERY = 2.0
+#: a long chain's first plan on blocks (_block_start) takes at most this share of the time limit
+BLOCK_SHARE = 0.3
 
 
 # ----------------------------------------------------------------------------
@@ -270,12 +273,14 @@ def _dp_on_chain(chain: Chain, platform: Platform, budget: Budget) -> _Answer:
     if len(chain) >= 1000:
         budget.say(f"dp: {len(chain)} layers x {platform.devices} devices, unconstrained period {t0:.6g} s; "
                    f"searching the least period that fits in memory")
+    wide = _probe_work(tables, platform) > WIDE_PROBE
     try:
+        start = _block_start(chain, platform, budget) if wide and len(chain) >= MIN_LAYERS else None
         found = least_feasible(t0, hi, lambda T: (r[1] if (r := memory_dp(chain, platform, T, tables, deadline))
                                                   is not None else None),
                                lambda bounds: partition_period(chain, platform, bounds),
                                stop=_stopper(budget, len(chain), platform.devices),
-                               steps=_growth(t0, hi) if _probe_work(tables, platform) > WIDE_PROBE else ())
+                               steps=_growth(t0, hi) if wide else (), start=start)
     except TimeoutError:
         return _Answer(math.inf, None, None, f"time limit reached before dp found a plan ({budget.elapsed():.1f} s)",
                        complete=False, lower=t0)
@@ -288,6 +293,18 @@ def _dp_on_chain(chain: Chain, platform: Platform, budget: Budget) -> _Answer:
     why = "" if found.complete else (f"time limit reached: the best partition found; the optimum is at least "
                                      f"{found.lower:.6g} s")
     return _Answer(found.period, found.structure, None, why, found.complete, found.lower)
+
+
+def _block_start(chain: Chain, platform: Platform, budget: Budget) -> tuple[list[tuple[int, int]], float] | None:
+    """A long chain's first plan: dp on blocks of about ten layers (:mod:`workbench.planners.dp.coarse_start`),
+    within :data:`BLOCK_SHARE` of the time limit."""
+    child = budget.child(BLOCK_SHARE)
+    budget.say(f"dp: a first plan on {len(chain) // LAYERS_PER_BLOCK} blocks of about {LAYERS_PER_BLOCK} layers")
+    found = block_start(chain, lambda blocks: _dp_on_chain(blocks, platform, child).bounds,
+                        lambda bounds: partition_period(chain, platform, bounds))
+    if found is not None:
+        budget.say(f"dp: first plan {found[1]:.6g} s ({budget.elapsed():.1f} s)")
+    return found
 
 
 def _one_policy(chain: Chain, platform: Platform, budget: Budget) -> tuple[_Answer, str] | None:

@@ -195,7 +195,10 @@ def memory_dp(chain: Chain, platform: Platform, period: float, tables: StageTabl
     if hi_rows >= lo_rows:
         width = max(int(np.max(ends[lo_rows:hi_rows + 1] - idx[lo_rows:hi_rows + 1])) + 1, 1)
         step = max(1, BAND_ELEMENTS // width)
-        blocks = [_band(t, T, r, min(r + step, hi_rows + 1) - 1, ends, M) for r in range(lo_rows, hi_rows + 1, step)]
+        for r in range(lo_rows, hi_rows + 1, step):      # a block's band is the work between two looks at the clock
+            if deadline is not None and time.perf_counter() > deadline:
+                raise TimeoutError("dp: time limit")
+            blocks.append(_band(t, T, r, min(r + step, hi_rows + 1) - 1, ends, M))
     for q in range(2, P + 1):
         if deadline is not None and time.perf_counter() > deadline:
             raise TimeoutError("dp: time limit")

@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -53,6 +53,7 @@ from workbench.model.activations import POLICIES, PolicyTerms, policy_terms
 from workbench.model.chain import Chain, Platform
 from workbench.model.memory import stage_created, stage_step, stage_ties
 from workbench.model.tolerances import MEMORY_SLACK
+from workbench.planners.dp.policy_tree import PolicyTree
 
 __all__ = ["Versions", "PolicyTree", "OverBudget", "stage_versions", "group_cap", "stage_ends", "ROW_BUDGET",
            "VERSION_CAP", "MIN_CAP", "WORK_BUDGET"]
@@ -71,44 +72,6 @@ WORK_BUDGET = 1e9
 
 class OverBudget(RuntimeError):
     """The exact attempt of :func:`stage_versions` went over its row or work budget."""
-
-
-class PolicyTree:
-    """Every kept version as a node: its parent (one layer shorter, -1 at the stage's first layer), its last policy.
-
-    >>> t = PolicyTree()
-    >>> a = t.add(np.array([-1]), 1)
-    >>> b = t.add(a, 2)
-    >>> t.vector(int(b[0]))
-    (1, 2)
-    """
-
-    def __init__(self) -> None:
-        self._parent: list[np.ndarray] = []
-        self._policy: list[np.ndarray] = []
-        self._n = 0
-        self._flat: tuple[np.ndarray, np.ndarray] | None = None
-
-    def add(self, parents: np.ndarray, policies: np.ndarray | int) -> np.ndarray:
-        """New nodes with these parents and policies (one for all, or one each); their ids."""
-        ids = np.arange(self._n, self._n + len(parents), dtype=np.int64)
-        self._parent.append(np.asarray(parents, dtype=np.int64))
-        self._policy.append(np.broadcast_to(np.asarray(policies, dtype=np.int8), (len(parents),)).copy())
-        self._n += len(parents)
-        self._flat = None
-        return ids
-
-    def vector(self, node: int) -> tuple[int, ...]:
-        """The policy vector of ``node`` (first layer first)."""
-        if self._flat is None:
-            self._flat = (np.concatenate(self._parent) if self._parent else np.zeros(0, np.int64),
-                          np.concatenate(self._policy) if self._policy else np.zeros(0, np.int8))
-        parent, policy = self._flat
-        out = []
-        while node >= 0:
-            out.append(int(policy[node]))
-            node = int(parent[node])
-        return tuple(reversed(out))
 
 
 @dataclass
@@ -410,7 +373,7 @@ def _fit(st: _Flat, base: float, stash: float, k_lo: int, limit: float) -> _Flat
 
 def stage_versions(chain: Chain, platform: Platform, ends: Mapping[int, Sequence[int]] | None = None, *,
                    max_load: float = math.inf, k_lo: np.ndarray | None = None, row_budget: int | None = None,
-                   deadline: float | None = None, strict: bool = False) -> Versions:
+                   deadline: float | None = None, strict: bool = False, memory_only: bool = False) -> Versions:
     """The versions of every stage (only the (start, ends) of ``ends`` when given, e.g. one partition's
     stages or block boundaries), within ``row_budget`` rows (module docstring). ``max_load``: stages with
     more compute never help; ``k_lo[i]``: the least in-flight count of a stage starting at layer i (default
@@ -418,11 +381,17 @@ def stage_versions(chain: Chain, platform: Platform, ends: Mapping[int, Sequence
 
     ``strict``: the exact attempt: every group keeps up to :data:`VERSION_CAP` versions, and
     :class:`OverBudget` is raised as soon as the rows pass ``row_budget`` or the pairwise tests pass
-    :data:`WORK_BUDGET` (most chains of tens of identical blocks fit: their versions are few)."""
+    :data:`WORK_BUDGET` (most chains of tens of identical blocks fit: their versions are few).
+
+    ``memory_only``: versions for the memory at one mini-batch in flight alone, which recomputation time does not
+    change and offloaded bytes change as activations do (``memory(1)`` exact; times and ``memory(k > 1)`` not): with
+    R and X gone from the comparison, far fewer versions are undominated."""
     pt = policy_terms(chain, platform)
-    keep = pt.keep
     L = len(chain)
     F = chain.forward
+    if memory_only:
+        pt, F = replace(pt, act=pt.act + pt.offloaded[None], offloaded=np.zeros_like(pt.offloaded)), np.zeros(L)
+    keep = pt.keep
     cls_of = _classes(pt)
     h = platform.host_bandwidth
     todo = stage_ends(chain, max_load, ends)
