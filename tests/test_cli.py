@@ -309,3 +309,25 @@ def test_simulate_writes_its_two_files_as_a_pair(files, capsys, disk_full_at):
     assert main(argv[:-1] + [str(tmp / "t.csv"), "--batches", "7"]) == 2
     assert "t.memory.csv: cannot write it (no space left on the device)" in capsys.readouterr().err
     assert {p: p.read_bytes() for p in before} == before
+
+
+def test_a_real_memory_cap_is_one_line_and_exit_3(files):
+    """Under ``ulimit -v`` numpy's own import fails (a MemoryError, or at 60-100 MB the loader's "failed to map
+    segment"): it came out as a traceback from the package's import (the audit: 300 MB); now the command says
+    ``error: out of memory`` in one line and exits 3."""
+    import os
+    import resource
+    import subprocess
+    import sys
+
+    prof, _, _ = files
+
+    def cap():
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+    for limit in (60 * 2**20, 100 * 2**20):
+        out = subprocess.run([sys.executable, "-m", "workbench", "plan", "--profile", str(prof), "--devices", "3"],
+                             preexec_fn=cap, capture_output=True, text=True,
+                             env={**os.environ, "OPENBLAS_NUM_THREADS": "1"})
+        err = out.stderr.strip().splitlines()
+        assert out.returncode == 3 and len(err) == 1 and err[0].startswith("error: out of memory"), out.stderr[-2000:]

@@ -175,3 +175,55 @@ def test_a_running_scheduler_takes_the_units(tmp_path):
     assert rep.computed == ["complexity__family"] and rep.executor.startswith("dask (the scheduler at tcp://")
     meta = json.loads((tmp_path / "units" / "complexity__family.json").read_text())
     assert meta["compute"]["seconds"] > 0
+
+
+def _server(answer: bytes | None):
+    """A TCP server on localhost that accepts, then sends ``answer`` at once (None: says nothing); its address."""
+    import socket
+    import threading
+
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(8)
+    held = []
+
+    def serve():
+        while True:
+            try:
+                conn, _ = srv.accept()
+            except OSError:
+                return
+            held.append(conn)
+            if answer is not None:
+                conn.sendall(answer)
+
+    threading.Thread(target=serve, daemon=True).start()
+    return srv, f"tcp://127.0.0.1:{srv.getsockname()[1]}"
+
+
+@pytest.mark.parametrize("answer,says", [
+    (b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", "not as a Dask scheduler"),   # was: error: out of memory
+    (None, "nothing answered within 1 s"),                                           # was: a hang, no message
+])
+def test_a_scheduler_address_where_no_dask_scheduler_answers_is_refused_in_one_line(monkeypatch, capsys, tmp_path,
+                                                                                   answer, says):
+    import workbench.experiments.executors as executors
+
+    monkeypatch.setattr(executors, "CONNECT_SECONDS", 1.0)
+    srv, address = _server(answer)
+    try:
+        code = main(["reproduce", "--quick", "--executor", "dask", "--scheduler", address, "--out", str(tmp_path)])
+    finally:
+        srv.close()
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and err[0].startswith(f"error: --scheduler {address}: ") and says in err[0]
+    assert "out of memory" not in err[0] and not any(tmp_path.iterdir())
+
+
+def test_a_transport_dask_cannot_use_here_or_nothing_listening_is_refused_in_one_line(capsys, tmp_path):
+    """ucx:// without UCX ended in TypeError: Can't instantiate abstract class UCXConnector."""
+    for address, says in (("ucx://127.0.0.1:8786", "cannot connect with this transport"),
+                          ("tcp://127.0.0.1:1", "cannot reach it")):
+        code = main(["reproduce", "--quick", "--executor", "dask", "--scheduler", address, "--out", str(tmp_path)])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert code == 2 and len(err) == 1 and says in err[0] and "Traceback" not in err[0], address

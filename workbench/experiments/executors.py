@@ -36,7 +36,8 @@ from workbench.experiments.provenance import code_version
 from workbench.experiments.sweeps import compute_unit
 from workbench.experiments.units import Unit
 
-__all__ = ["EXECUTORS", "Executor", "Finished", "unit_csv", "finish_unit", "run_units", "makespan"]
+__all__ = ["EXECUTORS", "Executor", "Finished", "unit_csv", "finish_unit", "run_units", "makespan",
+           "check_scheduler"]
 
 EXECUTORS = ("serial", "processes", "dask")
 
@@ -139,10 +140,12 @@ def _on_dask(units: Sequence[Unit], executor: Executor) -> Iterator[Finished]:
 
     with contextlib.ExitStack() as stack:
         if executor.scheduler:
+            check_scheduler(executor.scheduler)
             try:
                 client = stack.enter_context(Client(executor.scheduler, timeout="30s"))
-            except (OSError, TimeoutError) as e:
-                raise ValueError(f"--scheduler {executor.scheduler}: cannot reach it ({e})") from None
+            except (OSError, TimeoutError, TypeError, ValueError, MemoryError) as e:
+                raise ValueError(f"--scheduler {executor.scheduler}: cannot reach it ({type(e).__name__}: "
+                                 f"{e})") from None
         else:
             cluster = stack.enter_context(LocalCluster(n_workers=executor.local_workers(), threads_per_worker=1,
                                                        processes=True, dashboard_address=None))
@@ -157,6 +160,65 @@ def _on_dask(units: Sequence[Unit], executor: Executor) -> Iterator[Finished]:
                 yield f.result()
         finally:
             client.cancel(futures)
+
+
+#: seconds to connect to a scheduler, and for it to say who it is
+CONNECT_SECONDS = 10.0
+#: a Dask scheduler's first message (its handshake) is at most this many bytes
+HANDSHAKE_BYTES = 1 << 20
+
+
+def check_scheduler(address: str, seconds: float | None = None) -> None:
+    """Refuse, in one ``ValueError``, a ``--scheduler`` address Dask's client cannot use: a transport it has no
+    working connector for (``ucx://`` without UCX), nothing listening, a server that accepts and says nothing
+    (Dask's client would wait for ever), or one that answers but not with a Dask handshake (Dask's client would
+    read its first bytes as a message length and run out of memory). A Dask scheduler speaks first on a
+    connection: a message of frames whose total length comes first (8 bytes), then their count."""
+    import socket
+    import struct
+
+    from distributed.comm.addressing import parse_address, parse_host_port
+    from distributed.comm.registry import get_backend
+
+    def refuse(why: str) -> ValueError:
+        return ValueError(f"--scheduler {address}: {why}")
+
+    seconds = CONNECT_SECONDS if seconds is None else seconds
+    try:
+        scheme, loc = parse_address(address)
+        get_backend(scheme).get_connector()
+    except (ValueError, TypeError, ImportError) as e:
+        raise refuse(f"Dask cannot connect with this transport here ({type(e).__name__}: {e}); a scheduler "
+                     f"started with dask scheduler listens on tcp://HOST:8786") from None
+    if scheme not in ("tcp", "tls"):
+        return
+    try:
+        host, port = parse_host_port(loc)
+        with socket.create_connection((host, port), timeout=seconds) as sock:
+            if scheme == "tls":
+                return
+            head = _read(sock, 8)
+            total = struct.unpack("<Q", head)[0]
+            body = _read(sock, min(total, 16)) if 16 <= total <= HANDSHAKE_BYTES else b""
+    except socket.timeout:
+        raise refuse(f"nothing answered within {seconds:g} s (it accepts connections but says nothing: not a "
+                     "Dask scheduler, or one that hangs)") from None
+    except (OSError, ValueError, struct.error) as e:
+        raise refuse(f"cannot reach it ({e})") from None
+    frames = struct.unpack("<Q", body[:8])[0] if len(body) >= 8 else 0
+    if not (len(body) >= 8 and 1 <= frames <= 64 and 8 * (frames + 1) <= total):
+        raise refuse(f"something answers there, but not as a Dask scheduler (its first bytes: {head!r})")
+
+
+def _read(sock, n: int) -> bytes:
+    """Exactly ``n`` bytes from ``sock`` (a ``ValueError`` if it closes first)."""
+    out = b""
+    while len(out) < n:
+        got = sock.recv(n - len(out))
+        if not got:
+            raise ValueError("the connection closed before it said anything")
+        out += got
+    return out
 
 
 def makespan(seconds: Iterable[float], workers: int) -> float:

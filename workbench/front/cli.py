@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 from typing import Callable
 
+from workbench.front import is_out_of_memory
 from workbench.methods import METHODS, names
 
 __all__ = ["main", "build_parser", "int_in", "positive_seconds", "check_outputs"]
@@ -422,7 +423,19 @@ def _memory_cap() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run one sub-command; bad input prints ``error: ...`` on stderr and returns 2 (3: out of memory)."""
+    """Run one sub-command; bad input prints ``error: ...`` on stderr and returns 2 (3: out of memory, also
+    when a memory cap refuses the parser's own imports)."""
+    try:
+        return _main(argv)
+    except (MemoryError, ImportError, OSError) as e:   # a memory cap refused an import (numpy's: ImportError)
+        if not is_out_of_memory(e):
+            raise
+        print(f"error: out of memory: this process may not use enough memory to start ({_memory_cap()}); nothing "
+              "was written. Raise the cap", file=sys.stderr)
+        return 3
+
+
+def _main(argv: list[str] | None) -> int:
     import warnings
 
     args = build_parser().parse_args(argv)
@@ -437,10 +450,17 @@ def main(argv: list[str] | None = None) -> int:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             return 1
         except (ValueError, OSError) as e:  # ProfileError, PlanStructureError, bad JSON, unreadable files
+            if is_out_of_memory(e):
+                return _out_of_memory(args.command)
             print(f"error: {e}", file=sys.stderr)
             return 2
-        except MemoryError:   # a memory cap (ulimit -v, a container's limit) refused an allocation
-            print(f"error: out of memory: {args.command} needed more memory than this process may use "
-                  f"({_memory_cap()}); nothing was written. Raise the cap, or plan fewer layers or devices",
-                  file=sys.stderr)
-            return 3
+        except (MemoryError, ImportError) as e:   # a memory cap (ulimit -v, a container's) refused an allocation
+            if not is_out_of_memory(e):
+                raise
+            return _out_of_memory(args.command)
+
+
+def _out_of_memory(command: str) -> int:
+    print(f"error: out of memory: {command} needed more memory than this process may use ({_memory_cap()}); "
+          "nothing was written. Raise the cap, or plan fewer layers or devices", file=sys.stderr)
+    return 3

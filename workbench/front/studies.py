@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from workbench.experiments.executors import Executor
+from workbench.experiments.executors import Executor, check_scheduler
 from workbench.experiments.largest import FAMILIES, METHODS, largest_table
 from workbench.experiments.report import reproduce
 from workbench.io import FolderBusy
@@ -27,6 +27,8 @@ def reproduce_command(args: Any) -> int:
     try:
         kind, workers, scheduler = (getattr(args, k, None) for k in ("executor", "workers", "scheduler"))
         executor = Executor(kind or "serial", workers, scheduler) if kind or workers or scheduler else None
+        if executor is not None and executor.scheduler:   # before anything starts: a clear line, never a hang
+            check_scheduler(executor.scheduler)
         rep = reproduce(quick=bool(getattr(args, "quick", False)), only=getattr(args, "only", None),
                         out=getattr(args, "out", None), executor=executor, others=True)
     except (ValueError, FolderBusy) as e:
