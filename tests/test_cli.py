@@ -44,6 +44,14 @@ def _refused(capsys, argv, pattern):
     (["--micro-batches", "0"], "argument --micro-batches: 0 is not in 1.."),
     (["--memory", "lots"], "argument --memory: cannot read 'lots'"),
     (["--latency", "-1"], "argument --latency: -1 is not a non-negative finite number"),
+    # an infinite link went into the plan JSON as Infinity, which check then refused; --gpu '' was ignored
+    (["--bandwidth", "inf"], "argument --bandwidth: inf is not finite"),
+    (["--node-bandwidth", "inf", "--devices-per-node", "2"], "argument --node-bandwidth: inf is not finite"),
+    (["--host-bandwidth", "inf"], "argument --host-bandwidth: inf is not finite"),
+    (["--gpu", ""], "argument --gpu: an empty name"),
+    # named the wrong thing: "value must be positive", and an empty profile read as the current folder's graph.txt
+    (["--bandwidth", "0"], "argument --bandwidth: must be positive, got '0'"),
+    (["--profile", ""], "argument --profile: an empty profile name"),
 ])
 def test_bad_plan_options_are_refused_by_the_parser(files, capsys, extra, pattern):
     prof, _, _ = files
@@ -65,6 +73,7 @@ def _never_plan(monkeypatch):
     (["--json", "{tmp}"], "is a folder; give a file name"),
     (["--json", "{tmp}/missing/plan.json"], "missing does not exist"),
     (["--method", "magic"], "unknown method 'magic'"),
+    (["--json", ""], "--json: an empty file name"),      # was: "--json : is a folder"
 ])
 def test_bad_plan_requests_are_refused_before_planning(files, capsys, monkeypatch, extra, pattern):
     prof, _, tmp = files

@@ -80,32 +80,75 @@ def _checked_by(parse: Callable[..., float]) -> Callable[[str], str]:
         try:
             parse(text, what="value")
         except ValueError as e:
-            raise argparse.ArgumentTypeError(str(e).removeprefix("value: ")) from None
+            raise argparse.ArgumentTypeError(str(e).removeprefix("value: ").removeprefix("value ")) from None
         return text
 
     return check
 
 
+def finite_bandwidth(text: str, *, what: str = "bandwidth") -> float:
+    """A bandwidth option's bytes per second, refused when infinite: a plan records its links for ``check`` and
+    ``simulate`` (JSON has no Infinity).
+
+    >>> finite_bandwidth("12GB/s")
+    12000000000.0
+    >>> finite_bandwidth("inf")
+    Traceback (most recent call last):
+    ValueError: bandwidth: inf is not finite (links that cost nothing: give a large one, e.g. 1PB/s)
+    """
+    import math
+
+    from workbench.model.units import parse_bandwidth
+
+    value = parse_bandwidth(text, what=what)
+    if not math.isfinite(value):
+        raise ValueError(f"{what}: {text} is not finite (links that cost nothing: give a large one, e.g. 1PB/s)")
+    return value
+
+
+def _named(what: str) -> Callable[[str], str]:
+    """An argparse type: a name that is not empty (an empty one was read as the current folder)."""
+    def name(text: str) -> str:
+        if not text.strip():
+            raise argparse.ArgumentTypeError(f"an empty {what}")
+        return text
+
+    return name
+
+
+def gpu_name(text: str) -> str:
+    """An argparse type for ``--gpu``: a name, not an empty string (which was ignored).
+
+    >>> gpu_name(" ")
+    Traceback (most recent call last):
+    argparse.ArgumentTypeError: an empty name; give one of the GPUs profile --list-gpus lists
+    """
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty name; give one of the GPUs profile --list-gpus lists")
+    return text.strip()
+
+
 def _add_platform_args(p: argparse.ArgumentParser, *, required: bool = True) -> None:
     from workbench.model.plan import MAX_DEVICES
 
-    p.add_argument("--profile", required=required, help="profile: a CSV file, a PipeDream graph.txt, or a known name")
+    p.add_argument("--profile", type=_named("profile name"), required=required,
+                   help="profile: a CSV file, a PipeDream graph.txt, or a known name")
     p.add_argument("--devices", "-P", type=int_in(1, MAX_DEVICES), required=required,
                    help="number of devices (GPUs)" + ("" if required else "; default: the plan's"))
-    from workbench.model.units import parse_bandwidth, parse_size
+    from workbench.model.units import parse_size
 
-    p.add_argument("--gpu", default=None, metavar="NAME",
+    p.add_argument("--gpu", type=gpu_name, default=None, metavar="NAME",
                    help="the accelerator (profile --list-gpus): its memory is the default --memory, its link "
                         "within a node the default --bandwidth")
     p.add_argument("--memory", type=_checked_by(parse_size), default=None,
                    help="memory per device: bytes or 16GiB, 12GB, ... (default: the --gpu's, else unlimited)")
-    p.add_argument("--bandwidth", type=_checked_by(parse_bandwidth), default=None,
+    p.add_argument("--bandwidth", type=_checked_by(finite_bandwidth), default=None,
                    help="link bandwidth between two devices of a node, one way, e.g. 12GB/s, 16GiB/s, or bytes/s "
                         "(default: the --gpu's, else 12GB/s)")
     p.add_argument("--devices-per-node", type=int_in(1), default=None, metavar="N",
                    help="devices per node: a stage boundary between two nodes pays --node-bandwidth "
                         "(default: one node)")
-    p.add_argument("--node-bandwidth", type=_checked_by(parse_bandwidth), default=None,
+    p.add_argument("--node-bandwidth", type=_checked_by(finite_bandwidth), default=None,
                    help="bandwidth between two nodes, one way (default 50GB/s: one 400 Gb/s InfiniBand port per "
                         "GPU)")
     p.add_argument("--latency", type=_non_negative, default=0.0, help="link latency in seconds (default 0)")
@@ -130,7 +173,7 @@ def _add_platform_args(p: argparse.ArgumentParser, *, required: bool = True) -> 
                    help="paper model only: memory bytes per weight byte of the live version (default 1)")
     p.add_argument("--no-zero-input", action="store_true",
                    help="PipeDream graphs: keep the Input nodes' data-loading time")
-    p.add_argument("--host-bandwidth", default=None,
+    p.add_argument("--host-bandwidth", type=_checked_by(finite_bandwidth), default=None,
                    help="each device's link to host memory, for offloaded activations (default: the plan's, else "
                         "31.5GB/s: PCIe 4.0 x16)")
 
@@ -203,7 +246,8 @@ def _profile_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--fake", action="store_true",
                    help="fake tensors: nothing is allocated (any model size profiles here); memory columns measured "
                         "as in a real profile, times estimated for --gpu")
-    p.add_argument("--gpu", default=None, metavar="NAME", help="with --fake: the GPU whose times are estimated")
+    p.add_argument("--gpu", type=gpu_name, default=None, metavar="NAME",
+                   help="with --fake: the GPU whose times are estimated")
     p.add_argument("--list-gpus", action="store_true", help="list the GPUs --gpu knows, with their numbers, and exit")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="zoo model option, e.g. image_size=96 or layers=12 (repeatable)")
@@ -394,6 +438,8 @@ def check_outputs(args: argparse.Namespace) -> None:
         value = getattr(args, attr, None)
         if value is None:
             continue
+        if not str(value).strip():
+            raise ValueError(f"{option}: an empty {'file' if kind == 'file' else 'folder'} name")
         path = Path(value)
         if kind == "file":
             if path.is_dir():

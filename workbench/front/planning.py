@@ -33,10 +33,21 @@ def _links(args: argparse.Namespace, setup: dict) -> dict:
     gpu = accelerator(name) if name else None          # an unknown name: one line listing the known ones
     per_node = getattr(args, "devices_per_node", None) or setup.get("devices_per_node")
     return {"memory": args.memory or (gpu.memory if gpu else "inf"),
-            "bandwidth": args.bandwidth or (gpu.link_bandwidth if gpu else setup.get("bandwidth", "12GB/s")),
+            "bandwidth": args.bandwidth or (gpu.link_bandwidth if gpu else recorded(setup, "bandwidth", "12GB/s")),
             "devices_per_node": per_node, "gpu": gpu.name if gpu else None,
-            "node_bandwidth": getattr(args, "node_bandwidth", None) or setup.get("node_bandwidth",
-                                                                                 DEFAULT_NODE_BANDWIDTH)}
+            "node_bandwidth": getattr(args, "node_bandwidth", None) or recorded(setup, "node_bandwidth",
+                                                                                DEFAULT_NODE_BANDWIDTH)}
+
+
+def recorded(setup: dict, key: str, default: str | float) -> str | float:
+    """A link a plan recorded (null: infinite), else ``default``.
+
+    >>> recorded({"bandwidth": None}, "bandwidth", "12GB/s"), recorded({}, "bandwidth", "12GB/s")
+    ('inf', '12GB/s')
+    """
+    if key not in setup:
+        return default
+    return "inf" if setup[key] is None else setup[key]
 
 
 def platform_from_args(args: argparse.Namespace, plan=None):
@@ -52,7 +63,8 @@ def platform_from_args(args: argparse.Namespace, plan=None):
              {"optimizer": chosen["optimizer"], "precision": chosen["precision"], "zero_grad": chosen["zero_grad"]})
     return Platform(args.devices, latency=args.latency, weights=chosen["weights"], memory_model=model,
                     **_links(args, setup),
-                    host_bandwidth=getattr(args, "host_bandwidth", None) or setup.get("host_bandwidth", "31.5GB/s"),
+                    host_bandwidth=getattr(args, "host_bandwidth", None) or recorded(setup, "host_bandwidth",
+                                                                                     "31.5GB/s"),
                     **extra)
 
 

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Literal, Sequence
 
 from workbench.io import write_text_atomic
-from workbench.model.activations import describe, is_keep, policy_vector
+from workbench.model.activations import describe
 from workbench.model.chain import Chain, Platform
 from workbench.model.memory import layer_terms
 from workbench.model.memory_views import estimate_note, plan_memory
@@ -175,8 +175,9 @@ class Plan:
             d["notes"] = list(self.notes)
         if self.extra:
             d["extra"] = self.extra
-        if self.setup:
-            d["memory_setup"] = dict(self.setup)
+        if self.setup:   # an infinite link (an API platform's) as null, which check and simulate read as infinite
+            d["memory_setup"] = {k: None if isinstance(v, float) and not math.isfinite(v) else v
+                                 for k, v in self.setup.items()}
         if self.assignment:
             d["activations"] = list(self.activations) if self.activations else ["keep"] * len(self.assignment)
         return d
@@ -201,59 +202,9 @@ class Plan:
         Traceback (most recent call last):
         ValueError: a plan is a JSON object, got a list
         """
-        if not isinstance(d, dict):
-            raise ValueError(f"a plan is a JSON object, got {_json_kind(d)}")
-        if "devices" not in d:
-            raise ValueError("devices: missing (the number of devices the plan is for)")
-        devices = _whole(d["devices"], "devices", 1, MAX_DEVICES)
-        stages_in = _list(d.get("stages", []), "stages")
-        stages = []
-        for i, s in enumerate(stages_in):
-            w = f"stages[{i}]"
-            if not isinstance(s, dict):
-                raise ValueError(f"{w}: a stage is a JSON object, got {_json_kind(s)}")
-            layers = _list(s.get("layers"), f"{w}.layers")
-            if len(layers) != 2:
-                raise ValueError(f"{w}.layers: expected [first, last], got {len(layers)} entries")
-            stages.append(Stage(_whole(layers[0], f"{w}.layers[0]"), _whole(layers[1], f"{w}.layers[1]"),
-                                _whole(s.get("device"), f"{w}.device"), _real(s.get("fwd_start"), f"{w}.fwd_start"),
-                                _real(s.get("bwd_start"), f"{w}.bwd_start"),
-                                _whole(s.get("in_flight", 1), f"{w}.in_flight", 1)))
-        status = d.get("status", "feasible")
-        if status not in ("optimal", "feasible", "infeasible", "timeout"):
-            raise ValueError(f"status: {status!r} is not one of optimal, feasible, infeasible, timeout")
-        gap = d.get("gap")
-        mb = d.get("micro_batches")
-        order = d.get("chain_order")
-        extra = d.get("extra", {})
-        if not isinstance(extra, dict):
-            raise ValueError(f"extra: expected a JSON object, got {_json_kind(extra)}")
-        # a plan written before the memory model records no set-up: it used the paper's rule 7
-        setup = d.get("memory_setup", {"memory_model": "paper", "weight_factor": 1.0})
-        if not isinstance(setup, dict):
-            raise ValueError(f"memory_setup: expected a JSON object, got {_json_kind(setup)}")
-        return cls(
-            period=_real(d.get("period"), "period", null=math.inf),
-            assignment=tuple(_whole(a, f"assignment[{i}]") for i, a in enumerate(_list(d.get("assignment", []),
-                                                                                       "assignment"))),
-            stages=tuple(stages),
-            devices=devices,
-            memory=tuple(_real(m, f"memory[{i}]") for i, m in enumerate(_list(d.get("memory", []), "memory"))),
-            memory_limit=_real(d.get("memory_limit"), "memory_limit", null=math.inf),
-            lower_bound=_real(d.get("lower_bound", 0.0), "lower_bound"),
-            method=str(d.get("method", "")),
-            allocation=str(d.get("allocation", "contiguous")),
-            status=status,
-            gap=None if gap is None else _real(gap, "gap"),
-            solve_seconds=_real(d.get("solve_seconds", 0.0), "solve_seconds"),
-            schedule=str(d.get("schedule", "periodic")),
-            micro_batches=None if mb is None else _whole(mb, "micro_batches", 1, MAX_MICRO_BATCHES),
-            chain_order=tuple(str(n) for n in _list(order, "chain_order")) if order else None,
-            notes=tuple(str(n) for n in _list(d.get("notes", []), "notes")),
-            extra=extra,
-            setup=dict(setup),
-            activations=_activations(d.get("activations"), len(d.get("assignment", []))),
-        )
+        from workbench.model.plan_json import plan_fields
+
+        return cls(**plan_fields(d))
 
     @classmethod
     def from_json(cls, path_or_text: str | Path) -> "Plan":
@@ -316,51 +267,14 @@ class Plan:
         )
 
 
-def _json_kind(x: Any) -> str:
-    """'a list', 'a string', ... for messages about JSON values."""
-    names = {list: "a list", dict: "an object", str: "a string", bool: "a boolean", type(None): "null"}
-    return names.get(type(x), "a number" if isinstance(x, (int, float)) else type(x).__name__)
-
 
 def _refuse_constant(name: str) -> float:
     raise ValueError(f"non-finite number {name} in the plan (JSON has no NaN or Infinity; write null for "
                      f"an infinite period or memory limit)")
 
 
-def _list(x: Any, where: str) -> list:
-    if not isinstance(x, list):
-        raise ValueError(f"{where}: expected a list, got {_json_kind(x)}")
-    return x
 
 
-def _real(x: Any, where: str, *, null: float | None = None) -> float:
-    """A finite JSON number (``null`` maps to ``null`` when given)."""
-    if x is None and null is not None:
-        return null
-    if isinstance(x, bool) or not isinstance(x, (int, float)):
-        raise ValueError(f"{where}: expected a number, got {_json_kind(x)} {x!r}")
-    if not math.isfinite(x):
-        raise ValueError(f"{where}: {x} is not a finite number")
-    return float(x)
-
-
-def _whole(x: Any, where: str, lo: int | None = None, hi: int | None = None) -> int:
-    """A whole JSON number (1.0 is fine, 1.5 is not) in ``lo..hi``."""
-    v = _real(x, where)
-    if not v.is_integer():
-        raise ValueError(f"{where}: {x!r} is not a whole number")
-    if (lo is not None and v < lo) or (hi is not None and v > hi):
-        shown = f"{lo if lo is not None else ''}..{hi if hi is not None else ''}"
-        raise ValueError(f"{where}: {int(v)} is out of range {shown}")
-    return int(v)
-
-
-def _activations(value: Any, n_layers: int) -> tuple[str, ...]:
-    """A plan file's ``activations``: one known policy per layer, or () when absent or all ``keep``."""
-    if value is None:
-        return ()
-    pol = policy_vector(list(value), n_layers)
-    return () if is_keep(pol) else pol
 
 
 def lower_bound(chain: Chain, platform: Platform) -> float:
