@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Callable
 
 from workbench.front import is_out_of_memory
+from workbench.front.option_types import finite_bandwidth, gpu_name, named
 from workbench.methods import METHODS, names
 
 __all__ = ["main", "build_parser", "int_in", "positive_seconds", "check_outputs"]
@@ -86,52 +87,10 @@ def _checked_by(parse: Callable[..., float]) -> Callable[[str], str]:
     return check
 
 
-def finite_bandwidth(text: str, *, what: str = "bandwidth") -> float:
-    """A bandwidth option's bytes per second, refused when infinite: a plan records its links for ``check`` and
-    ``simulate`` (JSON has no Infinity).
-
-    >>> finite_bandwidth("12GB/s")
-    12000000000.0
-    >>> finite_bandwidth("inf")
-    Traceback (most recent call last):
-    ValueError: bandwidth: inf is not finite (links that cost nothing: give a large one, e.g. 1PB/s)
-    """
-    import math
-
-    from workbench.model.units import parse_bandwidth
-
-    value = parse_bandwidth(text, what=what)
-    if not math.isfinite(value):
-        raise ValueError(f"{what}: {text} is not finite (links that cost nothing: give a large one, e.g. 1PB/s)")
-    return value
-
-
-def _named(what: str) -> Callable[[str], str]:
-    """An argparse type: a name that is not empty (an empty one was read as the current folder)."""
-    def name(text: str) -> str:
-        if not text.strip():
-            raise argparse.ArgumentTypeError(f"an empty {what}")
-        return text
-
-    return name
-
-
-def gpu_name(text: str) -> str:
-    """An argparse type for ``--gpu``: a name, not an empty string (which was ignored).
-
-    >>> gpu_name(" ")
-    Traceback (most recent call last):
-    argparse.ArgumentTypeError: an empty name; give one of the GPUs profile --list-gpus lists
-    """
-    if not text.strip():
-        raise argparse.ArgumentTypeError("an empty name; give one of the GPUs profile --list-gpus lists")
-    return text.strip()
-
-
 def _add_platform_args(p: argparse.ArgumentParser, *, required: bool = True) -> None:
     from workbench.model.plan import MAX_DEVICES
 
-    p.add_argument("--profile", type=_named("profile name"), required=required,
+    p.add_argument("--profile", type=named("profile name"), required=required,
                    help="profile: a CSV file, a PipeDream graph.txt, or a known name")
     p.add_argument("--devices", "-P", type=int_in(1, MAX_DEVICES), required=required,
                    help="number of devices (GPUs)" + ("" if required else "; default: the plan's"))

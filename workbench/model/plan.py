@@ -33,6 +33,7 @@ from workbench.model.chain import Chain, Platform
 from workbench.model.memory import layer_terms
 from workbench.model.memory_views import estimate_note, plan_memory
 from workbench.model.plan_extra import PlanExtra
+from workbench.model.plan_json import MAX_DEVICES, MAX_MICRO_BATCHES, plan_fields
 from workbench.model.tolerances import REL_TOL
 from workbench.model.units import format_bytes, format_seconds
 
@@ -43,11 +44,9 @@ __all__ = [
 ]
 
 Status = Literal["optimal", "feasible", "infeasible", "timeout"]
-#: the most devices a plan file may name (a bigger count is a typo, and would make ``check`` allocate per device)
-MAX_DEVICES = 65536
-#: the most micro-batches per flush of a flushed schedule (simulating one holds 2 S rows per micro-batch: 10,000
-#: take about ten seconds; a bigger count is a typo)
-MAX_MICRO_BATCHES = 10_000
+# MAX_DEVICES: the most devices a plan file may name (a bigger count is a typo, and would make ``check`` allocate
+# per device); MAX_MICRO_BATCHES: the most micro-batches per flush of a flushed schedule (simulating one holds 2 S
+# rows per micro-batch: 10,000 take about ten seconds; a bigger count is a typo). Both from the plan file's reader.
 
 
 def _ceil_tol(x: float) -> int:
@@ -202,9 +201,8 @@ class Plan:
         Traceback (most recent call last):
         ValueError: a plan is a JSON object, got a list
         """
-        from workbench.model.plan_json import plan_fields
-
-        return cls(**plan_fields(d))
+        fields = plan_fields(d)
+        return cls(**{**fields, "stages": tuple(Stage(*s) for s in fields["stages"])})
 
     @classmethod
     def from_json(cls, path_or_text: str | Path) -> "Plan":

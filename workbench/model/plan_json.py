@@ -20,12 +20,16 @@ from typing import Any
 
 from workbench.model.activations import POLICIES, is_keep, policy_vector
 
-__all__ = ["plan_fields", "json_kind", "setup_fields"]
+__all__ = ["plan_fields", "json_kind", "setup_fields", "MAX_DEVICES", "MAX_MICRO_BATCHES"]
 
 #: the statuses a plan may have
 STATUSES = ("optimal", "feasible", "infeasible", "timeout")
 #: the allocations a plan may have
 ALLOCATIONS = ("contiguous", "general")
+#: the most devices a plan may have
+MAX_DEVICES = 65536
+#: the most micro-batches a flushed plan's flush may hold
+MAX_MICRO_BATCHES = 10_000
 
 
 def json_kind(x: Any) -> str:
@@ -70,9 +74,8 @@ def _one_of(x: Any, where: str, choices: tuple[str, ...]) -> str:
     return x
 
 
-def _stages(d: dict) -> list:
-    from workbench.model.plan import Stage
-
+def _stages(d: dict) -> list[tuple[int, int, int, float, float, int]]:
+    """Each stage's (first, last, device, fwd_start, bwd_start, in_flight)."""
     out = []
     for i, s in enumerate(_list(d.get("stages", []), "stages")):
         w = f"stages[{i}]"
@@ -81,17 +84,16 @@ def _stages(d: dict) -> list:
         layers = _list(s.get("layers"), f"{w}.layers")
         if len(layers) != 2:
             raise ValueError(f"{w}.layers: expected [first, last], got {len(layers)} entries")
-        out.append(Stage(_whole(layers[0], f"{w}.layers[0]", 0), _whole(layers[1], f"{w}.layers[1]", 0),
-                         _whole(s.get("device"), f"{w}.device"), _real(s.get("fwd_start"), f"{w}.fwd_start"),
-                         _real(s.get("bwd_start"), f"{w}.bwd_start"),
-                         _whole(s.get("in_flight", 1), f"{w}.in_flight", 1)))
+        out.append((_whole(layers[0], f"{w}.layers[0]", 0), _whole(layers[1], f"{w}.layers[1]", 0),
+                    _whole(s.get("device"), f"{w}.device"), _real(s.get("fwd_start"), f"{w}.fwd_start"),
+                    _real(s.get("bwd_start"), f"{w}.bwd_start"), _whole(s.get("in_flight", 1), f"{w}.in_flight", 1)))
     return out
 
 
 def _assignment(d: dict, stages: list) -> tuple[int, ...]:
     """One device per layer; as many layers as the stages cover (the stages are checked against it by rules 0-1)."""
     asg = tuple(_whole(a, f"assignment[{i}]") for i, a in enumerate(_list(d.get("assignment", []), "assignment")))
-    covered = max((s.last for s in stages), default=-1) + 1
+    covered = max((s[1] for s in stages), default=-1) + 1
     if stages and len(asg) != covered:
         raise ValueError(f"assignment: {len(asg)} entries, but the stages cover {covered} layers (one device per "
                          "layer, in layer order)")
@@ -142,9 +144,8 @@ def setup_fields(setup: Any) -> dict:
 
 
 def plan_fields(d: Any) -> dict[str, Any]:
-    """:class:`~workbench.model.plan.Plan`'s keywords from a plan's JSON object (module docstring)."""
-    from workbench.model.plan import MAX_DEVICES, MAX_MICRO_BATCHES
-
+    """:class:`~workbench.model.plan.Plan`'s keywords from a plan's JSON object (module docstring); ``stages`` as
+    tuples of a :class:`~workbench.model.plan.Stage`'s fields."""
     if not isinstance(d, dict):
         raise ValueError(f"a plan is a JSON object, got {json_kind(d)}")
     if "devices" not in d:

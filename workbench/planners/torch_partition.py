@@ -26,6 +26,7 @@ and stops there with what it has; the clock says whether it stopped anything.
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Sequence
 
@@ -42,6 +43,9 @@ __all__ = ["Spans", "Balance", "Clock", "candidates"]
 
 #: the exact bisection lists the stage times of a window once it holds at most this many per layer
 WINDOW_PER_LAYER = 4
+#: seconds per stage a..b of building the memory matrices (square_terms: about 1 s for 2,000 layers on the 2-core
+#: machine, 2-5 s under load): a cap's seeds are not tried when this does not fit what is left
+SQUARE_SECONDS_PER_CELL = 1e-6
 
 
 class Clock:
@@ -62,6 +66,12 @@ class Clock:
         if self.end is not None and time.perf_counter() > self.end:
             self.cut = True
         return self.cut
+
+    def left(self) -> float:
+        """Seconds to the end (inf: none; 0 once cut)."""
+        if self.cut:
+            return 0.0
+        return math.inf if self.end is None else max(0.0, self.end - time.perf_counter())
 
 
 def _past(clock: Clock | None) -> bool:
@@ -98,6 +108,14 @@ class Spans:
                 return e
             e = e + up - down
 
+    @property
+    def has_square(self) -> bool:
+        return self._square is not None
+
+    def square_seconds(self, stages: int) -> float:
+        """About how long the L x L memory matrices and one mask per stage take (:data:`SQUARE_SECONDS_PER_CELL`)."""
+        return SQUARE_SECONDS_PER_CELL * self.L ** 2 * (1 + 0.1 * stages)
+
     def square(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(A, base, pending) of every stage a..b (0 where b < a), computed once."""
         if self._square is None:
@@ -122,6 +140,11 @@ class Spans:
         out[a:] = k * band.A[0] + (band.static[0] + band.extra[0] - self.terms.const) + \
             p * (self.pend[J[0] + 1] - self.pend[a])
         return out
+
+    def count_stage_times_in(self, lo: float, hi: float) -> int:
+        """How many stages a..b have a time in (lo, hi] (with repeats)."""
+        x, y = self.last_within(lo), self.last_within(hi)
+        return int(np.maximum(y - np.maximum(x, np.arange(self.L) - 1), 0).sum())
 
     def stage_times_in(self, lo: float, hi: float) -> np.ndarray:
         """The distinct stage times in (lo, hi], sorted."""
@@ -221,7 +244,7 @@ class Balance:
             taus = np.array([lo_v])
         else:
             for _ in range(200):   # f(lo_v) false, f(hi_v) true
-                if len(sp.stage_times_in(lo_v, hi_v * (1 + REL_TOL))) <= WINDOW_PER_LAYER * sp.L + 64:
+                if sp.count_stage_times_in(lo_v, hi_v * (1 + REL_TOL)) <= WINDOW_PER_LAYER * sp.L + 64:
                     break
                 if _past(deadline):
                     return None
@@ -322,6 +345,8 @@ def candidates(prob: Balance, peaks: OrderMemory, limit: float, devices: int,
         return [base]
     seeds = [base]
     budget = limit - prob.spans.terms.const
+    if deadline is not None and not prob.spans.has_square and prob.spans.square_seconds(prob.S) > deadline.left():
+        deadline.cut = True        # the seeds' memory matrices would not be built in time: the local search alone
     for share in _shares(prob, base, devices):
         if _past(deadline):
             break

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+from functools import lru_cache
 from importlib import metadata
 from pathlib import Path
 
@@ -46,6 +47,7 @@ def cache_dir() -> Path | None:
     return Path(base) / "workbench" / "torch-orders"
 
 
+@lru_cache(maxsize=1)
 def _torch_version() -> str:
     try:
         return metadata.version("torch")

@@ -168,17 +168,20 @@ def _least_memory(v: Versions, L: int, P: int) -> float:
     return bottleneck_partition(least, P)[0]
 
 
-def least_memory_plan(chain: Chain, platform: Platform, links: SuffixLinks, T: float
+def least_memory_plan(chain: Chain, platform: Platform, links: SuffixLinks, T: float, deadline: float | None = None
                       ) -> tuple[float, tuple[list[tuple[int, int]], tuple[str, ...]] | None] | None:
     """The least memory any contiguous plan with per-layer policies needs (every stage one mini-batch in flight:
     a period ``T`` at which every k is 1), exactly, and a plan of that memory if it fits ``platform.memory``
-    (its partition and policies; None if it does not); None when the exact versions go over their budget.
-    The versions of :func:`~workbench.planners.dp.versions.stage_versions` with ``memory_only`` (no time, far
-    fewer); a bisection over their memories, each probe the DP at T with that memory as the limit."""
+    (its partition and policies; None if it does not); None when the exact versions go over their budget (the
+    stages over :func:`step_budget`'s extension steps, or the rows over :data:`LEAST_MEMORY_ROWS`) or past
+    ``deadline``. The versions of :func:`~workbench.planners.dp.versions.stage_versions` with ``memory_only``
+    (no time, far fewer); a bisection over their memories, each probe the DP at T with that memory as the limit."""
+    if _steps(stage_ends(chain, math.inf)) > step_budget():
+        return None
     try:
         v = stage_versions(chain, platform.with_(memory=math.inf), strict=True, memory_only=True,
-                           row_budget=LEAST_MEMORY_ROWS)
-    except _versions.OverBudget:
+                           row_budget=LEAST_MEMORY_ROWS, deadline=deadline)
+    except (_versions.OverBudget, TimeoutError):
         return None
     values = np.unique(v.memory(np.ones_like(v.A)))
     if not len(values) or not _windows_fit(v, chain, platform.with_(memory=float(values[-1])), T, links):
@@ -305,7 +308,8 @@ def auto_on_chain(chain: Chain, platform: Platform, allowed: Sequence[tuple[int,
         if upper is not None and math.isfinite(upper):     # nothing below the caller's plan
             lower = upper if not why else _lower_bound(chain, platform, v, links, t0, upper, bool(why_blocks), deadline)
             return AutoAnswer(math.inf, None, None, why, lower)
-        settled = _settle_by_least_memory(chain, platform, links, hi, exact, t0) if why_blocks or not v.exact else None
+        settled = (_settle_by_least_memory(chain, platform, links, hi, exact, t0, deadline)
+                   if why_blocks or not v.exact else None)
         if settled is not None:
             return settled
         unproven = bool(why_blocks) or (not v.exact and _windows_fit(v, chain, platform, hi, links))
@@ -335,12 +339,12 @@ def auto_on_chain(chain: Chain, platform: Platform, allowed: Sequence[tuple[int,
     return AutoAnswer(found.period, bounds, pol, why, lower, found.complete)
 
 
-def _settle_by_least_memory(chain: Chain, platform: Platform, links: SuffixLinks, hi: float, exact, t0: float
-                            ) -> AutoAnswer | None:
+def _settle_by_least_memory(chain: Chain, platform: Platform, links: SuffixLinks, hi: float, exact, t0: float,
+                            deadline: float | None) -> AutoAnswer | None:
     """When the search over thinned versions found no plan: the exact least memory (:func:`least_memory_plan`)
     proves that none fits, or gives the plan of least memory (a plan, not a proven optimum); None when the exact
-    versions are over budget."""
-    least = least_memory_plan(chain, platform, links, hi)
+    versions are over budget or past ``deadline``."""
+    least = least_memory_plan(chain, platform, links, hi, deadline)
     if least is None:
         return None
     need, plan = least
