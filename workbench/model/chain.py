@@ -376,6 +376,10 @@ class Platform:
     #: the training loop (docs/model.md, "Memory"): ``none`` (torch's default ``zero_grad()``: gradients set to
     #: None between steps) or ``zeros`` (zeroed in place: a resident buffer)
     zero_grad: str = "none"
+    #: data parallelism around each device (docs/model.md, "Layouts"): the ranks of its data-parallel group and
+    #: the ZeRO level (0 DDP, 1 optimizer state sharded, 2 and gradients, 3 and parameters: FSDP2)
+    dp: int = 1
+    zero: int = 0
 
     def __post_init__(self) -> None:
         if not isinstance(self.devices, (int, np.integer)) or self.devices < 1:
@@ -404,9 +408,22 @@ class Platform:
                                    ("zero-grad loop", self.zero_grad, ZERO_GRADS)):
             if value not in known:
                 raise ValueError(f"unknown {name} {value!r}; known: {', '.join(k for k in known if k)}")
+        self._check_data_parallel()
         if self.memory_model == "full" and phi != 1.0:
             raise ValueError(f"the weight factor ({phi:g}) belongs to the paper's memory model; the full model counts "
                              "parameters, gradients and optimizer state itself (use memory_model='paper')")
+
+    def _check_data_parallel(self) -> None:
+        for name in ("dp", "zero"):
+            v = getattr(self, name)
+            if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < (name == "dp"):
+                raise ValueError(f"{name} must be a whole number >= {int(name == 'dp')}, got {v!r}")
+        if self.zero not in (0, 1, 2, 3):
+            raise ValueError(f"zero must be 0, 1, 2 or 3 (0 DDP ... 3 FSDP), got {self.zero}")
+        if self.zero and self.dp == 1:
+            raise ValueError(f"zero={self.zero} shards over the data-parallel group, but dp=1")
+        if self.dp > 1 and self.memory_model != "full":
+            raise ValueError("data parallelism (dp > 1) needs the full memory model, not --memory-model paper")
 
     @property
     def stash(self) -> bool:

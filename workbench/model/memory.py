@@ -287,12 +287,33 @@ def _full_terms(chain: Chain, platform: Platform) -> LayerTerms:
     const = float(chain.meta.get("runtime_bytes", 0.0) or 0.0)
     parts = {"parameters": W, "gradients": grads, "master": master, "optimizer": optimizer, "offloaded": off,
              "precision": precision}
+    if platform.dp > 1:       # a rank of a data-parallel group (docs/model.md, "Layouts")
+        static, act, fwd, bwd, grad, created, step = _data_parallel(
+            chain, platform, parts, (act, fwd, bwd, grad, created, step, cols), G, n_states, wide, mixed, foreach)
     # one receive buffer for the activation coming in and one for the gradient coming back, at every
     # stage boundary (the neighbouring stage is on another device, by definition of a stage)
     buf_in = np.concatenate([[0.0], chain.cuts[:-1]])
     buf_out = chain.cuts.copy()
     return LayerTerms(act, head, tail, buf_in, buf_out, static, W * (1.0 if platform.stash else 0.0),
                       fwd, np.maximum(bwd, 0.0), grad, created, step, foreach, const, missing, "full", parts, ties)
+
+
+def _data_parallel(chain: Chain, platform: Platform, parts: dict, replica: tuple, G: np.ndarray, n_states: int,
+                   wide: float, mixed: bool, foreach: bool) -> tuple[np.ndarray, ...]:
+    """The replica's (act, fwd, bwd, grad, created, step) and ``parts`` turned into one rank's under ZeRO
+    (:mod:`workbench.parallel.data.memory`); returns static first. ``parts`` is updated in place."""
+    from workbench.parallel.data.memory import DataParallel, shard_layer_terms
+
+    act, fwd, bwd, grad, created, step, cols = replica
+    dp = DataParallel(platform.dp, platform.zero, pipelined=platform.devices > 1)
+    W = parts["parameters"]
+    t = shard_layer_terms(W, G, bwd, cols["in"], states=n_states, wide=wide, mixed=mixed,
+                          zeros=platform.zero_grad == "zeros", foreach=foreach, dp=dp)
+    parts.update({k: t[k] for k in ("parameters", "gradients", "master", "optimizer")})
+    static = t["parameters"] + t["gradients"] + t["master"] + t["optimizer"] + parts["offloaded"]
+    if platform.zero_grad == "none":      # a tied sharer's copy keeps the replica's gradient (grad - G)
+        grad, created = grad - G + t["made"], t["created"]
+    return (static, act + t["act"], fwd + t["fwd"], t["bwd"], grad, created, step * t["step"])
 
 
 def flushed_platform(platform: Platform) -> Platform:
@@ -317,7 +338,7 @@ def layer_terms(chain: Chain, platform: Platform) -> LayerTerms:
     40.0
     """
     key = (platform.memory_model, platform.optimizer, platform.precision, platform.weight_factor, platform.weights,
-           platform.zero_grad)
+           platform.zero_grad, platform.dp, platform.zero, platform.devices > 1)
     cache = chain.__dict__.setdefault("_memory_terms", {})
     if key not in cache:
         cache[key] = _paper_terms(chain, platform) if platform.memory_model == "paper" else _full_terms(chain, platform)
