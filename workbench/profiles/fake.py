@@ -231,13 +231,13 @@ def fake_zoo(name: str, batch_size: int, gpu: str | Accelerator, *, dtype: str |
 
 
 def fake_module(spec: str, gpu: str | Accelerator, *, seed: int = 0, calibration: Calibration = H100_CALIBRATION,
-                progress: bool = False) -> Chain:
-    """``--module FILE.py:FUNC`` profiled fake for ``gpu``: ``FUNC()`` runs inside the fake mode (the
-    metadata records ``module``, so ``run --profile`` finds the model again)."""
+                progress: bool = False, batch_size: int | None = None) -> Chain:
+    """``--module FILE.py:FUNC`` profiled fake for ``gpu``: ``FUNC()`` (``FUNC(batch_size=...)`` when given) runs
+    inside the fake mode (the metadata records ``module``, so ``run --profile`` finds the model again)."""
     from workbench.profiles.usermodel import load_user_model, parse_spec
 
     def build() -> tuple[Any, Any, Any, Callable]:
-        um = load_user_model(spec, seed)
+        um = load_user_model(spec, seed, **({} if batch_size is None else {"batch_size": batch_size}))
         for note in um.notes if progress else ():
             print(f"note: {note}", flush=True)
         return um.model, um.inputs, um.targets, um.loss

@@ -227,15 +227,22 @@ def _import(path: str) -> Any:
     return module
 
 
-def load_user_model(spec: str, seed: int = 0) -> UserModel:
-    """Import ``FILE.py``, call ``FUNC()`` after ``torch.manual_seed(seed)`` and check what it returned."""
+def user_function(spec: str) -> Any:
+    """The function ``FUNC`` of ``FILE.py`` (imported once), or a ``ValueError`` naming what is missing."""
     path, func = parse_spec(spec)
-    module = _import(path)
-    fn = getattr(module, func, None)
+    fn = getattr(_import(path), func, None)
     if not callable(fn):
         raise ValueError(f"--module {spec!r}: {path} has no function {func!r}")
+    return fn
+
+
+def load_user_model(spec: str, seed: int = 0, **kwargs: Any) -> UserModel:
+    """Import ``FILE.py``, call ``FUNC(**kwargs)`` after ``torch.manual_seed(seed)`` and check what it returned
+    (``kwargs``: e.g. the ``batch_size`` a layout search asks a builder that accepts one for)."""
+    path, func = parse_spec(spec)
+    fn = user_function(spec)
     torch.manual_seed(seed)
-    got = fn()
+    got = fn(**kwargs)
     if not isinstance(got, (tuple, list)) or len(got) != 4:
         size = f" of {len(got)}" if isinstance(got, (tuple, list)) else ""
         raise ValueError(f"--module {spec!r}: {func}() must return (model, example_inputs, example_targets, "

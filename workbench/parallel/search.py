@@ -1,0 +1,200 @@
+"""The layout search: every way to split a job over its GPUs, bounded, evaluated, the fastest that fits
+(docs/model.md, "Layouts").
+
+:func:`candidates` enumerates the layouts of a job: every factorisation ``tp x pp x dp`` of the GPUs with ``tp``
+dividing a node (``tp > 1`` where the workbench has tensor-parallel profiles), every ZeRO level (0 alone for
+``dp = 1``; 0 and 1 for the seed's periodic plans, whose stashed weight versions FSDP cannot shard), every
+micro-batch size the builder takes that divides the global batch over ``dp``, every schedule of
+:data:`SCHEDULES` (one stage: ``1f1b``, which on one stage is every flushed schedule), ``chunks`` 2 for the
+multi-stage schedules (or the ``--chunks`` given), and the activation policies ``keep`` and ``recompute`` (and
+``auto`` for the periodic plans, whose planner chooses per layer).
+
+:func:`search` orders them by a lower bound on their step time and evaluates them best first
+(:func:`workbench.parallel.evaluate.evaluate`), skipping a layout whose bound on some rank's memory exceeds the
+GPU's (:func:`memory_bound`: the rank holding the most holds at least the average of every rank's static state
+and of one micro-batch's activations) or whose time bound (:func:`time_bound`) is no better than the fastest
+layout that fits so far. The bounds are bounds of the model, so a skipped layout is never faster than the
+answer (``tests/test_search.py`` checks it against evaluating every layout).
+
+>>> from workbench.model.chain import Chain, Layer, Platform
+>>> from workbench.parallel.evaluate import Job
+>>> ch = Chain(tuple(Layer(f"l{i}", 0.01, 0.02, 4e6, 1e6) for i in range(8)), input_bytes=1e6)
+>>> job = Job(Platform(4, memory="1GB", bandwidth="100GB/s"), global_batch=8)
+>>> best = search(job, lambda tp, mbs: ch, schedules=("1f1b",))
+>>> best.best.layout.describe()
+'TP 1 x PP 1 x DP 4, DDP, 1f1b, micro-batch 1 x 2'
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field, replace
+from typing import Callable, Iterable, Sequence
+
+from workbench.methods import method as method_of
+from workbench.model.activations import apply_policies
+from workbench.model.memory import layer_terms
+from workbench.parallel.evaluate import ChainFor, Evaluation, Job, complete_layout, evaluate, pipeline_platform
+from workbench.parallel.layout import Layout
+
+__all__ = ["SCHEDULES", "Candidate", "SearchResult", "candidates", "search", "memory_bound", "time_bound",
+           "factorisations"]
+
+#: the schedules a search tries: the seed's periodic plans (``dp``), GPipe, 1F1B and torch's multi-stage ones
+SCHEDULES = ("dp", "gpipe", "1f1b", "interleaved-1f1b", "looped-bfs", "interleaved-zb", "zbv", "dualpipev")
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A layout (micro-batching and schedule set) and its activation policy, with its bounds once known."""
+
+    layout: Layout
+    activations: str = "keep"
+    bound_seconds: float = 0.0
+    bound_memory: float = 0.0
+
+
+@dataclass
+class SearchResult:
+    """The fastest layout that fits (``best``, None when none does), every evaluation, the candidates skipped
+    by a bound (``pruned``: (candidate, why)), and the search's figures."""
+
+    best: Evaluation | None
+    evaluated: list[Evaluation]
+    pruned: list[tuple[Candidate, str]]
+    seconds: float
+    notes: list[str] = field(default_factory=list)
+
+    def least_memory(self) -> float:
+        """The least largest per-rank peak of every layout evaluated or bounded (what a layout needs at least)."""
+        seen = [e.peak for e in self.evaluated if e.memory] + [c.bound_memory for c, _ in self.pruned]
+        return min(seen) if seen else math.inf
+
+
+def factorisations(devices: int, devices_per_node: int | None, tps: Iterable[int] | None = None
+                   ) -> list[tuple[int, int, int]]:
+    """Every (tp, pp, dp) with tp x pp x dp = ``devices`` and tp dividing a node (``tps``: the tp allowed).
+
+    >>> factorisations(8, 8, tps=(1, 2))[:4]
+    [(1, 1, 8), (1, 2, 4), (1, 4, 2), (1, 8, 1)]
+    """
+    node = devices_per_node or devices
+    out = []
+    for tp in range(1, min(node, devices) + 1):
+        if node % tp or devices % tp or (tps is not None and tp not in tps):
+            continue
+        rest = devices // tp
+        out += [(tp, pp, rest // pp) for pp in range(1, rest + 1) if rest % pp == 0]
+    return out
+
+
+def _schedules(pp: int, zero: int, layers: int, schedules: Sequence[str], chunks: int | None) -> list[tuple[str, int]]:
+    """(schedule, chunks) pairs for a pipeline of ``pp`` ranks over ``layers`` layers."""
+    if pp == 1:
+        return [("1f1b", 1)]
+    out = []
+    for name in schedules:
+        m = method_of(name)
+        if m.family == "periodic" and zero >= 2:
+            continue
+        v = m.fixed_chunks or ((chunks or 2) if m.torch_schedule else 1)
+        if pp * v <= layers:
+            out.append((name, v))
+    return out
+
+
+def candidates(job: Job, layers: int, *, micro_batch_sizes: Sequence[int | None] = (None,),
+               schedules: Sequence[str] = SCHEDULES, chunks: int | None = None, tps: Iterable[int] | None = (1,),
+               activations: Sequence[str] | None = None, zeros: Sequence[int] = (0, 1, 2, 3)) -> list[Candidate]:
+    """Every layout of the module docstring for a chain of ``layers`` layers (micro-batches filled in)."""
+    out = []
+    for tp, pp, dp in factorisations(job.devices, job.platform.devices_per_node, tps):
+        for zero in [z for z in zeros if dp > 1 or z == 0]:
+            for mbs in micro_batch_sizes:
+                size = mbs or job.micro_batch_size
+                if job.global_batch % (dp * size):
+                    continue
+                for name, v in _schedules(pp, zero, layers, schedules, chunks):
+                    periodic = method_of(name).family == "periodic"
+                    for act in activations or (("keep", "auto") if periodic else ("keep", "recompute")):
+                        if act == "auto" and not periodic:
+                            continue
+                        layout = Layout(tp=tp, pp=pp, dp=dp, zero=zero, micro_batch_size=mbs, schedule=name, chunks=v)
+                        out.append(Candidate(complete_layout(job, layout), act))
+    return out
+
+
+def _policy_chain(chain, activations: str):
+    return apply_policies(chain, "recompute") if activations == "recompute" else chain
+
+
+def memory_bound(job: Job, candidate: Candidate, chain) -> float:
+    """A lower bound on the largest per-rank peak: the average over the pipeline's ranks of the static state
+    (parameters, resident gradients, optimizer state as the rank's ZeRO level keeps them) and of one
+    micro-batch's activations (none for ``auto``, which may offload them)."""
+    layout = candidate.layout
+    t = layer_terms(_policy_chain(chain, candidate.activations), pipeline_platform(job, layout))
+    acts = 0.0 if candidate.activations == "auto" else float(t.act.sum())
+    return (float(t.static.sum()) + acts) / layout.pp
+
+
+def time_bound(job: Job, candidate: Candidate, chain) -> float:
+    """A lower bound on the step time: the pipeline's compute (GPipe and 1F1B: the flow-shop bound
+    (m + pp - 1) C / pp, C one micro-batch's compute; periodic plans: m max(C / pp, the largest layer); torch's
+    multi-stage schedules: m C / pp), ``auto`` as if every layer kept its activations."""
+    layout = candidate.layout
+    eff = _policy_chain(chain, candidate.activations)
+    m, pp = int(layout.micro_batches or 1), layout.pp
+    comp = eff.forward + eff.backward
+    C = float(comp.sum())
+    kind = method_of(layout.schedule or "1f1b")
+    if kind.family == "periodic":
+        return m * max(C / pp, float(comp.max()))
+    if kind.torch_schedule:
+        return m * C / pp
+    return (m + pp - 1) * C / pp
+
+
+def search(job: Job, chain_for: ChainFor, *, micro_batch_sizes: Sequence[int | None] = (None,),
+           schedules: Sequence[str] = SCHEDULES, chunks: int | None = None, tps: Iterable[int] | None = (1,),
+           activations: Sequence[str] | None = None, zeros: Sequence[int] = (0, 1, 2, 3),
+           progress: Callable[[str], None] | None = None, prune: bool = True) -> SearchResult:
+    """The fastest layout of ``job`` that fits (module docstring); ``prune=False`` evaluates every one."""
+    t0 = time.perf_counter()
+    chains: dict[tuple[int, int | None], object] = {}
+    notes: list[str] = []
+    found = []
+    layers = len(chain_for(1, micro_batch_sizes[0] or job.micro_batch_size))
+    for c in candidates(job, layers, micro_batch_sizes=micro_batch_sizes, schedules=schedules, chunks=chunks,
+                        tps=tps, activations=activations, zeros=zeros):
+        key = (c.layout.tp, c.layout.micro_batch_size)
+        if key not in chains:
+            try:
+                chains[key] = chain_for(*key)
+            except ValueError as e:
+                chains[key] = None
+                notes.append(f"tp={key[0]}, micro-batch size {key[1]}: not profiled ({e})")
+        if chains[key] is None:
+            continue
+        found.append(replace(c, bound_seconds=time_bound(job, c, chains[key]),
+                             bound_memory=memory_bound(job, c, chains[key])))
+    found.sort(key=lambda c: (c.bound_seconds, c.bound_memory))
+    best: Evaluation | None = None
+    evaluated: list[Evaluation] = []
+    pruned: list[tuple[Candidate, str]] = []
+    for i, c in enumerate(found):
+        if prune and c.bound_memory > job.platform.memory:
+            pruned.append((c, "memory bound"))
+            continue
+        if prune and best is not None and c.bound_seconds >= best.step_seconds:
+            pruned.append((c, "time bound"))
+            continue
+        e = evaluate(job, c.layout, chain_for, c.activations)
+        evaluated.append(e)
+        if e.fits and (best is None or e.step_seconds < best.step_seconds):
+            best = e
+            if progress:
+                progress(f"[{i + 1}/{len(found)}] {e.layout.describe()}, {e.activations}: "
+                         f"{e.tokens_per_second / job.devices:,.0f} tokens/s per GPU")
+    return SearchResult(best, evaluated, pruned, time.perf_counter() - t0, notes)
