@@ -85,10 +85,11 @@ def _checked_by(parse: Callable[..., float]) -> Callable[[str], str]:
     return check
 
 
-def _add_platform_args(p: argparse.ArgumentParser, *, required: bool = True) -> None:
+def _add_platform_args(p: argparse.ArgumentParser, *, required: bool = True, profile: bool | None = None) -> None:
     from workbench.model.plan import MAX_DEVICES
 
-    p.add_argument("--profile", required=required, help="profile: a CSV file, a PipeDream graph.txt, or a known name")
+    p.add_argument("--profile", required=required if profile is None else profile,
+                   help="profile: a CSV file, a PipeDream graph.txt, or a known name")
     p.add_argument("--devices", "-P", type=int_in(1, MAX_DEVICES), required=required,
                    help="number of devices (GPUs)" + ("" if required else "; default: the plan's"))
     from workbench.model.units import parse_bandwidth, parse_size
@@ -214,10 +215,12 @@ def _profile_parsers(sub: argparse._SubParsersAction) -> None:
 
 def _plan_parser(sub: argparse._SubParsersAction) -> None:
     """``plan``: the methods and what they accept come from the registry (:mod:`workbench.methods`)."""
-    p = sub.add_parser("plan", help="plan a pipeline under a memory limit")
-    _add_platform_args(p)
-    p.add_argument("--method", default="dp", help="planner: " + ", ".join(m.name for m in METHODS))
-    p.add_argument("--activations", default="keep", choices=["keep", "recompute", "offload", "auto"],
+    p = sub.add_parser("plan", help="plan a pipeline under a memory limit, or a layout of tensor x pipeline x data "
+                                    "parallelism (--parallel)")
+    _add_platform_args(p, profile=False)
+    p.add_argument("--method", default=None, help="planner: " + ", ".join(m.name for m in METHODS)
+                   + " (default dp; with --parallel: the schedule, default 1f1b, or every one with auto)")
+    p.add_argument("--activations", default=None, choices=["keep", "recompute", "offload", "auto"],
                    help="activation policy of every layer (docs/model.md, 'Activation policies'); auto: chosen per "
                         f"layer ({', '.join(names(auto_activations=True))}; other periodic methods: for their own "
                         "partition)")
@@ -239,7 +242,21 @@ def _plan_parser(sub: argparse._SubParsersAction) -> None:
                         "(default 2; the V schedules always take 2)")
     p.add_argument("--json", dest="json_out", default=None, help="write the plan as JSON to this file")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress lines on stderr")
+    _add_layout_args(p)
     p.set_defaults(handler=_plan)
+
+
+def _add_layout_args(p: argparse.ArgumentParser) -> None:
+    """``plan``'s layout options (docs/model.md, "Layouts")."""
+    _add_module_arg(p)
+    p.add_argument("--fake", action="store_true", help="with --module: profile under fake tensors for --gpu")
+    p.add_argument("--parallel", default=None, metavar="auto|tp=T,pp=P,dp=D[,zero=Z]",
+                   help="a layout of the --devices: auto (search every one: the fastest that fits) or one to "
+                        "evaluate (also mbs=, schedule=, chunks=)")
+    p.add_argument("--global-batch", type=int_in(1), default=None, metavar="G",
+                   help="with --parallel: samples per optimizer step (micro-batches = G / (dp x micro-batch size))")
+    p.add_argument("--profile-cache", default=None, metavar="DIR",
+                   help="with --module: where profiles are cached by content (default build/profiles)")
 
 
 def _check_and_simulate_parsers(sub: argparse._SubParsersAction) -> None:

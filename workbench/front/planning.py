@@ -50,6 +50,8 @@ def platform_from_args(args: argparse.Namespace, plan=None):
     model = chosen["memory_model"]
     extra = ({"weight_factor": chosen["weight_factor"]} if model == "paper" else
              {"optimizer": chosen["optimizer"], "precision": chosen["precision"], "zero_grad": chosen["zero_grad"]})
+    if setup.get("dp", 1) > 1:   # a layout's pipeline: each device a rank of a data-parallel group
+        extra.update(dp=int(setup["dp"]), zero=int(setup.get("zero", 0)))
     return Platform(args.devices, latency=args.latency, weights=chosen["weights"], memory_model=model,
                     **_links(args, setup),
                     host_bandwidth=getattr(args, "host_bandwidth", None) or setup.get("host_bandwidth", "31.5GB/s"),
@@ -86,8 +88,9 @@ def _resolve_plan_context(args: argparse.Namespace, plan):
 
     if args.profile is None:
         raise ValueError("--profile is required to check or simulate a plan (the chain the plan was made for)")
-    if args.devices is None:
-        args.devices = plan.devices
+    if args.devices is None or (plan.parallel and args.devices == plan.parallel["parallel"].get("pp", 1) * plan.parallel[
+            "parallel"].get("tp", 1) * plan.parallel["parallel"].get("dp", 1)):
+        args.devices = plan.devices         # a layout's plan is one replica's pipeline of pp ranks
     chain, platform = chain_from_args(args), platform_from_args(args, plan)
     validate_setup(platform, chain)
     return chain, platform
@@ -97,6 +100,17 @@ def plan_command(args: argparse.Namespace) -> int:
     from workbench.planners import GENERAL_METHODS
     from workbench.planners import plan as run_planner
 
+    if getattr(args, "parallel", None) or getattr(args, "module", None):
+        from workbench.front.layouts import layout_command   # a layout (docs/model.md, "Layouts")
+
+        return layout_command(args)
+    if not args.profile:
+        raise ValueError("plan: give --profile FILE (a pipeline) or --module FILE.py:FUNC --parallel ... (a layout)")
+    if getattr(args, "global_batch", None) or getattr(args, "fake", False):
+        raise ValueError("--global-batch and --fake go with --parallel (a layout of tensor x pipeline x data "
+                         "parallelism)")
+    args.method = args.method or "dp"
+    args.activations = args.activations or "keep"
     chosen = method(args.method)  # an unknown method is refused before the profile is read
     if args.allocation not in chosen.allocations:
         raise ValueError(f"--allocation {args.allocation}: method {args.method!r} plans contiguous allocations only; "

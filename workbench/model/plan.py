@@ -39,7 +39,7 @@ from workbench.model.units import format_bytes, format_seconds
 __all__ = [
     "Stage", "Plan", "Status", "MAX_DEVICES", "MAX_MICRO_BATCHES", "stages_of", "in_flight", "make_plan",
     "infeasible_plan", "lower_bound", "device_memory", "stage_in_flight", "chain_for_plan", "memory_setup",
-    "with_memory_setup",
+    "with_memory_setup", "LAYOUT_KEYS",
 ]
 
 Status = Literal["optimal", "feasible", "infeasible", "timeout"]
@@ -124,6 +124,10 @@ class Plan:
     #: one activation policy per layer, in layer order (docs/model.md, "Activation policies");
     #: empty means every layer keeps its activations
     activations: tuple[str, ...] = ()
+    #: a layout's plan (docs/model.md, "Layouts"): the JSON's top-level ``parallel``, ``tokens_per_second``,
+    #: ``mfu``, ``step_seconds``, ``frontier``, ... (:data:`LAYOUT_KEYS`); empty for a plan of one pipeline
+    #: (``tp = dp = 1``). The plan's own fields are one replica's pipeline: ``devices`` its ``pp`` ranks.
+    parallel: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
     @property
     def feasible(self) -> bool:
@@ -179,6 +183,8 @@ class Plan:
             d["memory_setup"] = dict(self.setup)
         if self.assignment:
             d["activations"] = list(self.activations) if self.activations else ["keep"] * len(self.assignment)
+        if self.parallel:
+            d.update(_layout_json(self))
         return d
 
     def to_json(self, path: str | Path | None = None, indent: int = 2) -> str:
@@ -205,6 +211,8 @@ class Plan:
             raise ValueError(f"a plan is a JSON object, got {_json_kind(d)}")
         if "devices" not in d:
             raise ValueError("devices: missing (the number of devices the plan is for)")
+        if "parallel" in d:     # a layout's plan: devices and memory count every GPU, the fields one pipeline's
+            d = _pipeline_json(d)
         devices = _whole(d["devices"], "devices", 1, MAX_DEVICES)
         stages_in = _list(d.get("stages", []), "stages")
         stages = []
@@ -253,6 +261,7 @@ class Plan:
             extra=extra,
             setup=dict(setup),
             activations=_activations(d.get("activations"), len(d.get("assignment", []))),
+            parallel={k: d[k] for k in LAYOUT_KEYS if k in d},
         )
 
     @classmethod
@@ -313,6 +322,45 @@ class Plan:
             f"  {len(self.stages)} stages on {self.devices} devices; memory per device (limit {lim}): {mem}\n"
             f"  solved in {self.solve_seconds:.2f} s{acts}"
         )
+
+
+#: the top-level keys of a layout's plan (docs/model.md, "Layouts"), kept in ``Plan.parallel``
+LAYOUT_KEYS = ("parallel", "global_batch", "tokens_per_sample", "step_seconds", "tokens_per_second",
+               "tokens_per_second_per_gpu", "mfu", "mfu_convention", "step_breakdown", "pipeline_memory",
+               "frontier", "search")
+
+
+def _layout_json(plan: Plan) -> dict[str, Any]:
+    """A layout's keys (``plan.parallel``), with ``devices`` every GPU and ``memory`` every rank's peak, in the
+    layout's rank order (tp innermost, then dp, then pp); ``pipeline_memory`` the pipeline ranks'."""
+    from workbench.parallel.layout import Layout
+
+    layout = Layout.from_dict(plan.parallel["parallel"])
+    out = dict(plan.parallel)
+    out["pipeline_memory"] = list(plan.memory)
+    out["devices"] = layout.devices
+    if plan.memory:
+        out["memory"] = [plan.memory[layout.coords(r)[0]] for r in range(layout.devices)]
+    return out
+
+
+def _pipeline_json(d: dict[str, Any]) -> dict[str, Any]:
+    """A layout plan's JSON object read as its pipeline's: ``devices`` the layout's ``pp``, ``memory`` per pipeline
+    rank (``pipeline_memory``, or the per-rank list at ranks (p, 0, 0))."""
+    from workbench.parallel.layout import Layout
+
+    layout = Layout.from_dict(d["parallel"])
+    d = dict(d)
+    ranks = d.get("memory", [])
+    if "pipeline_memory" in d:
+        d["memory"] = d["pipeline_memory"]
+    elif isinstance(ranks, list) and len(ranks) == layout.devices:
+        d["memory"] = [ranks[layout.rank(pp=p)] for p in range(layout.pp)]
+    if _whole(d.get("devices", layout.devices), "devices") != layout.devices:
+        raise ValueError(f"devices: {d.get('devices')} is not the layout's {layout.devices} GPUs "
+                         f"(tp={layout.tp} x pp={layout.pp} x dp={layout.dp})")
+    d["devices"] = layout.pp
+    return d
 
 
 def _json_kind(x: Any) -> str:
@@ -464,8 +512,11 @@ def memory_setup(chain: Chain, platform: Platform) -> dict[str, Any]:
     if platform.memory_model == "paper":
         return {"memory_model": "paper", "weight_factor": platform.weight_factor, "weights": platform.weights}
     terms = layer_terms(chain, platform)
-    return {"memory_model": "full", "optimizer": platform.optimizer, "precision": terms.parts["precision"],
-            "weights": platform.weights, "zero_grad": platform.zero_grad, "estimated": list(terms.estimated)}
+    out = {"memory_model": "full", "optimizer": platform.optimizer, "precision": terms.parts["precision"],
+           "weights": platform.weights, "zero_grad": platform.zero_grad, "estimated": list(terms.estimated)}
+    if platform.dp > 1:        # each device is a rank of a data-parallel group (docs/model.md, "Layouts")
+        out.update(dp=platform.dp, zero=platform.zero)
+    return out
 
 
 def chain_for_plan(plan: Plan, chain: Chain) -> Chain:

@@ -91,10 +91,12 @@ class RankChains:
 
     def takes_batch_size(self) -> bool:
         """Whether the builder accepts ``batch_size`` (a search may then try other micro-batch sizes)."""
-        from workbench.profiles.usermodel import user_function
+        from workbench.profiles import usermodel
 
+        path, func = usermodel.parse_spec(self.spec)
+        fn = getattr(usermodel._import(path), func, None)
         try:
-            return "batch_size" in inspect.signature(user_function(self.spec)).parameters
+            return callable(fn) and "batch_size" in inspect.signature(fn).parameters
         except (TypeError, ValueError):
             return False
 

@@ -11,10 +11,12 @@ multi-stage schedules (or the ``--chunks`` given), and the activation policies `
 
 :func:`search` orders them by a lower bound on their step time and evaluates them best first
 (:func:`workbench.parallel.evaluate.evaluate`), skipping a layout whose bound on some rank's memory exceeds the
-GPU's (:func:`memory_bound`: the rank holding the most holds at least the average of every rank's static state
-and of one micro-batch's activations) or whose time bound (:func:`time_bound`) is no better than the fastest
-layout that fits so far. The bounds are bounds of the model, so a skipped layout is never faster than the
-answer (``tests/test_search.py`` checks it against evaluating every layout).
+GPU's (:func:`memory_bound`), whose time bound (:func:`time_bound`) is no better than the fastest layout that
+fits so far, or that holds no less memory on every rank than one of the same degrees and schedule found not to
+fit (a lower ZeRO level, a policy that keeps more, a larger micro-batch: the model's memory grows with each;
+for the memory-aware planners, whose partition changes with the limit, this is assumed). The bounds are bounds
+of the model, so a skipped layout is never faster than the answer (``tests/test_search.py`` checks it against
+evaluating every layout).
 
 >>> from workbench.model.chain import Chain, Layer, Platform
 >>> from workbench.parallel.evaluate import Job
@@ -129,20 +131,62 @@ def _policy_chain(chain, activations: str):
     return apply_policies(chain, "recompute") if activations == "recompute" else chain
 
 
+def bottleneck(terms, counts: Sequence[int]) -> float:
+    """The least largest resident memory of a stage over every split of the chain into ``len(counts)`` contiguous
+    stages, stage s holding ``counts[s]`` micro-batches (bisection on the bound, each probe greedy: a stage takes
+    as many layers as fit, which leaves the later stages the least to hold)."""
+    from workbench.model.memory import stage_memory
+
+    L = len(terms)
+
+    def fits(bound: float) -> bool:
+        a = 0
+        for k in counts:
+            if a == L:
+                return True
+            b = a
+            while b < L and stage_memory(terms, a, b, k) <= bound:
+                b += 1
+            if b == a:
+                return False
+            a = b
+        return a == L
+
+    lo, hi = 0.0, stage_memory(terms, 0, L - 1, max(counts))
+    for _ in range(40):
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if fits(mid) else (mid, hi)
+        if hi - lo <= 1e-4 * hi:
+            break
+    return lo
+
+
 def memory_bound(job: Job, candidate: Candidate, chain) -> float:
-    """A lower bound on the largest per-rank peak: the average over the pipeline's ranks of the static state
-    (parameters, resident gradients, optimizer state as the rank's ZeRO level keeps them) and of one
-    micro-batch's activations (none for ``auto``, which may offload them)."""
+    """A lower bound on the largest per-rank peak (no plan of the layout holds less on its fullest rank): the
+    average over the pipeline's ranks of the static state (parameters, resident gradients, optimizer state as the
+    rank's ZeRO level keeps them) and of one micro-batch's activations (none for ``auto``, which may offload
+    them), and the least largest resident memory of a stage (:func:`bottleneck`) with the micro-batches each
+    stage holds at least: GPipe m, 1F1B min(m, pp - s), every other schedule one."""
     layout = candidate.layout
-    t = layer_terms(_policy_chain(chain, candidate.activations), pipeline_platform(job, layout))
+    eff = _policy_chain(chain, candidate.activations)
+    t = layer_terms(eff, pipeline_platform(job, layout))
     acts = 0.0 if candidate.activations == "auto" else float(t.act.sum())
-    return (float(t.static.sum()) + acts) / layout.pp
+    average = (float(t.static.sum()) + acts) / layout.pp
+    if candidate.activations == "auto" or layout.pp == 1:
+        return average
+    m, pp = int(layout.micro_batches or 1), layout.pp
+    counts = {"gpipe": [m] * pp, "1f1b": [min(m, pp - s) for s in range(pp)]}.get(
+        layout.schedule or "", [1] * (pp * layout.chunks))
+    return max(average, bottleneck(t, counts))
 
 
 def time_bound(job: Job, candidate: Candidate, chain) -> float:
     """A lower bound on the step time: the pipeline's compute (GPipe and 1F1B: the flow-shop bound
     (m + pp - 1) C / pp, C one micro-batch's compute; periodic plans: m max(C / pp, the largest layer); torch's
-    multi-stage schedules: m C / pp), ``auto`` as if every layer kept its activations."""
+    multi-stage schedules: m C / pp; ``auto`` as if every layer kept its activations), and FSDP2 on one stage
+    at least its collectives on the link; plus the optimizer step of the average rank."""
+    from workbench.parallel.evaluate import data_parallel_ring, optimizer_seconds
+
     layout = candidate.layout
     eff = _policy_chain(chain, candidate.activations)
     m, pp = int(layout.micro_batches or 1), layout.pp
@@ -150,10 +194,90 @@ def time_bound(job: Job, candidate: Candidate, chain) -> float:
     C = float(comp.sum())
     kind = method_of(layout.schedule or "1f1b")
     if kind.family == "periodic":
-        return m * max(C / pp, float(comp.max()))
-    if kind.torch_schedule:
-        return m * C / pp
-    return (m + pp - 1) * C / pp
+        compute = m * max(C / pp, float(comp.max()))
+    elif kind.torch_schedule:
+        compute = m * C / pp
+    else:
+        compute = (m + pp - 1) * C / pp
+    if pp == 1 and layout.zero >= 2 and layout.dp > 1:
+        ring = data_parallel_ring(job, layout)
+        W, G = float(eff.weights.sum()), float(sum(_grad_bytes(eff)))
+        link = m * ((2 if layout.zero == 3 else 1) * ring("all_gather", W) + ring("reduce_scatter", G))
+        compute = max(compute, link)
+    return compute + optimizer_seconds(eff, pipeline_platform(job, layout), layout, job,
+                                       [list(range(len(eff)))])[0] / pp
+
+
+def _grad_bytes(chain) -> list[float]:
+    return [float(l.weight_bytes if l.grad_bytes is None else l.grad_bytes) for l in chain.layers]
+
+
+#: activation policies by the memory they hold, least first
+_POLICY_MEMORY = {"auto": 0, "offload": 0, "recompute": 1, "keep": 2}
+
+
+def _memory_order(c: Candidate) -> tuple[tuple, tuple[int, int, int]]:
+    """A candidate's group (what else it shares with the layouts it is compared with) and its position in
+    memory: holding no less than another of its group when each coordinate is at least the other's (a lower
+    ZeRO level, a policy that keeps more, a larger micro-batch)."""
+    lay = c.layout
+    group = (lay.tp, lay.pp, lay.dp, lay.schedule, lay.chunks)
+    return group, (-lay.zero, _POLICY_MEMORY.get(c.activations, 2), int(lay.micro_batch_size or 1))
+
+
+def _probe_of(c: Candidate, found: Sequence[Candidate]) -> tuple[Layout, str]:
+    """The key of the leanest candidate of ``c``'s group: the highest ZeRO level the schedule takes (2 in a
+    pipeline, where 3 holds the same), every layer recomputed (periodic plans: ``auto``), the smallest
+    micro-batch."""
+    lay = c.layout
+    periodic = method_of(lay.schedule or "1f1b").family == "periodic"
+    zero = 0 if lay.dp == 1 else (1 if periodic else (3 if lay.pp == 1 else 2))
+    sizes = [x.layout.micro_batch_size for x in found if _memory_order(x)[0] == _memory_order(c)[0]]
+    mbs = min(sizes, key=lambda v: v or 0) if sizes else lay.micro_batch_size
+    m = (lay.micro_batches or 1) * (lay.micro_batch_size or 1) // (mbs or 1)
+    return replace(lay, zero=zero, micro_batch_size=mbs, micro_batches=m), ("auto" if periodic else "recompute")
+
+
+class _Search:
+    """The state of one search: the best layout that fits, what was evaluated and skipped, and the layouts
+    found not to fit, by group (:func:`_memory_order`)."""
+
+    def __init__(self, job: Job, chain_for: ChainFor, prune: bool, progress: Callable[[str], None] | None,
+                 total: int) -> None:
+        self.job, self.chain_for, self.prune, self.progress, self.total = job, chain_for, prune, progress, total
+        self.best: Evaluation | None = None
+        self.evaluated: list[Evaluation] = []
+        self.pruned: list[tuple[Candidate, str]] = []
+        self.over: dict[tuple, list[tuple[int, int, int]]] = {}
+        self.done: set[Candidate] = set()
+
+    def skip(self, c: Candidate) -> str:
+        """Why ``c`` need not be evaluated ('' when it must)."""
+        if not self.prune:
+            return ""
+        if c.bound_memory > self.job.platform.memory:
+            return "memory bound"
+        if c.layout.pp > 1 and c.layout.zero == 3:
+            return "in a pipeline zero 3 holds what zero 2 holds and gathers more"
+        if self.best is not None and c.bound_seconds >= self.best.step_seconds:
+            return "time bound"
+        group, lean = _memory_order(c)
+        if any(all(x >= y for x, y in zip(lean, o)) for o in self.over.get(group, ())):
+            return "holds more than a layout that does not fit"
+        return ""
+
+    def run(self, c: Candidate) -> None:
+        e = evaluate(self.job, c.layout, self.chain_for, c.activations)
+        self.done.add(c)
+        self.evaluated.append(e)
+        if e.status == "over" or (e.status == "infeasible" and "fit" in e.note):
+            group, lean = _memory_order(c)
+            self.over.setdefault(group, []).append(lean)
+        if e.fits and (self.best is None or e.step_seconds < self.best.step_seconds):
+            self.best = e
+            if self.progress:
+                self.progress(f"[{len(self.evaluated)} evaluated] {e.layout.describe()}, {e.activations}: "
+                              f"{e.tokens_per_second / self.job.devices:,.0f} tokens/s per GPU")
 
 
 def search(job: Job, chain_for: ChainFor, *, micro_batch_sizes: Sequence[int | None] = (None,),
@@ -180,21 +304,20 @@ def search(job: Job, chain_for: ChainFor, *, micro_batch_sizes: Sequence[int | N
         found.append(replace(c, bound_seconds=time_bound(job, c, chains[key]),
                              bound_memory=memory_bound(job, c, chains[key])))
     found.sort(key=lambda c: (c.bound_seconds, c.bound_memory))
-    best: Evaluation | None = None
-    evaluated: list[Evaluation] = []
-    pruned: list[tuple[Candidate, str]] = []
-    for i, c in enumerate(found):
-        if prune and c.bound_memory > job.platform.memory:
-            pruned.append((c, "memory bound"))
+    state = _Search(job, chain_for, prune, progress, len(found))
+    by_key = {(x.layout, x.activations): x for x in found}
+    for c in found:
+        why = state.skip(c)
+        if why:
+            state.pruned.append((c, why))
             continue
-        if prune and best is not None and c.bound_seconds >= best.step_seconds:
-            pruned.append((c, "time bound"))
-            continue
-        e = evaluate(job, c.layout, chain_for, c.activations)
-        evaluated.append(e)
-        if e.fits and (best is None or e.step_seconds < best.step_seconds):
-            best = e
-            if progress:
-                progress(f"[{i + 1}/{len(found)}] {e.layout.describe()}, {e.activations}: "
-                         f"{e.tokens_per_second / job.devices:,.0f} tokens/s per GPU")
+        probe = by_key.get(_probe_of(c, found))
+        if prune and probe is not None and probe is not c and probe not in state.done and not state.skip(probe):
+            state.run(probe)                 # the leanest layout of c's group first: if it does not fit, none does
+            if state.skip(c):
+                state.pruned.append((c, state.skip(c)))
+                continue
+        if c not in state.done:
+            state.run(c)
+    best, evaluated, pruned = state.best, state.evaluated, state.pruned
     return SearchResult(best, evaluated, pruned, time.perf_counter() - t0, notes)

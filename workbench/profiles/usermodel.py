@@ -227,20 +227,20 @@ def _import(path: str) -> Any:
     return module
 
 
-def user_function(spec: str) -> Any:
-    """The function ``FUNC`` of ``FILE.py`` (imported once), or a ``ValueError`` naming what is missing."""
-    path, func = parse_spec(spec)
-    fn = getattr(_import(path), func, None)
-    if not callable(fn):
-        raise ValueError(f"--module {spec!r}: {path} has no function {func!r}")
-    return fn
-
-
 def load_user_model(spec: str, seed: int = 0, **kwargs: Any) -> UserModel:
     """Import ``FILE.py``, call ``FUNC(**kwargs)`` after ``torch.manual_seed(seed)`` and check what it returned
-    (``kwargs``: e.g. the ``batch_size`` a layout search asks a builder that accepts one for)."""
+    (``kwargs``: e.g. ``batch_size=``, for a function that takes it)."""
     path, func = parse_spec(spec)
-    fn = user_function(spec)
+    module = _import(path)
+    fn = getattr(module, func, None)
+    if not callable(fn):
+        raise ValueError(f"--module {spec!r}: {path} has no function {func!r}")
+    if kwargs:
+        import inspect
+
+        missing = [k for k in kwargs if k not in inspect.signature(fn).parameters]
+        if missing:
+            raise ValueError(f"--module {spec!r}: {func}() takes no {', '.join(missing)} argument")
     torch.manual_seed(seed)
     got = fn(**kwargs)
     if not isinstance(got, (tuple, list)) or len(got) != 4:

@@ -2,5 +2,10 @@
 holds under each ZeRO level (:mod:`~workbench.parallel.data.memory`, terms the memory model adds to a layer's),
 what its collectives cost and how much of them compute hides (:mod:`~workbench.parallel.data.time`), and torch's
 own trackers around a real FSDP2 or DDP step on a fake world, the independent check of the memory terms
-(:mod:`~workbench.parallel.data.witness`).
+(:mod:`~workbench.parallel.data.witness`), and every rank's predicted peak for the runtime that measures it
+(:mod:`~workbench.parallel.data.ranks`: :func:`rank_memory`, :func:`rank_memory_terms`).
 """
+
+from workbench.parallel.data.ranks import rank_memory, rank_memory_terms
+
+__all__ = ["rank_memory", "rank_memory_terms"]
