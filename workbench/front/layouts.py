@@ -210,9 +210,8 @@ def layout_plan(e: Evaluation, job: Job, chain_for: ChainFor, args: argparse.Nam
     micro-batches), the layout's keys (docs/model.md, "Layouts"), the frontier of a search."""
     import json
 
-    from workbench.planners import platform_links, recheck
-
     from workbench.parallel.evaluate import EXACT_FLUSH
+    from workbench.planners import platform_links, recheck
 
     if e.plan is None or not e.plan.feasible:
         return None
@@ -225,7 +224,8 @@ def layout_plan(e: Evaluation, job: Job, chain_for: ChainFor, args: argparse.Nam
     plan = e.plan if "extrapolated_from" in e.plan.extra else recheck(e.plan, chain, platform)
     parallel = {"parallel": e.layout.to_dict(), "global_batch": job.global_batch,
                 "tokens_per_sample": job.tokens_per_sample, "step_seconds": e.step_seconds,
-                "tokens_per_second": e.tokens_per_second, "tokens_per_second_per_gpu": e.tokens_per_second / job.devices,
+                "tokens_per_second": e.tokens_per_second,
+                "tokens_per_second_per_gpu": e.tokens_per_second / job.devices,
                 "mfu": e.mfu, "mfu_convention": MFU_CONVENTION, "step_breakdown": dict(e.breakdown)}
     if result is not None:
         parallel["frontier"] = [x.to_dict() for x in result.evaluated] + [

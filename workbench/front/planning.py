@@ -88,8 +88,8 @@ def _resolve_plan_context(args: argparse.Namespace, plan):
 
     if args.profile is None:
         raise ValueError("--profile is required to check or simulate a plan (the chain the plan was made for)")
-    if args.devices is None or (plan.parallel and args.devices == plan.parallel["parallel"].get("pp", 1) * plan.parallel[
-            "parallel"].get("tp", 1) * plan.parallel["parallel"].get("dp", 1)):
+    layout = plan.parallel.get("parallel", {})
+    if args.devices is None or (layout and args.devices == layout["tp"] * layout["pp"] * layout["dp"]):
         args.devices = plan.devices         # a layout's plan is one replica's pipeline of pp ranks
     chain, platform = chain_from_args(args), platform_from_args(args, plan)
     validate_setup(platform, chain)
@@ -101,7 +101,7 @@ def plan_command(args: argparse.Namespace) -> int:
     from workbench.planners import plan as run_planner
 
     if getattr(args, "parallel", None) or getattr(args, "module", None):
-        from workbench.front.layouts import layout_command   # a layout (docs/model.md, "Layouts")
+        from workbench.front.layouts import layout_command  # a layout (docs/model.md, "Layouts")
 
         return layout_command(args)
     if not args.profile:
