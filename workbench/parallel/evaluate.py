@@ -158,15 +158,21 @@ def pipeline_platform(job: Job, layout: Layout) -> Platform:
 EXACT_FLUSH = 20_000
 
 
-def extrapolation_points(pp: int, micro_batches: int) -> tuple[int, int] | None:
-    """Two micro-batch counts a flush of ``micro_batches`` on ``pp`` ranks is simulated at when it has more than
-    twice the larger: max(16, 2 pp) and that plus max(8, pp); None when it is simulated as it is.
+#: schedules whose flush grows linearly from pp micro-batches on (the V schedules: from 2 pp on)
+_LINEAR_FROM_PP = ("gpipe", "1f1b", "looped-bfs", "interleaved-1f1b", "interleaved-zb")
 
-    >>> extrapolation_points(8, 128), extrapolation_points(8, 32)
-    ((16, 24), None)
+
+def extrapolation_points(pp: int, micro_batches: int, schedule: str = "1f1b") -> tuple[int, int] | None:
+    """Two micro-batch counts a flush of ``micro_batches`` on ``pp`` ranks is simulated at when it has more than
+    twice the larger: max(16, pp) and that plus max(8, pp / 2); for the V schedules max(16, 2 pp) and that plus
+    max(8, pp); None when it is simulated as it is.
+
+    >>> extrapolation_points(8, 128), extrapolation_points(8, 128, "zbv"), extrapolation_points(8, 32)
+    ((16, 24), (16, 24), None)
     """
-    first = max(16, 2 * pp)
-    second = first + max(8, pp)
+    linear = schedule in _LINEAR_FROM_PP
+    first = max(16, pp if linear else 2 * pp)
+    second = first + max(8, pp // 2 if linear else pp)
     return (first, second) if micro_batches > 2 * second else None
 
 
@@ -198,20 +204,41 @@ def plan_pipeline(chain: Chain, platform: Platform, layout: Layout, activations:
     ``extrapolate`` is False)."""
     m = int(layout.micro_batches or 1)
     flushed = method_of(layout.schedule).family == "flushed"
-    points = extrapolation_points(layout.pp, m) if (flushed and extrapolate) else None
+    points = extrapolation_points(layout.pp, m, layout.schedule) if (flushed and extrapolate) else None
     if points is None:
         return _planned(chain, platform, layout, activations, m)
     (m1, m2) = points
-    a = _planned(chain, platform, layout, activations, m1)
     b = _planned(chain, platform, layout, activations, m2)
-    if not (a.feasible and b.feasible):
-        return b if not b.feasible else a
+    if not b.feasible:
+        return b
+    a = _same_partition(chain, platform, layout, activations, b, m1)
+    if not a.feasible:
+        return a
     grow = lambda x, y: y + (m - m2) * (y - x) / (m2 - m1)  # noqa: E731
     makespan = grow(a.extra["makespan"], b.extra["makespan"])
-    memory = tuple(grow(x, y) for x, y in zip(a.memory, b.memory))
+    memory = tuple(grow(x, y) for x, y in zip(a.memory, b.memory))     # GPipe's grows, 1F1B's is flat
+    if method_of(layout.schedule).torch_schedule:      # the order's peaks at m, exactly (no clock needed)
+        from workbench.parallel.data.ranks import pipeline_peaks
+
+        eff = b.with_(micro_batches=m)
+        memory = tuple(float(x) for x in pipeline_peaks(eff, chain, platform))
     note = f"simulated at {m1} and {m2} micro-batches, extended linearly to {m}"
     return b.with_(micro_batches=m, period=makespan / m, memory=memory, notes=tuple(b.notes) + (note,),
                    extra={**b.extra, "makespan": makespan, "extrapolated_from": [m1, m2]})
+
+
+def _same_partition(chain: Chain, platform: Platform, layout: Layout, activations: str, plan: Plan,
+                    micro_batches: int) -> Plan:
+    """The flush of ``plan``'s partition with ``micro_batches`` micro-batches: torch's multi-stage schedules on
+    the chain merged into its stages (one partition left to plan, no memory search); GPipe and 1F1B plan their
+    partition without the memory (the same)."""
+    from workbench.model.activations import apply_policies
+
+    if not method_of(layout.schedule).torch_schedule:
+        return _planned(chain, platform, layout, activations, micro_batches)
+    eff = apply_policies(chain, (activations,) * len(chain)) if activations not in ("keep", "auto") else chain
+    merged = eff.coarsen([(s.first, s.last) for s in sorted(plan.stages, key=lambda s: s.first)])
+    return _planned(merged, platform.with_(memory=math.inf), layout, "keep", micro_batches)
 
 
 def evaluate(job: Job, layout: Layout, chain_for: ChainFor, activations: str = "keep",

@@ -12,9 +12,10 @@ multi-stage schedules (or the ``--chunks`` given), and the activation policies `
 :func:`search` orders them by a lower bound on their step time and evaluates them best first
 (:func:`workbench.parallel.evaluate.evaluate`), skipping a layout whose bound on some rank's memory exceeds the
 GPU's (:func:`memory_bound`), whose time bound (:func:`time_bound`) is no better than the fastest layout that
-fits so far, or that holds no less memory on every rank than one of the same degrees and schedule found not to
-fit (a lower ZeRO level, a policy that keeps more, a larger micro-batch: the model's memory grows with each;
-for the memory-aware planners, whose partition changes with the limit, this is assumed). The bounds are bounds
+fits so far, or that holds no less memory on every rank than one of the same degrees, schedule and micro-batching
+found not to fit (a lower ZeRO level, a policy that keeps more: the model's memory grows with each; for the
+memory-aware planners, whose partition changes with the limit, this is assumed). The leanest layout of each
+group (the highest ZeRO level, every layer recomputed) is evaluated first. The bounds are bounds
 of the model, so a skipped layout is never faster than the answer (``tests/test_search.py`` checks it against
 evaluating every layout).
 
@@ -41,7 +42,7 @@ from workbench.parallel.evaluate import ChainFor, Evaluation, Job, complete_layo
 from workbench.parallel.layout import Layout
 
 __all__ = ["SCHEDULES", "Candidate", "SearchResult", "candidates", "search", "memory_bound", "time_bound",
-           "factorisations"]
+           "factorisations", "busiest_rank", "bottleneck"]
 
 #: the schedules a search tries: the seed's periodic plans (``dp``), GPipe, 1F1B and torch's multi-stage ones
 SCHEDULES = ("dp", "gpipe", "1f1b", "interleaved-1f1b", "looped-bfs", "interleaved-zb", "zbv", "dualpipev")
@@ -166,7 +167,8 @@ def memory_bound(job: Job, candidate: Candidate, chain) -> float:
     average over the pipeline's ranks of the static state (parameters, resident gradients, optimizer state as the
     rank's ZeRO level keeps them) and of one micro-batch's activations (none for ``auto``, which may offload
     them), and the least largest resident memory of a stage (:func:`bottleneck`) with the micro-batches each
-    stage holds at least: GPipe m, 1F1B min(m, pp - s), every other schedule one."""
+    stage holds at least: GPipe m, 1F1B min(m, pp - s), torch's schedules what their order holds, periodic
+    plans one."""
     layout = candidate.layout
     eff = _policy_chain(chain, candidate.activations)
     t = layer_terms(eff, pipeline_platform(job, layout))
@@ -177,14 +179,29 @@ def memory_bound(job: Job, candidate: Candidate, chain) -> float:
     m, pp = int(layout.micro_batches or 1), layout.pp
     counts = {"gpipe": [m] * pp, "1f1b": [min(m, pp - s) for s in range(pp)]}.get(
         layout.schedule or "", [1] * (pp * layout.chunks))
+    if method_of(layout.schedule or "1f1b").torch_schedule:
+        counts = _torch_counts(layout, m)
     return max(average, bottleneck(t, counts))
 
 
+def _torch_counts(layout: Layout, m: int) -> list[int]:
+    """Per stage, the micro-batches torch's order makes it hold at once, read off the order of at most
+    max(16, 2 pp) micro-batches (fewer hold no more; 1 where torch refuses that many)."""
+    from workbench.model.orders import order_counts, torch_order
+
+    S = layout.pp * layout.chunks
+    try:
+        order = torch_order(layout.schedule, layout.pp, layout.chunks, min(m, max(16, 2 * layout.pp)))
+    except ValueError:
+        return [1] * S
+    return [max(1, k) for k in order_counts(order, S)[0]]
+
+
 def time_bound(job: Job, candidate: Candidate, chain) -> float:
-    """A lower bound on the step time: the pipeline's compute (GPipe and 1F1B: the flow-shop bound
-    (m + pp - 1) C / pp, C one micro-batch's compute; periodic plans: m max(C / pp, the largest layer); torch's
-    multi-stage schedules: m C / pp; ``auto`` as if every layer kept its activations), and FSDP2 on one stage
-    at least its collectives on the link; plus the optimizer step of the average rank."""
+    """A lower bound on the step time: the pipeline's compute, with C one micro-batch's compute and b a bound on
+    the busiest rank's share of it (:func:`busiest_rank`): GPipe and 1F1B the flow-shop bound C + (m - 1) b,
+    periodic plans and torch's multi-stage schedules m b (``auto`` as if every layer kept its activations);
+    FSDP2 on one stage at least its collectives on the link; plus the optimizer step of the average rank."""
     from workbench.parallel.evaluate import data_parallel_ring, optimizer_seconds
 
     layout = candidate.layout
@@ -192,13 +209,9 @@ def time_bound(job: Job, candidate: Candidate, chain) -> float:
     m, pp = int(layout.micro_batches or 1), layout.pp
     comp = eff.forward + eff.backward
     C = float(comp.sum())
+    load = busiest_rank(comp, pp)
     kind = method_of(layout.schedule or "1f1b")
-    if kind.family == "periodic":
-        compute = m * max(C / pp, float(comp.max()))
-    elif kind.torch_schedule:
-        compute = m * C / pp
-    else:
-        compute = (m + pp - 1) * C / pp
+    compute = m * load if (kind.family == "periodic" or kind.torch_schedule) else C + (m - 1) * load
     if pp == 1 and layout.zero >= 2 and layout.dp > 1:
         ring = data_parallel_ring(job, layout)
         W, G = float(eff.weights.sum()), float(sum(_grad_bytes(eff)))
@@ -208,34 +221,57 @@ def time_bound(job: Job, candidate: Candidate, chain) -> float:
                                        [list(range(len(eff)))])[0] / pp
 
 
+def busiest_rank(compute, pp: int) -> float:
+    """A lower bound on the busiest pipeline rank's compute per micro-batch, whatever the partition: the
+    average C / pp, and for every k, ceil(k / pp) times the k-th largest layer (some rank holds at least
+    ceil(k / pp) of the k largest layers).
+
+    >>> busiest_rank([4.0, 4.0, 4.0, 1.0], 2)    # two of the three 4 s layers share a rank
+    8.0
+    """
+    largest = sorted((float(x) for x in compute), reverse=True)
+    return max([sum(largest) / pp] + [-(-k // pp) * c for k, c in enumerate(largest, start=1)])
+
+
 def _grad_bytes(chain) -> list[float]:
     return [float(l.weight_bytes if l.grad_bytes is None else l.grad_bytes) for l in chain.layers]
+
+
+def _estimate(c: Candidate, chain) -> float:
+    """The order candidates are evaluated in (fastest first, to prune early): the time bound plus the bubble a
+    schedule usually leaves, (pp - 1) / v of a micro-batch's compute per rank for the interleaved schedules, half
+    that for the zero-bubble and V ones (an estimate, not a bound: pruning uses the bound)."""
+    lay = c.layout
+    kind = method_of(lay.schedule or "1f1b")
+    if not kind.torch_schedule or lay.pp == 1:
+        return c.bound_seconds
+    eff = _policy_chain(chain, c.activations)
+    per_rank = float((eff.forward + eff.backward).sum()) / lay.pp
+    bubble = (lay.pp - 1) / lay.chunks * per_rank
+    return c.bound_seconds + (bubble / 2 if kind.split_backward else bubble)
 
 
 #: activation policies by the memory they hold, least first
 _POLICY_MEMORY = {"auto": 0, "offload": 0, "recompute": 1, "keep": 2}
 
 
-def _memory_order(c: Candidate) -> tuple[tuple, tuple[int, int, int]]:
-    """A candidate's group (what else it shares with the layouts it is compared with) and its position in
-    memory: holding no less than another of its group when each coordinate is at least the other's (a lower
-    ZeRO level, a policy that keeps more, a larger micro-batch)."""
+def _memory_order(c: Candidate) -> tuple[tuple, tuple[int, int]]:
+    """A candidate's group (the degrees, schedule and micro-batching it shares with the layouts it is compared
+    with) and its position in memory: it holds no less than another of its group when each coordinate is at
+    least the other's (a lower ZeRO level, a policy that keeps more). The micro-batch size is not ordered: a
+    larger one holds more per micro-batch but may leave fewer micro-batches, whose gradients accumulate."""
     lay = c.layout
-    group = (lay.tp, lay.pp, lay.dp, lay.schedule, lay.chunks)
-    return group, (-lay.zero, _POLICY_MEMORY.get(c.activations, 2), int(lay.micro_batch_size or 1))
+    group = (lay.tp, lay.pp, lay.dp, lay.schedule, lay.chunks, lay.micro_batch_size)
+    return group, (-lay.zero, _POLICY_MEMORY.get(c.activations, 2))
 
 
-def _probe_of(c: Candidate, found: Sequence[Candidate]) -> tuple[Layout, str]:
+def _probe_of(c: Candidate) -> tuple[Layout, str]:
     """The key of the leanest candidate of ``c``'s group: the highest ZeRO level the schedule takes (2 in a
-    pipeline, where 3 holds the same), every layer recomputed (periodic plans: ``auto``), the smallest
-    micro-batch."""
+    pipeline, where 3 holds the same), every layer recomputed (periodic plans: ``auto``)."""
     lay = c.layout
     periodic = method_of(lay.schedule or "1f1b").family == "periodic"
     zero = 0 if lay.dp == 1 else (1 if periodic else (3 if lay.pp == 1 else 2))
-    sizes = [x.layout.micro_batch_size for x in found if _memory_order(x)[0] == _memory_order(c)[0]]
-    mbs = min(sizes, key=lambda v: v or 0) if sizes else lay.micro_batch_size
-    m = (lay.micro_batches or 1) * (lay.micro_batch_size or 1) // (mbs or 1)
-    return replace(lay, zero=zero, micro_batch_size=mbs, micro_batches=m), ("auto" if periodic else "recompute")
+    return replace(lay, zero=zero), ("auto" if periodic else "recompute")
 
 
 class _Search:
@@ -248,7 +284,7 @@ class _Search:
         self.best: Evaluation | None = None
         self.evaluated: list[Evaluation] = []
         self.pruned: list[tuple[Candidate, str]] = []
-        self.over: dict[tuple, list[tuple[int, int, int]]] = {}
+        self.over: dict[tuple, list[tuple[int, int]]] = {}
         self.done: set[Candidate] = set()
 
     def skip(self, c: Candidate) -> str:
@@ -303,7 +339,7 @@ def search(job: Job, chain_for: ChainFor, *, micro_batch_sizes: Sequence[int | N
             continue
         found.append(replace(c, bound_seconds=time_bound(job, c, chains[key]),
                              bound_memory=memory_bound(job, c, chains[key])))
-    found.sort(key=lambda c: (c.bound_seconds, c.bound_memory))
+    found.sort(key=lambda c: (_estimate(c, chains[(c.layout.tp, c.layout.micro_batch_size)]), c.bound_memory))
     state = _Search(job, chain_for, prune, progress, len(found))
     by_key = {(x.layout, x.activations): x for x in found}
     for c in found:
@@ -311,7 +347,7 @@ def search(job: Job, chain_for: ChainFor, *, micro_batch_sizes: Sequence[int | N
         if why:
             state.pruned.append((c, why))
             continue
-        probe = by_key.get(_probe_of(c, found))
+        probe = by_key.get(_probe_of(c))
         if prune and probe is not None and probe is not c and probe not in state.done and not state.skip(probe):
             state.run(probe)                 # the leanest layout of c's group first: if it does not fit, none does
             if state.skip(c):

@@ -29,7 +29,7 @@ from workbench.model.chain import Chain, Platform
 from workbench.model.plan import Plan
 from workbench.parallel.layout import Layout
 
-__all__ = ["rank_memory", "rank_memory_terms", "rank_platform"]
+__all__ = ["rank_memory", "rank_memory_terms", "rank_platform", "pipeline_peaks"]
 
 
 def rank_platform(platform: Platform, layout: Layout) -> Platform:
@@ -37,7 +37,7 @@ def rank_platform(platform: Platform, layout: Layout) -> Platform:
     return platform.with_(devices=layout.pp, dp=layout.dp, zero=layout.zero if layout.dp > 1 else 0)
 
 
-def _pipeline_peaks(plan: Plan, chain: Chain, platform: Platform) -> list[float]:
+def pipeline_peaks(plan: Plan, chain: Chain, platform: Platform) -> list[float]:
     """The model's peak per pipeline rank of ``plan`` (module docstring)."""
     from workbench.model.activations import apply_policies
     from workbench.model.memory_views import plan_memory
@@ -66,7 +66,7 @@ def rank_memory(plan: Plan, chain: Chain, platform: Platform, layout: Layout, ra
     and ``zero`` are the layout's)."""
     pipeline = layout.coords(rank)[0]
     p = rank_platform(platform, layout)
-    model = _pipeline_peaks(plan, chain, p)[pipeline]
+    model = pipeline_peaks(plan, chain, p)[pipeline]
     if not engine:
         return float(model)
     from workbench.runtime.summary import engine_extra
