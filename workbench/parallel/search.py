@@ -70,8 +70,11 @@ class SearchResult:
     notes: list[str] = field(default_factory=list)
 
     def least_memory(self) -> float:
-        """The least largest per-rank peak of every layout evaluated or bounded (what a layout needs at least)."""
-        seen = [e.peak for e in self.evaluated if e.memory] + [c.bound_memory for c, _ in self.pruned]
+        """What the leanest layout needs on its fullest rank: the least of the evaluated layouts' peaks and of the
+        memory bounds of those skipped for it (every other skipped layout holds at least what one of these
+        holds)."""
+        seen = [e.peak for e in self.evaluated if e.memory] + [c.bound_memory for c, why in self.pruned
+                                                                if why == "memory bound"]
         return min(seen) if seen else math.inf
 
 
@@ -109,10 +112,14 @@ def _schedules(pp: int, zero: int, layers: int, schedules: Sequence[str], chunks
 
 def candidates(job: Job, layers: int, *, micro_batch_sizes: Sequence[int | None] = (None,),
                schedules: Sequence[str] = SCHEDULES, chunks: int | None = None, tps: Iterable[int] | None = (1,),
-               activations: Sequence[str] | None = None, zeros: Sequence[int] = (0, 1, 2, 3)) -> list[Candidate]:
-    """Every layout of the module docstring for a chain of ``layers`` layers (micro-batches filled in)."""
+               activations: Sequence[str] | None = None, zeros: Sequence[int] = (0, 1, 2, 3),
+               degrees: Sequence[tuple[int, int, int]] | None = None) -> list[Candidate]:
+    """Every layout of the module docstring for a chain of ``layers`` layers (micro-batches filled in);
+    ``degrees``: only these (tp, pp, dp)."""
     out = []
     for tp, pp, dp in factorisations(job.devices, job.platform.devices_per_node, tps):
+        if degrees is not None and (tp, pp, dp) not in degrees:
+            continue
         for zero in [z for z in zeros if dp > 1 or z == 0]:
             for mbs in micro_batch_sizes:
                 size = mbs or job.micro_batch_size
@@ -319,15 +326,17 @@ class _Search:
 def search(job: Job, chain_for: ChainFor, *, micro_batch_sizes: Sequence[int | None] = (None,),
            schedules: Sequence[str] = SCHEDULES, chunks: int | None = None, tps: Iterable[int] | None = (1,),
            activations: Sequence[str] | None = None, zeros: Sequence[int] = (0, 1, 2, 3),
-           progress: Callable[[str], None] | None = None, prune: bool = True) -> SearchResult:
-    """The fastest layout of ``job`` that fits (module docstring); ``prune=False`` evaluates every one."""
+           progress: Callable[[str], None] | None = None, prune: bool = True,
+           degrees: Sequence[tuple[int, int, int]] | None = None) -> SearchResult:
+    """The fastest layout of ``job`` that fits (module docstring); ``prune=False`` evaluates every one;
+    ``degrees``: only these (tp, pp, dp) (a family of layouts, e.g. the pure pipeline)."""
     t0 = time.perf_counter()
     chains: dict[tuple[int, int | None], object] = {}
     notes: list[str] = []
     found = []
     layers = len(chain_for(1, micro_batch_sizes[0] or job.micro_batch_size))
     for c in candidates(job, layers, micro_batch_sizes=micro_batch_sizes, schedules=schedules, chunks=chunks,
-                        tps=tps, activations=activations, zeros=zeros):
+                        tps=tps, activations=activations, zeros=zeros, degrees=degrees):
         key = (c.layout.tp, c.layout.micro_batch_size)
         if key not in chains:
             try:
