@@ -67,7 +67,7 @@ def families(devices: int) -> list[tuple[str, dict]]:
 def row(name: str, e, devices: int) -> str:
     if e is None:
         return f"{name:<34} {'-':<58} {'no layout fits':>10}"
-    return (f"{name:<34} {e.layout.describe()[:48] + ', ' + e.activations:<58} {e.tokens_per_second / devices:>10,.0f} "
+    return (f"{name:<34} {e.layout.describe() + ', ' + e.activations:<58} {e.tokens_per_second / devices:>10,.0f} "
             f"{e.mfu:>6.1%} {e.peak / 2**30:>8.1f} {e.step_seconds:>8.2f}")
 
 

@@ -89,7 +89,8 @@ def test_check_and_simulate_read_the_plan(made, capsys):
     (["--parallel", "pp=1,dp=4,mbs=3"], "global batch 16 is not a multiple of dp=4 x micro-batch size 3"),
     (["--parallel", "pp=2,dp=2,zero=2", "--method", "dp"], "zero=2 with 'dp': a periodic plan stashes"),
     (["--parallel", "pp=4,dp=1,zero=1"], "zero=1 shards over the data-parallel group, but dp=1"),
-    (["--parallel", "auto", "--memory", "1MB"], "no layout of 4 GPUs fits in 976.56 KiB per GPU: the least any needs on its fullest rank is"),
+    (["--parallel", "auto", "--memory", "1MB"],
+     "no layout of 4 GPUs fits in 976.56 KiB per GPU: the least any needs on its fullest rank is"),
     (["--parallel", "pp=1,dp=4", "--memory", "1MB"], "does not fit: its fullest ranks (pipeline rank 0) need"),
 ])
 def test_bad_input_is_one_line_exit_2(made, capsys, extra, message):
