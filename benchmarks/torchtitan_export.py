@@ -14,7 +14,7 @@ own, with the CPU build of torch::
     TORCHTITAN_022_PYTHON=venv-titan022/bin/python TORCHTITAN_030_PYTHON=venv-titan030/bin/python \\
         python benchmarks/torchtitan_export.py
 
-Without them it says so and exits 0 (nothing is checked). Measured here on 2026-11-27 (torch 2.13.0+cpu,
+Without them it says so and exits 0 (nothing is checked). Measured here on 2026-11-28 (torch 2.13.0+cpu,
 torchtitan 0.2.2 and 0.3.0 from the package registry): all six layouts below parse in both versions and every
 parsed value equals the exported one; 0.3.0's own split function (``_generate_llm_fqn_per_model_part``) gives the
 plan's blocks per stage for the split the 0.3 command line sets. Before the check, 0.3.0 refused the first
