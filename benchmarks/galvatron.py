@@ -26,13 +26,23 @@ cea12ffb146a220643c8f99f9cb84294755d29f8 (2026-06-16)::
 ``args_schema``, so the driver below registers the package without running its ``__init__``.) Without the two
 variables the Galvatron column is the run recorded here on 2026-11-29 (torch 2.13.0+cpu, 2 cores):
 
-- full search: DP 8, no PP or TP, ZeRO-2/ZeRO-3 chosen per layer (see ``GALVATRON_RECORDED``), 18.2 samples/s;
-- pipeline-only: PP 8 (4 blocks per stage), micro-batch 2 x 32, 1F1B, no checkpointing, 14.52 samples/s
-  (step 4.41 s), 1.0 minute of search; the full search took about an hour on this machine.
+- full search: DP 8 (no PP, no TP), ZeRO-3 on the first 16 blocks and ZeRO-2 on the last 16, the embedding and
+  the head in TP 2 with SP and ZeRO-3, no checkpointing, the global batch in 4 micro-batches of 16 (2 per GPU):
+  step 3.52 s, 18.19 samples/s; 19 minutes of search;
+- pipeline-only: PP 8 (4 blocks per stage), 32 micro-batches of 2, 1F1B, no checkpointing: step 4.41 s,
+  14.52 samples/s; 6 seconds of search.
 
-The workbench's column: ``plan --parallel auto`` when the workbench has it, else today's pipeline-only planner
-(1F1B over 8 GPUs, the micro-batch size among 1, 2, 4 that plans fastest, 64 samples a step); profiles are
-cached in ``build/galvatron/``. Run from the repository root: ``python benchmarks/galvatron.py``.
+The full search is 25 % faster than the pipeline alone, as issue 36 quotes (18.2 and 14.5 samples/s).
+
+The workbench's column: ``plan --parallel auto`` and Galvatron's full choice evaluated with ``--parallel``
+when the workbench has them, and today's pipeline-only planners (1F1B over 8 GPUs, the micro-batch size among
+1, 2, 4 that plans fastest, 64 samples a step; and the periodic ``dp``); profiles are cached in
+``build/galvatron/``. Run from the repository root: ``python benchmarks/galvatron.py``. Measured here on
+2026-11-29, before ``plan --parallel`` was merged (re-run the script once it is, for the first three workbench
+rows): 1F1B on PP 8 predicts 6.12 samples/s (micro-batch 1 x 64, peak 29.2 GiB), the periodic plan 6.70; both
+are below Galvatron's 14.52 mostly because the workbench's fake A100 profile puts a block's forward at 11.10 ms
+a sample where Galvatron's measured profile has 3.86 ms (2.88x): the roofline estimate, calibrated on H100
+measurements, is slower than Galvatron's A100 kernels, not the pipeline planner.
 """
 
 from __future__ import annotations
@@ -54,9 +64,12 @@ COMMIT = "cea12ffb146a220643c8f99f9cb84294755d29f8"
 GALVATRON_BLOCK_MS = 3.8590169
 #: Galvatron's answers, measured here (see the module docstring); "layers" is per block: (dp type, checkpoint)
 GALVATRON_RECORDED = {
-    "full": None,
+    "full": {"throughput": 18.188049412731036, "pp": 1, "tp": 1, "dp": 8, "global_batch": 64, "chunks": 4,
+             "pp_division": "32", "zero": "ZeRO-3 on 16 blocks, ZeRO-2 on 16; embedding and head TP 2 with SP, "
+             "ZeRO-3", "checkpoint": 0},
     "pipeline": {"throughput": 14.523663064489634, "pp": 8, "tp": 1, "dp": 1, "global_batch": 64, "chunks": 32,
-                 "pp_division": "4,4,4,4,4,4,4,4", "zero": "ZeRO-2 (dp 1: none)", "checkpoint": 0},
+                 "pp_division": "4,4,4,4,4,4,4,4", "zero": "ZeRO-3 on 0 blocks, ZeRO-2 on 32; embedding and head "
+                 "TP 1", "checkpoint": 0},
 }
 
 
@@ -114,7 +127,7 @@ def run_galvatron(space: str, python: str, src: str) -> dict:
     with tempfile.TemporaryDirectory() as out:
         overrides = [f"MEMORY_CONSTRAINT={80}", f"SEQ_LENGTH={SEQUENCE}", f"LOG_DIR={out}/logs",
                      "search_engine.profiling_info.time_profile_mode=batch",
-                     f"search_engine.options_info.output_config_path={out}"]
+                     f"+search_engine.options_info.output_config_path={out}"]
         if space == "pipeline":
             overrides += [f"search_engine.search_space_info.{k}=1" for k in ("disable_dp", "disable_tp", "disable_sp")]
         r = subprocess.run([python, "-c", _DRIVER, *overrides], capture_output=True, text=True,
@@ -135,9 +148,11 @@ def galvatron_answer(config: dict, throughput: float) -> dict:
     ckpt = [int(c) for c in config["checkpoint"].split(",")]
     default = {"zero2": "ZeRO-2", "ddp": "DDP"}[config["default_dp_type"]]
     zero3 = sum(sdp)
+    head = (f"; embedding and head TP {config['vtp']}{' with SP' if config.get('vsp') else ''}"
+            f"{', ZeRO-3' if config.get('embed_sdp') else ''}")
     return {"throughput": throughput, "pp": pp, "tp": max(tps), "dp": DEVICES // pp // max(tps),
             "global_batch": config["global_bsz"], "chunks": config["chunks"], "pp_division": config["pp_division"],
-            "zero": f"ZeRO-3 on {zero3} blocks, {default} on {len(sdp) - zero3}", "checkpoint": sum(ckpt)}
+            "zero": f"ZeRO-3 on {zero3} blocks, {default} on {len(sdp) - zero3}{head}", "checkpoint": sum(ckpt)}
 
 
 def _workbench(*args: str) -> subprocess.CompletedProcess:
@@ -196,7 +211,7 @@ def _galvatron_row(space: str, g: dict | None, source: str) -> str:
     if g is None:
         return f"Galvatron ({source}) | {space} | not recorded: run with GALVATRON_PYTHON and GALVATRON_SRC"
     layout = f"PP {g['pp']} x TP {g['tp']} x DP {g['dp']}, {g['zero']}, split {g['pp_division']}"
-    mbs = g["global_batch"] // g["chunks"]
+    mbs = g["global_batch"] // g["chunks"] // g["dp"]          # samples per micro-batch on one GPU (pipeline)
     return (f"Galvatron ({source}) | {space} | {layout} | {mbs} x {g['chunks']} | {g['checkpoint']} blocks | "
             f"{g['global_batch'] / g['throughput']:.2f} | {g['throughput']:.2f}")
 
@@ -229,7 +244,7 @@ def main() -> int:
         galv, source = GALVATRON_RECORDED, f"recorded, {COMMIT[:8]}"
     print(f"Llama-2-7B, {DEVICES} x {GPU}, sequence {SEQUENCE}, global batch {GLOBAL_BATCH}, bf16 + fp32 master, "
           "Adam")
-    print("planner | search | layout | micro-batch x count | recomputed | step s | samples/s")
+    print("planner | search | layout | micro-batch x count (per replica) | recomputed | step s | samples/s")
     print(_galvatron_row("full", galv["full"], source))
     print(_workbench_row("--parallel auto", workbench_parallel("auto")))
     for space, zero in (("Galvatron's full choice, ZeRO-3", 3), ("Galvatron's full choice, ZeRO-2", 2)):
