@@ -41,8 +41,9 @@ when the workbench has them, and today's pipeline-only planners (1F1B over 8 GPU
 2026-11-29, before ``plan --parallel`` was merged (re-run the script once it is, for the first three workbench
 rows): 1F1B on PP 8 predicts 6.12 samples/s (micro-batch 1 x 64, peak 29.2 GiB), the periodic plan 6.70; both
 are below Galvatron's 14.52 mostly because the workbench's fake A100 profile puts a block's forward at 11.10 ms
-a sample where Galvatron's measured profile has 3.86 ms (2.88x): the roofline estimate, calibrated on H100
-measurements, is slower than Galvatron's A100 kernels, not the pipeline planner.
+a sample where Galvatron's measured profile has 3.86 ms (2.88x): the gap is in the per-layer times (the
+workbench's roofline estimate for the Hugging Face model against Galvatron's measurement of its own kernels),
+not in the pipeline partition (both split the blocks 4 per stage).
 """
 
 from __future__ import annotations
