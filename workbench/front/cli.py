@@ -1,7 +1,7 @@
 """``python -m workbench``: the command line; the model, the validity rules and the plan JSON are in docs/model.md.
 
 Sub-commands: ``profile-info``, ``profile``, ``plan``, ``check``,
-``simulate``, ``run``, ``reproduce``, ``largest``, ``demo``. Each handler lives in a module
+``simulate``, ``run``, ``export``, ``reproduce``, ``largest``, ``demo``. Each handler lives in a module
 of :mod:`workbench.front` imported when its command runs, so ``--help`` stays fast. Bad input (an option out of range, a
 file that is not a profile or a plan, an output path that is a folder or in a
 missing folder) gets one line ``error: ...`` on stderr and exit status 2, before
@@ -176,6 +176,7 @@ def build_parser() -> argparse.ArgumentParser:
     _plan_parser(sub)
     _check_and_simulate_parsers(sub)
     _run_parser(sub)
+    _export_parser(sub)
     _study_parsers(sub)
     return ap
 
@@ -288,6 +289,18 @@ def _run_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=_run)
 
 
+def _export_parser(sub: argparse._SubParsersAction) -> None:
+    """``export``: a plan with a layout as torchtitan's settings or Megatron-LM's flags."""
+    p = sub.add_parser("export", help="a plan (plan --parallel) as torchtitan's settings or Megatron-LM's flags")
+    p.add_argument("plan_file", help="a plan JSON file with a \"parallel\" layout (plan --parallel ... --json)")
+    p.add_argument("--to", required=True, choices=["torchtitan", "megatron"],
+                   help="torchtitan: a TOML file for torchtitan 0.2 (--job.config_file), torchtitan 0.3's command "
+                        "line in a comment; megatron: Megatron-LM's command-line flags")
+    p.add_argument("--seq-len", type=int_in(1), default=None, help="sequence length (default: the plan's)")
+    p.add_argument("--out", default=None, help="write here (default: standard output)")
+    p.set_defaults(handler=_export)
+
+
 def _study_parsers(sub: argparse._SubParsersAction) -> None:
     """``reproduce``, ``largest`` and ``demo``."""
     p = sub.add_parser("reproduce", help="recompute every figure of the experiments")
@@ -354,6 +367,11 @@ def _run(args: argparse.Namespace) -> int:
     return run_command(args)
 
 
+def _export(args: argparse.Namespace) -> int:
+    from workbench.front.exporting import export_command
+    return export_command(args)
+
+
 def _reproduce(args: argparse.Namespace) -> int:
     from workbench.front.studies import reproduce_command
     return reproduce_command(args)
@@ -375,6 +393,7 @@ OUTPUTS: dict[str, list[tuple[str, str, str]]] = {
     "simulate": [("out", "--out", "file")],
     "profile": [("out", "--out", "file")],
     "run": [("out", "--out", "folder")],
+    "export": [("out", "--out", "file")],
     "reproduce": [("out", "--out", "folder")],
     "demo": [("out", "--out", "folder")],
 }
