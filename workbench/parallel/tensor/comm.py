@@ -21,10 +21,11 @@ fake process group nothing is sent, and the shapes, hence the bytes, are those a
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 import torch
 from torch.distributed.tensor.debug import CommDebugMode
@@ -32,7 +33,7 @@ from torch.utils._pytree import tree_leaves
 
 from workbench.profiles.local import local_bytes
 
-__all__ = ["Collective", "CollectiveBytes", "PHASES", "summary"]
+__all__ = ["Collective", "CollectiveBytes", "PHASES", "summary", "waited_collectives"]
 
 PHASES = ("forward", "backward")
 
@@ -129,3 +130,40 @@ def summary(records: Iterable[Collective]) -> str:
         if counts:
             parts.append(f"{phase}: " + ", ".join(f"{n} {k} ({sizes[k]} B)" for k, n in counts.items()))
     return "; ".join(parts)
+
+
+def _held_elsewhere(t: torch.Tensor) -> bool:
+    """Whether something besides the caller holds ``t`` or its storage (a collective's work object, on its
+    thread): the tensor's own references, and the storage's (``t`` and the storage object asked for here)."""
+    return t._use_count() > 1 or torch._C._storage_Use_Count(t.untyped_storage()._cdata) > 2
+
+
+@contextlib.contextmanager
+def waited_collectives(settle: float = 0.5) -> Iterator[None]:
+    """Inside, every functional collective is waited for where it is issued, as torch does under fake tensors
+    (and when compiling), and its buffer is held by the caller alone when the next operation starts. Eager
+    torch hands back an ``AsyncCollectiveTensor`` that waits at its first use, and one never used (a layer's
+    input gradient dropped by the profiler) keeps its buffer until the process ends; and gloo's worker thread
+    drops its own reference to a finished collective's tensor a moment after the wait returns, so when the
+    caller frees it would race with the ranks' threads. Here the wait also lets that reference go (at most
+    ``settle`` seconds): the memory a rank measures is then the program's, not the threads' timing."""
+    import time
+
+    import torch.distributed._functional_collectives as funcol
+    from torch._subclasses.fake_tensor import is_fake
+
+    wrap, wait = funcol._maybe_wrap_tensor, funcol.wait_tensor
+
+    def waited(t: torch.Tensor) -> torch.Tensor:
+        out = wait(t)
+        if not is_fake(out):
+            deadline = time.monotonic() + settle
+            while _held_elsewhere(out) and time.monotonic() < deadline:
+                time.sleep(0)
+        return out
+
+    funcol._maybe_wrap_tensor = funcol.wait_tensor = waited     # the backwards of its autograd ones wait too
+    try:
+        yield
+    finally:
+        funcol._maybe_wrap_tensor, funcol.wait_tensor = wrap, wait

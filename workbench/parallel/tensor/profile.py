@@ -41,7 +41,7 @@ from torch import nn
 from workbench.model.accelerators import Accelerator, accelerator
 from workbench.model.chain import Chain
 from workbench.parallel.tensor.boundaries import local_chain
-from workbench.parallel.tensor.comm import summary
+from workbench.parallel.tensor.comm import summary, waited_collectives
 from workbench.parallel.tensor.plan import TensorPlan, plan_model
 from workbench.parallel.tensor.shard import shard_model
 from workbench.parallel.tensor.times import TensorParallelTimes
@@ -94,7 +94,7 @@ def profile_sharded(model: nn.Module, inputs: Any, targets: Any, loss: Callable 
 
     found = discover_layers(model, inputs, loss, targets)      # whole: the chain's layers share its modules
     shard_model(model, mesh, plan)
-    with _loss_parallel(plan.loss_parallel):
+    with _loss_parallel(plan.loss_parallel), waited_collectives():
         modules, chain_loss = local_chain(found.modules, found.input, mesh, found.loss)
         info = {**meta, "layers_found": found.how, "tp": plan.tp, "tp_plan": plan.describe(),
                 "sequence_parallel": str(plan.sequence_parallel).lower(),

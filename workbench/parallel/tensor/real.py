@@ -15,10 +15,9 @@ names it.
 
 from __future__ import annotations
 
-import contextlib
 import tempfile
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 
@@ -42,22 +41,6 @@ def check_plan(build: Any, tp: int, sequence_parallel: bool, loss_parallel: bool
         ids = first_tensor(inputs)
         plan_model(model, tp, sequence_parallel=sequence_parallel, loss_parallel=loss_parallel,
                    sequence=int(ids.shape[1]) if ids is not None and ids.dim() > 1 else None)
-
-
-@contextlib.contextmanager
-def waited_collectives() -> Iterator[None]:
-    """Inside, every functional collective is waited for where it is issued, as torch does under fake tensors
-    (and when compiling): eager torch hands back an ``AsyncCollectiveTensor`` that waits at its first use, and
-    one never used (a layer's input gradient dropped by the profiler) would keep its buffer until the process
-    ends, a memory figure that depends on the race between the ranks."""
-    import torch.distributed._functional_collectives as funcol
-
-    wrap = funcol._maybe_wrap_tensor
-    funcol._maybe_wrap_tensor = funcol.wait_tensor
-    try:
-        yield
-    finally:
-        funcol._maybe_wrap_tensor = wrap
 
 
 def _rank(rank: int, tp: int, init: str, source: Any, gpu: str, sequence_parallel: bool, loss_parallel: bool,
@@ -84,7 +67,7 @@ def _rank(rank: int, tp: int, init: str, source: Any, gpu: str, sequence_paralle
                 "timing": times.describe(), "tp_rank": str(rank), "source": "workbench profiler, tensor parallel "
                 "on gloo ranks", "memory_columns": "allocator-level on real CPU tensors, per rank: workbench."
                 "profiles.memtrace.AllocationTracker on the rank's local shards"}
-        with tp_mesh(tp) as mesh, waited_collectives():
+        with tp_mesh(tp) as mesh:
             chain = profile_sharded(model, inputs, targets, loss, mesh, plan, times, meta)
         write_profile(chain, Path(out) / f"rank{rank}.csv")
     finally:
