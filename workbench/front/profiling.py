@@ -111,6 +111,8 @@ def _check_profile_args(args: Any) -> None:
                              "its times are estimated for --gpu")
     elif getattr(args, "gpu", None):
         raise ValueError("--gpu goes with --fake (a real profile measures the device it runs on: --device)")
+    else:
+        check_device(getattr(args, "device", "cpu") or "cpu")
     _check_tp_args(args)
 
 
@@ -127,8 +129,6 @@ def _check_tp_args(args: Any) -> None:
                          "process group: add --fake --gpu NAME")
     if args.tp == 1:
         raise ValueError("--sequence-parallel and --loss-parallel need --tp 2 or more")
-    else:
-        check_device(getattr(args, "device", "cpu") or "cpu")
 
 
 def check_device(text: str) -> None:
