@@ -26,7 +26,8 @@
      (``sbh (10 + 24/t + 5as/(ht))``: GPT blocks with dropout, a materialised attention matrix and a 4h MLP,
      none of which Llama-3 has, and no SwiGLU or grouped-query attention);
    * collectives: Megatron's two all-reduces of the hidden state (``b s h`` x 2 bytes) per block in the
-     forward and two in the backward (sequence parallelism: two all-gathers and two reduce-scatters of it).
+     forward and two in the backward (sequence parallelism: two all-gathers and two reduce-scatters of it;
+     the row ``8sp``, where the norms' tensors are split over the sequence too).
 
     .venv/bin/python benchmarks/tensor_parallel.py              # all (about 15 minutes on 2 shared cores)
     .venv/bin/python benchmarks/tensor_parallel.py --quick      # part 1 only
@@ -36,6 +37,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import subprocess
 import sys
@@ -101,10 +103,11 @@ def fake_against_real() -> float:
     return worst_all
 
 
-def profile_child(size: str, tp: int, out: Path) -> tuple[float, float, float]:
+def profile_child(size: str, tp: int, out: Path, sp: bool = False) -> tuple[float, float, float]:
     """``profile --fake --tp`` in a child process: (wall seconds, CPU seconds, peak RSS bytes)."""
     cmd = [sys.executable, "-m", "workbench", "profile", "--module", f"{ROOT / 'examples' / 'llama3.py'}:llama3_{size}",
-           "--fake", "--gpu", "h100-sxm", "--out", str(out)] + (["--tp", str(tp)] if tp > 1 else [])
+           "--fake", "--gpu", "h100-sxm", "--out", str(out)] + (["--tp", str(tp)] if tp > 1 else []) \
+        + (["--sequence-parallel"] if sp else [])
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     _, status, usage = os.wait4(proc.pid, 0)
@@ -114,49 +117,63 @@ def profile_child(size: str, tp: int, out: Path) -> tuple[float, float, float]:
     return seconds, usage.ru_utime + usage.ru_stime, usage.ru_maxrss * 1024.0
 
 
-def block_arithmetic(size: str, tp: int) -> dict[str, float]:
-    """One block's weight, saved and collective bytes on a rank, counted from the config (module docstring)."""
+def block_arithmetic(size: str, tp: int, sp: bool = False) -> dict[str, float]:
+    """One block's weight, saved and collective bytes on a rank, counted from the config (module docstring);
+    ``sp``: the norms' tensors split over the sequence too."""
     h, f, _, a, kv = SHAPES[size]
     d, b, s = h // a, 1, SEQUENCE
     linears = h * h + 2 * h * kv * d + h * h + 3 * h * f
     weights = (linears / tp + 2 * h) * BF16
-    whole = 2 * (6 * b * s * h + 4 * b * s) + 2 * (2 * b * s * h)
-    split = 2 * b * s * h + 4 * b * s * kv * d + 2 * b * s * h + 4 * b * a * s + 8 * b * s * f
+    norms, shared = 2 * (6 * b * s * h + 4 * b * s), 2 * (2 * b * s * h)
+    whole = shared + (0 if sp else norms)
+    split = 2 * b * s * h + 4 * b * s * kv * d + 2 * b * s * h + 4 * b * a * s + 8 * b * s * f + (norms if sp else 0)
     korthikanti = s * b * h * (10 + 24 / tp + 5 * a * s / (h * tp))
     return {"weights": weights, "saved": whole + split / tp, "korthikanti": korthikanti,
-            "collectives": 2 * b * s * h * BF16}
+            "all_reduce": b * s * h * BF16}
+
+
+def _off(measured: float, expected: float) -> str:
+    """``measured`` against ``expected``: '=' when equal, else the relative difference."""
+    if measured == expected:
+        return "="
+    return f"{measured / expected - 1:+.2%}" if expected else "n/a"
 
 
 def llama(size: str) -> None:
     print(f"\n2./3. Llama-3-{size.upper()} (bf16, 1 x {SEQUENCE} tokens), fake profiles for h100-sxm")
-    print(f"   {'tp':>2} {'wall s':>7} {'CPU s':>6} {'peak RSS':>9} | per block: {'weights':>9} {'arith.':>9} "
-          f"{'saved':>9} {'count':>9} {'Korth.':>9} | {'comm fwd':>9} {'bwd':>9} {'Megatron':>9} | "
+    print(f"   {'tp':>4} {'wall s':>7} {'CPU s':>6} {'peak RSS':>9} | per block: {'weights':>9} {'vs ar.':>6} "
+          f"{'saved':>9} {'vs ct.':>6} {'Korth.':>9} | {'comm fwd':>9} {'bwd':>9} {'Megatron':>9} {'vs M.':>6} | "
           f"{'fwd ms':>7} {'bwd ms':>7} {'comm ms':>7}")
+    print("   (vs ar.: against the arithmetic; vs ct.: against the per-tensor count; vs M.: against Megatron's "
+          "collectives; comm ms: the forward's two all-reduces on NVLink, in fwd ms)")
     totals = [0.0, 0.0, 0.0]
     with tempfile.TemporaryDirectory() as tmp:
-        for tp in (1, 2, 4, 8):
-            out = Path(tmp) / f"{size}-tp{tp}.csv"
-            wall, cpu, rss = profile_child(size, tp, out)
-            totals = [totals[0] + wall, totals[1] + cpu, max(totals[2], rss)]
+        for tp, sp in ((1, False), (2, False), (4, False), (8, False), (8, True)):
+            out = Path(tmp) / f"{size}-tp{tp}{'-sp' if sp else ''}.csv"
+            wall, cpu, rss = profile_child(size, tp, out, sp)
+            if not sp:
+                totals = [totals[0] + wall, totals[1] + cpu, max(totals[2], rss)]
             chain = read_profile(out)
             block = chain[1]
-            assert all(chain[i] == block.__class__(**{**vars(block), "name": chain[i].name})
+            assert all(chain[i] == dataclasses.replace(block, name=chain[i].name)
                        for i in range(1, len(chain) - 2)), "blocks differ"
-            want = block_arithmetic(size, tp)
+            want = block_arithmetic(size, tp, sp)
             comm_ms = 0.0
             if tp > 1:
                 from workbench.model.accelerators import accelerator
                 from workbench.parallel.collectives import ring_seconds
 
                 bw = accelerator("h100-sxm").link_bandwidth
-                comm_ms = 2 * ring_seconds("all_reduce", want["collectives"], ranks=tp, bandwidth=bw) * 1e3
-            mb = 2 ** 20
-            print(f"   {tp:>2} {wall:>7.1f} {cpu:>6.1f} {rss / 2**30:>7.2f}GB | per block: "
-                  f"{block.weight_bytes / mb:>7.1f}MB {want['weights'] / mb:>7.1f}MB {block.saved_bytes / mb:>7.1f}MB "
-                  f"{want['saved'] / mb:>7.1f}MB {want['korthikanti'] / mb:>7.1f}MB | "
-                  f"{(block.comm_forward_bytes or 0) / mb:>7.1f}MB {(block.comm_backward_bytes or 0) / mb:>7.1f}MB "
-                  f"{(2 * want['collectives'] if tp > 1 else 0) / mb:>7.1f}MB | {block.forward * 1e3:>7.2f} "
+                comm_ms = 2 * ring_seconds("all_reduce", want["all_reduce"], ranks=tp, bandwidth=bw) * 1e3
+            mb, megatron = 2 ** 20, (4 if sp else 2) * want["all_reduce"] if tp > 1 else 0.0
+            print(f"   {str(tp) + ('sp' if sp else ''):>4} {wall:>7.1f} {cpu:>6.1f} {rss / 2**30:>7.2f}GB | per block: "
+                  f"{block.weight_bytes / mb:>7.1f}MB {_off(block.weight_bytes, want['weights']):>6} "
+                  f"{block.saved_bytes / mb:>7.1f}MB {_off(block.saved_bytes, want['saved']):>6} "
+                  f"{want['korthikanti'] / mb:>7.1f}MB | {(block.comm_forward_bytes or 0) / mb:>7.1f}MB "
+                  f"{(block.comm_backward_bytes or 0) / mb:>7.1f}MB {megatron / mb:>7.1f}MB "
+                  f"{_off(block.comm_forward_bytes or 0, megatron):>6} | {block.forward * 1e3:>7.2f} "
                   f"{block.backward * 1e3:>7.2f} {comm_ms:>7.2f}")
+    print("   (8sp: with sequence parallelism; Megatron's collectives then 2 all-gathers and 2 reduce-scatters)")
     print(f"   tp 1, 2, 4, 8 in all: {totals[0]:.0f} s wall ({totals[0] / 60:.1f} min), {totals[1]:.0f} s CPU, "
           f"largest peak RSS {totals[2] / 2**30:.2f} GB (target for 70B: 10 min and 4 GB)")
 

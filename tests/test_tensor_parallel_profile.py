@@ -7,6 +7,8 @@ the backward), and the plain fake profile at tp=1.
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from workbench.model.chain import MEMORY_COLUMNS
@@ -34,7 +36,7 @@ def _block_weights(tp: int, **sizes) -> float:
 
 def test_blocks_hold_their_shard_and_issue_megatrons_collectives(tp2):
     blocks = [l for l in tp2.layers if l.name.startswith("model.layers.")]
-    assert len(blocks) == 2 and blocks[0] == blocks[1].__class__(**{**blocks[1].__dict__, "name": blocks[0].name})
+    assert len(blocks) == 2 and blocks[0] == dataclasses.replace(blocks[1], name=blocks[0].name)   # alike
     megatron = 2 * B * S * H * FP32                 # two all-reduces of the hidden state, forward and backward
     for block in blocks:
         assert block.weight_bytes == block.grad_bytes == _block_weights(2)

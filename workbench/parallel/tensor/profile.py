@@ -47,7 +47,8 @@ from workbench.parallel.tensor.shard import shard_model
 from workbench.parallel.tensor.times import TensorParallelTimes
 from workbench.profiles.roofline import H100_CALIBRATION, Calibration
 
-__all__ = ["tensor_parallel_profile", "profile_sharded", "fake_tensor_parallel", "Build", "build_of", "first_tensor"]
+__all__ = ["tensor_parallel_profile", "profile_sharded", "fake_tensor_parallel", "Build", "build_of", "first_tensor",
+           "with_collectives", "describe_meta"]
 
 #: a build function: () -> (model, example_inputs, example_targets, loss_fn), as ``--module FUNC`` returns
 Build = Callable[..., tuple[Any, Any, Any, Callable]]
@@ -171,6 +172,16 @@ def build_of(spec_or_build: str | Build, micro_batch_size: int | None = None, se
     return build
 
 
+def _network(spec_or_build: str | Build) -> str:
+    """The profile's network name: ``FILE:FUNC`` of a spec (the file's stem), a build function's name."""
+    if isinstance(spec_or_build, str):
+        from workbench.profiles.usermodel import parse_spec
+
+        path, func = parse_spec(spec_or_build)
+        return f"{Path(path).stem}:{func}"
+    return str(getattr(spec_or_build, "__name__", "model"))
+
+
 def _key(spec_or_build: str | Build, gpu: str, tp: int, sequence_parallel: bool, loss_parallel: bool,
          micro_batch_size: int | None) -> dict[str, Any] | None:
     """The cache key: the module file's digest and the function (a spec), or the function's module file and
@@ -200,10 +211,8 @@ def tensor_parallel_profile(spec_or_build: str | Build, gpu: str, tp: int, *, se
     ``gpu`` (module docstring). ``cache``: True for the default folder, a folder, or False."""
     acc = accelerator(gpu)
     build = build_of(spec_or_build, micro_batch_size, seed)
-    name = spec_or_build if isinstance(spec_or_build, str) else getattr(spec_or_build, "__name__", "model")
-    meta = {"network": Path(str(name).split(":")[0]).stem + (":" + str(name).split(":")[1] if ":" in str(name)
-                                                             else ""),
-            **({"module": spec_or_build} if isinstance(spec_or_build, str) else {})}
+    meta = {"network": _network(spec_or_build), **({"module": spec_or_build} if isinstance(spec_or_build, str)
+                                                    else {})}
 
     def compute() -> Chain:
         if not fake:
