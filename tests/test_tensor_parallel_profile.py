@@ -144,3 +144,14 @@ def test_cli_writes_one_ranks_profile_and_refuses_in_one_line(tmp_path, capsys):
     assert main(args + ["--tp", "2"]) == 2 and "add --fake --gpu NAME" in capsys.readouterr().err
     assert main(args + ["--fake", "--gpu", "h100-sxm", "--sequence-parallel"]) == 2
     assert "need --tp 2 or more" in capsys.readouterr().err
+
+
+def test_a_tied_head_counts_its_shard_once():
+    import json
+
+    tied = tensor_parallel_profile(lambda: tiny_llama(tie=True), "h100-sxm", 2, cache=False)
+    head = tied[len(tied) - 1]
+    assert tied[0].weight_bytes == V // 2 * H * FP32 and head.weight_bytes == head.grad_bytes == 0.0
+    (tie,) = json.loads(tied.meta["tied"])
+    assert tie["bytes"] == V // 2 * H * FP32 and tie["parameter"] == "model.embed_tokens.weight"
+    assert tie["layers"] == [tied[0].name, head.name]

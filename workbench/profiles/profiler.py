@@ -217,7 +217,10 @@ def _find_layers(model: nn.Module | Sequence[nn.Module], example_inputs: Any, lo
         names = [str(n) for n in names]
         if len(names) != len(found):
             raise ValueError(f"{len(names)} names for {len(found)} layers")
-        found = dataclasses.replace(found, names=tuple(names))
+        renamed = dict(zip(found.names, names))        # the shared parameters' layers renamed too
+        ties = tuple(dataclasses.replace(t, owner=renamed[t.owner], layers=tuple(renamed[n] for n in t.layers))
+                     for t in found.tied)
+        found = dataclasses.replace(found, names=tuple(names), tied=ties)
     return found
 
 

@@ -104,7 +104,17 @@ def profile_sharded(model: nn.Module, inputs: Any, targets: Any, loss: Callable 
                               progress=progress, threads=None, loss=chain_loss,
                               target=targets if chain_loss is not None else None, times=times)
     assert isinstance(chain, Chain)
-    return with_collectives(chain, times)
+    return with_collectives(_canonical_ties(chain, found), times)
+
+
+def _canonical_ties(chain: Chain, found: Any) -> Chain:
+    """The ``tied`` metadata naming each shared parameter as the model does (the chain profiled was a list)."""
+    tied = json.loads(chain.meta.get("tied") or "[]")
+    if not tied or len(tied) != len(found.tied):
+        return chain
+    for t, whole in zip(tied, found.tied):
+        t["parameter"] = whole.parameter
+    return dataclasses.replace(chain, meta={**chain.meta, "tied": json.dumps(tied, separators=(",", ":"))})
 
 
 def _tp_meta(acc: Accelerator, times: TensorParallelTimes, rank: int) -> dict[str, str]:
