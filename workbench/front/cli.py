@@ -204,6 +204,13 @@ def _profile_parsers(sub: argparse._SubParsersAction) -> None:
                    help="fake tensors: nothing is allocated (any model size profiles here); memory columns measured "
                         "as in a real profile, times estimated for --gpu")
     p.add_argument("--gpu", default=None, metavar="NAME", help="with --fake: the GPU whose times are estimated")
+    p.add_argument("--tp", type=int_in(1), default=1, metavar="T",
+                   help="with --fake --module: tensor parallelism over T GPUs of a node (Megatron's split with "
+                        "torch's parallelize_module); the profile is one rank's, measured (default 1)")
+    p.add_argument("--sequence-parallel", action="store_true",
+                   help="with --tp: the norms on 1/T of the sequence (Megatron's sequence parallelism)")
+    p.add_argument("--loss-parallel", action="store_true",
+                   help="with --tp: the logits kept split over the vocabulary for the loss (torch's loss_parallel)")
     p.add_argument("--list-gpus", action="store_true", help="list the GPUs --gpu knows, with their numbers, and exit")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="zoo model option, e.g. image_size=96 or layers=12 (repeatable)")

@@ -44,6 +44,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 from workbench.model.accelerators import Accelerator
+from workbench.profiles.local import defer_to_subclass, on_meta
 from workbench.profiles.timing import leaf
 
 __all__ = ["OpWork", "LayerWork", "WorkCounter", "Calibration", "UNCALIBRATED", "H100_CALIBRATION", "layer_work",
@@ -61,6 +62,8 @@ _ATTENTION_BACKWARD = {aten._scaled_dot_product_flash_attention_for_cpu_backward
                        aten._scaled_dot_product_cudnn_attention_backward}
 _MATMUL = {aten.mm, aten.addmm, aten.bmm, aten.baddbmm}
 _CONV = {aten.convolution, aten._convolution, aten.convolution_backward}
+#: collectives (tensor parallelism's): priced on their link (workbench.parallel.collectives), not here
+_COLLECTIVES = {"_c10d_functional", "c10d_functional", "_c10d_functional_autograd", "c10d"}
 #: operations that launch no kernel: allocations (their first write is the next kernel's)
 _NO_KERNEL = {aten.empty, aten.empty_like, aten.empty_strided, aten.new_empty, aten.new_empty_strided,
               aten.detach, aten.lift_fresh, aten._local_scalar_dense}
@@ -132,12 +135,16 @@ class WorkCounter(TorchDispatchMode):
         return OpWork(a[:, 0].astype(int), a[:, 1].astype(int), a[:, 2], a[:, 3])
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        if defer_to_subclass(types):      # a DTensor: the operations it runs on its local shards are counted
+            return NotImplemented
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
         packet = func.overloadpacket
-        if packet in _NO_KERNEL or getattr(func, "is_view", False):
+        if packet in _NO_KERNEL or getattr(func, "is_view", False) or func.namespace in _COLLECTIVES:
             return out
         outs = [t for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
+        if any(on_meta(t) for t in outs):  # a DTensor's shape probe: no kernel
+            return out
         ins = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
         if not outs:
             return out
