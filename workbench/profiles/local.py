@@ -21,9 +21,11 @@ from __future__ import annotations
 from typing import Iterable
 
 import torch
+from torch import nn
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass, is_traceable_wrapper_subclass_type
 
-__all__ = ["local_parts", "local_bytes", "defer_to_subclass", "on_meta"]
+__all__ = ["local_parts", "local_bytes", "tensor_bytes", "parameter_bytes", "storage_keys", "defer_to_subclass",
+           "on_meta"]
 
 
 def local_parts(t: torch.Tensor) -> list[torch.Tensor]:
@@ -43,6 +45,30 @@ def local_parts(t: torch.Tensor) -> list[torch.Tensor]:
 def local_bytes(t: torch.Tensor) -> int:
     """Bytes of the elements this rank holds of ``t`` (a ``DTensor``: its local shard's)."""
     return sum(p.numel() * p.element_size() for p in local_parts(t))
+
+
+def tensor_bytes(t: torch.Tensor) -> int:
+    """Bytes of a tensor's elements this rank holds (not of its storage; a DTensor: its local shard).
+
+    >>> tensor_bytes(torch.zeros(3, 4))
+    48
+    """
+    return local_bytes(t)
+
+
+def parameter_bytes(module: nn.Module) -> int:
+    """Bytes of a module's parameters (each shared parameter once).
+
+    >>> parameter_bytes(torch.nn.Linear(3, 2))
+    32
+    """
+    return sum(tensor_bytes(p) for p in module.parameters())
+
+
+def storage_keys(t: torch.Tensor) -> list[tuple[str, int]]:
+    """The identities of the storages ``t`` holds (the same for every tensor viewing them; a fake tensor's
+    storage has one too; a DTensor's are its local shard's)."""
+    return [(str(p.device), p.untyped_storage()._cdata) for p in local_parts(t)]
 
 
 def defer_to_subclass(types: Iterable[type]) -> bool:

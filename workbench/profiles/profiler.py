@@ -82,7 +82,7 @@ from torch import nn
 
 from workbench.model.chain import Chain, Layer
 from workbench.profiles.discover import Layers, discover_layers
-from workbench.profiles.local import local_bytes, local_parts
+from workbench.profiles.local import local_parts, parameter_bytes, storage_keys, tensor_bytes
 from workbench.profiles.memtrace import layer_memory
 from workbench.profiles.split import layer_split
 from workbench.profiles.tied_counts import count_ties_once
@@ -126,30 +126,6 @@ class LayerTiming:
         return self._spread(self.backward)
 
 
-def tensor_bytes(t: torch.Tensor) -> int:
-    """Bytes of a tensor's elements (not of its storage).
-
-    >>> tensor_bytes(torch.zeros(3, 4))
-    48
-    """
-    return local_bytes(t)      # a DTensor (tensor parallelism): the rank's local shard
-
-
-def parameter_bytes(module: nn.Module) -> int:
-    """Bytes of a module's parameters (each shared parameter once).
-
-    >>> parameter_bytes(torch.nn.Linear(3, 2))
-    32
-    """
-    return sum(tensor_bytes(p) for p in module.parameters())
-
-
-def _storage_keys(t: torch.Tensor) -> list[tuple[str, int]]:
-    """The identities of the storages ``t`` holds (the same for every tensor viewing them; a fake tensor's
-    storage has one too; a DTensor's are its local shard's)."""
-    return [(str(p.device), p.untyped_storage()._cdata) for p in local_parts(t)]
-
-
 def saved_tensor_bytes(module: nn.Module, x: torch.Tensor, *, input_requires_grad: bool = True,
                        then: Callable[[torch.Tensor], torch.Tensor] | None = None,
                        where: str | None = None) -> tuple[int, torch.Tensor]:
@@ -165,7 +141,7 @@ def saved_tensor_bytes(module: nn.Module, x: torch.Tensor, *, input_requires_gra
     >>> n   # ReLU saves its output: 6 float32
     24
     """
-    excluded = {k for t in list(module.parameters()) + list(module.buffers()) for k in _storage_keys(t)}
+    excluded = {k for t in list(module.parameters()) + list(module.buffers()) for k in storage_keys(t)}
     storages: dict[tuple[str, int], int] = {}
 
     def pack(t: torch.Tensor) -> torch.Tensor:
