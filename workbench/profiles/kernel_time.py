@@ -164,9 +164,9 @@ UNCALIBRATED = Calibration(kernels=False)
 #: fitted by ``benchmarks/roofline.py --fit`` on the ten H100 profiles of data/profiles/h100/ and torchtitan's
 #: Llama-3.1-8B FSDP row on 8 H100s (benchmarks/roofline.py prints each case and the leave-one-out)
 H100_CALIBRATION = Calibration(
-    sustained=0.693, compute={"matmul/float32": 0.833, "conv/tf32": 0.382, "conv/bfloat16": 0.450,
-                              "attention/float32": 0.224},
-    misaligned=0.269, kernel_floor=5.7e-6, launch=(30.5e-6, 48.9e-6), host=0.0, overhead=349e-6,
+    sustained=0.773, compute={"matmul/float32": 0.834, "conv/tf32": 0.384, "conv/bfloat16": 0.457,
+                              "attention/float32": 0.226},
+    misaligned=0.241, kernel_floor=5.7e-6, launch=(30.0e-6, 48.6e-6), host=0.0, overhead=354e-6,
     source="fitted on the H100 profiles of data/profiles/h100/ and torchtitan's Llama-3.1-8B FSDP row on 8 H100s "
            "(benchmarks/roofline.py)")
 
