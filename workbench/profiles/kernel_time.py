@@ -52,8 +52,8 @@ import numpy as np
 from workbench.model.accelerators import Accelerator
 
 __all__ = ["KINDS", "PRECISIONS", "Published", "PUBLISHED", "published", "Calibration", "UNCALIBRATED",
-           "H100_CALIBRATION", "T_GEMM", "M_GEMM", "memory_fraction", "kernel_seconds", "phase_seconds", "gemm_seconds",
-           "gemm_efficiency"]
+           "H100_CALIBRATION", "T_GEMM", "M_GEMM", "memory_fraction", "kernel_seconds", "phase_seconds",
+           "phases_seconds", "gemm_seconds", "gemm_efficiency"]
 
 #: the kinds of operation priced apart (index = the code in ``OpWork.kind``); ``host``: no kernel
 KINDS = ("memory", "matmul", "conv", "attention", "host")
@@ -207,13 +207,14 @@ def gemm_efficiency(m: int, n: int, k: int, gpu: Accelerator, calibration: Calib
 
 
 def _fractions(kind: np.ndarray, precision: np.ndarray, aligned: np.ndarray, gpu: Accelerator,
-               calibration: Calibration, backward: bool) -> np.ndarray:
-    """Per kernel, the fraction of its precision's peak it reaches (module docstring)."""
+               calibration: Calibration, backward: np.ndarray | bool) -> np.ndarray:
+    """Per kernel, the fraction of its precision's peak it reaches (module docstring); ``backward`` per kernel
+    or for all."""
     if not calibration.kernels:
         return np.ones(len(kind))
     pub, cal = published(gpu), calibration
+    back = np.broadcast_to(np.asarray(backward, dtype=bool), kind.shape)
     tensor = precision >= PRECISIONS.index("bfloat16")
-    attention = (pub.attention_backward if backward else pub.attention) * cal.sustained
     out = np.ones(len(kind))
     mm, cv, at = kind == KINDS.index("matmul"), kind == KINDS.index("conv"), kind == KINDS.index("attention")
     out[mm & tensor] = pub.matmul * cal.sustained
@@ -221,13 +222,16 @@ def _fractions(kind: np.ndarray, precision: np.ndarray, aligned: np.ndarray, gpu
     out[mm & ~tensor] = cal.efficiency("matmul", "float32")
     out[cv & tensor] = cal.efficiency("conv", "bfloat16")
     out[cv & ~tensor] = cal.efficiency("conv", "tf32")
-    out[at & tensor] = attention
-    out[at & ~tensor] = cal.efficiency("attention", "float32") * (_FA2_BACKWARD if backward else 1.0)
+    attention = np.where(back, pub.attention_backward, pub.attention) * cal.sustained
+    out[at & tensor] = attention[at & tensor]
+    float32 = cal.efficiency("attention", "float32") * np.where(back, _FA2_BACKWARD, 1.0)
+    out[at & ~tensor] = float32[at & ~tensor]
     return out
 
 
 def kernel_seconds(kind: np.ndarray, precision: np.ndarray, flops: np.ndarray, nbytes: np.ndarray,
-                   aligned: np.ndarray, gpu: Accelerator, calibration: Calibration, backward: bool) -> np.ndarray:
+                   aligned: np.ndarray, gpu: Accelerator, calibration: Calibration,
+                   backward: np.ndarray | bool) -> np.ndarray:
     """GPU seconds of each kernel (0 for a dispatch without kernel)."""
     peaks = np.array([gpu.peak(p) for p in PRECISIONS])[precision]
     gemm = gemm_seconds(flops, nbytes, peaks, gpu, _fractions(kind, precision, aligned, gpu, calibration, backward),
@@ -235,6 +239,24 @@ def kernel_seconds(kind: np.ndarray, precision: np.ndarray, flops: np.ndarray, n
     memory = calibration.kernel_floor + nbytes / (gpu.memory_bandwidth * memory_fraction(gpu, calibration))
     host = kind == KINDS.index("host")
     return np.where(host, 0.0, np.where(kind == KINDS.index("memory"), memory, gemm))
+
+
+def phases_seconds(kind: np.ndarray, precision: np.ndarray, flops: np.ndarray, nbytes: np.ndarray,
+                   aligned: np.ndarray, backward: np.ndarray, starts: np.ndarray, gpu: Accelerator,
+                   calibration: Calibration) -> np.ndarray:
+    """Seconds of many phases at once: their operations one after the other, phase i from ``starts[i]`` to the
+    next start (each non-empty), ``backward`` per operation; each phase the launch queue of the module
+    docstring, in closed form ``max_i(issue_i + sum_(j>=i) t_j)``."""
+    work = kernel_seconds(kind, precision, flops, nbytes, aligned, gpu, calibration, backward)
+    host = kind == KINDS.index("host")
+    cost = np.where(host, calibration.host, 1.0) * np.where(backward, calibration.launch[1], calibration.launch[0])
+    ends = np.append(starts[1:], len(kind)) - 1
+    segment = np.repeat(np.arange(len(starts)), np.diff(np.append(starts, len(kind))))
+    cum_cost, cum_work = np.cumsum(cost), np.cumsum(work)
+    issued = calibration.overhead + cum_cost - (cum_cost[starts] - cost[starts])[segment]
+    remaining = cum_work[ends][segment] - cum_work + work            # the GPU work from each operation on
+    start_at = np.where(host, 0.0, issued + remaining)
+    return np.maximum(np.maximum.reduceat(start_at, starts), issued[ends])
 
 
 def phase_seconds(kind: np.ndarray, precision: np.ndarray, flops: np.ndarray, nbytes: np.ndarray,
@@ -250,9 +272,5 @@ def phase_seconds(kind: np.ndarray, precision: np.ndarray, flops: np.ndarray, nb
     """
     if len(kind) == 0:
         return 0.0
-    work = kernel_seconds(kind, precision, flops, nbytes, aligned, gpu, calibration, backward)
-    host = kind == KINDS.index("host")
-    cost = np.where(host, calibration.host, 1.0) * calibration.launch[1 if backward else 0]
-    issued = calibration.overhead + np.cumsum(cost)
-    remaining = np.cumsum(work[::-1])[::-1]            # the GPU work from each operation to the end
-    return float(max(np.max(np.where(host, 0.0, issued + remaining)), issued[-1]))
+    return float(phases_seconds(kind, precision, flops, nbytes, aligned, np.full(len(kind), backward),
+                                np.array([0]), gpu, calibration)[0])
