@@ -122,3 +122,41 @@ def test_the_fitted_calibration_is_physical():
     for name, figures in PUBLISHED.items():
         assert 0 < figures.attention_backward <= figures.attention < figures.matmul < 1, name
         assert 0.7 < figures.memory < 0.95, name
+
+
+def _simulated_queue(work, host, cal, backward):
+    """The launch queue simulated event by event (no closed form): the CPU issues, the GPU runs in order."""
+    cpu, gpu_free = cal.overhead, 0.0
+    launch = cal.launch[1 if backward else 0]
+    for w, h in zip(work, host):
+        cpu += launch * (cal.host if h else 1.0)
+        if not h:
+            gpu_free = max(gpu_free, cpu) + w
+    return max(gpu_free, cpu)
+
+
+def test_the_launch_queue_matches_an_event_by_event_simulation():
+    from workbench.profiles.kernel_time import kernel_seconds, phases_seconds
+
+    rng = np.random.default_rng(0)
+    cal = dataclasses.replace(H100_CALIBRATION, host=0.3)
+    phases = []
+    for _ in range(40):
+        n = int(rng.integers(1, 30))
+        kinds = rng.choice(["memory", "matmul", "attention", "host"], size=n, p=[0.5, 0.2, 0.05, 0.25])
+        flops = np.where(np.isin(kinds, ["matmul", "attention"]), 10 ** rng.uniform(6, 12, n), 0.0)
+        nbytes = np.where(kinds == "host", 0.0, 10 ** rng.uniform(3, 9, n))
+        phases.append((_ops(list(kinds), flops, nbytes), bool(rng.integers(2))))
+    one_by_one = [phase_seconds(**ops, gpu=H100, calibration=cal, backward=b) for ops, b in phases]
+    simulated = []
+    for ops, b in phases:
+        work = kernel_seconds(ops["kind"], ops["precision"], ops["flops"], ops["nbytes"], ops["aligned"], H100,
+                              cal, b)
+        simulated.append(_simulated_queue(work, ops["kind"] == KINDS.index("host"), cal, b))
+    assert one_by_one == pytest.approx(simulated, rel=1e-12)
+    cat = {k: np.concatenate([ops[k] for ops, _ in phases]) for k in phases[0][0]}
+    back = np.concatenate([np.full(len(ops["kind"]), b) for ops, b in phases])
+    starts = np.cumsum([0] + [len(ops["kind"]) for ops, _ in phases[:-1]])
+    together = phases_seconds(cat["kind"], cat["precision"], cat["flops"], cat["nbytes"], cat["aligned"], back,
+                              starts, H100, cal)
+    assert together.tolist() == pytest.approx(one_by_one, rel=1e-12)
