@@ -15,13 +15,16 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from workbench.methods import METHODS, method
 from workbench.model.plan_setup import SETUP_OPTIONS, plan_setup, resolve_setup
 
-__all__ = ["platform_from_args", "chain_from_args", "plan_command", "check_command", "simulate_command",
-           "plan_setup", "resolve_setup", "SETUP_OPTIONS"]
+if TYPE_CHECKING:
+    from workbench.model.chain import Chain, Platform
+
+__all__ = ["platform_from_args", "chain_from_args", "chain_for_platform", "plan_command", "check_command",
+           "simulate_command", "plan_setup", "resolve_setup", "SETUP_OPTIONS"]
 
 
 def _links(args: argparse.Namespace, setup: dict) -> dict:
@@ -65,6 +68,17 @@ def chain_from_args(args: argparse.Namespace):
     return load_profile(args.profile, **opts)
 
 
+def chain_for_platform(chain: Chain, platform: Platform) -> Chain:
+    """``chain`` with times for the platform's GPU (a fake profile re-estimated for it; a profile measured on
+    another device refused in one line: :func:`workbench.profiles.retime.chain_for_gpu`), its note printed."""
+    from workbench.profiles.retime import chain_for_gpu
+
+    chain, note = chain_for_gpu(chain, getattr(platform, "gpu", None))
+    if note:
+        print(note)
+    return chain
+
+
 def _progress(quiet: bool) -> Callable[[str], None] | None:
     """A progress sink for planners: each line on stderr, with the seconds since the call started."""
     if quiet:
@@ -89,6 +103,7 @@ def _resolve_plan_context(args: argparse.Namespace, plan):
     if args.devices is None:
         args.devices = plan.devices
     chain, platform = chain_from_args(args), platform_from_args(args, plan)
+    chain = chain_for_platform(chain, platform)
     validate_setup(platform, chain)
     return chain, platform
 
@@ -103,6 +118,7 @@ def plan_command(args: argparse.Namespace) -> int:
                          f"use one of {', '.join(sorted(GENERAL_METHODS))}")
     chain = chain_from_args(args)
     platform = platform_from_args(args)
+    chain = chain_for_platform(chain, platform)
     opts = {}
     if args.micro_batches is not None:
         opts["micro_batches"] = args.micro_batches
