@@ -36,19 +36,19 @@ sys.path.insert(0, str(ROOT))
 
 from workbench.parallel.export import job_from_plan, to_toml, torchtitan_settings  # noqa: E402
 
-#: name -> (plan --method, devices, activations, layout, sequence length, model) ; layouts of real plans
-CASES = {
-    "8B 1F1B x4, TP 2, recompute": ("1f1b", 4, "recompute", dict(tp=2, pp=4, dp=1), 8192, "llama3_8b"),
-    "8B interleaved x4x2, DP 2 FSDP": ("interleaved-1f1b", 4, "keep", dict(tp=1, pp=4, dp=2, zero=3, chunks=2), 8192,
-                                       "llama3_8b"),
-    "8B ZB-V x2, TP 2 SP, DP 2 ZeRO-2": ("zbv", 2, "keep", dict(tp=2, pp=2, dp=2, zero=2, chunks=2,
-                                                                sequence_parallel=True), 4096, "llama3_8b"),
-    "8B GPipe x4, DP 2 ZeRO-1": ("gpipe", 4, "keep", dict(tp=1, pp=4, dp=2, zero=1), 8192, "llama3_8b"),
-    "8B FSDP 8 (no pipeline)": ("1f1b", 1, "recompute", dict(tp=1, pp=1, dp=8, zero=3), 8192, "llama3_8b"),
-    # NVIDIA's Llama-3-70B layout, Megatron's even split (2 blocks per virtual stage), written by hand
-    "70B TP 4 x PP 8 x VP 5, DP 2 ZeRO-1": (None, 8, "keep", dict(tp=4, pp=8, dp=2, zero=1, chunks=5,
-                                                                  sequence_parallel=True), 8192, "llama3_70b"),
-}
+#: name -> (plan --method, devices, activations, layout, sequence length, model) ; layouts of real plans (one
+#: assignment each: workbench/methods.py alone lists methods together, tests/test_methods.py)
+CASES: dict[str, tuple] = {}
+CASES["8B 1F1B x4, TP 2, recompute"] = ("1f1b", 4, "recompute", dict(tp=2, pp=4, dp=1), 8192, "llama3_8b")
+CASES["8B interleaved x4x2, DP 2 FSDP"] = ("interleaved-1f1b", 4, "keep", dict(tp=1, pp=4, dp=2, zero=3, chunks=2),
+                                          8192, "llama3_8b")
+CASES["8B ZB-V x2, TP 2 SP, DP 2 ZeRO-2"] = ("zbv", 2, "keep", dict(tp=2, pp=2, dp=2, zero=2, chunks=2,
+                                                                   sequence_parallel=True), 4096, "llama3_8b")
+CASES["8B GPipe x4, DP 2 ZeRO-1"] = ("gpipe", 4, "keep", dict(tp=1, pp=4, dp=2, zero=1), 8192, "llama3_8b")
+CASES["8B FSDP 8 (no pipeline)"] = ("1f1b", 1, "recompute", dict(tp=1, pp=1, dp=8, zero=3), 8192, "llama3_8b")
+# NVIDIA's Llama-3-70B layout, Megatron's even split (2 blocks per virtual stage), written by hand
+CASES["70B TP 4 x PP 8 x VP 5, DP 2 ZeRO-1"] = (None, 8, "keep", dict(tp=4, pp=8, dp=2, zero=1, chunks=5,
+                                                                     sequence_parallel=True), 8192, "llama3_70b")
 PROFILE = ROOT / "data/profiles/fake/llama3-8b-h100-sxm.csv"
 
 _PARSE_022 = """

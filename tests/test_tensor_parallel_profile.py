@@ -59,7 +59,12 @@ def test_tp1_is_the_plain_fake_profile(tp2):
         assert [getattr(a, c) for c in columns] == [getattr(b, c) for c in columns]
     assert one.meta["tp"] == "1" and one[1].comm_forward_bytes is None
     assert tp2[1].weight_bytes < one[1].weight_bytes and tp2[1].saved_bytes < one[1].saved_bytes
-    assert tp2[1].forward < one[1].forward
+    # the rank's own work is no more than the whole layer's (equal here: a layer this small is launch-bound), and
+    # its all-reduces come on top, priced on the H100's NVLink
+    from workbench.parallel.collectives import ring_seconds
+
+    wire = ring_seconds("all_reduce", tp2[1].comm_forward_bytes, ranks=2, bandwidth=450e9)
+    assert wire > 0 and tp2[1].forward - wire <= one[1].forward * (1 + 1e-9)
 
 
 def test_four_ranks_divide_the_weights_by_four():

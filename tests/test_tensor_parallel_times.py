@@ -48,7 +48,7 @@ def test_local_work_plus_ring_all_reduce_on_the_link(tp):
                                                                                      64 * 256 * 4)]
     ring = 2 * (tp - 1) / tp * 64 * 256 * 4 / H100.link_bandwidth        # bytes each rank sends, at NVLink's rate
     assert fwd == pytest.approx(estimate(work.forward, H100, times.calibration) + ring)
-    assert bwd == pytest.approx(estimate(work.backward, H100, times.calibration) + ring)
+    assert bwd == pytest.approx(estimate(work.backward, H100, times.calibration, backward=True) + ring)
 
 
 def test_a_layer_without_collectives_is_its_roofline():

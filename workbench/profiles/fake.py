@@ -51,7 +51,7 @@ import torch
 
 from workbench.model.accelerators import Accelerator, accelerator
 from workbench.model.chain import Chain
-from workbench.profiles.roofline import H100_CALIBRATION, Calibration, RooflineTimes
+from workbench.profiles.roofline import H100_CALIBRATION, Calibration, RooflineTimes, gpu_meta
 
 __all__ = ["FakeProfileError", "fake_profile", "fake_zoo", "fake_module", "default_dtype", "unpacked_sequences",
            "value_free_init", "for_gpu", "gpu_meta"]
@@ -152,12 +152,6 @@ def _needs_values(e: Exception) -> FakeProfileError | None:
            "UnsupportedOperatorException": "has no fake-tensor implementation"}[type(e).__name__]
     return FakeProfileError(f"the model cannot run on fake tensors: operation {op} {why}; profile it for real "
                             "(without --fake) instead")
-
-
-def gpu_meta(acc: Accelerator, calibration: Calibration = H100_CALIBRATION) -> dict[str, str]:
-    """The metadata that says a profile's times are estimates for ``acc``."""
-    return {"device": f"cuda ({acc.label}; fake tensors on this machine)", "gpu": acc.name, "times": "estimated",
-            "timing": RooflineTimes(acc, calibration).describe()}
 
 
 def for_gpu(chain: Chain, times: RooflineTimes | None, gpu: str | Accelerator) -> Chain:

@@ -99,7 +99,7 @@ def decode_works(text: str) -> list[tuple[StoredPhase, StoredPhase]]:
 def retimed(chain: Chain, gpu: str | Accelerator, calibration: Calibration = H100_CALIBRATION) -> Chain:
     """``chain`` (a fake profile with its ``work``) with every layer's times estimated for ``gpu``; the memory
     columns are the GPU's own too (they do not depend on it)."""
-    from workbench.profiles.fake import gpu_meta
+    from workbench.profiles.roofline import gpu_meta
 
     acc = gpu if isinstance(gpu, Accelerator) else accelerator(gpu)
     if not chain.meta.get("work"):

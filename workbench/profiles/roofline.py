@@ -50,7 +50,7 @@ from workbench.profiles.local import defer_to_subclass, on_meta
 from workbench.profiles.timing import leaf
 
 __all__ = ["OpWork", "LayerWork", "WorkCounter", "Calibration", "UNCALIBRATED", "H100_CALIBRATION", "layer_work",
-           "estimate", "total_seconds", "RooflineTimes", "KINDS"]
+           "estimate", "total_seconds", "RooflineTimes", "KINDS", "gpu_meta"]
 
 aten = torch.ops.aten
 _PRECISIONS = PRECISIONS
@@ -271,3 +271,9 @@ def total_seconds(works: list[LayerWork], gpu: Accelerator, calibration: Calibra
     """Forward and backward seconds of every layer in ``works`` on ``gpu``."""
     return math.fsum(estimate(w.forward, gpu, calibration) + estimate(w.backward, gpu, calibration, backward=True)
                      for w in works)
+
+
+def gpu_meta(acc: Accelerator, calibration: Calibration = H100_CALIBRATION) -> dict[str, str]:
+    """The metadata that says a profile's times are estimates for ``acc``."""
+    return {"device": f"cuda ({acc.label}; fake tensors on this machine)", "gpu": acc.name, "times": "estimated",
+            "timing": RooflineTimes(acc, calibration).describe()}

@@ -6,7 +6,8 @@ them; from core_v0.16 most are generated from the same fields of ``ModelParallel
 pipeline (its default order ``tp-cp-ep-dp-pp``), as :class:`~workbench.parallel.layout.Layout` does; the data-parallel
 degree is the world size over tp x pp, so it is not a flag.
 
->>> from workbench.parallel.export.job import Job
+>>> from workbench.methods import METHODS
+from workbench.parallel.export.job import Job
 >>> from workbench.parallel.layout import Layout
 >>> names = ["model.embed_tokens", *(f"model.layers.{i}" for i in range(8)), "model.norm", "lm_head"]
 >>> job = Job(Layout(tp=2, pp=2, dp=2, zero=1, micro_batch_size=1, micro_batches=8, schedule="interleaved-1f1b",
@@ -21,13 +22,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from workbench.methods import METHODS
 from workbench.parallel.export.job import Job
 
 __all__ = ["MegatronFlags", "megatron_flags", "layout_string"]
 
 #: the workbench's flushed methods Megatron does not run -> the closest it does
-_CLOSEST = {"gpipe": "1f1b", "looped-bfs": "interleaved-1f1b", "interleaved-zb": "interleaved-1f1b",
-            "zbv": "interleaved-1f1b", "dualpipev": "interleaved-1f1b"}
+_CLOSEST = {m.name: m.megatron_closest for m in METHODS if m.megatron_closest}
 #: ZeRO 2 and 3: Megatron-FSDP's sharding strategies (``--data-parallel-sharding-strategy``)
 _FSDP = {2: "optim_grads", 3: "optim_grads_params"}
 

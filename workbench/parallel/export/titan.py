@@ -7,7 +7,8 @@ config functions (``--module llama3 --config llama3_70b``) that take the same ``
 as ``--section.key value`` overrides, and selects activation checkpointing with a sub-command
 (``activation-checkpoint:full``). Both are written: the TOML, with the 0.3 command line in a comment.
 
->>> from workbench.parallel.export.job import Job
+>>> from workbench.methods import METHODS
+from workbench.parallel.export.job import Job
 >>> from workbench.parallel.layout import Layout
 >>> names = ["model.embed_tokens", *(f"model.layers.{i}" for i in range(4)), "model.norm", "lm_head"]
 >>> job = Job(Layout(tp=2, pp=2, dp=2, zero=3, micro_batch_size=1, micro_batches=4, schedule="1f1b"),
@@ -25,14 +26,14 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from workbench.methods import METHODS
 from workbench.parallel.export.job import Job
 
 __all__ = ["TorchtitanSettings", "torchtitan_settings", "SCHEDULES", "to_toml", "default_split"]
 
 #: the workbench's flushed methods -> the names torch's ``get_schedule_class`` (torchtitan's
 #: ``parallelism.pipeline_parallel_schedule``) maps to the same classes
-SCHEDULES = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved-1f1b": "Interleaved1F1B", "looped-bfs": "LoopedBFS",
-             "interleaved-zb": "InterleavedZeroBubble", "zbv": "ZBVZeroBubble", "dualpipev": "DualPipeV"}
+SCHEDULES = {m.name: m.torchtitan_name for m in METHODS if m.torchtitan_name}
 #: ZeRO level -> torchtitan's ``fsdp_reshard_after_forward`` over a ``data_parallel_shard_degree`` of dp
 #: (FSDP2's ``reshard_after_forward``: never = parameters gathered from forward to backward, ZeRO-2's memory)
 _RESHARD = {1: "never", 2: "never", 3: "always"}

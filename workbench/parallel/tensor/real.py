@@ -33,7 +33,7 @@ def check_plan(build: Any, tp: int, sequence_parallel: bool, loss_parallel: bool
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     from workbench.parallel.tensor.plan import plan_model
-    from workbench.parallel.tensor.profile import first_tensor
+    from workbench.parallel.tensor.sharded import first_tensor
     from workbench.profiles.fake import value_free_init
 
     with FakeTensorMode(), value_free_init():
@@ -50,7 +50,7 @@ def _rank(rank: int, tp: int, init: str, source: Any, gpu: str, sequence_paralle
 
     from workbench.parallel.tensor.mesh import tp_mesh
     from workbench.parallel.tensor.plan import plan_model
-    from workbench.parallel.tensor.profile import build_of, first_tensor, profile_sharded
+    from workbench.parallel.tensor.sharded import build_of, first_tensor, profile_sharded
     from workbench.parallel.tensor.times import TensorParallelTimes
     from workbench.profiles.csvio import write_profile
 
@@ -81,7 +81,7 @@ def gloo_tensor_parallel(source: Any, gpu: str | Accelerator, tp: int, *, sequen
     ``tp`` gloo ranks (module docstring)."""
     import torch.multiprocessing as mp
 
-    from workbench.parallel.tensor.profile import build_of
+    from workbench.parallel.tensor.sharded import build_of
     from workbench.profiles.csvio import read_profile
 
     acc = gpu if isinstance(gpu, Accelerator) else accelerator(gpu)

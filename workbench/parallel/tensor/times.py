@@ -93,8 +93,9 @@ class TensorParallelTimes(RooflineTimes):
         self.collectives.append(records)
         forward = [c for c in records if c.phase == "forward"]
         backward = [c for c in records if c.phase == "backward"]
+        backward_work = estimate(work.backward, self.gpu, self.calibration, backward=True)
         return ([estimate(work.forward, self.gpu, self.calibration) + self.collective_seconds(forward)],
-                [estimate(work.backward, self.gpu, self.calibration) + self.collective_seconds(backward)])
+                [backward_work + self.collective_seconds(backward)])
 
     def describe(self) -> str:
         return (super().describe() + f"; plus each tensor-parallel collective as a ring over {self.tp} ranks at "
