@@ -137,3 +137,16 @@ def test_run_counts_mini_batches_for_every_flushed_plan(gpt, tmp_path, capsys):
                  "--out", str(tmp_path / "x")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: --steps 4: a gpipe plan runs 3 micro-batches"), err
+
+
+def test_the_pipedream_engine_and_a_replay_refuse_a_split_backward_in_one_line(gpt):
+    """The PipeDream engine runs each backward whole: `run --engine pipedream` and `run --replay` of a zbv plan
+    ended in a KeyError traceback in a rank; both are refused before any process starts."""
+    from workbench.runtime.replay import replay_devices
+
+    chain, wl = gpt[2]
+    plan = run_planner(chain, Platform(2, weights="single"), "zbv", micro_batches=4)
+    with pytest.raises(ValueError, match="the PipeDream engine runs each backward whole; a zbv plan splits it"):
+        run_plan(plan, wl, 4, weights="single", engine="pipedream", timeout=TIMEOUT)
+    with pytest.raises(ValueError, match="a replay .* runs each backward whole"):
+        replay_devices(plan, wl, 4, weights="single", timeout=TIMEOUT)

@@ -57,7 +57,7 @@ from workbench.schedules.registry import schedule_of
 
 __all__ = ["Workload", "RunResult", "run_plan", "reference_gradients", "grad_error", "grad_tolerance",
            "free_port", "default_backend", "join_or_kill", "programs_for", "merge_results", "choose_engine",
-           "ENGINES"]
+           "ENGINES", "refuse_split_backward"]
 
 ENGINES = ("auto", "torch", "pipedream")
 
@@ -221,6 +221,20 @@ def _check_run_arguments(plan: Plan, weights: str, optimizer: str, steps: int | 
         optimizer_steps(plan, steps)       # a flushed plan runs whole steps of its micro-batches
 
 
+def refuse_split_backward(plan: Plan, what: str) -> None:
+    """A ``ValueError`` for a plan whose schedule splits each backward (``I`` and ``W``: interleaved-zb, zbv,
+    dualpipev), which the PipeDream engine (and so a replay) does not run.
+
+    >>> refuse_split_backward(Plan(1.0, (0,), (), 1, schedule="zbv"), "a replay")
+    Traceback (most recent call last):
+    ...
+    ValueError: a replay runs each backward whole; a zbv plan splits it into I and W (run it on torch's engine)
+    """
+    if schedule_of(plan.schedule).split_backward:
+        raise ValueError(f"{what} runs each backward whole; a {plan.schedule} plan splits it into I and W (run it "
+                         "on torch's engine)")
+
+
 def _engine_for(plan: Plan, weights: str, engine: str, device: str, backend: str) -> str:
     """:func:`choose_engine`, except that torch's engine on GPUs needs NCCL: without it the fallback
     (which stages messages through the host) runs, or, when ``engine="torch"`` was asked for, an error.
@@ -229,6 +243,8 @@ def _engine_for(plan: Plan, weights: str, engine: str, device: str, backend: str
     'pipedream'
     """
     chosen = choose_engine(plan, weights, engine)
+    if chosen == "pipedream":
+        refuse_split_backward(plan, "the PipeDream engine")
     if chosen == "torch" and device == "cuda" and backend != "nccl":
         if engine == "torch":
             raise ValueError("torch's pipeline engine sends CUDA tensors and needs NCCL (a GPU per rank); "

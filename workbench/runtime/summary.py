@@ -49,16 +49,18 @@ def steady_steps(plan, engine: str) -> list[int]:
 
 
 def steps_per_update(plan, steps: int, engine: str) -> tuple[int, int]:
-    """(optimizer steps, mini-batches per step) of a run of ``steps`` mini-batches: a flushed plan's flushes of
-    its micro-batches; a periodic plan on torch's engine one step of them all; on the PipeDream engine a step
-    after every mini-batch.
+    """(optimizer steps, mini-batches per step) of a run of ``steps`` mini-batches: on torch's engine a flushed
+    plan's flushes of its micro-batches, a periodic plan's one step of them all; on the PipeDream engine a step
+    after every mini-batch (whatever the plan's schedule).
 
     >>> from workbench.model.plan import Plan
     >>> p = Plan(1.0, (0,), (), 1)
     >>> steps_per_update(p.with_(schedule="1f1b", micro_batches=4), 8, "torch"), steps_per_update(p, 8, "torch")
     ((2, 4), (1, 8))
+    >>> steps_per_update(p.with_(schedule="1f1b", micro_batches=4), 8, "pipedream")
+    (8, 1)
     """
-    if schedule_of(plan.schedule).flushed or engine == "torch":
+    if engine == "torch":
         return optimizer_steps(plan, steps)
     return steps, 1
 
