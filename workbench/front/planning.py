@@ -110,6 +110,7 @@ def _resolve_plan_context(args: argparse.Namespace, plan):
 
 
 def plan_command(args: argparse.Namespace) -> int:
+    from workbench.model.plan import chain_for_plan
     from workbench.planners import GENERAL_METHODS
     from workbench.planners import plan as run_planner
 
@@ -139,8 +140,14 @@ def plan_command(args: argparse.Namespace) -> int:
     names = list(result.chain_order) if result.chain_order else [l.name for l in chain.layers]
     tied = json.loads(chain.meta.get("tied") or "[]")      # shared parameters (docs/model.md, Tied parameters)
     result = result.with_(extra={**result.extra, "layer_names": names, **({"tied": tied} if tied else {})})
+    from workbench.model.explain import IDLE, MEMORY, explain
+
+    result = explain(result, chain_for_plan(result, chain), platform)   # idle devices, a period memory sets
     print(f"{chain.name}: {len(chain)} layers on {platform.devices} devices")
     print(result.summary())
+    for note in result.notes:
+        if note.startswith((IDLE, MEMORY)):
+            print(f"  {note}")
     for t in result.extra.get("tied", []):
         print(f"  tied: {t['parameter']} shared by {', '.join(t['layers'])}; counted at {t['owner']}, and a stage "
               "holding a sharer without it holds a copy")
