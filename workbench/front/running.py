@@ -4,6 +4,11 @@ Runs a plan and compares it with its prediction. With ``--replay`` every device 
 instead (:mod:`~workbench.runtime.replay`), and ``replay.csv`` holds its compute time and
 memory against the prediction.
 
+``--steps`` counts mini-batches for every method; a flushed plan of m micro-batches runs them as whole
+optimizer steps of m (a count that is not a multiple of m is refused in one line:
+:func:`~workbench.schedules.program.optimizer_steps`); the default is enough for the steady state, at
+least 20 (:func:`~workbench.runtime.summary.default_steps`).
+
 Before anything long (a profile, the ranks), the plan is checked against the
 model (:func:`check_plan_against`): the layer count, and the layer names where
 the plan or the profile records them; a plan made for another model is refused
