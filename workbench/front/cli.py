@@ -279,8 +279,8 @@ def _run_parser(sub: argparse._SubParsersAction) -> None:
                    help="torch.distributed.pipelining, or the PipeDream fallback (auto: torch where it "
                         "expresses the plan; weight stashing needs pipedream)")
     p.add_argument("--steps", type=int_in(1), default=None,
-                   help="mini-batches to run (default 20, or more where the plan's steady state needs them; a plan "
-                        "of torch's schedules: its micro-batches)")
+                   help="mini-batches to run (default 20, or more where the plan's steady state needs them); a "
+                        "flushed plan of m micro-batches runs them as optimizer steps of m: a multiple of m")
     p.add_argument("--batch-size", type=int_in(1), default=8, help="mini-batch size without --profile (default 8)")
     p.add_argument("--backend", default=None, choices=["gloo", "nccl"],
                    help="gloo (CPU) or nccl (GPU); default by device")

@@ -36,10 +36,25 @@ def _links(args: argparse.Namespace, setup: dict) -> dict:
     gpu = accelerator(name) if name else None          # an unknown name: one line listing the known ones
     per_node = getattr(args, "devices_per_node", None) or setup.get("devices_per_node")
     return {"memory": args.memory or (gpu.memory if gpu else "inf"),
-            "bandwidth": args.bandwidth or (gpu.link_bandwidth if gpu else setup.get("bandwidth", "12GB/s")),
+            "bandwidth": args.bandwidth or (gpu.link_bandwidth if gpu else _recorded(setup, "bandwidth", "12GB/s")),
             "devices_per_node": per_node, "gpu": gpu.name if gpu else None,
-            "node_bandwidth": getattr(args, "node_bandwidth", None) or setup.get("node_bandwidth",
+            "node_bandwidth": getattr(args, "node_bandwidth", None) or _recorded(setup, "node_bandwidth",
                                                                                  DEFAULT_NODE_BANDWIDTH)}
+
+
+def _recorded(setup: dict, key: str, default):
+    """A link the plan records (its ``memory_setup``), checked, naming where it comes from; else ``default``.
+
+    >>> _recorded({"node_bandwidth": 0}, "node_bandwidth", 1.0)
+    Traceback (most recent call last):
+    ...
+    ValueError: the plan's memory_setup node_bandwidth must be positive, got 0
+    """
+    from workbench.model.units import parse_bandwidth
+
+    if key not in setup:
+        return default
+    return parse_bandwidth(setup[key], what=f"the plan's memory_setup {key}")
 
 
 def platform_from_args(args: argparse.Namespace, plan=None):
@@ -55,7 +70,8 @@ def platform_from_args(args: argparse.Namespace, plan=None):
              {"optimizer": chosen["optimizer"], "precision": chosen["precision"], "zero_grad": chosen["zero_grad"]})
     return Platform(args.devices, latency=args.latency, weights=chosen["weights"], memory_model=model,
                     **_links(args, setup),
-                    host_bandwidth=getattr(args, "host_bandwidth", None) or setup.get("host_bandwidth", "31.5GB/s"),
+                    host_bandwidth=getattr(args, "host_bandwidth", None) or _recorded(setup, "host_bandwidth",
+                                                                                      "31.5GB/s"),
                     **extra)
 
 
@@ -109,6 +125,7 @@ def _resolve_plan_context(args: argparse.Namespace, plan):
 
 
 def plan_command(args: argparse.Namespace) -> int:
+    from workbench.model.plan import chain_for_plan
     from workbench.planners import GENERAL_METHODS
     from workbench.planners import plan as run_planner
 
@@ -116,6 +133,10 @@ def plan_command(args: argparse.Namespace) -> int:
     if args.allocation not in chosen.allocations:
         raise ValueError(f"--allocation {args.allocation}: method {args.method!r} plans contiguous allocations only; "
                          f"use one of {', '.join(sorted(GENERAL_METHODS))}")
+    if args.micro_batches is not None and chosen.family != "flushed":    # refused, not silently ignored
+        raise ValueError(f"--micro-batches: method {args.method!r} plans a periodic schedule (a mini-batch enters "
+                         f"every period, no flush); --micro-batches is for the flushed methods "
+                         f"{', '.join(m.name for m in METHODS if m.family == 'flushed')}")
     chain = chain_from_args(args)
     platform = platform_from_args(args)
     chain = chain_for_platform(chain, platform)
@@ -135,8 +156,14 @@ def plan_command(args: argparse.Namespace) -> int:
     names = list(result.chain_order) if result.chain_order else [l.name for l in chain.layers]
     tied = json.loads(chain.meta.get("tied") or "[]")      # shared parameters (docs/model.md, Tied parameters)
     result = result.with_(extra={**result.extra, "layer_names": names, **({"tied": tied} if tied else {})})
+    from workbench.model.explain import IDLE, MEMORY, explain
+
+    result = explain(result, chain_for_plan(result, chain), platform)   # idle devices, a period memory sets
     print(f"{chain.name}: {len(chain)} layers on {platform.devices} devices")
     print(result.summary())
+    for note in result.notes:
+        if note.startswith((IDLE, MEMORY)):
+            print(f"  {note}")
     for t in result.extra.get("tied", []):
         print(f"  tied: {t['parameter']} shared by {', '.join(t['layers'])}; counted at {t['owner']}, and a stage "
               "holding a sharer without it holds a copy")

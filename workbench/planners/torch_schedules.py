@@ -46,6 +46,7 @@ cannot fit says so (``plan.fits`` is False), as the flushed schedules do.
 
 from __future__ import annotations
 
+import sys
 import time
 from dataclasses import dataclass
 from typing import Any, Sequence
@@ -58,8 +59,9 @@ from workbench.model.memory_bands import square_terms
 from workbench.model.plan import Plan, Stage, infeasible_plan, lower_bound, with_memory_setup
 from workbench.model.split import split_columns, split_note
 from workbench.model.tolerances import REL_TOL
-from workbench.model.units import format_bytes
+from workbench.model.units import format_bytes, format_seconds
 from workbench.schedules.ops import Op
+from workbench.schedules.order_cache import load_answer
 from workbench.schedules.order_memory import OrderMemory
 from workbench.schedules.registry import TORCH_SCHEDULES
 from workbench.schedules.simulate_orders import held_counts, simulate_order
@@ -249,6 +251,11 @@ def plan_torch_schedule(chain: Chain, platform: Platform, name: str, *, allocati
     dev = sched.stage_devices(P, S)
     best: tuple[bool, float, Any] | None = None
     refused = ""
+    say = options.get("progress") or (lambda line: None)
+    cold = "torch.distributed.pipelining" not in sys.modules and load_answer((name, P, V, counts[0])) is None
+    say(f"{name}: {S} stages on {P} devices, {' or '.join(map(str, counts))} micro-batches, in the order torch's "
+        f"{sched.torch_class} gives" + (" (asked of torch: importing torch.distributed.pipelining takes seconds, "
+                                        "once; its answers are kept on disk)" if cold else ""))
     for m in counts:
         try:
             order = torch_order(name, P, V, m)
@@ -256,9 +263,12 @@ def plan_torch_schedule(chain: Chain, platform: Platform, name: str, *, allocati
             if micro_batches is not None:
                 raise
             refused = str(e)
+            say(f"{name}: {m} micro-batches: {e}")
             continue
         parts, trace = _best_partition(chain, platform, name, order, dev, m, flushes)
         fits = float(trace.peak_memory().max()) <= platform.memory * (1 + REL_TOL)
+        say(f"{name}: {m} micro-batches: period {format_seconds(float(trace.period))}, peak "
+            f"{format_bytes(float(trace.peak_memory().max()))}{'' if fits else ' (does not fit)'}")
         key = (not fits, float(trace.period) if fits else float(trace.peak_memory().max()))
         if best is None or key < best[:2]:
             best = (key[0], key[1], (parts, trace, m))

@@ -26,6 +26,7 @@ from functools import lru_cache
 from typing import Sequence
 
 from workbench.schedules.ops import Op
+from workbench.schedules.order_cache import load_answer, store_answer
 from workbench.schedules.registry import TORCH_SCHEDULES, Schedule, schedule_of
 
 __all__ = ["order_counts", "torch_order", "torch_schedule"]
@@ -59,22 +60,31 @@ def torch_order(name: str, devices: int, chunks: int | None, micro_batches: int)
     ``chunks`` stages per device, in its order (an ``OVERLAP_F_B`` becomes its forward, then its backward).
 
     A combination torch refuses (a micro-batch count its class does not take) raises a ``ValueError``
-    with torch's reason.
+    with torch's reason. torch's answer is kept on disk (:mod:`workbench.schedules.order_cache`): asked
+    again, no import of ``torch.distributed.pipelining``.
     """
-    from torch.distributed.pipelining import schedules as ts
-
     sched = torch_schedule(name)
     v = sched.chunks(chunks)
     if devices < 1 or micro_batches < 1:
         raise ValueError(f"need at least one device and one micro-batch, got {devices} and {micro_batches}")
+    question = (name, int(devices), v, int(micro_batches))
+    known = load_answer(question)
+    if isinstance(known, str):
+        raise ValueError(known)
+    if known is not None:
+        return known
+    from torch.distributed.pipelining import schedules as ts
+
     S = devices * v
     mine = [s for s, d in enumerate(sched.stage_devices(devices, S)) if d == 0]
     cls = getattr(ts, sched.torch_class)
     try:
         built = cls([_StandIn(s, S, devices) for s in mine], micro_batches)
     except (ValueError, AssertionError, RuntimeError) as e:
-        raise ValueError(f"torch's {sched.torch_class} refuses {devices} devices, {v} stages each and "
-                         f"{micro_batches} micro-batches: {e}") from None
+        refused = (f"torch's {sched.torch_class} refuses {devices} devices, {v} stages each and "
+                   f"{micro_batches} micro-batches: {e}")
+        store_answer(question, refused)
+        raise ValueError(refused) from None
     out: dict[int, tuple[Op, ...]] = {}
     for rank in range(devices):
         acts: list[Op] = []
@@ -85,6 +95,7 @@ def torch_order(name: str, devices: int, chunks: int | None, micro_batches: int)
                 acts.append(Op(int(sub.stage_index), str(sub.computation_type.value), int(sub.microbatch_index),
                                float(len(acts))))
         out[rank] = tuple(acts)
+    store_answer(question, out)
     return out
 
 
