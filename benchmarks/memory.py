@@ -26,7 +26,7 @@ memory; on torch's engine the periodic plan as torch runs it, one step of every 
 With ``--schedules``, every torch schedule (``interleaved-1f1b``, ``looped-bfs``, ``interleaved-zb``,
 ``zbv``, ``dualpipev``) is planned without a memory limit (4P micro-batches), under both loops, and run on
 torch's engine with torch's own schedule class; every rank's peak is compared with the plan's memory plus what
-the engine holds in time (:func:`workbench.model.order_memory.engine_extra`). Target: within +5 %, never below -2 %.
+the engine holds in time (:func:`workbench.schedules.order_memory.engine_extra`). Target: within +5 %, never below -2 %.
 """
 
 from __future__ import annotations
@@ -127,7 +127,7 @@ def run_ranks(label: str, model_name: str, config: dict, batch: int, optimizer: 
     """Every device count, engine and loop of one rank case: per rank, predicted against measured."""
     from workbench.front.running import run_and_compare
     from workbench.model.activations import apply_policies
-    from workbench.verify.schedule import best_schedule
+    from workbench.schedules.builder import best_schedule
 
     wl = _workload(model_name, config, batch)
     chain = profile_workload(wl, repeats=1, warmup=0)

@@ -12,10 +12,10 @@ import argparse
 import random
 import time
 
-from workbench.methods import names
 from workbench.model.chain import Chain, Layer, Platform
-from workbench.verify.schedule import Scheduler, best_schedule, build_schedule
-from workbench.verify.simulate import simulate, simulate_flushed
+from workbench.schedules.builder import Scheduler, best_schedule, build_schedule
+from workbench.schedules.registry import SCHEDULES
+from workbench.schedules.simulate import simulate, simulate_flushed
 
 
 def _chain(L: int, seed: int = 0) -> Chain:
@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> None:
         plan = build_schedule(chain, plat, assign, Scheduler(chain, plat, assign).load_period)
         t = _time(lambda: simulate(plan, chain, plat, batches=N), r)
         rows.append(("simulate periodic", f"{P} devices x {N} mini-batches", t, "< 2 s" if (P, N) == (8, 1000) else ""))
-    for kind in names(family="flushed"):
+    for kind in [n for n, sched in SCHEDULES.items() if sched.stage_order]:   # GPipe, 1F1B: the ones on an allocation
         chain = _chain(32)
         plat = Platform(8, bandwidth="12GB/s", memory_model="paper")
         t = _time(lambda: simulate_flushed(chain, plat, _contiguous(32, 8), 32, kind=kind, flushes=4), r)

@@ -9,7 +9,7 @@ Each function returns ``(model, example_inputs, example_targets, loss_fn)`` for 
 one sequence of 2048 tokens, bf16 weights (built with torch's default dtype set, which fake
 tensors need), the loss in float32.
 
-    python -m workbench profile --module examples/gpt3.py:gpt3_6_7b --fake --gpu a100-80gb --out gpt3-6.7b.csv
+    python -m workbench profile --module examples/gpt3.py:gpt3_6_7b --fake --gpu a100-80gb --out build/gpt3-6.7b.csv
 """
 
 import os

@@ -6,7 +6,7 @@ context). Each function returns ``(model, example_inputs, example_targets, loss_
 ``--module``: one sequence of 2048 tokens (``batch_size`` of them: ``plan --parallel auto`` profiles other
 micro-batch sizes), next-token cross-entropy (in float32), bf16 weights.
 
-    python -m workbench profile --module examples/llama3.py:llama3_8b --fake --gpu h100-sxm --out llama3-8b.csv
+    python -m workbench profile --module examples/llama3.py:llama3_8b --fake --gpu h100-sxm --out build/llama3-8b.csv
 
 A 70B model does not fit in this machine's memory: profile it with ``--fake`` (fake tensors
 allocate nothing). The model is built with torch's default dtype set to bfloat16, not with

@@ -8,7 +8,7 @@ The head is one module that takes the class token itself (``ClassTokenHead``): H
 ``ViTForImageClassification`` indexes it between its final norm and its classifier, and the layer
 discovery wants every module after the blocks fed the previous one's output.
 
-    python -m workbench profile --module examples/vit.py:vit_h14 --fake --gpu h100-sxm --out vit-h14.csv
+    python -m workbench profile --module examples/vit.py:vit_h14 --fake --gpu h100-sxm --out build/vit-h14.csv
 """
 
 import os

@@ -30,7 +30,7 @@ import random
 import numpy as np
 
 from workbench.model.chain import Chain, Layer, Platform
-from workbench.verify.schedule import best_schedule
+from workbench.schedules.builder import best_schedule
 
 __all__ = ["uniform_chain", "baseline_chain", "small_chain", "ilp_chain", "footprint_limit", "py_chain",
            "py_contiguous", "py_general", "compositions", "runtime_chain", "runtime_plans"]

@@ -211,7 +211,7 @@ def test_flushed_plans_are_replayed_period_and_memory_included():
 
 def test_a_flushed_plan_with_a_negative_period_is_refused():
     from workbench.planners.flushed import plan_1f1b
-    from workbench.verify.simulate import simulate
+    from workbench.schedules.simulate import simulate
 
     plan = plan_1f1b(_chain(), _plat(), micro_batches=4).with_(period=-1.0)
     assert 0 in _rules(plan) and "positive and finite" in check(plan, _chain(), _plat())[0].message
@@ -250,7 +250,7 @@ def test_json_round_trip_keeps_validity(tmp_path):
 
 def _cli_setup(tmp_path):
     from workbench.profiles import write_profile
-    from workbench.verify.schedule import build_schedule
+    from workbench.schedules.builder import build_schedule
 
     chain = _chain().with_meta(network="toy")
     prof = tmp_path / "toy.csv"

@@ -10,7 +10,7 @@ from workbench.front.cli import build_parser, main
 from workbench.model.chain import Chain, Layer, Platform
 from workbench.planners import PLANNERS
 from workbench.profiles import write_profile
-from workbench.verify.schedule import build_schedule
+from workbench.schedules.builder import build_schedule
 
 MS = 1e-3
 
@@ -284,7 +284,7 @@ def test_simulate_refuses_an_unwritable_output_before_simulating(files, capsys, 
     import errno
 
     import workbench.io as io
-    import workbench.verify.simulate as sim
+    import workbench.schedules.simulate as sim
 
     prof, plan, tmp = files
 
@@ -309,3 +309,46 @@ def test_simulate_writes_its_two_files_as_a_pair(files, capsys, disk_full_at):
     assert main(argv[:-1] + [str(tmp / "t.csv"), "--batches", "7"]) == 2
     assert "t.memory.csv: cannot write it (no space left on the device)" in capsys.readouterr().err
     assert {p: p.read_bytes() for p in before} == before
+
+
+@pytest.mark.parametrize("key", ["node_bandwidth", "bandwidth", "host_bandwidth"])
+def test_a_plan_recording_a_link_of_zero_bytes_per_second_is_one_line(tmp_path, capsys, key):
+    """`check` and `simulate` of a torch-schedule plan whose recorded links say 0 (a hand-edited
+    ``memory_setup``): a ZeroDivisionError traceback before; one line naming the plan's key, exit 2."""
+    chain = Chain(tuple(Layer(f"l{i}", 1 * MS, 2 * MS, 100, 10, 1000) for i in range(8)), input_bytes=10,
+                  meta={"network": "toy"})
+    prof = tmp_path / "toy.csv"
+    write_profile(chain, prof)
+    assert main(["plan", "--profile", str(prof), "--devices", "4", "--method", "zbv", "--devices-per-node", "2",
+                 "--node-bandwidth", "1GB/s", "--json", str(tmp_path / "p.json"), "-q"]) == 0
+    d = json.loads((tmp_path / "p.json").read_text())
+    d["memory_setup"][key] = 0
+    (tmp_path / "p.json").write_text(json.dumps(d))
+    capsys.readouterr()
+    for extra in (["check"], ["simulate", "--out", str(tmp_path / "t.csv")]):
+        assert main([extra[0], str(tmp_path / "p.json"), "--profile", str(prof)] + extra[1:]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err == [f"error: the plan's memory_setup {key} must be positive, got 0"], err
+
+
+@pytest.mark.parametrize("method", ["dp", "ilp", "pipedream"])
+def test_micro_batches_of_a_periodic_method_is_refused_not_ignored(files, capsys, method):
+    """dp planned as if --micro-batches 8 had not been given (exit 0, the same plan): now one line saying why."""
+    prof, _, tmp = files
+    assert main(["plan", "--profile", str(prof), "--devices", "2", "--method", method, "--micro-batches", "8"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: --micro-batches: method '{method}' plans a periodic schedule")
+    assert "gpipe, 1f1b" in err[0]
+    assert main(["plan", "--profile", str(prof), "--devices", "2", "--method", "gpipe", "--micro-batches", "8"]) == 0
+
+
+def test_largest_says_nothing_fits_and_exits_2(tmp_path, capsys):
+    """`largest --memory 1KiB` printed a table of size 0 and NaN and exited 0; an infeasible answer exits 2 with
+    one error line naming the smallest models, as `plan` does for a plan that cannot fit."""
+    assert main(["largest", "--memory", "1KiB", "--quick", "--devices", "2", "--family", "width",
+                 "--out", str(tmp_path / "t.csv")]) == 2
+    said = capsys.readouterr()
+    err = said.err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: nothing fits in 1.00 KiB per device: no method fits even the "
+                                               "smallest model (width: 7.05 M parameters"), err
+    assert "nan" not in said.out and not (tmp_path / "t.csv").exists()

@@ -193,7 +193,7 @@ def test_memory_limit_raises_period_monotonically():
 
 def test_agrees_with_schedule_best_schedule():
     """schedule.best_schedule (written separately) finds the same least period on dp's partition."""
-    schedule = pytest.importorskip("workbench.verify.schedule")
+    schedule = pytest.importorskip("workbench.schedules.builder")
     rng = np.random.default_rng(21)
     for _ in range(40):
         chain = random_chain(rng, int(rng.integers(2, 12)), mem=True)

@@ -16,8 +16,8 @@ from workbench.model.chain import Chain, Layer, Platform
 from workbench.planners import plan as run_planner
 from workbench.planners.partition import bounds_to_assignment
 from workbench.profiles import load_profile
+from workbench.schedules.builder import Scheduler
 from workbench.verify.check import check
-from workbench.verify.schedule import Scheduler
 
 
 def test_auto_equals_brute_force_on_120_instances():

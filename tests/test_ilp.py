@@ -185,7 +185,7 @@ def test_log_and_timeout_keep_incumbent():
 
 
 def test_simulator_agrees():
-    sim = pytest.importorskip("workbench.verify.simulate")
+    sim = pytest.importorskip("workbench.schedules.simulate")
     rng = np.random.default_rng(9)
     ch, plat = rand_instance(rng, 6, 3, "tight")
     p = plan_ilp(ch, plat, allocation="general")

@@ -10,8 +10,8 @@ import pytest
 from workbench.model.chain import Chain, Layer, Platform
 from workbench.model.trace import MEMORY_COLUMNS, Trace
 from workbench.planners import plan
+from workbench.schedules.simulate import simulate
 from workbench.verify.check import check
-from workbench.verify.simulate import simulate
 from workbench.viz.lessons import (
     flush_wait,
     in_flight,

@@ -34,9 +34,9 @@ from workbench.model.memory import (
 from workbench.planners import plan as run_planner
 from workbench.planners.brute import plan_brute
 from workbench.planners.dp.contiguous import plan_dp
+from workbench.schedules.simulate import simulate
 from workbench.verify.check import check
 from workbench.verify.check_memory import memory_by_device
-from workbench.verify.simulate import simulate
 
 
 def measured_chain(rng: np.random.Generator, L: int, *, dtype: str = "float32", device: str = "cpu") -> Chain:

@@ -13,9 +13,9 @@ from policy_instances import random_chain
 from workbench.model.chain import Chain, Layer, Platform
 from workbench.planners import plan as run_planner
 from workbench.planners.partition import SuffixLinks, place
+from workbench.schedules.simulate import simulate
 from workbench.verify.check import check
 from workbench.verify.check_memory import memory_by_device
-from workbench.verify.simulate import simulate
 
 
 def test_the_pairs_link_prices_a_transfer():

@@ -7,9 +7,9 @@ import pytest
 
 from workbench.model.chain import Chain, Layer, Platform
 from workbench.model.memory_views import torch_engine_extra
-from workbench.model.order_memory import OrderMemory, engine_extra
-from workbench.model.orders import torch_order
 from workbench.model.plan import Plan, Stage
+from workbench.schedules.order_memory import OrderMemory, engine_extra
+from workbench.schedules.torch_orders import torch_order
 
 
 def _chain(n: int, out: float = 10.0) -> Chain:
@@ -66,8 +66,8 @@ def test_under_either_loop_the_peaks_equal_the_simulated_and_the_checked_ones():
     import random
 
     from workbench.planners import plan as run_planner
+    from workbench.schedules.simulate_orders import simulate_order
     from workbench.verify.check import check
-    from workbench.verify.simulate_orders import simulate_order
 
     rng, lower = random.Random(5), 0
     for _ in range(12):

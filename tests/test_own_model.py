@@ -277,7 +277,7 @@ def test_a_skip_that_spans_stages_is_sent_forward():
     from workbench.model.chain import Platform
     from workbench.profiles.profiler import profile_workload
     from workbench.runtime.engine import Workload, grad_error, reference_gradients, run_plan
-    from workbench.verify.schedule import best_schedule
+    from workbench.schedules.builder import best_schedule
 
     wl = Workload.module(_spec("residual"))
     chain = profile_workload(wl, repeats=1, warmup=0)
@@ -310,7 +310,7 @@ def test_tied_gradient_needs_both_uses():
     from workbench.model.chain import Platform
     from workbench.profiles.profiler import profile_workload
     from workbench.runtime.engine import Workload, grad_error, reference_gradients, run_plan
-    from workbench.verify.schedule import best_schedule
+    from workbench.schedules.builder import best_schedule
 
     wl = Workload.module(_spec("gpt2"))
     chain = profile_workload(wl, repeats=1, warmup=0)

@@ -95,7 +95,7 @@ def test_a_real_run_adds_up_to_its_measured_period(engine, weights):
     from workbench.profiles.profiler import profile_zoo
     from workbench.profiles.stages import time_stages
     from workbench.profiles.workload import Workload
-    from workbench.verify.schedule import best_schedule
+    from workbench.schedules.builder import best_schedule
 
     wl = Workload.zoo("tiny-gpt", 2)
     chain = profile_zoo("tiny-gpt", 2, repeats=2, warmup=1, clock="cpu")

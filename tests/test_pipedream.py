@@ -218,3 +218,34 @@ def test_profile_info_cli_csv_and_missing(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "layers: 2" in out and "forward: 4.000 ms" in out and "linearisation" not in out
     assert main(["profile-info", str(tmp_path / "nope.txt")]) != 0
+
+
+TINY = Path(__file__).parent / "fixtures" / "pipedream" / "tiny"
+
+
+def test_a_graph_whose_batch_size_is_unknown_loads_and_plans(tmp_path, capsys):
+    # PipeDream's graphs record no batch size (squeezenet1_0, gnmt_large): main said "metadata, column
+    # 'batch_size': not a number: 'unknown'" and refused them
+    raw = raw_sums(TINY / "graph.txt")
+    assert main(["profile-info", str(TINY)]) == 0
+    out = capsys.readouterr().out
+    assert "batch size: unknown (PipeDream's graph.txt does not record it" in out
+    assert f"forward: {raw['f']:.3f} ms" in out and f"backward: {raw['b']:.3f} ms" in out
+    assert main(["plan", "--profile", str(TINY / "graph.txt"), "--devices", "2", "--json", str(tmp_path / "p.json"),
+                 "--quiet"]) == 0
+    # written as a CSV, it still says so and loads again
+    from workbench.profiles.csvio import batch_size_of, read_profile, write_profile
+
+    chain = load_profile(TINY)
+    write_profile(chain, tmp_path / "tiny.csv")
+    again = read_profile(tmp_path / "tiny.csv")
+    assert again.meta["batch_size"].startswith("unknown") and batch_size_of(again.meta) is None
+    assert batch_size_of({"batch_size": "64 (per PipeDream's README)"}) == 64
+
+
+@pytest.mark.parametrize("value", ["0", "2.5", "lots", "-3"])
+def test_a_batch_size_other_than_a_whole_number_or_unknown_is_refused(tmp_path, capsys, value):
+    p = tmp_path / "b.csv"
+    p.write_text(f"# batch_size: {value}\nname,forward_ms,backward_ms,weight_bytes,activation_bytes\na,1,2,100,40\n")
+    assert main(["profile-info", str(p)]) == 2
+    assert "batch_size" in capsys.readouterr().err

@@ -86,3 +86,32 @@ def test_missing_file_folder_and_bad_json(tmp_path):
     (tmp_path / "bad.json").write_text("{")
     with pytest.raises(ValueError, match=r"bad\.json: not valid JSON"):
         Plan.from_json(tmp_path / "bad.json")
+
+
+def _json_table_keys() -> set[str]:
+    """The keys docs/model.md's "JSON" section names in the first column of its tables."""
+    from pathlib import Path
+    text = (Path(__file__).resolve().parents[1] / "docs" / "model.md").read_text()
+    section = text.split("\n## JSON\n", 1)[1].split("\n## ", 1)[0]
+    first_cells = [line.split("|")[1] for line in section.splitlines() if line.startswith("| `")]
+    return {key for cell in first_cells for key in cell.replace("`", "").replace(" ", "").split(",")}
+
+
+def test_docs_json_tables_name_every_key_a_plan_writes():
+    """Every key of the plan JSON, of ``memory_setup`` (both memory models, with the offload link, a GPU and
+    nodes) and of ``extra`` has a row in docs/model.md's contract, and no row names a key the code lacks."""
+    from workbench.model.plan import memory_setup
+    from workbench.model.plan_extra import PlanExtra
+    from workbench.planners import plan as plan_with
+
+    chain = Chain(tuple(Layer(f"l{i}", 0.001, 0.002, 10, 4) for i in range(4)))
+    platform = Platform(4, devices_per_node=2, gpu="h100-sxm", host_bandwidth="10GB/s")
+    made = plan_with(chain, platform, "dp", activations="offload")
+    written = set(made.to_dict()) | {"micro_batches", "chain_order", "notes", "extra"}
+    setups = set(made.setup) | set(memory_setup(chain, Platform(2, memory_model="paper")))
+    documented = _json_table_keys()
+    assert {"host_bandwidth", "gpu", "devices_per_node", "weight_factor"} <= setups   # the cases were reached
+    assert written <= documented, written - documented
+    assert setups <= documented, setups - documented
+    assert set(PlanExtra.__annotations__) <= documented, set(PlanExtra.__annotations__) - documented
+    assert documented <= written | setups | set(PlanExtra.__annotations__), "a row names a key no plan writes"

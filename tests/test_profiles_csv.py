@@ -62,6 +62,10 @@ def test_metadata_and_optional_saved(tmp_path):
        rf"layer 1 \('x'\): {c} 1e\+300 is above 1.1259e\+15 bytes")
       for c in ("grad_bytes", "max_param_bytes", "saved_input_bytes", "saved_output_bytes", "forward_peak_bytes",
                 "backward_peak_bytes", "cut_bytes")],
+    # the backward split's pending bytes too (main printed them as a 306-digit memory)
+    *[(f"name,forward_ms,backward_ms,weight_bytes,activation_bytes,weight_pending_bytes\nx,1,2,3,4,{v}\ny,1,2,3,4,1\n",
+       rf"layer 1 \('x'\): weight_pending_bytes {shown} is above 1.1259e\+15 bytes")
+      for v, shown in (("1e300", r"1e\+300"), (str(2 * 2**50), r"2.2518e\+15"))],
     ("# runtime_bytes: -5000000000\n" + HEADER + "x,1,2,3,4\n",
      r"metadata: runtime_bytes -5000000000: must be a number of bytes from 0 to 1 PiB"),
     ("# runtime_bytes: 1e300\n" + HEADER + "x,1,2,3,4\n", r"metadata: runtime_bytes 1e300"),
@@ -69,6 +73,7 @@ def test_metadata_and_optional_saved(tmp_path):
     ("# input_bytes: 1e300\n" + HEADER + "x,1,2,3,4\n", r"metadata: input_bytes 1e300"),
     ("# batch_size: 0\n" + HEADER + "x,1,2,3,4\n", r"metadata: batch_size 0: must be a whole number from 1"),
     ("# batch_size: 2.5\n" + HEADER + "x,1,2,3,4\n", r"metadata: batch_size 2.5"),
+    ("# batch_size: unknowable\n" + HEADER + "x,1,2,3,4\n", r"metadata, column 'batch_size': not a number"),
     ("# dtype: float31\n" + HEADER + "x,1,2,3,4\n", r"metadata: dtype 'float31': must be one of float32"),
     ("# model_config: [1, 2]\n" + HEADER + "x,1,2,3,4\n", r"metadata: model_config: must be a JSON object"),
     ("# tied: [{\"owner\"\n" + HEADER + "x,1,2,3,4\n", r"metadata: tied: not JSON"),

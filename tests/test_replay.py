@@ -14,8 +14,8 @@ import pytest
 
 from workbench.model.chain import Platform
 from workbench.runtime.engine import Workload
-from workbench.runtime.program import unroll
 from workbench.runtime.replay import load_replays, replay_devices, replay_report
+from workbench.schedules.program import unroll
 
 STEPS = 6
 
@@ -42,7 +42,7 @@ def _check_resident(res, plan, wl, devices):
 
 
 def _plan(chain, devices, assignment, loop="zeros"):
-    from workbench.verify.schedule import best_schedule
+    from workbench.schedules.builder import best_schedule
 
     plan = best_schedule(chain, Platform(devices, zero_grad=loop), assignment)
     assert plan.feasible
@@ -229,7 +229,7 @@ def test_run_command_replay(tmp_path, mlp, capsys):
     from workbench.profiles import write_profile
 
     chain, _ = mlp
-    from workbench.verify.schedule import best_schedule
+    from workbench.schedules.builder import best_schedule
 
     write_profile(chain, tmp_path / "mlp.csv")
     plan = best_schedule(chain, Platform(2, bandwidth="12GB/s"), [0, 0, 0, 1, 1])   # valid for `check` (and run)

@@ -17,7 +17,8 @@ from workbench.model.chain import Platform
 from workbench.model.plan import Plan, Stage
 from workbench.model.trace import MEMORY_COLUMNS, OP_COLUMNS
 from workbench.runtime.engine import Workload, grad_error, reference_gradients, run_plan
-from workbench.runtime.program import Op, check_programs, unroll
+from workbench.schedules.ops import Op
+from workbench.schedules.program import check_programs, unroll
 
 STEPS = 6
 TIMEOUT = 60
@@ -53,7 +54,7 @@ def tiny_gpt():
 
 
 def _plan(chain, devices, assignment, weights="stash", optimizer="adam", loop="none"):
-    from workbench.verify.schedule import best_schedule
+    from workbench.schedules.builder import best_schedule
 
     plan = best_schedule(chain, Platform(devices, weights=weights, optimizer=optimizer, zero_grad=loop), assignment)
     assert plan.feasible
@@ -159,11 +160,11 @@ def test_unroll_warmup_steady_drain():
 
 
 def test_check_programs_finds_deadlock_and_gaps():
-    bad = [[Op(0, 0, "F", 0), Op(1, 0, "B", 0)], [Op(0, 1, "B", 0), Op(1, 1, "F", 0)]]
+    bad = [[Op(0, "F", 0, 0), Op(0, "B", 0, 1)], [Op(1, "B", 0, 0), Op(1, "F", 0, 1)]]
     with pytest.raises(ValueError, match="deadlock"):
         check_programs(bad, 2)
     with pytest.raises(ValueError, match="no B0"):
-        check_programs([[Op(0, 0, "F", 0)]], 1)
+        check_programs([[Op(0, "F", 0)]], 1)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -289,7 +290,7 @@ def test_stashed_versions_with_learning_rate(mlp):
 def test_compare_and_calibrate_on_the_plans_own_times(mlp):
     from workbench.model.trace import Trace
     from workbench.runtime.compare import calibrate, compare, stage_times
-    from workbench.runtime.program import predicted_ops
+    from workbench.schedules.program import predicted_ops
 
     chain = mlp[0]
     plan = _plan(chain, 2, [0, 0, 0, 1, 1])
@@ -312,7 +313,7 @@ def test_compare_and_calibrate_on_the_plans_own_times(mlp):
 def _run_command_args(tmp_path, chain):
     """Write ``chain`` as a profile and a 2-device plan of it; the ``run`` command line for them, and the plan."""
     from workbench.profiles import write_profile
-    from workbench.verify.schedule import best_schedule
+    from workbench.schedules.builder import best_schedule
 
     prof = tmp_path / "mlp.csv"
     write_profile(chain, prof)
@@ -408,7 +409,7 @@ def test_activation_policies_run_with_torchs_tools(engine, tiny_gpt):
     stage's forward ends, back when its backward starts) per layer, as the plan says: the gradients equal
     one process's and the peak is the model's."""
     from workbench.model.activations import apply_policies
-    from workbench.verify.schedule import best_schedule
+    from workbench.schedules.builder import best_schedule
 
     chain, wl, ref = tiny_gpt
     weights = "stash" if engine == "pipedream" else "single"
@@ -465,7 +466,7 @@ def test_a_tied_head_on_another_rank_is_predicted(weights):
     under torch's default loop; gradients equal one process's."""
     from workbench.profiles.profiler import profile_workload
     from workbench.runtime.summary import engine_extra
-    from workbench.verify.schedule import best_schedule
+    from workbench.schedules.builder import best_schedule
 
     wl = Workload.module(f"{__file__}:tied_gpt2")
     chain = profile_workload(wl, repeats=1, warmup=0)

@@ -17,8 +17,8 @@ from workbench.runtime.compare import (
     stage_times,
     steady_warmup,
 )
-from workbench.runtime.program import predicted_ops
-from workbench.verify.schedule import best_schedule, build_schedule
+from workbench.schedules.builder import best_schedule, build_schedule
+from workbench.schedules.program import predicted_ops
 
 MS = 1e-3
 

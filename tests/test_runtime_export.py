@@ -56,8 +56,8 @@ def test_torch_rejects_a_broken_schedule(tmp_path):
 @pytest.mark.parametrize("name", ["interleaved-1f1b", "interleaved-zb", "zbv", "dualpipev"])
 def test_torch_schedule_plans_export_torchs_order_and_torch_accepts_it(tmp_path, name):
     from workbench.model.chain import Chain, Layer, Platform
-    from workbench.model.orders import torch_order
     from workbench.planners import plan
+    from workbench.schedules.torch_orders import torch_order
 
     ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 4, 1, 1) for i in range(8)), input_bytes=1)
     p = plan(ch, Platform(2, memory_model="paper"), name, micro_batches=4)

@@ -7,7 +7,8 @@ import torch
 
 from instances import runtime_plans
 from workbench.runtime.messages import SendWaiter, message_tag, plan_receives
-from workbench.runtime.program import Op, programs_for
+from workbench.schedules.ops import Op
+from workbench.schedules.program import programs_for
 
 
 def _sent_to(programs, stage_dev, dst):
@@ -55,8 +56,8 @@ def test_tied_gradient_precedes_the_input_gradient_of_the_same_backward():
     stage_dev = [0, 1, 0, 1]
     programs = [[], []]
     for i in range(2):
-        programs[0] += [Op(0.0, 0, "F", i), Op(0.0, 2, "F", i), Op(0.0, 2, "B", i), Op(0.0, 0, "B", i)]
-        programs[1] += [Op(0.0, 1, "F", i), Op(0.0, 3, "F", i), Op(0.0, 3, "B", i), Op(0.0, 1, "B", i)]
+        programs[0] += [Op(0, "F", i), Op(2, "F", i), Op(2, "B", i), Op(0, "B", i)]
+        programs[1] += [Op(1, "F", i), Op(3, "F", i), Op(3, "B", i), Op(1, "B", i)]
     shapes = {l: ((4,), torch.float32) for l in range(4)}
     owners = {0: [(3, 0, "w")]}
     r = plan_receives(programs, 0, stage_dev, [0, 1, 2, 3], shapes, owners, {(0, "w"): ((7, 3), torch.bfloat16)}, 1)

@@ -12,9 +12,9 @@ from instances import py_chain, py_contiguous
 from workbench.model.chain import Chain, Layer, Platform
 from workbench.model.plan import make_plan, stages_of
 from workbench.model.trace import MEMORY_COLUMNS, OP_COLUMNS
+from workbench.schedules.builder import Scheduler, best_schedule, build_schedule, one_in_flight_memory
+from workbench.schedules.simulate import simulate, simulate_flushed
 from workbench.verify.check import check
-from workbench.verify.schedule import Scheduler, best_schedule, build_schedule, one_in_flight_memory
-from workbench.verify.simulate import simulate, simulate_flushed
 
 
 def _rule7_per_device(plan, chain, plat) -> np.ndarray:

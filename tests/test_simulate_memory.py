@@ -1,4 +1,4 @@
-"""The memory timeline of a run (workbench.verify.simulate_memory) against a brute-force count.
+"""The memory timeline of a run (workbench.schedules.simulate_memory) against a brute-force count.
 
 * memory_frame on random hold intervals and operations: at every row's instant, the bytes held are
   recounted from the half-open intervals [start, end) that contain it (releases before acquisitions);
@@ -14,8 +14,8 @@ import pytest
 from test_memory import measured_chain
 from workbench.model.chain import Platform
 from workbench.model.memory import layer_terms, stage_activation, stage_memory, stage_step
-from workbench.verify.simulate import simulate_flushed
-from workbench.verify.simulate_memory import StageMemory, memory_frame, with_step_rows
+from workbench.schedules.simulate import simulate_flushed
+from workbench.schedules.simulate_memory import StageMemory, memory_frame, with_step_rows
 
 
 def held_at(t: float, p: int, dev, sm: StageMemory, hs, he, ops) -> tuple[float, float, float]:
@@ -95,7 +95,7 @@ def test_a_flush_under_zero_grad_none_holds_its_gradients_from_its_first_backwar
     gradients are resident; under ``none`` each device holds them only once its stage's first backward has
     ended (stage 0: 0B0 from 14 to 18, stage 1: 1B0 from 10 to 14), so its weights read 200 bytes less before."""
     from workbench.model.chain import Chain, Layer
-    from workbench.verify.simulate_memory import grad_windows
+    from workbench.schedules.simulate_memory import grad_windows
 
     chain = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 100, 400, 10) for i in range(4)), input_bytes=10)
     runs = {z: simulate_flushed(chain, Platform(2, optimizer="adam", zero_grad=z), [0, 0, 1, 1], 4, kind="gpipe")

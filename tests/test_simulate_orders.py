@@ -6,9 +6,10 @@ from __future__ import annotations
 import pytest
 
 from workbench.model.chain import Chain, Layer, Platform
-from workbench.model.orders import chunks_of, stage_devices, torch_order
-from workbench.verify.simulate import simulate_flushed
-from workbench.verify.simulate_orders import held_counts, simulate_order
+from workbench.schedules.registry import schedule_of
+from workbench.schedules.simulate import simulate_flushed
+from workbench.schedules.simulate_orders import held_counts, simulate_order
+from workbench.schedules.torch_orders import torch_order
 
 
 def _identical(stages: int, f: float, i: float, w: float, saved: float = 1.0) -> Chain:
@@ -18,9 +19,9 @@ def _identical(stages: int, f: float, i: float, w: float, saved: float = 1.0) ->
 
 
 def _per_micro_batch(name: str, P: int, V: int | None, m: int, f: float, i: float, w: float) -> float:
-    V = chunks_of(name, V)
+    V = schedule_of(name).chunks(V)
     chain = _identical(P * V, f, i, w)
-    dev = stage_devices(name, P, P * V)
+    dev = schedule_of(name).stage_devices(P, P * V)
     trace = simulate_order(chain, Platform(P, memory_model="paper"), [(s, s, dev[s]) for s in range(P * V)],
                            torch_order(name, P, V, m), m)
     return trace.period
@@ -67,7 +68,7 @@ def test_v_schedules_have_no_bubble_beyond_the_fill_at_equal_times(name, P, m):
 def test_the_fill_is_a_lower_bound_no_order_beats():
     for name in ("zbv", "dualpipev", "interleaved-zb"):
         for f, i, w in [(2.0, 1.0, 1.0), (1.0, 2.0, 1.0), (1.0, 1.0, 2.0)]:
-            V = chunks_of(name, None)
+            V = schedule_of(name).chunks(None)
             work = 4 * V * (f + i + w)
             assert _per_micro_batch(name, 4, None, 4 * 4, f, i, w) * 16 >= 4 * work + 3 * f - 1e-9
 
@@ -97,9 +98,9 @@ def test_pending_weight_gradients_count_under_the_full_model():
 
 
 def test_a_deadlocking_order_is_refused():
-    from workbench.model.orders import Action
+    from workbench.schedules.ops import Op
 
     chain = _identical(2, 1.0, 1.0, 0.0)
-    bad = {0: (Action(0, "B", 0), Action(0, "F", 0)), 1: (Action(1, "F", 0), Action(1, "B", 0))}
+    bad = {0: (Op(0, "B", 0), Op(0, "F", 0)), 1: (Op(1, "F", 0), Op(1, "B", 0))}
     with pytest.raises(ValueError, match="deadlocks"):
         simulate_order(chain, Platform(2, memory_model="paper"), [(0, 0, 0), (1, 1, 1)], bad, 1)

@@ -70,7 +70,7 @@ def test_a_plans_stages_of_a_zoo_model():
     from workbench.model.chain import Platform
     from workbench.profiles.profiler import profile_zoo
     from workbench.profiles.workload import Workload
-    from workbench.verify.schedule import best_schedule
+    from workbench.schedules.builder import best_schedule
 
     chain = profile_zoo("tiny-gpt", 2, repeats=1, warmup=0)
     plan = best_schedule(chain, Platform(2), [0, 0, 1, 1])

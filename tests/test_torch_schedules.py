@@ -9,13 +9,14 @@ import numpy as np
 import pytest
 
 from workbench.model.chain import Chain, Layer, Platform
-from workbench.model.order_memory import OrderMemory
-from workbench.model.orders import SCHEDULES, stage_devices, torch_order
 from workbench.planners import plan
 from workbench.planners.torch_schedules import plan_torch_schedule
+from workbench.schedules.order_memory import OrderMemory
+from workbench.schedules.registry import TORCH_SCHEDULES, schedule_of
+from workbench.schedules.simulate import simulate
+from workbench.schedules.simulate_orders import simulate_order
+from workbench.schedules.torch_orders import torch_order
 from workbench.verify.check import check
-from workbench.verify.simulate import simulate
-from workbench.verify.simulate_orders import simulate_order
 
 
 def _random_chain(rng: random.Random, L: int, split: bool = True) -> Chain:
@@ -31,7 +32,7 @@ def _all_partitions(L: int, S: int):
         yield [(b[k], b[k + 1] - 1) for k in range(S)]
 
 
-@pytest.mark.parametrize("name", sorted(SCHEDULES))
+@pytest.mark.parametrize("name", sorted(TORCH_SCHEDULES))
 def test_identical_layers_split_evenly_and_the_plan_checks_and_simulates(name):
     ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 4, 1, 1) for i in range(16)), input_bytes=1)
     plat = Platform(4, memory_model="paper")
@@ -46,12 +47,12 @@ def test_the_exact_peaks_equal_the_simulated_ones():
     rng = random.Random(3)
     for _ in range(25):
         P = rng.choice([2, 3])
-        name = rng.choice(sorted(SCHEDULES))
+        name = rng.choice(sorted(TORCH_SCHEDULES))
         ch = _random_chain(rng, rng.randint(2 * P, 2 * P + 3))
         plat = Platform(P, optimizer=rng.choice(["sgd", "adam"])) if rng.random() < 0.7 else \
             Platform(P, memory_model="paper")
         m = rng.choice([2 * P, 4 * P])
-        order, dev = torch_order(name, P, 2, m), stage_devices(name, P, 2 * P)
+        order, dev = torch_order(name, P, 2, m), schedule_of(name).stage_devices(P, 2 * P)
         peaks = OrderMemory(ch, plat, dev, order)
         for parts in itertools.islice(_all_partitions(len(ch), 2 * P), 10):
             trace = simulate_order(ch, plat, [(a, b, d) for (a, b), d in zip(parts, dev)], order, m)
@@ -68,7 +69,7 @@ def test_under_a_binding_limit_close_to_exhaustive_search():
         L, P = rng.randint(5, 8), 2
         name = rng.choice(["interleaved-1f1b", "interleaved-zb", "zbv", "looped-bfs"])
         ch = _random_chain(rng, L, split=False)
-        order, dev = torch_order(name, P, 2, 4), stage_devices(name, P, 4)
+        order, dev = torch_order(name, P, 2, 4), schedule_of(name).stage_devices(P, 4)
         results = []
         for parts in _all_partitions(L, 4):
             t = simulate_order(ch, Platform(P, memory_model="paper"), [(a, b, d) for (a, b), d in zip(parts, dev)],

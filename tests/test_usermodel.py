@@ -94,6 +94,21 @@ def sibling():
 def bad_sequential():
     net = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(16, 3))
     return net, torch.randn(3, 4), torch.randint(0, 3, (3,)), F.cross_entropy
+
+
+def exits():
+    import sys
+    sys.exit(3)
+
+
+def per_row_loss():
+    return Dict(), torch.randn(3, 4), torch.randint(0, 3, (3,)), \
+        lambda out, y: F.cross_entropy(out["logits"], y, reduction="none")
+
+
+def per_row_loss_sequential():
+    return make_net(), torch.randn(3, 4), torch.randint(0, 3, (3,)), \
+        lambda out, y: F.cross_entropy(out, y, reduction="none")
 '''
 HELPERS = '''import torch
 
@@ -122,6 +137,8 @@ def user_dir(tmp_path):
      "KeyError: 0"),
     ("syntax.py:build", "syntax.py:2", "SyntaxError: invalid syntax"),
     ("imports.py:build", "imports.py:2 in <module>", "ModuleNotFoundError: No module named 'no_such_package_anywhere'"),
+    # sys.exit(3) in build(): main ended with exit status 3 and no message
+    ("fails.py:exits", "fails.py:48 in exits", "the code called sys.exit(3); exits() must return (model, "),
 ])
 @pytest.mark.parametrize("fake", [False, True])
 def test_a_failure_in_the_users_code_is_one_line_with_their_frame(user_dir, capsys, spec, where, message, fake):
@@ -152,6 +169,21 @@ def test_a_bare_sequential_failing_in_torchs_modules_names_the_layer(user_dir, c
     assert "torch/nn/modules/linear.py:" in last and " in forward: RuntimeError: " in last, last
     assert ("a and b must have same reduction dim" if fake else "mat1 and mat2 shapes cannot be multiplied") in last
     assert fake or err.count("\n") == 1
+
+
+@pytest.mark.parametrize("spec", ["per_row_loss", "per_row_loss_sequential"])
+@pytest.mark.parametrize("fake", [False, True])
+def test_a_loss_that_is_no_scalar_is_one_line(user_dir, capsys, spec, fake):
+    # main ended in torch's "grad can be implicitly created only for scalar outputs", with and without --fake
+    from workbench.front.cli import main
+
+    args = ["profile", "--module", f"{user_dir}/fails.py:{spec}", "--out", str(user_dir / "p.csv"), "--repeats", "1"]
+    assert main(args + (["--fake", "--gpu", "h100-sxm"] if fake else [])) == 2
+    err = capsys.readouterr().err
+    last = err.rstrip("\n").split("\n")[-1]
+    assert "Traceback" not in err and err.count("error:") == 1
+    assert last.startswith("error: the loss returned a float32 tensor of shape (3,)") and "not one value" in last
+    assert "(.mean() or .sum())" in last and not (user_dir / "p.csv").exists()
 
 
 def test_run_says_it_too(user_dir, tmp_path, capsys):

@@ -86,7 +86,7 @@ def test_layer_table_in_units():
 
 def test_gantt_animation_in_seconds_for_a_long_run():
     from workbench.profiles import load_profile
-    from workbench.verify.simulate import simulate
+    from workbench.schedules.simulate import simulate
 
     chain = load_profile("gpt-small")
     platform = Platform(4, bandwidth="12GB/s", optimizer="sgd")

@@ -13,7 +13,7 @@ time_limit, **options) -> Plan`` (docs/model.md, "Plan"), imported by name in
 backward of different mini-batches per device per period, weight stashing) or
 ``flushed`` (GPipe, 1F1B and torch's multi-stage schedules: micro-batches, then a flush; its name
 is also the plan's ``schedule``). ``torch_schedule`` marks torch's schedules
-(:mod:`workbench.model.orders`: several stages per device, ``--chunks``).
+(:mod:`workbench.schedules.torch_orders`: several stages per device, ``--chunks``).
 A :class:`Variant` is a method run with one allocation,
 as the experiments compare them (``ilp-general``, ``ilp-contiguous``, ``dp``,
 ...), with the label and line style of the sweeps' figures. :data:`LINEUPS`
@@ -44,7 +44,7 @@ Family = Literal["periodic", "flushed"]
 class Method:
     """One planning method and what it can do.
 
-    ``allocations``: the allocations it plans (docs/model.md, "Allocation");
+    ``allocations``: the allocations it plans (docs/model.md, "Plan");
     ``memory_aware``: it chooses its partition under the memory limit (the
     others partition without it and the schedule on top fits what it can);
     ``exact``: an ``optimal`` plan is the best of every plan it searches;
@@ -58,10 +58,17 @@ class Method:
     simulate); ``warm_start``: it takes ``warm_start=plan`` (a plan to start
     from, :func:`workbench.planners.sweep.sweep`); ``aliases``: other names
     its results carry in peer data. torch's multi-stage schedules, planned as a partition into P x V
-    stages under torch's own order (:mod:`workbench.model.orders`, :mod:`workbench.planners.torch_schedules`):
+    stages under torch's own order (:mod:`workbench.schedules.torch_orders`, :mod:`workbench.planners.torch_schedules`):
     ``torch_class`` (its class in ``torch.distributed.pipelining.schedules``), ``layout`` (``loop``: stage s
     on device s mod P; ``v``: s, then 2P - 1 - s), ``split_backward`` (it runs I and W apart) and
-    ``fixed_chunks`` (the stages per device it requires; None: any, ``--chunks``).
+    ``fixed_chunks`` (the stages per device it requires; None: any, ``--chunks``). The flushed schedules the
+    workbench orders itself (:mod:`workbench.schedules.registry`) say how many forwards a stage runs before its
+    first backward, ``warmup``: ``all`` (GPipe: every micro-batch of the flush) or ``downstream`` (1F1B:
+    min(m, S - 1 - s), one per stage after it), then one forward and one backward in turn; torch runs them
+    with its single-stage class ``single_stage_class`` when a rank holds one stage. Exported to a framework
+    (:mod:`workbench.parallel.export`): ``torchtitan_name`` (the name torch's ``get_schedule_class``, and so
+    torchtitan's ``pipeline_parallel_schedule``, gives the same class) and ``megatron_closest`` (the method
+    Megatron-LM runs instead of one it lacks; empty: Megatron runs it).
     """
 
     name: str
@@ -82,6 +89,10 @@ class Method:
     layout: str = ""
     split_backward: bool = False
     fixed_chunks: int | None = None
+    warmup: str = ""
+    single_stage_class: str = ""
+    torchtitan_name: str = ""
+    megatron_closest: str = ""
 
     @property
     def torch_schedule(self) -> bool:
@@ -136,18 +147,24 @@ METHODS: tuple[Method, ...] = (
     Method("uniform", "uniform (DeepSpeed)", "uniform", "#9C755F", "periodic", baseline=True, blocks=True),
     Method("parameters", "parameters (DeepSpeed)", "parameters", "#76B7B2", "periodic", baseline=True, blocks=True),
     Method("torchgpipe", "torchgpipe balance", "torchgpipe", "#EDC948", "periodic", baseline=True, blocks=True),
-    Method("gpipe", "GPipe", "GPipe", "#59A14F", "flushed"),
-    Method("1f1b", "1F1B-flush", "1F1B", "#B07AA1", "flushed"),
+    Method("gpipe", "GPipe", "GPipe", "#59A14F", "flushed", warmup="all", single_stage_class="ScheduleGPipe",
+           torchtitan_name="GPipe", megatron_closest="1f1b"),
+    Method("1f1b", "1F1B-flush", "1F1B", "#B07AA1", "flushed", warmup="downstream", single_stage_class="Schedule1F1B",
+           torchtitan_name="1F1B"),
     Method("interleaved-1f1b", "Interleaved 1F1B (torch)", "Interleaved", "#E377C2", "flushed",
-           torch_class="ScheduleInterleaved1F1B", layout="loop"),
+           torch_class="ScheduleInterleaved1F1B", layout="loop", torchtitan_name="Interleaved1F1B"),
     Method("looped-bfs", "Looped BFS (torch)", "LoopedBFS", "#7F7F7F", "flushed",
-           torch_class="ScheduleLoopedBFS", layout="loop"),
+           torch_class="ScheduleLoopedBFS", layout="loop", torchtitan_name="LoopedBFS",
+           megatron_closest="interleaved-1f1b"),
     Method("interleaved-zb", "Interleaved zero bubble (torch)", "ZB", "#BCBD22", "flushed",
-           torch_class="ScheduleInterleavedZeroBubble", layout="loop", split_backward=True),
+           torch_class="ScheduleInterleavedZeroBubble", layout="loop", split_backward=True,
+           torchtitan_name="InterleavedZeroBubble", megatron_closest="interleaved-1f1b"),
     Method("zbv", "ZB-V (torch)", "ZB-V", "#1F77B4", "flushed",
-           torch_class="ScheduleZBVZeroBubble", layout="v", split_backward=True, fixed_chunks=2),
+           torch_class="ScheduleZBVZeroBubble", layout="v", split_backward=True, fixed_chunks=2,
+           torchtitan_name="ZBVZeroBubble", megatron_closest="interleaved-1f1b"),
     Method("dualpipev", "DualPipeV (torch)", "DualPipeV", "#9467BD", "flushed",
-           torch_class="ScheduleDualPipeV", layout="v", split_backward=True, fixed_chunks=2),
+           torch_class="ScheduleDualPipeV", layout="v", split_backward=True, fixed_chunks=2,
+           torchtitan_name="DualPipeV", megatron_closest="interleaved-1f1b"),
     Method("brute", "brute force", "brute", "#000000", "periodic",
            allocations=("contiguous", "general"), memory_aware=True, exact=True, auto_activations=True, slow=True,
            blocks=True),

@@ -40,8 +40,8 @@ NOT_MODEL = (
     "experiments/report.py", "experiments/analyses.py", "experiments/figures.py", "experiments/provenance.py",
     "experiments/executors.py",
     "profiles/profiler.py", "profiles/zoo.py", "profiles/compare.py", "profiles/memtrace.py", "profiles/discover.py",
-    "profiles/wrappers.py", "profiles/usermodel.py", "profiles/timing.py", "profiles/workload.py",
-    "profiles/tied_counts.py",
+    "profiles/wrappers.py", "profiles/usermodel.py", "profiles/timing.py", "profiles/workload.py", "profiles/found.py",
+    "profiles/blocks_route.py", "profiles/tied_counts.py", "profiles/cache.py",
 )
 
 

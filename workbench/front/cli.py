@@ -1,7 +1,7 @@
 """``python -m workbench``: the command line; the model, the validity rules and the plan JSON are in docs/model.md.
 
 Sub-commands: ``profile-info``, ``profile``, ``plan``, ``check``,
-``simulate``, ``run``, ``reproduce``, ``largest``, ``demo``. Each handler lives in a module
+``simulate``, ``run``, ``export``, ``reproduce``, ``largest``, ``demo``. Each handler lives in a module
 of :mod:`workbench.front` imported when its command runs, so ``--help`` stays fast. Bad input (an option out of range, a
 file that is not a profile or a plan, an output path that is a folder or in a
 missing folder) gets one line ``error: ...`` on stderr and exit status 2, before
@@ -177,6 +177,7 @@ def build_parser() -> argparse.ArgumentParser:
     _plan_parser(sub)
     _check_and_simulate_parsers(sub)
     _run_parser(sub)
+    _export_parser(sub)
     _study_parsers(sub)
     return ap
 
@@ -192,6 +193,9 @@ def _profile_parsers(sub: argparse._SubParsersAction) -> None:
     src = p.add_mutually_exclusive_group()
     src.add_argument("--model", help="zoo model name (resnet50, resnet101, vgg16, gpt, ...)")
     _add_module_arg(src)
+    p.add_argument("--split-at", metavar="NAME,NAME,...", dest="split_at",
+                   help="with --module: cut the model before these modules (names as model.named_modules() gives "
+                        "them, as torch's pipeline(split_spec=...) takes them) instead of finding the layers")
     p.add_argument("--batch-size", type=int_in(1), default=8, help="mini-batch size (default 8)")
     p.add_argument("--device", default="cpu", help="torch device to profile on: cpu (default), cuda, cuda:1, ...")
     p.add_argument("--repeats", type=int_in(1), default=5, help="timed runs per layer; the median is kept (default 5)")
@@ -201,6 +205,13 @@ def _profile_parsers(sub: argparse._SubParsersAction) -> None:
                    help="fake tensors: nothing is allocated (any model size profiles here); memory columns measured "
                         "as in a real profile, times estimated for --gpu")
     p.add_argument("--gpu", default=None, metavar="NAME", help="with --fake: the GPU whose times are estimated")
+    p.add_argument("--tp", type=int_in(1), default=1, metavar="T",
+                   help="with --fake --module: tensor parallelism over T GPUs of a node (Megatron's split with "
+                        "torch's parallelize_module); the profile is one rank's, measured (default 1)")
+    p.add_argument("--sequence-parallel", action="store_true",
+                   help="with --tp: the norms on 1/T of the sequence (Megatron's sequence parallelism)")
+    p.add_argument("--loss-parallel", action="store_true",
+                   help="with --tp: the logits kept split over the vocabulary for the loss (torch's loss_parallel)")
     p.add_argument("--list-gpus", action="store_true", help="list the GPUs --gpu knows, with their numbers, and exit")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="zoo model option, e.g. image_size=96 or layers=12 (repeatable)")
@@ -285,8 +296,8 @@ def _run_parser(sub: argparse._SubParsersAction) -> None:
                    help="torch.distributed.pipelining, or the PipeDream fallback (auto: torch where it "
                         "expresses the plan; weight stashing needs pipedream)")
     p.add_argument("--steps", type=int_in(1), default=None,
-                   help="mini-batches to run (default 20, or more where the plan's steady state needs them; a plan "
-                        "of torch's schedules: its micro-batches)")
+                   help="mini-batches to run (default 20, or more where the plan's steady state needs them); a "
+                        "flushed plan of m micro-batches runs them as optimizer steps of m: a multiple of m")
     p.add_argument("--batch-size", type=int_in(1), default=8, help="mini-batch size without --profile (default 8)")
     p.add_argument("--backend", default=None, choices=["gloo", "nccl"],
                    help="gloo (CPU) or nccl (GPU); default by device")
@@ -294,10 +305,24 @@ def _run_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", default="build/run", help="folder for the measured trace and summary")
     p.add_argument("--dtype", default=None,
                    help="precision without --profile (float32 or bfloat16); with one, the profile's (default)")
+    p.add_argument("--max-ranks", type=int_in(1), default=None, dest="max_ranks",
+                   help="a layout plan (tp or dp above 1): the most ranks this machine starts (default 16)")
     p.add_argument("--replay", action="store_true",
                    help="replay each device alone instead (one GPU or core at a time): its compute time and, "
                         "on a GPU, the allocator's peak against the prediction; writes replay.csv")
     p.set_defaults(handler=_run)
+
+
+def _export_parser(sub: argparse._SubParsersAction) -> None:
+    """``export``: a plan with a layout as torchtitan's settings or Megatron-LM's flags."""
+    p = sub.add_parser("export", help="a plan (plan --parallel) as torchtitan's settings or Megatron-LM's flags")
+    p.add_argument("plan_file", help="a plan JSON file with a \"parallel\" layout (plan --parallel ... --json)")
+    p.add_argument("--to", required=True, choices=["torchtitan", "megatron"],
+                   help="torchtitan: a TOML file for torchtitan 0.2 (--job.config_file), torchtitan 0.3's command "
+                        "line in a comment; megatron: Megatron-LM's command-line flags")
+    p.add_argument("--seq-len", type=int_in(1), default=None, help="sequence length (default: the plan's)")
+    p.add_argument("--out", default=None, help="write here (default: standard output)")
+    p.set_defaults(handler=_export)
 
 
 def _study_parsers(sub: argparse._SubParsersAction) -> None:
@@ -366,6 +391,11 @@ def _run(args: argparse.Namespace) -> int:
     return run_command(args)
 
 
+def _export(args: argparse.Namespace) -> int:
+    from workbench.front.exporting import export_command
+    return export_command(args)
+
+
 def _reproduce(args: argparse.Namespace) -> int:
     from workbench.front.studies import reproduce_command
     return reproduce_command(args)
@@ -387,6 +417,7 @@ OUTPUTS: dict[str, list[tuple[str, str, str]]] = {
     "simulate": [("out", "--out", "file")],
     "profile": [("out", "--out", "file")],
     "run": [("out", "--out", "folder")],
+    "export": [("out", "--out", "file")],
     "reproduce": [("out", "--out", "folder")],
     "demo": [("out", "--out", "folder")],
 }

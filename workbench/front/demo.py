@@ -33,6 +33,7 @@ from workbench.methods import lineup
 from workbench.model.chain import Chain, Platform
 from workbench.model.plan import Plan
 from workbench.model.units import format_bytes, format_seconds
+from workbench.schedules.registry import schedule_of
 
 __all__ = ["run_demo", "demo_command", "demo_memory_limit", "plan_result", "DEMO_METHODS", "LEGEND"]
 
@@ -88,7 +89,7 @@ def plan_result(plan: Plan, chain: Chain | None, platform: Platform | None) -> t
 
 def _row(method: str, plan: Plan, result: str, why: str) -> str:
     usable = plan.feasible
-    family = "periodic" if plan.schedule == "periodic" else f"flushed ({plan.schedule})"
+    family = f"flushed ({plan.schedule})" if schedule_of(plan.schedule).flushed else "periodic"
     cells = [method, family, result + (f" ({why})" if why else ""),
              format_seconds(plan.period) if usable else "-",
              f"{plan.ratio_to_bound():.3f}" if usable else "-",
@@ -98,7 +99,7 @@ def _row(method: str, plan: Plan, result: str, why: str) -> str:
 
 def _profile_section(name: str, chain: Chain, devices: int, methods, out: Path) -> list[str]:
     from workbench.planners import plan as run_planner
-    from workbench.verify.simulate import simulate
+    from workbench.schedules.simulate import simulate
     from workbench.viz.export import save_html
     from workbench.viz.gantt import gantt
 
@@ -127,8 +128,8 @@ def _profile_section(name: str, chain: Chain, devices: int, methods, out: Path) 
     lines += ["", f"Best plan that fits, across families: **{m}** ({_family(best)}), period "
                   f"{format_seconds(best.period)}, peak {format_bytes(best.peak_memory)}; Gantt chart: "
                   f"[{html.name}]({html.name})"]
-    periodic = {k: p for k, p in usable.items() if p.schedule == "periodic"}
-    if best.schedule != "periodic" and periodic:
+    periodic = {k: p for k, p in usable.items() if not schedule_of(p.schedule).flushed}
+    if schedule_of(best.schedule).flushed and periodic:
         k, p = min(periodic.items(), key=lambda kv: kv[1].period)
         lines.append(f"\nThe fastest periodic plan, **{k}**, takes {format_seconds(p.period)} "
                      f"({p.period / best.period:.3g}x), peak {format_bytes(p.peak_memory)}: another family, see the "
@@ -137,7 +138,7 @@ def _profile_section(name: str, chain: Chain, devices: int, methods, out: Path) 
 
 
 def _family(plan: Plan) -> str:
-    return "periodic" if plan.schedule == "periodic" else f"flushed, {plan.schedule}"
+    return f"flushed, {plan.schedule}" if schedule_of(plan.schedule).flushed else "periodic"
 
 
 def run_demo(out: Path, devices: int = 4, profiles: list[str] | None = None, methods=DEMO_METHODS) -> Path:

@@ -15,13 +15,16 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from workbench.methods import METHODS, method
 from workbench.model.plan_setup import SETUP_OPTIONS, plan_setup, resolve_setup
 
-__all__ = ["platform_from_args", "chain_from_args", "plan_command", "check_command", "simulate_command",
-           "plan_setup", "resolve_setup", "SETUP_OPTIONS"]
+if TYPE_CHECKING:
+    from workbench.model.chain import Chain, Platform
+
+__all__ = ["platform_from_args", "chain_from_args", "chain_for_platform", "plan_command", "check_command",
+           "simulate_command", "plan_setup", "resolve_setup", "SETUP_OPTIONS"]
 
 
 def _links(args: argparse.Namespace, setup: dict) -> dict:
@@ -33,10 +36,25 @@ def _links(args: argparse.Namespace, setup: dict) -> dict:
     gpu = accelerator(name) if name else None          # an unknown name: one line listing the known ones
     per_node = getattr(args, "devices_per_node", None) or setup.get("devices_per_node")
     return {"memory": args.memory or (gpu.memory if gpu else "inf"),
-            "bandwidth": args.bandwidth or (gpu.link_bandwidth if gpu else setup.get("bandwidth", "12GB/s")),
+            "bandwidth": args.bandwidth or (gpu.link_bandwidth if gpu else _recorded(setup, "bandwidth", "12GB/s")),
             "devices_per_node": per_node, "gpu": gpu.name if gpu else None,
-            "node_bandwidth": getattr(args, "node_bandwidth", None) or setup.get("node_bandwidth",
+            "node_bandwidth": getattr(args, "node_bandwidth", None) or _recorded(setup, "node_bandwidth",
                                                                                  DEFAULT_NODE_BANDWIDTH)}
+
+
+def _recorded(setup: dict, key: str, default):
+    """A link the plan records (its ``memory_setup``), checked, naming where it comes from; else ``default``.
+
+    >>> _recorded({"node_bandwidth": 0}, "node_bandwidth", 1.0)
+    Traceback (most recent call last):
+    ...
+    ValueError: the plan's memory_setup node_bandwidth must be positive, got 0
+    """
+    from workbench.model.units import parse_bandwidth
+
+    if key not in setup:
+        return default
+    return parse_bandwidth(setup[key], what=f"the plan's memory_setup {key}")
 
 
 def platform_from_args(args: argparse.Namespace, plan=None):
@@ -54,7 +72,8 @@ def platform_from_args(args: argparse.Namespace, plan=None):
         extra.update(dp=int(setup["dp"]), zero=int(setup.get("zero", 0)))
     return Platform(args.devices, latency=args.latency, weights=chosen["weights"], memory_model=model,
                     **_links(args, setup),
-                    host_bandwidth=getattr(args, "host_bandwidth", None) or setup.get("host_bandwidth", "31.5GB/s"),
+                    host_bandwidth=getattr(args, "host_bandwidth", None) or _recorded(setup, "host_bandwidth",
+                                                                                      "31.5GB/s"),
                     **extra)
 
 
@@ -65,6 +84,17 @@ def chain_from_args(args: argparse.Namespace):
     if getattr(args, "no_zero_input", False):
         opts["zero_input"] = False
     return load_profile(args.profile, **opts)
+
+
+def chain_for_platform(chain: Chain, platform: Platform) -> Chain:
+    """``chain`` with times for the platform's GPU (a fake profile re-estimated for it; a profile measured on
+    another device refused in one line: :func:`workbench.profiles.retime.chain_for_gpu`), its note printed."""
+    from workbench.profiles.retime import chain_for_gpu
+
+    chain, note = chain_for_gpu(chain, getattr(platform, "gpu", None))
+    if note:
+        print(note)
+    return chain
 
 
 def _progress(quiet: bool) -> Callable[[str], None] | None:
@@ -92,11 +122,13 @@ def _resolve_plan_context(args: argparse.Namespace, plan):
     if args.devices is None or (layout and args.devices == layout["tp"] * layout["pp"] * layout["dp"]):
         args.devices = plan.devices         # a layout's plan is one replica's pipeline of pp ranks
     chain, platform = chain_from_args(args), platform_from_args(args, plan)
+    chain = chain_for_platform(chain, platform)
     validate_setup(platform, chain)
     return chain, platform
 
 
 def plan_command(args: argparse.Namespace) -> int:
+    from workbench.model.plan import chain_for_plan
     from workbench.planners import GENERAL_METHODS
     from workbench.planners import plan as run_planner
 
@@ -115,8 +147,13 @@ def plan_command(args: argparse.Namespace) -> int:
     if args.allocation not in chosen.allocations:
         raise ValueError(f"--allocation {args.allocation}: method {args.method!r} plans contiguous allocations only; "
                          f"use one of {', '.join(sorted(GENERAL_METHODS))}")
+    if args.micro_batches is not None and chosen.family != "flushed":    # refused, not silently ignored
+        raise ValueError(f"--micro-batches: method {args.method!r} plans a periodic schedule (a mini-batch enters "
+                         f"every period, no flush); --micro-batches is for the flushed methods "
+                         f"{', '.join(m.name for m in METHODS if m.family == 'flushed')}")
     chain = chain_from_args(args)
     platform = platform_from_args(args)
+    chain = chain_for_platform(chain, platform)
     opts = {}
     if args.micro_batches is not None:
         opts["micro_batches"] = args.micro_batches
@@ -133,8 +170,14 @@ def plan_command(args: argparse.Namespace) -> int:
     names = list(result.chain_order) if result.chain_order else [l.name for l in chain.layers]
     tied = json.loads(chain.meta.get("tied") or "[]")      # shared parameters (docs/model.md, Tied parameters)
     result = result.with_(extra={**result.extra, "layer_names": names, **({"tied": tied} if tied else {})})
+    from workbench.model.explain import IDLE, MEMORY, explain
+
+    result = explain(result, chain_for_plan(result, chain), platform)   # idle devices, a period memory sets
     print(f"{chain.name}: {len(chain)} layers on {platform.devices} devices")
     print(result.summary())
+    for note in result.notes:
+        if note.startswith((IDLE, MEMORY)):
+            print(f"  {note}")
     for t in result.extra.get("tied", []):
         print(f"  tied: {t['parameter']} shared by {', '.join(t['layers'])}; counted at {t['owner']}, and a stage "
               "holding a sharer without it holds a copy")
@@ -174,7 +217,7 @@ def check_command(args: argparse.Namespace) -> int:
 def simulate_command(args: argparse.Namespace) -> int:
     from workbench.model.plan import Plan
     from workbench.model.units import format_bytes, format_seconds
-    from workbench.verify.simulate import simulate
+    from workbench.schedules.simulate import simulate
 
     plan = Plan.from_json(Path(args.plan_file))
     chain, platform = _resolve_plan_context(args, plan)

@@ -2,7 +2,7 @@
 
 ``profile-info FILE`` summarises a profile: a project CSV, a PipeDream
 ``graph.txt`` (then also how the graph was linearised), or a known name
-such as ``pipedream/vgg16``. ``profile (--model NAME | --module FILE.py:FUNC)``
+such as ``pipedream/vgg16``. ``profile (--model NAME | --module FILE.py:FUNC [--split-at NAME,...])``
 profiles a model with :mod:`workbench.profiles.profiler` and writes its CSV; with ``--fake --gpu NAME``
 under fake tensors for that GPU (:mod:`workbench.profiles.fake`); ``profile --list-gpus`` lists the GPUs.
 
@@ -97,6 +97,12 @@ def _check_profile_args(args: Any) -> None:
         raise ValueError("profile: give --model NAME or --module FILE.py:FUNC (or --list-gpus)")
     if not getattr(args, "out", None):
         raise ValueError("profile: --out FILE is required (the profile's CSV)")
+    if getattr(args, "split_at", None) is not None:
+        from workbench.profiles.cuts import parse_split_at
+
+        if not getattr(args, "module", None):
+            raise ValueError("--split-at goes with --module (a zoo model's layers are its own)")
+        parse_split_at(args.split_at)
     if getattr(args, "clock", "wall") == "cpu" and getattr(args, "threads", 1) != 1:
         raise ValueError(f"--clock cpu times the profiling thread alone: use --threads 1, not {args.threads}")
     if getattr(args, "fake", False):
@@ -113,6 +119,22 @@ def _check_profile_args(args: Any) -> None:
         raise ValueError("--gpu goes with --fake (a real profile measures the device it runs on: --device)")
     else:
         check_device(getattr(args, "device", "cpu") or "cpu")
+    _check_tp_args(args)
+
+
+def _check_tp_args(args: Any) -> None:
+    """``--tp``, ``--sequence-parallel`` and ``--loss-parallel`` go with ``--fake --module``."""
+    tp_args = getattr(args, "tp", 1) != 1 or getattr(args, "sequence_parallel", False) \
+        or getattr(args, "loss_parallel", False)
+    if not tp_args:
+        return
+    if not getattr(args, "module", None):
+        raise ValueError("--tp shards a Llama-style model (q_proj ... down_proj): give --module FILE.py:FUNC")
+    if not getattr(args, "fake", False):
+        raise ValueError(f"--tp {args.tp}: a tensor-parallel profile is made under fake tensors with a fake "
+                         "process group: add --fake --gpu NAME")
+    if args.tp == 1:
+        raise ValueError("--sequence-parallel and --loss-parallel need --tp 2 or more")
 
 
 def check_device(text: str) -> None:
@@ -170,7 +192,7 @@ def profile_command(args: Any) -> int:
         from workbench.profiles.workload import Workload
 
         with user_code(args.module):
-            wl = Workload.module(args.module)
+            wl = Workload.module(args.module, split_at=getattr(args, "split_at", None))
             for note in wl.notes:
                 print(f"note: {note}", flush=True)
             print(f"finding the layers of {wl.name} ...", flush=True)
@@ -181,6 +203,7 @@ def profile_command(args: Any) -> int:
         chain, stats = profile_zoo(args.model, args.batch_size, args.device, warmup=args.warmup, repeats=args.repeats,
                                    progress=True, threads=threads, return_stats=True, clock=clock,
                                    dtype=getattr(args, "dtype", None), **kwargs)
+    _refuse_unloadable(chain, args.out)
     write_profile(chain, args.out)
     m = chain.meta
     print(chain.summary())
@@ -213,6 +236,35 @@ def _report_spread(chain: Any, repeats: int) -> None:
           f"{float(m['spread_backward']):.1%} (max {float(m['spread_backward_max']):.1%})")
 
 
+def _refuse_unloadable(chain: Any, out: str) -> None:
+    """Refuse (ValueError, before anything is written) a profile its own loader would refuse: a time or a size
+    no measurement gives (:func:`~workbench.profiles.csvio.check_values`: a fake profile of a huge batch or
+    sequence), naming the value and the layer."""
+    from workbench.profiles.csvio import ProfileError, check_values
+
+    try:
+        check_values(chain, "the profile")
+    except ProfileError as e:
+        raise ValueError(f"{e}; nothing written to {out} (its loader would refuse it): profile a smaller batch or "
+                         "sequence") from None
+
+
+@contextmanager
+def _cast_hint() -> Iterator[None]:
+    """Inside, ``model.to(dtype)`` failing under fake tensors ("Couldn't swap ...") ends with the fix the README
+    gives: build the model with torch's default dtype set."""
+    from workbench.profiles.usermodel import UserCodeError
+
+    try:
+        yield
+    except UserCodeError as e:
+        if "Couldn't swap" not in str(e):
+            raise
+        raise UserCodeError(f"{e}: under --fake, build the model in its dtype with torch.set_default_dtype (as "
+                            "examples/ do: workbench.profiles.fake.default_dtype) instead of model.to(dtype), which "
+                            "fake tensors cannot do") from None
+
+
 @contextmanager
 def _quiet_fake_tensor_log() -> Iterator[None]:
     """Inside, torch's fake-tensor logger keeps its own traceback of a failed operation to itself: the
@@ -233,15 +285,20 @@ def _fake_profile(args: Any, kwargs: dict[str, Any]) -> int:
     from workbench.profiles.csvio import write_profile
     from workbench.profiles.fake import fake_module, fake_zoo
 
+    if args.module and getattr(args, "tp", 1) > 1:
+        return _tensor_parallel_profile(args)
     if args.module:
         print(f"building {args.module} under fake tensors (nothing is allocated) ...", flush=True)
+        from workbench.profiles.cuts import parse_split_at
         from workbench.profiles.usermodel import user_code
 
-        with user_code(args.module), _quiet_fake_tensor_log():
-            chain = fake_module(args.module, args.gpu, progress=True)
+        with _cast_hint(), user_code(args.module), _quiet_fake_tensor_log():
+            chain = fake_module(args.module, args.gpu, progress=True,
+                                split_at=parse_split_at(getattr(args, "split_at", None)))
         chain = _module_from_profile(chain, args.module, args.out)
     else:
         chain = fake_zoo(args.model, args.batch_size, args.gpu, dtype=args.dtype, progress=True, **kwargs)
+    _refuse_unloadable(chain, args.out)
     write_profile(chain, args.out)
     m = chain.meta
     print(chain.summary())
@@ -250,6 +307,30 @@ def _fake_profile(args: Any, kwargs: dict[str, Any]) -> int:
         print(f"tied: {t['parameter']} ({t['bytes'] / 2**20:.2f} MiB) shared by {', '.join(t['layers'])}; "
               f"counted once, at {t['owner']}")
     print(f"saved for backward {sum(chain.saved_array) / 2**30:.2f} GiB in all; {m['dtype']}; input "
+          f"{m['input_shape']} ({m['input_dtype']})")
+    print(f"times: {m['timing']}")
+    print(f"profiled in {m['profile_seconds']} s; wrote {args.out}")
+    return 0
+
+
+def _tensor_parallel_profile(args: Any) -> int:
+    """``profile --module FILE.py:FUNC --fake --gpu NAME --tp T``: one rank's profile under tensor parallelism
+    (:mod:`workbench.parallel.tensor.profile`)."""
+    from workbench.parallel.tensor.profile import describe_meta, tensor_parallel_profile
+    from workbench.profiles.csvio import write_profile
+    from workbench.profiles.usermodel import user_code
+
+    print(f"building {args.module} under fake tensors, sharded over a fake group of {args.tp} ranks ...", flush=True)
+    with user_code(args.module), _quiet_fake_tensor_log():
+        chain = tensor_parallel_profile(args.module, args.gpu, args.tp, sequence_parallel=args.sequence_parallel,
+                                        loss_parallel=args.loss_parallel, cache=False, progress=True)
+    chain = _module_from_profile(chain, args.module, args.out)
+    write_profile(chain, args.out)
+    m = chain.meta
+    print(chain.summary())
+    print(f"layers found: {m.get('layers_found')}")
+    print(describe_meta(chain))
+    print(f"saved for backward {sum(chain.saved_array) / 2**30:.2f} GiB in all on each rank; {m['dtype']}; input "
           f"{m['input_shape']} ({m['input_dtype']})")
     print(f"times: {m['timing']}")
     print(f"profiled in {m['profile_seconds']} s; wrote {args.out}")

@@ -4,6 +4,11 @@ Runs a plan and compares it with its prediction. With ``--replay`` every device 
 instead (:mod:`~workbench.runtime.replay`), and ``replay.csv`` holds its compute time and
 memory against the prediction.
 
+``--steps`` counts mini-batches for every method; a flushed plan of m micro-batches runs them as whole
+optimizer steps of m (a count that is not a multiple of m is refused in one line:
+:func:`~workbench.schedules.program.optimizer_steps`); the default is enough for the steady state, at
+least 20 (:func:`~workbench.runtime.summary.default_steps`).
+
 Before anything long (a profile, the ranks), the plan is checked against the
 model (:func:`check_plan_against`): the layer count, and the layer names where
 the plan or the profile records them; a plan made for another model is refused
@@ -50,36 +55,16 @@ from workbench.runtime.session import (
     conclude_run,
     cores_available,
     dropout_modules,
+    model_config_of,
     platform_for_run,
+    profile_dtype,
+    workload_for,
 )
 from workbench.runtime.summary import format_comparison
+from workbench.schedules.program import optimizer_steps
 
 __all__ = ["run_command", "run_and_compare", "format_comparison", "validate_zoo", "measure_series", "profile_dtype",
            "check_plan_against", "cores_available", "dropout_modules"]
-
-
-def _model_config(chain, plan) -> dict[str, Any]:
-    for src in (chain.meta.get("model_config") if chain is not None else None, plan.extra.get("model_config")):
-        if src:
-            cfg = json.loads(src) if isinstance(src, str) else dict(src)
-            return {k: tuple(v) if isinstance(v, list) and k in ("blocks", "sizes") else v for k, v in cfg.items()}
-    return {}
-
-
-def profile_dtype(chain) -> str:
-    """The precision a profile was measured in (its ``dtype`` metadata), float32 when it says none.
-
-    >>> from workbench.model.chain import Chain, Layer
-    >>> profile_dtype(Chain((Layer("a", 1, 1, 0, 0),), meta={"dtype": "bfloat16"}))
-    'bfloat16'
-    """
-    from workbench.profiles.zoo import dtype_name
-
-    text = (chain.meta.get("dtype") if chain is not None else None) or "float32"
-    try:
-        return dtype_name(text)
-    except ValueError:
-        return "float32"
 
 
 def run_and_compare(plan, chain, platform, model, batch_size: int, steps: int = 20, *,
@@ -131,13 +116,6 @@ def _run_ranks(plan, chain, platform, wl, steps: int, cores: int, say, **run_kw:
     res = run_plan(plan, wl, steps, weights=platform.weights, chain=chain, platform=platform, **run_kw)
     say(f"  ranks done in {time.perf_counter() - t0:.1f} s", flush=True)
     return res
-
-
-def method_of(plan):
-    """The registry's record of the plan's schedule (:mod:`workbench.methods`), or of ``dp`` for a periodic plan."""
-    from workbench.methods import METHODS
-
-    return next((m for m in METHODS if m.name == plan.schedule), METHODS[0])
 
 
 def validate_zoo(model: str, devices: int, batch_size: int, steps: int = 20, *, out: str | Path | None = None,
@@ -239,26 +217,6 @@ def _replay(plan, chain, platform, wl, steps: int, out: Path, optimizer: str) ->
     return 0
 
 
-def _workload(args: argparse.Namespace, chain, plan, batch_size: int):
-    """The workload of ``--module``, ``--model`` or the profile's metadata (``module`` / ``model``)."""
-    from workbench.profiles.usermodel import resolve_spec, user_code
-    from workbench.runtime.engine import Workload
-
-    module = getattr(args, "module", None)
-    if not module and chain is not None and chain.meta.get("module") and not getattr(args, "model", None):
-        module = resolve_spec(chain.meta["module"], Path(str(chain.meta.get("source_file", "."))).parent)
-    if module:
-        with user_code(module):
-            return Workload.module(module)
-    model = getattr(args, "model", None) or (chain.meta.get("model") if chain is not None else None)
-    if not model:
-        raise ValueError("say which model to run: --model NAME (zoo), --module FILE.py:FUNC, or a --profile "
-                         "that records one")
-    cfg = _model_config(chain, plan)
-    dtype = profile_dtype(chain) if chain is not None else (getattr(args, "dtype", None) or "float32")
-    return Workload.zoo(model, batch_size, dtype=dtype, **cfg)
-
-
 def _refuse_what_check_rejects(args: argparse.Namespace, plan, chain) -> None:
     """``check PLAN --profile ...`` with run's platform options (memory, links) must accept the plan before any
     rank starts. How to run it (``--weights``, ``--optimizer``, ``--precision``) is run's choice: the plan is
@@ -270,21 +228,9 @@ def _refuse_what_check_rejects(args: argparse.Namespace, plan, chain) -> None:
     check_plan_valid(plan, chain, platform_from_args(checked, plan), where=str(args.plan_file))
 
 
-def run_command(args: argparse.Namespace) -> int:
-    """Handler of ``python -m workbench run`` (see the module docstring)."""
-    from workbench.front.planning import resolve_setup
-    from workbench.model.memory import validate_setup
-    from workbench.model.plan import Plan
-
-    plan = Plan.from_json(Path(args.plan_file))
-    if not plan.feasible:
-        raise ValueError(f"{args.plan_file}: the plan is infeasible; nothing to run")
-    resolve_setup(args, plan)           # an option that contradicts the plan's set-up: refused before anything
-    if args.backend == "nccl":
-        import torch
-
-        if not torch.cuda.is_available():
-            raise ValueError("--backend nccl needs a CUDA GPU per rank and there is none here; use gloo")
+def _run_profile(args: argparse.Namespace) -> tuple[Any, int]:
+    """``run``'s profile (``--profile``; None without one) and the batch size to run: the profile's where it
+    records one for a zoo model, else ``--batch-size``."""
     batch_size = args.batch_size
     chain = None
     profile = getattr(args, "profile", None)
@@ -296,7 +242,9 @@ def run_command(args: argparse.Namespace) -> int:
         if getattr(args, "dtype", None) and profile_dtype(chain) != dtype_name(args.dtype):
             raise ValueError(f"--dtype {args.dtype} but the profile {profile} was measured in {profile_dtype(chain)}: "
                              "a run is in its profile's precision")
-        profiled = int(str(chain.meta["batch_size"]).split()[0]) if chain.meta.get("batch_size") else None
+        from workbench.profiles.csvio import batch_size_of
+
+        profiled = batch_size_of(chain.meta, str(profile))      # None where unknown (PipeDream's graphs)
         if profiled and profiled != batch_size and \
                 not getattr(args, "module", None) and not chain.meta.get("module"):
             print(f"note: using the profile's batch size {chain.meta['batch_size']} (not {batch_size})")
@@ -304,7 +252,35 @@ def run_command(args: argparse.Namespace) -> int:
         if chain.meta.get("times") == "estimated":
             print(f"note: {profile} is a fake profile: its times are estimates for {chain.meta.get('gpu', 'a GPU')}, "
                   "this run measures this machine (memory and gradients compare; times do not)")
-    wl = _workload(args, chain, plan, batch_size)
+    return chain, batch_size
+
+
+def run_command(args: argparse.Namespace) -> int:
+    """Handler of ``python -m workbench run`` (see the module docstring)."""
+    from workbench.front.planning import resolve_setup
+    from workbench.model.memory import validate_setup
+    from workbench.model.plan import Plan
+
+    plan = Plan.from_json(Path(args.plan_file))
+    if not plan.feasible:
+        raise ValueError(f"{args.plan_file}: the plan is infeasible; nothing to run")
+    from workbench.parallel.run.checks import is_layout_run, layout_of_plan
+
+    layout = layout_of_plan(args.plan_file)
+    if is_layout_run(layout):           # tensor or data parallelism: the layout runtime (workbench.parallel.run)
+        from workbench.parallel.run.command import run_layout_command
+
+        return run_layout_command(args, plan, layout)
+    resolve_setup(args, plan)           # an option that contradicts the plan's set-up: refused before anything
+    if args.steps is not None:          # as is a count of mini-batches that leaves a partial optimizer step
+        optimizer_steps(plan, args.steps)
+    if args.backend == "nccl":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ValueError("--backend nccl needs a CUDA GPU per rank and there is none here; use gloo")
+    chain, batch_size = _run_profile(args)
+    wl = workload_for(args, chain, plan, batch_size)
     for note in wl.notes:
         print(f"note: {note}", flush=True)
     print(f"checking the plan against {wl.name} ...", flush=True)
@@ -326,20 +302,17 @@ def run_command(args: argparse.Namespace) -> int:
                                 zero_grad=setup["zero_grad"])
     validate_setup(platform, chain)
     optimizer = platform.optimizer
-    if args.steps is not None:
-        steps = args.steps
-    elif method_of(plan).torch_class:           # torch's schedules: one step of the plan's micro-batches
-        steps = int(plan.micro_batches)
-    else:                                       # enough mini-batches for the steady state the plan describes
-        from workbench.runtime.engine import choose_engine
-        from workbench.runtime.summary import steady_steps
+    from workbench.runtime.engine import choose_engine
+    from workbench.runtime.summary import default_steps
 
-        steps = max([20] + steady_steps(plan, choose_engine(plan, platform.weights,
-                                                            getattr(args, "engine", None) or "auto")))
+    engine = choose_engine(plan, platform.weights, getattr(args, "engine", None) or "auto")
+    # --steps counts mini-batches (a flushed plan: whole optimizer steps of its micro-batches, else one line);
+    # by default enough of them for the steady state the plan describes
+    steps = args.steps if args.steps is not None else default_steps(plan, engine)
     if getattr(args, "replay", False):
         return _replay(plan, chain, platform, wl, steps, Path(args.out), optimizer)
     summary = run_and_compare(plan, chain, platform, wl, batch_size, steps,
-                              model_config=_model_config(chain, plan),
+                              model_config=model_config_of(chain, plan),
                               backend=args.backend, out=args.out, progress=True, optimizer=optimizer,
                               engine=getattr(args, "engine", None) or "auto")
     print(format_comparison(summary))

@@ -1,21 +1,22 @@
-"""The model the workbench computes with (docs/model.md): the instance, the plan and what a device holds.
+"""The values the workbench computes with (docs/model.md): the instance, what a device holds, the plan and its trace.
 
 Read in this order:
 
-* :mod:`~workbench.model.units` (sizes, bandwidths, times) and :mod:`~workbench.model.tolerances`
-  (every numerical tolerance, named);
-* :mod:`~workbench.model.chain` (``Layer``, ``Chain``, ``Platform``) and :mod:`~workbench.model.graph`
+* :mod:`~workbench.model.units` (parsing and formatting sizes, bandwidths, times) and
+  :mod:`~workbench.model.tolerances` (every numerical tolerance, named);
+* :mod:`~workbench.model.chain` (``Layer``, ``Chain``, ``Platform``: the instance) and :mod:`~workbench.model.graph`
   (a DAG profile and the chain linearised from it); :mod:`~workbench.model.accelerators` (the GPUs people
   rent, as data: peak FLOP/s, memory, links);
-* :mod:`~workbench.model.memory` (what a layer, a stage and a device hold) and
-  :mod:`~workbench.model.memory_views` (the same over a whole plan: per device, split by term);
+* the memory model: :mod:`~workbench.model.memory_columns` (the profile's columns, measured or estimated),
+  :mod:`~workbench.model.ties` (shared parameters), :mod:`~workbench.model.memory` (what a layer, a stage and
+  a device hold), :mod:`~workbench.model.memory_bands` (the same over many stages at once, for the planners)
+  and :mod:`~workbench.model.memory_views` (over a whole plan: per device, split by term);
 * :mod:`~workbench.model.activations` (keep, recompute or offload per layer: the effective chain) and
   :mod:`~workbench.model.split` (a backward's input- and weight-gradient parts);
-* :mod:`~workbench.model.orders` (torch's multi-stage schedules: their order, read from torch) and
-  :mod:`~workbench.model.order_memory` (each device's peak under an order, torch's engine included);
-* :mod:`~workbench.model.plan` (``Plan`` and its JSON), :mod:`~workbench.model.plan_extra` (the schema of
-  ``Plan.extra``) and :mod:`~workbench.model.trace` (what a simulation or a run recorded).
+* :mod:`~workbench.model.plan` (``Plan``, its JSON and the simple lower bound), :mod:`~workbench.model.plan_extra`
+  (the schema of ``Plan.extra``), :mod:`~workbench.model.plan_setup` (the training set-up a plan records) and
+  :mod:`~workbench.model.trace` (what a simulation or a run recorded).
 
-Nothing here plans, checks or runs: :mod:`workbench.planners`, :mod:`workbench.verify` and
-:mod:`workbench.runtime` build on it.
+Nothing here orders, plans, checks or runs: :mod:`workbench.schedules`, :mod:`workbench.planners`,
+:mod:`workbench.verify` and :mod:`workbench.runtime` build on it.
 """

@@ -1,4 +1,4 @@
-"""The accelerators people rent, as data: peak dense FLOP/s per precision, memory, links (docs/model.md, "Platform").
+"""The accelerators people rent, as data: peak dense FLOP/s per precision, memory, links (docs/model.md, "Instance").
 
 Every number is the vendor's public datasheet figure, its source in the comment beside it. Conventions:
 

@@ -194,7 +194,7 @@ def memory_bound(job: Job, candidate: Candidate, chain) -> float:
 def _torch_counts(layout: Layout, m: int) -> list[int]:
     """Per stage, the micro-batches torch's order makes it hold at once, read off the order of at most
     max(16, 2 pp) micro-batches (fewer hold no more; 1 where torch refuses that many)."""
-    from workbench.model.orders import order_counts, torch_order
+    from workbench.schedules.torch_orders import order_counts, torch_order
 
     S = layout.pp * layout.chunks
     try:

@@ -37,8 +37,8 @@ from workbench.planners.mcap import plan_mcap
 from workbench.planners.partition import place
 from workbench.planners.pipedream import plan_pipedream
 from workbench.planners.torch_schedules import TORCH_PLANNERS
+from workbench.schedules.builder import Scheduler
 from workbench.verify.check import check
-from workbench.verify.schedule import Scheduler
 
 __all__ = ["PLANNERS", "GENERAL_METHODS", "AUTO_METHODS", "plan", "get_planner", "recheck", "platform_links"]
 

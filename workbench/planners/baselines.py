@@ -2,7 +2,7 @@
 
 Each picks a contiguous partition by its own criterion, then puts the
 periodic schedule on top (:func:`schedule_on_top`: ``best_schedule`` from
-:mod:`workbench.verify.schedule`, the least period whose schedule fits memory).
+:mod:`workbench.schedules.builder`, the least period whose schedule fits memory).
 
 **When the partition does not fit in memory** at any period, the plan is
 still returned: the schedule at the least period with memory ignored,
@@ -45,7 +45,7 @@ from workbench.model.plan import Plan
 from workbench.model.tolerances import LAST_BITS, TIE
 from workbench.model.units import format_bytes
 from workbench.planners.partition import bottleneck_partition, bounds_to_assignment
-from workbench.verify.schedule import best_schedule
+from workbench.schedules.builder import best_schedule
 
 __all__ = [
     "plan_uniform", "plan_parameters", "plan_torchgpipe", "schedule_on_top",

@@ -3,7 +3,7 @@
 A flushed schedule runs m micro-batches (each one a profile mini-batch),
 then waits for the pipeline to drain and updates the weights: one weight
 version, no stashing. It is finite, so it is *simulated*
-(:func:`workbench.verify.simulate.simulate_flushed`), not checked against the
+(:func:`workbench.schedules.simulate.simulate_flushed`), not checked against the
 periodic rules: the plan's period is makespan / m and its memory the
 simulated peak per device (docs/model.md, "Plan").
 
@@ -31,20 +31,20 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any, Literal
+from typing import Any
 
 from workbench.model.chain import Chain, Platform
 from workbench.model.plan import MAX_MICRO_BATCHES, Plan, Stage, chain_for_plan, lower_bound, with_memory_setup
 from workbench.model.tolerances import REL_TOL
 from workbench.model.units import format_bytes
 from workbench.planners.dp.contiguous import plan_dp
-from workbench.verify.simulate import simulate_flushed
-from workbench.verify.simulate_orders import held_counts
+from workbench.schedules.simulate import simulate_flushed
+from workbench.schedules.simulate_orders import held_counts
 
 __all__ = ["plan_gpipe", "plan_1f1b", "plan_flushed"]
 
 
-def plan_flushed(chain: Chain, platform: Platform, kind: Literal["gpipe", "1f1b"], *,
+def plan_flushed(chain: Chain, platform: Platform, kind: str, *,
                  allocation: str = "contiguous", time_limit: float | None = None,
                  micro_batches: int | None = None, flushes: int = 1, **options: Any) -> Plan:
     """A flushed ``kind`` schedule on dp's unconstrained partition, simulated (see the module docstring)."""

@@ -1,18 +1,18 @@
-"""torch's multi-stage schedules as planning methods: ``interleaved-1f1b``, ``looped-bfs``, ``interleaved-zb``,
-``zbv`` and ``dualpipev`` (docs/model.md, "Torch's schedules").
+"""torch's multi-stage schedules as planning methods, one per torch schedule of :mod:`workbench.schedules.registry`
+(``interleaved-1f1b``, ``looped-bfs``, ``interleaved-zb``, ``zbv``, ``dualpipev``; docs/model.md, "Torch's schedules").
 
 A plan is a partition of the chain into S = P V stages (V = ``chunks``
 stages per device, fixed at 2 for the V schedules), laid out as torch lays
-them out (:func:`workbench.model.orders.stage_devices`), run in the order
-torch's own class produces (:func:`workbench.model.orders.torch_order`) for
+them out (:meth:`workbench.schedules.registry.Schedule.stage_devices`), run in the order
+torch's own class produces (:func:`workbench.schedules.torch_orders.torch_order`) for
 ``micro_batches`` micro-batches (default 4 P), then a flush. It is simulated
-(:func:`workbench.verify.simulate_orders.simulate_order`): its period is the
+(:func:`workbench.schedules.simulate_orders.simulate_order`): its period is the
 makespan over the micro-batches, its memory the simulated peak per device.
 
 **The partition, balanced by time under the memory limit.** The order does
 not depend on the partition, and a device's memory changes only at its own
 operations, so each device's peak is read off the order exactly, without
-running the clock (:class:`workbench.model.order_memory.OrderMemory`: during each of its operations, per stage
+running the clock (:class:`workbench.schedules.order_memory.OrderMemory`: during each of its operations, per stage
 the micro-batches held and the weight gradients pending, times the memory
 model's terms, :mod:`workbench.model.memory`, plus the running operation's
 excess; the optimizer's step after the flush). The search:
@@ -39,13 +39,14 @@ cannot fit says so (``plan.fits`` is False), as the flushed schedules do.
 
 >>> from workbench.model.chain import Chain, Layer, Platform
 >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 0, 1, 1) for i in range(8)), input_bytes=1)
->>> p = plan_interleaved_1f1b(ch, Platform(2, memory_model="paper"), micro_batches=4)
+>>> p = TORCH_PLANNERS["interleaved-1f1b"](ch, Platform(2, memory_model="paper"), micro_batches=4)
 >>> [(s.first, s.last, s.device) for s in p.stages], p.period   # (m v + p - 1)(f + b) / m = 9 x 6 / 4
 ([(0, 1, 0), (2, 3, 1), (4, 5, 0), (6, 7, 1)], 13.5)
 """
 
 from __future__ import annotations
 
+import sys
 import time
 from dataclasses import dataclass
 from typing import Any, Sequence
@@ -55,16 +56,18 @@ import numpy as np
 from workbench.model.chain import Chain, Platform
 from workbench.model.memory import LayerTerms, flushed_platform, layer_terms
 from workbench.model.memory_bands import square_terms
-from workbench.model.order_memory import OrderMemory
-from workbench.model.orders import Action, chunks_of, order_counts, schedule_of, stage_devices, torch_order
 from workbench.model.plan import Plan, Stage, infeasible_plan, lower_bound, with_memory_setup
 from workbench.model.split import split_columns, split_note
 from workbench.model.tolerances import REL_TOL
-from workbench.model.units import format_bytes
-from workbench.verify.simulate_orders import held_counts, simulate_order
+from workbench.model.units import format_bytes, format_seconds
+from workbench.schedules.ops import Op
+from workbench.schedules.order_cache import load_answer
+from workbench.schedules.order_memory import OrderMemory
+from workbench.schedules.registry import TORCH_SCHEDULES
+from workbench.schedules.simulate_orders import held_counts, simulate_order
+from workbench.schedules.torch_orders import order_counts, torch_order, torch_schedule
 
-__all__ = ["plan_torch_schedule", "plan_interleaved_1f1b", "plan_looped_bfs", "plan_interleaved_zb", "plan_zbv",
-           "plan_dualpipev", "TORCH_PLANNERS"]
+__all__ = ["plan_torch_schedule", "TORCH_PLANNERS"]
 
 
 @dataclass
@@ -236,18 +239,23 @@ def plan_torch_schedule(chain: Chain, platform: Platform, name: str, *, allocati
     on disk would avoid it."""
     t0 = time.perf_counter()
     P = platform.devices
-    V = chunks_of(name, chunks)
+    sched = torch_schedule(name)
+    V = sched.chunks(chunks)
     S = P * V
-    sched = schedule_of(name)
     if len(chain) < S:
         return infeasible_plan(chain, platform, name, f"{name} with {V} stages on each of {P} devices needs at least "
                                f"{S} layers; the chain has {len(chain)}", solve_seconds=time.perf_counter() - t0)
     if micro_batches is not None and int(micro_batches) < 1:
         raise ValueError(f"micro_batches must be >= 1, got {micro_batches!r}")
     counts = [int(micro_batches)] if micro_batches is not None else [4 * P, 2 * P, P]
-    dev = stage_devices(name, P, S)
+    dev = sched.stage_devices(P, S)
     best: tuple[bool, float, Any] | None = None
     refused = ""
+    say = options.get("progress") or (lambda line: None)
+    cold = "torch.distributed.pipelining" not in sys.modules and load_answer((name, P, V, counts[0])) is None
+    say(f"{name}: {S} stages on {P} devices, {' or '.join(map(str, counts))} micro-batches, in the order torch's "
+        f"{sched.torch_class} gives" + (" (asked of torch: importing torch.distributed.pipelining takes seconds, "
+                                        "once; its answers are kept on disk)" if cold else ""))
     for m in counts:
         try:
             order = torch_order(name, P, V, m)
@@ -255,9 +263,12 @@ def plan_torch_schedule(chain: Chain, platform: Platform, name: str, *, allocati
             if micro_batches is not None:
                 raise
             refused = str(e)
+            say(f"{name}: {m} micro-batches: {e}")
             continue
         parts, trace = _best_partition(chain, platform, name, order, dev, m, flushes)
         fits = float(trace.peak_memory().max()) <= platform.memory * (1 + REL_TOL)
+        say(f"{name}: {m} micro-batches: period {format_seconds(float(trace.period))}, peak "
+            f"{format_bytes(float(trace.peak_memory().max()))}{'' if fits else ' (does not fit)'}")
         key = (not fits, float(trace.period) if fits else float(trace.peak_memory().max()))
         if best is None or key < best[:2]:
             best = (key[0], key[1], (parts, trace, m))
@@ -268,7 +279,7 @@ def plan_torch_schedule(chain: Chain, platform: Platform, name: str, *, allocati
                     time.perf_counter() - t0)
 
 
-def _best_partition(chain: Chain, platform: Platform, name: str, order: dict[int, tuple[Action, ...]],
+def _best_partition(chain: Chain, platform: Platform, name: str, order: dict[int, tuple[Op, ...]],
                     dev: list[int], m: int, flushes: int) -> tuple[list[tuple[int, int]], Any]:
     """The fastest candidate partition that fits (else the one needing least memory) and its simulated trace."""
     S = len(dev)
@@ -325,31 +336,16 @@ def _plan_of(chain: Chain, platform: Platform, name: str, torch_class: str, part
                 **with_memory_setup(chain, platform, {"notes": tuple(notes)}))
 
 
-def plan_interleaved_1f1b(chain: Chain, platform: Platform, **options: Any) -> Plan:
-    """torch's ``ScheduleInterleaved1F1B`` (``chunks`` stages per device, default 2; ``micro_batches``)."""
-    return plan_torch_schedule(chain, platform, "interleaved-1f1b", **options)
+def _planner(name: str):
+    """The planner of torch's schedule ``name``: :func:`plan_torch_schedule` with it, named ``plan_<name>``."""
+    def plan(chain: Chain, platform: Platform, **options: Any) -> Plan:
+        return plan_torch_schedule(chain, platform, name, **options)
+
+    plan.__name__ = plan.__qualname__ = "plan_" + name.replace("-", "_")
+    plan.__doc__ = (f"torch's ``{torch_schedule(name).torch_class}`` (:func:`plan_torch_schedule`; options "
+                    f"``chunks``, ``micro_batches``).")
+    return plan
 
 
-def plan_looped_bfs(chain: Chain, platform: Platform, **options: Any) -> Plan:
-    """torch's ``ScheduleLoopedBFS`` (``chunks`` stages per device, default 2; ``micro_batches``)."""
-    return plan_torch_schedule(chain, platform, "looped-bfs", **options)
-
-
-def plan_interleaved_zb(chain: Chain, platform: Platform, **options: Any) -> Plan:
-    """torch's ``ScheduleInterleavedZeroBubble`` (``chunks`` stages per device, default 2; ``micro_batches``)."""
-    return plan_torch_schedule(chain, platform, "interleaved-zb", **options)
-
-
-def plan_zbv(chain: Chain, platform: Platform, **options: Any) -> Plan:
-    """torch's ``ScheduleZBVZeroBubble`` (two stages per device in a V; ``micro_batches``)."""
-    return plan_torch_schedule(chain, platform, "zbv", **options)
-
-
-def plan_dualpipev(chain: Chain, platform: Platform, **options: Any) -> Plan:
-    """torch's ``ScheduleDualPipeV`` (two stages per device in a V; ``micro_batches`` at least 2 P)."""
-    return plan_torch_schedule(chain, platform, "dualpipev", **options)
-
-
-#: method name (``plan_<name>`` with dashes for underscores) -> planner
-TORCH_PLANNERS = {fn.__name__.removeprefix("plan_").replace("_", "-"): fn
-                  for fn in (plan_interleaved_1f1b, plan_looped_bfs, plan_interleaved_zb, plan_zbv, plan_dualpipev)}
+#: method name -> planner, one per torch schedule of the registry
+TORCH_PLANNERS = {name: _planner(name) for name in TORCH_SCHEDULES}

@@ -7,11 +7,13 @@ profiler's memory columns, each optional (``grad_bytes``, ``max_param_bytes``,
 ``backward_peak_bytes``: docs/model.md, "Memory"; a profile without them still
 loads and the memory model estimates them), and the backward's split, also optional
 (``backward_weight_ms``, the weight-gradient share of ``backward_ms``, and
-``weight_pending_bytes``: docs/model.md, "Backward split"); other columns are read past. Bad
+``weight_pending_bytes``: docs/model.md, "Backward split"), and a tensor-parallel profile's collective bytes,
+also optional (``comm_forward_bytes``, ``comm_backward_bytes``: docs/model.md, "Tensor parallelism"); other
+columns are read past. Bad
 input is refused with a :class:`ProfileError` naming the file, row and column:
 a column named twice, a value that is not a finite non-negative number, and
 values no measurement gives (a layer time over ``MAX_LAYER_MS`` or, other than 0,
-under ``MIN_LAYER_MS``, a size in any column over ``MAX_BYTES``, every layer taking
+under ``MIN_LAYER_MS``, a size in any column over ``MAX_BYTES`` (``weight_pending_bytes`` too), every layer taking
 no time: :func:`check_values`, which every loader runs), and metadata the workbench
 computes with out of its range (:func:`check_meta`: ``runtime_bytes``, ``input_bytes``,
 ``batch_size``, ``dtype``, ``tied``, ``model_config``). A profile with no memory at all (every weight and activation 0)
@@ -34,16 +36,16 @@ import math
 from pathlib import Path
 
 from workbench.io import write_text_atomic
-from workbench.model.chain import MEMORY_COLUMNS, Chain, Layer
+from workbench.model.chain import COMM_FIELDS, MEMORY_COLUMNS, Chain, Layer
 from workbench.model.units import MAX_BYTES, bytes_value
 
 __all__ = ["ProfileError", "ProfileWarning", "read_profile", "write_profile", "parse_profile_text", "check_values",
-           "check_meta", "REQUIRED_COLUMNS", "MAX_LAYER_MS", "MIN_LAYER_MS", "MAX_BYTES", "DTYPES"]
+           "check_meta", "batch_size_of", "REQUIRED_COLUMNS", "MAX_LAYER_MS", "MIN_LAYER_MS", "MAX_BYTES", "DTYPES"]
 
 REQUIRED_COLUMNS = ["name", "forward_ms", "backward_ms", "weight_bytes", "activation_bytes"]
 #: the backward split's columns (docs/model.md, "Backward split"): column -> (Layer field, scale to seconds/bytes)
 SPLIT_COLUMNS = {"backward_weight_ms": ("backward_weight", 1e-3), "weight_pending_bytes": ("weight_pending_bytes", 1.0)}
-OPTIONAL_COLUMNS = ["saved_bytes", "cut_bytes", *MEMORY_COLUMNS, *SPLIT_COLUMNS]
+OPTIONAL_COLUMNS = ["saved_bytes", "cut_bytes", *MEMORY_COLUMNS, *SPLIT_COLUMNS, *COMM_FIELDS]
 
 
 #: a layer's forward or backward time above this (ms; about 2.8 hours per mini-batch) is not a measurement
@@ -72,7 +74,8 @@ def check_values(chain: Chain, source: str) -> Chain:
     workbench.profiles.csvio.ProfileError: p.csv, layer 1 ('a'): forward_ms 1e+300 is above 1e+07 ms; not a measurement
     """
     limits = [("forward", "forward_ms", 1e3, MAX_LAYER_MS), ("backward", "backward_ms", 1e3, MAX_LAYER_MS)]
-    limits += [(c, c, 1.0, MAX_BYTES) for c in ("weight_bytes", "activation_bytes", "saved_bytes", *MEMORY_COLUMNS)]
+    limits += [(c, c, 1.0, MAX_BYTES) for c in ("weight_bytes", "activation_bytes", "saved_bytes", *MEMORY_COLUMNS,
+                                                "weight_pending_bytes", *COMM_FIELDS)]
     for i, layer in enumerate(chain.layers):
         for attr, column, scale, top in limits:
             v = getattr(layer, attr)
@@ -103,7 +106,8 @@ def check_values(chain: Chain, source: str) -> Chain:
 
 def check_meta(meta: dict, names: list[str], source: str) -> None:
     """The metadata values the workbench computes with, each within what a measurement gives: ``runtime_bytes``
-    and ``input_bytes`` (0 to 1 PiB), ``batch_size`` (a whole number from 1, a note may follow), ``dtype``
+    and ``input_bytes`` (0 to 1 PiB), ``batch_size`` (a whole number from 1 or ``unknown``, as PipeDream's
+    graphs leave it, a note may follow: :func:`batch_size_of`), ``dtype``
     (:data:`DTYPES`), ``tied`` (shared parameters of the profile's layers, docs/model.md) and ``model_config``
     (a JSON object); a :class:`ProfileError` naming ``source`` and the key otherwise.
 
@@ -116,10 +120,7 @@ def check_meta(meta: dict, names: list[str], source: str) -> None:
         for key in ("runtime_bytes", "input_bytes"):
             if str(meta.get(key, "")).strip():
                 bytes_value(meta[key], key)
-        if str(meta.get("batch_size", "")).strip():    # a number, perhaps with a note after it (PipeDream's)
-            b = _number(str(meta["batch_size"]).split()[0], where, "batch_size")
-            if b is None or b < 1 or b != int(b):
-                raise ValueError(f"batch_size {meta['batch_size']}: must be a whole number from 1")
+        batch_size_of(meta, source)
         if str(meta.get("dtype", "")).strip() and meta["dtype"] not in DTYPES:
             raise ValueError(f"dtype {meta['dtype']!r}: must be one of {', '.join(DTYPES)}")
         if str(meta.get("model_config", "")).strip() and not isinstance(_json(meta["model_config"], "model_config"),
@@ -131,6 +132,29 @@ def check_meta(meta: dict, names: list[str], source: str) -> None:
         raise
     except ValueError as e:
         raise ProfileError(f"{where}: {e}") from None
+
+
+def batch_size_of(meta: dict, source: str = "profile") -> int | None:
+    """The metadata's ``batch_size``: a whole number from 1, perhaps with a note after it (PipeDream's: where
+    it was inferred from); None where it is missing or ``unknown`` (a PipeDream graph records none, and the
+    loader could not infer it); a :class:`ProfileError` naming ``source`` for anything else.
+
+    >>> batch_size_of({"batch_size": "128 (inferred from the classifier output, fp32)"})
+    128
+    >>> batch_size_of({"batch_size": "unknown (PipeDream's graph.txt does not record it)"}) is None
+    True
+    >>> batch_size_of({"batch_size": "0"}, "p.csv")
+    Traceback (most recent call last):
+    workbench.profiles.csvio.ProfileError: p.csv, metadata: batch_size 0: must be a whole number from 1 or unknown
+    """
+    text = str(meta.get("batch_size", "")).strip()
+    if not text or text.split()[0] == "unknown":
+        return None
+    where = f"{source}, metadata"
+    b = _number(text.split()[0], where, "batch_size")
+    if b is None or b < 1 or b != int(b):
+        raise ProfileError(f"{where}: batch_size {meta['batch_size']}: must be a whole number from 1 or unknown")
+    return int(b)
 
 
 def _json(text: str, key: str) -> object:
@@ -227,7 +251,7 @@ def parse_profile_text(text: str, source: str = "<string>") -> Chain:
         nums = {c: _number(rec[c], where, c) for c in REQUIRED_COLUMNS[1:]}
         saved = _number(rec["saved_bytes"], where, "saved_bytes", optional=True) if "saved_bytes" in rec else None
         cuts.append(_number(rec["cut_bytes"], where, "cut_bytes", optional=True) if "cut_bytes" in rec else None)
-        extra = {c: _number(rec[c], where, c, optional=True) for c in MEMORY_COLUMNS if c in rec}
+        extra = {c: _number(rec[c], where, c, optional=True) for c in MEMORY_COLUMNS + COMM_FIELDS if c in rec}
         for c, (f, scale) in SPLIT_COLUMNS.items():
             value = _number(rec[c], where, c, optional=True) if c in rec else None
             extra[f] = None if value is None else value * scale
@@ -272,9 +296,10 @@ def write_profile(chain: Chain, path: str | Path) -> None:
         meta["input_bytes"] = f"{chain.input_bytes:.0f}"
     keys = [k for k in _META_ORDER if k in meta] + sorted(k for k in meta if k not in _META_ORDER)
     buf = io.StringIO()
-    for k in keys:
-        buf.write(f"# {k}: {meta[k]}\n")
-    memory = [c for c in MEMORY_COLUMNS if any(getattr(l, c) is not None for l in chain.layers)]
+    for k in keys:       # one line each: a value of several lines (a linearisation's summary) joined by " | "
+        value = " | ".join(line.strip() for line in str(meta[k]).splitlines() if line.strip())
+        buf.write(f"# {k}: {value}\n")
+    memory = [c for c in MEMORY_COLUMNS + COMM_FIELDS if any(getattr(l, c) is not None for l in chain.layers)]
     split = [c for c, (f, _) in SPLIT_COLUMNS.items() if any(getattr(l, f) is not None for l in chain.layers)]
     cols = (REQUIRED_COLUMNS + ["saved_bytes"] + (["cut_bytes"] if chain.cut_bytes is not None else []) + memory
             + split)

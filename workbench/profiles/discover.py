@@ -24,7 +24,11 @@ splitting code. It tries, in order:
 3. otherwise a **traced graph** (``torch.fx``, :mod:`workbench.profiles.traced`):
    one layer per block (the same ``nn.ModuleList``) or top-level module, the
    code around them traced (a skip across blocks, ``x.mean(1)`` before the
-   head); where several tensors cross a boundary they are packed into one.
+   head); where several tensors cross a boundary they are packed into one;
+4. otherwise the model **cut at module names** (:mod:`workbench.profiles.cuts`: ``torch.export``
+   and torch's ``pipe_split`` markers): before every repeated block and every module with
+   parameters after them (a loss computed in the forward from ``labels=``, an encoder-decoder,
+   code after the head). ``split_at`` (``--split-at``) names the modules instead: that route alone.
 
 The loss receives the model's own output structure (a ``ModelOutput``, a
 dict, a tuple) with the last layer's tensor(s) in place
@@ -60,354 +64,64 @@ bytes (the profile's ``tied`` metadata, docs/model.md "Tied parameters").
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
-import torch.utils._pytree as pytree
 from torch import nn
 
-from workbench.profiles.traced import block_list, traced_layers
+from workbench.profiles.blocks_route import blocks_route, record_calls, seeded
+from workbench.profiles.cuts import check_split_names, cut_layers, suggest_split_at
+from workbench.profiles.found import Layers, Tie, chain_input, find_ties, finish_layers, is_fake_tensor, split_inputs
+from workbench.profiles.traced import traced_layers
 from workbench.profiles.wrappers import (
     DiscoveryError,
     ModelFailure,
-    Prologue,
     RebuiltLoss,
-    RecordedCall,
-    Slot,
-    Stop,
+    check_scalar_loss,
     describe,
-    prune,
     tensor_leaves,
 )
 
 __all__ = ["Tie", "Layers", "DiscoveryError", "ModelFailure", "discover_layers", "find_ties"]
 
 
-@dataclass(frozen=True)
-class Tie:
-    """A parameter used by several layers: ``owner`` (the first of ``layers``) counts its ``bytes``."""
-
-    owner: str
-    layers: tuple[str, ...]
-    bytes: int
-    parameter: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"owner": self.owner, "layers": list(self.layers), "bytes": self.bytes, "parameter": self.parameter}
-
-
-@dataclass(frozen=True)
-class Layers:
-    """A model as a chain: ``modules[i]`` (named ``names[i]``) maps one tensor to one tensor.
-
-    ``input`` is the first layer's input (from the example batch), ``loss(output, target)`` the
-    loss of the last layer's output (None without one), ``parameter_names[i]`` maps each of
-    layer ``i``'s own parameter names to the model's name for it (``model.named_parameters()``),
-    ``tied`` the shared parameters, ``how`` the route that found the layers.
-    """
-
-    modules: tuple[nn.Module, ...]
-    names: tuple[str, ...]
-    input: torch.Tensor
-    how: str
-    parameter_names: tuple[dict[str, str], ...]
-    tied: tuple[Tie, ...] = ()
-    loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None
-
-    def __len__(self) -> int:
-        return len(self.modules)
-
-
-# ---------------------------------------------------------------------------------------------
-# helpers
-# ---------------------------------------------------------------------------------------------
-def _fake(t: Any) -> bool:
-    """A tensor of ``FakeTensorMode`` (a fake profile, :mod:`workbench.profiles.fake`): a shape, no values."""
-    from torch._subclasses.fake_tensor import is_fake
-
-    return isinstance(t, torch.Tensor) and is_fake(t)
-
-
-def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """The same tensor, or equal ones; fake tensors have no values: equal shape and dtype stand for equal."""
-    if a is b:
-        return True
-    if a.shape != b.shape or a.dtype != b.dtype:
-        return False
-    return _fake(a) or _fake(b) or bool(torch.equal(a.detach(), b.detach()))
-
-
-def _split_inputs(example_inputs: Any) -> tuple[tuple, dict]:
-    if isinstance(example_inputs, torch.Tensor):
-        return (example_inputs,), {}
-    if isinstance(example_inputs, Mapping):
-        return (), dict(example_inputs)
-    if isinstance(example_inputs, (tuple, list)):
-        return tuple(example_inputs), {}
-    raise DiscoveryError(f"example inputs must be a tensor, a tuple or a dict of them, got {describe(example_inputs)}")
-
-
-def _with_slot(args: tuple, kwargs: dict, x: torch.Tensor) -> tuple[tuple, dict]:
-    """(args, kwargs) with the leaf that *is* ``x`` replaced by a slot."""
-    slot = Slot()
-    leaves, spec = pytree.tree_flatten((args, kwargs))
-    hits = [i for i, l in enumerate(leaves) if l is x]
-    if len(hits) != 1:
-        raise DiscoveryError(f"the chain's input appears {len(hits)} times in a recorded call (expected once)")
-    leaves[hits[0]] = slot
-    return pytree.tree_unflatten(leaves, spec)
-
-
-def _chain_input(args: tuple, kwargs: dict) -> torch.Tensor:
-    leaves = tensor_leaves((args, kwargs))
-    if not leaves:
-        raise DiscoveryError("the example inputs hold no tensor")
-    return leaves[0]
-
-
-def find_ties(modules: Sequence[nn.Module], names: Sequence[str], model: nn.Module | None = None) -> tuple[Tie, ...]:
-    """Parameters used by more than one layer (by identity), in order of their owner.
-
-    >>> lin = nn.Linear(2, 2, bias=False)
-    >>> [t.to_dict() for t in find_ties([lin, nn.Sequential(lin)], ["a", "b"])]
-    [{'owner': 'a', 'layers': ['a', 'b'], 'bytes': 16, 'parameter': 'a.weight'}]
-    """
-    canonical = {id(p): n for n, p in model.named_parameters()} if model is not None else {}
-    users: dict[int, list[int]] = {}
-    first: dict[int, tuple[str, torch.Tensor]] = {}
-    for i, m in enumerate(modules):
-        for n, p in m.named_parameters():
-            users.setdefault(id(p), [])
-            if i not in users[id(p)]:
-                users[id(p)].append(i)
-            first.setdefault(id(p), (canonical.get(id(p), f"{names[i]}.{n}"), p))
-    ties: list[Tie] = []
-    for key, idx in users.items():
-        if len(idx) < 2:
-            continue
-        name, p = first[key]
-        ties.append(Tie(names[idx[0]], tuple(names[i] for i in idx), p.numel() * p.element_size(), name))
-    return tuple(ties)
-
-
-def _parameter_names(modules: Sequence[nn.Module], names: Sequence[str], model: nn.Module | None) -> tuple[dict, ...]:
-    canonical = {id(p): n for n, p in model.named_parameters()} if model is not None else {}
-    return tuple({n: canonical.get(id(p), f"{names[i]}.{n}") for n, p in m.named_parameters()}
-                 for i, m in enumerate(modules))
-
-
-def _finish(model: nn.Module | None, modules: list[nn.Module], names: list[str], x: torch.Tensor, how: str,
-            loss: Callable | None) -> Layers:
-    if len(set(names)) != len(names):
-        raise DiscoveryError(f"layer names are not unique: {names}")
-    return Layers(tuple(modules), tuple(names), x, how, _parameter_names(modules, names, model),
-                  find_ties(modules, names, model), loss)
-
-
-# ---------------------------------------------------------------------------------------------
-# route 2: repeated blocks
-# ---------------------------------------------------------------------------------------------
-@dataclass
-class _CallRec:
-    """One module call seen by the hooks: its path, arguments, output and when it started and ended."""
-
-    path: str
-    args: tuple
-    kwargs: dict
-    output: Any
-    start: int
-    end: int
-
-
-@dataclass
-class _Recorded:
-    """One forward of the model with hooks: every module call (in the order they ended), the output."""
-
-    calls: list[_CallRec]
-    output: Any
-
-    def block_calls(self, block_path: str, n: int) -> list[_CallRec]:
-        names = {f"{block_path}.{i}" for i in range(n)}
-        return [c for c in self.calls if c.path in names]
-
-    def outermost(self, calls: list[_CallRec]) -> list[_CallRec]:
-        """The calls not nested in another of ``calls``, in the order they started."""
-        return sorted((c for c in calls if not any(o.start < c.start and c.end < o.end for o in calls)),
-                      key=lambda c: c.start)
-
-
-def _record(model: nn.Module, args: tuple, kwargs: dict) -> _Recorded:
-    paths = {m: p for p, m in model.named_modules(remove_duplicate=False) if p}
-    calls: list[_CallRec] = []
-    clock = [0]
-    started: list[int] = []
-    handles = []
-
-    def pre(m: nn.Module, a: tuple, k: dict) -> None:
-        clock[0] += 1
-        started.append(clock[0])
-
-    def post(m: nn.Module, a: tuple, k: dict, out: Any) -> None:
-        clock[0] += 1
-        calls.append(_CallRec(paths[m], a, k, out, started.pop(), clock[0]))
-
-    for m in paths:
-        handles.append(m.register_forward_pre_hook(pre, with_kwargs=True))
-        handles.append(m.register_forward_hook(post, with_kwargs=True))
-    try:
-        out = model(*args, **kwargs)
-    finally:
-        for h in handles:
-            h.remove()
-    return _Recorded(calls, out)
-
-
-def _check_block_args(path: str, a: tuple, k: dict, pos: int | str, other: tuple[tuple, dict]) -> None:
-    """A block's arguments other than the hidden state must be constants: tensors without gradient
-    that do not change with the input, or plain values."""
-    named = [(f"argument {i}", v) for i, v in enumerate(a) if i != pos] + [(repr(n), v) for n,
-                                                                           v in k.items() if n != pos]
-    named_other = [v for i, v in enumerate(other[0]) if i != pos] + [v for n, v in other[1].items() if n != pos]
-    for (what, v), w in zip(named, named_other):
-        for leaf, leaf2 in zip(pytree.tree_leaves(v), pytree.tree_leaves(w)):
-            if isinstance(leaf, torch.Tensor):
-                if leaf.requires_grad:
-                    raise DiscoveryError(f"block {path!r}: {what} carries a gradient (it is computed from "
-                                         "parameters); such an argument cannot be carried as a constant")
-                if not _same(leaf, leaf2):
-                    raise DiscoveryError(f"block {path!r}: {what} changes with the input's values; only the "
-                                         "hidden state may depend on the batch")
-            elif not (leaf is None or isinstance(leaf, (bool, int, float, str, torch.dtype, torch.device))):
-                raise DiscoveryError(f"block {path!r}: {what} is {describe(leaf)}, state the blocks share "
-                                     "(a key/value cache? build the model with use_cache=False; --module "
-                                     "models get it switched off)")
-
-
-def _blocks_route(model: nn.Module, args: tuple, kwargs: dict, loss: Callable | None, target: Any) -> Layers:
-    found = block_list(model)
-    if found is None:
-        raise DiscoveryError("no nn.ModuleList of repeated blocks")
-    block_path, blocks = found
-    x = _chain_input(args, kwargs)
-    rec = _seeded(_record, model, args, kwargs)
-    calls = rec.block_calls(block_path, len(blocks))
-    if len(calls) != len(blocks) or [c.path for c in calls] != [f"{block_path}.{i}" for i in range(len(blocks))]:
-        raise DiscoveryError(f"{block_path!r} holds {len(blocks)} blocks but the forward called "
-                             f"{[c.path for c in calls]} (each must run once, in order)")
-    pos = _hidden_position(calls[0])
-    calls2 = calls if _fake(x) else _other_values(model, args, kwargs, x, block_path, len(blocks))
-    modules: list[nn.Module] = []
-    names: list[str] = []
-    prev = None
-    for c, c2 in zip(calls, calls2):
-        _check_block_args(c.path, c.args, c.kwargs, pos, (c2.args, c2.kwargs))
-        h = c.kwargs[pos] if isinstance(pos, str) else c.args[pos]
-        if prev is not None and not _same(h, prev):
-            raise DiscoveryError(f"block {c.path!r} does not receive the previous block's output as its argument "
-                                 f"{pos!r}: the model does more between blocks than pass it on")
-        outs = tensor_leaves(c.output)
-        if not outs:
-            raise DiscoveryError(f"block {c.path!r} returned {describe(c.output)}, no tensor")
-        modules.append(RecordedCall(blocks[int(c.path.rsplit('.', 1)[1])], *_with_slot(c.args, c.kwargs, h), pick=0))
-        names.append(c.path)
-        prev = outs[0]
-    # the prologue: the modules that ran before block 0, in a pruned copy of the model
-    before = rec.outermost([c for c in rec.calls if c.end < calls[0].start])
-    keep = {c.path for c in before}
-    skeleton = prune(model, keep, block_path, Stop(pos))
-    prologue = Prologue(skeleton, *_with_slot(args, kwargs, x))
-    # the epilogue: the outermost modules that ran after the last block, each fed the previous output
-    tail_names: list[str] = []
-    by_path = dict(model.named_modules())
-    for c in rec.outermost([c for c in rec.calls if c.start > calls[-1].end]):
-        inputs = tensor_leaves((c.args, c.kwargs))
-        if len(inputs) != 1 or not _same(inputs[0], prev):
-            raise DiscoveryError(f"module {c.path!r} after the last block is not fed the previous module's output "
-                                 f"alone (it received {', '.join(describe(v) for v in inputs) or 'no tensor'}): "
-                                 "the model computes between its final modules")
-        outs = tensor_leaves(c.output)
-        if len(outs) != 1:
-            raise DiscoveryError(f"module {c.path!r} returned {describe(c.output)}; a layer must return one tensor")
-        modules.append(RecordedCall(by_path[c.path], *_with_slot(c.args, c.kwargs, inputs[0]), pick=0))
-        tail_names.append(c.path)
-        prev = outs[0]
-    pro_name = _short("+".join(c.path for c in before) or "prologue")
-    all_names = [pro_name] + names + tail_names
-    return _finish(model, [prologue] + modules, all_names, x, f"blocks at {block_path}",
-                   _output_loss(rec.output, prev, loss, all_names[-1]))
-
-
-def _other_values(model: nn.Module, args: tuple, kwargs: dict, x: torch.Tensor, block_path: str,
-                  n: int) -> list[_CallRec]:
-    """The block calls of the same forward on a batch with other values (the blocks' other arguments must not
-    change with them; fake tensors have no values to change, so a fake profile skips this check)."""
-    x2 = x + torch.randn_like(x) if x.is_floating_point() else (x + 1) % (int(x.max()) + 1)  # ids stay in range
-    leaves, spec = pytree.tree_flatten((args, kwargs))
-    args2, kwargs2 = pytree.tree_unflatten([x2 if l is x else l for l in leaves], spec)
-    return _seeded(_record, model, args2, kwargs2).block_calls(block_path, n)
-
-
-def _seeded(fn: Callable, *args: Any) -> Any:
-    """``fn(*args)`` with the random generators seeded (dropout draws the same masks) and then restored."""
-    with torch.random.fork_rng():
-        torch.manual_seed(0)
-        return fn(*args)
-
-
-def _hidden_position(call: _CallRec) -> int | str:
-    """Where block 0 takes its hidden state: the first tensor argument shaped like its output."""
-    outs = tensor_leaves(call.output)
-    if not outs:
-        raise DiscoveryError(f"block {call.path!r} returned {describe(call.output)}, no tensor")
-    cands: list[int | str] = [i for i, v in enumerate(call.args)
-                              if isinstance(v, torch.Tensor) and v.shape == outs[0].shape]
-    cands += [n for n, v in call.kwargs.items() if isinstance(v, torch.Tensor) and v.shape == outs[0].shape]
-    if not cands:
-        raise DiscoveryError(f"block {call.path!r} received no tensor shaped like its output {tuple(outs[0].shape)}")
-    return cands[0]
-
-
-def _short(name: str, limit: int = 60) -> str:
-    return name if len(name) <= limit else name[: limit - 3] + "..."
-
-
-def _output_loss(output: Any, last: torch.Tensor, loss: Callable | None, last_name: str) -> Callable | None:
-    """The loss of the last layer's tensor: ``loss`` of the model's output rebuilt around it."""
-    if loss is None:
-        return None
-    if isinstance(output, torch.Tensor):
-        if not _same(output, last):
-            raise DiscoveryError(f"the model returns {describe(output)}, not the output of its last module "
-                                 f"{last_name!r}")
-        return loss
-    leaves = pytree.tree_leaves(output)
-    hits = [i for i, l in enumerate(leaves) if isinstance(l, torch.Tensor) and _same(l, last)]
-    if not hits:
-        raise DiscoveryError(f"none of the model's outputs ({describe(output)}) is the output of its last "
-                             f"module {last_name!r}")
-    return RebuiltLoss.around(loss, output, hits[:1])
-
-
 # ---------------------------------------------------------------------------------------------
 # route 3: a traced graph, one layer per block or top-level module (workbench.profiles.traced)
 # ---------------------------------------------------------------------------------------------
 def _traced_route(model: nn.Module, args: tuple, kwargs: dict, loss: Callable | None) -> Layers:
-    x = _chain_input(args, kwargs)
+    x = chain_input(args, kwargs)
     modules, names, chain_loss, note = traced_layers(model, args, kwargs, x, loss)
-    return _finish(model, modules, names, x, "traced graph" + note, chain_loss)
+    return finish_layers(model, modules, names, x, "traced graph" + note, chain_loss)
+
+
+# ---------------------------------------------------------------------------------------------
+# route 4: the model cut at module names (workbench.profiles.cuts): --split-at, or every block
+# ---------------------------------------------------------------------------------------------
+def _cut_route(model: nn.Module, args: tuple, kwargs: dict, loss: Callable | None, target: Any,
+               names: Sequence[str]) -> Layers:
+    x = chain_input(args, kwargs)
+    modules, layer_names, chain_loss = cut_layers(model, args, kwargs, loss, names, target)
+    shown = ", ".join(names) if len(names) <= 4 else f"{names[0]}, {names[1]}, ..., {names[-1]}"
+    return finish_layers(model, modules, layer_names, x, f"exported graph cut before {len(names)} modules ({shown})",
+                   chain_loss)
+
+
+def _suggested_cuts(model: nn.Module, args: tuple, kwargs: dict) -> tuple[str, ...]:
+    rec = seeded(record_calls, model, args, kwargs)
+    return suggest_split_at(model, [(c.path, c.start, c.end) for c in rec.calls])
 
 
 # ---------------------------------------------------------------------------------------------
 # entry point
 # ---------------------------------------------------------------------------------------------
 def discover_layers(model: nn.Module | Sequence[nn.Module], example_inputs: Any, loss: Callable | None = None,
-                    target: Any = None, *, verify: bool = True) -> Layers:
+                    target: Any = None, *, verify: bool = True, split_at: Sequence[str] | None = None) -> Layers:
     """The chain of ``model`` on ``example_inputs`` (see the module docstring for the routes).
 
     ``loss(model_output, target)`` is the training loss; :attr:`Layers.loss` is the same loss of
     the last layer's tensor. With ``verify`` the chain is run on the example batch and must give
-    the model's loss (or output) to rounding.
+    the model's loss (or output) to rounding. ``split_at``: module names to cut the model before
+    (:mod:`workbench.profiles.cuts`), the only route then tried.
     """
     if isinstance(model, (list, tuple)):
         mods = list(model)
@@ -415,37 +129,62 @@ def discover_layers(model: nn.Module | Sequence[nn.Module], example_inputs: Any,
             if not isinstance(m, nn.Module):
                 raise TypeError(f"layer {i} is a {type(m).__name__}, not a torch.nn.Module")
         x = example_inputs
-        return _finish(None, mods, [f"layer{i}" for i in range(len(mods))], x, "list", loss)
+        return finish_layers(None, mods, [f"layer{i}" for i in range(len(mods))], x, "list", loss)
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
-    if isinstance(model, nn.Sequential):
+    if split_at:
+        check_split_names(model, split_at)
+    elif isinstance(model, nn.Sequential):
         named = list(model.named_children())
-        return _finish(model, [m for _, m in named], [n for n, _ in named], example_inputs, "sequential", loss)
-    args, kwargs = _split_inputs(example_inputs)
+        return finish_layers(model, [m for _, m in named], [n for n, _ in named], example_inputs, "sequential", loss)
+    args, kwargs = split_inputs(example_inputs)
     buffers = {n: b.detach().clone() for n, b in model.named_buffers()}  # discovery must not move BatchNorm stats
     try:
-        errors = []
-        for route in ("blocks", "traced"):
-            try:
-                found = (_blocks_route(model, args, kwargs, loss, target) if route == "blocks"
-                         else _traced_route(model, args, kwargs, loss))
-                if verify:      # a chain that misses what the loss needs falls to the next route
-                    _verify(model, found, args, kwargs, loss, target)
-                return found
-            except DiscoveryError as e:
-                errors.append(f"{'repeated blocks' if route == 'blocks' else 'traced graph'}: {e}")
-            except ModelFailure:
-                raise
-            except Exception:
-                with torch.random.fork_rng():   # the model itself fails on its example: say so (the user's code)
-                    _own_loss(model, args, kwargs, loss, target)
-                raise
-        raise DiscoveryError(f"cannot split {type(model).__name__} into layers; " + "; ".join(errors))
+        return _first_route(model, args, kwargs, loss, target, verify, split_at)
     finally:
         with torch.no_grad():
             for n, b in model.named_buffers():
                 if n in buffers:
                     b.copy_(buffers[n])
+
+
+_ROUTES = {"blocks": "repeated blocks", "traced": "traced graph", "cuts": "cut at the blocks"}
+
+
+def _first_route(model: nn.Module, args: tuple, kwargs: dict, loss: Callable | None, target: Any, verify: bool,
+                 split_at: Sequence[str] | None) -> Layers:
+    """The chain of the first route that finds one (only the cuts at ``split_at`` when given)."""
+    errors = []
+    for route in ("cuts",) if split_at else ("blocks", "traced", "cuts"):
+        what = _ROUTES[route]
+        try:
+            if route == "blocks":
+                found = blocks_route(model, args, kwargs, loss, target)
+            elif route == "traced":
+                found = _traced_route(model, args, kwargs, loss)
+            else:
+                names = tuple(split_at or ()) or _suggested_cuts(model, args, kwargs)
+                if not names:
+                    raise DiscoveryError("no list of repeated blocks to cut at")
+                what = f"{what} (--split-at {','.join(names)})" if not split_at else what
+                found = _cut_route(model, args, kwargs, loss, target, names)
+            if verify:      # a chain that misses what the loss needs falls to the next route
+                _verify(model, found, args, kwargs, loss, target)
+            return found
+        except DiscoveryError as e:
+            if split_at:    # the cuts named: their reason alone, saying which option it is about
+                said = str(e) if str(e).startswith("--split-at") else f"--split-at {','.join(split_at)}: {e}"
+                raise DiscoveryError(said) from None
+            errors.append(f"{what}: {e}")
+        except ModelFailure:
+            raise
+        except Exception:
+            with torch.random.fork_rng():   # the model itself fails on its example: say so (the user's code)
+                _own_loss(model, args, kwargs, loss, target)
+            raise
+    raise DiscoveryError(f"cannot split {type(model).__name__} into layers; " + "; ".join(errors)
+                         + "; name the modules to cut before: --split-at NAME,NAME,... (model.named_modules() "
+                         "names them)")
 
 
 def _own_loss(model: nn.Module, args: tuple, kwargs: dict, loss: Callable | None, target: Any) -> torch.Tensor:
@@ -458,9 +197,11 @@ def _own_loss(model: nn.Module, args: tuple, kwargs: dict, loss: Callable | None
     if loss is None:
         return tensor_leaves(out)[0]
     try:
-        return loss(out, target)
+        value = loss(out, target)
     except Exception as e:  # noqa: BLE001 - the user's loss on the model's own output
         raise ModelFailure(f"the loss on the model's own output ({describe(out)})") from e
+    check_scalar_loss(value, f"on the model's own output ({describe(out)})")
+    return value
 
 
 def _chain_loss(found: Layers, h: torch.Tensor, target: Any) -> torch.Tensor:
@@ -468,13 +209,17 @@ def _chain_loss(found: Layers, h: torch.Tensor, target: Any) -> torch.Tensor:
     got and how to adapt it (the loss already worked on the model's own output)."""
     assert found.loss is not None
     try:
-        return found.loss(h, target)
+        value = found.loss(h, target)
     except Exception as e:  # noqa: BLE001 - the user's loss may fail in any way; say what it was given
         if not isinstance(found.loss, RebuiltLoss):
             raise
         raise DiscoveryError(f"the loss got {found.loss.given()} and failed ({type(e).__name__}: "
                              f"{(str(e).splitlines() or [''])[0]}): compute the loss from "
                              f"{found.loss.carried()} alone (only the last layer's output reaches the loss)") from None
+    if not isinstance(value, torch.Tensor) and isinstance(found.loss, RebuiltLoss):
+        raise DiscoveryError(f"the loss got {found.loss.given()} and returned {describe(value)}: compute the loss "
+                             f"from {found.loss.carried()} alone (only the last layer's output reaches the loss)")
+    return value
 
 
 def _verify(model: nn.Module, found: Layers, args: tuple, kwargs: dict, loss: Callable | None, target: Any) -> None:
@@ -488,7 +233,7 @@ def _verify(model: nn.Module, found: Layers, args: tuple, kwargs: dict, loss: Ca
             if not isinstance(h, torch.Tensor):
                 raise DiscoveryError(f"layer {name!r} returned {describe(h)}, not one tensor")
         got = _chain_loss(found, h, target) if found.loss is not None else h
-    close = _fake(got) or torch.allclose(got.detach().float(), want.detach().float(), rtol=1e-4, atol=1e-5)
+    close = is_fake_tensor(got) or torch.allclose(got.detach().float(), want.detach().float(), rtol=1e-4, atol=1e-5)
     if want.shape != got.shape or not close:
         raise DiscoveryError(f"the {len(found)} layers found ({found.how}) run one after the other do not give the "
                              f"model's {'loss' if loss is not None else 'output'}: the model's forward does "

@@ -112,7 +112,7 @@ def _infer_batch_size(name: str, nodes: Sequence[Node], succ: Mapping[str, Seque
             q = n.output_bytes / (4 * classes)
             if q >= 1 and abs(q - round(q)) < 1e-9:
                 return f"{int(round(q))} (inferred from the classifier output, fp32)"
-    return "unknown"
+    return "unknown (PipeDream's graph.txt does not record it, nor a classifier to infer it from)"
 
 
 def parse_pipedream_text(text: str, *, name: str = "graph", zero_input: bool = True,

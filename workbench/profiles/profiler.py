@@ -82,11 +82,12 @@ from torch import nn
 
 from workbench.model.chain import Chain, Layer
 from workbench.profiles.discover import Layers, discover_layers
+from workbench.profiles.local import local_parts, parameter_bytes, storage_keys, tensor_bytes
 from workbench.profiles.memtrace import layer_memory
 from workbench.profiles.split import layer_split
 from workbench.profiles.tied_counts import count_ties_once
 from workbench.profiles.timing import CLOCKS, Timer, cpu_threads, leaf, say_how_long, time_layer
-from workbench.profiles.wrappers import model_call
+from workbench.profiles.wrappers import check_scalar_loss, model_call
 from workbench.profiles.zoo import as_dtype
 
 __all__ = [
@@ -125,29 +126,6 @@ class LayerTiming:
         return self._spread(self.backward)
 
 
-def tensor_bytes(t: torch.Tensor) -> int:
-    """Bytes of a tensor's elements (not of its storage).
-
-    >>> tensor_bytes(torch.zeros(3, 4))
-    48
-    """
-    return t.numel() * t.element_size()
-
-
-def parameter_bytes(module: nn.Module) -> int:
-    """Bytes of a module's parameters (each shared parameter once).
-
-    >>> parameter_bytes(torch.nn.Linear(3, 2))
-    32
-    """
-    return sum(tensor_bytes(p) for p in module.parameters())
-
-
-def _storage_key(t: torch.Tensor) -> tuple[str, int]:
-    """A storage's identity (the same for every tensor viewing it; a fake tensor's storage has one too)."""
-    return (str(t.device), t.untyped_storage()._cdata)
-
-
 def saved_tensor_bytes(module: nn.Module, x: torch.Tensor, *, input_requires_grad: bool = True,
                        then: Callable[[torch.Tensor], torch.Tensor] | None = None,
                        where: str | None = None) -> tuple[int, torch.Tensor]:
@@ -163,17 +141,18 @@ def saved_tensor_bytes(module: nn.Module, x: torch.Tensor, *, input_requires_gra
     >>> n   # ReLU saves its output: 6 float32
     24
     """
-    excluded = {_storage_key(t) for t in list(module.parameters()) + list(module.buffers())}
+    excluded = {k for t in list(module.parameters()) + list(module.buffers()) for k in storage_keys(t)}
     storages: dict[tuple[str, int], int] = {}
 
     def pack(t: torch.Tensor) -> torch.Tensor:
-        try:
-            st = t.untyped_storage()
-        except (RuntimeError, NotImplementedError):  # e.g. tensors without a storage
-            return t
-        key = (str(t.device), st._cdata)
-        if key not in excluded:
-            storages[key] = st.nbytes()
+        for part in local_parts(t):
+            try:
+                st = part.untyped_storage()
+            except (RuntimeError, NotImplementedError):  # e.g. tensors without a storage
+                continue
+            key = (str(part.device), st._cdata)
+            if key not in excluded:
+                storages[key] = st.nbytes()
         return t
 
     inp = leaf(x, input_requires_grad)
@@ -182,7 +161,8 @@ def saved_tensor_bytes(module: nn.Module, x: torch.Tensor, *, input_requires_gra
         if not isinstance(out, torch.Tensor):
             raise TypeError(f"a chain layer must return one tensor, got {type(out).__name__}")
         if then is not None:
-            model_call(then, out, where and f"the loss on {where}'s output")
+            check_scalar_loss(model_call(then, out, where and f"the loss on {where}'s output"),
+                              f"on {where or 'the last layer'}'s output")
     return sum(storages.values()), out
 
 
@@ -203,18 +183,21 @@ def spread_summary(stats: Sequence[LayerTiming]) -> dict[str, float]:
 
 
 def _find_layers(model: nn.Module | Sequence[nn.Module], example_inputs: Any, loss: Callable | None, target: Any,
-                 names: Sequence[str] | None) -> Layers:
+                 names: Sequence[str] | None, split_at: Sequence[str] | None = None) -> Layers:
     """The chain of ``model`` (:func:`~workbench.profiles.discover.discover_layers`), renamed by ``names``."""
     if isinstance(model, (nn.Sequential, list, tuple)) and not isinstance(example_inputs, torch.Tensor):
         raise TypeError(f"sample_input must be a tensor, got {type(example_inputs).__name__}")
     if isinstance(model, (list, tuple, nn.Sequential)) and len(model) == 0:
         raise ValueError("nothing to profile: the layer list is empty")
-    found = discover_layers(model, example_inputs, loss, target)
+    found = discover_layers(model, example_inputs, loss, target, split_at=split_at)
     if names is not None:
         names = [str(n) for n in names]
         if len(names) != len(found):
             raise ValueError(f"{len(names)} names for {len(found)} layers")
-        found = dataclasses.replace(found, names=tuple(names))
+        renamed = dict(zip(found.names, names))        # the shared parameters' layers renamed too
+        ties = tuple(dataclasses.replace(t, owner=renamed[t.owner], layers=tuple(renamed[n] for n in t.layers))
+                     for t in found.tied)
+        found = dataclasses.replace(found, names=tuple(names), tied=ties)
     return found
 
 
@@ -236,6 +219,7 @@ def profile_model(
     dtype: str | torch.dtype | None = None,
     times: Callable[..., tuple[list[float], list[float]]] = time_layer,
     clock: str = "wall",
+    split_at: Sequence[str] | None = None,
 ) -> Chain | tuple[Chain, list[LayerTiming]]:
     """Profile any model (see the module docstring for what is measured).
 
@@ -246,16 +230,16 @@ def profile_model(
     parameters count once, at their first layer (:func:`count_ties_once`). The layers run in
     training mode and are moved to ``device``; each takes one tensor and returns one tensor.
     ``threads`` sets the CPU thread count while profiling (``None``: leave it). ``meta`` is merged over the
-    metadata the profiler records (device, dtype, batch size, input shape,
-    torch version, threads, repeats, spreads, date, source). With
-    ``return_stats`` the raw timings come back too. ``loss(output, target)``
+    metadata the profiler records (device, dtype, batch size, input shape, torch version, threads, repeats,
+    spreads, date, source). With ``return_stats`` the raw timings come back too. ``loss(output, target)``
     makes the loss part of the last layer (its time and what it saves).
     ``dtype`` casts the layers and a floating ``sample_input`` first (None:
     leave them as they are). ``times`` gives each layer's forward and backward seconds, with
     :func:`~workbench.profiles.timing.time_layer`'s arguments: measured by default, estimated in a fake
     profile (:class:`workbench.profiles.roofline.RooflineTimes`, :mod:`workbench.profiles.fake`).
     ``clock`` is the CPU's clock (:data:`~workbench.profiles.timing.CLOCKS`): ``"wall"`` or ``"cpu"``, the
-    thread's CPU time, which needs one thread (the others' work would not count).
+    thread's CPU time, which needs one thread (the others' work would not count). ``split_at``: the modules
+    to cut before (``--split-at``, :mod:`workbench.profiles.cuts`).
 
     >>> c, stats = profile_model([torch.nn.Linear(4, 4)], torch.zeros(1, 4), repeats=3, warmup=0, return_stats=True)
     >>> len(stats[0].forward), c.layers[0].name
@@ -263,7 +247,7 @@ def profile_model(
     """
     _check_counts(repeats, warmup, loss, target)
     _check_clock(clock, device, threads)
-    found = _find_layers(model, example_inputs, loss, target, names)
+    found = _find_layers(model, example_inputs, loss, target, names, split_at)
     mods, names, loss = list(found.modules), list(found.names), found.loss
     how, sample_input, tgt = _set_up(found.input, device, dtype, target, grad_seed, warmup, repeats, times, clock)
     started = time.perf_counter()
@@ -285,6 +269,8 @@ def profile_model(
     if how.times is not time_layer:      # estimated times: the split is estimated too (workbench.model.split)
         info.pop("backward_split")
     info.update(meta or {})
+    if split_at:
+        info["split_at"] = ",".join(split_at)
     chain = Chain(tuple(out_layers), input_bytes=float(tensor_bytes(sample_input)),
                   meta={k: str(v) for k, v in info.items()})
     chain = count_ties_once(dataclasses.replace(chain, meta={"layers_found": found.how, **chain.meta}), found)
@@ -492,4 +478,5 @@ def profile_workload(workload: Any, device: str = "cpu", *, warmup: int = 2, rep
         return profile_zoo(workload.name, workload.batch_size, device, dtype=workload.dtype, **kw, **workload.config)
     inputs, target = workload.batch(0)
     info = {"network": workload.name, "module": workload.source}
-    return profile_model(workload.build(), inputs, device, meta=info, loss=workload.loss, target=target, **kw)
+    return profile_model(workload.build(), inputs, device, meta=info, loss=workload.loss, target=target,
+                         split_at=workload.split_at or None, **kw)

@@ -49,7 +49,7 @@ from __future__ import annotations
 import inspect
 import operator
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
@@ -163,7 +163,9 @@ def _walk(tb: Any) -> list[Any]:
 
 @dataclass
 class _Traced:
-    """The model's graph with every node's value on the example batch and the part each node belongs to."""
+    """The model's graph with every node's value on the example batch and the part each node belongs to;
+    ``constants``: tensors a later part reads as constant buffers (they depend on neither the chain's input nor
+    a parameter: :mod:`workbench.profiles.cuts`)."""
 
     gm: fx.GraphModule
     values: dict[fx.Node, Any]
@@ -171,6 +173,7 @@ class _Traced:
     names: list[list[str]]
     chain_input: fx.Node
     output: fx.Node
+    constants: set[fx.Node] = field(default_factory=set)
 
 
 def _trace(model: nn.Module, args: tuple, kwargs: dict, x: torch.Tensor) -> _Traced:
@@ -300,6 +303,10 @@ class _PartBuilder:
             self.env[n] = self.graph.get_attr(str(n.target))
         elif n.op == "placeholder" and isinstance(value, torch.Tensor):   # another input: a constant buffer
             name = f"_input_{n.name}"
+            self.root[name] = value.detach()
+            self.env[n] = self.graph.get_attr(name)
+        elif n in self.t.constants:               # computed before from constants alone: a constant buffer
+            name = f"_constant_{n.name}"
             self.root[name] = value.detach()
             self.env[n] = self.graph.get_attr(name)
         elif _constant(self.t, n):                # shapes, flags: the same for every batch of this shape

@@ -111,7 +111,8 @@ def user_failure(e: BaseException, spec: str) -> UserCodeError | None:
 @contextmanager
 def user_code(spec: str | None) -> Iterator[None]:
     """Inside, an exception raised in the user's ``--module`` code becomes one :class:`UserCodeError`
-    (:func:`user_failure`); every other exception passes unchanged. ``spec`` None: nothing changes.
+    (:func:`user_failure`), and so does ``sys.exit`` called there; every other exception passes unchanged.
+    ``spec`` None: nothing changes.
 
     >>> with user_code("net.py:build"):
     ...     pass
@@ -120,6 +121,13 @@ def user_code(spec: str | None) -> Iterator[None]:
         yield
     except UserCodeError:
         raise
+    except SystemExit as e:     # the user's code ended the process (sys.exit): say so, in one line
+        if not spec:
+            raise
+        err = user_failure(e, spec)
+        raise UserCodeError(f"{err or f'--module {spec}'}: the code called sys.exit({e.code!r}); "
+                            f"{parse_spec(spec)[1]}() must return (model, example_inputs, example_targets, "
+                            "loss_fn)") from None
     except Exception as e:  # noqa: BLE001 - only what the user's code raised is translated
         err = user_failure(e, spec) if spec else None
         if err is None:

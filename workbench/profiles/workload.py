@@ -103,13 +103,15 @@ class Workload:
     dtype: str = "float32"
     source: str | None = None
     notes: tuple[str, ...] = ()
+    split_at: tuple[str, ...] = ()
 
     def layers(self):
-        """The model built afresh, as a chain (:class:`~workbench.profiles.discover.Layers`)."""
+        """The model built afresh, as a chain (:class:`~workbench.profiles.discover.Layers`), cut before the
+        modules ``split_at`` names when it names any (``--split-at``, :mod:`workbench.profiles.cuts`)."""
         from workbench.profiles.discover import discover_layers
 
         inputs, target = self.batch(0)
-        return discover_layers(self.build(), inputs, self.loss, target)
+        return discover_layers(self.build(), inputs, self.loss, target, split_at=self.split_at or None)
 
     @classmethod
     def zoo(cls, name: str, batch_size: int, seed: int = 0, dtype: str | torch.dtype | None = None,
@@ -129,8 +131,10 @@ class Workload:
                    partial(_zoo_loss, name), name=name, batch_size=batch_size, config=dict(config), dtype=dt)
 
     @classmethod
-    def module(cls, spec: str, seed: int = 0) -> "Workload":
-        """``FILE.py:FUNC`` (see :mod:`~workbench.profiles.usermodel`); every mini-batch is ``FUNC``'s batch."""
+    def module(cls, spec: str, seed: int = 0, split_at: str | tuple[str, ...] | None = None) -> "Workload":
+        """``FILE.py:FUNC`` (see :mod:`~workbench.profiles.usermodel`); every mini-batch is ``FUNC``'s batch;
+        ``split_at``: the modules to cut before (``"a,b"`` as a profile's metadata records them, or a tuple)."""
+        from workbench.profiles.cuts import parse_split_at
         from workbench.profiles.usermodel import load_user_model
         from workbench.profiles.wrappers import tensor_leaves
         from workbench.profiles.zoo import dtype_name
@@ -140,4 +144,4 @@ class Workload:
         dtype = next((p.dtype for p in um.model.parameters()), torch.float32)
         return cls(partial(_user_build, spec, seed), partial(_user_batch, spec, seed), partial(_user_loss, spec, seed),
                    name=um.name, batch_size=int(x[0].shape[0]) if x and x[0].dim() else None,
-                   dtype=dtype_name(dtype), source=spec, notes=um.notes)
+                   dtype=dtype_name(dtype), source=spec, notes=um.notes, split_at=parse_split_at(split_at or None))

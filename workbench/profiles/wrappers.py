@@ -27,7 +27,7 @@ import torch.utils._pytree as pytree
 from torch import nn
 
 __all__ = ["DiscoveryError", "ModelFailure", "model_call", "Slot", "RecordedCall", "Stop", "Absent", "Prologue",
-           "RebuiltLoss", "prune", "tensor_leaves", "describe", "pack", "unpack"]
+           "RebuiltLoss", "prune", "tensor_leaves", "describe", "pack", "unpack", "check_scalar_loss"]
 
 
 class DiscoveryError(ValueError):
@@ -79,6 +79,21 @@ def describe(x: Any) -> str:
     if isinstance(x, torch.Tensor):
         return f"a {str(x.dtype).replace('torch.', '')} tensor of shape {tuple(x.shape)}"
     return f"a {type(x).__name__}"
+
+
+def check_scalar_loss(value: Any, where: str) -> None:
+    """Refuse (ValueError, one line) a loss that is not one floating value: training needs a scalar to start
+    the backward from (torch's "grad can be implicitly created only for scalar outputs").
+
+    >>> check_scalar_loss(torch.ones(4, 2), "on the model's output")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: the loss returned a float32 tensor of shape (4, 2) on the model's output, not one value: reduce it ...
+    """
+    if isinstance(value, torch.Tensor) and value.numel() == 1 and value.is_floating_point():
+        return
+    raise ValueError(f"the loss returned {describe(value)} {where}, not one value: reduce it (.mean() or .sum()) so "
+                     "that training has a scalar to start the backward from")
 
 
 class Slot:

@@ -2,7 +2,7 @@
 
 It crosses the process boundary (pickled by ``torch.multiprocessing``), so it
 holds plain values: the plan, the per-device programs
-(:mod:`~workbench.runtime.program`), the workload
+(:mod:`~workbench.schedules.program`), the workload
 (:mod:`~workbench.profiles.workload`) and the run's settings.
 
 >>> from workbench.model.plan import Plan
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from workbench.model.plan import Plan
-from workbench.runtime.program import Op
+from workbench.schedules.ops import Op
 
 __all__ = ["RunConfig"]
 

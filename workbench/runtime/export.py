@@ -10,7 +10,7 @@ itself). Its runtime schedule class (``_PipelineScheduleRuntime``, the base of
 row per rank (``_load_csv(path, format="compute_only" | "compute_comms")``);
 the ``compute_only`` form is lowered by its passes (``_add_send_recv`` ...).
 torch's multi-stage schedules (``interleaved-1f1b``, ..., ``zbv``) export torch's
-own order (:func:`workbench.runtime.program.torch_programs`), with ``{stage}I{mb}``
+own order (:func:`workbench.schedules.program.flush_order`), with ``{stage}I{mb}``
 and ``{stage}W{mb}`` for a split backward.
 
 :func:`plan_to_actions` unrolls a periodic plan for ``micro_batches``
@@ -67,7 +67,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench.model.plan import Plan
-from workbench.runtime.program import programs_for
+from workbench.schedules.program import programs_for
 
 __all__ = ["plan_to_actions", "programs_to_actions", "actions_to_csv", "write_schedule_csv", "load_with_torch",
            "format_grid",
@@ -81,21 +81,19 @@ LIMITATIONS = (
 )
 
 
-def plan_to_actions(plan: Plan, micro_batches: int, *, comms: bool = False, chain=None,
-                    platform=None) -> dict[int, list[str]]:
+def plan_to_actions(plan: Plan, micro_batches: int, *, comms: bool = False) -> dict[int, list[str]]:
     """Per rank, the plan's operations for ``micro_batches`` micro-batches as torch action strings.
 
     ``comms=True`` adds the send/receive actions (``compute_comms`` format):
     a send right after the computation that produces the tensor, a receive
     right before the computation that needs it, for stages on different ranks.
-    Flushed plans (``"gpipe"``/``"1f1b"``) take their order from the simulator
-    (pass ``chain`` and ``platform``).
+    Flushed plans take their schedule's order (:func:`workbench.schedules.program.flushed_programs`).
     """
-    return programs_to_actions(programs_for(plan, micro_batches, chain, platform), plan, comms=comms)
+    return programs_to_actions(programs_for(plan, micro_batches), plan, comms=comms)
 
 
 def programs_to_actions(progs: list, plan: Plan, *, comms: bool = False) -> dict[int, list[str]]:
-    """Per-device programs (:mod:`~workbench.runtime.program`) as torch action strings, in their order."""
+    """Per-device programs (:mod:`~workbench.schedules.program`) as torch action strings, in their order."""
     dev = [st.device for st in plan.stages]
     S = len(dev)
     out: dict[int, list[str]] = {}
@@ -130,12 +128,12 @@ def actions_to_csv(actions: dict[int, list[str]]) -> str:
     return buf.getvalue()
 
 
-def write_schedule_csv(plan: Plan, path: str | Path, micro_batches: int, *, comms: bool = False, **kw: Any) -> Path:
+def write_schedule_csv(plan: Plan, path: str | Path, micro_batches: int, *, comms: bool = False) -> Path:
     """Write :func:`plan_to_actions` as CSV (atomically); returns the path."""
     from workbench.io import write_text_atomic
 
     path = Path(path)
-    write_text_atomic(path, actions_to_csv(plan_to_actions(plan, micro_batches, comms=comms, **kw)))
+    write_text_atomic(path, actions_to_csv(plan_to_actions(plan, micro_batches, comms=comms)))
     return path
 
 

@@ -18,8 +18,8 @@ by tag). :class:`SendWaiter` keeps each sent message alive until its send has
 completed, without blocking the rank; :class:`ReadyReceive` stands in for a
 receive in an isolated replay.
 
->>> from workbench.runtime.program import Op
->>> programs = [[Op(0.0, 0, "F", 0), Op(3.0, 0, "B", 0)], [Op(1.0, 1, "F", 0), Op(2.0, 1, "B", 0)]]
+>>> from workbench.schedules.ops import Op
+>>> programs = [[Op(0, "F", 0, 0.0), Op(0, "B", 0, 3.0)], [Op(1, "F", 0, 1.0), Op(1, "B", 0, 2.0)]]
 >>> shapes = {0: ((2, 3), "f32"), 1: ((2, 1), "f32")}
 >>> r = plan_receives(programs, 1, [0, 1], [0, 1], shapes, {}, {}, 0)
 >>> r.incoming, dict(r.queues), r.recv_at
@@ -38,7 +38,7 @@ from typing import Any, Sequence
 
 import torch
 
-from workbench.runtime.program import Op
+from workbench.schedules.ops import Op
 
 __all__ = ["Receives", "plan_receives", "message_tag", "SendWaiter", "ReadyReceive"]
 

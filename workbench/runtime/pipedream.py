@@ -9,7 +9,7 @@ used (weight stashing); torch's schedules have no counterpart
 those, and :func:`~workbench.runtime.replay.replay_devices` uses it for a
 device alone (``isolated``: receives are random tensors, sends dropped).
 
-A rank executes its program (:mod:`~workbench.runtime.program`) in order:
+A rank executes its program (:mod:`~workbench.schedules.program`) in order:
 
 * :meth:`PipeDreamRank.forward`: the input from the data (stage 0), from a
   stage of this rank (a hand-off) or from a posted receive; the stage's

@@ -113,11 +113,19 @@ class RankModel:
 
     @classmethod
     def build(cls, plan, workload, rank: int, device: torch.device) -> "RankModel":
-        layers = workload.layers()
+        return cls.from_layers(plan, workload.layers(), chain_input(workload.batch(0)[0]), rank, device)
+
+    @classmethod
+    def from_layers(cls, plan, layers, x0: torch.Tensor, rank: int, device: torch.device, *,
+                    modules: Sequence[nn.Module] | None = None, loss: Any = None,
+                    shapes: list[tuple[tuple[int, ...], torch.dtype]] | None = None) -> "RankModel":
+        """The stages of ``rank`` from a model's discovered ``layers``; ``modules``, ``loss`` and ``shapes``
+        replace the layers' own where a transform changed them (tensor parallelism: the same parameters,
+        sharded, in wrappers that pass local tensors), parameters keeping the model's names."""
         if len(layers) != len(plan.assignment):
             raise ValueError(f"the model has {len(layers)} layers, the plan {len(plan.assignment)}")
-        x0 = chain_input(workload.batch(0)[0])
-        shapes = layer_output_shapes(layers.modules, x0)
+        modules = list(modules if modules is not None else layers.modules)
+        shapes = shapes if shapes is not None else layer_output_shapes(modules, x0)
         stages: dict[int, nn.Sequential] = {}
         names: dict[int, dict[str, str]] = {}
         policies = tuple(getattr(plan, "activations", ()) or ()) or ("keep",) * len(plan.assignment)
@@ -125,18 +133,16 @@ class RankModel:
             if st.device != rank:
                 continue
             # each layer with its activation policy (docs/model.md, "Activation policies"): recompute and
-            # offload wrap it (its parameters then sit under "layer.")
-            mods = [with_policy(layers.modules[l].to(device), policies[l]) for l in range(st.first, st.last + 1)]
+            # offload wrap it; a parameter keeps the model's name whatever wraps it (found by identity)
+            full = {id(p): layers.parameter_names[l][n] for l in range(st.first, st.last + 1)
+                    for n, p in layers.modules[l].named_parameters()}
+            mods = [with_policy(modules[l].to(device), policies[l]) for l in range(st.first, st.last + 1)]
             seq = nn.Sequential(*mods).train()
             stages[s] = seq
-            canon: dict[str, str] = {}
-            for j, l in enumerate(range(st.first, st.last + 1)):
-                inner = "" if policies[l] == "keep" else "layer."
-                for n, full in layers.parameter_names[l].items():
-                    canon[f"{j}.{inner}{n}"] = full
-            names[s] = {n: canon[n] for n, _ in seq.named_parameters()}
+            names[s] = {n: full[id(p)] for n, p in seq.named_parameters()}
         offload = frozenset(s for s in stages if "offload" in policies[plan.stages[s].first:plan.stages[s].last + 1])
-        return cls(stages, names, shapes, layers.loss, layers.tied, layers.names, offload)
+        return cls(stages, names, shapes, loss if loss is not None else layers.loss, layers.tied, layers.names,
+                   offload)
 
     def parameters(self, s: int) -> dict[str, nn.Parameter]:
         return dict(self.stages[s].named_parameters())

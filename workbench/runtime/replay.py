@@ -19,7 +19,7 @@ per device.
 
 >>> from workbench.model.chain import Platform
 >>> from workbench.profiles.profiler import profile_zoo
->>> from workbench.verify.schedule import best_schedule
+>>> from workbench.schedules.builder import best_schedule
 >>> chain = profile_zoo("mlp", 4, repeats=1, warmup=0)
 >>> plan = best_schedule(chain, Platform(2, memory_model="paper"), [0, 0, 0, 1, 1])
 >>> res = replay_devices(plan, Workload.zoo("mlp", 4), steps=4, device="cpu")
@@ -39,9 +39,10 @@ import torch
 
 from workbench.model.plan import Plan
 from workbench.runtime.config import RunConfig
-from workbench.runtime.engine import RunResult, Workload, join_or_kill, merge_results
-from workbench.runtime.program import Op, programs_for
+from workbench.runtime.engine import RunResult, Workload, join_or_kill, merge_results, refuse_split_backward
 from workbench.runtime.rank import CPU_COLUMNS
+from workbench.schedules.ops import Op
+from workbench.schedules.program import programs_for
 
 __all__ = ["replay_devices", "replay_report", "replay_to", "load_replays", "run_summary"]
 
@@ -59,6 +60,7 @@ def replay_devices(plan: Plan, workload: Workload, steps: int = 8, *, weights: s
     """
     if not plan.feasible or not plan.stages:
         raise ValueError("cannot replay an infeasible plan")
+    refuse_split_backward(plan, "a replay (the PipeDream engine, each device alone)")
     if weights not in ("stash", "single"):
         raise ValueError(f"weights must be 'stash' or 'single', got {weights!r}")
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -68,7 +70,7 @@ def replay_devices(plan: Plan, workload: Workload, steps: int = 8, *, weights: s
     bad = [d for d in which if not 0 <= d < plan.devices]
     if bad:
         raise ValueError(f"devices {bad} are not devices of the plan (0..{plan.devices - 1})")
-    progs = programs if programs is not None else programs_for(plan, steps, chain, platform)
+    progs = programs if programs is not None else programs_for(plan, steps)
     cfg = RunConfig(plan, progs, workload, steps, 0.0, weights, "none", device, threads, timeout, isolated=True,
                     optimizer=optimizer, zero_grad=zero_grad)
     start_method = "spawn" if device == "cuda" else "fork"

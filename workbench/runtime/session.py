@@ -27,7 +27,7 @@ from typing import Any, Callable, Sequence
 from workbench.runtime.summary import jsonable, summarise
 
 __all__ = ["cores_available", "dropout_modules", "check_plan_against", "check_plan_valid", "platform_for_run",
-           "gradient_errors", "conclude_run", "write_run"]
+           "gradient_errors", "conclude_run", "write_run", "model_config_of", "profile_dtype", "workload_for"]
 
 
 def cores_available() -> int:
@@ -99,11 +99,12 @@ def platform_for_run(plan, *, optimizer: str | None = None, bandwidth: float | s
     """The platform a run is predicted on: the plan's devices, memory limit and memory set-up (the
     paper's rule 7, or the full model with ``optimizer``, default the plan's, else adam, and the training
     loop ``zero_grad``, default the plan's: a plan that predates the setting zeroed gradients in place;
-    ``none`` without a plan's set-up).
+    ``none`` without a plan's set-up), and the links ``check`` takes for it: ``bandwidth``, else the plan's
+    (its GPU's and nodes', where it records them), else 12GB/s.
 
     >>> from workbench.model.plan import Plan
-    >>> platform_for_run(Plan(1.0, (0,), (), 1)).optimizer
-    'adam'
+    >>> platform_for_run(Plan(1.0, (0,), (), 1)).optimizer, platform_for_run(Plan(1.0, (0,), (), 1)).bandwidth
+    ('adam', 12000000000.0)
     """
     from workbench.model.chain import Platform
 
@@ -111,7 +112,9 @@ def platform_for_run(plan, *, optimizer: str | None = None, bandwidth: float | s
     paper = setup.get("memory_model") == "paper"
     optimizer = optimizer or setup.get("optimizer") or "adam"
     loop = zero_grad or setup.get("zero_grad") or ("zeros" if setup else "none")
-    return Platform(plan.devices, memory=plan.memory_limit, bandwidth=bandwidth or math.inf, latency=latency or 0.0,
+    nodes = {k: setup[k] for k in ("devices_per_node", "node_bandwidth") if setup.get(k) is not None}
+    return Platform(plan.devices, memory=plan.memory_limit, bandwidth=bandwidth or setup.get("bandwidth", "12GB/s"),
+                    latency=latency or 0.0, **nodes,
                     weights=weights or setup.get("weights") or "stash", memory_model="paper" if paper else "full",
                     host_bandwidth=setup.get("host_bandwidth", "31.5GB/s"),
                     **({"weight_factor": setup.get("weight_factor", 1.0)} if paper else
@@ -168,7 +171,7 @@ def write_run(out: Path, plan, chain, platform, steps: int, res, cmp, summary: d
     out.mkdir(parents=True, exist_ok=True)
     res.trace.save(out / "measured.csv")
     try:
-        from workbench.verify.simulate import simulate
+        from workbench.schedules.simulate import simulate
 
         simulate(plan, chain, platform, steps).save(out / "predicted.csv")
     except Exception as e:  # pragma: no cover - the simulator is another module's business
@@ -177,3 +180,48 @@ def write_run(out: Path, plan, chain, platform, steps: int, res, cmp, summary: d
     write_text_atomic(out / "measured.cpu.csv", res.meta["cpu"].to_csv(index=False))
     write_text_atomic(out / "plan.json", plan.to_json() + "\n")
     write_text_atomic(out / "summary.json", json.dumps(jsonable(summary), indent=2) + "\n")
+
+
+def model_config_of(chain, plan) -> dict[str, Any]:
+    """The zoo model's configuration the profile or the plan records (``model_config``), or {}."""
+    for src in (chain.meta.get("model_config") if chain is not None else None, plan.extra.get("model_config")):
+        if src:
+            cfg = json.loads(src) if isinstance(src, str) else dict(src)
+            return {k: tuple(v) if isinstance(v, list) and k in ("blocks", "sizes") else v for k, v in cfg.items()}
+    return {}
+
+
+def profile_dtype(chain) -> str:
+    """The precision a profile was measured in (its ``dtype`` metadata), float32 when it says none.
+
+    >>> from workbench.model.chain import Chain, Layer
+    >>> profile_dtype(Chain((Layer("a", 1, 1, 0, 0),), meta={"dtype": "bfloat16"}))
+    'bfloat16'
+    """
+    from workbench.profiles.zoo import dtype_name
+
+    text = (chain.meta.get("dtype") if chain is not None else None) or "float32"
+    try:
+        return dtype_name(text)
+    except ValueError:
+        return "float32"
+
+
+def workload_for(args: Any, chain, plan, batch_size: int):
+    """The workload of ``--module``, ``--model`` or the profile's metadata (``module`` / ``model``)."""
+    from workbench.profiles.usermodel import resolve_spec, user_code
+    from workbench.profiles.workload import Workload
+
+    module = getattr(args, "module", None)
+    if not module and chain is not None and chain.meta.get("module") and not getattr(args, "model", None):
+        module = resolve_spec(chain.meta["module"], Path(str(chain.meta.get("source_file", "."))).parent)
+    if module:       # cut where the profile was cut (--split-at), else the layers are found again
+        with user_code(module):
+            return Workload.module(module, split_at=chain.meta.get("split_at") if chain is not None else None)
+    model = getattr(args, "model", None) or (chain.meta.get("model") if chain is not None else None)
+    if not model:
+        raise ValueError("say which model to run: --model NAME (zoo), --module FILE.py:FUNC, or a --profile "
+                         "that records one")
+    cfg = model_config_of(chain, plan)
+    dtype = profile_dtype(chain) if chain is not None else (getattr(args, "dtype", None) or "float32")
+    return Workload.zoo(model, batch_size, dtype=dtype, **cfg)

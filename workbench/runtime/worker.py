@@ -19,6 +19,7 @@ that the parent merges.
 from __future__ import annotations
 
 import os
+import socket
 from datetime import timedelta
 from typing import Any
 
@@ -27,6 +28,13 @@ import torch.distributed as dist
 
 from workbench.runtime.config import RunConfig
 from workbench.runtime.pipedream import PipeDreamRank
+
+
+def free_port() -> int:
+    """A TCP port free on this machine now, for the process group's rendezvous (``MASTER_PORT``)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 __all__ = ["run_rank", "spawn_entry", "isolated_entry"]
 

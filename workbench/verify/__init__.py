@@ -1,12 +1,10 @@
-"""Is a plan valid, what does it do over time: the checker, the schedule builder and the simulator.
+"""The checker: is a plan valid? It re-derives everything a plan records and lists every rule it breaks.
+
+Nothing here builds, simulates or runs a plan: the checker reads docs/model.md on its own and shares no
+code with what it judges (the schedule builder and the simulators are in :mod:`workbench.schedules`).
 
 * :mod:`~workbench.verify.check` re-checks a plan against the validity rules of docs/model.md ("Plan"),
-  with its own re-derivation of memory (:mod:`~workbench.verify.check_memory`), of activation policies
-  (:mod:`~workbench.verify.check_policies`) and of flushed schedules (:mod:`~workbench.verify.check_flushed`:
-  a replay of their order, period and memory);
-* :mod:`~workbench.verify.schedule` builds the periodic schedule of a fixed allocation and its best
-  period under memory (:mod:`~workbench.verify.schedule_host`: with offloaded activations);
-* :mod:`~workbench.verify.simulate` runs a plan event by event (periodic, or flushed as GPipe and
-  1F1B) into a :class:`~workbench.model.trace.Trace` (:mod:`~workbench.verify.simulate_memory`: its
-  memory rows; :mod:`~workbench.verify.simulate_orders`: torch's multi-stage schedules, in torch's order).
+  rules 0 to 8, with its own re-derivation of memory (:mod:`~workbench.verify.check_memory`), of activation
+  policies (:mod:`~workbench.verify.check_policies`) and of flushed schedules
+  (:mod:`~workbench.verify.check_flushed`: a replay of their layout, order, period and memory).
 """

@@ -11,8 +11,8 @@ Rules: 0 structure, 1 allocation, 2 forward order, 3 turn-around,
 4 backward order, 5 overlap on a device, 6 link load, 7 memory, 8 host link.
 A plan's activation policies (``plan.activations``) are applied to the chain
 first, by the checker's own reading of docs/model.md (:mod:`workbench.verify.check_policies`).
-Flushed schedules (``plan.schedule != "periodic"``: GPipe, 1F1B, torch's
-multi-stage schedules) are replayed instead of rules 2-6
+Flushed schedules (GPipe, 1F1B, torch's multi-stage schedules: a plan whose ``schedule`` is flushed in
+:mod:`workbench.schedules.registry`) are replayed instead of rules 2-6
 (:mod:`workbench.verify.check_flushed`: layout, order, period, memory). :func:`structural_violations` is
 rules 0 and 1 alone: what the simulator requires before it runs a plan.
 
@@ -36,10 +36,10 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from workbench.model.chain import Chain, Platform
-from workbench.model.orders import SCHEDULES
 from workbench.model.plan import Plan, chain_for_plan, in_flight, stages_of
 from workbench.model.tolerances import REL_TOL
 from workbench.model.units import format_bytes, format_seconds
+from workbench.schedules.registry import SCHEDULES
 from workbench.verify.check_flushed import flushed_problems
 from workbench.verify.check_memory import memory_by_device
 from workbench.verify.check_policies import effective_chain, host_link_problems
@@ -163,7 +163,7 @@ def _maximal_runs(plan: Plan, a: tuple) -> list[Violation]:
     torch's V schedules, whose two middle stages share the last device (their layout is checked instead)."""
     if stages_of(a) == [(s.first, s.last) for s in plan.stages]:
         return []
-    if plan.schedule in SCHEDULES and SCHEDULES[plan.schedule].layout == "v":
+    if plan.schedule in SCHEDULES and SCHEDULES[plan.schedule].stages_meet:
         return []
     st = plan.stages
     return [Violation(0, f"stages {i} and {i + 1} are both on device {st[i].device}: "
@@ -186,9 +186,16 @@ def _contiguous(plan: Plan) -> list[Violation]:
     return out
 
 
+def _schedule(plan: Plan) -> list[Violation]:
+    """Rule 0: the plan names a schedule the workbench knows."""
+    if plan.schedule in SCHEDULES:
+        return []
+    return [Violation(0, f"unknown schedule {plan.schedule!r}; a plan's schedule is one of {', '.join(SCHEDULES)}")]
+
+
 def _micro_batches(plan: Plan) -> list[Violation]:
     """Rule 0: a flushed plan says how many micro-batches a flush holds."""
-    if plan.schedule == "periodic" or (_whole(plan.micro_batches) and plan.micro_batches >= 1):
+    if not SCHEDULES[plan.schedule].flushed or (_whole(plan.micro_batches) and plan.micro_batches >= 1):
         return []
     return [Violation(0, f"a {plan.schedule} plan needs micro_batches, a whole number of at least 1, "
                          f"got {plan.micro_batches}")]
@@ -212,6 +219,9 @@ def _structure(plan: Plan, chain: Chain, platform: Platform) -> tuple[list[Viola
     if not plan.feasible:
         return [_infeasible(plan)], False
     L, P = len(chain), platform.devices
+    unknown = _schedule(plan)
+    if unknown:
+        return unknown, False
     out = _device_count(plan, P)
     a = tuple(plan.assignment)
     if len(a) != L:
@@ -419,7 +429,7 @@ def check(plan: Plan, chain: Chain, platform: Platform) -> list[Violation]:
     out, usable = _structure(plan, chain, platform)
     if not usable:
         return out
-    if plan.schedule != "periodic":     # flushed: replayed (layout, order, period, memory)
+    if SCHEDULES[plan.schedule].flushed:     # replayed (layout, order, period, memory)
         if plan.activations and any(p != "keep" for p in plan.activations):
             chain = effective_chain(chain, plan.activations)
         return out + [Violation(**v) for v in flushed_problems(plan, chain, platform)]

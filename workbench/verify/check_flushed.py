@@ -4,15 +4,15 @@ A flushed plan records a period (the makespan of one flush over its
 micro-batches) and a memory per device (the peak over the flush); nothing
 recorded is trusted. This module replays the schedule the slow, literal way
 from docs/model.md ("Flushed schedules", "Torch's schedules") and shares no
-code with the simulator (:mod:`workbench.verify.simulate`,
-:mod:`workbench.verify.simulate_orders`):
+code with the simulator (:mod:`workbench.schedules.simulate`,
+:mod:`workbench.schedules.simulate_orders`):
 
 * **layout** (rule 1): a torch schedule's S stages are P x V, V the
   schedule's stages per device, stage s on the device its layout names
   (looped: s mod P; V: s, then 2P - 1 - s);
 * **order** (rule 5): each device runs its operations in the schedule's order
-  (GPipe and 1F1B as docs/model.md states them; torch's schedules as torch's
-  class produces them, :func:`workbench.model.orders.torch_order`); the order
+  (GPipe and 1F1B as docs/model.md states them, written again here; torch's schedules as torch's
+  class produces them, :func:`workbench.schedules.torch_orders.torch_order`); the order
   holds every operation once and does not deadlock;
 * **period** (rule 0): the replayed makespan over the micro-batches equals the
   recorded period (relative tolerance ``REL_TOL``);
@@ -42,34 +42,42 @@ from typing import Any
 
 from workbench.methods import method
 from workbench.model.chain import Chain, Platform
-from workbench.model.orders import Action, schedule_of, torch_order
 from workbench.model.plan import Plan
 from workbench.model.tolerances import REL_TOL
 from workbench.model.units import format_bytes, format_seconds
+from workbench.schedules.ops import Op
+from workbench.schedules.registry import schedule_of
+from workbench.schedules.torch_orders import torch_order
 from workbench.verify.check_memory import stage_terms
 
 __all__ = ["flushed_problems", "flushed_orders"]
 
 
-def flushed_orders(plan: Plan) -> dict[int, list[Action]]:
-    """Per device, the operations of one flush in the order the plan's schedule runs them."""
+def _stage_order(warmup: str, S: int, s: int, m: int) -> list[Op]:
+    """Stage s's operations as docs/model.md states them (written again here, on purpose: the checker shares
+    no code with the orders it judges): GPipe (``warmup`` ``all``) all forwards, then all backwards; 1F1B
+    (``downstream``) min(m, S-1-s) forwards, then one forward and one backward, then the rest."""
+    if warmup == "all":
+        return [Op(s, "F", i) for i in range(m)] + [Op(s, "B", i) for i in range(m)]
+    if warmup != "downstream":
+        raise ValueError(f"the checker knows no order with warm-up {warmup!r}")
+    warm = min(m, S - 1 - s)
+    acts = [Op(s, "F", i) for i in range(warm)]
+    for i in range(m - warm):
+        acts += [Op(s, "F", warm + i), Op(s, "B", i)]
+    return acts + [Op(s, "B", i) for i in range(m - warm, m)]
+
+
+def flushed_orders(plan: Plan) -> dict[int, list[Op]]:
+    """Per device, the operations of one flush in the order the plan's schedule runs them: torch's class's
+    order for torch's schedules, else each stage's in the order its method's ``warmup`` names."""
     m, S = int(plan.micro_batches or 0), len(plan.stages)
-    if plan.schedule == "gpipe":       # all forwards, then all backwards
-        per_stage = {s: [Action(s, "F", i) for i in range(m)] + [Action(s, "B", i) for i in range(m)]
-                     for s in range(S)}
-    elif plan.schedule == "1f1b":      # min(m, S-1-s) forwards, then one forward and one backward, then the rest
-        per_stage = {}
-        for s in range(S):
-            warm = min(m, S - 1 - s)
-            acts = [Action(s, "F", i) for i in range(warm)]
-            for i in range(m - warm):
-                acts += [Action(s, "F", warm + i), Action(s, "B", i)]
-            per_stage[s] = acts + [Action(s, "B", i) for i in range(m - warm, m)]
-    else:
+    if schedule_of(plan.schedule).from_torch:
         return {d: list(a) for d, a in torch_order(plan.schedule, plan.devices, S // plan.devices, m).items()}
-    out: dict[int, list[Action]] = {}
+    warmup = method(plan.schedule).warmup
+    out: dict[int, list[Op]] = {}
     for s, st in enumerate(plan.stages):
-        out.setdefault(st.device, []).extend(per_stage[s])
+        out.setdefault(st.device, []).extend(_stage_order(warmup, S, s, m))
     return out
 
 
@@ -116,7 +124,7 @@ def _durations(chain: Chain, plan: Plan, platform: Platform) -> dict[str, list[f
     return {"F": F, "B": B, "I": I, "W": W, "pending": pend, "c": c}
 
 
-def _replay(plan: Plan, orders: dict[int, list[Action]], d: dict[str, list[float]]
+def _replay(plan: Plan, orders: dict[int, list[Op]], d: dict[str, list[float]]
             ) -> tuple[dict[tuple[int, str, int], tuple[float, float]], str]:
     """Start and end of every operation when each device runs its order as early as its inputs allow;
     a message when the order misses an operation, repeats one or deadlocks."""
@@ -212,7 +220,7 @@ def _peaks(chain: Chain, plan: Plan, platform: Platform, done: dict, d: dict[str
 
 def flushed_problems(plan: Plan, chain: Chain, platform: Platform) -> list[dict[str, Any]]:
     """Every rule a flushed plan breaks (the module docstring), as ``Violation`` keyword dicts."""
-    if method(plan.schedule).torch_schedule:
+    if schedule_of(plan.schedule).from_torch:
         bad = _layout(plan)
         if bad:
             return bad

@@ -151,6 +151,32 @@ class _SetUp:
         return resident, 0.0, nbytes + master
 
 
+def _tied_terms(su: _SetUp, ties, first: int, last: int) -> dict:
+    """Stage ``first..last``'s tied parameters (docs/model.md, "Tied parameters"): the resident bytes (``static``,
+    one entry each) and per extra mini-batch (``stash``) of its copies (a sharer without its owner), the copies'
+    gradients its step finds (``copy_grad``), the sharers' gradients the owner receives (``received``, gone by
+    its step), the bytes of copies it steps itself (``copies_stepped``) and per layer the bytes it shares
+    without owning (``shared_at``)."""
+    inside = set(range(first, last + 1))
+    out = {"static": [], "stash": [], "copy_grad": 0.0, "received": 0.0, "copies_stepped": [],
+           "shared_at": [0.0] * (last - first + 1)}
+    for owner, sharers, nbytes in ties:
+        for s in sharers:
+            if s in inside:
+                out["shared_at"][s - first] += nbytes
+        if any(s in inside for s in sharers) and owner not in inside:          # a copy
+            resident, per_k, grad = su.copy_terms(nbytes)
+            out["static"].append(resident)
+            out["stash"].append(per_k)
+            out["copy_grad"] += grad
+            if not su.stash:
+                out["copies_stepped"].append(nbytes)
+        if owner in inside and su.stash and not all(s in inside for s in sharers):
+            out["static"].append(nbytes)            # the owner's receive buffer for a sharer's gradient ...
+            out["received"] += nbytes               # ... added to its own before its step
+    return out
+
+
 def stage_terms(chain: Chain, platform: Platform, first: int, last: int) -> dict[str, float]:
     """What stage ``first..last`` holds, term by term as docs/model.md states them: ``A`` (per mini-batch in
     flight), ``static`` (parameters, resident gradients, optimizer state, an offloaded copy, its receive buffers,
@@ -185,27 +211,14 @@ def stage_terms(chain: Chain, platform: Platform, first: int, last: int) -> dict
     stash = sum(c["weights"] for c in cols) if su.stash else 0.0
     # a receive buffer for the activation arriving at the stage and one for the gradient coming back
     buffers = (cols[0]["in"] if first > 0 else 0.0) + (chain.cut(last) if last < last_layer else 0.0)
-    inside = set(range(first, last + 1))
-    copy_grad = 0.0                        # gradients of tied copies the step finds
-    received = 0.0                         # tied gradients received, gone by the step
-    copies_stepped = []                    # bytes of copies this stage steps (torch's engine)
-    shared_at = [0.0] * len(cols)          # bytes of tied parameters each layer shares (not owns)
-    for owner, sharers, nbytes in ties:
-        for s in sharers:
-            if s in inside:
-                shared_at[s - first] += nbytes
-        holds_sharer = any(s in inside for s in sharers)
-        if holds_sharer and owner not in inside:          # a copy
-            resident, per_k, grad = su.copy_terms(nbytes)
-            static += resident
-            stash += per_k
-            copy_grad += grad
-            if not su.stash:
-                copies_stepped.append(nbytes)
-        if owner in inside and su.stash and not all(s in inside for s in sharers):
-            static += nbytes                 # the owner's receive buffer for a sharer's gradient ...
-            received += nbytes               # ... added to its own before its step
+    tied = _tied_terms(su, ties, first, last)
+    for x in tied["static"]:              # added one by one, in the order of the ties
+        static += x
+    for x in tied["stash"]:
+        stash += x
     static += buffers
+    copy_grad, received, copies_stepped, shared_at = (tied["copy_grad"], tied["received"], tied["copies_stepped"],
+                                                      tied["shared_at"])
     # the operations' excess over the resident state
     made = []                                # gradients each layer's backward makes that stay to the step
     for i, c in enumerate(cols):

@@ -46,7 +46,7 @@ from workbench.model.trace import Trace
 from workbench.model.units import format_bytes, format_seconds
 from workbench.planners import plan as run_planner
 from workbench.planners.dp.contiguous import least_contiguous_memory
-from workbench.verify.simulate import simulate
+from workbench.schedules.simulate import simulate
 from workbench.viz.gantt import gantt
 from workbench.viz.memory import memory_bars
 
@@ -83,7 +83,7 @@ def memory_range(chain: Chain, platform: Platform) -> tuple[float, float]:
 
 
 def trace_of(plan: Plan, chain: Chain, platform: Platform, batches: int | None = None) -> Trace:
-    """Simulate ``plan`` for a few mini-batches (:func:`workbench.verify.simulate.simulate`).
+    """Simulate ``plan`` for a few mini-batches (:func:`workbench.schedules.simulate.simulate`).
 
     Periodic plans default to enough mini-batches to show the steady state;
     flushed schedules (GPipe, 1F1B) run their ``micro_batches``.

@@ -66,7 +66,7 @@ def memory_split(plan: Plan, chain: Chain, platform: Platform) -> pd.DataFrame:
 
     Periodic plans split their rule-7 figure (:func:`workbench.model.memory_views.memory_breakdown`). Flushed
     schedules (GPipe, 1F1B, torch's multi-stage ones) hold one weight version and no stash: their split is the
-    simulated peak's (:func:`workbench.verify.simulate.simulate`), its weight part split like a periodic
+    simulated peak's (:func:`workbench.schedules.simulate.simulate`), its weight part split like a periodic
     plan's.
     """
     chain = chain_for_plan(plan, chain)
@@ -86,7 +86,7 @@ def memory_split(plan: Plan, chain: Chain, platform: Platform) -> pd.DataFrame:
 
 
 def _flushed_split(plan: Plan, chain: Chain, platform: Platform) -> list[dict[str, float]]:
-    from workbench.verify.simulate import simulate
+    from workbench.schedules.simulate import simulate
 
     one = [replace(s, in_flight=1) for s in plan.stages]
     # the micro-batches' gradients accumulate to the step after the flush (docs/model.md, "The training loop")

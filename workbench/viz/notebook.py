@@ -114,8 +114,8 @@ def contiguous_assignment(chain: Chain, devices: int) -> list[int]:
 def three_schedules(chain: Chain, platform: Platform, assignment: Sequence[int] | None = None, *,
                     micro_batches: int = 8, batches: int | None = None) -> dict[str, Trace]:
     """GPipe and 1F1B (one flush of ``micro_batches``) and the periodic schedule, on one allocation."""
-    from workbench.verify.schedule import best_schedule
-    from workbench.verify.simulate import simulate, simulate_flushed
+    from workbench.schedules.builder import best_schedule
+    from workbench.schedules.simulate import simulate, simulate_flushed
 
     a = list(assignment) if assignment is not None else contiguous_assignment(chain, platform.devices)
     out = {m.short: simulate_flushed(chain, platform, a, micro_batches, kind=m.name)

@@ -5,8 +5,8 @@ every tensor-parallel rank of it the same, the chain being one rank's). :func:`r
 peak of one rank of the layout running ``plan`` (the pipeline of one replica) on ``chain`` (one rank's), under
 the platform's training set-up with the layout's data-parallel group (:mod:`workbench.parallel.data.memory`):
 
-* a flushed plan: the simulated peak of its pipeline rank (GPipe and 1F1B: :func:`workbench.verify.simulate`;
-  torch's multi-stage schedules: the order's peaks, :class:`workbench.model.order_memory.OrderMemory`);
+* a flushed plan: the simulated peak of its pipeline rank (GPipe and 1F1B: :func:`workbench.schedules.simulate.simulate`;
+  torch's multi-stage schedules: the order's peaks, :class:`workbench.schedules.order_memory.OrderMemory`);
 * a periodic plan: the memory model's peak (:func:`workbench.model.memory_views.plan_memory`);
 
 plus, with ``engine=True`` (the default), what torch's pipeline engine holds beyond the model (receive buffers
@@ -39,22 +39,22 @@ def rank_platform(platform: Platform, layout: Layout) -> Platform:
 
 def pipeline_peaks(plan: Plan, chain: Chain, platform: Platform) -> list[float]:
     """The model's peak per pipeline rank of ``plan`` (module docstring)."""
+    from workbench.methods import method
     from workbench.model.activations import apply_policies
     from workbench.model.memory_views import plan_memory
-    from workbench.model.orders import SCHEDULES
 
     eff = apply_policies(chain, plan.activations) if plan.activations else chain
     if plan.schedule == "periodic":
         return plan_memory(eff, platform, plan.stages)
-    if plan.schedule in SCHEDULES:
-        from workbench.model.order_memory import OrderMemory
-        from workbench.model.orders import torch_order
+    if method(plan.schedule).torch_schedule:
+        from workbench.schedules.order_memory import OrderMemory
+        from workbench.schedules.torch_orders import torch_order
 
         S = len(plan.stages)
         om = OrderMemory(eff, platform, [s.device for s in plan.stages],
                          torch_order(plan.schedule, plan.devices, S // plan.devices, int(plan.micro_batches or 1)))
         return list(om.peaks([(s.first, s.last) for s in plan.stages]))
-    from workbench.verify.simulate import simulate
+    from workbench.schedules.simulate import simulate
 
     return list(simulate(plan, chain, platform, batches=int(plan.micro_batches or 1)).peak_memory())
 

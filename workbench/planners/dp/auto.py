@@ -58,7 +58,7 @@ from workbench.planners.blocks import block_groups
 from workbench.planners.dp import versions as _versions
 from workbench.planners.dp.versions import Versions, stage_ends, stage_versions
 from workbench.planners.partition import SuffixLinks, bottleneck_partition, place, unconstrained_period
-from workbench.verify.schedule import Scheduler
+from workbench.schedules.builder import Scheduler
 
 __all__ = ["auto_on_chain", "AutoAnswer", "INEXACT", "STEP_BUDGET", "BLOCKS", "BOUND_PRECISION"]
 

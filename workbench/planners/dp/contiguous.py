@@ -83,7 +83,7 @@ from workbench.planners.dp.graph import best_order
 from workbench.planners.dp.memory_dp import BAND_ELEMENTS, StageTables, memory_dp
 from workbench.planners.fixed_policies import plan_with_policies
 from workbench.planners.partition import place, unconstrained_period
-from workbench.verify.schedule import Scheduler
+from workbench.schedules.builder import Scheduler
 
 __all__ = [
     "plan_dp", "partition_period", "least_contiguous_memory", "schedule_partition", "WIDE_PROBE",
@@ -176,14 +176,14 @@ def least_contiguous_memory(chain: Chain, platform: Platform, tables: StageTable
 
 
 # ----------------------------------------------------------------------------
-# one partition: the window recurrence lives in workbench.verify.schedule.Scheduler
+# one partition: the window recurrence lives in workbench.schedules.builder.Scheduler
 # ----------------------------------------------------------------------------
 def partition_period(chain: Chain, platform: Platform, bounds: Sequence[tuple[int, int]], *,
                      ignore_memory: bool = False) -> float:
     """Least period at which the window schedule of the partition ``bounds`` fits in memory (inf if none;
     ``ignore_memory``: the least period of any schedule of it, its load bound).
 
-    The schedule is :class:`~workbench.verify.schedule.Scheduler`'s contiguous
+    The schedule is :class:`~workbench.schedules.builder.Scheduler`'s contiguous
     builder (the recurrence above); its ``best`` search is exact up to 1e-9.
 
     >>> from workbench.model.chain import Chain, Layer, Platform

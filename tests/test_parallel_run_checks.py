@@ -1,0 +1,94 @@
+"""workbench.parallel.run.checks: what a layout run refuses before any rank starts (one error line, exit 2)."""
+
+import re
+from dataclasses import replace
+
+import pytest
+
+from layout_runs import pipeline_plan, write_layout_plan
+from workbench.front.cli import main
+from workbench.parallel.layout import Layout
+from workbench.parallel.run import launch
+from workbench.parallel.run.checks import (
+    check_layout_plan,
+    check_ranks,
+    is_layout_run,
+    layout_micro_batches,
+    layout_of_plan,
+)
+
+LLAMA_MODULE = '''
+from workbench.parallel.run.workloads import hf_workload
+
+
+def build():
+    wl = hf_workload("llama", batch_size=2, sequence=8, layers=2, hidden=32, heads=4, kv_heads=2, vocab=64)
+    x, y = wl.batch(0)
+    return wl.build(), x, y, wl.loss
+'''
+
+
+@pytest.fixture
+def no_ranks(monkeypatch):
+    """Any rank started fails the test: the refusals come first."""
+    def started(*a, **k):
+        raise AssertionError("a rank was started")
+    monkeypatch.setattr(launch, "run_layout", started)
+
+
+def _cli_error(argv, capsys):
+    code = main(argv)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and err[0].startswith("error: "), err
+    return err[0]
+
+
+def test_more_ranks_than_the_run_can_start(tmp_path, capsys, no_ranks):
+    plan = write_layout_plan(tmp_path / "p.json", pipeline_plan([], 5), Layout(dp=32))
+    err = _cli_error(["run", str(plan), "--model", "mlp", "--batch-size", "4", "--out", str(tmp_path)], capsys)
+    assert "needs 32 ranks but this run can start 16 on one machine" in err
+    err = _cli_error(["run", str(plan), "--model", "mlp", "--max-ranks", "8", "--out", str(tmp_path)], capsys)
+    assert "can start 8" in err
+
+
+def test_sizes_tp_does_not_divide_are_named(tmp_path, capsys, no_ranks):
+    module = tmp_path / "llama_tiny.py"
+    module.write_text(LLAMA_MODULE)
+    plan = write_layout_plan(tmp_path / "p.json", pipeline_plan([], 5), Layout(tp=3))
+    err = _cli_error(["run", str(plan), "--module", f"{module}:build", "--out", str(tmp_path / "o")], capsys)
+    assert re.search(r"tp=3 does not divide the model's .*heads \(4\)", err) and "key/value heads (2)" in err
+
+
+def test_the_torchrun_entry_refuses_other_than_the_layouts_ranks(tmp_path, capsys, monkeypatch, no_ranks):
+    from workbench.runtime.engine import main as torchrun_main
+
+    plan = write_layout_plan(tmp_path / "p.json", pipeline_plan([2], 5), Layout(pp=2, dp=2))
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert torchrun_main([str(plan), "--model", "mlp", "--steps", "2", "--out", str(tmp_path)]) == 2
+    assert "needs 4 ranks but torchrun started 2" in capsys.readouterr().err
+
+
+def test_the_plans_pipeline_must_match_the_layout():
+    with pytest.raises(ValueError, match=r"pipeline devices \[0, 1\] but the layout has pp=4"):
+        check_layout_plan(pipeline_plan([2], 5), Layout(pp=4, dp=2))
+    stashed = pipeline_plan([2], 5, schedule="periodic")
+    stashed = stashed.with_(stages=tuple(replace(s, in_flight=2) for s in stashed.stages), setup={"weights": "stash"})
+    with pytest.raises(ValueError, match="weight stashing runs on the PipeDream engine"):
+        check_layout_plan(stashed, Layout(pp=2, dp=2))
+    with pytest.raises(ValueError, match="zero=3 shards over the data-parallel group, but dp=1"):
+        check_layout_plan(pipeline_plan([2], 5), Layout(pp=2, zero=3))
+
+
+def test_layout_of_a_plan_and_its_micro_batches(tmp_path):
+    path = write_layout_plan(tmp_path / "p.json", pipeline_plan([2], 5, micro_batches=4), Layout(pp=2, dp=2))
+    lay = layout_of_plan(path)
+    assert lay == Layout(pp=2, dp=2) and is_layout_run(lay) and not is_layout_run(Layout(pp=4))
+    assert layout_of_plan({"extra": {"parallel": {"tp": 2}}}) == Layout(tp=2)
+    with pytest.raises(ValueError, match="unknown key"):
+        layout_of_plan({"parallel": {"tensor": 2}})
+    plan = pipeline_plan([2], 5, micro_batches=4)
+    assert layout_micro_batches(plan, lay, None) == 4
+    with pytest.raises(ValueError, match="run it with --steps 4, not 3"):
+        layout_micro_batches(plan, lay, 3)
+    check_ranks(Layout(tp=2, pp=2, dp=2), max_ranks=8, started=None)

@@ -1,0 +1,57 @@
+"""workbench.parallel.run.command: `run PLAN.json` of a layout plan, and torchrun, as users start them."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from layout_runs import pipeline_plan, write_layout_plan
+from workbench.front.cli import main
+from workbench.parallel.layout import Layout
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _summary_checks(s: dict, devices: int) -> None:
+    assert s["devices"] == devices and len(s["memory_predicted"]) == devices == len(s["memory_measured"])
+    assert all(m > 0 for m in s["memory_measured"]) and all(p > 0 for p in s["memory_predicted"])
+    assert s["max_grad_error"] < 1e-4
+    assert [r["coords"] for r in s["ranks"]] == [list(Layout(**{k: s["parallel"][k] for k in ("tp", "pp", "dp")})
+                                                      .coords(r)) for r in range(devices)]
+
+
+def test_run_a_layout_plan_writes_every_ranks_peaks(tmp_path, capsys):
+    """A planned pipeline (its memory from the planner) with the layout pp 1 x dp 2, ZeRO-2, run from the
+    command line: the summary has a predicted and a measured peak per rank, and the gradient check."""
+    from workbench.model.chain import Platform
+    from workbench.planners import plan as make_plan
+    from workbench.profiles import write_profile
+    from workbench.profiles.profiler import profile_workload
+    from workbench.profiles.workload import Workload
+
+    chain = profile_workload(Workload.zoo("mlp", 4), repeats=1, warmup=0)
+    write_profile(chain, tmp_path / "mlp.csv")
+    planned = make_plan(chain, Platform(1, optimizer="adam", zero_grad="none"), "1f1b", micro_batches=2)
+    plan = write_layout_plan(tmp_path / "p.json", planned, Layout(dp=2, zero=2))
+    out = tmp_path / "run"
+    assert main(["run", str(plan), "--profile", str(tmp_path / "mlp.csv"), "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "TP 1 x PP 1 x DP 2, ZeRO-2 on 2 processes" in printed and "collectives at the peak" in printed
+    s = json.loads((out / "summary.json").read_text())
+    _summary_checks(s, 2)
+    assert all(p >= planned.memory[0] for p in s["memory_predicted"])     # the plan's, and torch's buffers
+    assert s["ranks"][0]["memory_breakdown"]["Sharded Param"] > 0 and s["prediction"]
+
+
+def test_torchrun_runs_the_same_layout(tmp_path):
+    plan = write_layout_plan(tmp_path / "p.json", pipeline_plan([], 5, micro_batches=2), Layout(dp=2))
+    out = tmp_path / "torchrun"
+    torchrun = Path(sys.executable).with_name("torchrun")
+    cmd = [str(torchrun), "--standalone", "--nproc-per-node", "2", "-m", "workbench.runtime.engine", str(plan),
+           "--model", "mlp", "--batch-size", "4", "--steps", "2", "--check-grads", "--out", str(out)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "TP 1 x PP 1 x DP 2, DDP on 2 processes" in done.stdout
+    _summary_checks(json.loads((out / "summary.json").read_text()), 2)

@@ -1,0 +1,146 @@
+"""workbench.parallel.tensor.plan: which modules Megatron's split shards how, and the models it refuses."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+from transformers import (
+    GPT2Config,
+    GPT2LMHeadModel,
+    LlamaConfig,
+    LlamaForCausalLM,
+    MistralConfig,
+    MistralForCausalLM,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+)
+
+from workbench.parallel.tensor.plan import Sizes, check_sizes, plan_model
+
+
+def _meta(cls, config):
+    with torch.device("meta"):
+        return cls(config)
+
+
+def _llama(**kw):
+    cfg = dict(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+               num_key_value_heads=2)
+    return _meta(LlamaForCausalLM, LlamaConfig(**{**cfg, **kw}))
+
+
+def test_llama_plan_splits_every_projection_of_every_block():
+    plan = plan_model(_llama(), 2)
+    for i in range(2):
+        attn, mlp = f"model.layers.{i}.self_attn", f"model.layers.{i}.mlp"
+        for name in ("q_proj", "k_proj", "v_proj"):
+            assert f"{attn}.{name}" in plan.colwise
+        for name in ("gate_proj", "up_proj"):
+            assert f"{mlp}.{name}" in plan.colwise
+        assert f"{attn}.o_proj" in plan.rowwise and f"{mlp}.down_proj" in plan.rowwise
+        assert attn in plan.attention and mlp in plan.mlp
+    assert len(plan.colwise) == 10 and len(plan.rowwise) == 4
+    assert (plan.embedding, plan.head) == ("model.embed_tokens", "lm_head")
+    assert plan.sizes == Sizes(4, 2, 64, 128, 256)
+    assert plan.norms == ("model.layers.0.input_layernorm", "model.layers.0.post_attention_layernorm",
+                          "model.layers.1.input_layernorm", "model.layers.1.post_attention_layernorm", "model.norm")
+
+
+def test_styles_follow_megatron_and_sequence_parallelism():
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, SequenceParallel
+
+    from workbench.parallel.tensor.styles import PrepareHiddenState
+
+    styles = plan_model(_llama(), 2).styles()
+    assert isinstance(styles["model.layers.0.self_attn.q_proj"], ColwiseParallel)
+    assert isinstance(styles["model.layers.0.mlp.down_proj"], RowwiseParallel)
+    assert isinstance(styles["model.layers.0.self_attn"], PrepareHiddenState)
+    assert styles["lm_head"].output_layouts == (Replicate(),)
+    assert not any(isinstance(s, SequenceParallel) for s in styles.values())
+    sp = plan_model(_llama(), 2, sequence_parallel=True, sequence=16).styles()
+    assert isinstance(sp["model.norm"], SequenceParallel)
+    assert sp["model.layers.1.self_attn.o_proj"].output_layouts == (Shard(1),)
+    assert sp["model.embed_tokens"].output_layouts == (Shard(1),)
+    lp = plan_model(_llama(), 2, loss_parallel=True).styles()
+    assert lp["lm_head"].output_layouts == (Shard(-1),) and not lp["lm_head"].use_local_output
+
+
+def test_sizes_tp_does_not_divide_are_refused_naming_them():
+    with pytest.raises(ValueError, match=r"tp=4 does not divide the model's key/value heads \(2\)"):
+        plan_model(_llama(), 4)
+    with pytest.raises(ValueError, match=r"query heads \(3\), key/value heads \(3\), vocabulary \(255\); sizes: "
+                                         r".*pad the vocabulary"):
+        plan_model(_llama(num_attention_heads=3, num_key_value_heads=3, hidden_size=66, vocab_size=255), 2)
+    with pytest.raises(ValueError, match=r"divide the model's hidden \(63\); sizes: query heads 4"):
+        check_sizes(Sizes(4, 4, 63, 128, 256), 2)      # Hugging Face refuses such a config itself
+    with pytest.raises(ValueError, match=r"sequence length \(15, split under sequence parallelism\)"):
+        plan_model(_llama(), 2, sequence_parallel=True, sequence=15)
+    plan_model(_llama(), 2, sequence=15)           # without sequence parallelism the sequence is not split
+    with pytest.raises(ValueError, match="tp must be a whole number"):
+        check_sizes(Sizes(4, 4, 4, 4, 4), 0)
+
+
+def test_error_is_one_line():
+    with pytest.raises(ValueError) as e:
+        plan_model(_llama(), 8)
+    assert "\n" not in str(e.value)
+
+
+def test_gpt2_fused_attention_is_refused_clearly():
+    with pytest.raises(ValueError, match=r"transformer.h.0.attn.c_attn \(Conv1D\) is a fused projection"):
+        plan_model(_meta(GPT2LMHeadModel, GPT2Config(n_layer=2)), 2)
+
+
+def test_models_without_attention_or_with_other_layers_are_refused():
+    with pytest.raises(ValueError, match="no attention projections"):
+        plan_model(nn.Sequential(nn.Linear(4, 4)), 2)
+
+    class Odd(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.q_proj = nn.Conv1d(4, 4, 1)
+
+    with pytest.raises(ValueError, match=r"q_proj is a Conv1d, not an nn.Linear"):
+        plan_model(Odd(), 2)
+
+
+@pytest.mark.parametrize("cls, config", [(Qwen2ForCausalLM, Qwen2Config), (MistralForCausalLM, MistralConfig)])
+def test_default_configs_of_other_llama_style_models_plan(cls, config):
+    model = _meta(cls, config(num_hidden_layers=2))
+    cfg = model.config
+    plan = plan_model(model, 8)
+    assert plan.sizes == Sizes(cfg.num_attention_heads, cfg.num_key_value_heads, cfg.hidden_size,
+                               cfg.intermediate_size, cfg.vocab_size)
+    assert len(plan.colwise) == 10 and len(plan.rowwise) == 4
+
+
+def test_torchtitan_names_and_attention_attributes():
+    class Attention(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.n_heads, self.n_kv_heads = 4, 2
+            self.wq, self.wk, self.wv, self.wo = nn.Linear(8, 8), nn.Linear(8, 4), nn.Linear(8, 4), nn.Linear(8, 8)
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.attention = Attention()
+            self.feed_forward = nn.Module()
+            self.feed_forward.w1, self.feed_forward.w3 = nn.Linear(8, 16), nn.Linear(8, 16)
+            self.feed_forward.w2 = nn.Linear(16, 8)
+
+    class Model(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.tok_embeddings = nn.Embedding(32, 8)
+            self.layers = nn.ModuleList([Block(), Block()])
+            self.output = nn.Linear(8, 32)
+
+    plan = plan_model(Model(), 2)
+    assert plan.sizes == Sizes(4, 2, 8, 16, 32)
+    assert "layers.0.attention.wq" in plan.colwise and "layers.1.feed_forward.w2" in plan.rowwise
+    assert (plan.embedding, plan.head) == ("tok_embeddings", "output")
+    with pytest.raises(ValueError, match=r"key/value heads \(2\)"):
+        plan_model(Model(), 4)

@@ -1,0 +1,117 @@
+"""What a layout run refuses before any rank starts: one ``ValueError`` naming the values (``error:``, exit 2).
+
+* the plan's layout (its ``"parallel"`` object, :func:`layout_of_plan`) against the plan's pipeline: every
+  stage on a pipeline coordinate below ``pp``, every coordinate holding a stage;
+* more ranks than the run can start: on one machine at most ``max_ranks`` processes (``--max-ranks``), under
+  ``torchrun`` exactly the ranks it started;
+* a model whose sizes ``tp`` does not divide (:func:`~workbench.parallel.run.tensor.check_tensor_parallel`);
+* ``zero`` without data parallelism, a periodic plan that needs weight stashing (the PipeDream engine runs
+  ``tp = dp = 1`` only), micro-batches other than a flushed plan's, a micro-batch size other than the model's;
+* a schedule that splits the backward (``interleaved-zb``, ``zbv``, ``dualpipev``) under data parallelism
+  other than ``zero = 2``: torch's gradients then come out wrong (DDP, and FSDP2 resharding after each
+  forward; measured against one process on 4 ranks: relative errors of 0.4 to 2.2).
+
+>>> import json
+>>> layout_of_plan({"parallel": {"tp": 2, "pp": 1, "dp": 2, "zero": 3}}).describe()
+'TP 2 x PP 1 x DP 2, FSDP'
+>>> layout_of_plan({"devices": 2}) is None
+True
+>>> check_ranks(Layout(tp=2, pp=8, dp=4), max_ranks=16)
+Traceback (most recent call last):
+ValueError: the layout TP 2 x PP 8 x DP 4, DDP needs 64 ranks but this run can start 16 on one machine \
+(--max-ranks; across machines: torchrun --nnodes N ... -m workbench.runtime.engine)
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Mapping
+
+from workbench.parallel.layout import Layout
+
+__all__ = ["layout_of_plan", "is_layout_run", "check_ranks", "check_layout_plan", "layout_micro_batches",
+           "check_layout_model", "DEFAULT_MAX_RANKS"]
+
+#: processes a run starts on one machine at most, unless ``--max-ranks`` says otherwise
+DEFAULT_MAX_RANKS = 16
+
+
+def layout_of_plan(plan_json: str | Path | Mapping[str, Any]) -> Layout | None:
+    """The layout of a plan JSON (a file or its object): its ``"parallel"`` object (also under ``"extra"``),
+    None for a plan without one."""
+    if isinstance(plan_json, Mapping):
+        data: Any = plan_json
+    else:
+        try:
+            data = json.loads(Path(plan_json).read_text())
+        except (OSError, ValueError):
+            return None             # Plan.from_json says what is wrong with the file
+    if not isinstance(data, Mapping):
+        return None
+    par = data.get("parallel")
+    if par is None and isinstance(data.get("extra"), Mapping):
+        par = data["extra"].get("parallel")
+    return None if par is None else Layout.from_dict(par)
+
+
+def is_layout_run(layout: Layout | None) -> bool:
+    """Whether a plan's layout needs the layout runtime (tensor or data parallelism); a pure pipeline
+    (``tp = dp = 1``) runs on the pipeline runtime, as before layouts."""
+    return layout is not None and (layout.tp > 1 or layout.dp > 1)
+
+
+def check_ranks(layout: Layout, *, max_ranks: int | None = None, started: int | None = None) -> None:
+    """Refuse a layout needing more ranks than one machine's ``max_ranks``, or other than the ``started``
+    ranks of torchrun."""
+    if started is not None and started != layout.devices:
+        raise ValueError(f"the layout {layout.describe()} needs {layout.devices} ranks but torchrun started "
+                         f"{started} (--nnodes x --nproc-per-node must be {layout.devices})")
+    if max_ranks is not None and layout.devices > max_ranks:
+        raise ValueError(f"the layout {layout.describe()} needs {layout.devices} ranks but this run can start "
+                         f"{max_ranks} on one machine (--max-ranks; across machines: torchrun --nnodes N ... "
+                         "-m workbench.runtime.engine)")
+
+
+def check_layout_plan(plan, layout: Layout, where: str = "the plan") -> None:
+    """Refuse a plan whose pipeline does not match the layout, or that the layout runtime cannot run."""
+    layout.check()
+    if not plan.feasible or not plan.stages:
+        raise ValueError(f"{where}: the plan is infeasible; nothing to run")
+    devices = sorted({st.device for st in plan.stages})
+    if devices != list(range(layout.pp)):
+        raise ValueError(f"{where}: the plan's stages sit on pipeline devices {devices} but the layout has pp="
+                         f"{layout.pp}: each of 0..{layout.pp - 1} must hold a stage")
+    from workbench.schedules.registry import TORCH_SCHEDULES, schedule_of
+
+    splits = plan.schedule in TORCH_SCHEDULES and schedule_of(plan.schedule).split_backward
+    if splits and layout.dp > 1 and layout.zero != 2:
+        how = "DDP" if layout.zero < 2 else "FSDP resharding after each forward"
+        raise ValueError(f"{where}: torch's {plan.schedule} schedule splits each backward into its input and weight "
+                         f"gradients, and with zero={layout.zero} ({how}) torch's gradients come out wrong (measured "
+                         "against one process): run it with zero=2, or a schedule that does not split the backward")
+    weights = (plan.setup or {}).get("weights", "stash")
+    if plan.schedule == "periodic" and weights == "stash" and any(st.in_flight > 1 for st in plan.stages):
+        raise ValueError(f"{where}: a periodic plan with weight stashing runs on the PipeDream engine, which runs "
+                         f"tp=1, dp=1 only; plan the layout with --weights single or a flushed schedule")
+
+
+def layout_micro_batches(plan, layout: Layout, steps: int | None) -> int:
+    """Micro-batches per replica and optimizer step: ``--steps``, else the layout's, else the plan's, else
+    2 x pp (one process then runs dp x that many mini-batches for the check)."""
+    planned = layout.micro_batches or plan.micro_batches
+    if steps is not None and planned is not None and plan.schedule != "periodic" and steps != planned:
+        raise ValueError(f"a {plan.schedule} plan runs its {planned} micro-batches per step; run it with "
+                         f"--steps {planned}, not {steps}")
+    return int(steps or planned or 2 * layout.pp)
+
+
+def check_layout_model(layout: Layout, model, batch_size: int | None) -> None:
+    """Refuse a model whose sizes ``tp`` does not divide, or whose example batch is not the layout's micro-batch."""
+    from workbench.parallel.run.tensor import check_tensor_parallel
+
+    check_tensor_parallel(model, layout.tp)
+    mbs = layout.micro_batch_size
+    if mbs is not None and batch_size is not None and mbs != batch_size:
+        raise ValueError(f"the layout's micro-batch size is {mbs} but the model's batch holds {batch_size} "
+                         "samples: build the model with the plan's micro-batch size")

@@ -1,0 +1,98 @@
+"""The tensor-parallel transform of a layout's rank: one call into the sharding plan of ``workbench.parallel.tensor``.
+
+The sharding itself (torch's ``parallelize_module``: column-wise for the query/key/value and gate/up
+projections, row-wise for the output and down projections, vocabulary-parallel embedding and head, optional
+sequence parallelism) is the plan :mod:`workbench.parallel.tensor` builds for profiles
+(``plan_model``, ``shard_model``); the runtime applies the same plan to the whole model on the ``tp``
+sub-mesh before the pipeline takes its stages (:func:`apply_tensor_parallel`), and runs the chain's layers
+as that package's ``local_chain`` wraps them (each passes its rank's local tensor on, as a pipeline sends
+it), so what is profiled is what runs. Where that package is absent, a layout with ``tp`` > 1 is refused before any rank
+starts (:func:`check_tensor_parallel`), naming what is missing.
+
+:func:`check_tensor_parallel` also refuses a model whose sizes ``tp`` does not divide (attention heads,
+key/value heads, hidden and MLP sizes, vocabulary: what the plan splits), naming the sizes, before any rank
+starts.
+
+>>> check_tensor_parallel(None, 1)
+>>> tensor_sizes(type("Config", (), {"num_attention_heads": 12, "hidden_size": 768})())
+{'attention heads': 12, 'hidden size': 768}
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+__all__ = ["tensor_parallel_plan", "tensor_sizes", "check_tensor_parallel", "apply_tensor_parallel"]
+
+#: the sizes a tensor-parallel plan splits, by their names in Hugging Face configs (Llama's, then GPT-2's)
+_SIZES = (("num_attention_heads", "attention heads"), ("n_head", "attention heads"),
+          ("num_key_value_heads", "key/value heads"), ("hidden_size", "hidden size"), ("n_embd", "hidden size"),
+          ("intermediate_size", "MLP size"), ("n_inner", "MLP size"), ("vocab_size", "vocabulary"))
+
+
+def tensor_parallel_plan() -> Any:
+    """The sharding plan's three functions (``plan_model``, ``shard_model``, ``local_chain`` of
+    :mod:`workbench.parallel.tensor`) as one namespace, or None where this build lacks them."""
+    from types import SimpleNamespace
+
+    try:
+        from workbench.parallel.tensor.boundaries import local_chain
+        from workbench.parallel.tensor.plan import plan_model
+        from workbench.parallel.tensor.shard import shard_model
+    except ImportError:
+        return None
+    return SimpleNamespace(plan_model=plan_model, shard_model=shard_model, local_chain=local_chain)
+
+
+def tensor_sizes(config: Any) -> dict[str, int]:
+    """The sizes of a model's config that a tensor-parallel plan splits (by their plain names)."""
+    sizes: dict[str, int] = {}
+    for attr, name in _SIZES:
+        value = getattr(config, attr, None)
+        if isinstance(value, int) and not isinstance(value, bool) and name not in sizes:
+            sizes[name] = value
+    return sizes
+
+
+def check_tensor_parallel(model: nn.Module | None, tp: int) -> None:
+    """Refuse (ValueError) ``tp`` > 1 where the sharding plan is missing, or a ``model`` whose sizes ``tp``
+    does not divide, naming them; nothing for ``tp`` = 1."""
+    if tp == 1:
+        return
+    plan = tensor_parallel_plan()
+    if plan is not None and model is not None:
+        plan.plan_model(model, tp)           # refuses what it cannot split, naming the sizes
+        return
+    sizes = tensor_sizes(getattr(model, "config", None))
+    bad = {k: v for k, v in sizes.items() if v % tp}
+    if bad:
+        raise ValueError(f"tp={tp} does not divide the model's " + ", ".join(f"{k} ({v})" for k, v in bad.items())
+                         + ": tensor parallelism splits each of them over the tp ranks")
+    if plan is None:
+        raise ValueError(f"tp={tp}: tensor parallelism needs the sharding plan of workbench.parallel.tensor, which "
+                         "this build of the workbench lacks; run tp=1 layouts (pipeline and data parallelism)")
+
+
+def apply_tensor_parallel(model: nn.Module, layers: Any, x0: torch.Tensor, tp_mesh: Any,
+                          layout: Any) -> tuple[list[nn.Module], Any, list[tuple[tuple[int, ...], torch.dtype]]]:
+    """``model`` sharded in place over ``tp_mesh`` by the plan of :mod:`workbench.parallel.tensor`, and its
+    discovered chain ``layers`` (which hold the same modules) as a rank runs them: (the layers, each passing
+    the rank's local tensor on, the loss, every layer's local output (shape, dtype) on ``x0``). Every rank of
+    the ``tp`` group calls it (the sharding and the example forward are collective)."""
+    tensor = tensor_parallel_plan()
+    if tensor is None:
+        raise ValueError(f"tp={layout.tp}: this build lacks the sharding plan of workbench.parallel.tensor")
+    plan = tensor.plan_model(model, layout.tp, sequence_parallel=layout.sequence_parallel,
+                             sequence=int(x0.shape[1]) if x0.dim() > 1 else None)
+    tensor.shard_model(model, tp_mesh, plan)
+    modules, loss = tensor.local_chain(list(layers.modules), x0, tp_mesh, layers.loss)
+    shapes = []
+    with torch.no_grad():
+        h = x0
+        for m in modules:
+            h = m(h)
+            shapes.append((tuple(h.shape), h.dtype))
+    return modules, loss, shapes
