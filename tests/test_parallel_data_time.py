@@ -3,8 +3,6 @@ event simulation that shares no code with it."""
 
 from __future__ import annotations
 
-import itertools
-
 import numpy as np
 import pytest
 
@@ -14,7 +12,6 @@ from workbench.parallel.data.time import (
     dp_bandwidth,
     fsdp_micro_batch_seconds,
     fsdp_step_seconds,
-    optimizer_step_seconds,
     overlapped_seconds,
 )
 from workbench.parallel.layout import Layout
@@ -103,13 +100,3 @@ def test_collective_bytes_by_level():
     assert per_mb[2] == {"all_gather": 30.0, "reduce_scatter": 60.0}
     assert collective_bytes(2, weights=10.0, grads=20.0, micro_batches=3, pipelined=True) == \
         {"all_gather": 10.0, "reduce_scatter": 20.0}
-
-
-def test_optimizer_step_reads_and_writes_each_tensor_once():
-    # SGD without momentum: read parameter and gradient, write the parameter: 3 x 4 bytes per element
-    assert optimizer_step_seconds(1e9, states=0, state_bytes=4, mixed=False, bandwidth=1e12) == pytest.approx(0.012)
-    mixed = optimizer_step_seconds(1e9, states=2, state_bytes=4, mixed=True, bandwidth=1e12)
-    assert mixed == pytest.approx((7 * 4 + 4) / 1000)
-    assert all(optimizer_step_seconds(1e9, states=s, state_bytes=4, mixed=False, bandwidth=1e12) <
-               optimizer_step_seconds(1e9, states=s + 1, state_bytes=4, mixed=False, bandwidth=1e12)
-               for s, _ in itertools.product(range(3), [0]))

@@ -41,7 +41,6 @@ from typing import Any, Callable
 
 from workbench.methods import method as method_of
 from workbench.model.chain import Chain, Platform
-from workbench.model.memory import OPTIMIZER_STATES
 from workbench.model.plan import Plan
 from workbench.model.tolerances import REL_TOL
 from workbench.parallel.data import time as dptime
@@ -310,19 +309,18 @@ def data_parallel_ring(job: Job, layout: Layout) -> Callable[[str, float], float
 
 def optimizer_seconds(chain: Chain, platform: Platform, layout: Layout, job: Job,
                       devices: list[list[int]]) -> list[float]:
-    """Per pipeline rank, its optimizer step (its shard from ZeRO-1 on)."""
-    from workbench.model.accelerators import accelerator
+    """Per pipeline rank, its optimizer step (its shard from ZeRO-1 on), as the GPU time model prices it
+    (:func:`workbench.profiles.optimizer_time.optimizer_step_seconds`, torch's foreach step); 0 without a GPU."""
+    from workbench.model.memory import validate_setup
+    from workbench.profiles.optimizer_time import optimizer_step_seconds
 
-    if platform.gpu is None:
+    if platform.gpu is None or platform.optimizer == "none":
         return [0.0] * len(devices)
     dtype = {"float32": 4, "bfloat16": 2, "float16": 2}.get(str(chain.meta.get("dtype", "float32")), 4)
-    precision = platform.precision or ("bf16" if dtype == 2 else "fp32")
-    state_bytes = 4.0 if precision in ("fp32", "bf16-mixed") else float(dtype)
+    precision = validate_setup(platform, chain)
     share = 1.0 / layout.dp if layout.zero >= 1 else 1.0
-    bandwidth = accelerator(platform.gpu).memory_bandwidth
-    return [dptime.optimizer_step_seconds(sum(chain.layers[l].weight_bytes for l in ls) / dtype * share,
-                                          states=OPTIMIZER_STATES[platform.optimizer], state_bytes=state_bytes,
-                                          mixed=precision == "bf16-mixed", bandwidth=bandwidth) for ls in devices]
+    return [optimizer_step_seconds(sum(chain.layers[l].weight_bytes for l in ls) / dtype * share, platform.optimizer,
+                                   precision, platform.gpu, tensors=max(1, len(ls))) for ls in devices]
 
 
 def _grad(chain: Chain, l: int) -> float:

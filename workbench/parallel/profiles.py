@@ -57,7 +57,7 @@ def profiler_digest() -> str:
 def tensor_parallel_available() -> bool:
     """Whether this workbench has per-rank tensor-parallel profiles (:mod:`workbench.parallel.tensor`)."""
     try:
-        from workbench.parallel.tensor import tensor_parallel_profile  # noqa: F401
+        from workbench.parallel.tensor.profile import tensor_parallel_profile  # noqa: F401
     except ImportError:
         return False
     return True
@@ -70,7 +70,7 @@ def tensor_parallel_chain(spec: str, gpu: str, tp: int, micro_batch_size: int | 
     if not tensor_parallel_available():
         raise ValueError(f"tp={tp}: this workbench has no per-rank tensor-parallel profiles "
                          "(workbench.parallel.tensor); plan with tp=1")
-    from workbench.parallel.tensor import tensor_parallel_profile
+    from workbench.parallel.tensor.profile import tensor_parallel_profile
 
     return tensor_parallel_profile(spec, gpu, tp, sequence_parallel=sequence_parallel,
                                    micro_batch_size=micro_batch_size)
@@ -120,7 +120,11 @@ class RankChains:
                 "torch": torch.__version__, "profilers": profiler_digest()}
 
     def __call__(self, tp: int, micro_batch_size: int | None = None) -> Chain:
-        """The chain of one rank for ``tp`` and the micro-batch size (from the cache when it is there)."""
+        """The chain of one rank for ``tp`` and the micro-batch size (from the cache when it is there): under
+        fake tensors :func:`workbench.parallel.tensor.tensor_parallel_profile` (every tp, its own content cache in
+        the same folder) where the workbench has it."""
+        if self.gpu is not None and tensor_parallel_available():
+            return self._tensor_parallel(tp, micro_batch_size)
         key = self.key(tp, micro_batch_size)
         digest = key_digest(key)
         if digest in self.made:
@@ -139,6 +143,21 @@ class RankChains:
                 write_profile(chain.with_meta(cache_key=json.dumps(key, sort_keys=True)), path)
         self.made[digest] = chain
         return chain
+
+    def _tensor_parallel(self, tp: int, micro_batch_size: int | None) -> Chain:
+        from workbench.parallel.tensor.profile import tensor_parallel_profile
+        from workbench.profiles.usermodel import user_code
+
+        key = (tp, micro_batch_size)
+        if key not in self.made:
+            if self.progress:
+                self.progress(f"profiling {self.spec} for tp={tp}, micro-batch size {micro_batch_size or 'as built'} "
+                              f"under fake tensors for {self.gpu} (or reading it from the cache)")
+            with user_code(self.spec):
+                self.made[key] = tensor_parallel_profile(
+                    self.spec, self.gpu, tp, sequence_parallel=self.sequence_parallel,
+                    micro_batch_size=micro_batch_size, cache=self.cache if self.cache is not None else False)
+        return self.made[key]
 
     def _path(self, tp: int, micro_batch_size: int | None, digest: str) -> Path | None:
         if self.cache is None:

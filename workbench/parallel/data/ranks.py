@@ -5,8 +5,9 @@ every tensor-parallel rank of it the same, the chain being one rank's). :func:`r
 peak of one rank of the layout running ``plan`` (the pipeline of one replica) on ``chain`` (one rank's), under
 the platform's training set-up with the layout's data-parallel group (:mod:`workbench.parallel.data.memory`):
 
-* a flushed plan: the simulated peak of its pipeline rank (GPipe and 1F1B: :func:`workbench.schedules.simulate.simulate`;
-  torch's multi-stage schedules: the order's peaks, :class:`workbench.schedules.order_memory.OrderMemory`);
+* a flushed plan: the simulated peak of its pipeline rank (GPipe and 1F1B:
+  :func:`workbench.schedules.simulate.simulate`; torch's multi-stage schedules: the order's peaks,
+  :class:`workbench.schedules.order_memory.OrderMemory`);
 * a periodic plan: the memory model's peak (:func:`workbench.model.memory_views.plan_memory`);
 
 plus, with ``engine=True`` (the default), what torch's pipeline engine holds beyond the model (receive buffers

@@ -29,14 +29,11 @@ CPU issues them (:func:`overlapped_seconds`):
   stage s ends its last backward about the backward time of stages 0..s-1 before stage 0 does); ZeRO-1's
   all-gather after the step waits for the step and is exposed.
 
-The optimizer step (:func:`optimizer_step_seconds`) streams its tensors through memory once: until the GPU
-time model prices it (issue "GPU time that matches what large-model training measures"), this module's own
-estimate.
+The optimizer step is the GPU time model's (:func:`workbench.profiles.optimizer_time.optimizer_step_seconds`),
+over a rank's share of the parameters.
 
 >>> overlapped_seconds([1.0, 1.0], [(0.5, -1, "end", 0), (0.5, 0, "start", 1)])   # gather 0, then prefetch 1
 2.5
->>> round(optimizer_step_seconds(1e9, states=2, state_bytes=4, mixed=False, bandwidth=3.35e12), 4)   # 28 GB
-0.0084
 """
 
 from __future__ import annotations
@@ -49,7 +46,7 @@ from workbench.parallel.collectives import group_bandwidth, ring_seconds
 from workbench.parallel.layout import Layout
 
 __all__ = ["dp_bandwidth", "overlapped_seconds", "fsdp_micro_batch_seconds", "fsdp_step_seconds",
-           "ddp_exposed_seconds", "optimizer_step_seconds", "DataParallelTime", "collective_bytes"]
+           "ddp_exposed_seconds", "DataParallelTime", "collective_bytes"]
 
 #: a collective on the link: (seconds, the compute operation that issues it (-1: before the first), "start" or
 #: "end" of it, the compute operation that must wait for it, or None)
@@ -147,18 +144,6 @@ def fsdp_step_seconds(forward: Sequence[float], gather: Sequence[float]) -> floa
     comms: list[Comm] = [(gather[l], -1 if l == 0 else l - 1, "end" if l == 0 else "start", l)
                          for l in range(len(forward))]
     return overlapped_seconds(forward, comms) - sum(forward)
-
-
-def optimizer_step_seconds(parameters: float, *, states: int, state_bytes: float, mixed: bool,
-                           bandwidth: float) -> float:
-    """The optimizer step of ``parameters`` elements, memory-bound: a fused or foreach step reads every
-    parameter, gradient and state tensor and writes the parameter and the states once: (3 + 2 n) tensors of
-    ``state_bytes`` per element (Adam in fp32: 28 bytes), and under bf16-mixed the bf16 gradient read and the bf16
-    parameter written back (4 bytes more). Until the GPU time model has its own (issue 38), this estimate."""
-    if bandwidth <= 0 or parameters <= 0:
-        return 0.0
-    per_element = (3 + 2 * states) * state_bytes + (4.0 if mixed else 0.0)
-    return parameters * per_element / bandwidth
 
 
 def collective_bytes(zero: int, *, weights: float, grads: float, micro_batches: int, pipelined: bool) -> dict:
