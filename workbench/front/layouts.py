@@ -224,6 +224,7 @@ def layout_plan(e: Evaluation, job: Job, chain_for: ChainFor, args: argparse.Nam
     plan = e.plan if "extrapolated_from" in e.plan.extra else recheck(e.plan, chain, platform)
     parallel = {"parallel": e.layout.to_dict(), "global_batch": job.global_batch,
                 "tokens_per_sample": job.tokens_per_sample, "step_seconds": e.step_seconds,
+                **({"sequence_length": job.tokens_per_sample} if job.tokens_per_sample > 1 else {}),
                 "tokens_per_second": e.tokens_per_second,
                 "tokens_per_second_per_gpu": e.tokens_per_second / job.devices,
                 "mfu": e.mfu, "mfu_convention": MFU_CONVENTION, "step_breakdown": dict(e.breakdown)}

@@ -325,7 +325,7 @@ class Plan:
 
 
 #: the top-level keys of a layout's plan (docs/model.md, "Layouts"), kept in ``Plan.parallel``
-LAYOUT_KEYS = ("parallel", "global_batch", "tokens_per_sample", "step_seconds", "tokens_per_second",
+LAYOUT_KEYS = ("parallel", "global_batch", "tokens_per_sample", "sequence_length", "step_seconds", "tokens_per_second",
                "tokens_per_second_per_gpu", "mfu", "mfu_convention", "step_breakdown", "pipeline_memory",
                "frontier", "search")
 

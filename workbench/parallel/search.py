@@ -3,9 +3,10 @@
 
 :func:`candidates` enumerates the layouts of a job: every factorisation ``tp x pp x dp`` of the GPUs with ``tp``
 dividing a node (``tp > 1`` where the workbench has tensor-parallel profiles), every ZeRO level (0 alone for
-``dp = 1``; 0 and 1 for the seed's periodic plans, whose stashed weight versions FSDP cannot shard), every
-micro-batch size the builder takes that divides the global batch over ``dp``, every schedule of
-:data:`SCHEDULES` (one stage: ``1f1b``, which on one stage is every flushed schedule), ``chunks`` 2 for the
+``dp = 1``), every micro-batch size the builder takes that divides the global batch over ``dp``, every schedule
+of :data:`SCHEDULES` (one stage: ``1f1b``, which on one stage is every flushed schedule; the seed's periodic plans
+for ``tp = dp = 1``: their weight stashing runs on the PipeDream engine, which runs no tensor or data
+parallelism), ``chunks`` 2 for the
 multi-stage schedules (or the ``--chunks`` given), and the activation policies ``keep`` and ``recompute`` (and
 ``auto`` for the periodic plans, whose planner chooses per layer).
 
@@ -95,14 +96,16 @@ def factorisations(devices: int, devices_per_node: int | None, tps: Iterable[int
     return out
 
 
-def _schedules(pp: int, zero: int, layers: int, schedules: Sequence[str], chunks: int | None) -> list[tuple[str, int]]:
-    """(schedule, chunks) pairs for a pipeline of ``pp`` ranks over ``layers`` layers."""
+def _schedules(pp: int, zero: int, layers: int, schedules: Sequence[str], chunks: int | None,
+               replicated: bool = False) -> list[tuple[str, int]]:
+    """(schedule, chunks) pairs for a pipeline of ``pp`` ranks over ``layers`` layers (``replicated``: tp or dp
+    above 1, where the periodic plans' weight stashing does not run)."""
     if pp == 1:
         return [("1f1b", 1)]
     out = []
     for name in schedules:
         m = method_of(name)
-        if m.family == "periodic" and zero >= 2:
+        if m.family == "periodic" and (zero >= 2 or replicated):
             continue
         v = m.fixed_chunks or ((chunks or 2) if m.torch_schedule else 1)
         if pp * v <= layers:
@@ -125,7 +128,7 @@ def candidates(job: Job, layers: int, *, micro_batch_sizes: Sequence[int | None]
                 size = mbs or job.micro_batch_size
                 if job.global_batch % (dp * size):
                     continue
-                for name, v in _schedules(pp, zero, layers, schedules, chunks):
+                for name, v in _schedules(pp, zero, layers, schedules, chunks, replicated=tp * dp > 1):
                     periodic = method_of(name).family == "periodic"
                     for act in activations or (("keep", "auto") if periodic else ("keep", "recompute")):
                         if act == "auto" and not periodic:
