@@ -271,7 +271,7 @@ class PipeDreamRank:
             gx = x.grad if want_x else None
             for t in wrt:
                 t.grad = None
-            del wrt, version, out, x
+            del wrt, version, out, x, g_out   # the step holds none of them
             self.share_tied(s, i, by_name)
             self.update(s, by_name, i)
         if s > 0:
