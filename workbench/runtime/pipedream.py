@@ -266,7 +266,8 @@ class PipeDreamRank:
         with self.recorder.op("B", s, i):
             # backward(inputs=...) accumulates into the preset gradient buffers
             with self.offloads.backward(s, i):
-                torch.autograd.backward(out, grad_tensors=g_out, inputs=wrt)
+                if wrt:     # a first stage without parameters (its input is data) has nothing to differentiate
+                    torch.autograd.backward(out, grad_tensors=g_out, inputs=wrt)
             by_name = {n: version[n].grad for n in names if version[n].grad is not None}
             gx = x.grad if want_x else None
             for t in wrt:
