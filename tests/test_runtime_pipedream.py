@@ -92,3 +92,27 @@ def test_a_first_stage_without_parameters_runs():
     """Its backward has nothing to differentiate (it used to end in torch's "`inputs` argument to `backward()`
     cannot be empty"); the gradients of the rest equal one process's (checked in ``_run``)."""
     _run("flat_first", [0, 1, 1, 1])
+
+
+def thrice():
+    """One linear layer used three times (a tie of three layers, as T5's shared embedding)."""
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(8, 8)
+    model = torch.nn.Sequential(lin, torch.nn.ReLU(), torch.nn.Sequential(lin), torch.nn.ReLU(),
+                                torch.nn.Sequential(lin))
+    return model, torch.randn(4, 8), torch.randn(4, 8), torch.nn.functional.mse_loss
+
+
+def test_a_tie_of_three_stages_is_refused_in_one_line():
+    """Its sharers' gradient messages would share one key (the engine hung or mixed them up): refused, naming
+    the parameter, its stages and the engine that runs it."""
+    from workbench.runtime.config import RunConfig
+    from workbench.runtime.pipedream import PipeDreamRank
+    from workbench.runtime.program import programs_for
+
+    wl = Workload.module(f"{__file__}:thrice")
+    chain = profile_workload(wl, repeats=1, warmup=0)
+    plan = best_schedule(chain, Platform(3, weights="stash", optimizer="sgd"), [0, 0, 1, 1, 2])
+    cfg = RunConfig(plan, programs_for(plan, 4), wl, 4, isolated=True, optimizer="sgd")
+    with pytest.raises(ValueError, match=r"used by stages \[0, 1, 2\].*two stages only.*--weights single"):
+        PipeDreamRank(0, cfg)

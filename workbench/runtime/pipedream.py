@@ -131,6 +131,9 @@ class PipeDreamRank:
         owners: dict[int, list[tuple[int, int, str]]] = {}     # owner stage -> [(sharer stage, tie, name)]
         for k, t in enumerate(self.model.tied):
             stages = sorted({stage_of[n] for n in t.layers})
+            if len(stages) > 2:     # its sharers' messages would share one key
+                raise ValueError(f"the tied parameter {t.parameter} is used by stages {stages}: the PipeDream "
+                                 "engine runs a tie shared by two stages only (torch's engine: --weights single)")
             for s in stages[1:]:
                 if self.cfg.lr != 0.0:
                     raise ValueError(f"the tied parameter {t.parameter} is used by stages {stages}: the PipeDream "
