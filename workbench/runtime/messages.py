@@ -18,8 +18,10 @@ process group of their own, so NCCL matches them apart from the F and B
 messages): the owner posts the receive of mini-batch ``i``'s tied gradient
 when its own stage's forward of ``i`` starts (``tied_at``), so the sharer's
 send completes as soon as it is made and the owner holds one receive buffer
-per mini-batch in flight (docs/model.md, "Tied parameters"). :func:`message_tag`
-numbers them uniquely (gloo matches by tag). :class:`SendWaiter` keeps each sent message alive until its send has
+per mini-batch in flight (docs/model.md, "Tied parameters"). :func:`post_schedule`
+says which receives to post before each op: what it consumes and one more per
+link. :func:`message_tag` numbers them uniquely (gloo matches by tag).
+:class:`SendWaiter` keeps each sent message alive until its send has
 completed, without blocking the rank; :class:`ReadyReceive` stands in for a
 receive in an isolated replay.
 
