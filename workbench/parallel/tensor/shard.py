@@ -30,7 +30,8 @@ from workbench.parallel.tensor.plan import TensorPlan
 __all__ = ["shard_model", "LOCAL_ATTRIBUTES"]
 
 #: attributes of an attention module that count heads (or their width) and become the local count
-LOCAL_ATTRIBUTES = ("num_heads", "num_key_value_heads", "n_heads", "n_kv_heads", "hidden_size")
+LOCAL_ATTRIBUTES = ("num_heads", "num_key_value_heads", "n_heads", "n_kv_heads", "hidden_size", "split_size",
+                    "embed_dim")
 
 
 def _tied(model: nn.Module, plan: TensorPlan) -> bool:
