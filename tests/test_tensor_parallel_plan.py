@@ -93,6 +93,7 @@ def _gpt2(**kw):
 
 
 def test_gpt2_splits_as_megatrons_gpt():
+    from torch.distributed.tensor import Replicate, Shard
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
 
     from workbench.parallel.tensor.styles import Conv1DColwise, Conv1DRowwise, PrepareHiddenState
@@ -117,6 +118,15 @@ def test_gpt2_splits_as_megatrons_gpt():
     assert "transformer.wpe" not in styles and "fused query/key/value" in plan.describe()
     sp = plan_model(_gpt2(), 2, sequence_parallel=True, sequence=16)
     assert sp.norms == tuple(f"{b}.{n}" for b in blocks for n in ("ln_1", "ln_2")) + ("transformer.ln_f",)
+    assert sp.sequence_scatter == plan.sequence_scatter == "transformer.drop"      # after the learned positions
+    sp_styles = sp.styles()
+    assert sp_styles["transformer.wte"].output_layouts == (Replicate(),)
+    assert sp_styles["transformer.drop"].desired_output_layouts == (Shard(1),)
+    assert "transformer.drop" not in styles and _llama_plan_has_no_scatter()
+
+
+def _llama_plan_has_no_scatter() -> bool:
+    return plan_model(_llama(), 2, sequence_parallel=True, sequence=16).sequence_scatter is None
 
 
 def test_gpt2_sizes_tp_does_not_divide_are_refused_naming_them():

@@ -122,6 +122,11 @@ class TensorPlan:
     fused: tuple[str, ...] = ()
     #: the projections that are GPT-2 ``Conv1D`` layers (weight ``[in, out]``), split by the Conv1D styles
     conv1d: tuple[str, ...] = ()
+    #: under sequence parallelism, the module whose output is split over the sequence when the model adds
+    #: learned positions to the token embedding (GPT-2's embedding dropout ``drop``: the token embedding is
+    #: all-reduced whole, the positions added, then each rank keeps its part, Megatron's
+    #: ``scatter_to_sequence_parallel_region``); None: the token embedding is reduce-scattered itself
+    sequence_scatter: str | None = None
 
     def permuted(self) -> dict[str, tuple[int, int]]:
         """``{parameter name: (dim, parts)}`` of the parameters whose sharded ``DTensor`` holds the model's
@@ -133,16 +138,25 @@ class TensorPlan:
     def styles(self) -> dict[str, Any]:
         """``{module path: ParallelStyle}`` for ``parallelize_module``."""
         from torch.distributed.tensor import Replicate, Shard
-        from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, SequenceParallel
+        from torch.distributed.tensor.parallel import (
+            ColwiseParallel,
+            PrepareModuleOutput,
+            RowwiseParallel,
+            SequenceParallel,
+        )
 
         from workbench.parallel.tensor.styles import Conv1DColwise, Conv1DRowwise, PrepareHiddenState
 
         sp = self.sequence_parallel
         between = Shard(1) if sp else Replicate()     # the hidden state between sub-blocks
         styles: dict[str, Any] = {}
+        scatter = sp and self.sequence_scatter is not None
         if self.embedding:
-            styles[self.embedding] = RowwiseParallel(input_layouts=Replicate(), output_layouts=between,
-                                                     use_local_output=not sp)
+            styles[self.embedding] = RowwiseParallel(input_layouts=Replicate(), output_layouts=Replicate()
+                                                     if scatter else between, use_local_output=not sp or scatter)
+        if scatter:
+            styles[self.sequence_scatter] = PrepareModuleOutput(output_layouts=Replicate(), desired_output_layouts=
+                                                                Shard(1), use_local_output=False)
         for path in self.attention + self.mlp:
             styles[path] = PrepareHiddenState(between, Replicate())
         for path in self.colwise:                 # torch's own for an nn.Linear, ours for a Conv1D
@@ -320,7 +334,25 @@ def plan_model(model: nn.Module, tp: int, *, sequence_parallel: bool = False, lo
         raise ValueError("tensor parallelism: a vocabulary-parallel loss needs the model's LM head (lm_head)")
     conv1d = tuple(p for p in colwise + rowwise if is_conv1d(mods[p]))
     return TensorPlan(tp, sizes, colwise, rowwise, attention, mlp, tuple(norms), embedding, head,
-                      sequence_parallel, loss_parallel, fused=tuple(found["qkv"]), conv1d=conv1d)
+                      sequence_parallel, loss_parallel, fused=tuple(found["qkv"]), conv1d=conv1d,
+                      sequence_scatter=_sequence_scatter(mods, embedding))
+
+
+def _sequence_scatter(mods: Mapping[str, nn.Module], embedding: str | None) -> str | None:
+    """GPT-2's embedding dropout (``drop`` beside the token embedding), where the model adds learned positions
+    (``wpe`` beside it) before it: the hidden state is split over the sequence after it (sequence
+    parallelism); None for a model without learned positions."""
+    if embedding is None or not isinstance(mods.get(_sibling(embedding, "wpe")), nn.Embedding):
+        return None
+    drop = _sibling(embedding, "drop")
+    if drop not in mods:
+        raise ValueError(f"tensor parallelism: {embedding} has learned positions beside it but no dropout "
+                         f"{drop} to split the hidden state over the sequence after them")
+    return drop
+
+
+def _sibling(path: str, name: str) -> str:
+    return f"{_parent(path)}.{name}" if "." in path else name
 
 
 def _role(path: str, found: Mapping[str, list[str]]) -> str | None:
