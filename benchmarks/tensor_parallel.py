@@ -213,12 +213,13 @@ def gpt_xl(batch_size: int = 1):
     return model, ids, ids.roll(-1, 1), lm_loss
 
 
-def gpt2_block_arithmetic(tp: int) -> dict[str, float]:
-    """One GPT-2 block's weight bytes on a rank and one hidden-state all-reduce's bytes (module docstring)."""
+def gpt2_block_arithmetic(tp: int, sp: bool = False) -> dict[str, float]:
+    """One GPT-2 block's weight bytes on a rank, one hidden-state all-reduce's bytes and Korthikanti et al.'s
+    activation count (with sequence parallelism: its ``sbh (34 + 5as/h) / t``)."""
     _, h, a = GPT_XL
     b, s = 1, SEQUENCE
     params = 12 * h * h / tp + (3 * h + 4 * h) / tp + 2 * h + 4 * h
-    korthikanti = s * b * h * (10 + 24 / tp + 5 * a * s / (h * tp))
+    korthikanti = s * b * h * ((34 + 5 * a * s / h) / tp if sp else 10 + 24 / tp + 5 * a * s / (h * tp))
     return {"weights": params * BF16, "all_reduce": b * s * h * BF16, "korthikanti": korthikanti}
 
 
@@ -235,7 +236,7 @@ def gpt2_blocks() -> None:
         block = chain[1]
         assert all(chain[i] == dataclasses.replace(block, name=chain[i].name)
                    for i in range(1, len(chain) - 2)), "blocks differ"
-        want, mb = gpt2_block_arithmetic(tp), 2 ** 20
+        want, mb = gpt2_block_arithmetic(tp, sp), 2 ** 20
         megatron = (4 if sp else 2) * want["all_reduce"] if tp > 1 else 0.0
         fwd, bwd = block.comm_forward_bytes or 0.0, block.comm_backward_bytes or 0.0
         print(f"   {str(tp) + ('sp' if sp else ''):>4} {wall:>7.1f} | per block: {block.weight_bytes / mb:>7.1f}MB "
