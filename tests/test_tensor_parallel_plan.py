@@ -88,9 +88,73 @@ def test_error_is_one_line():
     assert "\n" not in str(e.value)
 
 
-def test_gpt2_fused_attention_is_refused_clearly():
-    with pytest.raises(ValueError, match=r"transformer.h.0.attn.c_attn \(Conv1D\) is a fused projection"):
-        plan_model(_meta(GPT2LMHeadModel, GPT2Config(n_layer=2)), 2)
+def _gpt2(**kw):
+    return _meta(GPT2LMHeadModel, GPT2Config(**{**dict(vocab_size=128, n_embd=64, n_layer=2, n_head=4), **kw}))
+
+
+def test_gpt2_splits_as_megatrons_gpt():
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+
+    from workbench.parallel.tensor.styles import Conv1DColwise, Conv1DRowwise, PrepareHiddenState
+
+    plan = plan_model(_gpt2(), 2)
+    blocks = [f"transformer.h.{i}" for i in range(2)]
+    assert plan.colwise == tuple(f"{b}.{n}" for b in blocks for n in ("attn.c_attn", "mlp.c_fc"))
+    assert plan.rowwise == tuple(f"{b}.{n}" for b in blocks for n in ("attn.c_proj", "mlp.c_proj"))
+    assert plan.fused == tuple(f"{b}.attn.c_attn" for b in blocks)
+    assert set(plan.conv1d) == set(plan.colwise + plan.rowwise)
+    assert plan.attention == tuple(f"{b}.attn" for b in blocks) and plan.mlp == tuple(f"{b}.mlp" for b in blocks)
+    assert (plan.embedding, plan.head) == ("transformer.wte", "lm_head")      # wpe: whole on every rank
+    assert plan.sizes == Sizes(4, 4, 64, 256, 128)
+    assert plan.permuted() == {f"{b}.attn.c_attn.{p}": (d, 3) for b in blocks
+                               for p, d in (("weight", 1), ("bias", 0))}
+    styles = plan.styles()
+    qkv = styles["transformer.h.0.attn.c_attn"]
+    assert isinstance(qkv, Conv1DColwise) and qkv.parts == 3 and styles["transformer.h.1.mlp.c_fc"].parts == 1
+    assert isinstance(styles["transformer.h.1.mlp.c_proj"], Conv1DRowwise)
+    assert isinstance(styles["transformer.h.0.attn"], PrepareHiddenState)
+    assert type(styles["lm_head"]) is ColwiseParallel and type(styles["transformer.wte"]) is RowwiseParallel
+    assert "transformer.wpe" not in styles and "fused query/key/value" in plan.describe()
+    sp = plan_model(_gpt2(), 2, sequence_parallel=True, sequence=16)
+    assert sp.norms == tuple(f"{b}.{n}" for b in blocks for n in ("ln_1", "ln_2")) + ("transformer.ln_f",)
+    assert sp.sequence_scatter == plan.sequence_scatter == "transformer.drop"      # after the learned positions
+    sp_styles = sp.styles()
+    assert sp_styles["transformer.wte"].output_layouts == (Replicate(),)
+    assert sp_styles["transformer.drop"].desired_output_layouts == (Shard(1),)
+    assert "transformer.drop" not in styles and _llama_plan_has_no_scatter()
+
+
+def _llama_plan_has_no_scatter() -> bool:
+    return plan_model(_llama(), 2, sequence_parallel=True, sequence=16).sequence_scatter is None
+
+
+def test_gpt2_sizes_tp_does_not_divide_are_refused_naming_them():
+    with pytest.raises(ValueError, match=r"tp=2 does not divide the model's vocabulary \(50257\); sizes: query "
+                                         r"heads 12, key/value heads 12, hidden 768, intermediate 3072, vocabulary "
+                                         r"50257; pad"):
+        plan_model(_meta(GPT2LMHeadModel, GPT2Config(n_layer=2)), 2)           # GPT-2's default config
+    with pytest.raises(ValueError, match=r"tp=8 does not divide the model's query heads \(4\), key/value heads "
+                                         r"\(4\)"):
+        plan_model(_gpt2(), 8)
+    with pytest.raises(ValueError, match=r"tp=4 does not divide the model's query heads \(6\), key/value heads "
+                                         r"\(6\); sizes: query heads 6, key/value heads 6, hidden 96,"):
+        plan_model(_gpt2(n_embd=96, n_head=6), 4)
+    plan_model(_meta(GPT2LMHeadModel, GPT2Config(n_layer=2, vocab_size=50304)), 4)     # padded as Megatron pads it
+
+
+def test_other_fused_projections_are_refused_clearly():
+    with pytest.raises(ValueError, match=r"transformer.h.0.crossattention.c_attn \(Conv1D\) is a fused "
+                                         r"projection"):
+        plan_model(_gpt2(add_cross_attention=True), 2)
+
+    class Fused(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.qkv_proj, self.o_proj = nn.Linear(8, 24), nn.Linear(8, 8)
+
+    with pytest.raises(ValueError, match=r"qkv_proj \(Linear\) is a fused projection"):
+        plan_model(Fused(), 2)
 
 
 def test_models_without_attention_or_with_other_layers_are_refused():

@@ -2,7 +2,8 @@
 
 Checked against independent counts: each sharded linear's parameters divided by tp (from the unsharded
 model's own shapes), Megatron's collectives (two all-reduces of b x s x h per block in the forward, two in
-the backward), and the plain fake profile at tp=1.
+the backward), and the plain fake profile at tp=1; for a Llama-style decoder and for GPT-2 (its fused
+query/key/value projection split by heads, its head tied).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import pytest
 
 from workbench.model.chain import MEMORY_COLUMNS
 from workbench.parallel.tensor.profile import tensor_parallel_profile
-from workbench.parallel.tensor.tiny import tiny_llama
+from workbench.parallel.tensor.tiny import tiny_gpt2, tiny_llama
 from workbench.profiles.csvio import read_profile, write_profile
 
 B, S, H, V, FP32 = 2, 16, 64, 256, 4
@@ -160,3 +161,57 @@ def test_a_tied_head_counts_its_shard_once():
     (tie,) = json.loads(tied.meta["tied"])
     assert tie["bytes"] == V // 2 * H * FP32 and tie["parameter"] == "model.embed_tokens.weight"
     assert tie["layers"] == [tied[0].name, head.name]
+
+
+GPT2_SHARDED = ("attn.c_attn.", "mlp.c_fc.", "c_proj.weight")     # column-wise weights and biases, row-wise weights
+
+
+def _gpt2_block_weights(tp: int) -> float:
+    """Bytes of one GPT-2 block on a rank, from the unsharded model's shapes: the column-wise weights and
+    biases and the row-wise weights divided by tp; the row-wise biases (added after the all-reduce) and the
+    norms whole."""
+    model = tiny_gpt2()[0]
+    return FP32 * sum(p.numel() // tp if any(s in name for s in GPT2_SHARDED) else p.numel()
+                      for name, p in model.transformer.h[0].named_parameters())
+
+
+@pytest.mark.parametrize("tp", [2, 4])
+def test_gpt2_blocks_hold_their_heads_and_issue_megatrons_collectives(tp):
+    import json
+
+    chain = tensor_parallel_profile(tiny_gpt2, "h100-sxm", tp, cache=False)
+    v = 128
+    blocks = [l for l in chain.layers if l.name.startswith("transformer.h.")]
+    assert len(blocks) == 2
+    megatron = 2 * B * S * H * FP32                 # two all-reduces of the hidden state, forward and backward
+    for block in blocks:
+        assert block.weight_bytes == block.grad_bytes == _gpt2_block_weights(tp)
+        assert block.comm_forward_bytes == megatron and block.comm_backward_bytes == megatron
+    embed, head = chain[0], chain[len(chain) - 1]
+    assert embed.weight_bytes == (v // tp * H + 128 * H) * FP32                # wte's shard, wpe whole
+    assert embed.comm_forward_bytes == B * S * H * FP32 and head.weight_bytes == 0.0       # tied: counted once
+    assert head.comm_forward_bytes == B * S * v * FP32 and head.comm_backward_bytes == B * S * H * FP32
+    (tie,) = json.loads(chain.meta["tied"])
+    assert tie["parameter"] == "transformer.wte.weight" and tie["bytes"] == v // tp * H * FP32
+    one = tensor_parallel_profile(tiny_gpt2, "h100-sxm", 1, cache=False)
+    assert blocks[0].saved_bytes < one[1].saved_bytes and "fused query/key/value" in chain.meta["tp_plan"]
+
+
+def test_a_gpt2_tp_does_not_divide_is_refused_naming_its_sizes():
+    with pytest.raises(ValueError, match=r"tp=8 does not divide the model's query heads \(4\), key/value heads "
+                                         r"\(4\); sizes: query heads 4, key/value heads 4, hidden 64"):
+        tensor_parallel_profile(tiny_gpt2, "h100-sxm", 8, cache=False)
+    with pytest.raises(ValueError, match=r"tp=2 does not divide the model's vocabulary \(127\)"):
+        tensor_parallel_profile(lambda: tiny_gpt2(vocab=127), "h100-sxm", 2, cache=False)
+
+
+def test_gpt2_under_sequence_parallelism_scatters_after_the_positions():
+    """Megatron's GPT with learned positions: the token embedding all-reduced whole, the positions added, then
+    split over the sequence (a slice; an all-gather of its gradient in the backward); per block 2 all-gathers
+    and 2 reduce-scatters of the hidden state each way."""
+    sp = tensor_parallel_profile(tiny_gpt2, "h100-sxm", 2, sequence_parallel=True, cache=False)
+    embed, block = sp[0], sp[1]
+    assert embed.comm_forward_bytes == embed.comm_backward_bytes == B * S * H * FP32
+    assert embed.activation_bytes == block.activation_bytes == B * S * H * FP32 / 2
+    assert block.comm_forward_bytes == block.comm_backward_bytes == 4 * B * S * H * FP32
+    assert sp.meta["tp_collectives"].startswith("forward: 1 all_reduce (8192 B), 6 all_gather")

@@ -67,3 +67,26 @@ def test_attention_head_counts_become_local():
         shard_model(model, mesh, plan_model(model, 2))
     attention = model.layers[1].attention
     assert (attention.n_heads, attention.n_kv_heads, attention.hidden_size, attention.dropout) == (2, 1, 4, 3)
+
+
+def test_gpt2_holds_its_heads_and_keeps_its_head_tied():
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=128, n_embd=64, n_layer=2, n_head=4, n_positions=32))
+    whole = {n: tuple(p.shape) for n, p in model.named_parameters()}
+    with tp_mesh(2) as mesh:
+        shard_model(model, mesh, plan_model(model, 2))
+        local = {n: tuple(p.to_local().shape) if isinstance(p, DTensor) else tuple(p.shape)
+                 for n, p in model.named_parameters()}
+        assert model.lm_head.weight is model.transformer.wte.weight
+    for name, shape in whole.items():
+        if name.endswith(("c_attn.weight", "c_fc.weight")):                    # Conv1D [in, out]: columns
+            assert local[name] == (shape[0], shape[1] // 2), name
+        elif name.endswith(("c_attn.bias", "c_fc.bias", "wte.weight")):
+            assert local[name] == (shape[0] // 2, *shape[1:]), name
+        elif name.endswith("c_proj.weight"):                                  # rows: input features
+            assert local[name] == (shape[0] // 2, shape[1]), name
+        else:                                                                   # wpe, norms, row-wise biases
+            assert local[name] == shape, name
+    attention = model.transformer.h[1].attn
+    assert (attention.num_heads, attention.split_size, attention.embed_dim, attention.head_dim) == (2, 32, 32, 16)

@@ -29,7 +29,8 @@ run on fake tensors: :class:`FakeProfileError` names the operation and suggests 
 Hugging Face models read the position ids they make (``arange``) to detect sequences packed into
 one row, and, when the ids are fake and cannot be read, build a full attention mask where a real run
 of the same batch builds none (SDPA's ``is_causal`` then does the masking). A fake profile assumes
-one sequence per row, as a real run of the example batch finds (:func:`unpacked_sequences`); an
+one sequence per row, as a real run of the example batch finds (:func:`unpacked_sequences`: the detection
+runs, its temporaries allocated as in a real run, and its answer is dropped); an
 attention mask the batch passes is still built, as in a real run of a padded batch. Initial values do
 not exist either: torch's ``trunc_normal_`` (ViTs, timm models) resamples until no value is out of
 range, a test of values; while a fake model is built it draws once and clamps (:func:`value_free_init`).
@@ -99,7 +100,8 @@ def unpacked_sequences() -> Iterator[None]:
         return
 
     def unpacked(position_ids: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
-        return None if is_fake(position_ids) else find(position_ids, *args, **kwargs)
+        found = find(position_ids, *args, **kwargs)      # its temporaries, as a real run allocates them
+        return None if is_fake(position_ids) else found
 
     mu.find_packed_sequence_indices = unpacked
     try:

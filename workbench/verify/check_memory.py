@@ -172,15 +172,19 @@ def _tied_terms(su: _SetUp, ties, first: int, last: int) -> dict:
             if not su.stash:
                 out["copies_stepped"].append(nbytes)
         if owner in inside and su.stash and not all(s in inside for s in sharers):
-            out["static"].append(nbytes)            # the owner's receive buffer for a sharer's gradient ...
-            out["received"] += nbytes               # ... added to its own before its step
+            # the owner posts a receive for a sharer's gradient when its forward of a mini-batch starts: one
+            # buffer per mini-batch in flight, the current one added to its own gradient before its step
+            out["static"].append(nbytes)
+            out["stash"].append(nbytes)
+            out["received"] += nbytes
     return out
 
 
 def stage_terms(chain: Chain, platform: Platform, first: int, last: int) -> dict[str, float]:
     """What stage ``first..last`` holds, term by term as docs/model.md states them: ``A`` (per mini-batch in
     flight), ``static`` (parameters, resident gradients, optimizer state, an offloaded copy, its receive buffers,
-    tied copies), ``stash`` (per extra mini-batch, under weight stashing), ``op_excess`` (how far its forward or
+    tied copies), ``stash`` (per extra mini-batch, under weight stashing: stashed versions, the owner's receive
+    buffers for tied gradients), ``op_excess`` (how far its forward or
     backward climbs above that) and ``step`` (the optimizer step's temporaries) with ``step_excess`` (the
     step's climb above the resident state of one mini-batch, its activations freed, with the gradients its
     backward made)."""

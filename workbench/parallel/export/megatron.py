@@ -6,8 +6,7 @@ them; from core_v0.16 most are generated from the same fields of ``ModelParallel
 pipeline (its default order ``tp-cp-ep-dp-pp``), as :class:`~workbench.parallel.layout.Layout` does; the data-parallel
 degree is the world size over tp x pp, so it is not a flag.
 
->>> from workbench.methods import METHODS
-from workbench.parallel.export.job import Job
+>>> from workbench.parallel.export.job import Job
 >>> from workbench.parallel.layout import Layout
 >>> names = ["model.embed_tokens", *(f"model.layers.{i}" for i in range(8)), "model.norm", "lm_head"]
 >>> job = Job(Layout(tp=2, pp=2, dp=2, zero=1, micro_batch_size=1, micro_batches=8, schedule="interleaved-1f1b",

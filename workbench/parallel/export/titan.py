@@ -7,8 +7,7 @@ config functions (``--module llama3 --config llama3_70b``) that take the same ``
 as ``--section.key value`` overrides, and selects activation checkpointing with a sub-command
 (``activation-checkpoint:full``). Both are written: the TOML, with the 0.3 command line in a comment.
 
->>> from workbench.methods import METHODS
-from workbench.parallel.export.job import Job
+>>> from workbench.parallel.export.job import Job
 >>> from workbench.parallel.layout import Layout
 >>> names = ["model.embed_tokens", *(f"model.layers.{i}" for i in range(4)), "model.norm", "lm_head"]
 >>> job = Job(Layout(tp=2, pp=2, dp=2, zero=3, micro_batch_size=1, micro_batches=4, schedule="1f1b"),

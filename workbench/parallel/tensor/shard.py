@@ -4,9 +4,11 @@
 (the parameters become ``DTensor``\\ s, each rank holding its shard), then does what torchtitan does for its
 own model after ``parallelize_module``: each attention module's head counts become the local ones
 (``num_heads``, ``num_key_value_heads``, ``n_heads``, ``n_kv_heads`` and, where an attention keeps it, its
-``hidden_size``, divided by ``tp``), for forwards that reshape with them (Hugging Face's current Llama,
-Qwen2 and Mistral reshape with ``-1`` and need none of it). An LM head tied to the embedding (both split
-over the vocabulary, ``Shard(0)`` of the same weight) stays tied: one parameter, as before sharding.
+``hidden_size``, GPT-2's ``split_size`` and ``embed_dim``, divided by ``tp``), for forwards that reshape
+with them (Hugging Face's current Llama, Qwen2 and Mistral reshape with ``-1`` and need none of it; GPT-2
+splits its fused query/key/value output by ``split_size``, which must be the local width). An LM head tied to
+the embedding (both split over the vocabulary, ``Shard(0)`` of the same weight) stays tied: one parameter, as
+before sharding.
 
 >>> import torch
 >>> from transformers import LlamaConfig, LlamaForCausalLM
@@ -30,7 +32,8 @@ from workbench.parallel.tensor.plan import TensorPlan
 __all__ = ["shard_model", "LOCAL_ATTRIBUTES"]
 
 #: attributes of an attention module that count heads (or their width) and become the local count
-LOCAL_ATTRIBUTES = ("num_heads", "num_key_value_heads", "n_heads", "n_kv_heads", "hidden_size")
+LOCAL_ATTRIBUTES = ("num_heads", "num_key_value_heads", "n_heads", "n_kv_heads", "hidden_size", "split_size",
+                    "embed_dim")
 
 
 def _tied(model: nn.Module, plan: TensorPlan) -> bool:
