@@ -32,6 +32,15 @@ def test_round_trip_with_every_rank():
     assert Plan.from_dict(data).memory == p.memory
 
 
+def test_a_layout_plan_counting_its_pipeline_reads_as_it_is():
+    """The layout runtime's own plan files name the layout and count the pipeline's ranks in devices."""
+    p = pipeline()
+    data = json.loads(p.to_json())
+    data["parallel"] = {"tp": 1, "pp": 2, "dp": 2, "zero": 1}
+    back = Plan.from_dict(data)
+    assert back.devices == 2 and back.memory == p.memory
+
+
 def test_plans_without_a_layout_read_as_before():
     p = pipeline().with_(parallel={})
     data = json.loads(p.to_json())
@@ -42,7 +51,7 @@ def test_plans_without_a_layout_read_as_before():
 def test_a_layout_whose_devices_disagree_is_refused():
     data = json.loads(pipeline().with_(parallel={"parallel": {"tp": 1, "pp": 2, "dp": 2, "zero": 1}}).to_json())
     data["devices"] = 6
-    with pytest.raises(ValueError, match="devices: 6 is not the layout's 4 GPUs"):
+    with pytest.raises(ValueError, match="devices: 6 is neither the layout's 4 GPUs"):
         Plan.from_dict(data)
     data["devices"], data["parallel"]["zero"] = 4, 7
     with pytest.raises(ValueError, match="zero must be one of"):

@@ -346,19 +346,23 @@ def _layout_json(plan: Plan) -> dict[str, Any]:
 
 def _pipeline_json(d: dict[str, Any]) -> dict[str, Any]:
     """A layout plan's JSON object read as its pipeline's: ``devices`` the layout's ``pp``, ``memory`` per pipeline
-    rank (``pipeline_memory``, or the per-rank list at ranks (p, 0, 0))."""
+    rank (``pipeline_memory``, or the per-rank list at ranks (p, 0, 0)). A plan that already counts its pipeline's
+    ranks in ``devices`` (and ``memory``) is read as it is."""
     from workbench.parallel.layout import Layout
 
     layout = Layout.from_dict(d["parallel"])
+    devices = _whole(d.get("devices", layout.devices), "devices")
+    if devices == layout.pp and "pipeline_memory" not in d:
+        return d
+    if devices != layout.devices:
+        raise ValueError(f"devices: {devices} is neither the layout's {layout.devices} GPUs "
+                         f"(tp={layout.tp} x pp={layout.pp} x dp={layout.dp}) nor its pipeline's {layout.pp}")
     d = dict(d)
     ranks = d.get("memory", [])
     if "pipeline_memory" in d:
         d["memory"] = d["pipeline_memory"]
     elif isinstance(ranks, list) and len(ranks) == layout.devices:
         d["memory"] = [ranks[layout.rank(pp=p)] for p in range(layout.pp)]
-    if _whole(d.get("devices", layout.devices), "devices") != layout.devices:
-        raise ValueError(f"devices: {d.get('devices')} is not the layout's {layout.devices} GPUs "
-                         f"(tp={layout.tp} x pp={layout.pp} x dp={layout.dp})")
     d["devices"] = layout.pp
     return d
 

@@ -34,7 +34,10 @@ __all__ = ["rank_memory", "rank_memory_terms", "rank_platform", "pipeline_peaks"
 
 
 def rank_platform(platform: Platform, layout: Layout) -> Platform:
-    """``platform`` as one pipeline of ``layout`` sees it: ``pp`` devices, the layout's data-parallel group."""
+    """``platform`` as one pipeline of ``layout`` sees it: ``pp`` devices, the layout's data-parallel group (the
+    paper's memory model, rule 7, knows no data parallelism: a replica's figure)."""
+    if platform.memory_model != "full":
+        return platform.with_(devices=layout.pp)
     return platform.with_(devices=layout.pp, dp=layout.dp, zero=layout.zero if layout.dp > 1 else 0)
 
 
