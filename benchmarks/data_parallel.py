@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from workbench.model.chain import Platform  # noqa: E402
-from workbench.parallel.data.memory import TORCH_MAPPING  # noqa: E402
+from workbench.model.memory_zero import TORCH_MAPPING  # noqa: E402
 from workbench.parallel.data.witness import rank_peak  # noqa: E402
 from workbench.planners import plan  # noqa: E402
 from workbench.profiles import load_profile  # noqa: E402

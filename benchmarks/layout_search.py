@@ -36,8 +36,8 @@ sys.path.insert(0, str(ROOT))
 
 from workbench.front.cli import build_parser  # noqa: E402
 from workbench.front.layouts import _chains, job_from_args  # noqa: E402
+from workbench.model.layout import Layout  # noqa: E402
 from workbench.parallel.evaluate import evaluate  # noqa: E402
-from workbench.parallel.layout import Layout  # noqa: E402
 from workbench.parallel.profiles import tensor_parallel_available  # noqa: E402
 from workbench.parallel.search import search  # noqa: E402
 

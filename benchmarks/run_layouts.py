@@ -38,8 +38,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from workbench.model.chain import Platform  # noqa: E402
+from workbench.model.layout import Layout  # noqa: E402
 from workbench.model.units import format_bytes  # noqa: E402
-from workbench.parallel.layout import Layout  # noqa: E402
 from workbench.parallel.run.config import LayoutConfig  # noqa: E402
 from workbench.parallel.run.launch import RankFailure, conclude_layout, run_layout  # noqa: E402
 from workbench.parallel.run.tensor import tensor_parallel_plan  # noqa: E402

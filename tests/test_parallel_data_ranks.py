@@ -7,8 +7,8 @@ import pytest
 
 from test_memory import measured_chain
 from workbench.model.chain import Platform
+from workbench.model.layout import Layout
 from workbench.parallel.data import rank_memory, rank_memory_terms
-from workbench.parallel.layout import Layout
 from workbench.planners import plan
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from workbench.model.layout import Layout
 from workbench.parallel.data.time import (
     collective_bytes,
     ddp_exposed_seconds,
@@ -14,7 +15,6 @@ from workbench.parallel.data.time import (
     fsdp_step_seconds,
     overlapped_seconds,
 )
-from workbench.parallel.layout import Layout
 
 
 def brute_overlap(compute, comms):

@@ -8,8 +8,8 @@ import math
 import pytest
 
 from workbench.model.chain import Chain, Layer, Platform
+from workbench.model.layout import Layout
 from workbench.parallel.evaluate import Job, complete_layout, evaluate, extrapolation_points, pipeline_platform
-from workbench.parallel.layout import Layout
 from workbench.planners import plan
 from workbench.profiles import load_profile
 

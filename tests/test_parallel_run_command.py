@@ -8,7 +8,7 @@ from pathlib import Path
 
 from layout_runs import pipeline_plan, write_layout_plan
 from workbench.front.cli import main
-from workbench.parallel.layout import Layout
+from workbench.model.layout import Layout
 
 ROOT = Path(__file__).resolve().parents[1]
 

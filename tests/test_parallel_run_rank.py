@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from layout_runs import layout_config, sgd_reference, tiny_gpt2
-from workbench.parallel.layout import Layout
+from workbench.model.layout import Layout
 from workbench.parallel.run.launch import layout_gradient_errors, run_layout
 from workbench.parallel.run.summary import tied_copies_equal
 from workbench.parallel.run.tensor import tensor_parallel_plan

@@ -27,9 +27,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 from workbench.model.chain import Chain
+from workbench.model.layout import Layout
 from workbench.model.units import format_bytes
 from workbench.parallel.evaluate import ChainFor, Evaluation, Job, evaluate, pipeline_platform
-from workbench.parallel.layout import Layout
 
 __all__ = ["layout_command", "job_from_args", "tokens_per_sample", "model_parameters", "layout_plan",
            "frontier_table", "MFU_CONVENTION"]

@@ -107,6 +107,7 @@ from typing import TYPE_CHECKING, Iterable
 import numpy as np
 
 from workbench.model.memory_columns import ESTIMATES, measured_columns, validate_setup
+from workbench.model.memory_zero import DataParallel, shard_layer_terms
 from workbench.model.ties import Tie, chain_ties, tie_flags
 
 if TYPE_CHECKING:  # memory is below chain: chain.py imports from here
@@ -305,8 +306,7 @@ def _full_terms(chain: Chain, platform: Platform) -> LayerTerms:
 def _data_parallel(chain: Chain, platform: Platform, parts: dict, replica: tuple, G: np.ndarray, n_states: int,
                    wide: float, mixed: bool, foreach: bool) -> tuple[np.ndarray, ...]:
     """The replica's (act, fwd, bwd, grad, created, step) and ``parts`` turned into one rank's under ZeRO
-    (:mod:`workbench.parallel.data.memory`); returns static first. ``parts`` is updated in place."""
-    from workbench.parallel.data.memory import DataParallel, shard_layer_terms
+    (:mod:`workbench.model.memory_zero`); returns static first. ``parts`` is updated in place."""
 
     act, fwd, bwd, grad, created, step, cols = replica
     dp = DataParallel(platform.dp, platform.zero, pipelined=platform.devices > 1)

@@ -30,6 +30,7 @@ from typing import Any, Literal, Sequence
 from workbench.io import write_text_atomic
 from workbench.model.activations import describe, is_keep, policy_vector
 from workbench.model.chain import Chain, Platform
+from workbench.model.layout import LAYOUT_KEYS, every_rank_json, pipeline_json
 from workbench.model.memory import layer_terms
 from workbench.model.memory_views import estimate_note, plan_memory
 from workbench.model.plan_extra import PlanExtra
@@ -39,7 +40,7 @@ from workbench.model.units import format_bytes, format_seconds
 __all__ = [
     "Stage", "Plan", "Status", "MAX_DEVICES", "MAX_MICRO_BATCHES", "stages_of", "in_flight", "make_plan",
     "infeasible_plan", "lower_bound", "device_memory", "stage_in_flight", "chain_for_plan", "memory_setup",
-    "with_memory_setup", "LAYOUT_KEYS",
+    "with_memory_setup",
 ]
 
 Status = Literal["optimal", "feasible", "infeasible", "timeout"]
@@ -184,7 +185,7 @@ class Plan:
         if self.assignment:
             d["activations"] = list(self.activations) if self.activations else ["keep"] * len(self.assignment)
         if self.parallel:
-            d.update(_layout_json(self))
+            d.update(every_rank_json(self.parallel, list(self.memory)))
         return d
 
     def to_json(self, path: str | Path | None = None, indent: int = 2) -> str:
@@ -212,7 +213,7 @@ class Plan:
         if "devices" not in d:
             raise ValueError("devices: missing (the number of devices the plan is for)")
         if "parallel" in d:     # a layout's plan: devices and memory count every GPU, the fields one pipeline's
-            d = _pipeline_json(d)
+            d = pipeline_json(d, _whole(d["devices"], "devices", 1))
         devices = _whole(d["devices"], "devices", 1, MAX_DEVICES)
         stages_in = _list(d.get("stages", []), "stages")
         stages = []
@@ -322,49 +323,6 @@ class Plan:
             f"  {len(self.stages)} stages on {self.devices} devices; memory per device (limit {lim}): {mem}\n"
             f"  solved in {self.solve_seconds:.2f} s{acts}"
         )
-
-
-#: the top-level keys of a layout's plan (docs/model.md, "Layouts"), kept in ``Plan.parallel``
-LAYOUT_KEYS = ("parallel", "global_batch", "tokens_per_sample", "sequence_length", "step_seconds", "tokens_per_second",
-               "tokens_per_second_per_gpu", "mfu", "mfu_convention", "step_breakdown", "pipeline_memory",
-               "frontier", "search")
-
-
-def _layout_json(plan: Plan) -> dict[str, Any]:
-    """A layout's keys (``plan.parallel``), with ``devices`` every GPU and ``memory`` every rank's peak, in the
-    layout's rank order (tp innermost, then dp, then pp); ``pipeline_memory`` the pipeline ranks'."""
-    from workbench.parallel.layout import Layout
-
-    layout = Layout.from_dict(plan.parallel["parallel"])
-    out = dict(plan.parallel)
-    out["pipeline_memory"] = list(plan.memory)
-    out["devices"] = layout.devices
-    if plan.memory:
-        out["memory"] = [plan.memory[layout.coords(r)[0]] for r in range(layout.devices)]
-    return out
-
-
-def _pipeline_json(d: dict[str, Any]) -> dict[str, Any]:
-    """A layout plan's JSON object read as its pipeline's: ``devices`` the layout's ``pp``, ``memory`` per pipeline
-    rank (``pipeline_memory``, or the per-rank list at ranks (p, 0, 0)). A plan that already counts its pipeline's
-    ranks in ``devices`` (and ``memory``) is read as it is."""
-    from workbench.parallel.layout import Layout
-
-    layout = Layout.from_dict(d["parallel"])
-    devices = _whole(d.get("devices", layout.devices), "devices")
-    if devices == layout.pp and "pipeline_memory" not in d:
-        return d
-    if devices != layout.devices:
-        raise ValueError(f"devices: {devices} is neither the layout's {layout.devices} GPUs "
-                         f"(tp={layout.tp} x pp={layout.pp} x dp={layout.dp}) nor its pipeline's {layout.pp}")
-    d = dict(d)
-    ranks = d.get("memory", [])
-    if "pipeline_memory" in d:
-        d["memory"] = d["pipeline_memory"]
-    elif isinstance(ranks, list) and len(ranks) == layout.devices:
-        d["memory"] = [ranks[layout.rank(pp=p)] for p in range(layout.pp)]
-    d["devices"] = layout.pp
-    return d
 
 
 def _json_kind(x: Any) -> str:

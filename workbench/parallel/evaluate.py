@@ -9,7 +9,7 @@ whose ``devices`` is their number, with its nodes, links, memory and training se
 :func:`evaluate` plans the pipeline of one data-parallel replica of tensor-parallel rank 0 with the workbench's
 planners (``plan``'s methods) on the chain of one rank (``chain_for(tp, micro_batch_size)``: tensor-parallel
 shards for tp > 1) and a platform of ``pp`` devices whose memory model knows the rank's data-parallel group
-(``Platform.dp``, ``Platform.zero``: :mod:`workbench.parallel.data.memory`), so every planner plans under the
+(``Platform.dp``, ``Platform.zero``: :mod:`workbench.model.memory_zero`), so every planner plans under the
 memory a rank really has. The step is
 
 * flushed schedules: the makespan of one flush of the micro-batches (simulated), plus what data parallelism
@@ -41,10 +41,10 @@ from typing import Any, Callable
 
 from workbench.methods import method as method_of
 from workbench.model.chain import Chain, Platform
+from workbench.model.layout import Layout
 from workbench.model.plan import Plan
 from workbench.model.tolerances import REL_TOL
 from workbench.parallel.data import time as dptime
-from workbench.parallel.layout import Layout
 
 __all__ = ["Job", "Evaluation", "evaluate", "complete_layout", "pipeline_platform", "extrapolation_points",
            "ChainFor", "rank_memory", "optimizer_seconds", "data_parallel_ring", "plan_pipeline", "step_parts"]

@@ -38,9 +38,9 @@ from typing import Callable, Iterable, Sequence
 
 from workbench.methods import method as method_of
 from workbench.model.activations import apply_policies
+from workbench.model.layout import Layout
 from workbench.model.memory import layer_terms
 from workbench.parallel.evaluate import ChainFor, Evaluation, Job, complete_layout, evaluate, pipeline_platform
-from workbench.parallel.layout import Layout
 
 __all__ = ["SCHEDULES", "Candidate", "SearchResult", "candidates", "search", "memory_bound", "time_bound",
            "factorisations", "busiest_rank", "bottleneck"]

@@ -3,7 +3,7 @@
 A layout's ranks hold what their pipeline rank holds (the ``pp`` coordinate; every data-parallel replica and
 every tensor-parallel rank of it the same, the chain being one rank's). :func:`rank_memory` is the predicted
 peak of one rank of the layout running ``plan`` (the pipeline of one replica) on ``chain`` (one rank's), under
-the platform's training set-up with the layout's data-parallel group (:mod:`workbench.parallel.data.memory`):
+the platform's training set-up with the layout's data-parallel group (:mod:`workbench.model.memory_zero`):
 
 * a flushed plan: the simulated peak of its pipeline rank (GPipe and 1F1B:
   :func:`workbench.schedules.simulate.simulate`; torch's multi-stage schedules: the order's peaks,
@@ -15,7 +15,7 @@ per micro-batch, the sends it keeps: :func:`workbench.runtime.summary.engine_ext
 torch's engine. :func:`rank_memory_terms` splits the model's part by term.
 
 >>> from workbench.model.chain import Chain, Layer, Platform
->>> from workbench.parallel.layout import Layout
+>>> from workbench.model.layout import Layout
 >>> from workbench.planners import plan
 >>> ch = Chain(tuple(Layer(f"l{i}", 0.01, 0.02, 4e6, 1e6) for i in range(4)), input_bytes=1e6)
 >>> lay = Layout(pp=2, dp=2, zero=2)
@@ -27,8 +27,8 @@ True
 from __future__ import annotations
 
 from workbench.model.chain import Chain, Platform
+from workbench.model.layout import Layout
 from workbench.model.plan import Plan
-from workbench.parallel.layout import Layout
 
 __all__ = ["rank_memory", "rank_memory_terms", "rank_platform", "pipeline_peaks"]
 

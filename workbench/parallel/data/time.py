@@ -42,8 +42,8 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Sequence
 
+from workbench.model.layout import Layout
 from workbench.parallel.collectives import group_bandwidth, ring_seconds
-from workbench.parallel.layout import Layout
 
 __all__ = ["dp_bandwidth", "overlapped_seconds", "fsdp_micro_batch_seconds", "fsdp_step_seconds",
            "ddp_exposed_seconds", "DataParallelTime", "collective_bytes"]

@@ -2,7 +2,7 @@
 
 :func:`rank_peak` builds nothing of the workbench's memory model: it takes a ``build()`` function (a
 ``--module`` builder: ``(model, inputs, targets, loss_fn)``), wraps the model as torch's data parallelism
-runs it for the ZeRO level (:data:`workbench.parallel.data.memory.TORCH_MAPPING`) on a **fake process group**
+runs it for the ZeRO level (:data:`workbench.model.memory_zero.TORCH_MAPPING`) on a **fake process group**
 of ``dp`` ranks (``torch.testing._internal.distributed.fake_pg``: collectives return at once, every rank's
 buffers are allocated as on a real group), runs ordinary training steps (``zero_grad()`` setting the gradients to
 None, ``micro_batches`` backwards, the optimizer step) and returns the peak bytes of rank 0 that torch's tracker

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from workbench.methods import flushed, method
-from workbench.parallel.layout import Layout
+from workbench.model.layout import Layout
 
 __all__ = ["Job", "Part", "job_from_plan", "read_plan", "CLOSEST_FLUSHED"]
 

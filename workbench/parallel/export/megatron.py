@@ -3,11 +3,11 @@
 The flags are spelled as ``megatron/training/arguments.py`` of Megatron-LM core_v0.15.0 (commit 0d7e02bd) declares
 them; from core_v0.16 most are generated from the same fields of ``ModelParallelConfig`` and
 ``TransformerConfig``, with the same names. Megatron numbers its ranks tensor-parallel innermost, then data, then
-pipeline (its default order ``tp-cp-ep-dp-pp``), as :class:`~workbench.parallel.layout.Layout` does; the data-parallel
+pipeline (its default order ``tp-cp-ep-dp-pp``), as :class:`~workbench.model.layout.Layout` does; the data-parallel
 degree is the world size over tp x pp, so it is not a flag.
 
 >>> from workbench.parallel.export.job import Job
->>> from workbench.parallel.layout import Layout
+>>> from workbench.model.layout import Layout
 >>> names = ["model.embed_tokens", *(f"model.layers.{i}" for i in range(8)), "model.norm", "lm_head"]
 >>> job = Job(Layout(tp=2, pp=2, dp=2, zero=1, micro_batch_size=1, micro_batches=8, schedule="interleaved-1f1b",
 ...           chunks=2, sequence_parallel=True), seq_len=4096, stages=(names[:3], names[3:5], names[5:7], names[7:]))

@@ -8,7 +8,7 @@ as ``--section.key value`` overrides, and selects activation checkpointing with 
 (``activation-checkpoint:full``). Both are written: the TOML, with the 0.3 command line in a comment.
 
 >>> from workbench.parallel.export.job import Job
->>> from workbench.parallel.layout import Layout
+>>> from workbench.model.layout import Layout
 >>> names = ["model.embed_tokens", *(f"model.layers.{i}" for i in range(4)), "model.norm", "lm_head"]
 >>> job = Job(Layout(tp=2, pp=2, dp=2, zero=3, micro_batch_size=1, micro_batches=4, schedule="1f1b"),
 ...           seq_len=4096, stages=(names[:3], names[3:]))

@@ -1,4 +1,4 @@
-"""Data parallelism in the memory model (workbench.parallel.data.memory) against independent computations:
+"""Data parallelism in the memory model (workbench.model.memory_zero) against independent computations:
 
 * torch's own trackers around real DDP / ZeroRedundancyOptimizer / FSDP2 steps of the same model on a fake
   process group (workbench.parallel.data.witness: FSDPMemTracker, MemTracker), which share no code with the
@@ -18,7 +18,7 @@ from torch.nn import functional as F
 from test_memory import measured_chain
 from workbench.model.chain import Platform
 from workbench.model.memory import layer_terms
-from workbench.parallel.data.memory import DataParallel, forward_gathers, optimizer_bytes, shard_layer_terms
+from workbench.model.memory_zero import DataParallel, forward_gathers, optimizer_bytes, shard_layer_terms
 from workbench.parallel.data.witness import rank_peak
 from workbench.planners import plan
 from workbench.profiles.fake import default_dtype, fake_profile
