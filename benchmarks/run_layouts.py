@@ -2,8 +2,11 @@
 
 For each row: a small decoder from a shrunk Hugging Face default config (random weights; a Llama-style
 ``LlamaForCausalLM``, the same with its head tied to its embedding, and ``GPT2LMHeadModel`` whose head is
-tied), profiled here, its pipeline planned on ``pp`` devices (1F1B, ``M`` micro-batches, adam), then run as
-the layout on ``tp x pp x dp`` gloo processes (:mod:`workbench.parallel.run`). Printed per row:
+tied), profiled (``tp`` = 1: measured here; ``tp`` > 1: one rank's profile under fake tensors with a fake group
+of ``tp`` ranks, :func:`workbench.parallel.tensor.profile.tensor_parallel_profile`, which equals the gloo
+ranks' to the byte for these models), its pipeline planned on ``pp`` devices (1F1B, ``M`` micro-batches,
+adam), then run as the layout on ``tp x pp x dp`` gloo processes (:mod:`workbench.parallel.run`). Printed per
+row:
 
 * ``grad err``: the largest relative gradient error against one process running the ``dp x M`` mini-batches
   (target 1e-4);
@@ -16,11 +19,12 @@ The prediction is :func:`workbench.parallel.run.summary.predict_rank_memory`, wh
 table: the layout model's ``rank_memory`` where this build has it; without it, the pipeline plan's memory of
 the rank's stage (a ``tp = dp = 1`` prediction, so the error columns then measure what tensor and data
 parallelism change, not the layout model). Rows with ``tp`` > 1 need the sharding plan of
-:mod:`workbench.parallel.tensor` and are skipped without it; GPT-2's fused query/key/value projection
-(``c_attn``) is not split by that plan, so GPT-2 runs the ``tp = 1`` layouts and the tied Llama the others.
+:mod:`workbench.parallel.tensor` and are skipped without it. GPT-2 is split as Megatron splits its GPT (its
+fused query/key/value projection ``c_attn`` by heads, its tied embedding and head over the vocabulary).
 
     .venv/bin/python benchmarks/run_layouts.py            # every row (a few minutes on 2 cores)
     .venv/bin/python benchmarks/run_layouts.py --quick    # one row per model and the 8-rank rows
+    .venv/bin/python benchmarks/run_layouts.py --model gpt2-tied    # one model's rows
 """
 
 from __future__ import annotations
@@ -28,17 +32,18 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from workbench.model.chain import Platform  # noqa: E402
+from workbench.model.layout import Layout  # noqa: E402
 from workbench.model.units import format_bytes  # noqa: E402
-from workbench.parallel.layout import Layout  # noqa: E402
 from workbench.parallel.run.config import LayoutConfig  # noqa: E402
 from workbench.parallel.run.launch import RankFailure, conclude_layout, run_layout  # noqa: E402
 from workbench.parallel.run.tensor import tensor_parallel_plan  # noqa: E402
-from workbench.parallel.run.workloads import hf_workload  # noqa: E402
+from workbench.parallel.run.workloads import hf_workload, workload_example  # noqa: E402
 from workbench.planners import plan as make_plan  # noqa: E402
 from workbench.profiles.profiler import profile_model  # noqa: E402
 
@@ -68,19 +73,40 @@ ROWS = [
     ("gpt2-tied", "pp=2,dp=2,zero=2", 4, False),
     ("gpt2-tied", "pp=2,dp=2,zero=3", 4, False),
     ("gpt2-tied", "pp=2,dp=4,zero=1", 4, True),
+    ("gpt2-tied", "tp=2,pp=2", 4, True),
+    ("gpt2-tied", "tp=2,dp=2,zero=0", 4, False),
+    ("gpt2-tied", "tp=2,dp=2,zero=2", 4, False),
+    ("gpt2-tied", "tp=2,dp=2,zero=3", 4, True),
+    ("gpt2-tied", "tp=2,pp=2,dp=2,zero=0", 4, False),
+    ("gpt2-tied", "tp=2,pp=2,dp=2,zero=1", 4, True),
+    ("gpt2-tied", "tp=2,pp=2,sp=1", 4, False),
+    ("gpt2-tied", "tp=4,pp=2", 4, False),
 ]
 
 
+def _chain(wl, layout: Layout):
+    """The chain a rank of ``layout`` runs: measured here (``tp`` = 1), else one rank's tensor-parallel
+    profile under fake tensors."""
+    if layout.tp == 1:
+        x, y = wl.batch(0)
+        return profile_model(wl.build(), x, loss=wl.loss, target=y, repeats=2, warmup=1)
+    from workbench.parallel.tensor.profile import tensor_parallel_profile
+
+    return tensor_parallel_profile(partial(workload_example, wl), "h100-sxm", layout.tp,
+                                   sequence_parallel=layout.sequence_parallel, cache=False)
+
+
 def _planned(model: str, layout: Layout, micro_batches: int, chains: dict):
-    """The workload, its chain (profiled here once per model) and its 1F1B pipeline on ``pp`` devices."""
+    """The workload, its chain (profiled once per model, tp and sequence parallelism) and its 1F1B pipeline
+    on ``pp`` devices."""
     args = dict(MODELS[model])
     wl = hf_workload(args.pop("kind"), **args)
-    if model not in chains:
-        x, y = wl.batch(0)
-        chains[model] = profile_model(wl.build(), x, loss=wl.loss, target=y, repeats=2, warmup=1)
+    key = (model, layout.tp, layout.sequence_parallel)
+    if key not in chains:
+        chains[key] = _chain(wl, layout)
     platform = Platform(layout.pp, optimizer="adam", zero_grad="none")
-    plan = make_plan(chains[model], platform, "1f1b", micro_batches=micro_batches)
-    return wl, chains[model], platform, plan
+    plan = make_plan(chains[key], platform, "1f1b", micro_batches=micro_batches)
+    return wl, chains[key], platform, plan
 
 
 def run_row(model: str, text: str, micro_batches: int, chains: dict) -> dict | None:
@@ -99,7 +125,8 @@ def run_row(model: str, text: str, micro_batches: int, chains: dict) -> dict | N
     s = conclude_layout(cfg, parts, chain, platform, out=None, wall_seconds=wall, say=lambda *a, **k: None)
     errors = s["memory_error"]
     big = max(range(layout.devices), key=lambda r: s["memory_predicted"][r])
-    return {"model": model, "layout": layout.describe(), "ranks": layout.devices, "grad": s["max_grad_error"],
+    return {"model": model, "layout": layout.describe() + (", SP" if layout.sequence_parallel else ""),
+            "ranks": layout.devices, "grad": s["max_grad_error"],
             "predicted": s["memory_predicted"][big], "measured": s["memory_measured"][big], "lo": min(errors),
             "hi": max(errors), "wall": wall, "tied": s["tied_copies_equal"], "source": s["prediction"]}
 
@@ -116,13 +143,14 @@ def print_row(r: dict) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="the rows marked quick only")
+    ap.add_argument("--model", choices=sorted(MODELS), help="this model's rows only")
     args = ap.parse_args(argv)
     print(f"{'model':<11} {'layout':<28} {'ranks':>5} {'grad err':>9} {'predicted':>11} {'measured':>11} "
           f"{'err lo .. hi':>18} {'wall s':>7}")
     chains: dict = {}
     sources, skipped = set(), []
     for model, text, mb, quick in ROWS:
-        if args.quick and not quick:
+        if (args.quick and not quick) or (args.model and model != args.model):
             continue
         row = run_row(model, text, mb, chains)
         if row is None:

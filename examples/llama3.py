@@ -3,7 +3,8 @@
 The numbers are those of Meta's published ``config.json`` files for Meta-Llama-3-8B and
 Meta-Llama-3-70B (hidden size, MLP size, layers, heads, key/value heads, vocabulary, RoPE theta,
 context). Each function returns ``(model, example_inputs, example_targets, loss_fn)`` for
-``--module``: one sequence of 2048 tokens, next-token cross-entropy (in float32), bf16 weights.
+``--module``: one sequence of 2048 tokens (``batch_size`` of them: ``plan --parallel auto`` profiles other
+micro-batch sizes), next-token cross-entropy (in float32), bf16 weights.
 
     python -m workbench profile --module examples/llama3.py:llama3_8b --fake --gpu h100-sxm --out build/llama3-8b.csv
 
@@ -47,12 +48,12 @@ def llama3(size, sequence=SEQUENCE, batch=BATCH, layers=None):
     return model, ids, ids.roll(-1, 1), lm_loss
 
 
-def llama3_8b():
-    return llama3("8b")
+def llama3_8b(batch_size=BATCH):
+    return llama3("8b", batch=batch_size)
 
 
-def llama3_70b():
-    return llama3("70b")
+def llama3_70b(batch_size=BATCH):
+    return llama3("70b", batch=batch_size)
 
 
 def llama3_8b_2_layers():

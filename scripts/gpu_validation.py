@@ -177,9 +177,10 @@ def validation_table(out: Path):
 
 
 def validate(out: Path, name: str, steps: int, device: str = "cuda", dtype: str = "float32") -> dict:
-    from workbench.front.running import _model_config, run_and_compare
+    from workbench.front.running import run_and_compare
     from workbench.runtime.engine import Workload, grad_tolerance
     from workbench.runtime.replay import replay_to
+    from workbench.runtime.session import model_config_of
 
     prof, devices, how = VALIDATIONS[name]
     path = profile_file(out, prof, dtype)
@@ -190,7 +191,7 @@ def validate(out: Path, name: str, steps: int, device: str = "cuda", dtype: str 
     plan, platform = make_plan(chain, devices, how)
     if not plan.feasible:
         raise ValueError(f"{name}: no plan: {plan.notes}")
-    cfg = _model_config(chain, plan)
+    cfg = model_config_of(chain, plan)
     wl = Workload.zoo(s["model"], s["batch_size"], dtype=dtype, **cfg)
     run_dir = out / "runs" / name
     run_dir.mkdir(parents=True, exist_ok=True)

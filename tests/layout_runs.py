@@ -8,8 +8,8 @@ from pathlib import Path
 
 import torch
 
+from workbench.model.layout import Layout
 from workbench.model.plan import Plan, Stage
-from workbench.parallel.layout import Layout
 from workbench.parallel.run.config import LayoutConfig
 from workbench.parallel.run.workloads import hf_workload
 from workbench.profiles.workload import Workload, model_loss

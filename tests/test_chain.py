@@ -70,3 +70,16 @@ def test_platform_parsing_and_memory_rule():
         Platform(0, memory_model="paper")
     with pytest.raises(ValueError, match="weights"):
         Platform(2, weights="many", memory_model="paper")
+
+
+def test_collective_bytes_are_optional_checked_and_summed_when_merged():
+    from workbench.model.chain import Chain, Layer
+
+    with pytest.raises(ValueError, match="comm_forward_bytes must be a finite non-negative number"):
+        Layer("a", 1.0, 1.0, comm_forward_bytes=-1.0)
+    layers = (Layer("a", 1.0, 1.0, 1, 1, comm_forward_bytes=2.0, comm_backward_bytes=3.0),
+              Layer("b", 1.0, 1.0, 1, 1, comm_forward_bytes=4.0, comm_backward_bytes=5.0), Layer("c", 1.0, 1.0, 1, 1))
+    merged = Chain(layers).coarsen([(0, 1), (2, 2)])
+    assert (merged[0].comm_forward_bytes, merged[0].comm_backward_bytes) == (6.0, 8.0)
+    assert merged[1].comm_forward_bytes is None
+    assert list(Chain(layers).to_frame()["comm_backward_bytes"].fillna(-1)) == [3.0, 5.0, -1.0]

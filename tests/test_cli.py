@@ -340,3 +340,48 @@ def test_a_real_memory_cap_is_one_line_and_exit_3(files):
                              env={**os.environ, "OPENBLAS_NUM_THREADS": "1"})
         err = out.stderr.strip().splitlines()
         assert out.returncode == 3 and len(err) == 1 and err[0].startswith("error: out of memory"), out.stderr[-2000:]
+
+
+@pytest.mark.parametrize("key", ["node_bandwidth", "bandwidth", "host_bandwidth"])
+def test_a_plan_recording_a_link_of_zero_bytes_per_second_is_one_line(tmp_path, capsys, key):
+    """`check` and `simulate` of a torch-schedule plan whose recorded links say 0 (a hand-edited
+    ``memory_setup``): a ZeroDivisionError traceback before; one line naming the file and the plan's key (the plan
+    file's reader, workbench.model.plan_json), exit 2."""
+    chain = Chain(tuple(Layer(f"l{i}", 1 * MS, 2 * MS, 100, 10, 1000) for i in range(8)), input_bytes=10,
+                  meta={"network": "toy"})
+    prof = tmp_path / "toy.csv"
+    write_profile(chain, prof)
+    assert main(["plan", "--profile", str(prof), "--devices", "4", "--method", "zbv", "--devices-per-node", "2",
+                 "--node-bandwidth", "1GB/s", "--json", str(tmp_path / "p.json"), "-q"]) == 0
+    d = json.loads((tmp_path / "p.json").read_text())
+    d["memory_setup"][key] = 0
+    (tmp_path / "p.json").write_text(json.dumps(d))
+    capsys.readouterr()
+    for extra in (["check"], ["simulate", "--out", str(tmp_path / "t.csv")]):
+        assert main([extra[0], str(tmp_path / "p.json"), "--profile", str(prof)] + extra[1:]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err == [f"error: {tmp_path / 'p.json'}: memory_setup.{key}: 0 is not a positive bandwidth (bytes per "
+                       "second; null: infinite)"], err
+
+
+@pytest.mark.parametrize("method", ["dp", "ilp", "pipedream"])
+def test_micro_batches_of_a_periodic_method_is_refused_not_ignored(files, capsys, method):
+    """dp planned as if --micro-batches 8 had not been given (exit 0, the same plan): now one line saying why."""
+    prof, _, tmp = files
+    assert main(["plan", "--profile", str(prof), "--devices", "2", "--method", method, "--micro-batches", "8"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: --micro-batches: method '{method}' plans a periodic schedule")
+    assert "gpipe, 1f1b" in err[0]
+    assert main(["plan", "--profile", str(prof), "--devices", "2", "--method", "gpipe", "--micro-batches", "8"]) == 0
+
+
+def test_largest_says_nothing_fits_and_exits_2(tmp_path, capsys):
+    """`largest --memory 1KiB` printed a table of size 0 and NaN and exited 0; an infeasible answer exits 2 with
+    one error line naming the smallest models, as `plan` does for a plan that cannot fit."""
+    assert main(["largest", "--memory", "1KiB", "--quick", "--devices", "2", "--family", "width",
+                 "--out", str(tmp_path / "t.csv")]) == 2
+    said = capsys.readouterr()
+    err = said.err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: nothing fits in 1.00 KiB per device: no method fits even the "
+                                               "smallest model (width: 7.05 M parameters"), err
+    assert "nan" not in said.out and not (tmp_path / "t.csv").exists()

@@ -249,3 +249,49 @@ def test_windowed_charts_take_the_unit_of_what_they_show():
     assert trace_unit(long).name == "s"
     fig = gantt_compare(pred, long, periods_shown=1, window_from=1, measured_period=20 * T)
     assert fig.layout.xaxis2.title.text == "time (ms)" and fig.layout.xaxis2.range[1] < 1000
+
+
+@pytest.fixture(scope="module")
+def sixty_four():
+    """A plan on 64 devices (64 equal layers), simulated long enough to fill and drain its pipeline."""
+    from workbench.model.chain import Chain, Layer, Platform
+    from workbench.planners import plan
+    from workbench.schedules.simulate import simulate
+
+    chain = Chain(tuple(Layer(f"l{i}", 1e-3, 2e-3, 10, 4) for i in range(64)))
+    p = plan(chain, Platform(64), "dp")
+    assert len({s.device for s in p.stages}) == 64
+    return simulate(p, chain, Platform(64), batches=max(s.in_flight for s in p.stages) + 40)
+
+
+def test_sixty_four_devices_draw_a_compact_chart_with_every_bar(sixty_four):
+    """A 64-GPU chart was 3,142 px tall (6,284 px as a PNG at scale 2) of bars thinner than their white outlines:
+    the compact view is about a third of that, its bars without outline, label or hatching, a lane label every 4th
+    device; every operation is still a bar of its duration, and a long run draws no period line."""
+    from workbench.viz.gantt_many import LANE_PX
+
+    fig = gantt(sixty_four)
+    comp = compute_ops(sixty_four)
+    assert lanes(fig) == [f"GPU {d}" for d in range(64)]
+    assert fig.layout.height == 110 + LANE_PX * 64 < 3142 / 3
+    bars = [t for t in fig.data if t.type == "bar"]
+    assert all(t.marker.line.width == 0 and t.text is None and not t.marker.pattern.shape for t in bars)
+    assert list(fig.layout.yaxis.tickvals) == [f"GPU {d}" for d in range(0, 64, 4)]
+    assert sorted(bar_durations(fig)) == pytest.approx(sorted(1e3 * (comp["end"] - comp["start"])), abs=1e-9)
+    assert not [s for s in fig.layout.shapes if s.type == "line"]
+    zoomed = gantt(sixty_four, periods_shown=2)
+    assert [s for s in zoomed.layout.shapes if s.type == "line"]            # a few periods: their lines
+    batch = gantt(sixty_four, color_by="batch")
+    assert all(not t.marker.pattern.shape for t in batch.data if t.type == "bar")   # no hatch
+
+
+def test_a_window_of_devices_is_drawn_at_full_size(sixty_four):
+    fig = gantt(sixty_four, devices=range(56, 70))
+    mine = compute_ops(sixty_four)[compute_ops(sixty_four)["device"] >= 56]
+    assert lanes(fig) == [f"GPU {d}" for d in range(56, 64)] and "(GPU 56–63 of 64)" in fig.layout.title.text
+    assert sorted(bar_durations(fig)) == pytest.approx(sorted(1e3 * (mine["end"] - mine["start"])), abs=1e-9)
+    assert all(t.marker.line.width == 0.6 and t.text for t in fig.data if t.type == "bar")
+    assert fig.layout.height == 70 + 48 * 8
+    with pytest.raises(ValueError, match="none of .* is a device of this trace"):
+        gantt(sixty_four, devices=[64, 65])
+    assert gantt(periodic_trace()).layout.height == 220                  # two devices: as before

@@ -131,7 +131,7 @@ def test_the_tree_is_the_architecture():
                "workbench.schedules.registry", "workbench.schedules.torch_orders", "workbench.schedules")
     assert "workbench.schedules.registry" in reach and sorted(n for n in reach if not n.startswith(allowed)) == []
     assert not [n for n in reach if n.startswith("workbench.schedules.") and n.rsplit(".", 1)[1] not in
-                ("ops", "registry", "torch_orders", "order_cache")]   # torch's orders, kept on disk
+                ("ops", "registry", "torch_orders", "order_cache")]      # torch's orders, and those kept on disk
     # nothing below the front imports it
     assert not [(m, n) for m in graph if not m.startswith("workbench.front") and m != "workbench.__main__"
                 for n in graph[m] if n.startswith("workbench.front")]

@@ -4,7 +4,7 @@ import itertools
 
 import pytest
 
-from workbench.parallel.layout import Layout
+from workbench.model.layout import Layout
 
 
 @pytest.mark.parametrize("tp,pp,dp", [(1, 1, 1), (2, 2, 2), (4, 8, 2), (8, 1, 8), (1, 62, 1)])

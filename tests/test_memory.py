@@ -122,7 +122,7 @@ def test_a_tied_copy_by_hand():
     """docs/model.md, "Tied parameters": a stage holding the head without the embedding holds a copy of the
     tied 40 B: with one weight version (torch's engine) its parameter, gradient and optimizer state, and it
     steps it; with stashing (the PipeDream engine) its parameter and a version per extra mini-batch in
-    flight, a fresh gradient sent to the owner, whose stage holds a receive buffer for it."""
+    flight, a fresh gradient sent to the owner, whose stage holds a receive buffer for it per mini-batch in flight."""
     chain = _tied_chain()
     plain = chain.with_meta(tied="[]")
     default = Platform(2, optimizer="adam", weights="single")      # torch's default loop: no gradient between steps
@@ -137,7 +137,7 @@ def test_a_tied_copy_by_hand():
     stash = Platform(2, optimizer="adam", weights="stash", zero_grad="zeros")
     t, u = layer_terms(chain, stash), layer_terms(plain, stash)
     assert stage_memory(t, 2, 2, 3) - stage_memory(u, 2, 2, 3) == 40 + 2 * 40          # copy + 2 stashed versions
-    assert stage_memory(t, 0, 1, 3) - stage_memory(u, 0, 1, 3) == 40                   # the owner's receive buffer
+    assert stage_memory(t, 0, 1, 3) - stage_memory(u, 0, 1, 3) == 3 * 40     # the owner's receive buffers: one per k
     # the head's backward makes the copy's gradient fresh (no buffer): min(fresh, zeroed + 40) = 44
     assert stage_op_excess(t, 2, 2) == 44 and stage_created(t, 2, 2) == 40
     # one device: the owner and the sharer in one stage, one parameter, nothing added

@@ -7,7 +7,7 @@ import pytest
 
 from layout_runs import pipeline_plan, write_layout_plan
 from workbench.front.cli import main
-from workbench.parallel.layout import Layout
+from workbench.model.layout import Layout
 from workbench.parallel.run import launch
 from workbench.parallel.run.checks import (
     check_layout_plan,

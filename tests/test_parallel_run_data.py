@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from layout_runs import layout_config, mlp
-from workbench.parallel.layout import Layout
+from workbench.model.layout import Layout
 from workbench.parallel.run.data import ZERO_PIECES, make_layout_optimizer, zero_grads
 from workbench.parallel.run.launch import layout_gradient_errors, run_layout
 from workbench.runtime.gradients import grad_error, reference_gradients

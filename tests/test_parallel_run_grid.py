@@ -4,7 +4,7 @@ import itertools
 
 import pytest
 
-from workbench.parallel.layout import Layout
+from workbench.model.layout import Layout
 from workbench.parallel.run.grid import all_tie_ranks, tie_ranks
 
 

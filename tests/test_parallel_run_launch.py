@@ -6,7 +6,7 @@ from functools import partial
 import pytest
 
 from layout_runs import layout_config
-from workbench.parallel.layout import Layout
+from workbench.model.layout import Layout
 from workbench.parallel.run.launch import RankFailure, run_layout
 from workbench.profiles.workload import Workload
 

@@ -3,8 +3,8 @@
 import pytest
 
 from layout_runs import mlp, tiny_gpt2
+from workbench.model.layout import Layout
 from workbench.model.plan import Plan, Stage
-from workbench.parallel.layout import Layout
 from workbench.parallel.run.checks import check_layout_plan
 from workbench.parallel.run.config import LayoutConfig
 from workbench.parallel.run.launch import layout_gradient_errors, run_layout

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from layout_runs import layout_config, sgd_reference, tiny_gpt2
-from workbench.parallel.layout import Layout
+from workbench.model.layout import Layout
 from workbench.parallel.run.launch import layout_gradient_errors, run_layout
 from workbench.parallel.run.summary import tied_copies_equal
 from workbench.parallel.run.tensor import tensor_parallel_plan
@@ -60,3 +60,30 @@ def test_tensor_parallel_layouts_train_as_one_process(layout):
         torch.testing.assert_close(w, ref[name], rtol=1e-5, atol=1e-6)
     grads = {n: g for p in parts for n, g in p["grads"].items()}
     assert set(grads) == set(ref)
+
+
+@needs_tp
+@pytest.mark.parametrize("layout", [Layout(tp=2, pp=2), Layout(tp=2, dp=2, zero=3), Layout(tp=2, pp=2, dp=2, zero=1)],
+                         ids=["tp2-pp2", "tp2-dp2-zero3", "tp2-pp2-dp2-zero1"])
+def test_gpt2_tensor_parallel_layouts_train_as_one_process(layout):
+    """GPT-2 split as Megatron's GPT (its fused query/key/value by heads, its tied embedding and head over the
+    vocabulary, on two pipeline ranks where pp = 2): the first step's gradients, the fused projection's in the
+    model's order column by column, and the tied weights after every SGD step equal one process's."""
+    from workbench.runtime.gradients import reference_gradients
+
+    lr = 0.5
+    cfg = layout_config(tiny_gpt2(), layout, optimizer="sgd", lr=lr, extra_steps=1)
+    parts = run_layout(cfg)
+    _, rel = layout_gradient_errors(parts, cfg.workload, layout, cfg.micro_batches, say=lambda *a, **k: None)
+    assert rel < 1e-4
+    grads = {n: g for p in parts for n, g in p["grads"].items()}
+    ref = reference_gradients(cfg.workload, layout.dp * cfg.micro_batches)
+    for name in ("transformer.h.0.attn.c_attn.weight", "transformer.h.1.attn.c_attn.bias"):
+        torch.testing.assert_close(grads[name] * layout.dp, ref[name], rtol=1e-4, atol=1e-6)
+    weights = sgd_reference(cfg.workload, dp=layout.dp, micro_batches=cfg.micro_batches,
+                            steps=parts[0]["optimizer_steps"], lr=lr)
+    copies = [p["tied"][TIED]["weight"] for p in parts if TIED in p["tied"]]
+    assert len(copies) == (layout.devices if layout.pp > 1 else 0)
+    assert tied_copies_equal(parts) == ({TIED: True} if layout.pp > 1 else {})
+    for w in copies:
+        torch.testing.assert_close(w, weights[TIED], rtol=1e-5, atol=1e-6)

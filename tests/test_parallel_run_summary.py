@@ -5,7 +5,7 @@ import math
 import torch
 
 from layout_runs import pipeline_plan
-from workbench.parallel.layout import Layout
+from workbench.model.layout import Layout
 from workbench.parallel.run.summary import format_layout_summary, predict_rank_memory, tied_copies_equal
 
 

@@ -108,7 +108,9 @@ def test_docs_json_tables_name_every_key_a_plan_writes():
     platform = Platform(4, devices_per_node=2, gpu="h100-sxm", host_bandwidth="10GB/s")
     made = plan_with(chain, platform, "dp", activations="offload")
     written = set(made.to_dict()) | {"micro_batches", "chain_order", "notes", "extra"}
-    setups = set(made.setup) | set(memory_setup(chain, Platform(2, memory_model="paper")))
+    setups = set(made.setup) | set(memory_setup(chain, Platform(2, memory_model="paper"))) \
+        | set(memory_setup(chain, Platform(2, dp=2, zero=1)))       # a layout's pipeline ranks
+    assert {"dp", "zero"} <= setups
     documented = _json_table_keys()
     assert {"host_bandwidth", "gpu", "devices_per_node", "weight_factor"} <= setups   # the cases were reached
     assert written <= documented, written - documented

@@ -238,3 +238,12 @@ def test_a_profile_says_how_long_it_will_take_before_it_starts(tmp_path, capsys)
     first = out.splitlines()[0]
     assert first.startswith("profiling 5 layers, 1 warm-up and 3 timed runs each, then their memory: about ")
     assert "one forward took" in first and out.index("about") < out.index("wrote")
+
+
+def test_names_rename_the_shared_parameters_layers_too():
+    import json
+
+    lin = torch.nn.Linear(2, 2, bias=False)
+    chain = profile_model([lin, lin], torch.zeros(1, 2), names=["first", "again"], repeats=1, warmup=0)
+    assert json.loads(chain.meta["tied"])[0]["layers"] == ["first", "again"]
+    assert [l.weight_bytes for l in chain.layers] == [16.0, 0.0]

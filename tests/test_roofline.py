@@ -57,11 +57,37 @@ def test_bytes_of_an_elementwise_op_and_no_cost_for_views():
     counter = WorkCounter()
     x = torch.zeros(1000)
     with counter:
-        y = x.view(10, 100).t()            # views: no kernel
+        y = x.view(10, 100).t()            # views: dispatched, no kernel
         z = torch.relu(y)                  # reads 4000 bytes, writes 4000
         torch.empty(10)                    # an allocation: no kernel
     work = counter.take()
-    assert len(work) == 1 and work.bytes[0] == 8000 and work.flops[0] == 0 and z.shape == (100, 10)
+    kernel = work.kind != KINDS.index("host")
+    assert len(work) == 4 and work.kernels == 1 and z.shape == (100, 10)
+    assert work.bytes[kernel].tolist() == [8000] and work.flops.sum() == 0 and work.bytes[~kernel].sum() == 0
+
+
+def test_in_place_operations_count_what_they_write():
+    counter = WorkCounter()
+    xs = [torch.zeros(100), torch.zeros(50)]
+    with counter:
+        torch._foreach_mul_(xs, 2.0)       # returns nothing: reads and writes both tensors
+    work = counter.take()
+    assert work.kernels == 1 and work.bytes.sum() == 2 * 4 * 150
+
+
+def test_a_16_bit_matmul_with_a_dimension_off_the_multiples_of_8_is_misaligned():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        x = torch.zeros(64, 768, dtype=torch.bfloat16)
+        odd = layer_work(torch.nn.Linear(768, 50257, bias=False, dtype=torch.bfloat16), x, True, None,
+                         torch.zeros(64, 50257, dtype=torch.bfloat16))
+        even = layer_work(torch.nn.Linear(768, 50304, bias=False, dtype=torch.bfloat16), x, True, None,
+                          torch.zeros(64, 50304, dtype=torch.bfloat16))
+    mm = KINDS.index("matmul")
+    assert not odd.forward.aligned[odd.forward.kind == mm].any() and not odd.backward.aligned[
+        odd.backward.kind == mm].any()
+    assert even.forward.aligned.all() and even.backward.aligned.all()
 
 
 def test_a_broadcast_operand_is_read_once():
@@ -73,19 +99,24 @@ def test_a_broadcast_operand_is_read_once():
     assert work.bytes[0] == 4 * (5000 + 50 + 5000)
 
 
-def test_estimate_is_a_roofline_with_a_launch_cost():
+def test_estimate_is_a_roofline_then_the_published_kernel_times():
+    from workbench.profiles.kernel_time import M_GEMM, T_GEMM, memory_fraction
+
     m = k = n = 2048
     work = layer_work(torch.nn.Linear(k, n, bias=False), torch.zeros(m, k), True, None, torch.ones(m, n)).forward
     flops = float(work.flops.sum())
     assert estimate(work, H100) == pytest.approx(flops / H100.flops["float32"])          # compute-bound
-    cal = Calibration({"matmul/float32": 0.5}, memory=0.5, overhead=1e-5)
-    assert estimate(work, H100, cal) == pytest.approx(flops / (0.5 * H100.flops["float32"]) + 1e-5)
+    cal = Calibration(compute={"matmul/float32": 0.5}, kernel_floor=1e-6, launch=(1e-5, 1e-5))
+    gemm = T_GEMM + max(flops / (0.5 * H100.flops["float32"]), float(work.bytes.sum()) / (H100.memory_bandwidth
+                                                                                           * M_GEMM))
+    assert estimate(work, H100, cal) == pytest.approx(1e-5 + gemm)     # its launch, then the kernel
     relu = WorkCounter()
     x = torch.zeros(10**6)
     with relu:
         torch.relu(x)
     w = relu.take()
-    assert estimate(w, H100, cal) == pytest.approx(8e6 / (0.5 * H100.memory_bandwidth) + 1e-5)   # memory-bound
+    stream = memory_fraction(H100, cal) * H100.memory_bandwidth          # what STREAM measures on an H100
+    assert estimate(w, H100, cal) == pytest.approx(1e-5 + 1e-6 + 8e6 / stream)   # memory-bound
 
 
 def test_bf16_runs_on_tensor_cores_and_fp32_convolutions_in_tf32():
@@ -104,15 +135,16 @@ def test_bf16_runs_on_tensor_cores_and_fp32_convolutions_in_tf32():
 
 
 def test_calibration_falls_back_by_kind_then_to_the_peak():
-    cal = Calibration({"matmul/bfloat16": 0.4, "conv": 0.3})
-    assert cal.efficiency("attention", "float16") == 0.4
-    assert cal.efficiency("conv", "tf32") == 0.3 and cal.efficiency("matmul", "float32") == 1.0
-    assert UNCALIBRATED.efficiency("matmul", "bfloat16") == 1.0
-    assert all(0 < v <= 1 for v in H100_CALIBRATION.compute.values()) and 0 < H100_CALIBRATION.memory <= 1
+    cal = Calibration(compute={"matmul/float32": 0.4, "conv": 0.3})
+    assert cal.efficiency("matmul", "float32") == 0.4
+    assert cal.efficiency("conv", "tf32") == 0.3 and cal.efficiency("attention", "float32") == 1.0
+    assert UNCALIBRATED.efficiency("matmul", "float32") == 1.0
+    assert all(0 < v <= 1 for v in H100_CALIBRATION.compute.values())
 
 
 def test_roofline_times_keep_every_layers_work():
     times = RooflineTimes(H100, UNCALIBRATED)
     f, b = times(torch.nn.Linear(8, 8), torch.zeros(4, 8), None, True, None, torch.ones(4, 8), 0, 1)
     assert len(times.works) == 1 and f == [estimate(times.works[0].forward, H100)] and b[0] > f[0]
+    assert b == [estimate(times.works[0].backward, H100, backward=True)]
     assert "estimated, not measured" in times.describe() and H100.label in times.describe()

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from instances import runtime_plans
-from workbench.runtime.messages import SendWaiter, message_tag, plan_receives
+from workbench.runtime.messages import SendWaiter, message_tag, plan_receives, post_schedule
 from workbench.schedules.ops import Op
 from workbench.schedules.program import programs_for
 
@@ -51,7 +51,10 @@ def test_receives_follow_each_senders_order(k):
     assert len(tags) == n_messages                      # every message its own tag
 
 
-def test_tied_gradient_precedes_the_input_gradient_of_the_same_backward():
+def test_tied_gradients_are_received_from_the_owners_forward_on_a_channel_of_their_own():
+    """docs/model.md, "Tied parameters": the owner posts the receive of mini-batch i's tied gradient when its
+    forward of i starts (one buffer per mini-batch in flight), so the sharer's send completes at once; tied
+    gradients are queued apart from F and B messages (NCCL matches each process group in order)."""
     # stages 0..3 on ranks 0, 1, 0, 1; stage 3 shares a parameter owned by stage 0
     stage_dev = [0, 1, 0, 1]
     programs = [[], []]
@@ -61,16 +64,45 @@ def test_tied_gradient_precedes_the_input_gradient_of_the_same_backward():
     shapes = {l: ((4,), torch.float32) for l in range(4)}
     owners = {0: [(3, 0, "w")]}
     r = plan_receives(programs, 0, stage_dev, [0, 1, 2, 3], shapes, owners, {(0, "w"): ((7, 3), torch.bfloat16)}, 1)
-    # rank 1 sends, per mini-batch: F(2) in F1, then in B3 the tied gradient before B(2), then B(0) in B1
-    assert list(r.queues[1]) == [("F", 2, 0), ("T", 0, 0, 0), ("B", 2, 0), ("B", 0, 0),
-                                 ("F", 2, 1), ("T", 0, 1, 0), ("B", 2, 1), ("B", 0, 1)]
+    assert list(r.queues[1]) == [("F", 2, 0), ("B", 2, 0), ("B", 0, 0), ("F", 2, 1), ("B", 2, 1), ("B", 0, 1)]
+    assert list(r.queues[("T", 1)]) == [("T", 0, 0, 0), ("T", 0, 1, 0)]
     assert r.incoming[("T", 0, 1, 0)] == (1, (7, 3), torch.bfloat16)
-    # the owner needs the tied gradient at its own backward of stage 0, after that backward's input gradient
-    assert [key for j, key in r.recv_at if j == 3] == [("B", 0, 0), ("T", 0, 0, 0)]
+    # posted at stage 0's forward of the same mini-batch (ops 0 and 4), not listed among the F/B receives
+    assert r.tied_at == [(0, ("T", 0, 0, 0)), (4, ("T", 0, 1, 0))]
+    assert all(key[0] != "T" for _, key in r.recv_at)
+    schedule = post_schedule(r, len(programs[0]))
+    assert [key for key in schedule[4] if key[0] == "T"] == [("T", 0, 1, 0)]
+    assert sum(key[0] == "T" for keys in schedule for key in keys) == 2
     # tied tags lie above every F/B tag of the run
     fb = [message_tag(key, 2, 4, 1) for key in r.incoming if key[0] != "T"]
     tied = [message_tag(key, 2, 4, 1) for key in r.incoming if key[0] == "T"]
     assert min(tied) >= 2 * 2 * 4 > max(fb) and len(set(tied)) == len(tied)
+
+
+@pytest.mark.parametrize("k", range(3))
+def test_one_receive_is_posted_ahead_per_link(k):
+    """docs/model.md, "Memory" (``buf_in``, ``buf_out``): before each op a rank has posted what the op consumes
+    and, on each link (a stage's F receives, its B receives), exactly the next one; replayed here op by op."""
+    plan = list(runtime_plans())[k]
+    programs = programs_for(plan, 5)
+    stage_dev = [st.device for st in plan.stages]
+    shapes = {l: ((1,), torch.float32) for l in range(len(plan.assignment))}
+    for rank in range(plan.devices):
+        r = plan_receives(programs, rank, stage_dev, [st.last for st in plan.stages], shapes, {}, {}, 0)
+        schedule = post_schedule(r, len(programs[rank]))
+        posted, used = set(), set()
+        for j, op in enumerate(programs[rank]):
+            posted |= set(schedule[j])
+            key = (op.kind, op.stage, op.batch)
+            assert key not in r.incoming or key in posted          # what the op consumes is there
+            used.add(key)
+            waiting = posted - used
+            links = {w[:2] for w in waiting}
+            assert len(waiting) == len(links)                     # one ahead per link still in use ...
+            assert links == {key[:2] for at, key in r.recv_at if at > j}
+            for link in links:                                    # ... and it is that link's next receive
+                later = [key for at, key in r.recv_at if key[:2] == link and at > j]
+                assert later and min(waiting & set(later)) == later[0]
 
 
 def test_send_waiter_reports_a_failed_send_at_drain():

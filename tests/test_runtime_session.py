@@ -11,8 +11,8 @@ from workbench.planners import plan as run_planner
 from workbench.runtime.session import check_plan_valid, platform_for_run
 
 
-def _chain() -> Chain:
-    return Chain(tuple(Layer(f"l{i}", 1e-3 * (i + 1), 2e-3 * (i + 1), 1e3, 4e3, 1e5) for i in range(4)))
+def _chain(n: int = 4) -> Chain:
+    return Chain(tuple(Layer(f"l{i}", 1e-3 * (i + 1), 2e-3 * (i + 1), 1e3, 4e3, 1e5) for i in range(n)))
 
 
 def test_a_plan_the_checker_rejects_is_refused_naming_the_rule():
@@ -32,6 +32,24 @@ def test_the_run_platform_is_the_plans_memory_setup():
     assert platform_for_run(plan, optimizer="adam", weights="single").optimizer == "adam"
     paper = run_planner(chain, Platform(2, memory_model="paper", weight_factor=3.0), "dp")
     assert platform_for_run(paper).memory_model == "paper" and platform_for_run(paper).weight_factor == 3.0
+
+
+@pytest.mark.parametrize("name", ["zbv", "1f1b"])
+def test_the_run_platform_has_the_links_the_plan_was_made_on(name):
+    """A flushed plan's period is its schedule's makespan on the plan's links: `run` compared it on infinitely
+    fast ones and said a zbv plan, on the very profile it was made from, "was made on another one". Its links are
+    check's: the plan's (its GPU's and nodes'), else 12GB/s (`plan`'s default, which the plan does not record)."""
+    from workbench.verify.check import check
+
+    chain = _chain()
+    plan = run_planner(chain, Platform(2, weights="single", bandwidth="12GB/s"), name, micro_batches=4)
+    assert plan.feasible and check(plan, chain, platform_for_run(plan)) == []
+    assert platform_for_run(plan).bandwidth == 12e9 and platform_for_run(plan, bandwidth="1GB/s").bandwidth == 1e9
+    nodes = run_planner(_chain(8), Platform(4, weights="single", gpu="h100-sxm", bandwidth="450GB/s",
+                                            devices_per_node=2, node_bandwidth="25GB/s"), name, micro_batches=4)
+    p = platform_for_run(nodes)
+    assert (p.bandwidth, p.devices_per_node, p.node_bandwidth) == (450e9, 2, 25e9)
+    assert nodes.feasible and check(nodes, _chain(8), p) == []
 
 
 def test_the_torchrun_entry_refuses_bad_input_with_one_line_before_any_rank_works(tmp_path, monkeypatch, capsys):

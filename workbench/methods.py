@@ -64,7 +64,11 @@ class Method:
     ``fixed_chunks`` (the stages per device it requires; None: any, ``--chunks``). The flushed schedules the
     workbench orders itself (:mod:`workbench.schedules.registry`) say how many forwards a stage runs before its
     first backward, ``warmup``: ``all`` (GPipe: every micro-batch of the flush) or ``downstream`` (1F1B:
-    min(m, S - 1 - s), one per stage after it), then one forward and one backward in turn.
+    min(m, S - 1 - s), one per stage after it), then one forward and one backward in turn; torch runs them
+    with its single-stage class ``single_stage_class`` when a rank holds one stage. Exported to a framework
+    (:mod:`workbench.parallel.export`): ``torchtitan_name`` (the name torch's ``get_schedule_class``, and so
+    torchtitan's ``pipeline_parallel_schedule``, gives the same class) and ``megatron_closest`` (the method
+    Megatron-LM runs instead of one it lacks; empty: Megatron runs it).
     """
 
     name: str
@@ -86,6 +90,9 @@ class Method:
     split_backward: bool = False
     fixed_chunks: int | None = None
     warmup: str = ""
+    single_stage_class: str = ""
+    torchtitan_name: str = ""
+    megatron_closest: str = ""
 
     @property
     def torch_schedule(self) -> bool:
@@ -140,18 +147,24 @@ METHODS: tuple[Method, ...] = (
     Method("uniform", "uniform (DeepSpeed)", "uniform", "#9C755F", "periodic", baseline=True, blocks=True),
     Method("parameters", "parameters (DeepSpeed)", "parameters", "#76B7B2", "periodic", baseline=True, blocks=True),
     Method("torchgpipe", "torchgpipe balance", "torchgpipe", "#EDC948", "periodic", baseline=True, blocks=True),
-    Method("gpipe", "GPipe", "GPipe", "#59A14F", "flushed", warmup="all"),
-    Method("1f1b", "1F1B-flush", "1F1B", "#B07AA1", "flushed", warmup="downstream"),
+    Method("gpipe", "GPipe", "GPipe", "#59A14F", "flushed", warmup="all", single_stage_class="ScheduleGPipe",
+           torchtitan_name="GPipe", megatron_closest="1f1b"),
+    Method("1f1b", "1F1B-flush", "1F1B", "#B07AA1", "flushed", warmup="downstream", single_stage_class="Schedule1F1B",
+           torchtitan_name="1F1B"),
     Method("interleaved-1f1b", "Interleaved 1F1B (torch)", "Interleaved", "#E377C2", "flushed",
-           torch_class="ScheduleInterleaved1F1B", layout="loop"),
+           torch_class="ScheduleInterleaved1F1B", layout="loop", torchtitan_name="Interleaved1F1B"),
     Method("looped-bfs", "Looped BFS (torch)", "LoopedBFS", "#7F7F7F", "flushed",
-           torch_class="ScheduleLoopedBFS", layout="loop"),
+           torch_class="ScheduleLoopedBFS", layout="loop", torchtitan_name="LoopedBFS",
+           megatron_closest="interleaved-1f1b"),
     Method("interleaved-zb", "Interleaved zero bubble (torch)", "ZB", "#BCBD22", "flushed",
-           torch_class="ScheduleInterleavedZeroBubble", layout="loop", split_backward=True),
+           torch_class="ScheduleInterleavedZeroBubble", layout="loop", split_backward=True,
+           torchtitan_name="InterleavedZeroBubble", megatron_closest="interleaved-1f1b"),
     Method("zbv", "ZB-V (torch)", "ZB-V", "#1F77B4", "flushed",
-           torch_class="ScheduleZBVZeroBubble", layout="v", split_backward=True, fixed_chunks=2),
+           torch_class="ScheduleZBVZeroBubble", layout="v", split_backward=True, fixed_chunks=2,
+           torchtitan_name="ZBVZeroBubble", megatron_closest="interleaved-1f1b"),
     Method("dualpipev", "DualPipeV (torch)", "DualPipeV", "#9467BD", "flushed",
-           torch_class="ScheduleDualPipeV", layout="v", split_backward=True, fixed_chunks=2),
+           torch_class="ScheduleDualPipeV", layout="v", split_backward=True, fixed_chunks=2,
+           torchtitan_name="DualPipeV", megatron_closest="interleaved-1f1b"),
     Method("brute", "brute force", "brute", "#000000", "periodic",
            allocations=("contiguous", "general"), memory_aware=True, exact=True, auto_activations=True, slow=True,
            blocks=True),

@@ -283,8 +283,10 @@ def largest_table(families: Sequence[str] = FAMILIES, devices: Sequence[int] = (
                                  "seconds": time.perf_counter() - t0, "may_vary": bool(varied)})
                     if progress:
                         r = rows[-1]
-                        progress(f"{family} P={P} {crit} {label}: size {size} ({r['parameters'] / 1e6:.0f} M "
-                                 f"parameters), period/bound {r['period_over_bound']:.2f}, {r['seconds']:.1f} s")
+                        progress(f"{family} P={P} {crit} {label}: " + (
+                            f"size {size} ({r['parameters'] / 1e6:.0f} M parameters), period/bound "
+                            f"{r['period_over_bound']:.2f}" if size else "not even the smallest size fits")
+                            + f", {r['seconds']:.1f} s")
     df = pd.DataFrame(rows)
     ref = df[df.method == "PipeDream"].set_index(["family", "devices", "criterion"])["parameters"]
     df["vs_pipedream"] = [p / ref.get(k, math.nan) if ref.get(k, 0) else math.nan

@@ -41,8 +41,7 @@ NOT_MODEL = (
     "experiments/executors.py",
     "profiles/profiler.py", "profiles/zoo.py", "profiles/compare.py", "profiles/memtrace.py", "profiles/discover.py",
     "profiles/wrappers.py", "profiles/usermodel.py", "profiles/timing.py", "profiles/workload.py", "profiles/found.py",
-    "profiles/blocks_route.py",
-    "profiles/tied_counts.py",
+    "profiles/blocks_route.py", "profiles/tied_counts.py", "profiles/cache.py",
 )
 
 

@@ -1,7 +1,7 @@
 """``python -m workbench``: the command line; the model, the validity rules and the plan JSON are in docs/model.md.
 
 Sub-commands: ``profile-info``, ``profile``, ``plan``, ``check``,
-``simulate``, ``run``, ``reproduce``, ``largest``, ``demo``. Each handler lives in a module
+``simulate``, ``run``, ``export``, ``reproduce``, ``largest``, ``demo``. Each handler lives in a module
 of :mod:`workbench.front` imported when its command runs, so ``--help`` stays fast. Bad input (an option out of range, a
 file that is not a profile or a plan, an output path that is a folder or in a
 missing folder) gets one line ``error: ...`` on stderr and exit status 2, before
@@ -17,80 +17,26 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Callable
 
 from workbench.front import is_out_of_memory
-from workbench.front.option_types import finite_bandwidth, gpu_name, named
+from workbench.front.option_types import (
+    checked_by,
+    finite_bandwidth,
+    gpu_name,
+    int_in,
+    named,
+    non_negative,
+    positive_seconds,
+)
 from workbench.methods import METHODS, names
 
 __all__ = ["main", "build_parser", "int_in", "positive_seconds", "check_outputs"]
 
 
-def int_in(lo: int, hi: int | None = None) -> Callable[[str], int]:
-    """An argparse type: a whole number in ``lo..hi``.
-
-    >>> int_in(1, 8)("4")
-    4
-    >>> int_in(1, 8)("0")
-    Traceback (most recent call last):
-    argparse.ArgumentTypeError: 0 is not in 1..8
-    """
-    def parse(text: str) -> int:
-        try:
-            v = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-        if v < lo or (hi is not None and v > hi):
-            raise argparse.ArgumentTypeError(f"{v} is not in {lo}..{hi if hi is not None else ''}")
-        return v
-
-    return parse
-
-
-def _real(text: str, *, positive: bool) -> float:
-    import math
-
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not math.isfinite(v) or v < 0 or (positive and v == 0):
-        raise argparse.ArgumentTypeError(f"{text} is not a {'positive' if positive else 'non-negative'} finite number")
-    return v
-
-
-def positive_seconds(text: str) -> float:
-    """An argparse type: a positive finite number (``--time-limit``).
-
-    >>> positive_seconds("2.5")
-    2.5
-    >>> positive_seconds("inf")
-    Traceback (most recent call last):
-    argparse.ArgumentTypeError: inf is not a positive finite number
-    """
-    return _real(text, positive=True)
-
-
-def _non_negative(text: str) -> float:
-    return _real(text, positive=False)
-
-
-def _checked_by(parse: Callable[..., float]) -> Callable[[str], str]:
-    """An argparse type that keeps the text (Platform parses it) once ``parse`` accepts it."""
-    def check(text: str) -> str:
-        try:
-            parse(text, what="value")
-        except ValueError as e:
-            raise argparse.ArgumentTypeError(str(e).removeprefix("value: ").removeprefix("value ")) from None
-        return text
-
-    return check
-
-
-def _add_platform_args(p: argparse.ArgumentParser, *, required: bool = True) -> None:
+def _add_platform_args(p: argparse.ArgumentParser, *, required: bool = True, profile: bool | None = None) -> None:
     from workbench.model.plan import MAX_DEVICES
 
-    p.add_argument("--profile", type=named("profile name"), required=required,
+    p.add_argument("--profile", type=named("profile name"), required=required if profile is None else profile,
                    help="profile: a CSV file, a PipeDream graph.txt, or a known name")
     p.add_argument("--devices", "-P", type=int_in(1, MAX_DEVICES), required=required,
                    help="number of devices (GPUs)" + ("" if required else "; default: the plan's"))
@@ -99,18 +45,18 @@ def _add_platform_args(p: argparse.ArgumentParser, *, required: bool = True) -> 
     p.add_argument("--gpu", type=gpu_name, default=None, metavar="NAME",
                    help="the accelerator (profile --list-gpus): its memory is the default --memory, its link "
                         "within a node the default --bandwidth")
-    p.add_argument("--memory", type=_checked_by(parse_size), default=None,
+    p.add_argument("--memory", type=checked_by(parse_size), default=None,
                    help="memory per device: bytes or 16GiB, 12GB, ... (default: the --gpu's, else unlimited)")
-    p.add_argument("--bandwidth", type=_checked_by(finite_bandwidth), default=None,
+    p.add_argument("--bandwidth", type=checked_by(finite_bandwidth), default=None,
                    help="link bandwidth between two devices of a node, one way, e.g. 12GB/s, 16GiB/s, or bytes/s "
                         "(default: the --gpu's, else 12GB/s)")
     p.add_argument("--devices-per-node", type=int_in(1), default=None, metavar="N",
                    help="devices per node: a stage boundary between two nodes pays --node-bandwidth "
                         "(default: one node)")
-    p.add_argument("--node-bandwidth", type=_checked_by(finite_bandwidth), default=None,
+    p.add_argument("--node-bandwidth", type=checked_by(finite_bandwidth), default=None,
                    help="bandwidth between two nodes, one way (default 50GB/s: one 400 Gb/s InfiniBand port per "
                         "GPU)")
-    p.add_argument("--latency", type=_non_negative, default=0.0, help="link latency in seconds (default 0)")
+    p.add_argument("--latency", type=non_negative, default=0.0, help="link latency in seconds (default 0)")
     p.add_argument("--weights", choices=["stash", "single"], default=None,
                    help="weight versions: stash (PipeDream, the default) or single" + ("" if required else
                                                                                      "; default: the plan's"))
@@ -128,11 +74,11 @@ def _add_platform_args(p: argparse.ArgumentParser, *, required: bool = True) -> 
     p.add_argument("--precision", default=None,
                    help="full model: fp32, bf16-mixed (bf16 compute, fp32 master copies and optimizer state) or bf16; "
                         "default: the profile's dtype")
-    p.add_argument("--weight-factor", type=_non_negative, default=None,
+    p.add_argument("--weight-factor", type=non_negative, default=None,
                    help="paper model only: memory bytes per weight byte of the live version (default 1)")
     p.add_argument("--no-zero-input", action="store_true",
                    help="PipeDream graphs: keep the Input nodes' data-loading time")
-    p.add_argument("--host-bandwidth", type=_checked_by(finite_bandwidth), default=None,
+    p.add_argument("--host-bandwidth", type=checked_by(finite_bandwidth), default=None,
                    help="each device's link to host memory, for offloaded activations (default: the plan's, else "
                         "31.5GB/s: PCIe 4.0 x16)")
 
@@ -179,6 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
     _plan_parser(sub)
     _check_and_simulate_parsers(sub)
     _run_parser(sub)
+    _export_parser(sub)
     _study_parsers(sub)
     return ap
 
@@ -207,6 +154,13 @@ def _profile_parsers(sub: argparse._SubParsersAction) -> None:
                         "as in a real profile, times estimated for --gpu")
     p.add_argument("--gpu", type=gpu_name, default=None, metavar="NAME",
                    help="with --fake: the GPU whose times are estimated")
+    p.add_argument("--tp", type=int_in(1), default=1, metavar="T",
+                   help="with --fake --module: tensor parallelism over T GPUs of a node (Megatron's split with "
+                        "torch's parallelize_module); the profile is one rank's, measured (default 1)")
+    p.add_argument("--sequence-parallel", action="store_true",
+                   help="with --tp: the norms on 1/T of the sequence (Megatron's sequence parallelism)")
+    p.add_argument("--loss-parallel", action="store_true",
+                   help="with --tp: the logits kept split over the vocabulary for the loss (torch's loss_parallel)")
     p.add_argument("--list-gpus", action="store_true", help="list the GPUs --gpu knows, with their numbers, and exit")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="zoo model option, e.g. image_size=96 or layers=12 (repeatable)")
@@ -221,10 +175,12 @@ def _profile_parsers(sub: argparse._SubParsersAction) -> None:
 
 def _plan_parser(sub: argparse._SubParsersAction) -> None:
     """``plan``: the methods and what they accept come from the registry (:mod:`workbench.methods`)."""
-    p = sub.add_parser("plan", help="plan a pipeline under a memory limit")
-    _add_platform_args(p)
-    p.add_argument("--method", default="dp", help="planner: " + ", ".join(m.name for m in METHODS))
-    p.add_argument("--activations", default="keep", choices=["keep", "recompute", "offload", "auto"],
+    p = sub.add_parser("plan", help="plan a pipeline under a memory limit, or a layout of tensor x pipeline x data "
+                                    "parallelism (--parallel)")
+    _add_platform_args(p, profile=False)
+    p.add_argument("--method", default=None, help="planner: " + ", ".join(m.name for m in METHODS)
+                   + " (default dp; with --parallel: the schedule, default 1f1b, or every one with auto)")
+    p.add_argument("--activations", default=None, choices=["keep", "recompute", "offload", "auto"],
                    help="activation policy of every layer (docs/model.md, 'Activation policies'); auto: chosen per "
                         f"layer ({', '.join(names(auto_activations=True))}; other periodic methods: for their own "
                         "partition)")
@@ -246,7 +202,21 @@ def _plan_parser(sub: argparse._SubParsersAction) -> None:
                         "(default 2; the V schedules always take 2)")
     p.add_argument("--json", dest="json_out", default=None, help="write the plan as JSON to this file")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress lines on stderr")
+    _add_layout_args(p)
     p.set_defaults(handler=_plan)
+
+
+def _add_layout_args(p: argparse.ArgumentParser) -> None:
+    """``plan``'s layout options (docs/model.md, "Layouts")."""
+    _add_module_arg(p)
+    p.add_argument("--fake", action="store_true", help="with --module: profile under fake tensors for --gpu")
+    p.add_argument("--parallel", default=None, metavar="auto|tp=T,pp=P,dp=D[,zero=Z]",
+                   help="a layout of the --devices: auto (search every one: the fastest that fits) or one to "
+                        "evaluate (also mbs=, schedule=, chunks=)")
+    p.add_argument("--global-batch", type=int_in(1), default=None, metavar="G",
+                   help="with --parallel: samples per optimizer step (micro-batches = G / (dp x micro-batch size))")
+    p.add_argument("--profile-cache", default=None, metavar="DIR",
+                   help="with --module: where profiles are cached by content (default build/profiles)")
 
 
 def _check_and_simulate_parsers(sub: argparse._SubParsersAction) -> None:
@@ -275,8 +245,8 @@ def _run_parser(sub: argparse._SubParsersAction) -> None:
                    help="torch.distributed.pipelining, or the PipeDream fallback (auto: torch where it "
                         "expresses the plan; weight stashing needs pipedream)")
     p.add_argument("--steps", type=int_in(1), default=None,
-                   help="mini-batches to run (default 20, or more where the plan's steady state needs them; a plan "
-                        "of torch's schedules: its micro-batches)")
+                   help="mini-batches to run (default 20, or more where the plan's steady state needs them); a "
+                        "flushed plan of m micro-batches runs them as optimizer steps of m: a multiple of m")
     p.add_argument("--batch-size", type=int_in(1), default=8, help="mini-batch size without --profile (default 8)")
     p.add_argument("--backend", default=None, choices=["gloo", "nccl"],
                    help="gloo (CPU) or nccl (GPU); default by device")
@@ -290,6 +260,18 @@ def _run_parser(sub: argparse._SubParsersAction) -> None:
                    help="replay each device alone instead (one GPU or core at a time): its compute time and, "
                         "on a GPU, the allocator's peak against the prediction; writes replay.csv")
     p.set_defaults(handler=_run)
+
+
+def _export_parser(sub: argparse._SubParsersAction) -> None:
+    """``export``: a plan with a layout as torchtitan's settings or Megatron-LM's flags."""
+    p = sub.add_parser("export", help="a plan (plan --parallel) as torchtitan's settings or Megatron-LM's flags")
+    p.add_argument("plan_file", help="a plan JSON file with a \"parallel\" layout (plan --parallel ... --json)")
+    p.add_argument("--to", required=True, choices=["torchtitan", "megatron"],
+                   help="torchtitan: a TOML file for torchtitan 0.2 (--job.config_file), torchtitan 0.3's command "
+                        "line in a comment; megatron: Megatron-LM's command-line flags")
+    p.add_argument("--seq-len", type=int_in(1), default=None, help="sequence length (default: the plan's)")
+    p.add_argument("--out", default=None, help="write here (default: standard output)")
+    p.set_defaults(handler=_export)
 
 
 def _study_parsers(sub: argparse._SubParsersAction) -> None:
@@ -358,6 +340,11 @@ def _run(args: argparse.Namespace) -> int:
     return run_command(args)
 
 
+def _export(args: argparse.Namespace) -> int:
+    from workbench.front.exporting import export_command
+    return export_command(args)
+
+
 def _reproduce(args: argparse.Namespace) -> int:
     from workbench.front.studies import reproduce_command
     return reproduce_command(args)
@@ -379,6 +366,7 @@ OUTPUTS: dict[str, list[tuple[str, str, str]]] = {
     "simulate": [("out", "--out", "file")],
     "profile": [("out", "--out", "file")],
     "run": [("out", "--out", "folder")],
+    "export": [("out", "--out", "file")],
     "reproduce": [("out", "--out", "folder")],
     "demo": [("out", "--out", "folder")],
 }

@@ -15,13 +15,16 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from workbench.methods import METHODS, method
 from workbench.model.plan_setup import SETUP_OPTIONS, plan_setup, resolve_setup
 
-__all__ = ["platform_from_args", "chain_from_args", "plan_command", "check_command", "simulate_command",
-           "plan_setup", "resolve_setup", "SETUP_OPTIONS"]
+if TYPE_CHECKING:
+    from workbench.model.chain import Chain, Platform
+
+__all__ = ["platform_from_args", "chain_from_args", "chain_for_platform", "plan_command", "check_command",
+           "simulate_command", "plan_setup", "resolve_setup", "SETUP_OPTIONS"]
 
 
 def _links(args: argparse.Namespace, setup: dict) -> dict:
@@ -33,21 +36,30 @@ def _links(args: argparse.Namespace, setup: dict) -> dict:
     gpu = accelerator(name) if name else None          # an unknown name: one line listing the known ones
     per_node = getattr(args, "devices_per_node", None) or setup.get("devices_per_node")
     return {"memory": args.memory or (gpu.memory if gpu else "inf"),
-            "bandwidth": args.bandwidth or (gpu.link_bandwidth if gpu else recorded(setup, "bandwidth", "12GB/s")),
+            "bandwidth": args.bandwidth or (gpu.link_bandwidth if gpu else _recorded(setup, "bandwidth", "12GB/s")),
             "devices_per_node": per_node, "gpu": gpu.name if gpu else None,
-            "node_bandwidth": getattr(args, "node_bandwidth", None) or recorded(setup, "node_bandwidth",
-                                                                                DEFAULT_NODE_BANDWIDTH)}
+            "node_bandwidth": getattr(args, "node_bandwidth", None) or _recorded(setup, "node_bandwidth",
+                                                                                 DEFAULT_NODE_BANDWIDTH)}
 
 
-def recorded(setup: dict, key: str, default: str | float) -> str | float:
-    """A link a plan recorded (null: infinite), else ``default``.
+def _recorded(setup: dict, key: str, default):
+    """A link the plan records (its ``memory_setup``; null: infinite, JSON has no Infinity), checked, naming where
+    it comes from; else ``default``.
 
-    >>> recorded({"bandwidth": None}, "bandwidth", "12GB/s"), recorded({}, "bandwidth", "12GB/s")
-    ('inf', '12GB/s')
+    >>> _recorded({"bandwidth": None}, "bandwidth", "12GB/s"), _recorded({}, "bandwidth", "12GB/s")
+    (inf, '12GB/s')
+    >>> _recorded({"node_bandwidth": 0}, "node_bandwidth", 1.0)
+    Traceback (most recent call last):
+    ...
+    ValueError: the plan's memory_setup node_bandwidth must be positive, got 0
     """
+    from workbench.model.units import parse_bandwidth
+
     if key not in setup:
         return default
-    return "inf" if setup[key] is None else setup[key]
+    if setup[key] is None:
+        return float("inf")
+    return parse_bandwidth(setup[key], what=f"the plan's memory_setup {key}")
 
 
 def platform_from_args(args: argparse.Namespace, plan=None):
@@ -61,10 +73,12 @@ def platform_from_args(args: argparse.Namespace, plan=None):
     model = chosen["memory_model"]
     extra = ({"weight_factor": chosen["weight_factor"]} if model == "paper" else
              {"optimizer": chosen["optimizer"], "precision": chosen["precision"], "zero_grad": chosen["zero_grad"]})
+    if setup.get("dp", 1) > 1:   # a layout's pipeline: each device a rank of a data-parallel group
+        extra.update(dp=int(setup["dp"]), zero=int(setup.get("zero", 0)))
     return Platform(args.devices, latency=args.latency, weights=chosen["weights"], memory_model=model,
                     **_links(args, setup),
-                    host_bandwidth=getattr(args, "host_bandwidth", None) or recorded(setup, "host_bandwidth",
-                                                                                     "31.5GB/s"),
+                    host_bandwidth=getattr(args, "host_bandwidth", None) or _recorded(setup, "host_bandwidth",
+                                                                                      "31.5GB/s"),
                     **extra)
 
 
@@ -75,6 +89,17 @@ def chain_from_args(args: argparse.Namespace):
     if getattr(args, "no_zero_input", False):
         opts["zero_input"] = False
     return load_profile(args.profile, **opts)
+
+
+def chain_for_platform(chain: Chain, platform: Platform) -> Chain:
+    """``chain`` with times for the platform's GPU (a fake profile re-estimated for it; a profile measured on
+    another device refused in one line: :func:`workbench.profiles.retime.chain_for_gpu`), its note printed."""
+    from workbench.profiles.retime import chain_for_gpu
+
+    chain, note = chain_for_gpu(chain, getattr(platform, "gpu", None))
+    if note:
+        print(note)
+    return chain
 
 
 def _progress(quiet: bool) -> Callable[[str], None] | None:
@@ -98,23 +123,42 @@ def _resolve_plan_context(args: argparse.Namespace, plan):
 
     if args.profile is None:
         raise ValueError("--profile is required to check or simulate a plan (the chain the plan was made for)")
-    if args.devices is None:
-        args.devices = plan.devices
+    layout = plan.parallel.get("parallel", {})
+    if args.devices is None or (layout and args.devices == layout["tp"] * layout["pp"] * layout["dp"]):
+        args.devices = plan.devices         # a layout's plan is one replica's pipeline of pp ranks
     chain, platform = chain_from_args(args), platform_from_args(args, plan)
+    chain = chain_for_platform(chain, platform)
     validate_setup(platform, chain)
     return chain, platform
 
 
 def plan_command(args: argparse.Namespace) -> int:
+    from workbench.model.plan import chain_for_plan
     from workbench.planners import GENERAL_METHODS
     from workbench.planners import plan as run_planner
 
+    if getattr(args, "parallel", None) or getattr(args, "module", None):
+        from workbench.front.layouts import layout_command  # a layout (docs/model.md, "Layouts")
+
+        return layout_command(args)
+    if not args.profile:
+        raise ValueError("plan: give --profile FILE (a pipeline) or --module FILE.py:FUNC --parallel ... (a layout)")
+    if getattr(args, "global_batch", None) or getattr(args, "fake", False):
+        raise ValueError("--global-batch and --fake go with --parallel (a layout of tensor x pipeline x data "
+                         "parallelism)")
+    args.method = args.method or "dp"
+    args.activations = args.activations or "keep"
     chosen = method(args.method)  # an unknown method is refused before the profile is read
     if args.allocation not in chosen.allocations:
         raise ValueError(f"--allocation {args.allocation}: method {args.method!r} plans contiguous allocations only; "
                          f"use one of {', '.join(sorted(GENERAL_METHODS))}")
+    if args.micro_batches is not None and chosen.family != "flushed":    # refused, not silently ignored
+        raise ValueError(f"--micro-batches: method {args.method!r} plans a periodic schedule (a mini-batch enters "
+                         f"every period, no flush); --micro-batches is for the flushed methods "
+                         f"{', '.join(m.name for m in METHODS if m.family == 'flushed')}")
     chain = chain_from_args(args)
     platform = platform_from_args(args)
+    chain = chain_for_platform(chain, platform)
     opts = {}
     if args.micro_batches is not None:
         opts["micro_batches"] = args.micro_batches
@@ -131,8 +175,14 @@ def plan_command(args: argparse.Namespace) -> int:
     names = list(result.chain_order) if result.chain_order else [l.name for l in chain.layers]
     tied = json.loads(chain.meta.get("tied") or "[]")      # shared parameters (docs/model.md, Tied parameters)
     result = result.with_(extra={**result.extra, "layer_names": names, **({"tied": tied} if tied else {})})
+    from workbench.model.explain import IDLE, MEMORY, explain
+
+    result = explain(result, chain_for_plan(result, chain), platform)   # idle devices, a period memory sets
     print(f"{chain.name}: {len(chain)} layers on {platform.devices} devices")
     print(result.summary())
+    for note in result.notes:
+        if note.startswith((IDLE, MEMORY)):
+            print(f"  {note}")
     for t in result.extra.get("tied", []):
         print(f"  tied: {t['parameter']} shared by {', '.join(t['layers'])}; counted at {t['owner']}, and a stage "
               "holding a sharer without it holds a copy")

@@ -119,6 +119,22 @@ def _check_profile_args(args: Any) -> None:
         raise ValueError("--gpu goes with --fake (a real profile measures the device it runs on: --device)")
     else:
         check_device(getattr(args, "device", "cpu") or "cpu")
+    _check_tp_args(args)
+
+
+def _check_tp_args(args: Any) -> None:
+    """``--tp``, ``--sequence-parallel`` and ``--loss-parallel`` go with ``--fake --module``."""
+    tp_args = getattr(args, "tp", 1) != 1 or getattr(args, "sequence_parallel", False) \
+        or getattr(args, "loss_parallel", False)
+    if not tp_args:
+        return
+    if not getattr(args, "module", None):
+        raise ValueError("--tp shards a Llama-style model (q_proj ... down_proj): give --module FILE.py:FUNC")
+    if not getattr(args, "fake", False):
+        raise ValueError(f"--tp {args.tp}: a tensor-parallel profile is made under fake tensors with a fake "
+                         "process group: add --fake --gpu NAME")
+    if args.tp == 1:
+        raise ValueError("--sequence-parallel and --loss-parallel need --tp 2 or more")
 
 
 def check_device(text: str) -> None:
@@ -269,6 +285,8 @@ def _fake_profile(args: Any, kwargs: dict[str, Any]) -> int:
     from workbench.profiles.csvio import write_profile
     from workbench.profiles.fake import fake_module, fake_zoo
 
+    if args.module and getattr(args, "tp", 1) > 1:
+        return _tensor_parallel_profile(args)
     if args.module:
         print(f"building {args.module} under fake tensors (nothing is allocated) ...", flush=True)
         from workbench.profiles.cuts import parse_split_at
@@ -289,6 +307,30 @@ def _fake_profile(args: Any, kwargs: dict[str, Any]) -> int:
         print(f"tied: {t['parameter']} ({t['bytes'] / 2**20:.2f} MiB) shared by {', '.join(t['layers'])}; "
               f"counted once, at {t['owner']}")
     print(f"saved for backward {sum(chain.saved_array) / 2**30:.2f} GiB in all; {m['dtype']}; input "
+          f"{m['input_shape']} ({m['input_dtype']})")
+    print(f"times: {m['timing']}")
+    print(f"profiled in {m['profile_seconds']} s; wrote {args.out}")
+    return 0
+
+
+def _tensor_parallel_profile(args: Any) -> int:
+    """``profile --module FILE.py:FUNC --fake --gpu NAME --tp T``: one rank's profile under tensor parallelism
+    (:mod:`workbench.parallel.tensor.profile`)."""
+    from workbench.parallel.tensor.profile import describe_meta, tensor_parallel_profile
+    from workbench.profiles.csvio import write_profile
+    from workbench.profiles.usermodel import user_code
+
+    print(f"building {args.module} under fake tensors, sharded over a fake group of {args.tp} ranks ...", flush=True)
+    with user_code(args.module), _quiet_fake_tensor_log():
+        chain = tensor_parallel_profile(args.module, args.gpu, args.tp, sequence_parallel=args.sequence_parallel,
+                                        loss_parallel=args.loss_parallel, cache=False, progress=True)
+    chain = _module_from_profile(chain, args.module, args.out)
+    write_profile(chain, args.out)
+    m = chain.meta
+    print(chain.summary())
+    print(f"layers found: {m.get('layers_found')}")
+    print(describe_meta(chain))
+    print(f"saved for backward {sum(chain.saved_array) / 2**30:.2f} GiB in all on each rank; {m['dtype']}; input "
           f"{m['input_shape']} ({m['input_dtype']})")
     print(f"times: {m['timing']}")
     print(f"profiled in {m['profile_seconds']} s; wrote {args.out}")

@@ -4,6 +4,11 @@ Runs a plan and compares it with its prediction. With ``--replay`` every device 
 instead (:mod:`~workbench.runtime.replay`), and ``replay.csv`` holds its compute time and
 memory against the prediction.
 
+``--steps`` counts mini-batches for every method; a flushed plan of m micro-batches runs them as whole
+optimizer steps of m (a count that is not a multiple of m is refused in one line:
+:func:`~workbench.schedules.program.optimizer_steps`); the default is enough for the steady state, at
+least 20 (:func:`~workbench.runtime.summary.default_steps`).
+
 Before anything long (a profile, the ranks), the plan is checked against the
 model (:func:`check_plan_against`): the layer count, and the layer names where
 the plan or the profile records them; a plan made for another model is refused
@@ -56,7 +61,7 @@ from workbench.runtime.session import (
     workload_for,
 )
 from workbench.runtime.summary import format_comparison
-from workbench.schedules.registry import schedule_of
+from workbench.schedules.program import optimizer_steps
 
 __all__ = ["run_command", "run_and_compare", "format_comparison", "validate_zoo", "measure_series", "profile_dtype",
            "check_plan_against", "cores_available", "dropout_modules"]
@@ -267,6 +272,8 @@ def run_command(args: argparse.Namespace) -> int:
 
         return run_layout_command(args, plan, layout)
     resolve_setup(args, plan)           # an option that contradicts the plan's set-up: refused before anything
+    if args.steps is not None:          # as is a count of mini-batches that leaves a partial optimizer step
+        optimizer_steps(plan, args.steps)
     if args.backend == "nccl":
         import torch
 
@@ -295,16 +302,13 @@ def run_command(args: argparse.Namespace) -> int:
                                 zero_grad=setup["zero_grad"])
     validate_setup(platform, chain)
     optimizer = platform.optimizer
-    if args.steps is not None:
-        steps = args.steps
-    elif schedule_of(plan.schedule).from_torch:  # torch's schedules: one step of the plan's micro-batches
-        steps = int(plan.micro_batches)
-    else:                                       # enough mini-batches for the steady state the plan describes
-        from workbench.runtime.engine import choose_engine
-        from workbench.runtime.summary import steady_steps
+    from workbench.runtime.engine import choose_engine
+    from workbench.runtime.summary import default_steps
 
-        steps = max([20] + steady_steps(plan, choose_engine(plan, platform.weights,
-                                                            getattr(args, "engine", None) or "auto")))
+    engine = choose_engine(plan, platform.weights, getattr(args, "engine", None) or "auto")
+    # --steps counts mini-batches (a flushed plan: whole optimizer steps of its micro-batches, else one line);
+    # by default enough of them for the steady state the plan describes
+    steps = args.steps if args.steps is not None else default_steps(plan, engine)
     if getattr(args, "replay", False):
         return _replay(plan, chain, platform, wl, steps, Path(args.out), optimizer)
     summary = run_and_compare(plan, chain, platform, wl, batch_size, steps,

@@ -55,8 +55,19 @@ def largest_command(args) -> int:
     fams = tuple(args.family) if args.family else FAMILIES
     devs = tuple(args.devices) if args.devices else ((2, 4) if args.quick else (2, 4, 8))
     methods = METHODS if not args.quick else tuple(m for m in METHODS if m[1] != "ilp")
-    df = largest_table(fams, devs, parse_size(args.memory, what="memory"), methods, time_limit=args.time_limit,
+    memory = parse_size(args.memory, what="memory")
+    df = largest_table(fams, devs, memory, methods, time_limit=args.time_limit,
                        progress=print, platform_kw={"zero_grad": getattr(args, "zero_grad", None) or "none"})
+    if not (df["size"] > 0).any():      # an infeasible answer: said, not a table of zeros and NaN, and exit 2
+        from workbench.experiments.largest import family_chain, parameters
+        from workbench.model.units import format_bytes
+
+        smallest = {f: family_chain(f, 1 if f == "depth" else 64) for f in fams}
+        print(f"error: nothing fits in {format_bytes(memory)} per device: no method fits even the smallest model ("
+              + "; ".join(f"{f}: {parameters(f, 1 if f == 'depth' else 64) / 1e6:.2f} M parameters, "
+                          f"{format_bytes(float(c.weights.sum()))} of weights" for f, c in smallest.items())
+              + f") on {', '.join(map(str, devs))} device(s)", file=sys.stderr)
+        return 2
     print()
     print(df.to_string(index=False, float_format=lambda x: f"{x:.3g}"))
     if args.out:

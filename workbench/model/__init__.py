@@ -9,12 +9,14 @@ Read in this order:
   rent, as data: peak FLOP/s, memory, links);
 * the memory model: :mod:`~workbench.model.memory_columns` (the profile's columns, measured or estimated),
   :mod:`~workbench.model.ties` (shared parameters), :mod:`~workbench.model.memory` (what a layer, a stage and
-  a device hold), :mod:`~workbench.model.memory_bands` (the same over many stages at once, for the planners)
-  and :mod:`~workbench.model.memory_views` (over a whole plan: per device, split by term);
+  a device hold), :mod:`~workbench.model.memory_zero` (what a rank of a data-parallel group holds, per ZeRO
+  level), :mod:`~workbench.model.memory_bands` (the same over many stages at once, for the planners) and
+  :mod:`~workbench.model.memory_views` (over a whole plan: per device, split by term);
 * :mod:`~workbench.model.activations` (keep, recompute or offload per layer: the effective chain) and
   :mod:`~workbench.model.split` (a backward's input- and weight-gradient parts);
 * :mod:`~workbench.model.plan` (``Plan``, its JSON and the simple lower bound), :mod:`~workbench.model.plan_extra`
-  (the schema of ``Plan.extra``), :mod:`~workbench.model.plan_setup` (the training set-up a plan records) and
+  (the schema of ``Plan.extra``), :mod:`~workbench.model.plan_setup` (the training set-up a plan records),
+  :mod:`~workbench.model.layout` (the layout tp x pp x dp a plan may name: its ``"parallel"`` object and rank grid) and
   :mod:`~workbench.model.trace` (what a simulation or a run recorded).
 
 Nothing here orders, plans, checks or runs: :mod:`workbench.schedules`, :mod:`workbench.planners`,

@@ -37,7 +37,7 @@ if TYPE_CHECKING:  # workbench.model.graph builds chains (Graph.linearise): the 
 DEFAULT_HOST_BANDWIDTH = 31.5e9
 
 __all__ = ["Layer", "Chain", "Platform", "StageCosts", "WeightPolicy", "MEMORY_COLUMNS", "OPTIONAL_COLUMNS",
-           "SPLIT_FIELDS",
+           "SPLIT_FIELDS", "COMM_FIELDS",
            "OPTIMIZERS", "PRECISIONS", "MEMORY_MODELS", "ZERO_GRADS", "DEFAULT_HOST_BANDWIDTH"]
 
 WeightPolicy = Literal["stash", "single"]
@@ -47,6 +47,8 @@ MEMORY_COLUMNS = ("grad_bytes", "max_param_bytes", "saved_input_bytes", "saved_o
 OPTIONAL_COLUMNS = ("saved_bytes",) + MEMORY_COLUMNS
 #: the backward's split into input- and weight-gradient work (docs/model.md, "Backward split")
 SPLIT_FIELDS = ("backward_weight", "weight_pending_bytes")
+#: a layer's collectives (tensor parallelism), bytes per phase (docs/model.md, "Tensor parallelism")
+COMM_FIELDS = ("comm_forward_bytes", "comm_backward_bytes")
 #: the training set-ups the memory model knows (docs/model.md, "Memory")
 OPTIMIZERS = tuple(OPTIMIZER_STATES)
 
@@ -87,12 +89,17 @@ class Layer:
     #: the backward's peak when its gradients do not exist yet (written fresh, as after torch's default
     #: ``zero_grad()``); ``backward_peak_bytes`` adds into gradients that exist
     backward_fresh_peak_bytes: float | None = None
+    #: bytes of the tensors the layer's collectives move in its forward and in its backward (tensor parallelism:
+    #: an all-reduce's tensor, an all-gather's output, a reduce-scatter's input; docs/model.md, "Tensor
+    #: parallelism"), their time already in ``forward``/``backward``; ``None``: not measured (no collectives)
+    comm_forward_bytes: float | None = None
+    comm_backward_bytes: float | None = None
 
     def __post_init__(self) -> None:
         for f in ("forward", "backward", "weight_bytes", "activation_bytes", "offload_bytes") + OPTIONAL_COLUMNS \
-                + SPLIT_FIELDS:
+                + SPLIT_FIELDS + COMM_FIELDS:
             v = getattr(self, f)
-            if v is None and f in OPTIONAL_COLUMNS + SPLIT_FIELDS:
+            if v is None and f in OPTIONAL_COLUMNS + SPLIT_FIELDS + COMM_FIELDS:
                 continue
             if not isinstance(v, (int, float, np.floating, np.integer)) or math.isnan(v) or v < 0 or math.isinf(v):
                 raise ValueError(f"layer {self.name!r}: {f} must be a finite non-negative number, got {v!r}")
@@ -102,9 +109,10 @@ class Layer:
 
 
 def _merged_split(layers: Sequence[Layer]) -> dict[str, float | None]:
-    """The backward split of merged layers: sums, or None (estimated) when any of them lacks it."""
+    """The backward split and the collectives' bytes of merged layers: sums, or None (estimated, not measured)
+    when any of them lacks it."""
     out: dict[str, float | None] = {}
-    for f in SPLIT_FIELDS:
+    for f in SPLIT_FIELDS + COMM_FIELDS:
         values = [getattr(l, f) for l in layers]
         out[f] = None if any(v is None for v in values) else float(sum(values))
     return out
@@ -292,7 +300,8 @@ class Chain:
     # ----- tables ---------------------------------------------------------
     def to_frame(self) -> pd.DataFrame:
         """One row per layer: name, forward_ms, backward_ms, weight_bytes, activation_bytes, saved_bytes,
-        cut_bytes, and each memory column the profile has (:data:`MEMORY_COLUMNS`)."""
+        cut_bytes, and each memory column the profile has (:data:`MEMORY_COLUMNS`), and its collectives' bytes
+        (:data:`COMM_FIELDS`)."""
         cols: dict[str, Any] = {
             "name": [l.name for l in self.layers],
             "forward_ms": self.forward * 1e3,
@@ -302,7 +311,7 @@ class Chain:
             "saved_bytes": self.saved_array,
             "cut_bytes": self.cuts,
         }
-        for c in MEMORY_COLUMNS:
+        for c in MEMORY_COLUMNS + COMM_FIELDS:
             values = [getattr(l, c) for l in self.layers]
             if any(v is not None for v in values):
                 cols[c] = [math.nan if v is None else float(v) for v in values]
@@ -376,6 +385,10 @@ class Platform:
     #: the training loop (docs/model.md, "Memory"): ``none`` (torch's default ``zero_grad()``: gradients set to
     #: None between steps) or ``zeros`` (zeroed in place: a resident buffer)
     zero_grad: str = "none"
+    #: data parallelism around each device (docs/model.md, "Layouts"): the ranks of its data-parallel group and
+    #: the ZeRO level (0 DDP, 1 optimizer state sharded, 2 and gradients, 3 and parameters: FSDP2)
+    dp: int = 1
+    zero: int = 0
 
     def __post_init__(self) -> None:
         if not isinstance(self.devices, (int, np.integer)) or self.devices < 1:
@@ -404,9 +417,22 @@ class Platform:
                                    ("zero-grad loop", self.zero_grad, ZERO_GRADS)):
             if value not in known:
                 raise ValueError(f"unknown {name} {value!r}; known: {', '.join(k for k in known if k)}")
+        self._check_data_parallel()
         if self.memory_model == "full" and phi != 1.0:
             raise ValueError(f"the weight factor ({phi:g}) belongs to the paper's memory model; the full model counts "
                              "parameters, gradients and optimizer state itself (use memory_model='paper')")
+
+    def _check_data_parallel(self) -> None:
+        for name in ("dp", "zero"):
+            v = getattr(self, name)
+            if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < (name == "dp"):
+                raise ValueError(f"{name} must be a whole number >= {int(name == 'dp')}, got {v!r}")
+        if self.zero not in (0, 1, 2, 3):
+            raise ValueError(f"zero must be 0, 1, 2 or 3 (0 DDP ... 3 FSDP), got {self.zero}")
+        if self.zero and self.dp == 1:
+            raise ValueError(f"zero={self.zero} shards over the data-parallel group, but dp=1")
+        if self.dp > 1 and self.memory_model != "full":
+            raise ValueError("data parallelism (dp > 1) needs the full memory model, not --memory-model paper")
 
     @property
     def stash(self) -> bool:

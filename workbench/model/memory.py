@@ -60,7 +60,9 @@ parameter, gradient, optimizer state (and fp32 masters) and takes a step;
 with ``stash`` (the PipeDream engine: the sharer sends its gradient to the
 owner, which alone steps) the copy has its parameter, one stashed version per
 extra in-flight mini-batch and a fresh gradient from its backward until the
-step (sent), and the owner's stage, when a sharer is elsewhere, a receive buffer.
+step (sent), and the owner's stage, when a sharer is elsewhere, a receive buffer
+per mini-batch in flight (posted when its forward starts, added to its own
+gradient before its step).
 
 **A stage** ``i..j`` with k mini-batches in flight holds
 ``k A + static + buf_in_i + buf_out_j + (k - 1) stash + ties`` with ``A = sum act + head_i + tail_j``,
@@ -105,6 +107,7 @@ from typing import TYPE_CHECKING, Iterable
 import numpy as np
 
 from workbench.model.memory_columns import ESTIMATES, measured_columns, validate_setup
+from workbench.model.memory_zero import DataParallel, shard_layer_terms
 from workbench.model.ties import Tie, chain_ties, tie_flags
 
 if TYPE_CHECKING:  # memory is below chain: chain.py imports from here
@@ -135,7 +138,8 @@ class TieTerms:
     """What one tied parameter adds to a stage (module docstring): to a stage holding a ``copy``, its
     resident bytes ``static``, ``stash`` per extra in-flight mini-batch, the gradient the step finds
     (``created``) and the foreach step's temporaries (``foreach``); to the owner's stage while a
-    sharer is elsewhere (``away``), a receive buffer ``recv``."""
+    sharer is elsewhere (``away``), a receive buffer ``recv`` and ``recv_k`` more per extra mini-batch
+    in flight."""
 
     tie: Tie
     static: float
@@ -143,6 +147,7 @@ class TieTerms:
     created: float
     foreach: float
     recv: float
+    recv_k: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -222,8 +227,8 @@ def _tie_terms(chain: Chain, platform: Platform, wide: float, mixed: bool) -> tu
     out = []
     for tie in chain_ties(chain):
         c = tie.nbytes
-        if platform.stash:
-            out.append(TieTerms(tie, c, c, c, 0.0, c))
+        if platform.stash:      # the owner posts a receive per mini-batch when its forward starts
+            out.append(TieTerms(tie, c, c, c, 0.0, c, c))
             continue
         master = wide * c if mixed else 0.0
         static = c + n_states * wide * c + master + ((c + master) if zeros else 0.0)
@@ -287,12 +292,32 @@ def _full_terms(chain: Chain, platform: Platform) -> LayerTerms:
     const = float(chain.meta.get("runtime_bytes", 0.0) or 0.0)
     parts = {"parameters": W, "gradients": grads, "master": master, "optimizer": optimizer, "offloaded": off,
              "precision": precision}
+    if platform.dp > 1:       # a rank of a data-parallel group (docs/model.md, "Layouts")
+        static, act, fwd, bwd, grad, created, step = _data_parallel(
+            chain, platform, parts, (act, fwd, bwd, grad, created, step, cols), G, n_states, wide, mixed, foreach)
     # one receive buffer for the activation coming in and one for the gradient coming back, at every
     # stage boundary (the neighbouring stage is on another device, by definition of a stage)
     buf_in = np.concatenate([[0.0], chain.cuts[:-1]])
     buf_out = chain.cuts.copy()
     return LayerTerms(act, head, tail, buf_in, buf_out, static, W * (1.0 if platform.stash else 0.0),
                       fwd, np.maximum(bwd, 0.0), grad, created, step, foreach, const, missing, "full", parts, ties)
+
+
+def _data_parallel(chain: Chain, platform: Platform, parts: dict, replica: tuple, G: np.ndarray, n_states: int,
+                   wide: float, mixed: bool, foreach: bool) -> tuple[np.ndarray, ...]:
+    """The replica's (act, fwd, bwd, grad, created, step) and ``parts`` turned into one rank's under ZeRO
+    (:mod:`workbench.model.memory_zero`); returns static first. ``parts`` is updated in place."""
+
+    act, fwd, bwd, grad, created, step, cols = replica
+    dp = DataParallel(platform.dp, platform.zero, pipelined=platform.devices > 1)
+    W = parts["parameters"]
+    t = shard_layer_terms(W, G, bwd, cols["in"], states=n_states, wide=wide, mixed=mixed,
+                          zeros=platform.zero_grad == "zeros", foreach=foreach, dp=dp)
+    parts.update({k: t[k] for k in ("parameters", "gradients", "master", "optimizer")})
+    static = t["parameters"] + t["gradients"] + t["master"] + t["optimizer"] + parts["offloaded"]
+    if platform.zero_grad == "none":      # a tied sharer's copy keeps the replica's gradient (grad - G)
+        grad, created = grad - G + t["made"], t["created"]
+    return (static, act + t["act"], fwd + t["fwd"], t["bwd"], grad, created, step * t["step"])
 
 
 def flushed_platform(platform: Platform) -> Platform:
@@ -317,7 +342,7 @@ def layer_terms(chain: Chain, platform: Platform) -> LayerTerms:
     40.0
     """
     key = (platform.memory_model, platform.optimizer, platform.precision, platform.weight_factor, platform.weights,
-           platform.zero_grad)
+           platform.zero_grad, platform.dp, platform.zero, platform.devices > 1)
     cache = chain.__dict__.setdefault("_memory_terms", {})
     if key not in cache:
         cache[key] = _paper_terms(chain, platform) if platform.memory_model == "paper" else _full_terms(chain, platform)
@@ -330,15 +355,17 @@ def layer_terms(chain: Chain, platform: Platform) -> LayerTerms:
 @dataclass(frozen=True)
 class StageTies:
     """What the tied parameters add to one stage (module docstring): resident bytes (``static``), bytes per
-    extra in-flight mini-batch (``stash``), foreach step temporaries (``foreach``), gradients its step
-    finds (``created``) and, of ``static``, the receive buffers its step no longer holds (``recv``: the
-    owner added the sharer's gradient before its step)."""
+    extra in-flight mini-batch (``stash``: a copy's stashed versions and, ``recv_k`` of them, the owner's
+    receive buffers), foreach step temporaries (``foreach``), gradients its step finds (``created``) and, of
+    ``static``, the receive buffer its step no longer holds (``recv``: the owner added the sharer's gradient
+    before its step)."""
 
     static: float = 0.0
     stash: float = 0.0
     foreach: float = 0.0
     created: float = 0.0
     recv: float = 0.0
+    recv_k: float = 0.0
 
 
 def stage_ties(t: LayerTerms, first: int, last: int) -> StageTies:
@@ -349,11 +376,11 @@ def stage_ties(t: LayerTerms, first: int, last: int) -> StageTies:
     >>> tied = json.dumps([{"owner": "a", "layers": ["a", "b"], "bytes": 8}])
     >>> ch = Chain((Layer("a", 1, 1, 8), Layer("b", 1, 1)), meta={"tied": tied})
     >>> stage_ties(layer_terms(ch, Platform(2, optimizer="adam", weights="single")), 1, 1)   # a copy, 2 Adam states
-    StageTies(static=24.0, stash=0.0, foreach=8.0, created=8.0, recv=0.0)
+    StageTies(static=24.0, stash=0.0, foreach=8.0, created=8.0, recv=0.0, recv_k=0.0)
     """
     if not t.ties:
         return _NO_TIES
-    static = stash = foreach = created = recv = 0.0
+    static = stash = foreach = created = recv = recv_k = 0.0
     for x in t.ties:
         copy, away = tie_flags(x.tie, np.array(first), np.array(last))
         if copy:
@@ -361,7 +388,8 @@ def stage_ties(t: LayerTerms, first: int, last: int) -> StageTies:
             created += x.created
         if away:
             static, recv = static + x.recv, recv + x.recv
-    return StageTies(static, stash, foreach, created, recv)
+            stash, recv_k = stash + x.recv_k, recv_k + x.recv_k
+    return StageTies(static, stash, foreach, created, recv, recv_k)
 
 
 _NO_TIES = StageTies()

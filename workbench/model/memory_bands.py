@@ -63,7 +63,7 @@ def _band_ties(t: LayerTerms, I: np.ndarray, J: np.ndarray, static, stash, step,
         copy, away = tie_flags(x.tie, I, J)
         static = static + np.where(copy, x.static, 0.0) + np.where(away, x.recv, 0.0)
         recv = recv + np.where(away, x.recv, 0.0)
-        stash = stash + np.where(copy, x.stash, 0.0)
+        stash = stash + np.where(copy, x.stash, 0.0) + np.where(away, x.recv_k, 0.0)
         created = created + np.where(copy, x.created, 0.0)
         if t.step_sum:
             step = step + np.where(copy, x.foreach, 0.0)

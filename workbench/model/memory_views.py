@@ -57,7 +57,7 @@ def memory_breakdown(chain: Chain, platform: Platform, stages: Sequence) -> list
     ``runtime``; the paper model has ``weights`` (phi W), ``stashed`` and ``activations``; ``offloaded`` (the
     one copy of offloaded activations a device holds) when a layer offloads; ``tied`` (copies of shared
     parameters, with their gradients and optimizer state as the engine keeps them, and the owner's receive
-    buffer for a sharer's gradient) when the chain has shared parameters.
+    buffers for a sharer's gradient) when the chain has shared parameters.
     """
     from workbench.model.memory import stage_ties
 
@@ -75,8 +75,9 @@ def memory_breakdown(chain: Chain, platform: Platform, stages: Sequence) -> list
             row[n] += float(np.sum(t.parts[n][s.first:s.last + 1]))
         ties = stage_ties(t, s.first, s.last)
         if tied:
-            row["tied"] += ties.static
-        row["stashed"] += (s.in_flight - 1) * (float(t.p_stash[s.last + 1] - t.p_stash[s.first]) + ties.stash)
+            row["tied"] += ties.static + (s.in_flight - 1) * ties.recv_k
+        row["stashed"] += (s.in_flight - 1) * (float(t.p_stash[s.last + 1] - t.p_stash[s.first]) + ties.stash
+                                               - ties.recv_k)
         row["activations"] += s.in_flight * stage_activation(t, s.first, s.last)
         row["buffers"] += float(t.buf_in[s.first] + t.buf_out[s.last])
         excess[s.device] = max(excess[s.device], stage_excess(t, s.first, s.last))

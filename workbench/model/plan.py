@@ -30,6 +30,7 @@ from typing import Any, Literal, Sequence
 from workbench.io import write_text_atomic
 from workbench.model.activations import describe
 from workbench.model.chain import Chain, Platform
+from workbench.model.layout import every_rank_json
 from workbench.model.memory import layer_terms
 from workbench.model.memory_views import estimate_note, plan_memory
 from workbench.model.plan_extra import PlanExtra
@@ -123,6 +124,11 @@ class Plan:
     #: one activation policy per layer, in layer order (docs/model.md, "Activation policies");
     #: empty means every layer keeps its activations
     activations: tuple[str, ...] = ()
+    #: a layout's plan (docs/model.md, "Layouts"): the JSON's top-level ``parallel``, ``tokens_per_second``,
+    #: ``mfu``, ``step_seconds``, ``frontier``, ... (:data:`~workbench.model.layout.LAYOUT_KEYS`); empty for a
+    #: plan of one pipeline (``tp = dp = 1``). The plan's own fields are one replica's pipeline: ``devices`` its
+    #: ``pp`` ranks.
+    parallel: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
     @property
     def feasible(self) -> bool:
@@ -179,6 +185,8 @@ class Plan:
                                  for k, v in self.setup.items()}
         if self.assignment:
             d["activations"] = list(self.activations) if self.activations else ["keep"] * len(self.assignment)
+        if self.parallel:
+            d.update(every_rank_json(self.parallel, list(self.memory)))
         return d
 
     def to_json(self, path: str | Path | None = None, indent: int = 2) -> str:
@@ -377,8 +385,11 @@ def memory_setup(chain: Chain, platform: Platform) -> dict[str, Any]:
     if platform.memory_model == "paper":
         return {"memory_model": "paper", "weight_factor": platform.weight_factor, "weights": platform.weights}
     terms = layer_terms(chain, platform)
-    return {"memory_model": "full", "optimizer": platform.optimizer, "precision": terms.parts["precision"],
-            "weights": platform.weights, "zero_grad": platform.zero_grad, "estimated": list(terms.estimated)}
+    out = {"memory_model": "full", "optimizer": platform.optimizer, "precision": terms.parts["precision"],
+           "weights": platform.weights, "zero_grad": platform.zero_grad, "estimated": list(terms.estimated)}
+    if platform.dp > 1:        # each device is a rank of a data-parallel group (docs/model.md, "Layouts")
+        out.update(dp=platform.dp, zero=platform.zero)
+    return out
 
 
 def chain_for_plan(plan: Plan, chain: Chain) -> Chain:

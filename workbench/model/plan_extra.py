@@ -76,6 +76,7 @@ class PlanExtra(TypedDict, total=False):
     layer_names: list[str]             #: `plan`: the profile's layer names, in the plan's order
     tied: list[dict[str, Any]]         #: `plan`: the profile's shared parameters (docs/model.md, "Tied parameters")
     model_config: dict[str, Any]       #: the zoo model's configuration a runtime rebuilds it from
+    module: str                        #: a layout plan's ``--module FILE.py:FUNC`` (the runtime rebuilds it)
 
 
 def phase_record(phase: str, seconds: float, period: float | None, bound: float | None, outcome: str) -> PhaseRecord:

@@ -19,6 +19,7 @@ import math
 from typing import Any
 
 from workbench.model.activations import POLICIES, is_keep, policy_vector
+from workbench.model.layout import LAYOUT_KEYS, pipeline_json
 
 __all__ = ["plan_fields", "json_kind", "setup_fields", "MAX_DEVICES", "MAX_MICRO_BATCHES"]
 
@@ -134,8 +135,10 @@ def setup_fields(setup: Any) -> dict:
         elif key in ("bandwidth", "node_bandwidth", "host_bandwidth"):
             if _real(value, where) <= 0:
                 raise ValueError(f"{where}: {value} is not a positive bandwidth (bytes per second; null: infinite)")
-        elif key == "devices_per_node":
+        elif key in ("devices_per_node", "dp"):
             _whole(value, where, 1)
+        elif key == "zero":
+            _whole(value, where, 0, 3)
         elif key == "gpu" and not isinstance(value, str):
             raise ValueError(f"{where}: expected a GPU's name, got {json_kind(value)}")
         elif key == "estimated" and not (isinstance(value, list) and all(isinstance(x, str) for x in value)):
@@ -150,6 +153,8 @@ def plan_fields(d: Any) -> dict[str, Any]:
         raise ValueError(f"a plan is a JSON object, got {json_kind(d)}")
     if "devices" not in d:
         raise ValueError("devices: missing (the number of devices the plan is for)")
+    if "parallel" in d:     # a layout's plan: devices and memory count every GPU, the fields one pipeline's
+        d = pipeline_json(d, _whole(d["devices"], "devices", 1))
     devices = _whole(d["devices"], "devices", 1, MAX_DEVICES)
     stages = _stages(d)
     assignment = _assignment(d, stages)
@@ -181,4 +186,5 @@ def plan_fields(d: Any) -> dict[str, Any]:
         extra=extra,
         setup=setup,
         activations=_activations(d.get("activations"), len(assignment)),
+        parallel={k: d[k] for k in LAYOUT_KEYS if k in d},
     )

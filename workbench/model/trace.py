@@ -80,8 +80,9 @@ class Trace:
 
     def steady_period(self, warmup: int | None = None) -> float:
         """The period the trace shows: for a flushed run (``meta`` records ``micro_batches`` and
-        ``flushes``), its makespan over the micro-batches it ran; otherwise the mean spacing of the first
-        stage's forward starts after ``warmup`` mini-batches.
+        ``flushes``), the time its flushes took (each from its first operation's start to its last one's end:
+        the optimizer steps between them are not the plan's period) over the micro-batches it ran; otherwise
+        the mean spacing of the first stage's forward starts after ``warmup`` mini-batches.
 
         A flushed run's first stage starts its forwards back to back and then waits for the drain, so the
         spacing of its forwards says nothing of the period:
@@ -92,10 +93,18 @@ class Trace:
         >>> t = Trace(ops, pd.DataFrame(columns=MEMORY_COLUMNS), 1, meta={"micro_batches": 2, "flushes": 1})
         >>> t.steady_period(), Trace(ops, t.memory, 1).steady_period()
         (3.0, 1.0)
+
+        Two flushes with a gap (an optimizer step) between them: the gap is not the period's.
+
+        >>> two = pd.concat([ops, ops.assign(batch=ops["batch"] + 2, start=ops["start"] + 10, end=ops["end"] + 10)])
+        >>> Trace(two, t.memory, 1, meta={"micro_batches": 2, "flushes": 2}).steady_period()
+        3.0
         """
         m, flushes = self.meta.get("micro_batches"), self.meta.get("flushes")
         if m and flushes and len(self.ops):
-            return self.makespan / (int(m) * int(flushes))
+            spans = self.ops.groupby(self.ops["batch"].astype(int) // int(m)).agg(start=("start", "min"),
+                                                                                   end=("end", "max"))
+            return float((spans["end"] - spans["start"]).sum()) / (int(m) * int(flushes))
         f = self.ops[(self.ops["kind"] == "F") & (self.ops["stage"] == 0)].sort_values("batch")
         if len(f) < 2:
             return float("nan")

@@ -78,15 +78,23 @@ def parse_size(text: str | float | int, *, what: str = "size") -> float:
 
 
 def parse_bandwidth(text: str | float | int, *, what: str = "bandwidth") -> float:
-    """Bytes per second in ``text`` (``"12GB/s"``, ``"16GiB/s"``, ``"17179869184B/s"``, ``1e10``)."""
+    """Bytes per second in ``text`` (``"12GB/s"``, ``"16GiB/s"``, ``"17179869184B/s"``, ``1e10``); zero refused
+    (nothing would ever arrive), as a number too (a plan's recorded links).
+
+    >>> parse_bandwidth(0, what="node bandwidth")
+    Traceback (most recent call last):
+    ...
+    ValueError: node bandwidth must be positive, got 0
+    """
     if isinstance(text, (int, float)):
-        return parse_size(text, what=what)
-    s = str(text).strip()
-    if s.lower().endswith("/s"):
-        s = s[:-2]
-    elif s.lower().endswith("ps"):
-        s = s[:-2]
-    value = parse_size(s, what=what)
+        value = parse_size(text, what=what)
+    else:
+        s = str(text).strip()
+        if s.lower().endswith("/s"):
+            s = s[:-2]
+        elif s.lower().endswith("ps"):
+            s = s[:-2]
+        value = parse_size(s, what=what)
     if value == 0:
         raise ValueError(f"{what} must be positive, got {text!r}")
     return value

@@ -47,13 +47,13 @@ cannot fit says so (``plan.fits`` is False), as the flushed schedules do.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, Callable
 
 from workbench.model.chain import Chain, Platform
 from workbench.model.plan import Plan, Stage, infeasible_plan, lower_bound, with_memory_setup
 from workbench.model.split import split_note
 from workbench.model.tolerances import REL_TOL
-from workbench.model.units import format_bytes
+from workbench.model.units import format_bytes, format_seconds
 from workbench.planners.budget import Budget
 from workbench.planners.torch_partition import Balance, Clock, Spans, candidates
 from workbench.schedules.ops import Op
@@ -95,7 +95,12 @@ def plan_torch_schedule(chain: Chain, platform: Platform, name: str, *, allocati
     if micro_batches is not None and int(micro_batches) < 1:
         raise ValueError(f"micro_batches must be >= 1, got {micro_batches!r}")
     counts = [int(micro_batches)] if micro_batches is not None else [4 * P, 2 * P, P]
-    found, skipped = _plan_counts(chain, platform, name, counts, V, flushes, budget, micro_batches is None)
+    say = options.get("progress") or (lambda line: None)
+    cold = needs_torch(name, P, V, counts[0])
+    say(f"{name}: {S} stages on {P} devices, {' or '.join(map(str, counts))} micro-batches, in the order torch's "
+        f"{sched.torch_class} gives" + (" (asked of torch: importing torch.distributed.pipelining takes seconds, "
+                                        "once; its answers are kept on disk)" if cold else ""))
+    found, skipped = _plan_counts(chain, platform, name, counts, V, flushes, budget, micro_batches is None, say)
     if not found:
         why = "; ".join(skipped)
         return infeasible_plan(chain, platform, name, f"no plan within the time limit of {time_limit:g} s: {why}",
@@ -111,12 +116,13 @@ def plan_torch_schedule(chain: Chain, platform: Platform, name: str, *, allocati
 
 
 def _plan_counts(chain: Chain, platform: Platform, name: str, counts: list[int], V: int, flushes: int,
-                 budget: Budget, optional: bool) -> tuple[list[tuple], list[str]]:
+                 budget: Budget, optional: bool, say: Callable[[str], None]) -> tuple[list[tuple], list[str]]:
     """Each micro-batch count's best partition and trace, as ``((does not fit, period or peak), position in
     counts, parts, trace, count)``, and why counts were not planned. Under a time limit the counts go cheapest
     first, each with an equal share of what is left, and only where the estimate (the last count's seconds per
     operation, :data:`SECONDS_PER_OP` before the first) fits what is left; the first planned may use the
-    limit's tolerance (10 % + 1 s). ``optional``: counts torch refuses are skipped (else its refusal raised)."""
+    limit's tolerance (10 % + 1 s). ``optional``: counts torch refuses are skipped (else its refusal raised).
+    ``say`` is given a line per count (its period and peak, torch's refusal, or why it was not planned)."""
     P, S = platform.devices, platform.devices * V
     dev = torch_schedule(name).stage_devices(P, S)
     spans = Spans(chain, platform)
@@ -134,6 +140,7 @@ def _plan_counts(chain: Chain, platform: Platform, name: str, counts: list[int],
             if need > budget.left() + grace:
                 skipped.append(f"{m} micro-batches not planned: {ops[m]} operations, about {need:.1f} s, "
                                f"{budget.left():.1f} s of the time limit left")
+                say(f"{name}: {skipped[-1]}")
                 continue
         if needs_torch(name, P, V, m):   # counted in the limit, not in the rate per operation
             import torch.distributed.pipelining.schedules  # noqa: F401
@@ -146,11 +153,15 @@ def _plan_counts(chain: Chain, platform: Platform, name: str, counts: list[int],
             if not optional:
                 raise
             refused = str(e)
+            say(f"{name}: {m} micro-batches: {e}")
             continue
         parts, trace = _best_partition(spans, name, order, dev, m, flushes, clock)
         if clock.cut:
             skipped.append(f"{m} micro-batches: the time limit stopped the partition search")
+            say(f"{name}: {skipped[-1]}")
         fits = float(trace.peak_memory().max()) <= platform.memory * (1 + REL_TOL)
+        say(f"{name}: {m} micro-batches: period {format_seconds(float(trace.period))}, peak "
+            f"{format_bytes(float(trace.peak_memory().max()))}{'' if fits else ' (does not fit)'}")
         found.append(((not fits, float(trace.period) if fits else float(trace.peak_memory().max())), i, parts,
                       trace, m))
         rate = (time.perf_counter() - t) / ops[m]

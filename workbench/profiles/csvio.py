@@ -7,7 +7,9 @@ profiler's memory columns, each optional (``grad_bytes``, ``max_param_bytes``,
 ``backward_peak_bytes``: docs/model.md, "Memory"; a profile without them still
 loads and the memory model estimates them), and the backward's split, also optional
 (``backward_weight_ms``, the weight-gradient share of ``backward_ms``, and
-``weight_pending_bytes``: docs/model.md, "Backward split"); other columns are read past. Bad
+``weight_pending_bytes``: docs/model.md, "Backward split"), and a tensor-parallel profile's collective bytes,
+also optional (``comm_forward_bytes``, ``comm_backward_bytes``: docs/model.md, "Tensor parallelism"); other
+columns are read past. Bad
 input is refused with a :class:`ProfileError` naming the file, row and column:
 a column named twice, a value that is not a finite non-negative number, and
 values no measurement gives (a layer time over ``MAX_LAYER_MS`` or, other than 0,
@@ -34,7 +36,7 @@ import math
 from pathlib import Path
 
 from workbench.io import write_text_atomic
-from workbench.model.chain import MEMORY_COLUMNS, Chain, Layer
+from workbench.model.chain import COMM_FIELDS, MEMORY_COLUMNS, Chain, Layer
 from workbench.model.units import MAX_BYTES, bytes_value
 
 __all__ = ["ProfileError", "ProfileWarning", "read_profile", "write_profile", "parse_profile_text", "check_values",
@@ -43,7 +45,7 @@ __all__ = ["ProfileError", "ProfileWarning", "read_profile", "write_profile", "p
 REQUIRED_COLUMNS = ["name", "forward_ms", "backward_ms", "weight_bytes", "activation_bytes"]
 #: the backward split's columns (docs/model.md, "Backward split"): column -> (Layer field, scale to seconds/bytes)
 SPLIT_COLUMNS = {"backward_weight_ms": ("backward_weight", 1e-3), "weight_pending_bytes": ("weight_pending_bytes", 1.0)}
-OPTIONAL_COLUMNS = ["saved_bytes", "cut_bytes", *MEMORY_COLUMNS, *SPLIT_COLUMNS]
+OPTIONAL_COLUMNS = ["saved_bytes", "cut_bytes", *MEMORY_COLUMNS, *SPLIT_COLUMNS, *COMM_FIELDS]
 
 
 #: a layer's forward or backward time above this (ms; about 2.8 hours per mini-batch) is not a measurement
@@ -73,7 +75,7 @@ def check_values(chain: Chain, source: str) -> Chain:
     """
     limits = [("forward", "forward_ms", 1e3, MAX_LAYER_MS), ("backward", "backward_ms", 1e3, MAX_LAYER_MS)]
     limits += [(c, c, 1.0, MAX_BYTES) for c in ("weight_bytes", "activation_bytes", "saved_bytes", *MEMORY_COLUMNS,
-                                                "weight_pending_bytes")]
+                                                "weight_pending_bytes", *COMM_FIELDS)]
     for i, layer in enumerate(chain.layers):
         for attr, column, scale, top in limits:
             v = getattr(layer, attr)
@@ -249,7 +251,7 @@ def parse_profile_text(text: str, source: str = "<string>") -> Chain:
         nums = {c: _number(rec[c], where, c) for c in REQUIRED_COLUMNS[1:]}
         saved = _number(rec["saved_bytes"], where, "saved_bytes", optional=True) if "saved_bytes" in rec else None
         cuts.append(_number(rec["cut_bytes"], where, "cut_bytes", optional=True) if "cut_bytes" in rec else None)
-        extra = {c: _number(rec[c], where, c, optional=True) for c in MEMORY_COLUMNS if c in rec}
+        extra = {c: _number(rec[c], where, c, optional=True) for c in MEMORY_COLUMNS + COMM_FIELDS if c in rec}
         for c, (f, scale) in SPLIT_COLUMNS.items():
             value = _number(rec[c], where, c, optional=True) if c in rec else None
             extra[f] = None if value is None else value * scale
@@ -297,7 +299,7 @@ def write_profile(chain: Chain, path: str | Path) -> None:
     for k in keys:       # one line each: a value of several lines (a linearisation's summary) joined by " | "
         value = " | ".join(line.strip() for line in str(meta[k]).splitlines() if line.strip())
         buf.write(f"# {k}: {value}\n")
-    memory = [c for c in MEMORY_COLUMNS if any(getattr(l, c) is not None for l in chain.layers)]
+    memory = [c for c in MEMORY_COLUMNS + COMM_FIELDS if any(getattr(l, c) is not None for l in chain.layers)]
     split = [c for c, (f, _) in SPLIT_COLUMNS.items() if any(getattr(l, f) is not None for l in chain.layers)]
     cols = (REQUIRED_COLUMNS + ["saved_bytes"] + (["cut_bytes"] if chain.cut_bytes is not None else []) + memory
             + split)

@@ -11,9 +11,12 @@ there, unchanged but for the times:
   until it is freed) and ``saved_bytes`` by the same saved-tensor hooks, so a fake profile's memory
   columns are a real CPU profile's (``benchmarks/fake_profile.py`` compares them layer by layer);
   the operations are those torch's CPU kernels choose (attention: the CPU flash kernel);
-* the **times** are estimates (:mod:`workbench.profiles.roofline`): each operation's FLOPs and bytes
-  priced on the accelerator (:mod:`workbench.model.accelerators`), calibrated on measured H100 profiles.
-  The profile's metadata says so (``timing``, ``times: estimated``).
+* the **times** are estimates (:mod:`workbench.profiles.roofline`, :mod:`workbench.profiles.kernel_time`):
+  each operation's FLOPs and bytes priced on the accelerator (:mod:`workbench.model.accelerators`) at
+  published GEMM and attention throughput, calibrated on measured H100 profiles and one measured training
+  run. The profile's metadata says so (``timing``, ``times: estimated``) and stores the operations
+  (``work``): :func:`for_gpu` and :mod:`workbench.profiles.retime` estimate the times again for another
+  GPU from them.
 
 The profile records ``device: cuda (<the GPU>; ...)``: the memory model then prices the optimizer
 step as torch runs it on a GPU (``foreach``). ``module.to(dtype)`` fails under fake tensors, so a
@@ -26,7 +29,8 @@ run on fake tensors: :class:`FakeProfileError` names the operation and suggests 
 Hugging Face models read the position ids they make (``arange``) to detect sequences packed into
 one row, and, when the ids are fake and cannot be read, build a full attention mask where a real run
 of the same batch builds none (SDPA's ``is_causal`` then does the masking). A fake profile assumes
-one sequence per row, as a real run of the example batch finds (:func:`unpacked_sequences`); an
+one sequence per row, as a real run of the example batch finds (:func:`unpacked_sequences`: the detection
+runs, its temporaries allocated as in a real run, and its answer is dropped); an
 attention mask the batch passes is still built, as in a real run of a padded batch. Initial values do
 not exist either: torch's ``trunc_normal_`` (ViTs, timm models) resamples until no value is out of
 range, a test of values; while a fake model is built it draws once and clamps (:func:`value_free_init`).
@@ -39,6 +43,7 @@ range, a test of values; while a fake model is built it draws once and clamps (:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
@@ -47,10 +52,10 @@ import torch
 
 from workbench.model.accelerators import Accelerator, accelerator
 from workbench.model.chain import Chain
-from workbench.profiles.roofline import H100_CALIBRATION, Calibration, RooflineTimes
+from workbench.profiles.roofline import H100_CALIBRATION, Calibration, RooflineTimes, gpu_meta
 
 __all__ = ["FakeProfileError", "fake_profile", "fake_zoo", "fake_module", "default_dtype", "unpacked_sequences",
-           "value_free_init", "for_gpu"]
+           "value_free_init", "for_gpu", "gpu_meta"]
 
 
 class FakeProfileError(ValueError):
@@ -95,7 +100,8 @@ def unpacked_sequences() -> Iterator[None]:
         return
 
     def unpacked(position_ids: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
-        return None if is_fake(position_ids) else find(position_ids, *args, **kwargs)
+        found = find(position_ids, *args, **kwargs)      # its temporaries, as a real run allocates them
+        return None if is_fake(position_ids) else found
 
     mu.find_packed_sequence_indices = unpacked
     try:
@@ -150,31 +156,29 @@ def _needs_values(e: Exception) -> FakeProfileError | None:
                             "(without --fake) instead")
 
 
-def _gpu_meta(acc: Accelerator, times: RooflineTimes) -> dict[str, str]:
-    return {"device": f"cuda ({acc.label}; fake tensors on this machine)", "gpu": acc.name, "times": "estimated",
-            "timing": times.describe()}
-
-
-def for_gpu(chain: Chain, times: RooflineTimes, gpu: str | Accelerator) -> Chain:
-    """The fake profile ``chain`` (made with ``times``, :func:`fake_profile`'s ``return_work``) with its times
-    estimated for another ``gpu`` from the same work: one fake run serves every GPU (the memory columns do
-    not depend on it).
+def for_gpu(chain: Chain, times: RooflineTimes | None, gpu: str | Accelerator) -> Chain:
+    """The fake profile ``chain`` with its times estimated for another ``gpu`` from the same work (``times``,
+    :func:`fake_profile`'s ``return_work``, or None: the operations the profile stores): one fake run serves
+    every GPU (the memory columns do not depend on it).
 
     >>> chain, times = fake_zoo("tiny-gpt", 2, "h100-sxm", return_work=True)
     >>> slow = for_gpu(chain, times, "a100-40gb")
     >>> slow.meta["gpu"], slow.total_compute > chain.total_compute, slow[1].saved_bytes == chain[1].saved_bytes
     ('a100-40gb', True, True)
+    >>> for_gpu(chain, None, "a100-40gb").total_compute == slow.total_compute
+    True
     """
-    import dataclasses
 
+    from workbench.profiles.retime import retimed
     from workbench.profiles.roofline import estimate
 
     acc = gpu if isinstance(gpu, Accelerator) else accelerator(gpu)
-    other = RooflineTimes(acc, times.calibration)
+    if times is None:
+        return retimed(chain, acc)
     layers = tuple(dataclasses.replace(l, forward=estimate(w.forward, acc, times.calibration),
-                                       backward=estimate(w.backward, acc, times.calibration))
+                                       backward=estimate(w.backward, acc, times.calibration, backward=True))
                    for l, w in zip(chain.layers, times.works))
-    return dataclasses.replace(chain, layers=layers, meta={**chain.meta, **_gpu_meta(acc, other)})
+    return dataclasses.replace(chain, layers=layers, meta={**chain.meta, **gpu_meta(acc, times.calibration)})
 
 
 def fake_profile(build: Callable[[], tuple[Any, Any, Any, Callable]], gpu: str | Accelerator, *,
@@ -191,7 +195,7 @@ def fake_profile(build: Callable[[], tuple[Any, Any, Any, Callable]], gpu: str |
 
     acc = gpu if isinstance(gpu, Accelerator) else accelerator(gpu)
     times = RooflineTimes(acc, calibration)
-    info = {**_gpu_meta(acc, times), "threads": "n/a", "source": "workbench fake profiler",
+    info = {**gpu_meta(acc, calibration), "threads": "n/a", "source": "workbench fake profiler",
             "memory_columns": "allocator-level under FakeTensorMode: workbench.profiles.memtrace.AllocationTracker "
                               "(storages counted, nothing allocated; operations as torch's CPU kernels choose them)",
             **(meta or {})}
@@ -208,6 +212,10 @@ def fake_profile(build: Callable[[], tuple[Any, Any, Any, Callable]], gpu: str |
             raise
         raise err from None
     assert isinstance(chain, Chain)
+    if len(times.works) == len(chain.layers):      # the operations, to estimate the times again for another GPU
+        from workbench.profiles.retime import encode_works
+
+        chain = dataclasses.replace(chain, meta={**chain.meta, "work": encode_works(times.works)})
     return (chain, times) if return_work else chain
 
 
@@ -232,13 +240,14 @@ def fake_zoo(name: str, batch_size: int, gpu: str | Accelerator, *, dtype: str |
 
 
 def fake_module(spec: str, gpu: str | Accelerator, *, seed: int = 0, calibration: Calibration = H100_CALIBRATION,
-                progress: bool = False, split_at: tuple[str, ...] = ()) -> Chain:
-    """``--module FILE.py:FUNC`` profiled fake for ``gpu``: ``FUNC()`` runs inside the fake mode (the
-    metadata records ``module``, so ``run --profile`` finds the model again), cut before ``split_at``."""
+                progress: bool = False, split_at: tuple[str, ...] = (), batch_size: int | None = None) -> Chain:
+    """``--module FILE.py:FUNC`` profiled fake for ``gpu``: ``FUNC()`` (``FUNC(batch_size=...)`` when given) runs
+    inside the fake mode (the metadata records ``module``, so ``run --profile`` finds the model again), cut before
+    ``split_at``."""
     from workbench.profiles.usermodel import load_user_model, parse_spec
 
     def build() -> tuple[Any, Any, Any, Callable]:
-        um = load_user_model(spec, seed)
+        um = load_user_model(spec, seed, **({} if batch_size is None else {"batch_size": batch_size}))
         for note in um.notes if progress else ():
             print(f"note: {note}", flush=True)
         return um.model, um.inputs, um.targets, um.loss

@@ -17,6 +17,7 @@ import torch
 import torch.utils._pytree as pytree
 from torch import nn
 
+from workbench.profiles.local import local_bytes
 from workbench.profiles.wrappers import DiscoveryError, Slot, describe, tensor_leaves
 
 __all__ = ["Tie", "Layers", "find_ties", "is_fake_tensor", "same_tensor", "split_inputs", "with_slot", "chain_input",
@@ -132,7 +133,7 @@ def find_ties(modules: Sequence[nn.Module], names: Sequence[str], model: nn.Modu
         if len(idx) < 2:
             continue
         name, p = first[key]
-        ties.append(Tie(names[idx[0]], tuple(names[i] for i in idx), p.numel() * p.element_size(), name))
+        ties.append(Tie(names[idx[0]], tuple(names[i] for i in idx), local_bytes(p), name))
     return tuple(ties)
 
 

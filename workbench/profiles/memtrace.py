@@ -50,7 +50,13 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_map_only
 
+from workbench.profiles.local import defer_to_subclass, local_bytes, local_parts, on_meta
+
 __all__ = ["AllocationTracker", "layer_memory"]
+
+#: operations that return their input tensor itself (a functional collective's wait); under fake tensors they
+#: return a new tensor, which takes over the input's bytes (:meth:`AllocationTracker._move`)
+_RETURNS_INPUT = {"_c10d_functional::wait_tensor"}
 
 
 class AllocationTracker(TorchDispatchMode):
@@ -77,6 +83,11 @@ class AllocationTracker(TorchDispatchMode):
                 self._register(t, count=False)
 
     def _register(self, t: torch.Tensor, count: bool = True) -> None:
+        for part in local_parts(t):           # a DTensor: its local shard (workbench.profiles.local)
+            if not on_meta(part):             # a meta tensor allocates nothing
+                self._register_storage(part, count)
+
+    def _register_storage(self, t: torch.Tensor, count: bool) -> None:
         try:
             st = t.untyped_storage()
         except (RuntimeError, NotImplementedError):   # tensors without a storage
@@ -89,6 +100,18 @@ class AllocationTracker(TorchDispatchMode):
         self.current += size
         weakref.finalize(st, self._release, key)
 
+    def _move(self, source: torch.Tensor, target: torch.Tensor) -> None:
+        """``target`` is ``source`` (an operation that returns its input: a collective's wait): when it is a
+        new tensor (fake tensors make one), the bytes pass to it, not counted twice."""
+        try:
+            src, dst = source.untyped_storage()._cdata, target.untyped_storage()._cdata
+        except (RuntimeError, NotImplementedError):
+            return
+        if src != dst and src in self._seen and dst not in self._seen:
+            self.current -= self._seen[src]
+            self._register_storage(target, count=self._seen[src] > 0)    # an input not counted: nor is it
+            self._seen[src] = 0
+
     def _release(self, key: int) -> None:
         self.current -= self._seen.pop(key, 0)
 
@@ -97,7 +120,11 @@ class AllocationTracker(TorchDispatchMode):
         return self.current
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        if defer_to_subclass(types):          # a DTensor runs it on its local tensors: those are seen
+            return NotImplemented
         out = func(*args, **(kwargs or {}))
+        if func.name() in _RETURNS_INPUT and isinstance(out, torch.Tensor) and isinstance(args[0], torch.Tensor):
+            self._move(args[0], out)
         tree_map_only(torch.Tensor, self._register, out)
         if self.current > self.peak:
             self.peak = self.current
@@ -105,11 +132,11 @@ class AllocationTracker(TorchDispatchMode):
 
 
 def _storage(t: torch.Tensor) -> int:
-    return t.untyped_storage()._cdata
+    return local_parts(t)[0].untyped_storage()._cdata
 
 
 def _nbytes(t: torch.Tensor | None) -> int:
-    return 0 if t is None else t.untyped_storage().nbytes()
+    return 0 if t is None else sum(p.untyped_storage().nbytes() for p in local_parts(t))
 
 
 class _Cuda:
@@ -149,10 +176,11 @@ def _run_once(module: nn.Module, inp: torch.Tensor, tracker: Any, then, gen: tor
     saved: set[int] = set()
 
     def pack(t: torch.Tensor) -> torch.Tensor:
-        try:
-            saved.add(_storage(t))
-        except (RuntimeError, NotImplementedError):
-            pass
+        for part in local_parts(t):
+            try:
+                saved.add(part.untyped_storage()._cdata)
+            except (RuntimeError, NotImplementedError):
+                pass
         return t
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
@@ -211,6 +239,6 @@ def layer_memory(module: nn.Module, x: torch.Tensor, *, input_requires_grad: boo
         "backward_fresh_peak_bytes": fresh,
         "saved_input_bytes": float(saved_input),
         "saved_output_bytes": float(saved_output),
-        "grad_bytes": float(sum(p.numel() * p.element_size() for p in trainable)),
-        "max_param_bytes": float(max((p.numel() * p.element_size() for p in trainable), default=0)),
+        "grad_bytes": float(sum(local_bytes(p) for p in trainable)),
+        "max_param_bytes": float(max((local_bytes(p) for p in trainable), default=0)),
     }

@@ -82,6 +82,7 @@ from torch import nn
 
 from workbench.model.chain import Chain, Layer
 from workbench.profiles.discover import Layers, discover_layers
+from workbench.profiles.local import local_parts, parameter_bytes, storage_keys, tensor_bytes
 from workbench.profiles.memtrace import layer_memory
 from workbench.profiles.split import layer_split
 from workbench.profiles.tied_counts import count_ties_once
@@ -125,29 +126,6 @@ class LayerTiming:
         return self._spread(self.backward)
 
 
-def tensor_bytes(t: torch.Tensor) -> int:
-    """Bytes of a tensor's elements (not of its storage).
-
-    >>> tensor_bytes(torch.zeros(3, 4))
-    48
-    """
-    return t.numel() * t.element_size()
-
-
-def parameter_bytes(module: nn.Module) -> int:
-    """Bytes of a module's parameters (each shared parameter once).
-
-    >>> parameter_bytes(torch.nn.Linear(3, 2))
-    32
-    """
-    return sum(tensor_bytes(p) for p in module.parameters())
-
-
-def _storage_key(t: torch.Tensor) -> tuple[str, int]:
-    """A storage's identity (the same for every tensor viewing it; a fake tensor's storage has one too)."""
-    return (str(t.device), t.untyped_storage()._cdata)
-
-
 def saved_tensor_bytes(module: nn.Module, x: torch.Tensor, *, input_requires_grad: bool = True,
                        then: Callable[[torch.Tensor], torch.Tensor] | None = None,
                        where: str | None = None) -> tuple[int, torch.Tensor]:
@@ -163,17 +141,18 @@ def saved_tensor_bytes(module: nn.Module, x: torch.Tensor, *, input_requires_gra
     >>> n   # ReLU saves its output: 6 float32
     24
     """
-    excluded = {_storage_key(t) for t in list(module.parameters()) + list(module.buffers())}
+    excluded = {k for t in list(module.parameters()) + list(module.buffers()) for k in storage_keys(t)}
     storages: dict[tuple[str, int], int] = {}
 
     def pack(t: torch.Tensor) -> torch.Tensor:
-        try:
-            st = t.untyped_storage()
-        except (RuntimeError, NotImplementedError):  # e.g. tensors without a storage
-            return t
-        key = (str(t.device), st._cdata)
-        if key not in excluded:
-            storages[key] = st.nbytes()
+        for part in local_parts(t):
+            try:
+                st = part.untyped_storage()
+            except (RuntimeError, NotImplementedError):  # e.g. tensors without a storage
+                continue
+            key = (str(part.device), st._cdata)
+            if key not in excluded:
+                storages[key] = st.nbytes()
         return t
 
     inp = leaf(x, input_requires_grad)
@@ -215,7 +194,10 @@ def _find_layers(model: nn.Module | Sequence[nn.Module], example_inputs: Any, lo
         names = [str(n) for n in names]
         if len(names) != len(found):
             raise ValueError(f"{len(names)} names for {len(found)} layers")
-        found = dataclasses.replace(found, names=tuple(names))
+        renamed = dict(zip(found.names, names))        # the shared parameters' layers renamed too
+        ties = tuple(dataclasses.replace(t, owner=renamed[t.owner], layers=tuple(renamed[n] for n in t.layers))
+                     for t in found.tied)
+        found = dataclasses.replace(found, names=tuple(names), tied=ties)
     return found
 
 

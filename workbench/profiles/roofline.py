@@ -1,26 +1,20 @@
-"""Layer times on a named GPU from the work of every operation: a calibrated roofline.
+"""The work of every operation a layer runs, counted under fake tensors, and its time on a named GPU.
 
 A fake profile (:mod:`workbench.profiles.fake`) cannot time anything: its tensors have shapes and no
-values. So :class:`WorkCounter`, a ``TorchDispatchMode``, records for every operation a layer's forward
-and backward dispatch (the same ``aten`` operations torch runs for them) its FLOPs
-(``torch.utils.flop_counter``'s formulas; torch's ``RuntimeEstimator`` aborts on this CPU build) and the
-bytes it reads and writes (its tensor arguments and results, a broadcast dimension counted once; views
-and allocations move nothing). :func:`estimate` prices each operation on an
-:class:`~workbench.model.accelerators.Accelerator` as a roofline plus a launch cost::
-
-    t = max(FLOPs / (peak[precision] * efficiency[kind/precision]), bytes / (bandwidth * memory_efficiency))
-        + overhead                                          (matmuls, convolutions, attention)
-    t = bytes / (bandwidth * memory_efficiency) + overhead  (every other kernel)
+values. So :class:`WorkCounter`, a ``TorchDispatchMode``, records every operation a layer's forward and
+backward dispatch (the same ``aten`` operations torch runs for them): its kind (matmul, convolution,
+attention, memory-bound kernel, or a dispatch without kernel: a view, an allocation), its precision, its
+FLOPs (``torch.utils.flop_counter``'s formulas; attention's own, halved when causal; torch's
+``RuntimeEstimator`` aborts on this CPU build), the bytes it reads and writes (its tensor arguments and
+results, a broadcast dimension counted once) and, for a matmul, whether every dimension is a multiple of
+16 bytes' worth of elements (cuBLAS's aligned tensor-core kernels). :func:`estimate` prices one phase
+(a forward or a backward) with :mod:`workbench.profiles.kernel_time`: each kernel at the published
+throughput of its kind on that GPU, memory-bound ones at the memory bandwidth, and the CPU's launches
+overlapping the GPU's work.
 
 The precision is torch's default on a GPU for the operation's dtype: a float32 matmul runs in float32
 (``allow_tf32`` off for matmuls), a float32 convolution in TF32 (cuDNN's ``allow_tf32`` on); bfloat16
-and float16 on tensor cores. Causal attention counts half its FLOPs (flash kernels skip the masked
-half). The efficiencies and the overhead are a :class:`Calibration`: :data:`H100_CALIBRATION` is fitted
-on the H100 profiles in ``data/profiles/h100/`` (``benchmarks/roofline.py`` fits it and reports the
-per-layer and total error, calibrated and not); :data:`UNCALIBRATED` is the bare roofline (datasheet
-peaks, no overhead). The launch cost is added to every kernel, as those profiles of small networks want
-it; on large models, where launches hide behind long kernels, the estimate is likely high
-(docs/model.md, "Fake profiles").
+and float16 on tensor cores.
 
 >>> lin = torch.nn.Linear(1024, 1024, bias=False)
 >>> work = layer_work(lin, torch.zeros(512, 1024), True, None, torch.ones(512, 1024))
@@ -34,8 +28,8 @@ it; on large models, where launches hide behind long kernels, the estimate is li
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -44,15 +38,22 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 from workbench.model.accelerators import Accelerator
+from workbench.profiles.kernel_time import (
+    H100_CALIBRATION,
+    KINDS,
+    PRECISIONS,
+    UNCALIBRATED,
+    Calibration,
+    phase_seconds,
+)
+from workbench.profiles.local import defer_to_subclass, on_meta
 from workbench.profiles.timing import leaf
 
 __all__ = ["OpWork", "LayerWork", "WorkCounter", "Calibration", "UNCALIBRATED", "H100_CALIBRATION", "layer_work",
-           "estimate", "total_seconds", "RooflineTimes", "KINDS"]
+           "estimate", "total_seconds", "RooflineTimes", "KINDS", "gpu_meta"]
 
 aten = torch.ops.aten
-#: the kinds of operation a roofline prices apart (index = the code in :attr:`OpWork.kind`)
-KINDS = ("memory", "matmul", "conv", "attention")
-_PRECISIONS = ("float32", "tf32", "bfloat16", "float16", "float8")
+_PRECISIONS = PRECISIONS
 _ATTENTION = {aten._scaled_dot_product_flash_attention_for_cpu, aten._scaled_dot_product_flash_attention,
               aten._scaled_dot_product_efficient_attention, aten._scaled_dot_product_cudnn_attention}
 _ATTENTION_BACKWARD = {aten._scaled_dot_product_flash_attention_for_cpu_backward,
@@ -60,24 +61,35 @@ _ATTENTION_BACKWARD = {aten._scaled_dot_product_flash_attention_for_cpu_backward
                        aten._scaled_dot_product_efficient_attention_backward,
                        aten._scaled_dot_product_cudnn_attention_backward}
 _MATMUL = {aten.mm, aten.addmm, aten.bmm, aten.baddbmm}
+#: where each matmul's two matrix operands are among its arguments
+_MATMUL_OPERANDS = {aten.mm: (0, 1), aten.bmm: (0, 1), aten.addmm: (1, 2), aten.baddbmm: (1, 2)}
 _CONV = {aten.convolution, aten._convolution, aten.convolution_backward}
-#: operations that launch no kernel: allocations (their first write is the next kernel's)
+#: collectives (tensor parallelism's): priced on their link (workbench.parallel.collectives), not here
+_COLLECTIVES = {"_c10d_functional", "c10d_functional", "_c10d_functional_autograd", "c10d"}
+#: operations that launch no kernel: allocations (their first write is the next kernel's) and aliases
 _NO_KERNEL = {aten.empty, aten.empty_like, aten.empty_strided, aten.new_empty, aten.new_empty_strided,
-              aten.detach, aten.lift_fresh, aten._local_scalar_dense}
+              aten.detach, aten.lift_fresh, aten._local_scalar_dense, aten._unsafe_view, aten.alias}
 
 
 @dataclass(frozen=True)
 class OpWork:
     """The operations of one phase (a layer's forward or its backward), one entry each: ``kind`` (an index
-    into :data:`KINDS`), ``precision`` (an index into the accelerator precisions), ``flops`` and ``bytes``."""
+    into :data:`KINDS`), ``precision`` (an index into the precisions), ``flops``, ``bytes`` and ``aligned``
+    (False for a matmul with a dimension that is not a multiple of 16 bytes' worth of elements)."""
 
     kind: np.ndarray
     precision: np.ndarray
     flops: np.ndarray
     bytes: np.ndarray
+    aligned: np.ndarray
 
     def __len__(self) -> int:
         return len(self.kind)
+
+    @property
+    def kernels(self) -> int:
+        """How many of the operations launch a kernel."""
+        return int(np.sum(self.kind != KINDS.index("host")))
 
 
 @dataclass(frozen=True)
@@ -124,27 +136,33 @@ class WorkCounter(TorchDispatchMode):
 
     def __init__(self) -> None:
         super().__init__()
-        self._rows: list[tuple[int, int, float, float]] = []
+        self._rows: list[tuple[int, int, float, float, bool]] = []
 
     def take(self) -> OpWork:
         rows, self._rows = self._rows, []
-        a = np.array(rows, dtype=float).reshape(-1, 4)
-        return OpWork(a[:, 0].astype(int), a[:, 1].astype(int), a[:, 2], a[:, 3])
+        a = np.array(rows, dtype=float).reshape(-1, 5)
+        return OpWork(a[:, 0].astype(int), a[:, 1].astype(int), a[:, 2], a[:, 3], a[:, 4].astype(bool))
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        if defer_to_subclass(types):      # a DTensor: the operations it runs on its local shards are counted
+            return NotImplemented
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
         packet = func.overloadpacket
-        if packet in _NO_KERNEL or getattr(func, "is_view", False):
+        if func.namespace in _COLLECTIVES:     # tensor parallelism's collectives: priced on their link
             return out
-        outs = [t for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
-        ins = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
-        if not outs:
+        outs = [t for t in tree_leaves(out) if isinstance(t, torch.Tensor)] or _written(func, args, kwargs)
+        if any(on_meta(t) for t in outs):      # a DTensor's shape probe: no kernel
             return out
+        if packet in _NO_KERNEL or getattr(func, "is_view", False) or not outs:
+            self._rows.append((KINDS.index("host"), 0, 0.0, 0.0, True))
+            return out
+        ins = list({id(t): t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)}.values())
         kind, flops = self._flops(func, packet, args, kwargs, out)
         dtype = next((t.dtype for t in ins if t.is_floating_point()), outs[0].dtype)
-        moved = sum(_distinct_bytes(t) for t in ins + outs)
-        self._rows.append((KINDS.index(kind), _PRECISIONS.index(_precision(kind, dtype)), flops, moved))
+        moved = sum(_distinct_bytes(t) for t in ins + outs) + _read_again(packet, args)
+        aligned = _aligned(packet, args) if kind == "matmul" else True
+        self._rows.append((KINDS.index(kind), _PRECISIONS.index(_precision(kind, dtype)), flops, moved, aligned))
         return out
 
     @staticmethod
@@ -157,6 +175,47 @@ class WorkCounter(TorchDispatchMode):
             return ("matmul" if packet in _MATMUL else "conv"), float(flop_registry[packet](*args, **kwargs,
                                                                                           out_val=out))
         return "memory", 0.0
+
+
+def _written(func: Any, args: tuple, kwargs: dict) -> list[torch.Tensor]:
+    """The tensors an operation that returns nothing writes in place (``_foreach_mul_``, fused optimizers):
+    the arguments its schema marks as written."""
+    schema = getattr(func, "_schema", None)
+    if schema is None:
+        return []
+    written = []
+    for i, arg in enumerate(schema.arguments):
+        if arg.alias_info is not None and arg.alias_info.is_write:
+            value = args[i] if i < len(args) else kwargs.get(arg.name)
+            written += [t for t in tree_leaves(value) if isinstance(t, torch.Tensor)]
+    return written
+
+
+def _read_again(packet: Any, args: tuple) -> float:
+    """Bytes torch's CUDA kernels for normalisation and softmax read a second (third) time: batch norm in training
+    reduces its input, then normalises it (``Normalization.cuh``: collect_statistics, then transform_input; its
+    backward reduces the input and gradient, then writes the input's gradient); layer norm's backward writes the
+    input's gradient, then reduces the weight's and bias's (``layer_norm_kernel.cu``: GammaBetaBackward); a
+    softmax over rows longer than 1024 reads each row for its maximum, its sum, then its output
+    (``SoftMax.cu``: cunn_SoftMaxForward; the backward reads the gradient and output for the sum, then again)."""
+    if packet is aten.native_batch_norm and len(args) > 5 and args[5] is True:
+        return _distinct_bytes(args[0])
+    if packet is aten.native_batch_norm_backward:
+        return _distinct_bytes(args[0]) + _distinct_bytes(args[1])
+    if packet is aten.native_layer_norm_backward and any(args[7][1:]):
+        return _distinct_bytes(args[0]) + _distinct_bytes(args[1])
+    if packet in (aten._softmax, aten._log_softmax) and args[0].shape[args[1]] > 1024:
+        return 2 * _distinct_bytes(args[0])
+    if packet in (aten._softmax_backward_data, aten._log_softmax_backward_data) and args[0].shape[args[2]] > 1024:
+        return _distinct_bytes(args[0]) + _distinct_bytes(args[1])
+    return 0.0
+
+
+def _aligned(packet: Any, args: tuple) -> bool:
+    """Whether a matmul's m, k and n are multiples of 16 bytes' worth of elements (8 in 16-bit)."""
+    a, b = (args[i] for i in _MATMUL_OPERANDS[packet])
+    step = max(16 // a.element_size(), 1)
+    return all(int(d) % step == 0 for d in (*a.shape[-2:], b.shape[-1]))
 
 
 def layer_work(mod: nn.Module, x: torch.Tensor, needs_input_grad: bool,
@@ -178,52 +237,16 @@ def layer_work(mod: nn.Module, x: torch.Tensor, needs_input_grad: bool,
     return LayerWork(forward, backward)
 
 
-@dataclass(frozen=True)
-class Calibration:
-    """How far below the roofline a GPU runs: ``compute[kind/precision]`` (or ``compute[kind]``) the fraction
-    of the peak FLOP/s, ``memory`` the fraction of the memory bandwidth, ``overhead`` seconds per kernel;
-    ``source`` says where the numbers come from."""
-
-    compute: Mapping[str, float] = field(default_factory=dict)
-    memory: float = 1.0
-    overhead: float = 0.0
-    source: str = "none: datasheet peaks, no launch cost"
-
-    def efficiency(self, kind: str, precision: str) -> float:
-        """The fraction of the peak an operation of ``kind`` in ``precision`` reaches (1 if not calibrated).
-
-        >>> H100_CALIBRATION.efficiency("attention", "float16") == H100_CALIBRATION.efficiency("matmul", "bfloat16")
-        True
-        """
-        kind = "matmul" if kind == "attention" else kind
-        precision = "bfloat16" if precision == "float16" else precision
-        return float(self.compute.get(f"{kind}/{precision}", self.compute.get(kind, 1.0)))
-
-
-UNCALIBRATED = Calibration()
-#: fitted by ``benchmarks/roofline.py --fit`` on the ten H100 profiles of data/profiles/h100/ (float32 and
-#: bfloat16: resnet50, resnet101, vgg16 at batch 32, gpt-small and gpt-medium at batch 8 of 512 tokens)
-H100_CALIBRATION = Calibration(
-    compute={"matmul/float32": 0.844, "matmul/bfloat16": 0.396, "conv/tf32": 0.380, "conv/bfloat16": 0.250},
-    memory=0.331, overhead=38.2e-6,
-    source="fitted on the H100 profiles of data/profiles/h100/ (benchmarks/roofline.py)")
-
-
-def estimate(work: OpWork, gpu: Accelerator, calibration: Calibration = UNCALIBRATED) -> float:
-    """Seconds of one phase's operations on ``gpu`` (the module docstring's formula)."""
-    if len(work) == 0:
-        return 0.0
-    peak = np.array([gpu.peak(p) for p in _PRECISIONS])[work.precision]
-    eff = np.array([[calibration.efficiency(k, p) for p in _PRECISIONS] for k in KINDS])[work.kind, work.precision]
-    compute = np.where(work.kind > 0, work.flops / (peak * eff), 0.0)
-    memory = work.bytes / (gpu.memory_bandwidth * calibration.memory)
-    return float(np.sum(np.maximum(compute, memory)) + calibration.overhead * len(work))
+def estimate(work: OpWork, gpu: Accelerator, calibration: Calibration = UNCALIBRATED, *,
+             backward: bool = False) -> float:
+    """Seconds of one phase's operations on ``gpu`` (:func:`workbench.profiles.kernel_time.phase_seconds`)."""
+    return phase_seconds(work.kind, work.precision, work.flops, work.bytes, work.aligned, gpu, calibration, backward)
 
 
 class RooflineTimes:
     """The profiler's timing step for a fake profile (``profile_model(times=...)``): each layer's forward and
     backward seconds on ``gpu``, estimated from its work; every layer's :class:`LayerWork` is kept in
-    ``works`` (for calibration)."""
+    ``works`` (for calibration and to store in the profile)."""
 
     def __init__(self, gpu: Accelerator, calibration: Calibration = H100_CALIBRATION) -> None:
         self.gpu, self.calibration = gpu, calibration
@@ -234,15 +257,23 @@ class RooflineTimes:
                  repeats: int) -> tuple[list[float], list[float]]:
         work = layer_work(mod, x, needs_input_grad, then, grad)
         self.works.append(work)
-        return [estimate(work.forward, self.gpu, self.calibration)], [estimate(work.backward, self.gpu,
-                                                                               self.calibration)]
+        return ([estimate(work.forward, self.gpu, self.calibration)],
+                [estimate(work.backward, self.gpu, self.calibration, backward=True)])
 
     def describe(self) -> str:
         """What the profile's ``timing`` metadata says."""
-        return (f"estimated, not measured: a roofline over every operation's FLOPs (torch.utils.flop_counter) and "
-                f"bytes on {self.gpu.label} (datasheet peaks), calibration: {self.calibration.source}")
+        return (f"estimated, not measured: every operation's FLOPs and bytes priced on {self.gpu.label} "
+                f"(datasheet peaks, published GEMM and attention throughput, launches overlapping the work: "
+                f"workbench.profiles.kernel_time), calibration: {self.calibration.source}")
 
 
 def total_seconds(works: list[LayerWork], gpu: Accelerator, calibration: Calibration) -> float:
     """Forward and backward seconds of every layer in ``works`` on ``gpu``."""
-    return math.fsum(estimate(w.forward, gpu, calibration) + estimate(w.backward, gpu, calibration) for w in works)
+    return math.fsum(estimate(w.forward, gpu, calibration) + estimate(w.backward, gpu, calibration, backward=True)
+                     for w in works)
+
+
+def gpu_meta(acc: Accelerator, calibration: Calibration = H100_CALIBRATION) -> dict[str, str]:
+    """The metadata that says a profile's times are estimates for ``acc``."""
+    return {"device": f"cuda ({acc.label}; fake tensors on this machine)", "gpu": acc.name, "times": "estimated",
+            "timing": RooflineTimes(acc, calibration).describe()}

@@ -15,6 +15,7 @@ import json
 
 from workbench.model.chain import Chain
 from workbench.profiles.discover import Layers
+from workbench.profiles.local import local_bytes
 
 __all__ = ["count_ties_once"]
 
@@ -38,7 +39,7 @@ def count_ties_once(chain: Chain, found: Layers) -> Chain:
     for i, params in enumerate(owned):
         for key in params:
             users.setdefault(key, []).append(i)
-    size = {key: float(p.numel() * p.element_size()) for params in owned for key, p in params.items()}
+    size = {key: float(local_bytes(p)) for params in owned for key, p in params.items()}
     layers = []
     for i, l in enumerate(chain.layers):
         shared = [k for k in owned[i] if users[k][0] != i]          # a sharer's copy: counted at its owner
@@ -51,7 +52,7 @@ def count_ties_once(chain: Chain, found: Layers) -> Chain:
             l, weight_bytes=max(l.weight_bytes - sum(size[k] for k in shared), 0.0),
             grad_bytes=None if l.grad_bytes is None else max(l.grad_bytes - grad_shared, 0.0),
             max_param_bytes=None if l.max_param_bytes is None else
-            float(max((p.numel() * p.element_size() for p in own), default=0))))
+            float(max((local_bytes(p) for p in own), default=0))))
     renamed = dict(zip(found.names, (l.name for l in chain.layers)))
     shared_keys = [k for k, us in users.items() if len(us) > 1]     # first-use order, as find_ties lists them
     ties = []

@@ -235,15 +235,22 @@ def _import(path: str) -> Any:
     return module
 
 
-def load_user_model(spec: str, seed: int = 0) -> UserModel:
-    """Import ``FILE.py``, call ``FUNC()`` after ``torch.manual_seed(seed)`` and check what it returned."""
+def load_user_model(spec: str, seed: int = 0, **kwargs: Any) -> UserModel:
+    """Import ``FILE.py``, call ``FUNC(**kwargs)`` after ``torch.manual_seed(seed)`` and check what it returned
+    (``kwargs``: e.g. ``batch_size=``, for a function that takes it)."""
     path, func = parse_spec(spec)
     module = _import(path)
     fn = getattr(module, func, None)
     if not callable(fn):
         raise ValueError(f"--module {spec!r}: {path} has no function {func!r}")
+    if kwargs:
+        import inspect
+
+        missing = [k for k in kwargs if k not in inspect.signature(fn).parameters]
+        if missing:
+            raise ValueError(f"--module {spec!r}: {func}() takes no {', '.join(missing)} argument")
     torch.manual_seed(seed)
-    got = fn()
+    got = fn(**kwargs)
     if not isinstance(got, (tuple, list)) or len(got) != 4:
         size = f" of {len(got)}" if isinstance(got, (tuple, list)) else ""
         raise ValueError(f"--module {spec!r}: {func}() must return (model, example_inputs, example_targets, "

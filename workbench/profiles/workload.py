@@ -8,7 +8,7 @@ the reference computes with :meth:`Workload.build` and the same batches.
 * :meth:`Workload.zoo`: a zoo model (``nn.Sequential``), a fresh batch per
   mini-batch (seeded by its index);
 * :meth:`Workload.module`: ``--module FILE.py:FUNC`` (:mod:`~workbench.profiles.usermodel`);
-  every mini-batch is the example batch ``FUNC`` returned.
+  every mini-batch is the example batch ``FUNC`` returned, in tensors of its own (a copy per call).
 
 >>> wl = Workload.zoo("mlp", batch_size=4)
 >>> tuple(wl.batch(0)[0].shape), wl.layers().names[:2]
@@ -66,8 +66,12 @@ def _user_example(spec: str, seed: int) -> tuple[Any, Any, Callable]:
 
 
 def _user_batch(spec: str, seed: int, i: int) -> tuple[Any, Any]:
+    """The example batch in tensors of its own: as a data loader hands out every mini-batch, so that a rank
+    holding several mini-batches in flight holds their inputs apart (docs/model.md, "Memory")."""
+    from torch.utils._pytree import tree_map_only
+
     inputs, targets, _ = _user_example(spec, seed)
-    return inputs, targets
+    return tree_map_only(torch.Tensor, torch.clone, (inputs, targets))
 
 
 def _user_loss(spec: str, seed: int, out: Any, target: Any) -> torch.Tensor:
@@ -132,7 +136,7 @@ class Workload:
 
     @classmethod
     def module(cls, spec: str, seed: int = 0, split_at: str | tuple[str, ...] | None = None) -> "Workload":
-        """``FILE.py:FUNC`` (see :mod:`~workbench.profiles.usermodel`); every mini-batch is ``FUNC``'s batch;
+        """``FILE.py:FUNC`` (see :mod:`~workbench.profiles.usermodel`); every mini-batch is ``FUNC``'s batch (a copy);
         ``split_at``: the modules to cut before (``"a,b"`` as a profile's metadata records them, or a tuple)."""
         from workbench.profiles.cuts import parse_split_at
         from workbench.profiles.usermodel import load_user_model

@@ -29,7 +29,8 @@ closer it is, and says so when it is not closer.
 ranks than cores or a load above the core count (ranks take turns, and the
 waits that follow are in no model of one device per rank), a rank that got
 less than ``MIN_CORE_SHARE`` of a core, a device busy longer than the
-measured period (the window is not steady), too few steady mini-batches, or a
+measured period (the window is not steady), too few steady mini-batches (a
+periodic plan's: a flushed plan's every flush is its whole schedule), or a
 plan the checker rejects on this chain (it was made on another profile).
 
 >>> import pandas as pd
@@ -48,6 +49,7 @@ import pandas as pd
 from workbench.model.chain import Chain, Platform
 from workbench.model.plan import Plan
 from workbench.model.trace import Trace
+from workbench.schedules.registry import schedule_of
 
 __all__ = ["rel_error", "occupancy", "stage_times", "compare", "calibrate", "calibration_report", "period_of",
            "steady_warmup", "measurement_warnings", "MIN_CORE_SHARE"]
@@ -65,7 +67,8 @@ def rel_error(measured: float, predicted: float) -> float:
 
 def steady_warmup(plan: Plan, trace: Trace, warmup: int | None = None) -> int:
     """Mini-batches to leave out as warm-up: ``warmup`` if given, else the first quarter and at
-    least ``k_0`` (the forwards the first stage runs before one waits for a backward), leaving two.
+    least ``k_0`` (the forwards the first stage runs before one waits for a backward), leaving two; none for a
+    flushed plan, whose every flush is the plan's whole schedule (its period: the flushes' spans).
 
     >>> from workbench.model.chain import Chain, Layer, Platform
     >>> from workbench.model.plan import make_plan
@@ -79,6 +82,8 @@ def steady_warmup(plan: Plan, trace: Trace, warmup: int | None = None) -> int:
     n = int(ops["batch"].max()) + 1 if len(ops) else 0
     if warmup is not None:
         return int(warmup)
+    if schedule_of(plan.schedule).flushed:
+        return 0
     k0 = max((st.in_flight for st in plan.stages), default=1)
     return max(0, min(max(n // 4, k0), n - 2))
 
@@ -246,7 +251,7 @@ def measurement_warnings(plan: Plan, chain: Chain, platform: Platform, trace: Tr
                    + "; the window is not steady (run more mini-batches)")
     n = int(trace.ops["batch"].max()) + 1 if len(trace.ops) else 0
     k0 = max((st.in_flight for st in plan.stages), default=1)
-    if n - warmup < max(4, 2 * k0):
+    if n - warmup < max(4, 2 * k0) and not schedule_of(plan.schedule).flushed:
         out.append(f"only {n - warmup} steady mini-batches after {warmup} of warm-up (k_0 = {k0}); "
                    f"run at least {warmup + max(4, 2 * k0)}")
     from workbench.verify.check import check

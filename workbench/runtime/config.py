@@ -36,7 +36,7 @@ class RunConfig:
     device: str = "cpu"              # "cpu" or "cuda"
     threads: int = 1
     timeout: float = 120.0
-    lookahead: int = 1              # receives posted beyond the one needed now (the model counts one per link)
+    lookahead: int = 1              # receives posted ahead on each link (the model counts one per link)
     warmup: bool = True
     isolated: bool = False           # replay this device alone: receives are random tensors, sends dropped
     engine: str = "pipedream"        # "torch" or "pipedream"

@@ -52,12 +52,12 @@ from workbench.runtime.gradients import grad_error, grad_tolerance, reference_gr
 from workbench.runtime.rank import CPU_COLUMNS
 from workbench.runtime.worker import free_port
 from workbench.schedules.ops import Op
-from workbench.schedules.program import programs_for
+from workbench.schedules.program import optimizer_steps, programs_for
 from workbench.schedules.registry import schedule_of
 
 __all__ = ["Workload", "RunResult", "run_plan", "reference_gradients", "grad_error", "grad_tolerance",
            "free_port", "default_backend", "join_or_kill", "programs_for", "merge_results", "choose_engine",
-           "ENGINES"]
+           "ENGINES", "refuse_split_backward"]
 
 ENGINES = ("auto", "torch", "pipedream")
 
@@ -99,10 +99,12 @@ def merge_results(parts: Sequence[dict[str, Any]], plan: Plan, **meta: Any) -> R
         "memory_peak": [p["memory_peak"] for p in ordered],
         "memory_breakdown": [p["memory_breakdown"] for p in ordered],
         "engine": ordered[0]["engine"] if ordered else None,
+        "optimizer_steps": [p.get("optimizer_steps") for p in ordered],   # per rank, the timed steps it took
         **meta,
     }
-    if schedule_of(plan.schedule).flushed and info.get("steps"):   # one flush of every step: period = makespan / steps
-        info = {**info, "micro_batches": int(info["steps"]), "flushes": 1}
+    if schedule_of(plan.schedule).flushed and info.get("steps"):   # a flush per optimizer step: period = the
+        m = int(plan.micro_batches or info["steps"])               # flushes' spans / micro-batches
+        info = {**info, "micro_batches": m, "flushes": max(1, math.ceil(int(info["steps"]) / m))}
     trace = Trace(ops, mem, plan.devices, period=plan.period, source="measured", meta=info)
     return RunResult(trace, grads, info)
 
@@ -215,9 +217,22 @@ def _check_run_arguments(plan: Plan, weights: str, optimizer: str, steps: int | 
         raise ValueError("cannot run an infeasible plan")
     if weights not in ("stash", "single"):
         raise ValueError(f"weights must be 'stash' or 'single', got {weights!r}")
-    if steps is not None and schedule_of(plan.schedule).from_torch and steps != plan.micro_batches:
-        raise ValueError(f"a {plan.schedule} plan runs torch's order for its {plan.micro_batches} micro-batches "
-                         f"in one step; run it with --steps {plan.micro_batches}, not {steps}")
+    if steps is not None:
+        optimizer_steps(plan, steps)       # a flushed plan runs whole steps of its micro-batches
+
+
+def refuse_split_backward(plan: Plan, what: str) -> None:
+    """A ``ValueError`` for a plan whose schedule splits each backward (``I`` and ``W``: interleaved-zb, zbv,
+    dualpipev), which the PipeDream engine (and so a replay) does not run.
+
+    >>> refuse_split_backward(Plan(1.0, (0,), (), 1, schedule="zbv"), "a replay")
+    Traceback (most recent call last):
+    ...
+    ValueError: a replay runs each backward whole; a zbv plan splits it into I and W (run it on torch's engine)
+    """
+    if schedule_of(plan.schedule).split_backward:
+        raise ValueError(f"{what} runs each backward whole; a {plan.schedule} plan splits it into I and W (run it "
+                         "on torch's engine)")
 
 
 def _engine_for(plan: Plan, weights: str, engine: str, device: str, backend: str) -> str:
@@ -228,6 +243,8 @@ def _engine_for(plan: Plan, weights: str, engine: str, device: str, backend: str
     'pipedream'
     """
     chosen = choose_engine(plan, weights, engine)
+    if chosen == "pipedream":
+        refuse_split_backward(plan, "the PipeDream engine")
     if chosen == "torch" and device == "cuda" and backend != "nccl":
         if engine == "torch":
             raise ValueError("torch's pipeline engine sends CUDA tensors and needs NCCL (a GPU per rank); "
@@ -298,6 +315,8 @@ def _torchrun(args: argparse.Namespace) -> int:
         from workbench.parallel.run.command import torchrun_layout_command
 
         return torchrun_layout_command(args, plan, layout)
+    if args.steps is not None:
+        optimizer_steps(plan, args.steps)   # a count that leaves a partial optimizer step: one line, first
     rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
     if world != plan.devices:
         raise ValueError(f"{args.plan_file}: the plan has {plan.devices} devices, torchrun started {world} ranks "
@@ -317,10 +336,15 @@ def _torchrun(args: argparse.Namespace) -> int:
     platform = platform_for_run(plan, optimizer=setup["optimizer"], weights=setup["weights"],
                                 zero_grad=setup["zero_grad"])
     if chain is not None:      # as `check PLAN --profile ...` would: the plan's set-up and links, no memory limit
-        links = platform_for_run(plan, bandwidth=(plan.setup or {}).get("bandwidth", "12GB/s"))
+        links = platform_for_run(plan)      # the links check takes: the plan's, else 12GB/s
         check_plan_valid(plan, chain, links.with_(memory=math.inf), where=args.plan_file)
+    engine = choose_engine(plan, platform.weights, args.engine)
+    if args.steps is None:
+        from workbench.runtime.summary import default_steps
+
+        args.steps = default_steps(plan, engine)
     cfg = RunConfig(plan, programs_for(plan, args.steps), wl, args.steps, args.lr, platform.weights, backend, device,
-                    timeout=args.timeout, engine=choose_engine(plan, platform.weights, args.engine),
+                    timeout=args.timeout, engine=engine,
                     optimizer=platform.optimizer, zero_grad=platform.zero_grad)
     _setup(rank, cfg)
     dist.init_process_group(backend, rank=rank, world_size=world, timeout=timedelta(seconds=args.timeout))
@@ -376,7 +400,9 @@ def _parser() -> argparse.ArgumentParser:
     src = ap.add_mutually_exclusive_group(required=True)
     src.add_argument("--model", help="zoo model name")
     src.add_argument("--module", help="FILE.py:FUNC returning (model, example_inputs, example_targets, loss_fn)")
-    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--steps", type=int, default=None,
+                    help="mini-batches to run (a flushed plan: whole optimizer steps of its micro-batches); "
+                         "default: enough for the steady state, at least 20")
     ap.add_argument("--batch-size", type=int, default=8)
     ap.add_argument("--weights", default=None, choices=["stash", "single"], help="default: the plan's (else stash)")
     ap.add_argument("--lr", type=float, default=0.0)

@@ -11,10 +11,17 @@ kinds of message, each keyed by a tuple:
   owner stage ``s``'s step after mini-batch ``i``.
 
 :func:`plan_receives` orders them per sender **in the order the sender sends
-them** (NCCL ignores tags and matches in order; a backward sends its tied
-gradients before its input gradient), and lists them in the order the
-program needs them. :func:`message_tag` numbers them uniquely (gloo matches
-by tag). :class:`SendWaiter` keeps each sent message alive until its send has
+them** (NCCL ignores tags and matches in order), and lists the F and B
+receives in the order the program needs them. Tied gradients travel on a
+channel of their own (their own queue per sender; the engine sends them on a
+process group of their own, so NCCL matches them apart from the F and B
+messages): the owner posts the receive of mini-batch ``i``'s tied gradient
+when its own stage's forward of ``i`` starts (``tied_at``), so the sharer's
+send completes as soon as it is made and the owner holds one receive buffer
+per mini-batch in flight (docs/model.md, "Tied parameters"). :func:`post_schedule`
+says which receives to post before each op: what it consumes and one more per
+link. :func:`message_tag` numbers them uniquely (gloo matches by tag).
+:class:`SendWaiter` keeps each sent message alive until its send has
 completed, without blocking the rank; :class:`ReadyReceive` stands in for a
 receive in an isolated replay.
 
@@ -22,8 +29,8 @@ receive in an isolated replay.
 >>> programs = [[Op(0, "F", 0, 0.0), Op(0, "B", 0, 3.0)], [Op(1, "F", 0, 1.0), Op(1, "B", 0, 2.0)]]
 >>> shapes = {0: ((2, 3), "f32"), 1: ((2, 1), "f32")}
 >>> r = plan_receives(programs, 1, [0, 1], [0, 1], shapes, {}, {}, 0)
->>> r.incoming, dict(r.queues), r.recv_at
-({('F', 1, 0): (0, (2, 3), 'f32')}, {0: deque([('F', 1, 0)])}, [(0, ('F', 1, 0))])
+>>> r.incoming, dict(r.queues), r.recv_at, r.tied_at
+({('F', 1, 0): (0, (2, 3), 'f32')}, {0: deque([('F', 1, 0)])}, [(0, ('F', 1, 0))], [])
 >>> message_tag(("F", 1, 0), steps=4, stages=2, tied=0), message_tag(("B", 0, 0), steps=4, stages=2, tied=0)
 (2, 1)
 """
@@ -40,17 +47,29 @@ import torch
 
 from workbench.schedules.ops import Op
 
-__all__ = ["Receives", "plan_receives", "message_tag", "SendWaiter", "ReadyReceive"]
+__all__ = ["Receives", "channel", "plan_receives", "post_schedule", "message_tag", "SendWaiter", "ReadyReceive"]
 
 
 @dataclass(frozen=True)
 class Receives:
-    """A rank's receives: ``incoming`` (key -> (sender, shape, dtype)), ``queues`` (sender -> keys in the
-    sender's order, consumed as they are posted) and ``recv_at`` ((program index, key) in the order needed)."""
+    """A rank's receives: ``incoming`` (key -> (sender, shape, dtype)), ``queues`` (:func:`channel` -> keys
+    in the sender's order, consumed as they are posted), ``recv_at`` ((program index, key) of the F and B
+    receives, in the order needed) and ``tied_at`` ((program index, key) of the tied gradients: posted when
+    the op at that index, the owner stage's forward of their mini-batch, starts)."""
 
     incoming: dict[tuple, tuple[int, tuple[int, ...], Any]]
-    queues: dict[int, deque]
+    queues: dict[Any, deque]
     recv_at: list[tuple[int, tuple]]
+    tied_at: list[tuple[int, tuple]]
+
+
+def channel(key: tuple, src: int) -> Any:
+    """The queue a message from ``src`` is matched in: ``src`` for F and B, ``("T", src)`` for tied gradients.
+
+    >>> channel(("F", 1, 0), 2), channel(("T", 0, 3, 0), 2)
+    (2, ('T', 2))
+    """
+    return ("T", src) if key[0] == "T" else src
 
 
 def plan_receives(programs: Sequence[Sequence[Op]], rank: int, stage_dev: Sequence[int], stage_last: Sequence[int],
@@ -76,21 +95,49 @@ def plan_receives(programs: Sequence[Sequence[Op]], rank: int, stage_dev: Sequen
         if op.kind == "B" and s < last and stage_dev[s + 1] != rank:
             src = stage_dev[s + 1]
             incoming[("B", s, i)] = (src, *shapes[stage_last[s]])
-            # a backward sends its tied gradients (below) before its input gradient: NCCL matches in order
             queues.setdefault(src, []).append(((index[src][(s + 1, "B", i)], tied), ("B", s, i)))
         if op.kind == "B":
             for sharer, k, name in owners.get(s, []):
                 src = stage_dev[sharer]
                 if src != rank:
-                    incoming[("T", s, i, k)] = (src, *tied_shapes[(s, name)])
-                    queues.setdefault(src, []).append(((index[src][(sharer, "B", i)], k), ("T", s, i, k)))
-    recv_at = []
+                    key = ("T", s, i, k)
+                    incoming[key] = (src, *tied_shapes[(s, name)])
+                    queues.setdefault(channel(key, src), []).append(((index[src][(sharer, "B", i)], k), key))
+    recv_at, tied_at = [], []
     for j, o in enumerate(programs[rank]):
         recv_at += [(j, key) for key in ((o.kind, o.stage, o.batch),) if key in incoming]
-        if o.kind == "B":
-            recv_at += [(j, ("T", o.stage, o.batch, k)) for _, k, _ in owners.get(o.stage, [])
+        if o.kind == "F":
+            tied_at += [(j, ("T", o.stage, o.batch, k)) for _, k, _ in owners.get(o.stage, [])
                         if ("T", o.stage, o.batch, k) in incoming]
-    return Receives(incoming, {src: deque(key for _, key in sorted(q)) for src, q in queues.items()}, recv_at)
+    return Receives(incoming, {src: deque(key for _, key in sorted(q)) for src, q in queues.items()}, recv_at,
+                    tied_at)
+
+
+def post_schedule(receives: Receives, ops: int, lookahead: int = 1) -> list[list[tuple]]:
+    """Per op index of the rank's program (``ops`` of them), the receives to post before it runs: those it
+    needs, then on every link (a stage's F receives, its B receives) the next ``lookahead`` needed by later
+    ops, and the tied gradients of ``tied_at``. So a stage holds, beside what it consumes, one posted receive
+    buffer per link (docs/model.md, "Memory": ``buf_in`` and ``buf_out``), whether its other link is busy or
+    it has none.
+
+    >>> r = Receives({}, {}, [(0, ("F", 1, 0)), (2, ("F", 1, 1)), (3, ("B", 1, 0)), (4, ("F", 1, 2))], [])
+    >>> post_schedule(r, 5)[1], post_schedule(r, 5)[2]     # op 1 needs none; op 2 needs F(1)
+    ([('F', 1, 1), ('B', 1, 0)], [('F', 1, 1), ('F', 1, 2), ('B', 1, 0)])
+    """
+    by_link: dict[tuple, list[tuple[int, tuple]]] = {}
+    for j, key in receives.recv_at:
+        by_link.setdefault(key[:2], []).append((j, key))
+    out: list[list[tuple]] = [[] for _ in range(ops)]
+    for entries in by_link.values():
+        nxt = 0                                  # the first entry of the link needed at or after op j
+        for j in range(ops):
+            while nxt < len(entries) and entries[nxt][0] < j:
+                nxt += 1
+            now = [key for at, key in entries[nxt:] if at == j]
+            out[j] += now + [key for _, key in entries[nxt + len(now):nxt + len(now) + lookahead]]
+    for j, key in receives.tied_at:
+        out[j].append(key)
+    return out
 
 
 def message_tag(key: tuple, steps: int, stages: int, tied: int) -> int:

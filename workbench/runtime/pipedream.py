@@ -45,6 +45,10 @@ and per in-flight mini-batch the stage's input, output and saved tensors; measur
 ``a < b`` is stepped by its owner ``a`` only: after ``b``'s backward of
 mini-batch ``i`` its gradient goes to ``a``, which adds it before its own
 step for ``i`` (with a learning rate above 0 the copies would drift: refused).
+``a`` posts that receive when its forward of ``i`` starts, so the send
+completes at once and ``a`` holds one receive buffer per mini-batch in
+flight (a sharer ahead of the owner would otherwise hold its gradients of
+several mini-batches, as many as the timing lets it run ahead).
 """
 
 from __future__ import annotations
@@ -56,7 +60,7 @@ import torch
 import torch.distributed as dist
 
 from workbench.runtime.config import RunConfig
-from workbench.runtime.messages import ReadyReceive, SendWaiter, message_tag, plan_receives
+from workbench.runtime.messages import ReadyReceive, SendWaiter, channel, message_tag, plan_receives, post_schedule
 from workbench.runtime.policy_layers import StageOffloads
 from workbench.runtime.rank import MemoryProbe, RankModel, Recorder, chain_input, make_optimizer, shared_origin
 
@@ -77,6 +81,16 @@ def alias(p: torch.Tensor) -> torch.Tensor:
     return t.requires_grad_(p.requires_grad)
 
 
+def _tied_group(tied, plan, layer_names: list[str]) -> Any:
+    """A process group of every rank for the tied gradients when a tie spans devices (else None): on it NCCL
+    matches them in their own order, apart from the F and B messages. Every rank calls it alike
+    (``dist.new_group`` is collective)."""
+    device_of = {layer_names[l]: st.device for st in plan.stages for l in range(st.first, st.last + 1)}
+    if not any(len({device_of[n] for n in t.layers}) > 1 for t in tied):
+        return None
+    return dist.new_group(list(range(dist.get_world_size())))
+
+
 class PipeDreamRank:
     """One rank's program with an optimizer step after every backward (see the module docstring)."""
 
@@ -93,6 +107,7 @@ class PipeDreamRank:
         self.offloads = StageOffloads(self.model.offload_stages)
         self.live = {s: self.model.parameters(s) for s in self.mine}
         self.ties = self._ties()
+        self.tied_group = None if cfg.isolated else _tied_group(self.model.tied, self.plan, self.model.layer_names)
         owned = {s: [p for n, p in self.live[s].items() if (s, n) not in self.ties["shared"]] for s in self.mine}
         self.optimizers = {s: make_optimizer(cfg.optimizer, owned[s], cfg.lr) for s in self.mine}
         self.version = {s: {n: alias(p) for n, p in self.live[s].items()} for s in self.mine}
@@ -116,6 +131,9 @@ class PipeDreamRank:
         owners: dict[int, list[tuple[int, int, str]]] = {}     # owner stage -> [(sharer stage, tie, name)]
         for k, t in enumerate(self.model.tied):
             stages = sorted({stage_of[n] for n in t.layers})
+            if len(stages) > 2:     # its sharers' messages would share one key
+                raise ValueError(f"the tied parameter {t.parameter} is used by stages {stages}: the PipeDream "
+                                 "engine runs a tie shared by two stages only (torch's engine: --weights single)")
             for s in stages[1:]:
                 if self.cfg.lr != 0.0:
                     raise ValueError(f"the tied parameter {t.parameter} is used by stages {stages}: the PipeDream "
@@ -141,7 +159,7 @@ class PipeDreamRank:
         receives = plan_receives(self.cfg.programs, self.rank, self.stage_dev,
                                  [st.last for st in self.plan.stages], self.model.shapes, owners, tied_shapes,
                                  len(self.model.tied))
-        self.incoming, self.queues, self.recv_at = receives.incoming, receives.queues, receives.recv_at
+        self.receives, self.incoming, self.queues = receives, receives.incoming, receives.queues
 
     def _reset_state(self) -> None:
         """Empty hand-offs, in-flight mini-batches and messages; the receive queues planned afresh."""
@@ -157,10 +175,10 @@ class PipeDreamRank:
 
     # ---- messages -------------------------------------------------------------------------
     def post(self, key: tuple) -> None:
-        """Post the receives from ``key``'s sender, in its order, up to and including ``key``."""
+        """Post the receives from ``key``'s sender on ``key``'s channel, in its order, up to and including ``key``."""
         src = self.incoming[key][0]
         while key not in self.issued:
-            k = self.queues[src].popleft()
+            k = self.queues[channel(key, src)].popleft()
             _, shape, dtype = self.incoming[k]
             if self.cfg.isolated:
                 buf = (torch.randn(shape, device=self.dev).to(dtype) if dtype.is_floating_point
@@ -168,8 +186,12 @@ class PipeDreamRank:
                 self.posted[k] = (ReadyReceive(), buf)
             else:
                 buf = torch.empty(shape, dtype=dtype, device=self.wire)
-                self.posted[k] = (dist.irecv(buf, src=src, tag=self.tag(k)), buf)
+                self.posted[k] = (dist.irecv(buf, src=src, tag=self.tag(k), group=self.group(k)), buf)
             self.issued.add(k)
+
+    def group(self, key: tuple) -> Any:
+        """The process group ``key`` travels on: tied gradients on their own (:func:`_tied_group`)."""
+        return self.tied_group if key[0] == "T" else None
 
     def tag(self, key: tuple) -> int:
         """The message's tag: :func:`~workbench.runtime.messages.message_tag`."""
@@ -189,7 +211,7 @@ class PipeDreamRank:
             return
         c0, t0 = time.thread_time(), self.recorder.now()
         msg = t.detach().to(self.wire).contiguous()
-        self.sends.add(dist.isend(msg, dst=dst, tag=self.tag(key)), msg)
+        self.sends.add(dist.isend(msg, dst=dst, tag=self.tag(key), group=self.group(key)), msg)
         if key[0] != "T":
             self.recorder.add("send", stage, key[2], t0, self.recorder.now(), (time.thread_time() - c0, c0))
 
@@ -247,12 +269,13 @@ class PipeDreamRank:
         with self.recorder.op("B", s, i):
             # backward(inputs=...) accumulates into the preset gradient buffers
             with self.offloads.backward(s, i):
-                torch.autograd.backward(out, grad_tensors=g_out, inputs=wrt)
+                if wrt:     # a first stage without parameters (its input is data) has nothing to differentiate
+                    torch.autograd.backward(out, grad_tensors=g_out, inputs=wrt)
             by_name = {n: version[n].grad for n in names if version[n].grad is not None}
             gx = x.grad if want_x else None
             for t in wrt:
                 t.grad = None
-            del wrt, version, out, x
+            del wrt, version, out, x, g_out   # the step holds none of them
             self.share_tied(s, i, by_name)
             self.update(s, by_name, i)
         if s > 0:
@@ -322,11 +345,10 @@ class PipeDreamRank:
 
     # ---- the program ------------------------------------------------------------------------
     def run(self) -> None:
-        r = 0
-        for j, op in enumerate(self.cfg.programs[self.rank]):
-            while r < len(self.recv_at) and self.recv_at[r][0] < j:
-                r += 1
-            for _, key in self.recv_at[r:r + 1 + self.cfg.lookahead]:
+        program = self.cfg.programs[self.rank]
+        schedule = post_schedule(self.receives, len(program), self.cfg.lookahead)
+        for j, op in enumerate(program):
+            for key in schedule[j]:
                 self.post(key)
             (self.forward if op.kind == "F" else self.backward)(op.stage, op.batch)
             if self.probe is not None:

@@ -39,7 +39,7 @@ import torch
 
 from workbench.model.plan import Plan
 from workbench.runtime.config import RunConfig
-from workbench.runtime.engine import RunResult, Workload, join_or_kill, merge_results
+from workbench.runtime.engine import RunResult, Workload, join_or_kill, merge_results, refuse_split_backward
 from workbench.runtime.rank import CPU_COLUMNS
 from workbench.schedules.ops import Op
 from workbench.schedules.program import programs_for
@@ -60,6 +60,7 @@ def replay_devices(plan: Plan, workload: Workload, steps: int = 8, *, weights: s
     """
     if not plan.feasible or not plan.stages:
         raise ValueError("cannot replay an infeasible plan")
+    refuse_split_backward(plan, "a replay (the PipeDream engine, each device alone)")
     if weights not in ("stash", "single"):
         raise ValueError(f"weights must be 'stash' or 'single', got {weights!r}")
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")

@@ -99,11 +99,12 @@ def platform_for_run(plan, *, optimizer: str | None = None, bandwidth: float | s
     """The platform a run is predicted on: the plan's devices, memory limit and memory set-up (the
     paper's rule 7, or the full model with ``optimizer``, default the plan's, else adam, and the training
     loop ``zero_grad``, default the plan's: a plan that predates the setting zeroed gradients in place;
-    ``none`` without a plan's set-up).
+    ``none`` without a plan's set-up), and the links ``check`` takes for it: ``bandwidth``, else the plan's
+    (its GPU's and nodes', where it records them), else 12GB/s.
 
     >>> from workbench.model.plan import Plan
-    >>> platform_for_run(Plan(1.0, (0,), (), 1)).optimizer
-    'adam'
+    >>> platform_for_run(Plan(1.0, (0,), (), 1)).optimizer, platform_for_run(Plan(1.0, (0,), (), 1)).bandwidth
+    ('adam', 12000000000.0)
     """
     from workbench.model.chain import Platform
 
@@ -111,7 +112,9 @@ def platform_for_run(plan, *, optimizer: str | None = None, bandwidth: float | s
     paper = setup.get("memory_model") == "paper"
     optimizer = optimizer or setup.get("optimizer") or "adam"
     loop = zero_grad or setup.get("zero_grad") or ("zeros" if setup else "none")
-    return Platform(plan.devices, memory=plan.memory_limit, bandwidth=bandwidth or math.inf, latency=latency or 0.0,
+    nodes = {k: setup[k] for k in ("devices_per_node", "node_bandwidth") if setup.get(k) is not None}
+    return Platform(plan.devices, memory=plan.memory_limit, bandwidth=bandwidth or setup.get("bandwidth", "12GB/s"),
+                    latency=latency or 0.0, **nodes,
                     weights=weights or setup.get("weights") or "stash", memory_model="paper" if paper else "full",
                     host_bandwidth=setup.get("host_bandwidth", "31.5GB/s"),
                     **({"weight_factor": setup.get("weight_factor", 1.0)} if paper else

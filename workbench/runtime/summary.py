@@ -18,26 +18,66 @@ from typing import Any
 
 from workbench.model.memory_views import torch_engine_memory
 from workbench.schedules.order_memory import engine_extra as torch_extra
+from workbench.schedules.program import optimizer_steps
 from workbench.schedules.registry import schedule_of
 
-__all__ = ["summarise", "jsonable", "format_comparison", "steady_steps", "engine_extra"]
+__all__ = ["summarise", "jsonable", "format_comparison", "steady_steps", "engine_extra", "default_steps",
+           "steps_per_update"]
 
 
 def steady_steps(plan, engine: str) -> list[int]:
     """Per device, the mini-batches a run needs before it holds what the plan's memory describes (its steady
     state): on the PipeDream engine with stashing, ``2k - 1`` for a stage with k in flight (the k in flight
     then ran their forwards on k different weight versions); otherwise ``k + 1`` (k in flight after the
-    stage's first backward, when its gradients exist). 1 for a device without a stage.
+    stage's first backward, when its gradients exist). 1 for a device without a stage. A flushed plan holds
+    at every flush what its memory describes: one flush (its micro-batches) on every device.
 
     >>> from workbench.model.plan import Plan, Stage
     >>> p = Plan(1.0, (0, 1), (Stage(0, 0, 0, 0.0, 3.0, 4), Stage(1, 1, 1, 1.0, 2.0, 1)), 2)
     >>> steady_steps(p, "pipedream"), steady_steps(p, "torch")
     ([7, 1], [5, 2])
+    >>> steady_steps(p.with_(schedule="1f1b", micro_batches=4), "torch")
+    [4, 4]
     """
+    if schedule_of(plan.schedule).flushed:
+        return [int(plan.micro_batches or 1)] * plan.devices
     need = [1] * plan.devices
     for st in plan.stages:
         k = max(int(st.in_flight), 1)
         need[st.device] = max(need[st.device], 2 * k - 1 if engine == "pipedream" else k + 1)
+    return need
+
+
+def steps_per_update(plan, steps: int, engine: str) -> tuple[int, int]:
+    """(optimizer steps, mini-batches per step) of a run of ``steps`` mini-batches: on torch's engine a flushed
+    plan's flushes of its micro-batches, a periodic plan's one step of them all; on the PipeDream engine a step
+    after every mini-batch (whatever the plan's schedule).
+
+    >>> from workbench.model.plan import Plan
+    >>> p = Plan(1.0, (0,), (), 1)
+    >>> steps_per_update(p.with_(schedule="1f1b", micro_batches=4), 8, "torch"), steps_per_update(p, 8, "torch")
+    ((2, 4), (1, 8))
+    >>> steps_per_update(p.with_(schedule="1f1b", micro_batches=4), 8, "pipedream")
+    (8, 1)
+    """
+    if engine == "torch":
+        return optimizer_steps(plan, steps)
+    return steps, 1
+
+
+def default_steps(plan, engine: str, least: int = 20) -> int:
+    """The mini-batches a run takes when not told: at least ``least`` and the steady state
+    (:func:`steady_steps`); for a flushed plan whole optimizer steps of its micro-batches.
+
+    >>> from workbench.model.plan import Plan, Stage
+    >>> p = Plan(1.0, (0,), (Stage(0, 0, 0, 0.0, 1.0, 1),), 1)
+    >>> default_steps(p, "torch"), default_steps(p.with_(schedule="gpipe", micro_batches=6), "torch")
+    (20, 24)
+    """
+    need = max([least] + steady_steps(plan, engine))
+    if schedule_of(plan.schedule).flushed:
+        m = int(plan.micro_batches or 1)
+        return m * math.ceil(need / m)
     return need
 
 
@@ -54,7 +94,7 @@ def engine_extra(plan, chain, platform, steps: int, engine: str) -> list[float]:
 
         peak = torch_engine_memory(apply_policies(chain, plan.activations or None), platform, plan.stages, steps)
         return [p - float(m) for p, m in zip(peak, plan.memory)]
-    return torch_extra(plan, chain, platform, steps)
+    return torch_extra(plan, chain, platform, optimizer_steps(plan, steps)[1])    # one step's micro-batches
 
 
 def summarise(plan, chain, platform, wl, res, cmp, cal: dict[str, Any], *, model_config: dict[str, Any],
@@ -80,7 +120,8 @@ def _run_fields(plan, platform, wl, res, cfg: dict[str, Any], batch_size: int, s
     """The summary's keys saying what ran: model, sizes, plan, weights, backend, engine, optimizer."""
     return {
         "model": wl.name, "module": wl.source, "model_config": cfg, "batch_size": wl.batch_size or batch_size,
-        "steps": steps, "dtype": wl.dtype,
+        "steps": steps, **dict(zip(("optimizer_steps", "mini_batches_per_step"),
+                                   steps_per_update(plan, steps, res.meta["engine"]))), "dtype": wl.dtype,
         "devices": plan.devices, "assignment": list(plan.assignment), "allocation": plan.allocation,
         "weights": platform.weights, "backend": res.meta["backend"], "device": res.meta["device"],
         "engine": res.meta["engine"], "optimizer": res.meta["optimizer"],
@@ -161,12 +202,28 @@ def jsonable(x: Any) -> Any:
     return x
 
 
+def _updates(summary: dict[str, Any]) -> str:
+    """How the run's mini-batches made optimizer steps, for the table's first line.
+
+    >>> _updates({"optimizer_steps": 2, "mini_batches_per_step": 4}), _updates({"optimizer_steps": 1,
+    ...                                                                         "mini_batches_per_step": 4})
+    (' (2 optimizer steps of 4)', ' (one optimizer step)')
+    """
+    k, m = summary.get("optimizer_steps"), summary.get("mini_batches_per_step")
+    if not k:
+        return ""
+    if k == 1:
+        return " (one optimizer step)"
+    return f" ({k} optimizer steps of {m})" if m > 1 else " (an optimizer step after each)"
+
+
 def format_comparison(summary: dict[str, Any]) -> str:
     """A human table: period and per-device memory and busy time, predicted against measured."""
     from workbench.model.units import format_bytes
 
     lines = [
-        f"{summary['model']}: {summary['steps']} mini-batches of {summary['batch_size']} on {summary['devices']} "
+        f"{summary['model']}: {summary['steps']} mini-batches of {summary['batch_size']}{_updates(summary)} on "
+        f"{summary['devices']} "
         f"processes ({summary['backend']}, {summary['device']}, {summary.get('dtype', 'float32')}), "
         f"weights {summary['weights']}, {summary.get('engine', '?')} engine, optimizer "
         f"{summary.get('optimizer', '?')}, zero_grad {summary.get('zero_grad', '?')}",

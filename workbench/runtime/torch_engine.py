@@ -5,19 +5,24 @@ The plan is lowered to torch's schedule actions by the export
 operations in the plan's order, ``{stage}F{mb}`` / ``{stage}B{mb}``) and run
 by torch's ``_PipelineScheduleRuntime``, which adds the sends and receives
 itself, on one ``PipelineStage`` per stage of the rank (its layers as an
-``nn.Sequential``). A ``step()`` runs the plan's ``steps`` mini-batches as
-torch's micro-batches (mini-batch ``i`` of the plan is micro-batch ``i``),
-all with the same weights, then drains (a flush); the optimizer steps after it.
+``nn.Sequential``). A ``step()`` runs one optimizer step's mini-batches as
+torch's micro-batches, all with the same weights, then drains (a flush); the
+optimizer steps after it. A flushed plan's step is its flush of its
+micro-batches, so ``steps`` mini-batches are ``steps / micro_batches``
+optimizer steps (mini-batch ``i`` of the run is micro-batch ``i mod m`` of step
+``i // m``; a count that leaves a partial step is refused:
+:func:`~workbench.schedules.program.optimizer_steps`); a periodic plan with one
+weight version runs all ``steps`` in one step.
 
 Timing keeps the trace's format (:mod:`workbench.model.trace`): :class:`TimedStage`
 marks every forward (with the loss on the last stage, as the profiler counts
 it) and backward, with the CPU time each took on its thread, and the time a send takes to post;
 :class:`TimedSchedule` marks the time a forward or backward waits for its message (``recv``).
 
-One run is three steps: a warm-up (untimed), the timed step (the trace and the
-gradients, checked against one process) and the memory step, the same actions
-under :class:`~workbench.runtime.rank.MemoryProbe`, whose samples after each
-F/B are placed at the times of the timed step's F/B.
+One run is a warm-up step (untimed), the timed steps (the trace, and the
+gradients summed over them, checked against one process) and the memory step,
+the first step's actions again under :class:`~workbench.runtime.rank.MemoryProbe`,
+whose samples after each F/B are placed at the times of the first timed step's F/B.
 
 What a rank holds per stage in this engine (docs/model.md, "Runtime"): the
 stage's parameters and their gradient buffers, the optimizer's state, one
@@ -25,7 +30,7 @@ receive buffer per micro-batch for the stage's input and one for the gradient
 of its output (torch preallocates them: ``_prepare_forward_infra``,
 ``_setup_backward_recv_info``), and, from a micro-batch's forward until its
 backward, the stage's input and output and what autograd saved. Stage 0 holds
-the whole step's input (``steps`` mini-batches), the last stage the targets.
+the whole step's input (its micro-batches), the last stage the targets.
 
 Tied parameters (one ``nn.Parameter`` used by layers on several ranks, e.g. an
 embedding and an LM head): every rank holding it adds its gradient with the
@@ -203,12 +208,10 @@ def run_torch_rank(rank: int, world: int, cfg) -> dict[str, Any]:
     step.run()                                        # warm-up: allocations, kernel choice, optimizer state
     step.zero()
     rec.restart(shared_origin(origin, cfg.backend, dev))   # rank 0's clock origin; the warm-up's marks go
-    step.run()
+    grads = step.run_all()                            # the run's optimizer steps, timed
+    taken = step.taken
     if cuda:
         torch.cuda.synchronize(dev)
-    grads = {model.names[s][n]: p.grad.detach().cpu().clone() if p.grad is not None
-             else torch.zeros_like(p, device="cpu")
-             for s in model.stages for n, p in model.parameters(s).items()}
     timed = list(rec.marks)
     cpu_rows = list(rec.cpu)
     step.zero()
@@ -218,7 +221,8 @@ def run_torch_rank(rank: int, world: int, cfg) -> dict[str, Any]:
     memory = [(rank, t, a, w, tot) for t, (a, w, tot) in zip(ends, samples)]
     return {"rank": rank, "ops": rec.rows(plan), "cpu": cpu_rows, "memory": memory, "grads": grads,
             "memory_peak": probe.peak(), "memory_breakdown": probe.breakdown(),
-            "max_memory_allocated": torch.cuda.max_memory_allocated(dev) if cuda else None, "engine": "torch"}
+            "max_memory_allocated": torch.cuda.max_memory_allocated(dev) if cuda else None, "engine": "torch",
+            "optimizer_steps": taken}
 
 
 def _build_stages(model: RankModel, cfg, dev: torch.device, group, rec: Recorder,
@@ -241,35 +245,49 @@ def _build_stages(model: RankModel, cfg, dev: torch.device, group, rec: Recorder
 
 
 class _TorchStep:
-    """One step of the plan on torch's schedule runtime: the schedule over all mini-batches, the
-    all-reduce of tied gradients across ranks, the optimizer's step; :meth:`zero` clears the gradients."""
+    """The plan's optimizer steps on torch's schedule runtime. One step (:meth:`run`) is the schedule over
+    a step's micro-batches (a flushed plan's own count; a periodic plan's every mini-batch), the all-reduce of
+    tied gradients across ranks and the optimizer's step; :meth:`zero` clears the gradients (the plan's loop)."""
 
     def __init__(self, model: RankModel, cfg, stages: list[TimedStage], active: list[int], world: int,
                  rec: Recorder, dev: torch.device) -> None:
         from workbench.runtime.export import programs_to_actions
+        from workbench.schedules.program import optimizer_steps, programs_for
 
-        plan, steps = cfg.plan, cfg.steps
+        plan = cfg.plan
+        self.count, self.per_step = optimizer_steps(plan, cfg.steps)
         self.params = [p for s in model.stages for p in model.stages[s].parameters()]
-        self.loop = cfg.zero_grad
+        self.named = {model.names[s][n]: p for s in model.stages for n, p in model.parameters(s).items()}
+        self.loop, self.rec, self.taken = cfg.zero_grad, rec, 0
         self.optimizer = make_optimizer(cfg.optimizer, list({id(p): p for p in self.params}.values()), cfg.lr)
         self.ties = tie_groups(model, plan, world)
         self.schedule = None
         if stages and schedule_of(plan.schedule).from_torch:       # torch's class, which computes its own order
-            self.schedule = torch_schedule(plan.schedule, stages, steps, model.loss, rec)
+            self.schedule = torch_schedule(plan.schedule, stages, self.per_step, model.loss, rec)
         elif stages:
+            one = programs_for(plan, self.per_step)               # one step's order (a flush of a flushed plan)
             actions = {active.index(d): [ts._Action.from_str(a) for a in acts]        # keyed by rank in the group
-                       for d, acts in programs_to_actions(cfg.programs, plan).items() if d in active}
-            self.schedule = TimedSchedule(stages, steps, loss_fn=model.loss, scale_grads=False, recorder=rec)
+                       for d, acts in programs_to_actions(one, plan).items() if d in active}
+            self.schedule = TimedSchedule(stages, self.per_step, loss_fn=model.loss, scale_grads=False, recorder=rec)
             self.schedule._prepare_schedule_with_comms(actions)
         self.first, self.last = 0 in model.stages, (len(plan.stages) - 1) in model.stages
-        batches = [cfg.workload.batch(i) for i in range(steps)] if (self.first or self.last) else []
-        self.x_all = torch.cat([chain_input(b[0]) for b in batches]).to(dev) if self.first else None
-        self.y_all = torch.cat([b[1] for b in batches]).to(dev) if self.last else None
+        batches = [cfg.workload.batch(i) for i in range(cfg.steps)] if (self.first or self.last) else []
+        m = self.per_step
+        self.x = [torch.cat([chain_input(b[0]) for b in batches[k * m:(k + 1) * m]]).to(dev) if self.first else None
+                  for k in range(self.count)]
+        self.y = [torch.cat([b[1] for b in batches[k * m:(k + 1) * m]]).to(dev) if self.last else None
+                  for k in range(self.count)]
 
-    def run(self) -> None:
+    def run(self, k: int = 0) -> None:
+        """Optimizer step ``k`` (its mini-batches ``k * per_step`` on); its marks name the run's mini-batches."""
+        marks, cpu = len(self.rec.marks), len(self.rec.cpu)
         if self.schedule is not None:
-            args = (self.x_all,) if self.first else ()
-            self.schedule.step(*args, target=self.y_all, losses=[] if self.last else None, return_outputs=False)
+            args = (self.x[k],) if self.first else ()
+            self.schedule.step(*args, target=self.y[k], losses=[] if self.last else None, return_outputs=False)
+        if k:                   # torch numbers a step's micro-batches from 0
+            shift = k * self.per_step
+            self.rec.marks[marks:] = [(a, s, i + shift, t0, t1) for a, s, i, t0, t1 in self.rec.marks[marks:]]
+            self.rec.cpu[cpu:] = [(r, s, a, i + shift, *rest) for r, s, a, i, *rest in self.rec.cpu[cpu:]]
         for group, copies in self.ties:
             for p in copies:
                 if p.grad is None:
@@ -277,6 +295,21 @@ class _TorchStep:
                 dist.all_reduce(p.grad, group=group)
         if self.optimizer is not None:
             self.optimizer.step()
+        self.taken += 1
+
+    def run_all(self) -> dict[str, torch.Tensor]:
+        """Every optimizer step of the run, the plan's loop between them; the gradients summed over them (by
+        parameter name, on the CPU: what one process accumulates over the run's mini-batches)."""
+        total: dict[str, torch.Tensor] = {}
+        self.taken = 0
+        for k in range(self.count):
+            if k:
+                self.zero()
+            self.run(k)
+            for name, p in self.named.items():
+                g = p.grad.detach().cpu().clone() if p.grad is not None else torch.zeros_like(p, device="cpu")
+                total[name] = total[name] + g if name in total else g
+        return total
 
     def zero(self) -> None:
         """Between steps, the plan's loop: gradients set to None (``none``, torch's default) or zeroed in place."""

@@ -1,104 +1,114 @@
-"""torch's orders kept on disk, so that a later process plans torch's schedules without importing torch's pipelining.
+"""torch's schedule orders kept on disk, so that planning, checking or simulating a plan of torch's schedules does not
+import ``torch.distributed.pipelining`` again (seconds: it imports torch's compiler and distributed tensors).
 
-An order (:func:`workbench.schedules.torch_orders.torch_order`) depends only on torch's version, the schedule's
-class, the devices, the stages per device and the micro-batches, and reading it from torch costs the import of
-``torch.distributed.pipelining`` first (1-3 s on the 2-core machine, up to 6 s under load: more than a short
-time limit). Each order torch computes (or refuses, with its reason) is kept as one JSON file under
-:func:`cache_dir`, written atomically; a file that cannot be read, is not this torch's, or cannot be written
-is ignored (the order is read from torch again). The directory is ``$WORKBENCH_CACHE_DIR`` if set (empty: no
-cache), else ``$XDG_CACHE_HOME/workbench`` or ``~/.cache/workbench``, then ``torch-orders/``.
+:func:`~workbench.schedules.torch_orders.torch_order` asks torch's class once per (schedule, devices, stages per
+device, micro-batches) and torch version; its answer (the order per device, or torch's refusal) is written here
+as JSON, one small file per question, under ``$WORKBENCH_CACHE_DIR`` (default ``$XDG_CACHE_HOME/workbench``,
+else ``~/.cache/workbench``), ``torch-orders/<format>/<torch version>/`` (:data:`FORMAT` changes when what
+:func:`~workbench.schedules.torch_orders.torch_order` makes of torch's order does). ``WORKBENCH_CACHE_DIR=off`` (or an
+unwritable folder) keeps nothing; an unreadable or damaged file is asked again. The answer read back is the one
+torch gave: the order's operations in its order, with their positions as times.
 
->>> import os, tempfile
+>>> import tempfile, os
 >>> from workbench.schedules.ops import Op
->>> was = os.environ.get(ENV)
->>> os.environ[ENV] = tempfile.mkdtemp()
->>> store_order("ScheduleZBVZeroBubble", 1, 2, 1, {0: (Op(0, "F", 0, 0.0), Op(1, "F", 0, 1.0))})
->>> load_order("ScheduleZBVZeroBubble", 1, 2, 1)
-{0: (Op(stage=0, kind='F', batch=0, time=0.0), Op(stage=1, kind='F', batch=0, time=1.0))}
->>> load_order("ScheduleZBVZeroBubble", 1, 2, 2) is None, is_stored("ScheduleZBVZeroBubble", 1, 2, 2)
-(True, False)
->>> _ = os.environ.pop(ENV) if was is None else os.environ.update({ENV: was})
+>>> os.environ["WORKBENCH_CACHE_DIR"] = tempfile.mkdtemp()
+>>> store_answer(("zbv", 2, 2, 4), {0: (Op(0, "F", 0, 0.0),), 1: ()})
+>>> load_answer(("zbv", 2, 2, 4))
+{0: (Op(stage=0, kind='F', batch=0, time=0.0),), 1: ()}
+>>> store_answer(("zbv", 2, 2, 1), "needs 2 micro-batches"); load_answer(("zbv", 2, 2, 1))
+'needs 2 micro-batches'
+>>> del os.environ["WORKBENCH_CACHE_DIR"]
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 from functools import lru_cache
-from importlib import metadata
 from pathlib import Path
 
 from workbench.schedules.ops import Op
 
-__all__ = ["cache_dir", "is_stored", "load_order", "store_order", "ENV"]
+__all__ = ["ENV", "FORMAT", "cache_folder", "is_kept", "load_answer", "store_answer"]
 
-#: the environment variable naming the cache's directory (empty: no cache)
+#: the environment variable naming the cache's folder (``off`` or empty: nothing kept)
 ENV = "WORKBENCH_CACHE_DIR"
+#: the layout of what is kept (and of what torch_order makes of torch's order): a new one asks torch again
+FORMAT = "v1"
 
-Order = dict[int, tuple[Op, ...]]
+#: (schedule, devices, stages per device, micro-batches)
+Question = tuple[str, int, int, int]
+Answer = dict[int, tuple[Op, ...]] | str
 
-
-def cache_dir() -> Path | None:
-    """Where orders are kept (module docstring); None: no cache."""
-    env = os.environ.get(ENV)
-    if env is not None:
-        return Path(env) / "torch-orders" if env else None
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "workbench" / "torch-orders"
+_OP = re.compile(r"(\d+)([FBIW])(\d+)")
 
 
 @lru_cache(maxsize=1)
-def _torch_version() -> str:
+def _torch_version() -> str | None:
+    """The installed torch's version, read once (its package metadata: about a millisecond each time)."""
+    from importlib.metadata import PackageNotFoundError, version
+
     try:
-        return metadata.version("torch")
-    except metadata.PackageNotFoundError:
-        return ""
-
-
-def _path(torch_class: str, devices: int, chunks: int, micro_batches: int) -> Path | None:
-    d = cache_dir()
-    version = _torch_version()
-    if d is None or not version:
+        return version("torch")
+    except PackageNotFoundError:   # pragma: no cover - torch is a dependency
         return None
-    return d / f"{torch_class}-torch{version}-p{devices}-v{chunks}-m{micro_batches}.json"
 
 
-def is_stored(torch_class: str, devices: int, chunks: int, micro_batches: int) -> bool:
-    """Whether a file is kept for these (without reading it)."""
-    path = _path(torch_class, devices, chunks, micro_batches)
+def cache_folder() -> Path | None:
+    """Where the answers of the installed torch are kept (None: nowhere, ``WORKBENCH_CACHE_DIR=off``)."""
+    root = os.environ.get(ENV)
+    if root is not None and root.strip().lower() in ("", "off", "none", "0"):
+        return None
+    if not root:
+        root = str(Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "workbench")
+    torch_version = _torch_version()
+    if torch_version is None:   # pragma: no cover - torch is a dependency
+        return None
+    return Path(root) / "torch-orders" / FORMAT / re.sub(r"[^\w.+-]", "_", torch_version)
+
+
+def _file(question: Question) -> Path | None:
+    folder = cache_folder()
+    name, devices, chunks, m = question
+    return None if folder is None else folder / f"{name}-P{devices}-V{chunks}-m{m}.json"
+
+
+def is_kept(question: Question) -> bool:
+    """Whether an answer is kept for ``question`` (a file there; not read)."""
+    path = _file(question)
     return path is not None and path.is_file()
 
 
-def load_order(torch_class: str, devices: int, chunks: int, micro_batches: int) -> Order | str | None:
-    """The kept order (per device, its operations), torch's reason for refusing the combination (a string), or
-    None when nothing usable is kept."""
-    path = _path(torch_class, devices, chunks, micro_batches)
+def load_answer(question: Question) -> Answer | None:
+    """torch's answer kept for ``question`` (an order, or its refusal as a string); None when none is kept."""
+    path = _file(question)
     try:
-        data = json.loads(path.read_text()) if path is not None else None
-        if not isinstance(data, dict) or data.get("torch") != _torch_version():
+        if path is None or not path.is_file():
             return None
-        if "refused" in data:
-            return str(data["refused"])
-        return {int(rank): tuple(Op(int(s), str(k), int(b), float(i)) for i, (s, k, b) in enumerate(ops))
-                for rank, ops in data["order"].items()}
-    except (OSError, ValueError, KeyError, TypeError):
+        d = json.loads(path.read_text())
+        if "refused" in d:
+            return str(d["refused"])
+        out = {}
+        for rank, ops in d["order"].items():
+            parsed = [_OP.fullmatch(o) for o in ops]
+            out[int(rank)] = tuple(Op(int(g[1]), g[2], int(g[3]), float(j)) for j, g in enumerate(parsed))
+        return out
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):   # damaged: asked again
         return None
 
 
-def store_order(torch_class: str, devices: int, chunks: int, micro_batches: int, order: Order | str) -> None:
-    """Keep ``order`` (or torch's refusal, a string); nothing happens where it cannot be written."""
+def store_answer(question: Question, answer: Answer) -> None:
+    """Keep torch's ``answer`` for ``question`` (silently nothing where the folder cannot be written)."""
     from workbench.io import write_text_atomic
 
-    path = _path(torch_class, devices, chunks, micro_batches)
+    path = _file(question)
     if path is None:
         return
-    data: dict = {"torch": _torch_version()}
-    if isinstance(order, str):
-        data["refused"] = order
-    else:
-        data["order"] = {str(rank): [[a.stage, a.kind, a.batch] for a in ops] for rank, ops in order.items()}
+    body = {"refused": answer} if isinstance(answer, str) else \
+        {"order": {str(r): [f"{o.stage}{o.kind}{o.batch}" for o in ops] for r, ops in answer.items()}}
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        write_text_atomic(path, json.dumps(data, separators=(",", ":")))
+        write_text_atomic(path, json.dumps(body, separators=(",", ":")))
     except OSError:
         pass

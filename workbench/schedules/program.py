@@ -45,7 +45,8 @@ from workbench.schedules.ops import Op
 from workbench.schedules.registry import schedule_of
 from workbench.schedules.torch_orders import torch_order
 
-__all__ = ["unroll", "flush_order", "flushed_programs", "programs_for", "check_programs", "predicted_ops"]
+__all__ = ["unroll", "flush_order", "flushed_programs", "programs_for", "check_programs", "predicted_ops",
+           "optimizer_steps"]
 
 
 def unroll(plan: Plan, steps: int) -> list[list[Op]]:
@@ -160,6 +161,34 @@ def flushed_programs(plan: Plan, steps: int) -> list[list[Op]]:
         for d, ops in order.items():
             progs[d] += [Op(o.stage, o.kind, o.batch + f * m, float(len(progs[d]) + j)) for j, o in enumerate(ops)]
     return progs
+
+
+def optimizer_steps(plan: Plan, steps: int) -> tuple[int, int]:
+    """(optimizer steps, mini-batches per step) of a run of ``steps`` mini-batches on torch's engine: a flushed
+    plan's micro-batches per step (its flush), a periodic plan's every mini-batch in one step. A count a flushed
+    plan cannot run in whole steps is refused in one line (a ``ValueError`` naming the counts it can run).
+
+    >>> from workbench.model.plan import Plan
+    >>> optimizer_steps(Plan(1.0, (0,), (), 1, schedule="gpipe", micro_batches=4), 8)
+    (2, 4)
+    >>> optimizer_steps(Plan(1.0, (0,), (), 1, schedule="gpipe", micro_batches=4), 10)
+    Traceback (most recent call last):
+    ...
+    ValueError: --steps 10: a gpipe plan runs 4 micro-batches per optimizer step (a flush), so 10 leaves a partial \
+step of 2; run --steps 8 (2 steps) or 12 (3 steps)
+    """
+    if steps < 1:
+        raise ValueError(f"--steps must be at least 1, got {steps}")
+    if not schedule_of(plan.schedule).flushed:
+        return 1, int(steps)
+    m = int(plan.micro_batches or steps)
+    if steps % m:
+        below, above = steps // m, steps // m + 1
+        hint = (f"{below * m} ({below} step{'s' * (below > 1)}) or " if below else "") + \
+            f"{above * m} ({above} step{'s' * (above > 1)})"
+        raise ValueError(f"--steps {steps}: a {plan.schedule} plan runs {m} micro-batches per optimizer step (a "
+                         f"flush), so {steps} leaves a partial step of {steps % m}; run --steps {hint}")
+    return steps // m, m
 
 
 def programs_for(plan: Plan, steps: int) -> list[list[Op]]:

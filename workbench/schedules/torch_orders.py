@@ -27,7 +27,7 @@ from functools import lru_cache
 from typing import Sequence
 
 from workbench.schedules.ops import Op
-from workbench.schedules.order_cache import is_stored, load_order, store_order
+from workbench.schedules.order_cache import is_kept, load_answer, store_answer
 from workbench.schedules.registry import TORCH_SCHEDULES, Schedule, schedule_of
 
 __all__ = ["order_counts", "torch_order", "torch_schedule", "needs_torch"]
@@ -77,17 +77,18 @@ def torch_order(name: str, devices: int, chunks: int | None, micro_batches: int)
     ``chunks`` stages per device, in its order (an ``OVERLAP_F_B`` becomes its forward, then its backward).
 
     A combination torch refuses (a micro-batch count its class does not take) raises a ``ValueError``
-    with torch's reason. Orders (and refusals) are kept on disk (:mod:`workbench.schedules.order_cache`):
-    a later process reads them without importing torch's pipelining.
+    with torch's reason. torch's answer (order or refusal) is kept on disk (:mod:`workbench.schedules.order_cache`):
+    asked again, in this process or a later one, no import of ``torch.distributed.pipelining``.
     """
     sched = torch_schedule(name)
     v = sched.chunks(chunks)
     if devices < 1 or micro_batches < 1:
         raise ValueError(f"need at least one device and one micro-batch, got {devices} and {micro_batches}")
-    kept = load_order(sched.torch_class, devices, v, micro_batches)
+    question = (name, int(devices), v, int(micro_batches))
+    kept = load_answer(question)
     if kept is None:
         kept = _from_torch(sched, devices, v, micro_batches)
-        store_order(sched.torch_class, devices, v, micro_batches, kept)
+        store_answer(question, kept)
     if isinstance(kept, str):
         raise ValueError(kept)
     return kept
@@ -95,11 +96,11 @@ def torch_order(name: str, devices: int, chunks: int | None, micro_batches: int)
 
 def needs_torch(name: str, devices: int, chunks: int | None, micro_batches: int) -> bool:
     """Whether :func:`torch_order` of these would import torch's pipelining first: not imported yet, and
-    the order not kept on disk."""
+    the answer not kept on disk."""
     if "torch.distributed.pipelining.schedules" in sys.modules:
         return False
     sched = torch_schedule(name)
-    return not is_stored(sched.torch_class, devices, sched.chunks(chunks), micro_batches)
+    return not is_kept((name, int(devices), sched.chunks(chunks), int(micro_batches)))
 
 
 def _from_torch(sched: Schedule, devices: int, v: int, micro_batches: int) -> dict[int, tuple[Op, ...]] | str:

@@ -94,15 +94,51 @@ class _SetUp:
         self.states = _STATES[self.opt]
         self.zeros = platform.zero_grad == "zeros"
         self.stash = platform.weights == "stash"      # the PipeDream engine; single: torch's
+        # data parallelism (docs/model.md, "Layouts"): D ranks, ZeRO level, FSDP2 layer by layer or in a pipeline
+        self.dp, self.zero = platform.dp, platform.zero
+        self.fsdp = self.dp > 1 and self.zero >= 2
+        self.pipelined = platform.devices > 1
+        self.per_layer = self.fsdp and not self.pipelined
+        self.shard = self.widen if (self.mixed and self.fsdp) else 1.0   # an fp32 shard is the master
 
     def own_static(self, c: dict[str, float]) -> float:
-        """A layer's parameters, optimizer state, fp32 masters and (zeros) resident gradients."""
-        out = c["weights"] + self.states * self.widen * c["weights"]
+        """A layer's parameters, optimizer state, fp32 masters and (zeros) resident gradients, as its rank of the
+        data-parallel group keeps them (DDP's buckets; ZeRO-1's shard of the state; FSDP's shards)."""
+        w, g, D = c["weights"], c["grad"], self.dp
+        if self.fsdp:
+            out = self.shard * w / D + (w if self.pipelined else 0.0) + self.states * self.widen * w / D
+            return out + (self.fsdp_made(c) if self.zeros else 0.0)
+        state_share = 1.0 / D if self.zero == 1 else 1.0
+        out = w + self.states * self.widen * w * state_share
         if self.mixed:
-            out += self.widen * c["weights"]
+            out += self.widen * w * state_share
         if self.zeros:
-            out += c["grad"] + (self.widen * c["grad"] if self.mixed else 0.0)
-        return out
+            out += g + (self.widen * g * state_share if self.mixed else 0.0)
+        return out + (g if D > 1 else 0.0)           # DDP's gradient buckets
+
+    def fsdp_made(self, c: dict[str, float]) -> float:
+        """FSDP: the gradient a layer's backward leaves until the step, a shard (and the unsharded one a pipeline
+        accumulates)."""
+        return self.shard * c["grad"] / self.dp + (c["grad"] if self.pipelined else 0.0)
+
+    def gathered(self, chain: Chain, l: int, backward: bool) -> float:
+        """FSDP2 layer by layer: the unsharded parameters a forward (the next layer's, prefetched, and under zero 3
+        its own) or a zero-3 backward (its own, and the previous layer's, prefetched) holds on top of its climb."""
+        if not self.per_layer:
+            return 0.0
+        own = chain.layers[l].weight_bytes
+        if backward:
+            return own + (chain.layers[l - 1].weight_bytes if l > 0 else 0.0) if self.zero == 3 else 0.0
+        after = chain.layers[l + 1].weight_bytes if l + 1 < len(chain) else 0.0
+        return after + (own if self.zero == 3 else 0.0)
+
+    def reduce_scatter(self, chain: Chain, l: int, c: dict[str, float]) -> float:
+        """FSDP2 layer by layer, once layer l's backward has run: its gradients, their copy in the reduce-scatter
+        input, the scattered shard, the input gradient waiting, and under zero 3 the previous layer's prefetch."""
+        if not self.per_layer:
+            return 0.0
+        prefetch = chain.layers[l - 1].weight_bytes if (l > 0 and self.zero == 3) else 0.0
+        return 2 * c["grad"] + self.shard * c["grad"] / self.dp + c["in"] + prefetch
 
     def copy_terms(self, nbytes: float) -> tuple[float, float, float]:
         """A stage's copy of a tied parameter: (resident, per extra in-flight mini-batch, gradient at its step)."""
@@ -136,15 +172,19 @@ def _tied_terms(su: _SetUp, ties, first: int, last: int) -> dict:
             if not su.stash:
                 out["copies_stepped"].append(nbytes)
         if owner in inside and su.stash and not all(s in inside for s in sharers):
-            out["static"].append(nbytes)            # the owner's receive buffer for a sharer's gradient ...
-            out["received"] += nbytes               # ... added to its own before its step
+            # the owner posts a receive for a sharer's gradient when its forward of a mini-batch starts: one
+            # buffer per mini-batch in flight, the current one added to its own gradient before its step
+            out["static"].append(nbytes)
+            out["stash"].append(nbytes)
+            out["received"] += nbytes
     return out
 
 
 def stage_terms(chain: Chain, platform: Platform, first: int, last: int) -> dict[str, float]:
     """What stage ``first..last`` holds, term by term as docs/model.md states them: ``A`` (per mini-batch in
     flight), ``static`` (parameters, resident gradients, optimizer state, an offloaded copy, its receive buffers,
-    tied copies), ``stash`` (per extra mini-batch, under weight stashing), ``op_excess`` (how far its forward or
+    tied copies), ``stash`` (per extra mini-batch, under weight stashing: stashed versions, the owner's receive
+    buffers for tied gradients), ``op_excess`` (how far its forward or
     backward climbs above that) and ``step`` (the optimizer step's temporaries) with ``step_excess`` (the
     step's climb above the resident state of one mini-batch, its activations freed, with the gradients its
     backward made)."""
@@ -163,7 +203,8 @@ def stage_terms(chain: Chain, platform: Platform, first: int, last: int) -> dict
     for i, c in enumerate(cols):
         prev_saves_output = (first + i > 0 and layer_columns(chain, first + i - 1)["saved_output"] > 0)
         shared = c["saved_input"] if prev_saves_output else 0.0
-        acts.append(max(c["saved"] - shared, 0.0))
+        unsharded = c["weights"] if (su.per_layer and su.zero == 2) else 0.0   # zero 2: gathered to the backward
+        acts.append(max(c["saved"] - shared, 0.0) + unsharded)
     head = cols[0]["in"] - cols[0]["saved_input"]
     if first > 0 and layer_columns(chain, first - 1)["saved_output"] > 0:
         head += cols[0]["saved_input"]
@@ -185,7 +226,9 @@ def stage_terms(chain: Chain, platform: Platform, first: int, last: int) -> dict
     # the operations' excess over the resident state
     made = []                                # gradients each layer's backward makes that stay to the step
     for i, c in enumerate(cols):
-        if not su.zeros:
+        if not su.zeros and su.fsdp:
+            made.append(su.fsdp_made(c) + shared_at[i])
+        elif not su.zeros:
             made.append(c["grad"] + shared_at[i])
         elif su.stash:
             made.append(shared_at[i])
@@ -198,24 +241,30 @@ def stage_terms(chain: Chain, platform: Platform, first: int, last: int) -> dict
         # climbs by its own peak; its saved bytes are counted among the stage's activations; the later
         # layers hold no activations (nor offloaded copy) of this mini-batch yet, or any more
         later = sum(acts[i + 1:]) + sum(offs[i + 1:])
-        worst = max(worst, c["forward_peak"] + c["in"] - c["saved"] - later)
+        l = first + i
+        worst = max(worst, c["forward_peak"] + c["in"] - c["saved"] + su.gathered(chain, l, False) - later)
         if not su.zeros:
             climb = c["backward_fresh_peak"]
         elif su.stash and shared_at[i] > 0:
             climb = min(c["backward_fresh_peak"], c["backward_peak"] + shared_at[i])
         else:
             climb = c["backward_peak"]
+        climb = max(climb + su.gathered(chain, l, True), su.reduce_scatter(chain, l, c))
         worst = max(worst, climb + sum(made[i + 1:]) - later)
-    if su.foreach:
-        step = _FOREACH_TEMPS[su.opt] * su.widen * (sum(c["weights"] for c in cols) + sum(copies_stepped))
-    else:
+    if su.foreach:        # a rank steps its shard of the parameters from ZeRO-1 on
+        step = _FOREACH_TEMPS[su.opt] * su.widen * (sum(c["weights"] for c in cols) / (su.dp if su.zero else 1)
+                                                    + sum(copies_stepped))
+    else:                 # the loop: ZeroRedundancyOptimizer steps whole parameters, FSDP shards of each
         largest = [c["max_param"] for c in cols]
         if not su.stash:
             largest = [max([m] + [b for o, ss, b in ties if first + i in ss]) for i, m in enumerate(largest)]
-        step = _LOOP_TEMPS[su.opt] * su.widen * max(largest)
+        step = _LOOP_TEMPS[su.opt] * su.widen * max(largest) / (su.dp if su.fsdp else 1)
     found = copy_grad
-    if not su.zeros:
-        found += sum(c["grad"] for c in cols) * (1.0 + (su.widen if su.mixed else 0.0))
+    if not su.zeros and su.fsdp:
+        found += sum(su.fsdp_made(c) for c in cols)
+    elif not su.zeros:
+        masters = su.widen / (su.dp if su.zero == 1 else 1) if su.mixed else 0.0
+        found += sum(c["grad"] for c in cols) * (1.0 + masters)
     grad_in = cols[0]["in"] if first > 0 else 0.0          # the input gradient waits to be sent
     offloaded = sum(chain.layers[l].offload_bytes for l in range(first, last + 1))   # back on the host by then
     return {"A": A, "static": static, "stash": stash, "op_excess": worst, "step": step,

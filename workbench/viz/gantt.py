@@ -40,6 +40,7 @@ from plotly.subplots import make_subplots
 
 from workbench.model.trace import Trace
 from workbench.model.units import Unit, format_seconds, time_unit
+from workbench.viz.gantt_many import COMPACT_ABOVE, MAX_PERIOD_LINES, compact_bars, compact_layout, device_window
 
 __all__ = [
     "gantt", "gantt_compare", "lanes", "bar_durations", "steady_window", "trace_unit", "KIND_COLORS", "KIND_NAMES",
@@ -96,12 +97,13 @@ def _dst_column(ops: pd.DataFrame) -> str | None:
     return None
 
 
-def _lane_order(ops: pd.DataFrame, devices: int) -> list[str]:
-    gpus = [f"GPU {p}" for p in range(devices)]
+def _lane_order(ops: pd.DataFrame, devices: int | list[int]) -> list[str]:
+    shown = list(range(devices)) if isinstance(devices, int) else devices
+    gpus = [f"GPU {p}" for p in shown]
     extra = sorted(set(ops["lane"]) - set(gpus), key=lambda s: (int(s.split()[1].split("→")[0]), s))
     out: list[str] = []
-    for p in range(devices):
-        out.append(gpus[p])
+    for p in shown:
+        out.append(f"GPU {p}")
         out += [e for e in extra if int(e.split()[1].split("→")[0]) == p]
     out += [e for e in extra if e not in out]
     return out
@@ -284,7 +286,8 @@ def _layout(fig: go.Figure, title: str | None, n_lanes: int, rows: int = 1) -> N
 def gantt(trace: Trace, *, color_by: str = "kind", show_links: bool = False, title: str | None = None,
           period_lines: bool = True, steady_state: bool = True, align: bool = False,
           periods_shown: float | None = None, unit: Unit | None = None,
-          time_range: tuple[float, float] | None = None) -> go.Figure:
+          time_range: tuple[float, float] | None = None, devices: Iterable[int] | None = None,
+          compact: bool | None = None) -> go.Figure:
     """A Gantt chart of ``trace``: one lane per device, one bar per operation, in ms or s (:func:`trace_unit`).
 
     ``color_by`` is ``"kind"`` (forward / backward / transfer) or ``"batch"``.
@@ -298,23 +301,36 @@ def gantt(trace: Trace, *, color_by: str = "kind", show_links: bool = False, tit
     zoomed on that many periods from the start of the steady state (a dense
     schedule, e.g. a general allocation with many stages per device, becomes
     readable; zoom out to see the whole run). ``unit`` fixes the time unit and
-    ``time_range`` (seconds) the x range: charts meant to be compared share both.
+    ``time_range`` (seconds) the x range: charts meant to be compared share both. ``devices`` shows those
+    devices' lanes only (a window: ``range(56, 64)``); ``compact`` (default: above
+    :data:`~workbench.viz.gantt_many.COMPACT_ABOVE` lanes) draws thin lanes of unlabelled bars, a label every
+    few devices (:mod:`workbench.viz.gantt_many`).
     """
     offset = float(trace.ops["start"].min()) if (align and len(trace.ops)) else 0.0
     unit = unit or trace_unit(trace, align=align)
+    shown = list(range(trace.devices)) if devices is None else device_window(devices, trace.devices)
     ops = _prepare(trace, show_links, offset, unit)
+    if devices is not None and len(ops):
+        ops = ops[ops["device"].isin(shown)]
     fig = go.Figure()
     _add_trace_bars(fig, ops, color_by, None, set(), unit)
-    order = _lane_order(ops, trace.devices) if len(ops) else [f"GPU {p}" for p in range(trace.devices)]
+    order = _lane_order(ops, shown) if len(ops) else [f"GPU {p}" for p in shown]
+    many = len(order) > COMPACT_ABOVE if compact is None else bool(compact)
     t_end = float(ops["end_u"].max()) if len(ops) else 0.0
+    if many and not periods_shown and trace.period and unit.of(trace.period) * MAX_PERIOD_LINES < t_end:
+        period_lines = False                # a dotted line every period of a long run is a hatch
     _decorate(fig, trace, offset, "x", "y", t_end, period_lines, steady_state, unit)
     _keep_lanes(fig, ops, order, None)
     if title is None:
         T = trace.period
         per = f", period {format_seconds(T)}" if T and math.isfinite(T) else ""
-        title = f"{trace.meta.get('title', trace.source.capitalize() + ' schedule')}{per}"
+        window = f" (GPU {shown[0]}–{shown[-1]} of {trace.devices})" if devices is not None else ""
+        title = f"{trace.meta.get('title', trace.source.capitalize() + ' schedule')}{per}{window}"
     _layout(fig, title, len(order))
     fig.update_yaxes(categoryorder="array", categoryarray=order[::-1], title=None)
+    if many:
+        compact_bars(fig)
+        compact_layout(fig, order, title=title)
     fig.update_xaxes(title=unit.axis("time"), rangemode="tozero" if not align else "normal", tickformat=",~f")
     if time_range is not None:
         fig.update_xaxes(range=[unit.of(time_range[0]), unit.of(time_range[1])])

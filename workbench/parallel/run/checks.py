@@ -28,7 +28,7 @@ import json
 from pathlib import Path
 from typing import Any, Mapping
 
-from workbench.parallel.layout import Layout
+from workbench.model.layout import Layout
 
 __all__ = ["layout_of_plan", "is_layout_run", "check_ranks", "check_layout_plan", "layout_micro_batches",
            "check_layout_model", "DEFAULT_MAX_RANKS"]

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from workbench.parallel.layout import Layout
+from workbench.model.layout import Layout
 
 __all__ = ["run_layout_command", "torchrun_layout_command", "prepare_layout_run"]
 

@@ -1,6 +1,6 @@
 """What every rank of a layout run needs, as one picklable value (it crosses the process boundary).
 
->>> from workbench.parallel.layout import Layout
+>>> from workbench.model.layout import Layout
 >>> micro_batch_indices(Layout(dp=2), dp=1, micro_batches=3)
 [3, 4, 5]
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from workbench.parallel.layout import Layout
+from workbench.model.layout import Layout
 
 __all__ = ["LayoutConfig", "micro_batch_indices"]
 

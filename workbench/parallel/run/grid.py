@@ -1,8 +1,8 @@
 """The process-group grid of a layout: torch's ``DeviceMesh`` over the ranks, and the groups of tied parameters.
 
-A rank of a :class:`~workbench.parallel.layout.Layout` joins one mesh of shape ``(pp, dp, tp)`` with the
+A rank of a :class:`~workbench.model.layout.Layout` joins one mesh of shape ``(pp, dp, tp)`` with the
 dimension names ``("pp", "dp", "tp")`` (torchtitan's order, tp innermost), built by torch's
-``init_device_mesh``: rank ``r`` sits at :meth:`Layout.coords(r) <workbench.parallel.layout.Layout.coords>`,
+``init_device_mesh``: rank ``r`` sits at :meth:`Layout.coords(r) <workbench.model.layout.Layout.coords>`,
 so the mesh and the layout number the ranks alike (:func:`mesh_coords` says where torch put this rank).
 Each transform takes the sub-mesh of its dimension: ``mesh["tp"]`` for tensor parallelism, ``mesh["dp"]``
 for DDP and FSDP, ``mesh["pp"].get_group()`` for the pipeline's sends and receives.
@@ -13,7 +13,7 @@ coordinates all-reduce the copy's gradient before the optimizer's step (:func:`t
 each copy is sharded alike (vocabulary-parallel: rows of the embedding, rows of the head's weight), so the
 ranks of one group hold the same rows and add them; under FSDP each holds the same shard.
 
->>> from workbench.parallel.layout import Layout
+>>> from workbench.model.layout import Layout
 >>> lay = Layout(tp=2, pp=3, dp=2)
 >>> tie_ranks(lay, holders=(0, 2), rank=5)      # rank 5 is pp 1: it holds no copy
 ()
@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from workbench.parallel.layout import DIMENSIONS, Layout
+from workbench.model.layout import DIMENSIONS, Layout
 
 __all__ = ["build_mesh", "mesh_coords", "tie_ranks", "all_tie_ranks", "tie_groups"]
 

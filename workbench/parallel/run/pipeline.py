@@ -26,6 +26,8 @@ from typing import Any, Sequence
 import torch
 from torch import nn
 
+from workbench.methods import METHODS
+
 __all__ = ["schedule_kind", "build_stages", "make_schedule", "needs_programs", "receive_buffers",
            "SINGLE_STAGE_CLASSES"]
 
@@ -62,7 +64,7 @@ def build_stages(plan, modules: dict[int, nn.Module], shapes: Sequence[tuple[tup
 
 
 #: the workbench's flushed methods that torch runs with its single-stage classes (one stage per rank)
-SINGLE_STAGE_CLASSES = {"gpipe": "ScheduleGPipe", "1f1b": "Schedule1F1B"}
+SINGLE_STAGE_CLASSES = {m.name: m.single_stage_class for m in METHODS if m.single_stage_class}
 
 
 def make_schedule(plan, stages: list[Any], micro_batches: int, loss_fn: Any, programs: list | None = None) -> Any:

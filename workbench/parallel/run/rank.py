@@ -60,9 +60,15 @@ def _placed_as(grad: torch.Tensor, param: torch.Tensor) -> torch.Tensor:
     return grad.redistribute(param.device_mesh, placements)
 
 
-def _rank_model(cfg: LayoutConfig, pp: int, tp_mesh: Any, device: torch.device) -> Any:
+def _as_is(_: str, whole: torch.Tensor) -> torch.Tensor:
+    return whole
+
+
+def _rank_model(cfg: LayoutConfig, pp: int, tp_mesh: Any, device: torch.device) -> tuple[Any, Any]:
     """The whole model built and found as a chain, sharded over ``tp_mesh`` (tensor parallelism: every layer,
-    collectively, before the pipeline's split), then the layers of the stages at pipeline coordinate ``pp``."""
+    collectively, before the pipeline's split), then the layers of the stages at pipeline coordinate ``pp``;
+    and the function putting a whole parameter back in the model's order (``ModelOrder``: GPT-2's fused
+    query/key/value columns are permuted under tensor parallelism)."""
     from workbench.profiles.discover import discover_layers
     from workbench.runtime.rank import RankModel, chain_input
 
@@ -72,9 +78,9 @@ def _rank_model(cfg: LayoutConfig, pp: int, tp_mesh: Any, device: torch.device) 
     layers = discover_layers(model, inputs, wl.loss, target)
     x0 = chain_input(inputs)
     if cfg.layout.tp == 1:
-        return RankModel.from_layers(cfg.plan, layers, x0, pp, device)
-    modules, loss, shapes = apply_tensor_parallel(model, layers, x0, tp_mesh, cfg.layout)
-    return RankModel.from_layers(cfg.plan, layers, x0, pp, device, modules=modules, loss=loss, shapes=shapes)
+        return RankModel.from_layers(cfg.plan, layers, x0, pp, device), _as_is
+    modules, loss, shapes, order = apply_tensor_parallel(model, layers, x0, tp_mesh, cfg.layout)
+    return RankModel.from_layers(cfg.plan, layers, x0, pp, device, modules=modules, loss=loss, shapes=shapes), order
 
 
 class LayoutRank:
@@ -91,7 +97,8 @@ class LayoutRank:
         if mesh_coords(mesh) != self.coords:
             raise RuntimeError(f"torch's mesh puts rank {rank} at (pp, dp, tp) {mesh_coords(mesh)}, the layout at "
                                f"{self.coords}")
-        self.model = model = _rank_model(cfg, pp, mesh["tp"], device)
+        self.model, self.model_order = _rank_model(cfg, pp, mesh["tp"], device)
+        model = self.model
         tied_layers = {n for t in model.tied for n in t.layers}
         self.modules = {}
         for s, seq in model.stages.items():
@@ -155,7 +162,7 @@ class LayoutRank:
         for name, p in self.named_parameters().items():
             g = _whole(p.grad if p.grad is not None else torch.zeros_like(p))
             if keep:
-                out[name] = g
+                out[name] = self.model_order(name, g)
         return out
 
     def tied_copies(self, keep: bool) -> dict[str, dict[str, torch.Tensor]]:
@@ -166,7 +173,7 @@ class LayoutRank:
             p = named[name]
             copy = {"weight": _whole(p), "grad": _whole(p.grad if p.grad is not None else torch.zeros_like(p))}
             if keep:
-                out[name] = copy
+                out[name] = {k: self.model_order(name, t) for k, t in copy.items()}
         return out
 
     def buckets(self) -> list[torch.Tensor]:

@@ -40,7 +40,7 @@ def predict_rank_memory(plan, chain, platform, layout, rank: int, micro_batches:
         from workbench.parallel.data import rank_memory
     except ImportError:
         rank_memory = None
-    if rank_memory is not None:
+    if rank_memory is not None and chain is not None and platform is not None:
         return float(rank_memory(plan, chain, platform, layout, rank)), "rank_memory (the layout model)"
     if len(plan.memory) == layout.devices and layout.devices > layout.pp:
         return float(plan.memory[rank]), "the plan's per-rank memory"

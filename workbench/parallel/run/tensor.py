@@ -9,10 +9,18 @@ as that package's ``local_chain`` wraps them (each passes its rank's local tenso
 it), so what is profiled is what runs. Where that package is absent, a layout with ``tp`` > 1 is refused before any rank
 starts (:func:`check_tensor_parallel`), naming what is missing.
 
+GPT-2's fused query/key/value projection is sharded with its columns permuted (each rank holds its own
+heads' query, key and value): gathered whole, its weight and gradient are in the permuted order.
+:func:`apply_tensor_parallel` also returns the function that puts a whole tensor back in the model's order
+by its parameter name (:class:`ModelOrder`), which the rank applies to the gradients and the tied copies
+it reports, so that they compare with one process's by name and position.
+
 :func:`check_tensor_parallel` also refuses a model whose sizes ``tp`` does not divide (attention heads,
 key/value heads, hidden and MLP sizes, vocabulary: what the plan splits), naming the sizes, before any rank
 starts.
 
+>>> ModelOrder({}, 2)("w", torch.ones(2)).tolist()        # nothing permuted: as it is
+[1.0, 1.0]
 >>> check_tensor_parallel(None, 1)
 >>> tensor_sizes(type("Config", (), {"num_attention_heads": 12, "hidden_size": 768})())
 {'attention heads': 12, 'hidden size': 768}
@@ -20,12 +28,13 @@ starts.
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Mapping
 
 import torch
 from torch import nn
 
-__all__ = ["tensor_parallel_plan", "tensor_sizes", "check_tensor_parallel", "apply_tensor_parallel"]
+__all__ = ["tensor_parallel_plan", "tensor_sizes", "check_tensor_parallel", "apply_tensor_parallel", "ModelOrder"]
 
 #: the sizes a tensor-parallel plan splits, by their names in Hugging Face configs (Llama's, then GPT-2's)
 _SIZES = (("num_attention_heads", "attention heads"), ("n_head", "attention heads"),
@@ -45,6 +54,24 @@ def tensor_parallel_plan() -> Any:
     except ImportError:
         return None
     return SimpleNamespace(plan_model=plan_model, shard_model=shard_model, local_chain=local_chain)
+
+
+@dataclass(frozen=True)
+class ModelOrder:
+    """A whole tensor of parameter ``name`` (its weight, its gradient) in the model's own order: the
+    parameters the plan permuted (``{name: (dim, parts)}``, ``TensorPlan.permuted()``) un-permuted, the
+    others as they are."""
+
+    permuted: Mapping[str, tuple[int, int]]
+    tp: int
+
+    def __call__(self, name: str, whole: torch.Tensor) -> torch.Tensor:
+        if name not in self.permuted:
+            return whole
+        from workbench.parallel.tensor.styles import model_order
+
+        dim, parts = self.permuted[name]
+        return model_order(whole, dim, parts, self.tp)
 
 
 def tensor_sizes(config: Any) -> dict[str, int]:
@@ -76,12 +103,13 @@ def check_tensor_parallel(model: nn.Module | None, tp: int) -> None:
                          "this build of the workbench lacks; run tp=1 layouts (pipeline and data parallelism)")
 
 
-def apply_tensor_parallel(model: nn.Module, layers: Any, x0: torch.Tensor, tp_mesh: Any,
-                          layout: Any) -> tuple[list[nn.Module], Any, list[tuple[tuple[int, ...], torch.dtype]]]:
+def apply_tensor_parallel(model: nn.Module, layers: Any, x0: torch.Tensor, tp_mesh: Any, layout: Any
+                          ) -> tuple[list[nn.Module], Any, list[tuple[tuple[int, ...], torch.dtype]], ModelOrder]:
     """``model`` sharded in place over ``tp_mesh`` by the plan of :mod:`workbench.parallel.tensor`, and its
     discovered chain ``layers`` (which hold the same modules) as a rank runs them: (the layers, each passing
-    the rank's local tensor on, the loss, every layer's local output (shape, dtype) on ``x0``). Every rank of
-    the ``tp`` group calls it (the sharding and the example forward are collective)."""
+    the rank's local tensor on, the loss, every layer's local output (shape, dtype) on ``x0``, the
+    :class:`ModelOrder` of the whole parameters). Every rank of the ``tp`` group calls it (the sharding and
+    the example forward are collective)."""
     tensor = tensor_parallel_plan()
     if tensor is None:
         raise ValueError(f"tp={layout.tp}: this build lacks the sharding plan of workbench.parallel.tensor")
@@ -95,4 +123,4 @@ def apply_tensor_parallel(model: nn.Module, layers: Any, x0: torch.Tensor, tp_me
         for m in modules:
             h = m(h)
             shapes.append((tuple(h.shape), h.dtype))
-    return modules, loss, shapes
+    return modules, loss, shapes, ModelOrder(plan.permuted(), layout.tp)

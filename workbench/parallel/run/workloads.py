@@ -11,6 +11,10 @@ next-token cross-entropy on its logits.
 ('gpt2', (2, 8), True)
 >>> [t.parameter for t in wl.layers().tied]
 ['transformer.wte.weight']
+
+:func:`workload_example` gives a workload as a ``--module`` build function returns it (the model, the first
+mini-batch, the loss), for the per-rank profiles of :mod:`workbench.parallel.tensor`
+(``partial(workload_example, wl)`` is picklable).
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from torch.nn import functional as F
 
 from workbench.profiles.workload import Workload
 
-__all__ = ["hf_workload", "HF_KINDS"]
+__all__ = ["hf_workload", "workload_example", "HF_KINDS"]
 
 HF_KINDS = ("llama", "gpt2")
 
@@ -77,3 +81,9 @@ def hf_workload(kind: str, batch_size: int = 2, sequence: int = 16, *, layers: i
     _config(kind, **cfg)           # refuses an unknown kind here, not in the ranks
     return Workload(partial(_build, kind, seed, cfg), partial(_batch, batch_size, sequence, vocab, seed), _lm_loss,
                     name=kind, batch_size=batch_size, config={"kind": kind, **cfg})
+
+
+def workload_example(workload: Workload) -> tuple[torch.nn.Module, Any, Any, Any]:
+    """(model, the first mini-batch's inputs and targets, loss) of ``workload`` (the module docstring)."""
+    inputs, targets = workload.batch(0)
+    return workload.build(), inputs, targets, workload.loss

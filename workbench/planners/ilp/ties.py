@@ -52,21 +52,31 @@ def _indicator(m: pyo.ConcreteModel, name: str, items: list) -> pyo.Var:
     return var
 
 
+def _per_extra_k(m: pyo.ConcreteModel, name: str, items: list, flag: pyo.Var, kmax: np.ndarray) -> pyo.Var:
+    """``v[c, p] >= (k - 1) flag[c, p]`` at the item's layer (from below, exact where ``flag`` is 1)."""
+    top = [max(kmax[at] - 1, 0) for _, at, _ in items]
+    var = pyo.Var(range(len(items)), m.Pset, bounds=lambda _m, c, p: (0, top[c]))
+    setattr(m, name, var)
+    setattr(m, name + "_lo", pyo.Constraint(range(len(items)), m.Pset, rule=lambda _m, c, p: var[c, p] >= m.z[
+        items[c][1], p] - m.x[items[c][1], p] - top[c] * (1 - flag[c, p])))
+    return var
+
+
 def add_tie_memory(m: pyo.ConcreteModel, lin, scale: float, kmax: np.ndarray) -> pyo.Expression:
     """Per device, scaled by M: every tied copy's resident bytes (``ty``) and stashed versions
-    (``tw = (k - 1) ty``, from below), every owner's receive buffer (``tr``), and ``sum_l grad_ub_l x[l, p]``
-    (:class:`workbench.model.memory_bands.LinearTerms`)."""
+    (``tw = (k - 1) ty``, from below), every owner's receive buffers (``tr``, and ``trk = (k - 1) tr`` more),
+    and ``sum_l grad_ub_l x[l, p]`` (:class:`workbench.model.memory_bands.LinearTerms`)."""
     copies, owners = tie_spans(lin)
     ty = _indicator(m, "ty", copies)
     tr = _indicator(m, "tr", owners)
-    m.tw = pyo.Var(range(len(copies)), m.Pset, bounds=lambda _m, c, p: (0, max(kmax[copies[c][1]] - 1, 0)))
-    m.tw_lo = pyo.Constraint(range(len(copies)), m.Pset, rule=lambda _m, c, p: m.tw[c, p] >= m.z[copies[c][1], p]
-                             - m.x[copies[c][1], p] - max(kmax[copies[c][1]] - 1, 0) * (1 - ty[c, p]))
+    tw = _per_extra_k(m, "tw", copies, ty, kmax)
+    trk = _per_extra_k(m, "trk", owners, tr, kmax)
     grad = lin.grad_ub / scale
     made = [l for l in range(m._ilp.L) if grad[l] > 0]
     m.tie_memory = pyo.Expression(m.Pset, rule=lambda _m, p: (
-        sum(lin.ties[n].static / scale * ty[c, p] + lin.ties[n].stash / scale * m.tw[c, p]
+        sum(lin.ties[n].static / scale * ty[c, p] + lin.ties[n].stash / scale * tw[c, p]
             for c, (n, _, _) in enumerate(copies))
-        + sum(lin.ties[n].recv / scale * tr[c, p] for c, (n, _, _) in enumerate(owners))
+        + sum(lin.ties[n].recv / scale * tr[c, p] + lin.ties[n].recv_k / scale * trk[c, p]
+              for c, (n, _, _) in enumerate(owners))
         + sum(grad[l] * m.x[l, p] for l in made)))
     return m.tie_memory

@@ -29,7 +29,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Mapping
 
-__all__ = ["Layout", "DIMENSIONS", "ZERO_LEVELS"]
+__all__ = ["Layout", "DIMENSIONS", "ZERO_LEVELS", "LAYOUT_KEYS", "every_rank_json", "pipeline_json"]
 
 #: the mesh's dimensions, outermost first (torchtitan's order: a ``tp`` group is consecutive ranks)
 DIMENSIONS = ("pp", "dp", "tp")
@@ -219,3 +219,50 @@ def _value(name: str, value: str, text: str) -> Any:
     except ValueError:
         raise ValueError(f"--parallel {text}: {name.replace('micro_batch_size', 'mbs')} must be a whole number, "
                          f"got {value!r}") from None
+
+
+#: the top-level keys of a layout's plan (docs/model.md, "Layouts"), kept in ``Plan.parallel``
+LAYOUT_KEYS = ("parallel", "global_batch", "tokens_per_sample", "sequence_length", "step_seconds", "tokens_per_second",
+               "tokens_per_second_per_gpu", "mfu", "mfu_convention", "step_breakdown", "pipeline_memory",
+               "frontier", "search")
+
+
+def every_rank_json(parallel: Mapping[str, Any], pipeline_memory: list[float]) -> dict[str, Any]:
+    """A layout plan's top-level keys (``Plan.parallel``), with ``devices`` every GPU and ``memory`` every rank's
+    peak, in the layout's rank order (tp innermost, then dp, then pp); ``pipeline_memory`` the pipeline ranks'.
+
+    >>> out = every_rank_json({"parallel": {"tp": 2, "pp": 2}}, [10.0, 20.0])
+    >>> out["devices"], out["memory"], out["pipeline_memory"]
+    (4, [10.0, 10.0, 20.0, 20.0], [10.0, 20.0])
+    """
+    layout = Layout.from_dict(parallel["parallel"])
+    out = dict(parallel)
+    out["pipeline_memory"] = list(pipeline_memory)
+    out["devices"] = layout.devices
+    if pipeline_memory:
+        out["memory"] = [pipeline_memory[layout.coords(r)[0]] for r in range(layout.devices)]
+    return out
+
+
+def pipeline_json(d: dict[str, Any], devices: int) -> dict[str, Any]:
+    """A layout plan's JSON object (``devices`` its whole number of devices) read as its pipeline's: ``devices``
+    the layout's ``pp``, ``memory`` per pipeline rank (``pipeline_memory``, or the per-rank list at ranks
+    (p, 0, 0)). A plan that already counts its pipeline's ranks in ``devices`` (and ``memory``) is read as it is.
+
+    >>> pipeline_json({"parallel": {"tp": 2, "pp": 2}, "devices": 4, "memory": [1, 1, 2, 2]}, 4)["memory"]
+    [1, 2]
+    """
+    layout = Layout.from_dict(d["parallel"])
+    if devices == layout.pp and "pipeline_memory" not in d:
+        return d
+    if devices != layout.devices:
+        raise ValueError(f"devices: {devices} is neither the layout's {layout.devices} GPUs "
+                         f"(tp={layout.tp} x pp={layout.pp} x dp={layout.dp}) nor its pipeline's {layout.pp}")
+    d = dict(d)
+    ranks = d.get("memory", [])
+    if "pipeline_memory" in d:
+        d["memory"] = d["pipeline_memory"]
+    elif isinstance(ranks, list) and len(ranks) == layout.devices:
+        d["memory"] = [ranks[layout.rank(pp=p)] for p in range(layout.pp)]
+    d["devices"] = layout.pp
+    return d

@@ -1,0 +1,112 @@
+"""``plan --parallel`` (workbench.front.layouts) as users run it: a search's plan file, a frontier entry evaluated
+again with ``--parallel``, ``check`` and ``simulate`` of the file, and bad input refused in one line (exit 2)."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+import pytest
+
+from workbench.front.cli import main
+from workbench.model.plan import Plan
+
+BUILDER = '''
+import torch
+from torch.nn import functional as F
+
+
+def build(batch_size=2):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=4,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                      tie_word_embeddings=False, use_cache=False)
+    model = LlamaForCausalLM(cfg)
+    ids = torch.randint(0, 256, (batch_size, 32))
+    return model, ids, ids.roll(-1, 1), lambda out, y: F.cross_entropy(out.logits.flatten(0, 1), y.flatten())
+'''
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory):
+    """A small Llama's module, its fake profile (tp 1, batch 2), and a search's plan file for 4 GPUs."""
+    tmp = tmp_path_factory.mktemp("layouts")
+    module = tmp / "net.py"
+    module.write_text(textwrap.dedent(BUILDER))
+    profile = tmp / "net.csv"
+    assert main(["profile", "--module", f"{module}:build", "--fake", "--gpu", "h100-sxm", "--out", str(profile)]) == 0
+    out = tmp / "auto.json"
+    argv = ["plan", "--module", f"{module}:build", "--fake", "--gpu", "h100-sxm", "--devices", "4",
+            "--global-batch", "16", "--parallel", "auto", "--optimizer", "adamw", "--profile-cache",
+            str(tmp / "cache"), "--json", str(out), "-q"]
+    assert main(argv) == 0
+    return {"module": module, "profile": profile, "auto": out, "tmp": tmp, "argv": argv}
+
+
+def test_search_writes_the_layout_and_its_frontier(made):
+    data = json.loads(made["auto"].read_text())
+    par = data["parallel"]
+    assert par["tp"] * par["pp"] * par["dp"] == 4 == data["devices"] == len(data["memory"])
+    assert data["tokens_per_second"] == pytest.approx(16 * 32 / data["step_seconds"])
+    assert 0 < data["mfu"] < 1 and data["frontier"]
+    fitting = [f for f in data["frontier"] if f["status"] == "fits"]
+    assert data["tokens_per_second"] >= max(f["tokens_per_second"] for f in fitting) * (1 - 1e-9)
+    plan = Plan.from_json(made["auto"])                 # read back as one replica's pipeline
+    assert plan.devices == par["pp"] and plan.parallel["parallel"] == par
+    assert plan.memory == tuple(data["pipeline_memory"])
+
+
+def test_a_frontier_entry_evaluates_the_same_with_parallel(made, capsys):
+    data = json.loads(made["auto"].read_text())
+    entry = next(f for f in data["frontier"] if f["status"] == "fits" and f["parallel"]["pp"] > 1)
+    p = entry["parallel"]
+    text = (f"tp={p['tp']},pp={p['pp']},dp={p['dp']},zero={p['zero']},mbs={p['micro_batch_size']},"
+            f"schedule={p['schedule']},chunks={p['chunks']}")
+    out = made["tmp"] / "one.json"
+    argv = [a for a in made["argv"] if a != "auto"]
+    argv[argv.index("--parallel") + 1:argv.index("--parallel") + 1] = [text]
+    argv[argv.index("--json") + 1] = str(out)
+    assert main(argv + ["--activations", entry["activations"]]) == 0
+    one = json.loads(out.read_text())
+    assert one["tokens_per_second"] == pytest.approx(entry["tokens_per_second"], rel=1e-12)
+    assert max(one["memory"]) == pytest.approx(entry["peak_memory"], rel=1e-12)
+
+
+def test_check_and_simulate_read_the_plan(made, capsys):
+    out = made["tmp"] / "from_profile.json"
+    assert main(["plan", "--profile", str(made["profile"]), "--devices", "4", "--global-batch", "16",
+                 "--parallel", "pp=2,dp=2,zero=1,schedule=1f1b", "--gpu", "h100-sxm", "--json", str(out), "-q"]) == 0
+    assert main(["check", str(out), "--profile", str(made["profile"])]) == 0
+    assert main(["check", str(out), "--profile", str(made["profile"]), "--devices", "4"]) == 0
+    assert main(["simulate", str(out), "--profile", str(made["profile"]), "--batches", "8",
+                 "--out", str(made["tmp"] / "t.csv")]) == 0
+
+
+@pytest.mark.parametrize("extra,message", [
+    (["--parallel", "tp=1,pp=2,dp=1"], "uses 2 GPUs, not the 4 of --devices"),
+    (["--parallel", "tp=4,pp=1,dp=1", "--devices-per-node", "2"], "tp=4 must divide the 2 GPUs of a node"),
+    (["--parallel", "pp=1,dp=4,mbs=3"], "global batch 16 is not a multiple of dp=4 x micro-batch size 3"),
+    (["--parallel", "pp=2,dp=2,zero=2", "--method", "dp"], "zero=2 with 'dp': a periodic plan stashes"),
+    (["--parallel", "pp=4,dp=1,zero=1"], "zero=1 shards over the data-parallel group, but dp=1"),
+    (["--parallel", "auto", "--memory", "1MB"],
+     "no layout of 4 GPUs fits in 976.56 KiB per GPU: the least any needs on its fullest rank is"),
+    (["--parallel", "pp=1,dp=4", "--memory", "1MB"], "does not fit: its fullest ranks (pipeline rank 0) need"),
+])
+def test_bad_input_is_one_line_exit_2(made, capsys, extra, message):
+    argv = ["plan", "--profile", str(made["profile"]), "--devices", "4", "--global-batch", "16", "--gpu",
+            "h100-sxm"] + extra
+    capsys.readouterr()
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and message in err[0], err
+
+
+def test_missing_pieces_are_named(made, capsys):
+    assert main(["plan", "--module", f"{made['module']}:build", "--devices", "4", "--parallel", "auto"]) == 2
+    assert "--parallel needs --global-batch G" in capsys.readouterr().err
+    assert main(["plan", "--module", f"{made['module']}:build", "--devices", "4", "--global-batch", "8"]) == 2
+    assert "give --parallel auto" in capsys.readouterr().err
+    assert main(["plan", "--profile", str(made["profile"]), "--devices", "4", "--global-batch", "8",
+                 "--parallel", "tp=2,pp=1,dp=2"]) == 2
+    assert "needs --module FILE.py:FUNC" in capsys.readouterr().err

@@ -1,0 +1,93 @@
+"""A layout evaluated (workbench.parallel.evaluate): what it refuses, its step against its parts and the planners
+it calls, the extension of long flushes against their whole simulation, tokens/s and MFU by hand."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from workbench.model.chain import Chain, Layer, Platform
+from workbench.model.layout import Layout
+from workbench.parallel.evaluate import Job, complete_layout, evaluate, extrapolation_points, pipeline_platform
+from workbench.planners import plan
+from workbench.profiles import load_profile
+
+
+def chain(L: int = 8, weight: float = 4e6) -> Chain:
+    layers = tuple(Layer(f"l{i}", 0.01, 0.02, weight, 1e6, 2e6, grad_bytes=weight) for i in range(L))
+    return Chain(layers, input_bytes=1e6, meta={"dtype": "float32", "device": "cuda (test)"})
+
+
+def job(devices: int = 8, batch: int = 32, memory: str = "80GB", **kw) -> Job:
+    platform = Platform.on("h100-sxm", devices, memory=memory, devices_per_node=4, optimizer="adam", **kw)
+    return Job(platform, global_batch=batch, tokens_per_sample=1000, parameters=8 * 1e6, peak_flops=1e15)
+
+
+@pytest.mark.parametrize("text,message", [
+    ("tp=1,pp=2,dp=2", "uses 4 GPUs, not the 8"),
+    ("tp=8,pp=1,dp=1", "must divide the 4 GPUs of a node"),
+    ("pp=1,dp=8,mbs=3", "global batch 32 is not a multiple of dp=8 x micro-batch size 3"),
+    ("pp=2,dp=4,zero=2,schedule=dp", "a periodic plan stashes whole weight versions"),
+    ("pp=8,dp=1,zero=1", "zero=1 shards over the data-parallel group, but dp=1"),
+    ("pp=2,dp=4,schedule=1f1b,chunks=2", "chunks=2 needs one of torch's multi-stage schedules"),
+])
+def test_refused_naming_the_values(text, message):
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace("+", r"\+")):
+        evaluate(job(), Layout.parse(text), lambda tp, mbs: chain())
+
+
+def test_micro_batches_and_schedule_filled_in():
+    lay = complete_layout(job(), Layout.parse("pp=2,dp=4,mbs=2,schedule=zbv"))
+    assert (lay.micro_batches, lay.chunks, lay.micro_batch_size) == (4, 2, 2)
+    assert complete_layout(job(), Layout(pp=2, dp=4)).schedule == "1f1b"
+
+
+def test_step_is_the_pipeline_plus_its_parts_and_throughput_by_hand():
+    """The step adds up its parts; the pipeline part is the planner's own makespan for the same platform."""
+    j = job()
+    e = evaluate(j, Layout.parse("pp=2,dp=4,zero=1,schedule=1f1b"), lambda tp, mbs: chain())
+    assert e.fits and e.step_seconds == pytest.approx(sum(e.breakdown.values()))
+    own = plan(chain(), pipeline_platform(j, e.layout), "1f1b", micro_batches=8)
+    assert e.breakdown["pipeline"] == pytest.approx(own.extra["makespan"])
+    assert e.breakdown["post_step"] > 0                                  # ZeRO-1's gather after the step
+    assert e.tokens_per_second == pytest.approx(32 * 1000 / e.step_seconds)
+    assert e.mfu == pytest.approx(6 * 8e6 * e.tokens_per_second / (8 * 1e15))
+    assert e.memory == tuple(own.memory)       # the plan's memory is the rank's, with its data-parallel group
+    assert [e.rank_memory(r) for r in range(8)] == [e.memory[r // 4] for r in range(8)]
+
+
+def test_memory_falls_with_zero_and_time_grows_with_collectives():
+    """One stage, eight ranks: each ZeRO level holds less; FSDP's per-micro-batch gathers cost time."""
+    ch = chain(weight=4e8)
+    evs = [evaluate(job(), Layout(pp=1, dp=8, zero=z), lambda tp, mbs: ch) for z in range(4)]
+    assert evs[0].peak > evs[1].peak > evs[2].peak > evs[3].peak
+    assert evs[3].step_seconds >= evs[2].step_seconds
+
+
+def test_a_layout_that_does_not_fit_says_so():
+    e = evaluate(job(memory="1GB"), Layout(pp=1, dp=8), lambda tp, mbs: chain(weight=4e8))
+    assert e.status == "over" and e.peak > 1e9
+
+
+def test_not_enough_layers_is_infeasible_not_an_error():
+    e = evaluate(job(), Layout(pp=8, schedule="interleaved-1f1b"), lambda tp, mbs: chain(L=8))
+    assert e.status == "infeasible" and "cannot fill 16" in e.note and math.isinf(e.step_seconds)
+
+
+@pytest.mark.parametrize("schedule", ["1f1b", "gpipe", "interleaved-1f1b", "looped-bfs", "interleaved-zb", "zbv",
+                                      "dualpipev"])
+def test_extended_flush_within_its_stated_error(schedule):
+    """Llama-3-8B's chain, pp 4, 96 micro-batches: the flush simulated at 16 and 24 and extended is within
+    1.5 % of the whole simulation (exactly for GPipe, 1F1B and looped BFS), and its memory within 1 %."""
+    ch = load_profile("data/profiles/fake/llama3-8b-h100-sxm.csv")
+    j = Job(Platform.on("h100-sxm", 4, memory="inf", optimizer="adamw", precision="bf16-mixed"), global_batch=96)
+    lay = Layout(pp=4, schedule=schedule)
+    assert extrapolation_points(4, 96) == (16, 24)
+    ext = evaluate(j, lay, lambda tp, mbs: ch)
+    whole = evaluate(j, lay, lambda tp, mbs: ch, extrapolate=False)
+    assert "extrapolated_from" in ext.plan.extra and "extrapolated_from" not in whole.plan.extra
+    error = ext.breakdown["pipeline"] / whole.breakdown["pipeline"] - 1
+    exact = schedule in ("1f1b", "gpipe", "looped-bfs")
+    assert abs(error) <= (1e-9 if exact else 0.015), f"{schedule}: {error:+.3%}"
+    assert max(ext.memory) == pytest.approx(max(whole.memory), rel=0.01)

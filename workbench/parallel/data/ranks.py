@@ -1,0 +1,89 @@
+"""Every rank's predicted peak, for the runtime that measures it (docs/model.md, "Layouts").
+
+A layout's ranks hold what their pipeline rank holds (the ``pp`` coordinate; every data-parallel replica and
+every tensor-parallel rank of it the same, the chain being one rank's). :func:`rank_memory` is the predicted
+peak of one rank of the layout running ``plan`` (the pipeline of one replica) on ``chain`` (one rank's), under
+the platform's training set-up with the layout's data-parallel group (:mod:`workbench.model.memory_zero`):
+
+* a flushed plan: the simulated peak of its pipeline rank (GPipe and 1F1B:
+  :func:`workbench.schedules.simulate.simulate`; torch's multi-stage schedules: the order's peaks,
+  :class:`workbench.schedules.order_memory.OrderMemory`);
+* a periodic plan: the memory model's peak (:func:`workbench.model.memory_views.plan_memory`);
+
+plus, with ``engine=True`` (the default), what torch's pipeline engine holds beyond the model (receive buffers
+per micro-batch, the sends it keeps: :func:`workbench.runtime.summary.engine_extra`), since the runtime runs
+torch's engine. :func:`rank_memory_terms` splits the model's part by term.
+
+>>> from workbench.model.chain import Chain, Layer, Platform
+>>> from workbench.model.layout import Layout
+>>> from workbench.planners import plan
+>>> ch = Chain(tuple(Layer(f"l{i}", 0.01, 0.02, 4e6, 1e6) for i in range(4)), input_bytes=1e6)
+>>> lay = Layout(pp=2, dp=2, zero=2)
+>>> p = plan(ch, Platform(2, weights="single", dp=2, zero=2), "1f1b", micro_batches=4)
+>>> rank_memory(p, ch, Platform(2, weights="single"), lay, 3, engine=False) == p.memory[1]   # rank 3: pp 1
+True
+"""
+
+from __future__ import annotations
+
+from workbench.model.chain import Chain, Platform
+from workbench.model.layout import Layout
+from workbench.model.plan import Plan
+
+__all__ = ["rank_memory", "rank_memory_terms", "rank_platform", "pipeline_peaks"]
+
+
+def rank_platform(platform: Platform, layout: Layout) -> Platform:
+    """``platform`` as one pipeline of ``layout`` sees it: ``pp`` devices, the layout's data-parallel group (the
+    paper's memory model, rule 7, knows no data parallelism: a replica's figure)."""
+    if platform.memory_model != "full":
+        return platform.with_(devices=layout.pp)
+    return platform.with_(devices=layout.pp, dp=layout.dp, zero=layout.zero if layout.dp > 1 else 0)
+
+
+def pipeline_peaks(plan: Plan, chain: Chain, platform: Platform) -> list[float]:
+    """The model's peak per pipeline rank of ``plan`` (module docstring)."""
+    from workbench.methods import method
+    from workbench.model.activations import apply_policies
+    from workbench.model.memory_views import plan_memory
+
+    eff = apply_policies(chain, plan.activations) if plan.activations else chain
+    if plan.schedule == "periodic":
+        return plan_memory(eff, platform, plan.stages)
+    if method(plan.schedule).torch_schedule:
+        from workbench.schedules.order_memory import OrderMemory
+        from workbench.schedules.torch_orders import torch_order
+
+        S = len(plan.stages)
+        om = OrderMemory(eff, platform, [s.device for s in plan.stages],
+                         torch_order(plan.schedule, plan.devices, S // plan.devices, int(plan.micro_batches or 1)))
+        return list(om.peaks([(s.first, s.last) for s in plan.stages]))
+    from workbench.schedules.simulate import simulate
+
+    return list(simulate(plan, chain, platform, batches=int(plan.micro_batches or 1)).peak_memory())
+
+
+def rank_memory(plan: Plan, chain: Chain, platform: Platform, layout: Layout, rank: int, *,
+                engine: bool = True) -> float:
+    """The predicted peak bytes of ``rank`` (the layout's rank order: tp innermost, then dp, then pp) running
+    ``plan`` on ``chain`` (module docstring); ``platform`` carries the training set-up (its ``devices``, ``dp``
+    and ``zero`` are the layout's)."""
+    pipeline = layout.coords(rank)[0]
+    p = rank_platform(platform, layout)
+    model = pipeline_peaks(plan, chain, p)[pipeline]
+    if not engine:
+        return float(model)
+    from workbench.runtime.summary import engine_extra
+
+    return float(model + engine_extra(plan, chain, p, int(plan.micro_batches or 1), "torch")[pipeline])
+
+
+def rank_memory_terms(plan: Plan, chain: Chain, platform: Platform, layout: Layout, rank: int) -> dict[str, float]:
+    """The memory model's terms for ``rank``'s pipeline rank (parameters, gradients, optimizer state, masters,
+    activations with every stage's in-flight count, buffers, the largest transient: the model's split,
+    :func:`workbench.model.memory_views.memory_breakdown`), under the layout's data-parallel group."""
+    from workbench.model.activations import apply_policies
+    from workbench.model.memory_views import memory_breakdown
+
+    eff = apply_policies(chain, plan.activations) if plan.activations else chain
+    return memory_breakdown(eff, rank_platform(platform, layout), plan.stages)[layout.coords(rank)[0]]

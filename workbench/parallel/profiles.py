@@ -1,0 +1,197 @@
+"""The chain of one rank, per tensor-parallel degree and micro-batch size, profiled once and cached by content
+(docs/model.md, "Layouts").
+
+A layout search needs the chain of one rank for every ``tp`` and micro-batch size it tries. A
+:class:`RankChains` makes each as ``profile`` would from a ``--module FILE.py:FUNC`` builder: under fake tensors
+for a named GPU (:func:`workbench.profiles.fake.fake_module`) or, without a GPU, measured on this machine; with
+``tp > 1`` the per-rank tensor-parallel profile (:func:`tensor_parallel_chain`, the one call a ``tp > 1`` chain
+comes from). When ``FUNC`` accepts ``batch_size`` it is called with each micro-batch size; otherwise the example's
+batch is the only micro-batch size (:meth:`RankChains.micro_batch_sizes`).
+
+Profiles are cached as CSV files in a folder (``build/profiles`` by default), named by a digest of what makes
+them: the module file's bytes, the function, the GPU, ``tp``, the micro-batch size, sequence parallelism, torch's
+version and the source of the workbench's profilers. A second search of the same model reads them back.
+
+>>> key_digest({"module": "abc", "tp": 1}) == key_digest({"tp": 1, "module": "abc"})
+True
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Callable
+
+from workbench.model.chain import Chain
+
+__all__ = ["RankChains", "tensor_parallel_chain", "key_digest", "profiler_digest", "tensor_parallel_available",
+           "DEFAULT_CACHE", "MICRO_BATCH_SIZES"]
+
+#: where profiles are cached unless told (relative to the working folder, as ``run``'s ``build/run``)
+DEFAULT_CACHE = Path("build") / "profiles"
+#: micro-batch sizes a search tries when the builder takes ``batch_size``
+MICRO_BATCH_SIZES = (1, 2, 4, 8)
+
+
+def key_digest(key: dict[str, Any]) -> str:
+    """A short hex digest of a cache key (a JSON object, keys sorted)."""
+    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:20]
+
+
+@lru_cache(maxsize=1)
+def profiler_digest() -> str:
+    """A digest of the workbench's profiler sources (a cached profile made by other code is not reused)."""
+    root = Path(__file__).resolve().parents[1]
+    h = hashlib.sha256()
+    for folder in ("profiles", "parallel/tensor"):
+        for path in sorted((root / folder).glob("*.py")):
+            h.update(path.name.encode())
+            h.update(path.read_bytes())
+    return h.hexdigest()[:20]
+
+
+def tensor_parallel_available() -> bool:
+    """Whether this workbench has per-rank tensor-parallel profiles (:mod:`workbench.parallel.tensor`)."""
+    try:
+        from workbench.parallel.tensor.profile import tensor_parallel_profile  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def tensor_parallel_chain(spec: str, gpu: str, tp: int, micro_batch_size: int | None,
+                          sequence_parallel: bool = False) -> Chain:
+    """The chain of rank 0 of a tensor-parallel group of ``tp`` (the module's blocks sharded as Megatron and
+    torchtitan shard them; :mod:`workbench.parallel.tensor`)."""
+    if not tensor_parallel_available():
+        raise ValueError(f"tp={tp}: this workbench has no per-rank tensor-parallel profiles "
+                         "(workbench.parallel.tensor); plan with tp=1")
+    from workbench.parallel.tensor.profile import tensor_parallel_profile
+
+    return tensor_parallel_profile(spec, gpu, tp, sequence_parallel=sequence_parallel,
+                                   micro_batch_size=micro_batch_size)
+
+
+@dataclass
+class RankChains:
+    """Chains of one rank of ``spec``'s model (module docstring): ``gpu`` for fake profiles (None: measured
+    here, tp 1 and the example's batch only); ``cache`` the folder (None: no cache); ``progress`` one line per
+    profile made."""
+
+    spec: str
+    gpu: str | None = None
+    cache: Path | None = DEFAULT_CACHE
+    sequence_parallel: bool = False
+    progress: Callable[[str], None] | None = None
+    made: dict = field(default_factory=dict)
+
+    def takes_batch_size(self) -> bool:
+        """Whether the builder accepts ``batch_size`` (a search may then try other micro-batch sizes)."""
+        from workbench.profiles import usermodel
+
+        path, func = usermodel.parse_spec(self.spec)
+        fn = getattr(usermodel._import(path), func, None)
+        try:
+            return callable(fn) and "batch_size" in inspect.signature(fn).parameters
+        except (TypeError, ValueError):
+            return False
+
+    def micro_batch_sizes(self) -> tuple[int | None, ...]:
+        """The micro-batch sizes a search tries: :data:`MICRO_BATCH_SIZES` when the builder takes ``batch_size``
+        (fake profiles), else the example's only (None)."""
+        return MICRO_BATCH_SIZES if self.gpu and self.takes_batch_size() else (None,)
+
+    def key(self, tp: int, micro_batch_size: int | None) -> dict[str, Any]:
+        """What makes the profile (module docstring)."""
+        import torch
+
+        from workbench.profiles.usermodel import parse_spec
+
+        path, func = parse_spec(self.spec)
+        module = Path(path)
+        if not module.is_file():
+            raise ValueError(f"--module: no such file {path!r}")
+        return {"module": hashlib.sha256(module.read_bytes()).hexdigest(), "function": func, "gpu": self.gpu,
+                "tp": tp, "micro_batch_size": micro_batch_size, "sequence_parallel": self.sequence_parallel,
+                "torch": torch.__version__, "profilers": profiler_digest()}
+
+    def __call__(self, tp: int, micro_batch_size: int | None = None) -> Chain:
+        """The chain of one rank for ``tp`` and the micro-batch size (from the cache when it is there): under
+        fake tensors :func:`workbench.parallel.tensor.tensor_parallel_profile` (every tp, its own content cache in
+        the same folder) where the workbench has it."""
+        if self.gpu is not None and tensor_parallel_available():
+            return self._tensor_parallel(tp, micro_batch_size)
+        key = self.key(tp, micro_batch_size)
+        digest = key_digest(key)
+        if digest in self.made:
+            return self.made[digest]
+        path = self._path(tp, micro_batch_size, digest)
+        if path is not None and path.is_file():
+            from workbench.profiles import load_profile
+
+            chain = load_profile(path)
+        else:
+            chain = self._profile(tp, micro_batch_size)
+            if path is not None:
+                from workbench.profiles.csvio import write_profile
+
+                path.parent.mkdir(parents=True, exist_ok=True)
+                write_profile(chain.with_meta(cache_key=json.dumps(key, sort_keys=True)), path)
+        self.made[digest] = chain
+        return chain
+
+    def _tensor_parallel(self, tp: int, micro_batch_size: int | None) -> Chain:
+        from workbench.parallel.tensor.profile import tensor_parallel_profile
+        from workbench.profiles.usermodel import user_code
+
+        key = (tp, micro_batch_size)
+        if key not in self.made:
+            if self.progress:
+                self.progress(f"profiling {self.spec} for tp={tp}, micro-batch size {micro_batch_size or 'as built'} "
+                              f"under fake tensors for {self.gpu} (or reading it from the cache)")
+            with user_code(self.spec):
+                self.made[key] = tensor_parallel_profile(
+                    self.spec, self.gpu, tp, sequence_parallel=self.sequence_parallel,
+                    micro_batch_size=micro_batch_size, cache=self.cache if self.cache is not None else False)
+        return self.made[key]
+
+    def _path(self, tp: int, micro_batch_size: int | None, digest: str) -> Path | None:
+        if self.cache is None:
+            return None
+        from workbench.profiles.usermodel import parse_spec
+
+        path, func = parse_spec(self.spec)
+        mbs = "example" if micro_batch_size is None else micro_batch_size
+        return Path(self.cache) / f"{Path(path).stem}-{func}-{self.gpu or 'here'}-tp{tp}-mbs{mbs}-{digest}.csv"
+
+    def _profile(self, tp: int, micro_batch_size: int | None) -> Chain:
+        from workbench.profiles.usermodel import user_code
+
+        if self.progress:
+            self.progress(f"profiling {self.spec} for tp={tp}, micro-batch size {micro_batch_size or 'as built'}"
+                          f"{' under fake tensors for ' + self.gpu if self.gpu else ' on this machine'}")
+        with user_code(self.spec):
+            if tp > 1:
+                if self.gpu is None:
+                    raise ValueError(f"tp={tp} needs --fake --gpu NAME (tensor-parallel profiles are made under "
+                                     "fake tensors)")
+                return tensor_parallel_chain(self.spec, self.gpu, tp, micro_batch_size, self.sequence_parallel)
+            if self.gpu is not None:
+                from workbench.profiles.fake import fake_module
+
+                return fake_module(self.spec, self.gpu, batch_size=micro_batch_size)
+            return _measured(self.spec)
+
+
+def _measured(spec: str) -> Chain:
+    """``spec`` profiled on this machine's CPU, as ``profile --module`` does."""
+    from workbench.profiles.profiler import profile_workload
+    from workbench.profiles.workload import Workload
+
+    chain = profile_workload(Workload.module(spec), "cpu", warmup=1, repeats=3)
+    assert isinstance(chain, Chain)
+    return chain.with_meta(module=spec)
