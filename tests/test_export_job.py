@@ -56,6 +56,7 @@ def test_a_periodic_plan_names_the_closest_schedule():
         job_from_plan(data, seq_len=128)
     assert "re-plan with --method 1f1b" in str(e.value)
     data["parallel"].update(pp=1)                      # no pipeline: the schedule does not matter
+    data["devices"] = 1                                # the plan of that layout counts its one GPU
     data["stages"] = [{"layers": [0, 6], "device": 0, "fwd_start": 0.0, "bwd_start": 0.0}]
     data["assignment"] = [0] * 7
     assert job_from_plan(data, seq_len=128).schedule is None

@@ -321,6 +321,9 @@ def _profile(args: argparse.Namespace) -> int:
 
 
 def _plan(args: argparse.Namespace) -> int:
+    if getattr(args, "parallel", None) or getattr(args, "module", None):
+        from workbench.front.layouts import layout_command  # a layout (docs/model.md, "Layouts")
+        return layout_command(args)
     from workbench.front.planning import plan_command
     return plan_command(args)
 

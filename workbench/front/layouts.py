@@ -26,6 +26,7 @@ import math
 from pathlib import Path
 from typing import Any, Callable
 
+from workbench.front.planning import _progress, chain_from_args, platform_from_args
 from workbench.model.chain import Chain
 from workbench.model.layout import Layout
 from workbench.model.units import format_bytes
@@ -79,8 +80,6 @@ def _check_args(args: argparse.Namespace) -> None:
 def _chains(args: argparse.Namespace, progress: Callable[[str], None] | None) -> tuple[ChainFor, Chain, tuple]:
     """(chain_for, the tp = 1 chain of the example's batch, the micro-batch sizes to try)."""
     if args.profile:
-        from workbench.front.planning import chain_from_args
-
         chain = chain_from_args(args)
         example = int(chain.meta.get("batch_size", 1) or 1)
 
@@ -110,7 +109,6 @@ def _chains(args: argparse.Namespace, progress: Callable[[str], None] | None) ->
 
 def job_from_args(args: argparse.Namespace, first: Chain) -> Job:
     """The job of the command line: the GPUs and their set-up, the global batch, what counts in MFU."""
-    from workbench.front.planning import platform_from_args
     from workbench.model.accelerators import accelerator
     from workbench.model.memory import validate_setup
 
@@ -137,8 +135,6 @@ def _layout_arg(args: argparse.Namespace) -> Layout:
 
 def layout_command(args: argparse.Namespace) -> int:
     """``plan --parallel ...`` (the module docstring); 0 when the layout fits, 2 when none does."""
-    from workbench.front.planning import _progress
-
     _check_args(args)
     auto = args.parallel.strip().lower() == "auto"
     if not auto:

@@ -137,10 +137,6 @@ def plan_command(args: argparse.Namespace) -> int:
     from workbench.planners import GENERAL_METHODS
     from workbench.planners import plan as run_planner
 
-    if getattr(args, "parallel", None) or getattr(args, "module", None):
-        from workbench.front.layouts import layout_command  # a layout (docs/model.md, "Layouts")
-
-        return layout_command(args)
     if not args.profile:
         raise ValueError("plan: give --profile FILE (a pipeline) or --module FILE.py:FUNC --parallel ... (a layout)")
     if getattr(args, "global_batch", None) or getattr(args, "fake", False):

@@ -39,6 +39,7 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
+from workbench.methods import METHODS, names
 from workbench.methods import method as method_of
 from workbench.model.chain import Chain, Platform
 from workbench.model.layout import Layout
@@ -158,7 +159,7 @@ EXACT_FLUSH = 20_000
 
 
 #: schedules whose flush grows linearly from pp micro-batches on (the V schedules: from 2 pp on)
-_LINEAR_FROM_PP = ("gpipe", "1f1b", "looped-bfs", "interleaved-1f1b", "interleaved-zb")
+_LINEAR_FROM_PP = tuple(m.name for m in METHODS if m.family == "flushed" and m.layout != "v")
 
 
 def extrapolation_points(pp: int, micro_batches: int, schedule: str = "1f1b") -> tuple[int, int] | None:
@@ -188,8 +189,9 @@ def _planned(chain: Chain, platform: Platform, layout: Layout, activations: str,
     if chosen.torch_schedule and not chosen.fixed_chunks:
         options["chunks"] = layout.chunks
     if activations == "auto":
-        if layout.schedule not in ("dp", "brute", "ilp"):
-            raise ValueError(f"activations auto: {layout.schedule!r} does not choose policies (dp, brute, ilp do)")
+        if not chosen.auto_activations:
+            raise ValueError(f"activations auto: {layout.schedule!r} does not choose policies "
+                             f"({', '.join(names(auto_activations=True))} do)")
         return fn(chain, platform, activations="auto", **options)
     if activations == "keep":
         return fn(chain, platform, **options)

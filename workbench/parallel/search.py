@@ -37,6 +37,7 @@ from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable, Sequence
 
 from workbench.methods import method as method_of
+from workbench.methods import names
 from workbench.model.activations import apply_policies
 from workbench.model.layout import Layout
 from workbench.model.memory import layer_terms
@@ -46,7 +47,7 @@ __all__ = ["SCHEDULES", "Candidate", "SearchResult", "candidates", "search", "me
            "factorisations", "busiest_rank", "bottleneck"]
 
 #: the schedules a search tries: the seed's periodic plans (``dp``), GPipe, 1F1B and torch's multi-stage ones
-SCHEDULES = ("dp", "gpipe", "1f1b", "interleaved-1f1b", "looped-bfs", "interleaved-zb", "zbv", "dualpipev")
+SCHEDULES = ("dp",) + names(family="flushed")
 
 
 @dataclass(frozen=True)
@@ -187,8 +188,13 @@ def memory_bound(job: Job, candidate: Candidate, chain) -> float:
     if candidate.activations == "auto" or layout.pp == 1:
         return average
     m, pp = int(layout.micro_batches or 1), layout.pp
-    counts = {"gpipe": [m] * pp, "1f1b": [min(m, pp - s) for s in range(pp)]}.get(
-        layout.schedule or "", [1] * (pp * layout.chunks))
+    warmup = method_of(layout.schedule).warmup if layout.schedule else ""
+    if warmup == "all":              # GPipe: every micro-batch of the flush
+        counts = [m] * pp
+    elif warmup == "downstream":     # 1F1B: one per stage after it
+        counts = [min(m, pp - s) for s in range(pp)]
+    else:
+        counts = [1] * (pp * layout.chunks)
     if method_of(layout.schedule or "1f1b").torch_schedule:
         counts = _torch_counts(layout, m)
     return max(average, bottleneck(t, counts))

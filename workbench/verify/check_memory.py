@@ -180,6 +180,76 @@ def _tied_terms(su: _SetUp, ties, first: int, last: int) -> dict:
     return out
 
 
+def _paper_stage_terms(chain: Chain, platform: Platform, first: int, last: int) -> dict[str, float]:
+    """:func:`stage_terms` under the paper's memory model: activations, weights times phi, nothing climbs."""
+    saved = sum(chain.saved(l) for l in range(first, last + 1))
+    weights = sum(chain.layers[l].weight_bytes for l in range(first, last + 1))
+    offloaded = sum(chain.layers[l].offload_bytes for l in range(first, last + 1))
+    return {"A": saved, "static": platform.weight_factor * weights + offloaded,
+            "stash": weights if platform.weights == "stash" else 0.0, "op_excess": 0.0, "step": 0.0,
+            "step_excess": 0.0}
+
+
+def _saved_activations(chain: Chain, su: _SetUp, cols: list[dict[str, float]], first: int) -> list[float]:
+    """Each layer's bytes saved for its backward (an input the previous layer saves as its output once), with
+    FSDP2 zero 2's parameters kept gathered until the backward."""
+    acts = []
+    for i, c in enumerate(cols):
+        prev_saves_output = (first + i > 0 and layer_columns(chain, first + i - 1)["saved_output"] > 0)
+        shared = c["saved_input"] if prev_saves_output else 0.0
+        unsharded = c["weights"] if (su.per_layer and su.zero == 2) else 0.0   # zero 2: gathered to the backward
+        acts.append(max(c["saved"] - shared, 0.0) + unsharded)
+    return acts
+
+
+def _op_excess(chain: Chain, su: _SetUp, cols: list[dict[str, float]], acts: list[float], shared_at: list[float],
+               first: int) -> float:
+    """How far the stage's forwards and backwards climb above its resident state (one mini-batch in flight)."""
+    made = []                                # gradients each layer's backward makes that stay to the step
+    for i, c in enumerate(cols):
+        if not su.zeros and su.fsdp:
+            made.append(su.fsdp_made(c) + shared_at[i])
+        elif not su.zeros:
+            made.append(c["grad"] + shared_at[i])
+        elif su.stash:
+            made.append(shared_at[i])
+        else:
+            made.append(0.0)
+    worst = 0.0
+    offs = [chain.layers[l].offload_bytes for l in range(first, first + len(cols))]
+    for i, c in enumerate(cols):
+        # the forward holds its input (unless the previous layer's activations already count it) and
+        # climbs by its own peak; its saved bytes are counted among the stage's activations; the later
+        # layers hold no activations (nor offloaded copy) of this mini-batch yet, or any more
+        later = sum(acts[i + 1:]) + sum(offs[i + 1:])
+        l = first + i
+        worst = max(worst, c["forward_peak"] + c["in"] - c["saved"] + su.gathered(chain, l, False) - later)
+        if not su.zeros:
+            climb = c["backward_fresh_peak"]
+        elif su.stash and shared_at[i] > 0:
+            climb = min(c["backward_fresh_peak"], c["backward_peak"] + shared_at[i])
+        else:
+            climb = c["backward_peak"]
+        climb = max(climb + su.gathered(chain, l, True), su.reduce_scatter(chain, l, c))
+        worst = max(worst, climb + sum(made[i + 1:]) - later)
+    return worst
+
+
+def _step_temporaries(su: _SetUp, cols: list[dict[str, float]], ties: list[tuple[int, list[int], float]], first: int,
+                      copies_stepped: list[float]) -> float:
+    """The optimizer step's temporaries: foreach's over the rank's (shard of the) parameters, the loop's over the
+    largest parameter (a shard of it under FSDP)."""
+    if su.foreach:        # a rank steps its shard of the parameters from ZeRO-1 on
+        step = _FOREACH_TEMPS[su.opt] * su.widen * (sum(c["weights"] for c in cols) / (su.dp if su.zero else 1)
+                                                    + sum(copies_stepped))
+    else:                 # the loop: ZeroRedundancyOptimizer steps whole parameters, FSDP shards of each
+        largest = [c["max_param"] for c in cols]
+        if not su.stash:
+            largest = [max([m] + [b for o, ss, b in ties if first + i in ss]) for i, m in enumerate(largest)]
+        step = _LOOP_TEMPS[su.opt] * su.widen * max(largest) / (su.dp if su.fsdp else 1)
+    return step
+
+
 def stage_terms(chain: Chain, platform: Platform, first: int, last: int) -> dict[str, float]:
     """What stage ``first..last`` holds, term by term as docs/model.md states them: ``A`` (per mini-batch in
     flight), ``static`` (parameters, resident gradients, optimizer state, an offloaded copy, its receive buffers,
@@ -189,22 +259,12 @@ def stage_terms(chain: Chain, platform: Platform, first: int, last: int) -> dict
     step's climb above the resident state of one mini-batch, its activations freed, with the gradients its
     backward made)."""
     if platform.memory_model == "paper":
-        saved = sum(chain.saved(l) for l in range(first, last + 1))
-        weights = sum(chain.layers[l].weight_bytes for l in range(first, last + 1))
-        offloaded = sum(chain.layers[l].offload_bytes for l in range(first, last + 1))
-        return {"A": saved, "static": platform.weight_factor * weights + offloaded,
-                "stash": weights if platform.weights == "stash" else 0.0, "op_excess": 0.0, "step": 0.0,
-                "step_excess": 0.0}
+        return _paper_stage_terms(chain, platform, first, last)
     su = _SetUp(chain, platform)
     ties = _ties(chain)
     last_layer = len(chain) - 1
     cols = [layer_columns(chain, l) for l in range(first, last + 1)]
-    acts = []
-    for i, c in enumerate(cols):
-        prev_saves_output = (first + i > 0 and layer_columns(chain, first + i - 1)["saved_output"] > 0)
-        shared = c["saved_input"] if prev_saves_output else 0.0
-        unsharded = c["weights"] if (su.per_layer and su.zero == 2) else 0.0   # zero 2: gathered to the backward
-        acts.append(max(c["saved"] - shared, 0.0) + unsharded)
+    acts = _saved_activations(chain, su, cols, first)
     head = cols[0]["in"] - cols[0]["saved_input"]
     if first > 0 and layer_columns(chain, first - 1)["saved_output"] > 0:
         head += cols[0]["saved_input"]
@@ -223,42 +283,8 @@ def stage_terms(chain: Chain, platform: Platform, first: int, last: int) -> dict
     static += buffers
     copy_grad, received, copies_stepped, shared_at = (tied["copy_grad"], tied["received"], tied["copies_stepped"],
                                                       tied["shared_at"])
-    # the operations' excess over the resident state
-    made = []                                # gradients each layer's backward makes that stay to the step
-    for i, c in enumerate(cols):
-        if not su.zeros and su.fsdp:
-            made.append(su.fsdp_made(c) + shared_at[i])
-        elif not su.zeros:
-            made.append(c["grad"] + shared_at[i])
-        elif su.stash:
-            made.append(shared_at[i])
-        else:
-            made.append(0.0)
-    worst = 0.0
-    offs = [chain.layers[l].offload_bytes for l in range(first, last + 1)]
-    for i, c in enumerate(cols):
-        # the forward holds its input (unless the previous layer's activations already count it) and
-        # climbs by its own peak; its saved bytes are counted among the stage's activations; the later
-        # layers hold no activations (nor offloaded copy) of this mini-batch yet, or any more
-        later = sum(acts[i + 1:]) + sum(offs[i + 1:])
-        l = first + i
-        worst = max(worst, c["forward_peak"] + c["in"] - c["saved"] + su.gathered(chain, l, False) - later)
-        if not su.zeros:
-            climb = c["backward_fresh_peak"]
-        elif su.stash and shared_at[i] > 0:
-            climb = min(c["backward_fresh_peak"], c["backward_peak"] + shared_at[i])
-        else:
-            climb = c["backward_peak"]
-        climb = max(climb + su.gathered(chain, l, True), su.reduce_scatter(chain, l, c))
-        worst = max(worst, climb + sum(made[i + 1:]) - later)
-    if su.foreach:        # a rank steps its shard of the parameters from ZeRO-1 on
-        step = _FOREACH_TEMPS[su.opt] * su.widen * (sum(c["weights"] for c in cols) / (su.dp if su.zero else 1)
-                                                    + sum(copies_stepped))
-    else:                 # the loop: ZeroRedundancyOptimizer steps whole parameters, FSDP shards of each
-        largest = [c["max_param"] for c in cols]
-        if not su.stash:
-            largest = [max([m] + [b for o, ss, b in ties if first + i in ss]) for i, m in enumerate(largest)]
-        step = _LOOP_TEMPS[su.opt] * su.widen * max(largest) / (su.dp if su.fsdp else 1)
+    worst = _op_excess(chain, su, cols, acts, shared_at, first)
+    step = _step_temporaries(su, cols, ties, first, copies_stepped)
     found = copy_grad
     if not su.zeros and su.fsdp:
         found += sum(su.fsdp_made(c) for c in cols)
