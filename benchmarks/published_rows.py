@@ -34,7 +34,6 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
@@ -176,37 +175,47 @@ def selective_op(chain: Chain, calibration: Calibration = H100_CALIBRATION) -> C
     return dataclasses.replace(chain, layers=tuple(layers))
 
 
-def row_chains(row: Row, args: argparse.Namespace, calibration: Calibration | None = None,
-               cache: Path | None = None) -> Callable[[int, int | None], Chain]:
-    """``chain_for(tp, micro_batch_size)`` of ``row`` as ``plan --parallel`` makes it (RankChains of the module,
-    fake for the GPU, cached by content), re-estimated under ``calibration`` when given, with
-    :func:`selective_op` for that checkpointing."""
+def row_args(row: Row) -> argparse.Namespace:
+    """``row``'s command line parsed by the workbench's own parser."""
+    from workbench.front.cli import build_parser
+
+    return build_parser().parse_args(plan_argv(row))
+
+
+def base_chain(row: Row, cache: Path | None = None) -> Chain:
+    """The chain of one rank of ``row`` (tp 1, its micro-batch) as ``plan --parallel`` makes it: RankChains of
+    the module under fake tensors for the row's GPU, cached by content (``build/profiles``)."""
     from workbench.parallel.profiles import DEFAULT_CACHE, RankChains
+
+    args = row_args(row)
+    return RankChains(args.module, gpu=args.gpu, cache=cache or REPO / DEFAULT_CACHE)(1, row.micro_batch)
+
+
+def priced(row: Row, chain: Chain, calibration: Calibration | None = None) -> Chain:
+    """``chain`` re-estimated under ``calibration`` (None: as profiled), with :func:`selective_op` when the row
+    checkpoints by operation."""
     from workbench.profiles.retime import retimed
 
-    rc = RankChains(args.module, gpu=args.gpu, cache=cache or REPO / DEFAULT_CACHE)
-    cal = calibration or H100_CALIBRATION
-
-    def chain_for(tp: int, mbs: int | None) -> Chain:
-        chain = rc(tp, mbs)
-        if calibration is not None:
-            chain = retimed(chain, args.gpu, calibration)
-        return selective_op(chain, cal) if row.checkpointing == "selective-op" else chain
-
-    return chain_for
+    if calibration is not None:
+        chain = retimed(chain, row.gpu, calibration)
+    return selective_op(chain, calibration or H100_CALIBRATION) if row.checkpointing == "selective-op" else chain
 
 
-def evaluate_row(row: Row, calibration: Calibration | None = None,
-                 chain_for: Callable[[int, int | None], Chain] | None = None) -> Evaluation:
-    """``row`` evaluated as ``plan --parallel`` evaluates its command line (module docstring)."""
-    from workbench.front.cli import build_parser
+def evaluate_row(row: Row, calibration: Calibration | None = None, chain: Chain | None = None) -> Evaluation:
+    """``row`` evaluated as ``plan --parallel`` evaluates its command line (module docstring); ``chain``: its
+    :func:`base_chain` when already made."""
     from workbench.front.layouts import _layout_arg, job_from_args
     from workbench.parallel.evaluate import evaluate
 
-    args = build_parser().parse_args(plan_argv(row))
-    chain_for = chain_for or row_chains(row, args, calibration)
-    job = job_from_args(args, chain_for(1, row.micro_batch))
-    return evaluate(job, _layout_arg(args), chain_for, args.activations)
+    args = row_args(row)
+    rank = priced(row, base_chain(row) if chain is None else chain, calibration)
+
+    def chain_for(tp: int, mbs: int | None) -> Chain:
+        if (tp, mbs) != (1, row.micro_batch):
+            raise ValueError(f"{row.name}: only tp=1 and micro-batch size {row.micro_batch} are profiled")
+        return rank
+
+    return evaluate(job_from_args(args, rank), _layout_arg(args), chain_for, args.activations)
 
 
 def verdict(ratio: float) -> str:
