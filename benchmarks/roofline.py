@@ -21,7 +21,7 @@ paste into ``workbench/profiles/kernel_time.py``. ``--holdout`` fits once per ca
 reports the one left out. Every fit starts from :data:`STARTS` (the published figures as they are).
 
     .venv/bin/python benchmarks/roofline.py            # the cases with H100_CALIBRATION (about a minute)
-    .venv/bin/python benchmarks/roofline.py --fit      # a few minutes
+    .venv/bin/python benchmarks/roofline.py --fit      # longer: the torchtitan case runs the layout evaluator
     .venv/bin/python benchmarks/roofline.py --holdout  # eleven fits
 """
 
