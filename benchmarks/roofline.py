@@ -7,8 +7,9 @@ The calibration cases, and nothing else (every other published measurement is he
   events on an NVIDIA H100 80GB HBM3 by ``scripts/gpu_validation.py``): the same zoo model, batch and dtype is
   profiled fake for ``h100-sxm`` and its estimated forward + backward of every layer is compared with the
   measurement (target: total step time within 20 % per network);
-* torchtitan's Llama-3.1-8B FSDP row on 8 H100s (``benchmarks/large_models.py``: ``TORCHTITAN``, its source
-  and settings): tokens/s per GPU of the predicted step (target: within 15 %).
+* torchtitan's Llama-3.1-8B FSDP row on 8 H100s (``benchmarks/published_rows.py``: ``ROWS[0]``, its source
+  and settings): tokens/s per GPU of the step the layout evaluator predicts, as ``plan --parallel`` prices it
+  (target: within 15 %).
 
 The published figures of :mod:`workbench.profiles.kernel_time` (GEMM latency and ceiling, attention) are
 fixed; ``--fit`` fits the :class:`~workbench.profiles.kernel_time.Calibration` (the sustained fraction of the
@@ -20,7 +21,7 @@ paste into ``workbench/profiles/kernel_time.py``. ``--holdout`` fits once per ca
 reports the one left out. Every fit starts from :data:`STARTS` (the published figures as they are).
 
     .venv/bin/python benchmarks/roofline.py            # the cases with H100_CALIBRATION (about a minute)
-    .venv/bin/python benchmarks/roofline.py --fit      # a few minutes
+    .venv/bin/python benchmarks/roofline.py --fit      # longer: the torchtitan case runs the layout evaluator
     .venv/bin/python benchmarks/roofline.py --holdout  # eleven fits
 """
 
@@ -39,7 +40,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from large_models import TORCHTITAN, llama_work, torchtitan_step  # noqa: E402
+from large_models import TORCHTITAN, torchtitan_step  # noqa: E402
+from published_rows import base_chain  # noqa: E402
 
 from workbench.model.accelerators import accelerator  # noqa: E402
 from workbench.paths import PROFILES_DIR  # noqa: E402
@@ -88,10 +90,10 @@ def profile_cases() -> list[dict]:
 def cases() -> list[dict]:
     """The calibration cases (module docstring)."""
     t0 = time.perf_counter()
-    work = llama_work("8b", TORCHTITAN["sequence"], TORCHTITAN["batch"])
-    print(f"  profiled Llama-3.1-8B (2 blocks, 2 x 8192 tokens) fake in {time.perf_counter() - t0:.1f} s",
-          file=sys.stderr, flush=True)
-    tt = {"case": "torchtitan 8B FSDP x8", "kind": "torchtitan", "work": work, "measured": TORCHTITAN["tokens_per_gpu"]}
+    chain = base_chain(TORCHTITAN)
+    print(f"  profiled Llama-3.1-8B ({TORCHTITAN.micro_batch} x {TORCHTITAN.sequence} tokens) fake in "
+          f"{time.perf_counter() - t0:.1f} s (or read it from build/profiles)", file=sys.stderr, flush=True)
+    tt = {"case": "torchtitan 8B FSDP x8", "kind": "torchtitan", "chain": chain, "measured": TORCHTITAN.tokens_per_gpu}
     return profile_cases() + [tt]
 
 
@@ -120,7 +122,7 @@ def errors(case: dict, cal: Calibration) -> dict:
     """Predicted against measured: the total's relative error (profiles: seconds; torchtitan: tokens/s per
     GPU), and for profiles the median and largest per-layer error of forward + backward."""
     if case["kind"] == "torchtitan":
-        step, tps = torchtitan_step(case["work"], cal)
+        _, tps = torchtitan_step(cal, case["chain"])
         return {"total": tps / case["measured"] - 1, "predicted": tps, "measured": case["measured"],
                 "unit": "tokens/s", "median_layer": math.nan, "max_layer": math.nan}
     f, b = predicted(case, cal)

@@ -23,9 +23,9 @@ DGX H100: eight ConnectX-7 ports for eight GPUs), 50 GB/s one way.
 >>> a = accelerator("h100-sxm")
 >>> a.memory / 1e9, a.flops["bfloat16"] / 1e12, a.link_bandwidth / 1e9
 (80.0, 989.5, 450.0)
->>> accelerator("h100")
+>>> accelerator("h100")  # doctest: +ELLIPSIS
 Traceback (most recent call last):
-ValueError: unknown GPU 'h100'; known: a100-40gb, a100-80gb, b200, h100-pcie, h100-sxm, h200, l40s, mi300x
+ValueError: unknown GPU 'h100'; known: a100-40gb, a100-80gb, b200, h100-96gb-500w, h100-pcie, h100-sxm, h200, ...
 """
 
 from __future__ import annotations
@@ -96,11 +96,22 @@ def _a100(gb: int, bandwidth: float) -> Accelerator:
 _H100_SXM_FLOPS = {"float32": 66.9 * T, "tf32": 494.5 * T, "bfloat16": 989.5 * T, "float16": 989.5 * T,
                    "float8": 1979 * T}
 
+#: the clock of an H100 SXM held to 500 W instead of its datasheet's 700 W: (500/700)^(1/3) (h100-96gb-500w below)
+_POWER_CAPPED_CLOCK = (500 / 700) ** (1 / 3)
+
 ACCELERATORS: dict[str, Accelerator] = {a.name: a for a in (
     _a100(40, 1555 * G),
     _a100(80, 2039 * G),
     Accelerator("h100-sxm", "NVIDIA H100 SXM5 80GB", 80 * G, 3350 * G, 450 * G, "NVLink 4, NVSwitch",
                 _H100_SXM_FLOPS),
+    # the H100s of Meta's Grand Teton hosts that torchtitan benchmarks on (pytorch/torchtitan,
+    # benchmarks/llama3_h100_202412_torchtitan.md, "Hardware": 8 H100s per host fully connected with NVLink, 96GB
+    # HBM2e at 2.4 TB/s, "the default 500W power limit"): the H100 SXM's links, its peaks at the clock of a 500 W
+    # limit. Dynamic power grows with the clock times the voltage squared, the voltage with the clock, so P ~ f^3
+    # and f(500 W) / f(700 W) = (500/700)^(1/3) = 0.894 (a physical estimate, not a fit; torchtitan: "the actual
+    # peak TFLOPs number is between SXM and NVL, and we don't know its exact value")
+    Accelerator("h100-96gb-500w", "NVIDIA H100 SXM 96GB HBM2e, 500 W limit", 96 * G, 2400 * G, 450 * G,
+                "NVLink 4, NVSwitch", {k: v * _POWER_CAPPED_CLOCK for k, v in _H100_SXM_FLOPS.items()}),
     # same datasheet, H100 PCIe column (the 2022 edition): FP32 51 TFLOPS, TF32 756 (sparse), BF16/FP16 1,513
     # (sparse), FP8 3,026 (sparse); 80GB HBM2e, 2 TB/s; PCIe Gen5 128 GB/s (bidirectional; the NVLink bridge
     # joins pairs of cards only, so a pipeline of more than two talks over PCIe)
