@@ -35,7 +35,7 @@ from workbench.model.memory import layer_terms
 from workbench.model.memory_views import estimate_note, plan_memory
 from workbench.model.plan_extra import PlanExtra
 from workbench.model.plan_json import MAX_DEVICES, MAX_MICRO_BATCHES, plan_fields
-from workbench.model.setup import TrainingSetup
+from workbench.model.training_setup import TrainingSetup
 from workbench.model.tolerances import REL_TOL
 from workbench.model.units import format_bytes, format_seconds
 
@@ -121,7 +121,7 @@ class Plan:
     #: what the planner records beyond the fields above: keys and types in :class:`workbench.model.plan_extra.PlanExtra`
     extra: PlanExtra = field(default_factory=dict, compare=False, hash=False)  # type: ignore[assignment]
     #: the memory set-up the plan's memory was computed with (:func:`memory_setup`; read it as a
-    #: :class:`~workbench.model.setup.TrainingSetup` with ``TrainingSetup.from_memory_setup(plan.setup)``)
+    #: :class:`~workbench.model.training_setup.TrainingSetup` with ``TrainingSetup.from_memory_setup(plan.setup)``)
     setup: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
     #: one activation policy per layer, in layer order (docs/model.md, "Activation policies");
     #: empty means every layer keeps its activations

@@ -1,8 +1,8 @@
 """A plan's training set-up as a dict of its options, for code that reads it by key (docs/model.md, "JSON").
 
-The set-up itself is :class:`workbench.model.setup.TrainingSetup`: :func:`plan_setup` is
-:meth:`~workbench.model.setup.TrainingSetup.from_memory_setup` of a plan's ``memory_setup`` and
-:func:`resolve_setup` is :meth:`~workbench.model.setup.TrainingSetup.resolve` (options on top of it, one that
+The set-up itself is :class:`workbench.model.training_setup.TrainingSetup`: :func:`plan_setup` is
+:meth:`~workbench.model.training_setup.TrainingSetup.from_memory_setup` of a plan's ``memory_setup`` and
+:func:`resolve_setup` is :meth:`~workbench.model.training_setup.TrainingSetup.resolve` (options on top of it, one that
 contradicts it refused, naming both values), each as ``{key: value}`` for the keys of :data:`SETUP_OPTIONS`.
 
 >>> from workbench.model.plan import Plan
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from workbench.model.setup import SETUP_OPTIONS, TrainingSetup
+from workbench.model.training_setup import SETUP_OPTIONS, TrainingSetup
 
 __all__ = ["SETUP_OPTIONS", "plan_setup", "resolve_setup"]
 
