@@ -34,6 +34,7 @@ import pandas as pd
 
 from workbench.methods import lineup
 from workbench.model.chain import Chain, Layer, Platform
+from workbench.model.training_setup import DEFAULT_BANDWIDTH
 from workbench.planners.sweep import Unavailable, run_method, solve
 
 __all__ = [
@@ -343,7 +344,7 @@ def scaling_study(layers: Iterable[int] = (4, 8, 12, 16, 24, 32), devices: Itera
                 continue
             for seed in seeds:
                 chain = random_chain(L, heterogeneity=heterogeneity, seed=seed)
-                base = Platform(P, bandwidth="12GB/s", memory_model="paper")
+                base = Platform(P, bandwidth=DEFAULT_BANDWIDTH, memory_model="paper")
                 M = _mid_memory(chain, base, memory_position)
                 plat = base.with_(memory=M)
                 for method, alloc in methods:
@@ -378,7 +379,7 @@ def gain_distribution(n_instances: int = 50, *, n_layers: int = 8, devices: int 
     for i in range(n_instances):
         seed = seed0 + i
         chain = random_chain(n_layers, heterogeneity=heterogeneity, seed=seed)
-        base = Platform(devices, bandwidth="12GB/s", memory_model="paper")
+        base = Platform(devices, bandwidth=DEFAULT_BANDWIDTH, memory_model="paper")
         lv = memory_levels(chain, base, 2)
         lo, hi = lv[0], lv[-1]
         for pos in memory_positions:

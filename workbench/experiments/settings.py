@@ -18,6 +18,7 @@ from typing import Any
 
 from workbench.methods import VARIANTS
 from workbench.model.chain import Platform
+from workbench.model.training_setup import DEFAULT_BANDWIDTH
 
 __all__ = ["Settings", "settings_for", "platform_for", "METHOD_KEYS", "METHOD_LABELS", "SWEEP_FIGURES",
            "COMPLEXITY_FIGURES", "FIGURES", "TOL"]
@@ -43,7 +44,7 @@ class Settings:
     time_limit: float = 60.0
     general_time_limit: float = 20.0  # per general-ILP solve: the time-outs dominate the run
     methods: tuple[str, ...] = tuple(METHOD_KEYS)
-    bandwidth: str = "12GB/s"
+    bandwidth: str = DEFAULT_BANDWIDTH
     weight_factor: float = 1.0
     weights: str = "stash"
     memory_model: str = "paper"   # the paper's figures use its rule 7 (model/memory.py); "full" for the device model

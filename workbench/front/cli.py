@@ -29,6 +29,7 @@ from workbench.front.option_types import (
     positive_seconds,
 )
 from workbench.methods import METHODS, names
+from workbench.model.training_setup import DEFAULT_BANDWIDTH
 
 __all__ = ["main", "build_parser", "int_in", "positive_seconds", "check_outputs"]
 
@@ -49,7 +50,7 @@ def _add_platform_args(p: argparse.ArgumentParser, *, required: bool = True, pro
                    help="memory per device: bytes or 16GiB, 12GB, ... (default: the --gpu's, else unlimited)")
     p.add_argument("--bandwidth", type=checked_by(finite_bandwidth), default=None,
                    help="link bandwidth between two devices of a node, one way, e.g. 12GB/s, 16GiB/s, or bytes/s "
-                        "(default: the --gpu's, else 12GB/s)")
+                        f"(default: the --gpu's, else the plan's, else {DEFAULT_BANDWIDTH})")
     p.add_argument("--devices-per-node", type=int_in(1), default=None, metavar="N",
                    help="devices per node: a stage boundary between two nodes pays --node-bandwidth "
                         "(default: one node)")

@@ -32,6 +32,7 @@ from workbench.io import remove_orphans, write_text_atomic
 from workbench.methods import lineup
 from workbench.model.chain import Chain, Platform
 from workbench.model.plan import Plan
+from workbench.model.training_setup import DEFAULT_BANDWIDTH
 from workbench.model.units import format_bytes, format_seconds
 from workbench.schedules.registry import schedule_of
 
@@ -103,7 +104,7 @@ def _profile_section(name: str, chain: Chain, devices: int, methods, out: Path) 
     from workbench.viz.export import save_html
     from workbench.viz.gantt import gantt
 
-    base = Platform(devices, bandwidth="12GB/s")
+    base = Platform(devices, bandwidth=DEFAULT_BANDWIDTH)
     limit = demo_memory_limit(chain, base)
     platform = base.with_(memory=limit)
     lines = [f"## {name}", "", chain.summary(), "",

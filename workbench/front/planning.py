@@ -18,68 +18,44 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from workbench.methods import METHODS, method
-from workbench.model.plan_setup import SETUP_OPTIONS, plan_setup, resolve_setup
+from workbench.model.training_setup import DEFAULT_BANDWIDTH, TrainingSetup, recorded_link
 
 if TYPE_CHECKING:
     from workbench.model.chain import Chain, Platform
 
 __all__ = ["platform_from_args", "chain_from_args", "chain_for_platform", "plan_command", "check_command",
-           "simulate_command", "plan_setup", "resolve_setup", "SETUP_OPTIONS"]
+           "simulate_command"]
 
 
-def _links(args: argparse.Namespace, setup: dict) -> dict:
+def _links(args: argparse.Namespace, recorded: dict) -> dict:
     """The platform's memory and links: each option given, else the ``--gpu``'s (or the plan's GPU), else what
-    the plan recorded, else the defaults (unlimited memory, 12GB/s, one node)."""
+    the plan ``recorded`` (its ``memory_setup``), else the defaults (unlimited memory,
+    :data:`~workbench.model.training_setup.DEFAULT_BANDWIDTH`, one node)."""
     from workbench.model.accelerators import DEFAULT_NODE_BANDWIDTH, accelerator
+    from workbench.model.chain import DEFAULT_HOST_BANDWIDTH
 
-    name = getattr(args, "gpu", None) or setup.get("gpu")
+    name = getattr(args, "gpu", None) or recorded.get("gpu")
     gpu = accelerator(name) if name else None          # an unknown name: one line listing the known ones
-    per_node = getattr(args, "devices_per_node", None) or setup.get("devices_per_node")
-    return {"memory": args.memory or (gpu.memory if gpu else "inf"),
-            "bandwidth": args.bandwidth or (gpu.link_bandwidth if gpu else _recorded(setup, "bandwidth", "12GB/s")),
+    per_node = getattr(args, "devices_per_node", None) or recorded.get("devices_per_node")
+    bandwidth = gpu.link_bandwidth if gpu else recorded_link(recorded, "bandwidth", DEFAULT_BANDWIDTH)
+    return {"memory": args.memory or (gpu.memory if gpu else "inf"), "bandwidth": args.bandwidth or bandwidth,
             "devices_per_node": per_node, "gpu": gpu.name if gpu else None,
-            "node_bandwidth": getattr(args, "node_bandwidth", None) or _recorded(setup, "node_bandwidth",
-                                                                                 DEFAULT_NODE_BANDWIDTH)}
+            "node_bandwidth": getattr(args, "node_bandwidth", None) or recorded_link(recorded, "node_bandwidth",
+                                                                                     DEFAULT_NODE_BANDWIDTH),
+            "host_bandwidth": getattr(args, "host_bandwidth", None) or recorded_link(recorded, "host_bandwidth",
+                                                                                     DEFAULT_HOST_BANDWIDTH)}
 
 
-def _recorded(setup: dict, key: str, default):
-    """A link the plan records (its ``memory_setup``; null: infinite, JSON has no Infinity), checked, naming where
-    it comes from; else ``default``.
-
-    >>> _recorded({"bandwidth": None}, "bandwidth", "12GB/s"), _recorded({}, "bandwidth", "12GB/s")
-    (inf, '12GB/s')
-    >>> _recorded({"node_bandwidth": 0}, "node_bandwidth", 1.0)
-    Traceback (most recent call last):
-    ...
-    ValueError: the plan's memory_setup node_bandwidth must be positive, got 0
-    """
-    from workbench.model.units import parse_bandwidth
-
-    if key not in setup:
-        return default
-    if setup[key] is None:
-        return float("inf")
-    return parse_bandwidth(setup[key], what=f"the plan's memory_setup {key}")
-
-
-def platform_from_args(args: argparse.Namespace, plan=None):
-    """The platform of the command line; the memory set-up is the plan's when a plan is given (an option that
-    contradicts it is refused: :func:`resolve_setup`), else the options', else the full model with Adam and
-    torch's default loop; memory and links to ``--gpu``'s (:func:`_links`)."""
+def platform_from_args(args: argparse.Namespace, plan=None, setup: TrainingSetup | None = None):
+    """The platform of the command line: the training ``setup`` (default: :meth:`TrainingSetup.resolve` of the
+    options and the plan: the plan's set-up where a plan is given, an option that contradicts it refused, else
+    the options', else the full model with Adam and torch's default loop); memory and links to ``--gpu``'s
+    (:func:`_links`)."""
     from workbench.model.chain import Platform
 
-    setup = dict(getattr(plan, "setup", None) or {})
-    chosen = resolve_setup(args, plan)
-    model = chosen["memory_model"]
-    extra = ({"weight_factor": chosen["weight_factor"]} if model == "paper" else
-             {"optimizer": chosen["optimizer"], "precision": chosen["precision"], "zero_grad": chosen["zero_grad"]})
-    if setup.get("dp", 1) > 1:   # a layout's pipeline: each device a rank of a data-parallel group
-        extra.update(dp=int(setup["dp"]), zero=int(setup.get("zero", 0)))
-    return Platform(args.devices, latency=args.latency, weights=chosen["weights"], memory_model=model,
-                    **_links(args, setup),
-                    host_bandwidth=getattr(args, "host_bandwidth", None) or _recorded(setup, "host_bandwidth",
-                                                                                      "31.5GB/s"),
-                    **extra)
+    setup = setup or TrainingSetup.resolve(args, plan)
+    return Platform(args.devices, latency=args.latency, **_links(args, dict(getattr(plan, "setup", None) or {})),
+                    **setup.platform_fields())
 
 
 def chain_from_args(args: argparse.Namespace):

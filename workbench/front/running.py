@@ -49,6 +49,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from workbench.model.training_setup import DEFAULT_BANDWIDTH
 from workbench.runtime.session import (
     check_plan_against,
     check_plan_valid,
@@ -119,7 +120,7 @@ def _run_ranks(plan, chain, platform, wl, steps: int, cores: int, say, **run_kw:
 
 
 def validate_zoo(model: str, devices: int, batch_size: int, steps: int = 20, *, out: str | Path | None = None,
-                 method: str = "dp", memory: float | str = math.inf, bandwidth: float | str = "12GB/s",
+                 method: str = "dp", memory: float | str = math.inf, bandwidth: float | str = DEFAULT_BANDWIDTH,
                  weights: str = "stash", repeats: int = 10, chain=None, dtype: str | None = None,
                  **config: Any) -> dict[str, Any]:
     """Profile zoo ``model`` here (in ``dtype``, default float32), plan it on ``devices`` with ``method``,
@@ -220,12 +221,13 @@ def _replay(plan, chain, platform, wl, steps: int, out: Path, optimizer: str) ->
 def _refuse_what_check_rejects(args: argparse.Namespace, plan, chain) -> None:
     """``check PLAN --profile ...`` with run's platform options (memory, links) must accept the plan before any
     rank starts. How to run it (``--weights``, ``--optimizer``, ``--precision``) is run's choice: the plan is
-    checked with the set-up it was made for."""
+    checked with the set-up it was made for (run's options agree with it: :meth:`TrainingSetup.resolve`)."""
     from workbench.front.planning import platform_from_args
+    from workbench.model.training_setup import TrainingSetup
 
-    checked = argparse.Namespace(**{**vars(args), "devices": args.devices or plan.devices, "weights": None,
-                                    "optimizer": None, "precision": None})
-    check_plan_valid(plan, chain, platform_from_args(checked, plan), where=str(args.plan_file))
+    checked = argparse.Namespace(**{**vars(args), "devices": args.devices or plan.devices})
+    made_with = TrainingSetup.from_memory_setup(plan.setup)
+    check_plan_valid(plan, chain, platform_from_args(checked, plan, made_with), where=str(args.plan_file))
 
 
 def _run_profile(args: argparse.Namespace) -> tuple[Any, int]:
@@ -257,9 +259,9 @@ def _run_profile(args: argparse.Namespace) -> tuple[Any, int]:
 
 def run_command(args: argparse.Namespace) -> int:
     """Handler of ``python -m workbench run`` (see the module docstring)."""
-    from workbench.front.planning import resolve_setup
     from workbench.model.memory import validate_setup
     from workbench.model.plan import Plan
+    from workbench.model.training_setup import TrainingSetup
 
     plan = Plan.from_json(Path(args.plan_file))
     if not plan.feasible:
@@ -271,7 +273,7 @@ def run_command(args: argparse.Namespace) -> int:
         from workbench.parallel.run.command import run_layout_command
 
         return run_layout_command(args, plan, layout)
-    resolve_setup(args, plan)           # an option that contradicts the plan's set-up: refused before anything
+    setup = TrainingSetup.resolve(args, plan)   # an option that contradicts the plan's set-up: refused first
     if args.steps is not None:          # as is a count of mini-batches that leaves a partial optimizer step
         optimizer_steps(plan, args.steps)
     if args.backend == "nccl":
@@ -296,10 +298,8 @@ def run_command(args: argparse.Namespace) -> int:
         print(f"profiling {wl.name} on this machine (no --profile) ...", flush=True)
         chain = profile_workload(wl, progress=True)
     _refuse_what_check_rejects(args, plan, chain)
-    setup = resolve_setup(args, plan)
-    platform = platform_for_run(plan, optimizer=setup["optimizer"], bandwidth=getattr(args, "bandwidth", None),
-                                latency=getattr(args, "latency", 0.0), weights=setup["weights"],
-                                zero_grad=setup["zero_grad"])
+    platform = platform_for_run(plan, setup=setup, bandwidth=getattr(args, "bandwidth", None),
+                                latency=getattr(args, "latency", 0.0))
     validate_setup(platform, chain)
     optimizer = platform.optimizer
     from workbench.runtime.engine import choose_engine

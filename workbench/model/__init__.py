@@ -15,7 +15,7 @@ Read in this order:
 * :mod:`~workbench.model.activations` (keep, recompute or offload per layer: the effective chain) and
   :mod:`~workbench.model.split` (a backward's input- and weight-gradient parts);
 * :mod:`~workbench.model.plan` (``Plan``, its JSON and the simple lower bound), :mod:`~workbench.model.plan_extra`
-  (the schema of ``Plan.extra``), :mod:`~workbench.model.plan_setup` (the training set-up a plan records),
+  (the schema of ``Plan.extra``), :mod:`~workbench.model.training_setup` (the training set-up a plan records),
   :mod:`~workbench.model.layout` (the layout tp x pp x dp a plan may name: its ``"parallel"`` object and rank grid) and
   :mod:`~workbench.model.trace` (what a simulation or a run recorded).
 

@@ -35,6 +35,7 @@ from workbench.model.memory import layer_terms
 from workbench.model.memory_views import estimate_note, plan_memory
 from workbench.model.plan_extra import PlanExtra
 from workbench.model.plan_json import MAX_DEVICES, MAX_MICRO_BATCHES, plan_fields
+from workbench.model.training_setup import TrainingSetup
 from workbench.model.tolerances import REL_TOL
 from workbench.model.units import format_bytes, format_seconds
 
@@ -119,7 +120,8 @@ class Plan:
     notes: tuple[str, ...] = ()
     #: what the planner records beyond the fields above: keys and types in :class:`workbench.model.plan_extra.PlanExtra`
     extra: PlanExtra = field(default_factory=dict, compare=False, hash=False)  # type: ignore[assignment]
-    #: the memory set-up the plan's memory was computed with (:func:`memory_setup`)
+    #: the memory set-up the plan's memory was computed with (:func:`memory_setup`; read it as a
+    #: :class:`~workbench.model.training_setup.TrainingSetup` with ``TrainingSetup.from_memory_setup(plan.setup)``)
     setup: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
     #: one activation policy per layer, in layer order (docs/model.md, "Activation policies");
     #: empty means every layer keeps its activations
@@ -382,14 +384,11 @@ def memory_setup(chain: Chain, platform: Platform) -> dict[str, Any]:
     >>> memory_setup(Chain((Layer("a", 1, 1),)), Platform(1, optimizer="sgd"))["optimizer"]
     'sgd'
     """
-    if platform.memory_model == "paper":
-        return {"memory_model": "paper", "weight_factor": platform.weight_factor, "weights": platform.weights}
-    terms = layer_terms(chain, platform)
-    out = {"memory_model": "full", "optimizer": platform.optimizer, "precision": terms.parts["precision"],
-           "weights": platform.weights, "zero_grad": platform.zero_grad, "estimated": list(terms.estimated)}
-    if platform.dp > 1:        # each device is a rank of a data-parallel group (docs/model.md, "Layouts")
-        out.update(dp=platform.dp, zero=platform.zero)
-    return out
+    setup = TrainingSetup.of_platform(platform)
+    if setup.paper:
+        return setup.memory_setup()
+    terms = layer_terms(chain, platform)      # the precision recorded is the one computed with (None: the profile's)
+    return replace(setup, precision=terms.parts["precision"]).memory_setup(terms.estimated)
 
 
 def chain_for_plan(plan: Plan, chain: Chain) -> Chain:

@@ -303,7 +303,7 @@ def _torchrun(args: argparse.Namespace) -> int:
 
     import torch.distributed as dist
 
-    from workbench.model.plan_setup import resolve_setup
+    from workbench.model.training_setup import TrainingSetup
     from workbench.runtime.session import check_plan_against, check_plan_valid, platform_for_run
     from workbench.runtime.worker import _execute, _setup
 
@@ -332,11 +332,11 @@ def _torchrun(args: argparse.Namespace) -> int:
         print(f"note: {note}", flush=True)
     chain = _load_or_profile(args, wl, rank)
     check_plan_against(plan, wl.layers().names, chain, what=wl.name)
-    setup = resolve_setup(args, plan)       # the plan's set-up; an option that contradicts it is refused
-    platform = platform_for_run(plan, optimizer=setup["optimizer"], weights=setup["weights"],
-                                zero_grad=setup["zero_grad"])
+    made_with = TrainingSetup.from_memory_setup(plan.setup)
+    setup = TrainingSetup.resolve(args, plan)   # the plan's set-up; an option that contradicts it is refused
+    platform = platform_for_run(plan, setup=setup)
     if chain is not None:      # as `check PLAN --profile ...` would: the plan's set-up and links, no memory limit
-        links = platform_for_run(plan)      # the links check takes: the plan's, else 12GB/s
+        links = platform_for_run(plan, setup=made_with)     # the links check takes: the plan's, else the default
         check_plan_valid(plan, chain, links.with_(memory=math.inf), where=args.plan_file)
     engine = choose_engine(plan, platform.weights, args.engine)
     if args.steps is None:

@@ -22,9 +22,12 @@ import math
 import os
 import sys
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from workbench.runtime.summary import jsonable, summarise
+
+if TYPE_CHECKING:
+    from workbench.model.training_setup import TrainingSetup
 
 __all__ = ["cores_available", "dropout_modules", "check_plan_against", "check_plan_valid", "platform_for_run",
            "gradient_errors", "conclude_run", "write_run", "model_config_of", "profile_dtype", "workload_for"]
@@ -95,30 +98,36 @@ def check_plan_valid(plan, chain, platform, where: str = "the plan") -> None:
 
 
 def platform_for_run(plan, *, optimizer: str | None = None, bandwidth: float | str | None = None,
-                     latency: float = 0.0, weights: str | None = None, zero_grad: str | None = None):
-    """The platform a run is predicted on: the plan's devices, memory limit and memory set-up (the
-    paper's rule 7, or the full model with ``optimizer``, default the plan's, else adam, and the training
-    loop ``zero_grad``, default the plan's: a plan that predates the setting zeroed gradients in place;
-    ``none`` without a plan's set-up), and the links ``check`` takes for it: ``bandwidth``, else the plan's
-    (its GPU's and nodes', where it records them), else 12GB/s.
+                     latency: float = 0.0, weights: str | None = None, zero_grad: str | None = None,
+                     setup: TrainingSetup | None = None):
+    """The platform a run is predicted on: the plan's devices and memory limit, the training ``setup`` (default:
+    the plan's, :meth:`~workbench.model.training_setup.TrainingSetup.from_memory_setup`; ``optimizer``, ``weights`` and
+    ``zero_grad`` replace its own where given), one device per replica (a layout's run applies its data
+    parallelism itself), and the links ``check`` takes for it: ``bandwidth``, else the plan's (its GPU's and
+    nodes', where it records them), else :data:`~workbench.model.training_setup.DEFAULT_BANDWIDTH`.
 
     >>> from workbench.model.plan import Plan
     >>> platform_for_run(Plan(1.0, (0,), (), 1)).optimizer, platform_for_run(Plan(1.0, (0,), (), 1)).bandwidth
     ('adam', 12000000000.0)
     """
-    from workbench.model.chain import Platform
+    from dataclasses import replace
 
-    setup = plan.setup or {}
-    paper = setup.get("memory_model") == "paper"
-    optimizer = optimizer or setup.get("optimizer") or "adam"
-    loop = zero_grad or setup.get("zero_grad") or ("zeros" if setup else "none")
-    nodes = {k: setup[k] for k in ("devices_per_node", "node_bandwidth") if setup.get(k) is not None}
-    return Platform(plan.devices, memory=plan.memory_limit, bandwidth=bandwidth or setup.get("bandwidth", "12GB/s"),
+    from workbench.model.accelerators import DEFAULT_NODE_BANDWIDTH
+    from workbench.model.chain import DEFAULT_HOST_BANDWIDTH, Platform
+    from workbench.model.training_setup import DEFAULT_BANDWIDTH, TrainingSetup, recorded_link
+
+    setup = setup or TrainingSetup.from_memory_setup(plan.setup)
+    chosen = {k: v for k, v in (("optimizer", optimizer), ("weights", weights), ("zero_grad", zero_grad)) if v}
+    setup = replace(setup, **chosen, dp=1, zero=0)
+    recorded = plan.setup or {}
+    nodes = {} if recorded.get("devices_per_node") is None else {
+        "devices_per_node": recorded["devices_per_node"],
+        "node_bandwidth": recorded_link(recorded, "node_bandwidth", DEFAULT_NODE_BANDWIDTH)}
+    return Platform(plan.devices, memory=plan.memory_limit,
+                    bandwidth=bandwidth or recorded_link(recorded, "bandwidth", DEFAULT_BANDWIDTH),
                     latency=latency or 0.0, **nodes,
-                    weights=weights or setup.get("weights") or "stash", memory_model="paper" if paper else "full",
-                    host_bandwidth=setup.get("host_bandwidth", "31.5GB/s"),
-                    **({"weight_factor": setup.get("weight_factor", 1.0)} if paper else
-                       {"optimizer": optimizer, "precision": setup.get("precision"), "zero_grad": loop}))
+                    host_bandwidth=recorded_link(recorded, "host_bandwidth", DEFAULT_HOST_BANDWIDTH),
+                    **setup.platform_fields())
 
 
 def gradient_errors(res, wl, steps: int, random_layers: list[str], check: bool,

@@ -43,6 +43,7 @@ from workbench.methods import METHODS, flushed, names
 from workbench.model.chain import Chain, Platform
 from workbench.model.plan import Plan
 from workbench.model.trace import Trace
+from workbench.model.training_setup import DEFAULT_BANDWIDTH
 from workbench.model.units import format_bytes, format_seconds
 from workbench.planners import plan as run_planner
 from workbench.planners.dp.contiguous import least_contiguous_memory
@@ -136,12 +137,12 @@ class Explorer(W.VBox):
     Pass ``profile`` (a name from :func:`~workbench.profiles.available_profiles`)
     or ``chain`` (a :class:`~workbench.model.chain.Chain`); ``memory`` in bytes or a
     size string (default: 60% of the slider range); ``bandwidth`` as bytes/s
-    or ``"12GB/s"``. ``display_figures=False`` computes the figures without
-    displaying them (tests).
+    or a string (default :data:`~workbench.model.training_setup.DEFAULT_BANDWIDTH`). ``display_figures=False``
+    computes the figures without displaying them (tests).
     """
 
     def __init__(self, profile: str | None = None, *, chain: Chain | None = None, devices: int = 4,
-                 memory: float | str | None = None, bandwidth: float | str = "12GB/s", weights: str = "stash",
+                 memory: float | str | None = None, bandwidth: float | str = DEFAULT_BANDWIDTH, weights: str = "stash",
                  weight_factor: float = 1.0, method: str = "dp", allocation: str = "contiguous",
                  optimizer: str = "adam",
                  time_limit: float | None = None, batches: int | None = None, color_by: str = "kind",

@@ -1,0 +1,158 @@
+"""The training set-up a plan's memory assumes, as a value (docs/model.md, "JSON", ``memory_setup``).
+
+:class:`TrainingSetup` is what a device holds besides the hardware: the memory model, the weight policy, the
+optimizer, the precision, the training loop (``zero_grad``), the paper's weight factor and each device's
+data-parallel group. A plan records it in its ``memory_setup`` beside the links it was made for:
+:meth:`TrainingSetup.memory_setup` writes those keys, :meth:`TrainingSetup.from_memory_setup` reads them back,
+every key filled (a plan that predates a key used what the workbench did then), and :func:`recorded_link`
+reads a link, with the default a plan without one is checked on (:data:`DEFAULT_BANDWIDTH`).
+
+>>> s = TrainingSetup(optimizer="sgd", precision="bf16")
+>>> TrainingSetup.from_memory_setup(s.memory_setup()) == s
+True
+>>> TrainingSetup.from_memory_setup({}).memory_model      # no set-up recorded: the paper's rule 7
+'paper'
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Mapping, Sequence
+
+__all__ = ["TrainingSetup", "DEFAULT_BANDWIDTH", "SETUP_KEYS", "SETUP_OPTIONS", "recorded_link"]
+
+#: the link between two devices of a node that ``plan``, ``check``, ``simulate`` and ``run`` take when neither
+#: an option, nor a named GPU, nor the plan gives one
+DEFAULT_BANDWIDTH = "12GB/s"
+
+#: the keys of ``memory_setup`` that :class:`TrainingSetup` holds (the others: the links and ``estimated``)
+SETUP_KEYS = ("memory_model", "weights", "optimizer", "precision", "zero_grad", "weight_factor", "dp", "zero")
+
+
+@dataclass(frozen=True)
+class TrainingSetup:
+    """A training set-up; the defaults are a run's without a plan (the full model, stashed weights, Adam in the
+    profile's precision, torch's default loop: gradients set to None), one device per replica. The full model
+    reads ``optimizer``, ``precision`` and ``zero_grad``; the paper's (``memory_model="paper"``)
+    ``weight_factor`` instead. ``dp`` ranks of a data-parallel group at ZeRO level ``zero`` (docs/model.md,
+    "Layouts")."""
+
+    memory_model: str = "full"
+    weights: str = "stash"
+    optimizer: str = "adam"
+    precision: str | None = None
+    zero_grad: str = "none"
+    weight_factor: float = 1.0
+    dp: int = 1
+    zero: int = 0
+
+    @property
+    def paper(self) -> bool:
+        return self.memory_model == "paper"
+
+    @classmethod
+    def from_memory_setup(cls, recorded: Mapping[str, Any] | None) -> "TrainingSetup":
+        """The set-up a plan records (its ``memory_setup``; null: not recorded), every key filled: nothing
+        recorded is the paper's rule 7 (a plan that predates the memory model); a full-model plan without
+        ``zero_grad`` predates the setting and zeroed gradients in place.
+
+        >>> TrainingSetup.from_memory_setup({"memory_model": "full", "optimizer": "sgd"}).zero_grad
+        'zeros'
+        """
+        recorded = dict(recorded or {}) or {"memory_model": "paper", "weight_factor": 1.0}
+        given = {k: recorded[k] for k in SETUP_KEYS if recorded.get(k) is not None}
+        if given.get("memory_model", "full") == "full":
+            given.setdefault("zero_grad", "zeros")
+        return cls(**given)
+
+    @classmethod
+    def of_platform(cls, platform: Any) -> "TrainingSetup":
+        """The set-up a :class:`~workbench.model.chain.Platform` carries beside its hardware."""
+        return cls(**{key: getattr(platform, key) for key in SETUP_KEYS})
+
+    def memory_setup(self, estimated: Sequence[str] = ()) -> dict[str, Any]:
+        """The keys a plan records of it (docs/model.md's table: each key where its model reads it), with the
+        profile's memory columns that were ``estimated`` (the full model's).
+
+        >>> TrainingSetup(memory_model="paper", weight_factor=2.0).memory_setup()
+        {'memory_model': 'paper', 'weight_factor': 2.0, 'weights': 'stash'}
+        """
+        if self.paper:
+            return {"memory_model": "paper", "weight_factor": self.weight_factor, "weights": self.weights}
+        out = {"memory_model": "full", "optimizer": self.optimizer, "precision": self.precision,
+               "weights": self.weights, "zero_grad": self.zero_grad, "estimated": list(estimated)}
+        if self.dp > 1:
+            out.update(dp=self.dp, zero=self.zero)
+        return out
+
+    def platform_fields(self) -> dict[str, Any]:
+        """The :class:`~workbench.model.chain.Platform` keywords of this set-up (its model's fields only).
+
+        >>> TrainingSetup(memory_model="paper", weight_factor=3.0).platform_fields()
+        {'memory_model': 'paper', 'weights': 'stash', 'weight_factor': 3.0}
+        """
+        out: dict[str, Any] = {"memory_model": self.memory_model, "weights": self.weights}
+        if self.paper:
+            return {**out, "weight_factor": self.weight_factor}
+        out.update(optimizer=self.optimizer, precision=self.precision, zero_grad=self.zero_grad)
+        if self.dp > 1:
+            out.update(dp=self.dp, zero=self.zero)
+        return out
+
+    @classmethod
+    def resolve(cls, args: Any, plan: Any = None) -> "TrainingSetup":
+        """The set-up a command computes with: the plan's, where a plan is given (an option that contradicts it
+        is an error naming both values: the plan's memory and schedule assume its own; a ``--precision`` the plan
+        left to the profile is taken), else the options, else the defaults. ``args`` holds the options of
+        :data:`SETUP_OPTIONS` as attributes (an argparse namespace; None: not given). Each command and each
+        torchrun rank calls it once and passes the value on.
+
+        >>> from types import SimpleNamespace
+        >>> TrainingSetup.resolve(SimpleNamespace(optimizer="sgd")).optimizer
+        'sgd'
+        """
+        recorded = cls() if plan is None else cls.from_memory_setup(getattr(plan, "setup", None))
+        model = getattr(args, "memory_model", None) or recorded.memory_model
+        given = {}
+        for key, option, _ in SETUP_OPTIONS:
+            value = getattr(args, key, None)
+            if value is None:
+                continue
+            if key in ("optimizer", "precision", "zero_grad") and model == "paper":
+                raise ValueError("--optimizer, --precision and --zero-grad belong to the full memory model, not "
+                                 "--memory-model paper")
+            if key == "weight_factor" and model != "paper":
+                raise ValueError("--weight-factor belongs to the paper's memory model: add --memory-model paper "
+                                 "(the full model counts gradients and optimizer state from --optimizer and "
+                                 "--precision)")
+            had = getattr(recorded, key)
+            if plan is not None and value != had and not (key == "precision" and had is None):
+                raise ValueError(f"{option} {value} contradicts the plan, made with {key.replace('_', ' ')} "
+                                 f"{had} (re-plan with {option} {value}, or drop the option)")
+            given[key] = value
+        return replace(recorded, **given)
+
+
+#: the set-up as the command line names it: (key, option, default without a plan)
+SETUP_OPTIONS = tuple((key, "--" + key.replace("_", "-"), getattr(TrainingSetup, key))
+                      for key in ("memory_model", "weights", "optimizer", "precision", "zero_grad", "weight_factor"))
+
+
+def recorded_link(recorded: Mapping[str, Any] | None, key: str, default: Any) -> Any:
+    """A link a plan records in its ``memory_setup`` (``bandwidth``, ``node_bandwidth``, ``host_bandwidth``;
+    null: infinite, JSON has no Infinity), checked, naming where it comes from; else ``default``.
+
+    >>> recorded_link({"bandwidth": None}, "bandwidth", DEFAULT_BANDWIDTH), recorded_link({}, "bandwidth", 1.0)
+    (inf, 1.0)
+    >>> recorded_link({"node_bandwidth": 0}, "node_bandwidth", 1.0)
+    Traceback (most recent call last):
+    ...
+    ValueError: the plan's memory_setup node_bandwidth must be positive, got 0
+    """
+    from workbench.model.units import parse_bandwidth
+
+    if not recorded or key not in recorded:
+        return default
+    if recorded[key] is None:
+        return float("inf")
+    return parse_bandwidth(recorded[key], what=f"the plan's memory_setup {key}")
