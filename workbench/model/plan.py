@@ -35,8 +35,8 @@ from workbench.model.memory import layer_terms
 from workbench.model.memory_views import estimate_note, plan_memory
 from workbench.model.plan_extra import PlanExtra
 from workbench.model.plan_json import MAX_DEVICES, MAX_MICRO_BATCHES, plan_fields
-from workbench.model.training_setup import TrainingSetup
 from workbench.model.tolerances import REL_TOL
+from workbench.model.training_setup import TrainingSetup
 from workbench.model.units import format_bytes, format_seconds
 
 __all__ = [
