@@ -49,7 +49,8 @@ def test_the_chart_draws_families_the_frontier_the_limit_and_published_points():
     evs = [_e(Layout(dp=4, zero=3), 4000.0, 30.0), _e(Layout(pp=4), 2000.0, 90.0, "over"),
            _e(Layout(pp=2, dp=2), 3000.0, 40.0)]
     fig = layout_frontier(evs, 4, title="toy", memory_limit=80 * GIB,
-                          published=[Published("theirs", evs[0], 1200.0), Published("no figure", evs[2])])
+                          published=[Published("theirs", evs[0], 1200.0), Published("no figure", evs[2])],
+                          chosen=evs[0])
     names = [t.name for t in fig.data]
     assert names[:4] == ["frontier (fastest at each memory)", "DP (FSDP / ZeRO)", "PP (pure pipeline)", "PP x DP"]
     assert list(fig.data[2].marker.symbol) == ["circle-open"]           # over the memory: hollow
@@ -58,3 +59,7 @@ def test_the_chart_draws_families_the_frontier_the_limit_and_published_points():
     assert len(theirs) == 1 and list(theirs[0].y) == [1000.0, 1200.0]
     assert not any(t.hovertemplate and "no figure: published" in t.hovertemplate for t in fig.data)
     assert fig.layout.shapes[0].x0 == 80.0
+    star = next(t for t in fig.data if t.name == "no figure")
+    assert star.marker.color == FAMILY_COLOURS["PP x DP"] and list(star.y) == [750.0]
+    ring = next(t for t in fig.data if t.name == "chosen")
+    assert (list(ring.x), list(ring.y)) == ([30.0], [1000.0])

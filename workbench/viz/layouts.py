@@ -1,5 +1,5 @@
 """The layouts of one job on one chart: tokens/s per GPU against the largest per-rank peak, coloured by family,
-the Pareto frontier, and published configurations placed on the same axes (notebook 09).
+the Pareto frontier, the chosen layout, and published configurations placed on the same axes (notebook 09).
 
 :func:`layout_family` names a layout's family by which of tp, pp, dp exceed 1 (:data:`FAMILY_COLOURS`);
 :func:`layout_points` tabulates evaluations (:class:`workbench.parallel.evaluate.Evaluation`);
@@ -78,10 +78,11 @@ def pareto(points: pd.DataFrame) -> pd.DataFrame:
 
 
 def layout_frontier(evaluations: Sequence, devices: int, *, title: str, memory_limit: float | None = None,
-                    published: Sequence[Published] = (), height: int = 560) -> go.Figure:
+                    published: Sequence[Published] = (), chosen=None, height: int = 560) -> go.Figure:
     """Tokens/s per GPU against the fullest rank's peak (GiB) of every evaluated layout, a colour per family
-    (hollow: over the memory), the Pareto frontier as a grey band, ``memory_limit`` (bytes) dashed, and the
-    ``published`` configurations (module docstring)."""
+    (hollow: over the memory), the Pareto frontier as a grey band, ``memory_limit`` (bytes) dashed, the
+    ``published`` configurations (module docstring, a star in their family's colour) and the ``chosen``
+    evaluation ringed."""
     points = layout_points(evaluations, devices)
     fig = go.Figure()
     front = pareto(points)
@@ -90,7 +91,7 @@ def layout_frontier(evaluations: Sequence, devices: int, *, title: str, memory_l
                         name="frontier (fastest at each memory)", hoverinfo="skip",
                         line=dict(color="rgba(120,120,120,0.3)", width=12))
     for family, colour in FAMILY_COLOURS.items():
-        g = points[points["family"] == family]
+        g = points[points["family"] == family].sort_values("fits", ascending=False)   # the legend shows the first
         if g.empty:
             continue
         symbols = ["circle" if f else "circle-open" for f in g["fits"]]
@@ -99,6 +100,10 @@ def layout_frontier(evaluations: Sequence, devices: int, *, title: str, memory_l
                         text=g["layout"] + ", " + g["activations"],
                         hovertemplate="%{text}<br>%{x:.1f} GiB, %{y:,.0f} tokens/s per GPU<extra></extra>")
     _published(fig, published, devices)
+    if chosen is not None and chosen.memory:
+        fig.add_scatter(x=[chosen.peak / _GIB], y=[chosen.tokens_per_second / devices], mode="markers+text",
+                        name="chosen", text=["chosen"], textposition="bottom center", hoverinfo="skip",
+                        marker=dict(symbol="circle-open", size=26, color="#111", line=dict(width=2.5)))
     if memory_limit is not None:
         fig.add_vline(x=memory_limit / _GIB, line=dict(color="#444", dash="dash", width=1),
                       annotation_text="GPU memory", annotation_position="top left")
@@ -120,7 +125,8 @@ def _published(fig: go.Figure, published: Sequence[Published], devices: int) -> 
         x, y = e.peak / _GIB, e.tokens_per_second / devices
         fig.add_scatter(x=[x], y=[y], mode="markers+text", name=p.label, showlegend=False, text=[p.label],
                         textposition="middle right" if i % 2 == 0 else "middle left", textfont=dict(size=10),
-                        marker=dict(symbol="star", size=15, color="#111", line=dict(width=1, color="white")),
+                        marker=dict(symbol="star", size=16, color=FAMILY_COLOURS[layout_family(e.layout)],
+                                    line=dict(width=1.5, color="#111")),
                         hovertemplate=f"{p.label}: workbench %{{y:,.0f}} tokens/s per GPU<extra></extra>")
         if p.measured_tokens_per_gpu is not None:
             fig.add_scatter(x=[x, x], y=[y, p.measured_tokens_per_gpu], mode="lines+markers", showlegend=False,
