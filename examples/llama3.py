@@ -59,3 +59,14 @@ def llama3_70b(batch_size=BATCH):
 def llama3_8b_2_layers():
     """Llama-3-8B's widths and vocabulary with 2 of its 32 blocks: a quick look (notebook 09's quick setting)."""
     return llama3("8b", layers=2)
+
+
+def llama3_70b_2_layers(batch_size=BATCH):
+    """Llama-3-70B's widths and vocabulary with 2 of its 80 blocks (its blocks are identical: notebook 09 repeats
+    the second to make the 80-block chain, ``workbench.parallel.profiles.repeat_blocks``)."""
+    return llama3("70b", batch=batch_size, layers=2)
+
+
+def llama3_70b_2_layers_8k(batch_size=BATCH):
+    """As :func:`llama3_70b_2_layers` with sequences of 8192 tokens (torchtitan's Llama-3-70B runs)."""
+    return llama3("70b", sequence=8192, batch=batch_size, layers=2)

@@ -58,3 +58,26 @@ def test_tensor_parallel_without_a_gpu_is_refused(module):
 
 def test_key_digest_ignores_order():
     assert key_digest({"a": 1, "b": 2}) == key_digest({"b": 2, "a": 1}) != key_digest({"a": 1, "b": 3})
+
+
+def test_repeat_blocks_makes_the_80_block_chain_of_llama3_70b_from_2_blocks():
+    import dataclasses
+
+    from workbench.parallel.profiles import repeat_blocks
+    from workbench.profiles import load_profile
+
+    short = load_profile("layouts/llama3-70b-2-blocks-h100-sxm-tp1-mbs1")     # scripts/make_layout_profiles.py
+    whole = load_profile("fake/llama3-70b-h100-sxm")                          # the 80-block model, profiled whole
+    long = repeat_blocks(short, 80)
+    assert [l.name for l in long.layers] == [l.name for l in whole.layers]
+    for a, b in zip(long.layers, whole.layers):
+        for f in dataclasses.fields(a):
+            x, y = getattr(a, f.name), getattr(b, f.name)
+            if f.name in ("forward", "backward"):
+                assert x == pytest.approx(y, rel=0.03), (a.name, f.name)   # the embedding's mask: 2.4 % apart
+            else:
+                assert x == y, (a.name, f.name)
+    odd = short.layers[1]
+    bad = type(short)((short.layers[0], dataclasses.replace(odd, forward=odd.forward * 2)) + short.layers[2:])
+    with pytest.raises(ValueError, match="differs"):
+        repeat_blocks(bad, 80)

@@ -12,15 +12,21 @@ Profiles are cached as CSV files in a folder (``build/profiles`` by default), na
 them: the module file's bytes, the function, the GPU, ``tp``, the micro-batch size, sequence parallelism, torch's
 version and the source of the workbench's profilers. A second search of the same model reads them back.
 
+A model of identical blocks can be profiled with a few of them and its chain completed by
+:func:`repeat_blocks` (notebook 09: Llama-3-70B's 80 blocks from a 2-block profile, its rows equal to the 80-block
+profile's).
+
 >>> key_digest({"module": "abc", "tp": 1}) == key_digest({"tp": 1, "module": "abc"})
 True
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import inspect
 import json
+import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -29,7 +35,7 @@ from typing import Any, Callable
 from workbench.model.chain import Chain
 
 __all__ = ["RankChains", "tensor_parallel_chain", "key_digest", "profiler_digest", "tensor_parallel_available",
-           "DEFAULT_CACHE", "MICRO_BATCH_SIZES"]
+           "repeat_blocks", "DEFAULT_CACHE", "MICRO_BATCH_SIZES"]
 
 #: where profiles are cached unless told (relative to the working folder, as ``run``'s ``build/run``)
 DEFAULT_CACHE = Path("build") / "profiles"
@@ -52,6 +58,46 @@ def profiler_digest() -> str:
             h.update(path.name.encode())
             h.update(path.read_bytes())
     return h.hexdigest()[:20]
+
+
+def repeat_blocks(chain: Chain, blocks: int) -> Chain:
+    """``chain`` with its numbered blocks (consecutive layers named ``PREFIX.0``, ``PREFIX.1``, ...) extended to
+    ``blocks`` of them by repeating its last block, renamed ``PREFIX.k``: the chain of the same model with more
+    identical blocks. The blocks it has must be identical but for their names (else ``ValueError``), which is
+    what makes the repeated chain the deeper model's (checked against a whole 80-block profile of Llama-3-70B in
+    ``tests/test_parallel_profiles.py``).
+
+    >>> from workbench.model.chain import Layer
+    >>> c = Chain((Layer("embed", 1, 1, 8, 2),) + tuple(Layer(f"h.{i}", 2, 4, 16, 2) for i in range(2))
+    ...           + (Layer("head", 1, 1, 8, 1),))
+    >>> [l.name for l in repeat_blocks(c, 4).layers]
+    ['embed', 'h.0', 'h.1', 'h.2', 'h.3', 'head']
+    """
+    numbered = [(i, m.group(1), int(m.group(2))) for i, l in enumerate(chain.layers)
+                if (m := re.fullmatch(r"(.*\.)(\d+)", l.name))]
+    if not numbered:
+        raise ValueError(f"{chain.name}: no numbered blocks (layers named PREFIX.0, PREFIX.1, ...) to repeat")
+    first, prefix = numbered[0][0], numbered[0][1]
+    run = [x for x in numbered if x[1] == prefix]
+    if [x[0] for x in run] != list(range(first, first + len(run))) or [x[2] for x in run] != list(range(len(run))):
+        raise ValueError(f"{chain.name}: the blocks {prefix}0.. are not consecutive layers numbered from 0")
+    if blocks < len(run):
+        raise ValueError(f"repeat_blocks: {blocks} blocks is fewer than the {len(run)} the chain has")
+    last = chain.layers[run[-1][0]]
+    for i, _, _ in run[:-1]:
+        if dataclasses.replace(chain.layers[i], name=last.name) != last:
+            raise ValueError(f"{chain.name}: block {chain.layers[i].name} differs from {last.name}; only identical "
+                             "blocks can be repeated")
+    end = run[-1][0]
+    extra = tuple(dataclasses.replace(last, name=f"{prefix}{k}") for k in range(len(run), blocks))
+    layers = chain.layers[:end + 1] + extra + chain.layers[end + 1:]
+    cuts = None
+    if chain.cut_bytes is not None:
+        cuts = chain.cut_bytes[:end] + (chain.cut_bytes[end - 1] if end > first else chain.cut_bytes[end],) * len(
+            extra) + chain.cut_bytes[end:]
+    meta = {k: v for k, v in chain.meta.items() if k != "work"}     # the work's per-layer map is the short chain's
+    meta["repeated_blocks"] = f"{len(run)} profiled, {blocks} in the chain"
+    return Chain(layers, chain.input_bytes, cuts, meta)
 
 
 def tensor_parallel_available() -> bool:
