@@ -69,9 +69,9 @@ def _whole(x: Any, where: str, lo: int | None = None, hi: int | None = None) -> 
     return int(v)
 
 
-def _one_of(x: Any, where: str, choices: tuple[str, ...]) -> str:
+def _one_of(x: Any, where: str, choices: tuple[str, ...], what: str = "one") -> str:
     if not isinstance(x, str) or x not in choices:
-        raise ValueError(f"{where}: {x!r} is not one of {', '.join(choices)}")
+        raise ValueError(f"{where}: {x!r} is not {what} of {', '.join(choices)}")
     return x
 
 
@@ -110,7 +110,7 @@ def _activations(value: Any, n_layers: int) -> tuple[str, ...]:
         raise ValueError(f"activations: {len(items)} policies for an assignment of {n_layers} layers (one per "
                          "layer, in layer order)")
     for i, x in enumerate(items):
-        _one_of(x, f"activations[{i}]", tuple(POLICIES))
+        _one_of(x, f"activations[{i}]", tuple(POLICIES), "an activation policy: one")
     pol = policy_vector(items, n_layers)
     return () if is_keep(pol) else pol
 
