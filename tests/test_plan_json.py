@@ -36,7 +36,7 @@ BAD = [
     (lambda d: d.update(assignment=[]), "assignment: 0 entries, but the stages cover 4 layers"),
     (lambda d: d.update(activations=3), "activations: expected a list, got a number"),
     (lambda d: d.update(activations=["keep"]), "activations: 1 policies for an assignment of 4 layers"),
-    (lambda d: d["activations"].__setitem__(1, "fast"), "activations[1]: 'fast' is not one of keep, recompute"),
+    (lambda d: d["activations"].__setitem__(1, "fast"), "activations[1]: 'fast' is not an activation policy: one of keep, recompute"),
     (lambda d: d["memory_setup"].update(optimizer="abc"), "memory_setup.optimizer: 'abc' is not one of none, sgd"),
     (lambda d: d["memory_setup"].update(memory_model=3), "memory_setup.memory_model: 3 is not one of full, paper"),
     (lambda d: d["memory_setup"].update(zero_grad="sometimes"), "memory_setup.zero_grad: 'sometimes' is not one"),
