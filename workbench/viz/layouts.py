@@ -111,7 +111,7 @@ def layout_frontier(evaluations: Sequence, devices: int, *, title: str, memory_l
     fig.update_yaxes(title_text="tokens / s per GPU", rangemode="tozero")
     fig.update_layout(template=TEMPLATE, height=height, title=dict(text=title, subtitle=dict(
         text="every layout the search evaluated (hollow: over the memory); stars: published configurations as the "
-             "workbench evaluates them, diamonds: their measured figures")),
+             "workbench evaluates them, diamonds: the figures published for them")),
                       legend=dict(orientation="h", yanchor="top", y=-0.16, xanchor="left", x=0),
                       margin=dict(l=70, r=20, t=90, b=140))
     return fig
