@@ -71,9 +71,11 @@ def _rank_entry(rank: int, cfg: LayoutConfig, outdir: str, addr: str, port: int)
     import torch.distributed as dist
 
     from workbench.parallel.run.rank import run_layout_rank
+    from workbench.parallel.tensor.mesh import forget_dtensor_meshes
 
     torch.set_num_threads(max(1, cfg.threads))
     quiet_torch()
+    forget_dtensor_meshes()          # forked: nothing the parent decided under a fake group is to be reused
     try:
         dist.init_process_group(cfg.backend, init_method=f"tcp://{addr}:{port}", rank=rank, world_size=cfg.world,
                                 timeout=timedelta(seconds=cfg.timeout))
