@@ -34,8 +34,9 @@ from __future__ import annotations
 from workbench.model.chain import Chain, Platform
 from workbench.model.layout import Layout
 from workbench.model.plan import Plan
+from workbench.schedules.registry import schedule_of
 
-__all__ = ["rank_memory", "rank_memory_terms", "rank_platform", "pipeline_peaks"]
+__all__ = ["rank_memory", "rank_memory_terms", "rank_platform", "pipeline_peaks", "single_stage"]
 
 
 def rank_platform(platform: Platform, layout: Layout, plan: Plan | None = None) -> Platform:
@@ -50,13 +51,18 @@ def rank_platform(platform: Platform, layout: Layout, plan: Plan | None = None) 
     >>> rank_platform(Platform(2), Layout(pp=2), make_plan(ch, Platform(2), "1f1b", micro_batches=2)).weights
     'single'
     """
-    from workbench.schedules.registry import schedule_of
-
     if plan is not None and schedule_of(plan.schedule).flushed:
         platform = platform.with_(weights="single")
     if platform.memory_model != "full":
         return platform.with_(devices=layout.pp)
     return platform.with_(devices=layout.pp, dp=layout.dp, zero=layout.zero if layout.dp > 1 else 0)
+
+
+def single_stage(plan: Plan) -> bool:
+    """Whether ``plan`` is one stage (``pp`` = 1): the layout runtime then runs torchtitan's training loop, each
+    micro-batch's forward and backward in turn with no pipeline engine around them, as the model prices it
+    (FSDP2 layer by layer, each micro-batch reduced: :mod:`workbench.model.memory_zero`)."""
+    return len(plan.stages) == 1
 
 
 def pipeline_peaks(plan: Plan, chain: Chain, platform: Platform) -> list[float]:
@@ -88,8 +94,10 @@ def rank_memory(plan: Plan, chain: Chain, platform: Platform, layout: Layout, ra
     and ``zero`` are the layout's)."""
     pipeline = layout.coords(rank)[0]
     p = rank_platform(platform, layout, plan)
+    if single_stage(plan) and schedule_of(plan.schedule).flushed:
+        plan = plan.with_(schedule="1f1b")      # the loop's order: each micro-batch's forward, then its backward
     model = pipeline_peaks(plan, chain, p)[pipeline]
-    if not engine:
+    if not engine or single_stage(plan):       # one stage runs without torch's pipeline engine
         return float(model)
     from workbench.runtime.summary import engine_extra
 
