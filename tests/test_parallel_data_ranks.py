@@ -37,3 +37,27 @@ def test_the_layout_sets_the_data_parallel_group():
     sharded = rank_memory(made, chain, Platform(1, weights="single", optimizer="adam"), Layout(dp=4, zero=3), 0,
                           engine=False)
     assert replica == pytest.approx(made.memory[0]) and sharded < replica
+
+
+def test_a_flushed_plan_steps_every_tied_copy_whatever_the_platform_says():
+    """torch's engine (the layout runtime's) steps each copy of a tied parameter: the sharer's rank holds the copy,
+    its gradient and Adam's two states (3 x 8 MB), the owner's no receive buffer for the sharer's gradient, even
+    when the platform says ``weights="stash"`` (the PipeDream engine's ties), as a ``single`` platform predicts."""
+    import json
+
+    from workbench.model.chain import Chain, Layer
+
+    tied = json.dumps([{"owner": "embed", "layers": ["embed", "head"], "bytes": 8e6}])
+    layers = (Layer("embed", 0.01, 0.02, 8e6, 1e6), Layer("mid", 0.01, 0.02, 4e6, 1e6),
+              Layer("head", 0.01, 0.02, 0, 1e6))
+    chain = Chain(layers, input_bytes=1e6, meta={"tied": tied})
+    made = plan(chain, Platform(2, optimizer="adam"), "1f1b", micro_batches=2)
+    assert [(s.first, s.last) for s in made.stages][-1][1] == 2 and made.stages[-1].first > 0   # head on rank 1
+    layout = Layout(pp=2)
+    for weights in ("stash", "single"):
+        platform = Platform(2, optimizer="adam", weights=weights)
+        owner, sharer = (rank_memory_terms(made, chain, platform, layout, r) for r in (0, 1))
+        assert sharer["tied"] == pytest.approx(3 * 8e6) and owner.get("tied", 0.0) == 0.0
+    stash, single = (Platform(2, optimizer="adam", weights=w) for w in ("stash", "single"))
+    assert [rank_memory(made, chain, stash, layout, r) for r in (0, 1)] == \
+        [rank_memory(made, chain, single, layout, r) for r in (0, 1)]

@@ -88,7 +88,9 @@ def test_layout_of_a_plan_and_its_micro_batches(tmp_path):
     with pytest.raises(ValueError, match="unknown key"):
         layout_of_plan({"parallel": {"tensor": 2}})
     plan = pipeline_plan([2], 5, micro_batches=4)
-    assert layout_micro_batches(plan, lay, None) == 4
-    with pytest.raises(ValueError, match="run it with --steps 4, not 3"):
-        layout_micro_batches(plan, lay, 3)
+    assert layout_micro_batches(plan, lay, None) == (4, 1)          # one optimizer step of the plan's 4
+    assert layout_micro_batches(plan, lay, 12) == (4, 3)            # --steps counts mini-batches: 3 steps of 4
+    with pytest.raises(ValueError, match=r"--steps 6: a 1f1b plan runs 4 micro-batches per optimizer step .* so 6 "
+                                         r"leaves a partial step of 2; run --steps 4 \(1 step\) or 8 \(2 steps\)"):
+        layout_micro_batches(plan, lay, 6)
     check_ranks(Layout(tp=2, pp=2, dp=2), max_ranks=8, started=None)

@@ -56,3 +56,20 @@ def test_torchrun_runs_the_same_layout(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     assert "TP 1 x PP 1 x DP 2, DDP on 2 processes" in done.stdout
     _summary_checks(json.loads((out / "summary.json").read_text()), 2)
+
+
+def test_steps_count_mini_batches_of_a_layout_run(tmp_path, capsys):
+    """``--steps`` counts mini-batches per replica, as for every method: 4 of a plan of 2 micro-batches are two
+    optimizer steps on fresh mini-batches (the gradients summed over both, against one process over the 2 x 2
+    x 2 mini-batches the replicas ran); 3 would leave a partial step: one line, exit 2, before any rank."""
+    plan = write_layout_plan(tmp_path / "p.json", pipeline_plan([], 5, micro_batches=2), Layout(dp=2))
+    out = tmp_path / "run"
+    args = ["run", str(plan), "--model", "mlp", "--batch-size", "4", "--out", str(out)]
+    assert main(args + ["--steps", "4"]) == 0
+    assert "4 mini-batches (2 optimizer steps of 2 micro-batches) per replica" in capsys.readouterr().out
+    s = json.loads((out / "summary.json").read_text())
+    assert (s["steps"], s["optimizer_steps"]) == (4, 2) and s["max_grad_error"] < 1e-4
+    assert main(args + ["--steps", "3"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["error: --steps 3: a 1f1b plan runs 2 micro-batches per optimizer step (a flush), so 3 leaves a "
+                   "partial step of 1; run --steps 2 (1 step) or 4 (2 steps)"]

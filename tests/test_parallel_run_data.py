@@ -8,6 +8,7 @@ from layout_runs import layout_config, mlp
 from workbench.model.layout import Layout
 from workbench.parallel.run.data import ZERO_PIECES, make_layout_optimizer, zero_grads
 from workbench.parallel.run.launch import layout_gradient_errors, run_layout
+from workbench.parallel.run.tensor import tensor_parallel_plan
 from workbench.runtime.gradients import grad_error, reference_gradients
 
 #: bytes of the zoo MLP's parameters: (32 x 64 + 64) + (64 x 64 + 64) + (64 x 10 + 10), float32
@@ -56,3 +57,33 @@ def test_zero_1_on_one_replica_is_plain_and_the_loops_zero_as_they_say():
     assert all(p.grad is not None and not p.grad.any() for p in ps)
     zero_grads(ps, loop="none")
     assert all(p.grad is None for p in ps)
+
+
+@pytest.mark.skipif(tensor_parallel_plan() is None, reason="this build has no tensor-parallel sharding plan")
+@pytest.mark.parametrize("zero", [2, 3])
+def test_one_stage_runs_torchtitans_loop_and_meets_the_layout_model(zero):
+    """pp = 1 runs no ``PipelineStage``: each micro-batch's forward and backward in turn, FSDP2 resharding and
+    reduce-scattering in every backward (no unsharded gradient at the peak), as the layout model prices it: on
+    tp 2 x dp 2 every rank within -2 % .. +5 % of ``rank_memory`` (a Llama-style decoder; through
+    ``PipelineStage`` it was +11 %)."""
+    from functools import partial
+
+    from workbench.model.chain import Platform
+    from workbench.parallel.data import rank_memory
+    from workbench.parallel.run.workloads import hf_workload, workload_example
+    from workbench.parallel.tensor.profile import tensor_parallel_profile
+    from workbench.planners import plan as make_plan
+
+    wl = hf_workload("llama", batch_size=2, sequence=32, layers=4, hidden=64, heads=8, kv_heads=4, vocab=512)
+    chain = tensor_parallel_profile(partial(workload_example, wl), "h100-sxm", 2, cache=False)
+    platform = Platform(1, optimizer="adam", zero_grad="none")
+    layout = Layout(tp=2, dp=2, zero=zero)
+    planned = make_plan(chain, platform, "1f1b", micro_batches=2)
+    cfg = layout_config(wl, layout, micro_batches=2)
+    cfg = type(cfg)(**{**cfg.__dict__, "plan": planned})
+    parts = run_layout(cfg)
+    assert layout_gradient_errors(parts, wl, layout, 2, say=lambda *a, **k: None)[1] < 1e-4
+    for p in parts:
+        assert p["memory_breakdown"]["Unsharded Grad"] == 0 and "pipeline_receive" not in p["collectives"]
+        predicted = rank_memory(planned, chain, platform, layout, p["rank"])
+        assert -0.02 <= p["memory_peak"] / predicted - 1 <= 0.05

@@ -12,7 +12,12 @@ the platform's training set-up with the layout's data-parallel group (:mod:`work
 
 plus, with ``engine=True`` (the default), what torch's pipeline engine holds beyond the model (receive buffers
 per micro-batch, the sends it keeps: :func:`workbench.runtime.summary.engine_extra`), since the runtime runs
-torch's engine. :func:`rank_memory_terms` splits the model's part by term.
+torch's engine. A flushed plan is predicted with one weight version whatever the platform says
+(:func:`rank_platform`): the layout runtime runs it on torch's engine, where every pipeline rank holding a copy of
+a tied parameter (GPT-2's head, tied to its embedding) keeps that copy's gradient and optimizer state and steps
+it; the PipeDream engine's terms (``weights="stash"``: the sharer sends its gradient to the owner, which keeps
+a receive buffer per mini-batch in flight) under-predicted that rank by the copy's Adam states (+17 % on
+GPT-2's last of 2 ranks). :func:`rank_memory_terms` splits the model's part by term.
 
 >>> from workbench.model.chain import Chain, Layer, Platform
 >>> from workbench.model.layout import Layout
@@ -29,16 +34,35 @@ from __future__ import annotations
 from workbench.model.chain import Chain, Platform
 from workbench.model.layout import Layout
 from workbench.model.plan import Plan
+from workbench.schedules.registry import schedule_of
 
-__all__ = ["rank_memory", "rank_memory_terms", "rank_platform", "pipeline_peaks"]
+__all__ = ["rank_memory", "rank_memory_terms", "rank_platform", "pipeline_peaks", "single_stage"]
 
 
-def rank_platform(platform: Platform, layout: Layout) -> Platform:
+def rank_platform(platform: Platform, layout: Layout, plan: Plan | None = None) -> Platform:
     """``platform`` as one pipeline of ``layout`` sees it: ``pp`` devices, the layout's data-parallel group (the
-    paper's memory model, rule 7, knows no data parallelism: a replica's figure)."""
+    paper's memory model, rule 7, knows no data parallelism: a replica's figure); for a flushed ``plan`` one weight
+    version (``weights="single"``: torch's engine, on which every copy of a tied parameter takes its own
+    optimizer step, as :func:`workbench.parallel.evaluate.pipeline_platform` plans it), whatever ``platform`` says.
+
+    >>> from workbench.planners import plan as make_plan
+    >>> from workbench.model.chain import Chain, Layer
+    >>> ch = Chain(tuple(Layer(f"l{i}", 0.01, 0.02, 4e6, 1e6) for i in range(4)), input_bytes=1e6)
+    >>> rank_platform(Platform(2), Layout(pp=2), make_plan(ch, Platform(2), "1f1b", micro_batches=2)).weights
+    'single'
+    """
+    if plan is not None and schedule_of(plan.schedule).flushed:
+        platform = platform.with_(weights="single")
     if platform.memory_model != "full":
         return platform.with_(devices=layout.pp)
     return platform.with_(devices=layout.pp, dp=layout.dp, zero=layout.zero if layout.dp > 1 else 0)
+
+
+def single_stage(plan: Plan) -> bool:
+    """Whether ``plan`` is one stage (``pp`` = 1): the layout runtime then runs torchtitan's training loop, each
+    micro-batch's forward and backward in turn with no pipeline engine around them, as the model prices it
+    (FSDP2 layer by layer, each micro-batch reduced: :mod:`workbench.model.memory_zero`)."""
+    return len(plan.stages) == 1
 
 
 def pipeline_peaks(plan: Plan, chain: Chain, platform: Platform) -> list[float]:
@@ -69,9 +93,11 @@ def rank_memory(plan: Plan, chain: Chain, platform: Platform, layout: Layout, ra
     ``plan`` on ``chain`` (module docstring); ``platform`` carries the training set-up (its ``devices``, ``dp``
     and ``zero`` are the layout's)."""
     pipeline = layout.coords(rank)[0]
-    p = rank_platform(platform, layout)
+    p = rank_platform(platform, layout, plan)
+    if single_stage(plan) and schedule_of(plan.schedule).flushed:
+        plan = plan.with_(schedule="1f1b")      # the loop's order: each micro-batch's forward, then its backward
     model = pipeline_peaks(plan, chain, p)[pipeline]
-    if not engine:
+    if not engine or single_stage(plan):       # one stage runs without torch's pipeline engine
         return float(model)
     from workbench.runtime.summary import engine_extra
 
@@ -86,4 +112,4 @@ def rank_memory_terms(plan: Plan, chain: Chain, platform: Platform, layout: Layo
     from workbench.model.memory_views import memory_breakdown
 
     eff = apply_policies(chain, plan.activations) if plan.activations else chain
-    return memory_breakdown(eff, rank_platform(platform, layout), plan.stages)[layout.coords(rank)[0]]
+    return memory_breakdown(eff, rank_platform(platform, layout, plan), plan.stages)[layout.coords(rank)[0]]

@@ -6,7 +6,8 @@
   ``torchrun`` exactly the ranks it started;
 * a model whose sizes ``tp`` does not divide (:func:`~workbench.parallel.run.tensor.check_tensor_parallel`);
 * ``zero`` without data parallelism, a periodic plan that needs weight stashing (the PipeDream engine runs
-  ``tp = dp = 1`` only), micro-batches other than a flushed plan's, a micro-batch size other than the model's;
+  ``tp = dp = 1`` only), a ``--steps`` that leaves a flushed plan a partial optimizer step, a micro-batch size
+  other than the model's;
 * a schedule that splits the backward (``interleaved-zb``, ``zbv``, ``dualpipev``) under data parallelism
   other than ``zero = 2``: torch's gradients then come out wrong (DDP, and FSDP2 resharding after each
   forward; measured against one process on 4 ranks: relative errors of 0.4 to 2.2).
@@ -96,14 +97,29 @@ def check_layout_plan(plan, layout: Layout, where: str = "the plan") -> None:
                          f"tp=1, dp=1 only; plan the layout with --weights single or a flushed schedule")
 
 
-def layout_micro_batches(plan, layout: Layout, steps: int | None) -> int:
-    """Micro-batches per replica and optimizer step: ``--steps``, else the layout's, else the plan's, else
-    2 x pp (one process then runs dp x that many mini-batches for the check)."""
+def layout_micro_batches(plan, layout: Layout, steps: int | None) -> tuple[int, int]:
+    """(micro-batches per replica and optimizer step, optimizer steps) of a run of ``steps`` mini-batches per
+    replica (``--steps``: mini-batches, as for every method; default one optimizer step). A flushed plan runs its
+    micro-batches (the layout's, else the plan's, else 2 x pp) per step, so ``steps`` must be a multiple of them
+    (one line naming the counts it can run, :func:`~workbench.schedules.program.optimizer_steps`); a periodic plan
+    runs its ``steps`` mini-batches as one step's micro-batches.
+
+    >>> from workbench.model.plan import Plan
+    >>> plan = Plan(1.0, (0,), (), 1, schedule="1f1b", micro_batches=4)
+    >>> layout_micro_batches(plan, Layout(dp=2), None), layout_micro_batches(plan, Layout(dp=2), 8)
+    ((4, 1), (4, 2))
+    """
+    from workbench.schedules.program import optimizer_steps
+    from workbench.schedules.registry import schedule_of
+
     planned = layout.micro_batches or plan.micro_batches
-    if steps is not None and planned is not None and plan.schedule != "periodic" and steps != planned:
-        raise ValueError(f"a {plan.schedule} plan runs its {planned} micro-batches per step; run it with "
-                         f"--steps {planned}, not {steps}")
-    return int(steps or planned or 2 * layout.pp)
+    if not schedule_of(plan.schedule).flushed:
+        return int(steps or planned or 2 * layout.pp), 1
+    m = int(planned or 2 * layout.pp)
+    if steps is None:
+        return m, 1
+    count, per_step = optimizer_steps(plan.with_(micro_batches=m), int(steps))
+    return per_step, count
 
 
 def check_layout_model(layout: Layout, model, batch_size: int | None) -> None:

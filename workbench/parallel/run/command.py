@@ -4,7 +4,9 @@
 (:func:`run_layout_command`); a pure pipeline (``tp = dp = 1``) runs as before. Everything the run could
 refuse is refused before any rank starts (:mod:`~workbench.parallel.run.checks`: one ``error:`` line, exit
 2): the layout against the plan's pipeline, more ranks than ``--max-ranks``, sizes ``tp`` does not divide,
-the plan against the model. The model is ``--module`` / ``--model``, the one ``--profile`` records, or the
+the plan against the model, a ``--steps`` (mini-batches per replica, as for every method: whole
+optimizer steps of the plan's micro-batches; default one step) that leaves a partial step. The model is
+``--module`` / ``--model``, the one ``--profile`` records, or the
 one the plan records (``extra.module`` / ``extra.model``). Without ``--profile`` the model is profiled here
 first (the prediction of the pipeline's memory needs its chain).
 
@@ -64,7 +66,7 @@ def prepare_layout_run(args: argparse.Namespace, plan, layout: Layout, *, starte
     check_layout_plan(plan, layout, where)
     check_ranks(layout, max_ranks=None if started else (getattr(args, "max_ranks", None) or DEFAULT_MAX_RANKS),
                 started=started)
-    micro_batches = layout_micro_batches(plan, layout, getattr(args, "steps", None))
+    micro_batches, steps = layout_micro_batches(plan, layout, getattr(args, "steps", None))
     setup = resolve_setup(args, plan)
     chain = _load_profile(getattr(args, "profile", None))
     args = _model_args(args, plan)
@@ -83,7 +85,7 @@ def prepare_layout_run(args: argparse.Namespace, plan, layout: Layout, *, starte
     programs = programs_for(plan, micro_batches) if needs_programs(plan) else None
     cfg = LayoutConfig(plan, layout, wl, micro_batches, programs, lr=getattr(args, "lr", 0.0) or 0.0,
                        optimizer=platform.optimizer, zero_grad=platform.zero_grad,
-                       timeout=float(getattr(args, "timeout", None) or 300.0))
+                       timeout=float(getattr(args, "timeout", None) or 300.0), optimizer_steps=steps)
     return cfg, chain, platform
 
 
@@ -111,8 +113,10 @@ def run_layout_command(args: argparse.Namespace, plan, layout: Layout) -> int:
     from workbench.parallel.run.summary import format_layout_summary
 
     cfg, chain, platform = prepare_layout_run(args, plan, layout)
-    print(f"running {layout.describe()}: {layout.devices} ranks, {cfg.micro_batches} micro-batches per replica "
-          f"of {cfg.workload.name}, optimizer {cfg.optimizer} ...", flush=True)
+    k = cfg.optimizer_steps
+    print(f"running {layout.describe()}: {layout.devices} ranks, {k * cfg.micro_batches} mini-batches per replica "
+          f"({k} optimizer step{'s' * (k > 1)} of {cfg.micro_batches}) of {cfg.workload.name}, optimizer "
+          f"{cfg.optimizer} ...", flush=True)
     t0 = time.perf_counter()
     try:
         parts = run_layout(cfg)

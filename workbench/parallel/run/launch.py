@@ -10,7 +10,8 @@ system is needed; torchrun's agent stops the other ranks when one fails, and the
 ``error:`` line.
 
 :func:`conclude_layout` checks the gradients against one process (the ``dp`` replicas together ran the
-workload's mini-batches ``0 .. dp x M - 1``; DDP and FSDP average over the replicas, so the ranks' gradient
+workload's mini-batches ``0 .. k x dp x M - 1`` in the run's k optimizer steps, the gradients summed over
+them; DDP and FSDP average over the replicas, so the ranks' gradient
 times ``dp`` is the one process's sum) and writes ``summary.json``
 (:func:`~workbench.parallel.run.summary.summarise_layout`).
 
@@ -71,9 +72,11 @@ def _rank_entry(rank: int, cfg: LayoutConfig, outdir: str, addr: str, port: int)
     import torch.distributed as dist
 
     from workbench.parallel.run.rank import run_layout_rank
+    from workbench.parallel.tensor.mesh import forget_dtensor_meshes
 
     torch.set_num_threads(max(1, cfg.threads))
     quiet_torch()
+    forget_dtensor_meshes()          # forked: nothing the parent decided under a fake group is to be reused
     try:
         dist.init_process_group(cfg.backend, init_method=f"tcp://{addr}:{port}", rank=rank, world_size=cfg.world,
                                 timeout=timedelta(seconds=cfg.timeout))
@@ -157,16 +160,17 @@ def _join(ctx: Any, cfg: LayoutConfig, outdir: str) -> None:
 
 
 def layout_gradient_errors(parts: list[dict[str, Any]], wl, layout, micro_batches: int,
-                           say: Callable[..., None] = print) -> tuple[float, float]:
-    """(absolute, relative) error of the ranks' gradients (times ``dp``) against one process's sum over
-    the ``dp x micro_batches`` mini-batches the replicas ran."""
+                           say: Callable[..., None] = print, optimizer_steps: int = 1) -> tuple[float, float]:
+    """(absolute, relative) error of the ranks' gradients (summed over the run's optimizer steps, times ``dp``)
+    against one process's sum over the ``optimizer_steps x dp x micro_batches`` mini-batches the replicas ran."""
     from workbench.runtime.gradients import grad_error, reference_gradients
 
     grads: dict[str, torch.Tensor] = {}
     for p in parts:
         grads.update(p["grads"])
-    say(f"reference gradients in one process ({layout.dp * micro_batches} mini-batches) ...", flush=True)
-    ref = reference_gradients(wl, layout.dp * micro_batches)
+    n = optimizer_steps * layout.dp * micro_batches
+    say(f"reference gradients in one process ({n} mini-batches) ...", flush=True)
+    ref = reference_gradients(wl, n)
     return grad_error({n: g * layout.dp for n, g in grads.items()}, ref)
 
 
@@ -182,10 +186,12 @@ def conclude_layout(cfg: LayoutConfig, parts: list[dict[str, Any]], chain, platf
     if dropout:
         say(f"note: dropout in {', '.join(dropout[:3])}: the gradients differ from one process by more than "
             "rounding; build the model with dropout 0 to check them", file=sys.stderr)
-    errors = (layout_gradient_errors(parts, wl, cfg.layout, cfg.micro_batches, say) if check_grads and cfg.lr == 0
+    errors = (layout_gradient_errors(parts, wl, cfg.layout, cfg.micro_batches, say, cfg.optimizer_steps)
+              if check_grads and cfg.lr == 0
               else (math.nan, math.nan))
     meta = {"backend": cfg.backend, "device": cfg.device, "optimizer": cfg.optimizer, "zero_grad": cfg.zero_grad,
-            "lr": cfg.lr, "wall_seconds": wall_seconds, "dropout": dropout}
+            "lr": cfg.lr, "wall_seconds": wall_seconds, "dropout": dropout,
+            "steps": cfg.optimizer_steps * cfg.micro_batches, "optimizer_steps": cfg.optimizer_steps}
     summary = summarise_layout(cfg.plan, cfg.layout, chain, platform, wl, parts, micro_batches=cfg.micro_batches,
                                grad_errors=errors, meta=meta)
     if out is not None:

@@ -8,14 +8,19 @@ dimension over the mesh of :mod:`~workbench.parallel.run.grid`:
 2. tensor parallelism shards those layers over ``mesh["tp"]`` (:mod:`~workbench.parallel.run.tensor`);
 3. data parallelism wraps each stage over ``mesh["dp"]`` as ``zero`` says (:mod:`~workbench.parallel.run.data`);
 4. the pipeline runs the stages with torch's ``PipelineStage`` and the plan's schedule over
-   ``mesh["pp"]`` (:mod:`~workbench.parallel.run.pipeline`);
+   ``mesh["pp"]`` (:mod:`~workbench.parallel.run.pipeline`); one stage (``pp`` = 1) runs without them, as
+   torchtitan's training loop: each micro-batch's forward, loss and backward in turn (FSDP2 gathering,
+   resharding and reduce-scattering layer by layer in every micro-batch; DDP under ``no_sync`` but in the last),
+   which is what the layout model prices (:func:`workbench.parallel.data.ranks.single_stage`);
 5. tied parameters on several pipeline stages add their gradients over their tie groups before the step.
 
 A step is the schedule over the replica's micro-batches (replica ``dp`` runs the workload's mini-batches
-:func:`~workbench.parallel.run.config.micro_batch_indices`), the tied gradients' all-reduce, the optimizer's
-step. The first step is measured for time and gives the gradients (DTensor shards gathered whole); the
-second, once the optimizer's state, DDP's buckets and torch's receive buffers exist, runs under
-:class:`~workbench.parallel.run.memory.RankMemory` for the peak.
+:func:`~workbench.parallel.run.config.micro_batch_indices` of the step), the tied gradients' all-reduce, the
+optimizer's step. The run's ``optimizer_steps`` (``--steps`` mini-batches per replica over its micro-batches) are
+timed and give the gradients (DTensor shards gathered whole, summed over the steps); then, once the optimizer's
+state, DDP's buckets and torch's receive buffers exist (under DDP after one more step, in which it rebuilds its
+buckets), one step runs under :class:`~workbench.parallel.run.memory.RankMemory` for the peak. Step ``t`` of the
+rank takes the mini-batches of the run's step ``t mod k``.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from workbench.parallel.data.ranks import single_stage
 from workbench.parallel.run.config import LayoutConfig, micro_batch_indices
 from workbench.parallel.run.data import (
     ddp_buckets,
@@ -108,16 +114,35 @@ class LayoutRank:
         self.params = list({id(p): p for seq in model.stages.values() for p in seq.parameters()}.values())
         self.optimizer = make_layout_optimizer(cfg.optimizer, self.params, cfg.lr, lay.zero, lay.dp,
                                                mesh["dp"].get_group())
-        x0 = chain_input(cfg.workload.batch(0)[0])
-        self.stages = build_stages(plan, self.modules, model.shapes, x0, mesh["pp"].get_group(), device)
-        self.schedule = make_schedule(plan, self.stages, cfg.micro_batches, model.loss, cfg.programs)
+        self.plain = single_stage(plan)         # one stage: torchtitan's loop, no PipelineStage
+        self.stages, self.schedule = [], None
+        if not self.plain:
+            x0 = chain_input(cfg.workload.batch(0)[0])
+            self.stages = build_stages(plan, self.modules, model.shapes, x0, mesh["pp"].get_group(), device)
+            self.schedule = make_schedule(plan, self.stages, cfg.micro_batches, model.loss, cfg.programs)
         self.first, self.last = 0 in model.stages, len(plan.stages) - 1 in model.stages
-        batches = [cfg.workload.batch(i) for i in micro_batch_indices(lay, dp, cfg.micro_batches)]
-        self.x = torch.cat([chain_input(b[0]) for b in batches]).to(device) if self.first else None
-        self.y = torch.cat([b[1] for b in batches]).to(device) if self.last else None
+        self.block = -1
+        self.load(0)
         self.ties = self._tie_groups()
         self.ddp = lay.dp > 1 and lay.zero in (0, 1) and lay.tp == 1
         self.steps_taken = 0
+
+    def load(self, block: int) -> None:
+        """The replica's micro-batches of the run's optimizer step ``block`` (only these are held)."""
+        from workbench.runtime.rank import chain_input
+
+        if block == self.block:
+            return
+        self.block, device = block, self.device
+        self.x = self.y = None
+        self.batches = []
+        batches = [self.cfg.workload.batch(i)
+                   for i in micro_batch_indices(self.cfg.layout, self.coords[1], self.cfg.micro_batches, block)]
+        if self.plain:          # the micro-batches apart (torch's schedule splits one tensor into views)
+            self.batches = [(chain_input(b[0]).to(device), b[1].to(device)) for b in batches]
+        else:
+            self.x = torch.cat([chain_input(b[0]) for b in batches]).to(device) if self.first else None
+            self.y = torch.cat([b[1] for b in batches]).to(device) if self.last else None
 
     def _tie_groups(self) -> list[tuple[Any, str]]:
         """Per tie spanning pipeline coordinates: this rank's group (None without a copy) and the parameter."""
@@ -138,9 +163,14 @@ class LayoutRank:
         return out
 
     def step(self) -> None:
-        """One optimizer step: the schedule, the tied gradients' all-reduce, the optimizer's step."""
-        args = (self.x,) if self.first else ()
-        self.schedule.step(*args, target=self.y, losses=[] if self.last else None, return_outputs=False)
+        """One optimizer step: the schedule, the tied gradients' all-reduce, the optimizer's step. The run's
+        steps take the run's mini-batches in turn (step ``t`` those of step ``t mod k`` of a run of k)."""
+        self.load(self.steps_taken % self.cfg.optimizer_steps)
+        if self.plain:
+            self._plain_step()
+        else:
+            args = (self.x,) if self.first else ()
+            self.schedule.step(*args, target=self.y, losses=[] if self.last else None, return_outputs=False)
         named = self.named_parameters()
         for group, name in self.ties:
             p = named[name]
@@ -151,6 +181,18 @@ class LayoutRank:
         if self.optimizer is not None:
             self.optimizer.step()
         self.steps_taken += 1
+
+    def _plain_step(self) -> None:
+        """One stage's micro-batches as torchtitan's training loop runs them: each micro-batch's forward, loss
+        and backward in turn, gradients summed; FSDP2 gathers, reshards and reduce-scatters layer by layer in
+        every micro-batch (its defaults), DDP all-reduces in the last micro-batch's backward (``no_sync`` before)."""
+        from contextlib import nullcontext
+
+        module, loss_fn = self.modules[0], self.model.loss
+        n = len(self.batches)
+        for j, (x, y) in enumerate(self.batches):
+            with module.no_sync() if j < n - 1 and hasattr(module, "no_sync") else nullcontext():
+                loss_fn(module(x), y).backward()
 
     def zero(self) -> None:
         zero_grads(self.params, self.cfg.zero_grad)
@@ -183,7 +225,9 @@ class LayoutRank:
     def measure(self) -> RankMemory:
         """One step under the memory trackers."""
         probe = RankMemory(self.device)
-        resident = receive_buffers(self.stages) + [t for t in (self.x, self.y) if t is not None] + self.buckets()
+        self.load(self.steps_taken % self.cfg.optimizer_steps)
+        batch = [t for b in self.batches for t in b] if self.plain else [t for t in (self.x, self.y) if t is not None]
+        resident = receive_buffers(self.stages) + batch + self.buckets()
         dist.barrier()
         fsdp = any(is_fsdp(m) for m in self.modules.values())
         with probe.tracking(list(self.modules.values()), local_optimizer(self.optimizer), resident, fsdp):
@@ -196,10 +240,17 @@ def run_layout_rank(rank: int, cfg: LayoutConfig) -> dict[str, Any]:
     device = torch.device(f"cuda:{torch.cuda.current_device()}") if cfg.device == "cuda" else torch.device("cpu")
     me = LayoutRank(rank, cfg, device)
     keep = me.coords[1] == 0 and me.coords[2] == 0      # one copy per pipeline coordinate is enough
-    t0 = time.perf_counter()
-    me.step()
-    seconds = time.perf_counter() - t0
-    grads = me.gradients(keep)
+    grads: dict[str, torch.Tensor] = {}
+    seconds = 0.0
+    for k in range(cfg.optimizer_steps):                # the run's steps, timed; gradients summed over them
+        if k:
+            me.zero()
+        t0 = time.perf_counter()
+        me.step()
+        seconds += time.perf_counter() - t0
+        for name, g in me.gradients(keep).items():
+            grads[name] = grads[name] + g if name in grads else g
+    seconds /= cfg.optimizer_steps
     if me.ddp:              # DDP rebuilds its gradient buckets in the second step's forward: measure the third
         me.zero()
         me.step()

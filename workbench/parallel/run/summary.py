@@ -101,11 +101,17 @@ def rank_line(r: dict[str, Any]) -> str:
             f"{format_bytes(meas)} ({err}); collectives at the peak: {held}")
 
 
+def _steps_said(summary: dict[str, Any]) -> str:
+    """The mini-batches a replica ran, as optimizer steps of its micro-batches."""
+    m, k = summary["micro_batches"], summary.get("optimizer_steps", 1)
+    return f"{k * m} mini-batches ({k} optimizer step{'s' * (k > 1)} of {m} micro-batches)"
+
+
 def format_layout_summary(summary: dict[str, Any]) -> str:
     """A human table: the layout, every rank's peak predicted against measured, the gradient check."""
     lines = [f"{summary['model']}: {summary['layout']} on {summary['devices']} processes "
              f"({summary.get('backend', 'gloo')}, {summary.get('device', 'cpu')}, {summary.get('dtype')}), "
-             f"{summary['micro_batches']} micro-batches per replica, {summary['schedule']} schedule, optimizer "
+             f"{_steps_said(summary)} per replica, {summary['schedule']} schedule, optimizer "
              f"{summary.get('optimizer')}; wall {summary.get('wall_seconds', math.nan):.1f} s"]
     lines += [rank_line(r) for r in summary["ranks"]]
     lines.append(f"  predictions: {'; '.join(summary['prediction'])}")

@@ -3,7 +3,8 @@
 Under fake tensors nothing runs on other ranks, so torch's fake process group stands for them
 (``torch.testing._internal.distributed.fake_pg``: every collective returns at once with its output's shape,
 which is all a fake tensor needs); the device mesh over it is a CPU one, as torchtitan's memory estimator
-makes. :func:`tp_mesh` starts that group when none is running and ends it after; inside a real job (gloo
+makes. :func:`tp_mesh` starts that group when none is running and ends it after, with DTensor's caches of
+what it decided on that mesh (:func:`forget_dtensor_meshes`); inside a real job (gloo
 ranks started by :mod:`workbench.parallel.tensor.real`, or torchrun) it uses the group that is running.
 The mesh is made outside any fake-tensor mode (it reads its rank map's values).
 
@@ -21,7 +22,7 @@ from typing import Iterator
 
 import torch.distributed as dist
 
-__all__ = ["tp_mesh"]
+__all__ = ["tp_mesh", "forget_dtensor_meshes"]
 
 
 @contextlib.contextmanager
@@ -49,3 +50,25 @@ def tp_mesh(tp: int, rank: int = 0) -> Iterator[object]:
     finally:
         if started:
             dist.destroy_process_group()
+            forget_dtensor_meshes()
+
+
+def forget_dtensor_meshes() -> None:
+    """Clear DTensor's caches of sharding decisions and redistribution plans. They are keyed by device mesh, and
+    a ``DeviceMesh`` compares equal by its ranks, shape and names, not its process group: a process that profiled
+    under a fake group of ``tp`` ranks (:mod:`workbench.parallel.tensor.profile`), or a rank forked from it, would
+    otherwise take the fake mesh's cached results for its own mesh of the same shape and send its collectives to
+    the fake group (measured: TP 4 x PP 1 x DP 1, whose ``tp`` mesh is the whole world, every gradient wrong by a
+    relative 1.0-1.7 against one process)."""
+    import torch
+    from torch.distributed.tensor import DTensor, _redistribute
+
+    clear_native = getattr(torch._C, "_clear_DTensor_sharding_propagator_cache", None)
+    if clear_native is not None:         # the C++ dispatch's own cache (torch 2.10 on)
+        clear_native()
+    prop = DTensor._op_dispatcher.sharding_propagator
+    prop.propagate_op_sharding.cache_clear()
+    for cached in (getattr(type(prop), "_propagate_tensor_meta_cached", None),
+                   getattr(_redistribute, "_gen_transform_infos", None)):
+        if hasattr(cached, "cache_clear"):
+            cached.cache_clear()
