@@ -107,7 +107,8 @@ def test_memory_limit_is_every_devices_limit_or_a_clear_error():
 def test_the_planners_ask_the_accessor():
     """A planner that takes one limit asks ``memory_limit``, so devices of different limits reach it as an error,
     not as device 0's limit."""
-    chain = Chain.from_layers([Layer(f"l{i}", forward=1.0, backward=2.0, weight_bytes=10, activation_bytes=5) for i in range(4)])
+    chain = Chain.from_layers([Layer(f"l{i}", forward=1.0, backward=2.0, weight_bytes=10, activation_bytes=5)
+                               for i in range(4)])
     assert plan(chain, Platform(2, memory=1e6), "dp").feasible
     with pytest.raises(ValueError, match="memory limits differ"):
         plan(chain, Uneven(2, memory=1e6), "dp")
