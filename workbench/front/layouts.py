@@ -176,8 +176,8 @@ def _auto(args: argparse.Namespace, job: Job, chain_for: ChainFor, first: Chain,
     print(frontier_table(result.evaluated, job.devices, top=15))
     if result.best is None:
         need = result.least_memory()
-        raise ValueError(f"no layout of {job.devices} GPUs fits in {format_bytes(job.platform.memory)} per GPU: the "
-                         f"least any needs on its fullest rank is {format_bytes(need)}")
+        raise ValueError(f"no layout of {job.devices} GPUs fits in {format_bytes(job.platform.memory_limit)} per GPU: "
+                         f"the least any needs on its fullest rank is {format_bytes(need)}")
     plan = layout_plan(result.best, job, chain_for, args, result)
     print(f"chosen: {result.best.layout.describe()}, activations {result.best.activations}")
     _write(args, plan)
@@ -190,7 +190,8 @@ def _verdict(e: Evaluation, job: Job) -> int:
     if not e.fits:
         worst = max(range(len(e.memory)), key=lambda d: e.memory[d])
         raise ValueError(f"{e.layout.describe()} does not fit: its fullest ranks (pipeline rank {worst}) need "
-                         f"{format_bytes(e.memory[worst])}, more than the {format_bytes(job.platform.memory)} of a GPU")
+                         f"{format_bytes(e.memory[worst])}, more than the {format_bytes(job.platform.memory_limit)} "
+                         "of a GPU")
     return 0
 
 

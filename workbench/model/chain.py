@@ -350,9 +350,9 @@ class Platform:
     >>> Platform(4, memory="16GiB", bandwidth="12GB/s", memory_model="paper").bandwidth
     12000000000.0
 
-    For what comes next (heterogeneous devices and links) planners should
-    ask ``memory_of(p)`` and ``comm_time(bytes, p, q)`` rather than read the
-    fields directly.
+    For what comes next (heterogeneous devices and links) planners ask ``memory_of(p)`` (or
+    ``memory_limit``, the one limit all devices share), ``comm_time(bytes, p, q)`` and ``host_time(bytes)``
+    rather than read the fields directly (tests/test_platform_accessors.py holds them to it).
 
     **Nodes** (docs/model.md, "Instance"): with ``devices_per_node`` N, devices d and e share a node when
     d // N == e // N and talk at ``bandwidth``; a pair on two nodes talks at ``node_bandwidth``
@@ -439,7 +439,23 @@ class Platform:
         return self.weights == "stash"
 
     def memory_of(self, device: int) -> float:
+        """Bytes device ``device`` may hold: the one accessor of a device's memory limit (docs/model.md,
+        "Instance"); every device's ``memory`` today."""
         return self.memory
+
+    @property
+    def memory_limit(self) -> float:
+        """The memory limit all devices share (``memory_of`` of each), for a planner that takes one ``M``;
+        a clear error where the devices' limits differ.
+
+        >>> Platform(4, memory="16GiB").memory_limit == Platform(4, memory="16GiB").memory_of(3) == 16 * 2**30
+        True
+        """
+        limits = {self.memory_of(d) for d in range(self.devices)}
+        if len(limits) > 1:
+            raise ValueError(f"the devices' memory limits differ ({', '.join(map(format_bytes, sorted(limits)))}): "
+                             "this planner takes one limit for every device")
+        return limits.pop()
 
     @property
     def multi_node(self) -> bool:
@@ -457,9 +473,13 @@ class Platform:
         bw = min(self.bandwidth, self.node_bandwidth) if between else self.bandwidth
         return self.latency + (nbytes / bw if math.isfinite(bw) else 0.0)
 
-    def host_time(self, nbytes: float, device: int | None = None) -> float:
-        """Seconds to move ``nbytes`` one way between a device and host memory."""
-        return nbytes / self.host_bandwidth if math.isfinite(self.host_bandwidth) else 0.0
+    def host_time(self, nbytes: Any, device: int | None = None) -> Any:
+        """Seconds to move ``nbytes`` one way between a device and host memory (elementwise for an array).
+
+        >>> Platform(1, host_bandwidth="2B/s").host_time(np.array([4.0, 6.0])).tolist()
+        [2.0, 3.0]
+        """
+        return nbytes / self.host_bandwidth if math.isfinite(self.host_bandwidth) else nbytes * 0.0
 
     def with_(self, **kw) -> "Platform":
         return replace(self, **kw)

@@ -71,7 +71,7 @@ def memory_note(plan: Plan, chain: Chain, platform: Platform) -> str | None:
     from workbench.model.activations import apply_policies
     from workbench.model.memory import device_memory, layer_terms
 
-    if not plan.feasible or not plan.stages or plan.schedule != "periodic" or not math.isfinite(platform.memory):
+    if not plan.feasible or not plan.stages or plan.schedule != "periodic" or not math.isfinite(platform.memory_limit):
         return None
     chain = apply_policies(chain, plan.activations or None)
     terms = layer_terms(chain, platform)
@@ -82,7 +82,7 @@ def memory_note(plan: Plan, chain: Chain, platform: Platform) -> str | None:
             continue
         mine = [(o.first, o.last, o.in_flight + (1 if o is st else 0)) for o in plan.stages if o.device == st.device]
         more = device_memory(terms, mine)
-        if more <= platform.memory * (1 + 1e-9):
+        if more <= platform.memory_limit * (1 + 1e-9):
             continue
         now = device_memory(terms, [(o.first, o.last, o.in_flight) for o in plan.stages if o.device == st.device])
         return _memory_words(plan, chain, terms, s, k, trip, (now, more), platform)
@@ -100,7 +100,7 @@ def _memory_words(plan: Plan, chain: Chain, terms, s: int, k: int, trip: float, 
     stash = max(need[1] - need[0] - act, 0.0) if platform.weights == "stash" else 0.0
     out = (f"{MEMORY} stage {s} (layers {st.first}-{st.last}, GPU{st.device}) holds {k} mini-batch"
            f"{'es' * (k > 1)} in flight, and {k + 1} would need {format_bytes(need[1])} (limit "
-           f"{format_bytes(platform.memory)}; one more costs {format_bytes(act)} of activations"
+           f"{format_bytes(platform.memory_limit)}; one more costs {format_bytes(act)} of activations"
            + (f" and {format_bytes(stash)} of a stashed weight version" if stash > 0 else "")
            + f"); it holds each from its forward to its backward ({format_seconds(trip)}), so the period is at "
            f"least {format_seconds(trip)} / {k}")

@@ -342,7 +342,7 @@ def make_plan(
         stages=stages,
         devices=platform.devices,
         memory=tuple(device_memory(chain, platform, stages)),
-        memory_limit=platform.memory,
+        memory_limit=platform.memory_limit,
         lower_bound=lower_bound(chain, platform),
         method=method,
         allocation=allocation,
@@ -359,7 +359,7 @@ def infeasible_plan(chain: Chain, platform: Platform, method: str, why: str, *,
     kw = with_memory_setup(chain, platform, {**kw, "notes": (why,) + tuple(kw.get("notes", ()))})
     return Plan(
         period=math.inf, assignment=(), stages=(), devices=platform.devices, memory=(),
-        memory_limit=platform.memory, lower_bound=lower_bound(chain, platform), method=method,
+        memory_limit=platform.memory_limit, lower_bound=lower_bound(chain, platform), method=method,
         allocation=allocation, status="infeasible", solve_seconds=solve_seconds, **kw,
     )
 

@@ -263,7 +263,7 @@ def evaluate(job: Job, layout: Layout, chain_for: ChainFor, activations: str = "
     tokens = job.global_batch * job.tokens_per_sample / step if step > 0 else 0.0
     mfu = 6 * job.parameters * tokens / (job.devices * job.peak_flops) if job.peak_flops and job.parameters else 0.0
     memory = tuple(float(x) for x in pipe.memory)
-    fits = all(x <= job.platform.memory * (1 + REL_TOL) for x in memory)
+    fits = all(x <= job.platform.memory_limit * (1 + REL_TOL) for x in memory)
     return Evaluation(layout, activations, "fits" if fits else "over", step, memory, tokens, mfu, parts,
                       "; ".join(n for n in pipe.notes if "extended linearly" in n), pipe)
 

@@ -307,7 +307,7 @@ class _Search:
         """Why ``c`` need not be evaluated ('' when it must)."""
         if not self.prune:
             return ""
-        if c.bound_memory > self.job.platform.memory:
+        if c.bound_memory > self.job.platform.memory_limit:
             return "memory bound"
         if c.layout.pp > 1 and c.layout.zero == 3:
             return "in a pipeline zero 3 holds what zero 2 holds and gathers more"

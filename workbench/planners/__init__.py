@@ -149,7 +149,7 @@ def _plan_auto(chain: Chain, platform: Platform, method: str, fn: Callable[..., 
     t0 = time.perf_counter()
     base = fn(chain, platform.with_(memory=float("inf")), allocation=allocation, time_limit=time_limit, **options)
     if not base.feasible:
-        return base.with_(memory_limit=platform.memory)
+        return base.with_(memory_limit=platform.memory_limit)
     bounds = [(s.first, s.last) for s in base.stages]
     deadline = t0 + time_limit if time_limit is not None else None
     try:

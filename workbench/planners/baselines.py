@@ -84,9 +84,9 @@ def schedule_on_top(chain: Chain, platform: Platform, bounds: Sequence[tuple[int
             return plan.with_(notes=tuple(notes) + plan.notes, solve_seconds=time.perf_counter() - t0)
         need = plan.peak_memory
         one = _k1_peak(chain, platform, bounds)
-        over = need - platform.memory
-        plan = plan.with_(memory_limit=platform.memory, notes=tuple(notes) + (
-            f"does not fit: needs {format_bytes(need)}, limit {format_bytes(platform.memory)} "
+        over = need - platform.memory_limit
+        plan = plan.with_(memory_limit=platform.memory_limit, notes=tuple(notes) + (
+            f"does not fit: needs {format_bytes(need)}, limit {format_bytes(platform.memory_limit)} "
             f"(over by {format_bytes(over)}); this partition needs at least {format_bytes(one)} "
             f"even with one mini-batch in flight per stage",))
     else:

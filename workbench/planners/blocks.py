@@ -50,7 +50,7 @@ def block_groups(chain: Chain, blocks: int, platform: Platform | None = None, *,
         comm = np.array([platform.comm_time(chain.cut(l)) for l in range(L)])
         lin = linear_terms(layer_terms(chain, platform))
         foot = lin.a + lin.w0             # each layer's memory with one mini-batch in flight
-        M = platform.memory
+        M = platform.memory_limit
     else:
         cb = chain.cuts
         comm = cb / cb.max() * target * 0.1 if cb.max() > 0 else np.zeros(L)

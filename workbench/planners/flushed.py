@@ -69,14 +69,14 @@ def plan_flushed(chain: Chain, platform: Platform, kind: str, *,
         f0 = float(mine.loc[mine["kind"] == "F", "start"].min())
         b0 = float(mine.loc[mine["kind"] == "B", "start"].min())
         stages.append(Stage(st.first, st.last, st.device, f0, b0, held_counts(ops, s)))
-    over = max(peak) - platform.memory if peak else 0.0
-    if over > platform.memory * REL_TOL:
-        notes.append(f"does not fit: needs {format_bytes(max(peak))}, limit {format_bytes(platform.memory)} "
+    over = max(peak) - platform.memory_limit if peak else 0.0
+    if over > platform.memory_limit * REL_TOL:
+        notes.append(f"does not fit: needs {format_bytes(max(peak))}, limit {format_bytes(platform.memory_limit)} "
                      f"(over by {format_bytes(over)})")
     notes.append(f"{kind} with a flush every {m} micro-batches; period = makespan / {m}")
     return Plan(
         period=period, assignment=tuple(assignment), stages=tuple(stages), devices=P, memory=peak,
-        memory_limit=platform.memory, lower_bound=lower_bound(chain, platform), method=kind,
+        memory_limit=platform.memory_limit, lower_bound=lower_bound(chain, platform), method=kind,
         allocation="contiguous", status="feasible", solve_seconds=time.perf_counter() - t0,
         schedule=kind, micro_batches=m, chain_order=base.chain_order,
         extra={"makespan": float(trace.makespan), "flushes": flushes},

@@ -65,7 +65,7 @@ def pipedream_partition(chain: Chain, platform: Platform, *, memory: float | Non
     """
     t = StageSums(chain, platform)
     L = t.L
-    M = platform.memory if memory is None else float(memory)
+    M = platform.memory_limit if memory is None else float(memory)
     M = M * (1 + MEMORY_SLACK)
     cost = np.maximum(t.FB, 2 * t.c[None, :])
     cost = np.where(t.upper, cost, np.inf)
@@ -122,7 +122,7 @@ def plan_pipedream(chain: Chain, platform: Platform, *, allocation: str = "conti
         need = pipedream_memory_need(chain, platform)
         return infeasible_plan(
             chain, platform, "pipedream",
-            f"PipeDream's partitioner finds no partition under {format_bytes(platform.memory)}: "
+            f"PipeDream's partitioner finds no partition under {format_bytes(platform.memory_limit)}: "
             f"its memory model (stage charged (A+W) x stages downstream) needs at least {format_bytes(need)}",
             allocation=allocation, solve_seconds=time.perf_counter() - t0)
     estimate, bounds = found

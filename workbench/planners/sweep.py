@@ -36,6 +36,7 @@ import pandas as pd
 from workbench.methods import method as registered
 from workbench.model.chain import Chain, Platform
 from workbench.model.plan import Plan, lower_bound
+from workbench.model.units import parse_size
 from workbench.planners import plan as run_planner
 
 __all__ = ["Unavailable", "Failure", "solve", "attempt", "sweep", "sweep_memory", "plan_row", "run_method",
@@ -97,7 +98,7 @@ def sweep(chain: Chain, platform: Platform, memories: Sequence[float | str], met
     takes_warm_start = warm_start and registered(method).warm_start
     prev: Plan | None = None
     out: list[tuple[float, Plan | Failure]] = []
-    for M in sorted(Platform(1, memory=m).memory for m in memories):
+    for M in sorted(parse_size(m, what="memory") for m in memories):
         opts = dict(options)
         if takes_warm_start:
             opts["warm_start"] = prev if prev is not None else True

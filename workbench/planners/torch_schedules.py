@@ -159,7 +159,7 @@ def _plan_counts(chain: Chain, platform: Platform, name: str, counts: list[int],
         if clock.cut:
             skipped.append(f"{m} micro-batches: the time limit stopped the partition search")
             say(f"{name}: {skipped[-1]}")
-        fits = float(trace.peak_memory().max()) <= platform.memory * (1 + REL_TOL)
+        fits = float(trace.peak_memory().max()) <= platform.memory_limit * (1 + REL_TOL)
         say(f"{name}: {m} micro-batches: period {format_seconds(float(trace.period))}, peak "
             f"{format_bytes(float(trace.peak_memory().max()))}{'' if fits else ' (does not fit)'}")
         found.append(((not fits, float(trace.period) if fits else float(trace.peak_memory().max())), i, parts,
@@ -192,9 +192,9 @@ def _best_partition(spans: Spans, name: str, order: dict[int, tuple[Op, ...]], d
                                         flushes, schedule=name)
         return cache[key]
 
-    found = candidates(prob, peaks, platform.memory, platform.devices, clock)
+    found = candidates(prob, peaks, platform.memory_limit, platform.devices, clock)
     tried = found[:1] + [c for c in found[1:] if clock is None or not clock.past()]
-    fitting = [c for c in tried if float(simulated(c).peak_memory().max()) <= platform.memory * (1 + REL_TOL)]
+    fitting = [c for c in tried if float(simulated(c).peak_memory().max()) <= platform.memory_limit * (1 + REL_TOL)]
     chosen = min(fitting, key=lambda c: simulated(c).period) if fitting else \
         min(tried, key=lambda c: float(simulated(c).peak_memory().max()))
     return chosen, simulated(chosen)
@@ -218,12 +218,12 @@ def _plan_of(chain: Chain, platform: Platform, name: str, torch_class: str, part
              f"period = makespan / {m}"]
     if split and (note := split_note(chain)):
         notes.append(note)
-    over = max(peak) - platform.memory
-    if over > platform.memory * REL_TOL:
-        notes.append(f"does not fit: needs {format_bytes(max(peak))}, limit {format_bytes(platform.memory)} "
+    over = max(peak) - platform.memory_limit
+    if over > platform.memory_limit * REL_TOL:
+        notes.append(f"does not fit: needs {format_bytes(max(peak))}, limit {format_bytes(platform.memory_limit)} "
                      f"(over by {format_bytes(over)})")
     return Plan(period=float(trace.period), assignment=tuple(assignment), stages=tuple(stages),
-                devices=platform.devices, memory=peak, memory_limit=platform.memory,
+                devices=platform.devices, memory=peak, memory_limit=platform.memory_limit,
                 lower_bound=lower_bound(chain, platform), method=name,
                 allocation="general" if V > 1 else "contiguous", status="feasible", solve_seconds=seconds,
                 schedule=name, micro_batches=m, extra={"makespan": float(trace.makespan), "flushes": flushes},

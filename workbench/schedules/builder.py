@@ -335,8 +335,9 @@ class Scheduler:
         if self._lower_bound is None:
             self._lower_bound = lower_bound(self.chain, self.platform)
         return Plan(period=T, assignment=self.assignment, stages=stages, devices=self.platform.devices,
-                    memory=tuple(mem), memory_limit=self.platform.memory, lower_bound=self._lower_bound, method=method,
-                    allocation=allocation, extra=extra, **with_memory_setup(self.chain, self.platform, kw))
+                    memory=tuple(mem), memory_limit=self.platform.memory_limit, lower_bound=self._lower_bound,
+                    method=method, allocation=allocation, extra=extra,
+                    **with_memory_setup(self.chain, self.platform, kw))
 
     # ----- the smallest period that fits ----------------------------------
     def _polish(self, T: float) -> float:

@@ -82,7 +82,7 @@ def host_link_problems(chain: Chain, platform: Platform, period: float, stages: 
         offloaded = sum(chain.layers[l].offload_bytes for l in range(s.first, s.last + 1))
         if offloaded <= 0:
             continue
-        x = offloaded / platform.host_bandwidth
+        x = platform.host_time(offloaded)
         F = sum(chain.layers[l].forward for l in range(s.first, s.last + 1))
         gap = (s.bwd_start - s.fwd_start - F) % T
         if gap > T - tol:

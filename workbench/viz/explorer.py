@@ -44,7 +44,7 @@ from workbench.model.chain import Chain, Platform
 from workbench.model.plan import Plan
 from workbench.model.trace import Trace
 from workbench.model.training_setup import DEFAULT_BANDWIDTH
-from workbench.model.units import format_bytes, format_seconds
+from workbench.model.units import format_bytes, format_seconds, parse_bandwidth, parse_size
 from workbench.planners import plan as run_planner
 from workbench.planners.dp.contiguous import least_contiguous_memory
 from workbench.schedules.simulate import simulate
@@ -205,7 +205,7 @@ class Explorer(W.VBox):
         self.profile_dropdown = W.Dropdown(options=names, value=profile, description="profile", style=style, layout=lay)
         self.devices_slider = W.IntSlider(value=devices, min=1, max=max(16, devices), description="devices",
                                           style=style, layout=lay, continuous_update=False)
-        bw = Platform(1, bandwidth=bandwidth).bandwidth
+        bw = parse_bandwidth(bandwidth)
         bw_gb = bw / 1e9 if math.isfinite(bw) else 1000.0
         self.bandwidth_slider = W.FloatLogSlider(value=bw_gb, base=10, min=-1, max=3, step=0.05,
                                                  description="bandwidth GB/s", style=style, layout=lay,
@@ -290,7 +290,7 @@ class Explorer(W.VBox):
             hi_g = lo_g + 0.1
         step = max(0.01, round((hi_g - lo_g) / 200, 2))
         if memory is not None:
-            want = Platform(1, memory=memory).memory / GiB
+            want = parse_size(memory, what="memory") / GiB
         else:
             old = self.memory_slider.value
             want = old if lo_g <= old <= hi_g and self.replans else lo_g + 0.6 * (hi_g - lo_g)

@@ -73,7 +73,7 @@ def compare_gpus(chains: Mapping[str, Chain], devices: int, *, devices_per_node:
                          "throughput": tokens_per_batch(chain) / p.period if ok else 0.0,
                          "stages": len(p.stages) if ok else 0,
                          "peak_memory_gib": GiB.of(max(p.memory)) if ok and p.memory else math.nan,
-                         "limit_gib": GiB.of(plat.memory),
+                         "limit_gib": GiB.of(plat.memory_limit),
                          "recomputed": sum(a == "recompute" for a in p.activations),
                          "offloaded": sum(a == "offload" for a in p.activations), "plan": p, "platform": plat})
     return pd.DataFrame(rows)

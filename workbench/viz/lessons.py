@@ -142,7 +142,7 @@ def memory_steps(chain: Chain, platform: Platform, limits: Sequence[float | str 
         per_gpu = pd.Series(loads, index=[s.device for s in p.stages] if ok else []).groupby(level=0).sum()
         key = (p.assignment, tuple(s.in_flight for s in p.stages)) if ok else None
         limited_by, bound_by = _what_sets_the_period(p, chain) if ok else ("", "")
-        rows.append({"limit": plat.memory, "period": p.period if ok else math.inf,
+        rows.append({"limit": plat.memory_limit, "period": p.period if ok else math.inf,
                      "stages": stage_names(p, chain) if ok else "no plan fits",
                      "in_flight": [s.in_flight for s in p.stages] if ok else [],
                      "gpus": len(per_gpu), "busiest": float(per_gpu.max() / p.period) if ok else math.nan,
@@ -168,7 +168,7 @@ def stash_cost(chain: Chain, platform: Platform, limits: Sequence[float | str | 
 
     rows = []
     for limit in limits:
-        row: dict[str, object] = {"limit": math.inf if limit is None else platform.with_(memory=limit).memory}
+        row: dict[str, object] = {"limit": math.inf if limit is None else platform.with_(memory=limit).memory_limit}
         for weights in ("stash", "single"):
             plat = platform.with_(memory=row["limit"], weights=weights)
             p = make_plan(chain, plat, method)

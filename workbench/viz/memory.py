@@ -122,7 +122,7 @@ def _limit_line(fig: go.Figure, limit: float | None, unit: Unit, **where: int) -
 def _bar_panel(plan: Plan, chain: Chain, platform: Platform) -> tuple[pd.DataFrame, float, float]:
     """The split of ``plan``, its limit and the top of what its chart shows (bytes)."""
     df = memory_split(plan, chain, platform)
-    limit = plan.memory_limit if math.isfinite(plan.memory_limit) else platform.memory
+    limit = plan.memory_limit if math.isfinite(plan.memory_limit) else platform.memory_limit
     top = max(float(df["total"].max()) if len(df) else 0.0,
               float(np.nanmax(df["reported"])) if df["reported"].notna().any() else 0.0,
               limit if math.isfinite(limit) else 0.0)

@@ -41,8 +41,9 @@ def policy_sweep(chain: Chain, platform: Platform, memories: Sequence[float | st
         for pol in policies:
             p = run_planner(chain, plat, method, activations=pol)
             ok = p.feasible and p.fits
-            rows.append({"memory": plat.memory, "activations": pol, "throughput": round(p.lower_bound / p.period, 4)
-                         if ok else 0.0, "period": p.period if ok else float("nan"),
+            rows.append({"memory": plat.memory_limit, "activations": pol,
+                         "throughput": round(p.lower_bound / p.period, 4) if ok else 0.0,
+                         "period": p.period if ok else float("nan"),
                          "peak": p.peak_memory if ok else float("nan"),
                          "chosen": (describe(p.activations) if p.activations else "keep") if ok else "no plan"})
     return pd.DataFrame(rows)

@@ -104,7 +104,7 @@ def _windows(v: Versions, chain: Chain, platform: Platform, T: float, links: Suf
     """The memory DP at period T over the rows of ``v``: per q, (D[q][0][0], q, argrow table)."""
     L = len(chain)
     tolT = T * (1 + CEIL_SLACK)
-    M = platform.memory * (1 + MEMORY_SLACK)
+    M = platform.memory_limit * (1 + MEMORY_SLACK)
     fits_T = v.FB + v.host <= tolT
     grp = v.i * _N + v.cls
     D_prev = None
@@ -171,7 +171,7 @@ def _least_memory(v: Versions, L: int, P: int) -> float:
 def least_memory_plan(chain: Chain, platform: Platform, links: SuffixLinks, T: float, deadline: float | None = None
                       ) -> tuple[float, tuple[list[tuple[int, int]], tuple[str, ...]] | None] | None:
     """The least memory any contiguous plan with per-layer policies needs (every stage one mini-batch in flight:
-    a period ``T`` at which every k is 1), exactly, and a plan of that memory if it fits ``platform.memory``
+    a period ``T`` at which every k is 1), exactly, and a plan of that memory if it fits ``platform.memory_limit``
     (its partition and policies; None if it does not); None when the exact versions go over their budget (the
     stages over :func:`step_budget`'s extension steps, or the rows over :data:`LEAST_MEMORY_ROWS`) or past
     ``deadline``. The versions of :func:`~workbench.planners.dp.versions.stage_versions` with ``memory_only``
@@ -194,7 +194,8 @@ def least_memory_plan(chain: Chain, platform: Platform, links: SuffixLinks, T: f
         else:
             lo = mid + 1
     need = float(values[hi])
-    return need, (_probe(v, chain, platform, T, links, None) if need <= platform.memory * (1 + MEMORY_SLACK) else None)
+    fits = need <= platform.memory_limit * (1 + MEMORY_SLACK)
+    return need, (_probe(v, chain, platform, T, links, None) if fits else None)
 
 
 def _memory_bound(chain: Chain, platform: Platform) -> float:
@@ -319,17 +320,17 @@ def auto_on_chain(chain: Chain, platform: Platform, allowed: Sequence[tuple[int,
                               complete=False)
         if unproven:
             return AutoAnswer(math.inf, None, None, (
-                f"no plan fits in {format_bytes(platform.memory)} per device even with recompute and offload "
+                f"no plan fits in {format_bytes(platform.memory_limit)} per device even with recompute and offload "
                 f"chosen per layer: even the least memory any policy gives each layer, with one mini-batch in "
                 f"flight, does not fit {platform.devices} devices"), t0)
         need = _least_memory(v, L, platform.devices) if len(v.A) else math.inf
         if not math.isfinite(need):     # the stages that fit cannot cover the chain: no least memory to name
             return AutoAnswer(math.inf, None, None, (
-                f"no contiguous plan fits in {format_bytes(platform.memory)} per device even with recompute and "
+                f"no contiguous plan fits in {format_bytes(platform.memory_limit)} per device even with recompute and "
                 f"offload chosen per layer: no {platform.devices} stages that fit, with one mini-batch in flight "
                 f"each, cover the {L} layers"), t0)
         return AutoAnswer(math.inf, None, None, (
-            f"no contiguous plan fits in {format_bytes(platform.memory)} per device even with recompute and "
+            f"no contiguous plan fits in {format_bytes(platform.memory_limit)} per device even with recompute and "
             f"offload chosen per layer: the least memory one needs on {platform.devices} devices is "
             f"{'' if v.exact else 'at least '}{format_bytes(need)} (one mini-batch in flight per stage)"), t0)
     bounds, pol = found.structure
@@ -356,8 +357,8 @@ def _settle_by_least_memory(chain: Chain, platform: Platform, links: SuffixLinks
     what = (f"the least memory one needs on {platform.devices} devices is {format_bytes(need)} (one mini-batch "
             "in flight per stage)" if math.isfinite(need) else
             f"no {platform.devices} stages that fit, with one mini-batch in flight each, cover the {len(chain)} layers")
-    return AutoAnswer(math.inf, None, None, f"no contiguous plan fits in {format_bytes(platform.memory)} per device "
-                                            f"even with recompute and offload chosen per layer: {what}", t0)
+    return AutoAnswer(math.inf, None, None, f"no contiguous plan fits in {format_bytes(platform.memory_limit)} "
+                                            f"per device even with recompute and offload chosen per layer: {what}", t0)
 
 
 def _lower_bound(chain: Chain, platform: Platform, v: Versions, links: SuffixLinks, t0: float, period: float,

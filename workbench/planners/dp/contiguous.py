@@ -287,7 +287,7 @@ def _dp_on_chain(chain: Chain, platform: Platform, budget: Budget) -> _Answer:
     if found is None:
         need, _ = least_contiguous_memory(chain, platform, tables)
         return _Answer(math.inf, None, None, (
-            f"no contiguous plan fits in {format_bytes(platform.memory)} per device: the least memory any "
+            f"no contiguous plan fits in {format_bytes(platform.memory_limit)} per device: the least memory any "
             f"contiguous plan on {platform.devices} devices needs is {format_bytes(need)} "
             f"(one mini-batch in flight per stage)"))
     why = "" if found.complete else (f"time limit reached: the best partition found; the optimum is at least "
@@ -399,7 +399,7 @@ def plan_dp(chain: Chain, platform: Platform, *, allocation: str = "contiguous",
     if allocation == "general":
         notes.append("dp is contiguous: this is the best contiguous plan (general allocations: use ilp)")
     auto = activations == "auto"
-    if auto and not math.isfinite(platform.memory):
+    if auto and not math.isfinite(platform.memory_limit):
         auto = False        # recompute and offload only add time or constraints
         notes.append("no memory limit: every layer keeps its activations (the best policy)")
     dag = graph and getattr(chain, "graph", None) is not None

@@ -161,7 +161,7 @@ def best_order(graph, devices: int, *, platform: Platform | None = None, max_sta
     w = np.array([graph.node[v].compute for v in order0], dtype=float)
     outb = np.array([graph.node[v].output_bytes for v in order0], dtype=float)
     succ_pos = [[pos0[s] for s in graph.successors[v]] for v in order0]
-    comm = platform is not None and (math.isfinite(platform.bandwidth) or platform.latency > 0)
+    comm = platform is not None and platform.comm_time(1.0) > 0      # links cost something
     link = platform if comm else None
 
     # default order, for comparison (and the guarantee never to do worse)

@@ -65,7 +65,7 @@ class StageTables:
         self.x = np.array([platform.host_time(l.offload_bytes) for l in chain.layers])
         self.px = np.concatenate([[0.0], np.cumsum(2 * self.x)])
         self.terms = t = layer_terms(chain, platform)
-        self.M = platform.memory
+        self.M = platform.memory_limit
         # the last stage i..L-1 (one mini-batch in flight) for every i: its F + B + host round trip, memory
         self.fb_last = self.pfb[L] - self.pfb[:L] + (self.px[L] - self.px[:L])
         self.mem_last = suffix_terms(t).memory(np.ones(L))

@@ -45,7 +45,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, replace
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -80,8 +80,8 @@ class Versions:
 
     ``i``, ``j``: the stage; ``cls``: which incoming context (policy of layer i-1) it belongs to;
     ``end``: its last layer's policy; ``FB``: forward + backward time with recomputation;
-    ``host``: its host round trip 2X/h; ``A``, ``static``, ``stash``, ``extra``: its memory terms
-    (``k A + static + (k-1) stash + extra``); ``node``: its node in ``tree`` (-1: a relaxation row, module
+    ``host``: its host round trip 2X/h (``Platform.host_time``); ``A``, ``static``, ``stash``, ``extra``: its memory
+    terms (``k A + static + (k-1) stash + extra``); ``node``: its node in ``tree`` (-1: a relaxation row, module
     docstring). ``exact``: no group was thinned (every row is real, nothing dropped but dominated versions).
     """
 
@@ -393,7 +393,7 @@ def stage_versions(chain: Chain, platform: Platform, ends: Mapping[int, Sequence
         pt, F = replace(pt, act=pt.act + pt.offloaded[None], offloaded=np.zeros_like(pt.offloaded)), np.zeros(L)
     keep = pt.keep
     cls_of = _classes(pt)
-    h = platform.host_bandwidth
+    host_time = platform.host_time
     todo = stage_ends(chain, max_load, ends)
     budget = ROW_BUDGET if row_budget is None else row_budget
     cap = VERSION_CAP if strict else group_cap(todo, cls_of, budget)
@@ -407,7 +407,7 @@ def stage_versions(chain: Chain, platform: Platform, ends: Mapping[int, Sequence
                                              "node")}
     tree = PolicyTree()
     exact = True
-    limit = platform.memory * (1 + MEMORY_SLACK)
+    limit = platform.memory_limit * (1 + MEMORY_SLACK)
     for i, want in todo.items():
         if not want:
             continue
@@ -434,7 +434,7 @@ def stage_versions(chain: Chain, platform: Platform, ends: Mapping[int, Sequence
                     break
                 if j in wanted:
                     _emit(rows, st, pt, keep, i, j, c, static0, stash, float(pF[j + 1] - pF[i] + pB[j + 1] - pB[i]),
-                          h)
+                          host_time)
                     used[0] += len(st)
                     if strict and used[0] > budget:
                         raise OverBudget(f"more than {budget} version rows")
@@ -445,7 +445,7 @@ def stage_versions(chain: Chain, platform: Platform, ends: Mapping[int, Sequence
 
 
 def _emit(rows: dict, st: _Flat, pt: PolicyTerms, keep, i: int, j: int, c: int, static0: float, stash: float,
-          fb: float, h: float) -> None:
+          fb: float, host_time: Callable[[np.ndarray], np.ndarray]) -> None:
     """Append the rows of stage i..j (class c): its real versions and relaxation rows."""
     step = stage_step(keep, i, j) + stage_created(keep, i, j) - stage_ties(keep, i, j).recv
     vR, vX, vS, vE, vB, vf, ve = st.v
@@ -460,7 +460,7 @@ def _emit(rows: dict, st: _Flat, pt: PolicyTerms, keep, i: int, j: int, c: int, 
     rows["cls"].append(np.full(n, c))
     rows["end"].append(end)
     rows["FB"].append(fb + R)
-    rows["host"].append(2 * X / h)
+    rows["host"].append(2 * host_time(X))
     rows["A"].append(S + st.H[first] + tail)
     rows["static"].append(static0 + X + keep.buf_in[i] + keep.buf_out[j])
     rows["stash"].append(np.full(n, stash))

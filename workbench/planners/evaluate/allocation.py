@@ -174,8 +174,10 @@ def resident_budget(al: Allocation, platform: Platform, device: int) -> float:
 
 
 def memory_ok(al: Allocation, platform: Platform, ks: Sequence[int], stages: Sequence[int]) -> bool:
-    M = platform.memory
-    if not math.isfinite(M) or not stages:
+    if not stages:
+        return True
+    M = platform.memory_of(al.dev[stages[0]])
+    if not math.isfinite(M):
         return True
     mem = sum(k * al.ka[s] + al.kc[s] for s, k in zip(stages, ks)) + al.extra[al.dev[stages[0]]]
     return mem <= M * (1 + MEMORY_SLACK)
@@ -190,7 +192,7 @@ def least_counts(al: Allocation, T: float) -> list[int]:
 def paths_fit(al: Allocation, platform: Platform, T: float) -> bool:
     """Necessary for a period <= T: every device fits its stages at :func:`least_counts` (memory only
     grows as T falls). The first test of :func:`_feasible_at`, cheap enough to run on its own."""
-    if not math.isfinite(platform.memory):
+    if not math.isfinite(platform.memory_limit):
         return T > 0
     if T <= 0:
         return False

@@ -140,9 +140,9 @@ def _maximal_vectors(al: Allocation, platform: Platform, stages: list[int], kmin
     hi = [kmax[s] for s in stages]
     if any(l > h for l, h in zip(lo, hi)):
         return []
-    if not math.isfinite(platform.memory):
+    if not math.isfinite(platform.memory_limit):
         return [tuple(hi)]                      # everything fits: only the top corner is maximal
-    limit = (platform.memory * (1 + MEMORY_SLACK) * (1 + PRUNE_SLACK)   # pruning only; leaves use memory_ok
+    limit = (platform.memory_limit * (1 + MEMORY_SLACK) * (1 + PRUNE_SLACK)   # pruning only; leaves use memory_ok
              - al.extra[al.dev[stages[0]]])
 
     def cost(i: int, k: int) -> float:
@@ -250,7 +250,7 @@ def _feasible_loose(al: Allocation, platform: Platform, T: float, kmin: list[int
     S = al.S
     tol = ORDER_SLACK * max(T, TINY) * 10
     ka, kc = al.ka, al.kc
-    lim = platform.memory * (1 + MEMORY_SLACK)
+    lim = platform.memory_limit * (1 + MEMORY_SLACK)
     per_dev: list = []
 
     def least_k(D) -> list[int]:

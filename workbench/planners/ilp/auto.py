@@ -64,7 +64,7 @@ def plan_ilp_auto(chain: Chain, platform: Platform, *, allocation: str = "contig
     """Best periodic plan with per-layer activation policies by the ILP (see the module docstring), under a
     memory limit (without one, :func:`workbench.planners.ilp.planner.plan_ilp` plans the keep ILP: recompute and
     offload only add time or constraints)."""
-    if not math.isfinite(platform.memory):
+    if not math.isfinite(platform.memory_limit):
         raise ValueError("plan_ilp_auto needs a memory limit (without one every layer keeps its activations)")
     opts = IlpOptions(rel_gap=rel_gap, threads=threads, log=log, solver_options=solver_options, activations="auto")
     run = Run(chain, platform, allocation, opts, Budget(time_limit))

@@ -77,7 +77,7 @@ def k_bounds(chain: Chain, platform: Platform, t_ub: float | None = None,
     total = chain.total_compute + 2 * comm
     struct = math.ceil(total / lb + COUNT_SLACK) + 2 * min(L - 1, 2 * platform.devices) + 2
     km = np.full(L, float(struct))
-    M = platform.memory
+    M = platform.memory_limit
     if math.isfinite(M):
         a, w0 = terms if terms is not None else memory_terms(chain, platform)
         for l in range(L):
@@ -95,7 +95,7 @@ def memory_period_bound(chain: Chain, platform: Platform, terms: tuple[np.ndarra
     period of any plan, contiguous or general (0 without a memory limit). Also at least
     ``max_l D_l / kmax_l``, with ``kmax_l`` the most copies of layer l alone a device holds.
     """
-    M = platform.memory
+    M = platform.memory_limit
     if not math.isfinite(M):
         return 0.0
     a, w0 = terms if terms is not None else memory_terms(chain, platform)

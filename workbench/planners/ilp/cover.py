@@ -273,8 +273,8 @@ def device_sets(chain: Chain, platform: Platform, t_max: float, *, limit: int = 
     lin = linear_terms(layer_terms(chain, platform))
     L = len(chain)
     masks, load = _masks_under_load(comp, t_max, limit)
-    t = _thresholds(masks, load, down, c, (a, lin.head, lin.tail, lin.buf_head, lin.buf_tail), w0, platform.memory,
-                    deadline=deadline, device_const=lin.const)
+    t = _thresholds(masks, load, down, c, (a, lin.head, lin.tail, lin.buf_head, lin.buf_tail), w0,
+                    platform.memory_limit, deadline=deadline, device_const=lin.const)
     keep = t <= t_max * (1 + COVER_SLACK)
     masks, t, load = masks[keep], t[keep], load[keep]
     low = np.zeros(len(masks), dtype=np.int64)
@@ -289,7 +289,7 @@ def device_sets(chain: Chain, platform: Platform, t_max: float, *, limit: int = 
         groups.append(g)
         keys.append([x[0] for x in g])
     return DeviceSets(L, platform.devices, t_max, masks, t, load, comp, down, a, w0, lin.head, lin.tail,
-                      lin.buf_head, lin.buf_tail, lin.const, groups, keys, c, platform.memory)
+                      lin.buf_head, lin.buf_tail, lin.const, groups, keys, c, platform.memory_limit)
 
 
 def _least_memory(ds: DeviceSets, T: float) -> np.ndarray:
@@ -397,7 +397,7 @@ def cover_bound(chain: Chain, platform: Platform, upper: float, *, deadline: flo
     counter = [0, upper]
     best = upper
     try:
-        for bott, _ in _covers(ds, upper, 0.0, least, platform.memory, deadline, counter):
+        for bott, _ in _covers(ds, upper, 0.0, least, platform.memory_limit, deadline, counter):
             best = min(best, bott)
             counter[1] = best  # only strictly better partitions from now on
     except _Deadline:
@@ -473,7 +473,7 @@ def cover_search(chain: Chain, platform: Platform, T_inc: float, *, deadline: fl
         least = _least_memory(ds, best_T)
         counter[1] = theta
         try:
-            for _, parts in _covers(ds, theta, theta_lo, least, platform.memory, deadline, counter):
+            for _, parts in _covers(ds, theta, theta_lo, least, platform.memory_limit, deadline, counter):
                 if deadline is not None and time.perf_counter() > deadline:
                     raise _Deadline   # polled per partition: each costs a feasibility test
                 if not ds.allocation_fits(parts, best_T):

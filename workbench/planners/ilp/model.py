@@ -204,7 +204,7 @@ def _scaled_instance(chain: Chain, platform: Platform, allocation: str, period: 
     f = chain.forward / t_ref
     b = chain.backward / t_ref
     c = np.array([platform.comm_time(chain.cut(l)) / t_ref if l < L - 1 else 0.0 for l in range(L)])
-    M = platform.memory
+    M = platform.memory_limit
     mem = math.isfinite(M)
     scale = M if mem else 1.0
     lin = linear_terms(layer_terms(chain, platform))
@@ -335,7 +335,7 @@ def _add_inflight(m: pyo.ConcreteModel, inp: _Inputs) -> None:
     L, f, K = d.L, d.f, inp.K
     m.k_window = pyo.Constraint(m.Lset, rule=lambda _m, l: m.k[l] >= m.tb[l] + m.bu[l] - m.tf[l])
     pt = inp.policies
-    host = (pt.offloaded[2] / inp.platform.host_bandwidth / d.t_ref) * 2 if pt is not None else np.zeros(L)
+    host = (inp.platform.host_time(pt.offloaded[2]) / d.t_ref) * 2 if pt is not None else np.zeros(L)
     if np.any(host > 0):
         add_host_link(m, host, f, d.u_hi, d.allocation == "general")   # k_gap with the host round trip
     else:

@@ -82,7 +82,7 @@ def packed_plan(chain: Chain, platform: Platform, bound: float, incumbent: Plan,
         if not stages:
             continue
         for by in (2, 3):
-            dev = pack(stages, platform.devices, platform.memory, float(T), by)
+            dev = pack(stages, platform.devices, platform.memory_limit, float(T), by)
             if dev is None:
                 continue
             a = [0] * len(chain)

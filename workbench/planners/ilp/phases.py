@@ -72,7 +72,7 @@ __all__ = ["solve_chain"]
 def feasibility_phase(run: Run) -> PhaseResult:
     """A bound on the memory any plan needs (every k = 1): above the limit, nothing fits."""
     run.need, run.why = need, why = least_memory_bound(run.chain, run.platform)
-    if need > run.platform.memory * (1 + REL_TOL):
+    if need > run.platform.memory_limit * (1 + REL_TOL):
         why = f"no plan fits in memory: {why}, above the limit"
         return run.result("feasibility", None, 0.0, "no plan fits: " + why,
                           Verdict("infeasible", notes=(why,), extra={"least_memory_bound": need}))
@@ -88,7 +88,7 @@ def incumbent_phase(run: Run, fine_dp: Plan | None) -> PhaseResult:
         dp = p if run.valid(p) else None
     inc = dp
     if isinstance(ws, Plan):
-        given = ws.with_(memory_limit=run.platform.memory)
+        given = ws.with_(memory_limit=run.platform.memory_limit)
         if given.feasible and len(given.assignment) == len(run.chain) and not check(given, run.chain, run.platform):
             inc = given if dp is None or not dp.period < given.period else dp
     if inc is None:
@@ -304,7 +304,7 @@ def _milp_verdict(run: Run, found: Plan | None, bound_T: float, tc: str, build_s
     dp_proves = (allocation == "contiguous" and inc is not None and inc.method == "dp"
                  and best.period >= inc.period * (1 - BETTER))
     notes: list[str] = []
-    if (status == "optimal" and excess_bounded and math.isfinite(run.platform.memory)
+    if (status == "optimal" and excess_bounded and math.isfinite(run.platform.memory_limit)
             and best.period > lb * (1 + rel_gap) and not dp_proves):
         # the MILP bounds each device's transient from above: its proof holds for that bound only
         status = "feasible"

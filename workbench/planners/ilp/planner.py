@@ -60,7 +60,7 @@ def plan_ilp(chain: Chain, platform: Platform, *, allocation: str = "contiguous"
                          f"{platform.devices_per_node} per node: its links are not all alike); plan it with dp")
     opts = _options(options, kwargs)
     if opts.activations == "auto":   # per-layer activation policies
-        if not math.isfinite(platform.memory):   # recompute and offload only add time or constraints
+        if not math.isfinite(platform.memory_limit):   # recompute and offload only add time or constraints
             keep = IlpOptions(rel_gap=opts.rel_gap, threads=opts.threads, log=opts.log,
                               solver_options=opts.solver_options)
             p = plan_ilp(chain, platform, allocation=allocation, time_limit=time_limit, options=keep)

@@ -165,5 +165,5 @@ def finish(run: Run, v: Verdict) -> Plan:
     budget.say(f"ilp: {v.status}, period {plan.period:.6g} s" + (f", gap {v.gap:.1%}{v.against}" if v.gap else "")
                + f" ({budget.elapsed():.1f} s)")
     return plan.with_(method="ilp", allocation=run.allocation, status=v.status, gap=v.gap,
-                      solve_seconds=budget.elapsed(), memory_limit=run.platform.memory,
+                      solve_seconds=budget.elapsed(), memory_limit=run.platform.memory_limit,
                       notes=tuple(plan.notes) + tuple(notes), extra={**plan.extra, **extra})

@@ -85,7 +85,7 @@ def _stage_memory(chain: Chain, platform: Platform, deadline=None):
     c2 = 2 * c
     apre = np.concatenate([[0.0], np.cumsum(a)])
     wpre = np.concatenate([[0.0], np.cumsum(w0)])
-    M = platform.memory
+    M = platform.memory_limit
     tol = 1 + LOAD_SLACK   # times against T, and bytes against M (MEMORY_SLACK: the same)
 
     def least(T: float, partition: bool = False):
@@ -148,7 +148,7 @@ def stage_path_bound(chain: Chain, platform: Platform, hi: float | None = None, 
     ``deadline`` (a ``perf_counter`` time, polled once per layer and step) it returns the
     largest period known not to fit so far: still a lower bound, less tight."""
     lb = lower_bound(chain, platform)
-    if not math.isfinite(platform.memory):
+    if not math.isfinite(platform.memory_limit):
         return lb
     state = {"lo": lb}
     try:
@@ -159,7 +159,7 @@ def stage_path_bound(chain: Chain, platform: Platform, hi: float | None = None, 
 
 def _bisect(chain: Chain, platform: Platform, lb: float, hi: float | None, rel: float, deadline, state: dict) -> float:
     """stage_path_bound's search; ``state["lo"]`` always holds a period known not to fit (or ``lb``)."""
-    cap = platform.devices * platform.memory * (1 + MEMORY_SLACK)
+    cap = platform.devices * platform.memory_limit * (1 + MEMORY_SLACK)
     least = _stage_memory(chain, platform, deadline)
 
     def fits(T: float) -> bool:
