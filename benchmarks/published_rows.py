@@ -13,7 +13,9 @@ operations the policy does not save, priced by the same kernel time model; the m
 (so such a row's memory is not checked).
 
 Only torchtitan's Llama-3.1-8B FSDP row on 8 H100s entered the calibration of the time model
-(``benchmarks/roofline.py``); every other row is HELD OUT: nothing was fitted to it.
+(``benchmarks/roofline.py``); every other row is HELD OUT: nothing was fitted to it. A row with ``tp > 1`` is
+evaluated on the per-rank tensor-parallel chain ``plan --parallel`` profiles for it (``RankChains(tp, mbs)``), its
+job (the parameters of MFU) from the tp = 1 chain, as ``plan --parallel`` takes it.
 
     .venv/bin/python benchmarks/published_rows.py          # a few minutes the first time (profiles), then seconds
 
@@ -37,11 +39,19 @@ llm-foundry MPT-70B, full, mbs 8               64 a100-80gb        379         4
 llm-foundry MPT-30B, full, mbs 3               8 a100-80gb         811         916          0.89
 llm-foundry MPT-13B, none, mbs 2               8 a100-80gb         2,370       2,262        1.05
 llm-foundry MPT-7B, none, mbs 6                8 a100-80gb         4,574       4,641        0.99
+NeMo Nemotron-4 15B, TP 4 DP 4, mbs 4          16 h100-sxm         3,876       5,826        0.67
+NeMo Nemotron-4 15B, TP 4 DP 16, mbs 4         64 h100-sxm         3,864       5,759        0.67
+NeMo Nemotron-4 15B, TP 2 DP 8, mbs 2          16 h100-sxm         4,280       5,966        0.72
+NeMo Llama-3-70B SFT, TP 4 PP 4x5 DP 2, mbs 1  32 h100-sxm         707         1,219        0.58
 =============================================  ==================  ==========  ===========  =====
 
-Held out: 9 of 10 within 15 %, all within 25 %. The miss, MPT-13B on H100 (+22 %), is the table's shortest
-step (0.86 s, one micro-batch a step): likely what a step pays once (the optimizer, the first gather and last
-reduce-scatter, NCCL's kernels taking SMs), which weighs most there.
+FSDP rows, held out: 9 of 10 within 15 %, all within 25 %. The miss, MPT-13B on H100 (+22 %), is the table's
+shortest step (0.86 s, one micro-batch a step): likely what a step pays once (the optimizer, the first gather and
+last reduce-scatter, NCCL's kernels taking SMs), which weighs most there. Tensor/pipeline-parallel rows (measured
+2026-11-30, held out): all four 28-42 % pessimistic; the reasons as read from their chains (docs/results.md,
+"Tensor- and pipeline-parallel rows"): the single-GPU profile of Hugging Face's eager model above NeMo's fused
+kernels, the TP all-reduces added to every layer, the gathered logits of a non-vocabulary-parallel loss, no
+sequence parallelism, and a pipeline fill and drain above interleaving's bubble.
 """
 
 from __future__ import annotations
