@@ -13,7 +13,13 @@ layout evaluator profile the rows' micro-batch sizes. This file holds builders o
   embedding), built as Hugging Face's GPT-2: LayerNorm, a GELU MLP of 4 d, attention through
   ``scaled_dot_product_attention``, learned positions of the sequence length (the benchmark table's ``NumParams``
   grows with the sequence by ``d_model`` a position, so those runs learned theirs); MPT has no biases, GPT-2's
-  are kept (a bias add per linear layer).
+  are kept (a bias add per linear layer);
+* ``nemotron4_15b_4096``: NVIDIA's Nemotron-4 15B as NeMo-Framework-Launcher's
+  ``launcher_scripts/conf/training/nemotron/nemotron_15b.yaml`` has it (32 layers, hidden 6144, MLP 24576 with
+  squared ReLU and no gate, 48 heads, 8 query groups, LayerNorm1p, rotary embedding on half of each head, no
+  biases, untied output, vocabulary 256000), built as Hugging Face's ``NemotronForCausalLM`` (whose default
+  config is this model but for its key/value heads), 4096 tokens;
+* ``llama3_70b_4096``: Llama-3-70B's shapes at 4096 tokens (NeMo's fine-tuning rows).
 """
 
 import os
@@ -96,3 +102,22 @@ def llama3_70b(sequence, batch):
 
 def llama3_70b_8192(batch_size=1):
     return llama3_70b(8192, batch_size)
+
+
+def llama3_70b_4096(batch_size=1):
+    return llama3_70b(4096, batch_size)
+
+
+def nemotron4(sequence, batch):
+    from transformers import NemotronConfig, NemotronForCausalLM
+
+    config = NemotronConfig(vocab_size=256000, hidden_size=6144, intermediate_size=24576, num_hidden_layers=32,
+                            num_attention_heads=48, num_key_value_heads=8, hidden_act="relu2",
+                            max_position_embeddings=sequence, tie_word_embeddings=False, use_cache=False)
+    with default_dtype(torch.bfloat16):
+        model = NemotronForCausalLM(config)
+    return (model, *_inputs(256000, batch, sequence), lm_loss)
+
+
+def nemotron4_15b_4096(batch_size=1):
+    return nemotron4(4096, batch_size)

@@ -89,3 +89,68 @@ def test_selective_op_lengthens_only_the_blocks_backward():
 def test_verdict_bands():
     assert pr.verdict(1.15) == "within 15 %" and pr.verdict(0.86) == "within 15 %"
     assert pr.verdict(1.2) == "within 25 %" and pr.verdict(0.74) == "MISSES 25 %"
+
+
+TP_PP_ROWS = [r for r in pr.ROWS if pr.row_tp(r) > 1 or Layout.parse(r.layout).pp > 1]
+
+
+def test_the_tensor_and_pipeline_parallel_rows_are_held_out_and_say_where_they_come_from():
+    assert len(TP_PP_ROWS) >= 4
+    for row in TP_PP_ROWS:
+        assert not row.calibration
+        assert "dgxc-benchmarking" in row.source and "commit" in row.source
+        assert row.gpu == "h100-sxm" and row.checkpointing == "none" and row.precision == "bf16-mixed"
+
+
+@pytest.mark.parametrize("row", TP_PP_ROWS, ids=lambda r: f"{r.name}-{r.gpus}")
+def test_a_tp_pp_rows_layout_is_the_published_one(row):
+    # the published tokens/s of the whole job over its GPUs, the step as the source states it
+    args = build_parser().parse_args(pr.plan_argv(row))
+    lay = Layout.parse(args.parallel)
+    published = {  # name, GPUs -> (tp, pp, vp, dp, mbs, gbs, seq, step seconds)
+        ("NeMo Nemotron-4 15B TP 4", 16): (4, 1, 1, 4, 4, 64, 4096, 2.812),
+        ("NeMo Nemotron-4 15B TP 4", 64): (4, 1, 1, 16, 4, 256, 4096, 2.845),
+        ("NeMo Nemotron-4 15B TP 2", 16): (2, 1, 1, 8, 2, 64, 4096, 2.746),
+        ("NeMo Llama-3-70B SFT TP 4 PP 4 VP 5", 32): (4, 4, 5, 2, 1, 32, 4096, 3.36),
+    }[(row.name, row.gpus)]
+    tp, pp, vp, dp, mbs, gbs, seq, step = published
+    assert (lay.tp, lay.pp, lay.chunks, lay.dp, lay.micro_batch_size) == (tp, pp, vp, dp, mbs)
+    assert (row.global_batch, row.sequence) == (gbs, seq)
+    # tokens/s per GPU agrees with the step time the source gives (its own rounding: within 0.1 %)
+    assert row.tokens_per_gpu == pytest.approx(gbs * seq / step / row.gpus, rel=1e-3)
+    assert lay.zero == 1                                      # Megatron's distributed optimizer
+    if pp > 1:
+        assert lay.schedule == "interleaved-1f1b"
+        assert (gbs // (dp * mbs)) % pp == 0                  # Megatron's interleaving needs whole rounds
+
+
+def test_row_tp_and_layout_labels():
+    assert pr.row_tp(pr.ROWS[0]) == 1 and pr.layout_label(pr.ROWS[0]) == "FSDP 8"
+    labels = {pr.layout_label(r) for r in TP_PP_ROWS}
+    assert labels == {"TP 4 DP 4", "TP 4 DP 16", "TP 2 DP 8", "TP 4 PP 4x5 DP 2"}
+
+
+def test_a_calibration_is_refused_for_a_tensor_parallel_row():
+    from workbench.profiles.kernel_time import H100_CALIBRATION
+
+    with pytest.raises(ValueError, match="tp=1 chains only"):
+        pr.evaluate_row(TP_PP_ROWS[0], H100_CALIBRATION, chain=object())
+
+
+def test_nemotron4_15b_is_the_launchers_shape():
+    import published_models as pm
+    import torch
+
+    with torch.device("meta"):
+        model, ids, targets, _ = pm.nemotron4_15b_4096(1)
+    block = model.model.layers[0]
+    # nemotron_15b.yaml: 32 layers, hidden 6144, ffn 24576 (squared ReLU, no gate), 48 heads, 8 query groups
+    assert len(model.model.layers) == 32 and ids.shape == (1, 4096)
+    assert block.self_attn.q_proj.weight.shape == (6144, 6144) and block.self_attn.k_proj.weight.shape == (1024, 6144)
+    assert block.mlp.up_proj.weight.shape == (24576, 6144) and not hasattr(block.mlp, "gate_proj")
+    assert model.lm_head.weight.shape == (256000, 6144) and model.lm_head.weight is not model.model.embed_tokens.weight
+    assert block.self_attn.q_proj.bias is None
+    # 12 l h^2 (1 + kv/heads) ... : 15.6 B parameters with both embeddings
+    n = sum(p.numel() for p in model.parameters())
+    attn = 6144 * 6144 * 2 + 6144 * 1024 * 2
+    assert n == pytest.approx(32 * (attn + 2 * 6144 * 24576) + 2 * 256000 * 6144, rel=1e-3)
