@@ -114,3 +114,15 @@ def test_torch_engine_extra_by_hand():
     middle = (2 * 4 - 2 - 1) * 10 + (2 * 4 - 2 - 1) * 3    # input and output
     last = (2 * 4 - 1 - 1) * 3 + 1 * 7                     # its input, its cached output
     assert torch_engine_extra(ch, stages, 2, 4) == [first + last, middle]
+
+
+def test_torch_engine_extra_with_one_send_kept():
+    # Schedule1F1B keeps one send each way: N + 1 inputs (its N receive buffers, one gradient sent back) and
+    # N + k outputs (k in flight, N gradient buffers) against the model's k + 1 each way
+    ch = Chain((Layer("a", 1, 1, 0, 10), Layer("b", 1, 1, 0, 3), Layer("c", 1, 1, 0, 7)), input_bytes=4)
+    stages = [Stage(0, 0, 0, 0, 0, 3), Stage(1, 1, 1, 0, 0, 2), Stage(2, 2, 0, 0, 0, 1)]
+    first = (4 - 1) * 10 + (4 - 3) * 4
+    middle = (4 - 2) * 10 + (4 - 1) * 3
+    last = (4 - 1) * 3 + 1 * 7
+    assert torch_engine_extra(ch, stages, 2, 4, sends_kept=1) == [first + last, middle]
+    assert torch_engine_extra(ch, stages, 2, 4, sends_kept=4) == torch_engine_extra(ch, stages, 2, 4)

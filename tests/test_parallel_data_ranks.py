@@ -61,3 +61,27 @@ def test_a_flushed_plan_steps_every_tied_copy_whatever_the_platform_says():
     stash, single = (Platform(2, optimizer="adam", weights=w) for w in ("stash", "single"))
     assert [rank_memory(made, chain, stash, layout, r) for r in (0, 1)] == \
         [rank_memory(made, chain, single, layout, r) for r in (0, 1)]
+
+
+def test_one_stage_per_rank_1f1b_keeps_one_send_each_way():
+    """torch's ``Schedule1F1B`` (the layout runtime's 1F1B with one stage per rank) waits for each send and keeps the
+    last: beyond the model a stage holds its N receive buffers and one input gradient sent back, ``N - k`` more inputs
+    and ``N - 1`` more output gradients (not ``2N - k - 1``, every send to the end of the step); GPipe keeps every
+    send (the bound as before)."""
+    from workbench.model.chain import Chain, Layer
+    from workbench.model.memory_views import torch_engine_extra
+    from workbench.parallel.data.ranks import sends_kept
+
+    chain = Chain(tuple(Layer(f"l{i}", 0.01, 0.02, 4e6, 1e6 + i) for i in range(4)), input_bytes=5e5)
+    platform, layout, n = Platform(2, weights="single", optimizer="adam"), Layout(pp=2), 4
+    made = plan(chain, platform, "1f1b", micro_batches=n)
+    assert sends_kept(made) == 1 and sends_kept(plan(chain, platform, "gpipe", micro_batches=n)) is None
+    first, last = made.stages
+    k0, k1 = first.in_flight, last.in_flight
+    extra = [rank_memory(made, chain, platform, layout, r) - rank_memory(made, chain, platform, layout, r,
+                                                                         engine=False) for r in (0, 1)]
+    by_hand = [(n - 1) * chain.cut(first.last) + (n - k0) * chain.input_bytes,
+               (n - k1) * chain.cut(last.first - 1) + k1 * chain.layers[last.last].activation_bytes]
+    assert extra == pytest.approx(by_hand)
+    every_send = torch_engine_extra(chain, made.stages, 2, n)
+    assert every_send[1] - extra[1] == pytest.approx((n - 1) * chain.cut(last.first - 1))   # the sends it drops

@@ -164,7 +164,8 @@ def _merged_peaks(chain: Chain, first: int, last: int, out: dict, saved: list[fl
         out["backward_fresh_peak_bytes"] = float(max(fresh, 0.0))
 
 
-def torch_engine_extra(chain: Chain, stages: Sequence, devices: int, micro_batches: int) -> list[float]:
+def torch_engine_extra(chain: Chain, stages: Sequence, devices: int, micro_batches: int,
+                       sends_kept: int | None = None) -> list[float]:
     """Per device, what torch's pipeline engine holds beyond the plan's memory when it runs
     ``micro_batches`` (N) micro-batches in one step (docs/model.md, "Runtime").
 
@@ -178,21 +179,31 @@ def torch_engine_extra(chain: Chain, stages: Sequence, devices: int, micro_batch
     ``(N - k)`` more inputs of the chain (stage 0) and ``k`` outputs of its last layer (the last
     stage). An upper bound near the end of a step, when every send is still held.
 
+    ``sends_kept``: the sends a stage keeps each way when fewer than every micro-batch's: torch's
+    ``Schedule1F1B`` waits for each send and keeps only the last (its input gradient until the next
+    backward; its outputs are in flight anyway), so a stage holds ``N + 1`` inputs (its N receive
+    buffers, the in-flight ones among them, and one gradient sent back) and ``N + k`` outputs:
+    ``(N - k) in_i`` and ``(N - 1) out_j`` more than the model (the general form: ``N + s - k - 1``
+    inputs, ``N + max(s, k) - k - 1`` outputs for s sends kept).
+
     >>> from workbench.model.chain import Chain, Layer
     >>> from workbench.model.plan import Stage
     >>> ch = Chain((Layer("a", 1, 1, 0, 10), Layer("b", 1, 1, 0, 3)), input_bytes=4)
     >>> torch_engine_extra(ch, [Stage(0, 0, 0, 0, 0, 2), Stage(1, 1, 1, 0, 0, 1)], 2, 8)
     [154.0, 143.0]
+    >>> torch_engine_extra(ch, [Stage(0, 0, 0, 0, 0, 2), Stage(1, 1, 1, 0, 0, 1)], 2, 8, sends_kept=1)
+    [94.0, 73.0]
     """
     out = [0.0] * devices
     n = max(int(micro_batches), 1)
+    sends = n if sends_kept is None else min(int(sends_kept), n)
     last = len(stages) - 1
     for i, s in enumerate(stages):
         k = int(s.in_flight)
         if i > 0:
-            out[s.device] += (2 * n - k - 1) * chain.cut(s.first - 1)
+            out[s.device] += max(n + sends - k - 1, 0) * chain.cut(s.first - 1)
         if i < last:
-            out[s.device] += (2 * n - k - 1) * chain.cut(s.last)
+            out[s.device] += max(n + max(sends, k) - k - 1, 0) * chain.cut(s.last)
         if i == 0:
             out[s.device] += max(n - k, 0) * float(chain.input_bytes)
         if i == last:

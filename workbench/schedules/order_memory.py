@@ -174,17 +174,19 @@ def _rows(acts: Sequence[Op], mine: list[int]) -> set[_Row]:
     return rows
 
 
-def engine_extra(plan, chain: Chain, platform: Platform, micro_batches: int) -> list[float]:
+def engine_extra(plan, chain: Chain, platform: Platform, micro_batches: int,
+                 sends_kept: int | None = None) -> list[float]:
     """Per device, what torch's engine holds beyond ``plan.memory`` when it runs the plan for
     ``micro_batches`` micro-batches in one step: for torch's multi-stage schedules the time-resolved
     peak above (:class:`OrderMemory` with ``engine=True``) less the plan's; for the others the bound of
-    :func:`workbench.model.memory_views.torch_engine_extra`."""
+    :func:`workbench.model.memory_views.torch_engine_extra` (``sends_kept`` the sends its schedule class keeps
+    per stage each way, None for every micro-batch's)."""
     from workbench.model.memory_views import torch_engine_extra
     from workbench.schedules.registry import schedule_of
     from workbench.schedules.torch_orders import torch_order
 
     if not schedule_of(plan.schedule).from_torch:
-        return torch_engine_extra(chain, plan.stages, plan.devices, micro_batches)
+        return torch_engine_extra(chain, plan.stages, plan.devices, micro_batches, sends_kept)
     S = len(plan.stages)
     om = OrderMemory(chain, platform, [s.device for s in plan.stages],
                      torch_order(plan.schedule, plan.devices, S // plan.devices, micro_batches))

@@ -12,12 +12,14 @@ the platform's training set-up with the layout's data-parallel group (:mod:`work
 
 plus, with ``engine=True`` (the default), what torch's pipeline engine holds beyond the model (receive buffers
 per micro-batch, the sends it keeps: :func:`workbench.runtime.summary.engine_extra`), since the runtime runs
-torch's engine. A flushed plan is predicted with one weight version whatever the platform says
-(:func:`rank_platform`): the layout runtime runs it on torch's engine, where every pipeline rank holding a copy of
-a tied parameter (GPT-2's head, tied to its embedding) keeps that copy's gradient and optimizer state and steps
-it; the PipeDream engine's terms (``weights="stash"``: the sharer sends its gradient to the owner, which keeps
-a receive buffer per mini-batch in flight) under-predicted that rank by the copy's Adam states (+17 % on
-GPT-2's last of 2 ranks). :func:`rank_memory_terms` splits the model's part by term.
+torch's engine; a 1F1B plan with one stage per pipeline rank runs torch's ``Schedule1F1B``, which keeps one send
+each way, not every micro-batch's (:func:`sends_kept`: GPT-2's last of 2 pipeline ranks was over-predicted by
+``N - 1`` input gradients, -2.1 % at tp 2). A flushed plan is predicted with one weight version whatever the
+platform says (:func:`rank_platform`): the layout runtime runs it on torch's engine, where every pipeline rank
+holding a copy of a tied parameter (GPT-2's head, tied to its embedding) keeps that copy's gradient and optimizer
+state and steps it; the PipeDream engine's terms (``weights="stash"``: the sharer sends its gradient to the owner,
+which keeps a receive buffer per mini-batch in flight) under-predicted that rank by the copy's Adam states
+(+17 % on GPT-2's last of 2 ranks). :func:`rank_memory_terms` splits the model's part by term.
 
 >>> from workbench.model.chain import Chain, Layer, Platform
 >>> from workbench.model.layout import Layout
@@ -36,7 +38,7 @@ from workbench.model.layout import Layout
 from workbench.model.plan import Plan
 from workbench.schedules.registry import schedule_of
 
-__all__ = ["rank_memory", "rank_memory_terms", "rank_platform", "pipeline_peaks", "single_stage"]
+__all__ = ["rank_memory", "rank_memory_terms", "rank_platform", "pipeline_peaks", "single_stage", "sends_kept"]
 
 
 def rank_platform(platform: Platform, layout: Layout, plan: Plan | None = None) -> Platform:
@@ -63,6 +65,25 @@ def single_stage(plan: Plan) -> bool:
     micro-batch's forward and backward in turn with no pipeline engine around them, as the model prices it
     (FSDP2 layer by layer, each micro-batch reduced: :mod:`workbench.model.memory_zero`)."""
     return len(plan.stages) == 1
+
+
+def sends_kept(plan: Plan) -> int | None:
+    """The sends the layout runtime's schedule keeps per stage each way (:mod:`workbench.parallel.run.pipeline`):
+    one for a plan torch runs with ``Schedule1F1B`` (one stage per pipeline rank; it waits for each send and keeps
+    the last), None (every micro-batch's, to the end of the step) for the others.
+
+    >>> from workbench.model.chain import Chain, Layer
+    >>> from workbench.planners import plan as make_plan
+    >>> ch = Chain(tuple(Layer(f"l{i}", 0.01, 0.02, 4e6, 1e6) for i in range(4)), input_bytes=1e6)
+    >>> [sends_kept(make_plan(ch, Platform(2), m, micro_batches=4)) for m in ("1f1b", "gpipe")]
+    [1, None]
+    """
+    from workbench.parallel.run.pipeline import SINGLE_STAGE_CLASSES
+    from workbench.schedules.registry import TORCH_SCHEDULES
+
+    if plan.schedule in TORCH_SCHEDULES or len(plan.stages) != plan.devices:
+        return None
+    return 1 if SINGLE_STAGE_CLASSES.get(plan.schedule) == "Schedule1F1B" else None
 
 
 def pipeline_peaks(plan: Plan, chain: Chain, platform: Platform) -> list[float]:
@@ -99,9 +120,14 @@ def rank_memory(plan: Plan, chain: Chain, platform: Platform, layout: Layout, ra
     model = pipeline_peaks(plan, chain, p)[pipeline]
     if not engine or single_stage(plan):       # one stage runs without torch's pipeline engine
         return float(model)
-    from workbench.runtime.summary import engine_extra
+    n, kept = int(plan.micro_batches or 1), sends_kept(plan)
+    if kept is None:
+        from workbench.runtime.summary import engine_extra
 
-    return float(model + engine_extra(plan, chain, p, int(plan.micro_batches or 1), "torch")[pipeline])
+        return float(model + engine_extra(plan, chain, p, n, "torch")[pipeline])
+    from workbench.schedules.order_memory import engine_extra as flushed_engine_extra
+
+    return float(model + flushed_engine_extra(plan, chain, p, n, kept)[pipeline])
 
 
 def rank_memory_terms(plan: Plan, chain: Chain, platform: Platform, layout: Layout, rank: int) -> dict[str, float]:
