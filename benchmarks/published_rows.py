@@ -39,19 +39,20 @@ llm-foundry MPT-70B, full, mbs 8               64 a100-80gb        379         4
 llm-foundry MPT-30B, full, mbs 3               8 a100-80gb         811         916          0.89
 llm-foundry MPT-13B, none, mbs 2               8 a100-80gb         2,370       2,262        1.05
 llm-foundry MPT-7B, none, mbs 6                8 a100-80gb         4,574       4,641        0.99
-NeMo Nemotron-4 15B, TP 4 DP 4, mbs 4          16 h100-sxm         3,876       5,826        0.67
-NeMo Nemotron-4 15B, TP 4 DP 16, mbs 4         64 h100-sxm         3,864       5,759        0.67
-NeMo Nemotron-4 15B, TP 2 DP 8, mbs 2          16 h100-sxm         4,280       5,966        0.72
-NeMo Llama-3-70B SFT, TP 4 PP 4x5 DP 2, mbs 1  32 h100-sxm         707         1,219        0.58
+NeMo Nemotron-4 15B, TP 4 DP 4, mbs 4          16 h100-sxm         4,029       5,826        0.69
+NeMo Nemotron-4 15B, TP 4 DP 16, mbs 4         64 h100-sxm         4,015       5,759        0.70
+NeMo Nemotron-4 15B, TP 2 DP 8, mbs 2          16 h100-sxm         4,252       5,966        0.71
+NeMo Llama-3-70B SFT, TP 4 PP 4x5 DP 2, mbs 1  32 h100-sxm         820         1,219        0.67
 =============================================  ==================  ==========  ===========  =====
 
 FSDP rows, held out: 9 of 10 within 15 %, all within 25 %. The miss, MPT-13B on H100 (+22 %), is the table's
 shortest step (0.86 s, one micro-batch a step): likely what a step pays once (the optimizer, the first gather and
-last reduce-scatter, NCCL's kernels taking SMs), which weighs most there. Tensor/pipeline-parallel rows (measured
-2026-11-30, held out): all four 28-42 % pessimistic; the reasons as read from their chains (docs/results.md,
-"Tensor- and pipeline-parallel rows"): the single-GPU profile of Hugging Face's eager model above NeMo's fused
-kernels, the TP all-reduces added to every layer, the gathered logits of a non-vocabulary-parallel loss, no
-sequence parallelism, and a pipeline fill and drain above interleaving's bubble.
+last reduce-scatter, NCCL's kernels taking SMs), which weighs most there. Tensor/pipeline-parallel rows (held
+out; re-measured 2026-12-01 with their sources' sequence parallelism and Megatron's vocabulary-parallel loss,
+``sp=1,lp=1``; 2026-11-30 without them: 0.67, 0.67, 0.72, 0.58): all four 29-33 % pessimistic; the reasons as
+read from their chains (docs/results.md, "Tensor- and pipeline-parallel rows"): the single-GPU profile of Hugging
+Face's eager model above NeMo's fused kernels, the TP collectives added to every layer (not overlapped), and a
+pipeline fill and drain above interleaving's bubble.
 """
 
 from __future__ import annotations
@@ -87,6 +88,10 @@ DGXC = "NVIDIA/dgxc-benchmarking"
 NEMO_H100_CONFIGS = "NVIDIA/NeMo scripts/performance/recommended_model_configs/model_configs_h100.csv"
 #: NeMo Framework Launcher 24.12's Nemotron-4 15B (shape, no recompute, sequence parallel, distributed Adam)
 NEMOTRON_YAML = "NVIDIA/NeMo-Framework-Launcher launcher_scripts/conf/training/nemotron/nemotron_15b.yaml"
+#: NeMo 2.0's performance scripts set sequence parallelism wherever tp > 1
+NEMO_PERF_SP = "NVIDIA/NeMo scripts/performance/helpers.py, set_primary_perf_configs (sequence_parallel = tp_size > 1)"
+#: Megatron-Core computes the loss vocabulary-parallel (its cross-entropy split over TP): lp=1 on every TP row
+MEGATRON_LOSS = "vocabulary-parallel loss: Megatron-Core's only cross-entropy under TP"
 
 
 @dataclass(frozen=True)
@@ -150,25 +155,26 @@ ROWS = (
     Row("NeMo Nemotron-4 15B TP 4", DGXC + " nemotron/README_15b.md (commit 0b71cfd), table \"Nemotron4 15b BF16 "
         "(TP=4, PP=1, MBS=4, GA=4)\", column 16x H100 (GBS=64): step 2.812 s, 93223 tokens/s; settings: "
         + NEMOTRON_YAML,
-        "nemotron4_15b_4096", "h100-sxm", 16, "tp=4,pp=1,dp=4,zero=1", 4, 64, 4096, "none", 93223.0 / 16, 0.6249,
-        note="sequence parallelism and TP communication overlap on (not modelled: plan --parallel profiles tp > 1 "
-             "without them)"),
+        "nemotron4_15b_4096", "h100-sxm", 16, "tp=4,pp=1,dp=4,zero=1,sp=1,lp=1", 4, 64, 4096, "none", 93223.0 / 16,
+        0.6249, note="sequence parallelism on (the YAML's sequence_parallel: True); " + MEGATRON_LOSS + "; TP "
+                     "communication overlap on (not modelled)"),
     Row("NeMo Nemotron-4 15B TP 4", DGXC + " nemotron/README_15b.md (commit 0b71cfd), same table, column 64x H100 "
         "(GBS=256): step 2.845 s, 368568 tokens/s; settings: " + NEMOTRON_YAML,
-        "nemotron4_15b_4096", "h100-sxm", 64, "tp=4,pp=1,dp=16,zero=1", 4, 256, 4096, "none", 368568.0 / 64, 0.6177,
-        note="as above"),
+        "nemotron4_15b_4096", "h100-sxm", 64, "tp=4,pp=1,dp=16,zero=1,sp=1,lp=1", 4, 256, 4096, "none",
+        368568.0 / 64, 0.6177, note="as above"),
     Row("NeMo Nemotron-4 15B TP 2", DGXC + " nemotron/README.md (commit 1f6d9f4), table \"Nemotron4 15b BF16 H100\", "
         "16x H100: step 2.746 s, 95463 tokens/s (layout: its H100 table, TP 2, PP 1, DP 8, MBS 2, GBS 64); "
         "recompute: " + NEMO_H100_CONFIGS + ", row pre_train nemotron4 15b bf16 (recompute_layers 0)",
-        "nemotron4_15b_4096", "h100-sxm", 16, "tp=2,pp=1,dp=8,zero=1", 2, 64, 4096, "none", 95463.0 / 16, 0.567,
-        note="NeMo 2.0 recipe; sequence parallelism assumed on (not modelled)"),
+        "nemotron4_15b_4096", "h100-sxm", 16, "tp=2,pp=1,dp=8,zero=1,sp=1,lp=1", 2, 64, 4096, "none", 95463.0 / 16,
+        0.567, note="NeMo 2.0 recipe; sequence parallelism on: " + NEMO_PERF_SP + "; " + MEGATRON_LOSS),
     Row("NeMo Llama-3-70B SFT TP 4 PP 4 VP 5", DGXC + " llama3/finetuning/README_70b.md (commit 8f5cbb3), table "
         "\"Llama3 70b Finetuning SFT BF16 (TP=4, PP=4, CP=1, VP=5)\", 32x H100 (GBS=32): step 3.36 s, 39009 tokens/s; "
         "sequence 4096, micro-batch 1, no recompute: " + NEMO_H100_CONFIGS + ", row sft llama3 70b bf16",
-        "llama3_70b_4096", "h100-sxm", 32, "tp=4,pp=4,dp=2,zero=1,schedule=interleaved-1f1b,chunks=5", 1, 32, 4096,
-        "none", 39009.0 / 32, 0.511,
+        "llama3_70b_4096", "h100-sxm", 32, "tp=4,pp=4,dp=2,zero=1,schedule=interleaved-1f1b,chunks=5,sp=1,lp=1", 1, 32,
+        4096, "none", 39009.0 / 32, 0.511,
         note="full-parameter SFT on sequences packed to 4096 tokens, priced as one 4096-token causal sequence; "
-             "Megatron's interleaved 1F1B as torch's interleaved-1f1b"),
+             "Megatron's interleaved 1F1B as torch's interleaved-1f1b; sequence parallelism on: " + NEMO_PERF_SP
+             + "; " + MEGATRON_LOSS),
 )
 
 
@@ -248,19 +254,31 @@ def row_tp(row: Row) -> int:
     >>> row_tp(ROWS[0]), row_tp(ROWS[-1])
     (1, 4)
     """
+    return row_switches(row)[0]
+
+
+def row_switches(row: Row) -> tuple[int, bool, bool]:
+    """(tp, sequence parallelism, vocabulary-parallel loss) of ``row``'s layout.
+
+    >>> row_switches(ROWS[0]), row_switches(ROWS[-1])
+    ((1, False, False), (4, True, True))
+    """
     from workbench.model.layout import Layout
 
-    return Layout.parse(row.layout).tp
+    lay = Layout.parse(row.layout)
+    return lay.tp, lay.sequence_parallel, lay.loss_parallel
 
 
 def base_chain(row: Row, cache: Path | None = None, tp: int = 1) -> Chain:
-    """The chain of one rank of ``row`` (``tp``, its micro-batch) as ``plan --parallel`` makes it: RankChains of
-    the module under fake tensors for the row's GPU (tp > 1: the per-rank tensor-parallel profile), cached by
-    content (``build/profiles``)."""
+    """The chain of one rank of ``row`` (``tp``, its micro-batch; for the row's tp its sequence parallelism and
+    loss) as ``plan --parallel`` makes it: RankChains of the module under fake tensors for the row's GPU (tp > 1:
+    the per-rank tensor-parallel profile), cached by content (``build/profiles``)."""
     from workbench.parallel.profiles import DEFAULT_CACHE, RankChains
 
     args = row_args(row)
-    return RankChains(args.module, gpu=args.gpu, cache=cache or REPO / DEFAULT_CACHE)(tp, row.micro_batch)
+    row_tp_, sp, lp = row_switches(row)
+    switches = {"sequence_parallel": sp, "loss_parallel": lp} if tp == row_tp_ and tp > 1 else {}
+    return RankChains(args.module, gpu=args.gpu, cache=cache or REPO / DEFAULT_CACHE)(tp, row.micro_batch, **switches)
 
 
 def priced(row: Row, chain: Chain, calibration: Calibration | None = None) -> Chain:
@@ -286,9 +304,12 @@ def evaluate_row(row: Row, calibration: Calibration | None = None, chain: Chain 
     first = priced(row, base_chain(row) if chain is None else chain, calibration)
     rank = first if tp == 1 else priced(row, base_chain(row, tp=tp))
 
-    def chain_for(t: int, mbs: int | None) -> Chain:
-        if (t, mbs) != (tp, row.micro_batch):
-            raise ValueError(f"{row.name}: only tp={tp} and micro-batch size {row.micro_batch} are profiled")
+    _, sp, lp = row_switches(row)
+
+    def chain_for(t: int, mbs: int | None, sequence_parallel: bool = False, loss_parallel: bool = False) -> Chain:
+        if (t, mbs, sequence_parallel, loss_parallel) != (tp, row.micro_batch, sp, lp):
+            raise ValueError(f"{row.name}: only tp={tp}, micro-batch size {row.micro_batch}, sp={int(sp)}, "
+                             f"lp={int(lp)} are profiled")
         return rank
 
     # the job (the parameters of MFU, the tokens of a sample) from the tp=1 chain, as plan --parallel takes it

@@ -125,7 +125,7 @@ def run_row(model: str, text: str, micro_batches: int, chains: dict) -> dict | N
     s = conclude_layout(cfg, parts, chain, platform, out=None, wall_seconds=wall, say=lambda *a, **k: None)
     errors = s["memory_error"]
     big = max(range(layout.devices), key=lambda r: s["memory_predicted"][r])
-    return {"model": model, "layout": layout.describe() + (", SP" if layout.sequence_parallel else ""),
+    return {"model": model, "layout": layout.describe(),
             "ranks": layout.devices, "grad": s["max_grad_error"],
             "predicted": s["memory_predicted"][big], "measured": s["memory_measured"][big], "lo": min(errors),
             "hi": max(errors), "wall": wall, "tied": s["tied_copies_equal"], "source": s["prediction"]}

@@ -67,7 +67,7 @@ def parse(job):
 
 def test_nvidias_llama3_70b_layout():
     job = job_from_plan(layout_plan([2] * 40, pp=8, chunks=5, schedule="interleaved-1f1b", tp=4, dp=2, zero=1,
-                                    sequence_parallel=True, micro_batches=64), seq_len=8192)
+                                    sequence_parallel=True, loss_parallel=True, micro_batches=64), seq_len=8192)
     args, flags = parse(job)
     assert (args.tensor_model_parallel_size, args.pipeline_model_parallel_size) == (4, 8)
     assert args.num_layers == 80 and args.num_layers_per_virtual_pipeline_stage == 2       # 80 / 8 / 2 = VP 5
@@ -125,8 +125,15 @@ def test_schedules_megatron_lacks_name_the_closest(schedule, closest):
         megatron_flags(job)
 
 
+def test_a_plan_with_gathered_logits_says_megatron_splits_the_loss():
+    gathered = megatron_flags(job_from_plan(layout_plan([2, 2], pp=2, tp=2), seq_len=2048))
+    split = megatron_flags(job_from_plan(layout_plan([2, 2], pp=2, tp=2, loss_parallel=True), seq_len=2048))
+    assert any("vocabulary-parallel" in n and "lp=1" in n for n in gathered.notes)
+    assert not any("vocabulary-parallel" in n for n in split.notes) and split.args == gathered.args
+
+
 def test_the_text_is_one_flag_per_line():
-    job = job_from_plan(layout_plan([2, 2], pp=2, tp=2, sequence_parallel=True), seq_len=2048)
+    job = job_from_plan(layout_plan([2, 2], pp=2, tp=2, sequence_parallel=True, loss_parallel=True), seq_len=2048)
     text = megatron_flags(job).text(["header"])
     lines = text.splitlines()
     assert lines[0] == "# header" and lines[1] == "export CUDA_DEVICE_MAX_CONNECTIONS=1"

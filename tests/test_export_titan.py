@@ -127,6 +127,16 @@ def test_zero_levels_and_activation_policies():
     _, s = _settings("uneven 1F1B, TP2, recompute")
     assert s.sections["activation_checkpoint"] == {"mode": "full"}
     assert "--parallelism.no_enable_sequence_parallel" in s.overrides
+    assert s.sections["parallelism"]["disable_loss_parallel"] is True and any("lp=1" in n for n in s.notes)
+
+
+def test_the_layouts_loss_parallel_is_torchtitans():
+    for lp in (False, True):
+        plan = layout_plan([2, 2], pp=2, tp=2, loss_parallel=lp)
+        s = torchtitan_settings(job_from_plan(plan, seq_len=2048))
+        assert s.sections["parallelism"]["disable_loss_parallel"] is (not lp)
+        assert any("disable_loss_parallel" in n for n in s.notes) is (not lp)
+        assert not any("loss_parallel" in x for x in s.overrides)      # torchtitan 0.3 has no such option
 
 
 def test_default_split_by_hand_and_the_split_settings():

@@ -110,3 +110,33 @@ def test_missing_pieces_are_named(made, capsys):
     assert main(["plan", "--profile", str(made["profile"]), "--devices", "4", "--global-batch", "8",
                  "--parallel", "tp=2,pp=1,dp=2"]) == 2
     assert "needs --module FILE.py:FUNC" in capsys.readouterr().err
+
+
+def test_sequence_parallel_and_split_loss_are_planned_on_their_profiles(made):
+    from workbench.front.cli import build_parser
+    from workbench.front.layouts import job_from_args
+    from workbench.model.layout import Layout
+    from workbench.parallel.evaluate import evaluate
+    from workbench.parallel.tensor.profile import tensor_parallel_profile
+
+    def planned(switches: str) -> dict:
+        out = made["tmp"] / f"tp2{switches.replace(',', '_').replace('=', '')}.json"
+        argv = made["argv"][:made["argv"].index("--parallel")] + [
+            "--parallel", f"tp=2,pp=1,dp=2,mbs=2{switches}", "--profile-cache", str(made["tmp"] / "cache"),
+            "--json", str(out), "-q"]
+        assert main(argv) == 0
+        return json.loads(out.read_text())
+
+    plain, sp, both = planned(""), planned(",sp=1"), planned(",sp=1,lp=1")
+    assert (plain["parallel"]["sequence_parallel"], plain["parallel"]["loss_parallel"]) == (False, False)
+    assert (sp["parallel"]["sequence_parallel"], sp["parallel"]["loss_parallel"]) == (True, False)
+    assert (both["parallel"]["sequence_parallel"], both["parallel"]["loss_parallel"]) == (True, True)
+    assert max(both["memory"]) < max(sp["memory"]) < max(plain["memory"])
+    # the plan's memory is the layout evaluated on the sequence-parallel profile made directly, uncached
+    direct = tensor_parallel_profile(f"{made['module']}:build", "h100-sxm", 2, sequence_parallel=True,
+                                     micro_batch_size=2, cache=False)
+    args = build_parser().parse_args(made["argv"])
+    e = evaluate(job_from_args(args, direct), Layout.parse("tp=2,pp=1,dp=2,mbs=2,sp=1"),
+                 lambda tp, mbs, **kw: direct, "keep")
+    assert max(sp["memory"]) == pytest.approx(e.peak)
+    assert Plan.from_json(json.dumps(sp)).parallel["parallel"]["sequence_parallel"] is True

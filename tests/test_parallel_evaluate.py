@@ -91,3 +91,20 @@ def test_extended_flush_within_its_stated_error(schedule):
     exact = schedule in ("1f1b", "gpipe", "looped-bfs")
     assert abs(error) <= (1e-9 if exact else 0.015), f"{schedule}: {error:+.3%}"
     assert max(ext.memory) == pytest.approx(max(whole.memory), rel=0.01)
+
+
+def test_a_layouts_switches_choose_its_chain():
+    lean = Chain(tuple(Layer(f"l{i}", 0.01, 0.02, 4e6, 1e6, 1e6, grad_bytes=4e6) for i in range(8)), input_bytes=1e6,
+                 meta={"dtype": "float32", "device": "cuda (test)"})
+    calls = []
+
+    def chain_for(tp: int, mbs: int, sequence_parallel: bool = False, loss_parallel: bool = False) -> Chain:
+        calls.append((tp, sequence_parallel, loss_parallel))
+        return lean if sequence_parallel else chain()
+
+    plain = evaluate(job(), Layout(tp=2, pp=2, dp=2, schedule="1f1b"), chain_for)
+    sp = evaluate(job(), Layout(tp=2, pp=2, dp=2, schedule="1f1b", sequence_parallel=True), chain_for)
+    assert calls == [(2, False, False), (2, True, False)]
+    assert max(sp.memory) < max(plain.memory), (sp.memory, plain.memory)
+    with pytest.raises(ValueError, match="sequence_parallel: this chain source has no such per-rank profile"):
+        evaluate(job(), Layout(tp=2, pp=2, dp=2, sequence_parallel=True), lambda tp, mbs: chain())

@@ -81,3 +81,39 @@ def test_repeat_blocks_makes_the_80_block_chain_of_llama3_70b_from_2_blocks():
     bad = type(short)((short.layers[0], dataclasses.replace(odd, forward=odd.forward * 2)) + short.layers[2:])
     with pytest.raises(ValueError, match="differs"):
         repeat_blocks(bad, 80)
+
+
+TINY = '''
+from workbench.parallel.tensor.tiny import tiny_llama
+
+
+def build(batch_size=2):
+    return tiny_llama(batch_size)
+'''
+
+
+def test_sequence_parallel_and_the_split_loss_are_profiles_of_their_own(tmp_path):
+    from workbench.parallel.tensor.profile import tensor_parallel_profile
+
+    module = tmp_path / "tiny.py"
+    module.write_text(textwrap.dedent(TINY))
+    cache = tmp_path / "cache"
+    files = lambda: len(list(cache.rglob("*.csv")))  # noqa: E731
+    rc = RankChains(f"{module}:build", gpu="h100-sxm", cache=cache)
+    plain = rc(2, 2)
+    made = files()
+    sp = rc(2, 2, sequence_parallel=True)
+    assert files() == made + 1                                       # cached apart from sp=0
+    assert RankChains(f"{module}:build", gpu="h100-sxm", cache=cache)(2, 2, sequence_parallel=True) == sp
+    assert files() == made + 1                                       # and read back
+    direct = tensor_parallel_profile(f"{module}:build", "h100-sxm", 2, sequence_parallel=True, micro_batch_size=2,
+                                     cache=False)
+    assert [l.saved_bytes for l in sp.layers] == [l.saved_bytes for l in direct.layers]
+    assert sp.meta["sequence_parallel"] == "true" and "reduce_scatter" in sp.meta["tp_collectives"]
+    blocks = [i for i, l in enumerate(plain.layers) if ".layers." in l.name]
+    assert blocks and all(sp.layers[i].saved_bytes < plain.layers[i].saved_bytes for i in blocks)
+    lp = rc(2, 2, loss_parallel=True)
+    assert files() == made + 2 and lp.meta["loss_parallel"] == "true"
+    assert lp.layers[-1].activation_bytes * 2 == pytest.approx(plain.layers[-1].activation_bytes)   # logits split
+    with pytest.raises(ValueError, match="tp=1: sequence parallelism"):
+        rc(1, 2, sequence_parallel=True)

@@ -72,3 +72,20 @@ def test_nothing_fits_says_the_least_memory():
     assert result.best is None
     least = result.least_memory()
     assert 1e9 < least < float("inf")
+
+
+def test_the_switches_asked_are_tried_for_tp_above_one_each_on_its_chain():
+    asked = []
+
+    def switched(tp: int, mbs: int | None, sequence_parallel: bool = False, loss_parallel: bool = False) -> Chain:
+        asked.append((tp, sequence_parallel, loss_parallel))
+        return CHAINS[mbs or 1]
+
+    result = search(job("40GB"), switched, micro_batch_sizes=(1,), tps=(1, 2), prune=False,
+                    sequence_parallel=(False, True), loss_parallel=(True,))
+    seen = {(e.layout.tp, e.layout.sequence_parallel, e.layout.loss_parallel) for e in result.evaluated}
+    assert seen == {(1, False, False), (2, False, True), (2, True, True)}
+    assert set(asked) == seen | {(1, False, False)}
+    plain = search(job("40GB"), chain_for, micro_batch_sizes=(1,), tps=(1, 2), sequence_parallel=(True,))
+    assert all(e.layout.tp == 1 for e in plain.evaluated)        # a chain source without the switch: not profiled
+    assert any("tp=2" in n and "sequence parallel" in n for n in plain.notes)

@@ -2,15 +2,18 @@
 (docs/model.md, "Layouts").
 
     plan --module FILE.py:FUNC [--fake --gpu NAME] --devices N [--devices-per-node K] [--node-bandwidth B]
-         --global-batch G --parallel auto|tp=T,pp=P,dp=D[,zero=Z] [--method M] [--chunks V]
+         --global-batch G --parallel auto[,sp=S][,lp=L]|tp=T,pp=P,dp=D[,zero=Z][,sp=S][,lp=L] [--method M]
+         [--chunks V]
          [--activations keep|recompute|auto] [--optimizer ...] [--precision ...] --json OUT
 
 The model is profiled as ``profile`` would (``--fake --gpu``: under fake tensors for that GPU; else on this
 machine), once per tensor-parallel degree and micro-batch size, cached by content
 (:class:`workbench.parallel.profiles.RankChains`); ``--profile FILE`` instead gives the chain of ``tp = 1`` and
 its batch. ``--parallel auto`` searches every layout (:func:`workbench.parallel.search.search`), prints the
-frontier and writes the fastest that fits with the whole frontier; ``--parallel tp=..,pp=..,dp=..`` evaluates
-one (:func:`workbench.parallel.evaluate.evaluate`). Bad input (a layout that is not ``--devices``, a ``tp``
+frontier and writes the fastest that fits with the whole frontier (``auto,sp=1,lp=1``: its ``tp > 1`` layouts
+with sequence parallelism and the vocabulary-parallel loss, each on its own per-rank profile);
+``--parallel tp=..,pp=..,dp=..`` evaluates one (:func:`workbench.parallel.evaluate.evaluate`), ``sp=1``/``lp=1``
+on the per-rank profile with them. Bad input (a layout that is not ``--devices``, a ``tp``
 larger than a node or not dividing the heads, a global batch the micro-batches and ``dp`` do not divide, a
 ``zero`` the schedule cannot shard) is one ``error:`` line, exit 2; a layout that fits nowhere says the least
 memory it needs per rank (exit 2).
@@ -30,9 +33,9 @@ from workbench.front.planning import _progress, chain_from_args, platform_from_a
 from workbench.model.chain import Chain
 from workbench.model.layout import Layout
 from workbench.model.units import format_bytes
-from workbench.parallel.evaluate import ChainFor, Evaluation, Job, evaluate, pipeline_platform
+from workbench.parallel.evaluate import ChainFor, Evaluation, Job, evaluate, pipeline_platform, rank_chain
 
-__all__ = ["layout_command", "job_from_args", "tokens_per_sample", "model_parameters", "layout_plan",
+__all__ = ["layout_command", "auto_switches", "job_from_args", "tokens_per_sample", "model_parameters", "layout_plan",
            "frontier_table", "MFU_CONVENTION"]
 
 MFU_CONVENTION = ("6 N FLOPs per token (forward 2 N, backward 4 N), N the parameters of every layer but an input "
@@ -83,8 +86,8 @@ def _chains(args: argparse.Namespace, progress: Callable[[str], None] | None) ->
         chain = chain_from_args(args)
         example = int(chain.meta.get("batch_size", 1) or 1)
 
-        def from_profile(tp: int, mbs: int | None) -> Chain:
-            if tp != 1 or (mbs is not None and mbs != example):
+        def from_profile(tp: int, mbs: int | None, **switches: bool) -> Chain:
+            if tp != 1 or (mbs is not None and mbs != example) or any(switches.values()):
                 raise ValueError(f"--profile {args.profile} is the chain of tp=1 and micro-batch size {example}; "
                                  f"tp={tp}, micro-batch size {mbs} needs --module FILE.py:FUNC")
             return chain
@@ -98,13 +101,17 @@ def _chains(args: argparse.Namespace, progress: Callable[[str], None] | None) ->
     example = int(first.meta.get("batch_size", 1) or 1)
     sizes = rc.micro_batch_sizes()
     if sizes == (None,):
-        def fixed(tp: int, mbs: int | None) -> Chain:
+        def fixed(tp: int, mbs: int | None, **switches: bool) -> Chain:
             if mbs is not None and mbs != example:
                 raise ValueError(f"micro-batch size {mbs}: {args.module} takes no batch_size; its batch is {example}")
-            return rc(tp, None)
+            return rc(tp, None, **switches)
 
         return fixed, first, (example,)
-    return (lambda tp, mbs: rc(tp, None if mbs == example else mbs)), first, tuple(s for s in sizes if s is not None)
+
+    def sized(tp: int, mbs: int | None, **switches: bool) -> Chain:
+        return rc(tp, None if mbs == example else mbs, **switches)
+
+    return sized, first, tuple(s for s in sizes if s is not None)
 
 
 def job_from_args(args: argparse.Namespace, first: Chain) -> Job:
@@ -133,10 +140,30 @@ def _layout_arg(args: argparse.Namespace) -> Layout:
     return layout.with_(**changes) if changes else layout
 
 
+def auto_switches(text: str) -> tuple[bool, bool] | None:
+    """(sequence parallelism, vocabulary-parallel loss) of ``--parallel auto[,sp=S][,lp=L]`` for the search's
+    ``tp > 1`` layouts; None when ``text`` is a layout, not ``auto``.
+
+    >>> auto_switches("auto"), auto_switches("auto, sp=1"), auto_switches("tp=2")
+    ((False, False), (True, False), None)
+    >>> auto_switches("auto,pp=2")
+    Traceback (most recent call last):
+    ValueError: --parallel auto,pp=2: auto takes only sp= and lp= (the search chooses the rest)
+    """
+    head, _, rest = text.strip().partition(",")
+    if head.strip().lower() != "auto":
+        return None
+    keys = [p.partition("=")[0].strip().lower() for p in rest.split(",") if p.strip()]
+    if any(k not in ("sp", "lp", "sequence_parallel", "loss_parallel") for k in keys):
+        raise ValueError(f"--parallel {text}: auto takes only sp= and lp= (the search chooses the rest)")
+    switches = Layout.parse(f"tp=2,{rest}") if rest.strip() else Layout(tp=2)
+    return switches.sequence_parallel, switches.loss_parallel
+
+
 def layout_command(args: argparse.Namespace) -> int:
     """``plan --parallel ...`` (the module docstring); 0 when the layout fits, 2 when none does."""
     _check_args(args)
-    auto = args.parallel.strip().lower() == "auto"
+    auto = auto_switches(args.parallel) is not None
     if not auto:
         layout = _layout_arg(args)
         layout.check(args.devices, args.devices_per_node)      # before anything is profiled
@@ -164,8 +191,9 @@ def _auto(args: argparse.Namespace, job: Job, chain_for: ChainFor, first: Chain,
     if args.method:
         method_of(args.method)
     acts = (args.activations,) if args.activations else None
+    sp, lp = auto_switches(args.parallel) or (False, False)
     result = search(job, chain_for, micro_batch_sizes=sizes, schedules=schedules, chunks=args.chunks, tps=tps,
-                    activations=acts, progress=progress)
+                    activations=acts, progress=progress, sequence_parallel=(sp,), loss_parallel=(lp,))
     if tps == (1,):
         result.notes.append("tp > 1 not searched: it needs --module with --fake and per-rank tensor-parallel "
                             "profiles (workbench.parallel.tensor)")
@@ -216,7 +244,7 @@ def layout_plan(e: Evaluation, job: Job, chain_for: ChainFor, args: argparse.Nam
     if "extrapolated_from" in e.plan.extra and (lay.micro_batches or 1) * lay.pp * lay.chunks <= EXACT_FLUSH:
         exact = evaluate(job, lay, chain_for, e.activations, extrapolate=False)
         e = exact if exact.plan is not None and exact.plan.feasible else e
-    chain = chain_for(lay.tp, lay.micro_batch_size)
+    chain = rank_chain(chain_for, lay)
     platform = pipeline_platform(job, lay)
     plan = e.plan if "extrapolated_from" in e.plan.extra else recheck(e.plan, chain, platform)
     parallel = {"parallel": e.layout.to_dict(), "global_batch": job.global_batch,

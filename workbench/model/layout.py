@@ -4,8 +4,11 @@ A :class:`Layout` is tensor-parallel degree ``tp`` x pipeline degree ``pp`` x da
 (their product is the number of GPUs), the data-parallel sharding ``zero`` (0: DDP, gradients all-reduced;
 1: optimizer state sharded over the ``dp`` group; 2: and gradients; 3: FSDP, parameters too, all-gathered
 per layer), the micro-batch size, the micro-batches per optimizer step of each pipeline, the pipeline
-schedule (a method of :mod:`workbench.methods`) with its stages per rank (``chunks``), and sequence
-parallelism for the norms under ``tp``. Today's pipeline plans are the layout ``tp=1, dp=1``.
+schedule (a method of :mod:`workbench.methods`) with its stages per rank (``chunks``), and two choices of
+tensor parallelism (``tp > 1`` only): sequence parallelism (``sp``: the norms and dropouts on ``sequence / tp``
+positions, Megatron's ``--sequence-parallel``) and the vocabulary-parallel loss (``lp``: the logits kept split
+over the vocabulary for the cross-entropy, as Megatron always computes it and torchtitan's ``loss_parallel``;
+off by default, the logits gathered on every rank). Today's pipeline plans are the layout ``tp=1, dp=1``.
 
 Ranks are numbered as torchtitan's device mesh ``["pp", "dp", "tp"]`` numbers them: ``tp`` innermost (a
 tensor-parallel group is ``tp`` consecutive ranks, so it sits in one node), then ``dp``, then ``pp``:
@@ -39,7 +42,9 @@ ZERO_LEVELS = (0, 1, 2, 3)
 _KEYS = {"tp": "tp", "pp": "pp", "dp": "dp", "zero": "zero", "mbs": "micro_batch_size",
          "micro_batch_size": "micro_batch_size", "mb": "micro_batches", "micro_batches": "micro_batches",
          "schedule": "schedule", "method": "schedule", "chunks": "chunks", "vp": "chunks", "sp": "sequence_parallel",
-         "sequence_parallel": "sequence_parallel"}
+         "sequence_parallel": "sequence_parallel", "lp": "loss_parallel", "loss_parallel": "loss_parallel"}
+#: the on/off choices of tensor parallelism: field and the short key users type
+_SWITCHES = {"sequence_parallel": "sp", "loss_parallel": "lp"}
 _INTS = ("tp", "pp", "dp", "zero", "micro_batch_size", "micro_batches", "chunks")
 
 
@@ -63,6 +68,7 @@ class Layout:
     schedule: str | None = None
     chunks: int = 1
     sequence_parallel: bool = False
+    loss_parallel: bool = False
 
     def __post_init__(self) -> None:
         for name in _INTS:
@@ -74,8 +80,13 @@ class Layout:
                 raise ValueError(f"layout: {name} must be a whole number >= {low}, got {value!r}")
         if self.zero not in ZERO_LEVELS:
             raise ValueError(f"layout: zero must be one of 0, 1, 2, 3 (0 DDP ... 3 FSDP), got {self.zero}")
-        if not isinstance(self.sequence_parallel, bool):
-            raise ValueError(f"layout: sequence_parallel must be true or false, got {self.sequence_parallel!r}")
+        for name, short in _SWITCHES.items():
+            value = getattr(self, name)
+            if not isinstance(value, bool):
+                raise ValueError(f"layout: {name} must be true or false, got {value!r}")
+            if value and self.tp == 1:
+                raise ValueError(f"layout: {short}=1 ({name.replace('_', ' ')}) splits over the tensor-parallel "
+                                 "group, but tp=1")
 
     @property
     def devices(self) -> int:
@@ -141,10 +152,16 @@ class Layout:
         return self
 
     def describe(self) -> str:
-        """``'TP 4 x PP 8 x DP 2, ZeRO-1'``; the schedule, virtual stages and micro-batching when set."""
+        """``'TP 4 x PP 8 x DP 2, ZeRO-1'``; sequence parallelism (``SP``), the vocabulary-parallel loss
+        (``LP``), the schedule, virtual stages and micro-batching when set.
+
+        >>> Layout.parse("tp=2,dp=2,sp=1,lp=1").describe()
+        'TP 2 x PP 1 x DP 2, DDP, SP, LP'
+        """
         text = f"TP {self.tp} x PP {self.pp} x DP {self.dp}"
         if self.dp > 1:
             text += {0: ", DDP", 3: ", FSDP"}.get(self.zero, f", ZeRO-{self.zero}")
+        text += ", SP" * self.sequence_parallel + ", LP" * self.loss_parallel
         if self.schedule:
             text += f", {self.schedule}" + (f" x{self.chunks}" if self.chunks > 1 else "")
         if self.micro_batch_size is not None:
@@ -177,11 +194,11 @@ class Layout:
     @classmethod
     def parse(cls, text: str) -> "Layout":
         """A layout from ``"tp=4,pp=8,dp=2,zero=1"`` (also ``mbs=``, ``mb=``, ``schedule=``, ``chunks=``,
-        ``sp=``); a missing degree is 1.
+        ``sp=``, ``lp=``); a missing degree is 1.
 
         >>> Layout.parse("tp=2, dp=4, zero=3, mbs=1, sp=1")
         Layout(tp=2, pp=1, dp=4, zero=3, micro_batch_size=1, micro_batches=None, schedule=None, chunks=1, \
-sequence_parallel=True)
+sequence_parallel=True, loss_parallel=False)
         >>> Layout.parse("tp=2,pp=two")
         Traceback (most recent call last):
         ValueError: --parallel tp=2,pp=two: pp must be a whole number, got 'two'
@@ -193,7 +210,7 @@ sequence_parallel=True)
             key, sep, value = (s.strip() for s in part.partition("="))
             if not sep or key.lower() not in _KEYS:
                 raise ValueError(f"--parallel {text}: {part!r} is not KEY=VALUE with KEY one of "
-                                 f"tp, pp, dp, zero, mbs, mb, schedule, chunks, sp")
+                                 f"tp, pp, dp, zero, mbs, mb, schedule, chunks, sp, lp")
             name = _KEYS[key.lower()]
             if name in fields:
                 raise ValueError(f"--parallel {text}: {key} is given twice")
@@ -208,12 +225,12 @@ def _value(name: str, value: str, text: str) -> Any:
     """One ``--parallel`` value as its field's type."""
     if name == "schedule":
         return value
-    if name == "sequence_parallel":
+    if name in _SWITCHES:
         if value.lower() in ("1", "true", "yes", "on"):
             return True
         if value.lower() in ("0", "false", "no", "off"):
             return False
-        raise ValueError(f"--parallel {text}: sp must be 0 or 1, got {value!r}")
+        raise ValueError(f"--parallel {text}: {_SWITCHES[name]} must be 0 or 1, got {value!r}")
     try:
         return int(value)
     except ValueError:

@@ -7,8 +7,9 @@ whose ``devices`` is their number, with its nodes, links, memory and training se
 ``micro_batches`` is ``global_batch / (dp x micro_batch_size)``.
 
 :func:`evaluate` plans the pipeline of one data-parallel replica of tensor-parallel rank 0 with the workbench's
-planners (``plan``'s methods) on the chain of one rank (``chain_for(tp, micro_batch_size)``: tensor-parallel
-shards for tp > 1) and a platform of ``pp`` devices whose memory model knows the rank's data-parallel group
+planners (``plan``'s methods) on the chain of one rank (:func:`rank_chain`: ``chain_for(tp, micro_batch_size)``,
+tensor-parallel shards for tp > 1, with the layout's sequence parallelism and vocabulary-parallel loss) and a
+platform of ``pp`` devices whose memory model knows the rank's data-parallel group
 (``Platform.dp``, ``Platform.zero``: :mod:`workbench.model.memory_zero`), so every planner plans under the
 memory a rank really has. The step is
 
@@ -48,10 +49,39 @@ from workbench.model.tolerances import REL_TOL
 from workbench.parallel.data import time as dptime
 
 __all__ = ["Job", "Evaluation", "evaluate", "complete_layout", "pipeline_platform", "extrapolation_points",
-           "ChainFor", "rank_memory", "optimizer_seconds", "data_parallel_ring", "plan_pipeline", "step_parts"]
+           "ChainFor", "rank_chain", "rank_memory", "optimizer_seconds", "data_parallel_ring", "plan_pipeline",
+           "step_parts"]
 
-#: ``chain_for(tp, micro_batch_size)``: the chain of one rank of a tensor-parallel group of ``tp``
-ChainFor = Callable[[int, int], Chain]
+#: ``chain_for(tp, micro_batch_size)``: the chain of one rank of a tensor-parallel group of ``tp``; called with the
+#: keywords ``sequence_parallel=True`` / ``loss_parallel=True`` for a layout that sets them (:func:`rank_chain`)
+ChainFor = Callable[..., Chain]
+
+
+def rank_chain(chain_for: ChainFor, layout: Layout) -> Chain:
+    """The chain of one rank of ``layout``: ``chain_for(tp, micro_batch_size)``, with ``sequence_parallel`` and
+    ``loss_parallel`` passed when the layout sets them (a chain source that does not take them is refused in one
+    line: it would plan the layout on the profile without them).
+
+    >>> rank_chain(lambda tp, mbs, **kw: (tp, mbs, kw), Layout(tp=2, micro_batch_size=1, sequence_parallel=True))
+    (2, 1, {'sequence_parallel': True})
+    >>> rank_chain(lambda tp, mbs: None, Layout(tp=2, loss_parallel=True))
+    Traceback (most recent call last):
+    ValueError: tp=2 with loss_parallel: this chain source has no such per-rank profile (it takes tp and the \
+micro-batch size only)
+    """
+    import inspect
+
+    flags = {k: True for k in ("sequence_parallel", "loss_parallel") if getattr(layout, k)}
+    mbs = int(layout.micro_batch_size or 1)
+    if flags:
+        try:
+            inspect.signature(chain_for).bind(layout.tp, mbs, **flags)
+        except TypeError:
+            raise ValueError(f"tp={layout.tp} with {', '.join(flags)}: this chain source has no such per-rank "
+                             "profile (it takes tp and the micro-batch size only)") from None
+        except ValueError:          # no signature to read: call it
+            pass
+    return chain_for(layout.tp, mbs, **flags)
 
 
 @dataclass(frozen=True)
@@ -247,7 +277,7 @@ def evaluate(job: Job, layout: Layout, chain_for: ChainFor, activations: str = "
     """Evaluate ``layout`` for ``job`` (module docstring); a layout the job cannot take raises ``ValueError``.
     ``extrapolate=False``: every flush simulated whole."""
     layout = complete_layout(job, layout)
-    chain = chain_for(layout.tp, int(layout.micro_batch_size or 1))
+    chain = rank_chain(chain_for, layout)
     platform = pipeline_platform(job, layout)
     if len(chain) < layout.pp * layout.chunks:
         return _infeasible(job, layout, activations, f"{len(chain)} layers cannot fill {layout.pp * layout.chunks} "

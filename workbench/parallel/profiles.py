@@ -5,12 +5,14 @@ A layout search needs the chain of one rank for every ``tp`` and micro-batch siz
 :class:`RankChains` makes each as ``profile`` would from a ``--module FILE.py:FUNC`` builder: under fake tensors
 for a named GPU (:func:`workbench.profiles.fake.fake_module`) or, without a GPU, measured on this machine; with
 ``tp > 1`` the per-rank tensor-parallel profile (:func:`tensor_parallel_chain`, the one call a ``tp > 1`` chain
-comes from). When ``FUNC`` accepts ``batch_size`` it is called with each micro-batch size; otherwise the example's
+comes from), with the layout's sequence parallelism and vocabulary-parallel loss (each setting its own profile).
+When ``FUNC`` accepts ``batch_size`` it is called with each micro-batch size; otherwise the example's
 batch is the only micro-batch size (:meth:`RankChains.micro_batch_sizes`).
 
 Profiles are cached as CSV files in a folder (``build/profiles`` by default), named by a digest of what makes
-them: the module file's bytes, the function, the GPU, ``tp``, the micro-batch size, sequence parallelism, torch's
-version and the source of the workbench's profilers. A second search of the same model reads them back.
+them: the module file's bytes, the function, the GPU, ``tp``, the micro-batch size, sequence parallelism, the
+vocabulary-parallel loss, torch's version and the source of the workbench's profilers. A second search of the
+same model reads them back.
 
 A model of identical blocks can be profiled with a few of them and its chain completed by
 :func:`repeat_blocks` (notebook 09: Llama-3-70B's 80 blocks from a 2-block profile, its rows equal to the 80-block
@@ -110,15 +112,16 @@ def tensor_parallel_available() -> bool:
 
 
 def tensor_parallel_chain(spec: str, gpu: str, tp: int, micro_batch_size: int | None,
-                          sequence_parallel: bool = False) -> Chain:
+                          sequence_parallel: bool = False, loss_parallel: bool = False) -> Chain:
     """The chain of rank 0 of a tensor-parallel group of ``tp`` (the module's blocks sharded as Megatron and
-    torchtitan shard them; :mod:`workbench.parallel.tensor`)."""
+    torchtitan shard them; :mod:`workbench.parallel.tensor`), with sequence parallelism and the
+    vocabulary-parallel loss when asked."""
     if not tensor_parallel_available():
         raise ValueError(f"tp={tp}: this workbench has no per-rank tensor-parallel profiles "
                          "(workbench.parallel.tensor); plan with tp=1")
     from workbench.parallel.tensor.profile import tensor_parallel_profile
 
-    return tensor_parallel_profile(spec, gpu, tp, sequence_parallel=sequence_parallel,
+    return tensor_parallel_profile(spec, gpu, tp, sequence_parallel=sequence_parallel, loss_parallel=loss_parallel,
                                    micro_batch_size=micro_batch_size)
 
 
@@ -126,7 +129,7 @@ def tensor_parallel_chain(spec: str, gpu: str, tp: int, micro_batch_size: int | 
 class RankChains:
     """Chains of one rank of ``spec``'s model (module docstring): ``gpu`` for fake profiles (None: measured
     here, tp 1 and the example's batch only); ``cache`` the folder (None: no cache); ``progress`` one line per
-    profile made."""
+    profile made; ``sequence_parallel``, ``loss_parallel``: the settings of tp > 1 unless a call names them."""
 
     spec: str
     gpu: str | None = None
@@ -134,6 +137,7 @@ class RankChains:
     sequence_parallel: bool = False
     progress: Callable[[str], None] | None = None
     made: dict = field(default_factory=dict)
+    loss_parallel: bool = False
 
     def takes_batch_size(self) -> bool:
         """Whether the builder accepts ``batch_size`` (a search may then try other micro-batch sizes)."""
@@ -151,7 +155,19 @@ class RankChains:
         (fake profiles), else the example's only (None)."""
         return MICRO_BATCH_SIZES if self.gpu and self.takes_batch_size() else (None,)
 
-    def key(self, tp: int, micro_batch_size: int | None) -> dict[str, Any]:
+    def _switches(self, tp: int, sequence_parallel: bool | None, loss_parallel: bool | None) -> tuple[bool, bool]:
+        """(sequence parallelism, vocabulary-parallel loss) of a call: the call's, else the fields'; for tp 1
+        neither (one rank holds the whole sequence and vocabulary), and asking for one there is refused."""
+        sp = self.sequence_parallel if sequence_parallel is None else sequence_parallel
+        lp = self.loss_parallel if loss_parallel is None else loss_parallel
+        if tp == 1:
+            if sequence_parallel or loss_parallel:
+                raise ValueError("tp=1: sequence parallelism and the vocabulary-parallel loss need tp > 1")
+            return False, False
+        return bool(sp), bool(lp)
+
+    def key(self, tp: int, micro_batch_size: int | None, sequence_parallel: bool = False,
+            loss_parallel: bool = False) -> dict[str, Any]:
         """What makes the profile (module docstring)."""
         import torch
 
@@ -162,16 +178,19 @@ class RankChains:
         if not module.is_file():
             raise ValueError(f"--module: no such file {path!r}")
         return {"module": hashlib.sha256(module.read_bytes()).hexdigest(), "function": func, "gpu": self.gpu,
-                "tp": tp, "micro_batch_size": micro_batch_size, "sequence_parallel": self.sequence_parallel,
-                "torch": torch.__version__, "profilers": profiler_digest()}
+                "tp": tp, "micro_batch_size": micro_batch_size, "sequence_parallel": sequence_parallel,
+                "loss_parallel": loss_parallel, "torch": torch.__version__, "profilers": profiler_digest()}
 
-    def __call__(self, tp: int, micro_batch_size: int | None = None) -> Chain:
-        """The chain of one rank for ``tp`` and the micro-batch size (from the cache when it is there): under
-        fake tensors :func:`workbench.parallel.tensor.tensor_parallel_profile` (every tp, its own content cache in
-        the same folder) where the workbench has it."""
+    def __call__(self, tp: int, micro_batch_size: int | None = None, *, sequence_parallel: bool | None = None,
+                 loss_parallel: bool | None = None) -> Chain:
+        """The chain of one rank for ``tp``, the micro-batch size, sequence parallelism and the vocabulary-parallel
+        loss (None: the fields'), from the cache when it is there: under fake tensors
+        :func:`workbench.parallel.tensor.tensor_parallel_profile` (every tp, its own content cache in the same
+        folder) where the workbench has it."""
+        sp, lp = self._switches(tp, sequence_parallel, loss_parallel)
         if self.gpu is not None and tensor_parallel_available():
-            return self._tensor_parallel(tp, micro_batch_size)
-        key = self.key(tp, micro_batch_size)
+            return self._tensor_parallel(tp, micro_batch_size, sp, lp)
+        key = self.key(tp, micro_batch_size, sp, lp)
         digest = key_digest(key)
         if digest in self.made:
             return self.made[digest]
@@ -181,7 +200,7 @@ class RankChains:
 
             chain = load_profile(path)
         else:
-            chain = self._profile(tp, micro_batch_size)
+            chain = self._profile(tp, micro_batch_size, sp, lp)
             if path is not None:
                 from workbench.profiles.csvio import write_profile
 
@@ -190,18 +209,19 @@ class RankChains:
         self.made[digest] = chain
         return chain
 
-    def _tensor_parallel(self, tp: int, micro_batch_size: int | None) -> Chain:
+    def _tensor_parallel(self, tp: int, micro_batch_size: int | None, sp: bool, lp: bool) -> Chain:
         from workbench.parallel.tensor.profile import tensor_parallel_profile
         from workbench.profiles.usermodel import user_code
 
-        key = (tp, micro_batch_size)
+        key = (tp, micro_batch_size, sp, lp)
         if key not in self.made:
             if self.progress:
-                self.progress(f"profiling {self.spec} for tp={tp}, micro-batch size {micro_batch_size or 'as built'} "
+                self.progress(f"profiling {self.spec} for tp={tp}{', sequence parallel' * sp}"
+                              f"{', loss parallel' * lp}, micro-batch size {micro_batch_size or 'as built'} "
                               f"under fake tensors for {self.gpu} (or reading it from the cache)")
             with user_code(self.spec):
                 self.made[key] = tensor_parallel_profile(
-                    self.spec, self.gpu, tp, sequence_parallel=self.sequence_parallel,
+                    self.spec, self.gpu, tp, sequence_parallel=sp, loss_parallel=lp,
                     micro_batch_size=micro_batch_size, cache=self.cache if self.cache is not None else False)
         return self.made[key]
 
@@ -214,7 +234,7 @@ class RankChains:
         mbs = "example" if micro_batch_size is None else micro_batch_size
         return Path(self.cache) / f"{Path(path).stem}-{func}-{self.gpu or 'here'}-tp{tp}-mbs{mbs}-{digest}.csv"
 
-    def _profile(self, tp: int, micro_batch_size: int | None) -> Chain:
+    def _profile(self, tp: int, micro_batch_size: int | None, sp: bool = False, lp: bool = False) -> Chain:
         from workbench.profiles.usermodel import user_code
 
         if self.progress:
@@ -225,7 +245,7 @@ class RankChains:
                 if self.gpu is None:
                     raise ValueError(f"tp={tp} needs --fake --gpu NAME (tensor-parallel profiles are made under "
                                      "fake tensors)")
-                return tensor_parallel_chain(self.spec, self.gpu, tp, micro_batch_size, self.sequence_parallel)
+                return tensor_parallel_chain(self.spec, self.gpu, tp, micro_batch_size, sp, lp)
             if self.gpu is not None:
                 from workbench.profiles.fake import fake_module
 

@@ -2,7 +2,8 @@
 (docs/model.md, "Layouts").
 
 :func:`candidates` enumerates the layouts of a job: every factorisation ``tp x pp x dp`` of the GPUs with ``tp``
-dividing a node (``tp > 1`` where the workbench has tensor-parallel profiles), every ZeRO level (0 alone for
+dividing a node (``tp > 1`` where the workbench has tensor-parallel profiles; for ``tp > 1`` each of the
+sequence-parallel and vocabulary-parallel-loss settings asked, off unless told), every ZeRO level (0 alone for
 ``dp = 1``), every micro-batch size the builder takes that divides the global batch over ``dp``, every schedule
 of :data:`SCHEDULES` (one stage: ``1f1b``, which on one stage is every flushed schedule; the seed's periodic plans
 for ``tp = dp = 1``: their weight stashing runs on the PipeDream engine, which runs no tensor or data
@@ -41,7 +42,15 @@ from workbench.methods import names
 from workbench.model.activations import apply_policies
 from workbench.model.layout import Layout
 from workbench.model.memory import layer_terms
-from workbench.parallel.evaluate import ChainFor, Evaluation, Job, complete_layout, evaluate, pipeline_platform
+from workbench.parallel.evaluate import (
+    ChainFor,
+    Evaluation,
+    Job,
+    complete_layout,
+    evaluate,
+    pipeline_platform,
+    rank_chain,
+)
 
 __all__ = ["SCHEDULES", "Candidate", "SearchResult", "candidates", "search", "memory_bound", "time_bound",
            "factorisations", "busiest_rank", "bottleneck"]
@@ -117,14 +126,17 @@ def _schedules(pp: int, zero: int, layers: int, schedules: Sequence[str], chunks
 def candidates(job: Job, layers: int, *, micro_batch_sizes: Sequence[int | None] = (None,),
                schedules: Sequence[str] = SCHEDULES, chunks: int | None = None, tps: Iterable[int] | None = (1,),
                activations: Sequence[str] | None = None, zeros: Sequence[int] = (0, 1, 2, 3),
-               degrees: Sequence[tuple[int, int, int]] | None = None) -> list[Candidate]:
+               degrees: Sequence[tuple[int, int, int]] | None = None, sequence_parallel: Sequence[bool] = (False,),
+               loss_parallel: Sequence[bool] = (False,)) -> list[Candidate]:
     """Every layout of the module docstring for a chain of ``layers`` layers (micro-batches filled in);
-    ``degrees``: only these (tp, pp, dp)."""
+    ``degrees``: only these (tp, pp, dp); ``sequence_parallel``, ``loss_parallel``: the settings tried for
+    ``tp > 1``."""
     out = []
     for tp, pp, dp in factorisations(job.devices, job.platform.devices_per_node, tps):
         if degrees is not None and (tp, pp, dp) not in degrees:
             continue
-        for zero in [z for z in zeros if dp > 1 or z == 0]:
+        switches = [(sp, lp) for sp in sequence_parallel for lp in loss_parallel] if tp > 1 else [(False, False)]
+        for zero, (sp, lp) in ((z, s) for z in zeros if dp > 1 or z == 0 for s in switches):
             for mbs in micro_batch_sizes:
                 size = mbs or job.micro_batch_size
                 if job.global_batch % (dp * size):
@@ -134,7 +146,8 @@ def candidates(job: Job, layers: int, *, micro_batch_sizes: Sequence[int | None]
                     for act in activations or (("keep", "auto") if periodic else ("keep", "recompute")):
                         if act == "auto" and not periodic:
                             continue
-                        layout = Layout(tp=tp, pp=pp, dp=dp, zero=zero, micro_batch_size=mbs, schedule=name, chunks=v)
+                        layout = Layout(tp=tp, pp=pp, dp=dp, zero=zero, micro_batch_size=mbs, schedule=name, chunks=v,
+                                        sequence_parallel=sp, loss_parallel=lp)
                         out.append(Candidate(complete_layout(job, layout), act))
     return out
 
@@ -253,6 +266,11 @@ def _grad_bytes(chain) -> list[float]:
     return [float(l.weight_bytes if l.grad_bytes is None else l.grad_bytes) for l in chain.layers]
 
 
+def _chain_key(lay: Layout) -> tuple:
+    """What the chain of one rank of ``lay`` depends on: tp, the micro-batch size and tp's two switches."""
+    return lay.tp, lay.micro_batch_size, lay.sequence_parallel, lay.loss_parallel
+
+
 def _estimate(c: Candidate, chain) -> float:
     """The order candidates are evaluated in (fastest first, to prune early): the time bound plus the bubble a
     schedule usually leaves, (pp - 1) / v of a micro-batch's compute per rank for the interleaved schedules, half
@@ -277,7 +295,8 @@ def _memory_order(c: Candidate) -> tuple[tuple, tuple[int, int]]:
     least the other's (a lower ZeRO level, a policy that keeps more). The micro-batch size is not ordered: a
     larger one holds more per micro-batch but may leave fewer micro-batches, whose gradients accumulate."""
     lay = c.layout
-    group = (lay.tp, lay.pp, lay.dp, lay.schedule, lay.chunks, lay.micro_batch_size)
+    group = (lay.tp, lay.pp, lay.dp, lay.schedule, lay.chunks, lay.micro_batch_size, lay.sequence_parallel,
+             lay.loss_parallel)
     return group, (-lay.zero, _POLICY_MEMORY.get(c.activations, 2))
 
 
@@ -336,28 +355,32 @@ def search(job: Job, chain_for: ChainFor, *, micro_batch_sizes: Sequence[int | N
            schedules: Sequence[str] = SCHEDULES, chunks: int | None = None, tps: Iterable[int] | None = (1,),
            activations: Sequence[str] | None = None, zeros: Sequence[int] = (0, 1, 2, 3),
            progress: Callable[[str], None] | None = None, prune: bool = True,
-           degrees: Sequence[tuple[int, int, int]] | None = None) -> SearchResult:
+           degrees: Sequence[tuple[int, int, int]] | None = None, sequence_parallel: Sequence[bool] = (False,),
+           loss_parallel: Sequence[bool] = (False,)) -> SearchResult:
     """The fastest layout of ``job`` that fits (module docstring); ``prune=False`` evaluates every one;
-    ``degrees``: only these (tp, pp, dp) (a family of layouts, e.g. the pure pipeline)."""
+    ``degrees``: only these (tp, pp, dp) (a family of layouts, e.g. the pure pipeline); ``sequence_parallel``,
+    ``loss_parallel``: the settings tried for ``tp > 1`` (each its own per-rank profile)."""
     t0 = time.perf_counter()
-    chains: dict[tuple[int, int | None], object] = {}
+    chains: dict[tuple, object] = {}
     notes: list[str] = []
     found = []
     layers = len(chain_for(1, micro_batch_sizes[0] or job.micro_batch_size))
     for c in candidates(job, layers, micro_batch_sizes=micro_batch_sizes, schedules=schedules, chunks=chunks,
-                        tps=tps, activations=activations, zeros=zeros, degrees=degrees):
-        key = (c.layout.tp, c.layout.micro_batch_size)
+                        tps=tps, activations=activations, zeros=zeros, degrees=degrees,
+                        sequence_parallel=sequence_parallel, loss_parallel=loss_parallel):
+        key = _chain_key(c.layout)
         if key not in chains:
             try:
-                chains[key] = chain_for(*key)
+                chains[key] = rank_chain(chain_for, c.layout)
             except ValueError as e:
                 chains[key] = None
-                notes.append(f"tp={key[0]}, micro-batch size {key[1]}: not profiled ({e})")
+                flags = "".join(f", {k}" for k, on in zip(("sequence parallel", "loss parallel"), key[2:]) if on)
+                notes.append(f"tp={key[0]}, micro-batch size {key[1]}{flags}: not profiled ({e})")
         if chains[key] is None:
             continue
         found.append(replace(c, bound_seconds=time_bound(job, c, chains[key]),
                              bound_memory=memory_bound(job, c, chains[key])))
-    found.sort(key=lambda c: (_estimate(c, chains[(c.layout.tp, c.layout.micro_batch_size)]), c.bound_memory))
+    found.sort(key=lambda c: (_estimate(c, chains[_chain_key(c.layout)]), c.bound_memory))
     state = _Search(job, chain_for, prune, progress, len(found))
     by_key = {(x.layout, x.activations): x for x in found}
     for c in found:

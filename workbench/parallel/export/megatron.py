@@ -62,6 +62,10 @@ def megatron_flags(job: Job) -> MegatronFlags:
         env["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"        # Megatron asserts it under TP (arguments.py)
         if lay.sequence_parallel:
             args.append("--sequence-parallel")
+        if not lay.loss_parallel:
+            notes.append("Megatron always computes the loss vocabulary-parallel (the logits stay split over TP); the "
+                         "plan gathered them on every rank (lp=0): Megatron holds less and moves less than planned; "
+                         "re-plan with lp=1 to price what it runs")
     args += ["--num-layers", str(job.blocks), "--seq-length", str(job.seq_len),
              "--micro-batch-size", str(lay.micro_batch_size), "--global-batch-size", str(lay.global_batch)]
     args += _data_parallel(job, notes, env)

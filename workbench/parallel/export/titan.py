@@ -59,6 +59,7 @@ def torchtitan_settings(job: Job) -> TorchtitanSettings:
     if lay.zero and lay.dp > 1:
         par["fsdp_reshard_after_forward"] = _RESHARD[lay.zero]
     par |= {"tensor_parallel_degree": lay.tp, "enable_async_tensor_parallel": False,
+            "disable_loss_parallel": not lay.loss_parallel,
             "pipeline_parallel_degree": lay.pp, "pipeline_parallel_microbatch_size": lay.micro_batch_size}
     if lay.pp > 1:
         par["pipeline_parallel_schedule"] = _schedule(job)
@@ -67,7 +68,7 @@ def torchtitan_settings(job: Job) -> TorchtitanSettings:
     training = {"local_batch_size": local, "global_batch_size": local * lay.dp, "seq_len": job.seq_len}
     training |= _PRECISION.get(job.precision or "", {})
     ac = _checkpointing(job, notes)
-    notes += _zero_notes(job) + _sequence_parallel_notes(job)
+    notes += _zero_notes(job) + _sequence_parallel_notes(job) + _loss_parallel_notes(job)
     sections = {"parallelism": par, "training": training, "activation_checkpoint": ac}
     return TorchtitanSettings(sections, _overrides(job, sections, notes), notes)
 
@@ -119,6 +120,14 @@ def _sequence_parallel_notes(job: Job) -> list[str]:
     return []
 
 
+def _loss_parallel_notes(job: Job) -> list[str]:
+    if job.layout.tp > 1 and not job.layout.loss_parallel:
+        return ["the plan gathers the logits on every TP rank for the loss (lp=0): torchtitan 0.2's "
+                "parallelism.disable_loss_parallel = true, as planned; its default (and Megatron's only way) is the "
+                "vocabulary-parallel loss: plan with lp=1 for it. torchtitan 0.3's command line has no such option"]
+    return []
+
+
 def default_split(blocks: int, stages: int, first_less: int, last_less: int) -> list[int]:
     """Blocks per stage of torchtitan 0.3's split when no module names are given (its documented rule: the
     embedding counts as ``first_less`` blocks and the norm with the output as ``last_less``; the stages share
@@ -152,7 +161,7 @@ def _overrides(job: Job, sections: dict[str, dict[str, Any]], notes: list[str]) 
     out: list[str] = []
     for section in ("parallelism", "training"):
         for key, value in sections[section].items():
-            if key in ("enable_async_tensor_parallel", "module_fqns_per_model_part"):
+            if key in ("enable_async_tensor_parallel", "module_fqns_per_model_part", "disable_loss_parallel"):
                 continue
             out += [f"--{section}.{key}", str(value)]
     lay = job.layout
