@@ -48,8 +48,8 @@ NeMo Llama-3-70B SFT, TP 4 PP 4x5 DP 2, mbs 1  32 h100-sxm         820         1
 FSDP rows, held out: 9 of 10 within 15 %, all within 25 %. The miss, MPT-13B on H100 (+22 %), is the table's
 shortest step (0.86 s, one micro-batch a step): likely what a step pays once (the optimizer, the first gather and
 last reduce-scatter, NCCL's kernels taking SMs), which weighs most there. Tensor/pipeline-parallel rows (held
-out; re-measured 2026-12-01 with their sources' sequence parallelism and Megatron's vocabulary-parallel loss,
-``sp=1,lp=1``; 2026-11-30 without them: 0.67, 0.67, 0.72, 0.58): all four 29-33 % pessimistic; the reasons as
+out; re-measured 2026-11-29 with their sources' sequence parallelism and Megatron's vocabulary-parallel loss,
+``sp=1,lp=1``; 2026-11-29 without them: 0.67, 0.67, 0.72, 0.58): all four 29-33 % pessimistic; the reasons as
 read from their chains (docs/results.md, "Tensor- and pipeline-parallel rows"): the single-GPU profile of Hugging
 Face's eager model above NeMo's fused kernels, the TP collectives added to every layer (not overlapped), and a
 pipeline fill and drain above interleaving's bubble.
