@@ -41,6 +41,12 @@ def test_a_split_backward_is_refused_where_torch_gets_it_wrong():
     check_layout_plan(_two_per_device("interleaved-zb", [0, 1, 0, 1]), Layout(pp=2))      # no data parallelism
 
 
+def test_a_vocabulary_parallel_loss_is_refused_before_any_rank_starts():
+    with pytest.raises(ValueError, match=r"vocabulary-parallel \(lp=1\).*plan it with lp=0"):
+        check_layout_plan(_two_per_device("interleaved-1f1b", [0, 1, 0, 1]), Layout(tp=2, pp=2, loss_parallel=True))
+    check_layout_plan(_two_per_device("interleaved-1f1b", [0, 1, 0, 1]), Layout(tp=2, pp=2))
+
+
 def test_which_schedules_run_the_plans_own_order():
     assert schedule_kind("gpipe") == "torch class ScheduleGPipe" and schedule_kind("zbv").endswith("ZBVZeroBubble")
     assert needs_programs(Plan(1.0, (0,), (), 1, schedule="periodic"))

@@ -91,6 +91,9 @@ def check_layout_plan(plan, layout: Layout, where: str = "the plan") -> None:
         raise ValueError(f"{where}: torch's {plan.schedule} schedule splits each backward into its input and weight "
                          f"gradients, and with zero={layout.zero} ({how}) torch's gradients come out wrong (measured "
                          "against one process): run it with zero=2, or a schedule that does not split the backward")
+    if layout.loss_parallel:
+        raise ValueError(f"{where}: the layout computes the loss vocabulary-parallel (lp=1), which the layout runtime "
+                         "does not run yet (it gathers the logits on every rank): plan it with lp=0 to run it")
     weights = (plan.setup or {}).get("weights", "stash")
     if plan.schedule == "periodic" and weights == "stash" and any(st.in_flight > 1 for st in plan.stages):
         raise ValueError(f"{where}: a periodic plan with weight stashing runs on the PipeDream engine, which runs "
