@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 from pathlib import Path
 from typing import Any, Callable
 
@@ -234,7 +235,13 @@ def layout_plan(e: Evaluation, job: Job, chain_for: ChainFor, args: argparse.Nam
     tied = json.loads(chain.meta.get("tied") or "[]")
     if tied:
         extra["tied"] = tied
-    module = (args.module if args is not None and args.module else None) or chain.meta.get("module")
+    module = args.module if args is not None and args.module else None
+    if not module and chain.meta.get("module"):       # a profile names its model relative to its own folder
+        from workbench.profiles.usermodel import parse_spec, resolve_spec
+
+        path, func = parse_spec(resolve_spec(str(chain.meta["module"]),
+                                             Path(str(chain.meta.get("source_file", "."))).parent))
+        module = f"{os.path.normpath(path)}:{func}"
     if module:
         extra["module"] = str(module)
     setup = {**plan.setup, **platform_links(platform)}
