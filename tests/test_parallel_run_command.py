@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from layout_runs import pipeline_plan, write_layout_plan
 from workbench.front.cli import main
 from workbench.model.layout import Layout
@@ -56,3 +58,55 @@ def test_torchrun_runs_the_same_layout(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     assert "TP 1 x PP 1 x DP 2, DDP on 2 processes" in done.stdout
     _summary_checks(json.loads((out / "summary.json").read_text()), 2)
+
+
+LLAMA = '''
+import torch
+from torch.nn import functional as F
+
+
+def build():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                      tie_word_embeddings=False, use_cache=False)
+    ids = torch.randint(0, 256, (2, 32))
+    return LlamaForCausalLM(cfg), ids, ids.roll(-1, 1), lambda out, y: F.cross_entropy(out.logits.flatten(0, 1),
+                                                                                      y.flatten())
+'''
+
+
+def _tp2_plan(tmp_path) -> Path:
+    """A small Llama's module and its plan ``plan --module ... --fake --parallel tp=2`` on 2 GPUs."""
+    (tmp_path / "llama.py").write_text(LLAMA)
+    plan = tmp_path / "tp2.json"
+    assert main(["plan", "--module", f"{tmp_path / 'llama.py'}:build", "--fake", "--gpu", "h100-sxm", "--devices", "2",
+                 "--global-batch", "4", "--parallel", "tp=2,pp=1,dp=1", "--profile-cache", str(tmp_path / "cache"),
+                 "--json", str(plan), "-q"]) == 0
+    return plan
+
+
+def test_a_tensor_parallel_run_predicts_each_rank_from_its_shard(tmp_path, capsys):
+    """Without --profile, a tp=2 run's prediction is a rank's (its shards, profiled under fake tensors with a
+    fake group of 2), not the whole model's: every rank within a few % of torch's MemTracker in the rank (the
+    whole model's chain predicted about twice the measured peak)."""
+    pytest.importorskip("transformers")
+    plan = _tp2_plan(tmp_path)
+    out = tmp_path / "run"
+    assert main(["run", str(plan), "--steps", "2", "--out", str(out)]) == 0
+    s = json.loads((out / "summary.json").read_text())
+    _summary_checks(s, 2)
+    assert all(-0.05 < e < 0.05 for e in s["memory_error"]), s["memory_error"]
+
+
+def test_a_profile_of_another_tp_is_refused_before_any_rank(tmp_path, capsys):
+    pytest.importorskip("transformers")
+    plan = _tp2_plan(tmp_path)
+    profile = tmp_path / "tp1.csv"
+    assert main(["profile", "--module", f"{tmp_path / 'llama.py'}:build", "--fake", "--gpu", "h100-sxm",
+                 "--out", str(profile)]) == 0
+    capsys.readouterr()
+    assert main(["run", str(plan), "--profile", str(profile), "--steps", "2", "--out", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "is the chain of a rank of tp=1, but the plan's layout has tp=2" in err[0], err
