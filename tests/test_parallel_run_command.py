@@ -110,3 +110,19 @@ def test_a_profile_of_another_tp_is_refused_before_any_rank(tmp_path, capsys):
     assert main(["run", str(plan), "--profile", str(profile), "--steps", "2", "--out", str(tmp_path / "r")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "is the chain of a rank of tp=1, but the plan's layout has tp=2" in err[0], err
+
+
+def test_a_pipeline_layout_planned_from_a_module_runs_from_the_plan_alone(tmp_path, capsys, monkeypatch):
+    """tp = dp = 1 (the pipeline runtime): `run PLAN` finds the model in the plan and checks the plan on the chain
+    it was made on (a fake profile's), not on a profile measured here (whose times broke rule 0)."""
+    pytest.importorskip("transformers")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "llama.py").write_text(LLAMA)
+    plan = tmp_path / "pp2.json"
+    assert main(["plan", "--module", f"{tmp_path / 'llama.py'}:build", "--fake", "--gpu", "h100-sxm", "--devices", "2",
+                 "--global-batch", "4", "--parallel", "tp=1,pp=2,dp=1", "--json", str(plan), "-q"]) == 0
+    capsys.readouterr()
+    assert main(["run", str(plan), "--steps", "2", "--out", str(tmp_path / "run")]) == 0
+    assert "planned on a fake profile" in capsys.readouterr().out
+    s = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert s["max_grad_error"] < 1e-4 and len(s["memory_measured"]) == 2
