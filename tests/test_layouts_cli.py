@@ -141,3 +141,23 @@ def test_a_plan_from_a_profile_names_its_model_from_the_working_folder(made, tmp
     assert module.split(":")[0].endswith("net.py") and (made["tmp"] / "net.py").samefile(module.split(":")[0])
     monkeypatch.chdir(tmp_path)                     # elsewhere: check finds the model without --profile
     assert main(["check", str(out)]) == 0
+
+
+def test_the_table_shows_each_layout_whole(made, capsys):
+    """The frontier's layouts are printed whole (a long one, interleaved with its micro-batching, was cut)."""
+    capsys.readouterr()
+    argv = list(made["argv"])
+    argv[argv.index("--json") + 1] = str(made["tmp"] / "again.json")
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    data = json.loads((made["tmp"] / "again.json").read_text())
+    shown = [f for f in data["frontier"] if f["status"] in ("fits", "over")]
+    rows = sorted(shown, key=lambda f: (not f["fits"], f["step_seconds"]))[:15]
+    missing = [_describe(f["parallel"]) for f in rows if _describe(f["parallel"]) + " " not in printed]
+    assert not missing, missing
+
+
+def _describe(parallel: dict) -> str:
+    from workbench.model.layout import Layout
+
+    return Layout.from_dict(parallel).describe()

@@ -253,12 +253,13 @@ def frontier_table(evaluations: list[Evaluation], devices: int, top: int | None 
     per GPU, MFU, the fullest rank's peak, whether it fits."""
     rows = sorted(evaluations, key=lambda e: (not e.fits, e.step_seconds))
     shown = rows if top is None else rows[:top]
-    head = f"{'layout':<62} {'act':<9} {'step':>9} {'tok/s/GPU':>10} {'MFU':>6} {'peak':>11} {'fits':>5}"
+    width = max([len("layout")] + [len(e.layout.describe()) for e in shown])      # whole, never cut
+    head = f"{'layout':<{width}} {'act':<9} {'step':>9} {'tok/s/GPU':>10} {'MFU':>6} {'peak':>11} {'fits':>5}"
     lines = [head, "-" * len(head)]
     for e in shown:
         step = f"{e.step_seconds:.2f}s" if math.isfinite(e.step_seconds) else "-"
         peak = format_bytes(e.peak) if e.memory else "-"
-        lines.append(f"{e.layout.describe()[:62]:<62} {e.activations:<9} {step:>9} "
+        lines.append(f"{e.layout.describe():<{width}} {e.activations:<9} {step:>9} "
                      f"{e.tokens_per_second / devices:>10,.0f} {e.mfu:>6.1%} {peak:>11} {e.status:>5}")
     if top is not None and len(rows) > top:
         lines.append(f"... and {len(rows) - top} more (the plan JSON's frontier holds every one)")
