@@ -140,3 +140,16 @@ def test_the_text_is_one_flag_per_line():
     assert lines[2] == "--tensor-model-parallel-size 2 \\" and lines[-1].startswith("--") and "\\" not in lines[-1]
     flags = " ".join(line.rstrip(" \\") for line in lines if line.startswith("--")).split()
     assert megatron_parser().parse_args(flags).sequence_parallel
+
+
+def test_the_text_pastes_into_a_shell_as_the_same_words():
+    """The layout string holds ``*`` and ``|``: quoted, the shell reads back the very flags (shlex: POSIX rules)."""
+    import shlex
+
+    job = job_from_plan(layout_plan([3, 4, 5, 2], pp=4, tp=2), seq_len=4096)
+    flags = megatron_flags(job)
+    text = flags.text()
+    body = " ".join(line.rstrip("\\").strip() for line in text.splitlines() if line.startswith("--"))
+    assert shlex.split(body) == flags.args
+    assert "'Et*3|t*4|t*5|t*2L'" in text
+    assert megatron_parser().parse_args(shlex.split(body)).pipeline_model_parallel_layout == "Et*3|t*4|t*5|t*2L"

@@ -38,6 +38,7 @@ def test_parse_round_trips_through_the_json_object():
 @pytest.mark.parametrize("text,words", [
     ("tp=0", "tp must be a whole number >= 1"), ("zero=4", "zero must be one of 0, 1, 2, 3"),
     ("tp=2,tp=4", "tp is given twice"), ("tensor=2", "is not KEY=VALUE"), ("dp=x", "dp must be a whole number"),
+    (" ", "is empty: give auto or tp=T,pp=P,dp=D"), ("tp=1,,pp=8", "an empty item"), ("pp=2,", "an empty item"),
 ])
 def test_parse_refuses_bad_text_naming_it(text, words):
     with pytest.raises(ValueError, match=words):
@@ -53,4 +54,8 @@ def test_check_names_the_values():
         Layout(tp=8, pp=8, zero=3).check(devices=64)
     with pytest.raises(ValueError, match="unknown key"):
         Layout.from_dict({"tp": 2, "pipeline": 4})
+    with pytest.raises(ValueError, match="parallel: schedule 'nope' is not a method; one of .*1f1b"):
+        Layout.from_dict({"tp": 2, "schedule": "nope"})
+    with pytest.raises(ValueError, match="parallel: schedule 5 is not a method"):
+        Layout.from_dict({"tp": 2, "schedule": 5})
     assert Layout(tp=8, pp=2, dp=4, zero=3).check(devices=64, devices_per_node=8).devices == 64

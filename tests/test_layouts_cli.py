@@ -140,3 +140,54 @@ def test_sequence_parallel_and_split_loss_are_planned_on_their_profiles(made):
                  lambda tp, mbs, **kw: direct, "keep")
     assert max(sp["memory"]) == pytest.approx(e.peak)
     assert Plan.from_json(json.dumps(sp)).parallel["parallel"]["sequence_parallel"] is True
+
+
+def test_check_and_simulate_a_tensor_parallel_plan_from_its_module(made, capsys, monkeypatch):
+    """A tp=2 plan made from --module is checked and simulated on its rank's chain (re-made from the module the
+    plan records, as plan made it) without --profile; a --profile of tp=1 is refused in one line, not read as
+    the rank's chain (which gave a period and memory that were not the plan's)."""
+    monkeypatch.chdir(made["tmp"])                 # the rank's chains are cached under build/profiles here
+    out = made["tmp"] / "tp2.json"
+    argv = list(made["argv"])
+    argv[argv.index("auto")] = "tp=2,pp=2,dp=1"
+    argv[argv.index("--json") + 1] = str(out)
+    assert main(argv) == 0
+    capsys.readouterr()
+    assert main(["check", str(out)]) == 0
+    assert f"{out}: valid (2 stages" in capsys.readouterr().out
+    assert main(["simulate", str(out), "--batches", "8", "--out", str(made["tmp"] / "tp2.csv")]) == 0
+    period = Plan.from_json(out).period
+    assert f"(plan: {period * 1e3:.2f} ms)" in capsys.readouterr().out
+    assert main(["check", str(out), "--profile", str(made["profile"])]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "is the chain of a rank of tp=1, but the plan's layout has tp=2" in err[0], err
+
+
+def test_a_plan_from_a_profile_names_its_model_from_the_working_folder(made, tmp_path, monkeypatch):
+    out = made["tmp"] / "from_profile_module.json"
+    assert main(["plan", "--profile", str(made["profile"]), "--devices", "4", "--global-batch", "16",
+                 "--parallel", "pp=2,dp=2,zero=1,schedule=1f1b", "--gpu", "h100-sxm", "--json", str(out), "-q"]) == 0
+    module = json.loads(out.read_text())["extra"]["module"]
+    assert module.split(":")[0].endswith("net.py") and (made["tmp"] / "net.py").samefile(module.split(":")[0])
+    monkeypatch.chdir(tmp_path)                     # elsewhere: check finds the model without --profile
+    assert main(["check", str(out)]) == 0
+
+
+def test_the_table_shows_each_layout_whole(made, capsys):
+    """The frontier's layouts are printed whole (a long one, interleaved with its micro-batching, was cut)."""
+    capsys.readouterr()
+    argv = list(made["argv"])
+    argv[argv.index("--json") + 1] = str(made["tmp"] / "again.json")
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    data = json.loads((made["tmp"] / "again.json").read_text())
+    shown = [f for f in data["frontier"] if f["status"] in ("fits", "over")]
+    rows = sorted(shown, key=lambda f: (not f["fits"], f["step_seconds"]))[:15]
+    missing = [_describe(f["parallel"]) for f in rows if _describe(f["parallel"]) + " " not in printed]
+    assert not missing, missing
+
+
+def _describe(parallel: dict) -> str:
+    from workbench.model.layout import Layout
+
+    return Layout.from_dict(parallel).describe()

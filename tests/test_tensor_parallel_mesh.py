@@ -29,3 +29,25 @@ def test_a_running_group_is_used_and_must_have_tp_ranks():
                 pass
     finally:
         dist.destroy_process_group()
+
+
+def test_no_sharding_decision_made_on_the_fake_group_outlives_it():
+    """A DTensor op on the fake mesh caches its sharding decision (whose output names the fake mesh, equal by
+    value to a real one); ending the fake group empties the caches, so later real DTensors decide afresh."""
+    import torch
+    from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_tensor
+
+    propagator = DTensor._op_dispatcher.sharding_propagator.propagate_op_sharding
+    with tp_mesh(2) as mesh:
+        x = distribute_tensor(torch.ones(4, 4), mesh, [Shard(0)])
+        (x @ distribute_tensor(torch.ones(4, 4), mesh, [Replicate()])).sum()
+        assert propagator.cache_info().currsize + _native_entries() > 0     # the op was decided, and cached
+    assert propagator.cache_info().currsize == 0 and _native_entries() == 0
+
+
+def _native_entries() -> int:
+    """What torch's C++ DTensor dispatch cache reports (its counters; all 0 once cleared; 0 without one)."""
+    import torch
+
+    stats = getattr(torch._C, "_get_DTensor_sharding_propagator_cache_stats", None)
+    return int(sum(stats())) if stats is not None else 0

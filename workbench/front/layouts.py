@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 from pathlib import Path
 from typing import Any, Callable
 
@@ -263,7 +264,13 @@ def layout_plan(e: Evaluation, job: Job, chain_for: ChainFor, args: argparse.Nam
     tied = json.loads(chain.meta.get("tied") or "[]")
     if tied:
         extra["tied"] = tied
-    module = (args.module if args is not None and args.module else None) or chain.meta.get("module")
+    module = args.module if args is not None and args.module else None
+    if not module and chain.meta.get("module"):       # a profile names its model relative to its own folder
+        from workbench.profiles.usermodel import parse_spec, resolve_spec
+
+        path, func = parse_spec(resolve_spec(str(chain.meta["module"]),
+                                             Path(str(chain.meta.get("source_file", "."))).parent))
+        module = f"{os.path.normpath(path)}:{func}"
     if module:
         extra["module"] = str(module)
     setup = {**plan.setup, **platform_links(platform)}
@@ -275,12 +282,13 @@ def frontier_table(evaluations: list[Evaluation], devices: int, top: int | None 
     per GPU, MFU, the fullest rank's peak, whether it fits."""
     rows = sorted(evaluations, key=lambda e: (not e.fits, e.step_seconds))
     shown = rows if top is None else rows[:top]
-    head = f"{'layout':<62} {'act':<9} {'step':>9} {'tok/s/GPU':>10} {'MFU':>6} {'peak':>11} {'fits':>5}"
+    width = max([len("layout")] + [len(e.layout.describe()) for e in shown])      # whole, never cut
+    head = f"{'layout':<{width}} {'act':<9} {'step':>9} {'tok/s/GPU':>10} {'MFU':>6} {'peak':>11} {'fits':>5}"
     lines = [head, "-" * len(head)]
     for e in shown:
         step = f"{e.step_seconds:.2f}s" if math.isfinite(e.step_seconds) else "-"
         peak = format_bytes(e.peak) if e.memory else "-"
-        lines.append(f"{e.layout.describe()[:62]:<62} {e.activations:<9} {step:>9} "
+        lines.append(f"{e.layout.describe():<{width}} {e.activations:<9} {step:>9} "
                      f"{e.tokens_per_second / devices:>10,.0f} {e.mfu:>6.1%} {peak:>11} {e.status:>5}")
     if top is not None and len(rows) > top:
         lines.append(f"... and {len(rows) - top} more (the plan JSON's frontier holds every one)")

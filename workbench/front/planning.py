@@ -92,17 +92,32 @@ def _progress(quiet: bool) -> Callable[[str], None] | None:
     return emit
 
 
+def _layout_chain(args: argparse.Namespace, plan) -> Chain:
+    """The chain of one rank of a layout plan: ``--profile``'s, refused when it is another ``tp``'s or micro-batch
+    size's; without ``--profile`` the plan's model profiled (or read from the cache) as ``plan`` made it."""
+    from workbench.model.layout import Layout
+    from workbench.parallel.profiles import check_rank_chain, plan_rank_chain
+
+    layout = Layout.from_dict(plan.parallel["parallel"])
+    if args.profile is None:
+        return plan_rank_chain(plan, layout, progress=_progress(getattr(args, "quiet", False)))
+    chain = chain_from_args(args)
+    check_rank_chain(chain, layout, f"--profile {args.profile}")
+    return chain
+
+
 def _resolve_plan_context(args: argparse.Namespace, plan):
-    """For check/simulate: the profile and devices default to nothing; devices can come from the plan; the
-    set-up is the plan's (checked against the profile's dtype, as ``plan`` checks it)."""
+    """For check/simulate: the profile (a layout plan's: its rank's, :func:`_layout_chain`) and devices default to
+    nothing; devices can come from the plan; the set-up is the plan's (checked against the profile's dtype, as
+    ``plan`` checks it)."""
     from workbench.model.memory import validate_setup
 
-    if args.profile is None:
-        raise ValueError("--profile is required to check or simulate a plan (the chain the plan was made for)")
     layout = plan.parallel.get("parallel", {})
+    if args.profile is None and not layout:
+        raise ValueError("--profile is required to check or simulate a plan (the chain the plan was made for)")
     if args.devices is None or (layout and args.devices == layout["tp"] * layout["pp"] * layout["dp"]):
         args.devices = plan.devices         # a layout's plan is one replica's pipeline of pp ranks
-    chain, platform = chain_from_args(args), platform_from_args(args, plan)
+    chain, platform = _layout_chain(args, plan) if layout else chain_from_args(args), platform_from_args(args, plan)
     chain = chain_for_platform(chain, platform)
     validate_setup(platform, chain)
     return chain, platform

@@ -273,6 +273,9 @@ def run_command(args: argparse.Namespace) -> int:
         from workbench.parallel.run.command import run_layout_command
 
         return run_layout_command(args, plan, layout)
+    from workbench.parallel.run.command import _model_args
+
+    args = _model_args(args, plan)      # a plan from `plan --module ... --parallel` names its model
     setup = TrainingSetup.resolve(args, plan)   # an option that contradicts the plan's set-up: refused first
     if args.steps is not None:          # as is a count of mini-batches that leaves a partial optimizer step
         optimizer_steps(plan, args.steps)
@@ -282,6 +285,14 @@ def run_command(args: argparse.Namespace) -> int:
         if not torch.cuda.is_available():
             raise ValueError("--backend nccl needs a CUDA GPU per rank and there is none here; use gloo")
     chain, batch_size = _run_profile(args)
+    if chain is None and layout is not None and (plan.extra or {}).get("module"):
+        from workbench.parallel.profiles import plan_rank_chain
+
+        chain = plan_rank_chain(plan, layout)       # the chain the plan was made on (fake: its GPU's times)
+        if chain.meta.get("times") == "estimated":
+            print(f"note: {args.plan_file} was planned on a fake profile: its times are estimates for "
+                  f"{chain.meta.get('gpu', 'a GPU')}, this run measures this machine (memory and gradients compare; "
+                  "times do not)")
     wl = workload_for(args, chain, plan, batch_size)
     for note in wl.notes:
         print(f"note: {note}", flush=True)

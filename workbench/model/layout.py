@@ -186,6 +186,13 @@ class Layout:
         if unknown:
             raise ValueError(f"{where}: unknown key(s) {', '.join(unknown)}; known: "
                              f"{', '.join(cls.__dataclass_fields__)}")
+        schedule = d.get("schedule")
+        if schedule is not None:
+            from workbench.methods import METHODS
+
+            names = [m.name for m in METHODS]
+            if schedule not in names:
+                raise ValueError(f"{where}: schedule {schedule!r} is not a method; one of {', '.join(names)}")
         try:
             return cls(**dict(d))
         except ValueError as e:
@@ -204,9 +211,11 @@ sequence_parallel=True, loss_parallel=False)
         ValueError: --parallel tp=2,pp=two: pp must be a whole number, got 'two'
         """
         fields: dict[str, Any] = {}
+        if not str(text).strip():
+            raise ValueError(f"--parallel {text!r} is empty: give auto or tp=T,pp=P,dp=D[,zero=Z]")
         for part in (p.strip() for p in str(text).split(",")):
             if not part:
-                continue
+                raise ValueError(f"--parallel {text}: an empty item (two commas, or a comma at an end)")
             key, sep, value = (s.strip() for s in part.partition("="))
             if not sep or key.lower() not in _KEYS:
                 raise ValueError(f"--parallel {text}: {part!r} is not KEY=VALUE with KEY one of "

@@ -37,7 +37,7 @@ from typing import Any, Callable
 from workbench.model.chain import Chain
 
 __all__ = ["RankChains", "tensor_parallel_chain", "key_digest", "profiler_digest", "tensor_parallel_available",
-           "repeat_blocks", "DEFAULT_CACHE", "MICRO_BATCH_SIZES"]
+           "repeat_blocks", "check_rank_chain", "plan_rank_chain", "DEFAULT_CACHE", "MICRO_BATCH_SIZES"]
 
 #: where profiles are cached unless told (relative to the working folder, as ``run``'s ``build/run``)
 DEFAULT_CACHE = Path("build") / "profiles"
@@ -261,3 +261,49 @@ def _measured(spec: str) -> Chain:
     chain = profile_workload(Workload.module(spec), "cpu", warmup=1, repeats=3)
     assert isinstance(chain, Chain)
     return chain.with_meta(module=spec)
+
+
+def check_rank_chain(chain: Chain, layout: Any, source: str) -> None:
+    """Refuse (one ``ValueError`` naming both values) a chain that is not the chain of one rank of ``layout``:
+    a profile of another tensor-parallel degree, micro-batch size or sequence parallelism (``source``: where the
+    chain came from, e.g. ``--profile FILE``). A chain that records none of them is taken as tp = 1."""
+    from workbench.profiles.csvio import batch_size_of
+
+    tp = int(str(chain.meta.get("tp", "1")).split()[0] or 1)
+    if tp != layout.tp:
+        raise ValueError(f"{source} is the chain of a rank of tp={tp}, but the plan's layout has tp={layout.tp}: "
+                         "give that rank's profile, or no --profile to make it from the plan's model")
+    batch = batch_size_of(chain.meta, source)
+    if batch is not None and layout.micro_batch_size is not None and batch != layout.micro_batch_size:
+        raise ValueError(f"{source} was profiled with a batch of {batch}, but the plan's layout has micro-batch size "
+                         f"{layout.micro_batch_size}")
+    sp = str(chain.meta.get("sequence_parallel", "false")).lower() == "true"
+    if tp > 1 and sp != bool(layout.sequence_parallel):
+        raise ValueError(f"{source} has sequence_parallel {str(sp).lower()}, the plan's layout "
+                         f"{str(bool(layout.sequence_parallel)).lower()}")
+
+
+def plan_rank_chain(plan: Any, layout: Any, *, cache: Path | None = DEFAULT_CACHE,
+                    progress: Callable[[str], None] | None = None) -> Chain:
+    """The chain of one rank of a layout ``plan`` made with ``plan --module ... --parallel``: its model
+    (``extra.module``) profiled as ``plan`` profiled it (under fake tensors for the plan's GPU where it records
+    one, else on this machine) for the layout's ``tp`` and micro-batch size, read back from ``cache`` where
+    ``plan`` left it. A plan that records no module, or whose layers are not the module's, is refused."""
+    module = (plan.extra or {}).get("module")
+    if not module:
+        raise ValueError("--profile is required to check or simulate this plan: it records no model "
+                         "(extra.module) to profile")
+    gpu = (plan.setup or {}).get("gpu")
+    rc = RankChains(str(module), gpu=gpu, cache=cache, sequence_parallel=bool(layout.sequence_parallel),
+                    progress=progress)
+    example = rc(1, None)
+    built = int(str(example.meta.get("batch_size", 1)).split()[0] or 1)
+    mbs = layout.micro_batch_size
+    chain = example if layout.tp == 1 and mbs in (None, built) else rc(layout.tp, None if mbs in (None, built)
+                                                                         else mbs)
+    names = [layer.name for layer in chain.layers]
+    planned = list((plan.extra or {}).get("layer_names") or names)
+    if names != planned:
+        raise ValueError(f"the plan's model {module} has {len(names)} layers, the plan {len(planned)} (a chain "
+                         "made longer, e.g. by repeat_blocks?): give its profile with --profile")
+    return chain

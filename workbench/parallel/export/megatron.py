@@ -19,6 +19,7 @@ degree is the world size over tp x pp, so it is not a flag.
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass, field
 
 from workbench.methods import METHODS
@@ -42,13 +43,13 @@ class MegatronFlags:
     notes: list[str] = field(default_factory=list)
 
     def text(self, header: list[str] = ()) -> str:
-        """A shell fragment: comments, ``export`` lines, then one flag (and its value) per line."""
+        """A shell fragment: comments, ``export`` lines, then one flag (and its value, shell-quoted) per line."""
         lines = [f"# {h}" for h in header] + [f"# note: {n}" for n in self.notes]
         lines += [f"export {k}={v}" for k, v in self.env.items()]
         flags, i = [], 0
         while i < len(self.args):
             takes_value = i + 1 < len(self.args) and not self.args[i + 1].startswith("--")
-            flags.append(" ".join(self.args[i:i + 1 + takes_value]))
+            flags.append(" ".join(shlex.quote(a) for a in self.args[i:i + 1 + takes_value]))  # "Et*2|L": one word
             i += 1 + takes_value
         return "\n".join(lines + [f + " \\" for f in flags[:-1]] + flags[-1:]) + "\n"
 

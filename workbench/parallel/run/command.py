@@ -69,6 +69,10 @@ def prepare_layout_run(args: argparse.Namespace, plan, layout: Layout, *, starte
     micro_batches, steps = layout_micro_batches(plan, layout, getattr(args, "steps", None))
     setup = resolve_setup(args, plan)
     chain = _load_profile(getattr(args, "profile", None))
+    if chain is not None:
+        from workbench.parallel.profiles import check_rank_chain
+
+        check_rank_chain(chain, layout, f"--profile {args.profile}")
     args = _model_args(args, plan)
     wl = workload_for(args, chain, plan, _batch_size(args, chain))
     with user_code(wl.source):
@@ -76,10 +80,7 @@ def prepare_layout_run(args: argparse.Namespace, plan, layout: Layout, *, starte
         check_plan_against(plan, names, chain, what=wl.name)
         check_layout_model(layout, wl.build(), wl.batch_size)
     if chain is None and profile:
-        from workbench.profiles.profiler import profile_workload
-
-        say(f"profiling {wl.name} on this machine (no --profile) ...", flush=True)
-        chain = profile_workload(wl, progress=False)
+        chain = _rank_chain(wl, layout, plan, say)
     platform = platform_for_run(plan, optimizer=setup["optimizer"], weights=setup["weights"],
                                 zero_grad=setup["zero_grad"])
     programs = programs_for(plan, micro_batches) if needs_programs(plan) else None
@@ -87,6 +88,29 @@ def prepare_layout_run(args: argparse.Namespace, plan, layout: Layout, *, starte
                        optimizer=platform.optimizer, zero_grad=platform.zero_grad,
                        timeout=float(getattr(args, "timeout", None) or 300.0), optimizer_steps=steps)
     return cfg, chain, platform
+
+
+def _rank_chain(wl, layout: Layout, plan, say):
+    """The chain of one rank, for the prediction (no ``--profile``): ``tp = 1``, the model profiled on this
+    machine; ``tp > 1``, rank 0's tensor-parallel profile under fake tensors (its memory columns are the gloo
+    ranks': docs/model.md, "Layouts at run time"), for the plan's GPU (times are not compared)."""
+    if layout.tp == 1:
+        from workbench.profiles.profiler import profile_workload
+
+        say(f"profiling {wl.name} on this machine (no --profile) ...", flush=True)
+        return profile_workload(wl, progress=False)
+    from functools import partial
+
+    from workbench.parallel.run.workloads import workload_example
+    from workbench.parallel.tensor.profile import tensor_parallel_profile
+    from workbench.profiles.usermodel import user_code
+
+    gpu = (plan.setup or {}).get("gpu") or "h100-sxm"
+    say(f"profiling a rank of {wl.name} under tp={layout.tp} (fake tensors; no --profile) ...", flush=True)
+    build = wl.source if wl.source and ".py:" in wl.source else partial(workload_example, wl)  # FILE.py:FUNC
+    with user_code(wl.source):
+        return tensor_parallel_profile(build, gpu, layout.tp, sequence_parallel=layout.sequence_parallel,
+                                       cache=False)
 
 
 def _batch_size(args: argparse.Namespace, chain) -> int:
