@@ -10,7 +10,6 @@ import pytest
 
 from workbench.front.cli import build_parser
 from workbench.front.planning import (
-    _recorded,
     check_command,
     plan_command,
     platform_from_args,
@@ -18,6 +17,7 @@ from workbench.front.planning import (
 )
 from workbench.model.accelerators import accelerator
 from workbench.model.plan import Plan
+from workbench.model.training_setup import DEFAULT_BANDWIDTH, recorded_link
 
 
 def parse(*argv: str):
@@ -54,11 +54,11 @@ def test_platform_unknown_gpu_lists_the_known_ones():
 
 
 def test_recorded_links():
-    assert _recorded({}, "bandwidth", "12GB/s") == "12GB/s"
-    assert math.isinf(_recorded({"bandwidth": None}, "bandwidth", 1.0))   # JSON null: infinite
-    assert _recorded({"host_bandwidth": "2GB/s"}, "host_bandwidth", 1.0) == 2e9
+    assert recorded_link({}, "bandwidth", DEFAULT_BANDWIDTH) == DEFAULT_BANDWIDTH
+    assert math.isinf(recorded_link({"bandwidth": None}, "bandwidth", 1.0))   # JSON null: infinite
+    assert recorded_link({"host_bandwidth": "2GB/s"}, "host_bandwidth", 1.0) == 2e9
     with pytest.raises(ValueError, match="^the plan's memory_setup bandwidth must be positive, got 0$"):
-        _recorded({"bandwidth": 0}, "bandwidth", 1.0)
+        recorded_link({"bandwidth": 0}, "bandwidth", 1.0)
 
 
 def test_plan_json_is_a_contiguous_plan_of_the_profile(plan_file):
