@@ -145,15 +145,20 @@ class TensorPlan:
             SequenceParallel,
         )
 
-        from workbench.parallel.tensor.styles import Conv1DColwise, Conv1DRowwise, PrepareHiddenState
+        from workbench.parallel.tensor.styles import (
+            Conv1DColwise,
+            Conv1DRowwise,
+            PrepareHiddenState,
+            VocabParallelEmbedding,
+        )
 
         sp = self.sequence_parallel
         between = Shard(1) if sp else Replicate()     # the hidden state between sub-blocks
         styles: dict[str, Any] = {}
         scatter = sp and self.sequence_scatter is not None
         if self.embedding:
-            styles[self.embedding] = RowwiseParallel(input_layouts=Replicate(), output_layouts=Replicate()
-                                                     if scatter else between, use_local_output=not sp or scatter)
+            styles[self.embedding] = VocabParallelEmbedding(input_layouts=Replicate(), output_layouts=Replicate()
+                                                            if scatter else between, use_local_output=not sp or scatter)
         if scatter:
             styles[self.sequence_scatter] = PrepareModuleOutput(output_layouts=Replicate(), desired_output_layouts=
                                                                 Shard(1), use_local_output=False)
