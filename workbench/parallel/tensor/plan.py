@@ -8,8 +8,10 @@ Megatron-LM's split of a transformer block over ``tp`` GPUs, as torchtitan write
   (``RowwiseParallel``: each rank multiplies its heads' slice, the partial sums are all-reduced);
 * MLP: the gate and up projections column-wise, the down projection row-wise;
 * the token embedding **vocabulary-parallel** (row-wise: each rank holds ``vocab / tp`` rows, the looked-up
-  vectors are all-reduced) and the LM head column-wise (each rank computes ``vocab / tp`` logits, gathered
-  for the loss, or kept sharded for a vocabulary-parallel loss, ``loss_parallel``);
+  vectors are all-reduced, and its gradient as its rows only:
+  :class:`~workbench.parallel.tensor.styles.VocabParallelEmbedding`) and the LM head column-wise (each rank
+  computes ``vocab / tp`` logits, gathered for the loss, or kept sharded for a vocabulary-parallel loss,
+  ``loss_parallel``);
 * the attention and the MLP each take their input through one :class:`PrepareHiddenState` (a
   ``PrepareModuleInput``): one tensor feeds the three (two) column-wise projections, so the backward
   all-reduces its gradient once per sub-block, Megatron's ``f`` operator, not once per projection;
