@@ -94,9 +94,14 @@ def _gpt2(**kw):
 
 def test_gpt2_splits_as_megatrons_gpt():
     from torch.distributed.tensor import Replicate, Shard
-    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+    from torch.distributed.tensor.parallel import ColwiseParallel
 
-    from workbench.parallel.tensor.styles import Conv1DColwise, Conv1DRowwise, PrepareHiddenState
+    from workbench.parallel.tensor.styles import (
+        Conv1DColwise,
+        Conv1DRowwise,
+        PrepareHiddenState,
+        VocabParallelEmbedding,
+    )
 
     plan = plan_model(_gpt2(), 2)
     blocks = [f"transformer.h.{i}" for i in range(2)]
@@ -114,7 +119,7 @@ def test_gpt2_splits_as_megatrons_gpt():
     assert isinstance(qkv, Conv1DColwise) and qkv.parts == 3 and styles["transformer.h.1.mlp.c_fc"].parts == 1
     assert isinstance(styles["transformer.h.1.mlp.c_proj"], Conv1DRowwise)
     assert isinstance(styles["transformer.h.0.attn"], PrepareHiddenState)
-    assert type(styles["lm_head"]) is ColwiseParallel and type(styles["transformer.wte"]) is RowwiseParallel
+    assert type(styles["lm_head"]) is ColwiseParallel and type(styles["transformer.wte"]) is VocabParallelEmbedding
     assert "transformer.wpe" not in styles and "fused query/key/value" in plan.describe()
     sp = plan_model(_gpt2(), 2, sequence_parallel=True, sequence=16)
     assert sp.norms == tuple(f"{b}.{n}" for b in blocks for n in ("ln_1", "ln_2")) + ("transformer.ln_f",)

@@ -8,8 +8,10 @@ Megatron-LM's split of a transformer block over ``tp`` GPUs, as torchtitan write
   (``RowwiseParallel``: each rank multiplies its heads' slice, the partial sums are all-reduced);
 * MLP: the gate and up projections column-wise, the down projection row-wise;
 * the token embedding **vocabulary-parallel** (row-wise: each rank holds ``vocab / tp`` rows, the looked-up
-  vectors are all-reduced) and the LM head column-wise (each rank computes ``vocab / tp`` logits, gathered
-  for the loss, or kept sharded for a vocabulary-parallel loss, ``loss_parallel``);
+  vectors are all-reduced, and its gradient as its rows only:
+  :class:`~workbench.parallel.tensor.styles.VocabParallelEmbedding`) and the LM head column-wise (each rank
+  computes ``vocab / tp`` logits, gathered for the loss, or kept sharded for a vocabulary-parallel loss,
+  ``loss_parallel``);
 * the attention and the MLP each take their input through one :class:`PrepareHiddenState` (a
   ``PrepareModuleInput``): one tensor feeds the three (two) column-wise projections, so the backward
   all-reduces its gradient once per sub-block, Megatron's ``f`` operator, not once per projection;
@@ -145,15 +147,20 @@ class TensorPlan:
             SequenceParallel,
         )
 
-        from workbench.parallel.tensor.styles import Conv1DColwise, Conv1DRowwise, PrepareHiddenState
+        from workbench.parallel.tensor.styles import (
+            Conv1DColwise,
+            Conv1DRowwise,
+            PrepareHiddenState,
+            VocabParallelEmbedding,
+        )
 
         sp = self.sequence_parallel
         between = Shard(1) if sp else Replicate()     # the hidden state between sub-blocks
         styles: dict[str, Any] = {}
         scatter = sp and self.sequence_scatter is not None
         if self.embedding:
-            styles[self.embedding] = RowwiseParallel(input_layouts=Replicate(), output_layouts=Replicate()
-                                                     if scatter else between, use_local_output=not sp or scatter)
+            styles[self.embedding] = VocabParallelEmbedding(input_layouts=Replicate(), output_layouts=Replicate()
+                                                            if scatter else between, use_local_output=not sp or scatter)
         if scatter:
             styles[self.sequence_scatter] = PrepareModuleOutput(output_layouts=Replicate(), desired_output_layouts=
                                                                 Shard(1), use_local_output=False)

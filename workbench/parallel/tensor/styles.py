@@ -31,6 +31,14 @@ The permuted parameter, gathered whole (``full_tensor()``), is in the permuted o
 model's own order (:meth:`~workbench.parallel.tensor.plan.TensorPlan.permuted` names the parameters and how
 they are permuted).
 
+The token embedding split over the vocabulary (:class:`VocabParallelEmbedding`, torch's ``RowwiseParallel``)
+would get its weight's gradient back whole: torch's backward of an embedding on a ``DTensor`` gives a
+``Replicate`` ``[vocab, hidden]`` gradient, which ``.grad`` then holds through the step. Megatron's
+``VocabParallelEmbedding`` holds its shard's gradient only; so does this style: its forward passes the weight
+through :class:`ShardedGradient` (identity forward; its backward redistributes the gradient to the weight's
+placements, ``Replicate`` to ``Shard(0)`` a local slice, no communication). It is in the module's forward, not
+a tensor hook, so it survives ``module.to(device)`` (which swaps a ``DTensor`` parameter and drops its hooks).
+
 >>> PrepareHiddenState.__mro__[1].__name__
 'ParallelStyle'
 >>> fused_order(12, 3, 2).tolist()          # q k v of 4 columns each, 2 ranks
@@ -51,7 +59,7 @@ from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_modul
 from torch.distributed.tensor.parallel import ColwiseParallel, ParallelStyle, RowwiseParallel
 
 __all__ = ["PrepareHiddenState", "HIDDEN_KEYWORDS", "Conv1DColwise", "Conv1DRowwise", "is_conv1d", "fused_order",
-           "model_order"]
+           "model_order", "ShardedGradient", "VocabParallelEmbedding"]
 
 #: the keywords a block may pass its hidden state by
 HIDDEN_KEYWORDS = ("hidden_states", "x", "hidden")
@@ -167,3 +175,39 @@ class Conv1DRowwise(RowwiseParallel):
         return distribute_module(module, device_mesh, self._partition_conv1d,
                                  partial(self._prepare_input_fn, self.input_layouts, self.desired_input_layouts),
                                  partial(self._prepare_output_fn, self.output_layouts, self.use_local_output))
+
+
+class ShardedGradient(torch.autograd.Function):
+    """Identity on a ``DTensor`` weight whose backward hands the gradient back in the weight's placements."""
+
+    @staticmethod
+    def forward(ctx: Any, weight: torch.Tensor) -> torch.Tensor:
+        ctx.layout = (weight.device_mesh, weight.placements) if isinstance(weight, DTensor) else None
+        return weight.view_as(weight)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        if ctx.layout is None or not isinstance(grad, DTensor) or tuple(grad.placements) == tuple(ctx.layout[1]):
+            return grad
+        return grad.redistribute(*ctx.layout)
+
+
+def _sharded_gradient_forward(module: nn.Module, *args: Any, **kwargs: Any) -> Any:
+    """The module's own forward with its ``weight`` passed through :class:`ShardedGradient` (an instance
+    attribute shadows the parameter for the call: ``nn.Module`` looks its parameters up only when no
+    attribute of that name is found)."""
+    module.__dict__["weight"] = ShardedGradient.apply(module._parameters["weight"])
+    try:
+        return type(module).forward(module, *args, **kwargs)
+    finally:
+        del module.__dict__["weight"]
+
+
+class VocabParallelEmbedding(RowwiseParallel):
+    """torch's ``RowwiseParallel`` for the token embedding (weight ``Shard(0)``), its weight's gradient held as
+    the rank's shard (module docstring)."""
+
+    def _apply(self, module: nn.Module, device_mesh: Any) -> nn.Module:
+        module = super()._apply(module, device_mesh)
+        module.forward = partial(_sharded_gradient_forward, module)
+        return module
