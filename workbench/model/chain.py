@@ -37,7 +37,7 @@ if TYPE_CHECKING:  # workbench.model.graph builds chains (Graph.linearise): the 
 DEFAULT_HOST_BANDWIDTH = 31.5e9
 
 __all__ = ["Layer", "Chain", "Platform", "StageCosts", "WeightPolicy", "MEMORY_COLUMNS", "OPTIONAL_COLUMNS",
-           "SPLIT_FIELDS", "COMM_FIELDS",
+           "SPLIT_FIELDS", "COMM_FIELDS", "OVERLAP_FIELDS",
            "OPTIMIZERS", "PRECISIONS", "MEMORY_MODELS", "ZERO_GRADS", "DEFAULT_HOST_BANDWIDTH"]
 
 WeightPolicy = Literal["stash", "single"]
@@ -49,6 +49,9 @@ OPTIONAL_COLUMNS = ("saved_bytes",) + MEMORY_COLUMNS
 SPLIT_FIELDS = ("backward_weight", "weight_pending_bytes")
 #: a layer's collectives (tensor parallelism), bytes per phase (docs/model.md, "Tensor parallelism")
 COMM_FIELDS = ("comm_forward_bytes", "comm_backward_bytes")
+#: a layer's collectives in seconds, and what they add to its phase when they overlap its GEMMs (tensor parallelism's
+#: communication overlap, docs/model.md, "Tensor parallelism", "Communication overlap")
+OVERLAP_FIELDS = ("comm_forward", "comm_backward", "exposed_forward", "exposed_backward")
 #: the training set-ups the memory model knows (docs/model.md, "Memory")
 OPTIMIZERS = tuple(OPTIMIZER_STATES)
 
@@ -94,12 +97,19 @@ class Layer:
     #: parallelism"), their time already in ``forward``/``backward``; ``None``: not measured (no collectives)
     comm_forward_bytes: float | None = None
     comm_backward_bytes: float | None = None
+    #: seconds of those collectives (part of ``forward``/``backward``), and the seconds they and the GEMMs they
+    #: overlap add to the phase beyond its compute when they overlap (``Layout.tp_overlap``; docs/model.md,
+    #: "Communication overlap"); ``None``: not measured (the overlap cannot be priced)
+    comm_forward: float | None = None
+    comm_backward: float | None = None
+    exposed_forward: float | None = None
+    exposed_backward: float | None = None
 
     def __post_init__(self) -> None:
         for f in ("forward", "backward", "weight_bytes", "activation_bytes", "offload_bytes") + OPTIONAL_COLUMNS \
-                + SPLIT_FIELDS + COMM_FIELDS:
+                + SPLIT_FIELDS + COMM_FIELDS + OVERLAP_FIELDS:
             v = getattr(self, f)
-            if v is None and f in OPTIONAL_COLUMNS + SPLIT_FIELDS + COMM_FIELDS:
+            if v is None and f in OPTIONAL_COLUMNS + SPLIT_FIELDS + COMM_FIELDS + OVERLAP_FIELDS:
                 continue
             if not isinstance(v, (int, float, np.floating, np.integer)) or math.isnan(v) or v < 0 or math.isinf(v):
                 raise ValueError(f"layer {self.name!r}: {f} must be a finite non-negative number, got {v!r}")
@@ -112,7 +122,7 @@ def _merged_split(layers: Sequence[Layer]) -> dict[str, float | None]:
     """The backward split and the collectives' bytes of merged layers: sums, or None (estimated, not measured)
     when any of them lacks it."""
     out: dict[str, float | None] = {}
-    for f in SPLIT_FIELDS + COMM_FIELDS:
+    for f in SPLIT_FIELDS + COMM_FIELDS + OVERLAP_FIELDS:
         values = [getattr(l, f) for l in layers]
         out[f] = None if any(v is None for v in values) else float(sum(values))
     return out
@@ -316,7 +326,8 @@ class Chain:
             if any(v is not None for v in values):
                 cols[c] = [math.nan if v is None else float(v) for v in values]
         for c, column, scale in (("backward_weight", "backward_weight_ms", 1e3),
-                                 ("weight_pending_bytes", "weight_pending_bytes", 1.0)):
+                                 ("weight_pending_bytes", "weight_pending_bytes", 1.0),
+                                 *((f, f"{f}_ms", 1e3) for f in OVERLAP_FIELDS)):
             values = [getattr(l, c) for l in self.layers]
             if any(v is not None for v in values):
                 cols[column] = [math.nan if v is None else float(v) * scale for v in values]

@@ -36,7 +36,7 @@ import math
 from pathlib import Path
 
 from workbench.io import write_text_atomic
-from workbench.model.chain import COMM_FIELDS, MEMORY_COLUMNS, Chain, Layer
+from workbench.model.chain import COMM_FIELDS, MEMORY_COLUMNS, OVERLAP_FIELDS, Chain, Layer
 from workbench.model.units import MAX_BYTES, bytes_value
 
 __all__ = ["ProfileError", "ProfileWarning", "read_profile", "write_profile", "parse_profile_text", "check_values",
@@ -44,7 +44,9 @@ __all__ = ["ProfileError", "ProfileWarning", "read_profile", "write_profile", "p
 
 REQUIRED_COLUMNS = ["name", "forward_ms", "backward_ms", "weight_bytes", "activation_bytes"]
 #: the backward split's columns (docs/model.md, "Backward split"): column -> (Layer field, scale to seconds/bytes)
-SPLIT_COLUMNS = {"backward_weight_ms": ("backward_weight", 1e-3), "weight_pending_bytes": ("weight_pending_bytes", 1.0)}
+SPLIT_COLUMNS = {"backward_weight_ms": ("backward_weight", 1e-3), "weight_pending_bytes": ("weight_pending_bytes", 1.0),
+                 # tensor parallelism's collectives in ms, overlapped or not (docs/model.md, "Communication overlap")
+                 **{f"{f}_ms": (f, 1e-3) for f in OVERLAP_FIELDS}}
 OPTIONAL_COLUMNS = ["saved_bytes", "cut_bytes", *MEMORY_COLUMNS, *SPLIT_COLUMNS, *COMM_FIELDS]
 
 

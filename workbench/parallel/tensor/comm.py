@@ -31,9 +31,9 @@ import torch
 from torch.distributed.tensor.debug import CommDebugMode
 from torch.utils._pytree import tree_leaves
 
-from workbench.profiles.local import local_bytes
+from workbench.profiles.local import local_bytes, on_meta, storage_keys
 
-__all__ = ["Collective", "CollectiveBytes", "PHASES", "summary", "waited_collectives"]
+__all__ = ["Collective", "CollectiveBytes", "PairedCollectives", "PHASES", "summary", "waited_collectives"]
 
 PHASES = ("forward", "backward")
 
@@ -111,6 +111,89 @@ class CollectiveBytes(CommDebugMode):
     def total(self, phase: str) -> int:
         """Bytes of every collective recorded in ``phase``."""
         return sum(c.nbytes for c in self.records if c.phase == phase)
+
+
+#: matmul operations and the position of the operand a gathered tensor must be (the rows of A in A @ B)
+_MATMULS = {"mm": 0, "bmm": 0, "addmm": 1, "baddbmm": 1}
+
+
+class PairedCollectives(CollectiveBytes):
+    """:class:`CollectiveBytes` that also finds, for each collective, the matmuls it can overlap
+    (:attr:`pairs`, aligned with :attr:`records`: per phase, the indices of the phase's matmuls in the order they
+    run, :attr:`matmuls` counting them), as Transformer Engine's userbuffers and torch's async TP pair them:
+
+    * an **all-gather** with the matmuls whose A operand (its rows) is the gathered tensor, or a view or copy of
+      it (TE's ``qkv_fprop``/``fc1_fprop`` and ``proj_dgrad``/``fc2_dgrad``; torch's ``fused_all_gather_matmul``);
+    * a **reduce-scatter** with the matmuls whose results it reduces (through views, sums and copies: TE's
+      ``proj_fprop``/``fc2_fprop``, torch's ``fused_matmul_reduce_scatter``; the backward's, whose input is the
+      sum of the input-gradient matmuls of q, k, v or gate, up);
+    * an all-reduce with none (TE overlaps only sequence parallelism's pair).
+
+    A matmul is paired with one collective at most (the first). Operations on ``meta`` tensors (a DTensor's shape
+    probes) are not counted, as the work counter does not count them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pairs: list[tuple[int, ...]] = []
+        self.matmuls = {"forward": 0, "backward": 0}
+        self._gathered: dict[tuple, int] = {}          # storage -> the all-gather record it holds
+        self._made_by: dict[tuple, frozenset] = {}     # storage -> the (phase, matmul) whose results it holds
+        self._taken: set[tuple[str, int]] = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        before = len(self.records)
+        out = super().__torch_dispatch__(func, types, args, kwargs)
+        if out is NotImplemented or isinstance(func, torch._ops.HigherOrderOperator):
+            return out
+        outs = _tensors(out)
+        if len(self.records) > before:
+            self._pair(self.records[-1], func.namespace, args, out)
+        elif outs and not any(on_meta(t) for t in outs):
+            self._follow(func, args, kwargs or {}, outs)
+        return out
+
+    def _keys(self, tensors: Iterable[torch.Tensor]) -> list[tuple]:
+        return [k for t in tensors for k in storage_keys(t)]
+
+    def _pair(self, record: Collective, namespace: str, args: tuple, out: Any) -> None:
+        index, pairs = len(self.records) - 1, ()
+        if record.kind == "all_gather":
+            for k in self._keys(_tensors(out if namespace != "c10d" else args[:1])):
+                self._gathered[k] = index
+        elif record.kind == "reduce_scatter":
+            source = args[:1] if namespace != "c10d" else args[1:2]
+            made = frozenset().union(*(self._made_by.get(k, frozenset()) for k in self._keys(_tensors(source))))
+            pairs = tuple(sorted(m for phase, m in made if phase == record.phase and (phase, m) not in self._taken))
+            self._taken.update((record.phase, m) for m in pairs)
+        self.pairs.append(pairs)
+
+    def _follow(self, func: Any, args: tuple, kwargs: dict, outs: list[torch.Tensor]) -> None:
+        phase = "backward" if torch._C._current_graph_task_id() != -1 else "forward"
+        name = func._overloadpacket.__name__
+        out_keys = self._keys(outs)
+        if name in _MATMULS and func.namespace == "aten":
+            m = self.matmuls[phase]
+            self.matmuls[phase] += 1
+            a = args[_MATMULS[name]]
+            rows = a.dim() >= 2 and a.stride(-1) == 1
+            gathered = [self._gathered[k] for k in self._keys([a]) if k in self._gathered] if rows else []
+            gathered = [g for g in gathered if self.records[g].phase == phase]
+            if gathered and (phase, m) not in self._taken:
+                self.pairs[gathered[0]] = self.pairs[gathered[0]] + (m,)
+                self._taken.add((phase, m))
+            for k in out_keys:
+                self._gathered.pop(k, None)
+                self._made_by[k] = frozenset({(phase, m)})
+            return
+        ins = self._keys(_tensors((args, kwargs)))
+        gathered = next((self._gathered[k] for k in ins if k in self._gathered), None)
+        made = frozenset().union(*(self._made_by.get(k, frozenset()) for k in ins))
+        for k in out_keys:                 # a view or an in-place op writes its input's storage: it keeps both
+            if gathered is not None:
+                self._gathered[k] = gathered
+            elif k not in ins:
+                self._gathered.pop(k, None)
+            self._made_by[k] = made | (self._made_by.get(k, frozenset()) if k in ins else frozenset())
 
 
 def summary(records: Iterable[Collective]) -> str:

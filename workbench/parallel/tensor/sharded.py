@@ -44,12 +44,16 @@ def _loss_parallel(on: bool) -> Iterator[None]:
 
 
 def with_collectives(chain: Chain, times: TensorParallelTimes) -> Chain:
-    """``chain`` with each layer's collective bytes (forward, backward) and their summary in the metadata."""
+    """``chain`` with each layer's collective bytes (forward, backward), their seconds overlapped or not
+    (:attr:`TensorParallelTimes.overlap`) and their summary in the metadata."""
+    from workbench.model.chain import OVERLAP_FIELDS
+
     layers = []
-    for layer, records in zip(chain.layers, times.collectives):
+    for layer, records, seconds in zip(chain.layers, times.collectives, times.overlap):
         layers.append(dataclasses.replace(
             layer, comm_forward_bytes=float(sum(c.nbytes for c in records if c.phase == "forward")),
-            comm_backward_bytes=float(sum(c.nbytes for c in records if c.phase == "backward"))))
+            comm_backward_bytes=float(sum(c.nbytes for c in records if c.phase == "backward")),
+            **dict(zip(OVERLAP_FIELDS, seconds))))
     every = [c for records in times.collectives for c in records]
     return dataclasses.replace(chain, layers=tuple(layers), meta={**chain.meta, "tp_collectives": summary(every)})
 

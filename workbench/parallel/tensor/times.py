@@ -10,7 +10,10 @@ on the link a tensor-parallel group crosses: it stays inside a node, so the GPU'
 (:attr:`~workbench.model.accelerators.Accelerator.link_bandwidth`). Megatron's all-reduces (and, under
 sequence parallelism, its all-gathers and reduce-scatters) sit on the critical path: the next operation
 needs their result, so they are added to the layer's forward and backward times, not overlapped
-(docs/model.md, "Tensor parallelism").
+(docs/model.md, "Tensor parallelism"). For the layouts that overlap them (``tpo=1``,
+:mod:`~workbench.parallel.tensor.overlap`) it also keeps, per layer and phase, the collectives' seconds and what
+they add when each overlaps the matmuls :class:`~workbench.parallel.tensor.comm.PairedCollectives` pairs it with
+(those matmuls' kernel seconds, :func:`workbench.profiles.kernel_time.kernel_seconds`): :attr:`overlap`.
 
 Before a layer is measured, its measurements run once unrecorded (:func:`warm_up`): a ``DTensor`` propagates
 the shapes of an operation it has not met yet (in that context: dispatch modes, saved-tensor hooks) with a
@@ -33,8 +36,10 @@ from torch import nn
 
 from workbench.model.accelerators import Accelerator
 from workbench.parallel.collectives import ring_seconds
-from workbench.parallel.tensor.comm import Collective, CollectiveBytes
-from workbench.profiles.roofline import H100_CALIBRATION, Calibration, RooflineTimes, estimate, layer_work
+from workbench.parallel.tensor.comm import Collective, CollectiveBytes, PairedCollectives
+from workbench.parallel.tensor.overlap import exposed_seconds, sms_of
+from workbench.profiles.kernel_time import KINDS, kernel_seconds
+from workbench.profiles.roofline import H100_CALIBRATION, Calibration, OpWork, RooflineTimes, estimate, layer_work
 
 __all__ = ["TensorParallelTimes", "warm_up"]
 
@@ -72,6 +77,8 @@ class TensorParallelTimes(RooflineTimes):
         self.bandwidth = float(bandwidth if bandwidth is not None else gpu.link_bandwidth)
         self.latency = float(latency)
         self.collectives: list[list[Collective]] = []
+        #: per layer: (comm forward, comm backward, exposed forward, exposed backward) seconds (module docstring)
+        self.overlap: list[tuple[float, float, float, float]] = []
         self._warm: set[tuple] = set()
 
     def collective_seconds(self, records: list[Collective]) -> float:
@@ -86,18 +93,45 @@ class TensorParallelTimes(RooflineTimes):
         if key not in self._warm:          # a block like one already run finds its shapes cached
             warm_up(mod, x, needs_input_grad, then, grad)
             self._warm.add(key)
-        with CollectiveBytes() as comm:
+        with PairedCollectives() as comm:
             work = layer_work(mod, x, needs_input_grad, then, grad)
-        records = comm.take()
+        pairs, records = comm.pairs, comm.take()
         self.works.append(work)
         self.collectives.append(records)
         forward = [c for c in records if c.phase == "forward"]
         backward = [c for c in records if c.phase == "backward"]
+        self.overlap.append(self._overlap(records, pairs, work.forward, work.backward, comm.matmuls))
         backward_work = estimate(work.backward, self.gpu, self.calibration, backward=True)
         return ([estimate(work.forward, self.gpu, self.calibration) + self.collective_seconds(forward)],
                 [backward_work + self.collective_seconds(backward)])
 
+    def _overlap(self, records: list[Collective], pairs: list[tuple[int, ...]], forward: OpWork, backward: OpWork,
+                 matmuls: dict[str, int]) -> tuple[float, float, float, float]:
+        """(comm forward, comm backward, exposed forward, exposed backward) seconds of one layer (module
+        docstring): each collective's ring and its paired matmuls' kernel seconds."""
+        gemms = {"forward": self._matmul_seconds(forward, False, matmuls["forward"]),
+                 "backward": self._matmul_seconds(backward, True, matmuls["backward"])}
+        rows = [(c.phase, c.kind, self.collective_seconds([c]), float(sum(gemms[c.phase][m] for m in p)))
+                for c, p in zip(records, pairs)]
+        sms = sms_of(self.gpu.name) if rows else 0
+        out = []
+        for phase in ("forward", "backward"):
+            mine = [r for r in rows if r[0] == phase]
+            out.append((sum(r[2] for r in mine), exposed_seconds(mine, self.tp, sms) if mine else 0.0))
+        return out[0][0], out[1][0], out[0][1], out[1][1]
+
+    def _matmul_seconds(self, work: OpWork, backward: bool, seen: int) -> list[float]:
+        """The kernel seconds of a phase's matmuls in the order they run (as many as the pairing counted)."""
+        mm = work.kind == KINDS.index("matmul")
+        if int(mm.sum()) != seen:
+            raise RuntimeError(f"tensor-parallel overlap: the work counter has {int(mm.sum())} matmuls in a "
+                               f"{'backward' if backward else 'forward'}, the collectives' pairing {seen}")
+        seconds = kernel_seconds(work.kind, work.precision, work.flops, work.bytes, work.aligned, self.gpu,
+                                 self.calibration, backward)
+        return [float(x) for x in seconds[mm]]
+
     def describe(self) -> str:
         return (super().describe() + f"; plus each tensor-parallel collective as a ring over {self.tp} ranks at "
                 f"{self.bandwidth / 1e9:.0f} GB/s one way ({self.gpu.link}), latency {self.latency * 1e6:g} us per "
-                "step, on the critical path (not overlapped)")
+                "step, on the critical path (not overlapped; with tpo=1 overlapped with their GEMMs as Transformer "
+                "Engine's userbuffers do: workbench.parallel.tensor.overlap)")
