@@ -92,6 +92,14 @@ NEMOTRON_YAML = "NVIDIA/NeMo-Framework-Launcher launcher_scripts/conf/training/n
 NEMO_PERF_SP = "NVIDIA/NeMo scripts/performance/helpers.py, set_primary_perf_configs (sequence_parallel = tp_size > 1)"
 #: Megatron-Core computes the loss vocabulary-parallel (its cross-entropy split over TP): lp=1 on every TP row
 MEGATRON_LOSS = "vocabulary-parallel loss: Megatron-Core's only cross-entropy under TP"
+#: TP communication overlap (Transformer Engine's userbuffers) on in the sources' configurations: tpo=1
+NEMOTRON_TPO = ("TP communication overlap on: " + NEMOTRON_YAML + ", model.ub_tp_comm_overlap: True (Megatron's "
+                "--tp-comm-overlap)")
+NEMOTRON_PERF_TPO = ("TP communication overlap on: NVIDIA/NeMo nemo/collections/llm/recipes/nemotron4_15b.py, "
+                     "pretrain_performance_optimizations (MegatronCommOverlapCallback(tp_comm_overlap=True), what "
+                     "scripts/performance/llm/pretrain_nemotron4_15b.py runs: pretrain_recipe(performance_mode=True))")
+LLAMA70B_SFT_TPO = ("TP communication overlap on: NVIDIA-NeMo/Megatron-Bridge's performance config of this row (Llama3 "
+                    "70B SFT, 32x H100, TP=4 PP=4 VP=5, GBS 32: CommOverlapConfig(tp_comm_overlap=True))")
 
 
 @dataclass(frozen=True)
@@ -155,26 +163,27 @@ ROWS = (
     Row("NeMo Nemotron-4 15B TP 4", DGXC + " nemotron/README_15b.md (commit 0b71cfd), table \"Nemotron4 15b BF16 "
         "(TP=4, PP=1, MBS=4, GA=4)\", column 16x H100 (GBS=64): step 2.812 s, 93223 tokens/s; settings: "
         + NEMOTRON_YAML,
-        "nemotron4_15b_4096", "h100-sxm", 16, "tp=4,pp=1,dp=4,zero=1,sp=1,lp=1", 4, 64, 4096, "none", 93223.0 / 16,
-        0.6249, note="sequence parallelism on (the YAML's sequence_parallel: True); " + MEGATRON_LOSS + "; TP "
-                     "communication overlap on (not modelled)"),
+        "nemotron4_15b_4096", "h100-sxm", 16, "tp=4,pp=1,dp=4,zero=1,sp=1,lp=1,tpo=1", 4, 64, 4096, "none",
+        93223.0 / 16, 0.6249, note="sequence parallelism on (the YAML's sequence_parallel: True); " + MEGATRON_LOSS
+        + "; " + NEMOTRON_TPO),
     Row("NeMo Nemotron-4 15B TP 4", DGXC + " nemotron/README_15b.md (commit 0b71cfd), same table, column 64x H100 "
         "(GBS=256): step 2.845 s, 368568 tokens/s; settings: " + NEMOTRON_YAML,
-        "nemotron4_15b_4096", "h100-sxm", 64, "tp=4,pp=1,dp=16,zero=1,sp=1,lp=1", 4, 256, 4096, "none",
+        "nemotron4_15b_4096", "h100-sxm", 64, "tp=4,pp=1,dp=16,zero=1,sp=1,lp=1,tpo=1", 4, 256, 4096, "none",
         368568.0 / 64, 0.6177, note="as above"),
     Row("NeMo Nemotron-4 15B TP 2", DGXC + " nemotron/README.md (commit 1f6d9f4), table \"Nemotron4 15b BF16 H100\", "
         "16x H100: step 2.746 s, 95463 tokens/s (layout: its H100 table, TP 2, PP 1, DP 8, MBS 2, GBS 64); "
         "recompute: " + NEMO_H100_CONFIGS + ", row pre_train nemotron4 15b bf16 (recompute_layers 0)",
-        "nemotron4_15b_4096", "h100-sxm", 16, "tp=2,pp=1,dp=8,zero=1,sp=1,lp=1", 2, 64, 4096, "none", 95463.0 / 16,
-        0.567, note="NeMo 2.0 recipe; sequence parallelism on: " + NEMO_PERF_SP + "; " + MEGATRON_LOSS),
+        "nemotron4_15b_4096", "h100-sxm", 16, "tp=2,pp=1,dp=8,zero=1,sp=1,lp=1,tpo=1", 2, 64, 4096, "none",
+        95463.0 / 16, 0.567, note="NeMo 2.0 recipe; sequence parallelism on: " + NEMO_PERF_SP + "; " + MEGATRON_LOSS
+        + "; " + NEMOTRON_PERF_TPO),
     Row("NeMo Llama-3-70B SFT TP 4 PP 4 VP 5", DGXC + " llama3/finetuning/README_70b.md (commit 8f5cbb3), table "
         "\"Llama3 70b Finetuning SFT BF16 (TP=4, PP=4, CP=1, VP=5)\", 32x H100 (GBS=32): step 3.36 s, 39009 tokens/s; "
         "sequence 4096, micro-batch 1, no recompute: " + NEMO_H100_CONFIGS + ", row sft llama3 70b bf16",
-        "llama3_70b_4096", "h100-sxm", 32, "tp=4,pp=4,dp=2,zero=1,schedule=interleaved-1f1b,chunks=5,sp=1,lp=1", 1, 32,
-        4096, "none", 39009.0 / 32, 0.511,
+        "llama3_70b_4096", "h100-sxm", 32, "tp=4,pp=4,dp=2,zero=1,schedule=interleaved-1f1b,chunks=5,sp=1,lp=1,tpo=1",
+        1, 32, 4096, "none", 39009.0 / 32, 0.511,
         note="full-parameter SFT on sequences packed to 4096 tokens, priced as one 4096-token causal sequence; "
              "Megatron's interleaved 1F1B as torch's interleaved-1f1b; sequence parallelism on: " + NEMO_PERF_SP
-             + "; " + MEGATRON_LOSS),
+             + "; " + MEGATRON_LOSS + "; " + LLAMA70B_SFT_TPO),
 )
 
 
@@ -316,6 +325,18 @@ def evaluate_row(row: Row, calibration: Calibration | None = None, chain: Chain 
     return evaluate(job_from_args(args, first), _layout_arg(args), chain_for, args.activations)
 
 
+def without_overlap(row: Row) -> Row | None:
+    """``row`` with its TP communication overlap off (``tpo=1`` dropped); None when it has none.
+
+    >>> without_overlap(ROWS[-1]).layout.endswith("lp=1"), without_overlap(ROWS[0])
+    (True, None)
+    """
+    parts = row.layout.split(",")
+    if "tpo=1" not in parts:
+        return None
+    return dataclasses.replace(row, layout=",".join(p for p in parts if p != "tpo=1"))
+
+
 def verdict(ratio: float) -> str:
     """``within 15 %``, ``within 25 %`` or ``MISSES 25 %`` for predicted / published.
 
@@ -389,6 +410,13 @@ def main() -> int:
               f"{time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
         results.append((row, e))
     print(table(results))
+    overlapped = [(row, without_overlap(row), e) for row, e in results if without_overlap(row) is not None]
+    if overlapped:
+        print("\nTP communication overlap (tpo=1, as the sources run), predicted / published without -> with:")
+    for row, plain, e in overlapped:
+        old = evaluate_row(plain)
+        print(f"  {row.name} ({layout_label(row)}, {row.gpus} GPUs): {tps_ratio(plain, old):.2f} -> "
+              f"{tps_ratio(row, e):.2f} (step {old.step_seconds:.3f} -> {e.step_seconds:.3f} s)")
     print("\nsources:")
     for row in rows:
         print(f"  {row.name} ({row.gpu} x {row.gpus}): {row.source}" + (f"; {row.note}" if row.note else ""))

@@ -214,7 +214,8 @@ def _add_layout_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--parallel", default=None, metavar="auto|tp=T,pp=P,dp=D[,zero=Z]",
                    help="a layout of the --devices: auto (search every one: the fastest that fits; auto,sp=1,lp=1: "
                         "its tp > 1 layouts sequence-parallel with a vocabulary-parallel loss) or one to evaluate "
-                        "(also mbs=, schedule=, chunks=, sp= sequence parallelism, lp= vocabulary-parallel loss)")
+                        "(also mbs=, schedule=, chunks=, sp= sequence parallelism, lp= vocabulary-parallel loss, tpo= "
+                        "TP communication overlapped with the GEMMs as Megatron's --tp-comm-overlap, needs sp=1)")
     p.add_argument("--global-batch", type=int_in(1), default=None, metavar="G",
                    help="with --parallel: samples per optimizer step (micro-batches = G / (dp x micro-batch size))")
     p.add_argument("--profile-cache", default=None, metavar="DIR",

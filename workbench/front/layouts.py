@@ -2,7 +2,8 @@
 (docs/model.md, "Layouts").
 
     plan --module FILE.py:FUNC [--fake --gpu NAME] --devices N [--devices-per-node K] [--node-bandwidth B]
-         --global-batch G --parallel auto[,sp=S][,lp=L]|tp=T,pp=P,dp=D[,zero=Z][,sp=S][,lp=L] [--method M]
+         --global-batch G --parallel auto[,sp=S][,lp=L][,tpo=O]|tp=T,pp=P,dp=D[,zero=Z][,sp=S][,lp=L][,tpo=O]
+         [--method M]
          [--chunks V]
          [--activations keep|recompute|auto] [--optimizer ...] [--precision ...] --json OUT
 
@@ -13,7 +14,9 @@ its batch. ``--parallel auto`` searches every layout (:func:`workbench.parallel.
 frontier and writes the fastest that fits with the whole frontier (``auto,sp=1,lp=1``: its ``tp > 1`` layouts
 with sequence parallelism and the vocabulary-parallel loss, each on its own per-rank profile);
 ``--parallel tp=..,pp=..,dp=..`` evaluates one (:func:`workbench.parallel.evaluate.evaluate`), ``sp=1``/``lp=1``
-on the per-rank profile with them. Bad input (a layout that is not ``--devices``, a ``tp``
+on the per-rank profile with them; ``tpo=1`` (with ``sp=1``; ``auto,sp=1,tpo=1`` for the search's) prices their
+collectives overlapped with their GEMMs, as Megatron's ``--tp-comm-overlap`` runs them
+(:mod:`workbench.parallel.tensor.overlap`; off by default). Bad input (a layout that is not ``--devices``, a ``tp``
 larger than a node or not dividing the heads, a global batch the micro-batches and ``dp`` do not divide, a
 ``zero`` the schedule cannot shard) is one ``error:`` line, exit 2; a layout that fits nowhere says the least
 memory it needs per rank (exit 2).
@@ -149,16 +152,39 @@ def auto_switches(text: str) -> tuple[bool, bool] | None:
     ((False, False), (True, False), None)
     >>> auto_switches("auto,pp=2")
     Traceback (most recent call last):
-    ValueError: --parallel auto,pp=2: auto takes only sp= and lp= (the search chooses the rest)
+    ValueError: --parallel auto,pp=2: auto takes only sp=, lp= and tpo= (the search chooses the rest)
     """
+    switches = _auto_layout(text)
+    return None if switches is None else (switches.sequence_parallel, switches.loss_parallel)
+
+
+def auto_overlap(text: str) -> bool:
+    """Whether ``--parallel auto,...`` asks its ``tp > 1`` layouts to overlap their collectives (``tpo=1``,
+    which needs ``sp=1``); False for a layout, not ``auto``.
+
+    >>> auto_overlap("auto,sp=1,tpo=1"), auto_overlap("auto,sp=1"), auto_overlap("tp=2,sp=1,tpo=1")
+    (True, False, False)
+    >>> auto_overlap("auto,tpo=1")
+    Traceback (most recent call last):
+    ValueError: --parallel auto,tpo=1: layout: tpo=1 overlaps sequence parallelism's all-gathers and \
+reduce-scatters with their GEMMs: it needs sp=1 (Megatron's --tp-comm-overlap asserts the same)
+    """
+    switches = _auto_layout(text)
+    return bool(switches is not None and switches.tp_overlap)
+
+
+def _auto_layout(text: str) -> Layout | None:
+    """The switches of ``--parallel auto[,sp=S][,lp=L][,tpo=O]`` as a tp=2 layout; None when not ``auto``."""
     head, _, rest = text.strip().partition(",")
     if head.strip().lower() != "auto":
         return None
     keys = [p.partition("=")[0].strip().lower() for p in rest.split(",") if p.strip()]
-    if any(k not in ("sp", "lp", "sequence_parallel", "loss_parallel") for k in keys):
-        raise ValueError(f"--parallel {text}: auto takes only sp= and lp= (the search chooses the rest)")
-    switches = Layout.parse(f"tp=2,{rest}") if rest.strip() else Layout(tp=2)
-    return switches.sequence_parallel, switches.loss_parallel
+    if any(k not in ("sp", "lp", "tpo", "sequence_parallel", "loss_parallel", "tp_overlap") for k in keys):
+        raise ValueError(f"--parallel {text}: auto takes only sp=, lp= and tpo= (the search chooses the rest)")
+    try:
+        return Layout.parse(f"tp=2,{rest}") if rest.strip() else Layout(tp=2)
+    except ValueError as e:
+        raise ValueError(f"--parallel {text}: {str(e).partition(': ')[2]}") from None
 
 
 def layout_command(args: argparse.Namespace) -> int:
@@ -194,7 +220,8 @@ def _auto(args: argparse.Namespace, job: Job, chain_for: ChainFor, first: Chain,
     acts = (args.activations,) if args.activations else None
     sp, lp = auto_switches(args.parallel) or (False, False)
     result = search(job, chain_for, micro_batch_sizes=sizes, schedules=schedules, chunks=args.chunks, tps=tps,
-                    activations=acts, progress=progress, sequence_parallel=(sp,), loss_parallel=(lp,))
+                    activations=acts, progress=progress, sequence_parallel=(sp,), loss_parallel=(lp,),
+                    tp_overlap=auto_overlap(args.parallel))
     if tps == (1,):
         result.notes.append("tp > 1 not searched: it needs --module with --fake and per-rank tensor-parallel "
                             "profiles (workbench.parallel.tensor)")

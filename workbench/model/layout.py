@@ -8,7 +8,10 @@ schedule (a method of :mod:`workbench.methods`) with its stages per rank (``chun
 tensor parallelism (``tp > 1`` only): sequence parallelism (``sp``: the norms and dropouts on ``sequence / tp``
 positions, Megatron's ``--sequence-parallel``) and the vocabulary-parallel loss (``lp``: the logits kept split
 over the vocabulary for the cross-entropy, as Megatron always computes it and torchtitan's ``loss_parallel``;
-off by default, the logits gathered on every rank). Today's pipeline plans are the layout ``tp=1, dp=1``.
+off by default, the logits gathered on every rank), and the communication overlap (``tpo``: sequence parallelism's
+all-gathers and reduce-scatters pipelined with the GEMMs they feed and drain, Megatron's ``--tp-comm-overlap`` and
+torch's async TP; needs ``sp``; off by default, as torch eager runs: :mod:`workbench.parallel.tensor.overlap`).
+Today's pipeline plans are the layout ``tp=1, dp=1``.
 
 Ranks are numbered as torchtitan's device mesh ``["pp", "dp", "tp"]`` numbers them: ``tp`` innermost (a
 tensor-parallel group is ``tp`` consecutive ranks, so it sits in one node), then ``dp``, then ``pp``:
@@ -42,9 +45,10 @@ ZERO_LEVELS = (0, 1, 2, 3)
 _KEYS = {"tp": "tp", "pp": "pp", "dp": "dp", "zero": "zero", "mbs": "micro_batch_size",
          "micro_batch_size": "micro_batch_size", "mb": "micro_batches", "micro_batches": "micro_batches",
          "schedule": "schedule", "method": "schedule", "chunks": "chunks", "vp": "chunks", "sp": "sequence_parallel",
-         "sequence_parallel": "sequence_parallel", "lp": "loss_parallel", "loss_parallel": "loss_parallel"}
+         "sequence_parallel": "sequence_parallel", "lp": "loss_parallel", "loss_parallel": "loss_parallel",
+         "tpo": "tp_overlap", "tp_overlap": "tp_overlap"}
 #: the on/off choices of tensor parallelism: field and the short key users type
-_SWITCHES = {"sequence_parallel": "sp", "loss_parallel": "lp"}
+_SWITCHES = {"sequence_parallel": "sp", "loss_parallel": "lp", "tp_overlap": "tpo"}
 _INTS = ("tp", "pp", "dp", "zero", "micro_batch_size", "micro_batches", "chunks")
 
 
@@ -69,6 +73,7 @@ class Layout:
     chunks: int = 1
     sequence_parallel: bool = False
     loss_parallel: bool = False
+    tp_overlap: bool = False
 
     def __post_init__(self) -> None:
         for name in _INTS:
@@ -87,6 +92,9 @@ class Layout:
             if value and self.tp == 1:
                 raise ValueError(f"layout: {short}=1 ({name.replace('_', ' ')}) splits over the tensor-parallel "
                                  "group, but tp=1")
+        if self.tp_overlap and not self.sequence_parallel:
+            raise ValueError("layout: tpo=1 overlaps sequence parallelism's all-gathers and reduce-scatters with their "
+                             "GEMMs: it needs sp=1 (Megatron's --tp-comm-overlap asserts the same)")
 
     @property
     def devices(self) -> int:
@@ -153,15 +161,15 @@ class Layout:
 
     def describe(self) -> str:
         """``'TP 4 x PP 8 x DP 2, ZeRO-1'``; sequence parallelism (``SP``), the vocabulary-parallel loss
-        (``LP``), the schedule, virtual stages and micro-batching when set.
+        (``LP``), the communication overlap (``TPO``), the schedule, virtual stages and micro-batching when set.
 
-        >>> Layout.parse("tp=2,dp=2,sp=1,lp=1").describe()
-        'TP 2 x PP 1 x DP 2, DDP, SP, LP'
+        >>> Layout.parse("tp=2,dp=2,sp=1,lp=1").describe(), Layout.parse("tp=2,sp=1,tpo=1").describe()
+        ('TP 2 x PP 1 x DP 2, DDP, SP, LP', 'TP 2 x PP 1 x DP 1, SP, TPO')
         """
         text = f"TP {self.tp} x PP {self.pp} x DP {self.dp}"
         if self.dp > 1:
             text += {0: ", DDP", 3: ", FSDP"}.get(self.zero, f", ZeRO-{self.zero}")
-        text += ", SP" * self.sequence_parallel + ", LP" * self.loss_parallel
+        text += ", SP" * self.sequence_parallel + ", LP" * self.loss_parallel + ", TPO" * self.tp_overlap
         if self.schedule:
             text += f", {self.schedule}" + (f" x{self.chunks}" if self.chunks > 1 else "")
         if self.micro_batch_size is not None:
@@ -174,8 +182,12 @@ class Layout:
         return replace(self, **kw)
 
     def to_dict(self) -> dict[str, Any]:
-        """The plan JSON's ``"parallel"`` object (docs/model.md, "JSON")."""
-        return asdict(self)
+        """The plan JSON's ``"parallel"`` object (docs/model.md, "JSON"); ``tp_overlap`` only when on (a plan
+        without it reads as off: plans written before it load, and stay as they were)."""
+        out = asdict(self)
+        if not self.tp_overlap:
+            del out["tp_overlap"]
+        return out
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], where: str = "parallel") -> "Layout":
@@ -201,11 +213,11 @@ class Layout:
     @classmethod
     def parse(cls, text: str) -> "Layout":
         """A layout from ``"tp=4,pp=8,dp=2,zero=1"`` (also ``mbs=``, ``mb=``, ``schedule=``, ``chunks=``,
-        ``sp=``, ``lp=``); a missing degree is 1.
+        ``sp=``, ``lp=``, ``tpo=``); a missing degree is 1.
 
         >>> Layout.parse("tp=2, dp=4, zero=3, mbs=1, sp=1")
         Layout(tp=2, pp=1, dp=4, zero=3, micro_batch_size=1, micro_batches=None, schedule=None, chunks=1, \
-sequence_parallel=True, loss_parallel=False)
+sequence_parallel=True, loss_parallel=False, tp_overlap=False)
         >>> Layout.parse("tp=2,pp=two")
         Traceback (most recent call last):
         ValueError: --parallel tp=2,pp=two: pp must be a whole number, got 'two'
@@ -219,7 +231,7 @@ sequence_parallel=True, loss_parallel=False)
             key, sep, value = (s.strip() for s in part.partition("="))
             if not sep or key.lower() not in _KEYS:
                 raise ValueError(f"--parallel {text}: {part!r} is not KEY=VALUE with KEY one of "
-                                 f"tp, pp, dp, zero, mbs, mb, schedule, chunks, sp, lp")
+                                 f"tp, pp, dp, zero, mbs, mb, schedule, chunks, sp, lp, tpo")
             name = _KEYS[key.lower()]
             if name in fields:
                 raise ValueError(f"--parallel {text}: {key} is given twice")

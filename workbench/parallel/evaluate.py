@@ -60,7 +60,8 @@ ChainFor = Callable[..., Chain]
 def rank_chain(chain_for: ChainFor, layout: Layout) -> Chain:
     """The chain of one rank of ``layout``: ``chain_for(tp, micro_batch_size)``, with ``sequence_parallel`` and
     ``loss_parallel`` passed when the layout sets them (a chain source that does not take them is refused in one
-    line: it would plan the layout on the profile without them).
+    line: it would plan the layout on the profile without them); with ``tp_overlap``, its layers' collectives
+    overlapped with their GEMMs (:func:`workbench.parallel.tensor.overlap.overlapped_chain`).
 
     >>> rank_chain(lambda tp, mbs, **kw: (tp, mbs, kw), Layout(tp=2, micro_batch_size=1, sequence_parallel=True))
     (2, 1, {'sequence_parallel': True})
@@ -81,7 +82,12 @@ micro-batch size only)
                              "profile (it takes tp and the micro-batch size only)") from None
         except ValueError:          # no signature to read: call it
             pass
-    return chain_for(layout.tp, mbs, **flags)
+    chain = chain_for(layout.tp, mbs, **flags)
+    if layout.tp_overlap:
+        from workbench.parallel.tensor.overlap import overlapped_chain
+
+        return overlapped_chain(chain)
+    return chain
 
 
 @dataclass(frozen=True)

@@ -127,10 +127,10 @@ def candidates(job: Job, layers: int, *, micro_batch_sizes: Sequence[int | None]
                schedules: Sequence[str] = SCHEDULES, chunks: int | None = None, tps: Iterable[int] | None = (1,),
                activations: Sequence[str] | None = None, zeros: Sequence[int] = (0, 1, 2, 3),
                degrees: Sequence[tuple[int, int, int]] | None = None, sequence_parallel: Sequence[bool] = (False,),
-               loss_parallel: Sequence[bool] = (False,)) -> list[Candidate]:
+               loss_parallel: Sequence[bool] = (False,), tp_overlap: bool = False) -> list[Candidate]:
     """Every layout of the module docstring for a chain of ``layers`` layers (micro-batches filled in);
     ``degrees``: only these (tp, pp, dp); ``sequence_parallel``, ``loss_parallel``: the settings tried for
-    ``tp > 1``."""
+    ``tp > 1``; ``tp_overlap``: its layouts with sequence parallelism overlap their collectives."""
     out = []
     for tp, pp, dp in factorisations(job.devices, job.platform.devices_per_node, tps):
         if degrees is not None and (tp, pp, dp) not in degrees:
@@ -147,7 +147,7 @@ def candidates(job: Job, layers: int, *, micro_batch_sizes: Sequence[int | None]
                         if act == "auto" and not periodic:
                             continue
                         layout = Layout(tp=tp, pp=pp, dp=dp, zero=zero, micro_batch_size=mbs, schedule=name, chunks=v,
-                                        sequence_parallel=sp, loss_parallel=lp)
+                                        sequence_parallel=sp, loss_parallel=lp, tp_overlap=tp_overlap and sp)
                         out.append(Candidate(complete_layout(job, layout), act))
     return out
 
@@ -268,7 +268,7 @@ def _grad_bytes(chain) -> list[float]:
 
 def _chain_key(lay: Layout) -> tuple:
     """What the chain of one rank of ``lay`` depends on: tp, the micro-batch size and tp's two switches."""
-    return lay.tp, lay.micro_batch_size, lay.sequence_parallel, lay.loss_parallel
+    return lay.tp, lay.micro_batch_size, lay.sequence_parallel, lay.loss_parallel, lay.tp_overlap
 
 
 def _estimate(c: Candidate, chain) -> float:
@@ -296,7 +296,7 @@ def _memory_order(c: Candidate) -> tuple[tuple, tuple[int, int]]:
     larger one holds more per micro-batch but may leave fewer micro-batches, whose gradients accumulate."""
     lay = c.layout
     group = (lay.tp, lay.pp, lay.dp, lay.schedule, lay.chunks, lay.micro_batch_size, lay.sequence_parallel,
-             lay.loss_parallel)
+             lay.loss_parallel, lay.tp_overlap)
     return group, (-lay.zero, _POLICY_MEMORY.get(c.activations, 2))
 
 
@@ -356,10 +356,11 @@ def search(job: Job, chain_for: ChainFor, *, micro_batch_sizes: Sequence[int | N
            activations: Sequence[str] | None = None, zeros: Sequence[int] = (0, 1, 2, 3),
            progress: Callable[[str], None] | None = None, prune: bool = True,
            degrees: Sequence[tuple[int, int, int]] | None = None, sequence_parallel: Sequence[bool] = (False,),
-           loss_parallel: Sequence[bool] = (False,)) -> SearchResult:
+           loss_parallel: Sequence[bool] = (False,), tp_overlap: bool = False) -> SearchResult:
     """The fastest layout of ``job`` that fits (module docstring); ``prune=False`` evaluates every one;
     ``degrees``: only these (tp, pp, dp) (a family of layouts, e.g. the pure pipeline); ``sequence_parallel``,
-    ``loss_parallel``: the settings tried for ``tp > 1`` (each its own per-rank profile)."""
+    ``loss_parallel``: the settings tried for ``tp > 1`` (each its own per-rank profile); ``tp_overlap``: those
+    with sequence parallelism overlap their collectives (``tpo=1``)."""
     t0 = time.perf_counter()
     chains: dict[tuple, object] = {}
     notes: list[str] = []
@@ -367,7 +368,7 @@ def search(job: Job, chain_for: ChainFor, *, micro_batch_sizes: Sequence[int | N
     layers = len(chain_for(1, micro_batch_sizes[0] or job.micro_batch_size))
     for c in candidates(job, layers, micro_batch_sizes=micro_batch_sizes, schedules=schedules, chunks=chunks,
                         tps=tps, activations=activations, zeros=zeros, degrees=degrees,
-                        sequence_parallel=sequence_parallel, loss_parallel=loss_parallel):
+                        sequence_parallel=sequence_parallel, loss_parallel=loss_parallel, tp_overlap=tp_overlap):
         key = _chain_key(c.layout)
         if key not in chains:
             try:

@@ -63,6 +63,10 @@ def megatron_flags(job: Job) -> MegatronFlags:
         env["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"        # Megatron asserts it under TP (arguments.py)
         if lay.sequence_parallel:
             args.append("--sequence-parallel")
+        if lay.tp_overlap:        # needs --sequence-parallel (arguments.py asserts it; so does the layout)
+            args.append("--tp-comm-overlap")
+            notes.append("--tp-comm-overlap: Transformer Engine's userbuffers with their default overlap settings "
+                         "(as the plan priced them); --tp-comm-overlap-cfg takes a per-model YAML")
         if not lay.loss_parallel:
             notes.append("Megatron always computes the loss vocabulary-parallel (the logits stay split over TP); the "
                          "plan gathered them on every rank (lp=0): Megatron holds less and moves less than planned; "

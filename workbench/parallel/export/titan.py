@@ -58,7 +58,7 @@ def torchtitan_settings(job: Job) -> TorchtitanSettings:
                            "data_parallel_shard_degree": 1 if lay.zero == 0 else lay.dp}
     if lay.zero and lay.dp > 1:
         par["fsdp_reshard_after_forward"] = _RESHARD[lay.zero]
-    par |= {"tensor_parallel_degree": lay.tp, "enable_async_tensor_parallel": False,
+    par |= {"tensor_parallel_degree": lay.tp, "enable_async_tensor_parallel": lay.tp_overlap,
             "disable_loss_parallel": not lay.loss_parallel,
             "pipeline_parallel_degree": lay.pp, "pipeline_parallel_microbatch_size": lay.micro_batch_size}
     if lay.pp > 1:
@@ -68,8 +68,10 @@ def torchtitan_settings(job: Job) -> TorchtitanSettings:
     training = {"local_batch_size": local, "global_batch_size": local * lay.dp, "seq_len": job.seq_len}
     training |= _PRECISION.get(job.precision or "", {})
     ac = _checkpointing(job, notes)
-    notes += _zero_notes(job) + _sequence_parallel_notes(job) + _loss_parallel_notes(job)
+    notes += _zero_notes(job) + _sequence_parallel_notes(job) + _loss_parallel_notes(job) + _overlap_notes(job)
     sections = {"parallelism": par, "training": training, "activation_checkpoint": ac}
+    if lay.tp_overlap:         # torchtitan refuses async TP without torch.compile ("Async TP requires compile")
+        sections["compile"] = {"enable": True}
     return TorchtitanSettings(sections, _overrides(job, sections, notes), notes)
 
 
@@ -126,6 +128,15 @@ def _loss_parallel_notes(job: Job) -> list[str]:
                 "parallelism.disable_loss_parallel = true, as planned; its default (and Megatron's only way) is the "
                 "vocabulary-parallel loss: plan with lp=1 for it. torchtitan 0.3's command line has no such option"]
     return []
+
+
+def _overlap_notes(job: Job) -> list[str]:
+    if not job.layout.tp_overlap:
+        return []
+    return ["tpo=1: torch's async TP (parallelism.enable_async_tensor_parallel), which torchtitan runs only under "
+            "torch.compile ([compile] enable = true, set here): its micro-pipelined all-gather + matmul and matmul + "
+            "reduce-scatter are the overlap the plan priced after Transformer Engine's userbuffers (chunks and SMs "
+            "differ); torchtitan 0.3 sets both in its Python config function"]
 
 
 def default_split(blocks: int, stages: int, first_less: int, last_less: int) -> list[int]:

@@ -94,6 +94,10 @@ def check_layout_plan(plan, layout: Layout, where: str = "the plan") -> None:
     if layout.loss_parallel:
         raise ValueError(f"{where}: the layout computes the loss vocabulary-parallel (lp=1), which the layout runtime "
                          "does not run yet (it gathers the logits on every rank): plan it with lp=0 to run it")
+    if layout.tp_overlap:
+        raise ValueError(f"{where}: the layout overlaps its tensor-parallel collectives with their GEMMs (tpo=1: "
+                         "Transformer Engine's userbuffers, torch's async TP under compile), which the layout runtime "
+                         "(eager torch on gloo) does not do: plan it with tpo=0 to run it")
     weights = (plan.setup or {}).get("weights", "stash")
     if plan.schedule == "periodic" and weights == "stash" and any(st.in_flight > 1 for st in plan.stages):
         raise ValueError(f"{where}: a periodic plan with weight stashing runs on the PipeDream engine, which runs "
