@@ -153,3 +153,14 @@ def test_the_text_pastes_into_a_shell_as_the_same_words():
     assert shlex.split(body) == flags.args
     assert "'Et*3|t*4|t*5|t*2L'" in text
     assert megatron_parser().parse_args(shlex.split(body)).pipeline_model_parallel_layout == "Et*3|t*4|t*5|t*2L"
+
+
+def test_tp_overlap_is_megatrons_tp_comm_overlap():
+    plain = megatron_flags(job_from_plan(layout_plan([2, 2], pp=2, tp=2, sequence_parallel=True), seq_len=2048))
+    overlapped = megatron_flags(job_from_plan(layout_plan([2, 2], pp=2, tp=2, sequence_parallel=True,
+                                                          tp_overlap=True), seq_len=2048))
+    assert "--tp-comm-overlap" not in plain.args
+    i = overlapped.args.index("--tp-comm-overlap")
+    assert overlapped.args[i - 1] == "--sequence-parallel"                 # Megatron asserts sequence parallelism
+    assert [a for a in overlapped.args if a != "--tp-comm-overlap"] == plain.args
+    assert any("userbuffers" in n for n in overlapped.notes)

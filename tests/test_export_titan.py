@@ -170,3 +170,15 @@ def test_torchtitans_config_classes_take_the_settings():
         training = configs.TrainingConfig(**s.sections["training"])
         assert par.tensor_parallel_degree == s.sections["parallelism"]["tensor_parallel_degree"]
         assert training.global_batch_size == s.sections["training"]["global_batch_size"]
+
+
+def test_tp_overlap_is_torchs_async_tp_under_compile():
+    import tomllib
+
+    for tpo in (False, True):
+        plan = layout_plan([2, 2], pp=2, tp=2, sequence_parallel=True, tp_overlap=tpo)
+        s = torchtitan_settings(job_from_plan(plan, seq_len=2048))
+        assert s.sections["parallelism"]["enable_async_tensor_parallel"] is tpo
+        assert ("compile" in s.sections) is tpo and any("async TP" in n for n in s.notes) is tpo
+        if tpo:
+            assert tomllib.loads(to_toml(s))["compile"] == {"enable": True}

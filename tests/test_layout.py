@@ -59,3 +59,23 @@ def test_check_names_the_values():
     with pytest.raises(ValueError, match="parallel: schedule 5 is not a method"):
         Layout.from_dict({"tp": 2, "schedule": 5})
     assert Layout(tp=8, pp=2, dp=4, zero=3).check(devices=64, devices_per_node=8).devices == 64
+
+
+def test_tp_overlap_parses_needs_sequence_parallelism_and_round_trips():
+    lay = Layout.parse("tp=4,dp=2,sp=1,tpo=1")
+    assert lay.tp_overlap and lay.describe().endswith(", SP, TPO")
+    assert Layout.from_dict(lay.to_dict()) == lay and lay.to_dict()["tp_overlap"] is True
+    with pytest.raises(ValueError, match="tpo=1 overlaps .* it needs sp=1"):
+        Layout.parse("tp=4,tpo=1")
+    with pytest.raises(ValueError, match="tpo=1 .* but tp=1"):
+        Layout.parse("tp=1,tpo=1")
+    with pytest.raises(ValueError, match="tpo must be 0 or 1"):
+        Layout.parse("tp=2,sp=1,tpo=maybe")
+
+
+def test_tp_overlap_off_is_left_out_of_the_json_and_old_plans_load():
+    lay = Layout.parse("tp=2,sp=1")
+    assert "tp_overlap" not in lay.to_dict() and not lay.tp_overlap
+    old = {"tp": 2, "pp": 1, "dp": 1, "zero": 0, "micro_batch_size": 1, "micro_batches": 2, "schedule": "1f1b",
+           "chunks": 1, "sequence_parallel": True, "loss_parallel": False}
+    assert Layout.from_dict(old) == Layout.parse("tp=2,sp=1,mbs=1,mb=2,schedule=1f1b")

@@ -108,3 +108,44 @@ def test_a_layouts_switches_choose_its_chain():
     assert max(sp.memory) < max(plain.memory), (sp.memory, plain.memory)
     with pytest.raises(ValueError, match="sequence_parallel: this chain source has no such per-rank profile"):
         evaluate(job(), Layout(tp=2, pp=2, dp=2, sequence_parallel=True), lambda tp, mbs: chain())
+
+
+def _overlap_chain():
+    """Four layers whose collectives take 2 ms a phase, 0.5 ms (forward) and 1 ms (backward) when overlapped."""
+    return Chain(tuple(Layer(f"l{i}", 0.010, 0.020, 4e6, 1e6, comm_forward=0.002, comm_backward=0.002,
+                             exposed_forward=0.0005, exposed_backward=0.001) for i in range(4)), input_bytes=1e6)
+
+
+def test_tp_overlap_prices_each_layer_compute_plus_its_exposed_collectives():
+    job = Job(Platform(2, memory="16GB", bandwidth="100GB/s"), global_batch=4)
+    chain = _overlap_chain()
+    source = lambda tp, mbs, **kw: chain  # noqa: E731
+    plain = evaluate(job, Layout(tp=2, sequence_parallel=True), source)
+    overlapped = evaluate(job, Layout(tp=2, sequence_parallel=True, tp_overlap=True), source)
+    # one stage, 4 micro-batches one after the other: 4 x 4 layers x (forward + backward), by hand
+    assert plain.breakdown["pipeline"] == pytest.approx(4 * 4 * 0.030)
+    assert overlapped.breakdown["pipeline"] == pytest.approx(4 * 4 * (0.030 - 0.004 + 0.0015))
+    assert overlapped.layout.tp_overlap and overlapped.to_dict()["parallel"]["tp_overlap"] is True
+
+
+def test_without_tp_overlap_the_overlap_columns_change_nothing():
+    import dataclasses
+
+    from workbench.model.chain import OVERLAP_FIELDS
+
+    job = Job(Platform(4, memory="16GB", bandwidth="100GB/s"), global_batch=8)
+    chain = _overlap_chain()
+    bare = dataclasses.replace(chain, layers=tuple(dataclasses.replace(l, **dict.fromkeys(OVERLAP_FIELDS))
+                                                   for l in chain.layers))
+    for lay in (Layout(tp=2, pp=2, sequence_parallel=True, schedule="1f1b"), Layout(tp=2, dp=2, zero=1,
+                                                                                  sequence_parallel=True)):
+        a = evaluate(job, lay, lambda tp, mbs, **kw: chain)
+        b = evaluate(job, lay, lambda tp, mbs, **kw: bare)
+        assert (a.step_seconds, a.memory, a.breakdown) == (b.step_seconds, b.memory, b.breakdown)
+
+
+def test_tp_overlap_on_a_profile_without_the_columns_is_refused():
+    job = Job(Platform(2, memory="16GB", bandwidth="100GB/s"), global_batch=2)
+    chain = Chain(tuple(Layer(f"l{i}", 0.01, 0.02, 4e6, 1e6) for i in range(2)), input_bytes=1e6)
+    with pytest.raises(ValueError, match="tpo=1: layer 'l0' of this profile has no comm_forward"):
+        evaluate(job, Layout(tp=2, sequence_parallel=True, tp_overlap=True), lambda tp, mbs, **kw: chain)

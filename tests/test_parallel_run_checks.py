@@ -94,3 +94,8 @@ def test_layout_of_a_plan_and_its_micro_batches(tmp_path):
                                          r"leaves a partial step of 2; run --steps 4 \(1 step\) or 8 \(2 steps\)"):
         layout_micro_batches(plan, lay, 6)
     check_ranks(Layout(tp=2, pp=2, dp=2), max_ranks=8, started=None)
+
+
+def test_tp_overlap_is_refused_in_one_line():
+    with pytest.raises(ValueError, match=r"tpo=1.*does not do: plan it with tpo=0"):
+        check_layout_plan(pipeline_plan([2], 5), Layout(tp=2, pp=2, sequence_parallel=True, tp_overlap=True))

@@ -89,3 +89,12 @@ def test_the_switches_asked_are_tried_for_tp_above_one_each_on_its_chain():
     plain = search(job("40GB"), chain_for, micro_batch_sizes=(1,), tps=(1, 2), sequence_parallel=(True,))
     assert all(e.layout.tp == 1 for e in plain.evaluated)        # a chain source without the switch: not profiled
     assert any("tp=2" in n and "sequence parallel" in n for n in plain.notes)
+
+
+def test_tp_overlap_is_asked_for_and_set_on_the_sequence_parallel_layouts_only():
+    j = job("80GB")
+    plain = candidates(j, 8, tps=None, sequence_parallel=(False, True))
+    asked = candidates(j, 8, tps=None, sequence_parallel=(False, True), tp_overlap=True)
+    assert not any(c.layout.tp_overlap for c in plain) and len(plain) == len(asked)
+    assert all(c.layout.tp_overlap == (c.layout.tp > 1 and c.layout.sequence_parallel) for c in asked)
+    assert any(c.layout.tp_overlap for c in asked)

@@ -130,3 +130,16 @@ def test_a_negative_runtime_constant_cannot_make_a_plan_valid(tmp_path, capsys):
     with pytest.raises(ValueError, match="runtime_bytes -5e9"):
         Chain((Layer("a", 1, 1, 10, 4),), meta={"runtime_bytes": "-5e9"})
     assert main(["check", str(tmp_path / "plan.json"), "--profile", str(good), "--memory", "1"]) == 1   # 2 KB > 1 B
+
+
+def test_the_overlap_columns_round_trip_in_milliseconds(tmp_path):
+    layer = Layer("a", 0.010, 0.020, 100, 10, comm_forward=0.002, comm_backward=0.003, exposed_forward=0.0005,
+                  exposed_backward=0.001)
+    path = tmp_path / "p.csv"
+    write_profile(Chain((layer, Layer("b", 0.001, 0.002, 50, 20))), path)
+    header = path.read_text().splitlines()
+    assert any("comm_forward_ms" in line and "exposed_backward_ms" in line for line in header)
+    back = load_profile(path)
+    assert back.layers[0].comm_backward == pytest.approx(0.003) and back.layers[0].exposed_forward == pytest.approx(
+        0.0005)
+    assert back.layers[1].comm_forward is None

@@ -154,3 +154,12 @@ def test_nemotron4_15b_is_the_launchers_shape():
     n = sum(p.numel() for p in model.parameters())
     attn = 6144 * 6144 * 2 + 6144 * 1024 * 2
     assert n == pytest.approx(32 * (attn + 2 * 6144 * 24576) + 2 * 256000 * 6144, rel=1e-3)
+
+
+def test_the_nemo_rows_overlap_their_tp_communication_as_their_sources_run():
+    for row in TP_PP_ROWS:
+        lay = Layout.parse(row.layout)
+        assert lay.tp_overlap and lay.sequence_parallel
+        assert ("tp_comm_overlap" in row.note and "True" in row.note) or row.note == "as above"
+        plain = pr.without_overlap(row)
+        assert not Layout.parse(plain.layout).tp_overlap and plain.tokens_per_gpu == row.tokens_per_gpu

@@ -215,3 +215,20 @@ def test_gpt2_under_sequence_parallelism_scatters_after_the_positions():
     assert embed.activation_bytes == block.activation_bytes == B * S * H * FP32 / 2
     assert block.comm_forward_bytes == block.comm_backward_bytes == 4 * B * S * H * FP32
     assert sp.meta["tp_collectives"].startswith("forward: 1 all_reduce (8192 B), 6 all_gather")
+
+
+def test_a_sequence_parallel_profile_keeps_its_collectives_seconds_for_the_overlap():
+    from workbench.model.accelerators import accelerator
+    from workbench.parallel.tensor.overlap import overlapped_chain
+    from workbench.parallel.tensor.tiny import tiny_llama
+
+    chain = tensor_parallel_profile(tiny_llama, "h100-sxm", 2, sequence_parallel=True, cache=False)
+    bw = accelerator("h100-sxm").link_bandwidth
+    for layer in chain.layers:       # only all-gathers and reduce-scatters: each (tp - 1) / tp of its bytes
+        assert layer.comm_forward == pytest.approx(layer.comm_forward_bytes / 2 / bw)
+        assert layer.comm_backward == pytest.approx(layer.comm_backward_bytes / 2 / bw)
+        assert layer.exposed_forward >= 0 and layer.exposed_backward >= 0
+    over = overlapped_chain(chain)
+    for a, b in zip(chain.layers, over.layers):
+        assert b.forward >= a.forward - a.comm_forward - 1e-15
+        assert b.forward == pytest.approx(a.forward - a.comm_forward + a.exposed_forward)

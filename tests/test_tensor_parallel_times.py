@@ -65,3 +65,43 @@ def test_bandwidth_and_latency_can_be_set():
     one = [Collective("forward", "all_reduce", 1e9)]
     assert times.collective_seconds(one) == pytest.approx(14 * 1e-6 + 2 * 7 / 8 * 1e9 / 100e9)
     assert "100 GB/s" in times.describe() and "not overlapped" in times.describe()
+
+
+@pytest.mark.parametrize("tp", [2, 4])
+def test_sequence_parallel_keeps_its_collectives_seconds_and_their_overlapped_cost(tp):
+    import numpy as np
+    from torch.distributed.tensor import Shard
+
+    from workbench.parallel.tensor.overlap import overlapped_seconds
+    from workbench.profiles.kernel_time import KINDS, kernel_seconds
+
+    x = torch.randn(64, 256)
+    with tp_mesh(tp) as mesh:
+        plan = {"up": ColwiseParallel(input_layouts=Shard(0)), "down": RowwiseParallel(output_layouts=Shard(0))}
+        module = parallelize_module(MLP(), mesh, plan)
+        times = TensorParallelTimes(H100, tp)
+        (fwd,), (bwd,) = _time(times, module, x)
+    work = times.works[0]
+    comm_f, comm_b, exposed_f, exposed_b = times.overlap[0]
+    gathered = tp * 64 * 256 * 4     # x is one rank's tokens: the all-gather's output, the reduce-scatter's input
+    ring = (tp - 1) / tp * gathered / H100.link_bandwidth
+    assert comm_f == pytest.approx(2 * ring) and comm_b == pytest.approx(2 * ring)
+    # not overlapped, as before: the work plus every collective on the critical path
+    assert fwd == pytest.approx(estimate(work.forward, H100, times.calibration) + comm_f)
+    assert bwd == pytest.approx(estimate(work.backward, H100, times.calibration, backward=True) + comm_b)
+    # overlapped: the forward's all-gather beside up's matmul, its reduce-scatter beside down's (TE's methods)
+    mm = work.forward.kind == KINDS.index("matmul")
+    up, down = kernel_seconds(work.forward.kind, work.forward.precision, work.forward.flops, work.forward.bytes,
+                              work.forward.aligned, H100, times.calibration, False)[mm]
+    want = (overlapped_seconds("forward", "all_gather", ring, up, tp, 132) - up
+            + overlapped_seconds("forward", "reduce_scatter", ring, down, tp, 132) - down)
+    assert exposed_f == pytest.approx(want)
+    assert exposed_f >= 0 and exposed_b >= 0 and np.isfinite(exposed_b)
+
+
+def test_without_collectives_nothing_to_overlap():
+    x = torch.randn(16, 256)
+    with tp_mesh(2):
+        times = TensorParallelTimes(H100, 2)
+        _time(times, MLP(), x)
+    assert times.overlap == [(0.0, 0.0, 0.0, 0.0)]
