@@ -39,10 +39,10 @@ llm-foundry MPT-70B, full, mbs 8               64 a100-80gb        379         4
 llm-foundry MPT-30B, full, mbs 3               8 a100-80gb         811         916          0.89
 llm-foundry MPT-13B, none, mbs 2               8 a100-80gb         2,370       2,262        1.05
 llm-foundry MPT-7B, none, mbs 6                8 a100-80gb         4,574       4,641        0.99
-NeMo Nemotron-4 15B, TP 4 DP 4, mbs 4          16 h100-sxm         4,029       5,826        0.69
-NeMo Nemotron-4 15B, TP 4 DP 16, mbs 4         64 h100-sxm         4,015       5,759        0.70
-NeMo Nemotron-4 15B, TP 2 DP 8, mbs 2          16 h100-sxm         4,252       5,966        0.71
-NeMo Llama-3-70B SFT, TP 4 PP 4x5 DP 2, mbs 1  32 h100-sxm         820         1,219        0.67
+NeMo Nemotron-4 15B, TP 4 DP 4, mbs 4          16 h100-sxm         4,258       5,826        0.73 (0.69 no tpo)
+NeMo Nemotron-4 15B, TP 4 DP 16, mbs 4         64 h100-sxm         4,243       5,759        0.74 (0.70 no tpo)
+NeMo Nemotron-4 15B, TP 2 DP 8, mbs 2          16 h100-sxm         4,253       5,966        0.71 (0.71 no tpo)
+NeMo Llama-3-70B SFT, TP 4 PP 4x5 DP 2, mbs 1  32 h100-sxm         841         1,219        0.69 (0.67 no tpo)
 =============================================  ==================  ==========  ===========  =====
 
 FSDP rows, held out: 9 of 10 within 15 %, all within 25 %. The miss, MPT-13B on H100 (+22 %), is the table's
@@ -52,7 +52,11 @@ out; re-measured 2026-11-29 with their sources' sequence parallelism and Megatro
 ``sp=1,lp=1``; 2026-11-29 without them: 0.67, 0.67, 0.72, 0.58): all four 29-33 % pessimistic; the reasons as
 read from their chains (docs/results.md, "Tensor- and pipeline-parallel rows"): the single-GPU profile of Hugging
 Face's eager model above NeMo's fused kernels, the TP collectives added to every layer (not overlapped), and a
-pipeline fill and drain above interleaving's bubble.
+pipeline fill and drain above interleaving's bubble. Re-measured 2026-11-29 with the TP communication overlap
+their sources run (``tpo=1``: Transformer Engine's userbuffers, each source's line in its row's note; the ratio
+without it in brackets, printed by this script): 0.69-0.74; with every TP collective free they would be
+0.72-0.76, so TP communication is not the main gap (docs/results.md, "TP communication overlap on NeMo's rows",
+also the 70B row's interleaved bubble: 4.0 % over its slowest rank's work, the textbook 3 / 80 plus sends).
 """
 
 from __future__ import annotations

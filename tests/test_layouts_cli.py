@@ -191,3 +191,25 @@ def _describe(parallel: dict) -> str:
     from workbench.model.layout import Layout
 
     return Layout.from_dict(parallel).describe()
+
+
+def test_a_tp_overlap_plan_is_faster_and_checked_on_its_overlapped_chain(made, capsys, monkeypatch):
+    monkeypatch.chdir(made["tmp"])
+    plans = {}
+    for switches in (",sp=1", ",sp=1,tpo=1"):
+        out = made["tmp"] / f"tpo{len(switches)}.json"
+        argv = list(made["argv"])
+        argv[argv.index("auto")] = "tp=2,pp=2,dp=1" + switches
+        argv[argv.index("--json") + 1] = str(out)
+        assert main(argv) == 0
+        plans[switches] = out
+    plain, overlapped = (json.loads(plans[k].read_text()) for k in (",sp=1", ",sp=1,tpo=1"))
+    assert overlapped["parallel"]["tp_overlap"] is True and "tp_overlap" not in plain["parallel"]
+    assert overlapped["step_seconds"] != plain["step_seconds"]
+    capsys.readouterr()
+    assert main(["check", str(plans[",sp=1,tpo=1"])]) == 0             # its period is the overlapped chain's
+    assert "valid (2 stages" in capsys.readouterr().out
+    argv = list(made["argv"])
+    argv[argv.index("auto")] = "auto,tpo=1"
+    assert main(argv) == 2
+    assert "tpo=1 overlaps" in capsys.readouterr().err

@@ -94,16 +94,19 @@ def _progress(quiet: bool) -> Callable[[str], None] | None:
 
 def _layout_chain(args: argparse.Namespace, plan) -> Chain:
     """The chain of one rank of a layout plan: ``--profile``'s, refused when it is another ``tp``'s or micro-batch
-    size's; without ``--profile`` the plan's model profiled (or read from the cache) as ``plan`` made it."""
+    size's; without ``--profile`` the plan's model profiled (or read from the cache) as ``plan`` made it; its
+    collectives overlapped with their GEMMs when the layout says so (``tp_overlap``), as the plan priced it."""
     from workbench.model.layout import Layout
     from workbench.parallel.profiles import check_rank_chain, plan_rank_chain
+    from workbench.parallel.tensor.overlap import overlapped_chain
 
     layout = Layout.from_dict(plan.parallel["parallel"])
     if args.profile is None:
-        return plan_rank_chain(plan, layout, progress=_progress(getattr(args, "quiet", False)))
-    chain = chain_from_args(args)
-    check_rank_chain(chain, layout, f"--profile {args.profile}")
-    return chain
+        chain = plan_rank_chain(plan, layout, progress=_progress(getattr(args, "quiet", False)))
+    else:
+        chain = chain_from_args(args)
+        check_rank_chain(chain, layout, f"--profile {args.profile}")
+    return overlapped_chain(chain) if layout.tp_overlap else chain
 
 
 def _resolve_plan_context(args: argparse.Namespace, plan):
