@@ -7,6 +7,8 @@ graph task, :func:`torch._C._current_graph_task_id`), its kind and the bytes of 
 convention of :mod:`workbench.parallel.collectives` (and nccl-tests'): an all-reduce's tensor, an
 all-gather's gathered output, a reduce-scatter's input before it is split, an all-to-all's input. Under a
 fake process group nothing is sent, and the shapes, hence the bytes, are those a real group moves.
+:class:`PairedCollectives` also finds the matmuls each collective can overlap (tensor parallelism's
+communication overlap, :mod:`~workbench.parallel.tensor.overlap`).
 
 >>> import torch
 >>> from workbench.parallel.tensor.mesh import tp_mesh
