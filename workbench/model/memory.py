@@ -275,7 +275,7 @@ def _full_terms(chain: Chain, platform: Platform) -> LayerTerms:
     off = _offloaded(chain)
     grads = G if zeros else np.zeros(L)
     static = W + grads + master + optimizer + off
-    edge = BoundaryInputs.of_chain(chain, cols["saved_input_bytes"], cols["saved_output_bytes"])
+    edge = BoundaryInputs.of_chain(chain, cols["saved_input_bytes"], cols["saved_output_bytes"], platform)
     act = np.maximum(cols["saved"] - edge.shared, 0.0)
     # while layer l's forward runs: its input (unless l-1's activations already hold it, when it is shared)
     # and what the forward allocates, against act_l counted in full: forward_peak + in - shared - act_l

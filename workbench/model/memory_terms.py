@@ -47,7 +47,9 @@ class BoundaryInputs:
     """What a boundary term reads, per layer l: ``inp`` (bytes entering l: the chain's input for l = 0, else
     the cut before it), ``cuts`` (bytes crossing the cut after l, 0 for the last layer), the profile's
     ``saved_input`` and ``saved_output`` (measured or estimated), ``shared`` (storage l saves that l - 1
-    saves too) and the chain's ``meta`` (the profile's header)."""
+    saves too), the chain's ``meta`` (the profile's header) and the ``setup`` (the
+    :class:`~workbench.model.chain.Platform` whose set-up the terms are for; a term that reads a field of it
+    that :func:`workbench.model.memory.setup_key` does not name must add it there)."""
 
     inp: np.ndarray
     cuts: np.ndarray
@@ -55,15 +57,17 @@ class BoundaryInputs:
     saved_output: np.ndarray
     shared: np.ndarray
     meta: Mapping[str, Any] = field(default_factory=dict)
+    setup: Any = None
 
     @classmethod
-    def of_chain(cls, chain: Chain, saved_input: np.ndarray, saved_output: np.ndarray) -> "BoundaryInputs":
+    def of_chain(cls, chain: Chain, saved_input: np.ndarray, saved_output: np.ndarray,
+                 setup: Any = None) -> "BoundaryInputs":
         """The inputs of ``chain`` with its (measured or estimated) saved input and output columns."""
         cuts = chain.cuts.astype(float)
         inp = np.concatenate([[float(chain.input_bytes)], cuts[:-1]])
         prev_so = np.concatenate([[0.0], saved_output[:-1]])
         shared = np.where(prev_so > 0, saved_input, 0.0)
-        return cls(inp, cuts, saved_input, saved_output, shared, dict(chain.meta or {}))
+        return cls(inp, cuts, saved_input, saved_output, shared, dict(chain.meta or {}), setup)
 
 
 @dataclass(frozen=True)
@@ -124,8 +128,8 @@ class BoundaryColumns:
     by_term: tuple[tuple[BoundaryTerm, np.ndarray], ...]
 
 
-def boundary_columns(inputs: BoundaryInputs, terms: tuple[BoundaryTerm, ...] = BOUNDARY_TERMS) -> BoundaryColumns:
-    """The per-layer boundary arrays of ``terms`` (module docstring).
+def boundary_columns(inputs: BoundaryInputs, terms: tuple[BoundaryTerm, ...] | None = None) -> BoundaryColumns:
+    """The per-layer boundary arrays of ``terms`` (default: :data:`BOUNDARY_TERMS`; module docstring).
 
     >>> from workbench.model.chain import Chain, Layer
     >>> x = BoundaryInputs.of_chain(Chain((Layer("a", 1, 1, 0, 8),)), np.zeros(1), np.zeros(1))
@@ -135,7 +139,7 @@ def boundary_columns(inputs: BoundaryInputs, terms: tuple[BoundaryTerm, ...] = B
     L = len(inputs.cuts)
     sums = {(side, per): np.zeros(L) for side in SIDES for per in (True, False)}
     by_term = []
-    for term in terms:
+    for term in BOUNDARY_TERMS if terms is None else terms:
         if term.side not in SIDES:
             raise ValueError(f"boundary term {term.name!r}: side must be one of {SIDES}, got {term.side!r}")
         arr = np.asarray(term.bytes(inputs), dtype=float)
