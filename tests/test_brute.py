@@ -367,3 +367,11 @@ def test_offload_dp_equals_brute_and_general_plans_pass_the_checker():
             g = plan_brute(eff, plat, allocation="general")
             if g.feasible:
                 assert check(g.with_(activations=(pol,) * len(chain)), chain, plat) == [], seed
+
+
+def test_cache_tells_chains_apart_by_their_meta():
+    # the chain's equality leaves its meta out; the runtime constant (meta runtime_bytes) changes its memory
+    layers = tuple(Layer(f"l{i}", 1.0, 2.0, 100, 40) for i in range(4))
+    plat = Platform(2, memory=600, optimizer="sgd")
+    assert plan_brute(Chain(layers, input_bytes=40), plat).feasible
+    assert not plan_brute(Chain(layers, input_bytes=40, meta={"runtime_bytes": "400"}), plat).feasible

@@ -217,10 +217,9 @@ def policy_terms(chain: Chain, platform: Platform) -> PolicyTerms:
     >>> pt.act[0, :, 1].tolist(), pt.backward[:, 0].tolist()     # keep / recompute / offload
     ([40.0, 8.0, 0.0], [1.0, 2.0, 1.0])
     """
-    from workbench.model.memory import layer_terms
+    from workbench.model.memory import layer_terms, setup_key
 
-    key = (platform.memory_model, platform.optimizer, platform.precision, platform.weight_factor, platform.weights,
-           platform.zero_grad)
+    key = setup_key(platform)
     cache = chain.__dict__.setdefault("_policy_terms", {})
     if key in cache:
         return cache[key]

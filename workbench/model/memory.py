@@ -24,12 +24,15 @@ input for l = 0, else the cut before it) and ``out_l`` the cut after it:
 * ``act[l]  = saved_l - shared_l``: activation bytes one in-flight
   mini-batch keeps inside a stage. ``shared_l`` is storage layer l saves
   that layer l-1 saves too (l saves its input, l-1 its output): counted once.
-* ``head[l] = in_l - saved_input_l + shared_l``: added when l *starts* a
-  stage: the runtime holds the stage's input until the backward (and a copy
-  received from another device is not shared with the sender's).
-* ``tail[l] = out_l - saved_output_l`` (0 for the last layer, whose output
-  ends in the loss): added when l *ends* a stage: the runtime holds the
-  stage's output until the backward.
+* ``head[l]``, ``tail[l]`` (per in-flight mini-batch) and ``buf_in[l]``, ``buf_out[l]`` (once): the
+  stage-boundary terms, added when l *starts* (head, buf_in) or *ends* (tail, buf_out) a stage, each the
+  sum of its side's terms in the one table :data:`workbench.model.memory_terms.BOUNDARY_TERMS`: today
+  ``head = in_l - saved_input_l + shared_l`` (the runtime holds the stage's input until the backward, and a
+  copy received from another device is not shared with the sender's), ``tail = out_l - saved_output_l`` (0
+  for the last layer, whose output ends in the loss: the stage's output held until the backward),
+  ``buf_in = in_l`` (l > 0) and ``buf_out = out_l`` (a receive buffer for the activation arriving when l
+  starts a stage and one for the gradient arriving when l ends one: a stage's neighbours are on other
+  devices). ``grad_sent[l] = in_l`` (l > 0): the input gradient a stage's step finds waiting to be sent.
 * ``static[l]``: parameters + gradients (``zeros`` only: a resident accumulation
   buffer) + optimizer state (+ an fp32 master copy of the parameters, and under
   ``zeros`` of their gradients, under ``bf16-mixed``) (+ the one resident copy
@@ -37,9 +40,6 @@ input for l = 0, else the cut before it) and ``out_l`` the cut after it:
   "Activation policies"; policies act through
   :func:`workbench.model.activations.apply_policies`); ``stash[l]``: one more
   parameter version per extra in-flight mini-batch under weight stashing.
-* ``buf_in[l] = in_l`` (l > 0) and ``buf_out[l] = out_l``: a receive buffer for
-  the activation arriving when l starts a stage and one for the gradient
-  arriving when l ends one (a stage's neighbours are on other devices).
 * ``fwd[l] = forward_peak_l + in_l - saved_l`` and ``bwd[l]``, the backward's
   climb (``backward_peak_l``; under ``none`` the fresh one): how far the layer's
   forward or backward climbs above the state that counts its mini-batch's
@@ -71,7 +71,7 @@ and climbs above that by its *excess*, the largest of
 layers hold nothing of this mini-batch yet, their offloaded copy ``off`` included),
 ``bwd_l + sum_{m=l+1..j} (grad_m - act_m - off_m)``
 (its backward: the later layers' activations are freed, their gradients made)
-and ``step + created - sum act - tail_j + in_i - offloaded`` (the step, once the
+and ``step + created - sum act - tail_j + grad_sent_i - offloaded`` (the step, once the
 mini-batch's activations, its offloaded copy included, are freed, while its input gradient, for i > 0,
 waits to be sent). **A device** holds the sum over its stages, plus the
 largest excess of its stages (one operation runs at a time), plus a runtime
@@ -102,11 +102,13 @@ with ``A`` the plain sum of saved bytes and nothing else.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Iterable
 
 import numpy as np
 
 from workbench.model.memory_columns import ESTIMATES, measured_columns, validate_setup
+from workbench.model.memory_terms import BoundaryInputs, BoundaryTerm, boundary_columns
 from workbench.model.memory_zero import DataParallel, shard_layer_terms
 from workbench.model.ties import Tie, chain_ties, tie_flags
 
@@ -117,7 +119,7 @@ __all__ = [
     "OPTIMIZER_STATES", "PRECISIONS", "MEMORY_MODELS", "ZERO_GRADS", "ESTIMATES", "LayerTerms", "TieTerms",
     "layer_terms", "stage_activation", "stage_memory", "stage_excess", "stage_op_excess", "stage_step",
     "stage_created", "StageTies", "stage_ties", "device_memory", "device_extra", "device_budget", "flushed_platform",
-    "validate_setup", "measured_columns",
+    "validate_setup", "measured_columns", "setup_key",
 ]
 
 #: optimizer -> state tensors per parameter (none: no optimizer state; sgd: plain SGD)
@@ -177,8 +179,12 @@ class LayerTerms:
     model: str
     parts: dict
     ties: tuple[TieTerms, ...] = ()
+    grad_sent: np.ndarray | None = None
+    boundary: tuple[tuple[BoundaryTerm, np.ndarray], ...] = ()
 
     def __post_init__(self) -> None:
+        if self.grad_sent is None:
+            object.__setattr__(self, "grad_sent", np.zeros(len(self.act)))
         z = lambda a: np.concatenate([[0.0], np.cumsum(a)])  # noqa: E731
         object.__setattr__(self, "peak", np.maximum(self.fwd, self.bwd))
         object.__setattr__(self, "p_act", z(self.act))
@@ -188,9 +194,10 @@ class LayerTerms:
         object.__setattr__(self, "p_grad", z(self.grad))
         object.__setattr__(self, "p_created", z(self.created))
         object.__setattr__(self, "p_off", z(self.parts.get("offloaded", np.zeros(len(self.act)))))
-        object.__setattr__(self, "_lists", (self.p_act.tolist(), self.p_static.tolist(), self.p_stash.tolist(),
-                                            self.head.tolist(), self.tail.tolist(), self.buf_in.tolist(),
-                                            self.buf_out.tolist()))
+        object.__setattr__(self, "_lists", (self.p_act.tolist(), self.p_static.tolist(), self.p_stash.tolist()))
+        # the boundary arrays as lists, for the scalar stage functions (boundary_bytes indexes them)
+        object.__setattr__(self, "_edges", SimpleNamespace(head=self.head.tolist(), tail=self.tail.tolist(),
+                                                           buf_in=self.buf_in.tolist(), buf_out=self.buf_out.tolist()))
 
     def __len__(self) -> int:
         return len(self.act)
@@ -268,13 +275,8 @@ def _full_terms(chain: Chain, platform: Platform) -> LayerTerms:
     off = _offloaded(chain)
     grads = G if zeros else np.zeros(L)
     static = W + grads + master + optimizer + off
-    si, so = cols["saved_input_bytes"], cols["saved_output_bytes"]
-    prev_so = np.concatenate([[0.0], so[:-1]])
-    shared = np.where(prev_so > 0, si, 0.0)
-    act = np.maximum(cols["saved"] - shared, 0.0)
-    head = np.maximum(cols["in"] - si + shared, 0.0)
-    tail = np.maximum(chain.cuts - so, 0.0)
-    tail[-1] = 0.0
+    edge = BoundaryInputs.of_chain(chain, cols["saved_input_bytes"], cols["saved_output_bytes"], platform)
+    act = np.maximum(cols["saved"] - edge.shared, 0.0)
     # while layer l's forward runs: its input (unless l-1's activations already hold it, when it is shared)
     # and what the forward allocates, against act_l counted in full: forward_peak + in - shared - act_l
     fwd = np.maximum(cols["forward_peak_bytes"] + cols["in"] - cols["saved"], 0.0)
@@ -295,12 +297,13 @@ def _full_terms(chain: Chain, platform: Platform) -> LayerTerms:
     if platform.dp > 1:       # a rank of a data-parallel group (docs/model.md, "Layouts")
         static, act, fwd, bwd, grad, created, step = _data_parallel(
             chain, platform, parts, (act, fwd, bwd, grad, created, step, cols), G, n_states, wide, mixed, foreach)
-    # one receive buffer for the activation coming in and one for the gradient coming back, at every
-    # stage boundary (the neighbouring stage is on another device, by definition of a stage)
-    buf_in = np.concatenate([[0.0], chain.cuts[:-1]])
-    buf_out = chain.cuts.copy()
-    return LayerTerms(act, head, tail, buf_in, buf_out, static, W * (1.0 if platform.stash else 0.0),
-                      fwd, np.maximum(bwd, 0.0), grad, created, step, foreach, const, missing, "full", parts, ties)
+    # the stage-boundary terms, one table (workbench.model.memory_terms): the held input and output, the
+    # receive buffers; the input gradient a stage's step finds waiting to be sent is not one of them
+    b = boundary_columns(edge)
+    grad_sent = np.concatenate([[0.0], edge.cuts[:-1]])
+    return LayerTerms(act, b.head, b.tail, b.buf_in, b.buf_out, static, W * (1.0 if platform.stash else 0.0),
+                      fwd, np.maximum(bwd, 0.0), grad, created, step, foreach, const, missing, "full", parts, ties,
+                      grad_sent, b.by_term)
 
 
 def _data_parallel(chain: Chain, platform: Platform, parts: dict, replica: tuple, G: np.ndarray, n_states: int,
@@ -333,6 +336,13 @@ def flushed_platform(platform: Platform) -> Platform:
     return platform.with_(zero_grad="zeros") if platform.memory_model == "full" else platform
 
 
+def setup_key(platform: Platform) -> tuple:
+    """What of ``platform`` the memory terms read (the caches of :func:`layer_terms` and of the policy terms
+    are keyed on it): the set-up, and whether there is more than one device."""
+    return (platform.memory_model, platform.optimizer, platform.precision, platform.weight_factor, platform.weights,
+            platform.zero_grad, platform.dp, platform.zero, platform.devices > 1)
+
+
 def layer_terms(chain: Chain, platform: Platform) -> LayerTerms:
     """The memory terms of ``chain`` under ``platform``'s set-up (cached on the chain).
 
@@ -341,8 +351,7 @@ def layer_terms(chain: Chain, platform: Platform) -> LayerTerms:
     >>> float(t.static[0])     # parameters, gradients, two Adam states
     40.0
     """
-    key = (platform.memory_model, platform.optimizer, platform.precision, platform.weight_factor, platform.weights,
-           platform.zero_grad, platform.dp, platform.zero, platform.devices > 1)
+    key = setup_key(platform)
     cache = chain.__dict__.setdefault("_memory_terms", {})
     if key not in cache:
         cache[key] = _paper_terms(chain, platform) if platform.memory_model == "paper" else _full_terms(chain, platform)
@@ -397,18 +406,20 @@ _NO_TIES = StageTies()
 
 def stage_activation(t: LayerTerms, first: int, last: int) -> float:
     """A = activation bytes one in-flight mini-batch holds on stage ``first..last``."""
-    pa, _, _, head, tail, _, _ = t._lists
-    return pa[last + 1] - pa[first] + head[first] + tail[last]
+    pa, e = t._lists[0], t._edges       # + the boundary terms per mini-batch (memory_terms.boundary_bytes)
+    return pa[last + 1] - pa[first] + e.head[first] + e.tail[last]
 
 
 def stage_memory(t: LayerTerms, first: int, last: int, k: int) -> float:
     """Resident bytes of stage ``first..last`` with k mini-batches in flight:
     ``k A + static + buffers + (k-1) stash`` (buffers: its two receive buffers; tied copies included)."""
-    pa, ps, pw, head, tail, bi, bo = t._lists
+    (pa, ps, pw), e = t._lists, t._edges
     k = max(int(k), 1)
     ties = stage_ties(t, first, last)
-    return (k * (pa[last + 1] - pa[first] + head[first] + tail[last]) + ps[last + 1] - ps[first]
-            + bi[first] + bo[last] + (k - 1) * (pw[last + 1] - pw[first]) + ties.static + (k - 1) * ties.stash)
+    # the boundary terms (memory_terms.boundary_bytes), spelled out to keep the sums' order
+    return (k * (pa[last + 1] - pa[first] + e.head[first] + e.tail[last]) + ps[last + 1] - ps[first]
+            + e.buf_in[first] + e.buf_out[last] + (k - 1) * (pw[last + 1] - pw[first]) + ties.static
+            + (k - 1) * ties.stash)
 
 
 def stage_op_excess(t: LayerTerms, first: int, last: int) -> float:
@@ -450,7 +461,7 @@ def stage_excess(t: LayerTerms, first: int, last: int) -> float:
         return 0.0
     # the step runs once this mini-batch's activations are freed (its offloaded ones too, and a tied gradient
     # received has been added), while its input gradient waits to be sent
-    freed = (float(t.p_act[last + 1] - t.p_act[first]) + float(t.tail[last]) - float(t.buf_in[first])
+    freed = (float(t.p_act[last + 1] - t.p_act[first]) + float(t.tail[last]) - float(t.grad_sent[first])
              + stage_ties(t, first, last).recv + float(t.p_off[last + 1] - t.p_off[first]))
     return max(stage_op_excess(t, first, last), stage_step(t, first, last) + stage_created(t, first, last) - freed)
 

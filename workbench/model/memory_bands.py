@@ -51,7 +51,7 @@ def _band_excess(t: LayerTerms, I: np.ndarray, J: np.ndarray, step: np.ndarray, 
     bwd = running_max(t.bwd + gone[1:] - pg[1:]) - gone[J + 1] + pg[J + 1]
     op = np.maximum(fwd, bwd)
     off = t.p_off[J + 1] - t.p_off[I]            # the offloaded copy is gone by the step too
-    return np.maximum(np.maximum(op, step + created - recv - off - (pa[J + 1] - pa[I]) - t.tail[J] + t.buf_in[I]),
+    return np.maximum(np.maximum(op, step + created - recv - off - (pa[J + 1] - pa[I]) - t.tail[J] + t.grad_sent[I]),
                       0.0)
 
 

@@ -66,8 +66,10 @@ def memory_breakdown(chain: Chain, platform: Platform, stages: Sequence) -> list
     if np.any(t.parts["offloaded"] > 0):
         names.append("offloaded")
     tied = ["tied"] if t.ties else []
-    out = [dict.fromkeys(names + tied + ["stashed", "activations", "buffers", "transient", "runtime"], 0.0)
-           for _ in range(platform.devices)]
+    base = ["stashed", "activations", "buffers", "transient", "runtime"]
+    # a boundary term reported apart (memory_terms.BOUNDARY_TERMS: its part), where it holds anything
+    apart = [x.part for x, arr in t.boundary if x.part not in base and np.any(arr > 0)]
+    out = [dict.fromkeys(names + tied + list(dict.fromkeys(apart)) + base, 0.0) for _ in range(platform.devices)]
     excess = [0.0] * platform.devices
     for s in stages:
         row = out[s.device]
@@ -79,12 +81,26 @@ def memory_breakdown(chain: Chain, platform: Platform, stages: Sequence) -> list
         row["stashed"] += (s.in_flight - 1) * (float(t.p_stash[s.last + 1] - t.p_stash[s.first]) + ties.stash
                                                - ties.recv_k)
         row["activations"] += s.in_flight * stage_activation(t, s.first, s.last)
-        row["buffers"] += float(t.buf_in[s.first] + t.buf_out[s.last])
+        _boundary_parts(row, t.boundary, s.first, s.last, s.in_flight)
         excess[s.device] = max(excess[s.device], stage_excess(t, s.first, s.last))
         row["runtime"] = t.const
     for d, row in enumerate(out):
         row["transient"] = excess[d]
     return out
+
+
+def _boundary_parts(row: dict[str, float], boundary: tuple, first: int, last: int, k: int) -> None:
+    """Add stage ``first..last``'s boundary terms to ``row`` by their part (``activations``, which
+    :func:`stage_activation` already counts per mini-batch, ``buffers``, or a part of their own)."""
+    for term, arr in boundary:
+        held = float(arr[first if term.side == "start" else last])
+        if not held:
+            continue
+        if not term.per_in_flight:
+            row[term.part] += held
+        elif term.part != "activations":
+            row["activations"] -= k * held
+            row[term.part] += k * held
 
 
 def estimate_note(chain: Chain, platform: Platform) -> str | None:

@@ -164,8 +164,10 @@ def plan_brute(chain: Chain, platform: Platform, *, allocation: str = "contiguou
 
 
 def _cache_key(chain: Chain, platform: Platform, allocation: str) -> Any:
-    """The cache key of an instance, or None when some field is unhashable (then no cache)."""
-    key = (chain, platform, allocation)
+    """The cache key of an instance, or None when some field is unhashable (then no cache). A chain's equality
+    leaves its meta out, which the memory model reads (tied parameters, the runtime constant, the device): the
+    key holds it."""
+    key = (chain, tuple(sorted((str(k), str(v)) for k, v in (chain.meta or {}).items())), platform, allocation)
     try:
         hash(key)
     except TypeError:

@@ -464,5 +464,5 @@ def _emit(rows: dict, st: _Flat, pt: PolicyTerms, keep, i: int, j: int, c: int, 
     rows["A"].append(S + st.H[first] + tail)
     rows["static"].append(static0 + X + keep.buf_in[i] + keep.buf_out[j])
     rows["stash"].append(np.full(n, stash))
-    rows["extra"].append(np.maximum(np.maximum(E, step - S - X - tail + keep.buf_in[i]), 0.0) + keep.const)
+    rows["extra"].append(np.maximum(np.maximum(E, step - S - X - tail + keep.grad_sent[i]), 0.0) + keep.const)
     rows["node"].append(np.concatenate([st.node, np.full(len(vR), -1)]))

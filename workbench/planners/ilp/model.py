@@ -29,8 +29,9 @@ Per layer l (0-based, L layers), p a device, all constraints constraint by const
 * memory (rule 7, :func:`workbench.model.memory_bands.linear_terms`), per device:
   ``sum_l a_l z[l,p] + w0_l x[l,p] + extras[p] <= M`` with ``z[l,p] >= k[l] - K (1 - x[l,p])``
   (= k x, from below, which is all a <= needs); ``a = A + [stash] W``, ``w0`` the static bytes
-  less one stashed version; ``extras`` the stage-boundary terms (exact) and a bound on the
-  device's transient (see :func:`_add_memory_extras`). Paper model: ``w0 = (phi - [stash]) W``, no extras.
+  less one stashed version; ``extras`` the stage-boundary terms (exact; the families of
+  :mod:`workbench.planners.ilp.boundaries`) and a bound on the device's transient (see
+  :func:`_add_memory_extras`). Paper model: ``w0 = (phi - [stash]) W``, no extras.
 * link load (rule 6): contiguous ``c w <= 1``; general, per unordered device pair,
   ``sum_l c g[l,p,q] <= 1`` with ``g = e u`` and ``e[l,p,q]`` = the cut after l joins p and q.
 * device load (general): ``device_load``: ``sum_l (f + b) v[l,p] <= 1`` with ``v = x u`` (a valid cut).
@@ -57,6 +58,7 @@ from workbench.model.memory import layer_terms
 from workbench.model.memory_bands import linear_terms
 from workbench.model.plan import lower_bound
 from workbench.model.tolerances import COUNT_SLACK, LOAD_SLACK, MEMORY_SLACK
+from workbench.planners.ilp.boundaries import add_stage_buffers, add_stage_ends
 from workbench.planners.ilp.bounds import k_bounds, memory_period_bound
 from workbench.planners.ilp.policies import add_host_link, add_policy_memory, add_policy_time, minimal_terms
 from workbench.planners.ilp.ties import add_tie_memory
@@ -85,51 +87,33 @@ class ModelData:
 
 def _add_memory_extras(m: pyo.ConcreteModel, lin, scale: float, kmax: np.ndarray) -> None:
     """The memory a device holds beyond ``sum_l k a + w0`` (docs/model.md, "Memory"), scaled by M:
-    ``k head_l`` when layer l starts a stage and ``k tail_l`` when it ends one (exact:
-    ``zs = k x [cut before l]``, ``ze = k x [cut after l]`` from below), the receive buffers
-    ``buf_head_l`` / ``buf_tail_l`` there (``us``, ``ue`` = x [cut], from below), and ``tau_p`` >= every
-    layer's excess bound and the foreach step's sum (an upper bound on the device's largest
-    excess), plus the runtime constant. ``m.extras[p]`` is their sum; zero in the paper model.
-    """
-    L = m._ilp.L
-    head, tail = lin.head / scale, lin.tail / scale
-    starts = [l for l in range(L) if head[l] > 0]
-    ends = [l for l in range(L - 1) if tail[l] > 0]
-    ub, fe = lin.excess_ub / scale, lin.step_sum / scale
-
-    def cut_before(l: int):
-        return 1 if l == 0 else m.cut[l - 1]
-
-    m.START = pyo.Set(initialize=starts)
-    m.END = pyo.Set(initialize=ends)
-    m.zs = pyo.Var(m.START, m.Pset, bounds=lambda _m, l, p: (0, kmax[l]))
-    m.zs_lo = pyo.Constraint(m.START, m.Pset, rule=lambda _m, l, p:
-                             m.zs[l, p] >= m.z[l, p] - kmax[l] * (1 - cut_before(l)))
-    m.ze = pyo.Var(m.END, m.Pset, bounds=lambda _m, l, p: (0, kmax[l]))
-    m.ze_lo = pyo.Constraint(m.END, m.Pset, rule=lambda _m, l, p: m.ze[l, p] >= m.z[l, p] - kmax[l] * (1 - m.cut[l]))
-    bh, bt = lin.buf_head / scale, lin.buf_tail / scale
-    bstarts = [l for l in range(L) if bh[l] > 0]
-    bends = [l for l in range(L - 1) if bt[l] > 0]
-    m.BSTART = pyo.Set(initialize=bstarts)
-    m.BEND = pyo.Set(initialize=bends)
-    m.us = pyo.Var(m.BSTART, m.Pset, bounds=(0, 1))       # = x [cut before l], from below
-    m.us_lo = pyo.Constraint(m.BSTART, m.Pset, rule=lambda _m, l, p: m.us[l, p] >= m.x[l, p] + cut_before(l) - 1)
-    m.ue = pyo.Var(m.BEND, m.Pset, bounds=(0, 1))         # = x [cut after l], from below
-    m.ue_lo = pyo.Constraint(m.BEND, m.Pset, rule=lambda _m, l, p: m.ue[l, p] >= m.x[l, p] + m.cut[l] - 1)
-    has_excess = bool(np.any(ub > 0) or np.any(fe > 0))
-    if has_excess:
-        m.tau = pyo.Var(m.Pset, bounds=(0, None))
-        m.tau_layer = pyo.Constraint(m.Lset, m.Pset, rule=lambda _m, l, p: m.tau[p] >= ub[l] * m.x[l, p]
-                                     if ub[l] > 0 else pyo.Constraint.Skip)
-        if np.any(fe > 0):
-            m.tau_step = pyo.Constraint(m.Pset, rule=lambda _m, p: m.tau[p] >= sum(fe[l] * m.x[l, p] for l in m.Lset))
+    its stage-boundary terms (:mod:`workbench.planners.ilp.boundaries`: ``k head_l`` / ``k tail_l`` where
+    layer l starts / ends a stage, and what it holds once there, exact), ``tau_p`` >= every layer's excess
+    bound and the foreach step's sum (an upper bound on the device's largest excess), the tied parameters
+    (:mod:`workbench.planners.ilp.ties`) and the runtime constant. ``m.extras[p]`` is their sum; zero in the
+    paper model."""
+    ends = add_stage_ends(m, lin.head / scale, lin.tail / scale, kmax)
+    buffers = add_stage_buffers(m, lin.buf_head / scale, lin.buf_tail / scale)
+    has_excess = _add_transient(m, lin.excess_ub / scale, lin.step_sum / scale)
     const = lin.const / scale
     ties = add_tie_memory(m, lin, scale, kmax)
-    m.extras = pyo.Expression(m.Pset, rule=lambda _m, p: sum(head[l] * m.zs[l, p] for l in starts)
-                              + sum(tail[l] * m.ze[l, p] for l in ends)
-                              + sum(bh[l] * m.us[l, p] for l in bstarts) + sum(bt[l] * m.ue[l, p] for l in bends)
-                              + (m.tau[p] if has_excess else 0) + ties[p] + const)
+    m.extras = pyo.Expression(m.Pset, rule=lambda _m, p: ends[p] + buffers[p] + (m.tau[p] if has_excess else 0)
+                              + ties[p] + const)
     m._ilp_excess_bounded = has_excess or bool(np.any(lin.grad_ub > 0))
+
+
+def _add_transient(m: pyo.ConcreteModel, ub: np.ndarray, fe: np.ndarray) -> bool:
+    """Rule 7's excess, bounded: ``tau[p] >= ub_l x[l,p]`` for every layer (``tau_layer``; ``ub``: a layer's
+    share of its stage's excess, scaled) and ``tau[p] >= sum_l fe_l x[l,p]`` (``tau_step``: the foreach step's
+    temporaries). Returns whether there is any (no ``tau`` otherwise)."""
+    if not (np.any(ub > 0) or np.any(fe > 0)):
+        return False
+    m.tau = pyo.Var(m.Pset, bounds=(0, None))
+    m.tau_layer = pyo.Constraint(m.Lset, m.Pset, rule=lambda _m, l, p: m.tau[p] >= ub[l] * m.x[l, p]
+                                 if ub[l] > 0 else pyo.Constraint.Skip)
+    if np.any(fe > 0):
+        m.tau_step = pyo.Constraint(m.Pset, rule=lambda _m, p: m.tau[p] >= sum(fe[l] * m.x[l, p] for l in m.Lset))
+    return True
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,9 @@ needs a lower bound, i.e. where it appears on the side a constraint bounds from 
   peak depend on its policy and its predecessor's; where they do (storage shared across the
   boundary), ``o[l, p, q] = r[l-1, p] r[l, q]`` (exact), else ``o[l, q] = r[l, q]``. The device's
   memory is ``sum_l sum_o a_o zo[l, d, o] + sum_q w0_q xr[l, d, q]`` plus the head and tail of
-  stage ends (``zs``/``ze`` times the options, as without policies) and the transient bound
+  stage ends (``zs``/``ze`` times the options, as without policies), what a stage holds once at its
+  boundaries (the same family as without policies: :func:`workbench.planners.ilp.boundaries.add_stage_buffers`;
+  a policy does not change it) and the transient bound
   ``tau[d] >= ub_o (x[l, d] + o - 1)``; ``zo >= z - K (1 - o)`` with ``z = k x``;
 * **host link** (rule 8): ``ou[l] >= r[l, offload] u - ...`` and a running sum over the stage,
   ``H[l] >= h_l ou[l]`` and ``H[l] >= h_l ou[l] + H[l-1] - Hmax cut[l-1]`` (``h_l`` the layer's round trip in reference
@@ -35,6 +37,7 @@ import pyomo.environ as pyo
 
 from workbench.model.activations import POLICIES, PolicyTerms
 from workbench.model.memory_bands import linear_terms
+from workbench.planners.ilp.boundaries import add_stage_buffers
 from workbench.planners.ilp.ties import add_tie_memory
 
 __all__ = ["options", "minimal_terms", "add_policy_time", "add_policy_memory", "add_host_link", "read_policies"]
@@ -93,17 +96,19 @@ def add_policy_memory(m: pyo.ConcreteModel, pt: PolicyTerms, scale: float, kmax:
     LO = _add_pair_indicators(m, opts)
     _add_policy_resident(m, kmax, LO, opts)
     starts, ends = _add_policy_stage_ends(m, pt, kmax, LO, opts)
-    _add_policy_transient(m, pt, scale, LO, opts)
     keep = pt.keep
+    lin = linear_terms(keep)
+    buffers = add_stage_buffers(m, lin.buf_head / scale, lin.buf_tail / scale)    # policies do not change them
+    _add_policy_transient(m, pt, scale, LO, opts)
     a = pt.act + keep.stash[None, None, :]
     w0 = pt.static - keep.stash[None, :]
-    ties = add_tie_memory(m, linear_terms(keep), scale, kmax)
+    ties = add_tie_memory(m, lin, scale, kmax)
     m.policy_memory = pyo.Expression(m.Pset, rule=lambda _m, d: ties[d] + (
         sum(_coef(a, l, opts[l][i]) / scale * m.zo[l, i, d] for l, i in LO)
         + sum(float(w0[q, l]) / scale * m.xr[l, q, d] for l in range(L) for q in range(_N))
         + sum(_coef(pt.head, l, opts[l][i]) / scale * m.zs[l, i, d] for l, i in starts)
         + sum(float(pt.tail[q, l]) / scale * m.ze[l, q, d] for l, q in ends)
-        + m.tau[d] + keep.const / scale))
+        + buffers[d] + m.tau[d] + keep.const / scale))
     m._ilp_excess_bounded = True
     return m.policy_memory
 
