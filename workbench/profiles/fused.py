@@ -121,8 +121,12 @@ class _Fused(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, spec: dict, *inputs: torch.Tensor) -> Any:  # type: ignore[override]
         with suspended(), torch.no_grad():
-            outs = spec["math"](*inputs)
-            stats = tuple(spec["stats"](*inputs)) if spec["stats"] else ()
+            if spec["stats"] is True:                  # the math returns (outputs, statistics)
+                outs, stats = spec["math"](*inputs)
+                stats = tuple(stats)
+            else:
+                outs = spec["math"](*inputs)
+                stats = tuple(spec["stats"](*inputs)) if spec["stats"] else ()
         out_t = _as_tuple(outs)
         _kernel(spec["name"], (*inputs, *out_t, *stats), (*out_t, *stats))
         ctx.spec, ctx.n_stats = spec, len(stats)
@@ -135,10 +139,11 @@ class _Fused(torch.autograd.Function):
     def backward(ctx: Any, *grads: torch.Tensor) -> tuple:  # type: ignore[override]
         spec = ctx.spec
         saved = ctx.saved_tensors
-        kept = saved[:len(saved) - ctx.n_stats]
+        kept, stats = saved[:len(saved) - ctx.n_stats], saved[len(saved) - ctx.n_stats:]
         with suspended():
             if spec["backward"] is not None:
-                got = tuple(spec["backward"](kept, grads))
+                with torch.no_grad():
+                    got = tuple(spec["backward"](kept, stats, grads))
             else:
                 got = _recomputed(spec["math"], kept, spec["save"], ctx.input_grads, grads)
         _kernel(spec["name"] + "_backward", (*grads, *saved, *got), got)
@@ -162,8 +167,9 @@ def fused_apply(name: str, math: Callable, inputs: Sequence[Any], *, save: Seque
                 stats: Callable | None = None, backward: Callable | None = None) -> Any:
     """``math(*inputs)`` as one fused kernel (module docstring). ``save``: the indices of the inputs the fused
     kernel keeps for its backward (all of them when ``backward`` is None: the gradient is recomputed from them);
-    ``stats(*inputs)``: the new tensors it also writes and keeps (a norm's ``rstd``); ``backward(kept, grads)``:
-    the gradients of every input from the kept ones, when not recomputed."""
+    ``stats(*inputs)``: the new tensors it also writes and keeps (a norm's ``rstd``), or True when ``math`` returns
+    (outputs, those tensors); ``backward(kept, stats, grads)``: the gradients of every input from the kept inputs
+    and the statistics, when not recomputed."""
     if backward is None and sorted(save) != list(range(len(inputs))):
         raise ValueError(f"fused {name}: a recomputed backward needs every input saved")
     spec = {"name": name, "math": math, "save": tuple(save), "stats": stats, "backward": backward}
@@ -231,10 +237,10 @@ def _rotary(original: Callable) -> Callable:
         def math(q_: torch.Tensor, k_: torch.Tensor, c: torch.Tensor, s: torch.Tensor) -> Any:
             return tuple(original(q_, k_, c, s, *args, **kwargs))
 
-        def backward(kept: Sequence[torch.Tensor], grads: Sequence[torch.Tensor]) -> tuple:
+        def backward(kept: Sequence[torch.Tensor], stats: Sequence[torch.Tensor], grads: Sequence[torch.Tensor]
+                     ) -> tuple:
             c, s = kept
-            with torch.no_grad():
-                gq, gk = original(grads[0], grads[1], c, -s, *args, **kwargs)
+            gq, gk = original(grads[0], grads[1], c, -s, *args, **kwargs)
             return gq, gk, None, None
 
         return fused_apply("rotary", math, (q, k, cos, sin), save=(2, 3), backward=backward)
@@ -242,9 +248,15 @@ def _rotary(original: Callable) -> Callable:
     return fused
 
 
+#: ``reduction`` as aten's loss operations take it
+_REDUCTION = {"none": 0, "mean": 1, "sum": 2}
+
+
 def _cross_entropy(original: Callable) -> Callable:
     """``torch.nn.functional.cross_entropy`` of 2-d logits and class targets as one fused kernel (Megatron-Core's
-    fused cross-entropy: saves the logits, which it overwrites with their softmax); other uses: the original."""
+    fused cross-entropy, which saves the softmax, logits-sized, in float32): saves the log-softmax and the targets;
+    the backward runs aten's ``nll_loss_backward`` and ``_log_softmax_backward_data`` on them (under torch's
+    ``loss_parallel``, the vocabulary-parallel backward, without collectives). Other uses: the original."""
 
     def fused(input: torch.Tensor, target: torch.Tensor, weight: Any = None, size_average: Any = None,
               ignore_index: int = -100, reduce: Any = None, reduction: str = "mean", label_smoothing: float = 0.0
@@ -254,10 +266,20 @@ def _cross_entropy(original: Callable) -> Callable:
         if not plain:
             return original(input, target, weight, size_average, ignore_index, reduce, reduction, label_smoothing)
 
-        def math(logits: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
-            return original(logits, tgt, ignore_index=ignore_index, reduction=reduction)
+        aten, code = torch.ops.aten, _REDUCTION[reduction]
 
-        return fused_apply("cross_entropy", math, (input, target), save=(0, 1))
+        def math(logits: torch.Tensor, tgt: torch.Tensor) -> tuple:
+            lsm = aten._log_softmax(logits, 1, False)
+            loss, total = aten.nll_loss_forward(lsm, tgt, None, code, ignore_index)
+            return loss, (lsm, total)
+
+        def backward(kept: Sequence[torch.Tensor], stats: Sequence[torch.Tensor], grads: Sequence[torch.Tensor]
+                     ) -> tuple:
+            (tgt,), (lsm, total) = kept, stats
+            g = aten.nll_loss_backward(grads[0], lsm, tgt, None, code, ignore_index, total)
+            return aten._log_softmax_backward_data(g, lsm, 1, lsm.dtype), None
+
+        return fused_apply("cross_entropy", math, (input, target), save=(1,), stats=True, backward=backward)
 
     return fused
 
