@@ -54,8 +54,8 @@ from workbench.model.accelerators import Accelerator, accelerator
 from workbench.model.chain import Chain
 from workbench.profiles.roofline import H100_CALIBRATION, Calibration, RooflineTimes, gpu_meta
 
-__all__ = ["FakeProfileError", "fake_profile", "fake_zoo", "fake_module", "kernels_meta", "default_dtype", "unpacked_sequences",
-           "value_free_init", "for_gpu", "gpu_meta"]
+__all__ = ["FakeProfileError", "fake_profile", "fake_zoo", "fake_module", "kernels_meta", "default_dtype",
+           "unpacked_sequences", "value_free_init", "for_gpu", "gpu_meta"]
 
 
 class FakeProfileError(ValueError):
