@@ -119,6 +119,18 @@ def breakdown(work: LlamaWork, gpu: Accelerator, cal: Calibration = H100_CALIBRA
     return out
 
 
+def fused_kernels_line(eager: LlamaWork, gpu: Accelerator) -> None:
+    """The same model profiled with fused kernels (``kernels="fused"``: :mod:`workbench.profiles.fused`), against
+    eager: the time, MFU, kernels a block launches and where the time goes."""
+    fused = llama_work("8b", 2048, 1, "fused")
+    for name, w in (("eager", eager), ("fused", fused)):
+        t = one_gpu_seconds(w, gpu)
+        parts = breakdown(w, gpu)
+        print(f"  kernels {name}: {t * 1e3:.1f} ms, MFU {6 * LLAMA3_8B_PARAMS * 2048 / t / gpu.peak('bfloat16'):.1%}; "
+              f"a block launches {w.block.forward.kernels} + {w.block.backward.kernels} kernels; "
+              + ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in parts.items()))
+
+
 def main() -> int:
     h100 = accelerator("h100-sxm")
     print("Llama-3-8B, one micro-batch of 2048 tokens, forward + backward on one GPU (target on h100-sxm: "
@@ -138,6 +150,7 @@ def main() -> int:
     parts = breakdown(w8, h100)
     print("  where the h100-sxm's time goes: " + ", ".join(f"{k} {v * 1e3:.1f} ms ({v / sum(parts.values()):.0%})"
                                                          for k, v in parts.items()))
+    fused_kernels_line(w8, h100)
     row = TORCHTITAN
     e, tps = torchtitan_step()
     err = tps / row.tokens_per_gpu - 1

@@ -224,7 +224,7 @@ def selective_op_recomputed(kind: np.ndarray) -> np.ndarray:
     [True, False, True, False, False, True, True]
     """
     kind = np.asarray(kind)
-    out = kind != KINDS.index("attention")
+    out = ~np.isin(kind, [KINDS.index("attention"), KINDS.index("attention_fused")])
     matmuls = np.flatnonzero(kind == KINDS.index("matmul"))
     out[matmuls[0::2]] = False
     return out
@@ -387,12 +387,14 @@ def table(results: list[tuple[Row, Evaluation]]) -> str:
 
 def kernels_table(compared: list[tuple[Row, Evaluation, Evaluation]]) -> str:
     """Rows profiled with eager and with fused kernels: predicted / published tokens/s per GPU side by side."""
-    head = f"{'row':<36} {'layout':<17} {'published':>9} {'eager':>7} {'ratio':>6} {'fused':>7} {'ratio':>6}"
+    head = (f"{'row':<36} {'layout':<17} {'published':>9} {'eager':>7} {'ratio':>6} {'fused':>7} {'ratio':>6} "
+            f"{'fullest rank eager / fused':>26}")
     lines = ["kernels: Hugging Face's eager against fused (docs/model.md, \"Fused kernels\")", head, "-" * len(head)]
     for row, eager, fused in compared:
         te, tf = eager.tokens_per_second / row.gpus, fused.tokens_per_second / row.gpus
         lines.append(f"{row.name:<36} {layout_label(row):<17} {row.tokens_per_gpu:>9,.0f} {te:>7,.0f} "
-                     f"{tps_ratio(row, eager):>6.2f} {tf:>7,.0f} {tps_ratio(row, fused):>6.2f}")
+                     f"{tps_ratio(row, eager):>6.2f} {tf:>7,.0f} {tps_ratio(row, fused):>6.2f} "
+                     f"{eager.peak / 2**30:>12.1f} / {fused.peak / 2**30:.1f} GiB")
     return "\n".join(lines)
 
 
