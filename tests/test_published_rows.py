@@ -154,3 +154,18 @@ def test_nemotron4_15b_is_the_launchers_shape():
     n = sum(p.numel() for p in model.parameters())
     attn = 6144 * 6144 * 2 + 6144 * 1024 * 2
     assert n == pytest.approx(32 * (attn + 2 * 6144 * 24576) + 2 * 256000 * 6144, rel=1e-3)
+
+
+def test_nemo_rows_run_fused_kernels_and_the_fsdp_rows_eager():
+    for row in pr.ROWS:
+        argv = pr.plan_argv(row)
+        if row.name.startswith("NeMo"):
+            assert row.kernels == "fused" and argv[argv.index("--kernels") + 1] == "fused"
+            assert "default_layer_spec" in row.note
+        else:
+            assert row.kernels == "eager" and "--kernels" not in argv
+
+
+def test_selective_op_keeps_the_fused_attention_too():
+    a, f, m = KINDS.index("attention"), KINDS.index("attention_fused"), KINDS.index("matmul")
+    assert pr.selective_op_recomputed(np.array([m, a, f, m])).tolist() == [False, False, False, True]
