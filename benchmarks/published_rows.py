@@ -39,20 +39,24 @@ llm-foundry MPT-70B, full, mbs 8               64 a100-80gb        379         4
 llm-foundry MPT-30B, full, mbs 3               8 a100-80gb         811         916          0.89
 llm-foundry MPT-13B, none, mbs 2               8 a100-80gb         2,370       2,262        1.05
 llm-foundry MPT-7B, none, mbs 6                8 a100-80gb         4,574       4,641        0.99
-NeMo Nemotron-4 15B, TP 4 DP 4, mbs 4          16 h100-sxm         4,029       5,826        0.69
-NeMo Nemotron-4 15B, TP 4 DP 16, mbs 4         64 h100-sxm         4,015       5,759        0.70
-NeMo Nemotron-4 15B, TP 2 DP 8, mbs 2          16 h100-sxm         4,252       5,966        0.71
-NeMo Llama-3-70B SFT, TP 4 PP 4x5 DP 2, mbs 1  32 h100-sxm         820         1,219        0.67
+NeMo Nemotron-4 15B, TP 4 DP 4, mbs 4          16 h100-sxm         4,667       5,826        0.80 (fused)
+NeMo Nemotron-4 15B, TP 4 DP 16, mbs 4         64 h100-sxm         4,649       5,759        0.81 (fused)
+NeMo Nemotron-4 15B, TP 2 DP 8, mbs 2          16 h100-sxm         4,795       5,966        0.80 (fused)
+NeMo Llama-3-70B SFT, TP 4 PP 4x5 DP 2, mbs 1  32 h100-sxm         964         1,219        0.79 (fused)
 =============================================  ==================  ==========  ===========  =====
 
 FSDP rows, held out: 9 of 10 within 15 %, all within 25 %. The miss, MPT-13B on H100 (+22 %), is the table's
 shortest step (0.86 s, one micro-batch a step): likely what a step pays once (the optimizer, the first gather and
 last reduce-scatter, NCCL's kernels taking SMs), which weighs most there. Tensor/pipeline-parallel rows (held
 out; re-measured 2026-11-29 with their sources' sequence parallelism and Megatron's vocabulary-parallel loss,
-``sp=1,lp=1``; 2026-11-29 without them: 0.67, 0.67, 0.72, 0.58): all four 29-33 % pessimistic; the reasons as
-read from their chains (docs/results.md, "Tensor- and pipeline-parallel rows"): the single-GPU profile of Hugging
-Face's eager model above NeMo's fused kernels, the TP collectives added to every layer (not overlapped), and a
-pipeline fill and drain above interleaving's bubble.
+``sp=1,lp=1``; 2026-11-29 without them: 0.67, 0.67, 0.72, 0.58). Their sources run Transformer Engine's fused
+kernels (:data:`NEMO_TE`), so the NeMo rows are profiled with ``--kernels fused`` (``Row.kernels``; eager they give
+0.69, 0.70, 0.71, 0.67: ``--compare-kernels`` prints both): all four 19-21 % pessimistic; the reasons as read
+from their chains (docs/results.md, "Tensor- and pipeline-parallel rows" and "Fused kernels"): the TP collectives
+added to every layer (not overlapped), and a pipeline fill and drain above interleaving's bubble. The FSDP rows
+(torchtitan without compile, llm-foundry) stay eager.
+
+    .venv/bin/python benchmarks/published_rows.py --only NeMo --compare-kernels   # eager and fused side by side
 """
 
 from __future__ import annotations
