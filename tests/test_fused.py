@@ -1,5 +1,6 @@
 """Fused kernels (workbench.profiles.fused): the same numbers as eager, one kernel each, the fused memory."""
 
+import contextlib
 import os
 
 import numpy as np
@@ -148,9 +149,10 @@ def test_unknown_kernels_setting_is_refused():
             pass
 
 
-def _gloo_rank(rank, init, out):
-    """One of 2 gloo ranks: the small Llama sharded with sequence parallelism and the vocabulary-parallel loss,
-    one step with eager kernels and one with fused; the loss and this rank's gradient shards of each saved."""
+def _gloo_rank(rank, init, out, parallel):
+    """One of 2 gloo ranks: the small Llama sharded (with sequence parallelism and the vocabulary-parallel loss
+    when ``parallel``), one step with eager kernels and one with fused; the loss and this rank's gradient shards
+    of each saved."""
     import torch.distributed as dist
     from torch.distributed.tensor import DTensor
     from torch.distributed.tensor.parallel import loss_parallel
@@ -166,11 +168,12 @@ def _gloo_rank(rank, init, out):
         torch.manual_seed(0)
         model, ids, targets, loss_fn = tiny_llama()
         with tp_mesh(2) as mesh:
-            shard_model(model, mesh, plan_model(model, 2, sequence_parallel=True, loss_parallel=True, sequence=16))
+            shard_model(model, mesh, plan_model(model, 2, sequence_parallel=parallel, loss_parallel=parallel,
+                                                sequence=16))
             results = {}
             for kernels in ("eager", "fused"):
                 model.zero_grad()
-                with loss_parallel(), fused_kernels(model, kernels):
+                with (loss_parallel() if parallel else contextlib.nullcontext()), fused_kernels(model, kernels):
                     loss = loss_fn(model(ids), targets)
                     loss.backward()
                 whole = loss.full_tensor() if isinstance(loss, DTensor) else loss
@@ -183,14 +186,15 @@ def _gloo_rank(rank, init, out):
         dist.destroy_process_group()
 
 
-def test_fused_under_dtensor_gives_eager_loss_and_gradients_on_gloo_ranks(tmp_path):
-    """DTensor (tensor parallelism, sp=1, lp=1) runs the fused functions' math on each rank's shards: the same
-    loss and gradient shards as the eager kernels, on 2 real gloo ranks."""
+@pytest.mark.parametrize("parallel", [False, True], ids=["sp0", "sp1-lp1"])
+def test_fused_under_dtensor_gives_eager_loss_and_gradients_on_gloo_ranks(tmp_path, parallel):
+    """DTensor (tensor parallelism; sp=0, or sp=1 with lp=1) runs the fused functions' math on each rank's
+    shards: the same loss and gradient shards as the eager kernels, on 2 real gloo ranks."""
     import multiprocessing
 
     ctx = multiprocessing.get_context("fork")
     init = f"file://{tmp_path / 'rendezvous'}"
-    procs = [ctx.Process(target=_gloo_rank, args=(r, init, str(tmp_path))) for r in range(2)]
+    procs = [ctx.Process(target=_gloo_rank, args=(r, init, str(tmp_path), parallel)) for r in range(2)]
     for p in procs:
         p.start()
     for p in procs:
