@@ -166,11 +166,11 @@ def _recomputed(math: Callable, kept: Sequence[torch.Tensor], save: Sequence[int
 def fused_apply(name: str, math: Callable, inputs: Sequence[Any], *, save: Sequence[int],
                 stats: Callable | None = None, backward: Callable | None = None) -> Any:
     """``math(*inputs)`` as one fused kernel (module docstring). ``save``: the indices of the inputs the fused
-    kernel keeps for its backward (all of them when ``backward`` is None: the gradient is recomputed from them);
+    kernel keeps for its backward (all of them, in order, when ``backward`` is None: the gradient is recomputed);
     ``stats(*inputs)``: the new tensors it also writes and keeps (a norm's ``rstd``), or True when ``math`` returns
     (outputs, those tensors); ``backward(kept, stats, grads)``: the gradients of every input from the kept inputs
     and the statistics, when not recomputed."""
-    if backward is None and sorted(save) != list(range(len(inputs))):
+    if backward is None and list(save) != list(range(len(inputs))):
         raise ValueError(f"fused {name}: a recomputed backward needs every input saved")
     spec = {"name": name, "math": math, "save": tuple(save), "stats": stats, "backward": backward}
     return _Fused.apply(spec, *inputs)
