@@ -25,6 +25,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "examples"))
@@ -67,14 +69,15 @@ class LlamaWork:
         return self.layers * self.block_params + self.root_params
 
 
-def llama_work(size: str, sequence: int, batch: int) -> LlamaWork:
-    """``examples/llama3.py``'s Llama-3 ``size`` ("8b", "70b") on ``batch`` x ``sequence`` tokens, profiled fake."""
+def llama_work(size: str, sequence: int, batch: int, kernels: str = "eager") -> LlamaWork:
+    """``examples/llama3.py``'s Llama-3 ``size`` ("8b", "70b") on ``batch`` x ``sequence`` tokens, profiled fake
+    with ``kernels`` (``eager`` or ``fused``: :mod:`workbench.profiles.fused`)."""
     import llama3
 
     from workbench.profiles.fake import fake_profile
 
     chain, times = fake_profile(lambda: llama3.llama3(size, sequence=sequence, batch=batch, layers=2), "h100-sxm",
-                                return_work=True)
+                                return_work=True, kernels=kernels)
     names = [l.name for l in chain.layers]
     if len(names) != 5 or not names[1].endswith("layers.0"):
         raise SystemExit(f"unexpected layers for {size}: {names}")
@@ -108,11 +111,24 @@ def breakdown(work: LlamaWork, gpu: Accelerator, cal: Calibration = H100_CALIBRA
         for phase, backward in ((w.forward, False), (w.backward, True)):
             t = kernel_seconds(phase.kind, phase.precision, phase.flops, phase.bytes, phase.aligned, gpu, cal,
                                backward)
-            for kind, name in (("matmul", "matmul"), ("attention", "attention"), ("memory", "memory-bound")):
-                out[name] += n * float(t[phase.kind == KINDS.index(kind)].sum())
+            for kinds, name in ((("matmul",), "matmul"), (("attention", "attention_fused"), "attention"),
+                                (("memory",), "memory-bound")):
+                out[name] += n * float(t[np.isin(phase.kind, [KINDS.index(k) for k in kinds])].sum())
             total += n * estimate(phase, gpu, cal, backward=backward)
     out["waiting for the CPU"] = total - sum(out.values())
     return out
+
+
+def fused_kernels_line(eager: LlamaWork, gpu: Accelerator) -> None:
+    """The same model profiled with fused kernels (``kernels="fused"``: :mod:`workbench.profiles.fused`), against
+    eager: the time, MFU, kernels a block launches and where the time goes."""
+    fused = llama_work("8b", 2048, 1, "fused")
+    for name, w in (("eager", eager), ("fused", fused)):
+        t = one_gpu_seconds(w, gpu)
+        parts = breakdown(w, gpu)
+        print(f"  kernels {name}: {t * 1e3:.1f} ms, MFU {6 * LLAMA3_8B_PARAMS * 2048 / t / gpu.peak('bfloat16'):.1%}; "
+              f"a block launches {w.block.forward.kernels} + {w.block.backward.kernels} kernels; "
+              + ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in parts.items()))
 
 
 def main() -> int:
@@ -134,6 +150,7 @@ def main() -> int:
     parts = breakdown(w8, h100)
     print("  where the h100-sxm's time goes: " + ", ".join(f"{k} {v * 1e3:.1f} ms ({v / sum(parts.values()):.0%})"
                                                          for k, v in parts.items()))
+    fused_kernels_line(w8, h100)
     row = TORCHTITAN
     e, tps = torchtitan_step()
     err = tps / row.tokens_per_gpu - 1

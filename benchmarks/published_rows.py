@@ -56,7 +56,12 @@ pipeline fill and drain above interleaving's bubble. Re-measured 2026-11-29 with
 their sources run (``tpo=1``: Transformer Engine's userbuffers, each source's line in its row's note; the ratio
 without it in brackets, printed by this script): 0.69-0.74; with every TP collective free they would be
 0.72-0.76, so TP communication is not the main gap (docs/results.md, "TP communication overlap on NeMo's rows",
-also the 70B row's interleaved bubble: 4.0 % over its slowest rank's work, the textbook 3 / 80 plus sends).
+also the 70B row's interleaved bubble: 4.0 % over its slowest rank's work, the textbook 3 / 80 plus sends). Their
+sources also run Transformer Engine's fused kernels (:data:`NEMO_TE`), so the NeMo rows are profiled with
+``--kernels fused`` (``Row.kernels``; ``--compare-kernels`` prints eager and fused side by side). The FSDP rows
+(torchtitan without compile, llm-foundry) stay eager.
+
+    .venv/bin/python benchmarks/published_rows.py --only NeMo --compare-kernels   # eager and fused side by side
 """
 
 from __future__ import annotations
@@ -104,6 +109,11 @@ NEMOTRON_PERF_TPO = ("TP communication overlap on: NVIDIA/NeMo nemo/collections/
                      "scripts/performance/llm/pretrain_nemotron4_15b.py runs: pretrain_recipe(performance_mode=True))")
 LLAMA70B_SFT_TPO = ("TP communication overlap on: NVIDIA-NeMo/Megatron-Bridge's performance config of this row (Llama3 "
                     "70B SFT, 32x H100, TP=4 PP=4 VP=5, GBS 32: CommOverlapConfig(tp_comm_overlap=True))")
+#: NeMo builds Megatron-Core's GPT model with Transformer Engine's layers whenever TE is installed (as in NeMo's
+#: containers the DGXC recipes run) and fuses the cross-entropy by default: the rows are profiled with
+#: ``--kernels fused`` (docs/model.md, "Fused kernels")
+NEMO_TE = ("fused kernels: NVIDIA/NeMo nemo/collections/llm/gpt/model/base.py, default_layer_spec (HAVE_TE: "
+           "transformer_engine_layer_spec) and GPTConfig (cross_entropy_loss_fusion = True)")
 
 
 @dataclass(frozen=True)
@@ -129,6 +139,7 @@ class Row:
     precision: str = "bf16-mixed"
     optimizer: str = "adamw"
     note: str = ""
+    kernels: str = "eager"
 
 
 _FOUNDRY_H100 = FOUNDRY + ", table \"H100 80GB BF16\""
@@ -168,26 +179,28 @@ ROWS = (
         "(TP=4, PP=1, MBS=4, GA=4)\", column 16x H100 (GBS=64): step 2.812 s, 93223 tokens/s; settings: "
         + NEMOTRON_YAML,
         "nemotron4_15b_4096", "h100-sxm", 16, "tp=4,pp=1,dp=4,zero=1,sp=1,lp=1,tpo=1", 4, 64, 4096, "none",
-        93223.0 / 16, 0.6249, note="sequence parallelism on (the YAML's sequence_parallel: True); " + MEGATRON_LOSS
-        + "; " + NEMOTRON_TPO),
+        93223.0 / 16, 0.6249, kernels="fused",
+        note="sequence parallelism on (the YAML's sequence_parallel: True); " + MEGATRON_LOSS
+        + "; " + NEMOTRON_TPO + "; " + NEMO_TE),
     Row("NeMo Nemotron-4 15B TP 4", DGXC + " nemotron/README_15b.md (commit 0b71cfd), same table, column 64x H100 "
         "(GBS=256): step 2.845 s, 368568 tokens/s; settings: " + NEMOTRON_YAML,
         "nemotron4_15b_4096", "h100-sxm", 64, "tp=4,pp=1,dp=16,zero=1,sp=1,lp=1,tpo=1", 4, 256, 4096, "none",
-        368568.0 / 64, 0.6177, note="as above"),
+        368568.0 / 64, 0.6177, kernels="fused", note="as above; " + NEMO_TE),
     Row("NeMo Nemotron-4 15B TP 2", DGXC + " nemotron/README.md (commit 1f6d9f4), table \"Nemotron4 15b BF16 H100\", "
         "16x H100: step 2.746 s, 95463 tokens/s (layout: its H100 table, TP 2, PP 1, DP 8, MBS 2, GBS 64); "
         "recompute: " + NEMO_H100_CONFIGS + ", row pre_train nemotron4 15b bf16 (recompute_layers 0)",
         "nemotron4_15b_4096", "h100-sxm", 16, "tp=2,pp=1,dp=8,zero=1,sp=1,lp=1,tpo=1", 2, 64, 4096, "none",
-        95463.0 / 16, 0.567, note="NeMo 2.0 recipe; sequence parallelism on: " + NEMO_PERF_SP + "; " + MEGATRON_LOSS
-        + "; " + NEMOTRON_PERF_TPO),
+        95463.0 / 16, 0.567, kernels="fused",
+        note="NeMo 2.0 recipe; sequence parallelism on: " + NEMO_PERF_SP + "; " + MEGATRON_LOSS
+        + "; " + NEMOTRON_PERF_TPO + "; " + NEMO_TE),
     Row("NeMo Llama-3-70B SFT TP 4 PP 4 VP 5", DGXC + " llama3/finetuning/README_70b.md (commit 8f5cbb3), table "
         "\"Llama3 70b Finetuning SFT BF16 (TP=4, PP=4, CP=1, VP=5)\", 32x H100 (GBS=32): step 3.36 s, 39009 tokens/s; "
         "sequence 4096, micro-batch 1, no recompute: " + NEMO_H100_CONFIGS + ", row sft llama3 70b bf16",
         "llama3_70b_4096", "h100-sxm", 32, "tp=4,pp=4,dp=2,zero=1,schedule=interleaved-1f1b,chunks=5,sp=1,lp=1,tpo=1",
-        1, 32, 4096, "none", 39009.0 / 32, 0.511,
+        1, 32, 4096, "none", 39009.0 / 32, 0.511, kernels="fused",
         note="full-parameter SFT on sequences packed to 4096 tokens, priced as one 4096-token causal sequence; "
              "Megatron's interleaved 1F1B as torch's interleaved-1f1b; sequence parallelism on: " + NEMO_PERF_SP
-             + "; " + MEGATRON_LOSS + "; " + LLAMA70B_SFT_TPO),
+             + "; " + MEGATRON_LOSS + "; " + LLAMA70B_SFT_TPO + "; " + NEMO_TE),
 )
 
 
@@ -208,6 +221,8 @@ def plan_argv(row: Row, models: Path = MODELS) -> list[str]:
             "--optimizer", row.optimizer, "--precision", row.precision, "--quiet"]
     if row.node_bandwidth:
         argv += ["--node-bandwidth", row.node_bandwidth]
+    if row.kernels != "eager":
+        argv += ["--kernels", row.kernels]
     return argv
 
 
@@ -226,7 +241,7 @@ def selective_op_recomputed(kind: np.ndarray) -> np.ndarray:
     [True, False, True, False, False, True, True]
     """
     kind = np.asarray(kind)
-    out = kind != KINDS.index("attention")
+    out = ~np.isin(kind, [KINDS.index("attention"), KINDS.index("attention_fused")])
     matmuls = np.flatnonzero(kind == KINDS.index("matmul"))
     out[matmuls[0::2]] = False
     return out
@@ -282,16 +297,18 @@ def row_switches(row: Row) -> tuple[int, bool, bool]:
     return lay.tp, lay.sequence_parallel, lay.loss_parallel
 
 
-def base_chain(row: Row, cache: Path | None = None, tp: int = 1) -> Chain:
+def base_chain(row: Row, cache: Path | None = None, tp: int = 1, kernels: str | None = None) -> Chain:
     """The chain of one rank of ``row`` (``tp``, its micro-batch; for the row's tp its sequence parallelism and
     loss) as ``plan --parallel`` makes it: RankChains of the module under fake tensors for the row's GPU (tp > 1:
-    the per-rank tensor-parallel profile), cached by content (``build/profiles``)."""
+    the per-rank tensor-parallel profile), cached by content (``build/profiles``), with ``kernels`` (None: the
+    row's)."""
     from workbench.parallel.profiles import DEFAULT_CACHE, RankChains
 
     args = row_args(row)
     row_tp_, sp, lp = row_switches(row)
     switches = {"sequence_parallel": sp, "loss_parallel": lp} if tp == row_tp_ and tp > 1 else {}
-    return RankChains(args.module, gpu=args.gpu, cache=cache or REPO / DEFAULT_CACHE)(tp, row.micro_batch, **switches)
+    return RankChains(args.module, gpu=args.gpu, cache=cache or REPO / DEFAULT_CACHE,
+                      kernels=kernels or row.kernels)(tp, row.micro_batch, **switches)
 
 
 def priced(row: Row, chain: Chain, calibration: Calibration | None = None) -> Chain:
@@ -304,9 +321,10 @@ def priced(row: Row, chain: Chain, calibration: Calibration | None = None) -> Ch
     return selective_op(chain, calibration or H100_CALIBRATION) if row.checkpointing == "selective-op" else chain
 
 
-def evaluate_row(row: Row, calibration: Calibration | None = None, chain: Chain | None = None) -> Evaluation:
+def evaluate_row(row: Row, calibration: Calibration | None = None, chain: Chain | None = None,
+                 kernels: str | None = None) -> Evaluation:
     """``row`` evaluated as ``plan --parallel`` evaluates its command line (module docstring); ``chain``: its
-    :func:`base_chain` when already made."""
+    :func:`base_chain` when already made; ``kernels``: the profiles' (None: the row's)."""
     from workbench.front.layouts import _layout_arg, job_from_args
     from workbench.parallel.evaluate import evaluate
 
@@ -314,8 +332,8 @@ def evaluate_row(row: Row, calibration: Calibration | None = None, chain: Chain 
     tp = row_tp(row)
     if tp > 1 and calibration is not None:
         raise ValueError(f"{row.name}: a calibration re-estimates tp=1 chains only (this row's tp is {tp})")
-    first = priced(row, base_chain(row) if chain is None else chain, calibration)
-    rank = first if tp == 1 else priced(row, base_chain(row, tp=tp))
+    first = priced(row, base_chain(row, kernels=kernels) if chain is None else chain, calibration)
+    rank = first if tp == 1 else priced(row, base_chain(row, tp=tp, kernels=kernels))
 
     _, sp, lp = row_switches(row)
 
@@ -396,6 +414,19 @@ def table(results: list[tuple[Row, Evaluation]]) -> str:
     return "\n".join(lines)
 
 
+def kernels_table(compared: list[tuple[Row, Evaluation, Evaluation]]) -> str:
+    """Rows profiled with eager and with fused kernels: predicted / published tokens/s per GPU side by side."""
+    head = (f"{'row':<36} {'layout':<17} {'published':>9} {'eager':>7} {'ratio':>6} {'fused':>7} {'ratio':>6} "
+            f"{'fullest rank eager / fused':>26}")
+    lines = ["kernels: Hugging Face's eager against fused (docs/model.md, \"Fused kernels\")", head, "-" * len(head)]
+    for row, eager, fused in compared:
+        te, tf = eager.tokens_per_second / row.gpus, fused.tokens_per_second / row.gpus
+        lines.append(f"{row.name:<36} {layout_label(row):<17} {row.tokens_per_gpu:>9,.0f} {te:>7,.0f} "
+                     f"{tps_ratio(row, eager):>6.2f} {tf:>7,.0f} {tps_ratio(row, fused):>6.2f} "
+                     f"{eager.peak / 2**30:>12.1f} / {fused.peak / 2**30:.1f} GiB")
+    return "\n".join(lines)
+
+
 def tps_ratio(row: Row, e: Evaluation) -> float:
     return e.tokens_per_second / row.gpus / row.tokens_per_gpu if math.isfinite(e.step_seconds) else math.nan
 
@@ -403,9 +434,11 @@ def tps_ratio(row: Row, e: Evaluation) -> float:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--only", default=None, help="the rows whose name contains this (case-insensitive)")
+    ap.add_argument("--compare-kernels", action="store_true",
+                    help="the rows profiled with fused kernels evaluated with eager ones too, side by side")
     args = ap.parse_args()
     rows = [r for r in ROWS if args.only is None or args.only.lower() in r.name.lower()]
-    results = []
+    results, compared = [], []
     for row in rows:
         t0 = time.perf_counter()
         e = evaluate_row(row)
@@ -413,6 +446,8 @@ def main() -> int:
               f"({', '.join(f'{k} {v:.3f}' for k, v in e.breakdown.items())}), {e.status}, "
               f"{time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
         results.append((row, e))
+        if args.compare_kernels and row.kernels != "eager":
+            compared.append((row, evaluate_row(row, kernels="eager"), e))
     print(table(results))
     overlapped = [(row, without_overlap(row), e) for row, e in results if without_overlap(row) is not None]
     if overlapped:
@@ -421,6 +456,8 @@ def main() -> int:
         old = evaluate_row(plain)
         print(f"  {row.name} ({layout_label(row)}, {row.gpus} GPUs): {tps_ratio(plain, old):.2f} -> "
               f"{tps_ratio(row, e):.2f} (step {old.step_seconds:.3f} -> {e.step_seconds:.3f} s)")
+    if compared:
+        print("\n" + kernels_table(compared))
     print("\nsources:")
     for row in rows:
         print(f"  {row.name} ({row.gpu} x {row.gpus}): {row.source}" + (f"; {row.note}" if row.note else ""))

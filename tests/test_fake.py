@@ -158,3 +158,14 @@ def test_model_to_a_dtype_under_fake_names_the_default_dtype_fix(tmp_path, capsy
                  "--out", str(tmp_path / "p.csv")]) == 2
     err = capsys.readouterr().err.strip().split("\n")[-1]
     assert "Couldn't swap" in err and "torch.set_default_dtype" in err and "instead of model.to(dtype)" in err
+
+
+def test_fused_kernels_are_recorded_in_the_metadata_and_an_unknown_setting_refused():
+    from workbench.profiles.fake import fake_zoo
+
+    eager, fused = fake_zoo("tiny-gpt", 2, "h100-sxm"), fake_zoo("tiny-gpt", 2, "h100-sxm", kernels="fused")
+    assert "kernels" not in eager.meta and fused.meta["kernels"] == "fused"
+    assert [l.weight_bytes for l in eager.layers] == [l.weight_bytes for l in fused.layers]
+    assert fused.total_compute < eager.total_compute
+    with pytest.raises(ValueError, match="known: eager, fused"):
+        fake_zoo("tiny-gpt", 2, "h100-sxm", kernels="compiled")

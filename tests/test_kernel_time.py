@@ -160,3 +160,21 @@ def test_the_launch_queue_matches_an_event_by_event_simulation():
     together = phases_seconds(cat["kind"], cat["precision"], cat["flops"], cat["nbytes"], cat["aligned"], back,
                               starts, H100, cal)
     assert together.tolist() == pytest.approx(one_by_one, rel=1e-12)
+
+
+def test_fused_attention_runs_at_cudnns_published_rate_on_hopper_and_fa2s_elsewhere():
+    """attention_fused (a --kernels fused profile): cuDNN's 518 / 499 TFLOPS on the H100 (FlashAttention-3 paper,
+    Figures 5 and 6), the same on the H200 (same die); the A100 keeps FlashAttention-2's rate."""
+    flops = [1e13]
+    for gpu, forward, backward in ((H100, 518 / 989, 499 / 989), (H200, 518 / 989, 499 / 989),
+                                   (A100, published(A100).attention, published(A100).attention_backward)):
+        for back, fraction in ((False, forward), (True, backward)):
+            fused = phase_seconds(**_ops(["attention_fused"], flops, [1e6]), gpu=gpu, calibration=KERNELS_ONLY,
+                                  backward=back)
+            expected = T_GEMM + 1e13 / (gpu.peak("bfloat16") * fraction * KERNELS_ONLY.sustained)
+            assert fused == pytest.approx(expected, rel=1e-9)
+    eager = phase_seconds(**_ops(["attention"], flops, [1e6]), gpu=H100, calibration=KERNELS_ONLY, backward=False)
+    fused = phase_seconds(**_ops(["attention_fused"], flops, [1e6]), gpu=H100, calibration=KERNELS_ONLY,
+                          backward=False)
+    assert eager / fused == pytest.approx((518 / 989) / 0.35, rel=0.01)
+    assert KINDS.index("host") == 4 and KINDS[-1] == "attention_fused"      # the codes stored in profiles stay

@@ -213,3 +213,21 @@ def test_a_tp_overlap_plan_is_faster_and_checked_on_its_overlapped_chain(made, c
     argv[argv.index("auto")] = "auto,tpo=1"
     assert main(argv) == 2
     assert "tpo=1 overlaps" in capsys.readouterr().err
+
+
+def test_fused_kernels_are_planned_on_their_profiles_and_recorded(made, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)                    # check profiles the plan's rank again under build/profiles here
+    out = tmp_path / "fused.json"
+    base = ["plan", "--module", f"{made['module']}:build", "--fake", "--gpu", "h100-sxm", "--devices", "4",
+            "--global-batch", "16", "--parallel", "tp=2,pp=1,dp=2,sp=1", "--optimizer", "adamw", "-q"]
+    assert main(base + ["--kernels", "fused", "--json", str(out)]) == 0
+    assert main(base + ["--json", str(tmp_path / "eager.json")]) == 0
+    fused, eager = (json.loads(p.read_text()) for p in (out, tmp_path / "eager.json"))
+    assert fused["extra"]["kernels"] == "fused" and "kernels" not in eager["extra"]
+    assert fused["tokens_per_second"] > eager["tokens_per_second"]
+    capsys.readouterr()
+    assert main(["check", str(out)]) == 0
+    assert f"{out}: valid" in capsys.readouterr().out
+    assert main(["plan", "--profile", str(made["profile"]), "--devices", "4", "--global-batch", "16",
+                 "--parallel", "pp=1,dp=4", "--kernels", "fused"]) == 2
+    assert "--kernels fused goes with --module and --fake" in capsys.readouterr().err

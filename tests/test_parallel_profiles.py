@@ -117,3 +117,14 @@ def test_sequence_parallel_and_the_split_loss_are_profiles_of_their_own(tmp_path
     assert lp.layers[-1].activation_bytes * 2 == pytest.approx(plain.layers[-1].activation_bytes)   # logits split
     with pytest.raises(ValueError, match="tp=1: sequence parallelism"):
         rc(1, 2, sequence_parallel=True)
+
+
+def test_fused_kernels_are_a_profile_of_their_own_and_need_a_gpu(module, tmp_path):
+    cache = tmp_path / "cache"
+    eager = RankChains(f"{module}:build", gpu="h100-sxm", cache=cache)
+    fused = RankChains(f"{module}:build", gpu="h100-sxm", cache=cache, kernels="fused")
+    assert "kernels" not in eager.key(1, 2) and fused.key(1, 2)["kernels"] == "fused"
+    assert fused(1, 2).meta["kernels"] == "fused" and "kernels" not in eager(1, 2).meta
+    assert len(list(cache.rglob("*.csv"))) == 2
+    with pytest.raises(ValueError, match="fake tensors"):
+        RankChains(f"{module}:build", gpu=None, cache=None, kernels="fused")(1, None)

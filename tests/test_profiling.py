@@ -63,6 +63,7 @@ def test_fake_profile_for_a_gpu_estimates_its_times(tmp_path, capsys):
     (("--module", "m.py:f", "--out", "x.csv", "--fake", "--gpu", "h100-sxm", "--sequence-parallel"),
      "^--sequence-parallel and --loss-parallel need --tp 2 or more$"),
     (("--model", "mlp", "--out", "x.csv", "--set", "sizes"), "^--set expects key=value, got 'sizes'$"),
+    (("--model", "mlp", "--out", "x.csv", "--kernels", "fused"), "^--kernels fused goes with --fake"),
 ])
 def test_profile_refuses_before_profiling(tmp_path, monkeypatch, argv, message):
     monkeypatch.chdir(tmp_path)

@@ -163,3 +163,18 @@ def test_the_nemo_rows_overlap_their_tp_communication_as_their_sources_run():
         assert ("tp_comm_overlap" in row.note and "True" in row.note) or row.note == "as above"
         plain = pr.without_overlap(row)
         assert not Layout.parse(plain.layout).tp_overlap and plain.tokens_per_gpu == row.tokens_per_gpu
+
+
+def test_nemo_rows_run_fused_kernels_and_the_fsdp_rows_eager():
+    for row in pr.ROWS:
+        argv = pr.plan_argv(row)
+        if row.name.startswith("NeMo"):
+            assert row.kernels == "fused" and argv[argv.index("--kernels") + 1] == "fused"
+            assert "default_layer_spec" in row.note
+        else:
+            assert row.kernels == "eager" and "--kernels" not in argv
+
+
+def test_selective_op_keeps_the_fused_attention_too():
+    a, f, m = KINDS.index("attention"), KINDS.index("attention_fused"), KINDS.index("matmul")
+    assert pr.selective_op_recomputed(np.array([m, a, f, m])).tolist() == [False, False, False, True]

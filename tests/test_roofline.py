@@ -148,3 +148,22 @@ def test_roofline_times_keep_every_layers_work():
     assert len(times.works) == 1 and f == [estimate(times.works[0].forward, H100)] and b[0] > f[0]
     assert b == [estimate(times.works[0].backward, H100, backward=True)]
     assert "estimated, not measured" in times.describe() and H100.label in times.describe()
+
+
+def test_attention_is_recorded_as_the_fused_kernel_inside_fused_kernels_and_suspended_work_is_not():
+    from workbench.profiles.fused import fused_kernels, suspended
+
+    q = torch.randn(1, 2, 64, 16)
+    for kernels, kind in (("eager", "attention"), ("fused", "attention_fused")):
+        counter = WorkCounter()
+        with fused_kernels(None, kernels), counter:
+            F.scaled_dot_product_attention(q, q, q, is_causal=True)
+        work = counter.take()
+        assert [KINDS[k] for k in work.kind] == [kind]
+    counter = WorkCounter()
+    with counter:
+        with suspended():
+            torch.relu(q) + 1
+        counter.record_fused("x", 100.0, torch.bfloat16)
+    work = counter.take()
+    assert len(work) == 1 and work.bytes[0] == 100.0 and KINDS[work.kind[0]] == "memory"

@@ -232,3 +232,18 @@ def test_a_sequence_parallel_profile_keeps_its_collectives_seconds_for_the_overl
     for a, b in zip(chain.layers, over.layers):
         assert b.forward >= a.forward - a.comm_forward - 1e-15
         assert b.forward == pytest.approx(a.forward - a.comm_forward + a.exposed_forward)
+
+
+def test_fused_kernels_shard_like_eager_ones_and_save_less():
+    """--kernels fused on DTensors (sp=1, lp=1): the same collectives a layer issues, less saved, less time."""
+    eager = tensor_parallel_profile(tiny_llama, "h100-sxm", 2, sequence_parallel=True, loss_parallel=True,
+                                    cache=False)
+    fused = tensor_parallel_profile(tiny_llama, "h100-sxm", 2, sequence_parallel=True, loss_parallel=True,
+                                    cache=False, kernels="fused")
+    assert fused.meta["kernels"] == "fused" and fused.meta["tp_collectives"] == eager.meta["tp_collectives"]
+    for e, f in zip(eager.layers, fused.layers):
+        assert (e.comm_forward_bytes, e.comm_backward_bytes) == (f.comm_forward_bytes, f.comm_backward_bytes)
+        assert f.saved_bytes <= e.saved_bytes
+    assert fused[1].saved_bytes < eager[1].saved_bytes and fused.total_compute < eager.total_compute
+    with pytest.raises(ValueError, match="fake tensors only"):
+        tensor_parallel_profile(tiny_llama, "h100-sxm", 2, fake=False, kernels="fused")

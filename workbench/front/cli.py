@@ -90,6 +90,10 @@ def _add_module_arg(group) -> None:
                             "the layers are found for you")
 
 
+#: ``--kernels`` (workbench.profiles.fused.KERNELS: not imported here, it imports torch)
+_KERNELS_HELP = ("with --fake: eager (default; the operations Hugging Face's eager model dispatches) or fused (norms, "
+                 "MLP activation, rotary embedding and cross-entropy one kernel each, attention at cuDNN's fused "
+                 "rate, as Transformer Engine / Megatron-Core run them: docs/model.md, \"Fused kernels\")")
 MAX_BATCHES = 100_000  # simulate --batches: the trace holds 2 S rows per mini-batch
 #: largest --devices: each size tried is planned on every device count (dp's work grows with L^2 P, L up to 4096)
 LARGEST_MAX_DEVICES = 64
@@ -162,6 +166,8 @@ def _profile_parsers(sub: argparse._SubParsersAction) -> None:
                    help="with --tp: the norms on 1/T of the sequence (Megatron's sequence parallelism)")
     p.add_argument("--loss-parallel", action="store_true",
                    help="with --tp: the logits kept split over the vocabulary for the loss (torch's loss_parallel)")
+    p.add_argument("--kernels", choices=("eager", "fused"), default="eager",
+                   help=_KERNELS_HELP)
     p.add_argument("--list-gpus", action="store_true", help="list the GPUs --gpu knows, with their numbers, and exit")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="zoo model option, e.g. image_size=96 or layers=12 (repeatable)")
@@ -211,6 +217,8 @@ def _add_layout_args(p: argparse.ArgumentParser) -> None:
     """``plan``'s layout options (docs/model.md, "Layouts")."""
     _add_module_arg(p)
     p.add_argument("--fake", action="store_true", help="with --module: profile under fake tensors for --gpu")
+    p.add_argument("--kernels", choices=("eager", "fused"), default="eager",
+                   help=_KERNELS_HELP)
     p.add_argument("--parallel", default=None, metavar="auto|tp=T,pp=P,dp=D[,zero=Z]",
                    help="a layout of the --devices: auto (search every one: the fastest that fits; auto,sp=1,lp=1: "
                         "its tp > 1 layouts sequence-parallel with a vocabulary-parallel loss) or one to evaluate "

@@ -76,6 +76,9 @@ def _check_args(args: argparse.Namespace) -> None:
                          f"--profile FILE (the chain of tp=1 and its batch), {both}")
     if args.fake and not (args.module and args.gpu):
         raise ValueError("--fake needs --module FILE.py:FUNC and --gpu NAME (the GPU whose times it estimates)")
+    if getattr(args, "kernels", "eager") != "eager" and not args.fake:
+        raise ValueError(f"--kernels {args.kernels} goes with --module and --fake (fused kernels are priced under "
+                         "fake tensors)")
     if args.memory_model == "paper":
         raise ValueError("--parallel needs the full memory model (data parallelism shards what it counts), "
                          "not --memory-model paper")
@@ -100,7 +103,8 @@ def _chains(args: argparse.Namespace, progress: Callable[[str], None] | None) ->
     from workbench.parallel.profiles import DEFAULT_CACHE, RankChains
 
     rc = RankChains(args.module, gpu=args.gpu if args.fake else None,
-                    cache=Path(args.profile_cache) if args.profile_cache else DEFAULT_CACHE, progress=progress)
+                    cache=Path(args.profile_cache) if args.profile_cache else DEFAULT_CACHE, progress=progress,
+                    kernels=getattr(args, "kernels", "eager"))
     first = rc(1, None)
     example = int(first.meta.get("batch_size", 1) or 1)
     sizes = rc.micro_batch_sizes()
@@ -300,6 +304,8 @@ def layout_plan(e: Evaluation, job: Job, chain_for: ChainFor, args: argparse.Nam
         module = f"{os.path.normpath(path)}:{func}"
     if module:
         extra["module"] = str(module)
+    if args is not None and getattr(args, "kernels", "eager") != "eager":
+        extra["kernels"] = args.kernels              # plan_rank_chain profiles the model again with them
     setup = {**plan.setup, **platform_links(platform)}
     return plan.with_(parallel=parallel, extra=extra, setup=setup)
 

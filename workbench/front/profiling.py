@@ -117,6 +117,8 @@ def _check_profile_args(args: Any) -> None:
                              "its times are estimated for --gpu")
     elif getattr(args, "gpu", None):
         raise ValueError("--gpu goes with --fake (a real profile measures the device it runs on: --device)")
+    if getattr(args, "kernels", "eager") != "eager" and not getattr(args, "fake", False):
+        raise ValueError(f"--kernels {args.kernels} goes with --fake (a real profile runs the model's own kernels)")
     else:
         check_device(getattr(args, "device", "cpu") or "cpu")
     _check_tp_args(args)
@@ -294,10 +296,12 @@ def _fake_profile(args: Any, kwargs: dict[str, Any]) -> int:
 
         with _cast_hint(), user_code(args.module), _quiet_fake_tensor_log():
             chain = fake_module(args.module, args.gpu, progress=True,
-                                split_at=parse_split_at(getattr(args, "split_at", None)))
+                                split_at=parse_split_at(getattr(args, "split_at", None)),
+                                kernels=getattr(args, "kernels", "eager"))
         chain = _module_from_profile(chain, args.module, args.out)
     else:
-        chain = fake_zoo(args.model, args.batch_size, args.gpu, dtype=args.dtype, progress=True, **kwargs)
+        chain = fake_zoo(args.model, args.batch_size, args.gpu, dtype=args.dtype, progress=True,
+                         kernels=getattr(args, "kernels", "eager"), **kwargs)
     _refuse_unloadable(chain, args.out)
     write_profile(chain, args.out)
     m = chain.meta
@@ -323,7 +327,8 @@ def _tensor_parallel_profile(args: Any) -> int:
     print(f"building {args.module} under fake tensors, sharded over a fake group of {args.tp} ranks ...", flush=True)
     with user_code(args.module), _quiet_fake_tensor_log():
         chain = tensor_parallel_profile(args.module, args.gpu, args.tp, sequence_parallel=args.sequence_parallel,
-                                        loss_parallel=args.loss_parallel, cache=False, progress=True)
+                                        loss_parallel=args.loss_parallel, cache=False, progress=True,
+                                        kernels=getattr(args, "kernels", "eager"))
     chain = _module_from_profile(chain, args.module, args.out)
     write_profile(chain, args.out)
     m = chain.meta

@@ -112,7 +112,8 @@ def tensor_parallel_available() -> bool:
 
 
 def tensor_parallel_chain(spec: str, gpu: str, tp: int, micro_batch_size: int | None,
-                          sequence_parallel: bool = False, loss_parallel: bool = False) -> Chain:
+                          sequence_parallel: bool = False, loss_parallel: bool = False, kernels: str = "eager"
+                          ) -> Chain:
     """The chain of rank 0 of a tensor-parallel group of ``tp`` (the module's blocks sharded as Megatron and
     torchtitan shard them; :mod:`workbench.parallel.tensor`), with sequence parallelism and the
     vocabulary-parallel loss when asked."""
@@ -122,14 +123,16 @@ def tensor_parallel_chain(spec: str, gpu: str, tp: int, micro_batch_size: int | 
     from workbench.parallel.tensor.profile import tensor_parallel_profile
 
     return tensor_parallel_profile(spec, gpu, tp, sequence_parallel=sequence_parallel, loss_parallel=loss_parallel,
-                                   micro_batch_size=micro_batch_size)
+                                   micro_batch_size=micro_batch_size, kernels=kernels)
 
 
 @dataclass
 class RankChains:
     """Chains of one rank of ``spec``'s model (module docstring): ``gpu`` for fake profiles (None: measured
     here, tp 1 and the example's batch only); ``cache`` the folder (None: no cache); ``progress`` one line per
-    profile made; ``sequence_parallel``, ``loss_parallel``: the settings of tp > 1 unless a call names them."""
+    profile made; ``sequence_parallel``, ``loss_parallel``: the settings of tp > 1 unless a call names them;
+    ``kernels``: ``eager`` or ``fused`` (fake profiles only: :mod:`workbench.profiles.fused`), the same for every
+    chain."""
 
     spec: str
     gpu: str | None = None
@@ -138,6 +141,7 @@ class RankChains:
     progress: Callable[[str], None] | None = None
     made: dict = field(default_factory=dict)
     loss_parallel: bool = False
+    kernels: str = "eager"
 
     def takes_batch_size(self) -> bool:
         """Whether the builder accepts ``batch_size`` (a search may then try other micro-batch sizes)."""
@@ -179,7 +183,8 @@ class RankChains:
             raise ValueError(f"--module: no such file {path!r}")
         return {"module": hashlib.sha256(module.read_bytes()).hexdigest(), "function": func, "gpu": self.gpu,
                 "tp": tp, "micro_batch_size": micro_batch_size, "sequence_parallel": sequence_parallel,
-                "loss_parallel": loss_parallel, "torch": torch.__version__, "profilers": profiler_digest()}
+                "loss_parallel": loss_parallel, "torch": torch.__version__, "profilers": profiler_digest(),
+                **({} if self.kernels == "eager" else {"kernels": self.kernels})}
 
     def __call__(self, tp: int, micro_batch_size: int | None = None, *, sequence_parallel: bool | None = None,
                  loss_parallel: bool | None = None) -> Chain:
@@ -188,6 +193,8 @@ class RankChains:
         :func:`workbench.parallel.tensor.tensor_parallel_profile` (every tp, its own content cache in the same
         folder) where the workbench has it."""
         sp, lp = self._switches(tp, sequence_parallel, loss_parallel)
+        if self.kernels != "eager" and self.gpu is None:
+            raise ValueError(f"kernels {self.kernels!r}: fused kernels are priced under fake tensors (--fake --gpu)")
         if self.gpu is not None and tensor_parallel_available():
             return self._tensor_parallel(tp, micro_batch_size, sp, lp)
         key = self.key(tp, micro_batch_size, sp, lp)
@@ -222,7 +229,8 @@ class RankChains:
             with user_code(self.spec):
                 self.made[key] = tensor_parallel_profile(
                     self.spec, self.gpu, tp, sequence_parallel=sp, loss_parallel=lp,
-                    micro_batch_size=micro_batch_size, cache=self.cache if self.cache is not None else False)
+                    micro_batch_size=micro_batch_size, cache=self.cache if self.cache is not None else False,
+                    kernels=self.kernels)
         return self.made[key]
 
     def _path(self, tp: int, micro_batch_size: int | None, digest: str) -> Path | None:
@@ -245,11 +253,11 @@ class RankChains:
                 if self.gpu is None:
                     raise ValueError(f"tp={tp} needs --fake --gpu NAME (tensor-parallel profiles are made under "
                                      "fake tensors)")
-                return tensor_parallel_chain(self.spec, self.gpu, tp, micro_batch_size, sp, lp)
+                return tensor_parallel_chain(self.spec, self.gpu, tp, micro_batch_size, sp, lp, self.kernels)
             if self.gpu is not None:
                 from workbench.profiles.fake import fake_module
 
-                return fake_module(self.spec, self.gpu, batch_size=micro_batch_size)
+                return fake_module(self.spec, self.gpu, batch_size=micro_batch_size, kernels=self.kernels)
             return _measured(self.spec)
 
 
@@ -295,7 +303,7 @@ def plan_rank_chain(plan: Any, layout: Any, *, cache: Path | None = DEFAULT_CACH
                          "(extra.module) to profile")
     gpu = (plan.setup or {}).get("gpu")
     rc = RankChains(str(module), gpu=gpu, cache=cache, sequence_parallel=bool(layout.sequence_parallel),
-                    progress=progress)
+                    progress=progress, kernels=str((plan.extra or {}).get("kernels", "eager")))
     example = rc(1, None)
     built = int(str(example.meta.get("batch_size", 1)).split()[0] or 1)
     mbs = layout.micro_batch_size

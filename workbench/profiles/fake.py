@@ -54,8 +54,8 @@ from workbench.model.accelerators import Accelerator, accelerator
 from workbench.model.chain import Chain
 from workbench.profiles.roofline import H100_CALIBRATION, Calibration, RooflineTimes, gpu_meta
 
-__all__ = ["FakeProfileError", "fake_profile", "fake_zoo", "fake_module", "default_dtype", "unpacked_sequences",
-           "value_free_init", "for_gpu", "gpu_meta"]
+__all__ = ["FakeProfileError", "fake_profile", "fake_zoo", "fake_module", "kernels_meta", "default_dtype",
+           "unpacked_sequences", "value_free_init", "for_gpu", "gpu_meta"]
 
 
 class FakeProfileError(ValueError):
@@ -183,14 +183,17 @@ def for_gpu(chain: Chain, times: RooflineTimes | None, gpu: str | Accelerator) -
 
 def fake_profile(build: Callable[[], tuple[Any, Any, Any, Callable]], gpu: str | Accelerator, *,
                  calibration: Calibration = H100_CALIBRATION, meta: Mapping[str, Any] | None = None,
-                 progress: bool = False, return_work: bool = False, split_at: tuple[str, ...] = ()
-                 ) -> Chain | tuple[Chain, RooflineTimes]:
+                 progress: bool = False, return_work: bool = False, split_at: tuple[str, ...] = (),
+                 kernels: str = "eager") -> Chain | tuple[Chain, RooflineTimes]:
     """Profile ``build()``'s ``(model, example_inputs, example_targets, loss_fn)`` under fake tensors for
     ``gpu`` (see the module docstring). ``build`` runs inside the fake mode: nothing it creates is
     allocated. ``return_work``: also the :class:`~workbench.profiles.roofline.RooflineTimes` with every
-    layer's work (for calibration). ``split_at``: module names to cut the model before (``--split-at``)."""
+    layer's work (for calibration). ``split_at``: module names to cut the model before (``--split-at``).
+    ``kernels``: ``eager`` (Hugging Face's kernels as they dispatch) or ``fused`` (:mod:`workbench.profiles.fused`;
+    the metadata then records ``kernels: fused``)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
+    from workbench.profiles.fused import check_kernels, fused_kernels
     from workbench.profiles.profiler import profile_model
 
     acc = gpu if isinstance(gpu, Accelerator) else accelerator(gpu)
@@ -198,12 +201,12 @@ def fake_profile(build: Callable[[], tuple[Any, Any, Any, Callable]], gpu: str |
     info = {**gpu_meta(acc, calibration), "threads": "n/a", "source": "workbench fake profiler",
             "memory_columns": "allocator-level under FakeTensorMode: workbench.profiles.memtrace.AllocationTracker "
                               "(storages counted, nothing allocated; operations as torch's CPU kernels choose them)",
-            **(meta or {})}
+            **kernels_meta(check_kernels(kernels)), **(meta or {})}
     try:
         with FakeTensorMode():
             with value_free_init():
                 model, inputs, targets, loss = build()
-            with unpacked_sequences():
+            with unpacked_sequences(), fused_kernels(model, kernels):
                 chain = profile_model(model, inputs, "cpu", warmup=0, repeats=1, meta=info, progress=progress,
                                       threads=None, loss=loss, target=targets, times=times, split_at=split_at)
     except Exception as e:  # noqa: BLE001 - only the fake-tensor failures are translated
@@ -219,9 +222,25 @@ def fake_profile(build: Callable[[], tuple[Any, Any, Any, Callable]], gpu: str |
     return (chain, times) if return_work else chain
 
 
+def kernels_meta(kernels: str) -> dict[str, str]:
+    """The metadata a profile of ``kernels`` records: nothing for ``eager`` (a profile without the key is eager),
+    else ``kernels`` and what was fused.
+
+    >>> kernels_meta("eager"), sorted(kernels_meta("fused"))
+    ({}, ['kernels', 'kernels_fused'])
+    """
+    if kernels == "eager":
+        return {}
+    return {"kernels": kernels,
+            "kernels_fused": "norms, gated MLP (act(gate) * up) or activation, rotary embedding, cross-entropy: one "
+                             "kernel each (workbench.profiles.fused); attention at the fused kernel's rate "
+                             "(workbench.profiles.kernel_time, attention_fused)"}
+
+
 def fake_zoo(name: str, batch_size: int, gpu: str | Accelerator, *, dtype: str | torch.dtype | None = None,
              seed: int = 0, calibration: Calibration = H100_CALIBRATION, progress: bool = False,
-             return_work: bool = False, **model_kwargs: Any) -> Chain | tuple[Chain, RooflineTimes]:
+             return_work: bool = False, kernels: str = "eager", **model_kwargs: Any
+             ) -> Chain | tuple[Chain, RooflineTimes]:
     """A zoo model (:mod:`workbench.profiles.zoo`) profiled fake for ``gpu``, built in ``dtype`` (default
     float32) with its loss in the last layer, as :func:`~workbench.profiles.profiler.profile_zoo` profiles it."""
     from workbench.profiles import zoo
@@ -236,11 +255,13 @@ def fake_zoo(name: str, batch_size: int, gpu: str | Accelerator, *, dtype: str |
         return model, x, y, zoo.loss_fn(name)
 
     meta = {"network": name, "model": name, "model_config": json.dumps(cfg, separators=(",", ":"))}
-    return fake_profile(build, gpu, calibration=calibration, meta=meta, progress=progress, return_work=return_work)
+    return fake_profile(build, gpu, calibration=calibration, meta=meta, progress=progress, return_work=return_work,
+                        kernels=kernels)
 
 
 def fake_module(spec: str, gpu: str | Accelerator, *, seed: int = 0, calibration: Calibration = H100_CALIBRATION,
-                progress: bool = False, split_at: tuple[str, ...] = (), batch_size: int | None = None) -> Chain:
+                progress: bool = False, split_at: tuple[str, ...] = (), batch_size: int | None = None,
+                kernels: str = "eager") -> Chain:
     """``--module FILE.py:FUNC`` profiled fake for ``gpu``: ``FUNC()`` (``FUNC(batch_size=...)`` when given) runs
     inside the fake mode (the metadata records ``module``, so ``run --profile`` finds the model again), cut before
     ``split_at``."""
@@ -254,6 +275,7 @@ def fake_module(spec: str, gpu: str | Accelerator, *, seed: int = 0, calibration
 
     path, func = parse_spec(spec)
     meta = {"network": f"{Path(path).stem}:{func}", "module": spec}
-    chain = fake_profile(build, gpu, calibration=calibration, meta=meta, progress=progress, split_at=split_at)
+    chain = fake_profile(build, gpu, calibration=calibration, meta=meta, progress=progress, split_at=split_at,
+                         kernels=kernels)
     assert isinstance(chain, Chain)
     return chain

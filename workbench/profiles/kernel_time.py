@@ -55,8 +55,9 @@ __all__ = ["KINDS", "PRECISIONS", "Published", "PUBLISHED", "published", "Calibr
            "H100_CALIBRATION", "T_GEMM", "M_GEMM", "memory_fraction", "kernel_seconds", "phase_seconds",
            "phases_seconds", "gemm_seconds", "gemm_efficiency"]
 
-#: the kinds of operation priced apart (index = the code in ``OpWork.kind``); ``host``: no kernel
-KINDS = ("memory", "matmul", "conv", "attention", "host")
+#: the kinds of operation priced apart (index = the code in ``OpWork.kind``); ``host``: no kernel;
+#: ``attention_fused``: attention in a profile of fused kernels (workbench.profiles.fused), at the fused rate
+KINDS = ("memory", "matmul", "conv", "attention", "host", "attention_fused")
 #: the precisions (index = the code in ``OpWork.precision``)
 PRECISIONS = ("float32", "tf32", "bfloat16", "float16", "float8")
 
@@ -74,13 +75,22 @@ class Published:
     """What published benchmarks say a GPU reaches: ``matmul``, the Maximum Achievable Matmul FLOPS of bf16
     over the dense bf16 peak; ``attention``, FlashAttention-2's forward over the same peak;
     ``attention_backward``, its backward; ``memory``, the bandwidth STREAM-like kernels (copy, scale, add,
-    triad) measure over the datasheet's; ``source``."""
+    triad) measure over the datasheet's; ``source``; ``attention_fused`` and ``attention_fused_backward``: the
+    fused attention kernel of a ``kernels="fused"`` profile (None: FlashAttention-2's, ``attention``)."""
 
     matmul: float
     attention: float
     attention_backward: float
     memory: float
     source: str
+    attention_fused: float | None = None
+    attention_fused_backward: float | None = None
+
+    @property
+    def fused(self) -> tuple[float, float]:
+        """(forward, backward) fraction of the peak of the fused attention kernel."""
+        return (self.attention if self.attention_fused is None else self.attention_fused,
+                self.attention_backward if self.attention_fused_backward is None else self.attention_fused_backward)
 
 
 #: FlashAttention-2 (Dao, arXiv:2307.08691, section 4.1, on an A100): forward up to 73 % of the peak, backward up
@@ -100,16 +110,25 @@ _A100 = Published(271.2 / 312, 0.73, 0.63, 1.655 / 2.039,
 # (pytorch.org blog "FlashAttention-3", 2024-07-11: pytorch/pytorch.github.io, _posts/2024-07-11-flashattention-3.md;
 # Azure's ND_H100_v5_results.md measures FlashAttention 2.0 at 327.9 TFLOPS, 33 %, head dimension 128, batch 2,
 # sequence 8192)
+# H100 fused attention (Transformer Engine's cuDNN fused attention, what NeMo/Megatron-Core run on Hopper):
+# FlashAttention-3 (Shah et al., arXiv:2407.08608), section 4.1, Figure 5(e) "Attention forward speed, with causal
+# mask, head dim 128 (H100 80GB SXM5)", cuDNN bar at sequence length 4k: 518 TFLOPS (484 at 2k, 529 at 8k);
+# Figure 6 "Attention backward speed, head dim 128", cuDNN at 4k: 499 TFLOPS (465 at 2k, 518 at 8k). At 4k, the
+# sequence of the NeMo rows; over the bf16 dense peak of 989 TFLOPS. The same figures put FlashAttention-2 at 319
+# (forward, causal) and 310 (backward) TFLOPS, the 35 % and 30 % used for eager attention above.
+_CUDNN_H100 = (518 / 989, 499 / 989)
 _H100 = Published(794.5 / 989, 0.35, 0.35 * _FA2_BACKWARD, 2.935 / 3.35,
                   "MAMF H100 SXM 794.5/989 (stas00/ml-engineering compute/accelerator/README.md); FlashAttention-2 "
                   "on H100: 35 % (pytorch.org FlashAttention-3 blog, 2024-07-11), backward x 63/73 (FA2 paper); "
-                  "HBM 2.935 of 3.35 TB/s (Azure/AI-benchmarking-guide ND_H100_v5_results.md)")
+                  "HBM 2.935 of 3.35 TB/s (Azure/AI-benchmarking-guide ND_H100_v5_results.md); fused attention: "
+                  "cuDNN 518 (forward, causal) and 499 (backward) TFLOPS, head dim 128, sequence 4k "
+                  "(FlashAttention-3 paper, arXiv:2407.08608, Figures 5 and 6)", *_CUDNN_H100)
 PUBLISHED: dict[str, Published] = {
     "a100-40gb": _A100, "a100-80gb": _A100, "h100-sxm": _H100,
     # the same GH100 die as the H100 SXM, at 700 W (H200) or 350 W (H100 PCIe): no MAMF of their own
     "h200": Published(_H100.matmul, _H100.attention, _H100.attention_backward, 4.0775 / 4.8,
                       "the H100 SXM's compute figures (same die); HBM 4.08 of 4.8 TB/s (Azure/AI-benchmarking-guide "
-                      "ND_H200_v5_results.md)"),
+                      "ND_H200_v5_results.md)", *_CUDNN_H100),
     "h100-pcie": dataclasses.replace(_H100, source="those of the H100 SXM (same die)"),
     "mi300x": dataclasses.replace(_H100, matmul=668.4 / 1300,
                                   source="MAMF MI300X 668.4/1300 (stas00/ml-engineering); the rest: the H100's "
@@ -226,6 +245,11 @@ def _fractions(kind: np.ndarray, precision: np.ndarray, aligned: np.ndarray, gpu
     out[at & tensor] = attention[at & tensor]
     float32 = cal.efficiency("attention", "float32") * np.where(back, _FA2_BACKWARD, 1.0)
     out[at & ~tensor] = float32[at & ~tensor]
+    af = kind == KINDS.index("attention_fused")
+    if af.any():
+        fused = np.where(back, pub.fused[1], pub.fused[0]) * cal.sustained
+        out[af & tensor] = fused[af & tensor]
+        out[af & ~tensor] = float32[af & ~tensor]
     return out
 
 

@@ -50,6 +50,7 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_map_only
 
+from workbench.profiles.fused import is_suspended
 from workbench.profiles.local import defer_to_subclass, local_bytes, local_parts, on_meta
 
 __all__ = ["AllocationTracker", "layer_memory"]
@@ -119,10 +120,19 @@ class AllocationTracker(TorchDispatchMode):
         self.peak = self.current
         return self.current
 
+    def adopt(self, tensors: Iterable[torch.Tensor]) -> None:
+        """Count the storages of ``tensors``, made while counting was suspended: a fused kernel's outputs
+        (:mod:`workbench.profiles.fused`)."""
+        for t in tensors:
+            self._register(t)
+        self.peak = max(self.peak, self.current)
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
         if defer_to_subclass(types):          # a DTensor runs it on its local tensors: those are seen
             return NotImplemented
         out = func(*args, **(kwargs or {}))
+        if is_suspended():                    # inside a fused kernel: it adopts its outputs (workbench.profiles.fused)
+            return out
         if func.name() in _RETURNS_INPUT and isinstance(out, torch.Tensor) and isinstance(args[0], torch.Tensor):
             self._move(args[0], out)
         tree_map_only(torch.Tensor, self._register, out)

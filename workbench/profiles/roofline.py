@@ -38,6 +38,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 from workbench.model.accelerators import Accelerator
+from workbench.profiles.fused import attention_kind, is_suspended
 from workbench.profiles.kernel_time import (
     H100_CALIBRATION,
     KINDS,
@@ -148,6 +149,8 @@ class WorkCounter(TorchDispatchMode):
             return NotImplemented
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
+        if is_suspended():                     # inside a fused kernel (workbench.profiles.fused): it records itself
+            return out
         packet = func.overloadpacket
         if func.namespace in _COLLECTIVES:     # tensor parallelism's collectives: priced on their link
             return out
@@ -165,12 +168,16 @@ class WorkCounter(TorchDispatchMode):
         self._rows.append((KINDS.index(kind), _PRECISIONS.index(_precision(kind, dtype)), flops, moved, aligned))
         return out
 
+    def record_fused(self, name: str, nbytes: float, dtype: torch.dtype) -> None:
+        """One fused memory-bound kernel moving ``nbytes`` (:mod:`workbench.profiles.fused`)."""
+        self._rows.append((KINDS.index("memory"), _PRECISIONS.index(_precision("memory", dtype)), 0.0, nbytes, True))
+
     @staticmethod
     def _flops(func: Any, packet: Any, args: tuple, kwargs: dict, out: Any) -> tuple[str, float]:
         from torch.utils.flop_counter import flop_registry
 
         if packet in _ATTENTION or packet in _ATTENTION_BACKWARD:
-            return "attention", _attention_flops(packet, args, kwargs)
+            return attention_kind(), _attention_flops(packet, args, kwargs)
         if packet in _MATMUL or packet in _CONV:
             return ("matmul" if packet in _MATMUL else "conv"), float(flop_registry[packet](*args, **kwargs,
                                                                                           out_val=out))

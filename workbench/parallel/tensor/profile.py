@@ -46,16 +46,19 @@ __all__ = ["tensor_parallel_profile", "fake_tensor_parallel", "describe_meta"]
 
 def fake_tensor_parallel(build: Build, gpu: str | Accelerator, tp: int, *, sequence_parallel: bool = False,
                          loss_parallel: bool = False, calibration: Calibration = H100_CALIBRATION,
-                         meta: Mapping[str, Any] | None = None, progress: bool = False) -> Chain:
-    """Rank 0's profile of ``build()``'s model sharded over a fake group of ``tp`` ranks (module docstring)."""
+                         meta: Mapping[str, Any] | None = None, progress: bool = False, kernels: str = "eager"
+                         ) -> Chain:
+    """Rank 0's profile of ``build()``'s model sharded over a fake group of ``tp`` ranks (module docstring), with
+    ``kernels`` (``eager``, or ``fused``: :mod:`workbench.profiles.fused`, run on the ranks' ``DTensor``\\ s)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     from workbench.parallel.tensor.mesh import tp_mesh
-    from workbench.profiles.fake import _needs_values, unpacked_sequences, value_free_init
+    from workbench.profiles.fake import _needs_values, kernels_meta, unpacked_sequences, value_free_init
+    from workbench.profiles.fused import check_kernels, fused_kernels
 
     acc = gpu if isinstance(gpu, Accelerator) else accelerator(gpu)
     times = TensorParallelTimes(acc, tp, calibration)
-    info = {**tp_meta(acc, times, 0), **(meta or {})}
+    info = {**tp_meta(acc, times, 0), **kernels_meta(check_kernels(kernels)), **(meta or {})}
     try:
         with tp_mesh(tp) as mesh, FakeTensorMode():
             with value_free_init():
@@ -63,7 +66,7 @@ def fake_tensor_parallel(build: Build, gpu: str | Accelerator, tp: int, *, seque
             ids = first_tensor(inputs)
             plan = plan_model(model, tp, sequence_parallel=sequence_parallel, loss_parallel=loss_parallel,
                               sequence=int(ids.shape[1]) if ids is not None and ids.dim() > 1 else None)
-            with unpacked_sequences():
+            with unpacked_sequences(), fused_kernels(model, kernels):
                 return profile_sharded(model, inputs, targets, loss, mesh, plan, times, info, progress)
     except Exception as e:  # noqa: BLE001 - only the fake-tensor failures are translated
         err = _needs_values(e)
@@ -83,9 +86,10 @@ def _network(spec_or_build: str | Build) -> str:
 
 
 def _key(spec_or_build: str | Build, gpu: str, tp: int, sequence_parallel: bool, loss_parallel: bool,
-         micro_batch_size: int | None) -> dict[str, Any] | None:
+         micro_batch_size: int | None, kernels: str = "eager") -> dict[str, Any] | None:
     """The cache key: the module file's digest and the function (a spec), or the function's module file and
-    name (a callable); None when the function's source cannot be found (not cached)."""
+    name (a callable); None when the function's source cannot be found (not cached). ``kernels`` enters it when
+    not ``eager`` (an eager profile's key is as before)."""
     from workbench.experiments.provenance import file_digest
 
     if isinstance(spec_or_build, str):
@@ -101,14 +105,20 @@ def _key(spec_or_build: str | Build, gpu: str, tp: int, sequence_parallel: bool,
         return None
     return {"kind": "tensor-parallel fake profile", "module_sha256": file_digest(path), "function": func, "tp": tp,
             "sequence_parallel": sequence_parallel, "loss_parallel": loss_parallel, "gpu": gpu,
-            "micro_batch_size": micro_batch_size}
+            "micro_batch_size": micro_batch_size, **({} if kernels == "eager" else {"kernels": kernels})}
 
 
 def tensor_parallel_profile(spec_or_build: str | Build, gpu: str, tp: int, *, sequence_parallel: bool = False,
                             loss_parallel: bool = False, fake: bool = True, micro_batch_size: int | None = None,
-                            cache: bool | str | Path = True, progress: bool = False, seed: int = 0) -> Chain:
+                            cache: bool | str | Path = True, progress: bool = False, seed: int = 0,
+                            kernels: str = "eager") -> Chain:
     """Rank 0's chain of ``spec_or_build`` (``"FILE.py:FUNC"`` or a build function) over ``tp`` ranks for
-    ``gpu`` (module docstring). ``cache``: True for the default folder, a folder, or False."""
+    ``gpu`` (module docstring). ``cache``: True for the default folder, a folder, or False. ``kernels``:
+    ``eager`` or ``fused`` (:mod:`workbench.profiles.fused`; fake profiles only)."""
+    from workbench.profiles.fused import check_kernels
+
+    if check_kernels(kernels) != "eager" and not fake:
+        raise ValueError(f"kernels {kernels!r}: fused kernels are priced under fake tensors only (fake=True)")
     acc = accelerator(gpu)
     build = build_of(spec_or_build, micro_batch_size, seed)
     meta = {"network": _network(spec_or_build), **({"module": spec_or_build} if isinstance(spec_or_build, str)
@@ -124,13 +134,14 @@ def tensor_parallel_profile(spec_or_build: str | Build, gpu: str, tp: int, *, se
         if tp == 1 and not (sequence_parallel or loss_parallel):
             from workbench.profiles.fake import fake_profile
 
-            chain = fake_profile(build, acc, meta=meta, progress=progress)
+            chain = fake_profile(build, acc, meta=meta, progress=progress, kernels=kernels)
             assert isinstance(chain, Chain)
             return dataclasses.replace(chain, meta={**chain.meta, "tp": "1", "tp_rank": "0"})
         return fake_tensor_parallel(build, acc, tp, sequence_parallel=sequence_parallel,
-                                    loss_parallel=loss_parallel, meta=meta, progress=progress)
+                                    loss_parallel=loss_parallel, meta=meta, progress=progress, kernels=kernels)
 
-    key = _key(spec_or_build, acc.name, tp, sequence_parallel, loss_parallel, micro_batch_size) if fake else None
+    key = (_key(spec_or_build, acc.name, tp, sequence_parallel, loss_parallel, micro_batch_size, kernels) if fake
+           else None)
     if cache is False or key is None:
         return compute()
     from workbench.profiles.cache import cached_profile
