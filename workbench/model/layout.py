@@ -10,7 +10,11 @@ positions, Megatron's ``--sequence-parallel``) and the vocabulary-parallel loss 
 over the vocabulary for the cross-entropy, as Megatron always computes it and torchtitan's ``loss_parallel``;
 off by default, the logits gathered on every rank), and the communication overlap (``tpo``: sequence parallelism's
 all-gathers and reduce-scatters pipelined with the GEMMs they feed and drain, Megatron's ``--tp-comm-overlap`` and
-torch's async TP; needs ``sp``; off by default, as torch eager runs: :mod:`workbench.parallel.tensor.overlap`).
+torch's async TP; needs ``sp``; off by default, as torch eager runs: :mod:`workbench.parallel.tensor.overlap`),
+and, for ZeRO-1 only, the data-parallel overlap (``dpo``: ZeRO-1 as Megatron-Core's distributed optimizer runs it,
+``--use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather``: gradients reduce-scattered in buckets
+behind the backward, parameters all-gathered behind the next step's forward; off by default, ZeRO-1 as torch's
+DDP + ZeroRedundancyOptimizer runs it: :mod:`workbench.parallel.data.time`).
 Today's pipeline plans are the layout ``tp=1, dp=1``.
 
 Ranks are numbered as torchtitan's device mesh ``["pp", "dp", "tp"]`` numbers them: ``tp`` innermost (a
@@ -46,9 +50,11 @@ _KEYS = {"tp": "tp", "pp": "pp", "dp": "dp", "zero": "zero", "mbs": "micro_batch
          "micro_batch_size": "micro_batch_size", "mb": "micro_batches", "micro_batches": "micro_batches",
          "schedule": "schedule", "method": "schedule", "chunks": "chunks", "vp": "chunks", "sp": "sequence_parallel",
          "sequence_parallel": "sequence_parallel", "lp": "loss_parallel", "loss_parallel": "loss_parallel",
-         "tpo": "tp_overlap", "tp_overlap": "tp_overlap"}
+         "tpo": "tp_overlap", "tp_overlap": "tp_overlap", "dpo": "dp_overlap", "dp_overlap": "dp_overlap"}
 #: the on/off choices of tensor parallelism: field and the short key users type
 _SWITCHES = {"sequence_parallel": "sp", "loss_parallel": "lp", "tp_overlap": "tpo"}
+#: every on/off choice (the data-parallel overlap besides tensor parallelism's)
+_BOOLS = {**_SWITCHES, "dp_overlap": "dpo"}
 _INTS = ("tp", "pp", "dp", "zero", "micro_batch_size", "micro_batches", "chunks")
 
 
@@ -74,6 +80,7 @@ class Layout:
     sequence_parallel: bool = False
     loss_parallel: bool = False
     tp_overlap: bool = False
+    dp_overlap: bool = False
 
     def __post_init__(self) -> None:
         for name in _INTS:
@@ -85,16 +92,20 @@ class Layout:
                 raise ValueError(f"layout: {name} must be a whole number >= {low}, got {value!r}")
         if self.zero not in ZERO_LEVELS:
             raise ValueError(f"layout: zero must be one of 0, 1, 2, 3 (0 DDP ... 3 FSDP), got {self.zero}")
-        for name, short in _SWITCHES.items():
+        for name, short in _BOOLS.items():
             value = getattr(self, name)
             if not isinstance(value, bool):
                 raise ValueError(f"layout: {name} must be true or false, got {value!r}")
-            if value and self.tp == 1:
+            if value and self.tp == 1 and name in _SWITCHES:
                 raise ValueError(f"layout: {short}=1 ({name.replace('_', ' ')}) splits over the tensor-parallel "
                                  "group, but tp=1")
         if self.tp_overlap and not self.sequence_parallel:
             raise ValueError("layout: tpo=1 overlaps sequence parallelism's all-gathers and reduce-scatters with their "
                              "GEMMs: it needs sp=1 (Megatron's --tp-comm-overlap asserts the same)")
+        if self.dp_overlap and self.zero != 1:
+            raise ValueError(f"layout: dpo=1 is ZeRO-1 as Megatron's distributed optimizer overlaps it (reduce-scatter "
+                             f"behind the backward, all-gather behind the next forward): it needs zero=1, not "
+                             f"zero={self.zero}")
 
     @property
     def devices(self) -> int:
@@ -161,15 +172,19 @@ class Layout:
 
     def describe(self) -> str:
         """``'TP 4 x PP 8 x DP 2, ZeRO-1'``; sequence parallelism (``SP``), the vocabulary-parallel loss
-        (``LP``), the communication overlap (``TPO``), the schedule, virtual stages and micro-batching when set.
+        (``LP``), the communication overlaps (``TPO``, ``DPO``), the schedule, virtual stages and micro-batching
+        when set.
 
         >>> Layout.parse("tp=2,dp=2,sp=1,lp=1").describe(), Layout.parse("tp=2,sp=1,tpo=1").describe()
         ('TP 2 x PP 1 x DP 2, DDP, SP, LP', 'TP 2 x PP 1 x DP 1, SP, TPO')
+        >>> Layout.parse("dp=4,zero=1,dpo=1").describe()
+        'TP 1 x PP 1 x DP 4, ZeRO-1, DPO'
         """
         text = f"TP {self.tp} x PP {self.pp} x DP {self.dp}"
         if self.dp > 1:
             text += {0: ", DDP", 3: ", FSDP"}.get(self.zero, f", ZeRO-{self.zero}")
         text += ", SP" * self.sequence_parallel + ", LP" * self.loss_parallel + ", TPO" * self.tp_overlap
+        text += ", DPO" * self.dp_overlap
         if self.schedule:
             text += f", {self.schedule}" + (f" x{self.chunks}" if self.chunks > 1 else "")
         if self.micro_batch_size is not None:
@@ -182,11 +197,12 @@ class Layout:
         return replace(self, **kw)
 
     def to_dict(self) -> dict[str, Any]:
-        """The plan JSON's ``"parallel"`` object (docs/model.md, "JSON"); ``tp_overlap`` only when on (a plan
-        without it reads as off: plans written before it load, and stay as they were)."""
+        """The plan JSON's ``"parallel"`` object (docs/model.md, "JSON"); ``tp_overlap`` and ``dp_overlap`` only
+        when on (a plan without them reads as off: plans written before them load, and stay as they were)."""
         out = asdict(self)
-        if not self.tp_overlap:
-            del out["tp_overlap"]
+        for name in ("tp_overlap", "dp_overlap"):
+            if not out[name]:
+                del out[name]
         return out
 
     @classmethod
@@ -213,11 +229,11 @@ class Layout:
     @classmethod
     def parse(cls, text: str) -> "Layout":
         """A layout from ``"tp=4,pp=8,dp=2,zero=1"`` (also ``mbs=``, ``mb=``, ``schedule=``, ``chunks=``,
-        ``sp=``, ``lp=``, ``tpo=``); a missing degree is 1.
+        ``sp=``, ``lp=``, ``tpo=``, ``dpo=``); a missing degree is 1.
 
         >>> Layout.parse("tp=2, dp=4, zero=3, mbs=1, sp=1")
         Layout(tp=2, pp=1, dp=4, zero=3, micro_batch_size=1, micro_batches=None, schedule=None, chunks=1, \
-sequence_parallel=True, loss_parallel=False, tp_overlap=False)
+sequence_parallel=True, loss_parallel=False, tp_overlap=False, dp_overlap=False)
         >>> Layout.parse("tp=2,pp=two")
         Traceback (most recent call last):
         ValueError: --parallel tp=2,pp=two: pp must be a whole number, got 'two'
@@ -231,7 +247,7 @@ sequence_parallel=True, loss_parallel=False, tp_overlap=False)
             key, sep, value = (s.strip() for s in part.partition("="))
             if not sep or key.lower() not in _KEYS:
                 raise ValueError(f"--parallel {text}: {part!r} is not KEY=VALUE with KEY one of "
-                                 f"tp, pp, dp, zero, mbs, mb, schedule, chunks, sp, lp, tpo")
+                                 f"tp, pp, dp, zero, mbs, mb, schedule, chunks, sp, lp, tpo, dpo")
             name = _KEYS[key.lower()]
             if name in fields:
                 raise ValueError(f"--parallel {text}: {key} is given twice")
@@ -246,12 +262,12 @@ def _value(name: str, value: str, text: str) -> Any:
     """One ``--parallel`` value as its field's type."""
     if name == "schedule":
         return value
-    if name in _SWITCHES:
+    if name in _BOOLS:
         if value.lower() in ("1", "true", "yes", "on"):
             return True
         if value.lower() in ("0", "false", "no", "off"):
             return False
-        raise ValueError(f"--parallel {text}: {_SWITCHES[name]} must be 0 or 1, got {value!r}")
+        raise ValueError(f"--parallel {text}: {_BOOLS[name]} must be 0 or 1, got {value!r}")
     try:
         return int(value)
     except ValueError:

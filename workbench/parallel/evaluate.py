@@ -15,7 +15,8 @@ memory a rank really has. The step is
 
 * flushed schedules: the makespan of one flush of the micro-batches (simulated), plus what data parallelism
   adds (:mod:`workbench.parallel.data.time`: FSDP2's exposed gathers and reductions, DDP's exposed all-reduce,
-  ZeRO-1's gather after the step) and the optimizer step;
+  ZeRO-1's gather after the step, or with ``dpo=1`` Megatron's bucketed reduce-scatter behind the last backward and
+  its gather behind the next forward) and the optimizer step;
 * the seed's periodic plans (weight stashing: every mini-batch steps its stage): ``micro_batches`` periods,
   each at least the stage's optimizer step beyond the period and at least its all-reduce on the link (it
   overlaps the next mini-batch's compute).
@@ -176,6 +177,9 @@ def complete_layout(job: Job, layout: Layout) -> Layout:
         raise ValueError(f"layout: zero={layout.zero} with {schedule!r}: a periodic plan stashes whole weight versions "
                          "per mini-batch in flight; FSDP (zero 2, 3) keeps one sharded version. Use zero 0 or 1, or a "
                          "flushed schedule (gpipe, 1f1b, interleaved-1f1b, ...)")
+    if layout.dp_overlap and chosen.family == "periodic":
+        raise ValueError(f"layout: dpo=1 with {schedule!r}: Megatron's overlapped distributed optimizer runs flushed "
+                         "schedules (its gather waits for the step); use a flushed schedule or dpo=0")
     return replace(layout, micro_batch_size=mbs, micro_batches=m, schedule=schedule, chunks=chunks)
 
 
@@ -354,11 +358,16 @@ def optimizer_seconds(chain: Chain, platform: Platform, layout: Layout, job: Job
 
     if platform.gpu is None or platform.optimizer == "none":
         return [0.0] * len(devices)
-    dtype = {"float32": 4, "bfloat16": 2, "float16": 2}.get(str(chain.meta.get("dtype", "float32")), 4)
+    dtype = _dtype_bytes(chain)
     precision = validate_setup(platform, chain)
     share = 1.0 / layout.dp if layout.zero >= 1 else 1.0
     return [optimizer_step_seconds(sum(chain.layers[l].weight_bytes for l in ls) / dtype * share, platform.optimizer,
                                    precision, platform.gpu, tensors=max(1, len(ls))) for ls in devices]
+
+
+def _dtype_bytes(chain: Chain) -> int:
+    """Bytes of one element of the profile's parameters."""
+    return {"float32": 4, "bfloat16": 2, "float16": 2}.get(str(chain.meta.get("dtype", "float32")), 4)
 
 
 def _grad(chain: Chain, l: int) -> float:
@@ -394,7 +403,8 @@ def _fsdp_layer_parts(chain: Chain, layout: Layout, ring: Callable[[str, float],
 def _end_of_step_parts(chain: Chain, pipe: Plan, layout: Layout, devices: list[list[int]],
                        ring: Callable[[str, float], float], m: int) -> dict[str, float]:
     """DDP and ZeRO-1 (any pp) and FSDP2 in a pipeline: the reductions at the end of the step (behind each
-    rank's last backward, and the drain of the stages before it), FSDP2's gathers, ZeRO-1's gather after."""
+    rank's last backward, and the drain of the stages before it), FSDP2's gathers, ZeRO-1's gather after (with
+    ``dpo``: what the rank's first forward does not hide of it, :func:`_megatron_zero1`)."""
     first_stage = {d: min((s_i for s_i, s in enumerate(pipe.stages) if s.device == d), default=0)
                    for d in range(len(devices))}
     stage_backward = [float(chain.backward[s.first:s.last + 1].sum()) for s in pipe.stages]
@@ -404,7 +414,10 @@ def _end_of_step_parts(chain: Chain, pipe: Plan, layout: Layout, devices: list[l
             continue
         slack = sum(stage_backward[:first_stage[d]])
         w = [chain.layers[l].weight_bytes for l in ls]
-        if layout.zero <= 1:
+        if layout.dp_overlap:
+            exposed, gathered = _megatron_zero1(chain, ls, ring, layout.dp)
+            post = max(post, gathered)
+        elif layout.zero <= 1:
             exposed = dptime.ddp_exposed_seconds([chain.backward[l] for l in ls],
                                                  [ring("all_reduce", _grad(chain, l)) for l in ls])
             if layout.zero == 1:
@@ -417,3 +430,16 @@ def _end_of_step_parts(chain: Chain, pipe: Plan, layout: Layout, devices: list[l
                 per_mb = max(per_mb, 2 * gathered)
         tail = max(tail, exposed - slack)
     return {"data_parallel": max(tail, 0.0) + once + m * per_mb, "post_step": post}
+
+
+def _megatron_zero1(chain: Chain, layers: list[int], ring: Callable[[str, float], float],
+                    dp: int) -> tuple[float, float]:
+    """ZeRO-1 as Megatron's distributed optimizer overlaps it on one rank's ``layers``: (its reduce-scatters'
+    exposed tail, its all-gathers' exposed part), :func:`workbench.parallel.data.time.distributed_optimizer_seconds`;
+    gradients reduced in fp32, parameters gathered in the profile's dtype."""
+    dtype = _dtype_bytes(chain)
+    params = [chain.layers[l].weight_bytes / dtype for l in layers]
+    gather = [chain.layers[l].weight_bytes for l in layers]
+    reduce = [_grad(chain, l) / dtype * dptime.GRAD_REDUCE_BYTES for l in layers]
+    return dptime.distributed_optimizer_seconds([chain.forward[l] for l in layers], [chain.backward[l] for l in layers],
+                                                params, gather, reduce, dptime.megatron_bucket_parameters(dp), ring)

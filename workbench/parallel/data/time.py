@@ -29,6 +29,14 @@ CPU issues them (:func:`overlapped_seconds`):
   stage s ends its last backward about the backward time of stages 0..s-1 before stage 0 does); ZeRO-1's
   all-gather after the step waits for the step and is exposed.
 
+**ZeRO-1 as Megatron-Core runs it** (``dpo=1``: its distributed optimizer with ``--overlap-grad-reduce`` and
+``--overlap-param-gather``; :func:`distributed_optimizer_seconds`): the parameters are packed, last layer first, into
+buckets of max(40 M, 1 M x D) parameters (:func:`megatron_buckets`); in the last micro-batch's backward a bucket's
+gradients are reduce-scattered (in fp32: Megatron's bf16 default) once all of them are made, behind the backward of
+the layers before it; after the step each bucket's parameters are all-gathered (in the parameters' dtype) in the
+next step's first forward: the first bucket before the forward starts, each next one dispatched when the forward
+reaches the bucket before it. A layer's parameters (and its compute) split between two buckets in proportion.
+
 The optimizer step is the GPU time model's (:func:`workbench.profiles.optimizer_time.optimizer_step_seconds`),
 over a rank's share of the parameters.
 
@@ -40,13 +48,14 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 from workbench.model.layout import Layout
 from workbench.parallel.collectives import group_bandwidth, ring_seconds
 
 __all__ = ["dp_bandwidth", "overlapped_seconds", "fsdp_micro_batch_seconds", "fsdp_step_seconds",
-           "ddp_exposed_seconds", "DataParallelTime", "collective_bytes"]
+           "ddp_exposed_seconds", "DataParallelTime", "collective_bytes", "megatron_bucket_parameters",
+           "megatron_buckets", "distributed_optimizer_seconds", "GRAD_REDUCE_BYTES"]
 
 #: a collective on the link: (seconds, the compute operation that issues it (-1: before the first), "start" or
 #: "end" of it, the compute operation that must wait for it, or None)
@@ -144,6 +153,87 @@ def fsdp_step_seconds(forward: Sequence[float], gather: Sequence[float]) -> floa
     comms: list[Comm] = [(gather[l], -1 if l == 0 else l - 1, "end" if l == 0 else "start", l)
                          for l in range(len(forward))]
     return overlapped_seconds(forward, comms) - sum(forward)
+
+
+#: bytes a gradient element moves in Megatron's reduce-scatter: fp32 (``--bf16`` sets
+#: ``accumulate_allreduce_grads_in_fp32`` unless ``--grad-reduce-in-bf16``; NeMo's ``grad_reduce_in_fp32=True``)
+GRAD_REDUCE_BYTES = 4
+
+
+def megatron_bucket_parameters(dp: int) -> int:
+    """Megatron-Core's default bucket, in parameters: max(40 M, 1 M x dp) (``DistributedDataParallel``).
+
+    >>> megatron_bucket_parameters(8), megatron_bucket_parameters(64)
+    (40000000, 64000000)
+    """
+    return max(40_000_000, 1_000_000 * dp)
+
+
+def megatron_buckets(params: Sequence[float], bucket: float) -> list[list[tuple[int, float]]]:
+    """Layers' parameters (chain order) packed as Megatron packs them, last layer first, into buckets of at least
+    ``bucket`` (the last one what is left): per bucket (backward order), its ``(layer, parameters)`` pieces in
+    backward order. A layer without parameters is in none.
+
+    >>> megatron_buckets([3.0, 0.0, 4.0], 5.0)
+    [[(2, 4.0), (0, 1.0)], [(0, 2.0)]]
+    """
+    buckets: list[list[tuple[int, float]]] = []
+    current: list[tuple[int, float]] = []
+    fill = 0.0
+    for layer in reversed(range(len(params))):
+        left = float(params[layer])
+        while left > 0:
+            take = min(left, bucket - fill)
+            current.append((layer, take))
+            fill, left = fill + take, left - take
+            if fill >= bucket:
+                buckets.append(current)
+                current, fill = [], 0.0
+    if current:
+        buckets.append(current)
+    return buckets
+
+
+def distributed_optimizer_seconds(forward: Sequence[float], backward: Sequence[float], params: Sequence[float],
+                                  gather: Sequence[float], reduce: Sequence[float], bucket: float,
+                                  seconds: Callable[[str, float], float]) -> tuple[float, float]:
+    """Megatron's distributed optimizer with both overlaps (module docstring), on one rank's layers in chain
+    order: ``params`` their parameters, ``gather`` / ``reduce`` the bytes each layer's all-gather / reduce-scatter
+    moves (the whole tensors: a bucket moves its pieces' shares), ``seconds(kind, nbytes)`` one collective's time.
+    Returns (what the reduce-scatters add after the last backward ends, what the all-gathers add to the first
+    forward).
+
+    >>> bytes_as_seconds = lambda kind, nbytes: nbytes
+    >>> distributed_optimizer_seconds([1.0, 1.0], [2.0, 2.0], [1.0, 1.0], [0.5, 0.5], [0.5, 0.5], 1.0,
+    ...                               bytes_as_seconds)
+    (0.5, 0.5)
+    >>> [round(x, 6) for x in distributed_optimizer_seconds([0.1, 0.1], [2.0, 2.0], [1.0, 1.0], [0.5, 0.5],
+    ...                                                     [0.5, 0.5], 1.0, bytes_as_seconds)]
+    [0.5, 0.9]
+    """
+    buckets = megatron_buckets(params, bucket)
+    of_layer: dict[int, list[tuple[int, float]]] = defaultdict(list)
+    for b, pcs in enumerate(buckets):
+        for layer, n in pcs:
+            of_layer[layer].append((b, n / params[layer]))
+    # backward order: (bucket or None, layer, share of the layer); a layer without parameters is all compute
+    pieces = [(b, layer, f) for layer in reversed(range(len(params))) for b, f in of_layer.get(layer, [(None, 1.0)])]
+    cost = lambda b, costs: sum(costs[layer] * f for c, layer, f in pieces if c == b)  # noqa: E731
+    back = [backward[layer] * f for _, layer, f in pieces]
+    closes = {b: i for i, (b, _, _) in enumerate(pieces) if b is not None}         # at its last piece's end
+    comms: list[Comm] = [(seconds("reduce_scatter", cost(b, reduce)), i, "end", None) for b, i in closes.items()]
+    reduce_exposed = overlapped_seconds(back, comms) - sum(back)
+    order = pieces[::-1]                                                             # forward order
+    fwd = [forward[layer] * f for _, layer, f in order]
+    first: dict[int, int] = {}
+    for i, (b, _, _) in enumerate(order):
+        if b is not None:
+            first.setdefault(b, i)
+    needed = sorted(first, key=first.__getitem__)
+    comms = [(seconds("all_gather", cost(b, gather)), -1 if k == 0 else first[needed[k - 1]],
+              "end" if k == 0 else "start", first[b]) for k, b in enumerate(needed)]
+    gather_exposed = overlapped_seconds(fwd, comms) - sum(fwd)
+    return reduce_exposed, gather_exposed
 
 
 def collective_bytes(zero: int, *, weights: float, grads: float, micro_batches: int, pipelined: bool) -> dict:
