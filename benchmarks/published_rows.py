@@ -112,6 +112,17 @@ LLAMA70B_SFT_TPO = ("TP communication overlap on: NVIDIA-NeMo/Megatron-Bridge's 
 #: NeMo builds Megatron-Core's GPT model with Transformer Engine's layers whenever TE is installed (as in NeMo's
 #: containers the DGXC recipes run) and fuses the cross-entropy by default: the rows are profiled with
 #: ``--kernels fused`` (docs/model.md, "Fused kernels")
+#: ZeRO-1 as Megatron's distributed optimizer with its overlaps (``dpo=1``): the sources' settings
+NEMOTRON_DPO = ("distributed optimizer overlapped: " + NEMOTRON_YAML + ", optim: name: distributed_fused_adam, "
+                "overlap_grad_sync: True, overlap_param_sync: true, bucket_cap_mb: 100 (NeMo 1.0's ZeRO-1 Adam: "
+                "bucketed gradient reduce-scatter behind the backward, parameter all-gather behind the next forward)")
+NEMOTRON_PERF_DPO = ("distributed optimizer overlapped: NVIDIA/NeMo nemo/collections/llm/recipes/nemotron.py, "
+                     "nemotron_trainer (DistributedDataParallelConfig(grad_reduce_in_fp32=True, overlap_grad_reduce="
+                     "True, overlap_param_gather=True)) with nemotron4_15b.py's optim distributed_fused_adam_with_"
+                     "cosine_annealing (use_distributed_optimizer=True)")
+LLAMA70B_SFT_DPO = ("distributed optimizer overlapped: NVIDIA-NeMo/Megatron-Bridge's recipes (DistributedDataParallel"
+                    "Config(use_distributed_optimizer=True, overlap_grad_reduce=True, overlap_param_gather=True), "
+                    "MixedPrecisionConfig grad_reduce_in_fp32=True)")
 NEMO_TE = ("fused kernels: NVIDIA/NeMo nemo/collections/llm/gpt/model/base.py, default_layer_spec (HAVE_TE: "
            "transformer_engine_layer_spec) and GPTConfig (cross_entropy_loss_fusion = True)")
 
@@ -178,29 +189,30 @@ ROWS = (
     Row("NeMo Nemotron-4 15B TP 4", DGXC + " nemotron/README_15b.md (commit 0b71cfd), table \"Nemotron4 15b BF16 "
         "(TP=4, PP=1, MBS=4, GA=4)\", column 16x H100 (GBS=64): step 2.812 s, 93223 tokens/s; settings: "
         + NEMOTRON_YAML,
-        "nemotron4_15b_4096", "h100-sxm", 16, "tp=4,pp=1,dp=4,zero=1,sp=1,lp=1,tpo=1", 4, 64, 4096, "none",
+        "nemotron4_15b_4096", "h100-sxm", 16, "tp=4,pp=1,dp=4,zero=1,sp=1,lp=1,tpo=1,dpo=1", 4, 64, 4096, "none",
         93223.0 / 16, 0.6249, kernels="fused",
         note="sequence parallelism on (the YAML's sequence_parallel: True); " + MEGATRON_LOSS
-        + "; " + NEMOTRON_TPO + "; " + NEMO_TE),
+        + "; " + NEMOTRON_TPO + "; " + NEMOTRON_DPO + "; " + NEMO_TE),
     Row("NeMo Nemotron-4 15B TP 4", DGXC + " nemotron/README_15b.md (commit 0b71cfd), same table, column 64x H100 "
         "(GBS=256): step 2.845 s, 368568 tokens/s; settings: " + NEMOTRON_YAML,
-        "nemotron4_15b_4096", "h100-sxm", 64, "tp=4,pp=1,dp=16,zero=1,sp=1,lp=1,tpo=1", 4, 256, 4096, "none",
-        368568.0 / 64, 0.6177, kernels="fused", note="as above; " + NEMO_TE),
+        "nemotron4_15b_4096", "h100-sxm", 64, "tp=4,pp=1,dp=16,zero=1,sp=1,lp=1,tpo=1,dpo=1", 4, 256, 4096, "none",
+        368568.0 / 64, 0.6177, kernels="fused", note="as above; " + NEMOTRON_DPO + "; " + NEMO_TE),
     Row("NeMo Nemotron-4 15B TP 2", DGXC + " nemotron/README.md (commit 1f6d9f4), table \"Nemotron4 15b BF16 H100\", "
         "16x H100: step 2.746 s, 95463 tokens/s (layout: its H100 table, TP 2, PP 1, DP 8, MBS 2, GBS 64); "
         "recompute: " + NEMO_H100_CONFIGS + ", row pre_train nemotron4 15b bf16 (recompute_layers 0)",
-        "nemotron4_15b_4096", "h100-sxm", 16, "tp=2,pp=1,dp=8,zero=1,sp=1,lp=1,tpo=1", 2, 64, 4096, "none",
+        "nemotron4_15b_4096", "h100-sxm", 16, "tp=2,pp=1,dp=8,zero=1,sp=1,lp=1,tpo=1,dpo=1", 2, 64, 4096, "none",
         95463.0 / 16, 0.567, kernels="fused",
         note="NeMo 2.0 recipe; sequence parallelism on: " + NEMO_PERF_SP + "; " + MEGATRON_LOSS
-        + "; " + NEMOTRON_PERF_TPO + "; " + NEMO_TE),
+        + "; " + NEMOTRON_PERF_TPO + "; " + NEMOTRON_PERF_DPO + "; " + NEMO_TE),
     Row("NeMo Llama-3-70B SFT TP 4 PP 4 VP 5", DGXC + " llama3/finetuning/README_70b.md (commit 8f5cbb3), table "
         "\"Llama3 70b Finetuning SFT BF16 (TP=4, PP=4, CP=1, VP=5)\", 32x H100 (GBS=32): step 3.36 s, 39009 tokens/s; "
         "sequence 4096, micro-batch 1, no recompute: " + NEMO_H100_CONFIGS + ", row sft llama3 70b bf16",
-        "llama3_70b_4096", "h100-sxm", 32, "tp=4,pp=4,dp=2,zero=1,schedule=interleaved-1f1b,chunks=5,sp=1,lp=1,tpo=1",
+        "llama3_70b_4096", "h100-sxm", 32, "tp=4,pp=4,dp=2,zero=1,schedule=interleaved-1f1b,chunks=5,sp=1,lp=1,tpo=1,"
+        "dpo=1",
         1, 32, 4096, "none", 39009.0 / 32, 0.511, kernels="fused",
         note="full-parameter SFT on sequences packed to 4096 tokens, priced as one 4096-token causal sequence; "
              "Megatron's interleaved 1F1B as torch's interleaved-1f1b; sequence parallelism on: " + NEMO_PERF_SP
-             + "; " + MEGATRON_LOSS + "; " + LLAMA70B_SFT_TPO + "; " + NEMO_TE),
+             + "; " + MEGATRON_LOSS + "; " + LLAMA70B_SFT_TPO + "; " + LLAMA70B_SFT_DPO + "; " + NEMO_TE),
 )
 
 
@@ -350,13 +362,27 @@ def evaluate_row(row: Row, calibration: Calibration | None = None, chain: Chain 
 def without_overlap(row: Row) -> Row | None:
     """``row`` with its TP communication overlap off (``tpo=1`` dropped); None when it has none.
 
-    >>> without_overlap(ROWS[-1]).layout.endswith("lp=1"), without_overlap(ROWS[0])
+    >>> "tpo=1" in without_overlap(ROWS[-1]).layout, without_overlap(ROWS[0])
+    (False, None)
+    """
+    return without(row, "tpo=1")
+
+
+def without_dp_overlap(row: Row) -> Row | None:
+    """``row`` with ZeRO-1 as torch runs it (``dpo=1`` dropped); None when it has none.
+
+    >>> without_dp_overlap(ROWS[-1]).layout.endswith("tpo=1"), without_dp_overlap(ROWS[0])
     (True, None)
     """
+    return without(row, "dpo=1")
+
+
+def without(row: Row, item: str) -> Row | None:
+    """``row`` with ``item`` dropped from its layout; None when it has none."""
     parts = row.layout.split(",")
-    if "tpo=1" not in parts:
+    if item not in parts:
         return None
-    return dataclasses.replace(row, layout=",".join(p for p in parts if p != "tpo=1"))
+    return dataclasses.replace(row, layout=",".join(p for p in parts if p != item))
 
 
 def verdict(ratio: float) -> str:
@@ -456,6 +482,16 @@ def main() -> int:
         old = evaluate_row(plain)
         print(f"  {row.name} ({layout_label(row)}, {row.gpus} GPUs): {tps_ratio(plain, old):.2f} -> "
               f"{tps_ratio(row, e):.2f} (step {old.step_seconds:.3f} -> {e.step_seconds:.3f} s)")
+    dp_overlapped = [(row, without_dp_overlap(row), e) for row, e in results if without_dp_overlap(row) is not None]
+    if dp_overlapped:
+        print("\nZeRO-1 as Megatron's overlapped distributed optimizer (dpo=1, as the sources run), predicted / "
+              "published without -> with:")
+    for row, plain, e in dp_overlapped:
+        old = evaluate_row(plain)
+        print(f"  {row.name} ({layout_label(row)}, {row.gpus} GPUs): {tps_ratio(plain, old):.2f} -> "
+              f"{tps_ratio(row, e):.2f} (step {old.step_seconds:.3f} -> {e.step_seconds:.3f} s; data parallel + "
+              f"post-step {old.breakdown.get('data_parallel', 0) + old.breakdown.get('post_step', 0):.3f} -> "
+              f"{e.breakdown.get('data_parallel', 0) + e.breakdown.get('post_step', 0):.3f} s)")
     if compared:
         print("\n" + kernels_table(compared))
     print("\nsources:")

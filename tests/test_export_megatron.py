@@ -24,7 +24,8 @@ def megatron_parser() -> argparse.ArgumentParser:
                  "--micro-batch-size", "--global-batch-size", "--num-layers-per-virtual-pipeline-stage",
                  "--recompute-num-layers"):
         p.add_argument(flag, type=int, default=None)
-    for flag in ("--sequence-parallel", "--use-distributed-optimizer", "--use-megatron-fsdp", "--bf16"):
+    for flag in ("--sequence-parallel", "--use-distributed-optimizer", "--use-megatron-fsdp", "--bf16",
+                 "--overlap-grad-reduce", "--overlap-param-gather"):
         p.add_argument(flag, action="store_true")
     p.add_argument("--pipeline-model-parallel-layout", type=str, default=None)
     p.add_argument("--recompute-granularity", type=str, default=None, choices=["full", "selective"])
@@ -164,3 +165,15 @@ def test_tp_overlap_is_megatrons_tp_comm_overlap():
     assert overlapped.args[i - 1] == "--sequence-parallel"                 # Megatron asserts sequence parallelism
     assert [a for a in overlapped.args if a != "--tp-comm-overlap"] == plain.args
     assert any("userbuffers" in n for n in overlapped.notes)
+
+
+def test_dp_overlap_is_megatrons_overlapped_distributed_optimizer():
+    plain = megatron_flags(job_from_plan(layout_plan([4], pp=1, dp=8, zero=1, tp=1), seq_len=2048))
+    overlapped = megatron_flags(job_from_plan(layout_plan([4], pp=1, dp=8, zero=1, tp=1, dp_overlap=True),
+                                              seq_len=2048))
+    args = megatron_parser().parse_args(overlapped.args)
+    assert args.use_distributed_optimizer and args.overlap_grad_reduce and args.overlap_param_gather
+    assert "--overlap-grad-reduce" not in plain.args and "--overlap-param-gather" not in plain.args
+    extra = [a for a in overlapped.args if a not in plain.args]
+    assert extra == ["--overlap-grad-reduce", "--overlap-param-gather"]
+    assert any("dpo=1" in n and "fp32" in n for n in overlapped.notes)

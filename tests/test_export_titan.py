@@ -182,3 +182,11 @@ def test_tp_overlap_is_torchs_async_tp_under_compile():
         assert ("compile" in s.sections) is tpo and any("async TP" in n for n in s.notes) is tpo
         if tpo:
             assert tomllib.loads(to_toml(s))["compile"] == {"enable": True}
+
+
+def test_dp_overlap_names_fsdp_as_the_closest():
+    for dpo in (False, True):
+        plan = layout_plan([4], pp=1, dp=8, zero=1, tp=1, dp_overlap=dpo)
+        s = torchtitan_settings(job_from_plan(plan, seq_len=2048))
+        assert any("dpo=1" in n and "zero=2" in n for n in s.notes) is dpo
+        assert s.sections["parallelism"]["data_parallel_shard_degree"] == 8

@@ -79,3 +79,23 @@ def test_tp_overlap_off_is_left_out_of_the_json_and_old_plans_load():
     old = {"tp": 2, "pp": 1, "dp": 1, "zero": 0, "micro_batch_size": 1, "micro_batches": 2, "schedule": "1f1b",
            "chunks": 1, "sequence_parallel": True, "loss_parallel": False}
     assert Layout.from_dict(old) == Layout.parse("tp=2,sp=1,mbs=1,mb=2,schedule=1f1b")
+
+
+def test_dp_overlap_parses_needs_zero_1_and_round_trips():
+    lay = Layout.parse("tp=2,dp=4,zero=1,dpo=1")
+    assert lay.dp_overlap and lay.describe().endswith(", ZeRO-1, DPO")
+    assert Layout.from_dict(lay.to_dict()) == lay and lay.to_dict()["dp_overlap"] is True
+    for zero in (0, 2, 3):
+        with pytest.raises(ValueError, match=f"dpo=1 is ZeRO-1 .* it needs zero=1, not zero={zero}"):
+            Layout.parse(f"dp=4,zero={zero},dpo=1")
+    with pytest.raises(ValueError, match="dpo must be 0 or 1"):
+        Layout.parse("dp=2,zero=1,dpo=yes please")
+    assert Layout.parse("dp=2,zero=1,dp_overlap=1") == lay.with_(tp=1, dp=2)
+
+
+def test_dp_overlap_off_is_left_out_of_the_json_and_old_plans_load():
+    lay = Layout.parse("dp=2,zero=1")
+    assert "dp_overlap" not in lay.to_dict() and not lay.dp_overlap
+    old = {"tp": 1, "pp": 1, "dp": 2, "zero": 1, "micro_batch_size": 1, "micro_batches": 2, "schedule": "1f1b",
+           "chunks": 1, "sequence_parallel": False, "loss_parallel": False}
+    assert Layout.from_dict(old) == Layout.parse("dp=2,zero=1,mbs=1,mb=2,schedule=1f1b")

@@ -231,3 +231,39 @@ def test_fused_kernels_are_planned_on_their_profiles_and_recorded(made, capsys, 
     assert main(["plan", "--profile", str(made["profile"]), "--devices", "4", "--global-batch", "16",
                  "--parallel", "pp=1,dp=4", "--kernels", "fused"]) == 2
     assert "--kernels fused goes with --module and --fake" in capsys.readouterr().err
+
+
+def test_a_dp_overlap_plan_is_written_checked_and_simulated_and_auto_asks_for_it(made, capsys, monkeypatch):
+    monkeypatch.chdir(made["tmp"])
+    plans = {}
+    for switches in ("", ",dpo=1"):
+        out = made["tmp"] / f"dpo{len(switches)}.json"
+        argv = list(made["argv"])
+        argv[argv.index("auto")] = "tp=1,pp=2,dp=2,zero=1" + switches
+        argv[argv.index("--json") + 1] = str(out)
+        assert main(argv) == 0
+        plans[switches] = out
+    plain, overlapped = (json.loads(plans[k].read_text()) for k in ("", ",dpo=1"))
+    assert overlapped["parallel"]["dp_overlap"] is True and "dp_overlap" not in plain["parallel"]
+    # a small model is one Megatron bucket (under 40 M parameters): its gather waits before the first forward as
+    # long as torch's after the step; its reduce-scatter starts only when the backward ends (DDP's per-layer
+    # all-reduces hide behind it)
+    parts = plain["step_breakdown"], overlapped["step_breakdown"]
+    assert parts[1]["post_step"] == pytest.approx(parts[0]["post_step"])
+    assert parts[1]["data_parallel"] > parts[0]["data_parallel"] and parts[1]["pipeline"] == parts[0]["pipeline"]
+    capsys.readouterr()
+    assert main(["check", str(plans[",dpo=1"])]) == 0
+    assert "valid (2 stages" in capsys.readouterr().out
+    assert main(["simulate", str(plans[",dpo=1"]), "--batches", "8", "--out", str(made["tmp"] / "dpo.csv")]) == 0
+    out = made["tmp"] / "auto-dpo.json"
+    argv = list(made["argv"])
+    argv[argv.index("auto")] = "auto,dpo=1"
+    argv[argv.index("--json") + 1] = str(out)
+    assert main(argv) == 0
+    frontier = json.loads(out.read_text())["frontier"]
+    assert any(f["parallel"].get("dp_overlap") for f in frontier)
+    assert all(f["parallel"].get("dp_overlap", False) == (f["parallel"]["zero"] == 1) for f in frontier
+               if f["parallel"]["schedule"] != "dp")
+    argv[argv.index("auto,dpo=1")] = "tp=1,pp=1,dp=4,zero=2,dpo=1"
+    assert main(argv) == 2
+    assert "dpo=1 is ZeRO-1" in capsys.readouterr().err

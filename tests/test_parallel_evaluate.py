@@ -149,3 +149,42 @@ def test_tp_overlap_on_a_profile_without_the_columns_is_refused():
     chain = Chain(tuple(Layer(f"l{i}", 0.01, 0.02, 4e6, 1e6) for i in range(2)), input_bytes=1e6)
     with pytest.raises(ValueError, match="tpo=1: layer 'l0' of this profile has no comm_forward"):
         evaluate(job, Layout(tp=2, sequence_parallel=True, tp_overlap=True), lambda tp, mbs, **kw: chain)
+
+
+@pytest.mark.parametrize("dtype,element", [("float32", 4), ("bfloat16", 2)])
+def test_dp_overlap_prices_megatrons_reduce_scatter_and_gather_by_hand(dtype, element):
+    """4 layers of 4 MB on 2 ranks at 100 GB/s: one bucket (under Megatron's 40 M parameters), its fp32
+    reduce-scatter after the backward (half the fp32 bytes sent) and its gather before the first forward (half the
+    parameter bytes); the pipeline and the optimizer as without dpo."""
+    j = Job(Platform(2, memory="16GB", bandwidth="100GB/s"), global_batch=4)
+    ch = Chain(tuple(Layer(f"l{i}", 0.01, 0.02, 4e6, 1e6) for i in range(4)), input_bytes=1e6,
+               meta={"dtype": dtype})
+    plain = evaluate(j, Layout(dp=2, zero=1), lambda tp, mbs: ch)
+    megatron = evaluate(j, Layout(dp=2, zero=1, dp_overlap=True), lambda tp, mbs: ch)
+    fp32_grads = 16e6 / element * 4
+    assert megatron.breakdown["data_parallel"] == pytest.approx(fp32_grads / 2 / 100e9)
+    assert megatron.breakdown["post_step"] == pytest.approx(16e6 / 2 / 100e9)
+    assert plain.breakdown["post_step"] == pytest.approx(16e6 / 2 / 100e9)        # torch's gather after the step
+    for part in ("pipeline", "optimizer"):
+        assert megatron.breakdown.get(part) == plain.breakdown.get(part)
+    assert megatron.memory == plain.memory and megatron.to_dict()["parallel"]["dp_overlap"] is True
+
+
+def test_dp_overlap_hides_the_gathers_behind_a_long_forward():
+    """100 M-parameter fp32 layers (one 40 M bucket is smaller than a layer): on 8 ranks across 2 nodes, every gather
+    but the first bucket's runs behind the first forward, so ZeRO-1's exposed gather shrinks."""
+    platform = Platform(8, memory="80GB", bandwidth="400GB/s", node_bandwidth="50GB/s", devices_per_node=4)
+    j = Job(platform, global_batch=16)
+    ch = Chain(tuple(Layer(f"l{i}", 0.5, 1.0, 4e8, 1e6) for i in range(4)), input_bytes=1e6,
+               meta={"dtype": "float32"})
+    plain = evaluate(j, Layout(dp=8, zero=1), lambda tp, mbs: ch)
+    megatron = evaluate(j, Layout(dp=8, zero=1, dp_overlap=True), lambda tp, mbs: ch)
+    bucket_gather = 40e6 * 4 * 7 / 8 / 50e9            # one 40 M-parameter fp32 bucket over the node link
+    assert plain.breakdown["post_step"] == pytest.approx(4 * 4e8 * 7 / 8 / 50e9)
+    assert megatron.breakdown["post_step"] == pytest.approx(bucket_gather)
+    assert megatron.step_seconds < plain.step_seconds
+
+
+def test_dp_overlap_with_a_periodic_schedule_is_refused():
+    with pytest.raises(ValueError, match="dpo=1 with 'dp'"):
+        evaluate(job(), Layout.parse("pp=2,dp=4,zero=1,schedule=dp,dpo=1"), lambda tp, mbs: chain())

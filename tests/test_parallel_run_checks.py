@@ -96,6 +96,11 @@ def test_layout_of_a_plan_and_its_micro_batches(tmp_path):
     check_ranks(Layout(tp=2, pp=2, dp=2), max_ranks=8, started=None)
 
 
+def test_dp_overlap_is_refused_in_one_line():
+    with pytest.raises(ValueError, match=r"dpo=1.*does not do: plan it with dpo=0"):
+        check_layout_plan(pipeline_plan([2], 5), Layout(pp=2, dp=2, zero=1, dp_overlap=True))
+
+
 def test_tp_overlap_is_refused_in_one_line():
     with pytest.raises(ValueError, match=r"tpo=1.*does not do: plan it with tpo=0"):
         check_layout_plan(pipeline_plan([2], 5), Layout(tp=2, pp=2, sequence_parallel=True, tp_overlap=True))

@@ -98,3 +98,15 @@ def test_tp_overlap_is_asked_for_and_set_on_the_sequence_parallel_layouts_only()
     assert not any(c.layout.tp_overlap for c in plain) and len(plain) == len(asked)
     assert all(c.layout.tp_overlap == (c.layout.tp > 1 and c.layout.sequence_parallel) for c in asked)
     assert any(c.layout.tp_overlap for c in asked)
+
+
+def test_dp_overlap_is_set_on_the_flushed_zero_1_layouts_only():
+    j = job("80GB")
+    plain = candidates(j, 8, tps=(1,))
+    asked = candidates(j, 8, tps=(1,), dp_overlap=True)
+    assert not any(c.layout.dp_overlap for c in plain) and len(plain) == len(asked)
+    from workbench.methods import method
+
+    flushed = lambda c: method(c.layout.schedule).family == "flushed"  # noqa: E731
+    assert all(c.layout.dp_overlap == (c.layout.zero == 1 and flushed(c)) for c in asked)
+    assert any(c.layout.dp_overlap for c in asked)

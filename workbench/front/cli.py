@@ -223,7 +223,9 @@ def _add_layout_args(p: argparse.ArgumentParser) -> None:
                    help="a layout of the --devices: auto (search every one: the fastest that fits; auto,sp=1,lp=1: "
                         "its tp > 1 layouts sequence-parallel with a vocabulary-parallel loss) or one to evaluate "
                         "(also mbs=, schedule=, chunks=, sp= sequence parallelism, lp= vocabulary-parallel loss, tpo= "
-                        "TP communication overlapped with the GEMMs as Megatron's --tp-comm-overlap, needs sp=1)")
+                        "TP communication overlapped with the GEMMs as Megatron's --tp-comm-overlap, needs sp=1; "
+                        "dpo= ZeRO-1 as Megatron's distributed optimizer overlaps it, needs zero=1; auto,dpo=1 for "
+                        "the search's)")
     p.add_argument("--global-batch", type=int_in(1), default=None, metavar="G",
                    help="with --parallel: samples per optimizer step (micro-batches = G / (dp x micro-batch size))")
     p.add_argument("--profile-cache", default=None, metavar="DIR",

@@ -2,7 +2,8 @@
 (docs/model.md, "Layouts").
 
     plan --module FILE.py:FUNC [--fake --gpu NAME] --devices N [--devices-per-node K] [--node-bandwidth B]
-         --global-batch G --parallel auto[,sp=S][,lp=L][,tpo=O]|tp=T,pp=P,dp=D[,zero=Z][,sp=S][,lp=L][,tpo=O]
+         --global-batch G --parallel auto[,sp=S][,lp=L][,tpo=O][,dpo=Q]
+                                   |tp=T,pp=P,dp=D[,zero=Z][,sp=S][,lp=L][,tpo=O][,dpo=Q]
          [--method M]
          [--chunks V]
          [--activations keep|recompute|auto] [--optimizer ...] [--precision ...] --json OUT
@@ -16,10 +17,12 @@ with sequence parallelism and the vocabulary-parallel loss, each on its own per-
 ``--parallel tp=..,pp=..,dp=..`` evaluates one (:func:`workbench.parallel.evaluate.evaluate`), ``sp=1``/``lp=1``
 on the per-rank profile with them; ``tpo=1`` (with ``sp=1``; ``auto,sp=1,tpo=1`` for the search's) prices their
 collectives overlapped with their GEMMs, as Megatron's ``--tp-comm-overlap`` runs them
-(:mod:`workbench.parallel.tensor.overlap`; off by default). Bad input (a layout that is not ``--devices``, a ``tp``
-larger than a node or not dividing the heads, a global batch the micro-batches and ``dp`` do not divide, a
-``zero`` the schedule cannot shard) is one ``error:`` line, exit 2; a layout that fits nowhere says the least
-memory it needs per rank (exit 2).
+(:mod:`workbench.parallel.tensor.overlap`; off by default); ``dpo=1`` (with ``zero=1``; ``auto,dpo=1`` for the
+search's ZeRO-1 layouts) prices ZeRO-1 as Megatron's distributed optimizer overlaps it
+(:func:`workbench.parallel.data.time.distributed_optimizer_seconds`; off by default). Bad input (a layout that
+is not ``--devices``, a ``tp`` larger than a node or not dividing the heads, a global batch the micro-batches and
+``dp`` do not divide, a ``zero`` the schedule cannot shard) is one ``error:`` line, exit 2; a layout that fits
+nowhere says the least memory it needs per rank (exit 2).
 
 >>> tokens_per_sample({"input_shape": "1x2048", "input_dtype": "int64"})
 2048
@@ -156,7 +159,7 @@ def auto_switches(text: str) -> tuple[bool, bool] | None:
     ((False, False), (True, False), None)
     >>> auto_switches("auto,pp=2")
     Traceback (most recent call last):
-    ValueError: --parallel auto,pp=2: auto takes only sp=, lp= and tpo= (the search chooses the rest)
+    ValueError: --parallel auto,pp=2: auto takes only sp=, lp=, tpo= and dpo= (the search chooses the rest)
     """
     switches = _auto_layout(text)
     return None if switches is None else (switches.sequence_parallel, switches.loss_parallel)
@@ -177,16 +180,29 @@ reduce-scatters with their GEMMs: it needs sp=1 (Megatron's --tp-comm-overlap as
     return bool(switches is not None and switches.tp_overlap)
 
 
+def auto_dp_overlap(text: str) -> bool:
+    """Whether ``--parallel auto,...`` asks its ZeRO-1 layouts to run as Megatron's overlapped distributed optimizer
+    (``dpo=1``); False for a layout, not ``auto``.
+
+    >>> auto_dp_overlap("auto,dpo=1"), auto_dp_overlap("auto,sp=1"), auto_dp_overlap("dp=2,zero=1,dpo=1")
+    (True, False, False)
+    """
+    switches = _auto_layout(text)
+    return bool(switches is not None and switches.dp_overlap)
+
+
 def _auto_layout(text: str) -> Layout | None:
-    """The switches of ``--parallel auto[,sp=S][,lp=L][,tpo=O]`` as a tp=2 layout; None when not ``auto``."""
+    """The switches of ``--parallel auto[,sp=S][,lp=L][,tpo=O][,dpo=Q]`` as a tp=2, dp=2 ZeRO-1 layout; None when
+    not ``auto``."""
     head, _, rest = text.strip().partition(",")
     if head.strip().lower() != "auto":
         return None
     keys = [p.partition("=")[0].strip().lower() for p in rest.split(",") if p.strip()]
-    if any(k not in ("sp", "lp", "tpo", "sequence_parallel", "loss_parallel", "tp_overlap") for k in keys):
-        raise ValueError(f"--parallel {text}: auto takes only sp=, lp= and tpo= (the search chooses the rest)")
+    if any(k not in ("sp", "lp", "tpo", "dpo", "sequence_parallel", "loss_parallel", "tp_overlap", "dp_overlap")
+           for k in keys):
+        raise ValueError(f"--parallel {text}: auto takes only sp=, lp=, tpo= and dpo= (the search chooses the rest)")
     try:
-        return Layout.parse(f"tp=2,{rest}") if rest.strip() else Layout(tp=2)
+        return Layout.parse(f"tp=2,dp=2,zero=1,{rest}") if rest.strip() else Layout(tp=2, dp=2, zero=1)
     except ValueError as e:
         raise ValueError(f"--parallel {text}: {str(e).partition(': ')[2]}") from None
 
@@ -225,7 +241,7 @@ def _auto(args: argparse.Namespace, job: Job, chain_for: ChainFor, first: Chain,
     sp, lp = auto_switches(args.parallel) or (False, False)
     result = search(job, chain_for, micro_batch_sizes=sizes, schedules=schedules, chunks=args.chunks, tps=tps,
                     activations=acts, progress=progress, sequence_parallel=(sp,), loss_parallel=(lp,),
-                    tp_overlap=auto_overlap(args.parallel))
+                    tp_overlap=auto_overlap(args.parallel), dp_overlap=auto_dp_overlap(args.parallel))
     if tps == (1,):
         result.notes.append("tp > 1 not searched: it needs --module with --fake and per-rank tensor-parallel "
                             "profiles (workbench.parallel.tensor)")

@@ -127,10 +127,12 @@ def candidates(job: Job, layers: int, *, micro_batch_sizes: Sequence[int | None]
                schedules: Sequence[str] = SCHEDULES, chunks: int | None = None, tps: Iterable[int] | None = (1,),
                activations: Sequence[str] | None = None, zeros: Sequence[int] = (0, 1, 2, 3),
                degrees: Sequence[tuple[int, int, int]] | None = None, sequence_parallel: Sequence[bool] = (False,),
-               loss_parallel: Sequence[bool] = (False,), tp_overlap: bool = False) -> list[Candidate]:
+               loss_parallel: Sequence[bool] = (False,), tp_overlap: bool = False,
+               dp_overlap: bool = False) -> list[Candidate]:
     """Every layout of the module docstring for a chain of ``layers`` layers (micro-batches filled in);
     ``degrees``: only these (tp, pp, dp); ``sequence_parallel``, ``loss_parallel``: the settings tried for
-    ``tp > 1``; ``tp_overlap``: its layouts with sequence parallelism overlap their collectives."""
+    ``tp > 1``; ``tp_overlap``: its layouts with sequence parallelism overlap their collectives; ``dp_overlap``:
+    its ZeRO-1 layouts on flushed schedules run as Megatron's overlapped distributed optimizer (``dpo=1``)."""
     out = []
     for tp, pp, dp in factorisations(job.devices, job.platform.devices_per_node, tps):
         if degrees is not None and (tp, pp, dp) not in degrees:
@@ -147,7 +149,8 @@ def candidates(job: Job, layers: int, *, micro_batch_sizes: Sequence[int | None]
                         if act == "auto" and not periodic:
                             continue
                         layout = Layout(tp=tp, pp=pp, dp=dp, zero=zero, micro_batch_size=mbs, schedule=name, chunks=v,
-                                        sequence_parallel=sp, loss_parallel=lp, tp_overlap=tp_overlap and sp)
+                                        sequence_parallel=sp, loss_parallel=lp, tp_overlap=tp_overlap and sp,
+                                        dp_overlap=dp_overlap and zero == 1 and not periodic)
                         out.append(Candidate(complete_layout(job, layout), act))
     return out
 
@@ -306,7 +309,7 @@ def _probe_of(c: Candidate) -> tuple[Layout, str]:
     lay = c.layout
     periodic = method_of(lay.schedule or "1f1b").family == "periodic"
     zero = 0 if lay.dp == 1 else (1 if periodic else (3 if lay.pp == 1 else 2))
-    return replace(lay, zero=zero), ("auto" if periodic else "recompute")
+    return replace(lay, zero=zero, dp_overlap=lay.dp_overlap and zero == 1), ("auto" if periodic else "recompute")
 
 
 class _Search:
@@ -356,11 +359,13 @@ def search(job: Job, chain_for: ChainFor, *, micro_batch_sizes: Sequence[int | N
            activations: Sequence[str] | None = None, zeros: Sequence[int] = (0, 1, 2, 3),
            progress: Callable[[str], None] | None = None, prune: bool = True,
            degrees: Sequence[tuple[int, int, int]] | None = None, sequence_parallel: Sequence[bool] = (False,),
-           loss_parallel: Sequence[bool] = (False,), tp_overlap: bool = False) -> SearchResult:
+           loss_parallel: Sequence[bool] = (False,), tp_overlap: bool = False,
+           dp_overlap: bool = False) -> SearchResult:
     """The fastest layout of ``job`` that fits (module docstring); ``prune=False`` evaluates every one;
     ``degrees``: only these (tp, pp, dp) (a family of layouts, e.g. the pure pipeline); ``sequence_parallel``,
     ``loss_parallel``: the settings tried for ``tp > 1`` (each its own per-rank profile); ``tp_overlap``: those
-    with sequence parallelism overlap their collectives (``tpo=1``)."""
+    with sequence parallelism overlap their collectives (``tpo=1``); ``dp_overlap``: the ZeRO-1 layouts run as
+    Megatron's overlapped distributed optimizer (``dpo=1``)."""
     t0 = time.perf_counter()
     chains: dict[tuple, object] = {}
     notes: list[str] = []
@@ -368,7 +373,8 @@ def search(job: Job, chain_for: ChainFor, *, micro_batch_sizes: Sequence[int | N
     layers = len(chain_for(1, micro_batch_sizes[0] or job.micro_batch_size))
     for c in candidates(job, layers, micro_batch_sizes=micro_batch_sizes, schedules=schedules, chunks=chunks,
                         tps=tps, activations=activations, zeros=zeros, degrees=degrees,
-                        sequence_parallel=sequence_parallel, loss_parallel=loss_parallel, tp_overlap=tp_overlap):
+                        sequence_parallel=sequence_parallel, loss_parallel=loss_parallel, tp_overlap=tp_overlap,
+                        dp_overlap=dp_overlap):
         key = _chain_key(c.layout)
         if key not in chains:
             try:

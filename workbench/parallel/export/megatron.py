@@ -96,6 +96,10 @@ def _data_parallel(job: Job, notes: list[str], env: dict[str, str]) -> list[str]
     lay = job.layout
     if lay.dp == 1 or lay.zero == 0:
         return []
+    if lay.zero == 1 and lay.dp_overlap:
+        notes.append("dpo=1: --overlap-grad-reduce --overlap-param-gather at Megatron's default buckets (max(40M, 1M x "
+                     "dp) parameters) and fp32 gradient reduction (--bf16's default), as the plan priced them")
+        return ["--use-distributed-optimizer", "--overlap-grad-reduce", "--overlap-param-gather"]
     if lay.zero == 1:
         return ["--use-distributed-optimizer"]
     env.pop("CUDA_DEVICE_MAX_CONNECTIONS", None)      # FSDP asserts it is not 1

@@ -107,7 +107,11 @@ def _zero_notes(job: Job) -> list[str]:
     if lay.zero == 1:
         return ["ZeRO-1 (optimizer state sharded only) has no torchtitan equivalent: FSDP without resharding after "
                 "forward shards gradients too (ZeRO-2: less memory than the plan; the same bytes on the links, "
-                "reduce-scatter and all-gather instead of all-reduce)"]
+                "reduce-scatter and all-gather instead of all-reduce)"] + ([
+                "dpo=1 (Megatron's distributed optimizer overlapping its reduce-scatter with the backward and its "
+                "all-gather with the next forward): the closest is the same FSDP, which prefetches its gathers and "
+                "reduce-scatters layer by layer (priced as zero=2 by the workbench: re-plan with zero=2 to compare)"]
+                if lay.dp_overlap else [])
     if lay.zero == 0 and (lay.tp > 1 or lay.pp > 1):
         return ["torchtitan 0.2 refuses DDP together with TP or PP ('DDP has not supported > 1D parallelism'); "
                 "torchtitan 0.3 replicates over the same mesh with FSDP's code (shard degree 1)"]

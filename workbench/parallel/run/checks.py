@@ -98,6 +98,10 @@ def check_layout_plan(plan, layout: Layout, where: str = "the plan") -> None:
         raise ValueError(f"{where}: the layout overlaps its tensor-parallel collectives with their GEMMs (tpo=1: "
                          "Transformer Engine's userbuffers, torch's async TP under compile), which the layout runtime "
                          "(eager torch on gloo) does not do: plan it with tpo=0 to run it")
+    if layout.dp_overlap:
+        raise ValueError(f"{where}: the layout runs ZeRO-1 as Megatron's overlapped distributed optimizer (dpo=1: "
+                         "bucketed reduce-scatter behind the backward, all-gather behind the next forward), which the "
+                         "layout runtime (DDP + ZeroRedundancyOptimizer) does not do: plan it with dpo=0 to run it")
     weights = (plan.setup or {}).get("weights", "stash")
     if plan.schedule == "periodic" and weights == "stash" and any(st.in_flight > 1 for st in plan.stages):
         raise ValueError(f"{where}: a periodic plan with weight stashing runs on the PipeDream engine, which runs "
