@@ -171,16 +171,11 @@ def brute_distributed_optimizer(forward, backward, params, gather, reduce, bucke
         ready = integral(backward, a, total)
         link = max(link, ready) + integral(reduce, a, b)
     reduce_exposed = max(link - back_total, 0.0)
-    t = link = 0.0
-    for j, (a, b) in enumerate(spans):
-        if j == 0:
-            link = integral(gather, a, b)
-            t = link
-        else:
-            t = max(t + integral(forward, spans[j - 1][0], a), link_next)
-        if j + 1 < len(spans):
-            link_next = max(link, t) + integral(gather, *spans[j + 1])
-            link = link_next
+    # forward from the start: bucket j + 1's gather is dispatched when the forward reaches bucket j
+    link = t = integral(gather, *spans[0])
+    for j in range(1, len(spans)):
+        link = max(link, t) + integral(gather, *spans[j])
+        t = max(t + integral(forward, spans[j - 1][0], spans[j][0]), link)
     t += integral(forward, spans[-1][0], total)
     return reduce_exposed, t - float(sum(forward))
 

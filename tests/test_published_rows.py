@@ -160,9 +160,20 @@ def test_the_nemo_rows_overlap_their_tp_communication_as_their_sources_run():
     for row in TP_PP_ROWS:
         lay = Layout.parse(row.layout)
         assert lay.tp_overlap and lay.sequence_parallel
-        assert ("tp_comm_overlap" in row.note and "True" in row.note) or row.note == "as above"
+        assert ("tp_comm_overlap" in row.note and "True" in row.note) or row.note.startswith("as above")
         plain = pr.without_overlap(row)
         assert not Layout.parse(plain.layout).tp_overlap and plain.tokens_per_gpu == row.tokens_per_gpu
+
+
+def test_the_nemo_rows_run_megatrons_overlapped_distributed_optimizer_as_their_sources_run():
+    for row in TP_PP_ROWS:
+        lay = Layout.parse(row.layout)
+        assert lay.zero == 1 and lay.dp_overlap
+        assert "distributed optimizer overlapped" in row.note
+        assert ("overlap_param_sync: true" in row.note or "overlap_param_gather=True" in row.note)
+        plain = pr.without_dp_overlap(row)
+        assert not Layout.parse(plain.layout).dp_overlap and Layout.parse(plain.layout).tp_overlap
+    assert all(pr.without_dp_overlap(r) is None for r in pr.ROWS if r not in TP_PP_ROWS)
 
 
 def test_nemo_rows_run_fused_kernels_and_the_fsdp_rows_eager():
