@@ -119,8 +119,12 @@ LLAMA70B_SFT_TPO = ("TP communication overlap on: NVIDIA-NeMo/Megatron-Bridge's 
 #: ``--kernels fused`` (docs/model.md, "Fused kernels")
 #: ZeRO-1 as Megatron's distributed optimizer with its overlaps (``dpo=1``): the sources' settings
 NEMOTRON_DPO = ("distributed optimizer overlapped: " + NEMOTRON_YAML + ", optim: name: distributed_fused_adam, "
-                "overlap_grad_sync: True, overlap_param_sync: true, bucket_cap_mb: 100 (NeMo 1.0's ZeRO-1 Adam: "
-                "bucketed gradient reduce-scatter behind the backward, parameter all-gather behind the next forward)")
+                "overlap_grad_sync: True, overlap_param_sync: true; " + DGXC + " nemotron/nemotron4-15b-synth.yaml "
+                "(commit 8f5cbb3), optim: name: mcore_distributed_optim, overlap_grad_sync: True, overlap_param_sync: "
+                "true, which NVIDIA/NeMo nemo/collections/nlp/models/language_modeling/megatron_gpt_model.py, "
+                "setup_mcore_distributed_parallel, turns into DistributedDataParallelConfig(grad_reduce_in_fp32="
+                "(optim.grad_sync_dtype, default fp32) == fp32, overlap_grad_reduce, overlap_param_gather, "
+                "bucket_size=optim.ddp_bucket_size: unset, Megatron's default)")
 NEMOTRON_PERF_DPO = ("distributed optimizer overlapped: NVIDIA/NeMo nemo/collections/llm/recipes/nemotron.py, "
                      "nemotron_trainer (DistributedDataParallelConfig(grad_reduce_in_fp32=True, overlap_grad_reduce="
                      "True, overlap_param_gather=True)) with nemotron4_15b.py's optim distributed_fused_adam_with_"
