@@ -128,10 +128,15 @@ NEMOTRON_DPO = ("distributed optimizer overlapped: " + NEMOTRON_YAML + ", optim:
 NEMOTRON_PERF_DPO = ("distributed optimizer overlapped: NVIDIA/NeMo nemo/collections/llm/recipes/nemotron.py, "
                      "nemotron_trainer (DistributedDataParallelConfig(grad_reduce_in_fp32=True, overlap_grad_reduce="
                      "True, overlap_param_gather=True)) with nemotron4_15b.py's optim distributed_fused_adam_with_"
-                     "cosine_annealing (use_distributed_optimizer=True)")
-LLAMA70B_SFT_DPO = ("distributed optimizer overlapped: NVIDIA-NeMo/Megatron-Bridge's recipes (DistributedDataParallel"
-                    "Config(use_distributed_optimizer=True, overlap_grad_reduce=True, overlap_param_gather=True), "
-                    "MixedPrecisionConfig grad_reduce_in_fp32=True)")
+                     "cosine_annealing (use_distributed_optimizer=True); MegatronCommOverlapCallback "
+                     "(nemo/lightning/pytorch/callbacks/megatron_comm_overlap.py, _get_optimizer_overlap_cfgs) sets "
+                     "both overlaps with buckets of 128 Mi parameters when dp > 1 (priced at Megatron's default 40 M: "
+                     "docs/results.md gives the difference)")
+LLAMA70B_SFT_DPO = ("distributed optimizer overlapped: NVIDIA-NeMo/Megatron-Bridge scripts/performance/configs/llama/"
+                    "llama3_llm_finetune.py, llama3_70b_sft_config_h100 (use_distributed_optimizer = True; "
+                    "CommOverlapConfig, whose _get_optimizer_overlap_cfgs sets both overlaps, 128 Mi-parameter "
+                    "buckets and align_param_gather when dp > 1 and vp > 1); it sets grad_reduce_in_fp32 = False "
+                    "(bf16 gradients), priced in fp32 here: the row's reductions hide behind the drain either way")
 NEMO_TE = ("fused kernels: NVIDIA/NeMo nemo/collections/llm/gpt/model/base.py, default_layer_spec (HAVE_TE: "
            "transformer_engine_layer_spec) and GPTConfig (cross_entropy_loss_fusion = True)")
 
