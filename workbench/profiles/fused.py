@@ -335,7 +335,8 @@ def fused_kernels(model: nn.Module | None, kernels: str = "fused") -> Iterator[N
         setattr(obj, attr, new)
     _state["fused"] += 1
     try:
-        yield
+        with _sequence_first():
+            yield
     finally:
         _state["fused"] -= 1
         for obj, attr, old in reversed(undo):
@@ -346,3 +347,13 @@ def fused_kernels(model: nn.Module | None, kernels: str = "fused") -> Iterator[N
 
 
 _MISSING = object()
+
+
+def _sequence_first() -> contextlib.AbstractContextManager:
+    """Megatron-Core's sequence-parallel collectives (:mod:`workbench.parallel.tensor.sequence_first`), where
+    torch.distributed is built."""
+    if not torch.distributed.is_available():
+        return contextlib.nullcontext()
+    from workbench.parallel.tensor.sequence_first import sequence_first_collectives
+
+    return sequence_first_collectives()
