@@ -59,7 +59,11 @@ without it in brackets, printed by this script): 0.69-0.74; with every TP collec
 also the 70B row's interleaved bubble: 4.0 % over its slowest rank's work, the textbook 3 / 80 plus sends). Their
 sources also run Transformer Engine's fused kernels (:data:`NEMO_TE`), so the NeMo rows are profiled with
 ``--kernels fused`` (``Row.kernels``; ``--compare-kernels`` prints eager and fused side by side). The FSDP rows
-(torchtitan without compile, llm-foundry) stay eager.
+(torchtitan without compile, llm-foundry) stay eager. The NeMo rows of the table: re-measured 2026-11-29 with
+``--kernels fused``, which also runs the sequence-parallel all-gathers and reduce-scatters as Megatron-Core does on
+its sequence-first activations, without torch's reorder copy around each (docs/model.md, "Fused kernels";
+docs/results.md, "Sequence-parallel collectives without reorder copies"): 0.90, 0.90, 0.82, 0.83 (fused with
+the copies: 0.85, 0.86, 0.80, 0.82; eager: 0.73, 0.74, 0.71, 0.69).
 
 The NeMo rows' figures above are re-measured 2026-11-29 with ZeRO-1 as their sources run it, Megatron's
 distributed optimizer with ``--overlap-grad-reduce`` and ``--overlap-param-gather`` (``dpo=1``; each source's

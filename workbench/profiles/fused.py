@@ -22,8 +22,10 @@ the :class:`~workbench.profiles.memtrace.AllocationTracker` counts nothing), the
 and whose backward recomputes the gradient the same way (the eager math again under ``enable_grad``, suspended;
 rotary: the rotation by minus the angle) and records ONE kernel of the incoming gradients, the saved tensors and
 the gradients it writes. On ``DTensor`` inputs (tensor parallelism) the math runs through ``DTensor``, and bytes
-are counted on the local shards. Under ``fused`` the attention kernel is priced at cuDNN's fused attention rate
-on an H100 (:mod:`workbench.profiles.kernel_time`, ``attention_fused``).
+are counted on the local shards, and the sequence-parallel all-gathers and reduce-scatters run as Megatron-Core's
+on its sequence-first activations, without torch's reorder copies
+(:mod:`workbench.parallel.tensor.sequence_first`). Under ``fused`` the attention kernel is priced at cuDNN's fused
+attention rate on an H100 (:mod:`workbench.profiles.kernel_time`, ``attention_fused``).
 
 >>> x = torch.randn(4, 8, requires_grad=True)
 >>> y = fused_apply("square", lambda t: t * t, (x,), save=(0,))
@@ -314,7 +316,8 @@ def patched_modules(model: nn.Module) -> list[tuple[Any, str, Any]]:
 @contextlib.contextmanager
 def fused_kernels(model: nn.Module | None, kernels: str = "fused") -> Iterator[None]:
     """Inside, ``model`` runs its norms, gated MLP or activation, rotary embedding and cross-entropy as fused
-    kernels, and attention is the fused kernel (module docstring); ``kernels="eager"``: nothing changes.
+    kernels, attention is the fused kernel and the sequence-parallel collectives reorder nothing (module
+    docstring); ``kernels="eager"``: nothing changes.
 
     >>> lin = nn.Sequential(nn.Linear(4, 4), nn.LayerNorm(4))
     >>> with fused_kernels(lin):
@@ -335,7 +338,8 @@ def fused_kernels(model: nn.Module | None, kernels: str = "fused") -> Iterator[N
         setattr(obj, attr, new)
     _state["fused"] += 1
     try:
-        yield
+        with _sequence_first():
+            yield
     finally:
         _state["fused"] -= 1
         for obj, attr, old in reversed(undo):
@@ -346,3 +350,13 @@ def fused_kernels(model: nn.Module | None, kernels: str = "fused") -> Iterator[N
 
 
 _MISSING = object()
+
+
+def _sequence_first() -> contextlib.AbstractContextManager:
+    """Megatron-Core's sequence-parallel collectives (:mod:`workbench.parallel.tensor.sequence_first`), where
+    torch.distributed is built."""
+    if not torch.distributed.is_available():
+        return contextlib.nullcontext()
+    from workbench.parallel.tensor.sequence_first import sequence_first_collectives
+
+    return sequence_first_collectives()

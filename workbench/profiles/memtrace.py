@@ -120,6 +120,11 @@ class AllocationTracker(TorchDispatchMode):
         self.peak = self.current
         return self.current
 
+    def carry_over(self, source: torch.Tensor, target: torch.Tensor) -> None:
+        """``target``, made while counting was suspended, takes over ``source``'s counted bytes (the reordered
+        result of a collective that is its one buffer: :mod:`workbench.parallel.tensor.sequence_first`)."""
+        self._move(source, target)
+
     def adopt(self, tensors: Iterable[torch.Tensor]) -> None:
         """Count the storages of ``tensors``, made while counting was suspended: a fused kernel's outputs
         (:mod:`workbench.profiles.fused`)."""
