@@ -51,7 +51,7 @@ sys.path.insert(0, str(REPO))
 import torch  # noqa: E402
 
 from workbench.io import write_frame_atomic, write_text_atomic  # noqa: E402
-from workbench.model.chain import Platform  # noqa: E402
+from workbench.model.target import Target  # noqa: E402
 from workbench.profiles import read_profile, write_profile  # noqa: E402
 from workbench.profiles.profiler import profile_zoo  # noqa: E402
 
@@ -129,7 +129,7 @@ def make_plan(chain, devices: int, how):
     from workbench.planners import plan as run_planner
     from workbench.schedules.builder import best_schedule
 
-    platform = Platform(devices, bandwidth="12GB/s", memory_model="paper")  # the runtime counts rule 7 (paper)
+    platform = Target.of(devices, bandwidth="12GB/s", memory_model="paper")  # the runtime counts rule 7 (paper)
     if isinstance(how, str):  # "dp" or "ilp-general"
         if devices > 1:
             platform = platform.with_(memory=demo_memory_limit(chain, platform))

@@ -7,8 +7,9 @@ running maxima and prefix sums computed for whole arrays of stages, and each tie
 terms added where :func:`workbench.model.ties.tie_flags` says a stage holds a copy or the owner alone.
 
 >>> from workbench.model.chain import Chain, Layer, Platform
+>>> from workbench.model.target import Target
 >>> from workbench.model.memory import device_memory, layer_terms
->>> t = layer_terms(Chain(tuple(Layer(f"l{i}", 1, 1, 4, 2, 2) for i in range(3))), Platform(1, optimizer="sgd"))
+>>> t = layer_terms(Chain(tuple(Layer(f"l{i}", 1, 1, 4, 2, 2) for i in range(3))), Target.of(1, optimizer="sgd"))
 >>> float(suffix_terms(t).memory(np.ones(3))[1]) == device_memory(t, [(1, 2, 1)])
 True
 """
@@ -75,9 +76,10 @@ def band_terms(t: LayerTerms, I: np.ndarray, J: np.ndarray) -> BandTerms:
     consecutive along axis 1): the excess's maximum over the stage is a running maximum.
 
     >>> from workbench.model.chain import Chain, Layer, Platform
+    >>> from workbench.model.target import Target
     >>> from workbench.model.memory import layer_terms
     >>> t = layer_terms(Chain(tuple(Layer(f"l{i}", 1, 1, 4, 2, 2) for i in range(3))),
-    ...                 Platform(1, memory_model="paper"))
+    ...                 Target.of(1, memory_model="paper"))
     >>> b = band_terms(t, np.arange(3)[:, None], np.minimum(np.arange(3)[:, None] + np.arange(2), 2))
     >>> b.A.tolist()
     [[2.0, 4.0], [2.0, 4.0], [2.0, 2.0]]
@@ -108,9 +110,10 @@ def suffix_terms(t: LayerTerms) -> BandTerms:
     """:class:`BandTerms` of the stages ``i..L-1`` for every i (arrays of length L).
 
     >>> from workbench.model.chain import Chain, Layer, Platform
+    >>> from workbench.model.target import Target
     >>> from workbench.model.memory import layer_terms
     >>> t = layer_terms(Chain(tuple(Layer(f"l{i}", 1, 1, 4, 2, 2) for i in range(3))),
-    ...                 Platform(1, memory_model="paper"))
+    ...                 Target.of(1, memory_model="paper"))
     >>> suffix_terms(t).A.tolist()
     [6.0, 4.0, 2.0]
     """
@@ -127,9 +130,10 @@ def square_terms(t: LayerTerms) -> BandTerms:
     """:class:`BandTerms` of every stage ``i..j`` as L x L matrices (``A`` is inf where j < i).
 
     >>> from workbench.model.chain import Chain, Layer, Platform
+    >>> from workbench.model.target import Target
     >>> from workbench.model.memory import layer_terms
     >>> t = layer_terms(Chain(tuple(Layer(f"l{i}", 1, 1, 4, 2, 2) for i in range(3))),
-    ...                 Platform(1, memory_model="paper"))
+    ...                 Target.of(1, memory_model="paper"))
     >>> square_terms(t).A[0].tolist()
     [2.0, 4.0, 6.0]
     """
@@ -177,9 +181,10 @@ def linear_terms(t: LayerTerms) -> LinearTerms:
     """:class:`LinearTerms` of ``t``.
 
     >>> from workbench.model.chain import Chain, Layer, Platform
+    >>> from workbench.model.target import Target
     >>> from workbench.model.memory import layer_terms
     >>> t = layer_terms(Chain((Layer("l", 1.0, 1.0, weight_bytes=10, saved_bytes=4),)),
-    ...                 Platform(1, memory_model="paper"))
+    ...                 Target.of(1, memory_model="paper"))
     >>> [float(x[0]) for x in (linear_terms(t).a, linear_terms(t).w0)]   # a = 4 + 10 stashed, w0 = 0
     [14.0, 0.0]
     """

@@ -30,8 +30,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from workbench.model.chain import Chain, Platform
+from workbench.model.chain import Chain
 from workbench.model.plan import Plan, make_plan
+from workbench.model.target import Target
 from workbench.model.tolerances import BETTER, LOAD_SLACK, MEMORY_SLACK
 from workbench.planners.budget import within
 from workbench.planners.evaluate.period import allocation_best, normalise
@@ -67,7 +68,7 @@ def pack(stages: Sequence[tuple[int, int, float, float]], devices: int, memory: 
     return [int(d) for d in dev]
 
 
-def packed_plan(chain: Chain, platform: Platform, bound: float, incumbent: Plan, deadline: Any = None) -> Plan | None:
+def packed_plan(chain: Chain, platform: Target, bound: float, incumbent: Plan, deadline: Any = None) -> Plan | None:
     """The best plan below ``incumbent``'s period among the packings of the stage-path bound's partitions at
     :data:`PERIODS` periods from ``bound`` up to the incumbent's (module docstring); None if none beats it.
     ``deadline``: a ``perf_counter`` time or a :class:`~workbench.planners.budget.WorkDeadline`."""
