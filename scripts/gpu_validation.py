@@ -198,7 +198,7 @@ def validate(out: Path, name: str, steps: int, device: str = "cuda", dtype: str 
     write_text_atomic(run_dir / "plan.json", plan.to_json() + "\n")
     n = max(steps, 4 * max(st.in_flight for st in plan.stages))
     t0 = time.perf_counter()
-    _, rep = replay_to(run_dir, plan, chain, wl, n, weights=platform.weights, device=device, platform=platform)
+    _, rep = replay_to(run_dir, plan, chain, wl, n, weights=platform.setup.weights, device=device, platform=platform)
     row = {"run": name, "profile": path.stem, "dtype": dtype, "devices": devices, "stages": len(plan.stages),
            "allocation": plan.allocation, "method": plan.method, "status": plan.status, "gap": plan.gap,
            "memory_limit": platform.memory_of(0), "steps": n,
