@@ -35,7 +35,7 @@ period of the integers the MILP chose, found by bisection to 1e-13: the MILP its
 tolerances, so the oracle's periods are exact to about 1e-6) and certified by the checker. Rule 8 (offloaded
 activations) is not modelled: the oracle refuses such chains.
 
->>> from workbench.model.chain import Chain, Layer, Platform
+>>> from workbench.model.chain import Chain, Layer
 >>> from workbench.model.target import Target
 >>> paper_stage_memory(Target.of(1, weight_factor=2, memory_model="paper"), 10, 100, 3)   # 3 x 10 + 2 x 100 + 2 x 100
 430.0

@@ -75,7 +75,7 @@ def test_the_scan_finds_direct_reads():
     src = ("def f(platform, job, plat):\n"
            "    a = platform.memory + job.platform.latency + plat.bandwidth\n"
            "    b = Target.of(1, memory=m).memory + platform.with_(memory=2).host_bandwidth + Platform(1).latency\n"
-           "    c = plan.memory, trace.memory, platform.memory_of(0), platform.memory_limit, platform.setup.memory_model\n"
+           "    c = plan.memory, trace.memory, platform.memory_of(0), platform.memory_limit, platform.setup.weights\n"
            "    platform.comm_time(1.0, 0, 1)\n")
     assert direct_reads(src) == [(2, "bandwidth"), (2, "latency"), (2, "memory"), (3, "host_bandwidth"),
                                  (3, "latency"), (3, "memory")]

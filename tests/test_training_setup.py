@@ -36,14 +36,14 @@ def test_a_setup_written_reads_back_as_itself(setup):
 @pytest.mark.parametrize("platform", [Target.of(2, optimizer="sgd", precision="bf16", zero_grad="zeros",
                                                weights="single"),
                                       Target.of(2, memory_model="paper", weight_factor=2.0)])
-def test_a_plans_memory_setup_is_its_platforms_training_setup(platform, tmp_path):
-    """What a planner records reads back (through the plan's JSON) as the set-up of the platform it planned on, and
+def test_a_plans_memory_setup_is_its_targets_training_setup(platform, tmp_path):
+    """What a planner records reads back (through the plan's JSON) as the set-up of the target it planned for, and
     writes back as the very keys it recorded."""
     made = run_planner(_chain(), platform, "dp")
     made.to_json(tmp_path / "p.json")
     read = Plan.from_json(tmp_path / "p.json").setup
     setup = TrainingSetup.from_memory_setup(read)
-    assert setup == TrainingSetup.of_platform(platform)
+    assert setup == platform.setup
     assert setup.memory_setup(read.get("estimated", ())) == read
 
 

@@ -149,7 +149,7 @@ def stage_host_time(chain: Chain, platform: Target, first: int, last: int) -> fl
     offloaded bytes over the host bandwidth (the transfer out after the stage's forward, and the
     same back before its backward).
 
-    >>> from workbench.model.chain import Chain, Layer, Platform
+    >>> from workbench.model.chain import Chain, Layer
     >>> from workbench.model.target import Target
     >>> eff = apply_policies(Chain((Layer("a", 1, 1, 0, 8, 64),)), "offload")
     >>> stage_host_time(eff, Target.of(1, host_bandwidth=32), 0, 0)
@@ -213,7 +213,7 @@ class PolicyTerms:
 def policy_terms(chain: Chain, platform: Target) -> PolicyTerms:
     """:class:`PolicyTerms` of ``chain`` under ``platform``'s memory set-up (cached on the chain).
 
-    >>> from workbench.model.chain import Chain, Layer, Platform
+    >>> from workbench.model.chain import Chain, Layer
     >>> from workbench.model.target import Target
     >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 1.0, 0, 8, 40) for i in range(3)), input_bytes=8)
     >>> pt = policy_terms(ch, Target.of(1, memory_model="paper"))

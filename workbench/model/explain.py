@@ -13,7 +13,7 @@ memory limit sets.
   the period. With one mini-batch in flight on every stage the stages run one after the other, as one device
   would: the split then only makes the model fit.
 
->>> from workbench.model.chain import Chain, Layer, Platform
+>>> from workbench.model.chain import Chain, Layer
 >>> from workbench.model.plan import Plan, Stage
 >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 10, 4) for i in range(2)))
 >>> idle_note(Plan(3.0, (0, 1), (Stage(0, 0, 0, 0.0, 1.0, 1), Stage(1, 1, 1, 1.0, 2.0, 1)), 3), ch)

@@ -87,7 +87,7 @@ need not coincide with all their mini-batches in flight. The ``paper``
 model is rule 7 of the original paper: ``k A + phi W + [stash] (k - 1) W``
 with ``A`` the plain sum of saved bytes and nothing else.
 
->>> from workbench.model.chain import Chain, Layer, Platform
+>>> from workbench.model.chain import Chain, Layer
 >>> from workbench.model.target import Target
 >>> chain = Chain((Layer("a", 1, 1, 100, 10, 10), Layer("b", 1, 1, 50, 20, 10)), input_bytes=8)
 >>> paper = layer_terms(chain, Target.of(1, memory_model="paper"))
@@ -345,7 +345,7 @@ def setup_key(platform: Target) -> tuple:
 def layer_terms(chain: Chain, platform: Target) -> LayerTerms:
     """The memory terms of ``chain`` under ``platform``'s set-up (cached on the chain).
 
-    >>> from workbench.model.chain import Chain, Layer, Platform
+    >>> from workbench.model.chain import Chain, Layer
     >>> from workbench.model.target import Target
     >>> t = layer_terms(Chain((Layer("a", 1, 1, 10, 4, 4),)), Target.of(1, optimizer="adam", zero_grad="zeros"))
     >>> float(t.static[0])     # parameters, gradients, two Adam states
@@ -381,7 +381,7 @@ def stage_ties(t: LayerTerms, first: int, last: int) -> StageTies:
     """The tied parameters' terms of stage ``first..last`` (all 0 without ties).
 
     >>> import json
-    >>> from workbench.model.chain import Chain, Layer, Platform
+    >>> from workbench.model.chain import Chain, Layer
     >>> from workbench.model.target import Target
     >>> tied = json.dumps([{"owner": "a", "layers": ["a", "b"], "bytes": 8}])
     >>> ch = Chain((Layer("a", 1, 1, 8), Layer("b", 1, 1)), meta={"tied": tied})

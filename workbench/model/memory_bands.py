@@ -6,7 +6,7 @@ states the model): the terms are read off :class:`~workbench.model.memory.LayerT
 running maxima and prefix sums computed for whole arrays of stages, and each tied parameter's stage
 terms added where :func:`workbench.model.ties.tie_flags` says a stage holds a copy or the owner alone.
 
->>> from workbench.model.chain import Chain, Layer, Platform
+>>> from workbench.model.chain import Chain, Layer
 >>> from workbench.model.target import Target
 >>> from workbench.model.memory import device_memory, layer_terms
 >>> t = layer_terms(Chain(tuple(Layer(f"l{i}", 1, 1, 4, 2, 2) for i in range(3))), Target.of(1, optimizer="sgd"))
@@ -75,7 +75,7 @@ def band_terms(t: LayerTerms, I: np.ndarray, J: np.ndarray) -> BandTerms:
     """Stage terms for starts ``I`` (shape (n, 1)) and ends ``J`` (shape (n, w), ``J >= I``,
     consecutive along axis 1): the excess's maximum over the stage is a running maximum.
 
-    >>> from workbench.model.chain import Chain, Layer, Platform
+    >>> from workbench.model.chain import Chain, Layer
     >>> from workbench.model.target import Target
     >>> from workbench.model.memory import layer_terms
     >>> t = layer_terms(Chain(tuple(Layer(f"l{i}", 1, 1, 4, 2, 2) for i in range(3))),
@@ -109,7 +109,7 @@ def _stages(t: LayerTerms, I: np.ndarray, J: np.ndarray, step, running_max) -> B
 def suffix_terms(t: LayerTerms) -> BandTerms:
     """:class:`BandTerms` of the stages ``i..L-1`` for every i (arrays of length L).
 
-    >>> from workbench.model.chain import Chain, Layer, Platform
+    >>> from workbench.model.chain import Chain, Layer
     >>> from workbench.model.target import Target
     >>> from workbench.model.memory import layer_terms
     >>> t = layer_terms(Chain(tuple(Layer(f"l{i}", 1, 1, 4, 2, 2) for i in range(3))),
@@ -129,7 +129,7 @@ def suffix_terms(t: LayerTerms) -> BandTerms:
 def square_terms(t: LayerTerms) -> BandTerms:
     """:class:`BandTerms` of every stage ``i..j`` as L x L matrices (``A`` is inf where j < i).
 
-    >>> from workbench.model.chain import Chain, Layer, Platform
+    >>> from workbench.model.chain import Chain, Layer
     >>> from workbench.model.target import Target
     >>> from workbench.model.memory import layer_terms
     >>> t = layer_terms(Chain(tuple(Layer(f"l{i}", 1, 1, 4, 2, 2) for i in range(3))),
@@ -180,7 +180,7 @@ class LinearTerms:
 def linear_terms(t: LayerTerms) -> LinearTerms:
     """:class:`LinearTerms` of ``t``.
 
-    >>> from workbench.model.chain import Chain, Layer, Platform
+    >>> from workbench.model.chain import Chain, Layer
     >>> from workbench.model.target import Target
     >>> from workbench.model.memory import layer_terms
     >>> t = layer_terms(Chain((Layer("l", 1.0, 1.0, weight_bytes=10, saved_bytes=4),)),

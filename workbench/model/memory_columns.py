@@ -37,7 +37,7 @@ def validate_setup(platform: Target, chain: Chain | None = None) -> str:
     ``fp32`` needs a float32 profile (or one that names no dtype, as PipeDream's);
     ``bf16`` and ``bf16-mixed`` need a bfloat16 profile (``profile --dtype bfloat16``).
 
-    >>> from workbench.model.chain import Chain, Layer, Platform
+    >>> from workbench.model.chain import Chain, Layer
     >>> from workbench.model.target import Target
     >>> validate_setup(Target.of(1), Chain((Layer("a", 1, 1),)))
     'fp32'

@@ -9,7 +9,7 @@ torch's pipeline engine holds beyond the model (:func:`torch_engine_extra`),
 and the memory columns of one layer standing for several
 (:func:`merged_memory_columns`, for coarsened chains).
 
->>> from workbench.model.chain import Chain, Layer, Platform
+>>> from workbench.model.chain import Chain, Layer
 >>> from workbench.model.target import Target
 >>> from workbench.model.plan import Stage
 >>> chain = Chain((Layer("a", 1, 1, 100, 10, 10), Layer("b", 1, 1, 50, 20, 10)), input_bytes=8)
@@ -108,7 +108,7 @@ def _boundary_parts(row: dict[str, float], boundary: tuple, first: int, last: in
 def estimate_note(chain: Chain, platform: Target) -> str | None:
     """A sentence naming the estimated profile columns, or None when every term was measured.
 
-    >>> from workbench.model.chain import Chain, Layer, Platform
+    >>> from workbench.model.chain import Chain, Layer
     >>> from workbench.model.target import Target
     >>> estimate_note(Chain((Layer("a", 1, 1),)), Target.of(1))[:48]
     'memory estimated: the profile has no grad_bytes,'
@@ -242,7 +242,7 @@ def torch_engine_memory(chain: Chain, platform: Target, stages: Sequence, micro_
       keeps (N per micro-batch each way) and stage 0's whole input (no activations: nothing in flight,
       nothing offloaded), and the largest step's temporaries.
 
-    >>> from workbench.model.chain import Chain, Layer, Platform
+    >>> from workbench.model.chain import Chain, Layer
     >>> from workbench.model.target import Target
     >>> from workbench.model.plan import Stage
     >>> ch = Chain((Layer("a", 1, 1, 100, 10, 10), Layer("b", 1, 1, 50, 3)), input_bytes=4)
@@ -288,7 +288,7 @@ def accumulation_extra(chain: Chain, platform: Target, stages: Sequence) -> list
     backward to the step after the flush) instead of one step each (the plan's model): under
     ``zero_grad none`` the gradients are then resident, as under ``zeros``; 0 under ``zeros``.
 
-    >>> from workbench.model.chain import Chain, Layer, Platform
+    >>> from workbench.model.chain import Chain, Layer
     >>> from workbench.model.target import Target
     >>> from workbench.model.plan import Stage
     >>> ch = Chain((Layer("a", 1, 1, 10, 4, 4),))

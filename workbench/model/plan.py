@@ -6,7 +6,7 @@ the platform and stored, so a plan round-trips through JSON in the format
 of docs/model.md, "JSON" without the chain. :mod:`workbench.verify.check`
 re-derives everything independently.
 
->>> from workbench.model.chain import Chain, Layer, Platform
+>>> from workbench.model.chain import Chain, Layer
 >>> from workbench.model.target import Target
 >>> chain = Chain(tuple(Layer(f"l{i}", 0.001, 0.002, 10, 4) for i in range(4)))
 >>> plat = Target.of(2, memory_model="paper")
@@ -381,7 +381,7 @@ def memory_setup(chain: Chain, platform: Target) -> dict[str, Any]:
     loop (``zero_grad``) (and the weight factor in the paper model), and the profile columns that were
     estimated.
 
-    >>> from workbench.model.chain import Chain, Layer, Platform
+    >>> from workbench.model.chain import Chain, Layer
     >>> from workbench.model.target import Target
     >>> memory_setup(Chain((Layer("a", 1, 1),)), Target.of(1, optimizer="sgd"))["optimizer"]
     'sgd'

@@ -26,7 +26,7 @@ looped BFS exactly; torch's interleaved, zero-bubble and V orders are not exactl
 70B chains the extended makespan is within 1.5 % of the whole simulation, ``tests/test_parallel_evaluate.py``).
 A plan file's pipeline is simulated whole when the flush has at most :data:`EXACT_FLUSH` operations.
 
->>> from workbench.model.chain import Chain, Layer, Platform
+>>> from workbench.model.chain import Chain, Layer
 >>> from workbench.model.target import Target
 >>> ch = Chain(tuple(Layer(f"l{i}", 0.01, 0.02, 4e6, 1e6) for i in range(8)), input_bytes=1e6)
 >>> job = Job(Target.of(4, memory="16GB", bandwidth="100GB/s"), global_batch=8)

@@ -64,7 +64,7 @@ def recheck(result: Plan, chain: Chain, platform: Target) -> Plan:
     its status ``optimal`` or ``timeout`` becomes ``feasible`` (gap dropped) with a note, and
     ``extra["violations"]`` lists what the checker found.
 
-    >>> from workbench.model.chain import Chain, Layer, Platform
+    >>> from workbench.model.chain import Chain, Layer
     >>> from workbench.model.target import Target
     >>> from workbench.model.plan import make_plan
     >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 10, 4) for i in range(2)))

@@ -23,7 +23,7 @@ misses the limit.
   heuristic of Bárány and Grinberg ("Block partitions of sequences",
   arXiv:1308.2452) on per-layer forward+backward times.
 
->>> from workbench.model.chain import Chain, Layer, Platform
+>>> from workbench.model.chain import Chain, Layer
 >>> from workbench.model.target import Target
 >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 1.0, 1 + 10 * (i == 0), 1) for i in range(4)))
 >>> plan_uniform(ch, Target.of(2, memory_model="paper")).assignment
@@ -70,7 +70,7 @@ def schedule_on_top(chain: Chain, platform: Target, bounds: Sequence[tuple[int, 
     The fallback plan keeps ``memory_limit`` = the platform's, so ``plan.fits``
     is False, and says by how much it is over.
 
-    >>> from workbench.model.chain import Chain, Layer, Platform
+    >>> from workbench.model.chain import Chain, Layer
     >>> from workbench.model.target import Target
     >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 1.0, 100, 1) for i in range(2)))
     >>> p = schedule_on_top(ch, Target.of(2, memory=50, memory_model="paper"), [(0, 0), (1, 1)], "x")

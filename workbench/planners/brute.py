@@ -25,7 +25,7 @@ incumbent.
 Sizes: contiguous up to ~10 layers x 4 devices in well under a second;
 general up to 8 layers x 3 devices in about a second or less on average.
 
->>> from workbench.model.chain import Chain, Layer, Platform
+>>> from workbench.model.chain import Chain, Layer
 >>> from workbench.model.target import Target
 >>> chain = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 0, 0) for i in range(3)))
 >>> plan_brute(chain, Target.of(3, memory_model="paper")).period

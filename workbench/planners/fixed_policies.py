@@ -6,7 +6,7 @@ plan records the policies, the chain's own lower bound and, when a layer offload
 bandwidth (in its memory set-up, which check and simulate read). Flushed schedules
 take keep or recompute only (offload needs a periodic plan, rule 8).
 
->>> from workbench.model.chain import Chain, Layer, Platform
+>>> from workbench.model.chain import Chain, Layer
 >>> from workbench.model.target import Target
 >>> from workbench.planners.dp.contiguous import plan_dp
 >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 0, 10, 100) for i in range(2)), input_bytes=10)

@@ -20,7 +20,7 @@ m is the option ``micro_batches`` (default ``4 * P``). The plan's status
 is ``"feasible"``; when the simulated peak exceeds the limit the plan says
 by how much (``plan.fits`` is False).
 
->>> from workbench.model.chain import Chain, Layer, Platform
+>>> from workbench.model.chain import Chain, Layer
 >>> from workbench.model.target import Target
 >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 0, 8) for i in range(4)), input_bytes=8)
 >>> p = plan_gpipe(ch, Target.of(2, memory_model="paper"), micro_batches=4)

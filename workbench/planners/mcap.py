@@ -17,7 +17,7 @@ periodic schedule is then put on top as for the other baselines
 (:func:`workbench.planners.baselines.schedule_on_top`: the least period that fits the limit,
 where in-flight counts can fall below 1F1B's). The partition does not depend on the limit.
 
->>> from workbench.model.chain import Chain, Layer, Platform
+>>> from workbench.model.chain import Chain, Layer
 >>> from workbench.model.target import Target
 >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 1.0, 0, 10, 100) for i in range(4)), input_bytes=10)
 >>> mcap_partition(ch, Target.of(2, memory_model="paper"))   # two in flight x 100 on the first stage; 3 x 100 after

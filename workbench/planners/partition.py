@@ -116,7 +116,7 @@ def boundary_costs(chain: Chain, platform: Target, src: int | None = None, dst: 
     """c_j: the boundary cost after layer j (docs/model.md, "Plan"), 0 after the last layer; on the link
     from device ``src`` to ``dst`` (not given: the link within a node).
 
-    >>> from workbench.model.chain import Chain, Layer, Platform
+    >>> from workbench.model.chain import Chain, Layer
     >>> from workbench.model.target import Target
     >>> boundary_costs(Chain((Layer("a", 1, 1, 0, 8), Layer("b", 1, 1, 0, 8))), Target.of(2, bandwidth=4.0)).tolist()
     [2.0, 0.0]
@@ -132,7 +132,7 @@ class SuffixLinks:
     the stage that starts a q-stage suffix (on device P - q, its boundary to device P - q + 1);
     ``least`` and ``most`` bound every link's costs (the same array on one node).
 
-    >>> from workbench.model.chain import Chain, Layer, Platform
+    >>> from workbench.model.chain import Chain, Layer
     >>> from workbench.model.target import Target
     >>> ch = Chain((Layer("a", 1, 1, 0, 8), Layer("b", 1, 1, 0, 8)))
     >>> links = SuffixLinks(ch, Target.of(4, bandwidth=8.0, devices_per_node=2, node_bandwidth=2.0))
@@ -160,7 +160,7 @@ class StageSums:
     planners that take every pair, e.g. PipeDream's): ``F``, ``B``, ``FB``, ``A`` (the profile's saved
     bytes), ``W`` (weights), and ``c`` (:func:`boundary_costs`).
 
-    >>> from workbench.model.chain import Chain, Layer, Platform
+    >>> from workbench.model.chain import Chain, Layer
     >>> from workbench.model.target import Target
     >>> StageSums(Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 4, 0) for i in range(3))), Target.of(2)).FB[0].tolist()
     [3.0, 6.0, 9.0]
@@ -225,7 +225,7 @@ def unconstrained_period(chain: Chain, platform: Target, c: np.ndarray | None = 
     """The optimal contiguous period without a memory limit (the bottleneck of ``max(F + B, c_j)`` over
     partitions into at most P stages), and a partition reaching it. Exact; O(P log L) per probe.
 
-    >>> from workbench.model.chain import Chain, Layer, Platform
+    >>> from workbench.model.chain import Chain, Layer
     >>> from workbench.model.target import Target
     >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 0, 0) for i in range(4)))
     >>> unconstrained_period(ch, Target.of(3))

@@ -25,7 +25,7 @@ returned with a "does not fit" note (as for the baselines); if PipeDream's
 DP itself finds nothing under M, the plan is infeasible and says how much
 memory PipeDream's own model needs at least.
 
->>> from workbench.model.chain import Chain, Layer, Platform
+>>> from workbench.model.chain import Chain, Layer
 >>> from workbench.model.target import Target
 >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 0, 0) for i in range(4)))
 >>> plan_pipedream(ch, Target.of(2, memory_model="paper")).assignment
@@ -58,7 +58,7 @@ def pipedream_partition(chain: Chain, platform: Target, *, memory: float | None 
     ``memory`` defaults to the platform's limit. At most P stages; among
     equal estimates the one with fewest stages.
 
-    >>> from workbench.model.chain import Chain, Layer, Platform
+    >>> from workbench.model.chain import Chain, Layer
     >>> from workbench.model.target import Target
     >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 1.0, 10, 10) for i in range(4)))
     >>> pipedream_partition(ch, Target.of(2, memory_model="paper"))

@@ -16,7 +16,7 @@ experiments share.
 * :func:`plan_row` and :func:`run_method` turn one result into the tidy columns
   of the studies' tables.
 
->>> from workbench.model.chain import Chain, Layer, Platform
+>>> from workbench.model.chain import Chain, Layer
 >>> from workbench.model.target import Target
 >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 100, 10) for i in range(4)), input_bytes=10)
 >>> [(M, p.status) for M, p in sweep(ch, Target.of(2, memory_model="paper"), [1000, 200], "dp")]
@@ -163,7 +163,7 @@ def sweep_memory(chain: Chain, platform: Target, memories: Sequence[float | str]
     peak_memory. Levels are solved from the smallest up; the ILP re-uses the plan of the
     previous level as a warm start (a plan that fits a smaller limit fits a larger one).
 
-    >>> from workbench.model.chain import Chain, Layer, Platform
+    >>> from workbench.model.chain import Chain, Layer
     >>> from workbench.model.target import Target
     >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 100, 10) for i in range(4)), input_bytes=10)
     >>> df = sweep_memory(ch, Target.of(2, memory_model="paper"), [200, 1000, 10_000])

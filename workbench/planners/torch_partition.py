@@ -17,7 +17,7 @@ stage ``a..b`` (L x L matrices, :func:`workbench.model.memory_bands.square_terms
 asks for it, once per call. Every step after the time-balanced partition polls a deadline (a :class:`Clock`)
 and stops there with what it has; the clock says whether it stopped anything.
 
->>> from workbench.model.chain import Chain, Layer, Platform
+>>> from workbench.model.chain import Chain, Layer
 >>> from workbench.model.target import Target
 >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 0, 1, 1) for i in range(8)), input_bytes=1)
 >>> spans = Spans(ch, Target.of(2, memory_model="paper"))

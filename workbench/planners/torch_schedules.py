@@ -37,7 +37,7 @@ partition where exhaustive search does in 39 of 40 cases, 2.5 % slower on
 average (``tests/test_torch_schedules.py`` holds the comparison). A plan that
 cannot fit says so (``plan.fits`` is False), as the flushed schedules do.
 
->>> from workbench.model.chain import Chain, Layer, Platform
+>>> from workbench.model.chain import Chain, Layer
 >>> from workbench.model.target import Target
 >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 0, 1, 1) for i in range(8)), input_bytes=1)
 >>> p = TORCH_PLANNERS["interleaved-1f1b"](ch, Target.of(2, memory_model="paper"), micro_batches=4)

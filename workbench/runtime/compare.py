@@ -71,7 +71,7 @@ def steady_warmup(plan: Plan, trace: Trace, warmup: int | None = None) -> int:
     least ``k_0`` (the forwards the first stage runs before one waits for a backward), leaving two; none for a
     flushed plan, whose every flush is the plan's whole schedule (its period: the flushes' spans).
 
-    >>> from workbench.model.chain import Chain, Layer, Platform
+    >>> from workbench.model.chain import Chain, Layer
     >>> from workbench.model.target import Target
     >>> from workbench.model.plan import make_plan
     >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 0, 0) for i in range(2)))

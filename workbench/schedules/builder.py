@@ -41,7 +41,7 @@ contiguous arc of the period (an operation goes right after or right
 before the arc) and never fails while every device load is <= T.
 ``mode="auto"`` tries both and keeps the one that fits best.
 
->>> from workbench.model.chain import Chain, Layer, Platform
+>>> from workbench.model.chain import Chain, Layer
 >>> from workbench.model.target import Target
 >>> chain = Chain(tuple(Layer(f"l{i}", 0.001, 0.002, 100, 10) for i in range(6)), input_bytes=10)
 >>> plat = Target.of(3, memory=1000, bandwidth=20000, memory_model="paper")
@@ -84,7 +84,7 @@ def _ceil(x: float) -> int:
 class Scheduler:
     """Schedules for one allocation, with the per-stage sums computed once.
 
-    >>> from workbench.model.chain import Chain, Layer, Platform
+    >>> from workbench.model.chain import Chain, Layer
     >>> from workbench.model.target import Target
     >>> chain = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 100, 10) for i in range(4)))
     >>> s = Scheduler(chain, Target.of(2, memory_model="paper"), [0, 0, 1, 1])

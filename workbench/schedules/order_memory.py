@@ -32,7 +32,7 @@ and sends nothing: the ``N`` buffers stay, the sent ones do not. Adding these
 at each operation gives the peak a run on torch's engine reaches (``N``
 micro-batches in one step).
 
->>> from workbench.model.chain import Chain, Layer, Platform
+>>> from workbench.model.chain import Chain, Layer
 >>> from workbench.model.target import Target
 >>> from workbench.schedules.torch_orders import torch_order
 >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 8, 1, 10) for i in range(4)), input_bytes=1)

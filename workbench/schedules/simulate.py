@@ -29,7 +29,7 @@ allocation.
 **Memory** rows per device (what each holds over the run) come from
 :mod:`workbench.schedules.simulate_memory`.
 
->>> from workbench.model.chain import Chain, Layer, Platform
+>>> from workbench.model.chain import Chain, Layer
 >>> from workbench.model.target import Target
 >>> from workbench.schedules.builder import build_schedule
 >>> chain = Chain(tuple(Layer(f"l{i}", 0.001, 0.002, 100, 10) for i in range(6)), input_bytes=10)
@@ -239,7 +239,7 @@ def simulate_flushed(chain: Chain, platform: Target, assignment: Sequence[int], 
     ``trace.period`` is makespan / (m * flushes); memory holds one weight
     version (phi * W) and the activations in flight.
 
-    >>> from workbench.model.chain import Chain, Layer, Platform
+    >>> from workbench.model.chain import Chain, Layer
     >>> from workbench.model.target import Target
     >>> chain = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 0, 1) for i in range(3)), input_bytes=1)
     >>> t = simulate_flushed(chain, Target.of(3, memory_model="paper"), [0, 1, 2], 4, kind="1f1b")

@@ -23,7 +23,7 @@ of its ``I`` to the end of its ``W``; its excess while any of its operations
 runs; its static bytes (weights, gradients, optimizer state, receive buffers)
 all along; the optimizer step's temporaries after the flush.
 
->>> from workbench.model.chain import Chain, Layer, Platform
+>>> from workbench.model.chain import Chain, Layer
 >>> from workbench.model.target import Target
 >>> from workbench.schedules.torch_orders import torch_order
 >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 0, 1, 1) for i in range(4)), input_bytes=1)

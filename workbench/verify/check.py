@@ -16,7 +16,7 @@ Flushed schedules (GPipe, 1F1B, torch's multi-stage schedules: a plan whose ``sc
 (:mod:`workbench.verify.check_flushed`: layout, order, period, memory). :func:`structural_violations` is
 rules 0 and 1 alone: what the simulator requires before it runs a plan.
 
->>> from workbench.model.chain import Chain, Layer, Platform
+>>> from workbench.model.chain import Chain, Layer
 >>> from workbench.model.target import Target
 >>> from workbench.model.plan import make_plan
 >>> chain = Chain(tuple(Layer(f"l{i}", 0.001, 0.002, 10, 4) for i in range(4)))
@@ -246,7 +246,7 @@ def structural_violations(plan: Plan, chain: Chain, platform: Target) -> list[Vi
     """Rules 0 and 1 alone: does the plan describe ``chain`` on ``platform`` (layers, stages, devices,
     a positive finite period, finite start times)? The simulator needs nothing more to run a plan.
 
-    >>> from workbench.model.chain import Chain, Layer, Platform
+    >>> from workbench.model.chain import Chain, Layer
     >>> from workbench.model.target import Target
     >>> from workbench.model.plan import make_plan
     >>> chain = Chain(tuple(Layer(f"l{i}", 0.001, 0.002, 10, 4) for i in range(4)))

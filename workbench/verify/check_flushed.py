@@ -24,7 +24,7 @@ code with the simulator (:mod:`workbench.schedules.simulate`,
   runs with the excess of a backward that writes them fresh), the optimizer
   step after the flush) is at most the limit and equals the recorded memory.
 
->>> from workbench.model.chain import Chain, Layer, Platform
+>>> from workbench.model.chain import Chain, Layer
 >>> from workbench.model.target import Target
 >>> from workbench.model.plan import Plan, Stage
 >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 0, 1, 1) for i in range(2)), input_bytes=1)

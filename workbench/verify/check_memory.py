@@ -6,7 +6,7 @@ sums, band matrices and cached arrays; this module recomputes it for
 layers, every term spelled out as docs/model.md states it -- and shares no
 code with it, so a check that agrees with a planner is a check.
 
->>> from workbench.model.chain import Chain, Layer, Platform
+>>> from workbench.model.chain import Chain, Layer
 >>> from workbench.model.target import Target
 >>> chain = Chain(tuple(Layer(f"l{i}", 1, 1, 10, 4) for i in range(2)), input_bytes=4)
 >>> memory_by_device(chain, Target.of(1, memory_model="paper"), [(0, 1, 0, 3)])   # 3 x 8 saved + 20 + 2 x 20 stashed

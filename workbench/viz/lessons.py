@@ -9,7 +9,6 @@ and assert them (a run where a lesson stops being true fails instead of teaching
 * :func:`replay_error_ranges`: per run of replays, the lowest and highest relative compute error of a device;
 * :func:`same_order`: whether two traces run the same forwards and backwards in the same order on each device.
 
->>> from workbench.model.chain import Platform
 >>> from workbench.model.target import Target
 >>> from workbench.viz.notebook import teaching_chain, three_schedules
 >>> traces = three_schedules(teaching_chain(), Target.of(4, bandwidth="10GB/s", memory_model="paper"), micro_batches=8)

@@ -12,7 +12,7 @@ activations -- with the limit. Both pick their unit by magnitude
 :func:`memory_bars_compare` and :func:`memory_timelines` draw several plans or
 traces as panels of one figure, on one unit and one range, to be compared.
 
->>> from workbench.model.chain import Chain, Layer, Platform
+>>> from workbench.model.chain import Chain, Layer
 >>> from workbench.model.target import Target
 >>> from workbench.model.plan import make_plan
 >>> chain = Chain(tuple(Layer(f"l{i}", 0.001, 0.002, 10, 4) for i in range(4)))

@@ -5,7 +5,7 @@ recomputed or offloaded, and with the policies chosen per layer (``auto``);
 :func:`policy_sweep_figure` draws normalised throughput (lower bound / period) against the
 limit, one line per policy.
 
->>> from workbench.model.chain import Chain, Layer, Platform
+>>> from workbench.model.chain import Chain, Layer
 >>> from workbench.model.target import Target
 >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 0, 10, 100) for i in range(4)), input_bytes=10)
 >>> df = policy_sweep(ch, Target.of(2, memory_model="paper", host_bandwidth=100), [300, 500])

@@ -21,7 +21,7 @@ state and steps it; the PipeDream engine's terms (``weights="stash"``: the share
 which keeps a receive buffer per mini-batch in flight) under-predicted that rank by the copy's Adam states
 (+17 % on GPT-2's last of 2 ranks). :func:`rank_memory_terms` splits the model's part by term.
 
->>> from workbench.model.chain import Chain, Layer, Platform
+>>> from workbench.model.chain import Chain, Layer
 >>> from workbench.model.target import Target
 >>> from workbench.model.layout import Layout
 >>> from workbench.planners import plan

@@ -33,7 +33,7 @@ each layer needs under any policy (:func:`workbench.planners.ilp.bounds.memory_p
 this for the ILP; here :func:`_memory_bound`). A ``deadline`` stops the search with the best plan
 found (``complete=False``).
 
->>> from workbench.model.chain import Chain, Layer, Platform
+>>> from workbench.model.chain import Chain, Layer
 >>> from workbench.model.target import Target
 >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 0, 10, 100) for i in range(4)), input_bytes=10)
 >>> a = auto_on_chain(ch, Target.of(2, memory=300, memory_model="paper", host_bandwidth=100))

@@ -55,7 +55,7 @@ with T large enough every k is 1, and the least peak of a stage's memory at
 k = 1 over partitions is another bottleneck, searched by bisection on the
 memory with a banded DP (:func:`least_contiguous_memory`).
 
->>> from workbench.model.chain import Chain, Layer, Platform
+>>> from workbench.model.chain import Chain, Layer
 >>> from workbench.model.target import Target
 >>> chain = Chain(tuple(Layer(f"l{i}", 0.001, 0.002, 0, 0) for i in range(4)))
 >>> p = plan_dp(chain, Target.of(2, memory_model="paper"))
@@ -159,7 +159,7 @@ def least_contiguous_memory(chain: Chain, platform: Target, tables: StageTables 
     stages. Exact: bisection on the memory, each probe a banded fewest-stages DP, and a last probe at
     the largest float below the value found.
 
-    >>> from workbench.model.chain import Chain, Layer, Platform
+    >>> from workbench.model.chain import Chain, Layer
     >>> from workbench.model.target import Target
     >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 1.0, 10, 0, 5) for i in range(4)))
     >>> least_contiguous_memory(ch, Target.of(2, memory_model="paper"))
@@ -192,7 +192,7 @@ def partition_period(chain: Chain, platform: Target, bounds: Sequence[tuple[int,
     The schedule is :class:`~workbench.schedules.builder.Scheduler`'s contiguous
     builder (the recurrence above); its ``best`` search is exact up to 1e-9.
 
-    >>> from workbench.model.chain import Chain, Layer, Platform
+    >>> from workbench.model.chain import Chain, Layer
     >>> from workbench.model.target import Target
     >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 0, 0) for i in range(2)))
     >>> partition_period(ch, Target.of(2, memory_model="paper"), [(0, 0), (1, 1)])
@@ -388,7 +388,7 @@ def plan_dp(chain: Chain, platform: Target, *, allocation: str = "contiguous",
     activation policy, exactly (:mod:`workbench.planners.dp.auto`); other policies:
     :mod:`workbench.planners.fixed_policies`. Other options are ignored.
 
-    >>> from workbench.model.chain import Chain, Layer, Platform
+    >>> from workbench.model.chain import Chain, Layer
     >>> from workbench.model.target import Target
     >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 100, 10) for i in range(4)))
     >>> plan_dp(ch, Target.of(2, memory=10_000, memory_model="paper")).period

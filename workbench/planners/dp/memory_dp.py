@@ -18,7 +18,7 @@ largest k whose rule-7 memory fits: memory is non-decreasing in k), exact to
 the float. Nothing is an approximation: the DP's answer is the same as over
 the full table.
 
->>> from workbench.model.chain import Chain, Layer, Platform
+>>> from workbench.model.chain import Chain, Layer
 >>> from workbench.model.target import Target
 >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 100, 10) for i in range(4)))
 >>> memory_dp(ch, Target.of(2, memory=10_000, memory_model="paper"), 6.0)

@@ -33,7 +33,7 @@ plan reaches) never helps, and a version whose memory at the least in-flight cou
 have at that period (``k_lo[i]``) does not fit never does (its memory at k only grows as the stage grows, so the
 stage stops there).
 
->>> from workbench.model.chain import Chain, Layer, Platform
+>>> from workbench.model.chain import Chain, Layer
 >>> from workbench.model.target import Target
 >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 0, 10, 100) for i in range(3)), input_bytes=10)
 >>> v = stage_versions(ch, Target.of(2, memory=1000, memory_model="paper"))

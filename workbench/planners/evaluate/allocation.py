@@ -48,7 +48,7 @@ Contiguous allocations: a closed form (:func:`contiguous_period`)
     the minimum, over the non-increasing k vectors that fit in memory, of a
     maximum of ratios: exact, and fast.
 
->>> from workbench.model.chain import Chain, Layer, Platform
+>>> from workbench.model.chain import Chain, Layer
 >>> from workbench.model.target import Target
 >>> al = allocation_of(Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 0, 0) for i in range(4))), Target.of(2), (0, 0, 1, 1))
 >>> contiguous_period(al, Target.of(2))
@@ -106,7 +106,7 @@ class Allocation:
 def allocation_of(chain: Chain, platform: Target, assignment: Sequence[int]) -> Allocation:
     """The stage data of ``assignment`` (one device per layer).
 
-    >>> from workbench.model.chain import Chain, Layer, Platform
+    >>> from workbench.model.chain import Chain, Layer
     >>> from workbench.model.target import Target
     >>> al = allocation_of(Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 0, 0) for i in range(3))), Target.of(2), (0, 1, 0))
     >>> al.runs, al.devices, al.static_lb       # device 0 holds stages 0 and 2: load 6

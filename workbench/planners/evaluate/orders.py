@@ -18,7 +18,7 @@ probe at T / (1 + 1e-9) was proven infeasible, or T equals a lower bound).
 from the incumbent it is asked to beat, and its bracket is certified from
 below as T (1 + 1e-9), the precision brute force's results are stated in.)
 
->>> from workbench.model.chain import Chain, Layer, Platform
+>>> from workbench.model.chain import Chain, Layer
 >>> from workbench.model.target import Target
 >>> from workbench.planners.evaluate.allocation import allocation_of
 >>> chain = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 0, 0) for i in range(3)))

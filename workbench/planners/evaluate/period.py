@@ -11,7 +11,7 @@ The tests check these against an exhaustive oracle of their own
 (``tests/oracle.py``), which shares no code with this package but the model
 types and the checker.
 
->>> from workbench.model.chain import Chain, Layer, Platform
+>>> from workbench.model.chain import Chain, Layer
 >>> from workbench.model.target import Target
 >>> chain = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 0, 0) for i in range(3)))
 >>> allocation_period(chain, Target.of(2), (0, 0, 1))[0], allocation_period(chain, Target.of(2), (0, 1, 0))[0]
@@ -105,7 +105,7 @@ def path_period(chain: Chain, platform: Target, assignment: Sequence[int], upper
     stages per bisection step (about 0.1 ms on resnet50's 177 layers against 1-100 ms for the exact
     period).
 
-    >>> from workbench.model.chain import Chain, Layer, Platform
+    >>> from workbench.model.chain import Chain, Layer
     >>> from workbench.model.target import Target
     >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 1.0, 0, 0, saved_bytes=10) for i in range(4)), input_bytes=0)
     >>> # loads 4 and 4; device 0 holds k = 2

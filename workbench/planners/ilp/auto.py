@@ -19,7 +19,7 @@ A proof of optimality holds for the MILP's bound on each device's transient memo
 without policies) and, for general allocations, for the host link modelled by its load only;
 the plan says so.
 
->>> from workbench.model.chain import Chain, Layer, Platform
+>>> from workbench.model.chain import Chain, Layer
 >>> from workbench.model.target import Target
 >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 0, 10, 100) for i in range(4)), input_bytes=10)
 >>> p = plan_ilp_auto(ch, Target.of(2, memory=300, memory_model="paper", host_bandwidth=100))

@@ -10,7 +10,7 @@ deadline) and rebuilds it as a plan, which the caller re-checks before using it.
 cannot be forked (not Linux, or a single core), :func:`start_search` returns None and the caller
 runs its searches itself.
 
->>> from workbench.model.chain import Chain, Layer, Platform
+>>> from workbench.model.chain import Chain, Layer
 >>> from workbench.model.target import Target
 >>> from workbench.planners.dp.contiguous import plan_dp
 >>> import time

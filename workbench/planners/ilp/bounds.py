@@ -6,7 +6,7 @@ period range, the phases of :mod:`workbench.planners.ilp.phases` to refuse
 hopeless instances before building a model, the cover search and the
 stage-path bound for their per-layer arrays.
 
->>> from workbench.model.chain import Chain, Layer, Platform
+>>> from workbench.model.chain import Chain, Layer
 >>> from workbench.model.target import Target
 >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 1.0, 10, 4) for i in range(2)))
 >>> least_memory_bound(ch, Target.of(2, memory_model="paper"))[0]      # one layer: 4 saved + 10 stashed + 10
@@ -35,7 +35,7 @@ def memory_terms(chain: Chain, platform: Target) -> tuple[np.ndarray, np.ndarray
     plus its boundary terms and its device's extra (:func:`workbench.model.memory_bands.linear_terms`;
     paper model: ``a = saved + [stash] W``, ``w0 = (phi - [stash]) W``).
 
-    >>> from workbench.model.chain import Chain, Layer, Platform
+    >>> from workbench.model.chain import Chain, Layer
     >>> from workbench.model.target import Target
     >>> ch = Chain((Layer("l", 1.0, 1.0, weight_bytes=10, saved_bytes=4),))
     >>> [float(v[0]) for v in memory_terms(ch, Target.of(1, weights="stash", memory_model="paper"))]   # a = 4 + 10
@@ -52,7 +52,7 @@ def chain_arrays(chain: Chain, platform: Target) -> tuple[np.ndarray, ...]:
     of the chain and back, the transfer time of the cut after it (0 after the last), and its
     rule-7 terms (:func:`memory_terms`).
 
-    >>> from workbench.model.chain import Chain, Layer, Platform
+    >>> from workbench.model.chain import Chain, Layer
     >>> from workbench.model.target import Target
     >>> ch = Chain((Layer("x", 1.0, 2.0, 0, 4), Layer("y", 1.0, 1.0, 0, 0)))
     >>> [v.tolist() for v in chain_arrays(ch, Target.of(2, bandwidth=2.0, memory_model="paper"))[:3]]

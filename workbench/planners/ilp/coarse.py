@@ -38,7 +38,7 @@ block boundaries. ``plan.extra`` reports ``fine_lower_bound``,
 ``half_blocks``, and the returned ``gap`` is measured against the fine bound, so
 it includes what coarsening may have cost.
 
->>> from workbench.model.chain import Chain, Layer, Platform
+>>> from workbench.model.chain import Chain, Layer
 >>> from workbench.model.target import Target
 >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 100, 10) for i in range(12)))
 >>> p = plan_coarse(ch, Target.of(3, memory_model="paper"), blocks=4)

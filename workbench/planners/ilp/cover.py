@@ -42,12 +42,10 @@ The exact search (:func:`cover_search`)
     settles most allocations with one order search instead of one per
     combination of in-flight vectors.
 
-Sizes: the sets are enumerated under the load bound; above ``MAX_SETS`` of them
-(e.g. 32 blocks on 2 or 4 devices) the search is refused (:class:`TooManySets`).
-16 random layers x 4 devices have 2,000-5,000.
+Sizes: the sets are enumerated under the load bound; above ``MAX_SETS`` of them (e.g. 32 blocks on 2 or 4 devices)
+the search is refused (:class:`TooManySets`). 16 random layers x 4 devices have 2,000-5,000.
 
->>> from workbench.model.chain import Chain, Layer, Platform
->>> from workbench.model.target import Target
+>>> from workbench.model.chain import Layer
 >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 0, 0) for i in range(3)))
 >>> r = cover_search(ch, Target.of(2, memory_model="paper"), 9.0)
 >>> r.status, r.period, r.assignment
@@ -266,8 +264,7 @@ def device_sets(chain: Chain, platform: Target, t_max: float, *, limit: int = MA
     """The device sets with threshold <= ``t_max`` (raises :class:`TooManySets` above ``limit``,
     TimeoutError past ``deadline``).
 
-    >>> from workbench.model.chain import Chain, Layer, Platform
-    >>> from workbench.model.target import Target
+    >>> from workbench.model.chain import Chain, Layer
     >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 0, 0) for i in range(3)))
     >>> device_sets(ch, Target.of(2, memory_model="paper"), 6.0).count   # sets of at most 2 layers
     6
@@ -390,8 +387,7 @@ def cover_bound(chain: Chain, platform: Target, upper: float, *, deadline: float
     """The cover bound: least bottleneck ``max_S t(S)`` over partitions, if below ``upper``
     (else ``upper``). A lower bound on the period of every general (and contiguous) plan.
 
-    >>> from workbench.model.chain import Chain, Layer, Platform
-    >>> from workbench.model.target import Target
+    >>> from workbench.model.chain import Chain, Layer
     >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 0, 0) for i in range(3)))
     >>> cover_bound(ch, Target.of(2, memory_model="paper"), 9.0)   # 3 layers of load 3 on 2 devices
     6.0

@@ -147,7 +147,7 @@ def build_model(chain: Chain, platform: Target, *, allocation: str = "contiguous
     constraints between different stages of one device (a relaxation; general only).
     ``policies=True`` also chooses every layer's activation policy (:mod:`workbench.planners.ilp.policies`).
 
-    >>> from workbench.model.chain import Chain, Layer, Platform
+    >>> from workbench.model.chain import Chain, Layer
     >>> from workbench.model.target import Target
     >>> ch = Chain(tuple(Layer(f"l{i}", 0.001, 0.002, 10, 4) for i in range(4)))
     >>> m = build_model(ch, Target.of(2, memory=100, memory_model="paper"), allocation="contiguous")

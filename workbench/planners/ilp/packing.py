@@ -16,7 +16,7 @@ On PipeDream's resnet50 on 8 devices at the third memory level of the
 committed figures it found 0.1041 s where the contiguous DP has 0.1123 s and
 the guided search found nothing better in 60 s.
 
->>> from workbench.model.chain import Chain, Layer, Platform
+>>> from workbench.model.chain import Chain, Layer
 >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 1.0, 0, 0, saved_bytes=10) for i in range(4)), input_bytes=0)
 >>> pack([(0, 0, 30.0, 2.0), (1, 1, 20.0, 2.0), (2, 2, 20.0, 2.0)], 2, 50.0, 4.0)
 [0, 1, 0]

@@ -28,7 +28,7 @@ the answer, a :class:`~workbench.planners.ilp.runner.Verdict`; a phase that does
 None. The plan records every phase, the phase whose plan it is (``found_by``) and the one that
 proved its bound (``bound_by``) in ``extra["solve"]`` (:class:`~workbench.model.plan_extra.SolveRecord`).
 
->>> from workbench.model.chain import Chain, Layer, Platform
+>>> from workbench.model.chain import Chain, Layer
 >>> from workbench.model.target import Target
 >>> from workbench.planners.budget import Budget
 >>> from workbench.planners.ilp.options import IlpOptions

@@ -17,7 +17,7 @@ the best plan known is returned with ``status="timeout"`` and its proven
 ``gap`` = (T - T_bound) / T. The model is :mod:`workbench.planners.ilp.model`;
 solving and reading it back, :mod:`workbench.planners.ilp.solve`.
 
->>> from workbench.model.chain import Chain, Layer, Platform
+>>> from workbench.model.chain import Chain, Layer
 >>> from workbench.model.target import Target
 >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 100, 10) for i in range(4)))
 >>> p = plan_ilp(ch, Target.of(2, memory=10_000, memory_model="paper"))

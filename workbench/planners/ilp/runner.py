@@ -16,7 +16,7 @@ The first verdict ends the run: :func:`finish` turns it into the plan, which rec
 phase, the phase whose plan it is (``found_by``) and the one that proved its bound
 (``bound_by``) in ``extra["solve"]`` (:class:`~workbench.model.plan_extra.SolveRecord`).
 
->>> from workbench.model.chain import Chain, Layer, Platform
+>>> from workbench.model.chain import Chain, Layer
 >>> from workbench.model.target import Target
 >>> from workbench.planners.budget import Budget
 >>> from workbench.planners.ilp.options import IlpOptions

@@ -8,7 +8,7 @@ that lowers the period. Each allocation is scored by its *exact* least period
 (:func:`workbench.planners.evaluate.period.allocation_best`, with the current period as a
 cut-off so that most candidates are rejected by bounds alone).
 
->>> from workbench.model.chain import Chain, Layer, Platform
+>>> from workbench.model.chain import Chain, Layer
 >>> from workbench.model.target import Target
 >>> from workbench.planners.dp.contiguous import plan_dp
 >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 10, 1) for i in range(3)), input_bytes=1)
@@ -160,7 +160,7 @@ def guided_search(chain: Chain, platform: Target, start: Plan, *, seconds: float
     ``deadline`` (a ``perf_counter`` time or a :class:`~workbench.planners.budget.WorkDeadline`)
     replaces ``seconds`` when given. ``target``: stop once a plan reaches this period (a proven lower bound).
 
-    >>> from workbench.model.chain import Chain, Layer, Platform
+    >>> from workbench.model.chain import Chain, Layer
     >>> from workbench.model.target import Target
     >>> from workbench.planners.dp.contiguous import plan_dp
     >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 10, 1) for i in range(3)), input_bytes=1)

@@ -8,7 +8,7 @@ best period; :func:`plan_from_model` rebuilds the solution as a
 :func:`workbench.model.plan.make_plan`). :class:`MilpProgress` turns HiGHS's
 branch-and-bound log into progress lines.
 
->>> from workbench.model.chain import Chain, Layer, Platform
+>>> from workbench.model.chain import Chain, Layer
 >>> from workbench.model.target import Target
 >>> from workbench.planners.ilp.model import build_model
 >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 100, 10) for i in range(4)))

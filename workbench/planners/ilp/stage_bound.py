@@ -30,7 +30,7 @@ gnmt from PipeDream on 8 devices: gaps of 9-14 % down to 0.1-1.6 %). The windows
 excess over the compute is rounded *down* to a grid of T / 256 in the fronts,
 which keeps the bound valid.
 
->>> from workbench.model.chain import Chain, Layer, Platform
+>>> from workbench.model.chain import Chain, Layer
 >>> from workbench.model.target import Target
 >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 1.0, 0, 0, saved_bytes=10) for i in range(4)), input_bytes=0)
 >>> round(stage_path_bound(ch, Target.of(2, memory=50, memory_model="paper")), 3)   # 4 layers of 10 bytes, 2 x 50 bytes
@@ -68,7 +68,7 @@ def stage_partition(chain: Chain, platform: Target, T: float) -> list[tuple[int,
     """A stage partition of :func:`least_stage_memory` at period T: per stage (first, last, its memory in the
     relaxation, its compute F + B); [] if none fits.
 
-    >>> from workbench.model.chain import Chain, Layer, Platform
+    >>> from workbench.model.chain import Chain, Layer
     >>> from workbench.model.target import Target
     >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 1.0, 0, 0, saved_bytes=10) for i in range(4)), input_bytes=0)
     >>> [s[:2] for s in stage_partition(ch, Target.of(2, memory=50, memory_model="paper"), 4.0)]   # free cuts
