@@ -7,7 +7,7 @@ memory, its split by term, the estimate note, torch's engine extra, merged
 layers' columns) are in :mod:`workbench.model.memory_views`; shared parameters
 are read by :mod:`workbench.model.ties`.
 
-**The training loop** (``Platform.zero_grad``): ``none`` (torch's default,
+**The training loop** (``TrainingSetup.zero_grad``): ``none`` (torch's default,
 ``optimizer.zero_grad()`` sets every gradient to None) or ``zeros`` (gradients
 zeroed in place, a resident buffer). A periodic plan steps after every
 mini-batch's backward (PipeDream), so under ``none`` a stage's gradients live
@@ -275,7 +275,8 @@ def _full_terms(chain: Chain, platform: Target) -> LayerTerms:
     off = _offloaded(chain)
     grads = G if zeros else np.zeros(L)
     static = W + grads + master + optimizer + off
-    edge = BoundaryInputs.of_chain(chain, cols["saved_input_bytes"], cols["saved_output_bytes"], platform)
+    edge = BoundaryInputs.of_chain(chain, cols["saved_input_bytes"], cols["saved_output_bytes"],
+                                   platform.setup)
     act = np.maximum(cols["saved"] - edge.shared, 0.0)
     # while layer l's forward runs: its input (unless l-1's activations already hold it, when it is shared)
     # and what the forward allocates, against act_l counted in full: forward_peak + in - shared - act_l

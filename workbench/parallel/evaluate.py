@@ -1,16 +1,16 @@
 """One layout evaluated: its pipeline planned on the per-rank chain, data parallelism priced, the step's time,
 throughput, MFU and every rank's peak memory (docs/model.md, "Layouts").
 
-A :class:`Job` is what every layout of a search shares: the GPUs (a :class:`~workbench.model.chain.Platform`
-whose ``devices`` is their number, with its nodes, links, memory and training set-up), the global batch
-(samples per optimizer step), the tokens a sample holds and the parameters that count in MFU. A layout's
-``micro_batches`` is ``global_batch / (dp x micro_batch_size)``.
+A :class:`Job` is what every layout of a search shares: the GPUs and the training set-up (a
+:class:`~workbench.model.target.Target` whose platform's ``devices`` is their number, with its nodes, links and
+memory), the global batch (samples per optimizer step), the tokens a sample holds and the parameters that count in
+MFU. A layout's ``micro_batches`` is ``global_batch / (dp x micro_batch_size)``.
 
 :func:`evaluate` plans the pipeline of one data-parallel replica of tensor-parallel rank 0 with the workbench's
 planners (``plan``'s methods) on the chain of one rank (:func:`rank_chain`: ``chain_for(tp, micro_batch_size)``,
 tensor-parallel shards for tp > 1, with the layout's sequence parallelism and vocabulary-parallel loss) and a
 platform of ``pp`` devices whose memory model knows the rank's data-parallel group
-(``Platform.dp``, ``Platform.zero``: :mod:`workbench.model.memory_zero`), so every planner plans under the
+(``TrainingSetup.dp``, ``TrainingSetup.zero``: :mod:`workbench.model.memory_zero`), so every planner plans under the
 memory a rank really has. The step is
 
 * flushed schedules: the makespan of one flush of the micro-batches (simulated), plus what data parallelism
