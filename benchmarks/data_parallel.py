@@ -1,7 +1,7 @@
 """Data parallelism's memory per rank against torch's own trackers: DDP, ZeRO-1 and FSDP2 (zero 2 and 3).
 
 For every case: the model's prediction for one rank of a data-parallel group of ``dp`` ranks (a one-stage pipeline
-planned with ``Platform(1, dp=..., zero=...)``, ``1f1b`` with the case's micro-batches: what
+planned with ``Target.of(1, dp=..., zero=...)``, ``1f1b`` with the case's micro-batches: what
 ``plan --parallel pp=1,dp=D,zero=Z`` writes for every rank) from the workbench's fake profile of the model, against
 the peak torch's tracker records around real training steps of the same model wrapped as torch runs the ZeRO
 level (:mod:`workbench.parallel.data.witness`: ``FSDPMemTracker`` around ``fully_shard`` on a fake process group
@@ -32,8 +32,8 @@ from torch.nn import functional as F
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from workbench.model.chain import Platform  # noqa: E402
 from workbench.model.memory_zero import TORCH_MAPPING  # noqa: E402
+from workbench.model.target import Target  # noqa: E402
 from workbench.parallel.data.witness import rank_peak  # noqa: E402
 from workbench.planners import plan  # noqa: E402
 from workbench.profiles import load_profile  # noqa: E402
@@ -65,7 +65,7 @@ def lm_loss(out, targets):
 
 def predicted(chain, *, dp: int, zero: int, precision: str, micro_batches: int) -> float:
     """The model's peak for one rank: a one-stage 1F1B pipeline of the chain on a rank of ``dp`` under ZeRO."""
-    platform = Platform(1, optimizer="adamw", precision=precision, weights="single", dp=dp, zero=zero)
+    platform = Target.of(1, optimizer="adamw", precision=precision, weights="single", dp=dp, zero=zero)
     result = plan(chain, platform, "1f1b", micro_batches=micro_batches)
     if result.extra.get("violations"):
         raise AssertionError(f"the checker rejects the plan: {result.extra['violations'][0]}")

@@ -39,7 +39,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from workbench.model.chain import Chain, Layer, Platform  # noqa: E402
+from workbench.model.chain import Chain, Layer  # noqa: E402
+from workbench.model.target import Target  # noqa: E402
 
 TARGETS = {2000: (5.0, None), 10000: (30.0, 2000.0)}   # layers -> (seconds, MB)
 
@@ -68,14 +69,14 @@ def one_case(kind: str, L: int, P: int, fraction: float) -> dict:
 
     chain = make_chain(kind, L)
     t = time.perf_counter()
-    free = plan_dp(chain, Platform(P))
+    free = plan_dp(chain, Target.of(P))
     free_s = time.perf_counter() - t
     row = {"chain": kind, "layers": L, "devices": P}
     if math.isinf(fraction):
         plan, secs = free, free_s
         row["limit"] = "none"
     else:
-        platform = Platform(P, memory=free.peak_memory * fraction)
+        platform = Target.of(P, memory=free.peak_memory * fraction)
         t = time.perf_counter()
         plan = plan_dp(chain, platform)
         secs = time.perf_counter() - t
@@ -93,7 +94,7 @@ def limited_case(kind: str, L: int, P: int, memory: str, time_limit: float) -> d
     from workbench.verify.check import check
 
     chain = make_chain(kind, L)
-    platform = Platform(P, memory=memory)
+    platform = Target.of(P, memory=memory)
     t = time.perf_counter()
     plan = plan_dp(chain, platform, time_limit=time_limit)
     secs = time.perf_counter() - t

@@ -37,7 +37,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from workbench.model.chain import MEMORY_COLUMNS, Platform  # noqa: E402
+from workbench.model.chain import MEMORY_COLUMNS  # noqa: E402
+from workbench.model.target import Target  # noqa: E402
 from workbench.model.units import format_bytes  # noqa: E402
 from workbench.planners import plan as run_planner  # noqa: E402
 from workbench.profiles import zoo  # noqa: E402
@@ -108,7 +109,7 @@ def witness(spec: str = LLAMA_8B) -> tuple[float, float]:
 
     t0 = time.perf_counter()
     chain = fake_module(spec, "h100-sxm")
-    plan = run_planner(chain, Platform(1, weights="single", optimizer="adamw", precision="bf16"), "dp")
+    plan = run_planner(chain, Target.of(1, weights="single", optimizer="adamw", precision="bf16"), "dp")
     t1 = time.perf_counter()
     with FakeTensorMode():
         um = load_user_model(spec)

@@ -38,7 +38,8 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from workbench.model.chain import Chain, Layer, Platform  # noqa: E402
+from workbench.model.chain import Chain, Layer  # noqa: E402
+from workbench.model.target import Target  # noqa: E402
 from workbench.planners.dp.contiguous import plan_dp  # noqa: E402
 from workbench.planners.ilp.bounds import least_memory_bound  # noqa: E402
 from workbench.planners.ilp.planner import plan_ilp  # noqa: E402
@@ -48,20 +49,20 @@ SIZES = "16x4,24x4,32x4,16x8,24x8,32x8"
 PROFILES = "alexnet,vgg16,resnet18,resnet50,resnet101,inception_v3,densenet121,nasnetamobile,gnmt"
 
 
-def random_instance(seed: int, L: int, P: int, frac: float = 0.5) -> tuple[Chain, Platform]:
+def random_instance(seed: int, L: int, P: int, frac: float = 0.5) -> tuple[Chain, Target]:
     """A random chain of L layers on P devices, its memory limit ``frac`` of the way from the least any plan
     needs to the peak of the unconstrained contiguous DP plan."""
     rng = np.random.default_rng(seed)
     layers = tuple(Layer(f"l{i}", float(rng.uniform(0.5, 10)), float(rng.uniform(0.5, 20)),
                          float(rng.integers(1, 60)), float(rng.integers(1, 40))) for i in range(L))
     ch = Chain(layers, input_bytes=float(rng.integers(1, 40)))
-    plat = Platform(P, bandwidth=float(rng.uniform(2, 10)), memory_model="paper")
+    plat = Target.of(P, bandwidth=float(rng.uniform(2, 10)), memory_model="paper")
     need, _ = least_memory_bound(ch, plat)
     free = plan_dp(ch, plat, graph=False).peak_memory
     return ch, plat.with_(memory=need + frac * max(free - need, 0.0))
 
 
-def figure_levels(chain: Chain, devices: int) -> tuple[Platform, list[float]]:
+def figure_levels(chain: Chain, devices: int) -> tuple[Target, list[float]]:
     """The platform and memory levels of the committed figures for ``chain`` on ``devices`` devices."""
     from workbench.experiments.complexity import memory_levels
     from workbench.experiments.settings import platform_for, settings_for
@@ -73,7 +74,7 @@ def figure_levels(chain: Chain, devices: int) -> tuple[Platform, list[float]]:
     return platform, memory_levels(chain, platform, s.n_levels, methods=methods)
 
 
-def solve(group: str, name: str, level: str, chain: Chain, plat: Platform, allocation: str,
+def solve(group: str, name: str, level: str, chain: Chain, plat: Target, allocation: str,
           time_limit: float) -> dict:
     """One ILP solve, re-checked, against dp."""
     t = time.perf_counter()

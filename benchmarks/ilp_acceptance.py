@@ -47,7 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from workbench.experiments.complexity import memory_levels  # noqa: E402
 from workbench.io import write_frame_atomic  # noqa: E402
 from workbench.methods import names  # noqa: E402
-from workbench.model.chain import Platform  # noqa: E402
+from workbench.model.target import Target  # noqa: E402
 from workbench.planners import plan as run_planner  # noqa: E402
 from workbench.planners.ilp.planner import plan_ilp  # noqa: E402
 from workbench.profiles import available_profiles, load_profile  # noqa: E402
@@ -62,7 +62,7 @@ def _tp(p) -> float:
     return p.throughput if p.feasible else 0.0
 
 
-def run_cell(chain, plat: Platform, *, time_limit: float, contiguous_time_limit: float) -> dict:
+def run_cell(chain, plat: Target, *, time_limit: float, contiguous_time_limit: float) -> dict:
     """One (profile, P, memory level) cell: the two ILPs, the baselines, the verdicts."""
     row: dict = {}
     ilp = {}
@@ -185,7 +185,7 @@ def main(argv=None) -> pd.DataFrame:
     for name in sorted(names, key=lambda n: len(load_profile(n))):
         chain = load_profile(name)
         for P in devices:
-            base = Platform(P, bandwidth=a.bandwidth, memory_model="paper")
+            base = Target.of(P, bandwidth=a.bandwidth, memory_model="paper")
             mems = memory_levels(chain, base, levels) + [math.inf]
             part = []
             for M in mems:

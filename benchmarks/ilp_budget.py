@@ -30,7 +30,8 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from workbench.model.chain import Chain, Layer, Platform  # noqa: E402
+from workbench.model.chain import Chain, Layer  # noqa: E402
+from workbench.model.target import Target  # noqa: E402
 from workbench.planners import plan  # noqa: E402
 from workbench.planners.budget import WorkDeadline  # noqa: E402
 
@@ -42,18 +43,18 @@ def synthetic(L: int = 600, seed: int = 1) -> Chain:
                              r.uniform(1e5, 4e6)) for i in range(L)), input_bytes=1e6)
 
 
-def instances(quick: bool) -> dict[str, tuple[Chain, Platform]]:
+def instances(quick: bool) -> dict[str, tuple[Chain, Target]]:
     from workbench.paths import peer_profiles_dir
     from workbench.profiles import load_profile
 
     # the synthetic chain is sized for the paper's rule 7 (under the full model with Adam nothing fits 1 GB)
-    out = {"synthetic600 x 4 @1GB": (synthetic(), Platform(4, memory=1e9, bandwidth=12e9, memory_model="paper")),
-           "resnet101 x 4 @3GiB": (load_profile("resnet101"), Platform(4, memory="3GiB", bandwidth="12GB/s"))}
+    out = {"synthetic600 x 4 @1GB": (synthetic(), Target.of(4, memory=1e9, bandwidth=12e9, memory_model="paper")),
+           "resnet101 x 4 @3GiB": (load_profile("resnet101"), Target.of(4, memory="3GiB", bandwidth="12GB/s"))}
     if peer_profiles_dir() is not None and not quick:
         out["pipedream/resnet50 x 8 @8GiB"] = (load_profile("pipedream/resnet50"),
-                                               Platform(8, memory="8GiB", bandwidth="12GB/s"))
+                                               Target.of(8, memory="8GiB", bandwidth="12GB/s"))
         out["pipedream/nasnetamobile x 8 @4GiB"] = (load_profile("pipedream/nasnetamobile"),
-                                                    Platform(8, memory="4GiB", bandwidth="12GB/s"))
+                                                    Target.of(8, memory="4GiB", bandwidth="12GB/s"))
     return out
 
 
@@ -65,7 +66,7 @@ def _polls(run, seconds: float) -> float:
     return d.used / max(time.perf_counter() - t, 1e-9)
 
 
-def rates(chain: Chain, platform: Platform, seconds: float) -> dict[str, float]:
+def rates(chain: Chain, platform: Target, seconds: float) -> dict[str, float]:
     """Polls per second of each search, and HiGHS nodes per second, on ``chain`` coarsened to 32 and 16 blocks."""
     from workbench.planners.blocks import block_groups
     from workbench.planners.dp.contiguous import plan_dp
@@ -93,7 +94,7 @@ def rates(chain: Chain, platform: Platform, seconds: float) -> dict[str, float]:
     return row
 
 
-def limit_row(name: str, chain: Chain, platform: Platform, limit: float) -> dict:
+def limit_row(name: str, chain: Chain, platform: Target, limit: float) -> dict:
     t = time.perf_counter()
     p = plan(chain, platform, "ilp", allocation="general", time_limit=limit)
     wall = time.perf_counter() - t
@@ -102,7 +103,7 @@ def limit_row(name: str, chain: Chain, platform: Platform, limit: float) -> dict
             "gap": None if p.gap is None else round(p.gap, 4)}
 
 
-def repeat_row(name: str, chain: Chain, platform: Platform, limit: float) -> dict:
+def repeat_row(name: str, chain: Chain, platform: Target, limit: float) -> dict:
     runs, walls = [], []
     for _ in range(2):
         t = time.perf_counter()

@@ -44,8 +44,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from ilp import figure_levels, random_instance  # noqa: E402
 
-from workbench.model.chain import Chain, Platform  # noqa: E402
+from workbench.model.chain import Chain  # noqa: E402
 from workbench.model.plan import chain_for_plan  # noqa: E402
+from workbench.model.target import Target  # noqa: E402
 from workbench.planners.dp.contiguous import plan_dp  # noqa: E402
 from workbench.planners.evaluate.period import allocation_best, normalise, path_period  # noqa: E402
 from workbench.planners.ilp.planner import plan_ilp  # noqa: E402
@@ -61,7 +62,7 @@ def moves(a: tuple[int, ...], P: int):
     return _neighbours(a, P, 8, swaps=False)
 
 
-def least_path_period(chain: Chain, platform: Platform, starts: list[tuple[int, ...]], seconds: float,
+def least_path_period(chain: Chain, platform: Target, starts: list[tuple[int, ...]], seconds: float,
                       seed: int = 0) -> tuple[float, tuple[int, ...]]:
     """First-improvement descent on the path period from each start, then from random two-move kicks of the
     best, for ``seconds``: the least path period found and its allocation."""
@@ -91,7 +92,7 @@ def least_path_period(chain: Chain, platform: Platform, starts: list[tuple[int, 
     return best
 
 
-def no_wait_milp(chain: Chain, platform: Platform, T: float, time_limit: float) -> tuple[str, tuple[int, ...] | None]:
+def no_wait_milp(chain: Chain, platform: Target, T: float, time_limit: float) -> tuple[str, tuple[int, ...] | None]:
     """Is some allocation valid at period T in the no-wait relaxation? A MILP with no schedule: a device per
     layer (the first layer on device 0, devices used in order), device loads within T, and each layer's
     in-flight count K_l with K_l T >= its compute to the end and back plus both transfers of every cut from
@@ -147,7 +148,7 @@ def no_wait_milp(chain: Chain, platform: Platform, T: float, time_limit: float) 
     return str(res.termination_condition).split(".")[-1], normalise(found)
 
 
-def measure(group: str, name: str, level: str, chain: Chain, plat: Platform, time_limit: float, descent: float,
+def measure(group: str, name: str, level: str, chain: Chain, plat: Target, time_limit: float, descent: float,
             exact: bool, milp: float = 0.0) -> dict:
     """One instance: the ILP's plan and bound, dp, and the least no-wait period found."""
     p = plan_ilp(chain, plat, allocation="general", time_limit=time_limit)

@@ -40,7 +40,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from workbench.model.chain import Platform  # noqa: E402
+from workbench.model.target import Target  # noqa: E402
 from workbench.model.units import format_bytes  # noqa: E402
 from workbench.planners import plan as run_planner  # noqa: E402
 from workbench.profiles import zoo  # noqa: E402
@@ -89,7 +89,7 @@ def run_case(label: str, model_name: str, config: dict, batch: int, optimizer: s
         chain = profile_zoo(model_name, batch, dtype=dtype, repeats=1, warmup=0, **config)
     rows = []
     for loop in LOOPS:
-        platform = Platform(1, weights="single", optimizer=optimizer, precision=precision, zero_grad=loop)
+        platform = Target.of(1, weights="single", optimizer=optimizer, precision=precision, zero_grad=loop)
         predicted = run_planner(chain, platform, "dp").memory[0]
         if model_name in BUILDERS:
             wl = _workload(model_name, config, batch)
@@ -137,7 +137,7 @@ def run_ranks(label: str, model_name: str, config: dict, batch: int, optimizer: 
     for P in counts:
         for weights in ("stash", "single"):
             for loop in LOOPS:
-                platform = Platform(P, bandwidth="12GB/s", weights=weights, optimizer=optimizer, zero_grad=loop)
+                platform = Target.of(P, bandwidth="12GB/s", weights=weights, optimizer=optimizer, zero_grad=loop)
                 plan = best_schedule(apply_policies(chain, policies), platform, _assignment(L, P), method="benchmark")
                 plan = plan.with_(activations=tuple(policies or ()))
                 s = run_and_compare(plan, chain, platform, wl, batch, steps=STEPS, replan=False)
@@ -179,7 +179,7 @@ def run_schedules(label: str, model_name: str, configs: dict, batch: int, optimi
         chain = profile_zoo(model_name, batch, repeats=1, warmup=0, **config)
         for m in (m for m in METHODS if m.torch_class):
             for loop in LOOPS:
-                platform = Platform(P, bandwidth="12GB/s", weights="single", optimizer=optimizer, zero_grad=loop)
+                platform = Target.of(P, bandwidth="12GB/s", weights="single", optimizer=optimizer, zero_grad=loop)
                 plan = run_planner(chain, platform, m.name)
                 s = run_and_compare(plan, chain, platform, model_name, batch, steps=plan.micro_batches,
                                     model_config=config, replan=False)

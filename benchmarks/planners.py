@@ -29,7 +29,8 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from workbench.methods import METHODS as REGISTRY  # noqa: E402
-from workbench.model.chain import Chain, Layer, Platform  # noqa: E402
+from workbench.model.chain import Chain, Layer  # noqa: E402
+from workbench.model.target import Target  # noqa: E402
 from workbench.planners import plan as run_planner  # noqa: E402
 from workbench.planners.dp.contiguous import least_contiguous_memory, plan_dp  # noqa: E402
 
@@ -41,7 +42,7 @@ def fmt_mem(b: float) -> str:
     return "-" if not math.isfinite(b) else f"{b / 2**30:.2f}"
 
 
-def run_one(chain: Chain, platform: Platform, method: str) -> dict:
+def run_one(chain: Chain, platform: Target, method: str) -> dict:
     t0 = time.perf_counter()
     c0 = time.process_time()
     try:
@@ -74,7 +75,7 @@ def profiles_table(names: list[str] | None, devices: list[int], methods: list[st
             continue
         chain = load_profile(name)
         for P in devices:
-            base = Platform(P, bandwidth="12GB/s", memory_model="paper")
+            base = Target.of(P, bandwidth="12GB/s", memory_model="paper")
             need, _ = least_contiguous_memory(chain, base)
             for label, plat in (("unlimited", base), (f"{tight:g}x least={need * tight / 2**30:.2f}GiB",
                                                       base.with_(memory=need * tight))):
@@ -91,7 +92,7 @@ def dp_timing(L: int = 400, P: int = 16, seed: int = 0) -> pd.DataFrame:
     chain = Chain(tuple(Layer(f"l{i}", float(rng.uniform(1e-4, 3e-3)), float(rng.uniform(2e-4, 6e-3)),
                               float(rng.integers(0, 50_000_000)), float(rng.integers(100_000, 50_000_000)))
                         for i in range(L)))
-    base = Platform(P, bandwidth="12GB/s", memory_model="paper")
+    base = Target.of(P, bandwidth="12GB/s", memory_model="paper")
     need, _ = least_contiguous_memory(chain, base)
     rows = []
     for label, plat in (("unlimited", base), ("1.05x least", base.with_(memory=need * 1.05)),

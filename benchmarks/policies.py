@@ -51,7 +51,8 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from workbench.model.activations import apply_policies  # noqa: E402
-from workbench.model.chain import Chain, Layer, Platform  # noqa: E402
+from workbench.model.chain import Chain, Layer  # noqa: E402
+from workbench.model.target import Target  # noqa: E402
 from workbench.model.units import format_bytes  # noqa: E402
 from workbench.planners import plan as run_planner  # noqa: E402
 from workbench.profiles import zoo  # noqa: E402
@@ -134,7 +135,7 @@ PATTERNS = {
 
 def measure_model(label: str, name: str, config: dict, batch: int, optimizer: str) -> list[dict]:
     chain = profile_zoo(name, batch, repeats=1, warmup=0, **config)
-    platform = Platform(1, weights="single", optimizer=optimizer)
+    platform = Target.of(1, weights="single", optimizer=optimizer)
     rows = []
     for pattern, make in PATTERNS.items():
         pol = make(len(chain))
@@ -157,7 +158,7 @@ def auto_worker(name: str, devices: int, level: float, time_limit: float | None)
     from workbench.verify.check import check
 
     chain = load_profile(name)
-    platform = Platform(devices)
+    platform = Target.of(devices)
     memory = least_contiguous_memory(chain, platform)[0] * level
     platform = platform.with_(memory=memory)
     t0 = time.perf_counter()

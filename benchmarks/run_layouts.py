@@ -37,8 +37,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from workbench.model.chain import Platform  # noqa: E402
 from workbench.model.layout import Layout  # noqa: E402
+from workbench.model.target import Target  # noqa: E402
 from workbench.model.units import format_bytes  # noqa: E402
 from workbench.parallel.run.config import LayoutConfig  # noqa: E402
 from workbench.parallel.run.launch import RankFailure, conclude_layout, run_layout  # noqa: E402
@@ -104,7 +104,7 @@ def _planned(model: str, layout: Layout, micro_batches: int, chains: dict):
     key = (model, layout.tp, layout.sequence_parallel)
     if key not in chains:
         chains[key] = _chain(wl, layout)
-    platform = Platform(layout.pp, optimizer="adam", zero_grad="none")
+    platform = Target.of(layout.pp, optimizer="adam", zero_grad="none")
     plan = make_plan(chains[key], platform, "1f1b", micro_batches=micro_batches)
     return wl, chains[key], platform, plan
 

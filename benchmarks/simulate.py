@@ -12,7 +12,8 @@ import argparse
 import random
 import time
 
-from workbench.model.chain import Chain, Layer, Platform
+from workbench.model.chain import Chain, Layer
+from workbench.model.target import Target
 from workbench.schedules.builder import Scheduler, best_schedule, build_schedule
 from workbench.schedules.registry import SCHEDULES
 from workbench.schedules.simulate import simulate, simulate_flushed
@@ -51,21 +52,21 @@ def main(argv: list[str] | None = None) -> None:
     # ----- simulator -----------------------------------------------------------
     for P, N in ((8, 1000), (16, 1000), (8, 5000)):
         chain = _chain(4 * P)
-        plat = Platform(P, bandwidth="12GB/s", memory_model="paper")
+        plat = Target.of(P, bandwidth="12GB/s", memory_model="paper")
         assign = _contiguous(len(chain), P)
         plan = build_schedule(chain, plat, assign, Scheduler(chain, plat, assign).load_period)
         t = _time(lambda: simulate(plan, chain, plat, batches=N), r)
         rows.append(("simulate periodic", f"{P} devices x {N} mini-batches", t, "< 2 s" if (P, N) == (8, 1000) else ""))
     for kind in [n for n, sched in SCHEDULES.items() if sched.stage_order]:   # GPipe, 1F1B: the ones on an allocation
         chain = _chain(32)
-        plat = Platform(8, bandwidth="12GB/s", memory_model="paper")
+        plat = Target.of(8, bandwidth="12GB/s", memory_model="paper")
         t = _time(lambda: simulate_flushed(chain, plat, _contiguous(32, 8), 32, kind=kind, flushes=4), r)
         rows.append((f"simulate {kind}", "8 devices x 32 micro-batches x 4 flushes", t, ""))
 
     # ----- builder -------------------------------------------------------------
     for L, P in ((8, 4), (32, 8), (64, 16), (400, 16)):
         chain = _chain(L)
-        plat = Platform(P, bandwidth="12GB/s", memory_model="paper")
+        plat = Target.of(P, bandwidth="12GB/s", memory_model="paper")
         assign = _contiguous(L, P)
         sch = Scheduler(chain, plat, assign)
         T = sch.load_period * 1.1
@@ -82,7 +83,7 @@ def main(argv: list[str] | None = None) -> None:
                      _time_many(lambda: best_schedule(chain, lim, assign), r, 20), ""))
     for L, P in ((16, 4), (32, 8)):
         chain = _chain(L)
-        plat = Platform(P, bandwidth="12GB/s", memory_model="paper")
+        plat = Target.of(P, bandwidth="12GB/s", memory_model="paper")
         rng = random.Random(1)
         assign = [rng.randrange(P) for _ in range(L)]
         sch = Scheduler(chain, plat, assign)

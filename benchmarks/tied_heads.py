@@ -114,11 +114,11 @@ def alone(n_layers: int, devices: int, where: str) -> list[int]:
 def run_case(name: str, where: str, devices: int, weights: str, loop: str, optimizer: str, chain) -> list[dict]:
     """One run: per rank, the prediction against the allocator-level peak."""
     from workbench.front.running import run_and_compare
-    from workbench.model.chain import Platform
+    from workbench.model.target import Target
     from workbench.profiles.workload import Workload
     from workbench.schedules.builder import best_schedule
 
-    platform = Platform(devices, weights=weights, optimizer=optimizer, zero_grad=loop)
+    platform = Target.of(devices, weights=weights, optimizer=optimizer, zero_grad=loop)
     plan = best_schedule(chain, platform, alone(len(chain), devices, where))
     s = run_and_compare(plan, chain, platform, Workload.module(f"{__file__}:{name}"), BATCH, steps=8, replan=False)
     return [{"model": name, "ranks": devices, "rank": d, "engine": s["engine"], "loop": loop, "optimizer": optimizer,

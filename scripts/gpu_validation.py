@@ -51,7 +51,7 @@ sys.path.insert(0, str(REPO))
 import torch  # noqa: E402
 
 from workbench.io import write_frame_atomic, write_text_atomic  # noqa: E402
-from workbench.model.chain import Platform  # noqa: E402
+from workbench.model.target import Target  # noqa: E402
 from workbench.profiles import read_profile, write_profile  # noqa: E402
 from workbench.profiles.profiler import profile_zoo  # noqa: E402
 
@@ -129,7 +129,7 @@ def make_plan(chain, devices: int, how):
     from workbench.planners import plan as run_planner
     from workbench.schedules.builder import best_schedule
 
-    platform = Platform(devices, bandwidth="12GB/s", memory_model="paper")  # the runtime counts rule 7 (paper)
+    platform = Target.of(devices, bandwidth="12GB/s", memory_model="paper")  # the runtime counts rule 7 (paper)
     if isinstance(how, str):  # "dp" or "ilp-general"
         if devices > 1:
             platform = platform.with_(memory=demo_memory_limit(chain, platform))
@@ -198,7 +198,7 @@ def validate(out: Path, name: str, steps: int, device: str = "cuda", dtype: str 
     write_text_atomic(run_dir / "plan.json", plan.to_json() + "\n")
     n = max(steps, 4 * max(st.in_flight for st in plan.stages))
     t0 = time.perf_counter()
-    _, rep = replay_to(run_dir, plan, chain, wl, n, weights=platform.weights, device=device, platform=platform)
+    _, rep = replay_to(run_dir, plan, chain, wl, n, weights=platform.setup.weights, device=device, platform=platform)
     row = {"run": name, "profile": path.stem, "dtype": dtype, "devices": devices, "stages": len(plan.stages),
            "allocation": plan.allocation, "method": plan.method, "status": plan.status, "gap": plan.gap,
            "memory_limit": platform.memory_of(0), "steps": n,

@@ -29,7 +29,8 @@ import random
 
 import numpy as np
 
-from workbench.model.chain import Chain, Layer, Platform
+from workbench.model.chain import Chain, Layer
+from workbench.model.target import Target
 from workbench.schedules.builder import best_schedule
 
 __all__ = ["uniform_chain", "baseline_chain", "small_chain", "ilp_chain", "footprint_limit", "py_chain",
@@ -116,9 +117,9 @@ def runtime_plans():
     """Three plans of :func:`runtime_chain`: 2 and 3 contiguous stages, and 4 stages on 2 ranks (rank 0 holds
     stages 0 and 2, rank 1 stages 1 and 3)."""
     chain = runtime_chain()
-    yield best_schedule(chain, Platform(2), [0, 0, 0, 1, 1, 1])
-    yield best_schedule(chain, Platform(3), [0, 0, 1, 1, 2, 2])
-    yield best_schedule(chain, Platform(2), [0, 0, 1, 1, 0, 1])
+    yield best_schedule(chain, Target.of(2), [0, 0, 0, 1, 1, 1])
+    yield best_schedule(chain, Target.of(3), [0, 0, 1, 1, 2, 2])
+    yield best_schedule(chain, Target.of(2), [0, 0, 1, 1, 0, 1])
 
 
 def block_chain(rng: np.random.Generator, L: int) -> Chain:

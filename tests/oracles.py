@@ -35,11 +35,12 @@ period of the integers the MILP chose, found by bisection to 1e-13: the MILP its
 tolerances, so the oracle's periods are exact to about 1e-6) and certified by the checker. Rule 8 (offloaded
 activations) is not modelled: the oracle refuses such chains.
 
->>> from workbench.model.chain import Chain, Layer, Platform
->>> paper_stage_memory(Platform(1, weight_factor=2, memory_model="paper"), 10, 100, 3)   # 3 x 10 + 2 x 100 + 2 x 100
+>>> from workbench.model.chain import Chain, Layer
+>>> from workbench.model.target import Target
+>>> paper_stage_memory(Target.of(1, weight_factor=2, memory_model="paper"), 10, 100, 3)   # 3 x 10 + 2 x 100 + 2 x 100
 430.0
 >>> chain = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 0, 0) for i in range(3)))
->>> round(optimal_plan(chain, Platform(2, memory_model="paper"), "general").period, 6)
+>>> round(optimal_plan(chain, Target.of(2, memory_model="paper"), "general").period, 6)
 6.0
 """
 
@@ -56,8 +57,9 @@ import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, milp
 
 from policy_instances import random_chain
-from workbench.model.chain import Chain, Platform
+from workbench.model.chain import Chain
 from workbench.model.plan import Plan, Stage
+from workbench.model.target import Target
 from workbench.verify.check import check
 from workbench.verify.check_memory import memory_by_device
 
@@ -65,8 +67,8 @@ from workbench.verify.check_memory import memory_by_device
 def paper_stage_memory(platform, saved: float, weights: float, k: int) -> float:
     """The paper's rule 7 for one stage: ``k A + phi W + [stash] (k - 1) W``."""
     k = int(k)
-    stashed = (k - 1) * weights if platform.weights == "stash" else 0.0
-    return float(k * saved + platform.weight_factor * weights + stashed)
+    stashed = (k - 1) * weights if platform.setup.weights == "stash" else 0.0
+    return float(k * saved + platform.setup.weight_factor * weights + stashed)
 
 
 # ----------------------------------------------------------------------------
@@ -104,7 +106,7 @@ def _runs(assignment: Sequence[int]) -> list[tuple[int, int]]:
 class _Stages:
     """The stages of one allocation: compute, transfers, operations per device, memory by k."""
 
-    def __init__(self, chain: Chain, platform: Platform, assignment: Sequence[int]) -> None:
+    def __init__(self, chain: Chain, platform: Target, assignment: Sequence[int]) -> None:
         self.chain, self.platform, self.assignment = chain, platform, tuple(assignment)
         self.runs = _runs(assignment)
         S = self.S = len(self.runs)
@@ -248,7 +250,7 @@ def _plan(st: _Stages, T: float, x: list[float], R: float, allocation: str) -> P
                 allocation=allocation, status="optimal")
 
 
-def allocation_optimum(chain: Chain, platform: Platform, assignment: Sequence[int],
+def allocation_optimum(chain: Chain, platform: Target, assignment: Sequence[int],
                        upper: float = math.inf) -> Plan | None:
     """The least-period valid plan of one allocation (certified by the checker), or None if none fits
     (at a period up to ``upper``)."""
@@ -278,7 +280,7 @@ def allocation_optimum(chain: Chain, platform: Platform, assignment: Sequence[in
     return plan
 
 
-def _load_bound(chain: Chain, platform: Platform, assignment: Sequence[int]) -> float:
+def _load_bound(chain: Chain, platform: Target, assignment: Sequence[int]) -> float:
     """No plan of ``assignment`` has a period below its busiest device or link (rules 5 and 6)."""
     runs = _runs(assignment)
     dev = [assignment[a] for a, _ in runs]
@@ -292,7 +294,7 @@ def _load_bound(chain: Chain, platform: Platform, assignment: Sequence[int]) -> 
     return max(list(load.values()) + list(links.values()))
 
 
-def optimal_plan(chain: Chain, platform: Platform, allocation: str = "contiguous", last: bool = False) -> Plan | None:
+def optimal_plan(chain: Chain, platform: Target, allocation: str = "contiguous", last: bool = False) -> Plan | None:
     """The least-period valid plan over every ``allocation`` ("contiguous" or "general"; ``last``: contiguous
     stages on the last devices), None if none fits. Allocations are visited by their load bound and skipped
     once it reaches the best period found; each MILP is asked only for periods below it."""
@@ -311,7 +313,7 @@ def optimal_plan(chain: Chain, platform: Platform, allocation: str = "contiguous
 # ----------------------------------------------------------------------------
 # instances
 # ----------------------------------------------------------------------------
-def random_instance(seed: int, max_layers: int = 5, max_devices: int = 3) -> tuple[Chain, Platform]:
+def random_instance(seed: int, max_layers: int = 5, max_devices: int = 3) -> tuple[Chain, Target]:
     """A chain of 2..max_layers layers on 2..max_devices devices, either memory model, its memory limit
     between 0.2 and 0.8 of what the whole chain needs on one device with two mini-batches in flight
     (so that it binds, or rules out every plan, in many). Half of them share a parameter between two or
@@ -319,7 +321,7 @@ def random_instance(seed: int, max_layers: int = 5, max_devices: int = 3) -> tup
     loop is either (drawn after everything else, so the rest of an instance is as it always was)."""
     rng = random.Random(seed)
     chain = random_chain(rng, rng.randint(2, max_layers))
-    platform = Platform(rng.randint(2, max_devices), optimizer=rng.choice(["sgd", "adam"]),
+    platform = Target.of(rng.randint(2, max_devices), optimizer=rng.choice(["sgd", "adam"]),
                         memory_model=rng.choice(["full", "paper"]), weights=rng.choice(["stash", "single"]),
                         bandwidth=rng.uniform(5, 100))
     L = len(chain)

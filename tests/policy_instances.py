@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import random
 
-from workbench.model.chain import Chain, Layer, Platform
+from workbench.model.chain import Chain, Layer
+from workbench.model.target import Target
 
 
 def random_chain(rng: random.Random, L: int) -> Chain:
@@ -24,7 +25,7 @@ def random_chain(rng: random.Random, L: int) -> Chain:
     return Chain(tuple(layers), input_bytes=5)
 
 
-def instance(seed: int, *, max_layers: int = 5, max_devices: int = 3) -> tuple[Chain, Platform]:
+def instance(seed: int, *, max_layers: int = 5, max_devices: int = 3) -> tuple[Chain, Target]:
     """A chain and a platform whose memory limit is 0.45..1.0 of what the unconstrained keep plan needs."""
     from workbench.planners import plan
 
@@ -32,6 +33,6 @@ def instance(seed: int, *, max_layers: int = 5, max_devices: int = 3) -> tuple[C
     chain = random_chain(rng, rng.randint(2, max_layers))
     P = rng.randint(1, max_devices)
     opt = rng.choice(["sgd", "adam"])
-    free = plan(chain, Platform(P, optimizer=opt), "dp")
-    return chain, Platform(P, memory=free.peak_memory * rng.uniform(0.45, 1.0), optimizer=opt,
+    free = plan(chain, Target.of(P, optimizer=opt), "dp")
+    return chain, Target.of(P, memory=free.peak_memory * rng.uniform(0.45, 1.0), optimizer=opt,
                            host_bandwidth=rng.uniform(10, 300), bandwidth=rng.uniform(10, 100))

@@ -10,9 +10,10 @@ import torch
 
 from policy_instances import random_chain
 from workbench.model.activations import apply_policies, describe, policy_terms, policy_vector, stage_host_time
-from workbench.model.chain import Chain, Layer, Platform
+from workbench.model.chain import Chain, Layer
 from workbench.model.memory import layer_terms, stage_activation, stage_excess, stage_memory
 from workbench.model.plan import Plan
+from workbench.model.target import Target
 from workbench.planners import plan as run_planner
 from workbench.profiles.memtrace import layer_memory
 from workbench.profiles.zoo import TransformerBlock
@@ -44,14 +45,14 @@ def test_recompute_and_offload_by_hand():
 
 def test_offloaded_copy_counts_once_and_estimates_stay_noted():
     chain = Chain(tuple(Layer(f"l{i}", 1.0, 1.0, 0, 8, 40) for i in range(3)), input_bytes=8)   # no columns measured
-    plat = Platform(1, optimizer="sgd")
+    plat = Target.of(1, optimizer="sgd")
     keep = layer_terms(chain, plat)
     eff = apply_policies(chain, "offload")
     t = layer_terms(eff, plat)
     assert np.allclose(t.act, 0) and np.allclose(t.static - keep.static, 40)
     assert t.estimated == keep.estimated                          # the profile's estimates are still named
     assert "memory estimated" in " ".join(run_planner(chain, plat, "dp", activations="offload").notes)
-    assert stage_host_time(eff, Platform(1, host_bandwidth=20), 0, 2) == 6.0
+    assert stage_host_time(eff, Target.of(1, host_bandwidth=20), 0, 2) == 6.0
 
 
 def test_shared_storage_follows_the_neighbours_policy():
@@ -59,7 +60,7 @@ def test_shared_storage_follows_the_neighbours_policy():
     l0 = Layer("r", 1.0, 1.0, 0, 16, 16, 0, 0, 0, 16, 16, 32)
     l1 = Layer("s", 1.0, 1.0, 0, 8, 20, 0, 0, 16, 0, 24, 40)
     chain = Chain((l0, l1), input_bytes=16)
-    plat = Platform(1, optimizer="sgd")
+    plat = Target.of(1, optimizer="sgd")
     both = layer_terms(chain, plat)
     assert both.act.tolist() == [16.0, 4.0]
     first_rc = layer_terms(apply_policies(chain, ["recompute", "keep"]), plat)
@@ -70,7 +71,7 @@ def test_policy_terms_assemble_every_stage_of_every_vector():
     rng = random.Random(7)
     for trial in range(40):
         chain = random_chain(rng, rng.randint(2, 6))
-        plat = Platform(2, optimizer=rng.choice(["sgd", "adam"]), memory_model=rng.choice(["full", "paper"]))
+        plat = Target.of(2, optimizer=rng.choice(["sgd", "adam"]), memory_model=rng.choice(["full", "paper"]))
         pt = policy_terms(chain, plat)
         L = len(chain)
         vec = [rng.randrange(3) for _ in range(L)]
@@ -86,7 +87,7 @@ def test_policy_terms_assemble_every_stage_of_every_vector():
 
 def test_keep_gives_todays_plans():
     chain = random_chain(random.Random(3), 6)
-    plat = Platform(3, memory=900, optimizer="sgd")
+    plat = Target.of(3, memory=900, optimizer="sgd")
     for method in ("dp", "pipedream", "mcap", "uniform"):
         a = run_planner(chain, plat, method)
         b = run_planner(chain, plat, method, activations="keep")
@@ -96,9 +97,9 @@ def test_keep_gives_todays_plans():
 
 def test_plan_json_round_trip_keeps_policies(tmp_path):
     chain = random_chain(random.Random(5), 4)
-    p = run_planner(chain, Platform(2, optimizer="sgd"), "dp", activations=["keep", "recompute", "offload", "keep"])
+    p = run_planner(chain, Target.of(2, optimizer="sgd"), "dp", activations=["keep", "recompute", "offload", "keep"])
     assert p.activations == ("keep", "recompute", "offload", "keep")
-    assert p.lower_bound == pytest.approx(run_planner(chain, Platform(2, optimizer="sgd"), "dp").lower_bound)
+    assert p.lower_bound == pytest.approx(run_planner(chain, Target.of(2, optimizer="sgd"), "dp").lower_bound)
     back = Plan.from_json(p.to_json(tmp_path / "p.json"))
     assert back.activations == p.activations and "recompute 1" in describe(back.activations)
     with pytest.raises(ValueError, match="activation policy"):
@@ -108,10 +109,10 @@ def test_plan_json_round_trip_keeps_policies(tmp_path):
 def test_flushed_schedules_refuse_offload():
     chain = random_chain(random.Random(1), 4)
     with pytest.raises(ValueError, match="keep or recompute"):
-        run_planner(chain, Platform(2), "gpipe", activations="offload", micro_batches=2)
+        run_planner(chain, Target.of(2), "gpipe", activations="offload", micro_batches=2)
     with pytest.raises(ValueError, match="does not choose"):
-        run_planner(chain, Platform(2), "1f1b", activations="auto", micro_batches=2)
-    assert run_planner(chain, Platform(2), "gpipe", activations="recompute", micro_batches=2).activations
+        run_planner(chain, Target.of(2), "1f1b", activations="auto", micro_batches=2)
+    assert run_planner(chain, Target.of(2), "gpipe", activations="recompute", micro_batches=2).activations
 
 
 @pytest.mark.parametrize("make", [lambda: (TransformerBlock(32, 2), torch.randn(2, 16, 32)),
@@ -145,7 +146,7 @@ def test_stage_memory_from_policy_terms_matches_memory_module():
     rng = random.Random(11)
     for _ in range(30):
         chain = random_chain(rng, 5)
-        plat = Platform(2, optimizer="adam")
+        plat = Target.of(2, optimizer="adam")
         pol = [rng.choice(["keep", "recompute", "offload"]) for _ in range(5)]
         t = layer_terms(apply_policies(chain, pol), plat)
         pt = policy_terms(chain, plat)

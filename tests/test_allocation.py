@@ -8,13 +8,14 @@ import math
 import pytest
 
 from oracles import allocation_optimum, allocations, random_instance
-from workbench.model.chain import Chain, Layer, Platform
+from workbench.model.chain import Chain, Layer
+from workbench.model.target import Target
 from workbench.planners.evaluate.allocation import allocation_of, contiguous_period, memory_floor, paths_fit
 
 
 def test_stage_data_from_the_layers():
     chain = Chain((Layer("a", 1, 2, 0, 8), Layer("b", 3, 4, 0, 8), Layer("c", 5, 6, 0, 8)))
-    al = allocation_of(chain, Platform(2, bandwidth=4.0), (0, 1, 0))
+    al = allocation_of(chain, Target.of(2, bandwidth=4.0), (0, 1, 0))
     assert al.runs == [(0, 0), (1, 1), (2, 2)] and al.dev == [0, 1, 0] and al.devices == [[0, 2], [1]]
     assert al.F == [1, 3, 5] and al.B == [2, 4, 6] and al.c == [2.0, 2.0, 0.0]
     assert al.static_lb == 14.0                                 # device 0: 1 + 2 + 5 + 6

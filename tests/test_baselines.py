@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from instances import baseline_chain, compositions
-from workbench.model.chain import Platform
+from workbench.model.target import Target
 from workbench.planners import plan as run_planner
 from workbench.planners.baselines import (
     block_partition,
@@ -72,7 +72,7 @@ def test_block_partition_balances_an_obvious_case():
 def test_plans_are_valid_and_report_overflow(fn):
     rng = np.random.default_rng(5)
     chain = baseline_chain(rng, 12)
-    plat = Platform(3, bandwidth=200.0, memory_model="paper")
+    plat = Target.of(3, bandwidth=200.0, memory_model="paper")
     free = fn(chain, plat)
     assert free.fits and check(free, chain, plat) == []
     # a limit below what this partition needs even with k = 1: returned anyway, says by how much
@@ -101,7 +101,7 @@ def test_registry_and_cli(tmp_path, capsys):
     f = tmp_path / "toy.csv"
     write_profile(chain, f)
     for method in ("uniform", "parameters", "torchgpipe"):
-        assert run_planner(chain, Platform(2, memory_model="paper"), method).method == method
+        assert run_planner(chain, Target.of(2, memory_model="paper"), method).method == method
         out = tmp_path / f"{method}.json"
         rc = main(["plan", "--profile", str(f), "--devices", "3", "--memory", "1GiB", "--method", method,
                    "--json", str(out)])

@@ -6,14 +6,15 @@ import numpy as np
 import pytest
 
 from instances import block_chain, covers
-from workbench.model.chain import Chain, Layer, Platform
+from workbench.model.chain import Chain, Layer
+from workbench.model.target import Target
 from workbench.planners.blocks import block_groups
 
 
 @pytest.mark.parametrize("L,B", [(10, 3), (37, 8), (50, 50), (5, 9)])
 def test_groups_cover_in_order_with_the_requested_count(L, B):
     ch = block_chain(np.random.default_rng(L), L)
-    g = block_groups(ch, B, Platform(3, bandwidth=5.0, memory_model="paper"))
+    g = block_groups(ch, B, Target.of(3, bandwidth=5.0, memory_model="paper"))
     assert covers(g, L)
     assert len(g) == min(B, L)
 
@@ -32,7 +33,7 @@ def test_groups_prefer_cheap_cuts():
     layers = [Layer(f"l{i}", 1.0, 1.0, 1, 1000.0) for i in range(8)]
     layers[2] = Layer("l2", 1.0, 1.0, 1, 0.0)
     ch = Chain(tuple(layers))
-    g = block_groups(ch, 2, Platform(2, bandwidth=100.0, memory_model="paper"))
+    g = block_groups(ch, 2, Target.of(2, bandwidth=100.0, memory_model="paper"))
     assert g == [(0, 2), (3, 7)]
 
 

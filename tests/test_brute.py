@@ -7,8 +7,9 @@ import random
 import pytest
 
 from oracles import paper_stage_memory
-from workbench.model.chain import Chain, Layer, Platform
+from workbench.model.chain import Chain, Layer
 from workbench.model.plan import stages_of
+from workbench.model.target import Target
 from workbench.planners import brute
 from workbench.planners.brute import contiguous_allocations, general_allocations, plan_brute
 from workbench.planners.evaluate.allocation import allocation_of
@@ -37,7 +38,7 @@ def rand_instance(rng, L, P, memory=True, comm=True):
         tot = sum(chain.saved(i) + l.weight_bytes for i, l in enumerate(layers))
         M = tot * rng.uniform(0.4, 1.5)
     weights = rng.choice(["stash", "single"])
-    return chain, Platform(P, memory=M, bandwidth=bw, weights=weights, weight_factor=rng.choice([1, 2]),
+    return chain, Target.of(P, memory=M, bandwidth=bw, weights=weights, weight_factor=rng.choice([1, 2]),
                            memory_model="paper")
 
 
@@ -267,7 +268,7 @@ def test_general_allocation_against_lp_oracle():
         # equal saved bytes, memory 3: device 0 (stages 0 and 2) has k0 + k2 <= 3, device 1 has k1 <= 3
         layers = tuple(Layer(f"l{i}", rng.randint(1, 5), rng.randint(1, 5), 0, 0, saved_bytes=1) for i in range(3))
         chain = Chain(layers)
-        plat = Platform(2, memory=3, memory_model="paper")
+        plat = Target.of(2, memory=3, memory_model="paper")
         got = allocation_period(chain, plat, (0, 1, 0))
         want = lp_oracle(chain, plat, (0, 1, 0), kcap=(2, 3, 2))
         assert got is not None and got[0] == pytest.approx(want, rel=1e-7)
@@ -311,7 +312,7 @@ def test_general_beats_contiguous_by_hand():
     stage's window is >= 1 + (T + 2) + 2 + 2 = T + 7 > 2T: 3 in flight, 3*10 + 1 = 31 bytes. With this
     schedule T = 4 works: f = 0, 1, 5; b = 10, 7, 5.5 (heavy 3 in flight, mid 2, light 1)."""
     chain = hand_chain()
-    plat = Platform(2, memory=31, memory_model="paper")
+    plat = Target.of(2, memory=31, memory_model="paper")
     g = plan_brute(chain, plat, allocation="general", cache=False)
     c = plan_brute(chain, plat, cache=False)
     assert g.period == pytest.approx(4.0) and c.period == pytest.approx(5.0)
@@ -323,10 +324,10 @@ def test_general_beats_contiguous_by_hand():
     assert [s.in_flight for s in hand.stages] == [3, 2, 1]
     assert_valid(hand, chain, plat)
     # one byte less: 3 in flight no longer fits, general falls back to the contiguous 5
-    plat30 = Platform(2, memory=30, memory_model="paper")
+    plat30 = Target.of(2, memory=30, memory_model="paper")
     assert plan_brute(chain, plat30, allocation="general", cache=False).period == pytest.approx(5.0)
     # too little memory for anything: infeasible, with a reason
-    tiny = plan_brute(chain, Platform(2, memory=5, memory_model="paper"), allocation="general", cache=False)
+    tiny = plan_brute(chain, Target.of(2, memory=5, memory_model="paper"), allocation="general", cache=False)
     assert not tiny.feasible and tiny.status == "infeasible" and tiny.notes
 
 
@@ -334,17 +335,17 @@ def test_general_beats_contiguous_by_hand():
 def test_refuses_large_instances():
     chain = Chain(tuple(Layer(f"l{i}", 1, 1) for i in range(11)))
     with pytest.raises(ValueError, match="refuses a chain of 11 layers"):
-        plan_brute(chain, Platform(2, memory_model="paper"))
-    assert plan_brute(chain, Platform(2, memory_model="paper"), max_layers=11).period == pytest.approx(12.0)
+        plan_brute(chain, Target.of(2, memory_model="paper"))
+    assert plan_brute(chain, Target.of(2, memory_model="paper"), max_layers=11).period == pytest.approx(12.0)
     with pytest.raises(ValueError, match="allocation"):
-        plan_brute(Chain((Layer("a", 1, 1),)), Platform(1, memory_model="paper"), allocation="weird")
+        plan_brute(Chain((Layer("a", 1, 1),)), Target.of(1, memory_model="paper"), allocation="weird")
 
 
 def test_registry_and_cache():
     from workbench.planners import plan as run_plan
 
     chain = hand_chain()
-    plat = Platform(2, memory=31, memory_model="paper")
+    plat = Target.of(2, memory=31, memory_model="paper")
     brute.clear_cache()
     p1 = run_plan(chain, plat, "brute", allocation="general")
     p2 = run_plan(chain, plat, "brute", allocation="general")
@@ -372,6 +373,6 @@ def test_offload_dp_equals_brute_and_general_plans_pass_the_checker():
 def test_cache_tells_chains_apart_by_their_meta():
     # the chain's equality leaves its meta out; the runtime constant (meta runtime_bytes) changes its memory
     layers = tuple(Layer(f"l{i}", 1.0, 2.0, 100, 40) for i in range(4))
-    plat = Platform(2, memory=600, optimizer="sgd")
+    plat = Target.of(2, memory=600, optimizer="sgd")
     assert plan_brute(Chain(layers, input_bytes=40), plat).feasible
     assert not plan_brute(Chain(layers, input_bytes=40, meta={"runtime_bytes": "400"}), plat).feasible

@@ -8,7 +8,8 @@ import time
 
 import pytest
 
-from workbench.model.chain import Chain, Layer, Platform
+from workbench.model.chain import Chain, Layer
+from workbench.model.target import Target
 from workbench.planners import plan
 from workbench.planners.budget import Budget, WorkDeadline, charge, within
 
@@ -75,7 +76,7 @@ def _long_chain(L: int = 600, seed: int = 1) -> Chain:
 def test_the_general_ilp_ends_within_its_time_limit_with_progress():
     """600 layers on 4 devices with a binding memory limit: the fine lower bound alone once took
     8-16 s, the whole call 14-21 s for --time-limit 2. The contract: limit x 1.1 + 2 s."""
-    chain, platform = _long_chain(), Platform(4, memory=1e9, bandwidth=12e9, memory_model="paper")
+    chain, platform = _long_chain(), Target.of(4, memory=1e9, bandwidth=12e9, memory_model="paper")
     lines: list[str] = []
     t0 = time.perf_counter()
     p = plan(chain, platform, "ilp", allocation="general", time_limit=2.0, progress=lines.append)
@@ -85,7 +86,7 @@ def test_the_general_ilp_ends_within_its_time_limit_with_progress():
 
 
 def test_deterministic_mode_gives_the_same_plan_twice():
-    chain, platform = _long_chain(120), Platform(3, memory=6e8, bandwidth=12e9, memory_model="paper")
+    chain, platform = _long_chain(120), Target.of(3, memory=6e8, bandwidth=12e9, memory_model="paper")
     runs = [plan(chain, platform, "ilp", allocation="general", time_limit=2.0, deterministic=True) for _ in range(2)]
     a, b = runs
     assert a.extra["deterministic"] is True and b.extra["deterministic"] is True

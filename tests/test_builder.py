@@ -12,8 +12,9 @@ from scipy.optimize import linprog
 
 from instances import py_chain, py_contiguous, py_general
 from oracles import paper_stage_memory
-from workbench.model.chain import Chain, Layer, Platform
+from workbench.model.chain import Chain, Layer
 from workbench.model.plan import stages_of
+from workbench.model.target import Target
 from workbench.schedules.builder import (
     NoSchedule,
     Scheduler,
@@ -83,7 +84,7 @@ def test_best_period_matches_lp_brute_force_on_contiguous(seed):
     chain = py_chain(rng, L)
     assign = py_contiguous(rng, L, P)
     bw = rng.choice([math.inf, 5.0, 10.0])
-    plat0 = Platform(P, bandwidth=bw, weights=rng.choice(["stash", "single"]), weight_factor=rng.choice([1, 2]),
+    plat0 = Target.of(P, bandwidth=bw, weights=rng.choice(["stash", "single"]), weight_factor=rng.choice([1, 2]),
                      memory_model="paper")
     least = max(one_in_flight_memory(chain, plat0, assign))
     # the memory of the schedule at the smallest period, then a limit in between
@@ -107,7 +108,7 @@ def test_contiguous_builder_gives_valid_plans_and_least_windows(seed):
     L, P = rng.randint(1, 8), rng.randint(1, 5)
     chain = py_chain(rng, L)
     assign = py_contiguous(rng, L, P)
-    plat = Platform(P, bandwidth=rng.choice([math.inf, 3.0, 20.0]), latency=rng.choice([0.0, 0.1]),
+    plat = Target.of(P, bandwidth=rng.choice([math.inf, 3.0, 20.0]), latency=rng.choice([0.0, 0.1]),
                     memory_model="paper")
     sch = Scheduler(chain, plat, assign)
     T = sch.load_period * rng.uniform(1.0, 3.0)
@@ -133,7 +134,7 @@ def test_general_builder_gives_valid_plans(seed):
     L, P = rng.randint(2, 9), rng.randint(1, 4)
     chain = py_chain(rng, L)
     assign = py_general(rng, L, P)
-    plat = Platform(P, bandwidth=rng.choice([math.inf, 4.0, 30.0]), memory_model="paper")
+    plat = Target.of(P, bandwidth=rng.choice([math.inf, 4.0, 30.0]), memory_model="paper")
     T0 = load_period(chain, plat, assign)
     for T in (T0, T0 * rng.uniform(1.0, 2.5)):
         # packed never fails while loads fit
@@ -156,7 +157,7 @@ def test_best_schedule_on_general_allocations_fits_and_is_valid(seed):
     L, P = rng.randint(3, 8), rng.randint(2, 3)
     chain = py_chain(rng, L)
     assign = py_general(rng, L, P)
-    plat0 = Platform(P, bandwidth=10.0, memory_model="paper")
+    plat0 = Target.of(P, bandwidth=10.0, memory_model="paper")
     least = max(one_in_flight_memory(chain, plat0, assign))
     plat = plat0.with_(memory=least * rng.uniform(1.0, 1.5))
     plan = best_schedule(chain, plat, assign)
@@ -167,9 +168,9 @@ def test_best_schedule_on_general_allocations_fits_and_is_valid(seed):
 
 def test_no_schedule_when_a_device_or_link_is_overloaded():
     chain = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 1, 10) for i in range(4)))
-    plat = Platform(2, bandwidth=2.0, memory_model="paper")  # c = 5 s per boundary; one layer: F + B = 3 s
+    plat = Target.of(2, bandwidth=2.0, memory_model="paper")  # c = 5 s per boundary; one layer: F + B = 3 s
     with pytest.raises(NoSchedule, match=r"device 0 load 6.000 s exceeds the period 5.500 s"):
-        build_schedule(chain, Platform(2, memory_model="paper"), [0, 0, 1, 1], 5.5)
+        build_schedule(chain, Target.of(2, memory_model="paper"), [0, 0, 1, 1], 5.5)
     with pytest.raises(NoSchedule, match=r"link 0->1 load 5.000 s exceeds the period 4.500 s"):
         build_schedule(chain, plat.with_(devices=4), [0, 1, 2, 3], 4.5)
     with pytest.raises(ValueError, match="device 7"):
@@ -182,7 +183,7 @@ def test_no_schedule_when_a_device_or_link_is_overloaded():
 
 def test_best_schedule_infeasible_says_why():
     chain = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 100, 10) for i in range(4)), input_bytes=10)
-    plat = Platform(2, memory=150, memory_model="paper")
+    plat = Target.of(2, memory=150, memory_model="paper")
     plan = best_schedule(chain, plat, [0, 0, 1, 1], method="m")
     assert not plan.feasible and plan.status == "infeasible" and plan.method == "m"
     assert "device 0 needs at least 220 B" in plan.notes[0] and "limit 150 B" in plan.notes[0]
@@ -191,7 +192,7 @@ def test_best_schedule_infeasible_says_why():
 def test_best_schedule_unlimited_memory_reaches_the_load_bound():
     rng = random.Random(7)
     chain = py_chain(rng, 8)
-    plat = Platform(3, bandwidth=50.0, memory_model="paper")
+    plat = Target.of(3, bandwidth=50.0, memory_model="paper")
     for assign in ([0, 0, 0, 1, 1, 2, 2, 2], [0, 1, 2, 0, 1, 2, 0, 1]):
         plan = best_schedule(chain, plat, assign)
         assert plan.period == pytest.approx(load_period(chain, plat, assign))
@@ -201,7 +202,7 @@ def test_best_schedule_unlimited_memory_reaches_the_load_bound():
 def test_memory_decreases_with_the_period_on_contiguous():
     rng = random.Random(11)
     chain = py_chain(rng, 8)
-    plat = Platform(4, bandwidth=5.0, memory_model="paper")
+    plat = Target.of(4, bandwidth=5.0, memory_model="paper")
     assign = [0, 0, 1, 1, 2, 2, 3, 3]
     sch = Scheduler(chain, plat, assign)
     prev = None

@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 from oracles import paper_stage_memory
-from workbench.model.chain import Chain, Layer, Platform
+from workbench.model.chain import Chain, Layer
+from workbench.model.target import Target
 
 
 def toy(n=4):
@@ -22,7 +23,7 @@ def test_saved_defaults_to_input_size():
 
 def test_stage_costs_match_sums():
     c = toy(5)
-    plat = Platform(2, bandwidth=1000, latency=0.5, memory_model="paper")
+    plat = Target.of(2, bandwidth=1000, latency=0.5, memory_model="paper")
     s = c.stage_costs(1, 3, plat)
     assert s.forward == pytest.approx(0.002 + 0.003 + 0.004)
     assert s.backward == pytest.approx(2 * s.forward)
@@ -61,15 +62,15 @@ def test_frame_view():
 
 
 def test_platform_parsing_and_memory_rule():
-    p = Platform(4, memory="16GiB", bandwidth="12GB/s", weight_factor=4, memory_model="paper")
+    p = Target.of(4, memory="16GiB", bandwidth="12GB/s", weight_factor=4, memory_model="paper")
     assert p.memory == 16 * 2**30 and p.bandwidth == 12e9
     assert paper_stage_memory(p, 10, 100, 3) == 3 * 10 + 4 * 100 + 2 * 100
-    assert paper_stage_memory(Platform(2, weights="single", memory_model="paper"), 10, 100, 3) == 30 + 100
-    assert Platform(1, memory_model="paper").memory == math.inf
+    assert paper_stage_memory(Target.of(2, weights="single", memory_model="paper"), 10, 100, 3) == 30 + 100
+    assert Target.of(1, memory_model="paper").memory == math.inf
     with pytest.raises(ValueError, match="devices"):
-        Platform(0, memory_model="paper")
+        Target.of(0, memory_model="paper")
     with pytest.raises(ValueError, match="weights"):
-        Platform(2, weights="many", memory_model="paper")
+        Target.of(2, weights="many", memory_model="paper")
 
 
 def test_collective_bytes_are_optional_checked_and_summed_when_merged():

@@ -7,8 +7,9 @@ from dataclasses import replace
 
 import pytest
 
-from workbench.model.chain import Chain, Layer, Platform
+from workbench.model.chain import Chain, Layer
 from workbench.model.plan import Plan, Stage, make_plan
+from workbench.model.target import Target
 from workbench.verify.check import Violation, check, format_violations, is_valid
 
 MS = 1e-3
@@ -30,8 +31,8 @@ def _chain() -> Chain:
     return Chain(tuple(Layer(f"l{i}", 1 * MS, 2 * MS, 100, 10) for i in range(6)), input_bytes=10)
 
 
-def _plat(memory: float = 1000) -> Platform:
-    return Platform(3, memory=memory, bandwidth=20000, memory_model="paper")
+def _plat(memory: float = 1000) -> Target:
+    return Target.of(3, memory=memory, bandwidth=20000, memory_model="paper")
 
 
 ASSIGN = [0, 0, 1, 1, 2, 2]
@@ -141,7 +142,7 @@ def test_rule5_device_load_above_period():
 def _alternating():
     """4 one-layer stages on devices 0,1,0,1; F = B = 1 s, c = 3 s; T = 8 s (see the comments)."""
     chain = Chain(tuple(Layer(f"l{i}", 1.0, 1.0, 1, 3) for i in range(4)), input_bytes=3)
-    plat = Platform(2, bandwidth=1, memory_model="paper")
+    plat = Target.of(2, bandwidth=1, memory_model="paper")
     # dev0: F0 [0,1) F2 [1,2) B2 [2,3) B0 [3,4); dev1: F1 [4,5) F3 [5,6) B3 [6,7) B1 [7,8) (mod 8)
     f = [0.0, 4.0, 9.0, 13.0]
     b = [27.0, 23.0, 18.0, 14.0]
@@ -155,7 +156,7 @@ def test_rule6_link_load():
     assert [v.rule for v in vs] == [6, 6]  # 0->1 and 1->0 each carry 9 s per 8 s
     assert vs[0].amount == pytest.approx(1.0)
     # with cheaper links the same schedule is valid
-    plat2 = Platform(2, bandwidth=1.5, memory_model="paper")  # c = 2 s, load 6 s per link
+    plat2 = Target.of(2, bandwidth=1.5, memory_model="paper")  # c = 2 s, load 6 s per link
     assert check(make_plan(chain, plat2, 8.0, [0, 1, 0, 1], f, b), chain, plat2) == []
 
 
@@ -179,12 +180,12 @@ def test_rule7_recorded_in_flight_and_memory_must_agree():
 
 
 def test_memory_is_recomputed_without_stash_and_with_weight_factor():
-    plat = Platform(3, memory=1000, bandwidth=20000, weights="single", weight_factor=4, memory_model="paper")
+    plat = Target.of(3, memory=1000, bandwidth=20000, weights="single", weight_factor=4, memory_model="paper")
     plan = _plan(platform=plat)
     # k*20 + 4*200
     assert list(plan.memory) == [860, 840, 820]
     assert check(plan, _chain(), plat) == []
-    vs = check(plan, _chain(), Platform(3, memory=850, bandwidth=20000, weights="single", weight_factor=4,
+    vs = check(plan, _chain(), Target.of(3, memory=850, bandwidth=20000, weights="single", weight_factor=4,
                                         memory_model="paper"))
     assert [v.device for v in vs] == [0]
 
@@ -255,7 +256,7 @@ def _cli_setup(tmp_path):
     chain = _chain().with_meta(network="toy")
     prof = tmp_path / "toy.csv"
     write_profile(chain, prof)
-    plat = Platform(3, memory=1000, bandwidth=20000, memory_model="paper")
+    plat = Target.of(3, memory=1000, bandwidth=20000, memory_model="paper")
     plan = build_schedule(chain, plat, ASSIGN, 8 * MS, method="builder")
     good = tmp_path / "good.json"
     plan.to_json(good)

@@ -7,14 +7,15 @@ import pytest
 
 import workbench.verify.check_flushed as cf
 from workbench.methods import METHODS
-from workbench.model.chain import Chain, Layer, Platform
+from workbench.model.chain import Chain, Layer
 from workbench.model.plan import Plan, Stage
+from workbench.model.target import Target
 from workbench.planners import plan as run_planner
 from workbench.schedules.ops import Op
 from workbench.schedules.registry import schedule_of
 from workbench.verify.check_flushed import flushed_orders, flushed_problems
 
-PAPER = Platform(3, memory_model="paper")
+PAPER = Target.of(3, memory_model="paper")
 
 
 def uniform_chain(n: int, weight: float = 10.0) -> Chain:
@@ -44,7 +45,7 @@ def test_a_wrong_period_is_named_with_the_replayed_makespan():
 def test_links_delay_the_flush():
     # 2 stages, one micro-batch, 1 byte over 1 B/s: F0 [0,1], send 1 s, F1 [2,3], B1 [3,5], send 1 s, B0 [6,8]
     chain = uniform_chain(2, weight=0.0)
-    plat = Platform(2, memory_model="paper", bandwidth=1.0)
+    plat = Target.of(2, memory_model="paper", bandwidth=1.0)
     assert flushed_problems(one_layer_stages("gpipe", 2, 1, 8.0, (1.0, 1.0)), chain, plat) == []
     free = PAPER.with_(devices=2)
     assert flushed_problems(one_layer_stages("gpipe", 2, 1, 6.0, (1.0, 1.0)), chain, free) == []
@@ -79,7 +80,7 @@ def test_orders_agree_with_the_registry_written_apart(schedule, S, m):
 @pytest.mark.parametrize("memory_model", ["paper", "full"])
 def test_the_planners_flushed_plans_pass_and_a_changed_one_fails(name, memory_model):
     chain = Chain(tuple(Layer(f"l{i}", 1.0 + i % 3, 2.0, 5, 3, 2) for i in range(8)), input_bytes=3)
-    plat = Platform(2, memory_model=memory_model, bandwidth=10)
+    plat = Target.of(2, memory_model=memory_model, bandwidth=10)
     p = run_planner(chain, plat, name, micro_batches=4)
     assert flushed_problems(p, chain, plat) == []
     assert [v["rule"] for v in flushed_problems(p.with_(period=p.period * 0.9), chain, plat)] == [0]

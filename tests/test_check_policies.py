@@ -9,8 +9,9 @@ import pytest
 
 from policy_instances import random_chain
 from workbench.model.activations import apply_policies
-from workbench.model.chain import Chain, Layer, Platform
+from workbench.model.chain import Chain, Layer
 from workbench.model.plan import make_plan
+from workbench.model.target import Target
 from workbench.verify.check import check, format_violations
 from workbench.verify.check_policies import effective_chain
 
@@ -30,9 +31,9 @@ def test_effective_chains_agree():
                 assert (va is None and vb is None) if p == "keep" and va is None else va == pytest.approx(vb), (p, f)
 
 
-def _offload_chain() -> tuple[Chain, Platform]:
+def _offload_chain() -> tuple[Chain, Target]:
     chain = Chain(tuple(Layer(f"l{i}", 1.0, 1.0, 0, 4, 40) for i in range(2)), input_bytes=4)
-    return chain, Platform(1, memory_model="paper", host_bandwidth=40)     # 40 bytes: 1 s each way
+    return chain, Target.of(1, memory_model="paper", host_bandwidth=40)     # 40 bytes: 1 s each way
 
 
 def test_rule_8_gap_must_hold_the_round_trip():
@@ -51,7 +52,7 @@ def test_rule_8_gap_must_hold_the_round_trip():
 
 def test_rule_8_transfers_of_two_stages_on_one_device():
     chain = Chain(tuple(Layer(f"l{i}", 1.0, 1.0, 0, 4, 40) for i in range(3)), input_bytes=4)
-    plat = Platform(2, memory_model="paper", host_bandwidth=40)
+    plat = Target.of(2, memory_model="paper", host_bandwidth=40)
     pol = ("offload", "keep", "offload")
     eff = apply_policies(chain, pol)
     # device 0 holds layers 0 and 2; transfers take 1 s each way. Stage 2's transfer out, [8, 9), meets stage

@@ -7,7 +7,8 @@ import json
 import pytest
 
 from workbench.front.cli import build_parser, main
-from workbench.model.chain import Chain, Layer, Platform
+from workbench.model.chain import Chain, Layer
+from workbench.model.target import Target
 from workbench.planners import PLANNERS
 from workbench.profiles import write_profile
 from workbench.schedules.builder import build_schedule
@@ -21,7 +22,7 @@ def files(tmp_path):
                   meta={"network": "toy"})
     prof = tmp_path / "toy.csv"
     write_profile(chain, prof)
-    plat = Platform(3, memory=1000, bandwidth=20000, memory_model="paper")
+    plat = Target.of(3, memory=1000, bandwidth=20000, memory_model="paper")
     plan = tmp_path / "plan.json"
     build_schedule(chain, plat, [0, 0, 1, 1, 2, 2], 8 * MS, method="builder").to_json(plan)
     return prof, plan, tmp_path

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from workbench.model.chain import Chain, Layer, Platform
+from workbench.model.chain import Chain, Layer
+from workbench.model.target import Target
 from workbench.planners.dp.coarse_start import block_start, equal_blocks
 from workbench.planners.dp.contiguous import partition_period, plan_dp
 
@@ -27,7 +28,7 @@ def test_a_block_plan_is_a_partition_of_the_layers_no_faster_than_the_optimum():
     ch = Chain(tuple(Layer(f"l{i}", float(rng.uniform(1e-3, 3e-3)), float(rng.uniform(2e-3, 6e-3)),
                            float(rng.uniform(0, 2e7)), float(rng.uniform(1e6, 2e7)), float(rng.uniform(1e6, 4e7)))
                      for i in range(200)), input_bytes=1e6)
-    plat = Platform(8, memory=plan_dp(ch, Platform(8)).peak_memory * 0.4)
+    plat = Target.of(8, memory=plan_dp(ch, Target.of(8)).peak_memory * 0.4)
     best = plan_dp(ch, plat)
 
     def on_blocks(blocks):

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from instances import block_chain
-from workbench.model.chain import Platform
 from workbench.model.plan import lower_bound
+from workbench.model.target import Target
 from workbench.planners.blocks import block_groups
 from workbench.planners.dp.contiguous import plan_dp
 from workbench.planners.ilp.bounds import memory_period_bound
@@ -27,7 +27,7 @@ def test_expand_assignment():
 def test_expanded_block_plan_is_valid_with_the_same_period(allocation):
     rng = np.random.default_rng(3)
     ch = block_chain(rng, 20)
-    plat = Platform(3, bandwidth=4.0, memory_model="paper")
+    plat = Target.of(3, bandwidth=4.0, memory_model="paper")
     free = plan_dp(ch, plat, graph=False).peak_memory
     plat = plat.with_(memory=free * 0.8)
     groups = block_groups(ch, 6, plat)
@@ -44,7 +44,7 @@ def test_expanded_block_plan_is_valid_with_the_same_period(allocation):
 def test_plan_coarse_reports_cost_and_never_loses_to_the_fine_dp():
     rng = np.random.default_rng(8)
     ch = block_chain(rng, 45)
-    plat = Platform(4, bandwidth=4.0, memory_model="paper")
+    plat = Target.of(4, bandwidth=4.0, memory_model="paper")
     free = plan_dp(ch, plat, graph=False).peak_memory
     plat = plat.with_(memory=free * 0.7)
     d = plan_dp(ch, plat, graph=False)
@@ -63,10 +63,10 @@ def test_plan_coarse_reports_cost_and_never_loses_to_the_fine_dp():
 def test_default_coarsening_above_32_layers():
     rng = np.random.default_rng(12)
     ch = block_chain(rng, 40)
-    p = plan_ilp(ch, Platform(4, bandwidth=4.0, memory_model="paper"), allocation="general", time_limit=20)
+    p = plan_ilp(ch, Target.of(4, bandwidth=4.0, memory_model="paper"), allocation="general", time_limit=20)
     assert p.extra.get("blocks") == 32 or p.status == "optimal"
     assert p.extra["fine_lower_bound"] > 0
-    assert not check(p, ch, Platform(4, bandwidth=4.0, memory_model="paper"))
+    assert not check(p, ch, Target.of(4, bandwidth=4.0, memory_model="paper"))
 
 
 def test_memory_period_bound_is_a_lower_bound():
@@ -75,7 +75,7 @@ def test_memory_period_bound_is_a_lower_bound():
     rng = np.random.default_rng(2)
     for _ in range(8):
         ch = block_chain(rng, 6)
-        plat = Platform(2, bandwidth=5.0, memory_model="paper")
+        plat = Target.of(2, bandwidth=5.0, memory_model="paper")
         free = plan_dp(ch, plat, graph=False).peak_memory
         plat = plat.with_(memory=free * float(rng.uniform(0.4, 1.0)))
         best = plan_brute(ch, plat, allocation="general")
@@ -91,7 +91,7 @@ def test_general_refines_on_half_the_blocks_and_the_fine_chain():
     local search on the fine chain; the result is valid, never worse than any of its sources."""
     rng = np.random.default_rng(21)
     ch = block_chain(rng, 40)
-    plat = Platform(3, bandwidth=4.0, memory_model="paper")
+    plat = Target.of(3, bandwidth=4.0, memory_model="paper")
     plat = plat.with_(memory=plan_dp(ch, plat, graph=False).peak_memory * 0.6)
     p = plan_coarse(ch, plat, blocks=16, allocation="general", time_limit=12)
     half = p.extra["half_blocks"]

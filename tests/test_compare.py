@@ -6,8 +6,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from workbench.model.chain import Chain, Layer, Platform
+from workbench.model.chain import Chain, Layer
 from workbench.model.plan import make_plan
+from workbench.model.target import Target
 from workbench.viz.compare import allocation_map, period_vs_bound, throughput_vs_memory
 
 
@@ -42,7 +43,7 @@ def test_period_vs_bound():
 
 def test_allocation_map_rows_and_values():
     chain = Chain(tuple(Layer(f"l{i}", 0.001, 0.002, 10, 4) for i in range(4)))
-    plat = Platform(2)
+    plat = Target.of(2)
     a = make_plan(chain, plat, 0.006, [0, 0, 1, 1], [0.0, 0.002], [0.008, 0.004], method="dp")
     b = make_plan(chain, plat, 0.006, [0, 1, 1, 0], [0.0, 0.001, 0.003], [0.009, 0.006, 0.004], method="ilp")
     fig = allocation_map({"dp": a, "ilp": b}, chain)

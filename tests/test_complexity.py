@@ -26,7 +26,7 @@ from workbench.experiments.complexity import (
     three_partition_no_instance,
     three_partition_yes_instance,
 )
-from workbench.model.chain import Platform
+from workbench.model.target import Target
 from workbench.planners import plan
 from workbench.planners.sweep import UNAVAILABLE, run_method
 
@@ -101,7 +101,7 @@ def test_random_chain_trend_shrinks_activations():
 @pytest.mark.parametrize("seed,P", [(0, 2), (1, 3), (2, 4)])
 def test_least_contiguous_memory_matches_enumeration(seed, P):
     ch = random_chain(7, heterogeneity=1.0, seed=seed)
-    plat = Platform(P, weight_factor=2.0, memory_model="paper")
+    plat = Target.of(P, weight_factor=2.0, memory_model="paper")
     foot = ch.saved_array + 2.0 * ch.weights
     expect = min(max(foot[a:b + 1].sum() for a, b in comp) for comp in compositions(len(ch), P))
     assert least_contiguous_memory(ch, plat) == pytest.approx(expect, rel=1e-12)
@@ -109,7 +109,7 @@ def test_least_contiguous_memory_matches_enumeration(seed, P):
 
 def test_memory_levels_span_least_feasible_to_unlimited():
     ch = random_chain(8, heterogeneity=0.7, seed=3)
-    base = Platform(3, bandwidth="12GB/s", memory_model="paper")
+    base = Target.of(3, bandwidth="12GB/s", memory_model="paper")
     lv = memory_levels(ch, base, 5)
     assert len(lv) == 5 and all(a < b for a, b in zip(lv, lv[1:]))
     low = plan(ch, base.with_(memory=lv[0]), "dp")
@@ -241,5 +241,5 @@ def test_gain_distribution_small():
     # independent check of one gain_general with brute contiguous
     r = df.iloc[0]
     ch = random_chain(5, heterogeneity=1.0, seed=int(r.seed))
-    bc = plan(ch, Platform(2, memory=r.memory_limit, bandwidth="12GB/s", memory_model="paper"), "brute")
+    bc = plan(ch, Target.of(2, memory=r.memory_limit, bandwidth="12GB/s", memory_model="paper"), "brute")
     assert bc.period == pytest.approx(r.dp_period, rel=1e-5)

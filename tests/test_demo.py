@@ -1,8 +1,8 @@
 import json
 
 from workbench.front.demo import demo_memory_limit, run_demo
-from workbench.model.chain import Platform
 from workbench.model.plan import Plan
+from workbench.model.target import Target
 from workbench.planners import plan as run_planner
 from workbench.profiles import available_profiles, load_profile
 from workbench.verify.check import check
@@ -16,7 +16,7 @@ def bundled():
 
 def test_demo_limit_binds():
     chain = load_profile(bundled()[0])
-    base = Platform(4)
+    base = Target.of(4)
     limit = demo_memory_limit(chain, base)
     free = run_planner(chain, base, "dp")
     tight = run_planner(chain, base.with_(memory=limit), "dp")
@@ -32,7 +32,7 @@ def test_demo_writes_report_plans_and_gantt(tmp_path):
     assert (tmp_path / f"{name}-gantt.html").stat().st_size > 10_000
     chain = load_profile(name)
     plan = Plan.from_dict(json.loads((tmp_path / "plans" / f"{name}-dp.json").read_text()))
-    platform = Platform(2, memory=plan.memory_limit, bandwidth="12GB/s")
+    platform = Target.of(2, memory=plan.memory_limit, bandwidth="12GB/s")
     assert check(plan, chain, platform) == []
 
 
@@ -92,7 +92,7 @@ def test_plan_result_of_a_plan_that_breaks_a_rule():
     from workbench.front.demo import plan_result
 
     chain = load_profile(bundled()[0])
-    platform = Platform(2, memory="1000GiB")
+    platform = Target.of(2, memory="1000GiB")
     good = run_planner(chain, platform, "dp")
     assert plan_result(good, chain, platform) == ("optimal", "")
     st = list(good.stages)

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from instances import compositions
-from workbench.model.chain import Chain, Layer, Platform
+from workbench.model.chain import Chain, Layer
+from workbench.model.target import Target
 from workbench.planners import plan as run_planner
 from workbench.planners.dp.contiguous import least_contiguous_memory, plan_dp, schedule_partition
 from workbench.planners.partition import bottleneck_partition
@@ -32,7 +33,7 @@ def stage_sums(chain: Chain, a: int, b: int):
     return F, B, A, W
 
 
-def comm(chain: Chain, plat: Platform, b: int) -> float:
+def comm(chain: Chain, plat: Target, b: int) -> float:
     if b == len(chain) - 1:
         return 0.0
     return plat.latency + chain.cut(b) / plat.bandwidth
@@ -48,7 +49,7 @@ def brute_unconstrained(chain, plat):
 
 def paper_memory(chain, plat, a, b, k):
     F, B, A, W = stage_sums(chain, a, b)
-    return k * A + plat.weight_factor * W + (k - 1) * W * (plat.weights == "stash")
+    return k * A + plat.setup.weight_factor * W + (k - 1) * W * (plat.setup.weights == "stash")
 
 
 def fits(chain, plat, parts, T, memory=paper_memory):
@@ -100,7 +101,7 @@ def test_unconstrained_matches_brute_force_on_300_chains():
         L = int(rng.integers(1, 11))
         P = int(rng.integers(1, 5))
         chain = random_chain(rng, L)
-        plat = Platform(P, bandwidth=float(rng.choice([10.0, 30.0, math.inf])), latency=float(rng.choice([0, 0.2])),
+        plat = Target.of(P, bandwidth=float(rng.choice([10.0, 30.0, math.inf])), latency=float(rng.choice([0, 0.2])),
                         memory_model="paper")
         p = plan_dp(chain, plat)
         want = brute_unconstrained(chain, plat)
@@ -117,7 +118,7 @@ def test_memory_limited_matches_brute_force_on_150_chains():
         L = int(rng.integers(2, 9))
         P = int(rng.integers(2, 5))
         chain = random_chain(rng, L, mem=True)
-        base = Platform(P, bandwidth=float(rng.choice([20.0, 80.0])),
+        base = Target.of(P, bandwidth=float(rng.choice([20.0, 80.0])),
                         weights=str(rng.choice(["stash", "single"])), weight_factor=float(rng.choice([1, 2])),
                         memory_model="paper")
         # memory between the k=1 minimum and a loose limit, so that both regimes occur
@@ -143,7 +144,7 @@ def test_least_memory_is_k1_bottleneck():
     rng = np.random.default_rng(3)
     for _ in range(50):
         chain = random_chain(rng, int(rng.integers(1, 8)), mem=True)
-        plat = Platform(int(rng.integers(1, 4)), weight_factor=2.0, memory_model="paper")
+        plat = Target.of(int(rng.integers(1, 4)), weight_factor=2.0, memory_model="paper")
         got, _ = least_contiguous_memory(chain, plat)
         want = min(max(stage_sums(chain, a, b)[2] + 2.0 * stage_sums(chain, a, b)[3] for a, b in parts)
                    for parts in compositions(len(chain), plat.devices))
@@ -152,7 +153,7 @@ def test_least_memory_is_k1_bottleneck():
 
 def test_infeasible_says_least_memory():
     chain = Chain(tuple(Layer(f"l{i}", 1.0, 1.0, 100, 10) for i in range(4)), input_bytes=10)
-    p = plan_dp(chain, Platform(2, memory=150, memory_model="paper"))
+    p = plan_dp(chain, Target.of(2, memory=150, memory_model="paper"))
     assert p.status == "infeasible" and not p.feasible
     assert "220 B" in p.notes[0] or "220" in p.notes[0]   # 2 layers: 2*(10+100)
 
@@ -165,17 +166,17 @@ def test_bottleneck_partition_fewest_stages():
 def test_window_recurrence_delays_backward():
     # stage 0: F=1, B=1; stage 1: F=1, B=1.5; T=2.5: raw0 = 1 + 2.5 + 1 = 4.5, k=2, r=2 = F+B: no delay.
     ch = Chain((Layer("a", 1, 1, 0, 0), Layer("b", 1, 1.5, 0, 0)))
-    plan = schedule_partition(ch, Platform(2, memory_model="paper"), [(0, 0), (1, 1)], method="t", period=2.5)
+    plan = schedule_partition(ch, Target.of(2, memory_model="paper"), [(0, 0), (1, 1)], method="t", period=2.5)
     windows = [s.bwd_start + c - s.fwd_start for s, c in zip(plan.stages, (1, 1.5))]
     assert windows == pytest.approx([4.5, 2.5]) and [s.in_flight for s in plan.stages] == [2, 1]
     # T=2.6: raw0 = 4.5, k=2, r=1.9 < 2: delayed to (k-1)T + F + B = 4.6
-    plan = schedule_partition(ch, Platform(2, memory_model="paper"), [(0, 0), (1, 1)], method="t", period=2.6)
+    plan = schedule_partition(ch, Target.of(2, memory_model="paper"), [(0, 0), (1, 1)], method="t", period=2.6)
     assert plan.stages[0].bwd_start + 1 - plan.stages[0].fwd_start == pytest.approx(4.6)
 
 
 def test_general_allocation_gets_note_and_registry_dispatch():
     chain = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 0, 0) for i in range(6)))
-    p = run_planner(chain, Platform(3, memory_model="paper"), "dp", allocation="general")
+    p = run_planner(chain, Target.of(3, memory_model="paper"), "dp", allocation="general")
     assert p.period == pytest.approx(6.0) and p.allocation == "contiguous"
     assert any("contiguous" in n for n in p.notes)
 
@@ -183,7 +184,7 @@ def test_general_allocation_gets_note_and_registry_dispatch():
 def test_memory_limit_raises_period_monotonically():
     rng = np.random.default_rng(11)
     chain = random_chain(rng, 30, mem=True)
-    base = Platform(4, bandwidth=50.0, memory_model="paper")
+    base = Target.of(4, bandwidth=50.0, memory_model="paper")
     kmin, _ = least_contiguous_memory(chain, base)
     periods = [plan_dp(chain, base.with_(memory=kmin * f)).period for f in (1.0, 1.3, 2.0, 4.0, 100.0)]
     assert all(a >= b * (1 - 1e-9) for a, b in zip(periods, periods[1:]))
@@ -197,7 +198,7 @@ def test_agrees_with_schedule_best_schedule():
     rng = np.random.default_rng(21)
     for _ in range(40):
         chain = random_chain(rng, int(rng.integers(2, 12)), mem=True)
-        base = Platform(int(rng.integers(2, 5)), bandwidth=40.0, memory_model="paper")
+        base = Target.of(int(rng.integers(2, 5)), bandwidth=40.0, memory_model="paper")
         kmin, _ = least_contiguous_memory(chain, base)
         plat = base.with_(memory=kmin * float(rng.uniform(1.0, 2.5)))
         p = plan_dp(chain, plat)
@@ -216,14 +217,14 @@ def _peer(name):
 @pytest.mark.parametrize("P,want_ms", [(2, 370.9), (4, 216.4), (8, 159.5)])
 def test_reproduces_pipedream_optimum_vgg16(P, want_ms):
     chain = _peer("vgg16")
-    assert plan_dp(chain, Platform(P, memory_model="paper")).period * 1e3 == pytest.approx(want_ms, abs=0.06)
+    assert plan_dp(chain, Target.of(P, memory_model="paper")).period * 1e3 == pytest.approx(want_ms, abs=0.06)
 
 
 def test_graph_mode_on_resnet50():
     from workbench.model.plan import chain_for_plan
 
     chain = _peer("resnet50")
-    plat = Platform(8, memory_model="paper")
+    plat = Target.of(8, memory_model="paper")
     p = plan_dp(chain, plat)
     default = plan_dp(chain, plat, graph=False)
     assert p.period * 1e3 == pytest.approx(56.7, abs=0.05)
@@ -271,8 +272,8 @@ def test_search_from_the_bound_finds_the_same_period(monkeypatch):
     rng = np.random.default_rng(17)
     for trial in range(12):
         chain = _full_model_chain(rng, int(rng.integers(20, 200)))
-        free = plan_dp(chain, Platform(int(rng.integers(2, 24))))
-        plat = Platform(free.devices, memory=free.peak_memory * float(rng.uniform(0.2, 0.9)))
+        free = plan_dp(chain, Target.of(int(rng.integers(2, 24))))
+        plat = Target.of(free.devices, memory=free.peak_memory * float(rng.uniform(0.2, 0.9)))
         monkeypatch.setattr(dp, "WIDE_PROBE", math.inf)
         down = plan_dp(chain, plat)
         monkeypatch.setattr(dp, "WIDE_PROBE", 0)
@@ -285,8 +286,8 @@ def test_search_from_the_bound_finds_the_same_period(monkeypatch):
 def test_long_chain_with_a_binding_limit_is_valid_and_not_below_the_bounds():
     rng = np.random.default_rng(23)
     chain = _full_model_chain(rng, 1500)
-    free = plan_dp(chain, Platform(32))
-    plat = Platform(32, memory=free.peak_memory * 0.4)
+    free = plan_dp(chain, Target.of(32))
+    plat = Target.of(32, memory=free.peak_memory * 0.4)
     p = plan_dp(chain, plat)
     assert p.status == "optimal" and p.period > free.period and check(p, chain, plat) == []
     # optimal up to the search's precision: the partition found just below the period does not fit
@@ -298,10 +299,10 @@ def test_long_chain_with_a_binding_limit_is_valid_and_not_below_the_bounds():
 def test_time_limit_stops_the_search_with_a_gap_and_progress():
     rng = np.random.default_rng(29)
     chain = _full_model_chain(rng, 3000)
-    free = plan_dp(chain, Platform(64))
+    free = plan_dp(chain, Target.of(64))
     lines: list[str] = []
     t = time.perf_counter()
-    p = plan_dp(chain, Platform(64, memory=free.peak_memory * 0.3), time_limit=0.3, progress=lines.append)
+    p = plan_dp(chain, Target.of(64, memory=free.peak_memory * 0.3), time_limit=0.3, progress=lines.append)
     assert time.perf_counter() - t < 0.3 + 1.0
     assert p.status == "timeout" and lines and lines[0].startswith("dp: 3000 layers x 64 devices")
     if p.feasible:
@@ -318,12 +319,12 @@ def test_least_contiguous_memory_against_the_checkers_memory():
         chain = Chain(tuple(Layer(f"l{i}", 1.0, 1.0, float(rng.uniform(0, 50)), float(rng.uniform(1, 40)),
                                   float(rng.uniform(0, 60)), forward_peak_bytes=float(rng.uniform(0, 90)))
                             for i in range(L)), input_bytes=3.0)
-        plat = Platform(P, optimizer=str(rng.choice(["sgd", "adam"])))
-        want = min(max(memory_by_device(chain, Platform(1, optimizer=plat.optimizer), [(a, b, 0, 1)])[0]
+        plat = Target.of(P, optimizer=str(rng.choice(["sgd", "adam"])))
+        want = min(max(memory_by_device(chain, Target.of(1, optimizer=plat.setup.optimizer), [(a, b, 0, 1)])[0]
                        for a, b in parts) for parts in compositions(L, P))
         got, parts = least_contiguous_memory(chain, plat)
         assert got == pytest.approx(want, rel=1e-9)
-        assert max(memory_by_device(chain, Platform(1, optimizer=plat.optimizer), [(a, b, 0, 1)])[0]
+        assert max(memory_by_device(chain, Target.of(1, optimizer=plat.setup.optimizer), [(a, b, 0, 1)])[0]
                    for a, b in parts) == pytest.approx(got, rel=1e-9)
 
 
@@ -339,7 +340,7 @@ def test_a_probe_looks_at_the_clock_between_its_bands(monkeypatch):
     monkeypatch.setattr(mdp, "_band", lambda *a, **k: built.append(1) or real(*a, **k))
     monkeypatch.setattr(mdp, "BAND_ELEMENTS", 50)
     chain = _full_model_chain(np.random.default_rng(5), 300)
-    plat = Platform(8, memory=plan_dp(chain, Platform(8)).peak_memory * 0.5)
+    plat = Target.of(8, memory=plan_dp(chain, Target.of(8)).peak_memory * 0.5)
     built.clear()
     with pytest.raises(TimeoutError):
         mdp.memory_dp(chain, plat, 10.0, deadline=time.perf_counter() - 1.0)
@@ -356,8 +357,8 @@ def test_a_long_chain_starts_from_a_plan_on_blocks(monkeypatch):
     rng = np.random.default_rng(41)
     for trial in range(4):
         chain = _full_model_chain(rng, int(rng.integers(300, 600)))
-        free = plan_dp(chain, Platform(16))
-        plat = Platform(16, memory=free.peak_memory * float(rng.uniform(0.2, 0.5)))
+        free = plan_dp(chain, Target.of(16))
+        plat = Target.of(16, memory=free.peak_memory * float(rng.uniform(0.2, 0.5)))
         monkeypatch.setattr(dp, "WIDE_PROBE", 0)
         monkeypatch.setattr(dp, "MIN_LAYERS", 10**9)
         without = plan_dp(chain, plat)

@@ -12,7 +12,8 @@ import workbench.planners.dp.auto as dp_auto
 import workbench.planners.dp.versions as versions
 from policy_instances import instance
 from workbench.model.activations import POLICIES, apply_policies
-from workbench.model.chain import Chain, Layer, Platform
+from workbench.model.chain import Chain, Layer
+from workbench.model.target import Target
 from workbench.planners import plan as run_planner
 from workbench.planners.partition import bounds_to_assignment
 from workbench.profiles import load_profile
@@ -38,7 +39,7 @@ def test_auto_equals_brute_force_on_120_instances():
 
 def test_auto_never_loses_to_keep_and_rescues_tight_limits():
     chain = load_profile("gpt-small")
-    free = Platform(4, optimizer="sgd", zero_grad="zeros")    # resident gradients: memory binds hardest
+    free = Target.of(4, optimizer="sgd", zero_grad="zeros")    # resident gradients: memory binds hardest
     keep, auto = run_planner(chain, free, "dp"), run_planner(chain, free, "dp", activations="auto")
     assert auto.period == pytest.approx(keep.period) and auto.activations == ()
     for frac in (0.9, 0.6, 0.5):
@@ -69,8 +70,8 @@ def test_one_partition_gets_the_best_policies_for_it():
 
 def test_baselines_keep_their_partition_with_auto():
     chain = load_profile("gpt-small")
-    plat = Platform(4, memory="700MiB", optimizer="sgd")
-    free = run_planner(chain, Platform(4, optimizer="sgd"), "pipedream")
+    plat = Target.of(4, memory="700MiB", optimizer="sgd")
+    free = run_planner(chain, Target.of(4, optimizer="sgd"), "pipedream")
     p = run_planner(chain, plat, "pipedream", activations="auto")
     assert [(s.first, s.last) for s in p.stages] == [(s.first, s.last) for s in free.stages]
     assert p.feasible and check(p, chain, plat) == [] and "partition" in " ".join(p.notes)
@@ -108,15 +109,15 @@ def test_thinned_versions_give_a_plan_and_a_bound_around_brute_force(monkeypatch
 
 def test_infeasible_says_the_least_memory_with_policies():
     chain = Chain(tuple(Layer(f"l{i}", 1.0, 1.0, 100, 10, 100) for i in range(3)), input_bytes=10)
-    p = run_planner(chain, Platform(2, memory=50, optimizer="sgd"), "dp", activations="auto")
+    p = run_planner(chain, Target.of(2, memory=50, optimizer="sgd"), "dp", activations="auto")
     assert not p.feasible and "even with recompute and offload" in p.notes[0]
     assert "unlimited" not in p.notes[0] and "cover the 3 layers" in p.notes[0]   # no 'least memory is unlimited'
 
 
 def test_without_a_memory_limit_every_layer_keeps():
     chain = load_profile("pipedream/resnet50")
-    p = run_planner(chain, Platform(4), "dp", activations="auto")
-    keep = run_planner(chain, Platform(4), "dp")
+    p = run_planner(chain, Target.of(4), "dp", activations="auto")
+    keep = run_planner(chain, Target.of(4), "dp")
     assert p.status == "optimal" and p.period == pytest.approx(keep.period) and not p.activations
     assert any("no memory limit" in n for n in p.notes)
 
@@ -125,7 +126,7 @@ def test_a_dag_profile_honours_the_time_limit_and_says_what_it_returns():
     """pipedream/resnet50 on 8 devices at a binding limit: the whole call within 10 % + 2 s of its limit, and the
     plan checked, with the status and gap of what was searched."""
     chain = load_profile("pipedream/resnet50")
-    plat = Platform(8, memory="5GiB")
+    plat = Target.of(8, memory="5GiB")
     for limit in (1.0, 4.0):
         t0 = time.perf_counter()
         p = run_planner(chain, plat, "dp", activations="auto", time_limit=limit)
@@ -180,10 +181,10 @@ def test_between_the_least_memory_and_keeps_auto_plans_or_proves_none_fits():
     from workbench.planners.dp.contiguous import least_contiguous_memory
 
     chain = load_profile("pipedream/vgg16")
-    keep_least = least_contiguous_memory(chain, Platform(2))[0]
+    keep_least = least_contiguous_memory(chain, Target.of(2))[0]
     for memory in ("8.5GiB", "9.5GiB"):
-        p = run_planner(chain, Platform(2, memory=memory), "dp", activations="auto")
+        p = run_planner(chain, Target.of(2, memory=memory), "dp", activations="auto")
         assert p.status == "infeasible" and "the least memory one needs on 2 devices is 9.96 GiB" in p.notes[0]
-    plat = Platform(2, memory=keep_least * 1.02)
+    plat = Target.of(2, memory=keep_least * 1.02)
     p = run_planner(chain, plat, "dp", activations="auto")
     assert p.feasible and check(p, chain, plat) == []

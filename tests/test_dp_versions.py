@@ -10,7 +10,7 @@ import pytest
 
 from policy_instances import random_chain
 from workbench.model.activations import apply_policies, policy_terms
-from workbench.model.chain import Platform
+from workbench.model.target import Target
 from workbench.planners.dp import versions
 from workbench.planners.dp.versions import PolicyTree, _select, group_cap, stage_ends, stage_versions
 from workbench.profiles import load_profile
@@ -41,7 +41,7 @@ def test_select_keeps_a_dominator_of_every_candidate():
 def test_real_rows_are_the_effective_chain_of_their_policies():
     """A real row's compute and host round trip are those of its stage on the chain with its policies."""
     chain = random_chain(random.Random(3), 7)
-    plat = Platform(2, memory=1e9, optimizer="adam", host_bandwidth=50.0)
+    plat = Target.of(2, memory=1e9, optimizer="adam", host_bandwidth=50.0)
     v = stage_versions(chain, plat)
     assert v.exact and v.real.all()
     rng = np.random.default_rng(1)
@@ -60,7 +60,7 @@ def test_a_long_dag_chain_stays_within_the_row_budget():
     """Every (stage, incoming class, group) holds at most ``cap`` real and ``cap`` relaxation rows, and the cap
     fits the budget unless it is at its floor."""
     chain = load_profile("pipedream/resnet50")
-    plat = Platform(8, memory="6GiB")
+    plat = Target.of(8, memory="6GiB")
     ends = {i: e for i, e in list(stage_ends(chain, 0.15).items())[:12]}
     t0 = time.perf_counter()
     for budget in (20_000, 400_000):
@@ -76,7 +76,7 @@ def test_a_long_dag_chain_stays_within_the_row_budget():
 def test_the_deadline_stops_the_build():
     chain = load_profile("pipedream/resnet50")
     with pytest.raises(TimeoutError):
-        stage_versions(chain, Platform(8, memory="6GiB"), deadline=time.perf_counter() - 1.0)
+        stage_versions(chain, Target.of(8, memory="6GiB"), deadline=time.perf_counter() - 1.0)
 
 
 def test_policy_tree_walks_back_to_the_first_layer():
@@ -89,5 +89,5 @@ def test_policy_tree_walks_back_to_the_first_layer():
 
 def test_policy_terms_shape_matches_the_chain():
     chain = random_chain(random.Random(5), 4)
-    pt = policy_terms(chain, Platform(1))
+    pt = policy_terms(chain, Target.of(1))
     assert pt.act.shape == (3, 3, 4)

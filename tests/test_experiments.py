@@ -12,8 +12,8 @@ import pytest
 from workbench import experiments as ex
 from workbench.experiments import report as report_module
 from workbench.front.studies import reproduce_command
-from workbench.model.chain import Platform
 from workbench.model.plan import lower_bound
+from workbench.model.target import Target
 from workbench.profiles import load_profile
 
 TOL = 1e-6
@@ -60,7 +60,7 @@ def test_sweep_numbers_satisfy_bounds(tiny):
     assert set(sw.method_key) == set(ex.METHOD_KEYS)
     assert not rep.violations and ex.bound_violations(sw) == []
     chain = load_profile("resnet50")
-    lb = lower_bound(chain, Platform(2))
+    lb = lower_bound(chain, Target.of(2))
     comp = chain.forward + chain.backward
     assert lb == pytest.approx(max(comp.sum() / 2, comp.max()))
     fits = sw[sw.fits.astype(bool)]
@@ -92,7 +92,7 @@ def test_sweep_numbers_satisfy_bounds(tiny):
     assert bool(dp.fits.iloc[0])
     from workbench.planners import plan
 
-    free = plan(chain, Platform(2, bandwidth="12GB/s"), "dp")
+    free = plan(chain, Target.of(2, bandwidth="12GB/s"), "dp")
     assert dp.period.iloc[-1] == pytest.approx(free.period, rel=1e-6)
 
 

@@ -16,7 +16,8 @@ from workbench.experiments.schedules import (
     general_vs_torch,
     schedules_figure,
 )
-from workbench.model.chain import Chain, Layer, Platform
+from workbench.model.chain import Chain, Layer
+from workbench.model.target import Target
 
 
 def _sweeps() -> pd.DataFrame:
@@ -59,7 +60,7 @@ def test_three_levels_and_the_figure():
 
 def test_the_frontier_of_one_chain_has_every_variant_at_every_level():
     chain = Chain(tuple(Layer(f"l{i}", 1e-3, 2e-3, 2**20, 2**18, 2**19) for i in range(8)), input_bytes=2**18)
-    plat = Platform(2, optimizer="sgd")
+    plat = Target.of(2, optimizer="sgd")
     levels = frontier_levels(chain, plat, 3)
     assert levels == sorted(levels) and len(levels) == 3
     table = frontier_table(chain, plat, levels, keys=("dp", "1f1b", "zbv", "ilp-general"), time_limit=2)

@@ -8,8 +8,9 @@ import dataclasses
 import json
 
 from workbench.front.cli import main
-from workbench.model.chain import Chain, Layer, Platform
+from workbench.model.chain import Chain, Layer
 from workbench.model.explain import IDLE, MEMORY, explain, idle_note, memory_note
+from workbench.model.target import Target
 from workbench.planners import plan as run_planner
 from workbench.profiles import load_profile
 from workbench.verify.check import check
@@ -20,7 +21,7 @@ def test_gpt_small_at_1gib_says_memory_sets_the_one_device_period(tmp_path, caps
     that cannot hold a second, and that is so: the checker (which re-derives memory from docs/model.md) rejects
     the plan with that stage holding two; the remedy it names (one weight version) is faster."""
     chain = load_profile("gpt-small")
-    platform = Platform(4, memory="1GiB", bandwidth="12GB/s")
+    platform = Target.of(4, memory="1GiB", bandwidth="12GB/s")
     plan = run_planner(chain, platform, "dp")
     assert plan.status == "optimal" and all(st.in_flight == 1 for st in plan.stages)
     note = memory_note(plan, chain, platform)
@@ -51,12 +52,12 @@ def test_idle_devices_are_said_with_the_reason(tmp_path, capsys):
     assert f"  {idle[0]}" in capsys.readouterr().out
     assert len(chain) > 64 and "no plan of this method that uses them is faster" in idle[0]
     small = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 10, 4) for i in range(3)))
-    plan = run_planner(small, Platform(5), "dp")
+    plan = run_planner(small, Target.of(5), "dp")
     assert idle_note(plan, small) == f"{IDLE} 2 of 5 (GPU3, GPU4) hold no stage: the chain has only 3 layers, one a " \
                                      "device at most"
     big = Chain(tuple(Layer(f"l{i}", f, 2 * f, 10, 4) for i, f in enumerate([10, 1, 1, 1, 1, 1])))
-    assert idle_note(run_planner(big, Platform(4), "dp"), big) == (
+    assert idle_note(run_planner(big, Target.of(4), "dp"), big) == (
         f"{IDLE} 2 of 4 (GPU2, GPU3) hold no stage: the period is already the largest layer's time (30.000 s): no "
         "plan goes below it, with more stages or not")
-    full = run_planner(small, Platform(3), "dp")
-    assert explain(full, small, Platform(3)) == full
+    full = run_planner(small, Target.of(3), "dp")
+    assert explain(full, small, Target.of(3)) == full

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from instances import baseline_chain
-from workbench.model.chain import Chain, Layer, Platform
+from workbench.model.chain import Chain, Layer
+from workbench.model.target import Target
 from workbench.planners.dp.contiguous import plan_dp
 from workbench.planners.flushed import plan_1f1b, plan_gpipe
 
@@ -25,7 +26,7 @@ def test_textbook_memory(seed):
     rng = np.random.default_rng(seed)
     chain = baseline_chain(rng, int(rng.integers(4, 14)))
     P, m = int(rng.integers(2, 5)), int(rng.integers(1, 9))
-    plat = Platform(P, bandwidth=500.0, weight_factor=float(rng.choice([1.0, 4.0])), memory_model="paper")
+    plat = Target.of(P, bandwidth=500.0, weight_factor=float(rng.choice([1.0, 4.0])), memory_model="paper")
     g = plan_gpipe(chain, plat, micro_batches=m)
     f = plan_1f1b(chain, plat, micro_batches=m)
     S = len(g.stages)
@@ -33,12 +34,12 @@ def test_textbook_memory(seed):
     for s, st in enumerate(g.stages):
         A, W = stage_AW(chain, st)
         assert st.in_flight == m
-        assert g.memory[st.device] == pytest.approx(m * A + plat.weight_factor * W)
+        assert g.memory[st.device] == pytest.approx(m * A + plat.setup.weight_factor * W)
     for s, st in enumerate(f.stages):
         A, W = stage_AW(chain, st)
         k = min(m, S - s)
         assert st.in_flight == k
-        assert f.memory[st.device] == pytest.approx(k * A + plat.weight_factor * W)
+        assert f.memory[st.device] == pytest.approx(k * A + plat.setup.weight_factor * W)
     for p in (g, f):
         assert p.micro_batches == m and p.status == "feasible" and p.fits
         assert p.period == pytest.approx(p.extra["makespan"] / m)
@@ -51,14 +52,14 @@ def test_textbook_memory(seed):
 
 def test_single_stage_makespan_is_exact():
     chain = Chain((Layer("a", 1.0, 2.0, 5, 1),), input_bytes=1)
-    p = plan_gpipe(chain, Platform(1, memory_model="paper"), micro_batches=5)
+    p = plan_gpipe(chain, Target.of(1, memory_model="paper"), micro_batches=5)
     assert p.period == pytest.approx(3.0) and p.memory == (5 * 1 + 5,)
 
 
 def test_default_micro_batches_and_overflow_note():
     rng = np.random.default_rng(3)
     chain = baseline_chain(rng, 8)
-    plat = Platform(2, memory=50.0, memory_model="paper")
+    plat = Target.of(2, memory=50.0, memory_model="paper")
     p = plan_1f1b(chain, plat)
     assert p.micro_batches == 8 and p.schedule == "1f1b"
     assert not p.fits and any(n.startswith("does not fit") for n in p.notes)

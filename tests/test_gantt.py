@@ -254,14 +254,15 @@ def test_windowed_charts_take_the_unit_of_what_they_show():
 @pytest.fixture(scope="module")
 def sixty_four():
     """A plan on 64 devices (64 equal layers), simulated long enough to fill and drain its pipeline."""
-    from workbench.model.chain import Chain, Layer, Platform
+    from workbench.model.chain import Chain, Layer
+    from workbench.model.target import Target
     from workbench.planners import plan
     from workbench.schedules.simulate import simulate
 
     chain = Chain(tuple(Layer(f"l{i}", 1e-3, 2e-3, 10, 4) for i in range(64)))
-    p = plan(chain, Platform(64), "dp")
+    p = plan(chain, Target.of(64), "dp")
     assert len({s.device for s in p.stages}) == 64
-    return simulate(p, chain, Platform(64), batches=max(s.in_flight for s in p.stages) + 40)
+    return simulate(p, chain, Target.of(64), batches=max(s.in_flight for s in p.stages) + 40)
 
 
 def test_sixty_four_devices_draw_a_compact_chart_with_every_bar(sixty_four):

@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from workbench.model.chain import Platform
+from workbench.model.target import Target
 from workbench.paths import peer_profiles_dir
 from workbench.planners.dp.graph import best_order, chain_bottleneck, stage_values
 from workbench.profiles.pipedream import Graph, Node, read_pipedream_graph
@@ -35,7 +35,7 @@ def topo_orders(g: Graph):
             yield perm
 
 
-def brute(g: Graph, P: int, platform: Platform | None = None) -> float:
+def brute(g: Graph, P: int, platform: Target | None = None) -> float:
     """Min over all topological orders and all splits into <= P contiguous parts (independent of graph_dp)."""
     best = math.inf
     n = len(g)
@@ -79,7 +79,7 @@ def test_random_dags_match_brute_force(seed):
 def test_random_dags_with_communication(seed):
     rng = random.Random(1000 + seed)
     g = random_dag(rng, rng.randint(2, 6), 0.35)
-    plat = Platform(3, bandwidth=rng.choice([1.0, 2.0, 0.5]), memory_model="paper")
+    plat = Target.of(3, bandwidth=rng.choice([1.0, 2.0, 0.5]), memory_model="paper")
     for P in (2, 3):
         r = best_order(g, P, platform=plat)
         check_result(g, r, P, plat)

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from instances import ilp_chain
-from workbench.model.chain import Chain, Layer, Platform
+from workbench.model.chain import Chain, Layer
+from workbench.model.target import Target
 from workbench.planners.brute import plan_brute
 from workbench.planners.dp.contiguous import plan_dp
 from workbench.planners.ilp.bounds import least_memory_bound
@@ -26,7 +27,7 @@ def rand_instance(rng: np.random.Generator, L: int, P: int, memory: str):
     level where the DP-optimal plan starts to be constrained)."""
     ch = ilp_chain(rng, L)
     bw = float(rng.choice([np.inf, rng.uniform(1, 10)]))
-    plat = Platform(P, bandwidth=bw, weights=str(rng.choice(["stash", "single"])),
+    plat = Target.of(P, bandwidth=bw, weights=str(rng.choice(["stash", "single"])),
                     weight_factor=float(rng.choice([1.0, 2.0])), memory_model="paper")
     if memory == "tight":
         need, _ = least_memory_bound(ch, plat)
@@ -48,7 +49,7 @@ def assert_valid(plan, ch, plat):
     assert plan.fits
 
 
-def best_unconstrained_general(ch: Chain, plat: Platform) -> float:
+def best_unconstrained_general(ch: Chain, plat: Target) -> float:
     """min over all maps layer -> device of max(device load, link load) (P||Cmax with links)."""
     L, P = len(ch), plat.devices
     comp = ch.forward + ch.backward
@@ -96,7 +97,7 @@ def compare_with_brute(seed: int, n: int, Lmax: int, Pmax: int):
 # ----------------------------------------------------------------------------------------------
 def test_doc_example_and_model_inspectable():
     ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 100, 10) for i in range(4)))
-    plat = Platform(2, memory=10_000, memory_model="paper")
+    plat = Target.of(2, memory=10_000, memory_model="paper")
     m = build_model(ch, plat, allocation="general")
     buf = io.StringIO()
     m.pprint(ostream=buf)
@@ -148,10 +149,10 @@ def test_brute_100_instances():
 
 def test_infeasible_says_why():
     ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 100, 10) for i in range(4)), input_bytes=10)
-    p = plan_ilp(ch, Platform(2, memory=50, memory_model="paper"), allocation="general")
+    p = plan_ilp(ch, Target.of(2, memory=50, memory_model="paper"), allocation="general")
     assert p.status == "infeasible" and "alone needs" in p.notes[0]
     # fits layer by layer but not as a whole
-    p = plan_ilp(ch, Platform(2, memory=150, memory_model="paper"), allocation="general")
+    p = plan_ilp(ch, Target.of(2, memory=150, memory_model="paper"), allocation="general")
     assert p.status == "infeasible" and p.notes
 
 
@@ -247,7 +248,7 @@ def test_graph_profile_uses_dp_graph_order():
     if peer_profiles_dir() is None:
         pytest.skip("../shared/peer-profiles is absent")
     chain = load_profile("pipedream/resnet50")
-    platform = Platform(8, bandwidth="12GB/s", memory_model="paper")
+    platform = Target.of(8, bandwidth="12GB/s", memory_model="paper")
     ref = plan_dp(chain, platform)
     assert ref.chain_order is not None
     res = plan_ilp(chain, platform, allocation="contiguous", time_limit=30)

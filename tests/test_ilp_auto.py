@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from policy_instances import instance
-from workbench.model.chain import Chain, Layer, Platform
+from workbench.model.chain import Chain, Layer
+from workbench.model.target import Target
 from workbench.planners import plan as run_planner
 from workbench.verify.check import check
 
@@ -36,7 +37,7 @@ def test_never_below_brute_force_and_always_valid(allocation):
 
 def test_general_plan_with_recompute_beats_keep():
     ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 0, 10, 100) for i in range(4)), input_bytes=10)
-    plat = Platform(2, memory=300, memory_model="paper", host_bandwidth=100)
+    plat = Target.of(2, memory=300, memory_model="paper", host_bandwidth=100)
     dp_keep = run_planner(ch, plat, "dp")
     keep = run_planner(ch, plat, "ilp", allocation="general")
     auto = run_planner(ch, plat, "ilp", allocation="general", activations="auto")
@@ -46,14 +47,14 @@ def test_general_plan_with_recompute_beats_keep():
 
 def test_long_chains_fall_back_to_the_dp_plan():
     ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 0, 10, 100) for i in range(41)), input_bytes=10)   # bound 30.75
-    plat = Platform(4, memory=3000, memory_model="paper")
+    plat = Target.of(4, memory=3000, memory_model="paper")
     p = run_planner(ch, plat, "ilp", allocation="general", activations="auto")
     assert p.feasible and p.method == "ilp" and any("no MILP with policies" in n for n in p.notes)
 
 
 def test_without_a_limit_auto_is_keep():
     ch = Chain(tuple(Layer(f"l{i}", 1.0 + 0.3 * i, 2.0, 0, 10, 100) for i in range(5)), input_bytes=10)
-    plat = Platform(2, memory_model="paper")
+    plat = Target.of(2, memory_model="paper")
     keep = run_planner(ch, plat, "ilp", allocation="general")
     auto = run_planner(ch, plat, "ilp", allocation="general", activations="auto")
     assert auto.period == pytest.approx(keep.period) and auto.activations == ()

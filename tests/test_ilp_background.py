@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from instances import footprint_limit, ilp_chain
-from workbench.model.chain import Platform
+from workbench.model.target import Target
 from workbench.planners.budget import Budget
 from workbench.planners.dp.contiguous import plan_dp
 from workbench.planners.ilp.background import GRACE, start_search
@@ -21,7 +21,7 @@ from workbench.verify.check import check
 def random_chain_and_platform(seed: int, L: int, P: int):
     rng = np.random.default_rng(seed)
     chain = ilp_chain(rng, L)
-    return chain, Platform(P, memory=footprint_limit(chain, P, rng, 1.5, 2.5), memory_model="paper")
+    return chain, Target.of(P, memory=footprint_limit(chain, P, rng, 1.5, 2.5), memory_model="paper")
 
 
 linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the background search forks (Linux)")

@@ -6,9 +6,10 @@ import pyomo.environ as pyo
 import pytest
 
 from workbench.model.activations import apply_policies
-from workbench.model.chain import Chain, Layer, Platform
+from workbench.model.chain import Chain, Layer
 from workbench.model.memory import layer_terms
 from workbench.model.memory_views import plan_memory
+from workbench.model.target import Target
 from workbench.planners.ilp.model import build_model
 from workbench.planners.ilp.policies import read_policies
 from workbench.planners.ilp.solve import plan_from_model, solve_model
@@ -19,7 +20,7 @@ _CHAIN = Chain(tuple(Layer(f"l{i}", 1.0, 1.0, 10, 4, 4, 0, 0, 0, 0, 0, 0) for i 
 
 
 def _solved(memory: float, policies: bool):
-    plat = Platform(2, memory=memory, optimizer="sgd", zero_grad="zeros", weights="single")
+    plat = Target.of(2, memory=memory, optimizer="sgd", zero_grad="zeros", weights="single")
     m = build_model(_CHAIN, plat, period=4.0, policies=policies)
     if solve_model(m).incumbent_objective is None:
         return plat, m, None
@@ -27,7 +28,7 @@ def _solved(memory: float, policies: bool):
 
 
 def test_families_where_a_layer_can_start_or_end_a_stage():
-    plat = Platform(2, memory=1000, optimizer="sgd")
+    plat = Target.of(2, memory=1000, optimizer="sgd")
     m = build_model(_CHAIN, plat)
     t = layer_terms(_CHAIN, plat)
     assert sorted(m.BSTART) == [l for l in range(4) if t.buf_in[l] > 0] == [1, 2, 3]

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from workbench.model.chain import Chain, Layer, Platform
+from workbench.model.chain import Chain, Layer
+from workbench.model.target import Target
 from workbench.planners.dp.contiguous import plan_dp
 from workbench.planners.ilp.coarse import plan_coarse
 from workbench.verify.check import check
@@ -10,7 +11,7 @@ from workbench.verify.check import check
 
 def test_blocks_expand_to_a_valid_plan_no_worse_than_the_fine_dp():
     chain = Chain(tuple(Layer(f"l{i}", 1.0 + (i * 7 % 5) / 4, 2.0, 30, 6) for i in range(24)))
-    plat = Platform(3, memory_model="paper")
+    plat = Target.of(3, memory_model="paper")
     plat = plat.with_(memory=plan_dp(chain, plat).peak_memory * 0.7)
     for allocation in ("contiguous", "general"):
         p = plan_coarse(chain, plat, blocks=8, allocation=allocation, time_limit=6)

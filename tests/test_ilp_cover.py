@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 
 from instances import footprint_limit, ilp_chain
-from workbench.model.chain import Chain, Layer, Platform
+from workbench.model.chain import Chain, Layer
 from workbench.model.plan import make_plan
+from workbench.model.target import Target
 from workbench.planners.brute import plan_brute
 from workbench.planners.ilp.cover import TooManySets, cover_bound, cover_search, device_sets
 from workbench.verify.check import check
@@ -16,7 +17,7 @@ from workbench.verify.check import check
 def _instance(rng, L, P, tight=True):
     ch = ilp_chain(rng, L)
     M = footprint_limit(ch, P, rng, 1.2, 2.5) if tight else math.inf
-    return ch, Platform(P, memory=M, bandwidth=float(rng.uniform(2, 10)), memory_model="paper")
+    return ch, Target.of(P, memory=M, bandwidth=float(rng.uniform(2, 10)), memory_model="paper")
 
 
 def _brute_cases(seed, n):
@@ -79,4 +80,4 @@ def test_deadline_gives_a_valid_partial_bound():
 def test_too_many_sets_is_reported():
     ch = Chain(tuple(Layer(f"l{i}", 1.0, 1.0, 0, 0) for i in range(12)))
     with pytest.raises(TooManySets, match="device sets"):
-        device_sets(ch, Platform(2, memory_model="paper"), 100.0, limit=100)
+        device_sets(ch, Target.of(2, memory_model="paper"), 100.0, limit=100)

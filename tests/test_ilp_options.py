@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from workbench.model.chain import Chain, Layer, Platform
+from workbench.model.chain import Chain, Layer
+from workbench.model.target import Target
 from workbench.planners import plan as run_planner
 from workbench.planners.budget import PhaseShares
 from workbench.planners.ilp.options import COARSEN_ABOVE, IlpOptions
 from workbench.planners.ilp.planner import plan_ilp
 
 CHAIN = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 100, 10) for i in range(4)))
-PLAT = Platform(2, memory=10_000, memory_model="paper")
+PLAT = Target.of(2, memory=10_000, memory_model="paper")
 
 
 def test_an_unknown_option_is_refused_by_name_everywhere():

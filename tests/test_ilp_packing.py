@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from instances import footprint_limit, ilp_chain
-from workbench.model.chain import Platform
+from workbench.model.target import Target
 from workbench.planners.dp.contiguous import plan_dp
 from workbench.planners.ilp.packing import pack, packed_plan
 from workbench.planners.ilp.stage_bound import stage_partition, stage_path_bound
@@ -30,7 +30,7 @@ def test_a_packing_keeps_every_device_within_memory_and_period_and_splits_neighb
 def test_the_bound_partition_covers_the_chain():
     rng = np.random.default_rng(3)
     chain = ilp_chain(rng, 12)
-    plat = Platform(3, memory=footprint_limit(chain, 3, rng, 1.5, 2.5), memory_model="paper")
+    plat = Target.of(3, memory=footprint_limit(chain, 3, rng, 1.5, 2.5), memory_model="paper")
     T = plan_dp(chain, plat, graph=False).period
     stages = stage_partition(chain, plat, T)
     assert stages[0][0] == 0 and stages[-1][1] == len(chain) - 1
@@ -43,7 +43,7 @@ def test_packed_plans_are_valid_and_beat_the_incumbent():
     for seed in range(12):
         rng = np.random.default_rng(100 + seed)
         chain = ilp_chain(rng, 14)
-        plat = Platform(4, memory=footprint_limit(chain, 4, rng, 1.3, 2.0), bandwidth=float(rng.uniform(2, 10)),
+        plat = Target.of(4, memory=footprint_limit(chain, 4, rng, 1.3, 2.0), bandwidth=float(rng.uniform(2, 10)),
                         memory_model="paper")
         dp = plan_dp(chain, plat, graph=False)
         if not dp.feasible:
@@ -65,7 +65,7 @@ def test_the_packing_phase_and_the_general_ilp_keep_their_time_limit_on_resnet50
     from workbench.profiles import load_profile
 
     chain = load_profile("resnet50")
-    plat = Platform(8)
+    plat = Target.of(8)
     dp = plan_dp(chain, plat, graph=False)
     t0 = time.perf_counter()
     packed_plan(chain, plat, stage_path_bound(chain, plat, dp.period), dp, deadline=time.perf_counter() + 1.0)

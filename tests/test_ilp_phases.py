@@ -7,8 +7,9 @@ import random
 import time
 
 from oracles import optimal_plan, random_instance
-from workbench.model.chain import Chain, Layer, Platform
+from workbench.model.chain import Chain, Layer
 from workbench.model.plan import chain_for_plan
+from workbench.model.target import Target
 from workbench.planners.budget import MAY_VARY, Budget
 from workbench.planners.ilp.options import IlpOptions
 from workbench.planners.ilp.phases import solve_chain
@@ -46,7 +47,7 @@ def test_phases_run_in_order_and_name_who_found_and_who_proved():
 
 def test_a_layer_that_does_not_fit_stops_at_the_first_phase():
     chain = Chain(tuple(Layer(f"l{i}", 1.0, 1.0, 100, 10) for i in range(3)))
-    p = solve_chain(chain, Platform(2, memory=50, memory_model="paper"), "general", IlpOptions(), Budget())
+    p = solve_chain(chain, Target.of(2, memory=50, memory_model="paper"), "general", IlpOptions(), Budget())
     assert p.status == "infeasible" and _phases(p) == ["feasibility"]
     assert p.extra["least_memory_bound"] > 50 and p.extra["solve"]["found_by"] is None
 
@@ -71,7 +72,7 @@ def _dag_instance(seed: int):
     edges = [(f"v{i}", f"v{i + 1}") for i in range(n - 1)] + [
         (f"v{i}", f"v{j}") for i in range(n) for j in range(i + 2, n) if rng.random() < 0.3]
     chain = Graph(tuple(nodes), tuple(edges), "rand").linearise()
-    plat = Platform(rng.randint(2, 3), bandwidth=rng.uniform(5, 40), memory_model="paper")
+    plat = Target.of(rng.randint(2, 3), bandwidth=rng.uniform(5, 40), memory_model="paper")
     free = max(optimal_plan(chain, plat, "general").memory)
     return chain, plat.with_(memory=free * rng.uniform(0.6, 1.0))
 
@@ -83,7 +84,7 @@ def test_every_reported_bound_stays_below_the_oracle_optimum():
     background search runs)."""
     cases = [random_instance(7000 + s, max_layers=5, max_devices=3) for s in range(6)]
     cases += [(Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 20, 6) for i in range(5)), input_bytes=6),
-               Platform(P, memory=m, memory_model="paper")) for P, m in ((2, 90.0), (3, 70.0))]
+               Target.of(P, memory=m, memory_model="paper")) for P, m in ((2, 90.0), (3, 70.0))]
     cases += [_dag_instance(s) for s in range(5)]
     checked = 0
     for k, (chain, plat) in enumerate(cases):

@@ -3,7 +3,7 @@
 import numpy as np
 
 from instances import ilp_chain
-from workbench.model.chain import Platform
+from workbench.model.target import Target
 from workbench.planners.brute import plan_brute
 from workbench.planners.dp.contiguous import plan_dp
 from workbench.planners.evaluate.period import allocation_best, normalise, path_period
@@ -21,7 +21,7 @@ def _instances(seed: int, n: int, layers: tuple[int, int], devices: tuple[int, i
     for _ in range(n):
         L, P = int(rng.integers(*layers)), int(rng.integers(*devices))
         ch = ilp_chain(rng, L)
-        plat = Platform(P, bandwidth=float(rng.uniform(2, 10)), memory_model="paper")
+        plat = Target.of(P, bandwidth=float(rng.uniform(2, 10)), memory_model="paper")
         plat = plat.with_(memory=plan_dp(ch, plat, graph=False).peak_memory * float(rng.uniform(0.6, 1.0)))
         start = plan_dp(ch, plat, graph=False)
         if start.feasible:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pyomo.environ as pyo
 import pytest
 
-from workbench.model.chain import Chain, Layer, Platform
+from workbench.model.chain import Chain, Layer
+from workbench.model.target import Target
 from workbench.planners.budget import Budget
 from workbench.planners.dp.contiguous import plan_dp
 from workbench.planners.ilp.model import build_model
@@ -15,7 +16,7 @@ from workbench.verify.check import check
 
 def test_solve_polish_and_read_back_the_dp_optimum():
     chain = Chain(tuple(Layer(f"l{i}", 1.0 + i % 2, 2.0, 40, 10) for i in range(6)))
-    plat = Platform(3, memory=160, memory_model="paper")
+    plat = Target.of(3, memory=160, memory_model="paper")
     m = build_model(chain, plat)
     log: list[str] = []
     res = solve_model(m, log=log.append)

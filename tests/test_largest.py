@@ -7,7 +7,7 @@ import pytest
 
 from workbench.experiments import largest as lg
 from workbench.front.cli import main
-from workbench.model.chain import Platform
+from workbench.model.target import Target
 from workbench.planners import plan as run_planner
 
 
@@ -33,7 +33,7 @@ def test_families_are_what_they_say():
 def test_largest_is_a_boundary():
     size, plan = lg.largest_size("depth", 2, 2 * 2**30, "dp", "contiguous", "keep")
     assert size > 0 and plan.fits
-    over = run_planner(lg.family_chain("depth", size + 1), Platform(2, memory=2 * 2**30), "dp")
+    over = run_planner(lg.family_chain("depth", size + 1), Target.of(2, memory=2 * 2**30), "dp")
     assert not (over.feasible and over.fits)
     fast, fplan = lg.largest_size("depth", 2, 2 * 2**30, "dp", "contiguous", "keep", slowdown=1.1)
     full = lg.full_speed(lg.family_chain("depth", fast), 2, "dp")

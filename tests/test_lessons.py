@@ -7,7 +7,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from workbench.model.chain import Chain, Layer, Platform
+from workbench.model.chain import Chain, Layer
+from workbench.model.target import Target
 from workbench.model.trace import MEMORY_COLUMNS, Trace
 from workbench.planners import plan
 from workbench.schedules.simulate import simulate
@@ -24,7 +25,7 @@ from workbench.viz.lessons import (
 from workbench.viz.notebook import teaching_chain, three_schedules
 
 MiB = 2**20
-PAPER = Platform(4, bandwidth="10GB/s", memory_model="paper")
+PAPER = Target.of(4, bandwidth="10GB/s", memory_model="paper")
 #: the limits notebook 02 sweeps ("When memory is short")
 LIMITS = [None, "700MiB", "420MiB", "350MiB", "290MiB", "250MiB"]
 
@@ -115,7 +116,7 @@ def test_what_sets_the_period(steps):
 
 def test_stash_cost_counts_k_minus_one_weight_copies():
     ch = Chain(tuple(Layer(f"l{i}", 0.001, 0.002, 40 * MiB, 8 * MiB) for i in range(6)), input_bytes=8 * MiB)
-    platform = Platform(3, bandwidth="10GB/s", memory_model="paper")
+    platform = Target.of(3, bandwidth="10GB/s", memory_model="paper")
     df = stash_cost(ch, platform, [None, "400MiB", "300MiB", "60MiB"])
     assert (df["single"] <= df["stash"]).all()
     free = plan(ch, platform.with_(weights="stash"), "dp")
@@ -130,7 +131,7 @@ def test_stashing_on_gpt2_small_costs_time_under_a_limit():
     """Notebook 02's weight-stashing lesson: free without a limit, up to twice the period under one."""
     from workbench.profiles import load_profile
 
-    df = stash_cost(load_profile("gpt-small"), Platform(4, bandwidth="12GB/s", memory_model="paper"),
+    df = stash_cost(load_profile("gpt-small"), Target.of(4, bandwidth="12GB/s", memory_model="paper"),
                     [None, "400MiB"])
     assert df["ratio"].iloc[0] == pytest.approx(1.0) and df["stashed_gpu0"].iloc[0] > 256 * MiB
     assert df["ratio"].iloc[1] > 1.5

@@ -9,8 +9,8 @@ import pytest
 
 from policy_instances import random_chain
 from workbench.experiments import METHOD_KEYS, METHOD_LABELS
-from workbench.model.chain import Platform
 from workbench.model.memory import device_memory, layer_terms
+from workbench.model.target import Target
 from workbench.planners import PLANNERS as METHODS
 from workbench.planners import plan as run_planner
 from workbench.planners.mcap import mcap_partition
@@ -28,7 +28,7 @@ def test_least_largest_peak_under_1f1b_counts():
     rng = random.Random(3)
     for _ in range(60):
         chain = random_chain(rng, rng.randint(2, 7))
-        plat = Platform(rng.randint(1, 4), optimizer=rng.choice(["sgd", "adam"]))
+        plat = Target.of(rng.randint(1, 4), optimizer=rng.choice(["sgd", "adam"]))
         t = layer_terms(chain, plat)
         q = min(plat.devices, len(chain))
         fb = chain.forward + chain.backward
@@ -47,8 +47,8 @@ def test_least_largest_peak_under_1f1b_counts():
 def test_mcap_is_a_registered_baseline():
     assert "mcap" in METHODS and METHOD_KEYS["mcap"] == ("mcap", "contiguous") and "mcap" in METHOD_LABELS
     chain = load_profile("gpt-medium")
-    plat = Platform(8, memory="3GiB")
-    m, pd_ = run_planner(chain, plat, "mcap"), run_planner(chain, Platform(8), "pipedream")
+    plat = Target.of(8, memory="3GiB")
+    m, pd_ = run_planner(chain, plat, "mcap"), run_planner(chain, Target.of(8), "pipedream")
     assert m.method == "mcap" and m.feasible and m.fits and check(m, chain, plat) == []
     assert len(m.stages) == 8
     # balanced: mCAP's largest device under 1F1B counts is below PipeDream's partition's

@@ -20,7 +20,7 @@ import torch
 
 from instances import compositions
 from test_dp import brute_min_period
-from workbench.model.chain import Chain, Layer, Platform
+from workbench.model.chain import Chain, Layer
 from workbench.model.memory import (
     device_memory,
     layer_terms,
@@ -31,6 +31,7 @@ from workbench.model.memory import (
     stage_op_excess,
     validate_setup,
 )
+from workbench.model.target import Target
 from workbench.planners import plan as run_planner
 from workbench.planners.brute import plan_brute
 from workbench.planners.dp.contiguous import plan_dp
@@ -73,7 +74,7 @@ def test_a_stage_by_hand():
     l2 = Layer("l2", 1, 1, 0, 5, 6, grad_bytes=0, max_param_bytes=0, saved_input_bytes=6, saved_output_bytes=0,
                forward_peak_bytes=5, backward_peak_bytes=11)
     chain = Chain((l0, l1, l2), input_bytes=8, meta={"dtype": "float32", "device": "cpu"})
-    t = layer_terms(chain, Platform(2, optimizer="adam", weights="stash", zero_grad="zeros"))
+    t = layer_terms(chain, Target.of(2, optimizer="adam", weights="stash", zero_grad="zeros"))
     # activations: l0 12, l1 6 - 4 shared = 2; stage 0..1 holds its output (6 B, not saved by l1)
     assert stage_activation(t, 0, 1) == 12 + 2 + 6
     # stage 1..2 starts at l1: all it saves counts (its input is a copy received, not l0's storage)
@@ -94,13 +95,13 @@ def test_the_training_loop_by_hand():
     l1 = Layer("l1", 1, 1, 20, 6, 6, grad_bytes=20, max_param_bytes=20, saved_input_bytes=4, saved_output_bytes=0,
                forward_peak_bytes=9, backward_peak_bytes=11, backward_fresh_peak_bytes=25)
     chain = Chain((l0, l1), input_bytes=8, meta={"dtype": "float32", "device": "cpu"})
-    t = layer_terms(chain, Platform(1, optimizer="adam", weights="stash", zero_grad="none"))
+    t = layer_terms(chain, Target.of(1, optimizer="adam", weights="stash", zero_grad="none"))
     # resident: parameters and 2 Adam states, no gradient; k = 3 mini-batches of 12 + 2 activations
     assert stage_memory(t, 0, 1, 3) == 3 * 14 + 3 * 30 + 2 * 30
     # excess: l0's fresh backward (33) with l1's gradients (20) made and its activations (2) freed; l1's
     # fresh backward (25); the step (2 x 20 temporaries) with both layers' gradients (30), 14 B freed
     assert stage_excess(t, 0, 1) == max(33 + 20 - 2, 25, 2 * 20 + 30 - 14)
-    zeros = layer_terms(chain, Platform(1, optimizer="adam", weights="stash", zero_grad="zeros"))
+    zeros = layer_terms(chain, Target.of(1, optimizer="adam", weights="stash", zero_grad="zeros"))
     assert stage_memory(zeros, 0, 1, 3) - stage_memory(t, 0, 1, 3) == 30      # the resident gradients
 
 
@@ -125,23 +126,23 @@ def test_a_tied_copy_by_hand():
     flight, a fresh gradient sent to the owner, whose stage holds a receive buffer for it per mini-batch in flight."""
     chain = _tied_chain()
     plain = chain.with_meta(tied="[]")
-    default = Platform(2, optimizer="adam", weights="single")      # torch's default loop: no gradient between steps
+    default = Target.of(2, optimizer="adam", weights="single")      # torch's default loop: no gradient between steps
     assert (stage_memory(layer_terms(chain, default), 2, 2, 1)
             - stage_memory(layer_terms(plain, default), 2, 2, 1)) == 40 + 2 * 40   # the copy and its Adam state
-    single = Platform(2, optimizer="adam", weights="single", zero_grad="zeros")
+    single = Target.of(2, optimizer="adam", weights="single", zero_grad="zeros")
     t, u = layer_terms(chain, single), layer_terms(plain, single)
     assert stage_memory(t, 2, 2, 1) - stage_memory(u, 2, 2, 1) == 40 + 40 + 2 * 40     # parameter, gradient, Adam
     assert stage_memory(t, 1, 2, 1) - stage_memory(u, 1, 2, 1) == 160
     assert stage_memory(t, 0, 2, 1) == stage_memory(u, 0, 2, 1)                         # the owner's stage: no copy
     assert stage_excess(t, 2, 2) >= 2 * 40 - 4 and stage_excess(u, 2, 2) < 2 * 40 - 4  # Adam steps the copy
-    stash = Platform(2, optimizer="adam", weights="stash", zero_grad="zeros")
+    stash = Target.of(2, optimizer="adam", weights="stash", zero_grad="zeros")
     t, u = layer_terms(chain, stash), layer_terms(plain, stash)
     assert stage_memory(t, 2, 2, 3) - stage_memory(u, 2, 2, 3) == 40 + 2 * 40          # copy + 2 stashed versions
     assert stage_memory(t, 0, 1, 3) - stage_memory(u, 0, 1, 3) == 3 * 40     # the owner's receive buffers: one per k
     # the head's backward makes the copy's gradient fresh (no buffer): min(fresh, zeroed + 40) = 44
     assert stage_op_excess(t, 2, 2) == 44 and stage_created(t, 2, 2) == 40
     # one device: the owner and the sharer in one stage, one parameter, nothing added
-    one = Platform(1, optimizer="adam", weights="single", zero_grad="zeros")
+    one = Target.of(1, optimizer="adam", weights="single", zero_grad="zeros")
     assert device_memory(layer_terms(chain, one), [(0, 2, 1)]) == device_memory(layer_terms(plain, one), [(0, 2, 1)])
 
 
@@ -174,7 +175,7 @@ def test_ties_and_loops_agree_with_the_checkers_own_derivation():
                                         "bytes": rng.randint(1, 40), "parameter": "w"}])
             ties += 1
         chain = Chain(tuple(layers), chain.input_bytes, meta=meta)
-        plat = Platform(P, optimizer=rng.choice(["sgd", "adam", "momentum"]), weights=rng.choice(["stash", "single"]),
+        plat = Target.of(P, optimizer=rng.choice(["sgd", "adam", "momentum"]), weights=rng.choice(["stash", "single"]),
                         zero_grad=rng.choice(["none", "zeros"]), precision="bf16-mixed" if mixed else None)
         policies = [rng.choice(["keep", "keep", "recompute", "offload"]) for _ in range(L)]
         t = layer_terms(apply_policies(chain, policies), plat)
@@ -209,7 +210,7 @@ def test_dp_is_exact_under_the_full_model():
     for trial in range(80):
         L, P = int(rng.integers(2, 8)), int(rng.integers(2, 4))
         chain = measured_chain(rng, L)
-        base = Platform(P, bandwidth=float(rng.choice([20.0, 80.0])), optimizer=str(rng.choice(["sgd", "adam"])),
+        base = Target.of(P, bandwidth=float(rng.choice([20.0, 80.0])), optimizer=str(rng.choice(["sgd", "adam"])),
                         weights=str(rng.choice(["stash", "single"])))
         least = min(max(full_memory(chain, base, a, b, 1) for a, b in parts) for parts in compositions(L, P))
         plat = base.with_(memory=least * float(rng.uniform(0.9, 2.5)))
@@ -230,7 +231,7 @@ def test_exact_general_plans_pass_the_checker():
     for trial in range(25):
         L, P = int(rng.integers(3, 7)), int(rng.integers(2, 4))
         chain = measured_chain(rng, L)
-        base = Platform(P, bandwidth=30.0, optimizer="adam")
+        base = Target.of(P, bandwidth=30.0, optimizer="adam")
         loose = plan_brute(chain, base, allocation="general")
         plat = base.with_(memory=loose.peak_memory * float(rng.uniform(0.6, 1.0)))
         ref = plan_brute(chain, plat, allocation="general")
@@ -247,7 +248,7 @@ def test_simulated_peak_is_the_plans_memory_with_one_stage_per_device():
     rng = np.random.default_rng(9)
     for trial in range(20):
         chain = measured_chain(rng, int(rng.integers(3, 8)))
-        plat = Platform(3, bandwidth=40.0, optimizer="adam", weights=str(rng.choice(["stash", "single"])))
+        plat = Target.of(3, bandwidth=40.0, optimizer="adam", weights=str(rng.choice(["stash", "single"])))
         plan = plan_dp(chain, plat)
         trace = simulate(plan, chain, plat, batches=12)
         assert trace.peak_memory() == pytest.approx(np.array(plan.memory), rel=1e-9), trial
@@ -267,7 +268,7 @@ def test_one_device_prediction_against_memtracker(name, config, optimizer, loop)
 
     torch.manual_seed(0)
     chain = profile_zoo(name, 4, repeats=1, warmup=0, **config)
-    plan = plan_dp(chain, Platform(1, weights="single", optimizer=optimizer, zero_grad=loop))
+    plan = plan_dp(chain, Target.of(1, weights="single", optimizer=optimizer, zero_grad=loop))
     x, y = zoo.sample_batch(name, 4, **config)
     measured = plain_step_peak(zoo.build_model(name, **config), x, y, zoo.loss_fn(name), optimizer, loop=loop)
     assert -0.02 <= plan.memory[0] / measured - 1 <= 0.05, (plan.memory[0], measured)
@@ -301,24 +302,24 @@ def test_a_tied_model_on_one_device_against_memtracker():
     assert chain.meta.get("tied") and chain.layers[-1].grad_bytes == 0 and chain.weights.sum() == sum(
         p.numel() * 4 for p in model.parameters())
     for loop in ("none", "zeros"):
-        plan = plan_dp(chain, Platform(1, weights="single", optimizer="adam", zero_grad=loop))
+        plan = plan_dp(chain, Target.of(1, weights="single", optimizer="adam", zero_grad=loop))
         measured = plain_step_peak(model, x, y, loss, "adam", loop=loop)
         assert abs(plan.memory[0] / measured - 1) <= 0.005, (loop, plan.memory[0], measured)
 
 
 def test_estimates_are_named_and_setups_checked():
     chain = Chain((Layer("a", 1, 1, 10, 4),), meta={"dtype": "float32"})
-    plan = plan_dp(chain, Platform(1))
+    plan = plan_dp(chain, Target.of(1))
     assert any("memory estimated" in n and "backward_peak_bytes" in n for n in plan.notes)
     assert plan.setup["estimated"] and plan.setup["optimizer"] == "adam"
     with pytest.raises(ValueError, match="unknown optimizer 'adagrad'"):
-        Platform(1, optimizer="adagrad")
+        Target.of(1, optimizer="adagrad")
     with pytest.raises(ValueError, match="unknown precision 'fp8'"):
-        Platform(1, precision="fp8")
+        Target.of(1, precision="fp8")
     with pytest.raises(ValueError, match="needs a bfloat16 profile"):
-        validate_setup(Platform(1, precision="bf16-mixed"), chain)
+        validate_setup(Target.of(1, precision="bf16-mixed"), chain)
     with pytest.raises(ValueError, match="paper's memory model"):
-        Platform(1, weight_factor=4)
+        Target.of(1, weight_factor=4)
 
 
 def test_cli_one_device_plan_writes_the_peak(tmp_path, capsys):
@@ -333,7 +334,7 @@ def test_cli_one_device_plan_writes_the_peak(tmp_path, capsys):
     assert main(["plan", "--profile", str(prof), "--devices", "1", "--weights", "single", "--optimizer", "momentum",
                  "--json", str(out)]) == 0
     plan = Plan.from_json(out)
-    want = memory_by_device(chain, Platform(1, weights="single", optimizer="momentum"), [(0, 3, 0, 1)])[0]
+    want = memory_by_device(chain, Target.of(1, weights="single", optimizer="momentum"), [(0, 3, 0, 1)])[0]
     assert plan.memory[0] == pytest.approx(want) and plan.setup["optimizer"] == "momentum"
     # check and simulate take the plan's set-up
     assert main(["check", str(out), "--profile", str(prof)]) == 0

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from workbench.model.chain import Chain, Layer, Platform
+from workbench.model.chain import Chain, Layer
 from workbench.model.memory_columns import ESTIMATES, measured_columns, validate_setup
+from workbench.model.target import Target
 
 MEASURED = dict(grad_bytes=90.0, max_param_bytes=60.0, saved_input_bytes=7.0, saved_output_bytes=3.0,
                 forward_peak_bytes=33.0, backward_peak_bytes=44.0, backward_fresh_peak_bytes=55.0)
@@ -66,11 +67,11 @@ def test_columns_estimated_upstream_are_still_named():
 def test_validate_setup_defaults_to_the_profile_dtype():
     bf16 = Chain((Layer("a", 1, 1),), meta={"dtype": "bfloat16"})
     fp32 = Chain((Layer("a", 1, 1),), meta={"dtype": "float32"})
-    assert validate_setup(Platform(1), bf16) == "bf16"
-    assert validate_setup(Platform(1), fp32) == "fp32"
-    assert validate_setup(Platform(1)) == "fp32"
-    assert validate_setup(Platform(1, precision="bf16-mixed"), bf16) == "bf16-mixed"
-    assert validate_setup(Platform(1, precision="bf16"), Chain((Layer("a", 1, 1),))) == "bf16"   # no dtype named
+    assert validate_setup(Target.of(1), bf16) == "bf16"
+    assert validate_setup(Target.of(1), fp32) == "fp32"
+    assert validate_setup(Target.of(1)) == "fp32"
+    assert validate_setup(Target.of(1, precision="bf16-mixed"), bf16) == "bf16-mixed"
+    assert validate_setup(Target.of(1, precision="bf16"), Chain((Layer("a", 1, 1),))) == "bf16"   # no dtype named
 
 
 def test_validate_setup_refuses_a_precision_the_profile_was_not_measured_in():
@@ -79,7 +80,7 @@ def test_validate_setup_refuses_a_precision_the_profile_was_not_measured_in():
     with pytest.raises(ValueError, match=r"^precision 'bf16-mixed' needs a bfloat16 profile; this profile \(net\) "
                                          r"was measured in float32 \(profile it with --dtype bfloat16, or plan with "
                                          r"--precision fp32\)$"):
-        validate_setup(Platform(1, precision="bf16-mixed"), fp32)
+        validate_setup(Target.of(1, precision="bf16-mixed"), fp32)
     with pytest.raises(ValueError, match="--precision bf16"):
-        validate_setup(Platform(1, precision="fp32"), bf16)
-    assert validate_setup(Platform(1, precision="fp32", memory_model="paper"), bf16) == "fp32"   # paper: no dtype
+        validate_setup(Target.of(1, precision="fp32"), bf16)
+    assert validate_setup(Target.of(1, precision="fp32", memory_model="paper"), bf16) == "fp32"   # paper: no dtype

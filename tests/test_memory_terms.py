@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from workbench.model import memory_terms
-from workbench.model.chain import Chain, Layer, Platform
+from workbench.model.chain import Chain, Layer
 from workbench.model.memory import device_memory, layer_terms, stage_memory
 from workbench.model.memory_bands import band_terms, linear_terms, square_terms
 from workbench.model.memory_terms import (
@@ -20,6 +20,7 @@ from workbench.model.memory_terms import (
 )
 from workbench.model.memory_views import memory_breakdown
 from workbench.model.plan import Stage
+from workbench.model.target import Target
 
 
 def _chain(seed: int, L: int = 5) -> Chain:
@@ -44,7 +45,7 @@ def _literal(chain: Chain, first: int, last: int) -> tuple[float, float]:
 @pytest.mark.parametrize("seed", range(6))
 def test_every_stage_holds_what_the_model_states(seed):
     chain = _chain(seed)
-    t = layer_terms(chain, Platform(2, optimizer="sgd"))
+    t = layer_terms(chain, Target.of(2, optimizer="sgd"))
     for i in range(len(chain)):
         for j in range(i, len(chain)):
             assert [float(v) for v in boundary_bytes(t, i, j)] == pytest.approx(_literal(chain, i, j))
@@ -71,7 +72,7 @@ def test_a_malformed_term_is_refused_by_name():
 
 def test_a_new_term_reaches_every_view(monkeypatch):
     # one entry in the table: the stage memory, the bands, the MILP's coefficients and the breakdown all hold it
-    plat = Platform(2, optimizer="sgd")
+    plat = Target.of(2, optimizer="sgd")
     before = layer_terms(_chain(1), plat)
     sent = BoundaryTerm("sent", "end", False, "sent", lambda x: np.where(np.arange(len(x.cuts)) < len(x.cuts) - 1,
                                                                           1000.0, 0.0))
@@ -92,6 +93,6 @@ def test_a_new_term_reaches_every_view(monkeypatch):
 
 
 def test_the_step_finds_the_input_gradient_apart_from_the_buffers():
-    t = layer_terms(_chain(2), Platform(2, optimizer="adam"))
+    t = layer_terms(_chain(2), Target.of(2, optimizer="adam"))
     assert t.grad_sent[0] == 0.0 and np.array_equal(t.grad_sent[1:], _chain(2).cuts[:-1])
-    assert np.array_equal(layer_terms(_chain(2), Platform(2, memory_model="paper")).grad_sent, np.zeros(5))
+    assert np.array_equal(layer_terms(_chain(2), Target.of(2, memory_model="paper")).grad_sent, np.zeros(5))

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from test_memory import measured_chain
-from workbench.model.chain import Chain, Layer, Platform
+from workbench.model.chain import Chain, Layer
 from workbench.model.memory import layer_terms, stage_excess, stage_memory
 from workbench.model.memory_views import (
     estimate_note,
@@ -23,6 +23,7 @@ from workbench.model.memory_views import (
     torch_engine_extra,
 )
 from workbench.model.plan import Stage
+from workbench.model.target import Target
 from workbench.planners import plan as run_planner
 from workbench.verify.check_memory import memory_by_device
 
@@ -45,7 +46,7 @@ def test_two_implementations_agree_on_random_plans():
         chain = measured_chain(rng, L, dtype=str(rng.choice(["float32", "bfloat16"])),
                                device=str(rng.choice(["cpu", "cuda (H100)"])))
         precision = "fp32" if chain.meta["dtype"] == "float32" else str(rng.choice(["bf16", "bf16-mixed"]))
-        plat = Platform(P, optimizer=str(rng.choice(["none", "sgd", "momentum", "adam", "adamw"])),
+        plat = Target.of(P, optimizer=str(rng.choice(["none", "sgd", "momentum", "adam", "adamw"])),
                         precision=precision, weights=str(rng.choice(["stash", "single"])))
         runs = random_stages(rng, L, P)
         mine = plan_memory(chain, plat, runs)
@@ -62,7 +63,7 @@ def test_merged_layers_hold_what_their_layers_hold():
         edges = [0] + cuts + [L]
         groups = [(edges[i], edges[i + 1] - 1) for i in range(len(edges) - 1)]
         coarse = chain.coarsen(groups)
-        plat = Platform(1, optimizer=str(rng.choice(["sgd", "adam"])))
+        plat = Target.of(1, optimizer=str(rng.choice(["sgd", "adam"])))
         fine_t, coarse_t = layer_terms(chain, plat), layer_terms(coarse, plat)
         for i in range(len(groups)):
             for j in range(i, len(groups)):
@@ -76,7 +77,7 @@ def test_merged_layers_hold_what_their_layers_hold():
 def test_flushed_plans_split_and_fit():
     rng = np.random.default_rng(4)
     chain = measured_chain(rng, 6)
-    plat = Platform(2, optimizer="adam")
+    plat = Target.of(2, optimizer="adam")
     for kind in ("gpipe", "1f1b"):
         p = run_planner(chain, plat, kind, micro_batches=4)
         from workbench.viz.memory import memory_split
@@ -91,8 +92,8 @@ def test_breakdown_adds_up_to_the_checkers_memory():
     for trial in range(100):
         L, P = int(rng.integers(1, 8)), int(rng.integers(1, 4))
         chain = measured_chain(rng, L)
-        for plat in (Platform(P, optimizer=str(rng.choice(["sgd", "adam"])), weights="stash"),
-                     Platform(P, memory_model="paper", weight_factor=float(rng.choice([1.0, 2.0])))):
+        for plat in (Target.of(P, optimizer=str(rng.choice(["sgd", "adam"])), weights="stash"),
+                     Target.of(P, memory_model="paper", weight_factor=float(rng.choice([1.0, 2.0])))):
             runs = random_stages(rng, L, P)
             split = memory_breakdown(chain, plat, runs)
             theirs = memory_by_device(chain, plat, [(s.first, s.last, s.device, s.in_flight) for s in runs])
@@ -101,8 +102,8 @@ def test_breakdown_adds_up_to_the_checkers_memory():
 
 
 def test_estimate_note_names_the_missing_columns():
-    assert estimate_note(measured_chain(np.random.default_rng(0), 3), Platform(1)) is None
-    note = estimate_note(Chain((Layer("a", 1, 1, 10, 4),)), Platform(1))
+    assert estimate_note(measured_chain(np.random.default_rng(0), 3), Target.of(1)) is None
+    note = estimate_note(Chain((Layer("a", 1, 1, 10, 4),)), Target.of(1))
     assert note is not None and "grad_bytes" in note and "backward_peak_bytes" in note
 
 

@@ -6,8 +6,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from workbench.model.chain import Chain, Layer, Platform
+from workbench.model.chain import Chain, Layer
 from workbench.model.plan import make_plan
+from workbench.model.target import Target
 from workbench.model.trace import Trace
 from workbench.viz.memory import memory_bars, memory_bars_compare, memory_split, memory_timeline, memory_timelines
 
@@ -17,7 +18,7 @@ GiB = 2**30
 def small(weights="stash", phi=1.0, memory=8 * GiB):
     chain = Chain(tuple(Layer(f"l{i}", 0.001, 0.002, 0.25 * GiB, 0.125 * GiB) for i in range(4)),
                   input_bytes=0.125 * GiB)
-    plat = Platform(2, memory=memory, weights=weights, weight_factor=phi, memory_model="paper")
+    plat = Target.of(2, memory=memory, weights=weights, weight_factor=phi, memory_model="paper")
     plan = make_plan(chain, plat, period=0.006, assignment=[0, 0, 1, 1], fwd_start=[0.0, 0.002],
                      bwd_start=[0.008, 0.004], method="hand")
     return chain, plat, plan
@@ -119,12 +120,13 @@ def test_the_split_of_a_plan_with_activation_policies_is_its_effective_chains():
     """A plan that recomputes layers: the bars add up to the plan's own memory (not the chain keeping all)."""
     import numpy as np
 
-    from workbench.model.chain import Chain, Layer, Platform
+    from workbench.model.chain import Chain, Layer
+    from workbench.model.target import Target
     from workbench.planners import plan as make_plan
     from workbench.viz.memory import memory_split
 
     ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 100, 10, 400) for i in range(6)), input_bytes=10)
-    plat = Platform(2, memory=1900, optimizer="sgd", weights="single", zero_grad="zeros")
+    plat = Target.of(2, memory=1900, optimizer="sgd", weights="single", zero_grad="zeros")
     p = make_plan(ch, plat, "dp", activations="auto")
     assert p.feasible and "recompute" in p.activations
     df = memory_split(p, ch, plat)
@@ -138,7 +140,7 @@ def test_a_gpipe_split_under_zero_grad_none_draws_no_gradients_before_any_backwa
 
     chain = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 100, 400, 10) for i in range(4)), input_bytes=10)
     for zero_grad, grads in (("none", 0.0), ("zeros", 200.0)):
-        plat = Platform(2, optimizer="adam", zero_grad=zero_grad)
+        plat = Target.of(2, optimizer="adam", zero_grad=zero_grad)
         plan = run_planner(chain, plat, "gpipe", micro_batches=4)
         df = memory_split(plan, chain, plat)
         assert df["gradients"].tolist() == [grads, grads]

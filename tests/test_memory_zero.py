@@ -16,9 +16,9 @@ import torch
 from torch.nn import functional as F
 
 from test_memory import measured_chain
-from workbench.model.chain import Platform
 from workbench.model.memory import layer_terms
 from workbench.model.memory_zero import DataParallel, forward_gathers, optimizer_bytes, shard_layer_terms
+from workbench.model.target import Target
 from workbench.parallel.data.witness import rank_peak
 from workbench.planners import plan
 from workbench.profiles.fake import default_dtype, fake_profile
@@ -46,7 +46,7 @@ def profiles():
 
 
 def predicted(chain, dp: int, zero: int, precision: str, micro_batches: int = 1) -> float:
-    result = plan(chain, Platform(1, optimizer="adamw", precision=precision, weights="single", dp=dp, zero=zero),
+    result = plan(chain, Target.of(1, optimizer="adamw", precision=precision, weights="single", dp=dp, zero=zero),
                   "1f1b", micro_batches=micro_batches)
     assert not result.extra.get("violations"), result.extra.get("violations")
     return float(result.memory[0])
@@ -76,7 +76,7 @@ def test_ddp_buckets_are_a_second_copy_of_the_gradients(profiles):
     tracker alike."""
     chain = profiles[torch.float32]
     grads = float(sum(layer.grad_bytes for layer in chain.layers))
-    model_added = predicted(chain, 2, 0, "fp32") - float(plan(chain, Platform(1, optimizer="adamw", weights="single"),
+    model_added = predicted(chain, 2, 0, "fp32") - float(plan(chain, Target.of(1, optimizer="adamw", weights="single"),
                                                               "1f1b", micro_batches=1).memory[0])
     assert model_added == pytest.approx(grads)
 
@@ -93,7 +93,7 @@ def test_checker_rederives_every_zero_level(seed):
                 continue
             loop = "zeros" if seed % 2 else "none"
             precision = "bf16-mixed" if seed % 3 else "bf16"
-            platform = Platform(devices, optimizer="adam", precision=precision, zero_grad=loop, dp=4, zero=zero,
+            platform = Target.of(devices, optimizer="adam", precision=precision, zero_grad=loop, dp=4, zero=zero,
                                 weights="single" if method != "dp" else "stash")
             result = plan(chain, platform, method, **({} if method == "dp" else {"micro_batches": 4}))
             assert result.feasible
@@ -106,7 +106,7 @@ def test_each_level_holds_no_more_than_the_one_below(pipelined):
     rng = np.random.default_rng(3)
     chain = measured_chain(rng, 6, dtype="bfloat16", device="cuda")
     devices = 2 if pipelined else 1
-    static = [float(layer_terms(chain, Platform(devices, optimizer="adamw", precision="bf16-mixed", dp=8,
+    static = [float(layer_terms(chain, Target.of(devices, optimizer="adamw", precision="bf16-mixed", dp=8,
                                                 zero=z)).static.sum()) for z in (0, 1, 2, 3)]
     assert static[0] > static[1] > static[2] >= static[3]
     peaks = [predicted_peak(chain, devices, z) for z in (0, 1, 2, 3)]
@@ -114,7 +114,7 @@ def test_each_level_holds_no_more_than_the_one_below(pipelined):
 
 
 def predicted_peak(chain, devices: int, zero: int) -> float:
-    platform = Platform(devices, optimizer="adamw", precision="bf16-mixed", weights="single", dp=8, zero=zero)
+    platform = Target.of(devices, optimizer="adamw", precision="bf16-mixed", weights="single", dp=8, zero=zero)
     return max(plan(chain, platform, "1f1b", micro_batches=4).memory)
 
 

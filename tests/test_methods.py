@@ -10,7 +10,8 @@ import pytest
 
 from workbench import methods as registry
 from workbench.methods import LINEUPS, METHODS, VARIANTS, lineup, method, names, variant
-from workbench.model.chain import Chain, Layer, Platform
+from workbench.model.chain import Chain, Layer
+from workbench.model.target import Target
 from workbench.verify.check import check
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -93,9 +94,9 @@ def test_records_are_consistent():
         variant("uniform")
 
 
-def _tiny() -> tuple[Chain, Platform]:
+def _tiny() -> tuple[Chain, Target]:
     ch = Chain(tuple(Layer(f"l{i}", 1.0 + (i % 3), 2.0, 40 + 10 * i, 20) for i in range(6)), input_bytes=20)
-    return ch, Platform(3, bandwidth=100.0, memory_model="paper")
+    return ch, Target.of(3, bandwidth=100.0, memory_model="paper")
 
 
 @pytest.mark.parametrize("name", [m.name for m in METHODS])

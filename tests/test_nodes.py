@@ -10,7 +10,8 @@ import pytest
 
 from oracles import optimal_plan
 from policy_instances import random_chain
-from workbench.model.chain import Chain, Layer, Platform
+from workbench.model.chain import Chain, Layer
+from workbench.model.target import Target
 from workbench.planners import plan as run_planner
 from workbench.planners.partition import SuffixLinks, place
 from workbench.schedules.simulate import simulate
@@ -19,23 +20,23 @@ from workbench.verify.check_memory import memory_by_device
 
 
 def test_the_pairs_link_prices_a_transfer():
-    p = Platform(8, bandwidth="400GB/s", devices_per_node=4, node_bandwidth="50GB/s", latency=1e-6)
+    p = Target.of(8, bandwidth="400GB/s", devices_per_node=4, node_bandwidth="50GB/s", latency=1e-6)
     assert p.comm_time(4e9, 0, 3) == pytest.approx(1e-6 + 4e9 / 400e9)
     assert p.comm_time(4e9, 3, 4) == pytest.approx(1e-6 + 4e9 / 50e9)
     assert p.comm_time(4e9) == p.comm_time(4e9, 0, 1)            # no pair given: the link within a node
-    assert p.multi_node and not Platform(8, devices_per_node=8).multi_node and not Platform(8).multi_node
+    assert p.multi_node and not Target.of(8, devices_per_node=8).multi_node and not Target.of(8).multi_node
     # the slower of the two links, whichever it is
-    assert Platform(2, bandwidth=10.0, devices_per_node=1, node_bandwidth=100.0).comm_time(10.0, 0, 1) == 1.0
+    assert Target.of(2, bandwidth=10.0, devices_per_node=1, node_bandwidth=100.0).comm_time(10.0, 0, 1) == 1.0
 
 
 @pytest.mark.parametrize("bad", [0, -1, 1.5, True])
 def test_devices_per_node_must_be_a_positive_integer(bad):
     with pytest.raises(ValueError, match="devices per node"):
-        Platform(4, devices_per_node=bad)
+        Target.of(4, devices_per_node=bad)
 
 
 def test_dp_places_stages_on_the_last_devices_and_knows_each_boundarys_link():
-    plat = Platform(6, bandwidth=100.0, devices_per_node=2, node_bandwidth=1.0)
+    plat = Target.of(6, bandwidth=100.0, devices_per_node=2, node_bandwidth=1.0)
     assert place([(0, 0), (1, 2), (3, 3)], plat) == (3, 4, 4, 5)
     chain = Chain(tuple(Layer(f"l{i}", 1.0, 1.0, 0, 10) for i in range(4)))
     links = SuffixLinks(chain, plat)
@@ -43,11 +44,11 @@ def test_dp_places_stages_on_the_last_devices_and_knows_each_boundarys_link():
     assert [links.after(q)[0] for q in (2, 3, 4, 5, 6)] == [0.1, 10.0, 0.1, 10.0, 0.1]
 
 
-def _instance(seed: int) -> tuple[Chain, Platform]:
+def _instance(seed: int) -> tuple[Chain, Target]:
     rng = random.Random(seed)
     chain = random_chain(rng, rng.randint(3, 5))
     n = rng.choice([1, 2])
-    plat = Platform(4, optimizer=rng.choice(["sgd", "adam"]), weights=rng.choice(["stash", "single"]),
+    plat = Target.of(4, optimizer=rng.choice(["sgd", "adam"]), weights=rng.choice(["stash", "single"]),
                     bandwidth=rng.uniform(50, 200), devices_per_node=n, node_bandwidth=rng.uniform(2, 20))
     roomy = max(memory_by_device(chain, plat.with_(devices=1), [(0, len(chain) - 1, 0, 2)]))
     return chain, plat.with_(memory=roomy * rng.uniform(0.3, 1.2))
@@ -72,7 +73,7 @@ def test_dp_is_optimal_over_its_placement_on_several_nodes():
 
 def test_a_boundary_between_nodes_pays_the_node_link_in_check_and_simulate():
     chain = Chain(tuple(Layer(f"l{i}", 2.0, 2.0, 0, 100) for i in range(2)), input_bytes=1)
-    one = Platform(2, bandwidth=100.0, memory_model="paper")             # c = 1 s
+    one = Target.of(2, bandwidth=100.0, memory_model="paper")             # c = 1 s
     two = one.with_(devices_per_node=1, node_bandwidth=20.0)              # c = 5 s between the nodes
     p1, p2 = run_planner(chain, one, "dp"), run_planner(chain, two, "dp")
     assert p1.assignment == p2.assignment == (0, 1)
@@ -105,7 +106,7 @@ def test_brute_prices_the_pairs_link():
 def test_the_ilp_refuses_several_nodes_in_one_line():
     chain = Chain(tuple(Layer(f"l{i}", 1.0, 1.0, 0, 10) for i in range(4)))
     with pytest.raises(ValueError, match="ilp does not model a platform of several nodes"):
-        run_planner(chain, Platform(4, devices_per_node=2), "ilp")
+        run_planner(chain, Target.of(4, devices_per_node=2), "ilp")
 
 
 def test_cli_gpu_and_nodes(tmp_path, capsys):

@@ -77,14 +77,14 @@ def test_notebook_08s_shipped_profile_is_its_model_to_the_byte(quick, tmp_path):
 def test_notebook_08s_plans_are_the_same_on_every_call():
     """The plans the notebook shows: planned twice on its shipped profiles, the same allocation, schedule and memory;
     the general ILP on work budgets that no wall clock cut short."""
-    from workbench.model.chain import Platform
+    from workbench.model.target import Target
     from workbench.planners import plan
     from workbench.profiles import load_profile
 
     for name in ("my_gpt2-quick.csv", "my_gpt2.csv"):
         chain = load_profile(NOTEBOOKS_DIR / name)
-        made = [(plan(chain, Platform(2, bandwidth="12GB/s"), "dp"),
-                 plan(chain, Platform(2, bandwidth="12GB/s", weights="single"), "ilp", allocation="general",
+        made = [(plan(chain, Target.of(2, bandwidth="12GB/s"), "dp"),
+                 plan(chain, Target.of(2, bandwidth="12GB/s", weights="single"), "ilp", allocation="general",
                       time_limit=20, deterministic=True)) for _ in range(2)]
         for first, second in zip(*made):
             assert first.assignment == second.assignment and first.period == second.period

@@ -14,7 +14,8 @@ import time
 import pytest
 
 from oracles import allocation_optimum, allocations, optimal_plan, random_instance
-from workbench.model.chain import Chain, Layer, Platform
+from workbench.model.chain import Chain, Layer
+from workbench.model.target import Target
 from workbench.planners.brute import plan_brute
 from workbench.planners.dp.contiguous import plan_dp
 from workbench.planners.evaluate.period import allocation_period
@@ -37,13 +38,13 @@ def _same(got: float, want: float) -> bool:
 def test_the_oracle_on_instances_worked_by_hand():
     three = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 0, 0) for i in range(3)))
     # 3 layers of 3 s on 2 devices: the loads are 6 and 3 whatever the allocation
-    assert optimal_plan(three, Platform(2, memory_model="paper"), "general").period == pytest.approx(6.0)
+    assert optimal_plan(three, Target.of(2, memory_model="paper"), "general").period == pytest.approx(6.0)
     # one device holds 2 mini-batches' activations (2 x 10 bytes) or the period doubles: window 2 (1 + 1) + 2 = 6
     two = Chain((Layer("a", 1.0, 1.0, 0, 0, saved_bytes=10), Layer("b", 1.0, 1.0, 0, 0, saved_bytes=10)))
-    roomy = optimal_plan(two, Platform(2, memory=20, memory_model="paper"), "contiguous")
-    tight = optimal_plan(two, Platform(2, memory=10, memory_model="paper"), "contiguous")
+    roomy = optimal_plan(two, Target.of(2, memory=20, memory_model="paper"), "contiguous")
+    tight = optimal_plan(two, Target.of(2, memory=10, memory_model="paper"), "contiguous")
     assert roomy.period == pytest.approx(2.0) and tight.period == pytest.approx(4.0)
-    assert optimal_plan(two, Platform(2, memory=9, memory_model="paper"), "contiguous") is None
+    assert optimal_plan(two, Target.of(2, memory=9, memory_model="paper"), "contiguous") is None
     assert sorted(allocations(3, 2, "general")) == [(0, 0, 0), (0, 0, 1), (0, 1, 0), (0, 1, 1)]
 
 

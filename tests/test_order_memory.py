@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from workbench.model.chain import Chain, Layer, Platform
+from workbench.model.chain import Chain, Layer
 from workbench.model.memory_views import torch_engine_extra
 from workbench.model.plan import Plan, Stage
+from workbench.model.target import Target
 from workbench.schedules.order_memory import OrderMemory, engine_extra
 from workbench.schedules.torch_orders import torch_order
 
@@ -18,7 +19,7 @@ def _chain(n: int, out: float = 10.0) -> Chain:
 
 def test_looped_bfs_holds_every_micro_batch_at_the_turn():
     ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 0, 10, 5) for i in range(4)), input_bytes=4)
-    om = OrderMemory(ch, Platform(2, memory_model="paper"), [0, 1, 0, 1], torch_order("looped-bfs", 2, 2, 4))
+    om = OrderMemory(ch, Target.of(2, memory_model="paper"), [0, 1, 0, 1], torch_order("looped-bfs", 2, 2, 4))
     assert om.peaks([(0, 0), (1, 1), (2, 2), (3, 3)]) == [40.0, 40.0]   # 2 stages x 4 micro-batches x 5 bytes
 
 
@@ -32,7 +33,7 @@ def test_torchs_engine_in_time_by_hand():
     ch = _chain(4)
     order = torch_order("looped-bfs", 2, 2, 2)
     assert [str(a) for a in order[0]] == ["0F0", "0F1", "2F0", "2F1", "2B1", "2B0", "0B1", "0B0"]
-    om = OrderMemory(ch, Platform(2, memory_model="paper"), [0, 1, 0, 1], order)
+    om = OrderMemory(ch, Target.of(2, memory_model="paper"), [0, 1, 0, 1], order)
     parts = [(0, 0), (1, 1), (2, 2), (3, 3)]
     assert om.peaks(parts) == [0.0, 0.0]
     assert om.peaks(parts, engine=True)[0] == 2 * 10 + 1 * 4 + 3 * 10 + 3 * 10
@@ -42,7 +43,7 @@ def test_engine_extra_of_a_flushed_1f1b_is_the_documented_bound():
     ch = _chain(2)
     stages = (Stage(0, 0, 0, 0, 0, 2), Stage(1, 1, 1, 0, 0, 1))
     plan = Plan(1.0, (0, 1), stages, 2, schedule="1f1b", micro_batches=4)
-    assert engine_extra(plan, ch, Platform(2), 4) == torch_engine_extra(ch, stages, 2, 4)
+    assert engine_extra(plan, ch, Target.of(2), 4) == torch_engine_extra(ch, stages, 2, 4)
 
 
 def test_a_v_turn_keeps_its_buffers_but_sends_nothing():
@@ -50,10 +51,10 @@ def test_a_v_turn_keeps_its_buffers_but_sends_nothing():
     too; their local ones only the receive buffers."""
     ch = _chain(4)
     order = torch_order("zbv", 2, None, 4)
-    om = OrderMemory(ch, Platform(2, memory_model="paper"), [0, 1, 1, 0], order)
+    om = OrderMemory(ch, Target.of(2, memory_model="paper"), [0, 1, 1, 0], order)
     parts = [(0, 0), (1, 1), (2, 2), (3, 3)]
     local = om.peaks(parts, engine=True)
-    remote = OrderMemory(ch, Platform(3, memory_model="paper"), [0, 1, 2, 0], {0: order[0], 1: tuple(
+    remote = OrderMemory(ch, Target.of(3, memory_model="paper"), [0, 1, 2, 0], {0: order[0], 1: tuple(
         a for a in order[1] if a.stage == 1), 2: tuple(a for a in order[1] if a.stage == 2)}).peaks(parts, engine=True)
     assert local[1] < remote[1] + remote[2]
 
@@ -83,7 +84,7 @@ def test_under_either_loop_the_peaks_equal_the_simulated_and_the_checked_ones():
         parts = [(0, 0), (1, 1), (2, 2), (3, len(ch) - 1)]
         peaks, optimizer = {}, rng.choice(["sgd", "adam"])
         for zero_grad in ("none", "zeros"):
-            plat = Platform(2, optimizer=optimizer, zero_grad=zero_grad)
+            plat = Target.of(2, optimizer=optimizer, zero_grad=zero_grad)
             peaks[zero_grad] = OrderMemory(ch, plat, dev, order).peaks(parts)
             simulated = simulate_order(ch, plat, [(a, b, d) for (a, b), d in zip(parts, dev)], order, 4)
             assert peaks[zero_grad] == pytest.approx(simulated.peak_memory().tolist(), rel=1e-12)

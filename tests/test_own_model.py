@@ -274,7 +274,8 @@ def test_the_padding_reaches_the_gradients():
 def test_a_skip_that_spans_stages_is_sent_forward():
     """Residual's skip leaves the stem on rank 0 and rejoins after blocks.2 on rank 1: packed beside the hidden
     state at every boundary it crosses; both engines, 4 ranks, gradients equal one process's."""
-    from workbench.model.chain import Platform
+
+    from workbench.model.target import Target
     from workbench.profiles.profiler import profile_workload
     from workbench.runtime.engine import Workload, grad_error, reference_gradients, run_plan
     from workbench.schedules.builder import best_schedule
@@ -282,7 +283,7 @@ def test_a_skip_that_spans_stages_is_sent_forward():
     wl = Workload.module(_spec("residual"))
     chain = profile_workload(wl, repeats=1, warmup=0)
     assert [l.activation_bytes for l in chain.layers[:4]] == [BATCH * 6 * 32 * 4 * k for k in (1, 2, 2, 1)]
-    plan = best_schedule(chain, Platform(4), [0, 0, 1, 1, 2, 2, 3, 3])
+    plan = best_schedule(chain, Target.of(4), [0, 0, 1, 1, 2, 2, 3, 3])
     ref = reference_gradients(wl, 3)
     for engine in ("torch", "pipedream"):
         res = run_plan(plan, wl, 3, weights="single", engine=engine, timeout=120)
@@ -307,14 +308,15 @@ def test_the_plan_shows_the_tie_and_replay_takes_a_module(profiles, capsys):
 def test_tied_gradient_needs_both_uses():
     """The check has teeth for ties: GPT-2's shared weight gets its gradient from the embedding and the LM
     head; a run that left out the head's share would differ from one process by far more than rounding."""
-    from workbench.model.chain import Platform
+
+    from workbench.model.target import Target
     from workbench.profiles.profiler import profile_workload
     from workbench.runtime.engine import Workload, grad_error, reference_gradients, run_plan
     from workbench.schedules.builder import best_schedule
 
     wl = Workload.module(_spec("gpt2"))
     chain = profile_workload(wl, repeats=1, warmup=0)
-    plan = best_schedule(chain, Platform(2), [0, 0, 1, 1, 1])      # embedding on rank 0, LM head on rank 1
+    plan = best_schedule(chain, Target.of(2), [0, 0, 1, 1, 1])      # embedding on rank 0, LM head on rank 1
     ref = reference_gradients(wl, 3)
     for engine in ("torch", "pipedream"):
         res = run_plan(plan, wl, 3, weights="single", engine=engine, timeout=120)

@@ -7,8 +7,9 @@ import math
 
 import pytest
 
-from workbench.model.chain import Chain, Layer, Platform
+from workbench.model.chain import Chain, Layer
 from workbench.model.layout import Layout
+from workbench.model.target import Target
 from workbench.parallel.evaluate import Job, complete_layout, evaluate, extrapolation_points, pipeline_platform
 from workbench.planners import plan
 from workbench.profiles import load_profile
@@ -20,7 +21,7 @@ def chain(L: int = 8, weight: float = 4e6) -> Chain:
 
 
 def job(devices: int = 8, batch: int = 32, memory: str = "80GB", **kw) -> Job:
-    platform = Platform.on("h100-sxm", devices, memory=memory, devices_per_node=4, optimizer="adam", **kw)
+    platform = Target.on("h100-sxm", devices, memory=memory, devices_per_node=4, optimizer="adam", **kw)
     return Job(platform, global_batch=batch, tokens_per_sample=1000, parameters=8 * 1e6, peak_flops=1e15)
 
 
@@ -81,7 +82,7 @@ def test_extended_flush_within_its_stated_error(schedule):
     """Llama-3-8B's chain, pp 4, 96 micro-batches: the flush simulated at 16 and 24 and extended is within
     1.5 % of the whole simulation (exactly for GPipe, 1F1B and looped BFS), and its memory within 1 %."""
     ch = load_profile("data/profiles/fake/llama3-8b-h100-sxm.csv")
-    j = Job(Platform.on("h100-sxm", 4, memory="inf", optimizer="adamw", precision="bf16-mixed"), global_batch=96)
+    j = Job(Target.on("h100-sxm", 4, memory="inf", optimizer="adamw", precision="bf16-mixed"), global_batch=96)
     lay = Layout(pp=4, schedule=schedule)
     assert extrapolation_points(4, 96) == (16, 24)
     ext = evaluate(j, lay, lambda tp, mbs: ch)
@@ -117,7 +118,7 @@ def _overlap_chain():
 
 
 def test_tp_overlap_prices_each_layer_compute_plus_its_exposed_collectives():
-    job = Job(Platform(2, memory="16GB", bandwidth="100GB/s"), global_batch=4)
+    job = Job(Target.of(2, memory="16GB", bandwidth="100GB/s"), global_batch=4)
     chain = _overlap_chain()
     source = lambda tp, mbs, **kw: chain  # noqa: E731
     plain = evaluate(job, Layout(tp=2, sequence_parallel=True), source)
@@ -133,7 +134,7 @@ def test_without_tp_overlap_the_overlap_columns_change_nothing():
 
     from workbench.model.chain import OVERLAP_FIELDS
 
-    job = Job(Platform(4, memory="16GB", bandwidth="100GB/s"), global_batch=8)
+    job = Job(Target.of(4, memory="16GB", bandwidth="100GB/s"), global_batch=8)
     chain = _overlap_chain()
     bare = dataclasses.replace(chain, layers=tuple(dataclasses.replace(l, **dict.fromkeys(OVERLAP_FIELDS))
                                                    for l in chain.layers))
@@ -145,7 +146,7 @@ def test_without_tp_overlap_the_overlap_columns_change_nothing():
 
 
 def test_tp_overlap_on_a_profile_without_the_columns_is_refused():
-    job = Job(Platform(2, memory="16GB", bandwidth="100GB/s"), global_batch=2)
+    job = Job(Target.of(2, memory="16GB", bandwidth="100GB/s"), global_batch=2)
     chain = Chain(tuple(Layer(f"l{i}", 0.01, 0.02, 4e6, 1e6) for i in range(2)), input_bytes=1e6)
     with pytest.raises(ValueError, match="tpo=1: layer 'l0' of this profile has no comm_forward"):
         evaluate(job, Layout(tp=2, sequence_parallel=True, tp_overlap=True), lambda tp, mbs, **kw: chain)

@@ -26,7 +26,7 @@ def _summary_checks(s: dict, devices: int) -> None:
 def test_run_a_layout_plan_writes_every_ranks_peaks(tmp_path, capsys):
     """A planned pipeline (its memory from the planner) with the layout pp 1 x dp 2, ZeRO-2, run from the
     command line: the summary has a predicted and a measured peak per rank, and the gradient check."""
-    from workbench.model.chain import Platform
+    from workbench.model.target import Target
     from workbench.planners import plan as make_plan
     from workbench.profiles import write_profile
     from workbench.profiles.profiler import profile_workload
@@ -34,7 +34,7 @@ def test_run_a_layout_plan_writes_every_ranks_peaks(tmp_path, capsys):
 
     chain = profile_workload(Workload.zoo("mlp", 4), repeats=1, warmup=0)
     write_profile(chain, tmp_path / "mlp.csv")
-    planned = make_plan(chain, Platform(1, optimizer="adam", zero_grad="none"), "1f1b", micro_batches=2)
+    planned = make_plan(chain, Target.of(1, optimizer="adam", zero_grad="none"), "1f1b", micro_batches=2)
     plan = write_layout_plan(tmp_path / "p.json", planned, Layout(dp=2, zero=2))
     out = tmp_path / "run"
     assert main(["run", str(plan), "--profile", str(tmp_path / "mlp.csv"), "--out", str(out)]) == 0

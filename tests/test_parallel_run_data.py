@@ -68,7 +68,7 @@ def test_one_stage_runs_torchtitans_loop_and_meets_the_layout_model(zero):
     ``PipelineStage`` it was +11 %)."""
     from functools import partial
 
-    from workbench.model.chain import Platform
+    from workbench.model.target import Target
     from workbench.parallel.data import rank_memory
     from workbench.parallel.run.workloads import hf_workload, workload_example
     from workbench.parallel.tensor.profile import tensor_parallel_profile
@@ -76,7 +76,7 @@ def test_one_stage_runs_torchtitans_loop_and_meets_the_layout_model(zero):
 
     wl = hf_workload("llama", batch_size=2, sequence=32, layers=4, hidden=64, heads=8, kv_heads=4, vocab=512)
     chain = tensor_parallel_profile(partial(workload_example, wl), "h100-sxm", 2, cache=False)
-    platform = Platform(1, optimizer="adam", zero_grad="none")
+    platform = Target.of(1, optimizer="adam", zero_grad="none")
     layout = Layout(tp=2, dp=2, zero=zero)
     planned = make_plan(chain, platform, "1f1b", micro_batches=2)
     cfg = layout_config(wl, layout, micro_batches=2)

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from workbench.model.chain import Chain, Layer, Platform
+from workbench.model.chain import Chain, Layer
+from workbench.model.target import Target
 from workbench.parallel.evaluate import Job, evaluate
 from workbench.parallel.search import candidates, factorisations, memory_bound, search, time_bound
 
@@ -26,7 +27,7 @@ def chain_for(tp: int, mbs: int | None) -> Chain:
 
 
 def job(memory: str) -> Job:
-    platform = Platform.on("h100-sxm", 8, memory=memory, devices_per_node=4, optimizer="adamw",
+    platform = Target.on("h100-sxm", 8, memory=memory, devices_per_node=4, optimizer="adamw",
                            precision="bf16-mixed")
     return Job(platform, global_batch=16, tokens_per_sample=100, parameters=2e9, peak_flops=1e15)
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from workbench.model.chain import Chain, Layer, Platform
+from workbench.model.chain import Chain, Layer
 from workbench.model.plan import make_plan
+from workbench.model.target import Target
 from workbench.model.trace import MEMORY_COLUMNS, OP_COLUMNS, Trace
 from workbench.runtime.period_budget import CPU_PARTS, PARTS, per_operation, period_budget
 from workbench.runtime.rank import CPU_COLUMNS
@@ -34,7 +35,7 @@ def _rows(i):
 
 def _made_up(batches=6):
     ch = Chain((Layer("a", 1.0, 2.5, 0, 8), Layer("b", 1.5, 2.0, 0, 8)))
-    plan = make_plan(ch, Platform(2), PERIOD, [0, 1], [0.0, 2.5], [6.5, 4.5])
+    plan = make_plan(ch, Target.of(2), PERIOD, [0, 1], [0.0, 2.5], [6.5, 4.5])
     rows = [_rows(i) for i in range(batches)]
     ops = pd.DataFrame([r for o, _ in rows for r in o], columns=OP_COLUMNS)
     cpu = pd.DataFrame([r for _, c in rows for r in c], columns=CPU_COLUMNS)
@@ -99,7 +100,7 @@ def test_a_real_run_adds_up_to_its_measured_period(engine, weights):
 
     wl = Workload.zoo("tiny-gpt", 2)
     chain = profile_zoo("tiny-gpt", 2, repeats=2, warmup=1, clock="cpu")
-    platform = Platform(2, weights=weights)
+    platform = Target.of(2, weights=weights)
     plan = best_schedule(chain, platform, [0, 0, 1, 1])
     s = run_and_compare(plan, chain, platform, wl, 2, 12, replan=False, check_grads=False)
     assert s["engine"] == engine

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from instances import compositions, small_chain
-from workbench.model.chain import Platform
+from workbench.model.target import Target
 from workbench.planners.pipedream import pipedream_memory_need, pipedream_partition, plan_pipedream
 from workbench.verify.check import check
 
@@ -34,7 +34,7 @@ def test_matches_brute_force_of_its_model():
         L, P = int(rng.integers(1, 10)), int(rng.integers(1, 5))
         chain = small_chain(rng, L)
         M = float(rng.choice([math.inf, rng.uniform(50, 800)]))
-        plat = Platform(P, bandwidth=float(rng.choice([20.0, 100.0, math.inf])), memory=M, memory_model="paper")
+        plat = Target.of(P, bandwidth=float(rng.choice([20.0, 100.0, math.inf])), memory=M, memory_model="paper")
         options = [pd_model(chain, plat, parts) for parts in compositions(L, P)]
         fits = [t for t, need in options if need <= M]
         got = pipedream_partition(chain, plat)
@@ -52,7 +52,7 @@ def test_memory_need_is_the_threshold():
     rng = np.random.default_rng(9)
     for _ in range(40):
         chain = small_chain(rng, int(rng.integers(2, 9)))
-        plat = Platform(int(rng.integers(2, 5)), memory_model="paper")
+        plat = Target.of(int(rng.integers(2, 5)), memory_model="paper")
         need = pipedream_memory_need(chain, plat)
         want = min(pd_model(chain, plat, parts)[1] for parts in compositions(len(chain), plat.devices))
         assert need == pytest.approx(want)
@@ -63,7 +63,7 @@ def test_memory_need_is_the_threshold():
 def test_plan_is_valid_or_says_why():
     rng = np.random.default_rng(10)
     chain = small_chain(rng, 14)
-    plat = Platform(4, bandwidth=100.0, memory_model="paper")
+    plat = Target.of(4, bandwidth=100.0, memory_model="paper")
     p = plan_pipedream(chain, plat)
     assert p.method == "pipedream" and p.fits and check(p, chain, plat) == []
     assert p.period >= p.extra["pipedream_estimate"] / 2 - 1e-12   # ours counts c per direction, PipeDream 2c

@@ -7,13 +7,14 @@ import math
 
 import pytest
 
-from workbench.model.chain import Chain, Layer, Platform
+from workbench.model.chain import Chain, Layer
 from workbench.model.plan import MAX_DEVICES, Plan, make_plan
+from workbench.model.target import Target
 
 
 def _plan() -> Plan:
     chain = Chain(tuple(Layer(f"l{i}", 0.001, 0.002, 10, 4) for i in range(4)))
-    return make_plan(chain, Platform(2, memory_model="paper"), 0.006, [0, 0, 1, 1], [0.0, 0.002], [0.008, 0.004],
+    return make_plan(chain, Target.of(2, memory_model="paper"), 0.006, [0, 0, 1, 1], [0.0, 0.002], [0.008, 0.004],
                      method="hand")
 
 
@@ -105,11 +106,11 @@ def test_docs_json_tables_name_every_key_a_plan_writes():
     from workbench.planners import plan as plan_with
 
     chain = Chain(tuple(Layer(f"l{i}", 0.001, 0.002, 10, 4) for i in range(4)))
-    platform = Platform(4, devices_per_node=2, gpu="h100-sxm", host_bandwidth="10GB/s")
+    platform = Target.of(4, devices_per_node=2, gpu="h100-sxm", host_bandwidth="10GB/s")
     made = plan_with(chain, platform, "dp", activations="offload")
     written = set(made.to_dict()) | {"micro_batches", "chain_order", "notes", "extra"}
-    setups = set(made.setup) | set(memory_setup(chain, Platform(2, memory_model="paper"))) \
-        | set(memory_setup(chain, Platform(2, dp=2, zero=1)))       # a layout's pipeline ranks
+    setups = set(made.setup) | set(memory_setup(chain, Target.of(2, memory_model="paper"))) \
+        | set(memory_setup(chain, Target.of(2, dp=2, zero=1)))       # a layout's pipeline ranks
     assert {"dp", "zero"} <= setups
     documented = _json_table_keys()
     assert {"host_bandwidth", "gpu", "devices_per_node", "weight_factor"} <= setups   # the cases were reached

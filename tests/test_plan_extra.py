@@ -8,9 +8,10 @@ import random
 import pytest
 
 from policy_instances import random_chain
-from workbench.model.chain import Chain, Layer, Platform
+from workbench.model.chain import Chain, Layer
 from workbench.model.plan import Plan
 from workbench.model.plan_extra import extra_problems, phase_record
+from workbench.model.target import Target
 from workbench.planners import PLANNERS as METHODS
 from workbench.planners import plan as run_planner
 
@@ -21,7 +22,7 @@ def test_every_method_writes_extra_by_the_schema(method):
     chain = random_chain(rng, 5)
     for memory in (float("inf"), 400.0, 5.0):
         for allocation in ("contiguous", "general"):
-            p = run_planner(chain, Platform(2, memory=memory), method, allocation=allocation)
+            p = run_planner(chain, Target.of(2, memory=memory), method, allocation=allocation)
             assert extra_problems(p.extra) == [], (method, memory, allocation)
             back = Plan.from_dict(json.loads(p.to_json()))           # it survives the JSON
             assert extra_problems(back.extra) == []
@@ -29,7 +30,7 @@ def test_every_method_writes_extra_by_the_schema(method):
 
 def test_the_ilp_records_its_phases_on_blocks_too():
     chain = Chain(tuple(Layer(f"l{i}", 1.0 + (i % 3), 2.0, 10, 4) for i in range(40)))
-    p = run_planner(chain, Platform(4, memory_model="paper"), "ilp", allocation="general", time_limit=20)
+    p = run_planner(chain, Target.of(4, memory_model="paper"), "ilp", allocation="general", time_limit=20)
     solve = p.extra["solve"]
     phases = [r["phase"] for r in solve["phases"]]
     assert phases[:2] == ["incumbent", "fine_bound"] and "block_ilp" in phases    # the bound first, then blocks

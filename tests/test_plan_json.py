@@ -7,14 +7,15 @@ import json
 import pytest
 
 from workbench.front.cli import main
-from workbench.model.chain import Chain, Layer, Platform
+from workbench.model.chain import Chain, Layer
 from workbench.model.plan import Plan, make_plan
+from workbench.model.target import Target
 from workbench.profiles import write_profile
 
 
 def _plan() -> Plan:
     chain = Chain(tuple(Layer(f"l{i}", 0.001, 0.002, 10, 4) for i in range(4)))
-    return make_plan(chain, Platform(2, memory_model="paper"), 0.006, [0, 0, 1, 1], [0.0, 0.002], [0.008, 0.004],
+    return make_plan(chain, Target.of(2, memory_model="paper"), 0.006, [0, 0, 1, 1], [0.0, 0.002], [0.008, 0.004],
                      method="hand")
 
 

@@ -7,14 +7,15 @@ import json
 
 import pytest
 
-from workbench.model.chain import Chain, Layer, Platform
+from workbench.model.chain import Chain, Layer
 from workbench.model.plan import Plan
+from workbench.model.target import Target
 from workbench.planners import plan
 
 
 def pipeline() -> Plan:
     ch = Chain(tuple(Layer(f"l{i}", 0.01, 0.02, 1e6, 1e5) for i in range(4)), input_bytes=1e5)
-    return plan(ch, Platform(2, weights="single", dp=2, zero=1), "1f1b", micro_batches=4)
+    return plan(ch, Target.of(2, weights="single", dp=2, zero=1), "1f1b", micro_batches=4)
 
 
 def test_round_trip_with_every_rank():

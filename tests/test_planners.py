@@ -6,8 +6,9 @@ import time
 
 import pytest
 
-from workbench.model.chain import Chain, Layer, Platform
+from workbench.model.chain import Chain, Layer
 from workbench.model.plan import make_plan
+from workbench.model.target import Target
 from workbench.planners import GENERAL_METHODS, plan
 from workbench.planners import PLANNERS as METHODS
 from workbench.verify.check import check
@@ -21,7 +22,7 @@ def _chain(first_ms: float = 1.0) -> Chain:
 def test_a_plan_the_checker_rejects_is_never_optimal(monkeypatch):
     import workbench.planners as planners
 
-    ch, plat = _chain(), Platform(2, memory_model="paper")
+    ch, plat = _chain(), Target.of(2, memory_model="paper")
 
     def liar(chain, platform, **_):  # period below the load of device 0: rule 5
         return make_plan(chain, platform, 1e-3, [0, 0, 1, 1], [0.0, 0.004], [0.01, 0.006], status="optimal", gap=0.0)
@@ -37,14 +38,14 @@ def test_a_plan_the_checker_rejects_is_never_optimal(monkeypatch):
 def test_every_method_returns_a_plan_its_checker_accepts_or_says_so(method):
     """A layer of 1e297 s (past what a profile may hold) breaks the planners' float arithmetic;
     whatever they return, nothing the checker rejects is reported optimal."""
-    ch, plat = _chain(1e300), Platform(2, bandwidth=12e9, memory_model="paper")
+    ch, plat = _chain(1e300), Target.of(2, bandwidth=12e9, memory_model="paper")
     p = plan(ch, plat, method, allocation="general" if method in GENERAL_METHODS else "contiguous")
     if p.feasible and check(p, ch, plat):
         assert p.status != "optimal" and p.extra["violations"]
 
 
 def test_valid_optimal_plans_pass_unchanged():
-    ch, plat = _chain(), Platform(2, memory=1000, memory_model="paper")
+    ch, plat = _chain(), Target.of(2, memory=1000, memory_model="paper")
     p = plan(ch, plat, "dp")
     assert p.status == "optimal" and "violations" not in p.extra and not check(p, ch, plat)
 
@@ -66,7 +67,7 @@ def test_every_method_honours_the_time_limit_on_a_dag_profile(method, allocation
     from workbench.profiles import load_profile
 
     chain = load_profile("pipedream/resnet50")
-    plat = Platform(8, memory="5GiB")
+    plat = Target.of(8, memory="5GiB")
     t0 = time.perf_counter()
     p = plan(chain, plat, method, allocation=allocation, activations=activations, time_limit=1.0)
     assert time.perf_counter() - t0 <= 1.1 * 1.0 + 2.0

@@ -45,7 +45,7 @@ def test_platform_takes_the_gpu_memory_and_link_unless_given():
 def test_platform_defaults_without_gpu():
     p = platform_from_args(parse("plan", "--profile", "resnet50", "--devices", "2"))
     assert math.isinf(p.memory) and p.bandwidth == 12e9 and p.gpu is None
-    assert (p.memory_model, p.optimizer) == ("full", "adam")
+    assert (p.setup.memory_model, p.setup.optimizer) == ("full", "adam")
 
 
 def test_platform_unknown_gpu_lists_the_known_ones():

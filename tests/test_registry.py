@@ -8,7 +8,8 @@ import itertools
 import pytest
 
 from workbench.methods import METHODS, method
-from workbench.model.chain import Chain, Layer, Platform
+from workbench.model.chain import Chain, Layer
+from workbench.model.target import Target
 from workbench.planners import plan
 from workbench.schedules.program import flushed_programs, programs_for
 from workbench.schedules.registry import SCHEDULES, TORCH_SCHEDULES, schedule_of
@@ -75,7 +76,7 @@ def test_every_flushed_schedule_plans_simulates_checks_and_unrolls(name):
     """What adding a schedule to the registry buys without another line: its planner, its simulation, the
     checker's replay and the runtime's programs, all on one plan."""
     chain = Chain(tuple(Layer(f"l{i}", 1.0 + i % 3, 2.0, 10, 4, 4) for i in range(8)), input_bytes=4)
-    platform = Platform(2, bandwidth=8.0, memory_model="paper")
+    platform = Target.of(2, bandwidth=8.0, memory_model="paper")
     p = plan(chain, platform, name, micro_batches=4)
     assert p.schedule == name and p.micro_batches == 4 and p.feasible
     assert check(p, chain, platform) == []

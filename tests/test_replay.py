@@ -12,7 +12,7 @@ import math
 
 import pytest
 
-from workbench.model.chain import Platform
+from workbench.model.target import Target
 from workbench.runtime.engine import Workload
 from workbench.runtime.replay import load_replays, replay_devices, replay_report
 from workbench.schedules.program import unroll
@@ -44,7 +44,7 @@ def _check_resident(res, plan, wl, devices):
 def _plan(chain, devices, assignment, loop="zeros"):
     from workbench.schedules.builder import best_schedule
 
-    plan = best_schedule(chain, Platform(devices, zero_grad=loop), assignment)
+    plan = best_schedule(chain, Target.of(devices, zero_grad=loop), assignment)
     assert plan.feasible
     return plan
 
@@ -150,7 +150,7 @@ def test_committed_gpu_runs_agree_with_their_profiles_and_the_checker(folder, dt
         chain = load_profile(f"h100/{val.loc[name, 'profile']}")
         assert "H100" in chain.meta["device"] and chain.meta["loss"].startswith("in the last layer")
         assert chain.meta["dtype"] == dtype and val.loc[name].get("dtype", "float32") == dtype
-        platform = Platform(plan.devices, memory=plan.memory_limit, bandwidth="12GB/s", memory_model="paper")
+        platform = Target.of(plan.devices, memory=plan.memory_limit, bandwidth="12GB/s", memory_model="paper")
         assert check(plan, chain, platform) == [], name
         for r in g.itertuples():
             # the replay's prediction is the plan's, on the committed profile
@@ -232,7 +232,7 @@ def test_run_command_replay(tmp_path, mlp, capsys):
     from workbench.schedules.builder import best_schedule
 
     write_profile(chain, tmp_path / "mlp.csv")
-    plan = best_schedule(chain, Platform(2, bandwidth="12GB/s"), [0, 0, 0, 1, 1])   # valid for `check` (and run)
+    plan = best_schedule(chain, Target.of(2, bandwidth="12GB/s"), [0, 0, 0, 1, 1])   # valid for `check` (and run)
     plan.to_json(tmp_path / "plan.json")
     rc = main(["run", str(tmp_path / "plan.json"), "--model", "mlp", "--profile", str(tmp_path / "mlp.csv"),
                "--batch-size", "4", "--steps", "6", "--out", str(tmp_path / "r"), "--replay"])

@@ -13,8 +13,8 @@ import pandas as pd
 import pytest
 import torch
 
-from workbench.model.chain import Platform
 from workbench.model.plan import Plan, Stage
+from workbench.model.target import Target
 from workbench.model.trace import MEMORY_COLUMNS, OP_COLUMNS
 from workbench.runtime.engine import Workload, grad_error, reference_gradients, run_plan
 from workbench.schedules.ops import Op
@@ -56,7 +56,7 @@ def tiny_gpt():
 def _plan(chain, devices, assignment, weights="stash", optimizer="adam", loop="none"):
     from workbench.schedules.builder import best_schedule
 
-    plan = best_schedule(chain, Platform(devices, weights=weights, optimizer=optimizer, zero_grad=loop), assignment)
+    plan = best_schedule(chain, Target.of(devices, weights=weights, optimizer=optimizer, zero_grad=loop), assignment)
     assert plan.feasible
     return plan
 
@@ -127,7 +127,7 @@ def _check_memory(res, plan, wl, chain, optimizer="adam", steps=STEPS):
 
     setup = plan.setup
     assert res.meta["zero_grad"] == setup["zero_grad"]        # the run ran the plan's loop
-    platform = Platform(plan.devices, weights=setup["weights"], optimizer=setup["optimizer"],
+    platform = Target.of(plan.devices, weights=setup["weights"], optimizer=setup["optimizer"],
                         zero_grad=setup["zero_grad"])
     extra = engine_extra(plan, chain, platform, steps, res.meta["engine"])
     for d in range(plan.devices):
@@ -298,7 +298,7 @@ def test_compare_and_calibrate_on_the_plans_own_times(mlp):
     mem = __import__("pandas").DataFrame({"device": [0, 1], "time": [0.0, 0.0], "activations": [0.0, 0.0],
                                           "weights": [0.0, 0.0], "total": list(plan.memory)})
     trace = Trace(ops, mem, 2, period=plan.period, source="measured")
-    df = compare(plan, chain, Platform(2, memory_model="paper"), trace)
+    df = compare(plan, chain, Target.of(2, memory_model="paper"), trace)
     assert np.allclose(df["busy_error"], 0, atol=1e-9) and np.allclose(df["memory_error"], 0)
     assert df.attrs["period_error"] == pytest.approx(0, abs=1e-9)
     # a trace twice as slow calibrates to a chain twice as slow
@@ -318,7 +318,7 @@ def _run_command_args(tmp_path, chain):
     prof = tmp_path / "mlp.csv"
     write_profile(chain, prof)
     # made on check's default links (12GB/s), so that `check` (and so `run`) accepts it
-    plan = best_schedule(chain, Platform(2, bandwidth="12GB/s"), [0, 0, 0, 1, 1])
+    plan = best_schedule(chain, Target.of(2, bandwidth="12GB/s"), [0, 0, 0, 1, 1])
     plan.to_json(tmp_path / "plan.json")
     return ["run", str(tmp_path / "plan.json"), "--model", "mlp", "--profile", str(prof), "--batch-size", "4",
             "--steps", "6", "--out", str(tmp_path / "run")], plan
@@ -414,7 +414,7 @@ def test_activation_policies_run_with_torchs_tools(engine, tiny_gpt):
     chain, wl, ref = tiny_gpt
     weights = "stash" if engine == "pipedream" else "single"
     for pol in (("keep", "recompute", "recompute", "keep"), ("keep", "offload", "offload", "keep")):
-        plat = Platform(2, weights=weights)
+        plat = Target.of(2, weights=weights)
         plan = best_schedule(apply_policies(chain, pol), plat, [0, 0, 1, 1]).with_(activations=pol)
         res = run_plan(plan, wl, STEPS, timeout=TIMEOUT, weights=weights, engine=engine)
         assert res.meta["engine"] == engine
@@ -471,7 +471,7 @@ def test_a_tied_head_on_another_rank_is_predicted(weights):
     wl = Workload.module(f"{__file__}:tied_gpt2")
     chain = profile_workload(wl, repeats=1, warmup=0)
     assert chain.meta.get("tied") and chain.layers[-1].name == "lm_head"
-    platform = Platform(2, weights=weights, optimizer="adam")
+    platform = Target.of(2, weights=weights, optimizer="adam")
     plan = best_schedule(chain, platform, [0, 0, 0, 1, 1])
     steps = max(4, 2 * max(s.in_flight for s in plan.stages))
     res = run_plan(plan, wl, steps, timeout=TIMEOUT, weights=weights, optimizer="adam")

@@ -7,7 +7,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from workbench.model.chain import Chain, Layer, Platform
+from workbench.model.chain import Chain, Layer
+from workbench.model.target import Target
 from workbench.model.trace import Trace
 from workbench.runtime.compare import (
     calibrate,
@@ -25,7 +26,7 @@ MS = 1e-3
 
 def _setup(n: int = 16):
     chain = Chain(tuple(Layer(f"l{i}", 1 * MS, 2 * MS, 100, 10) for i in range(6)), input_bytes=10)
-    plat = Platform(3, memory=1000, bandwidth=20000, memory_model="paper")
+    plat = Target.of(3, memory=1000, bandwidth=20000, memory_model="paper")
     plan = best_schedule(chain, plat, [0, 0, 1, 1, 2, 2])   # the allocation's best schedule: re-scheduling keeps it
     ops = predicted_ops(plan, chain, n)
     return chain, plat, plan, ops
@@ -68,7 +69,7 @@ def test_the_steady_window_skips_the_first_stages_run_ahead():
     """A run executes as soon as it can: the first stage runs k_0 = 6 forwards back to back before
     the next waits for a backward. With 12 mini-batches the first quarter (3) is not enough."""
     chain = Chain(tuple(Layer(f"l{i}", 1 * MS, 2 * MS, 100, 10) for i in range(6)), input_bytes=10)
-    plat = Platform(3, bandwidth=20000, memory_model="paper")
+    plat = Target.of(3, bandwidth=20000, memory_model="paper")
     plan = build_schedule(chain, plat, [0, 0, 1, 1, 2, 2], 8 * MS, method="builder")
     plan = plan.with_(stages=tuple(st.__class__(st.first, st.last, st.device, st.fwd_start, st.bwd_start,
                                                 6 if i == 0 else st.in_flight) for i, st in enumerate(plan.stages)))

@@ -55,12 +55,13 @@ def test_torch_rejects_a_broken_schedule(tmp_path):
 
 @pytest.mark.parametrize("name", ["interleaved-1f1b", "interleaved-zb", "zbv", "dualpipev"])
 def test_torch_schedule_plans_export_torchs_order_and_torch_accepts_it(tmp_path, name):
-    from workbench.model.chain import Chain, Layer, Platform
+    from workbench.model.chain import Chain, Layer
+    from workbench.model.target import Target
     from workbench.planners import plan
     from workbench.schedules.torch_orders import torch_order
 
     ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 4, 1, 1) for i in range(8)), input_bytes=1)
-    p = plan(ch, Platform(2, memory_model="paper"), name, micro_batches=4)
+    p = plan(ch, Target.of(2, memory_model="paper"), name, micro_batches=4)
     assert plan_to_actions(p, 4) == {d: [str(a) for a in acts] for d, acts in torch_order(name, 2, 2, 4).items()}
     path = write_schedule_csv(p, tmp_path / "s.csv", 4)
     _, stage_to_rank, _ = load_with_torch(path, 4, 4)      # torch's parser, lowering and dry run

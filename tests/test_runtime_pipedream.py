@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 import torch
 
-from workbench.model.chain import Platform
+from workbench.model.target import Target
 from workbench.profiles.profiler import profile_workload
 from workbench.runtime.engine import Workload, grad_error, reference_gradients, run_plan
 from workbench.schedules.builder import best_schedule
@@ -85,7 +85,7 @@ def _run(builder: str, assignment: list[int], loop: str = "none"):
     wl = Workload.module(f"{__file__}:{builder}")
     chain = _balanced(profile_workload(wl, repeats=1, warmup=0), assignment)
     devices = max(assignment) + 1
-    plan = best_schedule(chain, Platform(devices, weights="stash", optimizer="adam", zero_grad=loop), assignment)
+    plan = best_schedule(chain, Target.of(devices, weights="stash", optimizer="adam", zero_grad=loop), assignment)
     steps = 2 * max(s.in_flight for s in plan.stages)
     res = run_plan(plan, wl, steps, timeout=TIMEOUT, weights="stash", optimizer="adam", zero_grad=loop)
     assert res.meta["engine"] == "pipedream"
@@ -149,7 +149,7 @@ def test_a_tie_of_three_stages_is_refused_in_one_line():
 
     wl = Workload.module(f"{__file__}:thrice")
     chain = profile_workload(wl, repeats=1, warmup=0)
-    plan = best_schedule(chain, Platform(3, weights="stash", optimizer="sgd"), [0, 0, 1, 1, 2])
+    plan = best_schedule(chain, Target.of(3, weights="stash", optimizer="sgd"), [0, 0, 1, 1, 2])
     cfg = RunConfig(plan, programs_for(plan, 4), wl, 4, isolated=True, optimizer="sgd")
     with pytest.raises(ValueError, match=r"used by stages \[0, 1, 2\].*two stages only.*--weights single"):
         PipeDreamRank(0, cfg)

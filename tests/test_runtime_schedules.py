@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from workbench.methods import METHODS
-from workbench.model.chain import Platform
+from workbench.model.target import Target
 from workbench.planners import plan as run_planner
 from workbench.runtime.engine import Workload, grad_error, reference_gradients, run_plan
 from workbench.schedules.order_memory import engine_extra
@@ -35,7 +35,7 @@ def gpt():
 
 
 def _run_and_check(chain, wl, P: int, name: str):
-    platform = Platform(P, weights="single", optimizer="adam")
+    platform = Target.of(P, weights="single", optimizer="adam")
     plan = run_planner(chain, platform, name, micro_batches=2 * P)
     assert plan.fits and not plan.extra.get("violations")
     m = plan.micro_batches
@@ -84,7 +84,7 @@ def test_gpipe_and_1f1b_run_two_optimizer_steps_of_their_micro_batches(gpt, name
     from workbench.schedules.program import flush_order
 
     chain, wl = gpt[2]
-    platform = Platform(2, weights="single", optimizer="adam")
+    platform = Target.of(2, weights="single", optimizer="adam")
     plan = run_planner(chain, platform, name, micro_batches=3)
     res = run_plan(plan, wl, 6, weights="single", optimizer="adam", timeout=TIMEOUT)
     assert res.meta["engine"] == "torch" and res.meta["optimizer_steps"] == [2, 2]
@@ -101,7 +101,7 @@ def test_a_partial_optimizer_step_is_refused_in_one_line_before_any_rank(gpt, na
     """4 mini-batches of a plan of 3 micro-batches leave a step of 1: refused naming the counts that run (torch's
     engine raised torch's AssertionError in a rank for GPipe and 1F1B)."""
     chain, wl = gpt[2]
-    plan = run_planner(chain, Platform(2, weights="single"), name, micro_batches=4 if name == "zbv" else 3)
+    plan = run_planner(chain, Target.of(2, weights="single"), name, micro_batches=4 if name == "zbv" else 3)
     m = plan.micro_batches
     with pytest.raises(ValueError, match=rf"partial step of 1; run --steps {m} \(1 step\) or {2 * m} \(2 steps\)"):
         run_plan(plan, wl, m + 1, weights="single", timeout=TIMEOUT)
@@ -145,7 +145,7 @@ def test_the_pipedream_engine_and_a_replay_refuse_a_split_backward_in_one_line(g
     from workbench.runtime.replay import replay_devices
 
     chain, wl = gpt[2]
-    plan = run_planner(chain, Platform(2, weights="single"), "zbv", micro_batches=4)
+    plan = run_planner(chain, Target.of(2, weights="single"), "zbv", micro_batches=4)
     with pytest.raises(ValueError, match="the PipeDream engine runs each backward whole; a zbv plan splits it"):
         run_plan(plan, wl, 4, weights="single", engine="pipedream", timeout=TIMEOUT)
     with pytest.raises(ValueError, match="a replay .* runs each backward whole"):

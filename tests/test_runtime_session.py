@@ -6,7 +6,9 @@ import dataclasses
 
 import pytest
 
-from workbench.model.chain import Chain, Layer, Platform
+from workbench.model.chain import Chain, Layer
+from workbench.model.target import Target
+from workbench.model.training_setup import TrainingSetup
 from workbench.planners import plan as run_planner
 from workbench.runtime.session import check_plan_valid, platform_for_run
 
@@ -16,7 +18,7 @@ def _chain(n: int = 4) -> Chain:
 
 
 def test_a_plan_the_checker_rejects_is_refused_naming_the_rule():
-    chain, platform = _chain(), Platform(2, optimizer="sgd")
+    chain, platform = _chain(), Target.of(2, optimizer="sgd")
     plan = run_planner(chain, platform, "dp")
     check_plan_valid(plan, chain, platform)                               # the planner's own plan passes
     fast = dataclasses.replace(plan, period=plan.period / 10)              # a hand-edited period no device keeps
@@ -26,12 +28,13 @@ def test_a_plan_the_checker_rejects_is_refused_naming_the_rule():
 
 def test_the_run_platform_is_the_plans_memory_setup():
     chain = _chain()
-    plan = run_planner(chain, Platform(2, memory=1e9, optimizer="sgd", precision="bf16"), "dp")
+    plan = run_planner(chain, Target.of(2, memory=1e9, optimizer="sgd", precision="bf16"), "dp")
     p = platform_for_run(plan)
-    assert (p.devices, p.memory, p.optimizer, p.precision, p.memory_model) == (2, 1e9, "sgd", "bf16", "full")
-    assert platform_for_run(plan, optimizer="adam", weights="single").optimizer == "adam"
-    paper = run_planner(chain, Platform(2, memory_model="paper", weight_factor=3.0), "dp")
-    assert platform_for_run(paper).memory_model == "paper" and platform_for_run(paper).weight_factor == 3.0
+    assert (p.devices, p.memory) == (2, 1e9)
+    assert p.setup == TrainingSetup(optimizer="sgd", precision="bf16")
+    assert platform_for_run(plan, optimizer="adam", weights="single").setup.optimizer == "adam"
+    paper = run_planner(chain, Target.of(2, memory_model="paper", weight_factor=3.0), "dp")
+    assert platform_for_run(paper).setup.memory_model == "paper" and platform_for_run(paper).setup.weight_factor == 3.0
 
 
 @pytest.mark.parametrize("name", ["zbv", "1f1b"])
@@ -42,10 +45,10 @@ def test_the_run_platform_has_the_links_the_plan_was_made_on(name):
     from workbench.verify.check import check
 
     chain = _chain()
-    plan = run_planner(chain, Platform(2, weights="single", bandwidth="12GB/s"), name, micro_batches=4)
+    plan = run_planner(chain, Target.of(2, weights="single", bandwidth="12GB/s"), name, micro_batches=4)
     assert plan.feasible and check(plan, chain, platform_for_run(plan)) == []
     assert platform_for_run(plan).bandwidth == 12e9 and platform_for_run(plan, bandwidth="1GB/s").bandwidth == 1e9
-    nodes = run_planner(_chain(8), Platform(4, weights="single", gpu="h100-sxm", bandwidth="450GB/s",
+    nodes = run_planner(_chain(8), Target.of(4, weights="single", gpu="h100-sxm", bandwidth="450GB/s",
                                             devices_per_node=2, node_bandwidth="25GB/s"), name, micro_batches=4)
     p = platform_for_run(nodes)
     assert (p.bandwidth, p.devices_per_node, p.node_bandwidth) == (450e9, 2, 25e9)

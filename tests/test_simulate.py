@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 
 from instances import py_chain, py_contiguous
-from workbench.model.chain import Chain, Layer, Platform
+from workbench.model.chain import Chain, Layer
 from workbench.model.plan import make_plan, stages_of
+from workbench.model.target import Target
 from workbench.model.trace import MEMORY_COLUMNS, OP_COLUMNS
 from workbench.schedules.builder import Scheduler, best_schedule, build_schedule, one_in_flight_memory
 from workbench.schedules.simulate import simulate, simulate_flushed
@@ -28,7 +29,7 @@ def _plans(seed: int):
     chain = py_chain(rng, L)
     general = seed % 2 == 1
     assign = [rng.randrange(P) for _ in range(L)] if general else py_contiguous(rng, L, P)
-    plat = Platform(P, bandwidth=rng.choice([math.inf, 4.0, 20.0]), weights=rng.choice(["stash", "single"]),
+    plat = Target.of(P, bandwidth=rng.choice([math.inf, 4.0, 20.0]), weights=rng.choice(["stash", "single"]),
                     weight_factor=rng.choice([1.0, 4.0]), memory_model="paper")
     sch = Scheduler(chain, plat, assign)
     if rng.random() < 0.5:
@@ -82,7 +83,7 @@ def test_no_two_operations_of_a_device_overlap_on_the_trace():
 def test_memory_rows_are_a_step_function_with_stashed_versions():
     # The hand instance of tests/test_check.py: k = 3, 2, 1; A = 20, W = 200 per stage.
     chain = Chain(tuple(Layer(f"l{i}", 1e-3, 2e-3, 100, 10) for i in range(6)), input_bytes=10)
-    plat = Platform(3, memory=1000, bandwidth=20000, memory_model="paper")
+    plat = Target.of(3, memory=1000, bandwidth=20000, memory_model="paper")
     plan = build_schedule(chain, plat, [0, 0, 1, 1, 2, 2], 8e-3)
     trace = simulate(plan, chain, plat, batches=12)
     mem = trace.memory
@@ -101,7 +102,7 @@ def test_memory_rows_are_a_step_function_with_stashed_versions():
 
 def test_an_invalid_plan_slips_on_the_trace():
     chain = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 1, 1) for i in range(4)))
-    plat = Platform(2, memory_model="paper")
+    plat = Target.of(2, memory_model="paper")
     # backward of stage 0 overlaps its forward modulo T = 6
     plan = make_plan(chain, plat, 6.0, [0, 0, 1, 1], [0.0, 2.0], [7.0, 4.0])
     assert any(v.rule == 5 for v in check(plan, chain, plat))
@@ -117,7 +118,7 @@ def _uniform_chain(S: int, F: float, B: float, A: float) -> Chain:
 @pytest.mark.parametrize("S", [1, 2, 4])
 def test_flushed_textbook_activations_and_makespan(m, S):
     chain = _uniform_chain(S, 1.0, 2.0, 3.0)
-    plat = Platform(S, memory_model="paper")
+    plat = Target.of(S, memory_model="paper")
     assign = list(range(S))
     g = simulate_flushed(chain, plat, assign, m, kind="gpipe")
     o = simulate_flushed(chain, plat, assign, m, kind="1f1b")
@@ -139,7 +140,7 @@ def test_flushed_random_stages_hold_the_textbook_counts(seed):
     L, P = rng.randint(2, 8), rng.randint(2, 4)
     chain = py_chain(rng, L)
     assign = py_contiguous(rng, L, P)
-    plat = Platform(P, bandwidth=rng.choice([math.inf, 5.0]), weight_factor=2.0, memory_model="paper")
+    plat = Target.of(P, bandwidth=rng.choice([math.inf, 5.0]), weight_factor=2.0, memory_model="paper")
     runs = stages_of(assign)
     S = len(runs)
     m = rng.randint(1, 6)
@@ -163,7 +164,7 @@ def test_flushed_random_stages_hold_the_textbook_counts(seed):
 
 def test_simulate_dispatches_flushed_plans():
     chain = _uniform_chain(3, 1.0, 2.0, 3.0)
-    plat = Platform(3, memory_model="paper")
+    plat = Target.of(3, memory_model="paper")
     plan = make_plan(chain, plat, 4.5, [0, 1, 2], [0, 0, 0], [0, 0, 0]).with_(schedule="1f1b", micro_batches=4)
     t = simulate(plan, chain, plat, batches=8)
     assert t.meta["flushes"] == 2 and t.meta["schedule"] == "1f1b"
@@ -173,7 +174,7 @@ def test_simulate_dispatches_flushed_plans():
 
 def _good_plan():
     chain = _uniform_chain(4, 1.0, 2.0, 3.0)
-    plat = Platform(4, memory_model="paper")
+    plat = Target.of(4, memory_model="paper")
     return chain, plat, build_schedule(chain, plat, [0, 1, 2, 3], 3.0)
 
 
@@ -214,7 +215,7 @@ def test_policies_run_as_planned_with_recompute_inside_the_backward():
     from workbench.planners import plan as run_planner
 
     chain = Chain(tuple(Layer(f"l{i}", 0.5 + 0.1 * i, 1.0, 10, 40, 200) for i in range(6)), input_bytes=40)
-    plat = Platform(3, optimizer="sgd", host_bandwidth=400)
+    plat = Target.of(3, optimizer="sgd", host_bandwidth=400)
     pol = ("recompute", "offload", "keep", "recompute", "offload", "keep")
     p = run_planner(chain, plat, "dp", activations=pol)
     tr = simulate(p, chain, plat, batches=8)
@@ -246,7 +247,7 @@ def test_the_steady_period_of_a_flushed_plan_is_its_plans_period(kind):
     from workbench.profiles import load_profile
 
     chain = load_profile("resnet50")
-    plat = Platform(4, bandwidth="12GB/s")
+    plat = Target.of(4, bandwidth="12GB/s")
     p = plan(chain, plat, kind)
     for batches in (16, 32):
         trace = simulate(p, chain, plat, batches=batches)

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from test_memory import measured_chain
-from workbench.model.chain import Platform
 from workbench.model.memory import layer_terms, stage_activation, stage_memory, stage_step
+from workbench.model.target import Target
 from workbench.schedules.simulate import simulate_flushed
 from workbench.schedules.simulate_memory import StageMemory, memory_frame, with_step_rows
 
@@ -56,7 +56,7 @@ def test_memory_frame_against_a_direct_count():
 
 def test_stage_memory_holds_the_models_terms():
     chain = measured_chain(np.random.default_rng(7), 5)
-    plat = Platform(2, optimizer="adam", weights="stash")
+    plat = Target.of(2, optimizer="adam", weights="stash")
     runs = [(0, 1), (2, 4)]
     sm = StageMemory.of(chain, plat, runs, stash=True, step_in_ops=True)
     t = layer_terms(chain, plat)
@@ -71,7 +71,7 @@ def test_step_rows_after_the_flush():
     assignment = [0, 0, 1, 1]
     stepped = 0
     for optimizer in ("sgd", "adam"):
-        plat = Platform(2, optimizer=optimizer)
+        plat = Target.of(2, optimizer=optimizer)
         trace = simulate_flushed(chain, plat, assignment, 3)
         end = trace.meta["makespan"]
         last = trace.memory[trace.memory["time"] == end]
@@ -98,7 +98,7 @@ def test_a_flush_under_zero_grad_none_holds_its_gradients_from_its_first_backwar
     from workbench.schedules.simulate_memory import grad_windows
 
     chain = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 100, 400, 10) for i in range(4)), input_bytes=10)
-    runs = {z: simulate_flushed(chain, Platform(2, optimizer="adam", zero_grad=z), [0, 0, 1, 1], 4, kind="gpipe")
+    runs = {z: simulate_flushed(chain, Target.of(2, optimizer="adam", zero_grad=z), [0, 0, 1, 1], 4, kind="gpipe")
             for z in ("none", "zeros")}
     first_end = {0: 18.0, 1: 14.0}
     for d in (0, 1):

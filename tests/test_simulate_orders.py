@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from workbench.model.chain import Chain, Layer, Platform
+from workbench.model.chain import Chain, Layer
+from workbench.model.target import Target
 from workbench.schedules.registry import schedule_of
 from workbench.schedules.simulate import simulate_flushed
 from workbench.schedules.simulate_orders import held_counts, simulate_order
@@ -22,7 +23,7 @@ def _per_micro_batch(name: str, P: int, V: int | None, m: int, f: float, i: floa
     V = schedule_of(name).chunks(V)
     chain = _identical(P * V, f, i, w)
     dev = schedule_of(name).stage_devices(P, P * V)
-    trace = simulate_order(chain, Platform(P, memory_model="paper"), [(s, s, dev[s]) for s in range(P * V)],
+    trace = simulate_order(chain, Target.of(P, memory_model="paper"), [(s, s, dev[s]) for s in range(P * V)],
                            torch_order(name, P, V, m), m)
     return trace.period
 
@@ -30,7 +31,7 @@ def _per_micro_batch(name: str, P: int, V: int | None, m: int, f: float, i: floa
 @pytest.mark.parametrize("P,m", [(2, 4), (4, 8), (4, 16), (4, 6), (8, 16)])
 def test_1f1b_takes_m_plus_p_minus_1_times_f_plus_b_over_m(P, m):
     chain = _identical(P, 1.0, 1.5, 0.5)
-    trace = simulate_flushed(chain, Platform(P, memory_model="paper"), list(range(P)), m, kind="1f1b")
+    trace = simulate_flushed(chain, Target.of(P, memory_model="paper"), list(range(P)), m, kind="1f1b")
     assert trace.period == pytest.approx((m + P - 1) * 3.0 / m)
     assert trace.steady_period() == pytest.approx(trace.period)
 
@@ -79,7 +80,7 @@ def test_memory_holds_a_micro_batch_from_its_forward_to_its_weight_gradient():
     chain = _identical(2, 1.0, 1.0, 1.0, saved=10.0)
     order = torch_order("interleaved-zb", 2, 1, 2)
     assert [str(a) for a in order[1]] == ["1F0", "1I0", "1F1", "1I1", "1W0", "1W1"]
-    trace = simulate_order(chain, Platform(2, memory_model="paper"), [(0, 0, 0), (1, 1, 1)], order, 2)
+    trace = simulate_order(chain, Target.of(2, memory_model="paper"), [(0, 0, 0), (1, 1, 1)], order, 2)
     assert held_counts(trace.ops, 1) == 2
     assert trace.peak_memory().tolist() == [2 * 10.0 + 8.0, 2 * 10.0 + 8.0]   # 2 x saved + the weights (phi = 1)
 
@@ -88,7 +89,7 @@ def test_pending_weight_gradients_count_under_the_full_model():
     chain = Chain(tuple(Layer(f"l{k}", 1.0, 2.0, 0, 4, 4, backward_weight=1.0, weight_pending_bytes=100)
                         for k in range(2)), input_bytes=4)
     order = torch_order("interleaved-zb", 2, 1, 2)
-    plat = Platform(2, optimizer="none")
+    plat = Target.of(2, optimizer="none")
     with_pending = simulate_order(chain, plat, [(0, 0, 0), (1, 1, 1)], order, 2).peak_memory()
     none = Chain(tuple(Layer(l.name, 1.0, 2.0, 0, 4, 4, backward_weight=1.0, weight_pending_bytes=0)
                        for l in chain.layers), input_bytes=4)
@@ -103,4 +104,4 @@ def test_a_deadlocking_order_is_refused():
     chain = _identical(2, 1.0, 1.0, 0.0)
     bad = {0: (Op(0, "B", 0), Op(0, "F", 0)), 1: (Op(1, "F", 0), Op(1, "B", 0))}
     with pytest.raises(ValueError, match="deadlocks"):
-        simulate_order(chain, Platform(2, memory_model="paper"), [(0, 0, 0), (1, 1, 1)], bad, 1)
+        simulate_order(chain, Target.of(2, memory_model="paper"), [(0, 0, 0), (1, 1, 1)], bad, 1)

@@ -5,7 +5,8 @@ import math
 import numpy as np
 
 from instances import footprint_limit, ilp_chain
-from workbench.model.chain import Chain, Layer, Platform
+from workbench.model.chain import Chain, Layer
+from workbench.model.target import Target
 from workbench.planners.brute import plan_brute
 from workbench.planners.ilp.bounds import memory_period_bound
 from workbench.planners.ilp.stage_bound import least_stage_memory, stage_path_bound
@@ -14,7 +15,7 @@ from workbench.planners.ilp.stage_bound import least_stage_memory, stage_path_bo
 def _instance(rng, L, P):
     ch = ilp_chain(rng, L)
     M = footprint_limit(ch, P, rng, 1.1, 2.5)
-    return ch, Platform(P, memory=M, bandwidth=float(rng.uniform(0.5, 10)),
+    return ch, Target.of(P, memory=M, bandwidth=float(rng.uniform(0.5, 10)),
                         weights=str(rng.choice(["stash", "single"])), memory_model="paper")
 
 
@@ -37,7 +38,7 @@ def test_bound_below_the_general_optimum_and_often_above_the_per_layer_bound():
 
 def test_unlimited_memory_is_the_load_bound():
     ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 5, 5) for i in range(6)))
-    assert stage_path_bound(ch, Platform(3, memory_model="paper")) == 6.0
+    assert stage_path_bound(ch, Target.of(3, memory_model="paper")) == 6.0
 
 
 def test_cuts_cost_memory_upstream():
@@ -46,7 +47,7 @@ def test_cuts_cost_memory_upstream():
     to 2 + 2 + 2 * 2 = 8, so k = 1 needs T >= 8. The per-layer bound ignores the cut (4)."""
     ch = Chain((Layer("a", 1.0, 1.0, 0, 2, saved_bytes=10), Layer("b", 1.0, 1.0, 0, 0, saved_bytes=10)),
                input_bytes=0)
-    plat = Platform(2, memory=15.0, bandwidth=1.0, memory_model="paper")
+    plat = Target.of(2, memory=15.0, bandwidth=1.0, memory_model="paper")
     assert plat.comm_time(ch.cut(0)) == 2.0
     assert memory_period_bound(ch, plat) == 4.0
     assert least_stage_memory(ch, plat, 8.0) == 20.0 and least_stage_memory(ch, plat, 7.9) == math.inf

@@ -67,12 +67,12 @@ def test_what_it_refuses():
 
 
 def test_a_plans_stages_of_a_zoo_model():
-    from workbench.model.chain import Platform
+    from workbench.model.target import Target
     from workbench.profiles.profiler import profile_zoo
     from workbench.profiles.workload import Workload
     from workbench.schedules.builder import best_schedule
 
     chain = profile_zoo("tiny-gpt", 2, repeats=1, warmup=0)
-    plan = best_schedule(chain, Platform(2), [0, 0, 1, 1])
+    plan = best_schedule(chain, Target.of(2), [0, 0, 1, 1])
     times = time_stages(Workload.zoo("tiny-gpt", 2), plan.stages, warmup=1, repeats=3)
     assert len(times) == len(plan.stages) and all(f > 0 and b > 0 for f, b in times)

@@ -8,7 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from workbench.model.chain import Chain, Layer, Platform
+from workbench.model.chain import Chain, Layer
+from workbench.model.target import Target
 from workbench.planners import PLANNERS, plan
 from workbench.planners.dp.contiguous import plan_dp
 from workbench.planners.sweep import UNAVAILABLE, Failure, attempt, plan_row, run_method, solve, sweep
@@ -19,7 +20,7 @@ def chain4() -> Chain:
 
 
 def test_unknown_missing_and_failing_methods_are_recorded_not_raised(monkeypatch):
-    ch, plat = chain4(), Platform(2, memory_model="paper")
+    ch, plat = chain4(), Target.of(2, memory_model="paper")
     row = run_method(ch, plat, "nosuch")
     assert row["status"] == UNAVAILABLE and not row["fits"] and math.isnan(row["period"])
     assert "unknown method 'nosuch'" in row["note"]
@@ -37,7 +38,7 @@ def test_unknown_missing_and_failing_methods_are_recorded_not_raised(monkeypatch
 
 
 def test_sweep_sorts_the_levels_and_equals_one_plan_per_level():
-    ch, plat = chain4(), Platform(2, memory_model="paper")
+    ch, plat = chain4(), Target.of(2, memory_model="paper")
     levels = [10_000, "300B", 200.0, 1000]
     got = sweep(ch, plat, levels, "dp")
     assert [M for M, _ in got] == [200.0, 300.0, 1000.0, 10_000.0]
@@ -55,7 +56,7 @@ def test_warm_start_goes_only_to_methods_that_take_one(monkeypatch):
 
     monkeypatch.setitem(PLANNERS, "ilp", fake)
     monkeypatch.setitem(PLANNERS, "dp", fake)
-    ch, plat = chain4(), Platform(2, memory_model="paper")
+    ch, plat = chain4(), Target.of(2, memory_model="paper")
     out = sweep(ch, plat, [200, 1000, 2000], "ilp", warm_start=True)
     assert seen[0] is True and seen[1] is True  # level 200 is infeasible: still no plan to start from
     assert seen[2] is out[1][1]  # level 2000 starts from level 1000's plan
@@ -65,7 +66,7 @@ def test_warm_start_goes_only_to_methods_that_take_one(monkeypatch):
 
 
 def test_plan_row_columns_agree_with_the_plan():
-    ch, plat = chain4(), Platform(2, memory=1000, memory_model="paper")
+    ch, plat = chain4(), Target.of(2, memory=1000, memory_model="paper")
     p = plan(ch, plat, "dp")
     row = plan_row(p, ch, plat)
     assert row["period"] == p.period and row["throughput"] == pytest.approx(1 / p.period)

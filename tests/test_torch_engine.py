@@ -9,7 +9,7 @@ import torch.distributed as dist
 from torch import nn
 
 import workbench.runtime.torch_engine as te
-from workbench.model.chain import Platform
+from workbench.model.target import Target
 from workbench.planners import plan as run_planner
 from workbench.profiles.profiler import profile_workload
 from workbench.profiles.workload import Workload
@@ -55,7 +55,7 @@ def tied_run():
     """The tied model on 2 ranks, GPipe over 2 micro-batches, with the embedding and the head on different ranks."""
     wl = Workload.module(f"{__file__}:tied")
     chain = profile_workload(wl, repeats=1, warmup=0)
-    plan = run_planner(chain, Platform(2, optimizer="sgd"), "gpipe", micro_batches=2)
+    plan = run_planner(chain, Target.of(2, optimizer="sgd"), "gpipe", micro_batches=2)
     device = {n: st.device for st in plan.stages for n in [l.name for l in chain.layers][st.first:st.last + 1]}
     assert device["emb"] != device["head"]
     return wl, plan
@@ -71,7 +71,7 @@ def group_of_one():
 @pytest.mark.parametrize("method, m", [("gpipe", 2), ("1f1b", 4), ("dp", None)])
 def test_one_rank_gradients_equal_one_process(mlp, group_of_one, method, m):
     wl, chain = mlp
-    plan = run_planner(chain, Platform(1, optimizer="sgd", weights="single"), method,
+    plan = run_planner(chain, Target.of(1, optimizer="sgd", weights="single"), method,
                        **({"micro_batches": m} if m else {}))
     res = te.run_torch_rank(0, 1, RunConfig(plan, programs_for(plan, STEPS), wl, STEPS, engine="torch",
                                             optimizer="sgd", weights="single"))
@@ -87,7 +87,7 @@ def test_one_rank_gradients_equal_one_process(mlp, group_of_one, method, m):
 
 def test_torch_schedule_is_torchs_class_timed(mlp, group_of_one):
     wl, chain = mlp
-    plan = run_planner(chain, Platform(1, optimizer="sgd"), "interleaved-1f1b", micro_batches=2, chunks=2)
+    plan = run_planner(chain, Target.of(1, optimizer="sgd"), "interleaved-1f1b", micro_batches=2, chunks=2)
     assert len(plan.stages) == 2
     res = te.run_torch_rank(0, 1, RunConfig(plan, programs_for(plan, STEPS), wl, STEPS, engine="torch",
                                             optimizer="sgd"))

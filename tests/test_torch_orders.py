@@ -84,12 +84,12 @@ def test_orders_kept_on_disk_spare_a_later_process_the_import_of_torchs_pipelini
 
     env = {**os.environ, ENV: str(tmp_path)}
     script = ("import sys\n"
-              "from workbench.model.chain import Chain, Layer, Platform\n"
+              "from workbench.model.chain import Chain, Layer\nfrom workbench.model.target import Target\n"
               "from workbench.planners import plan\n"
               "ch = Chain(tuple(Layer(f'l{i}', 1.0, 2.0, 4, 1, 1) for i in range(8)), input_bytes=1)\n"
-              "p = plan(ch, Platform(2, memory_model='paper'), 'zbv', micro_batches=4, time_limit=5)\n"
+              "p = plan(ch, Target.of(2, memory_model='paper'), 'zbv', micro_batches=4, time_limit=5)\n"
               "try:\n"
-              "    plan(ch, Platform(2), 'dualpipev', micro_batches=2)\n"
+              "    plan(ch, Target.of(2), 'dualpipev', micro_batches=2)\n"
               "except ValueError as e:\n"
               "    print('refused', 'at least as many microbatches' in str(e))\n"
               "print(p.period, 'torch.distributed.pipelining' in sys.modules)\n")

@@ -7,7 +7,8 @@ import random
 
 import numpy as np
 
-from workbench.model.chain import Chain, Layer, Platform
+from workbench.model.chain import Chain, Layer
+from workbench.model.target import Target
 from workbench.planners.torch_partition import Balance, Clock, Spans
 
 
@@ -31,7 +32,7 @@ def test_the_least_largest_stage_time_against_every_partition():
         if L < S:
             continue
         ch = _chain(rng, L)
-        spans = Spans(ch, Platform(2, memory_model=rng.choice(["paper", "full"])))
+        spans = Spans(ch, Target.of(2, memory_model=rng.choice(["paper", "full"])))
         prob = Balance(spans, [s % 2 for s in range(S)], [rng.randint(1, 4) for _ in range(S)], [0] * S)
         mem = [spans.stage_memory(prob.k[s], prob.p[s]) for s in range(S)]
         finite = [m[np.isfinite(m)] for m in mem]
@@ -51,7 +52,7 @@ def test_the_least_largest_stage_time_against_every_partition():
 def test_a_row_of_stage_memory_is_the_matrixs():
     rng = random.Random(2)
     ch = _chain(rng, 12)
-    spans = Spans(ch, Platform(3))
+    spans = Spans(ch, Target.of(3))
     full = spans.stage_memory(3, 1)
     for a in range(12):
         assert np.array_equal(spans.stage_memory_row(3, 1, a), full[a])
@@ -60,7 +61,7 @@ def test_a_row_of_stage_memory_is_the_matrixs():
 def test_a_clock_past_its_end_stops_a_search_and_says_so():
     rng = random.Random(3)
     ch = _chain(rng, 30)
-    spans = Spans(ch, Platform(2, memory_model="paper"))
+    spans = Spans(ch, Target.of(2, memory_model="paper"))
     prob = Balance(spans, [0, 1, 0, 1], [2, 2, 1, 1], [0] * 4)
     clock = Clock(0.0)
     assert prob.least_tau([1e9] * 4, clock) is None and clock.cut

@@ -8,7 +8,8 @@ import random
 import numpy as np
 import pytest
 
-from workbench.model.chain import Chain, Layer, Platform
+from workbench.model.chain import Chain, Layer
+from workbench.model.target import Target
 from workbench.planners import plan
 from workbench.planners.torch_schedules import plan_torch_schedule
 from workbench.schedules.order_memory import OrderMemory
@@ -35,7 +36,7 @@ def _all_partitions(L: int, S: int):
 @pytest.mark.parametrize("name", sorted(TORCH_SCHEDULES))
 def test_identical_layers_split_evenly_and_the_plan_checks_and_simulates(name):
     ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 4, 1, 1) for i in range(16)), input_bytes=1)
-    plat = Platform(4, memory_model="paper")
+    plat = Target.of(4, memory_model="paper")
     p = plan(ch, plat, name, micro_batches=8)
     assert [s.last - s.first + 1 for s in p.stages] == [2] * 8 and check(p, ch, plat) == []
     trace = simulate(p, ch, plat, batches=16)
@@ -49,8 +50,8 @@ def test_the_exact_peaks_equal_the_simulated_ones():
         P = rng.choice([2, 3])
         name = rng.choice(sorted(TORCH_SCHEDULES))
         ch = _random_chain(rng, rng.randint(2 * P, 2 * P + 3))
-        plat = Platform(P, optimizer=rng.choice(["sgd", "adam"])) if rng.random() < 0.7 else \
-            Platform(P, memory_model="paper")
+        plat = Target.of(P, optimizer=rng.choice(["sgd", "adam"])) if rng.random() < 0.7 else \
+            Target.of(P, memory_model="paper")
         m = rng.choice([2 * P, 4 * P])
         order, dev = torch_order(name, P, 2, m), schedule_of(name).stage_devices(P, 2 * P)
         peaks = OrderMemory(ch, plat, dev, order)
@@ -72,12 +73,12 @@ def test_under_a_binding_limit_close_to_exhaustive_search():
         order, dev = torch_order(name, P, 2, 4), schedule_of(name).stage_devices(P, 4)
         results = []
         for parts in _all_partitions(L, 4):
-            t = simulate_order(ch, Platform(P, memory_model="paper"), [(a, b, d) for (a, b), d in zip(parts, dev)],
+            t = simulate_order(ch, Target.of(P, memory_model="paper"), [(a, b, d) for (a, b), d in zip(parts, dev)],
                                order, 4)
             results.append((t.period, float(t.peak_memory().max())))
         limit = sorted(r[1] for r in results)[len(results) // 4]
         best = min(r[0] for r in results if r[1] <= limit)
-        p = plan_torch_schedule(ch, Platform(P, memory=limit, memory_model="paper"), name, micro_batches=4)
+        p = plan_torch_schedule(ch, Target.of(P, memory=limit, memory_model="paper"), name, micro_batches=4)
         if p.fits:
             found += 1
             ratios.append(p.period / best)
@@ -87,9 +88,9 @@ def test_under_a_binding_limit_close_to_exhaustive_search():
 
 def test_fewer_micro_batches_when_more_do_not_fit():
     ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 0, 1, 100) for i in range(8)), input_bytes=1)
-    roomy = plan(ch, Platform(2, memory_model="paper"), "interleaved-1f1b")
+    roomy = plan(ch, Target.of(2, memory_model="paper"), "interleaved-1f1b")
     assert roomy.micro_batches == 8 and roomy.memory == (1000.0, 600.0)      # stage 0 holds 4 x 2 layers x 100
-    plat = Platform(2, memory=850, memory_model="paper")
+    plat = Target.of(2, memory=850, memory_model="paper")
     tight = plan(ch, plat, "interleaved-1f1b")
     assert tight.fits and check(tight, ch, plat) == []
     # 2 micro-batches on the even partition hold 2 x 200 + 400 bytes and take (2 x 2 + 1) x 6 / 2 = 15 per
@@ -99,11 +100,11 @@ def test_fewer_micro_batches_when_more_do_not_fit():
 
 def test_refusals():
     ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0) for i in range(3)))
-    assert "needs at least 4 layers" in plan(ch, Platform(2), "zbv").notes[0]
+    assert "needs at least 4 layers" in plan(ch, Target.of(2), "zbv").notes[0]
     with pytest.raises(ValueError, match="activations kept"):
-        plan(Chain(tuple(Layer(f"l{i}", 1.0, 2.0) for i in range(8))), Platform(2), "zbv", activations="recompute")
+        plan(Chain(tuple(Layer(f"l{i}", 1.0, 2.0) for i in range(8))), Target.of(2), "zbv", activations="recompute")
     with pytest.raises(ValueError, match="at least as many microbatches"):
-        plan(Chain(tuple(Layer(f"l{i}", 1.0, 2.0) for i in range(8))), Platform(2), "dualpipev", micro_batches=2)
+        plan(Chain(tuple(Layer(f"l{i}", 1.0, 2.0) for i in range(8))), Target.of(2), "dualpipev", micro_batches=2)
 
 
 @pytest.mark.parametrize("name", ["interleaved-1f1b", "zbv"])
@@ -115,7 +116,7 @@ def test_a_time_limit_bounds_ten_thousand_micro_batches(name):
 
     ch = Chain(tuple(Layer(f"l{i}", 1e-3, 2e-3, 4, 1, 1) for i in range(18)), input_bytes=1)
     t0 = time.perf_counter()
-    p = plan(ch, Platform(8), name, micro_batches=10_000, time_limit=5.0)
+    p = plan(ch, Target.of(8), name, micro_batches=10_000, time_limit=5.0)
     assert time.perf_counter() - t0 <= 5.0 * 1.1 + 2.0
     assert p.status == "timeout" and not p.feasible and any("10000 micro-batches not planned" in n for n in p.notes)
 
@@ -133,7 +134,7 @@ def test_a_long_chain_keeps_its_time_limit(name):
                            float(rng.integers(1e6, 1e7)), float(rng.integers(1e5, 1e6)), float(rng.integers(1e6, 1e7)))
                      for i in range(2000)), input_bytes=1e5)
     for memory in (float("inf"), 24e9):
-        plat = Platform(4, memory=memory)
+        plat = Target.of(4, memory=memory)
         t0 = time.perf_counter()
         p = plan(ch, plat, name, time_limit=2.0)
         assert time.perf_counter() - t0 <= 2.0 * 1.1 + 2.0

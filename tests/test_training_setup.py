@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from workbench.model.chain import Chain, Layer, Platform
+from workbench.model.chain import Chain, Layer
 from workbench.model.plan import Plan
+from workbench.model.target import Target
 from workbench.model.training_setup import DEFAULT_BANDWIDTH, SETUP_KEYS, TrainingSetup, recorded_link
 from workbench.planners import plan as run_planner
 
@@ -32,17 +33,17 @@ def test_a_setup_written_reads_back_as_itself(setup):
     assert ("estimated" in written) == (not setup.paper) and ("dp" in written) == (setup.dp > 1)
 
 
-@pytest.mark.parametrize("platform", [Platform(2, optimizer="sgd", precision="bf16", zero_grad="zeros",
+@pytest.mark.parametrize("platform", [Target.of(2, optimizer="sgd", precision="bf16", zero_grad="zeros",
                                                weights="single"),
-                                      Platform(2, memory_model="paper", weight_factor=2.0)])
-def test_a_plans_memory_setup_is_its_platforms_training_setup(platform, tmp_path):
-    """What a planner records reads back (through the plan's JSON) as the set-up of the platform it planned on, and
+                                      Target.of(2, memory_model="paper", weight_factor=2.0)])
+def test_a_plans_memory_setup_is_its_targets_training_setup(platform, tmp_path):
+    """What a planner records reads back (through the plan's JSON) as the set-up of the target it planned for, and
     writes back as the very keys it recorded."""
     made = run_planner(_chain(), platform, "dp")
     made.to_json(tmp_path / "p.json")
     read = Plan.from_json(tmp_path / "p.json").setup
     setup = TrainingSetup.from_memory_setup(read)
-    assert setup == TrainingSetup.of_platform(platform)
+    assert setup == platform.setup
     assert setup.memory_setup(read.get("estimated", ())) == read
 
 
@@ -63,7 +64,7 @@ def test_docs_table_names_every_key_of_memory_setup():
     table = table[:table.index("\n\n", table.index("| key |"))]
     rows = set(re.findall(r"^\| `(\w+)`(?:, `(\w+)`)? \|", table, re.M))
     documented = {k for row in rows for k in row if k}
-    links = platform_links(Platform.on("h100-sxm", 16, devices_per_node=8))
+    links = platform_links(Target.on("h100-sxm", 16, devices_per_node=8))
     written = set(SETUP_KEYS) | {"estimated", "host_bandwidth"} | set(links)    # host: plans that offload
     assert written - documented == set() and documented - written == set()
 
@@ -155,7 +156,7 @@ def test_run_resolves_the_setup_once_before_its_ranks_start(tmp_path, resolution
     from workbench.profiles import load_profile
     from workbench.schedules.builder import best_schedule
 
-    plan = best_schedule(load_profile(str(mlp_profile)), Platform(2, bandwidth=DEFAULT_BANDWIDTH), [0, 0, 0, 1, 1])
+    plan = best_schedule(load_profile(str(mlp_profile)), Target.of(2, bandwidth=DEFAULT_BANDWIDTH), [0, 0, 0, 1, 1])
     plan.to_json(tmp_path / "p.json")
 
     def started(*a, **k):

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import math
 
-from workbench.model.chain import Chain, Layer, Platform
+from workbench.model.chain import Chain, Layer
+from workbench.model.target import Target
 from workbench.planners import plan as make_plan
 from workbench.viz.gpus import compare_gpus, gpu_chart, tokens_per_batch
 
@@ -22,7 +23,7 @@ def test_each_row_is_the_plan_of_that_gpus_platform():
     df = compare_gpus({"a100-40gb": ch, "h200": ch}, 4, optimizer="sgd", weights="single")
     assert list(df["gpu"]) == ["a100-40gb", "a100-40gb", "h200", "h200"]
     for _, row in df.iterrows():
-        want = make_plan(ch, Platform.on(row.gpu, 4, optimizer="sgd", weights="single"), "dp",
+        want = make_plan(ch, Target.on(row.gpu, 4, optimizer="sgd", weights="single"), "dp",
                          activations=row.activations)
         assert row.feasible == (want.feasible and want.fits)
         if row.feasible:

@@ -4,7 +4,7 @@ import pandas as pd
 import plotly.io as pio
 import pytest
 
-from workbench.model.chain import Platform
+from workbench.model.target import Target
 from workbench.viz.notebook import (
     gantt_animation,
     layer_table,
@@ -18,7 +18,7 @@ from workbench.viz.notebook import (
 
 @pytest.fixture(scope="module")
 def traces():
-    return three_schedules(teaching_chain(), Platform(4, bandwidth="10GB/s"), micro_batches=4)
+    return three_schedules(teaching_chain(), Target.of(4, bandwidth="10GB/s"), micro_batches=4)
 
 
 def test_setup_sets_renderer(monkeypatch):
@@ -89,7 +89,7 @@ def test_gantt_animation_in_seconds_for_a_long_run():
     from workbench.schedules.simulate import simulate
 
     chain = load_profile("gpt-small")
-    platform = Platform(4, bandwidth="12GB/s", optimizer="sgd")
+    platform = Target.of(4, bandwidth="12GB/s", optimizer="sgd")
     p = __import__("workbench.planners", fromlist=["plan"]).plan(chain, platform, "dp")
     fig = gantt_animation(simulate(p, chain, platform, batches=8), periods=2, steps_per_period=2)
     assert fig.layout.xaxis.title.text == "time (s)" and fig.layout.sliders[0].currentvalue.suffix == " s"

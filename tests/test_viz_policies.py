@@ -6,12 +6,13 @@ import math
 
 import pytest
 
-from workbench.model.chain import Chain, Layer, Platform
+from workbench.model.chain import Chain, Layer
+from workbench.model.target import Target
 from workbench.viz.policies import POLICY_COLORS, policy_sweep, policy_sweep_figure
 
 # 4 layers: forward 1 s, backward 2 s, output 10 B, 100 B saved for the backward; 2 devices, rule 7 of the paper
 CHAIN = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 0, 10, 100) for i in range(4)), input_bytes=10)
-PLATFORM = Platform(2, memory_model="paper", host_bandwidth=100)
+PLATFORM = Target.of(2, memory_model="paper", host_bandwidth=100)
 MEMORIES = [10, 300, 500, 2000]
 
 

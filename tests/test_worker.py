@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from workbench.model.chain import Platform
+from workbench.model.target import Target
 from workbench.planners import plan as run_planner
 from workbench.profiles.profiler import profile_workload
 from workbench.profiles.workload import Workload
@@ -30,7 +30,7 @@ def mlp():
 
 def config(mlp, method: str, engine: str, **kw) -> RunConfig:
     wl, chain = mlp
-    plan = run_planner(chain, Platform(1, optimizer="sgd"), method, **kw)
+    plan = run_planner(chain, Target.of(1, optimizer="sgd"), method, **kw)
     return RunConfig(plan, programs_for(plan, STEPS), wl, STEPS, engine=engine, optimizer="sgd")
 
 

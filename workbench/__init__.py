@@ -5,8 +5,8 @@ profile -> chain -> planner -> plan -> simulation -> trace -> figures.
 The names below are imported on first use (PEP 562), so that ``python -m workbench`` can answer a memory cap
 that refuses numpy's import with one ``error: out of memory`` line (exit 3) instead of a traceback.
 
->>> from workbench import Chain, Layer, Platform
->>> Platform(2, memory="8GiB", memory_model="paper").devices
+>>> from workbench import Chain, Layer, Platform, Target, TrainingSetup
+>>> Target(Platform(2, memory="8GiB"), TrainingSetup(memory_model="paper")).devices
 2
 """
 
@@ -20,7 +20,8 @@ __version__ = "0.1.0"
 #: each public name and the module that defines it
 _HOMES = {
     "Chain": "workbench.model.chain", "Layer": "workbench.model.chain", "Platform": "workbench.model.chain",
-    "StageCosts": "workbench.model.chain", "Plan": "workbench.model.plan", "Stage": "workbench.model.plan",
+    "StageCosts": "workbench.model.chain", "Target": "workbench.model.target",
+    "TrainingSetup": "workbench.model.training_setup", "Plan": "workbench.model.plan", "Stage": "workbench.model.plan",
     "lower_bound": "workbench.model.plan", "make_plan": "workbench.model.plan", "Trace": "workbench.model.trace",
     "format_bytes": "workbench.model.units", "format_seconds": "workbench.model.units",
     "parse_bandwidth": "workbench.model.units", "parse_size": "workbench.model.units",

@@ -33,7 +33,8 @@ import numpy as np
 import pandas as pd
 
 from workbench.methods import lineup
-from workbench.model.chain import Chain, Layer, Platform
+from workbench.model.chain import Chain, Layer
+from workbench.model.target import Target
 from workbench.model.training_setup import DEFAULT_BANDWIDTH
 from workbench.planners.sweep import Unavailable, run_method, solve
 
@@ -95,7 +96,7 @@ def random_chain(n_layers: int, *, heterogeneity: float = 0.5, seed: int | None 
 # --------------------------------------------------------------------------------------------
 # Memory levels
 # --------------------------------------------------------------------------------------------
-def least_contiguous_memory(chain: Chain, platform: Platform) -> float:
+def least_contiguous_memory(chain: Chain, platform: Target) -> float:
     """The least memory per device with which *some* contiguous plan exists.
 
     Every stage has at least one mini-batch in flight, so a device needs at
@@ -105,7 +106,7 @@ def least_contiguous_memory(chain: Chain, platform: Platform) -> float:
     :func:`~workbench.planners.dp.contiguous.least_contiguous_memory`.
 
     >>> ch = Chain(tuple(Layer(f"l{i}", 1, 1, 10 * (i + 1), 0) for i in range(4)))
-    >>> least_contiguous_memory(ch, Platform(2, memory_model="paper"))
+    >>> least_contiguous_memory(ch, Target.of(2, memory_model="paper"))
     60.0
     """
     from workbench.planners.dp.contiguous import least_contiguous_memory
@@ -113,7 +114,7 @@ def least_contiguous_memory(chain: Chain, platform: Platform) -> float:
     return least_contiguous_memory(chain, platform)[0]
 
 
-def memory_levels(chain: Chain, platform: Platform, n: int, *, methods: Sequence[str] = ("dp",),
+def memory_levels(chain: Chain, platform: Target, n: int, *, methods: Sequence[str] = ("dp",),
                   margin: float = 1e-4) -> list[float]:
     """``n`` memory limits from the least feasible (contiguous) to "unlimited", geometrically spaced.
 
@@ -125,7 +126,7 @@ def memory_levels(chain: Chain, platform: Platform, n: int, *, methods: Sequence
     (fewer than ``n`` when the range collapses).
 
     >>> ch = random_chain(6, seed=0)
-    >>> lv = memory_levels(ch, Platform(2, memory_model="paper"), 4)
+    >>> lv = memory_levels(ch, Target.of(2, memory_model="paper"), 4)
     >>> len(lv), lv == sorted(lv)
     (4, True)
     """
@@ -155,7 +156,7 @@ def memory_levels(chain: Chain, platform: Platform, n: int, *, methods: Sequence
 # --------------------------------------------------------------------------------------------
 # A family where general allocations win by a factor k
 # --------------------------------------------------------------------------------------------
-def general_beats_contiguous_family(k: int, *, compute: float = 1.0, weight: float = 1.0) -> tuple[Chain, Platform]:
+def general_beats_contiguous_family(k: int, *, compute: float = 1.0, weight: float = 1.0) -> tuple[Chain, Target]:
     """P = k devices, a chain of k compute layers followed by k weight layers.
 
     Compute layers: forward ``compute/3``, backward ``2 compute/3``, no
@@ -183,7 +184,7 @@ def general_beats_contiguous_family(k: int, *, compute: float = 1.0, weight: flo
     layers += [Layer(f"w{i}", 0.0, 0.0, float(weight), 0.0, 0.0) for i in range(k)]
     chain = Chain(tuple(layers), input_bytes=0.0,
                   meta={"network": f"general-beats-contiguous-{k}", "source": "workbench.experiments.complexity"})
-    return chain, Platform(k, memory=float(weight), weights="single", memory_model="paper")
+    return chain, Target.of(k, memory=float(weight), weights="single", memory_model="paper")
 
 
 def family_factor(k: int) -> float:
@@ -206,7 +207,7 @@ def _check_three_partition(numbers: Sequence[int], bound: int) -> None:
         raise ValueError(f"every number must lie strictly between B/4 and B/2 (B={bound}); not {bad}")
 
 
-def three_partition_instance(numbers: Sequence[int], bound: int) -> tuple[Chain, Platform]:
+def three_partition_instance(numbers: Sequence[int], bound: int) -> tuple[Chain, Target]:
     """Map a 3-PARTITION instance to the no-memory general planning problem.
 
     One layer per number x (forward x/2, backward x/2, nothing sent, no
@@ -226,7 +227,7 @@ def three_partition_instance(numbers: Sequence[int], bound: int) -> tuple[Chain,
     chain = Chain(layers, input_bytes=0.0,
                   meta={"network": f"3partition-m{len(numbers) // 3}-B{bound}",
                         "source": "workbench.experiments.complexity"})
-    return chain, Platform(len(numbers) // 3, memory_model="paper")
+    return chain, Target.of(len(numbers) // 3, memory_model="paper")
 
 
 def is_three_partition_yes(numbers: Sequence[int], bound: int) -> bool:
@@ -315,7 +316,7 @@ def three_partition_no_instance(m: int, bound: int = 20, *, seed: int | None = N
 SCALING_METHODS: tuple[tuple[str, str], ...] = lineup("scaling")
 
 
-def _mid_memory(chain: Chain, platform: Platform, where: float) -> float:
+def _mid_memory(chain: Chain, platform: Target, where: float) -> float:
     """A memory limit at fraction ``where`` (0 = least feasible, 1 = unlimited) on a log scale."""
     lv = memory_levels(chain, platform, 2)
     if len(lv) == 1:
@@ -344,7 +345,7 @@ def scaling_study(layers: Iterable[int] = (4, 8, 12, 16, 24, 32), devices: Itera
                 continue
             for seed in seeds:
                 chain = random_chain(L, heterogeneity=heterogeneity, seed=seed)
-                base = Platform(P, bandwidth=DEFAULT_BANDWIDTH, memory_model="paper")
+                base = Target.of(P, bandwidth=DEFAULT_BANDWIDTH, memory_model="paper")
                 M = _mid_memory(chain, base, memory_position)
                 plat = base.with_(memory=M)
                 for method, alloc in methods:
@@ -379,7 +380,7 @@ def gain_distribution(n_instances: int = 50, *, n_layers: int = 8, devices: int 
     for i in range(n_instances):
         seed = seed0 + i
         chain = random_chain(n_layers, heterogeneity=heterogeneity, seed=seed)
-        base = Platform(devices, bandwidth=DEFAULT_BANDWIDTH, memory_model="paper")
+        base = Target.of(devices, bandwidth=DEFAULT_BANDWIDTH, memory_model="paper")
         lv = memory_levels(chain, base, 2)
         lo, hi = lv[0], lv[-1]
         for pos in memory_positions:

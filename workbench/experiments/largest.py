@@ -44,7 +44,8 @@ import numpy as np
 import pandas as pd
 
 from workbench.methods import lineup, method, variant
-from workbench.model.chain import Chain, Layer, Platform
+from workbench.model.chain import Chain, Layer
+from workbench.model.target import Target
 from workbench.paths import PROFILES_DIR
 
 __all__ = ["FAMILY_DIR", "FIT", "CHECK", "FAMILIES", "METHODS", "CRITERIA", "family_config", "family_chain",
@@ -187,8 +188,8 @@ def full_speed(chain: Chain, devices: int, planner: str) -> float:
     from workbench.planners.partition import unconstrained_period
 
     if method(planner).exact:
-        return unconstrained_period(chain, Platform(devices))[0]
-    return run_planner(chain, Platform(devices), planner).period
+        return unconstrained_period(chain, Target.of(devices))[0]
+    return run_planner(chain, Target.of(devices), planner).period
 
 
 def largest_size(family: str, devices: int, memory: float, planner: str, allocation: str, activations: str, *,
@@ -204,7 +205,7 @@ def largest_size(family: str, devices: int, memory: float, planner: str, allocat
     step = 1 if family == "depth" else 64
     lo_size = step
     hi_cap = (limit or (4096 if family == "depth" else 64 * 256))
-    plat = Platform(devices, memory=memory, **(platform_kw or {}))
+    plat = Target.of(devices, memory=memory, **(platform_kw or {}))
 
     def attempt(size: int):
         chain = family_chain(family, size)

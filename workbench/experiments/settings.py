@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from workbench.methods import VARIANTS
-from workbench.model.chain import Platform
+from workbench.model.target import Target
 from workbench.model.training_setup import DEFAULT_BANDWIDTH
 
 __all__ = ["Settings", "settings_for", "platform_for", "METHOD_KEYS", "METHOD_LABELS", "SWEEP_FIGURES",
@@ -97,7 +97,7 @@ def settings_for(quick: bool = False, **overrides: Any) -> Settings:
     return s.with_(**overrides)
 
 
-def platform_for(s: Settings, devices: int) -> Platform:
+def platform_for(s: Settings, devices: int) -> Target:
     """The platform of a sweep on ``devices`` devices under settings ``s`` (no memory limit yet)."""
-    return Platform(devices, bandwidth=s.bandwidth, weight_factor=s.weight_factor, weights=s.weights,
+    return Target.of(devices, bandwidth=s.bandwidth, weight_factor=s.weight_factor, weights=s.weights,
                     memory_model=s.memory_model)

@@ -26,7 +26,7 @@ from workbench.experiments.complexity import (
 from workbench.experiments.settings import TOL
 from workbench.experiments.units import Unit, profile_key
 from workbench.methods import lineup
-from workbench.model.chain import Platform
+from workbench.model.target import Target
 from workbench.planners.sweep import plan_row, run_method, sweep
 
 __all__ = ["compute_unit"]
@@ -68,7 +68,7 @@ def _sweep_frame(st: dict[str, Any]) -> pd.DataFrame:
     if digest != st["profile"]["sha256"]:  # the file changed since the units were planned
         raise ValueError(f"{st['network']}: the profile file changed while the run was going on; run again")
     chain = load_profile(st["network"])
-    base = Platform(st["devices"], bandwidth=st["bandwidth"], weight_factor=st["weight_factor"], weights=st["weights"],
+    base = Target.of(st["devices"], bandwidth=st["bandwidth"], weight_factor=st["weight_factor"], weights=st["weights"],
                     memory_model=st.get("memory_model", "paper"))
     least = float(st["memory_levels"][0])
     results = sweep(chain, base, [float(M) for M in st["memory_levels"]], st["method"], allocation=st["allocation"],

@@ -30,8 +30,9 @@ from pathlib import Path
 
 from workbench.io import remove_orphans, write_text_atomic
 from workbench.methods import lineup
-from workbench.model.chain import Chain, Platform
+from workbench.model.chain import Chain
 from workbench.model.plan import Plan
+from workbench.model.target import Target
 from workbench.model.training_setup import DEFAULT_BANDWIDTH
 from workbench.model.units import format_bytes, format_seconds
 from workbench.schedules.registry import schedule_of
@@ -64,7 +65,7 @@ LEGEND = """How to read the tables:
 """
 
 
-def demo_memory_limit(chain: Chain, platform: Platform) -> float:
+def demo_memory_limit(chain: Chain, platform: Target) -> float:
     """A limit that binds: halfway between the least memory any contiguous plan needs and what dp uses unconstrained."""
     from workbench.planners import plan as run_planner
     from workbench.planners.dp.contiguous import least_contiguous_memory
@@ -73,7 +74,7 @@ def demo_memory_limit(chain: Chain, platform: Platform) -> float:
     return (least_contiguous_memory(chain, platform)[0] + peak) / 2
 
 
-def plan_result(plan: Plan, chain: Chain | None, platform: Platform | None) -> tuple[str, str]:
+def plan_result(plan: Plan, chain: Chain | None, platform: Target | None) -> tuple[str, str]:
     """The plan's one-word result (see the module docstring) and, for ``over the limit``/``invalid``, why."""
     if not plan.feasible:
         return "no plan", ""
@@ -104,7 +105,7 @@ def _profile_section(name: str, chain: Chain, devices: int, methods, out: Path) 
     from workbench.viz.export import save_html
     from workbench.viz.gantt import gantt
 
-    base = Platform(devices, bandwidth=DEFAULT_BANDWIDTH)
+    base = Target.of(devices, bandwidth=DEFAULT_BANDWIDTH)
     limit = demo_memory_limit(chain, base)
     platform = base.with_(memory=limit)
     lines = [f"## {name}", "", chain.summary(), "",

@@ -6,7 +6,7 @@ docs/model.md.
 >>> import argparse
 >>> from workbench.front.cli import build_parser
 >>> args = build_parser().parse_args(["plan", "--profile", "resnet50", "--devices", "2", "--optimizer", "sgd"])
->>> platform_from_args(args).devices, platform_from_args(args).optimizer
+>>> platform_from_args(args).devices, platform_from_args(args).setup.optimizer
 (2, 'sgd')
 """
 
@@ -21,7 +21,8 @@ from workbench.methods import METHODS, method
 from workbench.model.training_setup import DEFAULT_BANDWIDTH, TrainingSetup, recorded_link
 
 if TYPE_CHECKING:
-    from workbench.model.chain import Chain, Platform
+    from workbench.model.chain import Chain
+    from workbench.model.target import Target
 
 __all__ = ["platform_from_args", "chain_from_args", "chain_for_platform", "plan_command", "check_command",
            "simulate_command"]
@@ -51,11 +52,13 @@ def platform_from_args(args: argparse.Namespace, plan=None, setup: TrainingSetup
     options and the plan: the plan's set-up where a plan is given, an option that contradicts it refused, else
     the options', else the full model with Adam and torch's default loop); memory and links to ``--gpu``'s
     (:func:`_links`)."""
+
     from workbench.model.chain import Platform
+    from workbench.model.target import Target
 
     setup = setup or TrainingSetup.resolve(args, plan)
-    return Platform(args.devices, latency=args.latency, **_links(args, dict(getattr(plan, "setup", None) or {})),
-                    **setup.platform_fields())
+    return Target(Platform(args.devices, latency=args.latency,
+                           **_links(args, dict(getattr(plan, "setup", None) or {}))), setup)
 
 
 def chain_from_args(args: argparse.Namespace):
@@ -67,7 +70,7 @@ def chain_from_args(args: argparse.Namespace):
     return load_profile(args.profile, **opts)
 
 
-def chain_for_platform(chain: Chain, platform: Platform) -> Chain:
+def chain_for_platform(chain: Chain, platform: Target) -> Chain:
     """``chain`` with times for the platform's GPU (a fake profile re-estimated for it; a profile measured on
     another device refused in one line: :func:`workbench.profiles.retime.chain_for_gpu`), its note printed."""
     from workbench.profiles.retime import chain_for_gpu

@@ -104,17 +104,17 @@ def _run_ranks(plan, chain, platform, wl, steps: int, cores: int, say, **run_kw:
 
     from workbench.runtime.engine import choose_engine, run_plan
 
-    engine = choose_engine(plan, platform.weights, run_kw.get("engine", "auto"))
-    if platform.memory_model == "full":     # the optimizer and the loop the plan's memory counts are the ones run
-        run_kw.setdefault("optimizer", platform.optimizer)
-        run_kw.setdefault("zero_grad", platform.zero_grad)
+    engine = choose_engine(plan, platform.setup.weights, run_kw.get("engine", "auto"))
+    if platform.setup.memory_model == "full":     # the optimizer and the loop the plan's memory counts are the ones run
+        run_kw.setdefault("optimizer", platform.setup.optimizer)
+        run_kw.setdefault("zero_grad", platform.setup.zero_grad)
     if plan.devices > cores:
         say(f"warning: {plan.devices} ranks on {cores} cores: the ranks take turns on the cores, so the measured "
             "times mean little (memory and gradients are still exact)", file=sys.stderr)
     say(f"running {plan.devices} ranks on {engine} engine: {steps} mini-batches of {wl.name}, optimizer "
         f"{run_kw.get('optimizer', 'adam')}, zero_grad {run_kw.get('zero_grad', 'none')} ...", flush=True)
     t0 = time.perf_counter()
-    res = run_plan(plan, wl, steps, weights=platform.weights, chain=chain, platform=platform, **run_kw)
+    res = run_plan(plan, wl, steps, weights=platform.setup.weights, chain=chain, platform=platform, **run_kw)
     say(f"  ranks done in {time.perf_counter() - t0:.1f} s", flush=True)
     return res
 
@@ -129,14 +129,14 @@ def validate_zoo(model: str, devices: int, batch_size: int, steps: int = 20, *, 
     Writes ``profile.csv`` and everything :func:`run_and_compare` writes to ``out``.
     Pass ``chain`` to reuse a profile (e.g. the same one for 2 and 4 devices); the run is in its dtype.
     """
-    from workbench.model.chain import Platform
+    from workbench.model.target import Target
     from workbench.planners import plan as run_planner
     from workbench.profiles import write_profile
     from workbench.profiles.profiler import profile_zoo
 
     if chain is None:
         chain = profile_zoo(model, batch_size, repeats=repeats, dtype=dtype, **config)
-    platform = Platform(devices, memory=memory, bandwidth=bandwidth, weights=weights)  # type: ignore[arg-type]
+    platform = Target.of(devices, memory=memory, bandwidth=bandwidth, weights=weights)  # type: ignore[arg-type]
     plan = run_planner(chain, platform, method)
     if not plan.feasible:
         raise ValueError(f"{method} found no plan: {'; '.join(plan.notes)}")
@@ -204,8 +204,8 @@ def _replay(plan, chain, platform, wl, steps: int, out: Path, optimizer: str) ->
 
     chain = chain_for_plan(plan, chain)
     print(f"replaying each of {plan.devices} devices alone ...", flush=True)
-    res, rep = replay_to(out, plan, chain, wl, steps, weights=platform.weights, platform=platform,
-                         optimizer=optimizer, zero_grad=platform.zero_grad)
+    res, rep = replay_to(out, plan, chain, wl, steps, weights=platform.setup.weights, platform=platform,
+                         optimizer=optimizer, zero_grad=platform.setup.zero_grad)
     print(f"{wl.name}: each of {plan.devices} devices replayed alone ({res.meta['device']}, {wl.dtype}), "
           f"{steps} mini-batches")
     for r in rep.itertuples():
@@ -312,11 +312,11 @@ def run_command(args: argparse.Namespace) -> int:
     platform = platform_for_run(plan, setup=setup, bandwidth=getattr(args, "bandwidth", None),
                                 latency=getattr(args, "latency", 0.0))
     validate_setup(platform, chain)
-    optimizer = platform.optimizer
+    optimizer = platform.setup.optimizer
     from workbench.runtime.engine import choose_engine
     from workbench.runtime.summary import default_steps
 
-    engine = choose_engine(plan, platform.weights, getattr(args, "engine", None) or "auto")
+    engine = choose_engine(plan, platform.setup.weights, getattr(args, "engine", None) or "auto")
     # --steps counts mini-batches (a flushed plan: whole optimizer steps of its micro-batches, else one line);
     # by default enough of them for the steady state the plan describes
     steps = args.steps if args.steps is not None else default_steps(plan, engine)

@@ -4,7 +4,9 @@ Read in this order:
 
 * :mod:`~workbench.model.units` (parsing and formatting sizes, bandwidths, times) and
   :mod:`~workbench.model.tolerances` (every numerical tolerance, named);
-* :mod:`~workbench.model.chain` (``Layer``, ``Chain``, ``Platform``: the instance) and :mod:`~workbench.model.graph`
+* :mod:`~workbench.model.chain` (``Layer``, ``Chain``, ``Platform``: the instance; ``Platform`` the hardware only),
+  :mod:`~workbench.model.training_setup` and :mod:`~workbench.model.target` (the set-up, and the two side by side:
+  what a planner takes) and :mod:`~workbench.model.graph`
   (a DAG profile and the chain linearised from it); :mod:`~workbench.model.accelerators` (the GPUs people
   rent, as data: peak FLOP/s, memory, links);
 * the memory model: :mod:`~workbench.model.memory_columns` (the profile's columns, measured or estimated),

@@ -48,8 +48,9 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
-from workbench.model.chain import Chain, Layer, Platform
+from workbench.model.chain import Chain, Layer
 from workbench.model.memory import measured_columns
+from workbench.model.target import Target
 
 if TYPE_CHECKING:
     from workbench.model.memory import LayerTerms
@@ -143,14 +144,15 @@ def apply_policies(chain: Chain, policies: Sequence[str] | str | None) -> Chain:
     return out
 
 
-def stage_host_time(chain: Chain, platform: Platform, first: int, last: int) -> float:
+def stage_host_time(chain: Chain, platform: Target, first: int, last: int) -> float:
     """Seconds one way on the device's host link for stage ``first..last`` of an effective chain: its
     offloaded bytes over the host bandwidth (the transfer out after the stage's forward, and the
     same back before its backward).
 
-    >>> from workbench.model.chain import Chain, Layer, Platform
+    >>> from workbench.model.chain import Chain, Layer
+    >>> from workbench.model.target import Target
     >>> eff = apply_policies(Chain((Layer("a", 1, 1, 0, 8, 64),)), "offload")
-    >>> stage_host_time(eff, Platform(1, host_bandwidth=32), 0, 0)
+    >>> stage_host_time(eff, Target.of(1, host_bandwidth=32), 0, 0)
     2.0
     """
     total = float(np.sum([chain.layers[l].offload_bytes for l in range(first, last + 1)]))
@@ -208,12 +210,13 @@ class PolicyTerms:
         return np.maximum(self.fwd, self.bwd)
 
 
-def policy_terms(chain: Chain, platform: Platform) -> PolicyTerms:
+def policy_terms(chain: Chain, platform: Target) -> PolicyTerms:
     """:class:`PolicyTerms` of ``chain`` under ``platform``'s memory set-up (cached on the chain).
 
-    >>> from workbench.model.chain import Chain, Layer, Platform
+    >>> from workbench.model.chain import Chain, Layer
+    >>> from workbench.model.target import Target
     >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 1.0, 0, 8, 40) for i in range(3)), input_bytes=8)
-    >>> pt = policy_terms(ch, Platform(1, memory_model="paper"))
+    >>> pt = policy_terms(ch, Target.of(1, memory_model="paper"))
     >>> pt.act[0, :, 1].tolist(), pt.backward[:, 0].tolist()     # keep / recompute / offload
     ([40.0, 8.0, 0.0], [1.0, 2.0, 1.0])
     """

@@ -9,7 +9,7 @@ milliseconds. Everything is a frozen dataclass so it can be cached and shared.
 10.0
 >>> chain.stage_costs(0, 1).forward
 0.004
->>> Platform(devices=2, memory="1GiB", memory_model="paper").memory
+>>> Platform(devices=2, memory="1GiB").memory
 1073741824.0
 """
 
@@ -18,13 +18,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, Iterable, Literal, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
 from workbench.model.accelerators import DEFAULT_NODE_BANDWIDTH
-from workbench.model.memory import MEMORY_MODELS, OPTIMIZER_STATES, PRECISIONS, ZERO_GRADS
 from workbench.model.memory_views import merged_memory_columns
 from workbench.model.ties import remap_ties
 from workbench.model.units import bytes_value, format_bytes, format_seconds, parse_bandwidth, parse_size
@@ -36,11 +35,9 @@ if TYPE_CHECKING:  # workbench.model.graph builds chains (Graph.linearise): the 
 #: (PCI Express Base Specification 4.0); pinned copies reach about 25 GB/s in practice
 DEFAULT_HOST_BANDWIDTH = 31.5e9
 
-__all__ = ["Layer", "Chain", "Platform", "StageCosts", "WeightPolicy", "MEMORY_COLUMNS", "OPTIONAL_COLUMNS",
-           "SPLIT_FIELDS", "COMM_FIELDS", "OVERLAP_FIELDS",
-           "OPTIMIZERS", "PRECISIONS", "MEMORY_MODELS", "ZERO_GRADS", "DEFAULT_HOST_BANDWIDTH"]
+__all__ = ["Layer", "Chain", "Platform", "StageCosts", "MEMORY_COLUMNS", "OPTIONAL_COLUMNS",
+           "SPLIT_FIELDS", "COMM_FIELDS", "OVERLAP_FIELDS", "DEFAULT_HOST_BANDWIDTH"]
 
-WeightPolicy = Literal["stash", "single"]
 #: the profiler's memory columns beyond saved_bytes (docs/model.md, "Memory")
 MEMORY_COLUMNS = ("grad_bytes", "max_param_bytes", "saved_input_bytes", "saved_output_bytes",
                   "forward_peak_bytes", "backward_peak_bytes", "backward_fresh_peak_bytes")
@@ -52,8 +49,6 @@ COMM_FIELDS = ("comm_forward_bytes", "comm_backward_bytes")
 #: a layer's collectives in seconds, and what they add to its phase when they overlap its GEMMs (tensor parallelism's
 #: communication overlap, docs/model.md, "Tensor parallelism", "Communication overlap")
 OVERLAP_FIELDS = ("comm_forward", "comm_backward", "exposed_forward", "exposed_backward")
-#: the training set-ups the memory model knows (docs/model.md, "Memory")
-OPTIMIZERS = tuple(OPTIMIZER_STATES)
 
 
 @dataclass(frozen=True)
@@ -348,17 +343,11 @@ class Chain:
 
 @dataclass(frozen=True)
 class Platform:
-    """P identical devices with memory M each, linked all-to-all, and the training set-up.
+    """P identical devices with memory M each, linked all-to-all: the hardware only (the training set-up a
+    device's memory holds is a :class:`~workbench.model.training_setup.TrainingSetup`; a planner takes both
+    as a :class:`~workbench.model.target.Target`). Strings are parsed:
 
-    What a device holds is :mod:`workbench.model.memory`'s model: ``memory_model``
-    ``"full"`` (default: parameters, gradients, the ``optimizer``'s state in
-    the ``precision`` -- None: the profile's dtype --, activations, transients)
-    or ``"paper"`` (rule 7 of the paper: ``weight_factor`` phi bytes per
-    weight byte for the live version, and the saved activations).
-    ``weights`` is ``"stash"`` (one version per in-flight mini-batch,
-    PipeDream) or ``"single"``. Strings are parsed:
-
-    >>> Platform(4, memory="16GiB", bandwidth="12GB/s", memory_model="paper").bandwidth
+    >>> Platform(4, memory="16GiB", bandwidth="12GB/s").bandwidth
     12000000000.0
 
     For what comes next (heterogeneous devices and links) planners ask ``memory_of(p)`` (or
@@ -379,11 +368,6 @@ class Platform:
     memory: float = math.inf
     bandwidth: float = math.inf
     latency: float = 0.0
-    weight_factor: float = 1.0
-    weights: WeightPolicy = "stash"
-    memory_model: str = "full"
-    optimizer: str = "adam"
-    precision: str | None = None
     #: bytes/s of each device's link to host memory (activation offload; docs/model.md,
     #: "Activation policies"): PCIe 4.0 x16, one direction, by default
     host_bandwidth: float = DEFAULT_HOST_BANDWIDTH
@@ -393,13 +377,6 @@ class Platform:
     node_bandwidth: float = DEFAULT_NODE_BANDWIDTH
     #: the accelerator the platform was sized from (its name in workbench.model.accelerators), or None
     gpu: str | None = None
-    #: the training loop (docs/model.md, "Memory"): ``none`` (torch's default ``zero_grad()``: gradients set to
-    #: None between steps) or ``zeros`` (zeroed in place: a resident buffer)
-    zero_grad: str = "none"
-    #: data parallelism around each device (docs/model.md, "Layouts"): the ranks of its data-parallel group and
-    #: the ZeRO level (0 DDP, 1 optimizer state sharded, 2 and gradients, 3 and parameters: FSDP2)
-    dp: int = 1
-    zero: int = 0
 
     def __post_init__(self) -> None:
         if not isinstance(self.devices, (int, np.integer)) or self.devices < 1:
@@ -416,38 +393,6 @@ class Platform:
         if lat < 0 or math.isnan(lat):
             raise ValueError(f"latency must be >= 0 seconds, got {self.latency!r}")
         object.__setattr__(self, "latency", lat)
-        phi = float(self.weight_factor)
-        if phi < 0 or math.isnan(phi):
-            raise ValueError(f"weight factor must be >= 0, got {self.weight_factor!r}")
-        object.__setattr__(self, "weight_factor", phi)
-        if self.weights not in ("stash", "single"):
-            raise ValueError(f"weights must be 'stash' or 'single', got {self.weights!r}")
-        for name, value, known in (("memory model", self.memory_model, MEMORY_MODELS),
-                                   ("optimizer", self.optimizer, OPTIMIZERS),
-                                   ("precision", self.precision, PRECISIONS + (None,)),
-                                   ("zero-grad loop", self.zero_grad, ZERO_GRADS)):
-            if value not in known:
-                raise ValueError(f"unknown {name} {value!r}; known: {', '.join(k for k in known if k)}")
-        self._check_data_parallel()
-        if self.memory_model == "full" and phi != 1.0:
-            raise ValueError(f"the weight factor ({phi:g}) belongs to the paper's memory model; the full model counts "
-                             "parameters, gradients and optimizer state itself (use memory_model='paper')")
-
-    def _check_data_parallel(self) -> None:
-        for name in ("dp", "zero"):
-            v = getattr(self, name)
-            if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < (name == "dp"):
-                raise ValueError(f"{name} must be a whole number >= {int(name == 'dp')}, got {v!r}")
-        if self.zero not in (0, 1, 2, 3):
-            raise ValueError(f"zero must be 0, 1, 2 or 3 (0 DDP ... 3 FSDP), got {self.zero}")
-        if self.zero and self.dp == 1:
-            raise ValueError(f"zero={self.zero} shards over the data-parallel group, but dp=1")
-        if self.dp > 1 and self.memory_model != "full":
-            raise ValueError("data parallelism (dp > 1) needs the full memory model, not --memory-model paper")
-
-    @property
-    def stash(self) -> bool:
-        return self.weights == "stash"
 
     def memory_of(self, device: int) -> float:
         """Bytes device ``device`` may hold: the one accessor of a device's memory limit (docs/model.md,

@@ -13,7 +13,7 @@ memory limit sets.
   the period. With one mini-batch in flight on every stage the stages run one after the other, as one device
   would: the split then only makes the model fit.
 
->>> from workbench.model.chain import Chain, Layer, Platform
+>>> from workbench.model.chain import Chain, Layer
 >>> from workbench.model.plan import Plan, Stage
 >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 10, 4) for i in range(2)))
 >>> idle_note(Plan(3.0, (0, 1), (Stage(0, 0, 0, 0.0, 1.0, 1), Stage(1, 1, 1, 1.0, 2.0, 1)), 3), ch)
@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import math
 
-from workbench.model.chain import Chain, Platform
+from workbench.model.chain import Chain
 from workbench.model.plan import Plan
+from workbench.model.target import Target
 from workbench.model.units import format_bytes, format_seconds
 
 __all__ = ["IDLE", "MEMORY", "idle_note", "memory_note", "explain"]
@@ -65,7 +66,7 @@ def _round_trips(plan: Plan, chain: Chain) -> list[float]:
     return [st.bwd_start + chain.stage_costs(st.first, st.last).backward - st.fwd_start for st in plan.stages]
 
 
-def memory_note(plan: Plan, chain: Chain, platform: Platform) -> str | None:
+def memory_note(plan: Plan, chain: Chain, platform: Target) -> str | None:
     """Why a periodic plan's period is what it is when the memory limit sets it (see the module docstring);
     None when no stage both bounds the period by its round trip and could not hold one more mini-batch."""
     from workbench.model.activations import apply_policies
@@ -90,14 +91,14 @@ def memory_note(plan: Plan, chain: Chain, platform: Platform) -> str | None:
 
 
 def _memory_words(plan: Plan, chain: Chain, terms, s: int, k: int, trip: float, need: tuple[float, float],
-                  platform: Platform) -> str:
+                  platform: Target) -> str:
     """:func:`memory_note`'s sentence for stage ``s``, which holds ``k`` (its device ``need[0]``) and could not
     hold ``k + 1`` (``need[1]``): what one more costs, and what would let it hold more."""
     from workbench.model.memory import device_memory, stage_activation
 
     st = plan.stages[s]
     act = stage_activation(terms, st.first, st.last)
-    stash = max(need[1] - need[0] - act, 0.0) if platform.weights == "stash" else 0.0
+    stash = max(need[1] - need[0] - act, 0.0) if platform.setup.weights == "stash" else 0.0
     out = (f"{MEMORY} stage {s} (layers {st.first}-{st.last}, GPU{st.device}) holds {k} mini-batch"
            f"{'es' * (k > 1)} in flight, and {k + 1} would need {format_bytes(need[1])} (limit "
            f"{format_bytes(platform.memory_limit)}; one more costs {format_bytes(act)} of activations"
@@ -114,7 +115,7 @@ def _memory_words(plan: Plan, chain: Chain, terms, s: int, k: int, trip: float, 
     return out + f". More memory per device, or {how}, lets it hold more"
 
 
-def explain(plan: Plan, chain: Chain, platform: Platform) -> Plan:
+def explain(plan: Plan, chain: Chain, platform: Target) -> Plan:
     """``plan`` with the notes of :func:`idle_note` and :func:`memory_note` that apply added (once)."""
     notes = [n for n in (idle_note(plan, chain), memory_note(plan, chain, platform)) if n and n not in plan.notes]
     return plan.with_(notes=tuple(plan.notes) + tuple(notes)) if notes else plan

@@ -7,7 +7,7 @@ memory, its split by term, the estimate note, torch's engine extra, merged
 layers' columns) are in :mod:`workbench.model.memory_views`; shared parameters
 are read by :mod:`workbench.model.ties`.
 
-**The training loop** (``Platform.zero_grad``): ``none`` (torch's default,
+**The training loop** (``TrainingSetup.zero_grad``): ``none`` (torch's default,
 ``optimizer.zero_grad()`` sets every gradient to None) or ``zeros`` (gradients
 zeroed in place, a resident buffer). A periodic plan steps after every
 mini-batch's backward (PipeDream), so under ``none`` a stage's gradients live
@@ -87,15 +87,16 @@ need not coincide with all their mini-batches in flight. The ``paper``
 model is rule 7 of the original paper: ``k A + phi W + [stash] (k - 1) W``
 with ``A`` the plain sum of saved bytes and nothing else.
 
->>> from workbench.model.chain import Chain, Layer, Platform
+>>> from workbench.model.chain import Chain, Layer
+>>> from workbench.model.target import Target
 >>> chain = Chain((Layer("a", 1, 1, 100, 10, 10), Layer("b", 1, 1, 50, 20, 10)), input_bytes=8)
->>> paper = layer_terms(chain, Platform(1, memory_model="paper"))
+>>> paper = layer_terms(chain, Target.of(1, memory_model="paper"))
 >>> stage_memory(paper, 0, 1, 2)                    # 2 x 20 + 150 + (2 - 1) x 150
 340.0
->>> zeros = layer_terms(chain, Platform(1, optimizer="sgd", zero_grad="zeros"))
+>>> zeros = layer_terms(chain, Target.of(1, optimizer="sgd", zero_grad="zeros"))
 >>> float(zeros.static.sum()), zeros.estimated[:2]    # parameters + gradients; columns estimated
 (300.0, ('grad_bytes', 'max_param_bytes'))
->>> float(layer_terms(chain, Platform(1, optimizer="sgd")).static.sum())   # none: no gradient between steps
+>>> float(layer_terms(chain, Target.of(1, optimizer="sgd")).static.sum())   # none: no gradient between steps
 150.0
 """
 
@@ -111,9 +112,11 @@ from workbench.model.memory_columns import ESTIMATES, measured_columns, validate
 from workbench.model.memory_terms import BoundaryInputs, BoundaryTerm, boundary_columns
 from workbench.model.memory_zero import DataParallel, shard_layer_terms
 from workbench.model.ties import Tie, chain_ties, tie_flags
+from workbench.model.training_setup import MEMORY_MODELS, OPTIMIZERS, PRECISIONS, ZERO_GRADS
 
 if TYPE_CHECKING:  # memory is below chain: chain.py imports from here
-    from workbench.model.chain import Chain, Platform
+    from workbench.model.chain import Chain
+    from workbench.model.target import Target
 
 __all__ = [
     "OPTIMIZER_STATES", "PRECISIONS", "MEMORY_MODELS", "ZERO_GRADS", "ESTIMATES", "LayerTerms", "TieTerms",
@@ -128,10 +131,7 @@ OPTIMIZER_STATES = {"none": 0, "sgd": 0, "momentum": 1, "adam": 2, "adamw": 2}
 _STEP_TEMPS = {"none": 0, "sgd": 0, "momentum": 0, "adam": 2, "adamw": 2}
 #: optimizer -> temporaries per parameter byte of the foreach step (GPU default)
 _FOREACH_TEMPS = {"none": 0, "sgd": 0, "momentum": 0, "adam": 1, "adamw": 1}
-PRECISIONS = ("fp32", "bf16-mixed", "bf16")
-MEMORY_MODELS = ("full", "paper")
-#: the training loop: ``none`` (torch's default zero_grad: gradients set to None) or ``zeros`` (zeroed in place)
-ZERO_GRADS = ("none", "zeros")
+assert tuple(OPTIMIZER_STATES) == tuple(_STEP_TEMPS) == tuple(_FOREACH_TEMPS) == OPTIMIZERS
 _PROFILE_DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "float64": 8}
 
 
@@ -209,15 +209,15 @@ class LayerTerms:
                     or any(x.created > 0 or x.foreach > 0 for x in self.ties) or self.const > 0)
 
 
-def _paper_terms(chain: Chain, platform: Platform) -> LayerTerms:
+def _paper_terms(chain: Chain, platform: Target) -> LayerTerms:
     L = len(chain)
     zero = np.zeros(L)
     W = chain.weights
-    phiW = platform.weight_factor * W
+    phiW = platform.setup.weight_factor * W
     off = _offloaded(chain)
     parts = {"weights": phiW, "offloaded": off}
     return LayerTerms(chain.saved_array.astype(float), zero, zero, zero, zero, phiW + off,
-                      W * (1.0 if platform.stash else 0.0), zero, zero, zero, zero, zero, False, 0.0, (), "paper",
+                      W * (1.0 if platform.setup.stash else 0.0), zero, zero, zero, zero, zero, False, 0.0, (), "paper",
                       parts)
 
 
@@ -226,25 +226,25 @@ def _offloaded(chain: Chain) -> np.ndarray:
     return np.array([float(l.offload_bytes) for l in chain.layers])
 
 
-def _tie_terms(chain: Chain, platform: Platform, wide: float, mixed: bool) -> tuple[TieTerms, ...]:
+def _tie_terms(chain: Chain, platform: Target, wide: float, mixed: bool) -> tuple[TieTerms, ...]:
     """The stage terms of every tied parameter (module docstring), by engine: ``single`` weights step every
     copy (torch's engine), ``stash`` send the sharer's gradient to the owner (the PipeDream engine)."""
-    zeros = platform.zero_grad == "zeros"
-    n_states = OPTIMIZER_STATES[platform.optimizer]
+    zeros = platform.setup.zero_grad == "zeros"
+    n_states = OPTIMIZER_STATES[platform.setup.optimizer]
     out = []
     for tie in chain_ties(chain):
         c = tie.nbytes
-        if platform.stash:      # the owner posts a receive per mini-batch when its forward starts
+        if platform.setup.stash:      # the owner posts a receive per mini-batch when its forward starts
             out.append(TieTerms(tie, c, c, c, 0.0, c, c))
             continue
         master = wide * c if mixed else 0.0
         static = c + n_states * wide * c + master + ((c + master) if zeros else 0.0)
         created = 0.0 if zeros else c + master
-        out.append(TieTerms(tie, static, 0.0, created, _FOREACH_TEMPS[platform.optimizer] * wide * c, 0.0))
+        out.append(TieTerms(tie, static, 0.0, created, _FOREACH_TEMPS[platform.setup.optimizer] * wide * c, 0.0))
     return tuple(out)
 
 
-def _backward_terms(cols: dict, ties: tuple[TieTerms, ...], platform: Platform, G: np.ndarray,
+def _backward_terms(cols: dict, ties: tuple[TieTerms, ...], platform: Target, G: np.ndarray,
                     wide: float, mixed: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(bwd, grad, created) per layer for the set-up's training loop (module docstring)."""
     L = len(G)
@@ -252,21 +252,21 @@ def _backward_terms(cols: dict, ties: tuple[TieTerms, ...], platform: Platform, 
     for x in ties:
         shared[list(x.tie.sharers)] += x.tie.nbytes
     bp, fresh = cols["backward_peak_bytes"], cols["backward_fresh_peak_bytes"]
-    if platform.zero_grad == "none":
+    if platform.setup.zero_grad == "none":
         return fresh, G + shared, G * (1.0 + (wide if mixed else 0.0))
-    if platform.stash:          # zeros, PipeDream: the sharer's copy gets a fresh gradient, sent to the owner
+    if platform.setup.stash:          # zeros, PipeDream: the sharer's copy gets a fresh gradient, sent to the owner
         return np.where(shared > 0, np.minimum(fresh, bp + shared), bp), shared, np.zeros(L)
     return bp, np.zeros(L), np.zeros(L)
 
 
-def _full_terms(chain: Chain, platform: Platform) -> LayerTerms:
+def _full_terms(chain: Chain, platform: Target) -> LayerTerms:
     precision = validate_setup(platform, chain)
     cols, missing = measured_columns(chain)
     L = len(chain)
     W = chain.weights
     G = cols["grad_bytes"]
-    zeros = platform.zero_grad == "zeros"
-    n_states = OPTIMIZER_STATES[platform.optimizer]
+    zeros = platform.setup.zero_grad == "zeros"
+    n_states = OPTIMIZER_STATES[platform.setup.optimizer]
     mixed = precision == "bf16-mixed"
     # fp32 copies under bf16-mixed: parameters and gradients (masters) and the optimizer state
     wide = 4.0 / _PROFILE_DTYPE_BYTES.get(str(chain.meta.get("dtype", "bfloat16")), 2) if mixed else 1.0
@@ -275,7 +275,8 @@ def _full_terms(chain: Chain, platform: Platform) -> LayerTerms:
     off = _offloaded(chain)
     grads = G if zeros else np.zeros(L)
     static = W + grads + master + optimizer + off
-    edge = BoundaryInputs.of_chain(chain, cols["saved_input_bytes"], cols["saved_output_bytes"], platform)
+    edge = BoundaryInputs.of_chain(chain, cols["saved_input_bytes"], cols["saved_output_bytes"],
+                                   platform.setup)
     act = np.maximum(cols["saved"] - edge.shared, 0.0)
     # while layer l's forward runs: its input (unless l-1's activations already hold it, when it is shared)
     # and what the forward allocates, against act_l counted in full: forward_peak + in - shared - act_l
@@ -284,77 +285,77 @@ def _full_terms(chain: Chain, platform: Platform) -> LayerTerms:
     bwd, grad, created = _backward_terms(cols, ties, platform, G, wide, mixed)
     foreach = str(chain.meta.get("device", "")).startswith("cuda")
     if foreach:
-        step = _FOREACH_TEMPS[platform.optimizer] * wide * W
+        step = _FOREACH_TEMPS[platform.setup.optimizer] * wide * W
     else:
         largest = cols["max_param_bytes"].copy()
-        if not platform.stash:      # torch's engine steps a sharer's copy too
+        if not platform.setup.stash:      # torch's engine steps a sharer's copy too
             for x in ties:
                 largest[list(x.tie.sharers)] = np.maximum(largest[list(x.tie.sharers)], x.tie.nbytes)
-        step = _STEP_TEMPS[platform.optimizer] * wide * largest
+        step = _STEP_TEMPS[platform.setup.optimizer] * wide * largest
     const = float(chain.meta.get("runtime_bytes", 0.0) or 0.0)
     parts = {"parameters": W, "gradients": grads, "master": master, "optimizer": optimizer, "offloaded": off,
              "precision": precision}
-    if platform.dp > 1:       # a rank of a data-parallel group (docs/model.md, "Layouts")
+    if platform.setup.dp > 1:       # a rank of a data-parallel group (docs/model.md, "Layouts")
         static, act, fwd, bwd, grad, created, step = _data_parallel(
             chain, platform, parts, (act, fwd, bwd, grad, created, step, cols), G, n_states, wide, mixed, foreach)
     # the stage-boundary terms, one table (workbench.model.memory_terms): the held input and output, the
     # receive buffers; the input gradient a stage's step finds waiting to be sent is not one of them
     b = boundary_columns(edge)
     grad_sent = np.concatenate([[0.0], edge.cuts[:-1]])
-    return LayerTerms(act, b.head, b.tail, b.buf_in, b.buf_out, static, W * (1.0 if platform.stash else 0.0),
+    return LayerTerms(act, b.head, b.tail, b.buf_in, b.buf_out, static, W * (1.0 if platform.setup.stash else 0.0),
                       fwd, np.maximum(bwd, 0.0), grad, created, step, foreach, const, missing, "full", parts, ties,
                       grad_sent, b.by_term)
 
 
-def _data_parallel(chain: Chain, platform: Platform, parts: dict, replica: tuple, G: np.ndarray, n_states: int,
+def _data_parallel(chain: Chain, platform: Target, parts: dict, replica: tuple, G: np.ndarray, n_states: int,
                    wide: float, mixed: bool, foreach: bool) -> tuple[np.ndarray, ...]:
     """The replica's (act, fwd, bwd, grad, created, step) and ``parts`` turned into one rank's under ZeRO
     (:mod:`workbench.model.memory_zero`); returns static first. ``parts`` is updated in place."""
 
     act, fwd, bwd, grad, created, step, cols = replica
-    dp = DataParallel(platform.dp, platform.zero, pipelined=platform.devices > 1)
+    dp = DataParallel(platform.setup.dp, platform.setup.zero, pipelined=platform.devices > 1)
     W = parts["parameters"]
     t = shard_layer_terms(W, G, bwd, cols["in"], states=n_states, wide=wide, mixed=mixed,
-                          zeros=platform.zero_grad == "zeros", foreach=foreach, dp=dp)
+                          zeros=platform.setup.zero_grad == "zeros", foreach=foreach, dp=dp)
     parts.update({k: t[k] for k in ("parameters", "gradients", "master", "optimizer")})
     static = t["parameters"] + t["gradients"] + t["master"] + t["optimizer"] + parts["offloaded"]
-    if platform.zero_grad == "none":      # a tied sharer's copy keeps the replica's gradient (grad - G)
+    if platform.setup.zero_grad == "none":      # a tied sharer's copy keeps the replica's gradient (grad - G)
         grad, created = grad - G + t["made"], t["created"]
     return (static, act + t["act"], fwd + t["fwd"], t["bwd"], grad, created, step * t["step"])
 
 
-def flushed_platform(platform: Platform) -> Platform:
+def flushed_platform(platform: Target) -> Target:
     """A flushed schedule's terms with its gradients resident (docs/model.md, "The training loop"): its
     micro-batches' gradients accumulate to the step after the flush, resident under ``zero_grad zeros`` and,
     under ``none``, from the end of each stage's first backward (the simulator and the order's peaks take
     them out of these terms until then; a bound before it, as the torch-schedule planner's seeds use it).
 
-    >>> from workbench.model.chain import Platform
-    >>> flushed_platform(Platform(2)).zero_grad
+    >>> from workbench.model.target import Target
+    >>> flushed_platform(Target.of(2)).setup.zero_grad
     'zeros'
     """
-    return platform.with_(zero_grad="zeros") if platform.memory_model == "full" else platform
+    return platform.with_(zero_grad="zeros") if platform.setup.memory_model == "full" else platform
 
 
-def setup_key(platform: Platform) -> tuple:
+def setup_key(platform: Target) -> tuple:
     """What of ``platform`` the memory terms read (the caches of :func:`layer_terms` and of the policy terms
-    are keyed on it): the set-up, and whether there is more than one device."""
-    return (platform.memory_model, platform.optimizer, platform.precision, platform.weight_factor, platform.weights,
-            platform.zero_grad, platform.dp, platform.zero, platform.devices > 1)
+    are keyed on it): the training set-up, and whether there is more than one device."""
+    return (platform.setup, platform.devices > 1)
 
 
-def layer_terms(chain: Chain, platform: Platform) -> LayerTerms:
+def layer_terms(chain: Chain, platform: Target) -> LayerTerms:
     """The memory terms of ``chain`` under ``platform``'s set-up (cached on the chain).
 
-    >>> from workbench.model.chain import Chain, Layer, Platform
-    >>> t = layer_terms(Chain((Layer("a", 1, 1, 10, 4, 4),)), Platform(1, optimizer="adam", zero_grad="zeros"))
+    >>> from workbench.model.chain import Chain, Layer
+    >>> from workbench.model.target import Target
+    >>> t = layer_terms(Chain((Layer("a", 1, 1, 10, 4, 4),)), Target.of(1, optimizer="adam", zero_grad="zeros"))
     >>> float(t.static[0])     # parameters, gradients, two Adam states
     40.0
     """
     key = setup_key(platform)
     cache = chain.__dict__.setdefault("_memory_terms", {})
     if key not in cache:
-        cache[key] = _paper_terms(chain, platform) if platform.memory_model == "paper" else _full_terms(chain, platform)
+        cache[key] = _paper_terms(chain, platform) if platform.setup.paper else _full_terms(chain, platform)
     return cache[key]
 
 
@@ -381,10 +382,11 @@ def stage_ties(t: LayerTerms, first: int, last: int) -> StageTies:
     """The tied parameters' terms of stage ``first..last`` (all 0 without ties).
 
     >>> import json
-    >>> from workbench.model.chain import Chain, Layer, Platform
+    >>> from workbench.model.chain import Chain, Layer
+    >>> from workbench.model.target import Target
     >>> tied = json.dumps([{"owner": "a", "layers": ["a", "b"], "bytes": 8}])
     >>> ch = Chain((Layer("a", 1, 1, 8), Layer("b", 1, 1)), meta={"tied": tied})
-    >>> stage_ties(layer_terms(ch, Platform(2, optimizer="adam", weights="single")), 1, 1)   # a copy, 2 Adam states
+    >>> stage_ties(layer_terms(ch, Target.of(2, optimizer="adam", weights="single")), 1, 1)   # a copy, 2 Adam states
     StageTies(static=24.0, stash=0.0, foreach=8.0, created=8.0, recv=0.0, recv_k=0.0)
     """
     if not t.ties:

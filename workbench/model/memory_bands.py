@@ -6,9 +6,10 @@ states the model): the terms are read off :class:`~workbench.model.memory.LayerT
 running maxima and prefix sums computed for whole arrays of stages, and each tied parameter's stage
 terms added where :func:`workbench.model.ties.tie_flags` says a stage holds a copy or the owner alone.
 
->>> from workbench.model.chain import Chain, Layer, Platform
+>>> from workbench.model.chain import Chain, Layer
+>>> from workbench.model.target import Target
 >>> from workbench.model.memory import device_memory, layer_terms
->>> t = layer_terms(Chain(tuple(Layer(f"l{i}", 1, 1, 4, 2, 2) for i in range(3))), Platform(1, optimizer="sgd"))
+>>> t = layer_terms(Chain(tuple(Layer(f"l{i}", 1, 1, 4, 2, 2) for i in range(3))), Target.of(1, optimizer="sgd"))
 >>> float(suffix_terms(t).memory(np.ones(3))[1]) == device_memory(t, [(1, 2, 1)])
 True
 """
@@ -74,10 +75,11 @@ def band_terms(t: LayerTerms, I: np.ndarray, J: np.ndarray) -> BandTerms:
     """Stage terms for starts ``I`` (shape (n, 1)) and ends ``J`` (shape (n, w), ``J >= I``,
     consecutive along axis 1): the excess's maximum over the stage is a running maximum.
 
-    >>> from workbench.model.chain import Chain, Layer, Platform
+    >>> from workbench.model.chain import Chain, Layer
+    >>> from workbench.model.target import Target
     >>> from workbench.model.memory import layer_terms
     >>> t = layer_terms(Chain(tuple(Layer(f"l{i}", 1, 1, 4, 2, 2) for i in range(3))),
-    ...                 Platform(1, memory_model="paper"))
+    ...                 Target.of(1, memory_model="paper"))
     >>> b = band_terms(t, np.arange(3)[:, None], np.minimum(np.arange(3)[:, None] + np.arange(2), 2))
     >>> b.A.tolist()
     [[2.0, 4.0], [2.0, 4.0], [2.0, 2.0]]
@@ -107,10 +109,11 @@ def _stages(t: LayerTerms, I: np.ndarray, J: np.ndarray, step, running_max) -> B
 def suffix_terms(t: LayerTerms) -> BandTerms:
     """:class:`BandTerms` of the stages ``i..L-1`` for every i (arrays of length L).
 
-    >>> from workbench.model.chain import Chain, Layer, Platform
+    >>> from workbench.model.chain import Chain, Layer
+    >>> from workbench.model.target import Target
     >>> from workbench.model.memory import layer_terms
     >>> t = layer_terms(Chain(tuple(Layer(f"l{i}", 1, 1, 4, 2, 2) for i in range(3))),
-    ...                 Platform(1, memory_model="paper"))
+    ...                 Target.of(1, memory_model="paper"))
     >>> suffix_terms(t).A.tolist()
     [6.0, 4.0, 2.0]
     """
@@ -126,10 +129,11 @@ def suffix_terms(t: LayerTerms) -> BandTerms:
 def square_terms(t: LayerTerms) -> BandTerms:
     """:class:`BandTerms` of every stage ``i..j`` as L x L matrices (``A`` is inf where j < i).
 
-    >>> from workbench.model.chain import Chain, Layer, Platform
+    >>> from workbench.model.chain import Chain, Layer
+    >>> from workbench.model.target import Target
     >>> from workbench.model.memory import layer_terms
     >>> t = layer_terms(Chain(tuple(Layer(f"l{i}", 1, 1, 4, 2, 2) for i in range(3))),
-    ...                 Platform(1, memory_model="paper"))
+    ...                 Target.of(1, memory_model="paper"))
     >>> square_terms(t).A[0].tolist()
     [2.0, 4.0, 6.0]
     """
@@ -176,10 +180,11 @@ class LinearTerms:
 def linear_terms(t: LayerTerms) -> LinearTerms:
     """:class:`LinearTerms` of ``t``.
 
-    >>> from workbench.model.chain import Chain, Layer, Platform
+    >>> from workbench.model.chain import Chain, Layer
+    >>> from workbench.model.target import Target
     >>> from workbench.model.memory import layer_terms
     >>> t = layer_terms(Chain((Layer("l", 1.0, 1.0, weight_bytes=10, saved_bytes=4),)),
-    ...                 Platform(1, memory_model="paper"))
+    ...                 Target.of(1, memory_model="paper"))
     >>> [float(x[0]) for x in (linear_terms(t).a, linear_terms(t).w0)]   # a = 4 + 10 stashed, w0 = 0
     [14.0, 0.0]
     """

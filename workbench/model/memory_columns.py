@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:  # below chain: chain.py imports the memory model, which imports this
-    from workbench.model.chain import Chain, Platform
+    from workbench.model.chain import Chain
+    from workbench.model.target import Target
 
 __all__ = ["ESTIMATES", "measured_columns", "validate_setup"]
 
@@ -30,27 +31,28 @@ ESTIMATES = {
                                  "backward peak where that is itself estimated)",
 }
 
-def validate_setup(platform: Platform, chain: Chain | None = None) -> str:
+def validate_setup(platform: Target, chain: Chain | None = None) -> str:
     """The precision the model computes with, after checking the set-up against the profile's dtype.
 
     ``fp32`` needs a float32 profile (or one that names no dtype, as PipeDream's);
     ``bf16`` and ``bf16-mixed`` need a bfloat16 profile (``profile --dtype bfloat16``).
 
-    >>> from workbench.model.chain import Chain, Layer, Platform
-    >>> validate_setup(Platform(1), Chain((Layer("a", 1, 1),)))
+    >>> from workbench.model.chain import Chain, Layer
+    >>> from workbench.model.target import Target
+    >>> validate_setup(Target.of(1), Chain((Layer("a", 1, 1),)))
     'fp32'
-    >>> validate_setup(Platform(1, precision="bf16"), Chain((Layer("a", 1, 1),), meta={"dtype": "float32"}))
+    >>> validate_setup(Target.of(1, precision="bf16"), Chain((Layer("a", 1, 1),), meta={"dtype": "float32"}))
     Traceback (most recent call last):
     ...
     ValueError: precision 'bf16' needs a bfloat16 profile; this profile (chain) was measured in float32 (profile it
     with --dtype bfloat16, or plan with --precision fp32)
     """
     dtype = str((chain.meta if chain is not None else {}).get("dtype", "") or "")
-    precision = platform.precision
+    precision = platform.setup.precision
     if precision is None:
         return "bf16" if dtype == "bfloat16" else "fp32"
     wants = "float32" if precision == "fp32" else "bfloat16"
-    if platform.memory_model == "full" and chain is not None and dtype and dtype != wants:
+    if platform.setup.memory_model == "full" and chain is not None and dtype and dtype != wants:
         other = "fp32" if dtype == "float32" else "bf16"
         raise ValueError(f"precision {precision!r} needs a {wants} profile; this profile ({chain.name}) was measured "
                          f"in {dtype} (profile it with --dtype {wants}, or plan with --precision {other})")

@@ -48,8 +48,8 @@ class BoundaryInputs:
     the cut before it), ``cuts`` (bytes crossing the cut after l, 0 for the last layer), the profile's
     ``saved_input`` and ``saved_output`` (measured or estimated), ``shared`` (storage l saves that l - 1
     saves too), the chain's ``meta`` (the profile's header) and the ``setup`` (the
-    :class:`~workbench.model.chain.Platform` whose set-up the terms are for; a term that reads a field of it
-    that :func:`workbench.model.memory.setup_key` does not name must add it there)."""
+    :class:`~workbench.model.training_setup.TrainingSetup` the terms are for: the memory terms are cached on it
+    and on whether there is more than one device, :func:`workbench.model.memory.setup_key`)."""
 
     inp: np.ndarray
     cuts: np.ndarray

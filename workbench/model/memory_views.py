@@ -9,10 +9,11 @@ torch's pipeline engine holds beyond the model (:func:`torch_engine_extra`),
 and the memory columns of one layer standing for several
 (:func:`merged_memory_columns`, for coarsened chains).
 
->>> from workbench.model.chain import Chain, Layer, Platform
+>>> from workbench.model.chain import Chain, Layer
+>>> from workbench.model.target import Target
 >>> from workbench.model.plan import Stage
 >>> chain = Chain((Layer("a", 1, 1, 100, 10, 10), Layer("b", 1, 1, 50, 20, 10)), input_bytes=8)
->>> paper = Platform(2, memory_model="paper")
+>>> paper = Target.of(2, memory_model="paper")
 >>> stages = [Stage(0, 0, 0, 0.0, 0.0, 2), Stage(1, 1, 1, 0.0, 0.0, 1)]
 >>> plan_memory(chain, paper, stages)              # 2 x 10 + 100 + (2 - 1) x 100; 10 + 50
 [220.0, 60.0]
@@ -29,7 +30,8 @@ import numpy as np
 from workbench.model.memory import device_memory, layer_terms, stage_activation, stage_excess, stage_memory
 
 if TYPE_CHECKING:  # chain.py imports merged_memory_columns from here
-    from workbench.model.chain import Chain, Platform
+    from workbench.model.chain import Chain
+    from workbench.model.target import Target
 
 __all__ = ["plan_memory", "memory_breakdown", "estimate_note", "merged_memory_columns", "torch_engine_extra",
            "accumulation_extra", "torch_engine_memory"]
@@ -39,7 +41,7 @@ _MEASURED = ("grad_bytes", "max_param_bytes", "saved_input_bytes", "saved_output
              "forward_peak_bytes", "backward_peak_bytes", "backward_fresh_peak_bytes")
 
 
-def plan_memory(chain: Chain, platform: Platform, stages: Sequence) -> list[float]:
+def plan_memory(chain: Chain, platform: Target, stages: Sequence) -> list[float]:
     """Memory of every device for stages with ``first``, ``last``, ``device`` and ``in_flight``."""
     t = layer_terms(chain, platform)
     per: list[list[tuple[int, int, int]]] = [[] for _ in range(platform.devices)]
@@ -48,7 +50,7 @@ def plan_memory(chain: Chain, platform: Platform, stages: Sequence) -> list[floa
     return [device_memory(t, items) for items in per]
 
 
-def memory_breakdown(chain: Chain, platform: Platform, stages: Sequence) -> list[dict[str, float]]:
+def memory_breakdown(chain: Chain, platform: Target, stages: Sequence) -> list[dict[str, float]]:
     """Per device, the bytes of each term (they add up to :func:`plan_memory`'s figure).
 
     Keys: ``parameters``, ``gradients`` (resident: ``zero_grad zeros``; under ``none`` a stage's gradients
@@ -103,11 +105,12 @@ def _boundary_parts(row: dict[str, float], boundary: tuple, first: int, last: in
             row[term.part] += k * held
 
 
-def estimate_note(chain: Chain, platform: Platform) -> str | None:
+def estimate_note(chain: Chain, platform: Target) -> str | None:
     """A sentence naming the estimated profile columns, or None when every term was measured.
 
-    >>> from workbench.model.chain import Chain, Layer, Platform
-    >>> estimate_note(Chain((Layer("a", 1, 1),)), Platform(1))[:48]
+    >>> from workbench.model.chain import Chain, Layer
+    >>> from workbench.model.target import Target
+    >>> estimate_note(Chain((Layer("a", 1, 1),)), Target.of(1))[:48]
     'memory estimated: the profile has no grad_bytes,'
     """
     t = layer_terms(chain, platform)
@@ -227,7 +230,7 @@ def torch_engine_extra(chain: Chain, stages: Sequence, devices: int, micro_batch
     return out
 
 
-def torch_engine_memory(chain: Chain, platform: Platform, stages: Sequence, micro_batches: int) -> list[float]:
+def torch_engine_memory(chain: Chain, platform: Target, stages: Sequence, micro_batches: int) -> list[float]:
     """Per device, the peak torch's engine reaches running a *periodic* plan as one step of ``micro_batches``
     (N) micro-batches (docs/model.md, "Runtime"): the larger of
 
@@ -239,16 +242,17 @@ def torch_engine_memory(chain: Chain, platform: Platform, stages: Sequence, micr
       keeps (N per micro-batch each way) and stage 0's whole input (no activations: nothing in flight,
       nothing offloaded), and the largest step's temporaries.
 
-    >>> from workbench.model.chain import Chain, Layer, Platform
+    >>> from workbench.model.chain import Chain, Layer
+    >>> from workbench.model.target import Target
     >>> from workbench.model.plan import Stage
     >>> ch = Chain((Layer("a", 1, 1, 100, 10, 10), Layer("b", 1, 1, 50, 3)), input_bytes=4)
-    >>> torch_engine_memory(ch, Platform(2, optimizer="adam", weights="single"),
+    >>> torch_engine_memory(ch, Target.of(2, optimizer="adam", weights="single"),
     ...                     [Stage(0, 0, 0, 0, 0, 2), Stage(1, 1, 1, 0, 0, 1)], 8)   # busy; busy (steps: 712, 380)
     [718.0, 426.0]
     """
     from workbench.model.memory import stage_created, stage_op_excess, stage_step, stage_ties
 
-    t = layer_terms(chain, platform.with_(zero_grad="zeros")) if platform.memory_model == "full" else \
+    t = layer_terms(chain, platform.with_(zero_grad="zeros")) if platform.setup.memory_model == "full" else \
         layer_terms(chain, platform)
     extra = torch_engine_extra(chain, stages, platform.devices, micro_batches)
     n = max(int(micro_batches), 1)
@@ -278,19 +282,20 @@ def torch_engine_memory(chain: Chain, platform: Platform, stages: Sequence, micr
     return out
 
 
-def accumulation_extra(chain: Chain, platform: Platform, stages: Sequence) -> list[float]:
+def accumulation_extra(chain: Chain, platform: Target, stages: Sequence) -> list[float]:
     """Per device, what a periodic plan's memory gains when its mini-batches are one step's micro-batches
     (torch's engine runs a periodic plan as one flush: each stage's gradients accumulate from its first
     backward to the step after the flush) instead of one step each (the plan's model): under
     ``zero_grad none`` the gradients are then resident, as under ``zeros``; 0 under ``zeros``.
 
-    >>> from workbench.model.chain import Chain, Layer, Platform
+    >>> from workbench.model.chain import Chain, Layer
+    >>> from workbench.model.target import Target
     >>> from workbench.model.plan import Stage
     >>> ch = Chain((Layer("a", 1, 1, 10, 4, 4),))
-    >>> accumulation_extra(ch, Platform(1, optimizer="sgd"), [Stage(0, 0, 0, 0.0, 0.0, 1)])
+    >>> accumulation_extra(ch, Target.of(1, optimizer="sgd"), [Stage(0, 0, 0, 0.0, 0.0, 1)])
     [10.0]
     """
-    if platform.memory_model != "full" or platform.zero_grad == "zeros":
+    if platform.setup.memory_model != "full" or platform.setup.zero_grad == "zeros":
         return [0.0] * platform.devices
     accumulating = plan_memory(chain, platform.with_(zero_grad="zeros"), stages)
     return [max(a - m, 0.0) for a, m in zip(accumulating, plan_memory(chain, platform, stages))]

@@ -6,9 +6,10 @@ the platform and stored, so a plan round-trips through JSON in the format
 of docs/model.md, "JSON" without the chain. :mod:`workbench.verify.check`
 re-derives everything independently.
 
->>> from workbench.model.chain import Chain, Layer, Platform
+>>> from workbench.model.chain import Chain, Layer
+>>> from workbench.model.target import Target
 >>> chain = Chain(tuple(Layer(f"l{i}", 0.001, 0.002, 10, 4) for i in range(4)))
->>> plat = Platform(2, memory_model="paper")
+>>> plat = Target.of(2, memory_model="paper")
 >>> stages = stages_of([0, 0, 1, 1])
 >>> stages
 [(0, 1), (2, 3)]
@@ -29,14 +30,14 @@ from typing import Any, Literal, Sequence
 
 from workbench.io import write_text_atomic
 from workbench.model.activations import describe
-from workbench.model.chain import Chain, Platform
+from workbench.model.chain import Chain
 from workbench.model.layout import every_rank_json
 from workbench.model.memory import layer_terms
 from workbench.model.memory_views import estimate_note, plan_memory
 from workbench.model.plan_extra import PlanExtra
 from workbench.model.plan_json import MAX_DEVICES, MAX_MICRO_BATCHES, plan_fields
+from workbench.model.target import Target
 from workbench.model.tolerances import REL_TOL
-from workbench.model.training_setup import TrainingSetup
 from workbench.model.units import format_bytes, format_seconds
 
 __all__ = [
@@ -285,19 +286,19 @@ def _refuse_constant(name: str) -> float:
 
 
 
-def lower_bound(chain: Chain, platform: Platform) -> float:
+def lower_bound(chain: Chain, platform: Target) -> float:
     """max( sum of compute / P, largest layer compute ): no plan has a smaller period."""
     comp = chain.forward + chain.backward
     return float(max(comp.sum() / platform.devices, comp.max()))
 
 
-def stage_in_flight(chain: Chain, platform: Platform, period: float, first: int, last: int,
+def stage_in_flight(chain: Chain, platform: Target, period: float, first: int, last: int,
                     fwd_start: float, bwd_start: float) -> int:
     c = chain.stage_costs(first, last)
     return in_flight(fwd_start, bwd_start + c.backward, period)
 
 
-def device_memory(chain: Chain, platform: Platform, stages: Sequence[Stage]) -> list[float]:
+def device_memory(chain: Chain, platform: Target, stages: Sequence[Stage]) -> list[float]:
     """Rule 7: memory of every device given stages with their in-flight counts
     (:func:`workbench.model.memory_views.plan_memory`)."""
     return plan_memory(chain, platform, stages)
@@ -305,7 +306,7 @@ def device_memory(chain: Chain, platform: Platform, stages: Sequence[Stage]) -> 
 
 def make_plan(
     chain: Chain,
-    platform: Platform,
+    platform: Target,
     period: float,
     assignment: Sequence[int],
     fwd_start: Sequence[float],
@@ -353,7 +354,7 @@ def make_plan(
     )
 
 
-def infeasible_plan(chain: Chain, platform: Platform, method: str, why: str, *,
+def infeasible_plan(chain: Chain, platform: Target, method: str, why: str, *,
                     allocation: str = "contiguous", solve_seconds: float = 0.0, **kw: Any) -> Plan:
     """A plan value saying no plan exists (or none was found), and why."""
     kw = with_memory_setup(chain, platform, {**kw, "notes": (why,) + tuple(kw.get("notes", ()))})
@@ -364,7 +365,7 @@ def infeasible_plan(chain: Chain, platform: Platform, method: str, why: str, *,
     )
 
 
-def with_memory_setup(chain: Chain, platform: Platform, kw: dict[str, Any]) -> dict[str, Any]:
+def with_memory_setup(chain: Chain, platform: Target, kw: dict[str, Any]) -> dict[str, Any]:
     """Plan keywords ``kw`` with the memory ``setup`` recorded and, when the profile lacked memory
     columns, a note saying they were estimated (every plan builder passes its keywords through here)."""
     kw = dict(kw)
@@ -375,16 +376,17 @@ def with_memory_setup(chain: Chain, platform: Platform, kw: dict[str, Any]) -> d
     return kw
 
 
-def memory_setup(chain: Chain, platform: Platform) -> dict[str, Any]:
+def memory_setup(chain: Chain, platform: Target) -> dict[str, Any]:
     """What a plan's memory figures assume: the memory model, optimizer, precision, weight policy, training
     loop (``zero_grad``) (and the weight factor in the paper model), and the profile columns that were
     estimated.
 
-    >>> from workbench.model.chain import Chain, Layer, Platform
-    >>> memory_setup(Chain((Layer("a", 1, 1),)), Platform(1, optimizer="sgd"))["optimizer"]
+    >>> from workbench.model.chain import Chain, Layer
+    >>> from workbench.model.target import Target
+    >>> memory_setup(Chain((Layer("a", 1, 1),)), Target.of(1, optimizer="sgd"))["optimizer"]
     'sgd'
     """
-    setup = TrainingSetup.of_platform(platform)
+    setup = platform.setup
     if setup.paper:
         return setup.memory_setup()
     terms = layer_terms(chain, platform)      # the precision recorded is the one computed with (None: the profile's)

@@ -16,10 +16,22 @@ True
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
-from typing import Any, Mapping, Sequence
+from numbers import Integral
+from typing import Any, Literal, Mapping, Sequence
 
-__all__ = ["TrainingSetup", "DEFAULT_BANDWIDTH", "SETUP_KEYS", "SETUP_OPTIONS", "recorded_link"]
+__all__ = ["TrainingSetup", "DEFAULT_BANDWIDTH", "SETUP_KEYS", "SETUP_OPTIONS", "OPTIMIZERS", "PRECISIONS",
+           "MEMORY_MODELS", "ZERO_GRADS", "WeightPolicy", "recorded_link"]
+
+WeightPolicy = Literal["stash", "single"]
+#: the set-ups the memory model knows (docs/model.md, "Memory"; its figures per optimizer:
+#: :data:`workbench.model.memory.OPTIMIZER_STATES`); importing them needs no numpy (the command line's start)
+OPTIMIZERS = ("none", "sgd", "momentum", "adam", "adamw")
+PRECISIONS = ("fp32", "bf16-mixed", "bf16")
+MEMORY_MODELS = ("full", "paper")
+#: the training loop: ``none`` (torch's default zero_grad: gradients set to None) or ``zeros`` (zeroed in place)
+ZERO_GRADS = ("none", "zeros")
 
 #: the link between two devices of a node that ``plan``, ``check``, ``simulate`` and ``run`` take when neither
 #: an option, nor a named GPU, nor the plan gives one
@@ -38,17 +50,63 @@ class TrainingSetup:
     "Layouts")."""
 
     memory_model: str = "full"
-    weights: str = "stash"
+    #: ``stash`` (one version per in-flight mini-batch, PipeDream) or ``single``
+    weights: WeightPolicy = "stash"
     optimizer: str = "adam"
+    #: None: the profile's dtype
     precision: str | None = None
+    #: the training loop (docs/model.md, "Memory"): ``none`` (torch's default ``zero_grad()``: gradients set to
+    #: None between steps) or ``zeros`` (zeroed in place: a resident buffer)
     zero_grad: str = "none"
+    #: the paper's phi: memory bytes per weight byte of the live version (``memory_model="paper"`` only)
     weight_factor: float = 1.0
+    #: data parallelism around each device (docs/model.md, "Layouts"): the ranks of its data-parallel group and
+    #: the ZeRO level (0 DDP, 1 optimizer state sharded, 2 and gradients, 3 and parameters: FSDP2)
     dp: int = 1
     zero: int = 0
+
+    def __post_init__(self) -> None:
+        phi = float(self.weight_factor)
+        if phi < 0 or math.isnan(phi):
+            raise ValueError(f"weight factor must be >= 0, got {self.weight_factor!r}")
+        object.__setattr__(self, "weight_factor", phi)
+        if self.weights not in ("stash", "single"):
+            raise ValueError(f"weights must be 'stash' or 'single', got {self.weights!r}")
+        for name, value, known in (("memory model", self.memory_model, MEMORY_MODELS),
+                                   ("optimizer", self.optimizer, OPTIMIZERS),
+                                   ("precision", self.precision, PRECISIONS + (None,)),
+                                   ("zero-grad loop", self.zero_grad, ZERO_GRADS)):
+            if value not in known:
+                raise ValueError(f"unknown {name} {value!r}; known: {', '.join(k for k in known if k)}")
+        self._check_data_parallel()
+        if self.memory_model == "full" and phi != 1.0:
+            raise ValueError(f"the weight factor ({phi:g}) belongs to the paper's memory model; the full model counts "
+                             "parameters, gradients and optimizer state itself (use memory_model='paper')")
+
+    def _check_data_parallel(self) -> None:
+        for name in ("dp", "zero"):
+            v = getattr(self, name)
+            if not isinstance(v, Integral) or isinstance(v, bool) or v < (name == "dp"):
+                raise ValueError(f"{name} must be a whole number >= {int(name == 'dp')}, got {v!r}")
+            object.__setattr__(self, name, int(v))
+        if self.zero not in (0, 1, 2, 3):
+            raise ValueError(f"zero must be 0, 1, 2 or 3 (0 DDP ... 3 FSDP), got {self.zero}")
+        if self.zero and self.dp == 1:
+            raise ValueError(f"zero={self.zero} shards over the data-parallel group, but dp=1")
+        if self.dp > 1 and self.memory_model != "full":
+            raise ValueError("data parallelism (dp > 1) needs the full memory model, not --memory-model paper")
 
     @property
     def paper(self) -> bool:
         return self.memory_model == "paper"
+
+    @property
+    def stash(self) -> bool:
+        """One weight version per in-flight mini-batch (PipeDream's stashing)."""
+        return self.weights == "stash"
+
+    def with_(self, **kw: Any) -> "TrainingSetup":
+        return replace(self, **kw)
 
     @classmethod
     def from_memory_setup(cls, recorded: Mapping[str, Any] | None) -> "TrainingSetup":
@@ -65,11 +123,6 @@ class TrainingSetup:
             given.setdefault("zero_grad", "zeros")
         return cls(**given)
 
-    @classmethod
-    def of_platform(cls, platform: Any) -> "TrainingSetup":
-        """The set-up a :class:`~workbench.model.chain.Platform` carries beside its hardware."""
-        return cls(**{key: getattr(platform, key) for key in SETUP_KEYS})
-
     def memory_setup(self, estimated: Sequence[str] = ()) -> dict[str, Any]:
         """The keys a plan records of it (docs/model.md's table: each key where its model reads it), with the
         profile's memory columns that were ``estimated`` (the full model's).
@@ -81,20 +134,6 @@ class TrainingSetup:
             return {"memory_model": "paper", "weight_factor": self.weight_factor, "weights": self.weights}
         out = {"memory_model": "full", "optimizer": self.optimizer, "precision": self.precision,
                "weights": self.weights, "zero_grad": self.zero_grad, "estimated": list(estimated)}
-        if self.dp > 1:
-            out.update(dp=self.dp, zero=self.zero)
-        return out
-
-    def platform_fields(self) -> dict[str, Any]:
-        """The :class:`~workbench.model.chain.Platform` keywords of this set-up (its model's fields only).
-
-        >>> TrainingSetup(memory_model="paper", weight_factor=3.0).platform_fields()
-        {'memory_model': 'paper', 'weights': 'stash', 'weight_factor': 3.0}
-        """
-        out: dict[str, Any] = {"memory_model": self.memory_model, "weights": self.weights}
-        if self.paper:
-            return {**out, "weight_factor": self.weight_factor}
-        out.update(optimizer=self.optimizer, precision=self.precision, zero_grad=self.zero_grad)
         if self.dp > 1:
             out.update(dp=self.dp, zero=self.zero)
         return out

@@ -1,16 +1,16 @@
 """One layout evaluated: its pipeline planned on the per-rank chain, data parallelism priced, the step's time,
 throughput, MFU and every rank's peak memory (docs/model.md, "Layouts").
 
-A :class:`Job` is what every layout of a search shares: the GPUs (a :class:`~workbench.model.chain.Platform`
-whose ``devices`` is their number, with its nodes, links, memory and training set-up), the global batch
-(samples per optimizer step), the tokens a sample holds and the parameters that count in MFU. A layout's
-``micro_batches`` is ``global_batch / (dp x micro_batch_size)``.
+A :class:`Job` is what every layout of a search shares: the GPUs and the training set-up (a
+:class:`~workbench.model.target.Target` whose platform's ``devices`` is their number, with its nodes, links and
+memory), the global batch (samples per optimizer step), the tokens a sample holds and the parameters that count in
+MFU. A layout's ``micro_batches`` is ``global_batch / (dp x micro_batch_size)``.
 
 :func:`evaluate` plans the pipeline of one data-parallel replica of tensor-parallel rank 0 with the workbench's
 planners (``plan``'s methods) on the chain of one rank (:func:`rank_chain`: ``chain_for(tp, micro_batch_size)``,
 tensor-parallel shards for tp > 1, with the layout's sequence parallelism and vocabulary-parallel loss) and a
 platform of ``pp`` devices whose memory model knows the rank's data-parallel group
-(``Platform.dp``, ``Platform.zero``: :mod:`workbench.model.memory_zero`), so every planner plans under the
+(``TrainingSetup.dp``, ``TrainingSetup.zero``: :mod:`workbench.model.memory_zero`), so every planner plans under the
 memory a rank really has. The step is
 
 * flushed schedules: the makespan of one flush of the micro-batches (simulated), plus what data parallelism
@@ -27,9 +27,10 @@ looped BFS exactly; torch's interleaved, zero-bubble and V orders are not exactl
 70B chains the extended makespan is within 1.5 % of the whole simulation, ``tests/test_parallel_evaluate.py``).
 A plan file's pipeline is simulated whole when the flush has at most :data:`EXACT_FLUSH` operations.
 
->>> from workbench.model.chain import Chain, Layer, Platform
+>>> from workbench.model.chain import Chain, Layer
+>>> from workbench.model.target import Target
 >>> ch = Chain(tuple(Layer(f"l{i}", 0.01, 0.02, 4e6, 1e6) for i in range(8)), input_bytes=1e6)
->>> job = Job(Platform(4, memory="16GB", bandwidth="100GB/s"), global_batch=8)
+>>> job = Job(Target.of(4, memory="16GB", bandwidth="100GB/s"), global_batch=8)
 >>> e = evaluate(job, Layout(pp=2, dp=2, zero=1, schedule="1f1b"), lambda tp, mbs: ch)
 >>> e.layout.micro_batches, e.fits, e.step_seconds > 5 * 0.12   # 4 micro-batches + 1 of fill, of 2 x 0.12 s
 (4, True, True)
@@ -43,9 +44,10 @@ from typing import Any, Callable
 
 from workbench.methods import METHODS, names
 from workbench.methods import method as method_of
-from workbench.model.chain import Chain, Platform
+from workbench.model.chain import Chain
 from workbench.model.layout import Layout
 from workbench.model.plan import Plan
+from workbench.model.target import Target
 from workbench.model.tolerances import REL_TOL
 from workbench.parallel.data import time as dptime
 
@@ -96,7 +98,7 @@ class Job:
     """What every layout of one search shares (module docstring). ``parameters``: N of the 6 N FLOPs-per-token
     convention; ``peak_flops``: one GPU's dense peak in the set-up's precision (0: MFU unknown)."""
 
-    platform: Platform
+    platform: Target
     global_batch: int
     tokens_per_sample: int = 1
     parameters: float = 0.0
@@ -183,7 +185,7 @@ def complete_layout(job: Job, layout: Layout) -> Layout:
     return replace(layout, micro_batch_size=mbs, micro_batches=m, schedule=schedule, chunks=chunks)
 
 
-def pipeline_platform(job: Job, layout: Layout) -> Platform:
+def pipeline_platform(job: Job, layout: Layout) -> Target:
     """The platform of one pipeline: ``pp`` devices (a stage boundary crosses nodes when ``tp x dp`` ranks
     fill a node or more), memory, links and set-up from the job, the rank's data-parallel group."""
     per_node = job.platform.devices_per_node
@@ -191,7 +193,7 @@ def pipeline_platform(job: Job, layout: Layout) -> Platform:
         per_node = max(1, per_node // (layout.tp * layout.dp))
     flushed = method_of(layout.schedule or "1f1b").family == "flushed"
     return job.platform.with_(devices=layout.pp, devices_per_node=per_node, dp=layout.dp, zero=layout.zero,
-                              weights="single" if flushed else job.platform.weights)
+                              weights="single" if flushed else job.platform.setup.weights)
 
 
 #: the largest flush (micro-batches x stages) a plan file's pipeline is simulated whole for
@@ -216,7 +218,7 @@ def extrapolation_points(pp: int, micro_batches: int, schedule: str = "1f1b") ->
     return (first, second) if micro_batches > 2 * second else None
 
 
-def _planned(chain: Chain, platform: Platform, layout: Layout, activations: str, m: int) -> Plan:
+def _planned(chain: Chain, platform: Target, layout: Layout, activations: str, m: int) -> Plan:
     """The pipeline plan of ``m`` micro-batches (the planner of ``layout.schedule``, not re-checked)."""
     from workbench.model.activations import apply_policies
     from workbench.planners import get_planner
@@ -239,7 +241,7 @@ def _planned(chain: Chain, platform: Platform, layout: Layout, activations: str,
         activations=(activations,) * len(chain))
 
 
-def plan_pipeline(chain: Chain, platform: Platform, layout: Layout, activations: str,
+def plan_pipeline(chain: Chain, platform: Target, layout: Layout, activations: str,
                   extrapolate: bool = True) -> Plan:
     """The pipeline plan of the layout's micro-batches, extrapolated past :func:`extrapolation_points` (unless
     ``extrapolate`` is False)."""
@@ -268,7 +270,7 @@ def plan_pipeline(chain: Chain, platform: Platform, layout: Layout, activations:
                    extra={**b.extra, "makespan": makespan, "extrapolated_from": [m1, m2]})
 
 
-def _same_partition(chain: Chain, platform: Platform, layout: Layout, activations: str, plan: Plan,
+def _same_partition(chain: Chain, platform: Target, layout: Layout, activations: str, plan: Plan,
                     micro_batches: int) -> Plan:
     """The flush of ``plan``'s partition with ``micro_batches`` micro-batches: torch's multi-stage schedules on
     the chain merged into its stages (one partition left to plan, no memory search); GPipe and 1F1B plan their
@@ -312,7 +314,7 @@ def _infeasible(job: Job, layout: Layout, activations: str, why: str, pipe: Plan
     return Evaluation(layout, activations, "infeasible", math.inf, (), 0.0, 0.0, {}, why, pipe)
 
 
-def step_parts(chain: Chain, platform: Platform, layout: Layout, pipe: Plan, job: Job) -> dict[str, float]:
+def step_parts(chain: Chain, platform: Target, layout: Layout, pipe: Plan, job: Job) -> dict[str, float]:
     """The step's seconds by part: ``pipeline`` (the flush, or the periodic plan's periods), and what data
     parallelism and the optimizer add (module docstring)."""
     from workbench.model.activations import apply_policies
@@ -349,20 +351,21 @@ def data_parallel_ring(job: Job, layout: Layout) -> Callable[[str, float], float
     return lambda kind, nbytes: dptime.ring(kind, nbytes, layout.dp, bw, job.platform.latency)
 
 
-def optimizer_seconds(chain: Chain, platform: Platform, layout: Layout, job: Job,
+def optimizer_seconds(chain: Chain, platform: Target, layout: Layout, job: Job,
                       devices: list[list[int]]) -> list[float]:
     """Per pipeline rank, its optimizer step (its shard from ZeRO-1 on), as the GPU time model prices it
     (:func:`workbench.profiles.optimizer_time.optimizer_step_seconds`, torch's foreach step); 0 without a GPU."""
     from workbench.model.memory import validate_setup
     from workbench.profiles.optimizer_time import optimizer_step_seconds
 
-    if platform.gpu is None or platform.optimizer == "none":
+    if platform.gpu is None or platform.setup.optimizer == "none":
         return [0.0] * len(devices)
     dtype = _dtype_bytes(chain)
     precision = validate_setup(platform, chain)
     share = 1.0 / layout.dp if layout.zero >= 1 else 1.0
-    return [optimizer_step_seconds(sum(chain.layers[l].weight_bytes for l in ls) / dtype * share, platform.optimizer,
-                                   precision, platform.gpu, tensors=max(1, len(ls))) for ls in devices]
+    return [optimizer_step_seconds(sum(chain.layers[l].weight_bytes for l in ls) / dtype * share,
+                                   platform.setup.optimizer, precision, platform.gpu, tensors=max(1, len(ls)))
+            for ls in devices]
 
 
 def _dtype_bytes(chain: Chain) -> int:

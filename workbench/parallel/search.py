@@ -21,10 +21,11 @@ group (the highest ZeRO level, every layer recomputed) is evaluated first. The b
 of the model, so a skipped layout is never faster than the answer (``tests/test_search.py`` checks it against
 evaluating every layout).
 
->>> from workbench.model.chain import Chain, Layer, Platform
+>>> from workbench.model.chain import Chain, Layer
+>>> from workbench.model.target import Target
 >>> from workbench.parallel.evaluate import Job
 >>> ch = Chain(tuple(Layer(f"l{i}", 0.01, 0.02, 4e6, 1e6) for i in range(8)), input_bytes=1e6)
->>> job = Job(Platform(4, memory="1GB", bandwidth="100GB/s"), global_batch=8)
+>>> job = Job(Target.of(4, memory="1GB", bandwidth="100GB/s"), global_batch=8)
 >>> best = search(job, lambda tp, mbs: ch, schedules=("1f1b",))
 >>> best.best.layout.describe()
 'TP 1 x PP 1 x DP 4, DDP, 1f1b, micro-batch 1 x 2'

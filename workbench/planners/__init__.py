@@ -25,8 +25,9 @@ from workbench.methods import METHODS as _REGISTRY
 from workbench.methods import method as _method
 from workbench.methods import names as _names
 from workbench.model.activations import apply_policies, describe, is_keep, policy_vector
-from workbench.model.chain import Chain, Platform
+from workbench.model.chain import Chain
 from workbench.model.plan import Plan, infeasible_plan, lower_bound
+from workbench.model.target import Target
 from workbench.planners.baselines import plan_parameters, plan_torchgpipe, plan_uniform
 from workbench.planners.brute import plan_brute
 from workbench.planners.dp import auto_on_chain, plan_dp
@@ -58,16 +59,17 @@ def get_planner(method: str) -> Callable[..., Plan]:
     return PLANNERS[_method(method).name]
 
 
-def recheck(result: Plan, chain: Chain, platform: Platform) -> Plan:
+def recheck(result: Plan, chain: Chain, platform: Target) -> Plan:
     """``result`` as it may be reported: if :func:`workbench.verify.check.check` rejects a feasible plan,
     its status ``optimal`` or ``timeout`` becomes ``feasible`` (gap dropped) with a note, and
     ``extra["violations"]`` lists what the checker found.
 
-    >>> from workbench.model.chain import Chain, Layer, Platform
+    >>> from workbench.model.chain import Chain, Layer
+    >>> from workbench.model.target import Target
     >>> from workbench.model.plan import make_plan
     >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 10, 4) for i in range(2)))
-    >>> lying = make_plan(ch, Platform(2), 1.0, [0, 1], [0.0, 1.0], [4.0, 2.0], status="optimal")  # period < load
-    >>> p = recheck(lying, ch, Platform(2))
+    >>> lying = make_plan(ch, Target.of(2), 1.0, [0, 1], [0.0, 1.0], [4.0, 2.0], status="optimal")  # period < load
+    >>> p = recheck(lying, ch, Target.of(2))
     >>> p.status, p.extra["violations"][0][:40]
     ('feasible', 'rule 5 (overlap): device 0 load 3.000 s ')
     """
@@ -88,7 +90,7 @@ def recheck(result: Plan, chain: Chain, platform: Platform) -> Plan:
 AUTO_METHODS = _names(auto_activations=True)
 
 
-def plan(chain: Chain, platform: Platform, method: str = "dp", *, allocation: str = "contiguous",
+def plan(chain: Chain, platform: Target, method: str = "dp", *, allocation: str = "contiguous",
          time_limit: float | None = None, activations: str | Sequence[str] | None = None, **options: Any) -> Plan:
     """Plan ``chain`` on ``platform`` with ``method``, re-checked (:func:`recheck`); fills ``solve_seconds``
     when the planner did not.
@@ -124,10 +126,10 @@ def plan(chain: Chain, platform: Platform, method: str = "dp", *, allocation: st
     return recheck(result, chain, platform)
 
 
-def platform_links(platform: Platform) -> dict[str, Any]:
+def platform_links(platform: Target) -> dict[str, Any]:
     """What a plan records of its platform's GPU and nodes (``memory_setup``; check and simulate default to it).
 
-    >>> platform_links(Platform(16, devices_per_node=8, gpu="h100-sxm"))["devices_per_node"]
+    >>> platform_links(Target.of(16, devices_per_node=8, gpu="h100-sxm"))["devices_per_node"]
     8
     """
     out: dict[str, Any] = {"bandwidth": platform.bandwidth}
@@ -138,7 +140,7 @@ def platform_links(platform: Platform) -> dict[str, Any]:
     return out
 
 
-def _plan_auto(chain: Chain, platform: Platform, method: str, fn: Callable[..., Plan], allocation: str,
+def _plan_auto(chain: Chain, platform: Target, method: str, fn: Callable[..., Plan], allocation: str,
                time_limit: float | None, options: dict) -> Plan:
     """``activations="auto"``: natively, or the method's partition with the best policies for it."""
     if method in AUTO_METHODS:

@@ -23,11 +23,12 @@ misses the limit.
   heuristic of Bárány and Grinberg ("Block partitions of sequences",
   arXiv:1308.2452) on per-layer forward+backward times.
 
->>> from workbench.model.chain import Chain, Layer, Platform
+>>> from workbench.model.chain import Chain, Layer
+>>> from workbench.model.target import Target
 >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 1.0, 1 + 10 * (i == 0), 1) for i in range(4)))
->>> plan_uniform(ch, Platform(2, memory_model="paper")).assignment
+>>> plan_uniform(ch, Target.of(2, memory_model="paper")).assignment
 (0, 0, 1, 1)
->>> plan_parameters(ch, Platform(2, memory_model="paper")).assignment
+>>> plan_parameters(ch, Target.of(2, memory_model="paper")).assignment
 (0, 1, 1, 1)
 """
 
@@ -39,9 +40,10 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from workbench.model.chain import Chain, Platform
+from workbench.model.chain import Chain
 from workbench.model.memory import device_memory, layer_terms
 from workbench.model.plan import Plan
+from workbench.model.target import Target
 from workbench.model.tolerances import LAST_BITS, TIE
 from workbench.model.units import format_bytes
 from workbench.planners.partition import bottleneck_partition, bounds_to_assignment
@@ -56,21 +58,22 @@ __all__ = [
 # ----------------------------------------------------------------------------
 # the schedule on top, and the "does not fit" report
 # ----------------------------------------------------------------------------
-def _best_schedule(chain: Chain, platform: Platform, bounds: Sequence[tuple[int, int]], method: str) -> Plan:
+def _best_schedule(chain: Chain, platform: Target, bounds: Sequence[tuple[int, int]], method: str) -> Plan:
     """The least-period schedule of the partition ``bounds`` that fits in memory (or why none does)."""
     return best_schedule(chain, platform, bounds_to_assignment(bounds), method=method)
 
 
-def schedule_on_top(chain: Chain, platform: Platform, bounds: Sequence[tuple[int, int]], method: str, *,
+def schedule_on_top(chain: Chain, platform: Target, bounds: Sequence[tuple[int, int]], method: str, *,
                     notes: Sequence[str] = (), t_start: float | None = None) -> Plan:
     """The least-period schedule of a contiguous partition; if it cannot fit, the memory-blind one.
 
     The fallback plan keeps ``memory_limit`` = the platform's, so ``plan.fits``
     is False, and says by how much it is over.
 
-    >>> from workbench.model.chain import Chain, Layer, Platform
+    >>> from workbench.model.chain import Chain, Layer
+    >>> from workbench.model.target import Target
     >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 1.0, 100, 1) for i in range(2)))
-    >>> p = schedule_on_top(ch, Platform(2, memory=50, memory_model="paper"), [(0, 0), (1, 1)], "x")
+    >>> p = schedule_on_top(ch, Target.of(2, memory=50, memory_model="paper"), [(0, 0), (1, 1)], "x")
     >>> p.fits, p.notes[-1].startswith("does not fit")
     (False, True)
     """
@@ -94,7 +97,7 @@ def schedule_on_top(chain: Chain, platform: Platform, bounds: Sequence[tuple[int
     return plan.with_(method=method, status="feasible", solve_seconds=time.perf_counter() - t0)
 
 
-def _k1_peak(chain: Chain, platform: Platform, bounds: Sequence[tuple[int, int]]) -> float:
+def _k1_peak(chain: Chain, platform: Target, bounds: Sequence[tuple[int, int]]) -> float:
     """The largest device memory of a contiguous partition with one mini-batch in flight per stage."""
     terms = layer_terms(chain, platform)
     return max(device_memory(terms, [(a, b, 1)]) for a, b in bounds)
@@ -212,7 +215,7 @@ def _general_note(allocation: str) -> list[str]:
     return ["contiguous heuristic: allocation 'general' ignored"] if allocation == "general" else []
 
 
-def plan_uniform(chain: Chain, platform: Platform, *, allocation: str = "contiguous",
+def plan_uniform(chain: Chain, platform: Target, *, allocation: str = "contiguous",
                  time_limit: float | None = None, **options: Any) -> Plan:
     """Equal layer counts per device, then the periodic schedule (see the module docstring)."""
     t0 = time.perf_counter()
@@ -220,7 +223,7 @@ def plan_uniform(chain: Chain, platform: Platform, *, allocation: str = "contigu
     return schedule_on_top(chain, platform, bounds, "uniform", notes=_general_note(allocation), t_start=t0)
 
 
-def plan_parameters(chain: Chain, platform: Platform, *, allocation: str = "contiguous",
+def plan_parameters(chain: Chain, platform: Target, *, allocation: str = "contiguous",
                     time_limit: float | None = None, **options: Any) -> Plan:
     """Balance parameter bytes (DeepSpeed ``parameters``), then the periodic schedule.
 
@@ -236,7 +239,7 @@ def plan_parameters(chain: Chain, platform: Platform, *, allocation: str = "cont
     return schedule_on_top(chain, platform, bounds, "parameters", notes=notes, t_start=t0)
 
 
-def plan_torchgpipe(chain: Chain, platform: Platform, *, allocation: str = "contiguous",
+def plan_torchgpipe(chain: Chain, platform: Target, *, allocation: str = "contiguous",
                     time_limit: float | None = None, **options: Any) -> Plan:
     """torchgpipe's balance by time (block partition of forward+backward times), then the schedule."""
     t0 = time.perf_counter()

@@ -19,14 +19,15 @@ from typing import Sequence
 
 import numpy as np
 
-from workbench.model.chain import Chain, Platform
+from workbench.model.chain import Chain
 from workbench.model.memory import layer_terms
 from workbench.model.memory_bands import linear_terms
+from workbench.model.target import Target
 
 __all__ = ["block_groups"]
 
 
-def block_groups(chain: Chain, blocks: int, platform: Platform | None = None, *,
+def block_groups(chain: Chain, blocks: int, platform: Target | None = None, *,
                  comm_weight: float = 1.0, required: Sequence[int] = ()) -> list[tuple[int, int]]:
     """Cut ``chain`` into ``blocks`` consecutive groups (fewer only if the chain is shorter), as
     ``(first, last)`` pairs. ``required``: layers after which a cut is forced (e.g. the cuts of

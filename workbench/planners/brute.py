@@ -25,11 +25,12 @@ incumbent.
 Sizes: contiguous up to ~10 layers x 4 devices in well under a second;
 general up to 8 layers x 3 devices in about a second or less on average.
 
->>> from workbench.model.chain import Chain, Layer, Platform
+>>> from workbench.model.chain import Chain, Layer
+>>> from workbench.model.target import Target
 >>> chain = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 0, 0) for i in range(3)))
->>> plan_brute(chain, Platform(3, memory_model="paper")).period
+>>> plan_brute(chain, Target.of(3, memory_model="paper")).period
 3.0
->>> plan_brute(chain, Platform(2, memory_model="paper"), allocation="general").period
+>>> plan_brute(chain, Target.of(2, memory_model="paper"), allocation="general").period
 6.0
 """
 
@@ -41,8 +42,9 @@ import time
 from typing import Any, Iterator
 
 from workbench.model.activations import POLICIES, apply_policies, is_keep
-from workbench.model.chain import Chain, Platform
+from workbench.model.chain import Chain
 from workbench.model.plan import Plan, infeasible_plan, lower_bound, make_plan
+from workbench.model.target import Target
 from workbench.model.tolerances import PERIOD_SEARCH, TIE
 from workbench.planners.evaluate.allocation import allocation_of, contiguous_period, contiguous_schedule, memory_floor
 from workbench.planners.evaluate.orders import general_period
@@ -93,7 +95,7 @@ def clear_cache() -> None:
     _CACHE.clear()
 
 
-def _plan_auto(chain: Chain, platform: Platform, allocation: str, time_limit: float | None, max_layers: int
+def _plan_auto(chain: Chain, platform: Target, allocation: str, time_limit: float | None, max_layers: int
                ) -> Plan:
     """Every policy vector (3^L of them), each planned exhaustively; the best (fewest non-keep
     layers among equal periods, then the first in keep < recompute < offload order)."""
@@ -122,7 +124,7 @@ def _plan_auto(chain: Chain, platform: Platform, allocation: str, time_limit: fl
 _Best = tuple[float, tuple[int, ...], list[float], list[float]]   # (period, assignment, forward, backward starts)
 
 
-def plan_brute(chain: Chain, platform: Platform, *, allocation: str = "contiguous",
+def plan_brute(chain: Chain, platform: Target, *, allocation: str = "contiguous",
                time_limit: float | None = None, max_layers: int = 10, cache: bool = True,
                activations: str | None = None, **options: Any) -> Plan:
     """Exact optimal periodic plan by exhaustive search (tiny instances only).
@@ -163,7 +165,7 @@ def plan_brute(chain: Chain, platform: Platform, *, allocation: str = "contiguou
     return result
 
 
-def _cache_key(chain: Chain, platform: Platform, allocation: str) -> Any:
+def _cache_key(chain: Chain, platform: Target, allocation: str) -> Any:
     """The cache key of an instance, or None when some field is unhashable (then no cache). A chain's equality
     leaves its meta out, which the memory model reads (tied parameters, the runtime constant, the device): the
     key holds it."""
@@ -175,7 +177,7 @@ def _cache_key(chain: Chain, platform: Platform, allocation: str) -> Any:
     return key
 
 
-def _best_contiguous(chain: Chain, platform: Platform) -> _Best | None:
+def _best_contiguous(chain: Chain, platform: Target) -> _Best | None:
     """The best contiguous allocation, each scored by its closed form (None: none fits in memory)."""
     best: _Best | None = None
     for asg in contiguous_allocations(len(chain), platform.devices):
@@ -187,7 +189,7 @@ def _best_contiguous(chain: Chain, platform: Platform) -> _Best | None:
     return best
 
 
-def _best_general(chain: Chain, platform: Platform, best: _Best | None, deadline: float | None
+def _best_general(chain: Chain, platform: Target, best: _Best | None, deadline: float | None
                   ) -> tuple[_Best | None, bool]:
     """Improve ``best`` over the non-contiguous allocations, visited in order of their lower bound and
     stopped once the bound reaches the incumbent; returns the best and whether the deadline passed."""
@@ -211,7 +213,7 @@ def _best_general(chain: Chain, platform: Platform, best: _Best | None, deadline
     return best, False
 
 
-def _brute_plan(chain: Chain, platform: Platform, allocation: str, best: _Best | None, timed_out: bool,
+def _brute_plan(chain: Chain, platform: Target, allocation: str, best: _Best | None, timed_out: bool,
                 elapsed: float) -> Plan:
     """The plan of the best allocation found (``timeout`` when the search was cut short), or why none."""
     if best is None:

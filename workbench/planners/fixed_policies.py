@@ -6,10 +6,11 @@ plan records the policies, the chain's own lower bound and, when a layer offload
 bandwidth (in its memory set-up, which check and simulate read). Flushed schedules
 take keep or recompute only (offload needs a periodic plan, rule 8).
 
->>> from workbench.model.chain import Chain, Layer, Platform
+>>> from workbench.model.chain import Chain, Layer
+>>> from workbench.model.target import Target
 >>> from workbench.planners.dp.contiguous import plan_dp
 >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 0, 10, 100) for i in range(2)), input_bytes=10)
->>> plan_with_policies(ch, Platform(2, memory_model="paper"), plan_dp, "dp", "recompute").activations
+>>> plan_with_policies(ch, Target.of(2, memory_model="paper"), plan_dp, "dp", "recompute").activations
 ('recompute', 'recompute')
 """
 
@@ -19,8 +20,9 @@ from typing import Any, Callable, Sequence
 
 from workbench.methods import names
 from workbench.model.activations import apply_policies, is_keep, policy_vector
-from workbench.model.chain import Chain, Platform
+from workbench.model.chain import Chain
 from workbench.model.plan import Plan, lower_bound
+from workbench.model.target import Target
 
 __all__ = ["plan_with_policies", "FLUSHED"]
 
@@ -28,7 +30,7 @@ __all__ = ["plan_with_policies", "FLUSHED"]
 FLUSHED = names(family="flushed")
 
 
-def plan_with_policies(chain: Chain, platform: Platform, planner: Callable[..., Plan], method: str,
+def plan_with_policies(chain: Chain, platform: Target, planner: Callable[..., Plan], method: str,
                        activations: str | Sequence[str], **options: Any) -> Plan:
     """``planner`` (the function of ``method``) on the effective chain of ``activations`` (one policy
     for all layers or one per layer), the plan recording the policies and ``chain``'s lower bound."""

@@ -20,9 +20,10 @@ m is the option ``micro_batches`` (default ``4 * P``). The plan's status
 is ``"feasible"``; when the simulated peak exceeds the limit the plan says
 by how much (``plan.fits`` is False).
 
->>> from workbench.model.chain import Chain, Layer, Platform
+>>> from workbench.model.chain import Chain, Layer
+>>> from workbench.model.target import Target
 >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 0, 8) for i in range(4)), input_bytes=8)
->>> p = plan_gpipe(ch, Platform(2, memory_model="paper"), micro_batches=4)
+>>> p = plan_gpipe(ch, Target.of(2, memory_model="paper"), micro_batches=4)
 >>> p.schedule, p.micro_batches, [s.in_flight for s in p.stages]
 ('gpipe', 4, [4, 4])
 """
@@ -33,8 +34,9 @@ import math
 import time
 from typing import Any
 
-from workbench.model.chain import Chain, Platform
+from workbench.model.chain import Chain
 from workbench.model.plan import MAX_MICRO_BATCHES, Plan, Stage, chain_for_plan, lower_bound, with_memory_setup
+from workbench.model.target import Target
 from workbench.model.tolerances import REL_TOL
 from workbench.model.units import format_bytes
 from workbench.planners.dp.contiguous import plan_dp
@@ -44,7 +46,7 @@ from workbench.schedules.simulate_orders import held_counts
 __all__ = ["plan_gpipe", "plan_1f1b", "plan_flushed"]
 
 
-def plan_flushed(chain: Chain, platform: Platform, kind: str, *,
+def plan_flushed(chain: Chain, platform: Target, kind: str, *,
                  allocation: str = "contiguous", time_limit: float | None = None,
                  micro_batches: int | None = None, flushes: int = 1, **options: Any) -> Plan:
     """A flushed ``kind`` schedule on dp's unconstrained partition, simulated (see the module docstring)."""
@@ -84,13 +86,13 @@ def plan_flushed(chain: Chain, platform: Platform, kind: str, *,
     )
 
 
-def plan_gpipe(chain: Chain, platform: Platform, *, allocation: str = "contiguous",
+def plan_gpipe(chain: Chain, platform: Target, *, allocation: str = "contiguous",
                time_limit: float | None = None, **options: Any) -> Plan:
     """GPipe (all forwards, then all backwards, flush) on dp's partition; option ``micro_batches``."""
     return plan_flushed(chain, platform, "gpipe", allocation=allocation, time_limit=time_limit, **options)
 
 
-def plan_1f1b(chain: Chain, platform: Platform, *, allocation: str = "contiguous",
+def plan_1f1b(chain: Chain, platform: Target, *, allocation: str = "contiguous",
               time_limit: float | None = None, **options: Any) -> Plan:
     """1F1B with a flush every m micro-batches on dp's partition; option ``micro_batches``."""
     return plan_flushed(chain, platform, "1f1b", allocation=allocation, time_limit=time_limit, **options)

@@ -17,9 +17,10 @@ periodic schedule is then put on top as for the other baselines
 (:func:`workbench.planners.baselines.schedule_on_top`: the least period that fits the limit,
 where in-flight counts can fall below 1F1B's). The partition does not depend on the limit.
 
->>> from workbench.model.chain import Chain, Layer, Platform
+>>> from workbench.model.chain import Chain, Layer
+>>> from workbench.model.target import Target
 >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 1.0, 0, 10, 100) for i in range(4)), input_bytes=10)
->>> mcap_partition(ch, Platform(2, memory_model="paper"))   # two in flight x 100 on the first stage; 3 x 100 after
+>>> mcap_partition(ch, Target.of(2, memory_model="paper"))   # two in flight x 100 on the first stage; 3 x 100 after
 (300.0, [(0, 0), (1, 3)])
 """
 
@@ -31,10 +32,11 @@ from typing import Any
 
 import numpy as np
 
-from workbench.model.chain import Chain, Platform
+from workbench.model.chain import Chain
 from workbench.model.memory import layer_terms
 from workbench.model.memory_bands import square_terms
 from workbench.model.plan import Plan
+from workbench.model.target import Target
 from workbench.model.tolerances import MEMORY_SLACK
 from workbench.model.units import format_bytes
 from workbench.planners.baselines import schedule_on_top
@@ -58,7 +60,7 @@ def _suffix_bottleneck(cost: list[np.ndarray], L: int, P: int) -> tuple[float, l
     return float(G[-1][0]), suffix_bounds(args, len(G))
 
 
-def mcap_partition(chain: Chain, platform: Platform) -> tuple[float, list[tuple[int, int]]]:
+def mcap_partition(chain: Chain, platform: Target) -> tuple[float, list[tuple[int, int]]]:
     """(the least largest device memory under 1F1B in-flight counts, a partition reaching it with the
     least slowest stage among such partitions)."""
     L, P = len(chain), platform.devices
@@ -75,7 +77,7 @@ def mcap_partition(chain: Chain, platform: Platform) -> tuple[float, list[tuple[
     return peak, bounds
 
 
-def plan_mcap(chain: Chain, platform: Platform, *, allocation: str = "contiguous",
+def plan_mcap(chain: Chain, platform: Target, *, allocation: str = "contiguous",
               time_limit: float | None = None, **options: Any) -> Plan:
     """The memory-balanced partition with the periodic schedule on top (see the module docstring)."""
     t0 = time.perf_counter()

@@ -34,7 +34,8 @@ from typing import Sequence
 import numpy as np
 
 from workbench.bisection import least_bottleneck
-from workbench.model.chain import Chain, Platform
+from workbench.model.chain import Chain
+from workbench.model.target import Target
 
 __all__ = ["bounds_to_assignment", "suffix_bounds", "bottleneck_partition", "boundary_costs",
            "unconstrained_period", "StageSums", "place", "SuffixLinks"]
@@ -52,11 +53,11 @@ def bounds_to_assignment(bounds: Sequence[tuple[int, int]], first: int = 0) -> t
     return tuple(out)
 
 
-def place(bounds: Sequence[tuple[int, int]], platform: Platform) -> tuple[int, ...]:
+def place(bounds: Sequence[tuple[int, int]], platform: Target) -> tuple[int, ...]:
     """The devices ``dp`` gives a contiguous partition: stage s on device s on one node; on several nodes
     the last ``len(bounds)`` devices, in order (module docstring).
 
-    >>> place([(0, 1), (2, 2)], Platform(4)), place([(0, 1), (2, 2)], Platform(4, devices_per_node=2))
+    >>> place([(0, 1), (2, 2)], Target.of(4)), place([(0, 1), (2, 2)], Target.of(4, devices_per_node=2))
     ((0, 0, 1), (2, 2, 3))
     """
     return bounds_to_assignment(bounds, platform.devices - len(bounds) if platform.multi_node else 0)
@@ -111,12 +112,13 @@ def bottleneck_partition(cost: np.ndarray, P: int) -> tuple[float, list[tuple[in
     return value, bounds[::-1]
 
 
-def boundary_costs(chain: Chain, platform: Platform, src: int | None = None, dst: int | None = None) -> np.ndarray:
+def boundary_costs(chain: Chain, platform: Target, src: int | None = None, dst: int | None = None) -> np.ndarray:
     """c_j: the boundary cost after layer j (docs/model.md, "Plan"), 0 after the last layer; on the link
     from device ``src`` to ``dst`` (not given: the link within a node).
 
-    >>> from workbench.model.chain import Chain, Layer, Platform
-    >>> boundary_costs(Chain((Layer("a", 1, 1, 0, 8), Layer("b", 1, 1, 0, 8))), Platform(2, bandwidth=4.0)).tolist()
+    >>> from workbench.model.chain import Chain, Layer
+    >>> from workbench.model.target import Target
+    >>> boundary_costs(Chain((Layer("a", 1, 1, 0, 8), Layer("b", 1, 1, 0, 8))), Target.of(2, bandwidth=4.0)).tolist()
     [2.0, 0.0]
     """
     L = len(chain)
@@ -130,14 +132,15 @@ class SuffixLinks:
     the stage that starts a q-stage suffix (on device P - q, its boundary to device P - q + 1);
     ``least`` and ``most`` bound every link's costs (the same array on one node).
 
-    >>> from workbench.model.chain import Chain, Layer, Platform
+    >>> from workbench.model.chain import Chain, Layer
+    >>> from workbench.model.target import Target
     >>> ch = Chain((Layer("a", 1, 1, 0, 8), Layer("b", 1, 1, 0, 8)))
-    >>> links = SuffixLinks(ch, Platform(4, bandwidth=8.0, devices_per_node=2, node_bandwidth=2.0))
+    >>> links = SuffixLinks(ch, Target.of(4, bandwidth=8.0, devices_per_node=2, node_bandwidth=2.0))
     >>> links.after(3).tolist(), links.after(2).tolist()     # device 1 -> 2 crosses nodes, 2 -> 3 does not
     ([4.0, 0.0], [1.0, 0.0])
     """
 
-    def __init__(self, chain: Chain, platform: Platform) -> None:
+    def __init__(self, chain: Chain, platform: Target) -> None:
         self.platform = platform
         self.least = boundary_costs(chain, platform)
         if platform.multi_node:
@@ -157,12 +160,13 @@ class StageSums:
     planners that take every pair, e.g. PipeDream's): ``F``, ``B``, ``FB``, ``A`` (the profile's saved
     bytes), ``W`` (weights), and ``c`` (:func:`boundary_costs`).
 
-    >>> from workbench.model.chain import Chain, Layer, Platform
-    >>> StageSums(Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 4, 0) for i in range(3))), Platform(2)).FB[0].tolist()
+    >>> from workbench.model.chain import Chain, Layer
+    >>> from workbench.model.target import Target
+    >>> StageSums(Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 4, 0) for i in range(3))), Target.of(2)).FB[0].tolist()
     [3.0, 6.0, 9.0]
     """
 
-    def __init__(self, chain: Chain, platform: Platform) -> None:
+    def __init__(self, chain: Chain, platform: Target) -> None:
         L = len(chain)
         p = chain._prefix
         self.L = L
@@ -216,14 +220,15 @@ class _StageCost:
         return max(max(self.fb(i, j), float(self.c[j])) for i, j in bounds)
 
 
-def unconstrained_period(chain: Chain, platform: Platform, c: np.ndarray | None = None
+def unconstrained_period(chain: Chain, platform: Target, c: np.ndarray | None = None
                          ) -> tuple[float, list[tuple[int, int]]]:
     """The optimal contiguous period without a memory limit (the bottleneck of ``max(F + B, c_j)`` over
     partitions into at most P stages), and a partition reaching it. Exact; O(P log L) per probe.
 
-    >>> from workbench.model.chain import Chain, Layer, Platform
+    >>> from workbench.model.chain import Chain, Layer
+    >>> from workbench.model.target import Target
     >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 0, 0) for i in range(4)))
-    >>> unconstrained_period(ch, Platform(3))
+    >>> unconstrained_period(ch, Target.of(3))
     (6.0, [(0, 1), (2, 3)])
     """
     cost = _StageCost(chain, boundary_costs(chain, platform) if c is None else c)

@@ -25,9 +25,10 @@ returned with a "does not fit" note (as for the baselines); if PipeDream's
 DP itself finds nothing under M, the plan is infeasible and says how much
 memory PipeDream's own model needs at least.
 
->>> from workbench.model.chain import Chain, Layer, Platform
+>>> from workbench.model.chain import Chain, Layer
+>>> from workbench.model.target import Target
 >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 0, 0) for i in range(4)))
->>> plan_pipedream(ch, Platform(2, memory_model="paper")).assignment
+>>> plan_pipedream(ch, Target.of(2, memory_model="paper")).assignment
 (0, 0, 1, 1)
 """
 
@@ -39,8 +40,9 @@ from typing import Any
 
 import numpy as np
 
-from workbench.model.chain import Chain, Platform
+from workbench.model.chain import Chain
 from workbench.model.plan import Plan, infeasible_plan
+from workbench.model.target import Target
 from workbench.model.tolerances import MEMORY_SLACK
 from workbench.model.units import format_bytes
 from workbench.planners.baselines import schedule_on_top
@@ -49,18 +51,19 @@ from workbench.planners.partition import StageSums, suffix_bounds
 __all__ = ["plan_pipedream", "pipedream_partition", "pipedream_memory_need"]
 
 
-def pipedream_partition(chain: Chain, platform: Platform, *, memory: float | None = None
+def pipedream_partition(chain: Chain, platform: Target, *, memory: float | None = None
                         ) -> tuple[float, list[tuple[int, int]]] | None:
     """PipeDream's straight-pipeline DP: (its estimated slowest-stage time, partition), or None.
 
     ``memory`` defaults to the platform's limit. At most P stages; among
     equal estimates the one with fewest stages.
 
-    >>> from workbench.model.chain import Chain, Layer, Platform
+    >>> from workbench.model.chain import Chain, Layer
+    >>> from workbench.model.target import Target
     >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 1.0, 10, 10) for i in range(4)))
-    >>> pipedream_partition(ch, Platform(2, memory_model="paper"))
+    >>> pipedream_partition(ch, Target.of(2, memory_model="paper"))
     (4.0, [(0, 1), (2, 3)])
-    >>> pipedream_partition(ch, Platform(2, memory_model="paper"), memory=50) is None
+    >>> pipedream_partition(ch, Target.of(2, memory_model="paper"), memory=50) is None
     True
     """
     t = StageSums(chain, platform)
@@ -88,7 +91,7 @@ def pipedream_partition(chain: Chain, platform: Platform, *, memory: float | Non
     return float(finals[q - 1]), suffix_bounds(args, q)
 
 
-def pipedream_memory_need(chain: Chain, platform: Platform) -> float:
+def pipedream_memory_need(chain: Chain, platform: Target) -> float:
     """The least M under which PipeDream's DP finds a partition (its own memory model).
 
     Candidate values are the charges ``q * (A + W)`` of every stage; the
@@ -112,7 +115,7 @@ def pipedream_memory_need(chain: Chain, platform: Platform) -> float:
     return float(cands[lo])
 
 
-def plan_pipedream(chain: Chain, platform: Platform, *, allocation: str = "contiguous",
+def plan_pipedream(chain: Chain, platform: Target, *, allocation: str = "contiguous",
                    time_limit: float | None = None, **options: Any) -> Plan:
     """PipeDream's partition with the periodic schedule on top (see the module docstring)."""
     t0 = time.perf_counter()

@@ -16,11 +16,12 @@ experiments share.
 * :func:`plan_row` and :func:`run_method` turn one result into the tidy columns
   of the studies' tables.
 
->>> from workbench.model.chain import Chain, Layer, Platform
+>>> from workbench.model.chain import Chain, Layer
+>>> from workbench.model.target import Target
 >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 100, 10) for i in range(4)), input_bytes=10)
->>> [(M, p.status) for M, p in sweep(ch, Platform(2, memory_model="paper"), [1000, 200], "dp")]
+>>> [(M, p.status) for M, p in sweep(ch, Target.of(2, memory_model="paper"), [1000, 200], "dp")]
 [(200.0, 'infeasible'), (1000.0, 'optimal')]
->>> run_method(ch, Platform(2, memory_model="paper"), "nosuch")["status"]
+>>> run_method(ch, Target.of(2, memory_model="paper"), "nosuch")["status"]
 'unavailable'
 """
 
@@ -34,8 +35,9 @@ from typing import Any, Sequence
 import pandas as pd
 
 from workbench.methods import method as registered
-from workbench.model.chain import Chain, Platform
+from workbench.model.chain import Chain
 from workbench.model.plan import Plan, lower_bound
+from workbench.model.target import Target
 from workbench.model.units import parse_size
 from workbench.planners import plan as run_planner
 
@@ -60,7 +62,7 @@ class Failure:
     seconds: float
 
 
-def solve(chain: Chain, platform: Platform, method: str, *, allocation: str = "contiguous",
+def solve(chain: Chain, platform: Target, method: str, *, allocation: str = "contiguous",
           time_limit: float | None = None, **options: Any) -> Plan:
     """:func:`workbench.planners.plan`, raising :class:`Unavailable` for a method that is not there."""
     try:
@@ -73,7 +75,7 @@ def solve(chain: Chain, platform: Platform, method: str, *, allocation: str = "c
         raise Unavailable(f"NotImplementedError: {e}") from e
 
 
-def attempt(chain: Chain, platform: Platform, method: str, *, allocation: str = "contiguous",
+def attempt(chain: Chain, platform: Target, method: str, *, allocation: str = "contiguous",
             time_limit: float | None = None, **options: Any) -> Plan | Failure:
     """:func:`solve`, with whatever goes wrong recorded as a :class:`Failure` instead of raised."""
     t0 = time.perf_counter()
@@ -85,7 +87,7 @@ def attempt(chain: Chain, platform: Platform, method: str, *, allocation: str = 
         return Failure("error", f"{type(e).__name__}: {e}", time.perf_counter() - t0)
 
 
-def sweep(chain: Chain, platform: Platform, memories: Sequence[float | str], method: str, *,
+def sweep(chain: Chain, platform: Target, memories: Sequence[float | str], method: str, *,
           allocation: str = "contiguous", time_limit: float | None = None, warm_start: bool = False,
           robust: bool = False, **options: Any) -> list[tuple[float, Plan | Failure]]:
     """``(limit, result)`` for each memory limit (bytes or ``"16GiB"``), smallest first.
@@ -110,7 +112,7 @@ def sweep(chain: Chain, platform: Platform, memories: Sequence[float | str], met
     return out
 
 
-def plan_row(plan: Plan | Failure, chain: Chain, platform: Platform) -> dict[str, Any]:
+def plan_row(plan: Plan | Failure, chain: Chain, platform: Target) -> dict[str, Any]:
     """The tidy columns of one result (period, throughput, ratio to the bound, memory, status, time-out)."""
     lb = lower_bound(chain, platform)
     if isinstance(plan, Failure):
@@ -140,7 +142,7 @@ def plan_row(plan: Plan | Failure, chain: Chain, platform: Platform) -> dict[str
     }                                                           # the note is cut at 300 characters)
 
 
-def run_method(chain: Chain, platform: Platform, method: str, *, allocation: str = "contiguous",
+def run_method(chain: Chain, platform: Target, method: str, *, allocation: str = "contiguous",
                time_limit: float | None = None, **options: Any) -> dict[str, Any]:
     """Plan with ``method`` (:func:`attempt`) and return :func:`plan_row`'s columns plus ``method``/``allocation``.
 
@@ -152,7 +154,7 @@ def run_method(chain: Chain, platform: Platform, method: str, *, allocation: str
     return {"method": method, "allocation": allocation, **plan_row(result, chain, platform)}
 
 
-def sweep_memory(chain: Chain, platform: Platform, memories: Sequence[float | str], *,
+def sweep_memory(chain: Chain, platform: Target, memories: Sequence[float | str], *,
                  methods: Sequence[str] = ("ilp",), allocation: str = "contiguous",
                  time_limit: float | None = None, **options: Any):
     """Throughput against the memory limit: one solve per (memory level, method), as a DataFrame.
@@ -161,9 +163,10 @@ def sweep_memory(chain: Chain, platform: Platform, memories: Sequence[float | st
     peak_memory. Levels are solved from the smallest up; the ILP re-uses the plan of the
     previous level as a warm start (a plan that fits a smaller limit fits a larger one).
 
-    >>> from workbench.model.chain import Chain, Layer, Platform
+    >>> from workbench.model.chain import Chain, Layer
+    >>> from workbench.model.target import Target
     >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 100, 10) for i in range(4)), input_bytes=10)
-    >>> df = sweep_memory(ch, Platform(2, memory_model="paper"), [200, 1000, 10_000])
+    >>> df = sweep_memory(ch, Target.of(2, memory_model="paper"), [200, 1000, 10_000])
     >>> list(df["status"])
     ['infeasible', 'optimal', 'optimal']
     """

@@ -17,9 +17,10 @@ stage ``a..b`` (L x L matrices, :func:`workbench.model.memory_bands.square_terms
 asks for it, once per call. Every step after the time-balanced partition polls a deadline (a :class:`Clock`)
 and stops there with what it has; the clock says whether it stopped anything.
 
->>> from workbench.model.chain import Chain, Layer, Platform
+>>> from workbench.model.chain import Chain, Layer
+>>> from workbench.model.target import Target
 >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 0, 1, 1) for i in range(8)), input_bytes=1)
->>> spans = Spans(ch, Platform(2, memory_model="paper"))
+>>> spans = Spans(ch, Target.of(2, memory_model="paper"))
 >>> Balance(spans, [0, 1, 0, 1], [2, 2, 1, 1], [0, 0, 0, 0]).least_tau([float("inf")] * 4)
 [(0, 1), (2, 3), (4, 5), (6, 7)]
 """
@@ -32,10 +33,11 @@ from typing import Sequence
 
 import numpy as np
 
-from workbench.model.chain import Chain, Platform
+from workbench.model.chain import Chain
 from workbench.model.memory import flushed_platform, layer_terms
 from workbench.model.memory_bands import band_terms, square_terms
 from workbench.model.split import split_columns
+from workbench.model.target import Target
 from workbench.model.tolerances import REL_TOL
 from workbench.schedules.order_memory import OrderMemory
 
@@ -82,14 +84,15 @@ class Spans:
     """What every micro-batch count shares: per layer compute and its prefix sums, and (on first use) every
     stage's memory terms as L x L matrices: activations ``A``, the rest ``base`` and the pending bytes."""
 
-    def __init__(self, chain: Chain, platform: Platform) -> None:
+    def __init__(self, chain: Chain, platform: Target) -> None:
         self.chain, self.platform = chain, platform
         self.comp = np.asarray(chain.forward + chain.backward, dtype=float)
         self.L = len(self.comp)
         self.pre = np.concatenate([[0.0], np.cumsum(self.comp)])
         self.terms = layer_terms(chain, flushed_platform(platform))     # a flush's gradients accumulate
         pend = np.concatenate([[0.0], np.cumsum(split_columns(chain)[1])])
-        self.pend = pend if platform.memory_model == "full" else np.zeros_like(pend)   #: pending bytes' prefix sums
+        #: pending bytes' prefix sums
+        self.pend = pend if platform.setup.memory_model == "full" else np.zeros_like(pend)
         self._square: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
 
     def span(self, a: np.ndarray | int, b: np.ndarray | int) -> np.ndarray:

@@ -37,9 +37,10 @@ partition where exhaustive search does in 39 of 40 cases, 2.5 % slower on
 average (``tests/test_torch_schedules.py`` holds the comparison). A plan that
 cannot fit says so (``plan.fits`` is False), as the flushed schedules do.
 
->>> from workbench.model.chain import Chain, Layer, Platform
+>>> from workbench.model.chain import Chain, Layer
+>>> from workbench.model.target import Target
 >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 0, 1, 1) for i in range(8)), input_bytes=1)
->>> p = TORCH_PLANNERS["interleaved-1f1b"](ch, Platform(2, memory_model="paper"), micro_batches=4)
+>>> p = TORCH_PLANNERS["interleaved-1f1b"](ch, Target.of(2, memory_model="paper"), micro_batches=4)
 >>> [(s.first, s.last, s.device) for s in p.stages], p.period   # (m v + p - 1)(f + b) / m = 9 x 6 / 4
 ([(0, 1, 0), (2, 3, 1), (4, 5, 0), (6, 7, 1)], 13.5)
 """
@@ -49,9 +50,10 @@ from __future__ import annotations
 import time
 from typing import Any, Callable
 
-from workbench.model.chain import Chain, Platform
+from workbench.model.chain import Chain
 from workbench.model.plan import Plan, Stage, infeasible_plan, lower_bound, with_memory_setup
 from workbench.model.split import split_note
+from workbench.model.target import Target
 from workbench.model.tolerances import REL_TOL
 from workbench.model.units import format_bytes, format_seconds
 from workbench.planners.budget import Budget
@@ -73,7 +75,7 @@ SECONDS_PER_OP = 1e-4
 MAY_VARY_CUT = "this result may differ between runs"
 
 
-def plan_torch_schedule(chain: Chain, platform: Platform, name: str, *, allocation: str = "contiguous",
+def plan_torch_schedule(chain: Chain, platform: Target, name: str, *, allocation: str = "contiguous",
                         time_limit: float | None = None, micro_batches: int | None = None,
                         chunks: int | None = None, flushes: int = 1, **options: Any) -> Plan:
     """Plan ``chain`` with torch's schedule ``name`` (see the module docstring). Without ``micro_batches``
@@ -115,7 +117,7 @@ def plan_torch_schedule(chain: Chain, platform: Platform, name: str, *, allocati
                    extra={**p.extra, "may_vary": True})
 
 
-def _plan_counts(chain: Chain, platform: Platform, name: str, counts: list[int], V: int, flushes: int,
+def _plan_counts(chain: Chain, platform: Target, name: str, counts: list[int], V: int, flushes: int,
                  budget: Budget, optional: bool, say: Callable[[str], None]) -> tuple[list[tuple], list[str]]:
     """Each micro-batch count's best partition and trace, as ``((does not fit, period or peak), position in
     counts, parts, trace, count)``, and why counts were not planned. Under a time limit the counts go cheapest
@@ -200,7 +202,7 @@ def _best_partition(spans: Spans, name: str, order: dict[int, tuple[Op, ...]], d
     return chosen, simulated(chosen)
 
 
-def _plan_of(chain: Chain, platform: Platform, name: str, torch_class: str, parts: list[tuple[int, int]],
+def _plan_of(chain: Chain, platform: Target, name: str, torch_class: str, parts: list[tuple[int, int]],
              dev: list[int], trace, m: int, V: int, flushes: int, split: bool, seconds: float) -> Plan:
     """The plan of a simulated partition: stages with mini-batch 0's start times and held counts."""
     ops = trace.ops
@@ -232,7 +234,7 @@ def _plan_of(chain: Chain, platform: Platform, name: str, torch_class: str, part
 
 def _planner(name: str):
     """The planner of torch's schedule ``name``: :func:`plan_torch_schedule` with it, named ``plan_<name>``."""
-    def plan(chain: Chain, platform: Platform, **options: Any) -> Plan:
+    def plan(chain: Chain, platform: Target, **options: Any) -> Plan:
         return plan_torch_schedule(chain, platform, name, **options)
 
     plan.__name__ = plan.__qualname__ = "plan_" + name.replace("-", "_")

@@ -46,8 +46,9 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 
-from workbench.model.chain import Chain, Platform
+from workbench.model.chain import Chain
 from workbench.model.plan import Plan
+from workbench.model.target import Target
 from workbench.model.trace import Trace
 from workbench.schedules.registry import schedule_of
 
@@ -70,12 +71,13 @@ def steady_warmup(plan: Plan, trace: Trace, warmup: int | None = None) -> int:
     least ``k_0`` (the forwards the first stage runs before one waits for a backward), leaving two; none for a
     flushed plan, whose every flush is the plan's whole schedule (its period: the flushes' spans).
 
-    >>> from workbench.model.chain import Chain, Layer, Platform
+    >>> from workbench.model.chain import Chain, Layer
+    >>> from workbench.model.target import Target
     >>> from workbench.model.plan import make_plan
     >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 0, 0) for i in range(2)))
-    >>> plan = make_plan(ch, Platform(2), 3.0, [0, 1], [0.0, 1.0], [8.0, 2.0])   # k = 4, 1
+    >>> plan = make_plan(ch, Target.of(2), 3.0, [0, 1], [0.0, 1.0], [8.0, 2.0])   # k = 4, 1
     >>> from workbench.schedules.simulate import simulate
-    >>> steady_warmup(plan, simulate(plan, ch, Platform(2), batches=12))   # 12 // 4 = 3 < k_0
+    >>> steady_warmup(plan, simulate(plan, ch, Target.of(2), batches=12))   # 12 // 4 = 3 < k_0
     4
     """
     ops = trace.ops
@@ -168,7 +170,7 @@ def stage_times(plan: Plan, chain: Chain, trace: Trace, warmup: int | None = Non
     return pd.DataFrame(rows)
 
 
-def compare(plan: Plan, chain: Chain, platform: Platform, trace: Trace, warmup: int | None = None,
+def compare(plan: Plan, chain: Chain, platform: Target, trace: Trace, warmup: int | None = None,
             cpu: pd.DataFrame | None = None, *, cores: int | None = None, load: float | None = None) -> pd.DataFrame:
     """Per device: predicted/measured busy time per mini-batch, memory, and their relative errors.
 
@@ -225,7 +227,7 @@ def compare(plan: Plan, chain: Chain, platform: Platform, trace: Trace, warmup: 
     return df
 
 
-def measurement_warnings(plan: Plan, chain: Chain, platform: Platform, trace: Trace, per_device: pd.DataFrame,
+def measurement_warnings(plan: Plan, chain: Chain, platform: Target, trace: Trace, per_device: pd.DataFrame,
                          *, warmup: int, cores: int | None = None, load: float | None = None) -> list[str]:
     """Why the measured times cannot test the prediction (empty: nothing found); see the module doc.
     ``per_device``: :func:`compare`'s rows."""
@@ -287,7 +289,7 @@ def calibrate(chain: Chain, plan: Plan, trace: Trace, warmup: int | None = None,
     return replace(chain, layers=tuple(layers), meta={**chain.meta, "calibrated_from": trace.source})
 
 
-def calibration_report(plan: Plan, chain: Chain, platform: Platform, trace: Trace,
+def calibration_report(plan: Plan, chain: Chain, platform: Target, trace: Trace,
                        warmup: int | None = None, replan: bool = True,
                        replan_time_limit: float = 30.0) -> dict[str, float]:
     """Predicted period before and after calibration (same allocation, re-scheduled) against the measurement.

@@ -338,14 +338,15 @@ def _torchrun(args: argparse.Namespace) -> int:
     if chain is not None:      # as `check PLAN --profile ...` would: the plan's set-up and links, no memory limit
         links = platform_for_run(plan, setup=made_with)     # the links check takes: the plan's, else the default
         check_plan_valid(plan, chain, links.with_(memory=math.inf), where=args.plan_file)
-    engine = choose_engine(plan, platform.weights, args.engine)
+    engine = choose_engine(plan, platform.setup.weights, args.engine)
     if args.steps is None:
         from workbench.runtime.summary import default_steps
 
         args.steps = default_steps(plan, engine)
-    cfg = RunConfig(plan, programs_for(plan, args.steps), wl, args.steps, args.lr, platform.weights, backend, device,
+    cfg = RunConfig(plan, programs_for(plan, args.steps), wl, args.steps, args.lr, platform.setup.weights, backend,
+                    device,
                     timeout=args.timeout, engine=engine,
-                    optimizer=platform.optimizer, zero_grad=platform.zero_grad)
+                    optimizer=platform.setup.optimizer, zero_grad=platform.setup.zero_grad)
     _setup(rank, cfg)
     dist.init_process_group(backend, rank=rank, world_size=world, timeout=timedelta(seconds=args.timeout))
     t0 = time.monotonic()

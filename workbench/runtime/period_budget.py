@@ -33,12 +33,13 @@ would take on a core of its own.
 ``profile`` is what the model predicts for these operations; every other part is time it does not have.
 
 >>> import pandas as pd
->>> from workbench.model.chain import Chain, Layer, Platform
+>>> from workbench.model.chain import Chain, Layer
+>>> from workbench.model.target import Target
 >>> from workbench.model.plan import make_plan
 >>> from workbench.model.trace import Trace, MEMORY_COLUMNS, OP_COLUMNS
 >>> from workbench.runtime.rank import CPU_COLUMNS
 >>> ch = Chain((Layer("a", 1.0, 2.0, 0, 0),))
->>> plan = make_plan(ch, Platform(1), 3.0, [0], [0.0], [1.0])
+>>> plan = make_plan(ch, Target.of(1), 3.0, [0], [0.0], [1.0])
 >>> # (mini-batch, kind, start, end, CPU seconds, CPU clock at the start)
 >>> rows = [(i, "F", 4.0 * i, 4.0 * i + 1.25, 1.1, 3.375 * i) for i in range(4)] + \\
 ...        [(i, "B", 4.0 * i + 1.5, 4.0 * i + 3.75, 2.0, 3.375 * i + 1.225) for i in range(4)]

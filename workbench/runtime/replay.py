@@ -17,11 +17,11 @@ for the backward, temporaries. The replay runs the PipeDream engine
 :func:`replay_report` puts the three beside the plan's prediction, one row
 per device.
 
->>> from workbench.model.chain import Platform
+>>> from workbench.model.target import Target
 >>> from workbench.profiles.profiler import profile_zoo
 >>> from workbench.schedules.builder import best_schedule
 >>> chain = profile_zoo("mlp", 4, repeats=1, warmup=0)
->>> plan = best_schedule(chain, Platform(2, memory_model="paper"), [0, 0, 0, 1, 1])
+>>> plan = best_schedule(chain, Target.of(2, memory_model="paper"), [0, 0, 0, 1, 1])
 >>> res = replay_devices(plan, Workload.zoo("mlp", 4), steps=4, device="cpu")
 >>> sorted(set(res.trace.ops["kind"])), list(replay_report(plan, chain, res)["device"])
 (['B', 'F', 'step'], [0, 1])

@@ -107,13 +107,14 @@ def platform_for_run(plan, *, optimizer: str | None = None, bandwidth: float | s
     nodes', where it records them), else :data:`~workbench.model.training_setup.DEFAULT_BANDWIDTH`.
 
     >>> from workbench.model.plan import Plan
-    >>> platform_for_run(Plan(1.0, (0,), (), 1)).optimizer, platform_for_run(Plan(1.0, (0,), (), 1)).bandwidth
+    >>> platform_for_run(Plan(1.0, (0,), (), 1)).setup.optimizer, platform_for_run(Plan(1.0, (0,), (), 1)).bandwidth
     ('adam', 12000000000.0)
     """
     from dataclasses import replace
 
     from workbench.model.accelerators import DEFAULT_NODE_BANDWIDTH
     from workbench.model.chain import DEFAULT_HOST_BANDWIDTH, Platform
+    from workbench.model.target import Target
     from workbench.model.training_setup import DEFAULT_BANDWIDTH, TrainingSetup, recorded_link
 
     setup = setup or TrainingSetup.from_memory_setup(plan.setup)
@@ -123,11 +124,10 @@ def platform_for_run(plan, *, optimizer: str | None = None, bandwidth: float | s
     nodes = {} if recorded.get("devices_per_node") is None else {
         "devices_per_node": recorded["devices_per_node"],
         "node_bandwidth": recorded_link(recorded, "node_bandwidth", DEFAULT_NODE_BANDWIDTH)}
-    return Platform(plan.devices, memory=plan.memory_limit,
-                    bandwidth=bandwidth or recorded_link(recorded, "bandwidth", DEFAULT_BANDWIDTH),
-                    latency=latency or 0.0, **nodes,
-                    host_bandwidth=recorded_link(recorded, "host_bandwidth", DEFAULT_HOST_BANDWIDTH),
-                    **setup.platform_fields())
+    return Target(Platform(plan.devices, memory=plan.memory_limit,
+                           bandwidth=bandwidth or recorded_link(recorded, "bandwidth", DEFAULT_BANDWIDTH),
+                           latency=latency or 0.0, **nodes,
+                           host_bandwidth=recorded_link(recorded, "host_bandwidth", DEFAULT_HOST_BANDWIDTH)), setup)
 
 
 def gradient_errors(res, wl, steps: int, random_layers: list[str], check: bool,

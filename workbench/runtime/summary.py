@@ -89,7 +89,7 @@ def engine_extra(plan, chain, platform, steps: int, engine: str) -> list[float]:
     the plan's own loop."""
     if engine != "torch":
         return [0.0] * plan.devices
-    if not schedule_of(plan.schedule).flushed and platform is not None and platform.memory_model == "full":
+    if not schedule_of(plan.schedule).flushed and platform is not None and platform.setup.memory_model == "full":
         from workbench.model.activations import apply_policies
 
         peak = torch_engine_memory(apply_policies(chain, plan.activations or None), platform, plan.stages, steps)
@@ -123,7 +123,7 @@ def _run_fields(plan, platform, wl, res, cfg: dict[str, Any], batch_size: int, s
         "steps": steps, **dict(zip(("optimizer_steps", "mini_batches_per_step"),
                                    steps_per_update(plan, steps, res.meta["engine"]))), "dtype": wl.dtype,
         "devices": plan.devices, "assignment": list(plan.assignment), "allocation": plan.allocation,
-        "weights": platform.weights, "backend": res.meta["backend"], "device": res.meta["device"],
+        "weights": platform.setup.weights, "backend": res.meta["backend"], "device": res.meta["device"],
         "engine": res.meta["engine"], "optimizer": res.meta["optimizer"],
         "zero_grad": res.meta.get("zero_grad", getattr(platform, "zero_grad", None)),
         "precision": (plan.setup or {}).get("precision"),

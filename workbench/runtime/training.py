@@ -36,7 +36,7 @@ from typing import Iterable
 import torch
 from torch import nn
 
-from workbench.model.chain import OPTIMIZERS
+from workbench.model.training_setup import OPTIMIZERS
 
 __all__ = ["OPTIMIZERS", "ZERO_GRADS", "make_optimizer", "MasterWeights", "zero_grad"]
 

@@ -41,9 +41,10 @@ contiguous arc of the period (an operation goes right after or right
 before the arc) and never fails while every device load is <= T.
 ``mode="auto"`` tries both and keeps the one that fits best.
 
->>> from workbench.model.chain import Chain, Layer, Platform
+>>> from workbench.model.chain import Chain, Layer
+>>> from workbench.model.target import Target
 >>> chain = Chain(tuple(Layer(f"l{i}", 0.001, 0.002, 100, 10) for i in range(6)), input_bytes=10)
->>> plat = Platform(3, memory=1000, bandwidth=20000, memory_model="paper")
+>>> plat = Target.of(3, memory=1000, bandwidth=20000, memory_model="paper")
 >>> plan = build_schedule(chain, plat, [0, 0, 1, 1, 2, 2], 0.008)
 >>> [round(s.bwd_start * 1e3, 6) for s in plan.stages], [s.in_flight for s in plan.stages]
 ([18.0, 12.5, 7.0], [3, 2, 1])
@@ -59,9 +60,10 @@ import time
 from typing import Literal, Sequence
 
 from workbench.model.activations import stage_host_time
-from workbench.model.chain import Chain, Platform
+from workbench.model.chain import Chain
 from workbench.model.memory import device_extra, layer_terms, stage_activation, stage_memory
 from workbench.model.plan import Plan, Stage, in_flight, infeasible_plan, lower_bound, stages_of, with_memory_setup
+from workbench.model.target import Target
 from workbench.model.tolerances import CEIL_SLACK, COUNT_NOISE, PERIOD_SEARCH, REL_TOL, START_PERIOD
 from workbench.model.units import format_bytes, format_seconds
 from workbench.schedules.builder_host import NoSchedule, earliest, general_offload
@@ -82,16 +84,17 @@ def _ceil(x: float) -> int:
 class Scheduler:
     """Schedules for one allocation, with the per-stage sums computed once.
 
-    >>> from workbench.model.chain import Chain, Layer, Platform
+    >>> from workbench.model.chain import Chain, Layer
+    >>> from workbench.model.target import Target
     >>> chain = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 100, 10) for i in range(4)))
-    >>> s = Scheduler(chain, Platform(2, memory_model="paper"), [0, 0, 1, 1])
+    >>> s = Scheduler(chain, Target.of(2, memory_model="paper"), [0, 0, 1, 1])
     >>> s.load_period, s.stage_count, s.contiguous
     (6.0, 2, True)
     >>> s.times(6.0)
     ([0.0, 2.0], [8.0, 4.0])
     """
 
-    def __init__(self, chain: Chain, platform: Platform, assignment: Sequence[int]):
+    def __init__(self, chain: Chain, platform: Target, assignment: Sequence[int]):
         assignment = tuple(int(a) for a in assignment)
         if len(assignment) != len(chain):
             raise ValueError(f"the assignment has {len(assignment)} entries for a chain of {len(chain)} layers")
@@ -414,7 +417,7 @@ class Scheduler:
                          solve_seconds=time.perf_counter() - t_start)
 
 
-def build_schedule(chain: Chain, platform: Platform, assignment: Sequence[int], period: float, *,
+def build_schedule(chain: Chain, platform: Target, assignment: Sequence[int], period: float, *,
                    method: str = "", allocation: str | None = None, mode: Mode = "auto") -> Plan:
     """A valid periodic plan for ``assignment`` at ``period``, operations as early as the rules allow.
 
@@ -427,7 +430,7 @@ def build_schedule(chain: Chain, platform: Platform, assignment: Sequence[int], 
     return Scheduler(chain, platform, assignment).plan(period, mode=mode, method=method, allocation=allocation)
 
 
-def best_schedule(chain: Chain, platform: Platform, assignment: Sequence[int], *, method: str = "",
+def best_schedule(chain: Chain, platform: Target, assignment: Sequence[int], *, method: str = "",
                   tol: float = PERIOD_SEARCH, allocation: str | None = None, mode: Mode = "auto") -> Plan:
     """The smallest period for ``assignment`` whose schedule fits ``platform.memory_of(p)`` on every device.
 
@@ -438,11 +441,11 @@ def best_schedule(chain: Chain, platform: Platform, assignment: Sequence[int], *
     return Scheduler(chain, platform, assignment).best(method=method, tol=tol, allocation=allocation, mode=mode)
 
 
-def load_period(chain: Chain, platform: Platform, assignment: Sequence[int]) -> float:
+def load_period(chain: Chain, platform: Target, assignment: Sequence[int]) -> float:
     """max(device load, link load on an ordered pair): the least period any schedule of ``assignment`` has."""
     return Scheduler(chain, platform, assignment).load_period
 
 
-def one_in_flight_memory(chain: Chain, platform: Platform, assignment: Sequence[int]) -> list[float]:
+def one_in_flight_memory(chain: Chain, platform: Target, assignment: Sequence[int]) -> list[float]:
     """Memory per device with one mini-batch in flight on every stage: no period needs less."""
     return list(Scheduler(chain, platform, assignment).one_in_flight_memory)

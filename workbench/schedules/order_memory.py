@@ -32,10 +32,11 @@ and sends nothing: the ``N`` buffers stay, the sent ones do not. Adding these
 at each operation gives the peak a run on torch's engine reaches (``N``
 micro-batches in one step).
 
->>> from workbench.model.chain import Chain, Layer, Platform
+>>> from workbench.model.chain import Chain, Layer
+>>> from workbench.model.target import Target
 >>> from workbench.schedules.torch_orders import torch_order
 >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 8, 1, 10) for i in range(4)), input_bytes=1)
->>> om = OrderMemory(ch, Platform(2, memory_model="paper"), [0, 1, 0, 1], torch_order("looped-bfs", 2, 2, 4))
+>>> om = OrderMemory(ch, Target.of(2, memory_model="paper"), [0, 1, 0, 1], torch_order("looped-bfs", 2, 2, 4))
 >>> om.peaks([(0, 0), (1, 1), (2, 2), (3, 3)])     # 4 micro-batches x 10 on each of 2 stages + 2 x 8 weights
 [96.0, 96.0]
 """
@@ -46,7 +47,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from workbench.model.chain import Chain, Platform
+from workbench.model.chain import Chain
 from workbench.model.memory import (
     flushed_platform,
     layer_terms,
@@ -56,6 +57,7 @@ from workbench.model.memory import (
     stage_step,
 )
 from workbench.model.split import split_columns
+from workbench.model.target import Target
 from workbench.schedules.ops import Op
 
 __all__ = ["OrderMemory", "engine_extra"]
@@ -70,13 +72,13 @@ _Row = tuple[tuple[int, ...], tuple[int, ...], int, tuple[int, ...], tuple[int, 
 class OrderMemory:
     """Peaks per device for partitions of ``chain`` into stages on devices ``stage_dev`` run in ``order``."""
 
-    def __init__(self, chain: Chain, platform: Platform, stage_dev: Sequence[int],
+    def __init__(self, chain: Chain, platform: Target, stage_dev: Sequence[int],
                  order: Mapping[int, Sequence[Op]]) -> None:
         self.chain, self.platform, self.dev = chain, platform, list(stage_dev)
         self.terms = layer_terms(chain, flushed_platform(platform))   # gradients accumulate over the flush ...
         # ... and under zero_grad none exist from the stage's first backward (B or W) on
-        self.fresh = layer_terms(chain, platform) if platform.memory_model == "full" and \
-            platform.zero_grad == "none" else None
+        self.fresh = layer_terms(chain, platform) if platform.setup.memory_model == "full" and \
+            platform.setup.zero_grad == "none" else None
         S = len(self.dev)
         self.mine = {d: [s for s in range(S) if self.dev[s] == d] for d in order}
         # per device, the distinct states during its operations as arrays: rows x its stages (run: the
@@ -174,7 +176,7 @@ def _rows(acts: Sequence[Op], mine: list[int]) -> set[_Row]:
     return rows
 
 
-def engine_extra(plan, chain: Chain, platform: Platform, micro_batches: int,
+def engine_extra(plan, chain: Chain, platform: Target, micro_batches: int,
                  sends_kept: int | None = None) -> list[float]:
     """Per device, what torch's engine holds beyond ``plan.memory`` when it runs the plan for
     ``micro_batches`` micro-batches in one step: for torch's multi-stage schedules the time-resolved

@@ -29,10 +29,11 @@ allocation.
 **Memory** rows per device (what each holds over the run) come from
 :mod:`workbench.schedules.simulate_memory`.
 
->>> from workbench.model.chain import Chain, Layer, Platform
+>>> from workbench.model.chain import Chain, Layer
+>>> from workbench.model.target import Target
 >>> from workbench.schedules.builder import build_schedule
 >>> chain = Chain(tuple(Layer(f"l{i}", 0.001, 0.002, 100, 10) for i in range(6)), input_bytes=10)
->>> plat = Platform(3, memory=1000, bandwidth=20000, memory_model="paper")
+>>> plat = Target.of(3, memory=1000, bandwidth=20000, memory_model="paper")
 >>> plan = build_schedule(chain, plat, [0, 0, 1, 1, 2, 2], 0.008)
 >>> trace = simulate(plan, chain, plat, batches=10)
 >>> round(trace.steady_period(), 9), trace.peak_memory().tolist(), plan.memory
@@ -52,8 +53,9 @@ import numpy as np
 import pandas as pd
 
 from workbench.model.activations import apply_policies, stage_host_time
-from workbench.model.chain import Chain, Platform
+from workbench.model.chain import Chain
 from workbench.model.plan import Plan, chain_for_plan, stages_of
+from workbench.model.target import Target
 from workbench.model.trace import OP_COLUMNS, Trace
 from workbench.schedules.program import flush_order
 from workbench.schedules.registry import SCHEDULES, schedule_of
@@ -84,14 +86,14 @@ class _Pipeline:
     c: list[float]
 
     @classmethod
-    def of(cls, chain: Chain, platform: Platform, runs: Sequence[tuple[int, int]], dev: Sequence[int]) -> "_Pipeline":
+    def of(cls, chain: Chain, platform: Target, runs: Sequence[tuple[int, int]], dev: Sequence[int]) -> "_Pipeline":
         S = len(runs)
         costs = [chain.stage_costs(a, b, platform) for a, b in runs]
         c = [platform.comm_time(chain.cut(runs[s][1]), dev[s], dev[s + 1]) if s + 1 < S else 0.0 for s in range(S)]
         return cls(list(runs), [x.forward for x in costs], [x.backward for x in costs], list(dev), c)
 
 
-def simulate(plan: Plan, chain: Chain, platform: Platform, batches: int = 20) -> Trace:
+def simulate(plan: Plan, chain: Chain, platform: Target, batches: int = 20) -> Trace:
     """Run ``plan`` for ``batches`` mini-batches (event-driven) and return the trace.
 
     Flushed plans run their schedule's order (GPipe, 1F1B, torch's) through
@@ -120,7 +122,7 @@ def simulate(plan: Plan, chain: Chain, platform: Platform, batches: int = 20) ->
     return _simulate_periodic(plan, chain, platform, int(batches))
 
 
-def _simulate_periodic(plan: Plan, chain: Chain, platform: Platform, N: int) -> Trace:
+def _simulate_periodic(plan: Plan, chain: Chain, platform: Target, N: int) -> Trace:
     """:func:`simulate` of a periodic plan, checked, for N mini-batches."""
     T = float(plan.period)
     st = plan.stages
@@ -130,7 +132,7 @@ def _simulate_periodic(plan: Plan, chain: Chain, platform: Platform, N: int) -> 
     ops = _periodic_ops(chain, platform, pipe, st, start2, end2)
     hold_start = np.stack([start2[:, s] for s in range(S)])
     hold_end = np.stack([end2[:, 2 * S - 1 - s] for s in range(S)])
-    sm = StageMemory.of(chain, platform, pipe.runs, stash=platform.stash, step_in_ops=True)
+    sm = StageMemory.of(chain, platform, pipe.runs, stash=platform.setup.stash, step_in_ops=True)
     op_rows = [(s, start2[:, j], end2[:, j]) for s in range(S) for j in (s, 2 * S - 1 - s)]
     mem = memory_frame(platform.devices, pipe.dev, sm, hold_start, hold_end, op_rows,
                         float(min(0.0, start2.min())), max(T, float(end2.max()) / max(N, 1)))
@@ -179,7 +181,7 @@ def _run_periodic(pipe: _Pipeline, st: Sequence, T: float, N: int, devices: int
     return start.reshape(N, 2 * S), end.reshape(N, 2 * S), max_delay
 
 
-def _periodic_ops(chain: Chain, platform: Platform, pipe: _Pipeline, st: Sequence, start2: np.ndarray,
+def _periodic_ops(chain: Chain, platform: Target, pipe: _Pipeline, st: Sequence, start2: np.ndarray,
                   end2: np.ndarray) -> pd.DataFrame:
     """The operations frame of a periodic run: per stage its forwards and backwards, the sends of its
     output and input gradient, and its activation-policy operations (:func:`_policy_ops`)."""
@@ -209,7 +211,7 @@ def _periodic_ops(chain: Chain, platform: Platform, pipe: _Pipeline, st: Sequenc
     return _ops_frame({k: list(np.concatenate(v)) for k, v in cols.items()})
 
 
-def _policy_ops(chain: Chain, platform: Platform, stage, fwd_end: np.ndarray, bwd_start: np.ndarray
+def _policy_ops(chain: Chain, platform: Target, stage, fwd_end: np.ndarray, bwd_start: np.ndarray
                 ) -> list[tuple[str, np.ndarray, np.ndarray]]:
     """A stage's activation-policy operations (docs/model.md, "Activation policies"): each recomputed
     layer's forward (``R``) at the start of its own backward, inside the stage's backward (the
@@ -229,7 +231,7 @@ def _policy_ops(chain: Chain, platform: Platform, stage, fwd_end: np.ndarray, bw
     return out
 
 
-def simulate_flushed(chain: Chain, platform: Platform, assignment: Sequence[int], micro_batches: int,
+def simulate_flushed(chain: Chain, platform: Target, assignment: Sequence[int], micro_batches: int,
                      kind: str = "gpipe", flushes: int = 1) -> Trace:
     """Event-driven run of a flushed schedule (GPipe or 1F1B) over ``flushes`` groups of m micro-batches, its
     stages the runs of ``assignment`` (one on each device: the schedule's order is per stage).
@@ -237,9 +239,10 @@ def simulate_flushed(chain: Chain, platform: Platform, assignment: Sequence[int]
     ``trace.period`` is makespan / (m * flushes); memory holds one weight
     version (phi * W) and the activations in flight.
 
-    >>> from workbench.model.chain import Chain, Layer, Platform
+    >>> from workbench.model.chain import Chain, Layer
+    >>> from workbench.model.target import Target
     >>> chain = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 0, 1) for i in range(3)), input_bytes=1)
-    >>> t = simulate_flushed(chain, Platform(3, memory_model="paper"), [0, 1, 2], 4, kind="1f1b")
+    >>> t = simulate_flushed(chain, Target.of(3, memory_model="paper"), [0, 1, 2], 4, kind="1f1b")
     >>> t.peak_memory().tolist()  # min(m, stages downstream + 1) micro-batches of 1 byte
     [3.0, 2.0, 1.0]
     >>> t.makespan, t.period  # (m + S - 1) * (F + B) with one layer per stage

@@ -30,7 +30,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from workbench.model.chain import Chain, Platform
+from workbench.model.chain import Chain
 from workbench.model.memory import (
     flushed_platform,
     layer_terms,
@@ -40,6 +40,7 @@ from workbench.model.memory import (
     stage_op_excess,
     stage_step,
 )
+from workbench.model.target import Target
 from workbench.model.trace import MEMORY_COLUMNS
 
 __all__ = ["StageMemory", "memory_frame", "with_step_rows", "grad_windows"]
@@ -76,7 +77,7 @@ class StageMemory:
     first_excess: tuple[float, ...] = ()
 
     @classmethod
-    def of(cls, chain: Chain, platform: Platform, runs: Sequence[tuple[int, int]], *, stash: bool,
+    def of(cls, chain: Chain, platform: Target, runs: Sequence[tuple[int, int]], *, stash: bool,
            step_in_ops: bool) -> "StageMemory":
         """Periodic (``step_in_ops``: a step after every mini-batch's backward) or flushed (one step after the
         flush: the micro-batches' gradients accumulate, :func:`workbench.model.memory.flushed_platform`; under
@@ -89,7 +90,7 @@ class StageMemory:
         excess = [stage_excess(t, a, b) if step_in_ops else stage_op_excess(t, a, b) for a, b in runs]
         grads: tuple[float, ...] = ()
         first: tuple[float, ...] = ()
-        if not step_in_ops and platform.memory_model == "full" and platform.zero_grad == "none":
+        if not step_in_ops and platform.setup.memory_model == "full" and platform.setup.zero_grad == "none":
             none = layer_terms(chain, platform)
             grads = tuple(s - (stage_memory(none, a, b, 1) - x) for s, (a, b), x in zip(static, runs, A))
             static = [s - g for s, g in zip(static, grads)]
@@ -205,7 +206,7 @@ def _rows_frame(frames: list[tuple]) -> pd.DataFrame:
     return df[MEMORY_COLUMNS + ["transient"]]
 
 
-def with_step_rows(mem: pd.DataFrame, chain: Chain, platform: Platform, runs: Sequence[tuple[int, int]],
+def with_step_rows(mem: pd.DataFrame, chain: Chain, platform: Target, runs: Sequence[tuple[int, int]],
                     dev: Sequence[int], end: float) -> pd.DataFrame:
     """After the flush each device's optimizer steps its stages (one at a time, with nothing in
     flight): a row at ``end`` per used device whose transient is the largest step's temporaries."""

@@ -23,11 +23,12 @@ of its ``I`` to the end of its ``W``; its excess while any of its operations
 runs; its static bytes (weights, gradients, optimizer state, receive buffers)
 all along; the optimizer step's temporaries after the flush.
 
->>> from workbench.model.chain import Chain, Layer, Platform
+>>> from workbench.model.chain import Chain, Layer
+>>> from workbench.model.target import Target
 >>> from workbench.schedules.torch_orders import torch_order
 >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 0, 1, 1) for i in range(4)), input_bytes=1)
 >>> order = torch_order("interleaved-1f1b", 2, 2, 4)
->>> t = simulate_order(ch, Platform(2, memory_model="paper"), [(0, 0, 0), (1, 1, 1), (2, 2, 0), (3, 3, 1)],
+>>> t = simulate_order(ch, Target.of(2, memory_model="paper"), [(0, 0, 0), (1, 1, 1), (2, 2, 0), (3, 3, 1)],
 ...                    order, 4)
 >>> t.makespan, t.period        # (m v + p - 1)(f + b) = (4 x 2 + 1) x 3
 (27.0, 6.75)
@@ -41,8 +42,9 @@ from typing import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from workbench.model.chain import Chain, Platform
+from workbench.model.chain import Chain
 from workbench.model.split import stage_split
+from workbench.model.target import Target
 from workbench.model.trace import OP_COLUMNS, Trace
 from workbench.schedules.ops import Op
 from workbench.schedules.simulate_memory import StageMemory, grad_windows, memory_frame, with_step_rows
@@ -64,13 +66,13 @@ class OrderTimes:
     c: list[float]
 
     @classmethod
-    def of(cls, chain: Chain, platform: Platform, stages: Sequence[tuple[int, int, int]]) -> "OrderTimes":
+    def of(cls, chain: Chain, platform: Target, stages: Sequence[tuple[int, int, int]]) -> "OrderTimes":
         S = len(stages)
         dev = [int(d) for _, _, d in stages]
         F = [chain.stage_costs(a, b).forward for a, b, _ in stages]
         B = [chain.stage_costs(a, b).backward for a, b, _ in stages]
         parts = [stage_split(chain, a, b, first_stage=(s == 0)) for s, (a, b, _) in enumerate(stages)]
-        pending = [p for _, _, p in parts] if platform.memory_model == "full" else [0.0] * S
+        pending = [p for _, _, p in parts] if platform.setup.memory_model == "full" else [0.0] * S
         c = [platform.comm_time(chain.cut(stages[s][1]), dev[s], dev[s + 1]) if s + 1 < S and dev[s] != dev[s + 1]
              else 0.0 for s in range(S)]
         return cls(dev, F, B, [i for i, _, _ in parts], [w for _, w, _ in parts], pending, c)
@@ -150,7 +152,7 @@ def _send_row(run: _Run, times: OrderTimes, a: Op, offset: int, t: float) -> Non
         run.rows.append((times.dev[s], s, "send", a.batch + offset, t, t + times.c[s - 1]))
 
 
-def order_makespan(chain: Chain, platform: Platform, stages: Sequence[tuple[int, int, int]],
+def order_makespan(chain: Chain, platform: Target, stages: Sequence[tuple[int, int, int]],
                    orders: Mapping[int, Sequence[Op]]) -> float:
     """The makespan of one flush of ``orders`` on ``stages``: :func:`simulate_order`'s clock alone, without
     the trace (for planners that try many partitions)."""
@@ -171,7 +173,7 @@ def held_counts(ops: pd.DataFrame, stage: int) -> int:
     return peak
 
 
-def simulate_order(chain: Chain, platform: Platform, stages: Sequence[tuple[int, int, int]],
+def simulate_order(chain: Chain, platform: Target, stages: Sequence[tuple[int, int, int]],
                    orders: Mapping[int, Sequence[Op]], micro_batches: int, flushes: int = 1,
                    schedule: str = "") -> Trace:
     """Run ``orders`` (per device, its operations on micro-batches ``0..micro_batches-1``) for ``flushes``
@@ -204,7 +206,7 @@ def _frame(rows: list[tuple[int, int, str, int, float, float]], stages: Sequence
     return df.sort_values(["start", "device", "stage"], kind="stable").reset_index(drop=True)
 
 
-def _memory(chain: Chain, platform: Platform, stages: Sequence[tuple[int, int, int]], times: OrderTimes, run: _Run,
+def _memory(chain: Chain, platform: Target, stages: Sequence[tuple[int, int, int]], times: OrderTimes, run: _Run,
             m: int, ends: list[float]) -> pd.DataFrame:
     """The memory rows: every stage's micro-batches held, then its pending bytes as a second kind of hold
     (a stand-in stage with only activations), its operations' excess, its gradients under ``zero_grad none``

@@ -16,10 +16,11 @@ Flushed schedules (GPipe, 1F1B, torch's multi-stage schedules: a plan whose ``sc
 (:mod:`workbench.verify.check_flushed`: layout, order, period, memory). :func:`structural_violations` is
 rules 0 and 1 alone: what the simulator requires before it runs a plan.
 
->>> from workbench.model.chain import Chain, Layer, Platform
+>>> from workbench.model.chain import Chain, Layer
+>>> from workbench.model.target import Target
 >>> from workbench.model.plan import make_plan
 >>> chain = Chain(tuple(Layer(f"l{i}", 0.001, 0.002, 10, 4) for i in range(4)))
->>> plat = Platform(2, memory=100, memory_model="paper")
+>>> plat = Target.of(2, memory=100, memory_model="paper")
 >>> good = make_plan(chain, plat, 0.006, [0, 0, 1, 1], [0.0, 0.002], [0.008, 0.004])
 >>> check(good, chain, plat)
 []
@@ -35,8 +36,9 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
-from workbench.model.chain import Chain, Platform
+from workbench.model.chain import Chain
 from workbench.model.plan import Plan, chain_for_plan, in_flight, stages_of
+from workbench.model.target import Target
 from workbench.model.tolerances import REL_TOL
 from workbench.model.units import format_bytes, format_seconds
 from workbench.schedules.registry import SCHEDULES
@@ -214,7 +216,7 @@ def _timing(plan: Plan) -> list[Violation]:
     return out
 
 
-def _structure(plan: Plan, chain: Chain, platform: Platform) -> tuple[list[Violation], bool]:
+def _structure(plan: Plan, chain: Chain, platform: Target) -> tuple[list[Violation], bool]:
     """Rules 0 and 1. Returns the violations and whether the stages are usable for rules 2-7."""
     if not plan.feasible:
         return [_infeasible(plan)], False
@@ -240,21 +242,22 @@ def _structure(plan: Plan, chain: Chain, platform: Platform) -> tuple[list[Viola
     return out + _micro_batches(plan) + timing, usable and not timing
 
 
-def structural_violations(plan: Plan, chain: Chain, platform: Platform) -> list[Violation]:
+def structural_violations(plan: Plan, chain: Chain, platform: Target) -> list[Violation]:
     """Rules 0 and 1 alone: does the plan describe ``chain`` on ``platform`` (layers, stages, devices,
     a positive finite period, finite start times)? The simulator needs nothing more to run a plan.
 
-    >>> from workbench.model.chain import Chain, Layer, Platform
+    >>> from workbench.model.chain import Chain, Layer
+    >>> from workbench.model.target import Target
     >>> from workbench.model.plan import make_plan
     >>> chain = Chain(tuple(Layer(f"l{i}", 0.001, 0.002, 10, 4) for i in range(4)))
-    >>> plan = make_plan(chain, Platform(2), 0.006, [0, 0, 1, 1], [0.0, 0.002], [0.008, 0.004])
-    >>> structural_violations(plan.with_(period=-1.0), chain, Platform(2))[0].message
+    >>> plan = make_plan(chain, Target.of(2), 0.006, [0, 0, 1, 1], [0.0, 0.002], [0.008, 0.004])
+    >>> structural_violations(plan.with_(period=-1.0), chain, Target.of(2))[0].message
     'the period must be positive and finite, got -1.0'
     """
     return _structure(plan, chain_for_plan(plan, chain), platform)[0]
 
 
-def require_structure(plan: Plan, chain: Chain, platform: Platform, what: str = "use") -> None:
+def require_structure(plan: Plan, chain: Chain, platform: Target, what: str = "use") -> None:
     """Raise :class:`PlanStructureError` listing :func:`structural_violations`, if there are any."""
     bad = structural_violations(plan, chain, platform)
     if bad:
@@ -278,7 +281,7 @@ class _Timing:
     tol: float
 
     @classmethod
-    def of(cls, plan: Plan, chain: Chain, platform: Platform) -> "_Timing":
+    def of(cls, plan: Plan, chain: Chain, platform: Target) -> "_Timing":
         T = float(plan.period)
         st = plan.stages
         S = len(st)
@@ -385,7 +388,7 @@ def _link_load(t: _Timing) -> list[Violation]:
             for (p, q), load in sorted(links.items()) if load > t.T + t.tol]
 
 
-def _memory(t: _Timing, chain: Chain, platform: Platform) -> tuple[list[Violation], list[float]]:
+def _memory(t: _Timing, chain: Chain, platform: Target) -> tuple[list[Violation], list[float]]:
     """Rule 7: recorded in-flight counts against the windows, then each device's memory against its
     limit. Returns the violations and each device's recomputed memory."""
     out: list[Violation] = []
@@ -419,7 +422,7 @@ def _recorded_memory(plan: Plan, mem: list[float], devices: int) -> list[Violati
             for d, (rec, m) in enumerate(zip(plan.memory, mem)) if abs(rec - m) > REL_TOL * max(abs(m), abs(rec), 1.0)]
 
 
-def check(plan: Plan, chain: Chain, platform: Platform) -> list[Violation]:
+def check(plan: Plan, chain: Chain, platform: Target) -> list[Violation]:
     """Every violated rule of docs/model.md, "Plan", recomputed from ``chain`` and ``platform``.
 
     An empty list means the plan is valid. Comparisons use the relative
@@ -447,7 +450,7 @@ def check(plan: Plan, chain: Chain, platform: Platform) -> list[Violation]:
     return out + _recorded_memory(plan, mem, platform.devices)
 
 
-def is_valid(plan: Plan, chain: Chain, platform: Platform) -> bool:
+def is_valid(plan: Plan, chain: Chain, platform: Target) -> bool:
     """True when :func:`check` finds nothing."""
     return not check(plan, chain, platform)
 

@@ -24,14 +24,15 @@ code with the simulator (:mod:`workbench.schedules.simulate`,
   runs with the excess of a backward that writes them fresh), the optimizer
   step after the flush) is at most the limit and equals the recorded memory.
 
->>> from workbench.model.chain import Chain, Layer, Platform
+>>> from workbench.model.chain import Chain, Layer
+>>> from workbench.model.target import Target
 >>> from workbench.model.plan import Plan, Stage
 >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 0, 1, 1) for i in range(2)), input_bytes=1)
 >>> plan = Plan(4.5, (0, 1), (Stage(0, 0, 0, 0, 0, 2), Stage(1, 1, 1, 0, 0, 1)), 2, memory=(2.0, 1.0),
 ...             schedule="1f1b", micro_batches=2)
->>> flushed_problems(plan, ch, Platform(2, memory_model="paper"))     # (m + S - 1)(F + B) / m = 9 / 2
+>>> flushed_problems(plan, ch, Target.of(2, memory_model="paper"))     # (m + S - 1)(F + B) / m = 9 / 2
 []
->>> [v["message"] for v in flushed_problems(plan.with_(period=3.0), ch, Platform(2, memory_model="paper"))]
+>>> [v["message"] for v in flushed_problems(plan.with_(period=3.0), ch, Target.of(2, memory_model="paper"))]
 ['the plan records a period of 3.000 s; its 1f1b schedule of 2 micro-batches takes 9.000 s, 4.500 s per micro-batch']
 """
 
@@ -41,8 +42,9 @@ import math
 from typing import Any
 
 from workbench.methods import method
-from workbench.model.chain import Chain, Platform
+from workbench.model.chain import Chain
 from workbench.model.plan import Plan
+from workbench.model.target import Target
 from workbench.model.tolerances import REL_TOL
 from workbench.model.units import format_bytes, format_seconds
 from workbench.schedules.ops import Op
@@ -98,7 +100,7 @@ def _layout(plan: Plan) -> list[dict[str, Any]]:
     return out
 
 
-def _durations(chain: Chain, plan: Plan, platform: Platform) -> dict[str, list[float]]:
+def _durations(chain: Chain, plan: Plan, platform: Target) -> dict[str, list[float]]:
     """Per stage: forward, backward, I and W seconds, the bytes pending between I and W, and the transfer
     to the next stage (none on the same device)."""
     F, B, I, W, pend, c = [], [], [], [], [], []
@@ -118,7 +120,7 @@ def _durations(chain: Chain, plan: Plan, platform: Platform) -> dict[str, list[f
         first = s == 0          # torch's stage 0 runs no I: its whole backward is W
         I.append(0.0 if first else B[-1] - w)
         W.append(B[-1] if first else w)
-        pend.append(0.0 if first or platform.memory_model != "full" else p)
+        pend.append(0.0 if first or platform.setup.memory_model != "full" else p)
         nxt = st[s + 1].device if s + 1 < len(st) else x.device
         c.append(platform.comm_time(chain.cut(x.last), x.device, nxt) if nxt != x.device else 0.0)
     return {"F": F, "B": B, "I": I, "W": W, "pending": pend, "c": c}
@@ -167,13 +169,14 @@ def _replay(plan: Plan, orders: dict[int, list[Op]], d: dict[str, list[float]]
     return done, ""
 
 
-def _peaks(chain: Chain, plan: Plan, platform: Platform, done: dict, d: dict[str, list[float]]) -> list[float]:
+def _peaks(chain: Chain, plan: Plan, platform: Target, done: dict, d: dict[str, list[float]]) -> list[float]:
     """Per device, the most bytes it holds at once over the replay, then with the optimizer's step."""
     grads, first_excess = [0.0] * len(plan.stages), [0.0] * len(plan.stages)
-    if platform.memory_model == "full":   # docs/model.md: a flush's gradients accumulate to its step ...
+    if platform.setup.memory_model == "full":   # docs/model.md: a flush's gradients accumulate to its step ...
         zeros = [stage_terms(chain, platform.with_(zero_grad="zeros"), x.first, x.last) for x in plan.stages]
         first_excess = [z["op_excess"] for z in zeros]
-        if platform.zero_grad == "none":  # ... made by the stage's first backward (B or W), which writes them fresh
+        # ... made by the stage's first backward (B or W), which writes them fresh
+        if platform.setup.zero_grad == "none":
             fresh = [stage_terms(chain, platform, x.first, x.last) for x in plan.stages]
             grads = [z["static"] - f["static"] for z, f in zip(zeros, fresh)]
             first_excess = [f["op_excess"] for f in fresh]
@@ -181,7 +184,7 @@ def _peaks(chain: Chain, plan: Plan, platform: Platform, done: dict, d: dict[str
     else:
         terms = [stage_terms(chain, platform, x.first, x.last) for x in plan.stages]
         first_excess = [x["op_excess"] for x in terms]
-    const = float(chain.meta.get("runtime_bytes", 0.0) or 0.0) if platform.memory_model == "full" else 0.0
+    const = float(chain.meta.get("runtime_bytes", 0.0) or 0.0) if platform.setup.memory_model == "full" else 0.0
     out = []
     for dev in range(plan.devices):
         mine = [s for s, x in enumerate(plan.stages) if x.device == dev]
@@ -219,7 +222,7 @@ def _peaks(chain: Chain, plan: Plan, platform: Platform, done: dict, d: dict[str
     return out
 
 
-def flushed_problems(plan: Plan, chain: Chain, platform: Platform) -> list[dict[str, Any]]:
+def flushed_problems(plan: Plan, chain: Chain, platform: Target) -> list[dict[str, Any]]:
     """Every rule a flushed plan breaks (the module docstring), as ``Violation`` keyword dicts."""
     if schedule_of(plan.schedule).from_torch:
         bad = _layout(plan)

@@ -6,9 +6,10 @@ sums, band matrices and cached arrays; this module recomputes it for
 layers, every term spelled out as docs/model.md states it -- and shares no
 code with it, so a check that agrees with a planner is a check.
 
->>> from workbench.model.chain import Chain, Layer, Platform
+>>> from workbench.model.chain import Chain, Layer
+>>> from workbench.model.target import Target
 >>> chain = Chain(tuple(Layer(f"l{i}", 1, 1, 10, 4) for i in range(2)), input_bytes=4)
->>> memory_by_device(chain, Platform(1, memory_model="paper"), [(0, 1, 0, 3)])   # 3 x 8 saved + 20 + 2 x 20 stashed
+>>> memory_by_device(chain, Target.of(1, memory_model="paper"), [(0, 1, 0, 3)])   # 3 x 8 saved + 20 + 2 x 20 stashed
 [84.0]
 """
 
@@ -17,7 +18,8 @@ from __future__ import annotations
 import json
 from typing import Sequence
 
-from workbench.model.chain import Chain, Platform
+from workbench.model.chain import Chain
+from workbench.model.target import Target
 
 __all__ = ["memory_by_device", "layer_columns", "stage_terms"]
 
@@ -68,14 +70,14 @@ def _ties(chain: Chain) -> list[tuple[int, list[int], float]]:
     return out
 
 
-def _paper_device(chain: Chain, platform: Platform, stages: Sequence[tuple[int, int, int]]) -> float:
+def _paper_device(chain: Chain, platform: Target, stages: Sequence[tuple[int, int, int]]) -> float:
     total = 0.0
     for first, last, k in stages:
         saved = sum(chain.saved(l) for l in range(first, last + 1))
         weights = sum(chain.layers[l].weight_bytes for l in range(first, last + 1))
         offloaded = sum(chain.layers[l].offload_bytes for l in range(first, last + 1))
-        total += k * saved + platform.weight_factor * weights + offloaded
-        if platform.weights == "stash":
+        total += k * saved + platform.setup.weight_factor * weights + offloaded
+        if platform.setup.weights == "stash":
             total += (k - 1) * weights
     return total
 
@@ -83,19 +85,19 @@ def _paper_device(chain: Chain, platform: Platform, stages: Sequence[tuple[int, 
 class _SetUp:
     """The training set-up as docs/model.md states it: precision, its fp32 widening, states, the loop."""
 
-    def __init__(self, chain: Chain, platform: Platform) -> None:
+    def __init__(self, chain: Chain, platform: Target) -> None:
         dtype = str(chain.meta.get("dtype", "") or "")
-        self.precision = platform.precision or ("bf16" if dtype == "bfloat16" else "fp32")
+        self.precision = platform.setup.precision or ("bf16" if dtype == "bfloat16" else "fp32")
         self.mixed = self.precision == "bf16-mixed"
         wide = 4.0 / {"bfloat16": 2, "float16": 2, "float32": 4}.get(dtype or "bfloat16", 2)
         self.widen = wide if self.mixed else 1.0
         self.foreach = str(chain.meta.get("device", "")).startswith("cuda")
-        self.opt = platform.optimizer
+        self.opt = platform.setup.optimizer
         self.states = _STATES[self.opt]
-        self.zeros = platform.zero_grad == "zeros"
-        self.stash = platform.weights == "stash"      # the PipeDream engine; single: torch's
+        self.zeros = platform.setup.zero_grad == "zeros"
+        self.stash = platform.setup.weights == "stash"      # the PipeDream engine; single: torch's
         # data parallelism (docs/model.md, "Layouts"): D ranks, ZeRO level, FSDP2 layer by layer or in a pipeline
-        self.dp, self.zero = platform.dp, platform.zero
+        self.dp, self.zero = platform.setup.dp, platform.setup.zero
         self.fsdp = self.dp > 1 and self.zero >= 2
         self.pipelined = platform.devices > 1
         self.per_layer = self.fsdp and not self.pipelined
@@ -180,13 +182,13 @@ def _tied_terms(su: _SetUp, ties, first: int, last: int) -> dict:
     return out
 
 
-def _paper_stage_terms(chain: Chain, platform: Platform, first: int, last: int) -> dict[str, float]:
+def _paper_stage_terms(chain: Chain, platform: Target, first: int, last: int) -> dict[str, float]:
     """:func:`stage_terms` under the paper's memory model: activations, weights times phi, nothing climbs."""
     saved = sum(chain.saved(l) for l in range(first, last + 1))
     weights = sum(chain.layers[l].weight_bytes for l in range(first, last + 1))
     offloaded = sum(chain.layers[l].offload_bytes for l in range(first, last + 1))
-    return {"A": saved, "static": platform.weight_factor * weights + offloaded,
-            "stash": weights if platform.weights == "stash" else 0.0, "op_excess": 0.0, "step": 0.0,
+    return {"A": saved, "static": platform.setup.weight_factor * weights + offloaded,
+            "stash": weights if platform.setup.weights == "stash" else 0.0, "op_excess": 0.0, "step": 0.0,
             "step_excess": 0.0}
 
 
@@ -250,7 +252,7 @@ def _step_temporaries(su: _SetUp, cols: list[dict[str, float]], ties: list[tuple
     return step
 
 
-def stage_terms(chain: Chain, platform: Platform, first: int, last: int) -> dict[str, float]:
+def stage_terms(chain: Chain, platform: Target, first: int, last: int) -> dict[str, float]:
     """What stage ``first..last`` holds, term by term as docs/model.md states them: ``A`` (per mini-batch in
     flight), ``static`` (parameters, resident gradients, optimizer state, an offloaded copy, its receive buffers,
     tied copies), ``stash`` (per extra mini-batch, under weight stashing: stashed versions, the owner's receive
@@ -258,7 +260,7 @@ def stage_terms(chain: Chain, platform: Platform, first: int, last: int) -> dict
     backward climbs above that) and ``step`` (the optimizer step's temporaries) with ``step_excess`` (the
     step's climb above the resident state of one mini-batch, its activations freed, with the gradients its
     backward made)."""
-    if platform.memory_model == "paper":
+    if platform.setup.memory_model == "paper":
         return _paper_stage_terms(chain, platform, first, last)
     su = _SetUp(chain, platform)
     ties = _ties(chain)
@@ -297,7 +299,7 @@ def stage_terms(chain: Chain, platform: Platform, first: int, last: int) -> dict
             "step_excess": step + found - received - offloaded - sum(acts) - tail + grad_in}
 
 
-def _full_device(chain: Chain, platform: Platform, stages: Sequence[tuple[int, int, int]]) -> float:
+def _full_device(chain: Chain, platform: Target, stages: Sequence[tuple[int, int, int]]) -> float:
     if not stages:
         return 0.0
     resident = 0.0
@@ -309,11 +311,11 @@ def _full_device(chain: Chain, platform: Platform, stages: Sequence[tuple[int, i
     return resident + worst + float(chain.meta.get("runtime_bytes", 0.0) or 0.0)
 
 
-def memory_by_device(chain: Chain, platform: Platform, stages: Sequence[tuple[int, int, int, int]]) -> list[float]:
+def memory_by_device(chain: Chain, platform: Target, stages: Sequence[tuple[int, int, int, int]]) -> list[float]:
     """Bytes each device holds, for stages given as ``(first, last, device, in_flight)``."""
     per: list[list[tuple[int, int, int]]] = [[] for _ in range(platform.devices)]
     for first, last, device, k in stages:
         per[device].append((first, last, max(int(k), 1)))
-    if platform.memory_model == "paper":
+    if platform.setup.memory_model == "paper":
         return [_paper_device(chain, platform, st) for st in per]
     return [_full_device(chain, platform, st) for st in per]

@@ -26,7 +26,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from workbench.model.chain import Chain, Layer, Platform
+from workbench.model.chain import Chain, Layer
+from workbench.model.target import Target
 from workbench.verify.check_memory import layer_columns
 
 __all__ = ["effective_chain", "host_link_problems"]
@@ -70,7 +71,7 @@ def effective_chain(chain: Chain, activations: Sequence[str]) -> Chain:
     return Chain(tuple(layers), chain.input_bytes, chain.cut_bytes, chain.meta, chain.graph)
 
 
-def host_link_problems(chain: Chain, platform: Platform, period: float, stages: Sequence,
+def host_link_problems(chain: Chain, platform: Target, period: float, stages: Sequence,
                        tol: float) -> list[dict]:
     """Rule 8's violations as keyword dicts for :class:`workbench.verify.check.Violation` (``chain`` is the
     effective chain; ``stages`` have first, last, device, fwd_start, bwd_start)."""

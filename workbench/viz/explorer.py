@@ -40,8 +40,9 @@ import ipywidgets as W
 import plotly.graph_objects as go
 
 from workbench.methods import METHODS, flushed, names
-from workbench.model.chain import Chain, Platform
+from workbench.model.chain import Chain
 from workbench.model.plan import Plan
+from workbench.model.target import Target
 from workbench.model.trace import Trace
 from workbench.model.training_setup import DEFAULT_BANDWIDTH
 from workbench.model.units import format_bytes, format_seconds, parse_bandwidth, parse_size
@@ -72,7 +73,7 @@ def available_methods() -> list[str]:
     return sorted((m.name for m in METHODS), key=lambda m: (m != "dp", m))
 
 
-def memory_range(chain: Chain, platform: Platform) -> tuple[float, float]:
+def memory_range(chain: Chain, platform: Target) -> tuple[float, float]:
     """``(lo, hi)`` bytes: the least memory of any contiguous plan, and what the unconstrained optimum uses.
 
     Below ``lo`` no contiguous plan fits; above ``hi`` more memory does not help the DP.
@@ -83,7 +84,7 @@ def memory_range(chain: Chain, platform: Platform) -> tuple[float, float]:
     return lo, max(hi * 1.05, lo * 1.5)
 
 
-def trace_of(plan: Plan, chain: Chain, platform: Platform, batches: int | None = None) -> Trace:
+def trace_of(plan: Plan, chain: Chain, platform: Target, batches: int | None = None) -> Trace:
     """Simulate ``plan`` for a few mini-batches (:func:`workbench.schedules.simulate.simulate`).
 
     Periodic plans default to enough mini-batches to show the steady state;
@@ -94,7 +95,7 @@ def trace_of(plan: Plan, chain: Chain, platform: Platform, batches: int | None =
     return simulate(plan, chain, platform, batches=batches)
 
 
-def _summary_html(plan: Plan, chain: Chain, platform: Platform) -> str:
+def _summary_html(plan: Plan, chain: Chain, platform: Target) -> str:
     rows: list[tuple[str, str]] = [("method", f"{plan.method} ({plan.allocation}, {plan.schedule})"),
                                    ("status", plan.status)]
     if plan.feasible:
@@ -275,12 +276,12 @@ class Explorer(W.VBox):
         g = self.groups()
         return self.chain if g is None else self.chain.coarsen(g)
 
-    def platform(self, memory: float | None = None) -> Platform:
+    def platform(self, memory: float | None = None) -> Target:
         mem = self.memory_slider.value * GiB if memory is None else memory
         setup = self.memory_dropdown.value
         model = ({"memory_model": "paper", "weight_factor": self.weight_factor} if setup == "paper"
                  else {"optimizer": setup})
-        return Platform(self.devices_slider.value, memory=mem, bandwidth=self.bandwidth_slider.value * 1e9,
+        return Target.of(self.devices_slider.value, memory=mem, bandwidth=self.bandwidth_slider.value * 1e9,
                         weights=self.weights_toggle.value, **model)
 
     def _reset_memory_range(self, memory: float | str | None = None) -> None:
@@ -411,7 +412,7 @@ class Explorer(W.VBox):
         text = re.sub(r"</th>", ": ", text)
         return html.unescape(re.sub(r"<[^>]+>", "", text)).strip()
 
-    def _redraw(self, chain: Chain, platform: Platform) -> None:
+    def _redraw(self, chain: Chain, platform: Target) -> None:
         p = self.plan
         assert p is not None
         self.summary.value = _summary_html(p, chain, platform)

@@ -22,7 +22,8 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from workbench.model.accelerators import accelerator
-from workbench.model.chain import Chain, Platform
+from workbench.model.chain import Chain
+from workbench.model.target import Target
 from workbench.model.units import Unit
 from workbench.viz.gantt import TEMPLATE
 
@@ -58,7 +59,7 @@ def compare_gpus(chains: Mapping[str, Chain], devices: int, *, devices_per_node:
 
     rows = []
     for gpu, chain in chains.items():
-        plat = Platform.on(gpu, devices, devices_per_node=devices_per_node, **platform)
+        plat = Target.on(gpu, devices, devices_per_node=devices_per_node, **platform)
         free = make_plan(chain, plat.with_(memory=math.inf), method, time_limit=time_limit).period
         keep = None
         for act in activations:

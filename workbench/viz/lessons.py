@@ -9,9 +9,9 @@ and assert them (a run where a lesson stops being true fails instead of teaching
 * :func:`replay_error_ranges`: per run of replays, the lowest and highest relative compute error of a device;
 * :func:`same_order`: whether two traces run the same forwards and backwards in the same order on each device.
 
->>> from workbench.model.chain import Platform
+>>> from workbench.model.target import Target
 >>> from workbench.viz.notebook import teaching_chain, three_schedules
->>> traces = three_schedules(teaching_chain(), Platform(4, bandwidth="10GB/s", memory_model="paper"), micro_batches=8)
+>>> traces = three_schedules(teaching_chain(), Target.of(4, bandwidth="10GB/s", memory_model="paper"), micro_batches=8)
 >>> [in_flight(t, 0) for t in traces.values()]
 [8, 4, 5]
 """
@@ -25,8 +25,9 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from workbench.model.chain import Chain, Platform
+from workbench.model.chain import Chain
 from workbench.model.plan import Plan
+from workbench.model.target import Target
 from workbench.model.trace import Trace
 
 __all__ = ["in_flight", "FlushWait", "flush_wait", "memory_steps", "stash_cost", "stage_names",
@@ -116,7 +117,7 @@ def _what_sets_the_period(plan: Plan, chain: Chain) -> tuple[str, str]:
     return "transfers", "the transfers"
 
 
-def memory_steps(chain: Chain, platform: Platform, limits: Sequence[float | str | None], *,
+def memory_steps(chain: Chain, platform: Target, limits: Sequence[float | str | None], *,
                  method: str = "dp") -> pd.DataFrame:
     """One plan per memory limit (``None``: no limit), one row each: ``limit`` (bytes), ``period`` (s),
     ``stages`` (:func:`stage_names`), ``in_flight`` per stage, ``gpus`` used, ``busiest`` (the largest share of
@@ -127,7 +128,7 @@ def memory_steps(chain: Chain, platform: Platform, limits: Sequence[float | str 
     infinite period.
 
     >>> from workbench.viz.notebook import teaching_chain
-    >>> df = memory_steps(teaching_chain(), Platform(4, bandwidth="10GB/s", memory_model="paper"), [None, "0.4GiB"])
+    >>> df = memory_steps(teaching_chain(), Target.of(4, bandwidth="10GB/s", memory_model="paper"), [None, "0.4GiB"])
     >>> [round(p * 1e3, 2) for p in df["period"]], df["gpus"].tolist(), df["bound_by"].tolist()
     ([15.0, 23.71], [4, 4], ["GPU 0's compute", "GPU 1's memory (room for k=2)"])
     """
@@ -153,13 +154,13 @@ def memory_steps(chain: Chain, platform: Platform, limits: Sequence[float | str 
     return pd.DataFrame(rows)
 
 
-def stash_cost(chain: Chain, platform: Platform, limits: Sequence[float | str | None], *,
+def stash_cost(chain: Chain, platform: Target, limits: Sequence[float | str | None], *,
                method: str = "dp") -> pd.DataFrame:
     """Per memory limit (``None``: none): the period (s) with weight stashing and with one weight version
     (``inf``: no plan fits), their ratio, and the stash's bytes on the first GPU of the stashing plan.
 
     >>> from workbench.viz.notebook import teaching_chain
-    >>> df = stash_cost(teaching_chain(), Platform(4, bandwidth="10GB/s", memory_model="paper"), [None])
+    >>> df = stash_cost(teaching_chain(), Target.of(4, bandwidth="10GB/s", memory_model="paper"), [None])
     >>> [round(float(df[w].iloc[0]) * 1e3, 1) for w in ("stash", "single")]
     [15.0, 15.0]
     """

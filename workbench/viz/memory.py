@@ -12,10 +12,11 @@ activations -- with the limit. Both pick their unit by magnitude
 :func:`memory_bars_compare` and :func:`memory_timelines` draw several plans or
 traces as panels of one figure, on one unit and one range, to be compared.
 
->>> from workbench.model.chain import Chain, Layer, Platform
+>>> from workbench.model.chain import Chain, Layer
+>>> from workbench.model.target import Target
 >>> from workbench.model.plan import make_plan
 >>> chain = Chain(tuple(Layer(f"l{i}", 0.001, 0.002, 10, 4) for i in range(4)))
->>> plat = Platform(2, memory=100, memory_model="paper")
+>>> plat = Target.of(2, memory=100, memory_model="paper")
 >>> plan = make_plan(chain, plat, period=0.006, assignment=[0, 0, 1, 1],
 ...                  fwd_start=[0.0, 0.002], bwd_start=[0.008, 0.004])
 >>> memory_split(plan, chain, plat)[["activations", "weights", "stashed", "total"]].values.tolist()
@@ -35,10 +36,11 @@ from plotly.subplots import make_subplots
 
 from workbench.methods import flushed
 from workbench.model.activations import apply_policies
-from workbench.model.chain import Chain, Platform
+from workbench.model.chain import Chain
 from workbench.model.memory import flushed_platform
 from workbench.model.memory_views import memory_breakdown
 from workbench.model.plan import Plan, chain_for_plan
+from workbench.model.target import Target
 from workbench.model.trace import Trace
 from workbench.model.units import Unit, byte_unit
 from workbench.viz.gantt import TEMPLATE, trace_unit
@@ -60,7 +62,7 @@ DEVICE_COLORS = ["#4E79A7", "#E15759", "#59A14F", "#B07AA1", "#F28E2B", "#76B7B2
 LIMIT_COLOR = "#D62728"
 
 
-def memory_split(plan: Plan, chain: Chain, platform: Platform) -> pd.DataFrame:
+def memory_split(plan: Plan, chain: Chain, platform: Target) -> pd.DataFrame:
     """Per device, the bytes of each term of :mod:`workbench.model.memory` (:data:`SPLIT_TERMS`' keys that
     the model has), ``total`` and ``reported`` (the plan's own figure).
 
@@ -85,7 +87,7 @@ def memory_split(plan: Plan, chain: Chain, platform: Platform) -> pd.DataFrame:
     return df
 
 
-def _flushed_split(plan: Plan, chain: Chain, platform: Platform) -> list[dict[str, float]]:
+def _flushed_split(plan: Plan, chain: Chain, platform: Target) -> list[dict[str, float]]:
     from workbench.schedules.simulate import simulate
 
     one = [replace(s, in_flight=1) for s in plan.stages]
@@ -119,7 +121,7 @@ def _limit_line(fig: go.Figure, limit: float | None, unit: Unit, **where: int) -
                   annotation_font=dict(color=LIMIT_COLOR, size=11), **where)
 
 
-def _bar_panel(plan: Plan, chain: Chain, platform: Platform) -> tuple[pd.DataFrame, float, float]:
+def _bar_panel(plan: Plan, chain: Chain, platform: Target) -> tuple[pd.DataFrame, float, float]:
     """The split of ``plan``, its limit and the top of what its chart shows (bytes)."""
     df = memory_split(plan, chain, platform)
     limit = plan.memory_limit if math.isfinite(plan.memory_limit) else platform.memory_limit
@@ -129,10 +131,10 @@ def _bar_panel(plan: Plan, chain: Chain, platform: Platform) -> tuple[pd.DataFra
     return df, limit, top
 
 
-def _bar_traces(df: pd.DataFrame, platform: Platform, unit: Unit, x: list[str]) -> list[go.BaseTraceType]:
+def _bar_traces(df: pd.DataFrame, platform: Target, unit: Unit, x: list[str]) -> list[go.BaseTraceType]:
     """The stacked bars of one split (a bar per term the model has) and the reported-memory diamonds."""
     out: list[go.BaseTraceType] = []
-    labels = dict(SPLIT_TERMS, weights=f"live weights (φ·W, φ={platform.weight_factor:g})")
+    labels = dict(SPLIT_TERMS, weights=f"live weights (φ·W, φ={platform.setup.weight_factor:g})")
     for col in SPLIT_TERMS:
         if col not in df or not (df[col] > 0).any():
             continue
@@ -157,7 +159,7 @@ def _measured_traces(df: pd.DataFrame, measured: list[float], unit: Unit, x: lis
                        textposition="top center", textfont=dict(size=11), hoverinfo="skip")]
 
 
-def memory_bars(plan: Plan, chain: Chain, platform: Platform, *, title: str | None = None,
+def memory_bars(plan: Plan, chain: Chain, platform: Target, *, title: str | None = None,
                 unit: Unit | None = None, top: float | None = None, measured: list[float] | None = None) -> go.Figure:
     """Stacked bars per device: activations, live weights, stashed versions, tied copies...; the limit dashed.
 
@@ -176,7 +178,7 @@ def memory_bars(plan: Plan, chain: Chain, platform: Platform, *, title: str | No
     fig = go.Figure(_bar_traces(df, platform, unit, x) + (_measured_traces(df, measured, unit, x) if measured else []))
     _limit_line(fig, limit, unit)
     fig.update_layout(barmode="stack", template=TEMPLATE, height=380,
-                      title=title or f"Memory per device ({plan.method or 'plan'}, weights {platform.weights})",
+                      title=title or f"Memory per device ({plan.method or 'plan'}, weights {platform.setup.weights})",
                       yaxis_title=unit.axis("memory"), margin=dict(l=60, r=20, t=50, b=90),
                       legend=dict(orientation="h", yanchor="top", y=-0.12, xanchor="left", x=0, traceorder="normal"))
     if top > 0:
@@ -187,7 +189,7 @@ def memory_bars(plan: Plan, chain: Chain, platform: Platform, *, title: str | No
     return fig
 
 
-def memory_bars_compare(panels: Mapping[str, tuple[Plan, Chain, Platform]], *, title: str | None = None) -> go.Figure:
+def memory_bars_compare(panels: Mapping[str, tuple[Plan, Chain, Target]], *, title: str | None = None) -> go.Figure:
     """:func:`memory_bars` of several plans side by side, one panel each, on one unit and one y range.
 
     ``panels`` maps a panel title (``<br>`` breaks it) to ``(plan, chain, platform)``; a term's legend entry is

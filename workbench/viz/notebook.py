@@ -9,7 +9,7 @@ steps through the first periods of a trace.
 >>> chain = teaching_chain()
 >>> len(chain), chain.layers[0].name
 (8, 'conv1')
->>> traces = three_schedules(chain, Platform(4, bandwidth="10GB/s", memory_model="paper"), micro_batches=4)
+>>> traces = three_schedules(chain, Target.of(4, bandwidth="10GB/s", memory_model="paper"), micro_batches=4)
 >>> list(traces)
 ['GPipe', '1F1B', 'periodic (PipeDream)']
 """
@@ -25,7 +25,8 @@ import plotly.graph_objects as go
 import plotly.io as pio
 
 from workbench.methods import METHODS
-from workbench.model.chain import Chain, Layer, Platform
+from workbench.model.chain import Chain, Layer
+from workbench.model.target import Target
 from workbench.model.trace import Trace
 from workbench.model.units import byte_unit, format_seconds, time_unit
 from workbench.viz.explorer import quick
@@ -102,7 +103,7 @@ def contiguous_assignment(chain: Chain, devices: int) -> list[int]:
     try:
         from workbench.planners import plan
 
-        p = plan(chain, Platform(devices), "dp")
+        p = plan(chain, Target.of(devices), "dp")
         if p.feasible:
             return list(p.assignment)
     except Exception:  # noqa: BLE001
@@ -111,7 +112,7 @@ def contiguous_assignment(chain: Chain, devices: int) -> list[int]:
     return [min(devices - 1, l * devices // L) for l in range(L)]
 
 
-def three_schedules(chain: Chain, platform: Platform, assignment: Sequence[int] | None = None, *,
+def three_schedules(chain: Chain, platform: Target, assignment: Sequence[int] | None = None, *,
                     micro_batches: int = 8, batches: int | None = None) -> dict[str, Trace]:
     """GPipe and 1F1B (one flush of ``micro_batches``) and the periodic schedule, on one allocation."""
     from workbench.schedules.builder import best_schedule
@@ -129,7 +130,7 @@ def schedule_table(traces: Mapping[str, Trace]) -> pd.DataFrame:
     """Per schedule: period, throughput, the most mini-batches GPU 0 holds, and peak memory of the first and
     last devices; every period in one unit and every memory in one (named in the column headers).
 
-    >>> platform = Platform(4, bandwidth="10GB/s", memory_model="paper")
+    >>> platform = Target.of(4, bandwidth="10GB/s", memory_model="paper")
     >>> t = schedule_table(three_schedules(teaching_chain(), platform, micro_batches=8))
     >>> list(t.columns)[:3], int(t.loc["GPipe", "in flight GPU 0"])
     (['period (ms)', 'throughput (/s)', 'in flight GPU 0'], 8)

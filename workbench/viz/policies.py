@@ -5,9 +5,10 @@ recomputed or offloaded, and with the policies chosen per layer (``auto``);
 :func:`policy_sweep_figure` draws normalised throughput (lower bound / period) against the
 limit, one line per policy.
 
->>> from workbench.model.chain import Chain, Layer, Platform
+>>> from workbench.model.chain import Chain, Layer
+>>> from workbench.model.target import Target
 >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 0, 10, 100) for i in range(4)), input_bytes=10)
->>> df = policy_sweep(ch, Platform(2, memory_model="paper", host_bandwidth=100), [300, 500])
+>>> df = policy_sweep(ch, Target.of(2, memory_model="paper", host_bandwidth=100), [300, 500])
 >>> df[df.memory == 300][["activations", "throughput"]].values.tolist()
 [['keep', 0.6667], ['recompute', 0.75], ['offload', 0.6], ['auto', 0.8571]]
 """
@@ -19,7 +20,8 @@ from typing import Sequence
 import pandas as pd
 import plotly.graph_objects as go
 
-from workbench.model.chain import Chain, Platform
+from workbench.model.chain import Chain
+from workbench.model.target import Target
 from workbench.model.units import byte_unit
 from workbench.viz.gantt import TEMPLATE
 
@@ -28,7 +30,7 @@ __all__ = ["policy_sweep", "policy_sweep_figure", "POLICY_COLORS"]
 POLICY_COLORS = {"keep": "#3366CC", "recompute": "#B6471B", "offload": "#4E9A96", "auto": "#2CA02C"}
 
 
-def policy_sweep(chain: Chain, platform: Platform, memories: Sequence[float | str], *, method: str = "dp",
+def policy_sweep(chain: Chain, platform: Target, memories: Sequence[float | str], *, method: str = "dp",
                  policies: Sequence[str] = ("keep", "recompute", "offload", "auto")) -> pd.DataFrame:
     """One row per (memory limit, policy): ``throughput`` (lower bound / period, 0 without a plan), period,
     peak memory and, for ``auto``, the policies chosen."""

@@ -21,27 +21,29 @@ state and steps it; the PipeDream engine's terms (``weights="stash"``: the share
 which keeps a receive buffer per mini-batch in flight) under-predicted that rank by the copy's Adam states
 (+17 % on GPT-2's last of 2 ranks). :func:`rank_memory_terms` splits the model's part by term.
 
->>> from workbench.model.chain import Chain, Layer, Platform
+>>> from workbench.model.chain import Chain, Layer
+>>> from workbench.model.target import Target
 >>> from workbench.model.layout import Layout
 >>> from workbench.planners import plan
 >>> ch = Chain(tuple(Layer(f"l{i}", 0.01, 0.02, 4e6, 1e6) for i in range(4)), input_bytes=1e6)
 >>> lay = Layout(pp=2, dp=2, zero=2)
->>> p = plan(ch, Platform(2, weights="single", dp=2, zero=2), "1f1b", micro_batches=4)
->>> rank_memory(p, ch, Platform(2, weights="single"), lay, 3, engine=False) == p.memory[1]   # rank 3: pp 1
+>>> p = plan(ch, Target.of(2, weights="single", dp=2, zero=2), "1f1b", micro_batches=4)
+>>> rank_memory(p, ch, Target.of(2, weights="single"), lay, 3, engine=False) == p.memory[1]   # rank 3: pp 1
 True
 """
 
 from __future__ import annotations
 
-from workbench.model.chain import Chain, Platform
+from workbench.model.chain import Chain
 from workbench.model.layout import Layout
 from workbench.model.plan import Plan
+from workbench.model.target import Target
 from workbench.schedules.registry import schedule_of
 
 __all__ = ["rank_memory", "rank_memory_terms", "rank_platform", "pipeline_peaks", "single_stage", "sends_kept"]
 
 
-def rank_platform(platform: Platform, layout: Layout, plan: Plan | None = None) -> Platform:
+def rank_platform(platform: Target, layout: Layout, plan: Plan | None = None) -> Target:
     """``platform`` as one pipeline of ``layout`` sees it: ``pp`` devices, the layout's data-parallel group (the
     paper's memory model, rule 7, knows no data parallelism: a replica's figure); for a flushed ``plan`` one weight
     version (``weights="single"``: torch's engine, on which every copy of a tied parameter takes its own
@@ -50,12 +52,12 @@ def rank_platform(platform: Platform, layout: Layout, plan: Plan | None = None) 
     >>> from workbench.planners import plan as make_plan
     >>> from workbench.model.chain import Chain, Layer
     >>> ch = Chain(tuple(Layer(f"l{i}", 0.01, 0.02, 4e6, 1e6) for i in range(4)), input_bytes=1e6)
-    >>> rank_platform(Platform(2), Layout(pp=2), make_plan(ch, Platform(2), "1f1b", micro_batches=2)).weights
+    >>> rank_platform(Target.of(2), Layout(pp=2), make_plan(ch, Target.of(2), "1f1b", micro_batches=2)).setup.weights
     'single'
     """
     if plan is not None and schedule_of(plan.schedule).flushed:
         platform = platform.with_(weights="single")
-    if platform.memory_model != "full":
+    if platform.setup.memory_model != "full":
         return platform.with_(devices=layout.pp)
     return platform.with_(devices=layout.pp, dp=layout.dp, zero=layout.zero if layout.dp > 1 else 0)
 
@@ -75,7 +77,7 @@ def sends_kept(plan: Plan) -> int | None:
     >>> from workbench.model.chain import Chain, Layer
     >>> from workbench.planners import plan as make_plan
     >>> ch = Chain(tuple(Layer(f"l{i}", 0.01, 0.02, 4e6, 1e6) for i in range(4)), input_bytes=1e6)
-    >>> [sends_kept(make_plan(ch, Platform(2), m, micro_batches=4)) for m in ("1f1b", "gpipe")]
+    >>> [sends_kept(make_plan(ch, Target.of(2), m, micro_batches=4)) for m in ("1f1b", "gpipe")]
     [1, None]
     """
     from workbench.parallel.run.pipeline import SINGLE_STAGE_CLASSES
@@ -86,7 +88,7 @@ def sends_kept(plan: Plan) -> int | None:
     return 1 if SINGLE_STAGE_CLASSES.get(plan.schedule) == "Schedule1F1B" else None
 
 
-def pipeline_peaks(plan: Plan, chain: Chain, platform: Platform) -> list[float]:
+def pipeline_peaks(plan: Plan, chain: Chain, platform: Target) -> list[float]:
     """The model's peak per pipeline rank of ``plan`` (module docstring)."""
     from workbench.methods import method
     from workbench.model.activations import apply_policies
@@ -108,7 +110,7 @@ def pipeline_peaks(plan: Plan, chain: Chain, platform: Platform) -> list[float]:
     return list(simulate(plan, chain, platform, batches=int(plan.micro_batches or 1)).peak_memory())
 
 
-def rank_memory(plan: Plan, chain: Chain, platform: Platform, layout: Layout, rank: int, *,
+def rank_memory(plan: Plan, chain: Chain, platform: Target, layout: Layout, rank: int, *,
                 engine: bool = True) -> float:
     """The predicted peak bytes of ``rank`` (the layout's rank order: tp innermost, then dp, then pp) running
     ``plan`` on ``chain`` (module docstring); ``platform`` carries the training set-up (its ``devices``, ``dp``
@@ -130,7 +132,7 @@ def rank_memory(plan: Plan, chain: Chain, platform: Platform, layout: Layout, ra
     return float(model + flushed_engine_extra(plan, chain, p, n, kept)[pipeline])
 
 
-def rank_memory_terms(plan: Plan, chain: Chain, platform: Platform, layout: Layout, rank: int) -> dict[str, float]:
+def rank_memory_terms(plan: Plan, chain: Chain, platform: Target, layout: Layout, rank: int) -> dict[str, float]:
     """The memory model's terms for ``rank``'s pipeline rank (parameters, gradients, optimizer state, masters,
     activations with every stage's in-flight count, buffers, the largest transient: the model's split,
     :func:`workbench.model.memory_views.memory_breakdown`), under the layout's data-parallel group."""

@@ -85,7 +85,7 @@ def prepare_layout_run(args: argparse.Namespace, plan, layout: Layout, *, starte
                                 zero_grad=setup["zero_grad"])
     programs = programs_for(plan, micro_batches) if needs_programs(plan) else None
     cfg = LayoutConfig(plan, layout, wl, micro_batches, programs, lr=getattr(args, "lr", 0.0) or 0.0,
-                       optimizer=platform.optimizer, zero_grad=platform.zero_grad,
+                       optimizer=platform.setup.optimizer, zero_grad=platform.setup.zero_grad,
                        timeout=float(getattr(args, "timeout", None) or 300.0), optimizer_steps=steps)
     return cfg, chain, platform
 

@@ -7,8 +7,9 @@
 * :mod:`~workbench.planners.dp.graph` and :mod:`~workbench.planners.dp.graph_units`: the layer order of
   a DAG profile.
 
->>> from workbench.model.chain import Chain, Layer, Platform
->>> plan_dp(Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 0, 0) for i in range(4))), Platform(2)).period
+>>> from workbench.model.chain import Chain, Layer
+>>> from workbench.model.target import Target
+>>> plan_dp(Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 0, 0) for i in range(4))), Target.of(2)).period
 6.0
 """
 

@@ -33,9 +33,10 @@ each layer needs under any policy (:func:`workbench.planners.ilp.bounds.memory_p
 this for the ILP; here :func:`_memory_bound`). A ``deadline`` stops the search with the best plan
 found (``complete=False``).
 
->>> from workbench.model.chain import Chain, Layer, Platform
+>>> from workbench.model.chain import Chain, Layer
+>>> from workbench.model.target import Target
 >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 0, 10, 100) for i in range(4)), input_bytes=10)
->>> a = auto_on_chain(ch, Platform(2, memory=300, memory_model="paper", host_bandwidth=100))
+>>> a = auto_on_chain(ch, Target.of(2, memory=300, memory_model="paper", host_bandwidth=100))
 >>> a.period, a.bounds, a.policies, a.why   # keep alone: 9 s under 300 bytes; recompute layer 0 or 1: a tie
 (7.0, [(0, 1), (2, 3)], ('recompute', 'keep', 'keep', 'keep'), '')
 """
@@ -51,7 +52,8 @@ import numpy as np
 
 from workbench.bisection import bisect, least_feasible
 from workbench.model.activations import POLICIES, apply_policies, policy_terms
-from workbench.model.chain import Chain, Platform
+from workbench.model.chain import Chain
+from workbench.model.target import Target
 from workbench.model.tolerances import CEIL_SLACK, COUNT_SLACK, MEMORY_SLACK, TINY, ceil_counts
 from workbench.model.units import format_bytes
 from workbench.planners.blocks import block_groups
@@ -100,7 +102,7 @@ class AutoAnswer:
     complete: bool = True
 
 
-def _windows(v: Versions, chain: Chain, platform: Platform, T: float, links: SuffixLinks):
+def _windows(v: Versions, chain: Chain, platform: Target, T: float, links: SuffixLinks):
     """The memory DP at period T over the rows of ``v``: per q, (D[q][0][0], q, argrow table)."""
     L = len(chain)
     tolT = T * (1 + CEIL_SLACK)
@@ -136,13 +138,13 @@ def _windows(v: Versions, chain: Chain, platform: Platform, T: float, links: Suf
     return best
 
 
-def _windows_fit(v: Versions, chain: Chain, platform: Platform, T: float, links: SuffixLinks) -> bool:
+def _windows_fit(v: Versions, chain: Chain, platform: Target, T: float, links: SuffixLinks) -> bool:
     """Whether the DP over the rows of ``v`` finds a plan at period T."""
     best = _windows(v, chain, platform, T, links)
     return bool(best) and any(math.isfinite(b[0]) for b in best)
 
 
-def _probe(v: Versions, chain: Chain, platform: Platform, T: float, links: SuffixLinks, deadline: float | None):
+def _probe(v: Versions, chain: Chain, platform: Target, T: float, links: SuffixLinks, deadline: float | None):
     """The DP at T over real rows: (bounds, policies) of the least first window, or None."""
     if deadline is not None and time.perf_counter() > deadline:
         raise TimeoutError("dp auto: time limit")
@@ -168,7 +170,7 @@ def _least_memory(v: Versions, L: int, P: int) -> float:
     return bottleneck_partition(least, P)[0]
 
 
-def least_memory_plan(chain: Chain, platform: Platform, links: SuffixLinks, T: float, deadline: float | None = None
+def least_memory_plan(chain: Chain, platform: Target, links: SuffixLinks, T: float, deadline: float | None = None
                       ) -> tuple[float, tuple[list[tuple[int, int]], tuple[str, ...]] | None] | None:
     """The least memory any contiguous plan with per-layer policies needs (every stage one mini-batch in flight:
     a period ``T`` at which every k is 1), exactly, and a plan of that memory if it fits ``platform.memory_limit``
@@ -198,7 +200,7 @@ def least_memory_plan(chain: Chain, platform: Platform, links: SuffixLinks, T: f
     return need, (_probe(v, chain, platform, T, links, None) if fits else None)
 
 
-def _memory_bound(chain: Chain, platform: Platform) -> float:
+def _memory_bound(chain: Chain, platform: Target) -> float:
     """The least T at which every layer, at the least memory any policy gives it and with
     ``k >= ceil(D_l / T)`` (D_l: the compute from layer l to the end and back), fits P M in all:
     a lower bound on every plan's period."""
@@ -208,7 +210,7 @@ def _memory_bound(chain: Chain, platform: Platform) -> float:
     return memory_period_bound(chain, platform, minimal_terms(policy_terms(chain, platform)))
 
 
-def _stage_plan(chain: Chain, platform: Platform, upper: float | None, cuts: Sequence[int]
+def _stage_plan(chain: Chain, platform: Target, upper: float | None, cuts: Sequence[int]
                 ) -> tuple[dict | None, int, str]:
     """The stage boundaries to build versions for (None: every layer), the extension steps they cost and why
     they are restricted: when the stages under ``upper`` cost more than :func:`step_budget` steps or more rows
@@ -237,7 +239,7 @@ def _stage_plan(chain: Chain, platform: Platform, upper: float | None, cuts: Seq
     return blocked, _steps(blocked), note
 
 
-def _build(chain: Chain, platform: Platform, allowed: Sequence[tuple[int, int]] | None, upper: float | None,
+def _build(chain: Chain, platform: Target, allowed: Sequence[tuple[int, int]] | None, upper: float | None,
            cuts: Sequence[int], row_budget: int | None, deadline: float | None) -> tuple[Versions, str]:
     """The stage versions and why their stage boundaries are restricted ("" if not): the exact attempt
     (every stage, every undominated version) when the stages are few enough, and if it goes over its budget,
@@ -276,7 +278,7 @@ def _steps(ends: dict[int, list[int]]) -> int:
     return sum(e[-1] - i + 1 for i, e in ends.items() if e)
 
 
-def auto_on_chain(chain: Chain, platform: Platform, allowed: Sequence[tuple[int, int]] | None = None, *,
+def auto_on_chain(chain: Chain, platform: Target, allowed: Sequence[tuple[int, int]] | None = None, *,
                   upper: float | None = None, deadline: float | None = None, cuts: Sequence[int] = (),
                   row_budget: int | None = None) -> AutoAnswer:
     """The best contiguous plan with per-layer policies (only the stages in ``allowed`` when given, e.g. one
@@ -340,7 +342,7 @@ def auto_on_chain(chain: Chain, platform: Platform, allowed: Sequence[tuple[int,
     return AutoAnswer(found.period, bounds, pol, why, lower, found.complete)
 
 
-def _settle_by_least_memory(chain: Chain, platform: Platform, links: SuffixLinks, hi: float, exact, t0: float,
+def _settle_by_least_memory(chain: Chain, platform: Target, links: SuffixLinks, hi: float, exact, t0: float,
                             deadline: float | None) -> AutoAnswer | None:
     """When the search over thinned versions found no plan: the exact least memory (:func:`least_memory_plan`)
     proves that none fits, or gives the plan of least memory (a plan, not a proven optimum); None when the exact
@@ -361,7 +363,7 @@ def _settle_by_least_memory(chain: Chain, platform: Platform, links: SuffixLinks
                                             f"per device even with recompute and offload chosen per layer: {what}", t0)
 
 
-def _lower_bound(chain: Chain, platform: Platform, v: Versions, links: SuffixLinks, t0: float, period: float,
+def _lower_bound(chain: Chain, platform: Target, v: Versions, links: SuffixLinks, t0: float, period: float,
                  blocked: bool, deadline: float | None) -> float:
     """A proven lower bound when the versions were thinned: the DP with the relaxation rows, bisected between
     the search's own lower end and the plan's period (on blocks: only the bounds every plan meets)."""

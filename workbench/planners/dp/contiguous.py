@@ -55,9 +55,10 @@ with T large enough every k is 1, and the least peak of a stage's memory at
 k = 1 over partitions is another bottleneck, searched by bisection on the
 memory with a banded DP (:func:`least_contiguous_memory`).
 
->>> from workbench.model.chain import Chain, Layer, Platform
+>>> from workbench.model.chain import Chain, Layer
+>>> from workbench.model.target import Target
 >>> chain = Chain(tuple(Layer(f"l{i}", 0.001, 0.002, 0, 0) for i in range(4)))
->>> p = plan_dp(chain, Platform(2, memory_model="paper"))
+>>> p = plan_dp(chain, Target.of(2, memory_model="paper"))
 >>> round(p.period, 6), p.assignment
 (0.006, (0, 0, 1, 1))
 """
@@ -72,9 +73,10 @@ import numpy as np
 
 from workbench.bisection import least_bottleneck, least_feasible
 from workbench.model.activations import POLICIES, apply_policies, describe
-from workbench.model.chain import Chain, Platform
+from workbench.model.chain import Chain
 from workbench.model.memory_bands import band_terms
 from workbench.model.plan import Plan, infeasible_plan, lower_bound
+from workbench.model.target import Target
 from workbench.model.tolerances import FLOOR_MARGIN, MEMORY_SLACK, PERIOD_SEARCH, TINY
 from workbench.model.units import format_bytes
 from workbench.planners.budget import Budget
@@ -150,16 +152,17 @@ def _fewest_stages(blocks: list[tuple[int, np.ndarray]], L: int, P: int, V: floa
     return bounds
 
 
-def least_contiguous_memory(chain: Chain, platform: Platform, tables: StageTables | None = None
+def least_contiguous_memory(chain: Chain, platform: Target, tables: StageTables | None = None
                             ) -> tuple[float, list[tuple[int, int]]]:
     """The least peak memory of any contiguous plan (every k = 1, i.e. a long period), and a partition
     reaching it: the bottleneck of the one-in-flight stage memory over partitions into at most P
     stages. Exact: bisection on the memory, each probe a banded fewest-stages DP, and a last probe at
     the largest float below the value found.
 
-    >>> from workbench.model.chain import Chain, Layer, Platform
+    >>> from workbench.model.chain import Chain, Layer
+    >>> from workbench.model.target import Target
     >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 1.0, 10, 0, 5) for i in range(4)))
-    >>> least_contiguous_memory(ch, Platform(2, memory_model="paper"))
+    >>> least_contiguous_memory(ch, Target.of(2, memory_model="paper"))
     (30.0, [(0, 1), (2, 3)])
     """
     t = tables or StageTables(chain, platform)
@@ -181,7 +184,7 @@ def least_contiguous_memory(chain: Chain, platform: Platform, tables: StageTable
 # ----------------------------------------------------------------------------
 # one partition: the window recurrence lives in workbench.schedules.builder.Scheduler
 # ----------------------------------------------------------------------------
-def partition_period(chain: Chain, platform: Platform, bounds: Sequence[tuple[int, int]], *,
+def partition_period(chain: Chain, platform: Target, bounds: Sequence[tuple[int, int]], *,
                      ignore_memory: bool = False) -> float:
     """Least period at which the window schedule of the partition ``bounds`` fits in memory (inf if none;
     ``ignore_memory``: the least period of any schedule of it, its load bound).
@@ -189,9 +192,10 @@ def partition_period(chain: Chain, platform: Platform, bounds: Sequence[tuple[in
     The schedule is :class:`~workbench.schedules.builder.Scheduler`'s contiguous
     builder (the recurrence above); its ``best`` search is exact up to 1e-9.
 
-    >>> from workbench.model.chain import Chain, Layer, Platform
+    >>> from workbench.model.chain import Chain, Layer
+    >>> from workbench.model.target import Target
     >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 0, 0) for i in range(2)))
-    >>> partition_period(ch, Platform(2, memory_model="paper"), [(0, 0), (1, 1)])
+    >>> partition_period(ch, Target.of(2, memory_model="paper"), [(0, 0), (1, 1)])
     3.0
     """
     sched = Scheduler(chain, platform, place(bounds, platform))
@@ -201,7 +205,7 @@ def partition_period(chain: Chain, platform: Platform, bounds: Sequence[tuple[in
     return best.period if best.feasible else math.inf
 
 
-def schedule_partition(chain: Chain, platform: Platform, bounds: Sequence[tuple[int, int]], *,
+def schedule_partition(chain: Chain, platform: Target, bounds: Sequence[tuple[int, int]], *,
                        method: str, period: float | None = None, ignore_memory: bool = False,
                        status: str = "feasible", notes: Sequence[str] = (), **kw: Any) -> Plan:
     """A :class:`Plan` for a contiguous partition at its least feasible period (or ``period``)."""
@@ -245,7 +249,7 @@ def _stopper(budget: Budget, L: int, P: int) -> Callable[[float, float], bool]:
     return stop
 
 
-def _probe_work(t: StageTables, platform: Platform) -> int:
+def _probe_work(t: StageTables, platform: Target) -> int:
     """About how many (q, i, j) entries a probe at a period long enough for every k to be 1 visits."""
     ends = t.memory_ends(t.M * (1 + MEMORY_SLACK) * (1 + FLOOR_MARGIN), np.ones(t.L))
     return int(np.sum(np.maximum(ends - np.arange(t.L) + 1, 0))) * min(platform.devices, t.L)
@@ -263,7 +267,7 @@ def _growth(t0: float, hi: float) -> list[float]:
     return out
 
 
-def _dp_on_chain(chain: Chain, platform: Platform, budget: Budget) -> _Answer:
+def _dp_on_chain(chain: Chain, platform: Target, budget: Budget) -> _Answer:
     """dp's answer for one linear order, keeping every layer's activations."""
     tables = StageTables(chain, platform)
     t0, _ = unconstrained_period(chain, platform, tables.c)
@@ -295,7 +299,7 @@ def _dp_on_chain(chain: Chain, platform: Platform, budget: Budget) -> _Answer:
     return _Answer(found.period, found.structure, None, why, found.complete, found.lower)
 
 
-def _block_start(chain: Chain, platform: Platform, budget: Budget) -> tuple[list[tuple[int, int]], float] | None:
+def _block_start(chain: Chain, platform: Target, budget: Budget) -> tuple[list[tuple[int, int]], float] | None:
     """A long chain's first plan: dp on blocks of about ten layers (:mod:`workbench.planners.dp.coarse_start`),
     within :data:`BLOCK_SHARE` of the time limit."""
     child = budget.child(BLOCK_SHARE)
@@ -307,7 +311,7 @@ def _block_start(chain: Chain, platform: Platform, budget: Budget) -> tuple[list
     return found
 
 
-def _one_policy(chain: Chain, platform: Platform, budget: Budget) -> tuple[_Answer, str] | None:
+def _one_policy(chain: Chain, platform: Target, budget: Budget) -> tuple[_Answer, str] | None:
     """The best plan with one policy on every layer (the exact DP of each effective chain: keep, recompute,
     offload) and that policy; None if none fits."""
     fixed: tuple[_Answer, str] | None = None
@@ -318,7 +322,7 @@ def _one_policy(chain: Chain, platform: Platform, budget: Budget) -> tuple[_Answ
     return fixed
 
 
-def _auto_on_chain(chain: Chain, platform: Platform, budget: Budget, fixed: tuple[_Answer, str] | None) -> _Answer:
+def _auto_on_chain(chain: Chain, platform: Target, budget: Budget, fixed: tuple[_Answer, str] | None) -> _Answer:
     """dp with ``activations="auto"`` on one layer order: the per-layer search
     (:func:`workbench.planners.dp.auto.auto_on_chain`) below the best one-policy plan ``fixed``, which is the
     incumbent and the fallback."""
@@ -348,7 +352,7 @@ def _auto_on_chain(chain: Chain, platform: Platform, budget: Budget, fixed: tupl
     return _Answer(ans.period, ans.bounds, (pol,) * len(chain), why, a.complete, min(a.lower, ans.period))
 
 
-def _auto_orders(chain: Chain, platform: Platform, budget: Budget, dag: bool, notes: list[str]
+def _auto_orders(chain: Chain, platform: Target, budget: Budget, dag: bool, notes: list[str]
                  ) -> tuple[_Answer, Chain, tuple[str, ...] | None]:
     """dp auto's answer, chain and order (None: the chain's own): on a DAG, the one-policy plans of the default
     order and of :func:`best_order`'s, and the per-layer search in the order whose one-policy plan is best
@@ -369,7 +373,7 @@ def _auto_orders(chain: Chain, platform: Platform, budget: Budget, dag: bool, no
     return _auto_on_chain(used, platform, budget, fixed[k]), used, order
 
 
-def plan_dp(chain: Chain, platform: Platform, *, allocation: str = "contiguous",
+def plan_dp(chain: Chain, platform: Target, *, allocation: str = "contiguous",
             time_limit: float | None = None, graph: bool = True, activations: str | None = None,
             progress: Callable[[str], None] | None = None, **options: Any) -> Plan:
     """Exact contiguous plan: least period under the memory limit (see the module docstring).
@@ -384,11 +388,12 @@ def plan_dp(chain: Chain, platform: Platform, *, allocation: str = "contiguous",
     activation policy, exactly (:mod:`workbench.planners.dp.auto`); other policies:
     :mod:`workbench.planners.fixed_policies`. Other options are ignored.
 
-    >>> from workbench.model.chain import Chain, Layer, Platform
+    >>> from workbench.model.chain import Chain, Layer
+    >>> from workbench.model.target import Target
     >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 100, 10) for i in range(4)))
-    >>> plan_dp(ch, Platform(2, memory=10_000, memory_model="paper")).period
+    >>> plan_dp(ch, Target.of(2, memory=10_000, memory_model="paper")).period
     6.0
-    >>> plan_dp(ch, Platform(2, memory=150, memory_model="paper")).status
+    >>> plan_dp(ch, Target.of(2, memory=150, memory_model="paper")).status
     'infeasible'
     """
     if activations not in (None, "keep", "auto"):

@@ -57,7 +57,7 @@ from typing import Sequence
 
 import numpy as np
 
-from workbench.model.chain import Platform
+from workbench.model.target import Target
 from workbench.planners.dp.graph_units import Units, block_family, forced_splits, words, zero_merges
 from workbench.planners.partition import bottleneck_partition
 
@@ -123,7 +123,7 @@ def chain_bottleneck(weights: Sequence[float], devices: int,
     return value, [last for _, last in bounds]
 
 
-def stage_values(graph, stages: Sequence[Sequence[str]], platform: Platform | None = None) -> list[float]:
+def stage_values(graph, stages: Sequence[Sequence[str]], platform: Target | None = None) -> list[float]:
     """Per stage: its compute, or max(compute, comm of the boundary after it) with a platform."""
     done: set[str] = set()
     out = []
@@ -138,7 +138,7 @@ def stage_values(graph, stages: Sequence[Sequence[str]], platform: Platform | No
 
 
 # ----- the search ------------------------------------------------------------
-def best_order(graph, devices: int, *, platform: Platform | None = None, max_states: int = 200_000,
+def best_order(graph, devices: int, *, platform: Target | None = None, max_states: int = 200_000,
                block_states: int = 2048) -> GraphDPResult:
     """The best straight-pipeline split of ``graph`` into ``devices`` stages, over down-set chains.
 

@@ -18,11 +18,12 @@ largest k whose rule-7 memory fits: memory is non-decreasing in k), exact to
 the float. Nothing is an approximation: the DP's answer is the same as over
 the full table.
 
->>> from workbench.model.chain import Chain, Layer, Platform
+>>> from workbench.model.chain import Chain, Layer
+>>> from workbench.model.target import Target
 >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 100, 10) for i in range(4)))
->>> memory_dp(ch, Platform(2, memory=10_000, memory_model="paper"), 6.0)
+>>> memory_dp(ch, Target.of(2, memory=10_000, memory_model="paper"), 6.0)
 (12.0, [(0, 1), (2, 3)])
->>> memory_dp(ch, Platform(2, memory=10_000, memory_model="paper"), 5.9) is None
+>>> memory_dp(ch, Target.of(2, memory=10_000, memory_model="paper"), 5.9) is None
 True
 """
 
@@ -34,9 +35,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from workbench.model.chain import Chain, Platform
+from workbench.model.chain import Chain
 from workbench.model.memory import layer_terms
 from workbench.model.memory_bands import band_terms, suffix_terms
+from workbench.model.target import Target
 from workbench.model.tolerances import CEIL_SLACK, FLOOR_MARGIN, MEMORY_SLACK, ceil_counts
 from workbench.planners.partition import SuffixLinks, suffix_bounds
 
@@ -50,7 +52,7 @@ class StageTables:
     """Per-layer arrays of one chain and platform for the memory DP (prefix sums: no L x L matrix), and the
     bands of stage ends its memory floor allows (:meth:`memory_ends`)."""
 
-    def __init__(self, chain: Chain, platform: Platform) -> None:
+    def __init__(self, chain: Chain, platform: Target) -> None:
         L = len(chain)
         p = chain._prefix
         self.L = L
@@ -164,7 +166,7 @@ def _reach(ends: np.ndarray, first_last: int, L: int, P: int) -> tuple[list[int]
     return first, last
 
 
-def memory_dp(chain: Chain, platform: Platform, period: float, tables: StageTables | None = None,
+def memory_dp(chain: Chain, platform: Target, period: float, tables: StageTables | None = None,
               deadline: float | None = None) -> tuple[float, list[tuple[int, int]]] | None:
     """For period T: the contiguous partition whose first-stage window is least, subject to
     F+B <= T, c <= T and rule-7 memory <= M on every stage; ``None`` if none exists.

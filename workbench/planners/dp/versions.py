@@ -33,9 +33,10 @@ plan reaches) never helps, and a version whose memory at the least in-flight cou
 have at that period (``k_lo[i]``) does not fit never does (its memory at k only grows as the stage grows, so the
 stage stops there).
 
->>> from workbench.model.chain import Chain, Layer, Platform
+>>> from workbench.model.chain import Chain, Layer
+>>> from workbench.model.target import Target
 >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 0, 10, 100) for i in range(3)), input_bytes=10)
->>> v = stage_versions(ch, Platform(2, memory=1000, memory_model="paper"))
+>>> v = stage_versions(ch, Target.of(2, memory=1000, memory_model="paper"))
 >>> v.exact, int(v.real.sum()) > 0, v.policies(int(np.flatnonzero(v.real & (v.i == 0) & (v.j == 2))[0]))
 (True, True, (0, 0, 0))
 """
@@ -50,8 +51,9 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 
 from workbench.model.activations import POLICIES, PolicyTerms, policy_terms
-from workbench.model.chain import Chain, Platform
+from workbench.model.chain import Chain
 from workbench.model.memory import stage_created, stage_step, stage_ties
+from workbench.model.target import Target
 from workbench.model.tolerances import MEMORY_SLACK
 from workbench.planners.dp.policy_tree import PolicyTree
 
@@ -371,7 +373,7 @@ def _fit(st: _Flat, base: float, stash: float, k_lo: int, limit: float) -> _Flat
     return st.take(ok, vok)
 
 
-def stage_versions(chain: Chain, platform: Platform, ends: Mapping[int, Sequence[int]] | None = None, *,
+def stage_versions(chain: Chain, platform: Target, ends: Mapping[int, Sequence[int]] | None = None, *,
                    max_load: float = math.inf, k_lo: np.ndarray | None = None, row_budget: int | None = None,
                    deadline: float | None = None, strict: bool = False, memory_only: bool = False) -> Versions:
     """The versions of every stage (only the (start, ends) of ``ends`` when given, e.g. one partition's

@@ -7,8 +7,9 @@ searches use it; tests/oracles.py checks it independently).
 * :mod:`~workbench.planners.evaluate.period`: :func:`allocation_period`, :func:`allocation_best`,
   :func:`path_period`.
 
->>> from workbench.model.chain import Chain, Layer, Platform
->>> allocation_period(Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 0, 0) for i in range(3))), Platform(2), (0, 0, 1))[0]
+>>> from workbench.model.chain import Chain, Layer
+>>> from workbench.model.target import Target
+>>> allocation_period(Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 0, 0) for i in range(3))), Target.of(2), (0, 0, 1))[0]
 6.0
 """
 

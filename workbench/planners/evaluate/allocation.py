@@ -48,9 +48,10 @@ Contiguous allocations: a closed form (:func:`contiguous_period`)
     the minimum, over the non-increasing k vectors that fit in memory, of a
     maximum of ratios: exact, and fast.
 
->>> from workbench.model.chain import Chain, Layer, Platform
->>> al = allocation_of(Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 0, 0) for i in range(4))), Platform(2), (0, 0, 1, 1))
->>> contiguous_period(al, Platform(2))
+>>> from workbench.model.chain import Chain, Layer
+>>> from workbench.model.target import Target
+>>> al = allocation_of(Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 0, 0) for i in range(4))), Target.of(2), (0, 0, 1, 1))
+>>> contiguous_period(al, Target.of(2))
 (6.0, (2, 1))
 """
 
@@ -63,9 +64,10 @@ from typing import Sequence
 import numpy as np
 
 from workbench.model.activations import stage_host_time
-from workbench.model.chain import Chain, Platform
+from workbench.model.chain import Chain
 from workbench.model.memory import device_extra, layer_terms, stage_memory
 from workbench.model.plan import stages_of
+from workbench.model.target import Target
 from workbench.model.tolerances import COUNT_SLACK, MEMORY_SLACK
 
 __all__ = ["Allocation", "allocation_of", "k_cap", "kmax_memory", "resident_budget", "memory_ok", "least_counts",
@@ -101,11 +103,12 @@ class Allocation:
         return all(len(d) == 1 for d in self.devices)
 
 
-def allocation_of(chain: Chain, platform: Platform, assignment: Sequence[int]) -> Allocation:
+def allocation_of(chain: Chain, platform: Target, assignment: Sequence[int]) -> Allocation:
     """The stage data of ``assignment`` (one device per layer).
 
-    >>> from workbench.model.chain import Chain, Layer, Platform
-    >>> al = allocation_of(Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 0, 0) for i in range(3))), Platform(2), (0, 1, 0))
+    >>> from workbench.model.chain import Chain, Layer
+    >>> from workbench.model.target import Target
+    >>> al = allocation_of(Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 0, 0) for i in range(3))), Target.of(2), (0, 1, 0))
     >>> al.runs, al.devices, al.static_lb       # device 0 holds stages 0 and 2: load 6
     ([(0, 0), (1, 1), (2, 2)], [[0, 2], [1]], 6.0)
     """
@@ -168,12 +171,12 @@ def kmax_memory(al: Allocation, s: int, budget: float, cap: int) -> int:
     return max(1, min(k, cap))
 
 
-def resident_budget(al: Allocation, platform: Platform, device: int) -> float:
+def resident_budget(al: Allocation, platform: Target, device: int) -> float:
     """What device ``device``'s stages may hold in resident bytes (its limit less its extra)."""
     return platform.memory_of(device) - al.extra[device]
 
 
-def memory_ok(al: Allocation, platform: Platform, ks: Sequence[int], stages: Sequence[int]) -> bool:
+def memory_ok(al: Allocation, platform: Target, ks: Sequence[int], stages: Sequence[int]) -> bool:
     if not stages:
         return True
     M = platform.memory_of(al.dev[stages[0]])
@@ -189,7 +192,7 @@ def least_counts(al: Allocation, T: float) -> list[int]:
     return [max(1, int(math.ceil(al.path[s] / T - COUNT_SLACK))) for s in range(al.S)]
 
 
-def paths_fit(al: Allocation, platform: Platform, T: float) -> bool:
+def paths_fit(al: Allocation, platform: Target, T: float) -> bool:
     """Necessary for a period <= T: every device fits its stages at :func:`least_counts` (memory only
     grows as T falls). The first test of :func:`_feasible_at`, cheap enough to run on its own."""
     if not math.isfinite(platform.memory_limit):
@@ -200,7 +203,7 @@ def paths_fit(al: Allocation, platform: Platform, T: float) -> bool:
     return all(memory_ok(al, platform, [kmin[s] for s in stages], stages) for stages in al.devices if stages)
 
 
-def memory_floor(al: Allocation, platform: Platform) -> float:
+def memory_floor(al: Allocation, platform: Target) -> float:
     """T >= path_s / k_s for the largest k_s memory allows (each stage alone on its device)."""
     lb = 0.0
     for s in range(al.S):
@@ -214,7 +217,7 @@ def memory_floor(al: Allocation, platform: Platform) -> float:
 # ----------------------------------------------------------------------------
 # contiguous: closed form
 # ----------------------------------------------------------------------------
-def contiguous_period(al: Allocation, platform: Platform) -> tuple[float, tuple[int, ...]] | None:
+def contiguous_period(al: Allocation, platform: Target) -> tuple[float, tuple[int, ...]] | None:
     """Exact least period of a contiguous allocation and the in-flight vector reaching it.
 
     The least period is the least of the candidate values (``static_lb`` and every ``P[s, j] / m``)

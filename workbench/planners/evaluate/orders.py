@@ -18,10 +18,11 @@ probe at T / (1 + 1e-9) was proven infeasible, or T equals a lower bound).
 from the incumbent it is asked to beat, and its bracket is certified from
 below as T (1 + 1e-9), the precision brute force's results are stated in.)
 
->>> from workbench.model.chain import Chain, Layer, Platform
+>>> from workbench.model.chain import Chain, Layer
+>>> from workbench.model.target import Target
 >>> from workbench.planners.evaluate.allocation import allocation_of
 >>> chain = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 0, 0) for i in range(3)))
->>> general_period(allocation_of(chain, Platform(2), (0, 1, 0)), Platform(2), float("inf"))[0]
+>>> general_period(allocation_of(chain, Target.of(2), (0, 1, 0)), Target.of(2), float("inf"))[0]
 6.0
 """
 
@@ -34,7 +35,7 @@ from typing import Sequence
 
 import numpy as np
 
-from workbench.model.chain import Platform
+from workbench.model.target import Target
 from workbench.model.tolerances import (
     COUNT_SLACK,
     LAST_BITS,
@@ -126,7 +127,7 @@ def _add(D: np.ndarray, i: int, j: int, w: float, tol: float) -> np.ndarray | No
     return np.minimum(D, D[:, i:i + 1] + w + D[j:j + 1, :])
 
 
-def _maximal_vectors(al: Allocation, platform: Platform, stages: list[int], kmin: list[int], kmax: list[int],
+def _maximal_vectors(al: Allocation, platform: Target, stages: list[int], kmin: list[int], kmax: list[int],
                      deadline: float | None = None) -> list[tuple[int, ...]]:
     """Maximal in-flight vectors of one device's stages that fit its memory (k >= kmin).
 
@@ -179,7 +180,7 @@ def _maximal_vectors(al: Allocation, platform: Platform, stages: list[int], kmin
     return out
 
 
-def _feasible_at(al: Allocation, platform: Platform, T: float, deadline: float | None = None, loose: bool = True):
+def _feasible_at(al: Allocation, platform: Target, T: float, deadline: float | None = None, loose: bool = True):
     """Exact feasibility of a period T for allocation ``al``: (ks, qs) of a valid plan, or None.
 
     The orders modulo T of the operations sharing a device are searched
@@ -202,7 +203,7 @@ def _feasible_at(al: Allocation, platform: Platform, T: float, deadline: float |
     return _feasible_loose(al, platform, T, kmin, kmax, devs, deadline)
 
 
-def _count_box(al: Allocation, platform: Platform, T: float
+def _count_box(al: Allocation, platform: Target, T: float
                ) -> tuple[list[int], list[int], list[list[int]]] | None:
     """At period T: per stage its least in-flight count and the largest its device's memory allows
     (the device's other stages at their least), and the stages of every used device; None when
@@ -225,7 +226,7 @@ def _count_box(al: Allocation, platform: Platform, T: float
     return kmin, kmax, devs
 
 
-def _feasible_per_vectors(al: Allocation, platform: Platform, T: float, kmin: list[int], kmax: list[int],
+def _feasible_per_vectors(al: Allocation, platform: Target, T: float, kmin: list[int], kmax: list[int],
                           devs: list[list[int]], deadline: float | None):
     """``loose=False`` (or one stage per device): one order search per combination of the devices'
     maximal in-flight vectors; the first valid (ks, qs), or None."""
@@ -241,7 +242,7 @@ def _feasible_per_vectors(al: Allocation, platform: Platform, T: float, kmin: li
     return None
 
 
-def _feasible_loose(al: Allocation, platform: Platform, T: float, kmin: list[int], kmax: list[int],
+def _feasible_loose(al: Allocation, platform: Target, T: float, kmin: list[int], kmax: list[int],
                     devs: list[list[int]], deadline: float | None):
     """One search over the orders with every stage at its largest k; each node's least windows (from
     the closed system) give least k's that must fit in memory (rule 7: k * ka + kc bytes per stage,
@@ -393,7 +394,7 @@ def _structure_period(al: Allocation, ks: Sequence[int], qs: dict, T0: float):
     raise RuntimeError("parametric longest path did not converge")
 
 
-def general_period(al: Allocation, platform: Platform, upper: float, deadline: float | None = None,
+def general_period(al: Allocation, platform: Target, upper: float, deadline: float | None = None,
                     loose: bool = True):
     """Best period of allocation ``al`` if below ``upper`` (certified to PERIOD_SEARCH): (T, f, b) or None."""
     if math.isfinite(upper) and not paths_fit(al, platform, upper / (1 + PERIOD_SEARCH)):

@@ -11,11 +11,12 @@ The tests check these against an exhaustive oracle of their own
 (``tests/oracle.py``), which shares no code with this package but the model
 types and the checker.
 
->>> from workbench.model.chain import Chain, Layer, Platform
+>>> from workbench.model.chain import Chain, Layer
+>>> from workbench.model.target import Target
 >>> chain = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 0, 0) for i in range(3)))
->>> allocation_period(chain, Platform(2), (0, 0, 1))[0], allocation_period(chain, Platform(2), (0, 1, 0))[0]
+>>> allocation_period(chain, Target.of(2), (0, 0, 1))[0], allocation_period(chain, Target.of(2), (0, 1, 0))[0]
 (6.0, 6.0)
->>> allocation_best(chain, Platform(2), (0, 1, 0), upper=6.0) is None      # not below 6
+>>> allocation_best(chain, Target.of(2), (0, 1, 0), upper=6.0) is None      # not below 6
 True
 """
 
@@ -25,7 +26,8 @@ import math
 from typing import Any, Sequence
 
 from workbench.bisection import bisect
-from workbench.model.chain import Chain, Platform
+from workbench.model.chain import Chain
+from workbench.model.target import Target
 from workbench.model.tolerances import PERIOD_SEARCH
 from workbench.planners.budget import charge
 from workbench.planners.evaluate.allocation import (
@@ -56,7 +58,7 @@ def normalise(assignment: Sequence[int]) -> tuple[int, ...]:
     return tuple(out)
 
 
-def allocation_period(chain: Chain, platform: Platform, assignment: Sequence[int], *,
+def allocation_period(chain: Chain, platform: Target, assignment: Sequence[int], *,
                       exact_general: bool = False) -> tuple[float, list[float], list[float]] | None:
     """Least period of one allocation and stage start times reaching it, or None if nothing fits.
 
@@ -70,7 +72,7 @@ def allocation_period(chain: Chain, platform: Platform, assignment: Sequence[int
     return general_period(al, platform, math.inf)
 
 
-def _contiguous(al: Allocation, platform: Platform) -> tuple[float, list[float], list[float]] | None:
+def _contiguous(al: Allocation, platform: Target) -> tuple[float, list[float], list[float]] | None:
     """The closed form of a contiguous-style allocation: its least period and start times, or None."""
     r = contiguous_period(al, platform)
     if r is None:
@@ -80,7 +82,7 @@ def _contiguous(al: Allocation, platform: Platform) -> tuple[float, list[float],
     return T, f, b
 
 
-def allocation_best(chain: Chain, platform: Platform, assignment: Sequence[int], upper: float = math.inf,
+def allocation_best(chain: Chain, platform: Target, assignment: Sequence[int], upper: float = math.inf,
                     deadline: Any = None) -> tuple[float, list[float], list[float]] | None:
     """Least period of ``assignment`` if below ``upper``: (T, fwd starts, bwd starts) per stage, else None.
     ``deadline``: a ``perf_counter`` time or a :class:`~workbench.planners.budget.WorkDeadline` (charged
@@ -93,7 +95,7 @@ def allocation_best(chain: Chain, platform: Platform, assignment: Sequence[int],
     return general_period(al, platform, upper, deadline)
 
 
-def path_period(chain: Chain, platform: Platform, assignment: Sequence[int], upper: float = math.inf) -> float:
+def path_period(chain: Chain, platform: Target, assignment: Sequence[int], upper: float = math.inf) -> float:
     """The least period of ``assignment`` if no stage ever waited: every device load, link load and
     operation fits T, and every device fits its stages with ``k_s = ceil(path_s / T)`` in flight
     (``path_s``: the stage's compute to the end of the chain and back, plus both transfers of
@@ -103,10 +105,11 @@ def path_period(chain: Chain, platform: Platform, assignment: Sequence[int], upp
     stages per bisection step (about 0.1 ms on resnet50's 177 layers against 1-100 ms for the exact
     period).
 
-    >>> from workbench.model.chain import Chain, Layer, Platform
+    >>> from workbench.model.chain import Chain, Layer
+    >>> from workbench.model.target import Target
     >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 1.0, 0, 0, saved_bytes=10) for i in range(4)), input_bytes=0)
     >>> # loads 4 and 4; device 0 holds k = 2
-    >>> path_period(ch, Platform(2, memory=50, memory_model="paper"), (0, 0, 1, 1))
+    >>> path_period(ch, Target.of(2, memory=50, memory_model="paper"), (0, 0, 1, 1))
     4.0
     """
     al = allocation_of(chain, platform, assignment)

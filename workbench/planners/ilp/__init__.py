@@ -11,9 +11,10 @@ runner of :mod:`~workbench.planners.ilp.runner`, the phases of :mod:`~workbench.
 :mod:`~workbench.planners.ilp.coarse`) and activation policies (:mod:`~workbench.planners.ilp.policies`,
 :mod:`~workbench.planners.ilp.auto`).
 
->>> from workbench.model.chain import Chain, Layer, Platform
+>>> from workbench.model.chain import Chain, Layer
+>>> from workbench.model.target import Target
 >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 100, 10) for i in range(4)))
->>> plan_ilp(ch, Platform(2, memory=10_000, memory_model="paper")).status
+>>> plan_ilp(ch, Target.of(2, memory=10_000, memory_model="paper")).status
 'optimal'
 """
 

@@ -19,9 +19,10 @@ A proof of optimality holds for the MILP's bound on each device's transient memo
 without policies) and, for general allocations, for the host link modelled by its load only;
 the plan says so.
 
->>> from workbench.model.chain import Chain, Layer, Platform
+>>> from workbench.model.chain import Chain, Layer
+>>> from workbench.model.target import Target
 >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 0, 10, 100) for i in range(4)), input_bytes=10)
->>> p = plan_ilp_auto(ch, Platform(2, memory=300, memory_model="paper", host_bandwidth=100))
+>>> p = plan_ilp_auto(ch, Target.of(2, memory=300, memory_model="paper", host_bandwidth=100))
 >>> p.period, p.activations        # keep alone needs a period of 9 s under 300 bytes; recomputing layer 0 or 1: a tie
 (7.0, ('recompute', 'keep', 'keep', 'keep'))
 """
@@ -34,8 +35,9 @@ from typing import Any
 import pyomo.environ as pyo
 
 from workbench.model.activations import apply_policies, describe, is_keep, policy_terms
-from workbench.model.chain import Chain, Platform
+from workbench.model.chain import Chain
 from workbench.model.plan import Plan, lower_bound
+from workbench.model.target import Target
 from workbench.model.tolerances import BETTER, INCUMBENT_CAP, MILP_GAP
 from workbench.planners.budget import Budget
 from workbench.planners.dp.contiguous import plan_dp
@@ -50,7 +52,7 @@ from workbench.verify.check import check
 __all__ = ["plan_ilp_auto"]
 
 
-def _from_model(model: pyo.ConcreteModel, chain: Chain, platform: Platform, allocation: str) -> Plan:
+def _from_model(model: pyo.ConcreteModel, chain: Chain, platform: Target, allocation: str) -> Plan:
     """The loaded solution as a plan of its effective chain (the policies it chose applied), its bound
     the chain's own."""
     pol = read_policies(model)
@@ -58,7 +60,7 @@ def _from_model(model: pyo.ConcreteModel, chain: Chain, platform: Platform, allo
     return plan.with_(activations=() if is_keep(pol) else pol, lower_bound=lower_bound(chain, platform))
 
 
-def plan_ilp_auto(chain: Chain, platform: Platform, *, allocation: str = "contiguous",
+def plan_ilp_auto(chain: Chain, platform: Target, *, allocation: str = "contiguous",
                   time_limit: float | None = None, rel_gap: float = MILP_GAP, threads: int | None = 1,
                   log: Any = None, solver_options: dict | None = None) -> Plan:
     """Best periodic plan with per-layer activation policies by the ILP (see the module docstring), under a

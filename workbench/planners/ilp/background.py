@@ -10,11 +10,12 @@ deadline) and rebuilds it as a plan, which the caller re-checks before using it.
 cannot be forked (not Linux, or a single core), :func:`start_search` returns None and the caller
 runs its searches itself.
 
->>> from workbench.model.chain import Chain, Layer, Platform
+>>> from workbench.model.chain import Chain, Layer
+>>> from workbench.model.target import Target
 >>> from workbench.planners.dp.contiguous import plan_dp
 >>> import time
 >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 10, 1) for i in range(4)), input_bytes=1)
->>> plat = Platform(2, memory=1000, memory_model="paper")
+>>> plat = Target.of(2, memory=1000, memory_model="paper")
 >>> bg = start_search(ch, plat, plan_dp(ch, plat), time.perf_counter() + 1.0, cores=2)
 >>> bg is None or bg.result() is None or bg.result().period <= plan_dp(ch, plat).period
 True
@@ -28,8 +29,9 @@ import sys
 import time
 from typing import Any
 
-from workbench.model.chain import Chain, Platform
+from workbench.model.chain import Chain
 from workbench.model.plan import Plan, make_plan
+from workbench.model.target import Target
 from workbench.planners.ilp.search import guided_search, local_search
 
 __all__ = ["Background", "start_search", "GUIDED_SHARE"]
@@ -40,7 +42,7 @@ GUIDED_SHARE = 0.6
 GRACE = 1.0
 
 
-def _search(chain: Chain, platform: Platform, start: Plan, deadline: float, target: float | None,
+def _search(chain: Chain, platform: Target, start: Plan, deadline: float, target: float | None,
             max_stages: int, conn: Any) -> None:
     """The child: the guided search, then the local search with kicks, from ``start``; sends the best
     (assignment, period, forward starts, backward starts), or None if nothing beat ``start``."""
@@ -65,7 +67,7 @@ def _search(chain: Chain, platform: Platform, start: Plan, deadline: float, targ
 class Background:
     """A running background search (:func:`start_search`)."""
 
-    def __init__(self, process: Any, conn: Any, chain: Chain, platform: Platform, deadline: float) -> None:
+    def __init__(self, process: Any, conn: Any, chain: Chain, platform: Target, deadline: float) -> None:
         self.process, self.conn, self.chain, self.platform, self.deadline = process, conn, chain, platform, deadline
         self._answer: Plan | None = None
         self._done = False
@@ -95,7 +97,7 @@ class Background:
         self.conn.close()
 
 
-def start_search(chain: Chain, platform: Platform, start: Plan, deadline: float, *, target: float | None = None,
+def start_search(chain: Chain, platform: Target, start: Plan, deadline: float, *, target: float | None = None,
                  max_stages: int | None = None, cores: int | None = None) -> Background | None:
     """Fork a process searching general plans from ``start`` until ``deadline`` (module docstring); None where
     there is no second core or no ``fork``, or in a daemonic process (a Dask worker's: it may have no

@@ -11,10 +11,11 @@ scaling is one family of product variables, from below (all a memory row ``<= 1`
   ``us >= x + cut - 1``, for the terms held once. Activation policies do not change these, so the model
   with policies adds the same family (:func:`workbench.planners.ilp.policies.add_policy_memory`).
 
->>> from workbench.model.chain import Chain, Layer, Platform
+>>> from workbench.model.chain import Chain, Layer
+>>> from workbench.model.target import Target
 >>> from workbench.planners.ilp.model import build_model
 >>> ch = Chain(tuple(Layer(f"l{i}", 0.001, 0.002, 10, 4) for i in range(3)), input_bytes=4)
->>> m = build_model(ch, Platform(2, memory=1000, optimizer="sgd"))
+>>> m = build_model(ch, Target.of(2, memory=1000, optimizer="sgd"))
 >>> sorted(m.BSTART), sorted(m.BEND)           # a receive buffer where a layer may start or end a stage
 ([1, 2], [0, 1])
 """

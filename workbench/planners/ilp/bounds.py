@@ -6,9 +6,10 @@ period range, the phases of :mod:`workbench.planners.ilp.phases` to refuse
 hopeless instances before building a model, the cover search and the
 stage-path bound for their per-layer arrays.
 
->>> from workbench.model.chain import Chain, Layer, Platform
+>>> from workbench.model.chain import Chain, Layer
+>>> from workbench.model.target import Target
 >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 1.0, 10, 4) for i in range(2)))
->>> least_memory_bound(ch, Platform(2, memory_model="paper"))[0]      # one layer: 4 saved + 10 stashed + 10
+>>> least_memory_bound(ch, Target.of(2, memory_model="paper"))[0]      # one layer: 4 saved + 10 stashed + 10
 14.0
 """
 
@@ -19,39 +20,42 @@ import math
 import numpy as np
 
 from workbench.bisection import bisect
-from workbench.model.chain import Chain, Platform
+from workbench.model.chain import Chain
 from workbench.model.memory import layer_terms
 from workbench.model.memory_bands import linear_terms
 from workbench.model.plan import lower_bound
+from workbench.model.target import Target
 from workbench.model.tolerances import BOUND_SEARCH, COUNT_SLACK, MEMORY_SLACK
 
 __all__ = ["memory_terms", "chain_arrays", "k_bounds", "memory_period_bound", "least_memory_bound"]
 
 
-def memory_terms(chain: Chain, platform: Platform) -> tuple[np.ndarray, np.ndarray]:
+def memory_terms(chain: Chain, platform: Target) -> tuple[np.ndarray, np.ndarray]:
     """Per layer ``(a, w0)``: a stage holding k mini-batches needs ``sum_l k a_l + w0_l`` bytes
     plus its boundary terms and its device's extra (:func:`workbench.model.memory_bands.linear_terms`;
     paper model: ``a = saved + [stash] W``, ``w0 = (phi - [stash]) W``).
 
-    >>> from workbench.model.chain import Chain, Layer, Platform
+    >>> from workbench.model.chain import Chain, Layer
+    >>> from workbench.model.target import Target
     >>> ch = Chain((Layer("l", 1.0, 1.0, weight_bytes=10, saved_bytes=4),))
-    >>> [float(v[0]) for v in memory_terms(ch, Platform(1, weights="stash", memory_model="paper"))]   # a = 4 + 10
+    >>> [float(v[0]) for v in memory_terms(ch, Target.of(1, weights="stash", memory_model="paper"))]   # a = 4 + 10
     [14.0, 0.0]
-    >>> [float(v[0]) for v in memory_terms(ch, Platform(1, weights="single", memory_model="paper"))]  # a = 4, w0 = 10
+    >>> [float(v[0]) for v in memory_terms(ch, Target.of(1, weights="single", memory_model="paper"))]  # a = 4, w0 = 10
     [4.0, 10.0]
     """
     lin = linear_terms(layer_terms(chain, platform))
     return np.asarray(lin.a, dtype=float), np.asarray(lin.w0, dtype=float)
 
 
-def chain_arrays(chain: Chain, platform: Platform) -> tuple[np.ndarray, ...]:
+def chain_arrays(chain: Chain, platform: Target) -> tuple[np.ndarray, ...]:
     """Per layer ``(comp, down, c, a, w0)``: its compute F + B, the compute from it to the end
     of the chain and back, the transfer time of the cut after it (0 after the last), and its
     rule-7 terms (:func:`memory_terms`).
 
-    >>> from workbench.model.chain import Chain, Layer, Platform
+    >>> from workbench.model.chain import Chain, Layer
+    >>> from workbench.model.target import Target
     >>> ch = Chain((Layer("x", 1.0, 2.0, 0, 4), Layer("y", 1.0, 1.0, 0, 0)))
-    >>> [v.tolist() for v in chain_arrays(ch, Platform(2, bandwidth=2.0, memory_model="paper"))[:3]]
+    >>> [v.tolist() for v in chain_arrays(ch, Target.of(2, bandwidth=2.0, memory_model="paper"))[:3]]
     [[3.0, 2.0], [5.0, 2.0], [2.0, 0.0]]
     """
     L = len(chain)
@@ -62,7 +66,7 @@ def chain_arrays(chain: Chain, platform: Platform) -> tuple[np.ndarray, ...]:
     return comp, down, c, a, w0
 
 
-def k_bounds(chain: Chain, platform: Platform, t_ub: float | None = None,
+def k_bounds(chain: Chain, platform: Target, t_ub: float | None = None,
              terms: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
     """Upper bounds on every layer's in-flight count.
 
@@ -86,7 +90,7 @@ def k_bounds(chain: Chain, platform: Platform, t_ub: float | None = None,
     return np.maximum(km, 1.0)
 
 
-def memory_period_bound(chain: Chain, platform: Platform, terms: tuple[np.ndarray, np.ndarray] | None = None) -> float:
+def memory_period_bound(chain: Chain, platform: Target, terms: tuple[np.ndarray, np.ndarray] | None = None) -> float:
     """The least T with ``sum_l (ceil(D_l / T) (A_l + [stash] W_l) + (phi - [stash]) W_l) <= P M``.
 
     ``D_l`` is the compute from layer l to the end of the chain and back: layer l's stage
@@ -121,7 +125,7 @@ def memory_period_bound(chain: Chain, platform: Platform, terms: tuple[np.ndarra
     return max(lo, single)
 
 
-def least_memory_bound(chain: Chain, platform: Platform) -> tuple[float, str]:
+def least_memory_bound(chain: Chain, platform: Target) -> tuple[float, str]:
     """A lower bound on the memory per device any allocation needs (every k = 1), and why."""
     lin = linear_terms(layer_terms(chain, platform))
     foot = lin.a + lin.w0                      # each layer with one mini-batch in flight, no boundary terms

@@ -38,9 +38,10 @@ block boundaries. ``plan.extra`` reports ``fine_lower_bound``,
 ``half_blocks``, and the returned ``gap`` is measured against the fine bound, so
 it includes what coarsening may have cost.
 
->>> from workbench.model.chain import Chain, Layer, Platform
+>>> from workbench.model.chain import Chain, Layer
+>>> from workbench.model.target import Target
 >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 100, 10) for i in range(12)))
->>> p = plan_coarse(ch, Platform(3, memory_model="paper"), blocks=4)
+>>> p = plan_coarse(ch, Target.of(3, memory_model="paper"), blocks=4)
 >>> p.status, p.period, p.extra["solve"]["found_by"]    # the fine DP's plan meets the bound: no block solve
 ('optimal', 12.0, 'incumbent')
 """
@@ -52,8 +53,9 @@ from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any, Sequence
 
-from workbench.model.chain import Chain, Platform
+from workbench.model.chain import Chain
 from workbench.model.plan import Plan, lower_bound, stages_of
+from workbench.model.target import Target
 from workbench.model.tolerances import BETTER, MILP_GAP
 from workbench.planners.blocks import block_groups
 from workbench.planners.budget import Budget
@@ -91,7 +93,7 @@ class _Blocks:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def plan_coarse(chain: Chain, platform: Platform, *, blocks: int = 32, allocation: str = "contiguous",
+def plan_coarse(chain: Chain, platform: Target, *, blocks: int = 32, allocation: str = "contiguous",
                 time_limit: float | None = None, groups: Sequence[tuple[int, int]] | None = None,
                 options: IlpOptions | None = None, budget: Budget | None = None, fine_dp: Plan | None = None,
                 **ilp_options: Any) -> Plan:
@@ -165,7 +167,7 @@ def block_ilp_phase(run: Run, blocks: _Blocks) -> PhaseResult:
     return run.result("block_ilp", inc, None, f"{cplan.status} on {len(groups)} blocks")
 
 
-def _block_ilp(chain: Chain, platform: Platform, groups: list[tuple[int, int]], budget: Budget, allocation: str,
+def _block_ilp(chain: Chain, platform: Target, groups: list[tuple[int, int]], budget: Budget, allocation: str,
                opts: IlpOptions) -> Plan:
     """The ILP on the chain coarsened to ``groups``."""
     budget.say(f"ilp: the ILP on {len(groups)} blocks, {budget.describe(budget.seconds)}")

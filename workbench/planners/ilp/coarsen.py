@@ -18,8 +18,9 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from workbench.model.chain import Chain, Platform
+from workbench.model.chain import Chain
 from workbench.model.plan import Plan, make_plan, stages_of
+from workbench.model.target import Target
 
 __all__ = ["expand_assignment", "expand_plan"]
 
@@ -32,7 +33,7 @@ def expand_assignment(groups: Sequence[tuple[int, int]], block_assignment: Seque
     return out
 
 
-def expand_plan(plan: Plan, chain: Chain, platform: Platform, groups: Sequence[tuple[int, int]]) -> Plan:
+def expand_plan(plan: Plan, chain: Chain, platform: Target, groups: Sequence[tuple[int, int]]) -> Plan:
     """The fine-chain plan of a block plan: same period, same stage start times."""
     asg = expand_assignment(groups, plan.assignment)
     runs = stages_of(asg)

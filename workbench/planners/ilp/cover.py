@@ -42,13 +42,12 @@ The exact search (:func:`cover_search`)
     settles most allocations with one order search instead of one per
     combination of in-flight vectors.
 
-Sizes: the sets are enumerated under the load bound; above ``MAX_SETS`` of them
-(e.g. 32 blocks on 2 or 4 devices) the search is refused (:class:`TooManySets`).
-16 random layers x 4 devices have 2,000-5,000.
+Sizes: the sets are enumerated under the load bound; above ``MAX_SETS`` of them (e.g. 32 blocks on 2 or 4 devices)
+the search is refused (:class:`TooManySets`). 16 random layers x 4 devices have 2,000-5,000.
 
->>> from workbench.model.chain import Chain, Layer, Platform
+>>> from workbench.model.chain import Layer
 >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 0, 0) for i in range(3)))
->>> r = cover_search(ch, Platform(2, memory_model="paper"), 9.0)
+>>> r = cover_search(ch, Target.of(2, memory_model="paper"), 9.0)
 >>> r.status, r.period, r.assignment
 ('optimal', 6.0, (0, 1, 1))
 """
@@ -63,10 +62,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from workbench import bisection
-from workbench.model.chain import Chain, Platform
+from workbench.model.chain import Chain
 from workbench.model.memory import layer_terms
 from workbench.model.memory_bands import linear_terms
 from workbench.model.plan import lower_bound
+from workbench.model.target import Target
 from workbench.model.tolerances import BETTER, COVER_SLACK, SET_THRESHOLD_SEARCH, TINY, ceil_count, ceil_counts
 from workbench.planners.evaluate.period import allocation_best, normalise
 from workbench.planners.ilp.bounds import chain_arrays
@@ -259,14 +259,14 @@ def _thresholds(masks: np.ndarray, loads: np.ndarray, down, c, a, w0, memory: fl
     return out_t
 
 
-def device_sets(chain: Chain, platform: Platform, t_max: float, *, limit: int = MAX_SETS,
+def device_sets(chain: Chain, platform: Target, t_max: float, *, limit: int = MAX_SETS,
                 deadline: float | None = None) -> DeviceSets:
     """The device sets with threshold <= ``t_max`` (raises :class:`TooManySets` above ``limit``,
     TimeoutError past ``deadline``).
 
-    >>> from workbench.model.chain import Chain, Layer, Platform
+    >>> from workbench.model.chain import Chain, Layer
     >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 0, 0) for i in range(3)))
-    >>> device_sets(ch, Platform(2, memory_model="paper"), 6.0).count   # sets of at most 2 layers
+    >>> device_sets(ch, Target.of(2, memory_model="paper"), 6.0).count   # sets of at most 2 layers
     6
     """
     comp, down, c, a, w0 = chain_arrays(chain, platform)
@@ -382,14 +382,14 @@ class _CoverWalk:
             parts.pop()
 
 
-def cover_bound(chain: Chain, platform: Platform, upper: float, *, deadline: float | None = None,
+def cover_bound(chain: Chain, platform: Target, upper: float, *, deadline: float | None = None,
                 sets: DeviceSets | None = None) -> float:
     """The cover bound: least bottleneck ``max_S t(S)`` over partitions, if below ``upper``
     (else ``upper``). A lower bound on the period of every general (and contiguous) plan.
 
-    >>> from workbench.model.chain import Chain, Layer, Platform
+    >>> from workbench.model.chain import Chain, Layer
     >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 0, 0) for i in range(3)))
-    >>> cover_bound(ch, Platform(2, memory_model="paper"), 9.0)   # 3 layers of load 3 on 2 devices
+    >>> cover_bound(ch, Target.of(2, memory_model="paper"), 9.0)   # 3 layers of load 3 on 2 devices
     6.0
     """
     ds = sets if sets is not None else device_sets(chain, platform, upper)
@@ -432,7 +432,7 @@ def _assignment(parts: list[int], L: int) -> tuple[int, ...]:
     return tuple(a)
 
 
-def cover_search(chain: Chain, platform: Platform, T_inc: float, *, deadline: float | None = None,
+def cover_search(chain: Chain, platform: Target, T_inc: float, *, deadline: float | None = None,
                  bands: int = 6, progress=None) -> CoverResult:
     """Exact search for a general allocation with period below ``T_inc`` (see the module docstring).
 

@@ -53,10 +53,11 @@ import numpy as np
 import pyomo.environ as pyo
 
 from workbench.model.activations import policy_terms
-from workbench.model.chain import Chain, Platform
+from workbench.model.chain import Chain
 from workbench.model.memory import layer_terms
 from workbench.model.memory_bands import linear_terms
 from workbench.model.plan import lower_bound
+from workbench.model.target import Target
 from workbench.model.tolerances import COUNT_SLACK, LOAD_SLACK, MEMORY_SLACK
 from workbench.planners.ilp.boundaries import add_stage_buffers, add_stage_ends
 from workbench.planners.ilp.bounds import k_bounds, memory_period_bound
@@ -121,7 +122,7 @@ class _Inputs:
     """What the constraint families read besides ``model._ilp``."""
 
     chain: Chain
-    platform: Platform
+    platform: Target
     lin: Any               # workbench.model.memory_bands.LinearTerms
     scale: float           # M (bytes), or 1 without a limit
     kmin: np.ndarray       # per-layer least in-flight count at the period cap
@@ -134,7 +135,7 @@ class _Inputs:
     policies: Any          # workbench.model.activations.PolicyTerms, or None without policies
 
 
-def build_model(chain: Chain, platform: Platform, *, allocation: str = "contiguous",
+def build_model(chain: Chain, platform: Target, *, allocation: str = "contiguous",
                 period: float | None = None, period_bounds: tuple[float, float] | None = None,
                 pairwise: bool = True, tighten: bool = True, policies: bool = False) -> pyo.ConcreteModel:
     """The plan ILP for ``chain`` on ``platform`` as a Pyomo ``ConcreteModel``: one function per
@@ -146,9 +147,10 @@ def build_model(chain: Chain, platform: Platform, *, allocation: str = "contiguo
     constraints between different stages of one device (a relaxation; general only).
     ``policies=True`` also chooses every layer's activation policy (:mod:`workbench.planners.ilp.policies`).
 
-    >>> from workbench.model.chain import Chain, Layer, Platform
+    >>> from workbench.model.chain import Chain, Layer
+    >>> from workbench.model.target import Target
     >>> ch = Chain(tuple(Layer(f"l{i}", 0.001, 0.002, 10, 4) for i in range(4)))
-    >>> m = build_model(ch, Platform(2, memory=100, memory_model="paper"), allocation="contiguous")
+    >>> m = build_model(ch, Target.of(2, memory=100, memory_model="paper"), allocation="contiguous")
     >>> sorted(c.name for c in m.component_objects(pyo.Constraint))[:3]
     ['bwd_hi', 'bwd_lo', 'fwd_hi']
     """
@@ -175,7 +177,7 @@ def build_model(chain: Chain, platform: Platform, *, allocation: str = "contiguo
     return m
 
 
-def _scaled_instance(chain: Chain, platform: Platform, allocation: str, period: float | None,
+def _scaled_instance(chain: Chain, platform: Target, allocation: str, period: float | None,
                      period_bounds: tuple[float, float] | None, pairwise: bool, tighten: bool,
                      policies: bool) -> tuple[pyo.ConcreteModel, _Inputs]:
     """The empty model with its scaled data (``model._ilp``: times over T_ref, bytes over M) and the

@@ -16,7 +16,7 @@ On PipeDream's resnet50 on 8 devices at the third memory level of the
 committed figures it found 0.1041 s where the contiguous DP has 0.1123 s and
 the guided search found nothing better in 60 s.
 
->>> from workbench.model.chain import Chain, Layer, Platform
+>>> from workbench.model.chain import Chain, Layer
 >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 1.0, 0, 0, saved_bytes=10) for i in range(4)), input_bytes=0)
 >>> pack([(0, 0, 30.0, 2.0), (1, 1, 20.0, 2.0), (2, 2, 20.0, 2.0)], 2, 50.0, 4.0)
 [0, 1, 0]
@@ -30,8 +30,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from workbench.model.chain import Chain, Platform
+from workbench.model.chain import Chain
 from workbench.model.plan import Plan, make_plan
+from workbench.model.target import Target
 from workbench.model.tolerances import BETTER, LOAD_SLACK, MEMORY_SLACK
 from workbench.planners.budget import within
 from workbench.planners.evaluate.period import allocation_best, normalise
@@ -67,7 +68,7 @@ def pack(stages: Sequence[tuple[int, int, float, float]], devices: int, memory: 
     return [int(d) for d in dev]
 
 
-def packed_plan(chain: Chain, platform: Platform, bound: float, incumbent: Plan, deadline: Any = None) -> Plan | None:
+def packed_plan(chain: Chain, platform: Target, bound: float, incumbent: Plan, deadline: Any = None) -> Plan | None:
     """The best plan below ``incumbent``'s period among the packings of the stage-path bound's partitions at
     :data:`PERIODS` periods from ``bound`` up to the incumbent's (module docstring); None if none beats it.
     ``deadline``: a ``perf_counter`` time or a :class:`~workbench.planners.budget.WorkDeadline`."""

@@ -28,11 +28,12 @@ the answer, a :class:`~workbench.planners.ilp.runner.Verdict`; a phase that does
 None. The plan records every phase, the phase whose plan it is (``found_by``) and the one that
 proved its bound (``bound_by``) in ``extra["solve"]`` (:class:`~workbench.model.plan_extra.SolveRecord`).
 
->>> from workbench.model.chain import Chain, Layer, Platform
+>>> from workbench.model.chain import Chain, Layer
+>>> from workbench.model.target import Target
 >>> from workbench.planners.budget import Budget
 >>> from workbench.planners.ilp.options import IlpOptions
 >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 100, 10) for i in range(4)))
->>> p = solve_chain(ch, Platform(2, memory=10_000, memory_model="paper"), "contiguous", IlpOptions(), Budget())
+>>> p = solve_chain(ch, Target.of(2, memory=10_000, memory_model="paper"), "contiguous", IlpOptions(), Budget())
 >>> p.status, [r["phase"] for r in p.extra["solve"]["phases"]], p.extra["solve"]["found_by"]
 ('optimal', ['feasibility', 'incumbent', 'stage_bound'], 'incumbent')
 """
@@ -45,9 +46,10 @@ from functools import partial
 
 import pyomo.environ as pyo
 
-from workbench.model.chain import Chain, Platform
+from workbench.model.chain import Chain
 from workbench.model.plan import Plan, make_plan
 from workbench.model.plan_extra import phase_record
+from workbench.model.target import Target
 from workbench.model.tolerances import BETTER, INCUMBENT_CAP, REL_TOL
 from workbench.planners.budget import Budget, milp_ready_seconds, milp_root_seconds
 from workbench.planners.dp.contiguous import plan_dp
@@ -332,7 +334,7 @@ def _skip_milp(run: Run, why: str) -> PhaseResult:
 # ----------------------------------------------------------------------------
 # the sequence
 # ----------------------------------------------------------------------------
-def solve_chain(chain: Chain, platform: Platform, allocation: str, opts: IlpOptions, budget: Budget,
+def solve_chain(chain: Chain, platform: Target, allocation: str, opts: IlpOptions, budget: Budget,
                 fine_dp: Plan | None = None) -> Plan:
     """The ILP's plan for ``chain`` as it is (no coarsening, no re-ordering): the phases of the module
     docstring, in order, until one settles the answer. ``fine_dp``: the DP's plan if already known."""

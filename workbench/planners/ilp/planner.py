@@ -17,9 +17,10 @@ the best plan known is returned with ``status="timeout"`` and its proven
 ``gap`` = (T - T_bound) / T. The model is :mod:`workbench.planners.ilp.model`;
 solving and reading it back, :mod:`workbench.planners.ilp.solve`.
 
->>> from workbench.model.chain import Chain, Layer, Platform
+>>> from workbench.model.chain import Chain, Layer
+>>> from workbench.model.target import Target
 >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 100, 10) for i in range(4)))
->>> p = plan_ilp(ch, Platform(2, memory=10_000, memory_model="paper"))
+>>> p = plan_ilp(ch, Target.of(2, memory=10_000, memory_model="paper"))
 >>> p.period, p.status
 (6.0, 'optimal')
 """
@@ -31,8 +32,9 @@ import time
 from dataclasses import replace
 from typing import Any
 
-from workbench.model.chain import Chain, Platform
+from workbench.model.chain import Chain
 from workbench.model.plan import Plan, chain_for_plan
+from workbench.model.target import Target
 from workbench.planners.budget import Budget
 from workbench.planners.dp.contiguous import plan_dp
 from workbench.planners.ilp.auto import plan_ilp_auto
@@ -43,7 +45,7 @@ from workbench.planners.ilp.phases import solve_chain
 __all__ = ["plan_ilp"]
 
 
-def plan_ilp(chain: Chain, platform: Platform, *, allocation: str = "contiguous", time_limit: float | None = None,
+def plan_ilp(chain: Chain, platform: Target, *, allocation: str = "contiguous", time_limit: float | None = None,
              options: IlpOptions | None = None, **kwargs: Any) -> Plan:
     """Best periodic plan under the memory limit by the ILP (contiguous or general allocations).
 
@@ -81,7 +83,7 @@ def _options(options: IlpOptions | None, kwargs: dict[str, Any]) -> IlpOptions:
     return replace(options, **kwargs)
 
 
-def _plan(chain: Chain, platform: Platform, allocation: str, opts: IlpOptions, budget: Budget,
+def _plan(chain: Chain, platform: Target, allocation: str, opts: IlpOptions, budget: Budget,
           fine_dp: Plan | None) -> Plan:
     """The ILP's plan of ``chain`` in its own layer order: on blocks if it is long, else its phases."""
     blocks = opts.blocks(len(chain))
@@ -91,7 +93,7 @@ def _plan(chain: Chain, platform: Platform, allocation: str, opts: IlpOptions, b
     return solve_chain(chain, platform, allocation, opts, budget, fine_dp)
 
 
-def _in_graph_order(chain: Chain, platform: Platform, allocation: str, opts: IlpOptions, budget: Budget) -> Plan:
+def _in_graph_order(chain: Chain, platform: Target, allocation: str, opts: IlpOptions, budget: Budget) -> Plan:
     """A chain linearised from a DAG: plan in the layer order dp's graph mode chose (its cut sets are
     the best found), so dp on another order never beats the ILP."""
     t_start = time.perf_counter()
@@ -104,7 +106,7 @@ def _in_graph_order(chain: Chain, platform: Platform, allocation: str, opts: Ilp
     return res.with_(chain_order=ref.chain_order, notes=notes, solve_seconds=time.perf_counter() - t_start)
 
 
-def _graph_order(chain: Chain, platform: Platform, budget: Budget, after_dp: float) -> tuple[Plan, str]:
+def _graph_order(chain: Chain, platform: Target, budget: Budget, after_dp: float) -> tuple[Plan, str]:
     """dp's plan in the best layer order of ``chain.graph`` (graph mode), and a note if the order
     search was skipped: with a time limit (not deterministic), when after the DP in the default
     order less than ``after_dp`` times its time (plus a second) is left."""

@@ -23,10 +23,11 @@ needs a lower bound, i.e. where it appears on the side a constraint bounds from 
   host-link load by the period; transfers of different stages of one device are not kept apart
   in the MILP (the checker rejects such a solution, and the incumbent stands).
 
->>> from workbench.model.chain import Chain, Layer, Platform
+>>> from workbench.model.chain import Chain, Layer
+>>> from workbench.model.target import Target
 >>> from workbench.model.activations import policy_terms
 >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 1.0, 0, 8, 40) for i in range(3)), input_bytes=8)
->>> options(policy_terms(ch, Platform(1, memory_model="paper")), 1)     # no storage shared: one option per policy
+>>> options(policy_terms(ch, Target.of(1, memory_model="paper")), 1)     # no storage shared: one option per policy
 [(None, 0), (None, 1), (None, 2)]
 """
 

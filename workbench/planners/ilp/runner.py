@@ -16,11 +16,12 @@ The first verdict ends the run: :func:`finish` turns it into the plan, which rec
 phase, the phase whose plan it is (``found_by``) and the one that proved its bound
 (``bound_by``) in ``extra["solve"]`` (:class:`~workbench.model.plan_extra.SolveRecord`).
 
->>> from workbench.model.chain import Chain, Layer, Platform
+>>> from workbench.model.chain import Chain, Layer
+>>> from workbench.model.target import Target
 >>> from workbench.planners.budget import Budget
 >>> from workbench.planners.ilp.options import IlpOptions
 >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 100, 10) for i in range(2)))
->>> run = Run(ch, Platform(1, memory_model="paper"), "contiguous", IlpOptions(), Budget())
+>>> run = Run(ch, Target.of(1, memory_model="paper"), "contiguous", IlpOptions(), Budget())
 >>> p = run_phases(run, [lambda r: None, lambda r: Verdict("infeasible", notes=("nothing fits",))])
 >>> p.status, p.notes, p.extra["solve"]["phases"]
 ('infeasible', ('nothing fits',), [])
@@ -31,9 +32,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from workbench.model.chain import Chain, Platform
+from workbench.model.chain import Chain
 from workbench.model.plan import Plan, infeasible_plan
 from workbench.model.plan_extra import PhaseRecord, SolveRecord, phase_record
+from workbench.model.target import Target
 from workbench.planners.budget import MAY_VARY, Budget
 from workbench.planners.ilp.options import IlpOptions
 from workbench.verify.check import check
@@ -69,7 +71,7 @@ class PhaseResult:
 class Run:
     """One solve: the instance, options and budget, the incumbent, bound, notes and records so far."""
 
-    def __init__(self, chain: Chain, platform: Platform, allocation: str, opts: IlpOptions, budget: Budget) -> None:
+    def __init__(self, chain: Chain, platform: Target, allocation: str, opts: IlpOptions, budget: Budget) -> None:
         self.chain, self.platform, self.allocation, self.opts, self.budget = chain, platform, allocation, opts, budget
         self.general = allocation == "general" and platform.devices > 1
         self.inc: Plan | None = None

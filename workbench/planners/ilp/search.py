@@ -8,10 +8,11 @@ that lowers the period. Each allocation is scored by its *exact* least period
 (:func:`workbench.planners.evaluate.period.allocation_best`, with the current period as a
 cut-off so that most candidates are rejected by bounds alone).
 
->>> from workbench.model.chain import Chain, Layer, Platform
+>>> from workbench.model.chain import Chain, Layer
+>>> from workbench.model.target import Target
 >>> from workbench.planners.dp.contiguous import plan_dp
 >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 10, 1) for i in range(3)), input_bytes=1)
->>> plat = Platform(2, memory=1000, memory_model="paper")
+>>> plat = Target.of(2, memory=1000, memory_model="paper")
 >>> p = local_search(ch, plat, plan_dp(ch, plat), seconds=5)
 >>> p.period <= plan_dp(ch, plat).period
 True
@@ -24,8 +25,9 @@ import time
 from itertools import islice
 from typing import Any, Iterator
 
-from workbench.model.chain import Chain, Platform
+from workbench.model.chain import Chain
 from workbench.model.plan import Plan, make_plan, stages_of
+from workbench.model.target import Target
 from workbench.model.tolerances import BETTER
 from workbench.planners.budget import within
 from workbench.planners.evaluate.period import allocation_best, normalise, path_period
@@ -64,7 +66,7 @@ def _neighbours(a0: tuple[int, ...], P: int, max_shift: int, swaps: bool) -> Ite
                     yield normalise(a)
 
 
-def local_search(chain: Chain, platform: Platform, start: Plan, *, seconds: float = 10.0,
+def local_search(chain: Chain, platform: Target, start: Plan, *, seconds: float = 10.0,
                  swaps: bool = True, max_stages: int | None = None, max_shift: int = 8,
                  kicks: int = 0, kick_slack: float = 0.1, seed: int = 0, deadline: Any = None) -> Plan:
     """Improve ``start`` by moves (first improvement), within ``seconds``: a whole stage to another
@@ -135,7 +137,7 @@ def local_search(chain: Chain, platform: Platform, start: Plan, *, seconds: floa
     return plan
 
 
-def guided_search(chain: Chain, platform: Platform, start: Plan, *, seconds: float = 10.0,
+def guided_search(chain: Chain, platform: Target, start: Plan, *, seconds: float = 10.0,
                   max_stages: int | None = None, max_shift: int = 8, kicks: int | None = None,
                   seed: int = 0, check_seconds: float = 5.0, deadline: Any = None,
                   target: float | None = None) -> Plan:
@@ -158,10 +160,11 @@ def guided_search(chain: Chain, platform: Platform, start: Plan, *, seconds: flo
     ``deadline`` (a ``perf_counter`` time or a :class:`~workbench.planners.budget.WorkDeadline`)
     replaces ``seconds`` when given. ``target``: stop once a plan reaches this period (a proven lower bound).
 
-    >>> from workbench.model.chain import Chain, Layer, Platform
+    >>> from workbench.model.chain import Chain, Layer
+    >>> from workbench.model.target import Target
     >>> from workbench.planners.dp.contiguous import plan_dp
     >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 10, 1) for i in range(3)), input_bytes=1)
-    >>> plat = Platform(2, memory=1000, memory_model="paper")
+    >>> plat = Target.of(2, memory=1000, memory_model="paper")
     >>> guided_search(ch, plat, plan_dp(ch, plat), seconds=5, kicks=5).period <= plan_dp(ch, plat).period
     True
     """
@@ -187,7 +190,7 @@ class _Guide:
     ``best_T`` and start times ``best_fb``, None until one beats the start), the allocations scored
     exactly, and ``stale``, the kicks since the best last improved."""
 
-    def __init__(self, chain: Chain, platform: Platform, start_a: tuple[int, ...], start_T: float, cap: int,
+    def __init__(self, chain: Chain, platform: Target, start_a: tuple[int, ...], start_T: float, cap: int,
                  max_shift: int, t_end: Any, check_seconds: float) -> None:
         self.chain, self.platform, self.cap, self.max_shift = chain, platform, cap, max_shift
         self.t_end, self.check_seconds = t_end, check_seconds

@@ -8,13 +8,14 @@ best period; :func:`plan_from_model` rebuilds the solution as a
 :func:`workbench.model.plan.make_plan`). :class:`MilpProgress` turns HiGHS's
 branch-and-bound log into progress lines.
 
->>> from workbench.model.chain import Chain, Layer, Platform
+>>> from workbench.model.chain import Chain, Layer
+>>> from workbench.model.target import Target
 >>> from workbench.planners.ilp.model import build_model
 >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 2.0, 100, 10) for i in range(4)))
->>> m = build_model(ch, Platform(2, memory=10_000, memory_model="paper"))
+>>> m = build_model(ch, Target.of(2, memory=10_000, memory_model="paper"))
 >>> str(solve_model(m).termination_condition).split(".")[-1]
 'convergenceCriteriaSatisfied'
->>> plan_from_model(m, ch, Platform(2, memory=10_000, memory_model="paper")).period
+>>> plan_from_model(m, ch, Target.of(2, memory=10_000, memory_model="paper")).period
 6.0
 """
 
@@ -30,8 +31,9 @@ import numpy as np
 import pyomo.environ as pyo
 from pyomo.contrib.solver.common.factory import SolverFactory
 
-from workbench.model.chain import Chain, Platform
+from workbench.model.chain import Chain
 from workbench.model.plan import Plan, make_plan, stages_of
+from workbench.model.target import Target
 from workbench.model.tolerances import MILP_GAP, SOLVER_FEASIBILITY
 from workbench.planners.budget import POLISH_SECONDS, Budget
 
@@ -99,7 +101,7 @@ def _assignment(model: pyo.ConcreteModel) -> list[int]:
     return [int(np.argmax([pyo.value(model.x[l, p]) for p in range(d.P)])) for l in range(d.L)]
 
 
-def plan_from_model(model: pyo.ConcreteModel, chain: Chain, platform: Platform, **kw: Any) -> Plan:
+def plan_from_model(model: pyo.ConcreteModel, chain: Chain, platform: Target, **kw: Any) -> Plan:
     """Read the loaded solution of ``model`` into a :class:`Plan` (period re-derived by make_plan)."""
     d = model._ilp
     T = d.t_ref / pyo.value(model.u)

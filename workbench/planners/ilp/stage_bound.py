@@ -30,9 +30,10 @@ gnmt from PipeDream on 8 devices: gaps of 9-14 % down to 0.1-1.6 %). The windows
 excess over the compute is rounded *down* to a grid of T / 256 in the fronts,
 which keeps the bound valid.
 
->>> from workbench.model.chain import Chain, Layer, Platform
+>>> from workbench.model.chain import Chain, Layer
+>>> from workbench.model.target import Target
 >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 1.0, 0, 0, saved_bytes=10) for i in range(4)), input_bytes=0)
->>> round(stage_path_bound(ch, Platform(2, memory=50, memory_model="paper")), 3)   # 4 layers of 10 bytes, 2 x 50 bytes
+>>> round(stage_path_bound(ch, Target.of(2, memory=50, memory_model="paper")), 3)   # 4 layers of 10 bytes, 2 x 50 bytes
 4.0
 """
 
@@ -44,10 +45,11 @@ import time
 import numpy as np
 
 from workbench.bisection import bisect
-from workbench.model.chain import Chain, Platform
+from workbench.model.chain import Chain
 from workbench.model.memory import layer_terms
 from workbench.model.memory_bands import linear_terms
 from workbench.model.plan import lower_bound
+from workbench.model.target import Target
 from workbench.model.tolerances import LOAD_SLACK, MEMORY_SLACK, STAGE_BOUND_PRECISION, START_PERIOD, ceil_counts
 from workbench.planners.ilp.bounds import chain_arrays
 
@@ -56,25 +58,26 @@ __all__ = ["stage_path_bound", "least_stage_memory", "stage_partition"]
 GRID = 256  # transfer sums in the fronts are rounded down to multiples of T / GRID
 
 
-def least_stage_memory(chain: Chain, platform: Platform, T: float) -> float:
+def least_stage_memory(chain: Chain, platform: Target, T: float) -> float:
     """The least total memory of any stage partition valid at period T (inf if none), as
     described in the module docstring (a relaxation: devices pooled)."""
     return _stage_memory(chain, platform)(T)
 
 
-def stage_partition(chain: Chain, platform: Platform, T: float) -> list[tuple[int, int, float, float]]:
+def stage_partition(chain: Chain, platform: Target, T: float) -> list[tuple[int, int, float, float]]:
     """A stage partition of :func:`least_stage_memory` at period T: per stage (first, last, its memory in the
     relaxation, its compute F + B); [] if none fits.
 
-    >>> from workbench.model.chain import Chain, Layer, Platform
+    >>> from workbench.model.chain import Chain, Layer
+    >>> from workbench.model.target import Target
     >>> ch = Chain(tuple(Layer(f"l{i}", 1.0, 1.0, 0, 0, saved_bytes=10) for i in range(4)), input_bytes=0)
-    >>> [s[:2] for s in stage_partition(ch, Platform(2, memory=50, memory_model="paper"), 4.0)]   # free cuts
+    >>> [s[:2] for s in stage_partition(ch, Target.of(2, memory=50, memory_model="paper"), 4.0)]   # free cuts
     [(0, 0), (1, 1), (2, 2), (3, 3)]
     """
     return _stage_memory(chain, platform)(T, partition=True)[1]
 
 
-def _stage_memory(chain: Chain, platform: Platform, deadline=None):
+def _stage_memory(chain: Chain, platform: Target, deadline=None):
     """``least_stage_memory`` as a function of T, the chain's arrays computed once; it raises
     ``TimeoutError`` once ``time.perf_counter() > deadline`` (polled once per layer)."""
     L = len(chain)
@@ -140,7 +143,7 @@ def _stage_memory(chain: Chain, platform: Platform, deadline=None):
     return least
 
 
-def stage_path_bound(chain: Chain, platform: Platform, hi: float | None = None, *, rel: float = STAGE_BOUND_PRECISION,
+def stage_path_bound(chain: Chain, platform: Target, hi: float | None = None, *, rel: float = STAGE_BOUND_PRECISION,
                      deadline=None) -> float:
     """The least period (to relative precision ``rel``, rounded down) at which some stage
     partition fits the pooled memory of the devices; at least :func:`workbench.model.plan.lower_bound`.
@@ -157,7 +160,7 @@ def stage_path_bound(chain: Chain, platform: Platform, hi: float | None = None, 
         return state["lo"]
 
 
-def _bisect(chain: Chain, platform: Platform, lb: float, hi: float | None, rel: float, deadline, state: dict) -> float:
+def _bisect(chain: Chain, platform: Target, lb: float, hi: float | None, rel: float, deadline, state: dict) -> float:
     """stage_path_bound's search; ``state["lo"]`` always holds a period known not to fit (or ``lb``)."""
     cap = platform.devices * platform.memory_limit * (1 + MEMORY_SLACK)
     least = _stage_memory(chain, platform, deadline)

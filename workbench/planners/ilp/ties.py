@@ -5,13 +5,14 @@ device's memory what :func:`add_tie_memory` returns: the stage terms of the tied
 (:class:`workbench.model.memory.TieTerms`), exact for integer solutions, and the gradients its
 backwards make, an upper bound beside the transient ``tau``.
 
->>> from workbench.model.chain import Chain, Layer, Platform
+>>> from workbench.model.chain import Chain, Layer
+>>> from workbench.model.target import Target
 >>> from workbench.model.memory import layer_terms
 >>> from workbench.model.memory_bands import linear_terms
 >>> import json
 >>> tied = json.dumps([{"owner": "a", "layers": ["a", "c"], "bytes": 8}])
 >>> ch = Chain((Layer("a", 1, 1, 8), Layer("b", 1, 1), Layer("c", 1, 1)), meta={"tied": tied})
->>> tie_spans(linear_terms(layer_terms(ch, Platform(2, weights="stash"))))   # c's copy: a boundary in a..b
+>>> tie_spans(linear_terms(layer_terms(ch, Target.of(2, weights="stash"))))   # c's copy: a boundary in a..b
 ([(0, 2, [0, 1])], [(0, 0, [1, 2])])
 """
 
