@@ -157,7 +157,7 @@ def test_dp_overlap_prices_megatrons_reduce_scatter_and_gather_by_hand(dtype, el
     """4 layers of 4 MB on 2 ranks at 100 GB/s: one bucket (under Megatron's 40 M parameters), its fp32
     reduce-scatter after the backward (half the fp32 bytes sent) and its gather before the first forward (half the
     parameter bytes); the pipeline and the optimizer as without dpo."""
-    j = Job(Platform(2, memory="16GB", bandwidth="100GB/s"), global_batch=4)
+    j = Job(Target.of(2, memory="16GB", bandwidth="100GB/s"), global_batch=4)
     ch = Chain(tuple(Layer(f"l{i}", 0.01, 0.02, 4e6, 1e6) for i in range(4)), input_bytes=1e6,
                meta={"dtype": dtype})
     plain = evaluate(j, Layout(dp=2, zero=1), lambda tp, mbs: ch)
@@ -174,7 +174,7 @@ def test_dp_overlap_prices_megatrons_reduce_scatter_and_gather_by_hand(dtype, el
 def test_dp_overlap_hides_the_gathers_behind_a_long_forward():
     """100 M-parameter fp32 layers (one 40 M bucket is smaller than a layer): on 8 ranks across 2 nodes, every gather
     but the first bucket's runs behind the first forward, so ZeRO-1's exposed gather shrinks."""
-    platform = Platform(8, memory="80GB", bandwidth="400GB/s", node_bandwidth="50GB/s", devices_per_node=4)
+    platform = Target.of(8, memory="80GB", bandwidth="400GB/s", node_bandwidth="50GB/s", devices_per_node=4)
     j = Job(platform, global_batch=16)
     ch = Chain(tuple(Layer(f"l{i}", 0.5, 1.0, 4e8, 1e6) for i in range(4)), input_bytes=1e6,
                meta={"dtype": "float32"})

@@ -74,12 +74,18 @@ def test_with_collectives_sums_each_layer_by_phase():
         [],
         [Collective("backward", "reduce_scatter", 7)],
     ]
+    times.overlap = [(2e-6, 1e-6, 1e-6, 0.5e-6), (0.0, 0.0, 0.0, 0.0), (0.0, 3e-6, 0.0, 2e-6)]
     out = with_collectives(chain, times)
     assert [(l.comm_forward_bytes, l.comm_backward_bytes) for l in out.layers] == [(130, 100), (0, 0), (0, 7)]
+    assert [(l.comm_forward, l.comm_backward, l.exposed_forward, l.exposed_backward) for l in out.layers] == \
+        times.overlap
     assert out.meta["network"] == "n"
     assert out.meta["tp_collectives"] == ("forward: 1 all_reduce (100 B), 1 all_gather (30 B); "
                                           "backward: 1 all_reduce (100 B), 1 reduce_scatter (7 B)")
     assert chain.layers[0].comm_forward_bytes is None          # the chain given is left as it was
+    times.overlap = times.overlap[:2]
+    with pytest.raises(ValueError):                            # one record per layer, or nothing is made
+        with_collectives(chain, times)
 
 
 def test_tp_meta_names_the_gpu_and_rank():

@@ -43,13 +43,15 @@ from typing import Any, Callable, Iterator, Sequence
 import torch
 from torch import nn
 
+from workbench.profiles.recording import dispatch_modes, is_suspended, suspended
+
 __all__ = ["KERNELS", "fused_kernels", "fused_apply", "suspended", "is_suspended", "fused_active",
            "attention_kind", "patched_modules", "check_kernels"]
 
 #: the settings of a fake profile's ``kernels``: Hugging Face's eager kernels, or the fused ones of this module
 KERNELS = ("eager", "fused")
 
-_state = {"suspended": 0, "fused": 0}
+_state = {"fused": 0}
 
 
 def check_kernels(kernels: str) -> str:
@@ -63,11 +65,6 @@ def check_kernels(kernels: str) -> str:
     return kernels
 
 
-def is_suspended() -> bool:
-    """Whether the profiler's dispatch modes should neither record work nor count allocations now."""
-    return _state["suspended"] > 0
-
-
 def fused_active() -> bool:
     """Whether a :func:`fused_kernels` context is open (the attention kernel is then the fused one)."""
     return _state["fused"] > 0
@@ -78,26 +75,10 @@ def attention_kind() -> str:
     return "attention_fused" if fused_active() else "attention"
 
 
-@contextlib.contextmanager
-def suspended() -> Iterator[None]:
-    """Inside, the work counter and the allocation tracker let operations run unrecorded."""
-    _state["suspended"] += 1
-    try:
-        yield
-    finally:
-        _state["suspended"] -= 1
-
-
 def _local_bytes(t: torch.Tensor) -> float:
     from workbench.profiles.local import local_bytes
 
     return float(local_bytes(t))
-
-
-def _modes() -> list[Any]:
-    from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
-
-    return list(_get_current_dispatch_mode_stack())
 
 
 def _kernel(name: str, tensors: Sequence[torch.Tensor | None], created: Sequence[torch.Tensor]) -> None:
@@ -106,7 +87,7 @@ def _kernel(name: str, tensors: Sequence[torch.Tensor | None], created: Sequence
     distinct = list({id(t): t for t in tensors if isinstance(t, torch.Tensor)}.values())
     nbytes = sum(_local_bytes(t) for t in distinct)
     dtype = next((t.dtype for t in distinct if t.is_floating_point()), torch.float32)
-    for mode in _modes():
+    for mode in dispatch_modes():
         if hasattr(mode, "record_fused"):
             mode.record_fused(name, nbytes, dtype)
         if hasattr(mode, "adopt"):

@@ -50,8 +50,8 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_map_only
 
-from workbench.profiles.fused import is_suspended
 from workbench.profiles.local import defer_to_subclass, local_bytes, local_parts, on_meta
+from workbench.profiles.recording import is_suspended
 
 __all__ = ["AllocationTracker", "layer_memory"]
 

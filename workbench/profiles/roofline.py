@@ -38,7 +38,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 from workbench.model.accelerators import Accelerator
-from workbench.profiles.fused import attention_kind, is_suspended
+from workbench.profiles.fused import attention_kind
 from workbench.profiles.kernel_time import (
     H100_CALIBRATION,
     KINDS,
@@ -48,6 +48,7 @@ from workbench.profiles.kernel_time import (
     phase_seconds,
 )
 from workbench.profiles.local import defer_to_subclass, on_meta
+from workbench.profiles.recording import is_suspended
 from workbench.profiles.timing import leaf
 
 __all__ = ["OpWork", "LayerWork", "WorkCounter", "Calibration", "UNCALIBRATED", "H100_CALIBRATION", "layer_work",

@@ -21,7 +21,7 @@ Inside :func:`sequence_first_collectives` (entered by :func:`workbench.profiles.
 models the Megatron-Core + Transformer Engine stack), a gather or scatter along dimension 1 of a tensor of 3
 or more dimensions (the sequence of a ``[b, s, ...]`` activation) runs the collective along dimension 0 as
 before (the same bytes, recorded by torch's ``CommDebugMode`` as before) and the reorder with the profiler
-suspended (:func:`workbench.profiles.fused.suspended`): no memory-bound kernel is recorded, and no buffer is
+suspended (:func:`workbench.profiles.recording.suspended`): no memory-bound kernel is recorded, and no buffer is
 counted for it. The all-gather's reordered result takes over the bytes of the collective's buffer (it is the
 one buffer, as Megatron's); the reduce-scatter's reordered input is not counted (Megatron reads its input in
 place). The values are the same as torch's (the same copy, only unrecorded).
@@ -61,12 +61,12 @@ def is_sequence_dim(t: torch.Tensor, dim: int) -> bool:
 def _reordered(source: torch.Tensor, reorder: Callable[[torch.Tensor], torch.Tensor], adopt: bool
                ) -> torch.Tensor:
     """``reorder(source)`` run unrecorded; with ``adopt``, the result takes over ``source``'s counted bytes."""
-    from workbench.profiles.fused import _modes, suspended
+    from workbench.profiles.recording import dispatch_modes, suspended
 
     with suspended():
         out = reorder(source)
     if adopt:
-        for mode in _modes():
+        for mode in dispatch_modes():
             if hasattr(mode, "carry_over"):
                 mode.carry_over(source, out)
     return out

@@ -49,7 +49,7 @@ def with_collectives(chain: Chain, times: TensorParallelTimes) -> Chain:
     from workbench.model.chain import OVERLAP_FIELDS
 
     layers = []
-    for layer, records, seconds in zip(chain.layers, times.collectives, times.overlap):
+    for layer, records, seconds in zip(chain.layers, times.collectives, times.overlap, strict=True):
         layers.append(dataclasses.replace(
             layer, comm_forward_bytes=float(sum(c.nbytes for c in records if c.phase == "forward")),
             comm_backward_bytes=float(sum(c.nbytes for c in records if c.phase == "backward")),
