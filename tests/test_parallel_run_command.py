@@ -11,6 +11,7 @@ import pytest
 from layout_runs import pipeline_plan, write_layout_plan
 from workbench.front.cli import main
 from workbench.model.layout import Layout
+from workbench.model.plan import Plan
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -144,3 +145,44 @@ def test_a_pipeline_layout_planned_from_a_module_runs_from_the_plan_alone(tmp_pa
     assert "planned on a fake profile" in capsys.readouterr().out
     s = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert s["max_grad_error"] < 1e-4 and len(s["memory_measured"]) == 2
+
+
+def _full_setup_plan(tmp_path, **setup) -> Path:
+    """A dp 2 plan of the zoo MLP made with the full memory model, its precision left to the profile."""
+    from dataclasses import replace
+
+    recorded = {"memory_model": "full", "optimizer": "adam", "weights": "stash", "zero_grad": "none",
+                "precision": None, **setup}
+    planned = replace(pipeline_plan([], 5, micro_batches=2), setup=recorded)
+    return write_layout_plan(tmp_path / "p.json", planned, Layout(dp=2))
+
+
+def test_the_command_lines_setup_reaches_the_runs_platform(tmp_path):
+    """``--precision`` a plan left to the profile is taken by the platform the run is predicted on (it went
+    nowhere when the command read only optimizer, weights and zero_grad of the set-up); an option that
+    contradicts the plan's set-up is refused naming both values."""
+    import argparse
+
+    from workbench.parallel.run.command import prepare_layout_run
+
+    plan_file = _full_setup_plan(tmp_path)
+    plan = Plan.from_json(plan_file)
+
+    def platform(**options):
+        args = argparse.Namespace(plan_file=plan_file, model="mlp", batch_size=4, steps=None, **options)
+        return prepare_layout_run(args, plan, Layout(dp=2), profile=False, say=lambda *a, **k: None)[2]
+
+    assert platform().precision is None and platform().memory_model == "full"
+    assert platform(precision="bf16").precision == "bf16"
+    assert platform(memory_model="full", precision="fp32").precision == "fp32"
+    with pytest.raises(ValueError, match="--memory-model paper contradicts the plan, made with memory model full"):
+        platform(memory_model="paper")
+
+
+def test_a_contradicting_setup_option_is_one_line_before_any_rank(tmp_path, capsys):
+    plan_file = _full_setup_plan(tmp_path, precision="bf16")
+    assert main(["run", str(plan_file), "--model", "mlp", "--batch-size", "4", "--precision", "fp32",
+                 "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["error: --precision fp32 contradicts the plan, made with precision bf16 (re-plan with --precision "
+                   "fp32, or drop the option)"], err

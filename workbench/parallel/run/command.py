@@ -48,7 +48,7 @@ def prepare_layout_run(args: argparse.Namespace, plan, layout: Layout, *, starte
     """The checks of the module docstring, then (config, chain, platform) of the run; ``started``: the ranks
     torchrun started (None: this machine starts them, at most ``--max-ranks``); ``profile``: profile the
     model without ``--profile`` (under torchrun rank 0 only: the chain serves the prediction)."""
-    from workbench.model.plan_setup import resolve_setup
+    from workbench.model.training_setup import TrainingSetup
     from workbench.parallel.run.checks import (
         DEFAULT_MAX_RANKS,
         check_layout_model,
@@ -67,7 +67,7 @@ def prepare_layout_run(args: argparse.Namespace, plan, layout: Layout, *, starte
     check_ranks(layout, max_ranks=None if started else (getattr(args, "max_ranks", None) or DEFAULT_MAX_RANKS),
                 started=started)
     micro_batches, steps = layout_micro_batches(plan, layout, getattr(args, "steps", None))
-    setup = resolve_setup(args, plan)
+    setup = TrainingSetup.resolve(args, plan)   # an option that contradicts the plan's set-up: refused first
     chain = _load_profile(getattr(args, "profile", None))
     if chain is not None:
         from workbench.parallel.profiles import check_rank_chain
@@ -81,8 +81,7 @@ def prepare_layout_run(args: argparse.Namespace, plan, layout: Layout, *, starte
         check_layout_model(layout, wl.build(), wl.batch_size)
     if chain is None and profile:
         chain = _rank_chain(wl, layout, plan, say)
-    platform = platform_for_run(plan, optimizer=setup["optimizer"], weights=setup["weights"],
-                                zero_grad=setup["zero_grad"])
+    platform = platform_for_run(plan, setup=setup)   # every option the plan left open reaches it (--precision)
     programs = programs_for(plan, micro_batches) if needs_programs(plan) else None
     cfg = LayoutConfig(plan, layout, wl, micro_batches, programs, lr=getattr(args, "lr", 0.0) or 0.0,
                        optimizer=platform.optimizer, zero_grad=platform.zero_grad,
