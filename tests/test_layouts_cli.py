@@ -62,7 +62,8 @@ def test_a_frontier_entry_evaluates_the_same_with_parallel(made, capsys):
     entry = next(f for f in data["frontier"] if f["status"] == "fits" and f["parallel"]["pp"] > 1)
     p = entry["parallel"]
     text = (f"tp={p['tp']},pp={p['pp']},dp={p['dp']},zero={p['zero']},mbs={p['micro_batch_size']},"
-            f"schedule={p['schedule']},chunks={p['chunks']}")
+            f"schedule={p['schedule']},chunks={p['chunks']},sp={int(p['sequence_parallel'])},"
+            f"lp={int(p['loss_parallel'])}")
     out = made["tmp"] / "one.json"
     argv = [a for a in made["argv"] if a != "auto"]
     argv[argv.index("--parallel") + 1:argv.index("--parallel") + 1] = [text]
@@ -191,3 +192,67 @@ def _describe(parallel: dict) -> str:
     from workbench.model.layout import Layout
 
     return Layout.from_dict(parallel).describe()
+
+
+def test_auto_searches_sequence_parallelism_and_the_split_loss_unless_pinned(made, capsys):
+    """``--parallel auto`` tries each tp > 1 layout with sp and lp off and on, each on its own profile, and says
+    so; ``auto,sp=0,lp=0`` pins them (the search of issue 36, which left them off unless asked)."""
+    data = json.loads(made["auto"].read_text())
+    assert (data["search"]["sequence_parallel"], data["search"]["loss_parallel"]) == ([False, True], [False, True])
+    tried = {(f["parallel"]["sequence_parallel"], f["parallel"]["loss_parallel"]) for f in data["frontier"]
+             if f["parallel"]["tp"] > 1}
+    assert tried == {(False, False), (False, True), (True, False), (True, True)}
+    assert all(not (f["parallel"]["sequence_parallel"] or f["parallel"]["loss_parallel"]) for f in data["frontier"]
+               if f["parallel"]["tp"] == 1)
+    out = made["tmp"] / "pinned.json"
+    argv = list(made["argv"])
+    argv[argv.index("auto")] = "auto,sp=0,lp=0"
+    argv[argv.index("--json") + 1] = str(out)
+    capsys.readouterr()
+    assert main([a for a in argv if a != "-q"]) == 0
+    printed = capsys.readouterr().out
+    assert "searching tp x pp x dp, sp 0, lp 0 for tp > 1" in printed and "(sp 0, lp 0 for tp > 1)" in printed
+    pinned = json.loads(out.read_text())
+    assert (pinned["search"]["sequence_parallel"], pinned["search"]["loss_parallel"]) == ([False], [False])
+    assert not any(f["parallel"]["sequence_parallel"] or f["parallel"]["loss_parallel"] for f in pinned["frontier"])
+    assert pinned["tokens_per_second"] <= data["tokens_per_second"] * (1 + 1e-12)     # a subset of the search
+
+
+TIGHT = '''
+import torch
+from torch.nn import functional as F
+
+
+def build():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                      tie_word_embeddings=False, use_cache=False)
+    ids = torch.randint(0, 256, (4, 256))
+    return LlamaForCausalLM(cfg), ids, ids.roll(-1, 1), lambda out, y: F.cross_entropy(out.logits.flatten(0, 1),
+                                                                                      y.flatten())
+'''
+
+
+def test_auto_picks_sequence_parallelism_when_only_it_fits(tmp_path, capsys):
+    """A small Llama with long sequences (activations dominate) on 2 GPUs of 9.5 MiB, activations kept: every
+    layout without sequence parallelism needs more (tp 2: 10.4 MiB, 9.9 with the split loss; pp 2 11.2; dp 2 13),
+    tp 2 with it 9.1 (8.7 with the split loss): the search chooses sp=1; pinned to sp=0 nothing fits."""
+    (tmp_path / "tight.py").write_text(TIGHT)
+
+    def plan(memory: str, parallel: str, out: str | None = None) -> int:
+        return main(["plan", "--module", f"{tmp_path / 'tight.py'}:build", "--fake", "--gpu", "h100-sxm", "--devices",
+                     "2", "--devices-per-node", "2", "--global-batch", "8", "--activations", "keep", "--method", "1f1b",
+                     "--memory", memory, "--profile-cache", str(tmp_path / "cache"), "-q", "--parallel", parallel]
+                    + (["--json", str(tmp_path / out)] if out else []))
+
+    assert plan("9.5MiB", "auto", "a.json") == 0
+    chosen = json.loads((tmp_path / "a.json").read_text())["parallel"]
+    assert (chosen["tp"], chosen["sequence_parallel"]) == (2, True), chosen
+    capsys.readouterr()
+    assert plan("9.5MiB", "auto,sp=0") == 2
+    assert "no layout of 2 GPUs fits in 9.50 MiB per GPU" in capsys.readouterr().err
+    assert plan("9.0MiB", "auto", "b.json") == 0           # only sp=1 with the split loss fits
+    leaner = json.loads((tmp_path / "b.json").read_text())["parallel"]
+    assert (leaner["tp"], leaner["sequence_parallel"], leaner["loss_parallel"]) == (2, True, True), leaner

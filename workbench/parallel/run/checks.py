@@ -91,9 +91,6 @@ def check_layout_plan(plan, layout: Layout, where: str = "the plan") -> None:
         raise ValueError(f"{where}: torch's {plan.schedule} schedule splits each backward into its input and weight "
                          f"gradients, and with zero={layout.zero} ({how}) torch's gradients come out wrong (measured "
                          "against one process): run it with zero=2, or a schedule that does not split the backward")
-    if layout.loss_parallel:
-        raise ValueError(f"{where}: the layout computes the loss vocabulary-parallel (lp=1), which the layout runtime "
-                         "does not run yet (it gathers the logits on every rank): plan it with lp=0 to run it")
     weights = (plan.setup or {}).get("weights", "stash")
     if plan.schedule == "periodic" and weights == "stash" and any(st.in_flight > 1 for st in plan.stages):
         raise ValueError(f"{where}: a periodic plan with weight stashing runs on the PipeDream engine, which runs "
@@ -134,3 +131,37 @@ def check_layout_model(layout: Layout, model, batch_size: int | None) -> None:
     if mbs is not None and batch_size is not None and mbs != batch_size:
         raise ValueError(f"the layout's micro-batch size is {mbs} but the model's batch holds {batch_size} "
                          "samples: build the model with the plan's micro-batch size")
+
+
+def check_loss_parallel(layout: Layout, workload, model) -> None:
+    """With the vocabulary-parallel loss (``lp=1``), refuse a model whose chain does not end at its LM head, or
+    whose loss is not a plain cross-entropy of the head's logits (:func:`~workbench.parallel.run.tensor.
+    cross_entropy_refusal`), naming the loss; nothing otherwise."""
+    if not layout.loss_parallel or layout.tp == 1:
+        return
+    import torch
+
+    from workbench.parallel.run.tensor import cross_entropy_refusal, tensor_parallel_plan
+    from workbench.profiles.discover import discover_layers
+    from workbench.runtime.rank import chain_input
+
+    tensor = tensor_parallel_plan()
+    plan = tensor.plan_model(model, layout.tp, loss_parallel=True)     # refuses a model without an LM head
+    inputs, target = workload.batch(0)
+    layers = discover_layers(model, inputs, workload.loss, target)
+    name = getattr(workload.loss, "__qualname__", None) or type(workload.loss).__name__
+    lp = "lp=1 (the vocabulary-parallel loss, torch's loss_parallel)"
+    if layers.loss is None:
+        raise ValueError(f"{lp} needs a loss of the head's logits; {workload.name} has none")
+    if layers.modules[-1] is not model.get_submodule(plan.head):
+        raise ValueError(f"{lp} computes the loss on the LM head's logits, but {workload.name}'s chain ends at "
+                         f"{layers.names[-1]}, after the head {plan.head} (a loss computed inside the model): plan "
+                         "with lp=0, or return the logits and a cross-entropy loss")
+    h = chain_input(inputs)
+    with torch.no_grad():
+        for m in layers.modules:
+            h = m(h)
+    why = cross_entropy_refusal(layers.loss, h, target)
+    if why:
+        raise ValueError(f"{lp} runs a plain cross-entropy of the logits only, and the loss {name} is not one: {why}; "
+                         "plan with lp=0")
