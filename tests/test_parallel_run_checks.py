@@ -94,3 +94,47 @@ def test_layout_of_a_plan_and_its_micro_batches(tmp_path):
                                          r"leaves a partial step of 2; run --steps 4 \(1 step\) or 8 \(2 steps\)"):
         layout_micro_batches(plan, lay, 6)
     check_ranks(Layout(tp=2, pp=2, dp=2), max_ranks=8, started=None)
+
+
+SOFTMAX_LOSS = '''
+from workbench.parallel.run.workloads import hf_workload
+
+
+def manual_cross_entropy(out, y):
+    p = out.logits.softmax(-1)
+    return -p.gather(-1, y.unsqueeze(-1)).log().mean()
+
+
+def build():
+    wl = hf_workload("llama", batch_size=2, sequence=8, layers=2, hidden=32, heads=4, kv_heads=2, vocab=64)
+    x, y = wl.batch(0)
+    return wl.build(), x, y, manual_cross_entropy
+'''
+
+
+def test_a_split_loss_that_is_not_a_plain_cross_entropy_is_named(tmp_path, capsys, no_ranks):
+    """lp=1 with a loss that softmaxes the logits itself (torch's loss_parallel computes only a cross-entropy on
+    vocabulary shards): one line naming the loss and what it does, before any rank."""
+    (tmp_path / "net.py").write_text(SOFTMAX_LOSS)
+    plan = write_layout_plan(tmp_path / "p.json", pipeline_plan([], 5), Layout(tp=2, loss_parallel=True))
+    err = _cli_error(["run", str(plan), "--module", f"{tmp_path / 'net.py'}:build", "--out", str(tmp_path / "r")],
+                     capsys)
+    assert "lp=1" in err, err
+    assert "net:build's loss manual_cross_entropy is not one: it applies softmax to the logits" in err, err
+    assert "plan with lp=0" in err
+
+
+def test_cross_entropy_refusal_follows_the_logits_only():
+    import torch
+    import torch.nn.functional as F
+
+    from workbench.parallel.run.tensor import cross_entropy_refusal
+
+    logits, y = torch.randn(2, 4, 16), torch.randint(0, 16, (2, 4))
+    hf_style = lambda o, t: F.cross_entropy(o.float()[:, :-1].contiguous().view(-1, 16), t[:, 1:].reshape(-1)) / 3.0  # noqa: E731
+    assert cross_entropy_refusal(hf_style, logits, y) is None        # views, a cast, then the loss scaled
+    assert cross_entropy_refusal(lambda o, t: F.nll_loss(F.log_softmax(o, -1).flatten(0, 1), t.flatten()),
+                                 logits, y) is None
+    assert cross_entropy_refusal(lambda o, t: (o ** 2).mean(), logits, y).startswith("it applies")
+    assert cross_entropy_refusal(lambda o, t: F.mse_loss(o, torch.zeros_like(o)), logits, y).startswith("it applies")
+    assert "no cross-entropy" in cross_entropy_refusal(lambda o, t: t.float().sum(), logits, y)

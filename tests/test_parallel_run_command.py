@@ -95,12 +95,13 @@ def build():
 '''
 
 
-def _tp2_plan(tmp_path) -> Path:
+def _tp2_plan(tmp_path, switches: str = "") -> Path:
     """A small Llama's module and its plan ``plan --module ... --fake --parallel tp=2`` on 2 GPUs."""
     (tmp_path / "llama.py").write_text(LLAMA)
     plan = tmp_path / "tp2.json"
     assert main(["plan", "--module", f"{tmp_path / 'llama.py'}:build", "--fake", "--gpu", "h100-sxm", "--devices", "2",
-                 "--global-batch", "4", "--parallel", "tp=2,pp=1,dp=1", "--profile-cache", str(tmp_path / "cache"),
+                 "--global-batch", "4", "--parallel", "tp=2,pp=1,dp=1" + switches, "--profile-cache",
+                 str(tmp_path / "cache"),
                  "--json", str(plan), "-q"]) == 0
     return plan
 
@@ -116,6 +117,21 @@ def test_a_tensor_parallel_run_predicts_each_rank_from_its_shard(tmp_path, capsy
     assert main(["run", str(plan), "--steps", "2", "--out", str(out)]) == 0
     s = json.loads((out / "summary.json").read_text())
     _summary_checks(s, 2)
+    assert all(-0.05 < e < 0.10 for e in s["memory_error"]), s["memory_error"]
+
+
+def test_a_vocabulary_parallel_loss_plan_runs_and_is_predicted_from_its_profile(tmp_path, capsys):
+    """``plan --parallel tp=2,lp=1`` then ``run``: the loss on vocabulary-sharded logits (torch's loss_parallel),
+    the model's own cross-entropy; gradients equal one process's, every rank within -5 % .. +10 % of the lp=1
+    profile's prediction (its logits are a rank's shard: the lp=0 profile predicts more)."""
+    pytest.importorskip("transformers")
+    plan = _tp2_plan(tmp_path, ",lp=1")
+    out = tmp_path / "run"
+    assert main(["run", str(plan), "--steps", "2", "--out", str(out)]) == 0
+    assert "LP" in capsys.readouterr().out
+    s = json.loads((out / "summary.json").read_text())
+    _summary_checks(s, 2)
+    assert s["max_grad_error"] < 1e-5 and s["parallel"]["loss_parallel"] is True
     assert all(-0.05 < e < 0.10 for e in s["memory_error"]), s["memory_error"]
 
 

@@ -149,11 +149,11 @@ def check_loss_parallel(layout: Layout, workload, model) -> None:
     plan = tensor.plan_model(model, layout.tp, loss_parallel=True)     # refuses a model without an LM head
     inputs, target = workload.batch(0)
     layers = discover_layers(model, inputs, workload.loss, target)
-    name = getattr(workload.loss, "__qualname__", None) or type(workload.loss).__name__
+    name = f"{workload.name}'s loss {_loss_name(workload.loss)}"
     lp = "lp=1 (the vocabulary-parallel loss, torch's loss_parallel)"
     if layers.loss is None:
         raise ValueError(f"{lp} needs a loss of the head's logits; {workload.name} has none")
-    if layers.modules[-1] is not model.get_submodule(plan.head):
+    if layers.names[-1] != plan.head and layers.modules[-1] is not model.get_submodule(plan.head):
         raise ValueError(f"{lp} computes the loss on the LM head's logits, but {workload.name}'s chain ends at "
                          f"{layers.names[-1]}, after the head {plan.head} (a loss computed inside the model): plan "
                          "with lp=0, or return the logits and a cross-entropy loss")
@@ -163,5 +163,18 @@ def check_loss_parallel(layout: Layout, workload, model) -> None:
             h = m(h)
     why = cross_entropy_refusal(layers.loss, h, target)
     if why:
-        raise ValueError(f"{lp} runs a plain cross-entropy of the logits only, and the loss {name} is not one: {why}; "
+        raise ValueError(f"{lp} runs a plain cross-entropy of the logits only, and {name} is not one: {why}; "
                          "plan with lp=0")
+
+
+def _loss_name(loss: Any) -> str:
+    """The name of a workload's loss: the user's function for a ``--module`` workload, else its own."""
+    from functools import partial
+
+    if isinstance(loss, partial) and getattr(loss.func, "__name__", "") == "_user_loss":
+        from workbench.profiles.workload import _user_example
+
+        loss = _user_example(*loss.args)[2]
+    while isinstance(loss, partial):
+        loss = loss.func
+    return getattr(loss, "__qualname__", None) or type(loss).__name__
