@@ -210,8 +210,9 @@ def test_auto_searches_sequence_parallelism_and_the_split_loss_unless_pinned(mad
     argv[argv.index("--json") + 1] = str(out)
     capsys.readouterr()
     assert main([a for a in argv if a != "-q"]) == 0
-    printed = capsys.readouterr().out
-    assert "searching tp x pp x dp, sp 0, lp 0 for tp > 1" in printed and "(sp 0, lp 0 for tp > 1)" in printed
+    printed = capsys.readouterr()
+    assert "searching tp x pp x dp, sp 0, lp 0 for tp > 1" in printed.out + printed.err     # the progress line
+    assert "(sp 0, lp 0 for tp > 1)" in printed.out                                         # the summary line
     pinned = json.loads(out.read_text())
     assert (pinned["search"]["sequence_parallel"], pinned["search"]["loss_parallel"]) == ([False], [False])
     assert not any(f["parallel"]["sequence_parallel"] or f["parallel"]["loss_parallel"] for f in pinned["frontier"])
