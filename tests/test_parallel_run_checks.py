@@ -138,3 +138,29 @@ def test_cross_entropy_refusal_follows_the_logits_only():
     assert cross_entropy_refusal(lambda o, t: (o ** 2).mean(), logits, y).startswith("it applies")
     assert cross_entropy_refusal(lambda o, t: F.mse_loss(o, torch.zeros_like(o)), logits, y).startswith("it applies")
     assert "no cross-entropy" in cross_entropy_refusal(lambda o, t: t.float().sum(), logits, y)
+
+
+OWN_LOSS = '''
+import torch
+
+
+def build():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2, max_position_embeddings=64, tie_word_embeddings=False, use_cache=False)
+    ids = torch.randint(0, 64, (2, 8))
+    return LlamaForCausalLM(cfg), {"input_ids": ids, "labels": ids}, ids, lambda out, y: out.loss
+'''
+
+
+def test_a_split_loss_of_a_loss_computed_inside_the_model_is_refused(tmp_path, capsys, no_ranks):
+    """Hugging Face's own loss from ``labels=``: the chain's last layer returns the loss, not the logits the
+    vocabulary-parallel loss needs; one line saying so, before any rank."""
+    (tmp_path / "own.py").write_text(OWN_LOSS)
+    plan = write_layout_plan(tmp_path / "p.json", pipeline_plan([], 5), Layout(tp=2, loss_parallel=True))
+    err = _cli_error(["run", str(plan), "--module", f"{tmp_path / 'own.py'}:build", "--out", str(tmp_path / "r")],
+                     capsys)
+    assert "computes the loss on the LM head's logits (64 per token), but own:build's chain ends at lm_head with a " \
+           "tensor of shape ()" in err, err
+    assert "a loss computed inside the model, e.g. from labels=" in err

@@ -134,8 +134,8 @@ def check_layout_model(layout: Layout, model, batch_size: int | None) -> None:
 
 
 def check_loss_parallel(layout: Layout, workload, model) -> None:
-    """With the vocabulary-parallel loss (``lp=1``), refuse a model whose chain does not end at its LM head, or
-    whose loss is not a plain cross-entropy of the head's logits (:func:`~workbench.parallel.run.tensor.
+    """With the vocabulary-parallel loss (``lp=1``), refuse a model whose chain does not end with its LM head's
+    logits (a loss computed inside the model), or whose loss is not a plain cross-entropy of them (:func:`~workbench.parallel.run.tensor.
     cross_entropy_refusal`), naming the loss; nothing otherwise."""
     if not layout.loss_parallel or layout.tp == 1:
         return
@@ -153,14 +153,16 @@ def check_loss_parallel(layout: Layout, workload, model) -> None:
     lp = "lp=1 (the vocabulary-parallel loss, torch's loss_parallel)"
     if layers.loss is None:
         raise ValueError(f"{lp} needs a loss of the head's logits; {workload.name} has none")
-    if layers.names[-1] != plan.head and layers.modules[-1] is not model.get_submodule(plan.head):
-        raise ValueError(f"{lp} computes the loss on the LM head's logits, but {workload.name}'s chain ends at "
-                         f"{layers.names[-1]}, after the head {plan.head} (a loss computed inside the model): plan "
-                         "with lp=0, or return the logits and a cross-entropy loss")
     h = chain_input(inputs)
     with torch.no_grad():
         for m in layers.modules:
             h = m(h)
+    if not (isinstance(h, torch.Tensor) and h.dim() >= 2 and h.shape[-1] == plan.sizes.vocab):
+        got = f"a tensor of shape {tuple(h.shape)}" if isinstance(h, torch.Tensor) else type(h).__name__
+        raise ValueError(f"{lp} computes the loss on the LM head's logits ({plan.sizes.vocab} per token), but "
+                         f"{workload.name}'s chain ends at {layers.names[-1]} with {got} (a loss computed inside the "
+                         "model, e.g. from labels=?): return the logits and a cross-entropy loss of them, or plan "
+                         "with lp=0")
     why = cross_entropy_refusal(layers.loss, h, target)
     if why:
         raise ValueError(f"{lp} runs a plain cross-entropy of the logits only, and {name} is not one: {why}; "

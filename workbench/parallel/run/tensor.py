@@ -13,7 +13,7 @@ With the vocabulary-parallel loss (``lp=1``) the head's output stays ``Shard(-1)
 the plan's) and the last stage computes the loss on the rank's vocabulary shard of the logits under torch's
 ``loss_parallel()`` (:func:`loss_context`, around every step's forward and backward, as torchtitan's train
 context), with the model's own loss where it is a plain cross-entropy of the head's logits: views and casts,
-then ``F.cross_entropy`` (or ``log_softmax`` and ``nll_loss``), which ``loss_parallel`` computes without
+then ``F.cross_entropy`` (to aten ``log_softmax`` and ``nll_loss``), which ``loss_parallel`` computes without
 gathering the vocabulary. Any other use of the logits is refused before a rank starts, naming the loss and what
 it does (:func:`cross_entropy_refusal`).
 
@@ -146,18 +146,21 @@ def loss_context(layout: Any) -> Any:
     return loss_parallel()
 
 
-#: what a loss may do to the head's logits before its cross-entropy under ``loss_parallel`` (views and casts)
-_SHAPING = frozenset({"flatten", "view", "reshape", "contiguous", "float", "to", "type", "__getitem__", "view_as",
-                      "log_softmax"})
-#: the losses ``loss_parallel`` computes on vocabulary-sharded logits
-_CROSS_ENTROPY = frozenset({"cross_entropy", "nll_loss"})
+#: what a loss may do to the head's logits before its cross-entropy under ``loss_parallel`` (aten's views and casts,
+#: by their names without a leading underscore)
+_SHAPING = frozenset({"view", "unsafe_view", "reshape", "clone", "contiguous", "to_copy", "slice", "alias", "detach",
+                      "squeeze", "unsqueeze", "log_softmax"})
+#: the losses ``loss_parallel`` computes on vocabulary-sharded logits (``F.cross_entropy`` is ``log_softmax`` and
+#: ``nll_loss`` to aten)
+_CROSS_ENTROPY = frozenset({"nll_loss_forward", "nll_loss2d_forward"})
 
 
 def cross_entropy_refusal(loss: Any, logits: torch.Tensor, target: Any) -> str | None:
     """Why ``loss(logits, target)`` is not a plain cross-entropy of ``logits`` (None when it is): it runs once
-    under a ``TorchFunctionMode`` that follows every tensor made from ``logits``; views and casts of them
-    (:data:`_SHAPING`) are followed on, ``F.cross_entropy`` / ``F.nll_loss`` of them end the check, anything
-    else that makes a tensor of them is named.
+    under a ``TorchDispatchMode`` that follows every tensor made from ``logits`` through aten's operators (so a
+    loss rebuilt from an exported graph, a model's own ``labels=`` loss, is read as well as ``F.cross_entropy``);
+    views and casts of them (:data:`_SHAPING`) are followed on, ``nll_loss`` of them ends the check, any other
+    operator that makes a tensor of them is named.
 
     >>> import torch.nn.functional as F
     >>> y, t = torch.randn(2, 3, 8), torch.randint(0, 8, (2, 3))
@@ -167,24 +170,24 @@ def cross_entropy_refusal(loss: Any, logits: torch.Tensor, target: Any) -> str |
     'it applies softmax to the logits'
     """
     import torch.utils._pytree as pytree
-    from torch.overrides import TorchFunctionMode
+    from torch.utils._python_dispatch import TorchDispatchMode
 
     derived, kept, losses, other = {id(logits)}, [logits], [], []
 
-    class Follow(TorchFunctionMode):
-        def __torch_function__(self, func, types, args=(), kwargs=None):
+    class Follow(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             out = func(*args, **(kwargs or {}))
             leaves = pytree.tree_leaves((args, kwargs or {}))
             if any(isinstance(t, torch.Tensor) and id(t) in derived for t in leaves):
-                name = getattr(func, "__name__", repr(func))
+                name = func.overloadpacket.__name__.lstrip("_")
+                made = [t for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor)]
                 if name in _CROSS_ENTROPY:
                     losses.append(name)
-                elif isinstance(out, torch.Tensor):
-                    if name in _SHAPING:
-                        derived.add(id(out))
-                        kept.append(out)           # held, so that no other tensor takes its id
-                    else:
-                        other.append(name)
+                elif made and name in _SHAPING:
+                    derived.update(id(t) for t in made)
+                    kept.extend(made)              # held, so that no other tensor takes their ids
+                elif made:
+                    other.append(name)
             return out
 
     with torch.no_grad(), Follow():
