@@ -37,8 +37,9 @@ def made(tmp_path_factory):
     profile = tmp / "net.csv"
     assert main(["profile", "--module", f"{module}:build", "--fake", "--gpu", "h100-sxm", "--out", str(profile)]) == 0
     out = tmp / "auto.json"
+    # sp and lp pinned off: 12 profiles, not 36 (the search of both is tested on 2 GPUs below)
     argv = ["plan", "--module", f"{module}:build", "--fake", "--gpu", "h100-sxm", "--devices", "4",
-            "--global-batch", "16", "--parallel", "auto", "--optimizer", "adamw", "--profile-cache",
+            "--global-batch", "16", "--parallel", "auto,sp=0,lp=0", "--optimizer", "adamw", "--profile-cache",
             str(tmp / "cache"), "--json", str(out), "-q"]
     assert main(argv) == 0
     return {"module": module, "profile": profile, "auto": out, "tmp": tmp, "argv": argv}
@@ -65,7 +66,7 @@ def test_a_frontier_entry_evaluates_the_same_with_parallel(made, capsys):
             f"schedule={p['schedule']},chunks={p['chunks']},sp={int(p['sequence_parallel'])},"
             f"lp={int(p['loss_parallel'])}")
     out = made["tmp"] / "one.json"
-    argv = [a for a in made["argv"] if a != "auto"]
+    argv = [a for a in made["argv"] if a != "auto,sp=0,lp=0"]
     argv[argv.index("--parallel") + 1:argv.index("--parallel") + 1] = [text]
     argv[argv.index("--json") + 1] = str(out)
     assert main(argv + ["--activations", entry["activations"]]) == 0
@@ -150,7 +151,7 @@ def test_check_and_simulate_a_tensor_parallel_plan_from_its_module(made, capsys,
     monkeypatch.chdir(made["tmp"])                 # the rank's chains are cached under build/profiles here
     out = made["tmp"] / "tp2.json"
     argv = list(made["argv"])
-    argv[argv.index("auto")] = "tp=2,pp=2,dp=1"
+    argv[argv.index("auto,sp=0,lp=0")] = "tp=2,pp=2,dp=1"
     argv[argv.index("--json") + 1] = str(out)
     assert main(argv) == 0
     capsys.readouterr()
@@ -194,31 +195,6 @@ def _describe(parallel: dict) -> str:
     return Layout.from_dict(parallel).describe()
 
 
-def test_auto_searches_sequence_parallelism_and_the_split_loss_unless_pinned(made, capsys):
-    """``--parallel auto`` tries each tp > 1 layout with sp and lp off and on, each on its own profile, and says
-    so; ``auto,sp=0,lp=0`` pins them (the search of issue 36, which left them off unless asked)."""
-    data = json.loads(made["auto"].read_text())
-    assert (data["search"]["sequence_parallel"], data["search"]["loss_parallel"]) == ([False, True], [False, True])
-    tried = {(f["parallel"]["sequence_parallel"], f["parallel"]["loss_parallel"]) for f in data["frontier"]
-             if f["parallel"]["tp"] > 1}
-    assert tried == {(False, False), (False, True), (True, False), (True, True)}
-    assert all(not (f["parallel"]["sequence_parallel"] or f["parallel"]["loss_parallel"]) for f in data["frontier"]
-               if f["parallel"]["tp"] == 1)
-    out = made["tmp"] / "pinned.json"
-    argv = list(made["argv"])
-    argv[argv.index("auto")] = "auto,sp=0,lp=0"
-    argv[argv.index("--json") + 1] = str(out)
-    capsys.readouterr()
-    assert main([a for a in argv if a != "-q"]) == 0
-    printed = capsys.readouterr()
-    assert "searching tp x pp x dp, sp 0, lp 0 for tp > 1" in printed.out + printed.err     # the progress line
-    assert "(sp 0, lp 0 for tp > 1)" in printed.out                                         # the summary line
-    pinned = json.loads(out.read_text())
-    assert (pinned["search"]["sequence_parallel"], pinned["search"]["loss_parallel"]) == ([False], [False])
-    assert not any(f["parallel"]["sequence_parallel"] or f["parallel"]["loss_parallel"] for f in pinned["frontier"])
-    assert pinned["tokens_per_second"] <= data["tokens_per_second"] * (1 + 1e-12)     # a subset of the search
-
-
 TIGHT = '''
 import torch
 from torch.nn import functional as F
@@ -236,24 +212,50 @@ def build():
 '''
 
 
-def test_auto_picks_sequence_parallelism_when_only_it_fits(tmp_path, capsys):
-    """A small Llama with long sequences (activations dominate) on 2 GPUs of 9.5 MiB, activations kept: every
-    layout without sequence parallelism needs more (tp 2: 10.4 MiB, 9.9 with the split loss; pp 2 11.2; dp 2 13),
-    tp 2 with it 9.1 (8.7 with the split loss): the search chooses sp=1; pinned to sp=0 nothing fits."""
-    (tmp_path / "tight.py").write_text(TIGHT)
+@pytest.fixture(scope="module")
+def tight(tmp_path_factory):
+    """A small Llama with long sequences (activations dominate), its batch fixed (one micro-batch size), on 2
+    GPUs: ``plan(memory, parallel, out)`` runs ``plan`` (activations kept, 1F1B) and returns its exit status."""
+    tmp = tmp_path_factory.mktemp("tight")
+    (tmp / "tight.py").write_text(TIGHT)
 
-    def plan(memory: str, parallel: str, out: str | None = None) -> int:
-        return main(["plan", "--module", f"{tmp_path / 'tight.py'}:build", "--fake", "--gpu", "h100-sxm", "--devices",
+    def plan(memory: str, parallel: str, out: str | None = None, quiet: bool = True) -> int:
+        return main(["plan", "--module", f"{tmp / 'tight.py'}:build", "--fake", "--gpu", "h100-sxm", "--devices",
                      "2", "--devices-per-node", "2", "--global-batch", "8", "--activations", "keep", "--method", "1f1b",
-                     "--memory", memory, "--profile-cache", str(tmp_path / "cache"), "-q", "--parallel", parallel]
-                    + (["--json", str(tmp_path / out)] if out else []))
+                     "--memory", memory, "--profile-cache", str(tmp / "cache"), "--parallel", parallel]
+                    + ["-q"] * quiet + (["--json", str(tmp / out)] if out else []))
 
-    assert plan("9.5MiB", "auto", "a.json") == 0
-    chosen = json.loads((tmp_path / "a.json").read_text())["parallel"]
-    assert (chosen["tp"], chosen["sequence_parallel"]) == (2, True), chosen
-    capsys.readouterr()
-    assert plan("9.5MiB", "auto,sp=0") == 2
-    assert "no layout of 2 GPUs fits in 9.50 MiB per GPU" in capsys.readouterr().err
-    assert plan("9.0MiB", "auto", "b.json") == 0           # only sp=1 with the split loss fits
-    leaner = json.loads((tmp_path / "b.json").read_text())["parallel"]
+    plan.tmp = tmp
+    return plan
+
+
+def test_auto_picks_sequence_parallelism_when_only_it_fits(tight, capsys):
+    """On 2 GPUs of 9.5 MiB every layout without sequence parallelism needs more (tp 2: 10.4 MiB, 9.9 with the
+    split loss; pp 2 11.2; dp 2 13), tp 2 with it 9.1 (8.7 with the split loss): ``--parallel auto``, which
+    tries sp and lp off and on for tp 2 (each its own profile), chooses sp=1; at 9.0 MiB, sp=1 with lp=1."""
+    assert tight("9.5MiB", "auto", "a.json") == 0
+    data = json.loads((tight.tmp / "a.json").read_text())
+    assert (data["parallel"]["tp"], data["parallel"]["sequence_parallel"]) == (2, True), data["parallel"]
+    assert (data["search"]["sequence_parallel"], data["search"]["loss_parallel"]) == ([False, True], [False, True])
+    tried = {(f["parallel"]["sequence_parallel"], f["parallel"]["loss_parallel"]) for f in data["frontier"]
+             if f["parallel"]["tp"] == 2}                     # evaluated or skipped by a bound
+    assert tried == {(False, False), (False, True), (True, False), (True, True)}
+    assert all(not (f["parallel"]["sequence_parallel"] or f["parallel"]["loss_parallel"]) for f in data["frontier"]
+               if f["parallel"]["tp"] == 1)
+    assert tight("9.0MiB", "auto", "b.json") == 0             # only sp=1 with the split loss fits
+    leaner = json.loads((tight.tmp / "b.json").read_text())["parallel"]
     assert (leaner["tp"], leaner["sequence_parallel"], leaner["loss_parallel"]) == (2, True, True), leaner
+
+
+def test_auto_with_sp_or_lp_pinned_searches_only_that_setting(tight, capsys):
+    capsys.readouterr()
+    assert tight("9.5MiB", "auto,sp=0", quiet=False) == 2     # the only layouts that fit are pinned out
+    printed = capsys.readouterr()
+    assert "searching tp x pp x dp, sp 0, lp 0/1 for tp > 1" in printed.err           # the progress line
+    assert "(sp 0, lp 0/1 for tp > 1)" in printed.out                                   # the summary line
+    assert "error: no layout of 2 GPUs fits in 9.50 MiB per GPU" in printed.err
+    assert tight("9.5MiB", "auto,lp=1", "c.json") == 0
+    data = json.loads((tight.tmp / "c.json").read_text())
+    assert (data["search"]["sequence_parallel"], data["search"]["loss_parallel"]) == ([False, True], [True])
+    assert all(f["parallel"]["loss_parallel"] for f in data["frontier"] if f["parallel"]["tp"] == 2)
+    assert data["parallel"]["loss_parallel"] and data["parallel"]["sequence_parallel"]
