@@ -230,10 +230,10 @@ def tight(tmp_path_factory):
 
 
 def test_auto_picks_sequence_parallelism_when_only_it_fits(tight, capsys):
-    """On 2 GPUs of 9.5 MiB every layout without sequence parallelism needs more (tp 2: 10.4 MiB, 9.9 with the
-    split loss; pp 2 11.2; dp 2 13), tp 2 with it 9.1 (8.7 with the split loss): ``--parallel auto``, which
-    tries sp and lp off and on for tp 2 (each its own profile), chooses sp=1; at 9.0 MiB, sp=1 with lp=1."""
-    assert tight("9.5MiB", "auto", "a.json") == 0
+    """On 2 GPUs of 9.25 MiB every layout without sequence parallelism needs more (tp 2: 10.37 MiB, 9.40 with the
+    split loss; pp 2 11.2; dp 2 13), tp 2 with it 9.11 (8.14 with the split loss): ``--parallel auto``, which
+    tries sp and lp off and on for tp 2 (each its own profile), chooses sp=1; at 8.6 MiB, sp=1 with lp=1."""
+    assert tight("9.25MiB", "auto", "a.json") == 0
     data = json.loads((tight.tmp / "a.json").read_text())
     assert (data["parallel"]["tp"], data["parallel"]["sequence_parallel"]) == (2, True), data["parallel"]
     assert (data["search"]["sequence_parallel"], data["search"]["loss_parallel"]) == ([False, True], [False, True])
@@ -242,19 +242,19 @@ def test_auto_picks_sequence_parallelism_when_only_it_fits(tight, capsys):
     assert tried == {(False, False), (False, True), (True, False), (True, True)}
     assert all(not (f["parallel"]["sequence_parallel"] or f["parallel"]["loss_parallel"]) for f in data["frontier"]
                if f["parallel"]["tp"] == 1)
-    assert tight("9.0MiB", "auto", "b.json") == 0             # only sp=1 with the split loss fits
+    assert tight("8.6MiB", "auto", "b.json") == 0             # only sp=1 with the split loss fits
     leaner = json.loads((tight.tmp / "b.json").read_text())["parallel"]
     assert (leaner["tp"], leaner["sequence_parallel"], leaner["loss_parallel"]) == (2, True, True), leaner
 
 
 def test_auto_with_sp_or_lp_pinned_searches_only_that_setting(tight, capsys):
     capsys.readouterr()
-    assert tight("9.5MiB", "auto,sp=0", quiet=False) == 2     # the only layouts that fit are pinned out
+    assert tight("9.25MiB", "auto,sp=0", quiet=False) == 2    # the only layouts that fit are pinned out
     printed = capsys.readouterr()
     assert "searching tp x pp x dp, sp 0, lp 0/1 for tp > 1" in printed.err           # the progress line
     assert "(sp 0, lp 0/1 for tp > 1)" in printed.out                                   # the summary line
-    assert "error: no layout of 2 GPUs fits in 9.50 MiB per GPU" in printed.err
-    assert tight("9.5MiB", "auto,lp=1", "c.json") == 0
+    assert "error: no layout of 2 GPUs fits in 9.25 MiB per GPU" in printed.err
+    assert tight("9.25MiB", "auto,lp=1", "c.json") == 0
     data = json.loads((tight.tmp / "c.json").read_text())
     assert (data["search"]["sequence_parallel"], data["search"]["loss_parallel"]) == ([False, True], [True])
     assert all(f["parallel"]["loss_parallel"] for f in data["frontier"] if f["parallel"]["tp"] == 2)
