@@ -135,8 +135,8 @@ def check_layout_model(layout: Layout, model, batch_size: int | None) -> None:
 
 def check_loss_parallel(layout: Layout, workload, model) -> None:
     """With the vocabulary-parallel loss (``lp=1``), refuse a model whose chain does not end with its LM head's
-    logits (a loss computed inside the model), or whose loss is not a plain cross-entropy of them (:func:`~workbench.parallel.run.tensor.
-    cross_entropy_refusal`), naming the loss; nothing otherwise."""
+    logits (a loss computed inside the model), or whose loss is not a plain cross-entropy of them
+    (:func:`~workbench.parallel.run.tensor.cross_entropy_refusal`), naming the loss; nothing otherwise."""
     if not layout.loss_parallel or layout.tp == 1:
         return
     import torch
