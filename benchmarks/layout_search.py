@@ -5,12 +5,14 @@ For Llama-3-8B on 8 H100s (one node) and Llama-3-70B on 64 H100s (8 nodes of 8),
 fake tensors (profiled once per micro-batch size, cached by content in ``build/profiles``), AdamW, bf16-mixed,
 2048-token sequences:
 
-* ``plan --parallel auto``'s answer (:func:`workbench.parallel.search.search`, as the command runs it) and the
-  search's wall time (target: under 2 minutes for 70B on 64 GPUs once its profiles are cached);
+* ``plan --parallel auto``'s answer (:func:`workbench.parallel.search.search`, as the command runs it: every
+  ``tp > 1`` layout with sequence parallelism and the vocabulary-parallel loss each off and on, each on its own
+  profile) and the search's wall time (target: under 2 minutes for 70B on 64 GPUs once its profiles are cached);
 * the families people run, each evaluated as ``plan --parallel`` evaluates a layout
-  (:func:`workbench.parallel.evaluate.evaluate`), the best of each family over its schedules, micro-batch sizes
-  and activation policies: the pure pipeline (tp 1, pp N), pure FSDP (dp N, zero 3), TP 8 x PP N/8, and
-  NVIDIA's TP 4 x PP 8 x VP 5 (interleaved 1F1B, 5 stages per rank; on 8 GPUs the expressible TP 4 x PP 2 x VP 5);
+  (:func:`workbench.parallel.evaluate.evaluate`), the best of each family over its schedules, micro-batch sizes,
+  activation policies (and, with ``tp > 1``, sequence parallelism and the split loss): the pure pipeline (tp 1,
+  pp N), pure FSDP (dp N, zero 3), TP 8 x PP N/8, and NVIDIA's TP 4 x PP 8 x VP 5 (interleaved 1F1B, 5 stages per
+  rank; on 8 GPUs the expressible TP 4 x PP 2 x VP 5);
 
 side by side with tokens/s per GPU and MFU (6 N per token: docs/model.md, "Layouts"). Target: the search's
 answer at least as fast as each family. A family with ``tp > 1`` needs per-rank tensor-parallel profiles
@@ -39,7 +41,7 @@ from workbench.front.layouts import _chains, job_from_args  # noqa: E402
 from workbench.model.layout import Layout  # noqa: E402
 from workbench.parallel.evaluate import evaluate  # noqa: E402
 from workbench.parallel.profiles import tensor_parallel_available  # noqa: E402
-from workbench.parallel.search import search  # noqa: E402
+from workbench.parallel.search import describe_switches, search  # noqa: E402
 
 CASES = {"8b": ("llama3_8b", 8, 128), "70b": ("llama3_70b", 64, 1024)}
 
@@ -77,14 +79,15 @@ def run(name: str) -> bool:
     t0 = time.perf_counter()
     for tp in (1, 2, 4, 8) if tps is None else tps:         # every profile made (or read from the cache) first
         for mbs in sizes:
-            chain_for(tp, mbs)
+            for sp, lp in [(False, False)] + [(True, False), (False, True), (True, True)] * (tp > 1):
+                chain_for(tp, mbs, sequence_parallel=sp, loss_parallel=lp)
     profiles = time.perf_counter() - t0
     t0 = time.perf_counter()
     result = search(job, chain_for, micro_batch_sizes=sizes, tps=tps)
     seconds = time.perf_counter() - t0
     print(f"\nLlama-3-{name.upper()} on {job.devices} H100s, global batch {job.global_batch} x 2048 tokens: "
           f"profiles {profiles:.1f} s; search {seconds:.1f} s (profiles made), {len(result.evaluated)} layouts "
-          f"evaluated, {len(result.pruned)} skipped by a bound")
+          f"evaluated, {len(result.pruned)} skipped by a bound ({describe_switches(result.switches)})")
     head = f"{'':<34} {'layout, activations':<58} {'tok/s/GPU':>10} {'MFU':>6} {'peak GiB':>8} {'step s':>8}"
     print(head + "\n" + "-" * len(head))
     print(row("chosen (--parallel auto)", result.best, job.devices))

@@ -25,6 +25,10 @@ fused query/key/value projection ``c_attn`` by heads, its tied embedding and hea
     .venv/bin/python benchmarks/run_layouts.py            # every row (a few minutes on 2 cores)
     .venv/bin/python benchmarks/run_layouts.py --quick    # one row per model and the 8-rank rows
     .venv/bin/python benchmarks/run_layouts.py --model gpt2-tied    # one model's rows
+    .venv/bin/python benchmarks/run_layouts.py --match tp=2,pp=    # the rows whose layout starts so (lp=1 and not)
+
+With ``lp=1`` (the vocabulary-parallel loss) the last stage computes the model's cross-entropy on its shard of
+the logits under torch's ``loss_parallel`` and is predicted from the ``lp=1`` profile.
 """
 
 from __future__ import annotations
@@ -81,6 +85,15 @@ ROWS = [
     ("gpt2-tied", "tp=2,pp=2,dp=2,zero=1", 4, True),
     ("gpt2-tied", "tp=2,pp=2,sp=1", 4, False),
     ("gpt2-tied", "tp=4,pp=2", 4, False),
+    # the vocabulary-parallel loss (lp=1: torch's loss_parallel on the last stage), beside the same layouts without
+    ("llama", "tp=2,pp=1", 4, False),
+    ("llama", "tp=2,pp=1,lp=1", 4, False),
+    ("llama", "tp=2,pp=2,lp=1", 4, True),
+    ("llama", "tp=2,pp=2,dp=2,zero=1,lp=1", 4, False),
+    ("gpt2-tied", "tp=2,pp=1", 4, False),
+    ("gpt2-tied", "tp=2,pp=1,lp=1", 4, False),
+    ("gpt2-tied", "tp=2,pp=2,lp=1", 4, True),
+    ("gpt2-tied", "tp=2,pp=2,sp=1,lp=1", 4, False),
 ]
 
 
@@ -93,15 +106,16 @@ def _chain(wl, layout: Layout):
     from workbench.parallel.tensor.profile import tensor_parallel_profile
 
     return tensor_parallel_profile(partial(workload_example, wl), "h100-sxm", layout.tp,
-                                   sequence_parallel=layout.sequence_parallel, cache=False)
+                                   sequence_parallel=layout.sequence_parallel, loss_parallel=layout.loss_parallel,
+                                   cache=False)
 
 
 def _planned(model: str, layout: Layout, micro_batches: int, chains: dict):
-    """The workload, its chain (profiled once per model, tp and sequence parallelism) and its 1F1B pipeline
+    """The workload, its chain (profiled once per model, tp, sequence parallelism and split loss) and its 1F1B pipeline
     on ``pp`` devices."""
     args = dict(MODELS[model])
     wl = hf_workload(args.pop("kind"), **args)
-    key = (model, layout.tp, layout.sequence_parallel)
+    key = (model, layout.tp, layout.sequence_parallel, layout.loss_parallel)
     if key not in chains:
         chains[key] = _chain(wl, layout)
     platform = Target.of(layout.pp, optimizer="adam", zero_grad="none")
@@ -144,13 +158,15 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="the rows marked quick only")
     ap.add_argument("--model", choices=sorted(MODELS), help="this model's rows only")
+    ap.add_argument("--match", help="the rows whose layout contains this text only (e.g. tp=2,pp=)")
     args = ap.parse_args(argv)
     print(f"{'model':<11} {'layout':<28} {'ranks':>5} {'grad err':>9} {'predicted':>11} {'measured':>11} "
           f"{'err lo .. hi':>18} {'wall s':>7}")
     chains: dict = {}
     sources, skipped = set(), []
     for model, text, mb, quick in ROWS:
-        if (args.quick and not quick) or (args.model and model != args.model):
+        skip = (args.quick and not quick) or (args.model and model != args.model)
+        if skip or (args.match and args.match not in text):
             continue
         row = run_row(model, text, mb, chains)
         if row is None:

@@ -37,8 +37,9 @@ def made(tmp_path_factory):
     profile = tmp / "net.csv"
     assert main(["profile", "--module", f"{module}:build", "--fake", "--gpu", "h100-sxm", "--out", str(profile)]) == 0
     out = tmp / "auto.json"
+    # sp and lp pinned off: 12 profiles, not 36 (the search of both is tested on 2 GPUs below)
     argv = ["plan", "--module", f"{module}:build", "--fake", "--gpu", "h100-sxm", "--devices", "4",
-            "--global-batch", "16", "--parallel", "auto", "--optimizer", "adamw", "--profile-cache",
+            "--global-batch", "16", "--parallel", "auto,sp=0,lp=0", "--optimizer", "adamw", "--profile-cache",
             str(tmp / "cache"), "--json", str(out), "-q"]
     assert main(argv) == 0
     return {"module": module, "profile": profile, "auto": out, "tmp": tmp, "argv": argv}
@@ -62,9 +63,10 @@ def test_a_frontier_entry_evaluates_the_same_with_parallel(made, capsys):
     entry = next(f for f in data["frontier"] if f["status"] == "fits" and f["parallel"]["pp"] > 1)
     p = entry["parallel"]
     text = (f"tp={p['tp']},pp={p['pp']},dp={p['dp']},zero={p['zero']},mbs={p['micro_batch_size']},"
-            f"schedule={p['schedule']},chunks={p['chunks']}")
+            f"schedule={p['schedule']},chunks={p['chunks']},sp={int(p['sequence_parallel'])},"
+            f"lp={int(p['loss_parallel'])}")
     out = made["tmp"] / "one.json"
-    argv = [a for a in made["argv"] if a != "auto"]
+    argv = [a for a in made["argv"] if a != "auto,sp=0,lp=0"]
     argv[argv.index("--parallel") + 1:argv.index("--parallel") + 1] = [text]
     argv[argv.index("--json") + 1] = str(out)
     assert main(argv + ["--activations", entry["activations"]]) == 0
@@ -149,7 +151,7 @@ def test_check_and_simulate_a_tensor_parallel_plan_from_its_module(made, capsys,
     monkeypatch.chdir(made["tmp"])                 # the rank's chains are cached under build/profiles here
     out = made["tmp"] / "tp2.json"
     argv = list(made["argv"])
-    argv[argv.index("auto")] = "tp=2,pp=2,dp=1"
+    argv[argv.index("auto,sp=0,lp=0")] = "tp=2,pp=2,dp=1"
     argv[argv.index("--json") + 1] = str(out)
     assert main(argv) == 0
     capsys.readouterr()
@@ -210,7 +212,7 @@ def test_a_tp_overlap_plan_is_faster_and_checked_on_its_overlapped_chain(made, c
     assert main(["check", str(plans[",sp=1,tpo=1"])]) == 0             # its period is the overlapped chain's
     assert "valid (2 stages" in capsys.readouterr().out
     argv = list(made["argv"])
-    argv[argv.index("auto")] = "auto,tpo=1"
+    argv[argv.index("auto")] = "auto,sp=0,tpo=1"
     assert main(argv) == 2
     assert "tpo=1 overlaps" in capsys.readouterr().err
 
@@ -267,3 +269,69 @@ def test_a_dp_overlap_plan_is_written_checked_and_simulated_and_auto_asks_for_it
     argv[argv.index("auto,dpo=1")] = "tp=1,pp=1,dp=4,zero=2,dpo=1"
     assert main(argv) == 2
     assert "dpo=1 is ZeRO-1" in capsys.readouterr().err
+
+
+TIGHT = '''
+import torch
+from torch.nn import functional as F
+
+
+def build():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                      tie_word_embeddings=False, use_cache=False)
+    ids = torch.randint(0, 256, (4, 256))
+    return LlamaForCausalLM(cfg), ids, ids.roll(-1, 1), lambda out, y: F.cross_entropy(out.logits.flatten(0, 1),
+                                                                                      y.flatten())
+'''
+
+
+@pytest.fixture(scope="module")
+def tight(tmp_path_factory):
+    """A small Llama with long sequences (activations dominate), its batch fixed (one micro-batch size), on 2
+    GPUs: ``plan(memory, parallel, out)`` runs ``plan`` (activations kept, 1F1B) and returns its exit status."""
+    tmp = tmp_path_factory.mktemp("tight")
+    (tmp / "tight.py").write_text(TIGHT)
+
+    def plan(memory: str, parallel: str, out: str | None = None, quiet: bool = True) -> int:
+        return main(["plan", "--module", f"{tmp / 'tight.py'}:build", "--fake", "--gpu", "h100-sxm", "--devices",
+                     "2", "--devices-per-node", "2", "--global-batch", "8", "--activations", "keep", "--method", "1f1b",
+                     "--memory", memory, "--profile-cache", str(tmp / "cache"), "--parallel", parallel]
+                    + ["-q"] * quiet + (["--json", str(tmp / out)] if out else []))
+
+    plan.tmp = tmp
+    return plan
+
+
+def test_auto_picks_sequence_parallelism_when_only_it_fits(tight, capsys):
+    """On 2 GPUs of 9.25 MiB every layout without sequence parallelism needs more (tp 2: 10.37 MiB, 9.40 with the
+    split loss; pp 2 11.2; dp 2 13), tp 2 with it 9.11 (8.14 with the split loss): ``--parallel auto``, which
+    tries sp and lp off and on for tp 2 (each its own profile), chooses sp=1; at 8.6 MiB, sp=1 with lp=1."""
+    assert tight("9.25MiB", "auto", "a.json") == 0
+    data = json.loads((tight.tmp / "a.json").read_text())
+    assert (data["parallel"]["tp"], data["parallel"]["sequence_parallel"]) == (2, True), data["parallel"]
+    assert (data["search"]["sequence_parallel"], data["search"]["loss_parallel"]) == ([False, True], [False, True])
+    tried = {(f["parallel"]["sequence_parallel"], f["parallel"]["loss_parallel"]) for f in data["frontier"]
+             if f["parallel"]["tp"] == 2}                     # evaluated or skipped by a bound
+    assert tried == {(False, False), (False, True), (True, False), (True, True)}
+    assert all(not (f["parallel"]["sequence_parallel"] or f["parallel"]["loss_parallel"]) for f in data["frontier"]
+               if f["parallel"]["tp"] == 1)
+    assert tight("8.6MiB", "auto", "b.json") == 0             # only sp=1 with the split loss fits
+    leaner = json.loads((tight.tmp / "b.json").read_text())["parallel"]
+    assert (leaner["tp"], leaner["sequence_parallel"], leaner["loss_parallel"]) == (2, True, True), leaner
+
+
+def test_auto_with_sp_or_lp_pinned_searches_only_that_setting(tight, capsys):
+    capsys.readouterr()
+    assert tight("9.25MiB", "auto,sp=0", quiet=False) == 2    # the only layouts that fit are pinned out
+    printed = capsys.readouterr()
+    assert "searching tp x pp x dp, sp 0, lp 0/1 for tp > 1" in printed.err           # the progress line
+    assert "(sp 0, lp 0/1 for tp > 1)" in printed.out                                   # the summary line
+    assert "error: no layout of 2 GPUs fits in 9.25 MiB per GPU" in printed.err
+    assert tight("9.25MiB", "auto,lp=1", "c.json") == 0
+    data = json.loads((tight.tmp / "c.json").read_text())
+    assert (data["search"]["sequence_parallel"], data["search"]["loss_parallel"]) == ([False, True], [True])
+    assert all(f["parallel"]["loss_parallel"] for f in data["frontier"] if f["parallel"]["tp"] == 2)
+    assert data["parallel"]["loss_parallel"] and data["parallel"]["sequence_parallel"]

@@ -117,6 +117,15 @@ def test_sequence_parallel_and_the_split_loss_are_profiles_of_their_own(tmp_path
     assert lp.layers[-1].activation_bytes * 2 == pytest.approx(plain.layers[-1].activation_bytes)   # logits split
     with pytest.raises(ValueError, match="tp=1: sequence parallelism"):
         rc(1, 2, sequence_parallel=True)
+    # a rank's chain checked against a layout: the split loss must be the layout's too (run's --profile)
+    from workbench.model.layout import Layout
+    from workbench.parallel.profiles import check_rank_chain
+
+    check_rank_chain(lp, Layout(tp=2, micro_batch_size=2, loss_parallel=True), "--profile lp.csv")
+    with pytest.raises(ValueError, match="--profile plain.csv has loss_parallel false, the plan's layout true"):
+        check_rank_chain(plain, Layout(tp=2, micro_batch_size=2, loss_parallel=True), "--profile plain.csv")
+    with pytest.raises(ValueError, match="has sequence_parallel true, the plan's layout false"):
+        check_rank_chain(sp, Layout(tp=2, micro_batch_size=2), "--profile sp.csv")
 
 
 def test_fused_kernels_are_a_profile_of_their_own_and_need_a_gpu(module, tmp_path):
@@ -128,3 +137,5 @@ def test_fused_kernels_are_a_profile_of_their_own_and_need_a_gpu(module, tmp_pat
     assert len(list(cache.rglob("*.csv"))) == 2
     with pytest.raises(ValueError, match="fake tensors"):
         RankChains(f"{module}:build", gpu=None, cache=None, kernels="fused")(1, None)
+
+

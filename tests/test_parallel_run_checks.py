@@ -104,3 +104,73 @@ def test_dp_overlap_is_refused_in_one_line():
 def test_tp_overlap_is_refused_in_one_line():
     with pytest.raises(ValueError, match=r"tpo=1.*does not do: plan it with tpo=0"):
         check_layout_plan(pipeline_plan([2], 5), Layout(tp=2, pp=2, sequence_parallel=True, tp_overlap=True))
+
+
+SOFTMAX_LOSS = '''
+from workbench.parallel.run.workloads import hf_workload
+
+
+def manual_cross_entropy(out, y):
+    p = out.logits.softmax(-1)
+    return -p.gather(-1, y.unsqueeze(-1)).log().mean()
+
+
+def build():
+    wl = hf_workload("llama", batch_size=2, sequence=8, layers=2, hidden=32, heads=4, kv_heads=2, vocab=64)
+    x, y = wl.batch(0)
+    return wl.build(), x, y, manual_cross_entropy
+'''
+
+
+def test_a_split_loss_that_is_not_a_plain_cross_entropy_is_named(tmp_path, capsys, no_ranks):
+    """lp=1 with a loss that softmaxes the logits itself (torch's loss_parallel computes only a cross-entropy on
+    vocabulary shards): one line naming the loss and what it does, before any rank."""
+    (tmp_path / "net.py").write_text(SOFTMAX_LOSS)
+    plan = write_layout_plan(tmp_path / "p.json", pipeline_plan([], 5), Layout(tp=2, loss_parallel=True))
+    err = _cli_error(["run", str(plan), "--module", f"{tmp_path / 'net.py'}:build", "--out", str(tmp_path / "r")],
+                     capsys)
+    assert "lp=1" in err, err
+    assert "net:build's loss manual_cross_entropy is not one: it applies softmax to the logits" in err, err
+    assert "plan with lp=0" in err
+
+
+def test_cross_entropy_refusal_follows_the_logits_only():
+    import torch
+    import torch.nn.functional as F
+
+    from workbench.parallel.run.tensor import cross_entropy_refusal
+
+    logits, y = torch.randn(2, 4, 16), torch.randint(0, 16, (2, 4))
+    hf_style = lambda o, t: F.cross_entropy(o.float()[:, :-1].contiguous().view(-1, 16), t[:, 1:].reshape(-1)) / 3.0  # noqa: E731
+    assert cross_entropy_refusal(hf_style, logits, y) is None        # views, a cast, then the loss scaled
+    assert cross_entropy_refusal(lambda o, t: F.nll_loss(F.log_softmax(o, -1).flatten(0, 1), t.flatten()),
+                                 logits, y) is None
+    assert cross_entropy_refusal(lambda o, t: (o ** 2).mean(), logits, y).startswith("it applies")
+    assert cross_entropy_refusal(lambda o, t: F.mse_loss(o, torch.zeros_like(o)), logits, y).startswith("it applies")
+    assert "no cross-entropy" in cross_entropy_refusal(lambda o, t: t.float().sum(), logits, y)
+
+
+OWN_LOSS = '''
+import torch
+
+
+def build():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2, max_position_embeddings=64, tie_word_embeddings=False, use_cache=False)
+    ids = torch.randint(0, 64, (2, 8))
+    return LlamaForCausalLM(cfg), {"input_ids": ids, "labels": ids}, ids, lambda out, y: out.loss
+'''
+
+
+def test_a_split_loss_of_a_loss_computed_inside_the_model_is_refused(tmp_path, capsys, no_ranks):
+    """Hugging Face's own loss from ``labels=``: the chain's last layer returns the loss, not the logits the
+    vocabulary-parallel loss needs; one line saying so, before any rank."""
+    (tmp_path / "own.py").write_text(OWN_LOSS)
+    plan = write_layout_plan(tmp_path / "p.json", pipeline_plan([], 5), Layout(tp=2, loss_parallel=True))
+    err = _cli_error(["run", str(plan), "--module", f"{tmp_path / 'own.py'}:build", "--out", str(tmp_path / "r")],
+                     capsys)
+    assert "computes the loss on the LM head's logits (64 per token), but own:build's chain ends at lm_head with a " \
+           "tensor of shape ()" in err, err
+    assert "a loss computed inside the model, e.g. from labels=" in err

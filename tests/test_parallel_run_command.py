@@ -11,6 +11,7 @@ import pytest
 from layout_runs import pipeline_plan, write_layout_plan
 from workbench.front.cli import main
 from workbench.model.layout import Layout
+from workbench.model.plan import Plan
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -94,12 +95,13 @@ def build():
 '''
 
 
-def _tp2_plan(tmp_path) -> Path:
+def _tp2_plan(tmp_path, switches: str = "") -> Path:
     """A small Llama's module and its plan ``plan --module ... --fake --parallel tp=2`` on 2 GPUs."""
     (tmp_path / "llama.py").write_text(LLAMA)
     plan = tmp_path / "tp2.json"
     assert main(["plan", "--module", f"{tmp_path / 'llama.py'}:build", "--fake", "--gpu", "h100-sxm", "--devices", "2",
-                 "--global-batch", "4", "--parallel", "tp=2,pp=1,dp=1", "--profile-cache", str(tmp_path / "cache"),
+                 "--global-batch", "4", "--parallel", "tp=2,pp=1,dp=1" + switches, "--profile-cache",
+                 str(tmp_path / "cache"),
                  "--json", str(plan), "-q"]) == 0
     return plan
 
@@ -115,6 +117,21 @@ def test_a_tensor_parallel_run_predicts_each_rank_from_its_shard(tmp_path, capsy
     assert main(["run", str(plan), "--steps", "2", "--out", str(out)]) == 0
     s = json.loads((out / "summary.json").read_text())
     _summary_checks(s, 2)
+    assert all(-0.05 < e < 0.10 for e in s["memory_error"]), s["memory_error"]
+
+
+def test_a_vocabulary_parallel_loss_plan_runs_and_is_predicted_from_its_profile(tmp_path, capsys):
+    """``plan --parallel tp=2,lp=1`` then ``run``: the loss on vocabulary-sharded logits (torch's loss_parallel),
+    the model's own cross-entropy; gradients equal one process's, every rank within -5 % .. +10 % of the lp=1
+    profile's prediction (its logits are a rank's shard: the lp=0 profile predicts more)."""
+    pytest.importorskip("transformers")
+    plan = _tp2_plan(tmp_path, ",lp=1")
+    out = tmp_path / "run"
+    assert main(["run", str(plan), "--steps", "2", "--out", str(out)]) == 0
+    assert "LP" in capsys.readouterr().out
+    s = json.loads((out / "summary.json").read_text())
+    _summary_checks(s, 2)
+    assert s["max_grad_error"] < 1e-5 and s["parallel"]["loss_parallel"] is True
     assert all(-0.05 < e < 0.10 for e in s["memory_error"]), s["memory_error"]
 
 
@@ -144,3 +161,44 @@ def test_a_pipeline_layout_planned_from_a_module_runs_from_the_plan_alone(tmp_pa
     assert "planned on a fake profile" in capsys.readouterr().out
     s = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert s["max_grad_error"] < 1e-4 and len(s["memory_measured"]) == 2
+
+
+def _full_setup_plan(tmp_path, **setup) -> Path:
+    """A dp 2 plan of the zoo MLP made with the full memory model, its precision left to the profile."""
+    from dataclasses import replace
+
+    recorded = {"memory_model": "full", "optimizer": "adam", "weights": "stash", "zero_grad": "none",
+                "precision": None, **setup}
+    planned = replace(pipeline_plan([], 5, micro_batches=2), setup=recorded)
+    return write_layout_plan(tmp_path / "p.json", planned, Layout(dp=2))
+
+
+def test_the_command_lines_setup_reaches_the_runs_platform(tmp_path):
+    """``--precision`` a plan left to the profile is taken by the platform the run is predicted on (it went
+    nowhere when the command read only optimizer, weights and zero_grad of the set-up); an option that
+    contradicts the plan's set-up is refused naming both values."""
+    import argparse
+
+    from workbench.parallel.run.command import prepare_layout_run
+
+    plan_file = _full_setup_plan(tmp_path)
+    plan = Plan.from_json(plan_file)
+
+    def platform(**options):
+        args = argparse.Namespace(plan_file=plan_file, model="mlp", batch_size=4, steps=None, **options)
+        return prepare_layout_run(args, plan, Layout(dp=2), profile=False, say=lambda *a, **k: None)[2]
+
+    assert platform().precision is None and platform().memory_model == "full"
+    assert platform(precision="bf16").precision == "bf16"
+    assert platform(memory_model="full", precision="fp32").precision == "fp32"
+    with pytest.raises(ValueError, match="--memory-model paper contradicts the plan, made with memory model full"):
+        platform(memory_model="paper")
+
+
+def test_a_contradicting_setup_option_is_one_line_before_any_rank(tmp_path, capsys):
+    plan_file = _full_setup_plan(tmp_path, precision="bf16")
+    assert main(["run", str(plan_file), "--model", "mlp", "--batch-size", "4", "--precision", "fp32",
+                 "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["error: --precision fp32 contradicts the plan, made with precision bf16 (re-plan with --precision "
+                   "fp32, or drop the option)"], err

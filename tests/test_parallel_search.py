@@ -9,7 +9,7 @@ import pytest
 from workbench.model.chain import Chain, Layer
 from workbench.model.target import Target
 from workbench.parallel.evaluate import Job, evaluate
-from workbench.parallel.search import candidates, factorisations, memory_bound, search, time_bound
+from workbench.parallel.search import candidates, describe_switches, factorisations, memory_bound, search, time_bound
 
 
 def chain(mbs: int = 1) -> Chain:
@@ -111,3 +111,26 @@ def test_dp_overlap_is_set_on_the_flushed_zero_1_layouts_only():
     flushed = lambda c: method(c.layout.schedule).family == "flushed"  # noqa: E731
     assert all(c.layout.dp_overlap == (c.layout.zero == 1 and flushed(c)) for c in asked)
     assert any(c.layout.dp_overlap for c in asked)
+
+
+def test_by_default_both_settings_are_searched_where_the_chain_source_takes_them():
+    asked = set()
+
+    def switched(tp: int, mbs: int | None, sequence_parallel: bool = False, loss_parallel: bool = False) -> Chain:
+        asked.add((tp, sequence_parallel, loss_parallel))
+        return CHAINS[mbs or 1]
+
+    few = dict(micro_batch_sizes=(1,), tps=(1, 2), prune=False, degrees=[(1, 1, 8), (2, 1, 4), (2, 2, 2)],
+               schedules=("1f1b",), zeros=(0,), activations=("keep",))
+    result = search(job("40GB"), switched, **few)
+    assert result.switches == {"sequence_parallel": (False, True), "loss_parallel": (False, True)}
+    seen = {(e.layout.tp, e.layout.sequence_parallel, e.layout.loss_parallel) for e in result.evaluated}
+    assert seen == asked == {(1, False, False)} | {(2, sp, lp) for sp in (False, True) for lp in (False, True)}
+    assert not result.notes
+    pinned = search(job("40GB"), switched, loss_parallel=(False,), **few)
+    assert {e.layout.loss_parallel for e in pinned.evaluated} == {False}
+    assert {e.layout.sequence_parallel for e in pinned.evaluated if e.layout.tp == 2} == {False, True}
+    plain = search(job("40GB"), chain_for, **few)
+    assert plain.switches == {"sequence_parallel": (False,), "loss_parallel": (False,)}     # takes neither keyword
+    assert any(e.layout.tp == 2 for e in plain.evaluated) and len(plain.notes) == 2
+    assert describe_switches(result.switches) == "sp 0/1, lp 0/1 for tp > 1"

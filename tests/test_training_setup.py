@@ -13,7 +13,7 @@ import pytest
 from workbench.model.chain import Chain, Layer
 from workbench.model.plan import Plan
 from workbench.model.target import Target
-from workbench.model.training_setup import DEFAULT_BANDWIDTH, SETUP_KEYS, TrainingSetup, recorded_link
+from workbench.model.training_setup import DEFAULT_BANDWIDTH, SETUP_KEYS, SETUP_OPTIONS, TrainingSetup, recorded_link
 from workbench.planners import plan as run_planner
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "model.md"
@@ -167,3 +167,53 @@ def test_run_resolves_the_setup_once_before_its_ranks_start(tmp_path, resolution
         main(["run", str(tmp_path / "p.json"), "--profile", str(mlp_profile), "--model", "mlp", "--batch-size", "4",
               "--steps", "6", "--out", str(tmp_path / "run")])
     assert len(resolutions) == 1
+
+
+FULL = {"memory_model": "full", "weights": "single", "optimizer": "sgd", "precision": "bf16", "zero_grad": "none"}
+
+
+def _options(**given):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(**{key: given.get(key) for key, _, _ in SETUP_OPTIONS})
+
+
+@pytest.mark.parametrize("key,option,value", [("weights", "--weights", "stash"), ("optimizer", "--optimizer", "adam"),
+                                              ("zero_grad", "--zero-grad", "zeros")])
+def test_a_contradicting_option_names_both_values(key, option, value):
+    plan = Plan(1.0, (0,), (), 1, setup=dict(FULL))
+    with pytest.raises(ValueError, match=f"{option} {value} contradicts the plan, made with .* {FULL[key]}"):
+        TrainingSetup.resolve(_options(**{key: value}), plan)
+
+
+def test_an_agreeing_option_a_precision_left_open_and_no_plan():
+    plan = Plan(1.0, (0,), (), 1, setup=dict(FULL))
+    assert TrainingSetup.resolve(_options(weights="single"), plan).weights == "single"
+    assert TrainingSetup.resolve(_options(precision="bf16"), Plan(1.0, (0,), (), 1, setup={**FULL, "precision": None}))\
+        .precision == "bf16"                                                    # left to the profile: taken
+    assert TrainingSetup.resolve(_options(optimizer="adam")).optimizer == "adam"    # no plan: the option is taken
+    with pytest.raises(ValueError, match="--weight-factor belongs to the paper"):
+        TrainingSetup.resolve(_options(weight_factor=2.0))
+
+
+def test_a_layout_run_resolves_the_setup_once_before_its_ranks_start(tmp_path, resolutions, monkeypatch, mlp_profile):
+    """`run` of a dp 2 layout plan (workbench.parallel.run), up to where its ranks would start."""
+    from workbench.front.cli import main
+    from workbench.model.layout import Layout
+    from workbench.parallel.run import launch
+    from workbench.profiles import load_profile
+    from workbench.schedules.builder import best_schedule
+
+    plan = best_schedule(load_profile(str(mlp_profile)), Target.of(1, bandwidth=DEFAULT_BANDWIDTH), [0] * 5)
+    d = plan.to_dict()
+    d["parallel"] = Layout(dp=2).to_dict()
+    (tmp_path / "p.json").write_text(json.dumps(d))
+
+    def started(*a, **k):
+        raise _Started
+
+    monkeypatch.setattr(launch, "run_layout", started)
+    with pytest.raises(_Started):
+        main(["run", str(tmp_path / "p.json"), "--profile", str(mlp_profile), "--model", "mlp", "--batch-size", "4",
+              "--out", str(tmp_path / "run")])
+    assert len(resolutions) == 1 and resolutions[0] is not None

@@ -12,8 +12,9 @@ The model is profiled as ``profile`` would (``--fake --gpu``: under fake tensors
 machine), once per tensor-parallel degree and micro-batch size, cached by content
 (:class:`workbench.parallel.profiles.RankChains`); ``--profile FILE`` instead gives the chain of ``tp = 1`` and
 its batch. ``--parallel auto`` searches every layout (:func:`workbench.parallel.search.search`), prints the
-frontier and writes the fastest that fits with the whole frontier (``auto,sp=1,lp=1``: its ``tp > 1`` layouts
-with sequence parallelism and the vocabulary-parallel loss, each on its own per-rank profile);
+frontier and writes the fastest that fits with the whole frontier (its ``tp > 1`` layouts each with and without
+sequence parallelism and the vocabulary-parallel loss, every setting on its own per-rank profile; ``auto,sp=0``,
+``auto,lp=1`` pin one);
 ``--parallel tp=..,pp=..,dp=..`` evaluates one (:func:`workbench.parallel.evaluate.evaluate`), ``sp=1``/``lp=1``
 on the per-rank profile with them; ``tpo=1`` (with ``sp=1``; ``auto,sp=1,tpo=1`` for the search's) prices their
 collectives overlapped with their GEMMs, as Megatron's ``--tp-comm-overlap`` runs them
@@ -151,29 +152,35 @@ def _layout_arg(args: argparse.Namespace) -> Layout:
     return layout.with_(**changes) if changes else layout
 
 
-def auto_switches(text: str) -> tuple[bool, bool] | None:
-    """(sequence parallelism, vocabulary-parallel loss) of ``--parallel auto[,sp=S][,lp=L]`` for the search's
-    ``tp > 1`` layouts; None when ``text`` is a layout, not ``auto``.
+def auto_switches(text: str) -> tuple[tuple[bool, ...] | None, tuple[bool, ...] | None] | None:
+    """The settings of sequence parallelism and of the vocabulary-parallel loss ``--parallel auto[,sp=S][,lp=L]``
+    searches for its ``tp > 1`` layouts: None for one not given (the search tries both), the one given where it
+    is pinned; None when ``text`` is a layout, not ``auto``.
 
-    >>> auto_switches("auto"), auto_switches("auto, sp=1"), auto_switches("tp=2")
-    ((False, False), (True, False), None)
+    >>> auto_switches("auto"), auto_switches("auto, sp=1"), auto_switches("auto,lp=0"), auto_switches("tp=2")
+    ((None, None), ((True,), None), (None, (False,)), None)
     >>> auto_switches("auto,pp=2")
     Traceback (most recent call last):
     ValueError: --parallel auto,pp=2: auto takes only sp=, lp=, tpo= and dpo= (the search chooses the rest)
     """
     switches = _auto_layout(text)
-    return None if switches is None else (switches.sequence_parallel, switches.loss_parallel)
+    if switches is None:
+        return None
+    keys = set(_auto_keys(text))
+    sp = (switches.sequence_parallel,) if {"sp", "sequence_parallel"} & keys else None
+    lp = (switches.loss_parallel,) if {"lp", "loss_parallel"} & keys else None
+    return sp, lp
 
 
 def auto_overlap(text: str) -> bool:
     """Whether ``--parallel auto,...`` asks its ``tp > 1`` layouts to overlap their collectives (``tpo=1``,
     which needs ``sp=1``); False for a layout, not ``auto``.
 
-    >>> auto_overlap("auto,sp=1,tpo=1"), auto_overlap("auto,sp=1"), auto_overlap("tp=2,sp=1,tpo=1")
+    >>> auto_overlap("auto,tpo=1"), auto_overlap("auto,sp=1"), auto_overlap("tp=2,sp=1,tpo=1")
     (True, False, False)
-    >>> auto_overlap("auto,tpo=1")
+    >>> auto_overlap("auto,sp=0,tpo=1")
     Traceback (most recent call last):
-    ValueError: --parallel auto,tpo=1: layout: tpo=1 overlaps sequence parallelism's all-gathers and \
+    ValueError: --parallel auto,sp=0,tpo=1: layout: tpo=1 overlaps sequence parallelism's all-gathers and \
 reduce-scatters with their GEMMs: it needs sp=1 (Megatron's --tp-comm-overlap asserts the same)
     """
     switches = _auto_layout(text)
@@ -191,16 +198,27 @@ def auto_dp_overlap(text: str) -> bool:
     return bool(switches is not None and switches.dp_overlap)
 
 
+#: the switches ``--parallel auto,...`` takes (the search chooses the rest)
+_AUTO_KEYS = ("sp", "lp", "tpo", "dpo", "sequence_parallel", "loss_parallel", "tp_overlap", "dp_overlap")
+
+
+def _auto_keys(text: str) -> list[str]:
+    """The keys given after ``auto,`` in ``text``."""
+    rest = text.strip().partition(",")[2]
+    return [p.partition("=")[0].strip().lower() for p in rest.split(",") if p.strip()]
+
+
 def _auto_layout(text: str) -> Layout | None:
     """The switches of ``--parallel auto[,sp=S][,lp=L][,tpo=O][,dpo=Q]`` as a tp=2, dp=2 ZeRO-1 layout; None when
     not ``auto``."""
     head, _, rest = text.strip().partition(",")
     if head.strip().lower() != "auto":
         return None
-    keys = [p.partition("=")[0].strip().lower() for p in rest.split(",") if p.strip()]
-    if any(k not in ("sp", "lp", "tpo", "dpo", "sequence_parallel", "loss_parallel", "tp_overlap", "dp_overlap")
-           for k in keys):
+    keys = _auto_keys(text)
+    if any(k not in _AUTO_KEYS for k in keys):
         raise ValueError(f"--parallel {text}: auto takes only sp=, lp=, tpo= and dpo= (the search chooses the rest)")
+    if "tpo" in keys or "tp_overlap" in keys:        # tpo=1 applies to the searched layouts with sp=1
+        rest += "" if {"sp", "sequence_parallel"} & set(keys) else ",sp=1"
     try:
         return Layout.parse(f"tp=2,dp=2,zero=1,{rest}") if rest.strip() else Layout(tp=2, dp=2, zero=1)
     except ValueError as e:
@@ -231,22 +249,28 @@ def _auto(args: argparse.Namespace, job: Job, chain_for: ChainFor, first: Chain,
           progress: Callable[[str], None] | None) -> int:
     from workbench.methods import method as method_of
     from workbench.parallel.profiles import tensor_parallel_available
-    from workbench.parallel.search import SCHEDULES, search
+    from workbench.parallel.search import SCHEDULES, SWITCHES, describe_switches, search
 
     tps = None if (args.module and args.fake and tensor_parallel_available()) else (1,)
     schedules = (args.method,) if args.method else SCHEDULES
     if args.method:
         method_of(args.method)
     acts = (args.activations,) if args.activations else None
-    sp, lp = auto_switches(args.parallel) or (False, False)
+    sp, lp = auto_switches(args.parallel) or (None, None)
+    if progress and tps is None:
+        progress("searching tp x pp x dp, " + describe_switches({"sequence_parallel": sp or SWITCHES,
+                                                                  "loss_parallel": lp or SWITCHES})
+                 + " (each its own per-rank profile; auto,sp=0 / auto,lp=0 pin them)")
     result = search(job, chain_for, micro_batch_sizes=sizes, schedules=schedules, chunks=args.chunks, tps=tps,
-                    activations=acts, progress=progress, sequence_parallel=(sp,), loss_parallel=(lp,),
+                    activations=acts, progress=progress, sequence_parallel=sp, loss_parallel=lp,
                     tp_overlap=auto_overlap(args.parallel), dp_overlap=auto_dp_overlap(args.parallel))
+    searched = describe_switches(result.switches)
     if tps == (1,):
+        searched = "tp 1 only"
         result.notes.append("tp > 1 not searched: it needs --module with --fake and per-rank tensor-parallel "
                             "profiles (workbench.parallel.tensor)")
     print(f"{first.name}: {job.devices} GPUs, global batch {job.global_batch}: {len(result.evaluated)} layouts "
-          f"evaluated, {len(result.pruned)} skipped by a bound, in {result.seconds:.1f} s")
+          f"evaluated, {len(result.pruned)} skipped by a bound ({searched}), in {result.seconds:.1f} s")
     for note in result.notes:
         print(f"  note: {note}")
     print(frontier_table(result.evaluated, job.devices, top=15))
@@ -306,7 +330,8 @@ def layout_plan(e: Evaluation, job: Job, chain_for: ChainFor, args: argparse.Nam
             {"parallel": c.layout.to_dict(), "activations": c.activations, "status": "pruned", "why": why,
              "bound_seconds": c.bound_seconds, "bound_memory": c.bound_memory} for c, why in result.pruned]
         parallel["search"] = {"evaluated": len(result.evaluated), "pruned": len(result.pruned),
-                              "seconds": result.seconds, "notes": list(result.notes)}
+                              "seconds": result.seconds, "notes": list(result.notes),
+                              **{k: list(v) for k, v in result.switches.items()}}
     extra = {**plan.extra, "layer_names": [layer.name for layer in chain.layers]}
     tied = json.loads(chain.meta.get("tied") or "[]")
     if tied:

@@ -273,8 +273,9 @@ def _measured(spec: str) -> Chain:
 
 def check_rank_chain(chain: Chain, layout: Any, source: str) -> None:
     """Refuse (one ``ValueError`` naming both values) a chain that is not the chain of one rank of ``layout``:
-    a profile of another tensor-parallel degree, micro-batch size or sequence parallelism (``source``: where the
-    chain came from, e.g. ``--profile FILE``). A chain that records none of them is taken as tp = 1."""
+    a profile of another tensor-parallel degree, micro-batch size, sequence parallelism or vocabulary-parallel loss
+    (``source``: where the chain came from, e.g. ``--profile FILE``). A chain that records none of them is taken
+    as tp = 1."""
     from workbench.profiles.csvio import batch_size_of
 
     tp = int(str(chain.meta.get("tp", "1")).split()[0] or 1)
@@ -285,10 +286,11 @@ def check_rank_chain(chain: Chain, layout: Any, source: str) -> None:
     if batch is not None and layout.micro_batch_size is not None and batch != layout.micro_batch_size:
         raise ValueError(f"{source} was profiled with a batch of {batch}, but the plan's layout has micro-batch size "
                          f"{layout.micro_batch_size}")
-    sp = str(chain.meta.get("sequence_parallel", "false")).lower() == "true"
-    if tp > 1 and sp != bool(layout.sequence_parallel):
-        raise ValueError(f"{source} has sequence_parallel {str(sp).lower()}, the plan's layout "
-                         f"{str(bool(layout.sequence_parallel)).lower()}")
+    for key in ("sequence_parallel", "loss_parallel"):
+        made = str(chain.meta.get(key, "false")).lower() == "true"
+        if tp > 1 and made != bool(getattr(layout, key)):
+            raise ValueError(f"{source} has {key} {str(made).lower()}, the plan's layout "
+                             f"{str(bool(getattr(layout, key))).lower()}")
 
 
 def plan_rank_chain(plan: Any, layout: Any, *, cache: Path | None = DEFAULT_CACHE,
@@ -303,7 +305,8 @@ def plan_rank_chain(plan: Any, layout: Any, *, cache: Path | None = DEFAULT_CACH
                          "(extra.module) to profile")
     gpu = (plan.setup or {}).get("gpu")
     rc = RankChains(str(module), gpu=gpu, cache=cache, sequence_parallel=bool(layout.sequence_parallel),
-                    progress=progress, kernels=str((plan.extra or {}).get("kernels", "eager")))
+                    loss_parallel=bool(layout.loss_parallel), progress=progress,
+                    kernels=str((plan.extra or {}).get("kernels", "eager")))
     example = rc(1, None)
     built = int(str(example.meta.get("batch_size", 1)).split()[0] or 1)
     mbs = layout.micro_batch_size

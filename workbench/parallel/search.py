@@ -2,8 +2,9 @@
 (docs/model.md, "Layouts").
 
 :func:`candidates` enumerates the layouts of a job: every factorisation ``tp x pp x dp`` of the GPUs with ``tp``
-dividing a node (``tp > 1`` where the workbench has tensor-parallel profiles; for ``tp > 1`` each of the
-sequence-parallel and vocabulary-parallel-loss settings asked, off unless told), every ZeRO level (0 alone for
+dividing a node (``tp > 1`` where the workbench has tensor-parallel profiles; for ``tp > 1`` sequence
+parallelism and the vocabulary-parallel loss each off and on, every one of the four its own per-rank chain, unless
+the call pins them or the chain source takes neither: :data:`SWITCHES`), every ZeRO level (0 alone for
 ``dp = 1``), every micro-batch size the builder takes that divides the global batch over ``dp``, every schedule
 of :data:`SCHEDULES` (one stage: ``1f1b``, which on one stage is every flushed schedule; the seed's periodic plans
 for ``tp = dp = 1``: their weight stashing runs on the PipeDream engine, which runs no tensor or data
@@ -53,11 +54,13 @@ from workbench.parallel.evaluate import (
     rank_chain,
 )
 
-__all__ = ["SCHEDULES", "Candidate", "SearchResult", "candidates", "search", "memory_bound", "time_bound",
-           "factorisations", "busiest_rank", "bottleneck"]
+__all__ = ["SCHEDULES", "SWITCHES", "Candidate", "SearchResult", "candidates", "search", "memory_bound", "time_bound",
+           "factorisations", "busiest_rank", "bottleneck", "describe_switches"]
 
 #: the schedules a search tries: the seed's periodic plans (``dp``), GPipe, 1F1B and torch's multi-stage ones
 SCHEDULES = ("dp",) + names(family="flushed")
+#: the settings of sequence parallelism and of the vocabulary-parallel loss a search tries for ``tp > 1``
+SWITCHES = (False, True)
 
 
 @dataclass(frozen=True)
@@ -80,6 +83,8 @@ class SearchResult:
     pruned: list[tuple[Candidate, str]]
     seconds: float
     notes: list[str] = field(default_factory=list)
+    #: the settings searched for ``tp > 1``: {"sequence_parallel": (False, True), "loss_parallel": (False, True)}
+    switches: dict[str, tuple[bool, ...]] = field(default_factory=dict)
 
     def least_memory(self) -> float:
         """What the leanest layout needs on its fullest rank: the least of the evaluated layouts' peaks and of the
@@ -127,8 +132,8 @@ def _schedules(pp: int, zero: int, layers: int, schedules: Sequence[str], chunks
 def candidates(job: Job, layers: int, *, micro_batch_sizes: Sequence[int | None] = (None,),
                schedules: Sequence[str] = SCHEDULES, chunks: int | None = None, tps: Iterable[int] | None = (1,),
                activations: Sequence[str] | None = None, zeros: Sequence[int] = (0, 1, 2, 3),
-               degrees: Sequence[tuple[int, int, int]] | None = None, sequence_parallel: Sequence[bool] = (False,),
-               loss_parallel: Sequence[bool] = (False,), tp_overlap: bool = False,
+               degrees: Sequence[tuple[int, int, int]] | None = None, sequence_parallel: Sequence[bool] = SWITCHES,
+               loss_parallel: Sequence[bool] = SWITCHES, tp_overlap: bool = False,
                dp_overlap: bool = False) -> list[Candidate]:
     """Every layout of the module docstring for a chain of ``layers`` layers (micro-batches filled in);
     ``degrees``: only these (tp, pp, dp); ``sequence_parallel``, ``loss_parallel``: the settings tried for
@@ -359,17 +364,19 @@ def search(job: Job, chain_for: ChainFor, *, micro_batch_sizes: Sequence[int | N
            schedules: Sequence[str] = SCHEDULES, chunks: int | None = None, tps: Iterable[int] | None = (1,),
            activations: Sequence[str] | None = None, zeros: Sequence[int] = (0, 1, 2, 3),
            progress: Callable[[str], None] | None = None, prune: bool = True,
-           degrees: Sequence[tuple[int, int, int]] | None = None, sequence_parallel: Sequence[bool] = (False,),
-           loss_parallel: Sequence[bool] = (False,), tp_overlap: bool = False,
+           degrees: Sequence[tuple[int, int, int]] | None = None, sequence_parallel: Sequence[bool] | None = None,
+           loss_parallel: Sequence[bool] | None = None, tp_overlap: bool = False,
            dp_overlap: bool = False) -> SearchResult:
     """The fastest layout of ``job`` that fits (module docstring); ``prune=False`` evaluates every one;
     ``degrees``: only these (tp, pp, dp) (a family of layouts, e.g. the pure pipeline); ``sequence_parallel``,
-    ``loss_parallel``: the settings tried for ``tp > 1`` (each its own per-rank profile); ``tp_overlap``: those
-    with sequence parallelism overlap their collectives (``tpo=1``); ``dp_overlap``: the ZeRO-1 layouts run as
-    Megatron's overlapped distributed optimizer (``dpo=1``)."""
+    ``loss_parallel``: the settings tried for ``tp > 1`` (each its own per-rank profile; None: both,
+    :data:`SWITCHES`, where ``chain_for`` takes them, else off with a note); ``tp_overlap``: those with sequence
+    parallelism overlap their collectives (``tpo=1``); ``dp_overlap``: the ZeRO-1 layouts run as Megatron's
+    overlapped distributed optimizer (``dpo=1``)."""
     t0 = time.perf_counter()
     chains: dict[tuple, object] = {}
     notes: list[str] = []
+    sequence_parallel, loss_parallel = _switches(chain_for, sequence_parallel, loss_parallel, notes)
     found = []
     layers = len(chain_for(1, micro_batch_sizes[0] or job.micro_batch_size))
     for c in candidates(job, layers, micro_batch_sizes=micro_batch_sizes, schedules=schedules, chunks=chunks,
@@ -405,4 +412,39 @@ def search(job: Job, chain_for: ChainFor, *, micro_batch_sizes: Sequence[int | N
         if c not in state.done:
             state.run(c)
     best, evaluated, pruned = state.best, state.evaluated, state.pruned
-    return SearchResult(best, evaluated, pruned, time.perf_counter() - t0, notes)
+    switches = {"sequence_parallel": tuple(sequence_parallel), "loss_parallel": tuple(loss_parallel)}
+    return SearchResult(best, evaluated, pruned, time.perf_counter() - t0, notes, switches)
+
+
+def _switches(chain_for: ChainFor, sequence_parallel: Sequence[bool] | None, loss_parallel: Sequence[bool] | None,
+              notes: list[str]) -> tuple[tuple[bool, ...], tuple[bool, ...]]:
+    """The settings a search tries for ``tp > 1``: those given; for one not given (None) both, where the chain
+    source takes the keyword (else off, with a note: its chains are the plain tensor-parallel ones)."""
+    import inspect
+
+    out = []
+    for name, given in (("sequence_parallel", sequence_parallel), ("loss_parallel", loss_parallel)):
+        if given is not None:
+            out.append(tuple(given))
+            continue
+        try:
+            inspect.signature(chain_for).bind(2, 1, **{name: True})
+            out.append(SWITCHES)
+        except TypeError:
+            out.append((False,))
+            notes.append(f"{name.replace('_', ' ')} not searched: the chain source takes tp and the micro-batch size "
+                         "only")
+        except ValueError:          # no signature to read: try both
+            out.append(SWITCHES)
+    return out[0], out[1]
+
+
+def describe_switches(switches: dict[str, Sequence[bool]]) -> str:
+    """The tp > 1 settings a search tried, in ``--parallel`` keys.
+
+    >>> describe_switches({"sequence_parallel": (False, True), "loss_parallel": (False,)})
+    'sp 0/1, lp 0 for tp > 1'
+    """
+    keys = (("sp", "sequence_parallel"), ("lp", "loss_parallel"))
+    return ", ".join(f"{k} " + "/".join(str(int(v)) for v in switches.get(name, (False,))) for k, name in keys) + \
+        " for tp > 1"

@@ -91,9 +91,6 @@ def check_layout_plan(plan, layout: Layout, where: str = "the plan") -> None:
         raise ValueError(f"{where}: torch's {plan.schedule} schedule splits each backward into its input and weight "
                          f"gradients, and with zero={layout.zero} ({how}) torch's gradients come out wrong (measured "
                          "against one process): run it with zero=2, or a schedule that does not split the backward")
-    if layout.loss_parallel:
-        raise ValueError(f"{where}: the layout computes the loss vocabulary-parallel (lp=1), which the layout runtime "
-                         "does not run yet (it gathers the logits on every rank): plan it with lp=0 to run it")
     if layout.tp_overlap:
         raise ValueError(f"{where}: the layout overlaps its tensor-parallel collectives with their GEMMs (tpo=1: "
                          "Transformer Engine's userbuffers, torch's async TP under compile), which the layout runtime "
@@ -142,3 +139,52 @@ def check_layout_model(layout: Layout, model, batch_size: int | None) -> None:
     if mbs is not None and batch_size is not None and mbs != batch_size:
         raise ValueError(f"the layout's micro-batch size is {mbs} but the model's batch holds {batch_size} "
                          "samples: build the model with the plan's micro-batch size")
+
+
+def check_loss_parallel(layout: Layout, workload, model) -> None:
+    """With the vocabulary-parallel loss (``lp=1``), refuse a model whose chain does not end with its LM head's
+    logits (a loss computed inside the model), or whose loss is not a plain cross-entropy of them
+    (:func:`~workbench.parallel.run.tensor.cross_entropy_refusal`), naming the loss; nothing otherwise."""
+    if not layout.loss_parallel or layout.tp == 1:
+        return
+    import torch
+
+    from workbench.parallel.run.tensor import cross_entropy_refusal, tensor_parallel_plan
+    from workbench.profiles.discover import discover_layers
+    from workbench.runtime.rank import chain_input
+
+    tensor = tensor_parallel_plan()
+    plan = tensor.plan_model(model, layout.tp, loss_parallel=True)     # refuses a model without an LM head
+    inputs, target = workload.batch(0)
+    layers = discover_layers(model, inputs, workload.loss, target)
+    name = f"{workload.name}'s loss {_loss_name(workload.loss)}"
+    lp = "lp=1 (the vocabulary-parallel loss, torch's loss_parallel)"
+    if layers.loss is None:
+        raise ValueError(f"{lp} needs a loss of the head's logits; {workload.name} has none")
+    h = chain_input(inputs)
+    with torch.no_grad():
+        for m in layers.modules:
+            h = m(h)
+    if not (isinstance(h, torch.Tensor) and h.dim() >= 2 and h.shape[-1] == plan.sizes.vocab):
+        got = f"a tensor of shape {tuple(h.shape)}" if isinstance(h, torch.Tensor) else type(h).__name__
+        raise ValueError(f"{lp} computes the loss on the LM head's logits ({plan.sizes.vocab} per token), but "
+                         f"{workload.name}'s chain ends at {layers.names[-1]} with {got} (a loss computed inside the "
+                         "model, e.g. from labels=?): return the logits and a cross-entropy loss of them, or plan "
+                         "with lp=0")
+    why = cross_entropy_refusal(layers.loss, h, target)
+    if why:
+        raise ValueError(f"{lp} runs a plain cross-entropy of the logits only, and {name} is not one: {why}; "
+                         "plan with lp=0")
+
+
+def _loss_name(loss: Any) -> str:
+    """The name of a workload's loss: the user's function for a ``--module`` workload, else its own."""
+    from functools import partial
+
+    if isinstance(loss, partial) and getattr(loss.func, "__name__", "") == "_user_loss":
+        from workbench.profiles.workload import _user_example
+
+        loss = _user_example(*loss.args)[2]
+    while isinstance(loss, partial):
+        loss = loss.func
+    return getattr(loss, "__qualname__", None) or type(loss).__name__

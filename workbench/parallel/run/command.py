@@ -4,7 +4,8 @@
 (:func:`run_layout_command`); a pure pipeline (``tp = dp = 1``) runs as before. Everything the run could
 refuse is refused before any rank starts (:mod:`~workbench.parallel.run.checks`: one ``error:`` line, exit
 2): the layout against the plan's pipeline, more ranks than ``--max-ranks``, sizes ``tp`` does not divide,
-the plan against the model, a ``--steps`` (mini-batches per replica, as for every method: whole
+the plan against the model, a vocabulary-parallel loss (``lp=1``) that is not a plain cross-entropy of the head's
+logits, a ``--steps`` (mini-batches per replica, as for every method: whole
 optimizer steps of the plan's micro-batches; default one step) that leaves a partial step. The model is
 ``--module`` / ``--model``, the one ``--profile`` records, or the
 one the plan records (``extra.module`` / ``extra.model``). Without ``--profile`` the model is profiled here
@@ -48,11 +49,12 @@ def prepare_layout_run(args: argparse.Namespace, plan, layout: Layout, *, starte
     """The checks of the module docstring, then (config, chain, platform) of the run; ``started``: the ranks
     torchrun started (None: this machine starts them, at most ``--max-ranks``); ``profile``: profile the
     model without ``--profile`` (under torchrun rank 0 only: the chain serves the prediction)."""
-    from workbench.model.plan_setup import resolve_setup
+    from workbench.model.training_setup import TrainingSetup
     from workbench.parallel.run.checks import (
         DEFAULT_MAX_RANKS,
         check_layout_model,
         check_layout_plan,
+        check_loss_parallel,
         check_ranks,
         layout_micro_batches,
     )
@@ -67,7 +69,7 @@ def prepare_layout_run(args: argparse.Namespace, plan, layout: Layout, *, starte
     check_ranks(layout, max_ranks=None if started else (getattr(args, "max_ranks", None) or DEFAULT_MAX_RANKS),
                 started=started)
     micro_batches, steps = layout_micro_batches(plan, layout, getattr(args, "steps", None))
-    setup = resolve_setup(args, plan)
+    setup = TrainingSetup.resolve(args, plan)   # an option that contradicts the plan's set-up: refused first
     chain = _load_profile(getattr(args, "profile", None))
     if chain is not None:
         from workbench.parallel.profiles import check_rank_chain
@@ -78,11 +80,12 @@ def prepare_layout_run(args: argparse.Namespace, plan, layout: Layout, *, starte
     with user_code(wl.source):
         names = wl.layers().names
         check_plan_against(plan, names, chain, what=wl.name)
-        check_layout_model(layout, wl.build(), wl.batch_size)
+        model = wl.build()
+        check_layout_model(layout, model, wl.batch_size)
+        check_loss_parallel(layout, wl, model)
     if chain is None and profile:
         chain = _rank_chain(wl, layout, plan, say)
-    platform = platform_for_run(plan, optimizer=setup["optimizer"], weights=setup["weights"],
-                                zero_grad=setup["zero_grad"])
+    platform = platform_for_run(plan, setup=setup)   # every option the plan left open reaches it (--precision)
     programs = programs_for(plan, micro_batches) if needs_programs(plan) else None
     cfg = LayoutConfig(plan, layout, wl, micro_batches, programs, lr=getattr(args, "lr", 0.0) or 0.0,
                        optimizer=platform.setup.optimizer, zero_grad=platform.setup.zero_grad,
@@ -110,7 +113,7 @@ def _rank_chain(wl, layout: Layout, plan, say):
     build = wl.source if wl.source and ".py:" in wl.source else partial(workload_example, wl)  # FILE.py:FUNC
     with user_code(wl.source):
         return tensor_parallel_profile(build, gpu, layout.tp, sequence_parallel=layout.sequence_parallel,
-                                       cache=False)
+                                       loss_parallel=layout.loss_parallel, cache=False)
 
 
 def _batch_size(args: argparse.Namespace, chain) -> int:

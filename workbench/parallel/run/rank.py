@@ -5,7 +5,8 @@ dimension over the mesh of :mod:`~workbench.parallel.run.grid`:
 
 1. every rank builds the whole model from the same seed and keeps the layers of the plan's stages at its
    pipeline coordinate (:class:`~workbench.runtime.rank.RankModel`, activation policies included);
-2. tensor parallelism shards those layers over ``mesh["tp"]`` (:mod:`~workbench.parallel.run.tensor`);
+2. tensor parallelism shards those layers over ``mesh["tp"]`` (:mod:`~workbench.parallel.run.tensor`; with
+   ``lp=1`` the head's logits stay vocabulary-sharded and every step runs under torch's ``loss_parallel()``);
 3. data parallelism wraps each stage over ``mesh["dp"]`` as ``zero`` says (:mod:`~workbench.parallel.run.data`);
 4. the pipeline runs the stages with torch's ``PipelineStage`` and the plan's schedule over
    ``mesh["pp"]`` (:mod:`~workbench.parallel.run.pipeline`); one stage (``pp`` = 1) runs without them, as
@@ -45,7 +46,7 @@ from workbench.parallel.run.data import (
 from workbench.parallel.run.grid import build_mesh, mesh_coords, tie_groups
 from workbench.parallel.run.memory import RankMemory, collective_buffers, tensor_bytes
 from workbench.parallel.run.pipeline import build_stages, make_schedule, receive_buffers
-from workbench.parallel.run.tensor import apply_tensor_parallel
+from workbench.parallel.run.tensor import apply_tensor_parallel, loss_context
 
 __all__ = ["run_layout_rank", "LayoutRank"]
 
@@ -166,11 +167,12 @@ class LayoutRank:
         """One optimizer step: the schedule, the tied gradients' all-reduce, the optimizer's step. The run's
         steps take the run's mini-batches in turn (step ``t`` those of step ``t mod k`` of a run of k)."""
         self.load(self.steps_taken % self.cfg.optimizer_steps)
-        if self.plain:
-            self._plain_step()
-        else:
-            args = (self.x,) if self.first else ()
-            self.schedule.step(*args, target=self.y, losses=[] if self.last else None, return_outputs=False)
+        with loss_context(self.cfg.layout):         # lp=1: the loss on the vocabulary shards (torch's loss_parallel)
+            if self.plain:
+                self._plain_step()
+            else:
+                args = (self.x,) if self.first else ()
+                self.schedule.step(*args, target=self.y, losses=[] if self.last else None, return_outputs=False)
         named = self.named_parameters()
         for group, name in self.ties:
             p = named[name]

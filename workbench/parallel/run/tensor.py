@@ -9,6 +9,14 @@ as that package's ``local_chain`` wraps them (each passes its rank's local tenso
 it), so what is profiled is what runs. Where that package is absent, a layout with ``tp`` > 1 is refused before any rank
 starts (:func:`check_tensor_parallel`), naming what is missing.
 
+With the vocabulary-parallel loss (``lp=1``) the head's output stays ``Shard(-1)`` (``use_local_output=False``,
+the plan's) and the last stage computes the loss on the rank's vocabulary shard of the logits under torch's
+``loss_parallel()`` (:func:`loss_context`, around every step's forward and backward, as torchtitan's train
+context), with the model's own loss where it is a plain cross-entropy of the head's logits: views and casts,
+then ``F.cross_entropy`` (to aten ``log_softmax`` and ``nll_loss``), which ``loss_parallel`` computes without
+gathering the vocabulary. Any other use of the logits is refused before a rank starts, naming the loss and what
+it does (:func:`cross_entropy_refusal`).
+
 GPT-2's fused query/key/value projection is sharded with its columns permuted (each rank holds its own
 heads' query, key and value): gathered whole, its weight and gradient are in the permuted order.
 :func:`apply_tensor_parallel` also returns the function that puts a whole tensor back in the model's order
@@ -34,7 +42,8 @@ from typing import Any, Mapping
 import torch
 from torch import nn
 
-__all__ = ["tensor_parallel_plan", "tensor_sizes", "check_tensor_parallel", "apply_tensor_parallel", "ModelOrder"]
+__all__ = ["tensor_parallel_plan", "tensor_sizes", "check_tensor_parallel", "apply_tensor_parallel", "ModelOrder",
+           "loss_context", "cross_entropy_refusal"]
 
 #: the sizes a tensor-parallel plan splits, by their names in Hugging Face configs (Llama's, then GPT-2's)
 _SIZES = (("num_attention_heads", "attention heads"), ("n_head", "attention heads"),
@@ -114,7 +123,7 @@ def apply_tensor_parallel(model: nn.Module, layers: Any, x0: torch.Tensor, tp_me
     if tensor is None:
         raise ValueError(f"tp={layout.tp}: this build lacks the sharding plan of workbench.parallel.tensor")
     plan = tensor.plan_model(model, layout.tp, sequence_parallel=layout.sequence_parallel,
-                             sequence=int(x0.shape[1]) if x0.dim() > 1 else None)
+                             loss_parallel=layout.loss_parallel, sequence=int(x0.shape[1]) if x0.dim() > 1 else None)
     tensor.shard_model(model, tp_mesh, plan)
     modules, loss = tensor.local_chain(list(layers.modules), x0, tp_mesh, layers.loss)
     shapes = []
@@ -124,3 +133,67 @@ def apply_tensor_parallel(model: nn.Module, layers: Any, x0: torch.Tensor, tp_me
             h = m(h)
             shapes.append((tuple(h.shape), h.dtype))
     return modules, loss, shapes, ModelOrder(plan.permuted(), layout.tp)
+
+
+def loss_context(layout: Any) -> Any:
+    """torch's ``loss_parallel()`` for a layout with the vocabulary-parallel loss, else a context doing nothing."""
+    from contextlib import nullcontext
+
+    if not getattr(layout, "loss_parallel", False) or layout.tp == 1:
+        return nullcontext()
+    from torch.distributed.tensor.parallel import loss_parallel
+
+    return loss_parallel()
+
+
+#: what a loss may do to the head's logits before its cross-entropy under ``loss_parallel`` (aten's views and casts,
+#: by their names without a leading underscore)
+_SHAPING = frozenset({"view", "unsafe_view", "reshape", "clone", "contiguous", "to_copy", "slice", "alias", "detach",
+                      "squeeze", "unsqueeze", "log_softmax"})
+#: the losses ``loss_parallel`` computes on vocabulary-sharded logits (``F.cross_entropy`` is ``log_softmax`` and
+#: ``nll_loss`` to aten)
+_CROSS_ENTROPY = frozenset({"nll_loss_forward", "nll_loss2d_forward"})
+
+
+def cross_entropy_refusal(loss: Any, logits: torch.Tensor, target: Any) -> str | None:
+    """Why ``loss(logits, target)`` is not a plain cross-entropy of ``logits`` (None when it is): it runs once
+    under a ``TorchDispatchMode`` that follows every tensor made from ``logits`` through aten's operators (so a
+    loss rebuilt from an exported graph, a model's own ``labels=`` loss, is read as well as ``F.cross_entropy``);
+    views and casts of them (:data:`_SHAPING`) are followed on, ``nll_loss`` of them ends the check, any other
+    operator that makes a tensor of them is named.
+
+    >>> import torch.nn.functional as F
+    >>> y, t = torch.randn(2, 3, 8), torch.randint(0, 8, (2, 3))
+    >>> cross_entropy_refusal(lambda o, t: F.cross_entropy(o.flatten(0, 1).float(), t.flatten()), y, t) is None
+    True
+    >>> cross_entropy_refusal(lambda o, t: -(o.softmax(-1) + 1e-9).log().mean(), y, t)
+    'it applies softmax to the logits'
+    """
+    import torch.utils._pytree as pytree
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    derived, kept, losses, other = {id(logits)}, [logits], [], []
+
+    class Follow(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            leaves = pytree.tree_leaves((args, kwargs or {}))
+            if any(isinstance(t, torch.Tensor) and id(t) in derived for t in leaves):
+                name = func.overloadpacket.__name__.lstrip("_")
+                made = [t for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor)]
+                if name in _CROSS_ENTROPY:
+                    losses.append(name)
+                elif made and name in _SHAPING:
+                    derived.update(id(t) for t in made)
+                    kept.extend(made)              # held, so that no other tensor takes their ids
+                elif made:
+                    other.append(name)
+            return out
+
+    with torch.no_grad(), Follow():
+        loss(logits, target)
+    if other:
+        return f"it applies {other[0]} to the logits"
+    if not losses:
+        return "it computes no cross-entropy of the logits (F.cross_entropy)"
+    return None

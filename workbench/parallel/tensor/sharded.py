@@ -26,7 +26,8 @@ from workbench.parallel.tensor.plan import TensorPlan
 from workbench.parallel.tensor.shard import shard_model
 from workbench.parallel.tensor.times import TensorParallelTimes
 
-__all__ = ["Build", "build_of", "first_tensor", "profile_sharded", "with_collectives", "tp_meta"]
+__all__ = ["Build", "build_of", "first_tensor", "profile_sharded", "with_collectives", "tp_meta",
+           "uncounted_propagation"]
 
 #: a build function: () -> (model, example_inputs, example_targets, loss_fn), as ``--module FUNC`` returns
 Build = Callable[..., tuple[Any, Any, Any, Callable]]
@@ -41,6 +42,33 @@ def _loss_parallel(on: bool) -> Iterator[None]:
 
     with loss_parallel():
         yield
+
+
+@contextlib.contextmanager
+def uncounted_propagation() -> Iterator[None]:
+    """DTensor's sharding propagation runs an operator on fake tensors of the global shapes to read its output's
+    metadata. On a real rank it enters a fake mode of its own, above the memory tracker, which never sees those
+    tensors; under the profile's fake mode it re-enters that mode, below the tracker, which counted them (the
+    split loss's handlers, which propagate uncached: two whole logits in the head's forward peak, measured against
+    gloo ranks). Inside this context propagation runs with the current modes set aside, as on a real rank (where a
+    propagation cannot, it runs as torch runs it)."""
+    from torch.distributed.tensor._sharding_prop import ShardingPropagator
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    original = ShardingPropagator._propagate_tensor_meta_non_cached
+
+    def apart(self: Any, op_schema: Any) -> Any:
+        try:
+            with _disable_current_modes():
+                return original(self, op_schema)
+        except Exception:  # noqa: BLE001 - e.g. a fake tensor of the profile's mode among the arguments
+            return original(self, op_schema)
+
+    ShardingPropagator._propagate_tensor_meta_non_cached = apart
+    try:
+        yield
+    finally:
+        ShardingPropagator._propagate_tensor_meta_non_cached = original
 
 
 def with_collectives(chain: Chain, times: TensorParallelTimes) -> Chain:
@@ -77,7 +105,7 @@ def profile_sharded(model: nn.Module, inputs: Any, targets: Any, loss: Callable 
 
     found = discover_layers(model, inputs, loss, targets)      # whole: the chain's layers share its modules
     shard_model(model, mesh, plan)
-    with _loss_parallel(plan.loss_parallel), waited_collectives():
+    with _loss_parallel(plan.loss_parallel), waited_collectives(), uncounted_propagation():
         modules, chain_loss = local_chain(found.modules, found.input, mesh, found.loss)
         info = {**meta, "layers_found": found.how, "tp": plan.tp, "tp_plan": plan.describe(),
                 "sequence_parallel": str(plan.sequence_parallel).lower(),
