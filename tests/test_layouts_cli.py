@@ -201,7 +201,7 @@ def test_a_tp_overlap_plan_is_faster_and_checked_on_its_overlapped_chain(made, c
     for switches in (",sp=1", ",sp=1,tpo=1"):
         out = made["tmp"] / f"tpo{len(switches)}.json"
         argv = list(made["argv"])
-        argv[argv.index("auto")] = "tp=2,pp=2,dp=1" + switches
+        argv[argv.index("auto,sp=0,lp=0")] = "tp=2,pp=2,dp=1" + switches
         argv[argv.index("--json") + 1] = str(out)
         assert main(argv) == 0
         plans[switches] = out
@@ -212,7 +212,7 @@ def test_a_tp_overlap_plan_is_faster_and_checked_on_its_overlapped_chain(made, c
     assert main(["check", str(plans[",sp=1,tpo=1"])]) == 0             # its period is the overlapped chain's
     assert "valid (2 stages" in capsys.readouterr().out
     argv = list(made["argv"])
-    argv[argv.index("auto")] = "auto,sp=0,tpo=1"
+    argv[argv.index("auto,sp=0,lp=0")] = "auto,sp=0,tpo=1"
     assert main(argv) == 2
     assert "tpo=1 overlaps" in capsys.readouterr().err
 
@@ -241,7 +241,7 @@ def test_a_dp_overlap_plan_is_written_checked_and_simulated_and_auto_asks_for_it
     for switches in ("", ",dpo=1"):
         out = made["tmp"] / f"dpo{len(switches)}.json"
         argv = list(made["argv"])
-        argv[argv.index("auto")] = "tp=1,pp=2,dp=2,zero=1" + switches
+        argv[argv.index("auto,sp=0,lp=0")] = "tp=1,pp=2,dp=2,zero=1" + switches
         argv[argv.index("--json") + 1] = str(out)
         assert main(argv) == 0
         plans[switches] = out
@@ -259,14 +259,14 @@ def test_a_dp_overlap_plan_is_written_checked_and_simulated_and_auto_asks_for_it
     assert main(["simulate", str(plans[",dpo=1"]), "--batches", "8", "--out", str(made["tmp"] / "dpo.csv")]) == 0
     out = made["tmp"] / "auto-dpo.json"
     argv = list(made["argv"])
-    argv[argv.index("auto")] = "auto,dpo=1"
+    argv[argv.index("auto,sp=0,lp=0")] = "auto,sp=0,lp=0,dpo=1"
     argv[argv.index("--json") + 1] = str(out)
     assert main(argv) == 0
     frontier = json.loads(out.read_text())["frontier"]
     assert any(f["parallel"].get("dp_overlap") for f in frontier)
     assert all(f["parallel"].get("dp_overlap", False) == (f["parallel"]["zero"] == 1) for f in frontier
                if f["parallel"]["schedule"] != "dp")
-    argv[argv.index("auto,dpo=1")] = "tp=1,pp=1,dp=4,zero=2,dpo=1"
+    argv[argv.index("auto,sp=0,lp=0,dpo=1")] = "tp=1,pp=1,dp=4,zero=2,dpo=1"
     assert main(argv) == 2
     assert "dpo=1 is ZeRO-1" in capsys.readouterr().err
 

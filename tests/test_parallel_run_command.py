@@ -188,9 +188,9 @@ def test_the_command_lines_setup_reaches_the_runs_platform(tmp_path):
         args = argparse.Namespace(plan_file=plan_file, model="mlp", batch_size=4, steps=None, **options)
         return prepare_layout_run(args, plan, Layout(dp=2), profile=False, say=lambda *a, **k: None)[2]
 
-    assert platform().precision is None and platform().memory_model == "full"
-    assert platform(precision="bf16").precision == "bf16"
-    assert platform(memory_model="full", precision="fp32").precision == "fp32"
+    assert platform().setup.precision is None and platform().setup.memory_model == "full"
+    assert platform(precision="bf16").setup.precision == "bf16"
+    assert platform(memory_model="full", precision="fp32").setup.precision == "fp32"
     with pytest.raises(ValueError, match="--memory-model paper contradicts the plan, made with memory model full"):
         platform(memory_model="paper")
 
