@@ -195,21 +195,25 @@ def _describe(parallel: dict) -> str:
     return Layout.from_dict(parallel).describe()
 
 
+def _planned(made: dict, name: str, parallel: str) -> dict:
+    """``plan`` of the fixture's model with ``--parallel parallel``, written to ``name``; its JSON and its path."""
+    out = made["tmp"] / name
+    argv = list(made["argv"])
+    argv[argv.index("auto,sp=0,lp=0")] = parallel
+    argv[argv.index("--json") + 1] = str(out)
+    assert main(argv) == 0
+    return {"json": json.loads(out.read_text()), "path": out}
+
+
 def test_a_tp_overlap_plan_is_faster_and_checked_on_its_overlapped_chain(made, capsys, monkeypatch):
     monkeypatch.chdir(made["tmp"])
-    plans = {}
-    for switches in (",sp=1", ",sp=1,tpo=1"):
-        out = made["tmp"] / f"tpo{len(switches)}.json"
-        argv = list(made["argv"])
-        argv[argv.index("auto,sp=0,lp=0")] = "tp=2,pp=2,dp=1" + switches
-        argv[argv.index("--json") + 1] = str(out)
-        assert main(argv) == 0
-        plans[switches] = out
-    plain, overlapped = (json.loads(plans[k].read_text()) for k in (",sp=1", ",sp=1,tpo=1"))
+    plain = _planned(made, "tpo0.json", "tp=2,pp=2,dp=1,sp=1")["json"]
+    overlapped_plan = _planned(made, "tpo1.json", "tp=2,pp=2,dp=1,sp=1,tpo=1")
+    overlapped = overlapped_plan["json"]
     assert overlapped["parallel"]["tp_overlap"] is True and "tp_overlap" not in plain["parallel"]
     assert overlapped["step_seconds"] != plain["step_seconds"]
     capsys.readouterr()
-    assert main(["check", str(plans[",sp=1,tpo=1"])]) == 0             # its period is the overlapped chain's
+    assert main(["check", str(overlapped_plan["path"])]) == 0             # its period is the overlapped chain's
     assert "valid (2 stages" in capsys.readouterr().out
     argv = list(made["argv"])
     argv[argv.index("auto,sp=0,lp=0")] = "auto,sp=0,tpo=1"
@@ -237,15 +241,9 @@ def test_fused_kernels_are_planned_on_their_profiles_and_recorded(made, capsys, 
 
 def test_a_dp_overlap_plan_is_written_checked_and_simulated_and_auto_asks_for_it(made, capsys, monkeypatch):
     monkeypatch.chdir(made["tmp"])
-    plans = {}
-    for switches in ("", ",dpo=1"):
-        out = made["tmp"] / f"dpo{len(switches)}.json"
-        argv = list(made["argv"])
-        argv[argv.index("auto,sp=0,lp=0")] = "tp=1,pp=2,dp=2,zero=1" + switches
-        argv[argv.index("--json") + 1] = str(out)
-        assert main(argv) == 0
-        plans[switches] = out
-    plain, overlapped = (json.loads(plans[k].read_text()) for k in ("", ",dpo=1"))
+    plain = _planned(made, "dpo0.json", "tp=1,pp=2,dp=2,zero=1")["json"]
+    overlapped_plan = _planned(made, "dpo1.json", "tp=1,pp=2,dp=2,zero=1,dpo=1")
+    overlapped = overlapped_plan["json"]
     assert overlapped["parallel"]["dp_overlap"] is True and "dp_overlap" not in plain["parallel"]
     # a small model is one Megatron bucket (under 40 M parameters): its gather waits before the first forward as
     # long as torch's after the step; its reduce-scatter starts only when the backward ends (DDP's per-layer
@@ -254,9 +252,10 @@ def test_a_dp_overlap_plan_is_written_checked_and_simulated_and_auto_asks_for_it
     assert parts[1]["post_step"] == pytest.approx(parts[0]["post_step"])
     assert parts[1]["data_parallel"] > parts[0]["data_parallel"] and parts[1]["pipeline"] == parts[0]["pipeline"]
     capsys.readouterr()
-    assert main(["check", str(plans[",dpo=1"])]) == 0
+    assert main(["check", str(overlapped_plan["path"])]) == 0
     assert "valid (2 stages" in capsys.readouterr().out
-    assert main(["simulate", str(plans[",dpo=1"]), "--batches", "8", "--out", str(made["tmp"] / "dpo.csv")]) == 0
+    simulated = made["tmp"] / "dpo.csv"
+    assert main(["simulate", str(overlapped_plan["path"]), "--batches", "8", "--out", str(simulated)]) == 0
     out = made["tmp"] / "auto-dpo.json"
     argv = list(made["argv"])
     argv[argv.index("auto,sp=0,lp=0")] = "auto,sp=0,lp=0,dpo=1"
