@@ -17,9 +17,9 @@ each way, not every micro-batch's (:func:`sends_kept`: GPT-2's last of 2 pipelin
 ``N - 1`` input gradients, -2.1 % at tp 2). A flushed plan is predicted with one weight version whatever the
 platform says (:meth:`~workbench.model.target.Target.for_layout`): the layout runtime runs it on torch's engine,
 where every pipeline rank holding a copy of a tied parameter (GPT-2's head, tied to its embedding) keeps that
-copy's gradient and optimizer state and steps it; the PipeDream engine's terms (``weights="stash"``: the sharer sends its gradient to the owner,
-which keeps a receive buffer per mini-batch in flight) under-predicted that rank by the copy's Adam states
-(+17 % on GPT-2's last of 2 ranks). :func:`rank_memory_terms` splits the model's part by term.
+copy's gradient and optimizer state and steps it; the PipeDream engine's terms (``weights="stash"``: the sharer
+sends its gradient to the owner, which keeps a receive buffer per mini-batch in flight) under-predicted that rank by
+the copy's Adam states (+17 % on GPT-2's last of 2 ranks). :func:`rank_memory_terms` splits the model's part by term.
 
 >>> from workbench.model.chain import Chain, Layer
 >>> from workbench.model.target import Target
