@@ -50,11 +50,13 @@ def test_the_set_up_checks_itself():
         TrainingSetup(optimizer="lion")
     with pytest.raises(ValueError, match="weight factor .* belongs to the paper's memory model"):
         TrainingSetup(weight_factor=2.0)
+    with pytest.raises(TypeError, match="dp"):              # the data-parallel group is the layout's
+        TrainingSetup(dp=2)
     with pytest.raises(ValueError, match="zero=1 shards over the data-parallel group, but dp=1"):
-        TrainingSetup(zero=1)
+        Target.of(2, zero=1)
     with pytest.raises(ValueError, match="needs the full memory model"):
-        TrainingSetup(memory_model="paper", dp=2)
-    assert TrainingSetup(dp=np.int64(4), zero=np.int64(1)).dp == 4     # numpy integers are whole numbers
+        Target.of(2, memory_model="paper", dp=2)
+    assert Target.of(2, dp=np.int64(4), zero=np.int64(1)).layout.dp == 4     # numpy integers are whole numbers
 
 
 def test_with_changes_each_field_where_it_belongs():
@@ -164,17 +166,25 @@ def test_a_pipelines_platform_as_a_plan_records_it_is_widened_to_the_layouts_gpu
         Target.of(5).for_layout(layout)
 
 
-def test_for_layout_gives_the_set_up_the_layouts_data_parallel_group():
+def test_for_layout_holds_the_layouts_data_parallel_group_and_the_memory_model_reads_it():
     job = Target.of(8, optimizer="sgd", weights="stash")
     flushed = job.for_layout(Layout(pp=2, dp=4, zero=2, schedule="gpipe"))
-    assert (flushed.setup.dp, flushed.setup.zero, flushed.setup.weights, flushed.setup.optimizer) == \
-        (4, 2, "single", "sgd")
-    periodic = job.for_layout(Layout(pp=2, dp=4, zero=1, schedule="pipedream"))
-    assert (periodic.setup.dp, periodic.setup.zero, periodic.setup.weights) == (4, 1, "stash")
+    assert flushed.layout == Layout(pp=2, dp=4, zero=2, schedule="gpipe")
+    assert flushed.setup == job.setup.with_(weights="single")                   # torch's engine: one version
+    assert job.for_layout(Layout(pp=2, dp=4, zero=1, schedule="pipedream")).setup == job.setup
     assert job.for_layout(Layout(pp=8)).setup.weights == "single"               # no schedule: 1f1b's
     assert job.for_layout(Layout(pp=8), flushed=False).setup == job.setup
-    paper = Target.of(8, memory_model="paper").for_layout(Layout(pp=2, dp=4), flushed=False)
-    assert (paper.setup.dp, paper.setup.zero) == (1, 0)                           # rule 7 knows no replicas
+    ch, adam = _chain(), Target.of(8, optimizer="adam")
+    replica = layer_terms(ch, adam.with_(devices=2, weights="single"))
+    assert float(replica.parts["optimizer"][0]) > 0
+    for zero in (1, 2, 3):           # ZeRO 1..3 split the optimizer state over the data-parallel group
+        sharded = layer_terms(ch, adam.for_layout(Layout(pp=2, dp=4, zero=zero), flushed=True))
+        assert float(sharded.parts["optimizer"][0]) * 4 == pytest.approx(float(replica.parts["optimizer"][0]))
+    ddp = layer_terms(ch, adam.for_layout(Layout(pp=2, dp=4), flushed=True))
+    assert float(ddp.parts["optimizer"][0]) == float(replica.parts["optimizer"][0])    # DDP: a whole replica's
+    paper = Target.of(8, memory_model="paper")
+    assert layer_terms(ch, paper.for_layout(Layout(pp=2, dp=4), flushed=False)) is \
+        layer_terms(ch, paper.with_(devices=2))                                  # rule 7 knows no replicas
 
 
 class _Uneven(Platform):

@@ -16,7 +16,7 @@ pipeline.
 >>> t.with_(memory=1.0, zero_grad="zeros").setup.zero_grad
 'zeros'
 >>> lay = Target.on("h100-sxm", 16, devices_per_node=8).for_layout(Layout(tp=2, pp=4, dp=2, schedule="1f1b"))
->>> lay.devices, [lay.device_of(p) for p in range(4)], [lay.node_of(p) for p in range(4)], lay.setup.dp
+>>> lay.devices, [lay.device_of(p) for p in range(4)], [lay.node_of(p) for p in range(4)], lay.layout.dp
 (4, [0, 4, 8, 12], [0, 0, 1, 1], 2)
 """
 
@@ -27,7 +27,7 @@ from typing import Any
 
 from workbench.model.chain import Platform
 from workbench.model.layout import Layout
-from workbench.model.training_setup import SETUP_KEYS, TrainingSetup
+from workbench.model.training_setup import DATA_PARALLEL_KEYS, SETUP_KEYS, TrainingSetup
 
 __all__ = ["Target", "HARDWARE_KEYS"]
 
@@ -35,12 +35,27 @@ __all__ = ["Target", "HARDWARE_KEYS"]
 HARDWARE_KEYS = tuple(f.name for f in fields(Platform))
 
 
-def _split(kw: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """``kw`` as (the platform's keywords, the set-up's); a keyword of neither is an error naming it."""
-    unknown = sorted(set(kw) - set(HARDWARE_KEYS) - set(SETUP_KEYS))
+def _split(kw: dict[str, Any], layout: bool = False) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``kw`` as (the platform's keywords, the set-up's), and with ``layout`` the layout's data-parallel group
+    (``dp``, ``zero``) among the set-up's; a keyword of none is an error naming it."""
+    known = set(SETUP_KEYS) | (set(DATA_PARALLEL_KEYS) if layout else set())
+    unknown = sorted(set(kw) - set(HARDWARE_KEYS) - known)
     if unknown:
         raise TypeError(f"unknown platform or set-up keyword(s): {', '.join(unknown)}")
-    return ({k: v for k, v in kw.items() if k in HARDWARE_KEYS}, {k: v for k, v in kw.items() if k in SETUP_KEYS})
+    return ({k: v for k, v in kw.items() if k in HARDWARE_KEYS}, {k: v for k, v in kw.items() if k in known})
+
+
+def _replicated(devices: int, platform: dict[str, Any], setup: dict[str, Any]) -> tuple[dict[str, Any], Layout]:
+    """``devices`` pipeline ranks, each a data-parallel group of ``setup``'s ``dp`` (popped, with ``zero``): the
+    platform's keywords for every GPU (its nodes widened to ``dp`` GPUs per rank) and the layout."""
+    dp, zero = (int(setup.pop(k, d)) for k, d in (("dp", 1), ("zero", 0)))
+    if zero and dp == 1:
+        raise ValueError(f"zero={zero} shards over the data-parallel group, but dp=1")
+    if dp > 1 and setup.get("memory_model", "full") != "full":
+        raise ValueError("data parallelism (dp > 1) needs the full memory model, not --memory-model paper")
+    if platform.get("devices_per_node") is not None:
+        platform = {**platform, "devices_per_node": platform["devices_per_node"] * dp}
+    return platform, Layout(pp=devices, dp=dp, zero=zero)
 
 
 @dataclass(frozen=True)
@@ -69,23 +84,31 @@ class Target:
     @classmethod
     def of(cls, devices: int, **kw: Any) -> "Target":
         """``devices`` devices, ``kw`` split between the platform's keywords and the set-up's (a shorthand for
-        notebooks and tests: ``Target(Platform(devices, ...), TrainingSetup(...))``).
+        notebooks and tests: ``Target(Platform(devices, ...), TrainingSetup(...))``); with ``dp`` (and ``zero``)
+        each of the ``devices`` pipeline ranks a data-parallel group of ``dp`` GPUs, ``dp x devices`` in all
+        (``devices_per_node`` counting pipeline ranks).
 
         >>> Target.of(2, memory_model="paper", weight_factor=2.0).setup.weight_factor
         2.0
+        >>> t = Target.of(2, dp=4, zero=1)
+        >>> t.devices, t.platform.devices, t.layout.describe()
+        (2, 8, 'TP 1 x PP 2 x DP 4, ZeRO-1')
         """
-        hardware, setup = _split(kw)
-        return cls(Platform(devices, **hardware), TrainingSetup(**setup))
+        hardware, setup = _split(kw, layout=True)
+        hardware, layout = _replicated(devices, hardware, setup)
+        return cls(Platform(layout.devices, **hardware), TrainingSetup(**setup), layout)
 
     @classmethod
     def on(cls, gpu: str, devices: int, **kw: Any) -> "Target":
         """``devices`` of the named GPU (:meth:`Platform.on`), ``kw`` split as in :meth:`of`."""
-        hardware, setup = _split(kw)
-        return cls(Platform.on(gpu, devices, **hardware), TrainingSetup(**setup))
+        hardware, setup = _split(kw, layout=True)
+        hardware, layout = _replicated(devices, hardware, setup)
+        return cls(Platform.on(gpu, layout.devices, **hardware), TrainingSetup(**setup), layout)
 
     def with_(self, **kw: Any) -> "Target":
         """This target with some platform and set-up fields changed (each key goes where it belongs); a new
-        number of ``devices`` makes each GPU a pipeline stage again (the default layout)."""
+        number of ``devices`` makes each GPU a pipeline stage again (the default layout; a layout's data-parallel
+        group is changed with :meth:`for_layout`)."""
         hardware, setup = _split(kw)
         platform = self.platform.with_(**hardware) if hardware else self.platform
         layout = self.layout if platform.devices == self.platform.devices else Layout(pp=platform.devices)
@@ -94,17 +117,18 @@ class Target:
 
     def for_layout(self, layout: Layout, flushed: bool | None = None) -> "Target":
         """The target of one pipeline of ``layout`` (docs/model.md, "Instance"): its ``devices`` the layout's
-        ``pp`` pipeline ranks, each on the GPU of mesh rank (p, 0, 0), the set-up's data-parallel group the layout's
-        (``dp``, and ``zero`` where dp > 1; the paper's memory model, rule 7, knows none: a replica's figure) and,
-        for a ``flushed`` schedule (None: the layout's own, ``1f1b`` when it names none), one weight version
-        (``weights="single"``: torch's engine, where every copy of a tied parameter takes its own optimizer step).
+        ``pp`` pipeline ranks, each on the GPU of mesh rank (p, 0, 0), each rank's data-parallel group the layout's
+        (``dp``, ``zero``: the memory model reads them from the layout; the paper's, rule 7, knows none: a replica's
+        figure) and, for a ``flushed`` schedule (None: the layout's own, ``1f1b`` when it names none), one weight
+        version (``weights="single"``: torch's engine, where every copy of a tied parameter takes its own optimizer
+        step).
 
         This target's platform is either every GPU of the layout (a job's) or the ``pp`` GPUs of one pipeline as
         a plan records them (``check``, ``run``: its ``devices_per_node`` counts pipeline ranks); that one is
         widened to the layout's GPUs, ``tp x dp`` to each pipeline rank.
 
         >>> t = Target.of(8, devices_per_node=4).for_layout(Layout(pp=2, dp=4, zero=1))
-        >>> t.devices, t.platform.devices, t.multi_node, (t.setup.dp, t.setup.zero, t.setup.weights)
+        >>> t.devices, t.platform.devices, t.multi_node, (t.layout.dp, t.layout.zero, t.setup.weights)
         (2, 8, True, (4, 1, 'single'))
         >>> Target.of(2, devices_per_node=1).for_layout(Layout(pp=2, dp=4)).platform.devices_per_node
         4
@@ -121,10 +145,7 @@ class Target:
             from workbench.methods import method
 
             flushed = method(layout.schedule or "1f1b").family == "flushed"
-        setup = self.setup.with_(weights="single") if flushed else self.setup
-        if setup.memory_model == "full":
-            setup = setup.with_(dp=layout.dp, zero=layout.zero if layout.dp > 1 else 0)
-        return Target(platform, setup, layout)
+        return Target(platform, self.setup.with_(weights="single") if flushed else self.setup, layout)
 
     # ----- the hardware, read through the platform -----------------------
     @property

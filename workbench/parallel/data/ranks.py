@@ -94,8 +94,8 @@ def pipeline_peaks(plan: Plan, chain: Chain, platform: Target) -> list[float]:
 def rank_memory(plan: Plan, chain: Chain, platform: Target, layout: Layout, rank: int, *,
                 engine: bool = True) -> float:
     """The predicted peak bytes of ``rank`` (the layout's rank order: tp innermost, then dp, then pp) running
-    ``plan`` on ``chain`` (module docstring); ``platform`` carries the training set-up (its ``devices``, ``dp``
-    and ``zero`` are the layout's)."""
+    ``plan`` on ``chain`` (module docstring); ``platform`` carries the hardware and the training set-up
+    (:meth:`Target.for_layout <workbench.model.target.Target.for_layout>` gives it the layout)."""
     pipeline = layout.coords(rank)[0]
     p = platform.for_layout(layout, flushed=schedule_of(plan.schedule).flushed)
     if single_stage(plan) and schedule_of(plan.schedule).flushed:
