@@ -45,17 +45,19 @@ def _split(kw: dict[str, Any], layout: bool = False) -> tuple[dict[str, Any], di
     return ({k: v for k, v in kw.items() if k in HARDWARE_KEYS}, {k: v for k, v in kw.items() if k in known})
 
 
-def _replicated(devices: int, platform: dict[str, Any], setup: dict[str, Any]) -> tuple[dict[str, Any], Layout]:
-    """``devices`` pipeline ranks, each a data-parallel group of ``setup``'s ``dp`` (popped, with ``zero``): the
-    platform's keywords for every GPU (its nodes widened to ``dp`` GPUs per rank) and the layout."""
+def _replicated(platform: Platform, setup: dict[str, Any]) -> tuple[Platform, Layout]:
+    """The platform's devices as pipeline ranks, each a data-parallel group of ``setup``'s ``dp`` (popped, with
+    ``zero``): the platform of every GPU (its nodes widened to ``dp`` GPUs per rank) and the layout."""
     dp, zero = (int(setup.pop(k, d)) for k, d in (("dp", 1), ("zero", 0)))
     if zero and dp == 1:
         raise ValueError(f"zero={zero} shards over the data-parallel group, but dp=1")
     if dp > 1 and setup.get("memory_model", "full") != "full":
         raise ValueError("data parallelism (dp > 1) needs the full memory model, not --memory-model paper")
-    if platform.get("devices_per_node") is not None:
-        platform = {**platform, "devices_per_node": platform["devices_per_node"] * dp}
-    return platform, Layout(pp=devices, dp=dp, zero=zero)
+    layout = Layout(pp=platform.devices, dp=dp, zero=zero)
+    if dp == 1:
+        return platform, layout
+    per_node = platform.devices_per_node
+    return platform.with_(devices=layout.devices, devices_per_node=None if per_node is None else per_node * dp), layout
 
 
 @dataclass(frozen=True)
@@ -95,15 +97,15 @@ class Target:
         (2, 8, 'TP 1 x PP 2 x DP 4, ZeRO-1')
         """
         hardware, setup = _split(kw, layout=True)
-        hardware, layout = _replicated(devices, hardware, setup)
-        return cls(Platform(layout.devices, **hardware), TrainingSetup(**setup), layout)
+        platform, layout = _replicated(Platform(devices, **hardware), setup)
+        return cls(platform, TrainingSetup(**setup), layout)
 
     @classmethod
     def on(cls, gpu: str, devices: int, **kw: Any) -> "Target":
         """``devices`` of the named GPU (:meth:`Platform.on`), ``kw`` split as in :meth:`of`."""
         hardware, setup = _split(kw, layout=True)
-        hardware, layout = _replicated(devices, hardware, setup)
-        return cls(Platform.on(gpu, layout.devices, **hardware), TrainingSetup(**setup), layout)
+        platform, layout = _replicated(Platform.on(gpu, devices, **hardware), setup)
+        return cls(platform, TrainingSetup(**setup), layout)
 
     def with_(self, **kw: Any) -> "Target":
         """This target with some platform and set-up fields changed (each key goes where it belongs); a new
