@@ -10,7 +10,7 @@ import pytest
 from workbench.model.chain import Chain, Layer
 from workbench.model.layout import Layout
 from workbench.model.target import Target
-from workbench.parallel.evaluate import Job, complete_layout, evaluate, extrapolation_points, pipeline_platform
+from workbench.parallel.evaluate import Job, complete_layout, evaluate, extrapolation_points
 from workbench.planners import plan
 from workbench.profiles import load_profile
 
@@ -49,7 +49,7 @@ def test_step_is_the_pipeline_plus_its_parts_and_throughput_by_hand():
     j = job()
     e = evaluate(j, Layout.parse("pp=2,dp=4,zero=1,schedule=1f1b"), lambda tp, mbs: chain())
     assert e.fits and e.step_seconds == pytest.approx(sum(e.breakdown.values()))
-    own = plan(chain(), pipeline_platform(j, e.layout), "1f1b", micro_batches=8)
+    own = plan(chain(), j.platform.for_layout(e.layout), "1f1b", micro_batches=8)
     assert e.breakdown["pipeline"] == pytest.approx(own.extra["makespan"])
     assert e.breakdown["post_step"] > 0                                  # ZeRO-1's gather after the step
     assert e.tokens_per_second == pytest.approx(32 * 1000 / e.step_seconds)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,14 @@ import pytest
 from workbench.model.chain import Chain, Layer
 from workbench.model.plan import Plan
 from workbench.model.target import Target
-from workbench.model.training_setup import DEFAULT_BANDWIDTH, SETUP_KEYS, SETUP_OPTIONS, TrainingSetup, recorded_link
+from workbench.model.training_setup import (
+    DATA_PARALLEL_KEYS,
+    DEFAULT_BANDWIDTH,
+    SETUP_KEYS,
+    SETUP_OPTIONS,
+    TrainingSetup,
+    recorded_link,
+)
 from workbench.planners import plan as run_planner
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "model.md"
@@ -24,13 +32,32 @@ def _chain(n: int = 4) -> Chain:
 
 
 @pytest.mark.parametrize("setup", [TrainingSetup(), TrainingSetup(optimizer="sgd", precision="bf16", zero_grad="zeros"),
-                                   TrainingSetup(memory_model="paper", weight_factor=3.0, weights="single"),
-                                   TrainingSetup(optimizer="adamw", dp=4, zero=2)])
+                                   TrainingSetup(memory_model="paper", weight_factor=3.0, weights="single")])
 def test_a_setup_written_reads_back_as_itself(setup):
     written = setup.memory_setup(estimated=["grad_bytes"])
     assert TrainingSetup.from_memory_setup(written) == setup
     assert TrainingSetup.from_memory_setup(json.loads(json.dumps(written))) == setup     # through JSON
-    assert ("estimated" in written) == (not setup.paper) and ("dp" in written) == (setup.dp > 1)
+    assert ("estimated" in written) == (not setup.paper) and "dp" not in written     # the layout's, not the set-up's
+
+
+def test_a_plan_records_its_layouts_data_parallel_group_and_is_read_back_with_it(tmp_path):
+    """A plan made for ranks of a data-parallel group records ``dp`` and ``zero`` beside the set-up; the command
+    line's target of that plan has them in its layout again (and the set-up without them)."""
+    from types import SimpleNamespace
+
+    from workbench.front.planning import platform_from_args
+    from workbench.model.training_setup import recorded_data_parallel
+
+    target = Target.of(2, optimizer="adamw", weights="single", dp=4, zero=2)
+    made = run_planner(_chain(), target, "1f1b", micro_batches=4)
+    made.to_json(tmp_path / "p.json")
+    read = Plan.from_json(tmp_path / "p.json")
+    assert (read.setup["dp"], read.setup["zero"]) == recorded_data_parallel(read.setup) == (4, 2)
+    assert TrainingSetup.from_memory_setup(read.setup) == replace(target.setup, precision="fp32")
+    args = SimpleNamespace(devices=2, latency=0.0, memory=None, bandwidth=None)
+    again = platform_from_args(args, read)
+    assert (again.devices, again.layout.dp, again.layout.zero, again.platform.devices) == (2, 4, 2, 8)
+    assert "dp" not in TrainingSetup.from_memory_setup({}).memory_setup() and recorded_data_parallel({}) == (1, 0)
 
 
 @pytest.mark.parametrize("platform", [Target.of(2, optimizer="sgd", precision="bf16", zero_grad="zeros",
@@ -55,8 +82,8 @@ def test_what_a_plan_that_predates_a_key_used():
 
 
 def test_docs_table_names_every_key_of_memory_setup():
-    """docs/model.md's memory_setup table has a row for every key a plan writes (the set-up's, and the links
-    planners.plan adds)."""
+    """docs/model.md's memory_setup table has a row for every key a plan writes (the set-up's, a layout's
+    data-parallel group, and the links planners.plan adds)."""
     from workbench.planners import platform_links
 
     text = DOCS.read_text()
@@ -65,7 +92,7 @@ def test_docs_table_names_every_key_of_memory_setup():
     rows = set(re.findall(r"^\| `(\w+)`(?:, `(\w+)`)? \|", table, re.M))
     documented = {k for row in rows for k in row if k}
     links = platform_links(Target.on("h100-sxm", 16, devices_per_node=8))
-    written = set(SETUP_KEYS) | {"estimated", "host_bandwidth"} | set(links)    # host: plans that offload
+    written = set(SETUP_KEYS) | set(DATA_PARALLEL_KEYS) | {"estimated", "host_bandwidth"} | set(links)  # host: offload
     assert written - documented == set() and documented - written == set()
 
 

@@ -41,7 +41,7 @@ from workbench.front.planning import _progress, chain_from_args, platform_from_a
 from workbench.model.chain import Chain
 from workbench.model.layout import Layout
 from workbench.model.units import format_bytes
-from workbench.parallel.evaluate import ChainFor, Evaluation, Job, evaluate, pipeline_platform, rank_chain
+from workbench.parallel.evaluate import ChainFor, Evaluation, Job, evaluate, rank_chain
 
 __all__ = ["layout_command", "auto_switches", "job_from_args", "tokens_per_sample", "model_parameters", "layout_plan",
            "frontier_table", "MFU_CONVENTION"]
@@ -317,7 +317,7 @@ def layout_plan(e: Evaluation, job: Job, chain_for: ChainFor, args: argparse.Nam
         exact = evaluate(job, lay, chain_for, e.activations, extrapolate=False)
         e = exact if exact.plan is not None and exact.plan.feasible else e
     chain = rank_chain(chain_for, lay)
-    platform = pipeline_platform(job, lay)
+    platform = job.platform.for_layout(lay)
     plan = e.plan if "extrapolated_from" in e.plan.extra else recheck(e.plan, chain, platform)
     parallel = {"parallel": e.layout.to_dict(), "global_batch": job.global_batch,
                 "tokens_per_sample": job.tokens_per_sample, "step_seconds": e.step_seconds,

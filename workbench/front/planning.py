@@ -51,14 +51,16 @@ def platform_from_args(args: argparse.Namespace, plan=None, setup: TrainingSetup
     """The platform of the command line: the training ``setup`` (default: :meth:`TrainingSetup.resolve` of the
     options and the plan: the plan's set-up where a plan is given, an option that contradicts it refused, else
     the options', else the full model with Adam and torch's default loop); memory and links to ``--gpu``'s
-    (:func:`_links`)."""
-
-    from workbench.model.chain import Platform
+    (:func:`_links`); ``--devices`` pipeline ranks, each the data-parallel group the plan records (a layout's
+    ``dp`` and ``zero``: :meth:`Target.of <workbench.model.target.Target.of>`)."""
     from workbench.model.target import Target
+    from workbench.model.training_setup import recorded_data_parallel
 
     setup = setup or TrainingSetup.resolve(args, plan)
-    return Target(Platform(args.devices, latency=args.latency,
-                           **_links(args, dict(getattr(plan, "setup", None) or {}))), setup)
+    recorded = dict(getattr(plan, "setup", None) or {})
+    dp, zero = recorded_data_parallel(recorded)
+    target = Target.of(args.devices, latency=args.latency, **_links(args, recorded), dp=dp, zero=zero)
+    return Target(target.platform, setup, target.layout)
 
 
 def chain_from_args(args: argparse.Namespace):

@@ -295,7 +295,7 @@ def _full_terms(chain: Chain, platform: Target) -> LayerTerms:
     const = float(chain.meta.get("runtime_bytes", 0.0) or 0.0)
     parts = {"parameters": W, "gradients": grads, "master": master, "optimizer": optimizer, "offloaded": off,
              "precision": precision}
-    if platform.setup.dp > 1:       # a rank of a data-parallel group (docs/model.md, "Layouts")
+    if platform.layout.dp > 1:       # a rank of a data-parallel group (docs/model.md, "Layouts")
         static, act, fwd, bwd, grad, created, step = _data_parallel(
             chain, platform, parts, (act, fwd, bwd, grad, created, step, cols), G, n_states, wide, mixed, foreach)
     # the stage-boundary terms, one table (workbench.model.memory_terms): the held input and output, the
@@ -313,7 +313,7 @@ def _data_parallel(chain: Chain, platform: Target, parts: dict, replica: tuple, 
     (:mod:`workbench.model.memory_zero`); returns static first. ``parts`` is updated in place."""
 
     act, fwd, bwd, grad, created, step, cols = replica
-    dp = DataParallel(platform.setup.dp, platform.setup.zero, pipelined=platform.devices > 1)
+    dp = DataParallel(platform.layout.dp, platform.layout.zero, pipelined=platform.devices > 1)
     W = parts["parameters"]
     t = shard_layer_terms(W, G, bwd, cols["in"], states=n_states, wide=wide, mixed=mixed,
                           zeros=platform.setup.zero_grad == "zeros", foreach=foreach, dp=dp)
@@ -339,8 +339,11 @@ def flushed_platform(platform: Target) -> Target:
 
 def setup_key(platform: Target) -> tuple:
     """What of ``platform`` the memory terms read (the caches of :func:`layer_terms` and of the policy terms
-    are keyed on it): the training set-up, and whether there is more than one device."""
-    return (platform.setup, platform.devices > 1)
+    are keyed on it): the training set-up, whether there is more than one pipeline rank, and each rank's
+    data-parallel group (the layout's ``dp`` and ``zero``; the paper's model reads none)."""
+    if platform.setup.paper or platform.layout.dp == 1:
+        return (platform.setup, platform.devices > 1)
+    return (platform.setup, platform.devices > 1, platform.layout.dp, platform.layout.zero)
 
 
 def layer_terms(chain: Chain, platform: Target) -> LayerTerms:

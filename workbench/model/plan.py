@@ -378,8 +378,8 @@ def with_memory_setup(chain: Chain, platform: Target, kw: dict[str, Any]) -> dic
 
 def memory_setup(chain: Chain, platform: Target) -> dict[str, Any]:
     """What a plan's memory figures assume: the memory model, optimizer, precision, weight policy, training
-    loop (``zero_grad``) (and the weight factor in the paper model), and the profile columns that were
-    estimated.
+    loop (``zero_grad``) (and the weight factor in the paper model), the profile columns that were
+    estimated, and a layout's data-parallel group (``dp``, ``zero``) where dp > 1.
 
     >>> from workbench.model.chain import Chain, Layer
     >>> from workbench.model.target import Target
@@ -390,7 +390,10 @@ def memory_setup(chain: Chain, platform: Target) -> dict[str, Any]:
     if setup.paper:
         return setup.memory_setup()
     terms = layer_terms(chain, platform)      # the precision recorded is the one computed with (None: the profile's)
-    return replace(setup, precision=terms.parts["precision"]).memory_setup(terms.estimated)
+    out = replace(setup, precision=terms.parts["precision"]).memory_setup(terms.estimated)
+    if platform.layout.dp > 1:                # each rank's data-parallel group: the layout's
+        out.update(dp=platform.layout.dp, zero=platform.layout.zero)
+    return out
 
 
 def chain_for_plan(plan: Plan, chain: Chain) -> Chain:

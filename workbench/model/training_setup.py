@@ -1,11 +1,12 @@
 """The training set-up a plan's memory assumes, as a value (docs/model.md, "JSON", ``memory_setup``).
 
 :class:`TrainingSetup` is what a device holds besides the hardware: the memory model, the weight policy, the
-optimizer, the precision, the training loop (``zero_grad``), the paper's weight factor and each device's
-data-parallel group. A plan records it in its ``memory_setup`` beside the links it was made for:
-:meth:`TrainingSetup.memory_setup` writes those keys, :meth:`TrainingSetup.from_memory_setup` reads them back,
-every key filled (a plan that predates a key used what the workbench did then), and :func:`recorded_link`
-reads a link, with the default a plan without one is checked on (:data:`DEFAULT_BANDWIDTH`).
+optimizer, the precision, the training loop (``zero_grad``) and the paper's weight factor (a device's
+data-parallel group is its target's layout's). A plan records it in its ``memory_setup`` beside the links it was
+made for: :meth:`TrainingSetup.memory_setup` writes those keys, :meth:`TrainingSetup.from_memory_setup` reads them
+back, every key filled (a plan that predates a key used what the workbench did then), :func:`recorded_link`
+reads a link, with the default a plan without one is checked on (:data:`DEFAULT_BANDWIDTH`), and
+:func:`recorded_data_parallel` a layout's data-parallel group (``dp``, ``zero``).
 
 >>> s = TrainingSetup(optimizer="sgd", precision="bf16")
 >>> TrainingSetup.from_memory_setup(s.memory_setup()) == s
@@ -22,7 +23,8 @@ from numbers import Integral
 from typing import Any, Literal, Mapping, Sequence
 
 __all__ = ["TrainingSetup", "DEFAULT_BANDWIDTH", "SETUP_KEYS", "SETUP_OPTIONS", "OPTIMIZERS", "PRECISIONS",
-           "MEMORY_MODELS", "ZERO_GRADS", "WeightPolicy", "recorded_link"]
+           "MEMORY_MODELS", "ZERO_GRADS", "WeightPolicy", "recorded_link", "recorded_data_parallel",
+           "DATA_PARALLEL_KEYS"]
 
 WeightPolicy = Literal["stash", "single"]
 #: the set-ups the memory model knows (docs/model.md, "Memory"; its figures per optimizer:
@@ -38,7 +40,9 @@ ZERO_GRADS = ("none", "zeros")
 DEFAULT_BANDWIDTH = "12GB/s"
 
 #: the keys of ``memory_setup`` that :class:`TrainingSetup` holds (the others: the links and ``estimated``)
-SETUP_KEYS = ("memory_model", "weights", "optimizer", "precision", "zero_grad", "weight_factor", "dp", "zero")
+SETUP_KEYS = ("memory_model", "weights", "optimizer", "precision", "zero_grad", "weight_factor")
+#: the keys of ``memory_setup`` that record a layout's data-parallel group (the target's layout holds them)
+DATA_PARALLEL_KEYS = ("dp", "zero")
 
 
 @dataclass(frozen=True)
@@ -46,8 +50,8 @@ class TrainingSetup:
     """A training set-up; the defaults are a run's without a plan (the full model, stashed weights, Adam in the
     profile's precision, torch's default loop: gradients set to None), one device per replica. The full model
     reads ``optimizer``, ``precision`` and ``zero_grad``; the paper's (``memory_model="paper"``)
-    ``weight_factor`` instead. ``dp`` ranks of a data-parallel group at ZeRO level ``zero`` (docs/model.md,
-    "Layouts")."""
+    ``weight_factor`` instead. A device's data-parallel group is the target's layout's (``dp``, ``zero``:
+    :class:`~workbench.model.target.Target`), not the set-up's."""
 
     memory_model: str = "full"
     #: ``stash`` (one version per in-flight mini-batch, PipeDream) or ``single``
@@ -60,10 +64,6 @@ class TrainingSetup:
     zero_grad: str = "none"
     #: the paper's phi: memory bytes per weight byte of the live version (``memory_model="paper"`` only)
     weight_factor: float = 1.0
-    #: data parallelism around each device (docs/model.md, "Layouts"): the ranks of its data-parallel group and
-    #: the ZeRO level (0 DDP, 1 optimizer state sharded, 2 and gradients, 3 and parameters: FSDP2)
-    dp: int = 1
-    zero: int = 0
 
     def __post_init__(self) -> None:
         phi = float(self.weight_factor)
@@ -78,23 +78,9 @@ class TrainingSetup:
                                    ("zero-grad loop", self.zero_grad, ZERO_GRADS)):
             if value not in known:
                 raise ValueError(f"unknown {name} {value!r}; known: {', '.join(k for k in known if k)}")
-        self._check_data_parallel()
         if self.memory_model == "full" and phi != 1.0:
             raise ValueError(f"the weight factor ({phi:g}) belongs to the paper's memory model; the full model counts "
                              "parameters, gradients and optimizer state itself (use memory_model='paper')")
-
-    def _check_data_parallel(self) -> None:
-        for name in ("dp", "zero"):
-            v = getattr(self, name)
-            if not isinstance(v, Integral) or isinstance(v, bool) or v < (name == "dp"):
-                raise ValueError(f"{name} must be a whole number >= {int(name == 'dp')}, got {v!r}")
-            object.__setattr__(self, name, int(v))
-        if self.zero not in (0, 1, 2, 3):
-            raise ValueError(f"zero must be 0, 1, 2 or 3 (0 DDP ... 3 FSDP), got {self.zero}")
-        if self.zero and self.dp == 1:
-            raise ValueError(f"zero={self.zero} shards over the data-parallel group, but dp=1")
-        if self.dp > 1 and self.memory_model != "full":
-            raise ValueError("data parallelism (dp > 1) needs the full memory model, not --memory-model paper")
 
     @property
     def paper(self) -> bool:
@@ -134,8 +120,6 @@ class TrainingSetup:
             return {"memory_model": "paper", "weight_factor": self.weight_factor, "weights": self.weights}
         out = {"memory_model": "full", "optimizer": self.optimizer, "precision": self.precision,
                "weights": self.weights, "zero_grad": self.zero_grad, "estimated": list(estimated)}
-        if self.dp > 1:
-            out.update(dp=self.dp, zero=self.zero)
         return out
 
     @classmethod
@@ -195,3 +179,27 @@ def recorded_link(recorded: Mapping[str, Any] | None, key: str, default: Any) ->
     if recorded[key] is None:
         return float("inf")
     return parse_bandwidth(recorded[key], what=f"the plan's memory_setup {key}")
+
+
+def recorded_data_parallel(recorded: Mapping[str, Any] | None) -> tuple[int, int]:
+    """(dp, zero): the data-parallel group a plan's ``memory_setup`` records (a layout's with dp > 1; else
+    (1, 0)), checked.
+
+    >>> recorded_data_parallel({"dp": 4, "zero": 1}), recorded_data_parallel({}), recorded_data_parallel(None)
+    ((4, 1), (1, 0), (1, 0))
+    >>> recorded_data_parallel({"dp": 1, "zero": 2})
+    Traceback (most recent call last):
+    ...
+    ValueError: the plan's memory_setup: zero=2 shards over the data-parallel group, but dp=1
+    """
+    recorded = recorded or {}
+    dp, zero = recorded.get("dp", 1), recorded.get("zero", 0)
+    for name, v in (("dp", dp), ("zero", zero)):
+        if not isinstance(v, Integral) or isinstance(v, bool) or v < (name == "dp"):
+            raise ValueError(f"the plan's memory_setup {name} must be a whole number >= {int(name == 'dp')}, "
+                             f"got {v!r}")
+    if zero not in (0, 1, 2, 3):
+        raise ValueError(f"the plan's memory_setup zero must be 0, 1, 2 or 3 (0 DDP ... 3 FSDP), got {zero}")
+    if zero and dp == 1:
+        raise ValueError(f"the plan's memory_setup: zero={zero} shards over the data-parallel group, but dp=1")
+    return int(dp), int(zero)

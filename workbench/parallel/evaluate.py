@@ -9,9 +9,9 @@ MFU. A layout's ``micro_batches`` is ``global_batch / (dp x micro_batch_size)``.
 :func:`evaluate` plans the pipeline of one data-parallel replica of tensor-parallel rank 0 with the workbench's
 planners (``plan``'s methods) on the chain of one rank (:func:`rank_chain`: ``chain_for(tp, micro_batch_size)``,
 tensor-parallel shards for tp > 1, with the layout's sequence parallelism and vocabulary-parallel loss) and a
-platform of ``pp`` devices whose memory model knows the rank's data-parallel group
-(``TrainingSetup.dp``, ``TrainingSetup.zero``: :mod:`workbench.model.memory_zero`), so every planner plans under the
-memory a rank really has. The step is
+target of the layout's ``pp`` pipeline ranks whose memory model knows the rank's data-parallel group
+(:meth:`Target.for_layout <workbench.model.target.Target.for_layout>`: :mod:`workbench.model.memory_zero`), so every
+planner plans under the memory a rank really has. The step is
 
 * flushed schedules: the makespan of one flush of the micro-batches (simulated), plus what data parallelism
   adds (:mod:`workbench.parallel.data.time`: FSDP2's exposed gathers and reductions, DDP's exposed all-reduce,
@@ -51,7 +51,7 @@ from workbench.model.target import Target
 from workbench.model.tolerances import REL_TOL
 from workbench.parallel.data import time as dptime
 
-__all__ = ["Job", "Evaluation", "evaluate", "complete_layout", "pipeline_platform", "extrapolation_points",
+__all__ = ["Job", "Evaluation", "evaluate", "complete_layout", "extrapolation_points",
            "ChainFor", "rank_chain", "rank_memory", "optimizer_seconds", "data_parallel_ring", "plan_pipeline",
            "step_parts"]
 
@@ -185,17 +185,6 @@ def complete_layout(job: Job, layout: Layout) -> Layout:
     return replace(layout, micro_batch_size=mbs, micro_batches=m, schedule=schedule, chunks=chunks)
 
 
-def pipeline_platform(job: Job, layout: Layout) -> Target:
-    """The platform of one pipeline: ``pp`` devices (a stage boundary crosses nodes when ``tp x dp`` ranks
-    fill a node or more), memory, links and set-up from the job, the rank's data-parallel group."""
-    per_node = job.platform.devices_per_node
-    if per_node is not None:
-        per_node = max(1, per_node // (layout.tp * layout.dp))
-    flushed = method_of(layout.schedule or "1f1b").family == "flushed"
-    return job.platform.with_(devices=layout.pp, devices_per_node=per_node, dp=layout.dp, zero=layout.zero,
-                              weights="single" if flushed else job.platform.setup.weights)
-
-
 #: the largest flush (micro-batches x stages) a plan file's pipeline is simulated whole for
 EXACT_FLUSH = 20_000
 
@@ -290,7 +279,7 @@ def evaluate(job: Job, layout: Layout, chain_for: ChainFor, activations: str = "
     ``extrapolate=False``: every flush simulated whole."""
     layout = complete_layout(job, layout)
     chain = rank_chain(chain_for, layout)
-    platform = pipeline_platform(job, layout)
+    platform = job.platform.for_layout(layout)
     if len(chain) < layout.pp * layout.chunks:
         return _infeasible(job, layout, activations, f"{len(chain)} layers cannot fill {layout.pp * layout.chunks} "
                                                        "pipeline stages")

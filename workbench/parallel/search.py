@@ -50,7 +50,6 @@ from workbench.parallel.evaluate import (
     Job,
     complete_layout,
     evaluate,
-    pipeline_platform,
     rank_chain,
 )
 
@@ -204,7 +203,7 @@ def memory_bound(job: Job, candidate: Candidate, chain) -> float:
     plans one."""
     layout = candidate.layout
     eff = _policy_chain(chain, candidate.activations)
-    t = layer_terms(eff, pipeline_platform(job, layout))
+    t = layer_terms(eff, job.platform.for_layout(layout))
     acts = 0.0 if candidate.activations == "auto" else float(t.act.sum())
     average = (float(t.static.sum()) + acts) / layout.pp
     if candidate.activations == "auto" or layout.pp == 1:
@@ -255,7 +254,7 @@ def time_bound(job: Job, candidate: Candidate, chain) -> float:
         W, G = float(eff.weights.sum()), float(sum(_grad_bytes(eff)))
         link = m * ((2 if layout.zero == 3 else 1) * ring("all_gather", W) + ring("reduce_scatter", G))
         compute = max(compute, link)
-    return compute + optimizer_seconds(eff, pipeline_platform(job, layout), layout, job,
+    return compute + optimizer_seconds(eff, job.platform.for_layout(layout), layout, job,
                                        [list(range(len(eff)))])[0] / pp
 
 

@@ -143,8 +143,8 @@ class SuffixLinks:
     def __init__(self, chain: Chain, platform: Target) -> None:
         self.platform = platform
         self.least = boundary_costs(chain, platform)
-        if platform.multi_node:
-            n = platform.devices_per_node or platform.devices
+        if platform.multi_node:      # the first pipeline rank on another node than rank 0's
+            n = next(d for d in range(1, platform.devices) if platform.node_of(d) != platform.node_of(0))
             self._between = boundary_costs(chain, platform, 0, n)
             self.most = np.maximum(self.least, self._between)
         else:

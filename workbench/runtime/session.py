@@ -119,7 +119,7 @@ def platform_for_run(plan, *, optimizer: str | None = None, bandwidth: float | s
 
     setup = setup or TrainingSetup.from_memory_setup(plan.setup)
     chosen = {k: v for k, v in (("optimizer", optimizer), ("weights", weights), ("zero_grad", zero_grad)) if v}
-    setup = replace(setup, **chosen, dp=1, zero=0)
+    setup = replace(setup, **chosen)
     recorded = plan.setup or {}
     nodes = {} if recorded.get("devices_per_node") is None else {
         "devices_per_node": recorded["devices_per_node"],

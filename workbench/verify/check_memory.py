@@ -97,7 +97,7 @@ class _SetUp:
         self.zeros = platform.setup.zero_grad == "zeros"
         self.stash = platform.setup.weights == "stash"      # the PipeDream engine; single: torch's
         # data parallelism (docs/model.md, "Layouts"): D ranks, ZeRO level, FSDP2 layer by layer or in a pipeline
-        self.dp, self.zero = platform.setup.dp, platform.setup.zero
+        self.dp, self.zero = platform.layout.dp, platform.layout.zero
         self.fsdp = self.dp > 1 and self.zero >= 2
         self.pipelined = platform.devices > 1
         self.per_layer = self.fsdp and not self.pipelined

@@ -15,11 +15,11 @@ per micro-batch, the sends it keeps: :func:`workbench.runtime.summary.engine_ext
 torch's engine; a 1F1B plan with one stage per pipeline rank runs torch's ``Schedule1F1B``, which keeps one send
 each way, not every micro-batch's (:func:`sends_kept`: GPT-2's last of 2 pipeline ranks was over-predicted by
 ``N - 1`` input gradients, -2.1 % at tp 2). A flushed plan is predicted with one weight version whatever the
-platform says (:func:`rank_platform`): the layout runtime runs it on torch's engine, where every pipeline rank
-holding a copy of a tied parameter (GPT-2's head, tied to its embedding) keeps that copy's gradient and optimizer
-state and steps it; the PipeDream engine's terms (``weights="stash"``: the sharer sends its gradient to the owner,
-which keeps a receive buffer per mini-batch in flight) under-predicted that rank by the copy's Adam states
-(+17 % on GPT-2's last of 2 ranks). :func:`rank_memory_terms` splits the model's part by term.
+platform says (:meth:`~workbench.model.target.Target.for_layout`): the layout runtime runs it on torch's engine,
+where every pipeline rank holding a copy of a tied parameter (GPT-2's head, tied to its embedding) keeps that
+copy's gradient and optimizer state and steps it; the PipeDream engine's terms (``weights="stash"``: the sharer
+sends its gradient to the owner, which keeps a receive buffer per mini-batch in flight) under-predicted that rank by
+the copy's Adam states (+17 % on GPT-2's last of 2 ranks). :func:`rank_memory_terms` splits the model's part by term.
 
 >>> from workbench.model.chain import Chain, Layer
 >>> from workbench.model.target import Target
@@ -40,26 +40,7 @@ from workbench.model.plan import Plan
 from workbench.model.target import Target
 from workbench.schedules.registry import schedule_of
 
-__all__ = ["rank_memory", "rank_memory_terms", "rank_platform", "pipeline_peaks", "single_stage", "sends_kept"]
-
-
-def rank_platform(platform: Target, layout: Layout, plan: Plan | None = None) -> Target:
-    """``platform`` as one pipeline of ``layout`` sees it: ``pp`` devices, the layout's data-parallel group (the
-    paper's memory model, rule 7, knows no data parallelism: a replica's figure); for a flushed ``plan`` one weight
-    version (``weights="single"``: torch's engine, on which every copy of a tied parameter takes its own
-    optimizer step, as :func:`workbench.parallel.evaluate.pipeline_platform` plans it), whatever ``platform`` says.
-
-    >>> from workbench.planners import plan as make_plan
-    >>> from workbench.model.chain import Chain, Layer
-    >>> ch = Chain(tuple(Layer(f"l{i}", 0.01, 0.02, 4e6, 1e6) for i in range(4)), input_bytes=1e6)
-    >>> rank_platform(Target.of(2), Layout(pp=2), make_plan(ch, Target.of(2), "1f1b", micro_batches=2)).setup.weights
-    'single'
-    """
-    if plan is not None and schedule_of(plan.schedule).flushed:
-        platform = platform.with_(weights="single")
-    if platform.setup.memory_model != "full":
-        return platform.with_(devices=layout.pp)
-    return platform.with_(devices=layout.pp, dp=layout.dp, zero=layout.zero if layout.dp > 1 else 0)
+__all__ = ["rank_memory", "rank_memory_terms", "pipeline_peaks", "single_stage", "sends_kept"]
 
 
 def single_stage(plan: Plan) -> bool:
@@ -113,10 +94,10 @@ def pipeline_peaks(plan: Plan, chain: Chain, platform: Target) -> list[float]:
 def rank_memory(plan: Plan, chain: Chain, platform: Target, layout: Layout, rank: int, *,
                 engine: bool = True) -> float:
     """The predicted peak bytes of ``rank`` (the layout's rank order: tp innermost, then dp, then pp) running
-    ``plan`` on ``chain`` (module docstring); ``platform`` carries the training set-up (its ``devices``, ``dp``
-    and ``zero`` are the layout's)."""
+    ``plan`` on ``chain`` (module docstring); ``platform`` carries the hardware and the training set-up
+    (:meth:`Target.for_layout <workbench.model.target.Target.for_layout>` gives it the layout)."""
     pipeline = layout.coords(rank)[0]
-    p = rank_platform(platform, layout, plan)
+    p = platform.for_layout(layout, flushed=schedule_of(plan.schedule).flushed)
     if single_stage(plan) and schedule_of(plan.schedule).flushed:
         plan = plan.with_(schedule="1f1b")      # the loop's order: each micro-batch's forward, then its backward
     model = pipeline_peaks(plan, chain, p)[pipeline]
@@ -140,4 +121,5 @@ def rank_memory_terms(plan: Plan, chain: Chain, platform: Target, layout: Layout
     from workbench.model.memory_views import memory_breakdown
 
     eff = apply_policies(chain, plan.activations) if plan.activations else chain
-    return memory_breakdown(eff, rank_platform(platform, layout, plan), plan.stages)[layout.coords(rank)[0]]
+    pipeline = platform.for_layout(layout, flushed=schedule_of(plan.schedule).flushed)
+    return memory_breakdown(eff, pipeline, plan.stages)[layout.coords(rank)[0]]
