@@ -373,7 +373,13 @@ def test_torchrun_two_processes(profiles):
            "--module", _spec("cnn"), "--profile", str(paths["cnn"]), "--steps", "4",
            "--check-grads", "--out", str(out)]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240, cwd=HERE.parents[1])
+    for attempt in range(2):
+        done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240, cwd=HERE.parents[1])
+        # a rank aborted by C++'s std::terminate as its process exits (seen once in a clean CI run, 0 of 6 reruns):
+        # a gloo shutdown race, not this run's result; run once more, and say so
+        if done.returncode == 0 or "terminate called without an active exception" not in done.stderr:
+            break
+        print(f"torchrun attempt {attempt + 1}: a rank aborted at exit (std::terminate); running again")
     assert done.returncode == 0, done.stderr[-3000:]
     assert "torch engine" in done.stdout
     grads = torch.load(out / "grads.pt")
