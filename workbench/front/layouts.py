@@ -172,30 +172,22 @@ def auto_switches(text: str) -> tuple[tuple[bool, ...] | None, tuple[bool, ...] 
     return sp, lp
 
 
-def auto_overlap(text: str) -> bool:
-    """Whether ``--parallel auto,...`` asks its ``tp > 1`` layouts to overlap their collectives (``tpo=1``,
-    which needs ``sp=1``); False for a layout, not ``auto``.
+def auto_overlaps(text: str) -> tuple[bool, bool]:
+    """Whether ``--parallel auto,...`` asks its ``tp > 1`` layouts to overlap their collectives (``tpo=1``, which
+    needs ``sp=1``) and its ZeRO-1 layouts to run as Megatron's overlapped distributed optimizer (``dpo=1``);
+    (False, False) for a layout, not ``auto``.
 
-    >>> auto_overlap("auto,tpo=1"), auto_overlap("auto,sp=1"), auto_overlap("tp=2,sp=1,tpo=1")
-    (True, False, False)
-    >>> auto_overlap("auto,sp=0,tpo=1")
+    >>> auto_overlaps("auto,tpo=1"), auto_overlaps("auto,dpo=1"), auto_overlaps("auto,sp=1")
+    ((True, False), (False, True), (False, False))
+    >>> auto_overlaps("tp=2,sp=1,tpo=1"), auto_overlaps("dp=2,zero=1,dpo=1")
+    ((False, False), (False, False))
+    >>> auto_overlaps("auto,sp=0,tpo=1")
     Traceback (most recent call last):
     ValueError: --parallel auto,sp=0,tpo=1: layout: tpo=1 overlaps sequence parallelism's all-gathers and \
 reduce-scatters with their GEMMs: it needs sp=1 (Megatron's --tp-comm-overlap asserts the same)
     """
     switches = _auto_layout(text)
-    return bool(switches is not None and switches.tp_overlap)
-
-
-def auto_dp_overlap(text: str) -> bool:
-    """Whether ``--parallel auto,...`` asks its ZeRO-1 layouts to run as Megatron's overlapped distributed optimizer
-    (``dpo=1``); False for a layout, not ``auto``.
-
-    >>> auto_dp_overlap("auto,dpo=1"), auto_dp_overlap("auto,sp=1"), auto_dp_overlap("dp=2,zero=1,dpo=1")
-    (True, False, False)
-    """
-    switches = _auto_layout(text)
-    return bool(switches is not None and switches.dp_overlap)
+    return (False, False) if switches is None else (switches.tp_overlap, switches.dp_overlap)
 
 
 #: the switches ``--parallel auto,...`` takes (the search chooses the rest)
@@ -257,13 +249,14 @@ def _auto(args: argparse.Namespace, job: Job, chain_for: ChainFor, first: Chain,
         method_of(args.method)
     acts = (args.activations,) if args.activations else None
     sp, lp = auto_switches(args.parallel) or (None, None)
+    tpo, dpo = auto_overlaps(args.parallel)
     if progress and tps is None:
         progress("searching tp x pp x dp, " + describe_switches({"sequence_parallel": sp or SWITCHES,
                                                                   "loss_parallel": lp or SWITCHES})
                  + " (each its own per-rank profile; auto,sp=0 / auto,lp=0 pin them)")
     result = search(job, chain_for, micro_batch_sizes=sizes, schedules=schedules, chunks=args.chunks, tps=tps,
                     activations=acts, progress=progress, sequence_parallel=sp, loss_parallel=lp,
-                    tp_overlap=auto_overlap(args.parallel), dp_overlap=auto_dp_overlap(args.parallel))
+                    tp_overlap=tpo, dp_overlap=dpo)
     searched = describe_switches(result.switches)
     if tps == (1,):
         searched = "tp 1 only"
