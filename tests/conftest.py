@@ -38,3 +38,22 @@ def _order_cache(tmp_path_factory):
         os.environ.pop(ENV, None)
     else:
         os.environ[ENV] = was
+
+
+@pytest.fixture
+def gloo_ranks(tmp_path):
+    """``gloo_ranks(target, *args)``: ``target(rank, init, folder, *args)`` in 2 forked processes that meet at a
+    file rendezvous in ``tmp_path`` (``folder``, where they write what they found); fails unless both exit 0."""
+    import multiprocessing
+
+    def run(target, *args, ranks: int = 2) -> None:
+        ctx = multiprocessing.get_context("fork")
+        init = f"file://{tmp_path / 'rendezvous'}"
+        procs = [ctx.Process(target=target, args=(r, init, str(tmp_path), *args)) for r in range(ranks)]
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join(timeout=120)
+        assert [p.exitcode for p in procs] == [0] * ranks
+
+    return run

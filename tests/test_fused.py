@@ -187,19 +187,10 @@ def _gloo_rank(rank, init, out, parallel):
 
 
 @pytest.mark.parametrize("parallel", [False, True], ids=["sp0", "sp1-lp1"])
-def test_fused_under_dtensor_gives_eager_loss_and_gradients_on_gloo_ranks(tmp_path, parallel):
+def test_fused_under_dtensor_gives_eager_loss_and_gradients_on_gloo_ranks(tmp_path, gloo_ranks, parallel):
     """DTensor (tensor parallelism; sp=0, or sp=1 with lp=1) runs the fused functions' math on each rank's
     shards: the same loss and gradient shards as the eager kernels, on 2 real gloo ranks."""
-    import multiprocessing
-
-    ctx = multiprocessing.get_context("fork")
-    init = f"file://{tmp_path / 'rendezvous'}"
-    procs = [ctx.Process(target=_gloo_rank, args=(r, init, str(tmp_path), parallel)) for r in range(2)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(timeout=120)
-    assert [p.exitcode for p in procs] == [0, 0]
+    gloo_ranks(_gloo_rank, parallel)
     for r in range(2):
         res = torch.load(tmp_path / f"rank{r}.pt")
         (le, ge), (lf, gf) = res["eager"], res["fused"]

@@ -197,17 +197,8 @@ def _gloo_rank(rank, init, out):
         dist.destroy_process_group()
 
 
-def test_same_values_as_torch_on_gloo_ranks(tmp_path):
-    import multiprocessing
-
-    ctx = multiprocessing.get_context("fork")
-    init = f"file://{tmp_path / 'rendezvous'}"
-    procs = [ctx.Process(target=_gloo_rank, args=(r, init, str(tmp_path))) for r in range(2)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(timeout=120)
-    assert [p.exitcode for p in procs] == [0, 0]
+def test_same_values_as_torch_on_gloo_ranks(tmp_path, gloo_ranks):
+    gloo_ranks(_gloo_rank)
     for r in range(2):
         res = torch.load(tmp_path / f"rank{r}.pt")
         shapes = [tuple(t.shape) for t in res["seq_first"]]
