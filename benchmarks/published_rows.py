@@ -84,6 +84,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -404,6 +405,25 @@ def without(row: Row, item: str) -> Row | None:
     return dataclasses.replace(row, layout=",".join(p for p in parts if p != item))
 
 
+def _dp_seconds(e: Evaluation) -> float:
+    """What data parallelism adds to ``e``'s step: its exposed collectives and the gather after the step."""
+    return e.breakdown.get("data_parallel", 0) + e.breakdown.get("post_step", 0)
+
+
+def print_switched(results: list[tuple[Row, Evaluation]], item: str, title: str,
+                   detail: Callable[[Evaluation, Evaluation], str] | None = None) -> None:
+    """For each row whose layout has ``item`` (e.g. ``tpo=1``): its ratio and step without it -> with it (the row
+    evaluated again without it), under ``title``; ``detail(without, with)`` adds to each line."""
+    switched = [(row, without(row, item), e) for row, e in results if without(row, item) is not None]
+    if switched:
+        print(f"\n{title}, predicted / published without -> with:")
+    for row, plain, e in switched:
+        old = evaluate_row(plain)
+        print(f"  {row.name} ({layout_label(row)}, {row.gpus} GPUs): {tps_ratio(plain, old):.2f} -> "
+              f"{tps_ratio(row, e):.2f} (step {old.step_seconds:.3f} -> {e.step_seconds:.3f} s"
+              f"{detail(old, e) if detail else ''})")
+
+
 def verdict(ratio: float) -> str:
     """``within 15 %``, ``within 25 %`` or ``MISSES 25 %`` for predicted / published.
 
@@ -494,23 +514,10 @@ def main() -> int:
         if args.compare_kernels and row.kernels != "eager":
             compared.append((row, evaluate_row(row, kernels="eager"), e))
     print(table(results))
-    overlapped = [(row, without_overlap(row), e) for row, e in results if without_overlap(row) is not None]
-    if overlapped:
-        print("\nTP communication overlap (tpo=1, as the sources run), predicted / published without -> with:")
-    for row, plain, e in overlapped:
-        old = evaluate_row(plain)
-        print(f"  {row.name} ({layout_label(row)}, {row.gpus} GPUs): {tps_ratio(plain, old):.2f} -> "
-              f"{tps_ratio(row, e):.2f} (step {old.step_seconds:.3f} -> {e.step_seconds:.3f} s)")
-    dp_overlapped = [(row, without_dp_overlap(row), e) for row, e in results if without_dp_overlap(row) is not None]
-    if dp_overlapped:
-        print("\nZeRO-1 as Megatron's overlapped distributed optimizer (dpo=1, as the sources run), predicted / "
-              "published without -> with:")
-    for row, plain, e in dp_overlapped:
-        old = evaluate_row(plain)
-        print(f"  {row.name} ({layout_label(row)}, {row.gpus} GPUs): {tps_ratio(plain, old):.2f} -> "
-              f"{tps_ratio(row, e):.2f} (step {old.step_seconds:.3f} -> {e.step_seconds:.3f} s; data parallel + "
-              f"post-step {old.breakdown.get('data_parallel', 0) + old.breakdown.get('post_step', 0):.3f} -> "
-              f"{e.breakdown.get('data_parallel', 0) + e.breakdown.get('post_step', 0):.3f} s)")
+    print_switched(results, "tpo=1", "TP communication overlap (tpo=1, as the sources run)")
+    print_switched(results, "dpo=1", "ZeRO-1 as Megatron's overlapped distributed optimizer (dpo=1, as the sources "
+                   "run)", lambda old, e: f"; data parallel + post-step {_dp_seconds(old):.3f} -> "
+                                          f"{_dp_seconds(e):.3f} s")
     if compared:
         print("\n" + kernels_table(compared))
     print("\nsources:")
